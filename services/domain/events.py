@@ -1,0 +1,213 @@
+"""The event model: immutable msgspec Structs, one per event type, in a tagged union, inside an envelope.
+
+The envelope carries identity and ordering (event_id, stream, stream_version), the payload carries
+meaning. ``payload.type`` (the msgspec tag) and ``Envelope.type`` are the same string; ``new_event``
+keeps them in step. Every type is documented in docs/events.md.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any, Literal
+
+import msgspec
+
+SCHEMA_VERSION = 1
+
+
+class _Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", forbid_unknown_fields=False):
+    """Base of every payload; the class name is the tag written to ``type``."""
+
+
+# --- observations (watcher) -------------------------------------------------------------------------
+
+
+class ObjectObserved(_Event, frozen=True, kw_only=True):
+    """The watcher saw a real change of a Kubernetes object (added, modified, deleted)."""
+
+    kind: str  # CloneSet, SidecarSet, Pod, PersistentVolumeClaim
+    namespace: str
+    name: str
+    uid: str
+    resource_version: str
+    change: Literal["ADDED", "MODIFIED", "DELETED"]
+    object: dict[str, Any]  # the object exactly as the API returned it
+
+
+# --- decisions (planner) ----------------------------------------------------------------------------
+
+
+class RevisionCreated(_Event, frozen=True, kw_only=True):
+    name: str  # revision name, e.g. sample-7656fc4998
+    revision: int  # ControllerRevision number
+    hash: str
+    template: dict[str, Any]
+
+
+class RolloutStarted(_Event, frozen=True, kw_only=True):
+    rollout_id: str
+    from_revision: str
+    to_revision: str
+    strategy: dict[str, Any]  # the updateStrategy in force when it started
+    replicas: int
+
+
+class RolloutPaused(_Event, frozen=True, kw_only=True):
+    rollout_id: str
+    reason: str
+
+
+class RolloutResumed(_Event, frozen=True, kw_only=True):
+    rollout_id: str
+
+
+class RolloutCompleted(_Event, frozen=True, kw_only=True):
+    rollout_id: str
+    revision: str
+    outcome: Literal["succeeded", "superseded", "failed"] = "succeeded"
+
+
+class PartitionStepPlanned(_Event, frozen=True, kw_only=True):
+    rollout_id: str
+    partition: int  # resolved count of pods kept at the old revision
+    replicas: int
+    expected_updated: int
+    max_unavailable: int
+    max_surge: int
+
+
+class PodActionRequested(_Event, frozen=True, kw_only=True):
+    action_id: str  # deterministic id; recorded on the object so a redelivery is a no-op
+    action: str  # createPod, deletePod, recreatePod, updateInPlace, markNotReady, markReady, createPVC, ...
+    namespace: str
+    pod: str
+    rollout_id: str | None = None
+    revision: str | None = None
+    details: dict[str, Any] = {}  # the plan's action as JSON (object, patch, withPVCs, ...)
+
+
+class StatusPlanned(_Event, frozen=True, kw_only=True):
+    """The status the workload should report; the executor writes it through the status subresource."""
+
+    kind: str
+    namespace: str
+    name: str
+    status: dict[str, Any]
+
+
+class RequeueScheduled(_Event, frozen=True, kw_only=True):
+    """The planner wants to be asked again at ``due_at`` (a grace period ends then)."""
+
+    due_at: datetime
+
+
+class SpecRejected(_Event, frozen=True, kw_only=True):
+    field: str
+    reason: str
+    generation: int | None = None
+
+
+# --- outcomes (executor) ----------------------------------------------------------------------------
+
+
+class PodActionStarted(_Event, frozen=True, kw_only=True):
+    action_id: str
+    executor: str
+
+
+class PodActionSucceeded(_Event, frozen=True, kw_only=True):
+    action_id: str
+    pod_uid: str | None = None
+    already_applied: bool = False  # a redelivery found the action id on the object
+
+
+class PodActionFailed(_Event, frozen=True, kw_only=True):
+    action_id: str
+    reason: str
+    retryable: bool = False
+
+
+# --- SidecarSet (webhook) ---------------------------------------------------------------------------
+
+
+class SidecarInjected(_Event, frozen=True, kw_only=True):
+    namespace: str
+    pod: str
+    sidecarset: str
+    revision: str
+    containers: list[str]
+
+
+Event = (
+    ObjectObserved
+    | RevisionCreated
+    | RolloutStarted
+    | RolloutPaused
+    | RolloutResumed
+    | RolloutCompleted
+    | PartitionStepPlanned
+    | PodActionRequested
+    | StatusPlanned
+    | RequeueScheduled
+    | SpecRejected
+    | PodActionStarted
+    | PodActionSucceeded
+    | PodActionFailed
+    | SidecarInjected
+)
+
+EVENT_TYPES: dict[str, type[_Event]] = {cls.__name__: cls for cls in Event.__args__}  # type: ignore[attr-defined]
+
+
+class Envelope(msgspec.Struct, frozen=True, kw_only=True):
+    event_id: uuid.UUID  # also the NATS Nats-Msg-Id
+    stream: str  # e.g. CloneSet/<namespace>/<name>
+    stream_version: int  # 1-based sequence within the stream
+    type: str  # == payload's tag
+    schema_version: int
+    occurred_at: datetime
+    payload: Event
+    causation_id: uuid.UUID | None = None  # the event that caused this one
+    correlation_id: str | None = None  # the rollout this event belongs to
+
+
+def new_event(
+    payload: Event,
+    *,
+    stream: str,
+    stream_version: int,
+    occurred_at: datetime,
+    event_id: uuid.UUID | None = None,
+    causation_id: uuid.UUID | None = None,
+    correlation_id: str | None = None,
+) -> Envelope:
+    """Wrap a payload in an envelope; pass ``event_id`` for deterministic ids (the planner derives them)."""
+    return Envelope(
+        event_id=event_id or uuid.uuid4(),
+        stream=stream,
+        stream_version=stream_version,
+        type=type(payload).__name__,
+        schema_version=SCHEMA_VERSION,
+        occurred_at=occurred_at,
+        payload=payload,
+        causation_id=causation_id,
+        correlation_id=correlation_id,
+    )
+
+
+def stream_name(kind: str, namespace: str, name: str) -> str:
+    return f"{kind}/{namespace}/{name}"
+
+
+_encoder = msgspec.json.Encoder()
+_decoder = msgspec.json.Decoder(Envelope)
+
+
+def encode(envelope: Envelope) -> bytes:
+    return _encoder.encode(envelope)
+
+
+def decode(data: bytes) -> Envelope:
+    """Decode and validate one envelope; raises msgspec.ValidationError / DecodeError on bad input."""
+    return _decoder.decode(data)

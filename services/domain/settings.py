@@ -1,0 +1,67 @@
+"""The one settings object. Every service and command reads configuration from here, nowhere else.
+
+Values come from environment variables prefixed ``ROLLBOOK_``. An empty database or NATS URL means
+"start the embedded server" (see ``services.domain.embedded``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+import msgspec
+
+
+class Settings(msgspec.Struct, frozen=True, kw_only=True):
+    # Postgres URL (postgresql://user@host:port/db). Empty: start embedded Postgres under data_dir.
+    database_url: str = ""
+    # NATS URL (nats://host:port). Empty: start an embedded nats-server under data_dir.
+    nats_url: str = ""
+    # Where embedded servers keep their data, and where `rollbook simcluster` writes its kubeconfig.
+    data_dir: str = ".rollbook"
+    # Kubeconfig file the services use to reach Kubernetes. Empty: in-cluster config, then ~/.kube/config.
+    kubeconfig: str = ""
+    # JetStream stream name and the first token of every subject. Tests set a unique one per run.
+    stream_name: str = "ROLLBOOK"
+    subject_prefix: str = "rollbook"
+    # Deliveries before a message that cannot be handled is moved to the dead-letter subject.
+    max_deliver: int = 5
+    # Emulate/expect the second seed's extended in-place kubelet (env and volume changes in place,
+    # probe changes with no restart). Off by default: stock Kubernetes refuses those changes.
+    extended_inplace: bool = False
+    # Host and base port for the services' /healthz, /readyz and /metrics endpoints (0 = pick free).
+    http_host: str = "127.0.0.1"
+    http_port: int = 0
+    log_level: str = "INFO"
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        env = os.environ if environ is None else environ
+        values: dict[str, object] = {}
+        for field in msgspec.structs.fields(cls):
+            raw = env.get("ROLLBOOK_" + field.name.upper())
+            if raw is None:
+                continue
+            values[field.name] = _convert(field.name, raw, field.type)
+        return cls(**values)  # type: ignore[arg-type]
+
+    @property
+    def data_path(self) -> Path:
+        return Path(self.data_dir).resolve()
+
+
+def _convert(name: str, raw: str, typ: object) -> object:
+    if typ is bool:
+        lowered = raw.strip().lower()
+        if lowered in {"1", "true", "yes", "on"}:
+            return True
+        if lowered in {"0", "false", "no", "off", ""}:
+            return False
+        raise ValueError(f"ROLLBOOK_{name.upper()}: expected a boolean, got {raw!r}")
+    if typ is int:
+        try:
+            return int(raw)
+        except ValueError:
+            raise ValueError(f"ROLLBOOK_{name.upper()}: expected an integer, got {raw!r}") from None
+    return raw
