@@ -43,6 +43,15 @@ class RevisionCreated(_Event, frozen=True, kw_only=True):
     revision: int  # ControllerRevision number
     hash: str
     template: dict[str, Any]
+    # The ControllerRevision exactly as the decision function built it (what the next rounds get back as
+    # their "revisions" input). A RevisionCreated for an existing name re-numbers it (a rollback).
+    object: dict[str, Any] = {}
+
+
+class RevisionsPruned(_Event, frozen=True, kw_only=True):
+    """Revisions dropped from the history (beyond revisionHistoryLimit)."""
+
+    names: list[str]
 
 
 class RolloutStarted(_Event, frozen=True, kw_only=True):
@@ -100,6 +109,24 @@ class RequeueScheduled(_Event, frozen=True, kw_only=True):
     """The planner wants to be asked again at ``due_at`` (a grace period ends then)."""
 
     due_at: datetime
+    reason: str = "grace"  # grace: the plan asked for it; expectations: pending actions may have timed out
+
+
+class RequeueDue(_Event, frozen=True, kw_only=True):
+    """A scheduled requeue fired: an input of the next round, whose ``now`` is at least ``due_at``."""
+
+    due_at: datetime
+    scheduled_by: uuid.UUID  # the RequeueScheduled event
+
+
+class RoundPlanned(_Event, frozen=True, kw_only=True):
+    """The planner ran the decision function once for a workload. The decisions that follow it carry its
+    event id as causation_id. ``through`` names exactly which inputs were folded (every event of each
+    stream up to that version), so a replay rebuilds the same input; ``input_sha256`` checks it."""
+
+    through: dict[str, int]  # input stream -> last stream_version folded
+    now: datetime  # the round's clock: the latest occurred_at (or due_at) among the folded inputs
+    input_sha256: str  # of the canonical planner input JSON
 
 
 class SpecRejected(_Event, frozen=True, kw_only=True):
@@ -142,6 +169,7 @@ class SidecarInjected(_Event, frozen=True, kw_only=True):
 Event = (
     ObjectObserved
     | RevisionCreated
+    | RevisionsPruned
     | RolloutStarted
     | RolloutPaused
     | RolloutResumed
@@ -150,6 +178,8 @@ Event = (
     | PodActionRequested
     | StatusPlanned
     | RequeueScheduled
+    | RequeueDue
+    | RoundPlanned
     | SpecRejected
     | PodActionStarted
     | PodActionSucceeded

@@ -1,0 +1,44 @@
+"""The Kubernetes client every service uses: kubernetes-asyncio configured from settings.kubeconfig, or
+in-cluster config, or ~/.kube/config, so the same code runs against simcluster and a real cluster."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from kubernetes_asyncio import client, config
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from services.domain.settings import Settings
+
+
+async def api_client(settings: Settings) -> client.ApiClient:
+    configuration = client.Configuration()
+    if settings.kubeconfig:
+        await config.load_kube_config(config_file=settings.kubeconfig, client_configuration=configuration)
+    else:
+        try:
+            config.load_incluster_config(client_configuration=configuration)
+        except config.ConfigException:
+            await config.load_kube_config(client_configuration=configuration)
+    return client.ApiClient(configuration)
+
+
+async def raw_json(response: Any) -> dict[str, Any]:
+    """Body of a ``_preload_content=False`` call as the API returned it (camelCase JSON, no models)."""
+    async with response:
+        data = await response.read()
+    parsed: dict[str, Any] = json.loads(data)
+    return parsed
+
+
+def status_of(error: BaseException) -> int | None:
+    return error.status if isinstance(error, ApiException) else None
+
+
+def controller_owner(obj: dict[str, Any]) -> dict[str, Any] | None:
+    """The ownerReference marked controller=true, if any."""
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("controller"):
+            return dict(ref)
+    return None

@@ -1,0 +1,138 @@
+"""What every service process shares: structured logs, the health/readiness/metrics HTTP server, and a clean
+shutdown on SIGTERM.
+
+Usage inside a service's ``run(settings)``::
+
+    async with ServiceRuntime(settings, "planner") as runtime:
+        ...start work...
+        runtime.set_ready()
+        await runtime.stopping.wait()      # SIGTERM/SIGINT sets it
+        ...stop consuming, finish in-flight work...
+
+``/healthz`` answers 200 while the process's loop runs; ``/readyz`` answers 200 once ``set_ready`` was
+called and until shutdown begins (503 otherwise, with the reason); ``/metrics`` is prometheus-client's
+text format. Extra routes (the auditor's history) are added with ``runtime.app.router`` before entering.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import sys
+from types import TracebackType
+from typing import Any
+
+import structlog
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+
+from services.domain.settings import Settings
+
+# Each service's HTTP port is settings.http_port + its offset, so `rollbook up` can run all four with one
+# base port; http_port 0 lets the OS pick (the chosen port is logged as "http_listening").
+PORT_OFFSETS = {"watcher": 0, "planner": 1, "executor": 2, "auditor": 3}
+
+
+def configure_logging(settings: Settings, service: str) -> None:
+    """JSON lines on stderr; every line carries the service name and whatever is bound in contextvars
+    (the rollout's correlation_id while handling one of its events)."""
+    level = getattr(logging, settings.log_level.upper(), logging.INFO)
+    logging.basicConfig(stream=sys.stderr, level=level, format="%(message)s", force=True)
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.format_exc_info,
+            structlog.processors.JSONRenderer(),
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(level),
+        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        cache_logger_on_first_use=True,
+    )
+    structlog.contextvars.clear_contextvars()
+    structlog.contextvars.bind_contextvars(service=service, pid=os.getpid())
+
+
+class ServiceRuntime:
+    """Health/ready/metrics server plus the stop signal of one service process."""
+
+    def __init__(self, settings: Settings, service: str) -> None:
+        self.settings = settings
+        self.service = service
+        self.stopping = asyncio.Event()
+        self.app = web.Application()
+        self.app.router.add_get("/healthz", self._healthz)
+        self.app.router.add_get("/readyz", self._readyz)
+        self.app.router.add_get("/metrics", self._metrics)
+        self.port: int | None = None
+        self._ready = False
+        self._not_ready_reason = "starting"
+        self._runner: web.AppRunner | None = None
+        self.log = structlog.get_logger(service)
+
+    def set_ready(self, ready: bool = True, reason: str = "") -> None:
+        self._ready = ready
+        self._not_ready_reason = reason
+
+    def request_stop(self) -> None:
+        if not self.stopping.is_set():
+            self.log.info("stopping", reason="signal")
+            self.set_ready(False, "shutting down")
+            self.stopping.set()
+
+    async def __aenter__(self) -> ServiceRuntime:
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, self.request_stop)
+        self._runner = web.AppRunner(self.app, access_log=None)
+        await self._runner.setup()
+        base = self.settings.http_port
+        port = base + PORT_OFFSETS.get(self.service, 0) if base else 0
+        site = web.TCPSite(self._runner, self.settings.http_host, port)
+        await site.start()
+        server = site._server
+        sockets = getattr(server, "sockets", None) or []
+        self.port = sockets[0].getsockname()[1] if sockets else port
+        self.log.info("http_listening", host=self.settings.http_host, port=self.port)
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(signum)
+        if self._runner is not None:
+            await self._runner.cleanup()
+        self.log.info("stopped")
+
+    async def _healthz(self, request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok", "service": self.service})
+
+    async def _readyz(self, request: web.Request) -> web.Response:
+        if self._ready:
+            return web.json_response({"status": "ready", "service": self.service})
+        return web.json_response(
+            {"status": "not ready", "service": self.service, "reason": self._not_ready_reason}, status=503
+        )
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        body = generate_latest(REGISTRY)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+async def run_until_stopped(runtime: ServiceRuntime, *tasks: asyncio.Task[Any]) -> None:
+    """Wait for SIGTERM or for any task to end (a crash of one part stops the service: let the supervisor
+    restart it rather than run half a service); re-raise the first task error."""
+    stop_wait = asyncio.create_task(runtime.stopping.wait())
+    done, _ = await asyncio.wait([stop_wait, *tasks], return_when=asyncio.FIRST_COMPLETED)
+    stop_wait.cancel()
+    for task in done:
+        if task is not stop_wait and not task.cancelled() and task.exception() is not None:
+            runtime.set_ready(False, "a task failed")
+            raise task.exception()  # type: ignore[misc]
+    if not runtime.stopping.is_set():
+        runtime.request_stop()

@@ -1,0 +1,384 @@
+"""The executor: carries out pod actions and status writes through kubernetes-asyncio, once in effect,
+and reports every outcome as an event (docs/services.md, "executor").
+
+- All executors share the durable consumer ``executor``: JetStream hands each action to one of them.
+- Once in effect: every create or patch writes the action id in the ``rollbook.io/action-id`` annotation
+  in the same API call; deletes carry a uid precondition. Before acting, the executor looks for the
+  action's terminal event in the store and then at the object: an action already applied (a redelivery,
+  or another executor's) is acknowledged and reported ``already_applied``, never repeated. Patches carry
+  the resourceVersion they were computed from; a 409 Conflict means re-read and retry.
+- The terminal event (PodActionSucceeded or PodActionFailed) has a deterministic id derived from the
+  action id, so it is stored once whoever writes it. A failure that may pass (API unavailable) is
+  retried by the bus; on the last delivery it is reported failed with retryable=true instead.
+- CloneSet status goes through the status subresource; an older StatusPlanned than one already
+  written is skipped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import os
+import socket
+from typing import Any
+
+import structlog
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+from nats.aio.msg import Msg
+from sqlalchemy import select
+
+from services.domain import kube
+from services.domain.bus import Bus
+from services.domain.events import (
+    Envelope,
+    PodActionFailed,
+    PodActionRequested,
+    PodActionSucceeded,
+    StatusPlanned,
+    new_event,
+)
+from services.domain.metrics import (
+    ACTIONS_APPLIED,
+    ACTIONS_FAILED,
+    CONSUMER_ACK_PENDING,
+    CONSUMER_LAG,
+    EVENTS_APPENDED,
+    EVENTS_HANDLED,
+)
+from services.domain.runtime import ServiceRuntime, configure_logging, run_until_stopped
+from services.domain.settings import Settings
+from services.domain.store import EventStore
+from services.domain.store_schema import events_table
+from services.domain.streams import (
+    ACTION_ID_ANNOTATION,
+    CLONESET_GROUP,
+    CLONESET_PLURAL,
+    CLONESET_VERSION,
+    actions_stream,
+    derived_id,
+    workload_of,
+)
+
+log = structlog.get_logger("executor")
+
+DURABLE = "executor"
+INPUT_TYPES = ("PodActionRequested", "StatusPlanned")
+MERGE_PATCH = "application/merge-patch+json"
+_CONFLICT_RETRIES = 8
+
+
+class ActionFailed(Exception):
+    """The action cannot be carried out; ``retryable`` says whether trying later could help."""
+
+    def __init__(self, reason: str, *, retryable: bool = False) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.retryable = retryable
+
+
+def outcome_id(action_id: str) -> Any:
+    return derived_id("outcome", action_id)
+
+
+def _annotations(obj: dict[str, Any]) -> dict[str, Any]:
+    return (obj.get("metadata") or {}).get("annotations") or {}
+
+
+def _with_action(obj: dict[str, Any], action_id: str) -> dict[str, Any]:
+    result = copy.deepcopy(obj)
+    metadata = result.setdefault("metadata", {})
+    annotations = metadata.get("annotations") or {}
+    metadata["annotations"] = {**annotations, ACTION_ID_ANNOTATION: action_id}
+    metadata.pop("resourceVersion", None)
+    return result
+
+
+def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    result = copy.deepcopy(base)
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(result.get(key), dict):
+            result[key] = _merge(result[key], value)
+        else:
+            result[key] = copy.deepcopy(value)
+    return result
+
+
+class Executor:
+    def __init__(self, settings: Settings, store: EventStore, api: client.ApiClient) -> None:
+        self.settings = settings
+        self.store = store
+        self.core = client.CoreV1Api(api)
+        self.custom = client.CustomObjectsApi(api)
+        self.name = f"{socket.gethostname()}/{os.getpid()}"
+        self._status_versions: dict[str, int] = {}
+
+    # --- bus -----------------------------------------------------------------------------------------
+
+    async def handle(self, envelope: Envelope, msg: Msg) -> None:
+        EVENTS_HANDLED.labels("executor", envelope.type).inc()
+        structlog.contextvars.bind_contextvars(correlation_id=envelope.correlation_id)
+        try:
+            payload = envelope.payload
+            if isinstance(payload, PodActionRequested):
+                last_try = msg.metadata.num_delivered >= self.settings.max_deliver
+                await self.execute(envelope, payload, last_try=last_try)
+            elif isinstance(payload, StatusPlanned):
+                await self.write_status(envelope, payload)
+        finally:
+            structlog.contextvars.unbind_contextvars("correlation_id")
+
+    # --- actions -------------------------------------------------------------------------------------
+
+    async def execute(self, envelope: Envelope, request: PodActionRequested, *, last_try: bool = False) -> None:
+        if await self._outcome_recorded(request.action_id):
+            log.info("action_already_reported", action=request.action, pod=request.pod, action_id=request.action_id)
+            return
+        try:
+            uid, already = await self.apply(request)
+        except ActionFailed as failure:
+            await self._report_failure(envelope, request, failure)
+            return
+        except ApiException as error:
+            if error.status is not None and 400 <= error.status < 500 and error.status not in (408, 429):
+                await self._report_failure(envelope, request, ActionFailed(_api_reason(error)))
+                return
+            if last_try:
+                await self._report_failure(envelope, request, ActionFailed(_api_reason(error), retryable=True))
+                return
+            raise  # the bus retries it later
+        except (OSError, asyncio.TimeoutError) as error:
+            if last_try:
+                await self._report_failure(envelope, request, ActionFailed(repr(error), retryable=True))
+                return
+            raise
+        ACTIONS_APPLIED.labels(request.action, str(already).lower()).inc()
+        log.info("action_applied", action=request.action, pod=request.pod, action_id=request.action_id, already_applied=already)
+        await self._report(envelope, PodActionSucceeded(action_id=request.action_id, pod_uid=uid, already_applied=already))
+
+    async def apply(self, request: PodActionRequested) -> tuple[str | None, bool]:
+        """Carry out one action; returns (uid of the object, whether it had already been applied)."""
+        details = request.details
+        namespace = request.namespace
+        action_id = request.action_id
+        match request.action:
+            case "createPod":
+                return await self._create(
+                    "Pod", namespace, _with_action(details["object"], action_id), action_id,
+                    self.core.create_namespaced_pod, self.core.read_namespaced_pod,
+                )
+            case "createPVC":
+                return await self._create(
+                    "PersistentVolumeClaim", namespace, _with_action(details["object"], action_id), action_id,
+                    self.core.create_namespaced_persistent_volume_claim,
+                    self.core.read_namespaced_persistent_volume_claim,
+                )
+            case "deletePod":
+                already = await self._delete(
+                    self.core.delete_namespaced_pod, request.pod, namespace, details.get("uid")
+                )
+                if details.get("withPVCs"):
+                    uids = details.get("pvcUids") or {}
+                    for pvc in details.get("pvcs") or []:
+                        await self._delete(
+                            self.core.delete_namespaced_persistent_volume_claim, pvc, namespace, uids.get(pvc)
+                        )
+                return details.get("uid"), already
+            case "deletePVC":
+                pvc = str(details.get("pvc"))
+                already = await self._delete(
+                    self.core.delete_namespaced_persistent_volume_claim, pvc, namespace, details.get("uid")
+                )
+                return details.get("uid"), already
+            case "updateInPlace" | "recreatePod":
+                return await self._patch_pod(request, details.get("patch") or {})
+            case "markNotReady" | "markReady":
+                return await self._mark(request)
+            case "setPodsToDelete":
+                return await self._set_pods_to_delete(request)
+        raise ActionFailed(f"unknown action {request.action!r}")
+
+    async def _create(
+        self, kind: str, namespace: str, body: dict[str, Any], action_id: str, create: Any, read: Any
+    ) -> tuple[str | None, bool]:
+        name = body["metadata"]["name"]
+        try:
+            created = await create(namespace, body)
+            return created.metadata.uid, False
+        except ApiException as error:
+            if error.status != 409:
+                raise
+        existing = await kube.raw_json(await read(name, namespace, _preload_content=False))
+        if _annotations(existing).get(ACTION_ID_ANNOTATION) == action_id:
+            return (existing.get("metadata") or {}).get("uid"), True
+        raise ActionFailed(f"{kind} {namespace}/{name} already exists (created by someone else)")
+
+    async def _delete(self, delete: Any, name: str, namespace: str, uid: str | None) -> bool:
+        """Delete exactly the incarnation ``uid``; True when it was gone already."""
+        options = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid) if uid else None)
+        try:
+            await delete(name, namespace, body=options)
+            return False
+        except ApiException as error:
+            if error.status == 404:
+                return True
+            if error.status == 409 and uid:  # precondition failed: a different object has the name now
+                return True
+            raise
+
+    async def _read_pod(self, request: PodActionRequested) -> dict[str, Any]:
+        try:
+            pod = await kube.raw_json(
+                await self.core.read_namespaced_pod(request.pod, request.namespace, _preload_content=False)
+            )
+        except ApiException as error:
+            if error.status == 404:
+                raise ActionFailed(f"pod {request.namespace}/{request.pod} not found") from None
+            raise
+        uid = request.details.get("uid")
+        if uid and (pod.get("metadata") or {}).get("uid") != uid:
+            raise ActionFailed(f"pod {request.namespace}/{request.pod} was replaced (uid {uid} is gone)")
+        return pod
+
+    async def _patch_pod(self, request: PodActionRequested, patch: dict[str, Any]) -> tuple[str | None, bool]:
+        for _ in range(_CONFLICT_RETRIES):
+            pod = await self._read_pod(request)
+            metadata = pod.get("metadata") or {}
+            if _annotations(pod).get(ACTION_ID_ANNOTATION) == request.action_id:
+                return metadata.get("uid"), True
+            body = _merge(
+                patch,
+                {"metadata": {"annotations": {ACTION_ID_ANNOTATION: request.action_id},
+                              "resourceVersion": metadata.get("resourceVersion")}},
+            )
+            try:
+                await self.core.patch_namespaced_pod(request.pod, request.namespace, body)
+                return metadata.get("uid"), False
+            except ApiException as error:
+                if error.status != 409:
+                    raise
+                log.info("conflict_retry", pod=request.pod, action=request.action)
+        raise ActionFailed("kept conflicting with other writers", retryable=True)
+
+    async def _mark(self, request: PodActionRequested) -> tuple[str | None, bool]:
+        pod = await self._read_pod(request)
+        if _annotations(pod).get(ACTION_ID_ANNOTATION) == request.action_id:
+            return (pod.get("metadata") or {}).get("uid"), True
+        condition = request.details.get("condition")
+        if condition:
+            # Conditions merge by type (strategic merge patch), so only InPlaceUpdateReady changes.
+            await self.core.patch_namespaced_pod_status(
+                request.pod, request.namespace, {"status": {"conditions": [condition]}}
+            )
+        return await self._patch_pod(request, request.details.get("patch") or {})
+
+    async def _set_pods_to_delete(self, request: PodActionRequested) -> tuple[str | None, bool]:
+        name = request.pod
+        current = await self.custom.get_namespaced_custom_object(
+            CLONESET_GROUP, CLONESET_VERSION, request.namespace, CLONESET_PLURAL, name
+        )
+        if _annotations(current).get(ACTION_ID_ANNOTATION) == request.action_id:
+            return (current.get("metadata") or {}).get("uid"), True
+        body = {
+            "metadata": {"annotations": {ACTION_ID_ANNOTATION: request.action_id}},
+            "spec": {"scaleStrategy": {"podsToDelete": request.details.get("podsToDelete") or []}},
+        }
+        await self.custom.patch_namespaced_custom_object(
+            CLONESET_GROUP, CLONESET_VERSION, request.namespace, CLONESET_PLURAL, name, body,
+            _content_type=MERGE_PATCH,
+        )
+        return (current.get("metadata") or {}).get("uid"), False
+
+    # --- status --------------------------------------------------------------------------------------
+
+    async def write_status(self, envelope: Envelope, planned: StatusPlanned) -> None:
+        key = envelope.stream
+        if self._status_versions.get(key, 0) > envelope.stream_version:
+            return  # a newer status was written already (this one is a late redelivery)
+        try:
+            await self.custom.patch_namespaced_custom_object_status(
+                CLONESET_GROUP, CLONESET_VERSION, planned.namespace, CLONESET_PLURAL, planned.name,
+                {"status": planned.status}, _content_type=MERGE_PATCH,
+            )
+        except ApiException as error:
+            if error.status == 404:
+                log.info("status_target_gone", name=planned.name)
+                return
+            raise
+        self._status_versions[key] = envelope.stream_version
+
+    # --- outcomes ------------------------------------------------------------------------------------
+
+    async def _outcome_recorded(self, action_id: str) -> bool:
+        statement = select(events_table.c.global_position).where(events_table.c.event_id == outcome_id(action_id))
+        async with self.store.engine.connect() as connection:
+            return (await connection.execute(statement)).first() is not None
+
+    async def _report_failure(self, envelope: Envelope, request: PodActionRequested, failure: ActionFailed) -> None:
+        ACTIONS_FAILED.labels(request.action, "retryable" if failure.retryable else "permanent").inc()
+        log.warning("action_failed", action=request.action, pod=request.pod, action_id=request.action_id, reason=failure.reason)
+        await self._report(
+            envelope, PodActionFailed(action_id=request.action_id, reason=failure.reason, retryable=failure.retryable)
+        )
+
+    async def _report(self, envelope: Envelope, outcome: PodActionSucceeded | PodActionFailed) -> None:
+        namespace, name = workload_of(envelope.stream)
+        event = new_event(
+            outcome,
+            stream=actions_stream(namespace, name),
+            stream_version=1,  # the store assigns the version: executors write this stream concurrently
+            occurred_at=_now(),
+            event_id=outcome_id(outcome.action_id),
+            causation_id=envelope.event_id,
+            correlation_id=envelope.correlation_id,
+        )
+        result = await self.store.append([event], expected_version=None)
+        for stored in result.events:
+            EVENTS_APPENDED.labels("executor", stored.type).inc()
+
+
+def _api_reason(error: ApiException) -> str:
+    return f"HTTP {error.status} {error.reason}: {(error.body or '')[:500] if isinstance(error.body, str) else ''}".strip()
+
+
+def _now() -> Any:
+    from datetime import UTC, datetime
+
+    return datetime.now(UTC)
+
+
+async def _report_lag(bus: Bus, runtime: ServiceRuntime) -> None:
+    while not runtime.stopping.is_set():
+        try:
+            info = await bus.js.consumer_info(bus.stream, DURABLE)
+            CONSUMER_LAG.labels("executor", DURABLE).set(info.num_pending or 0)
+            CONSUMER_ACK_PENDING.labels("executor", DURABLE).set(info.num_ack_pending or 0)
+        except Exception:  # best effort
+            pass
+        await asyncio.sleep(2.0)
+
+
+async def run(settings: Settings) -> None:
+    configure_logging(settings, "executor")
+    async with ServiceRuntime(settings, "executor") as runtime:
+        store = await EventStore.connect(settings.database_url)
+        bus = await Bus.connect(settings, name="rollbook-executor")
+        api = await kube.api_client(settings)
+        try:
+            await bus.ensure_stream()
+            executor = Executor(settings, store, api)
+            filters = [bus.event_filter(event_type=t) for t in INPUT_TYPES]
+            consumer = bus.consumer(DURABLE, filters, executor.handle, batch=16, ack_wait=60.0)
+            task = asyncio.create_task(consumer.run(), name="executor-consumer")
+            lag = asyncio.create_task(_report_lag(bus, runtime))
+            runtime.set_ready()
+            try:
+                await run_until_stopped(runtime, task)
+            finally:
+                consumer.stop()
+                lag.cancel()
+                await asyncio.gather(task, lag, return_exceptions=True)
+        finally:
+            await api.close()
+            await bus.close()
+            await store.close()

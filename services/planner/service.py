@@ -1,0 +1,386 @@
+"""The planner service: folds each workload's events, asks the pure decision function, appends its
+decisions (docs/services.md, "planner").
+
+Bus messages are only wake-ups: on one, the planner catches the workload up from the event store (every
+stream from the version after the last one folded), so redeliveries, reordering and restarts cannot make
+it skip or double-fold an input. It decides only when no requested action is still pending (expected but
+not yet seen in effect), records a ``RoundPlanned`` naming exactly what it folded, then the decisions, in
+one append with the decisions stream's expected version (single writer). Event and action ids derive from
+the round, so a re-run after a crash produces the same ids and stores nothing twice. The relay in the
+auditor publishes them.
+
+Requeues are durable timers on the bus: a ``RequeueScheduled`` message is nak'ed with the delay left, so
+JetStream hands it back when it is due, after a restart too; then ``RequeueDue`` is appended and the
+workload planned with ``now`` = the due time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import msgspec
+import structlog
+from nats.aio.msg import Msg
+
+from services.domain.bus import Bus
+from services.domain.events import (
+    Envelope,
+    Event,
+    PartitionStepPlanned,
+    PodActionRequested,
+    RequeueDue,
+    RequeueScheduled,
+    RevisionCreated,
+    RevisionsPruned,
+    RolloutCompleted,
+    RolloutStarted,
+    RoundPlanned,
+    SpecRejected,
+    StatusPlanned,
+    new_event,
+)
+from services.domain.metrics import CONSUMER_ACK_PENDING, CONSUMER_LAG, EVENTS_APPENDED, EVENTS_HANDLED, PLANNING_SECONDS
+from services.domain.runtime import ServiceRuntime, configure_logging, run_until_stopped
+from services.domain.settings import Settings
+from services.domain.store import ConcurrencyError, EventStore
+from services.domain.streams import decisions_stream, derived_id, rollout_id, workload_of
+from services.planner.workload_state import EXPECTATION_TIMEOUT, WorkloadState, encode_input
+
+log = structlog.get_logger("planner")
+
+DURABLE = "planner"
+INPUT_TYPES = ("ObjectObserved", "PodActionSucceeded", "PodActionFailed", "RequeueScheduled")
+_output_decoder = msgspec.json.Decoder(dict[str, Any])
+
+
+def decide(plan_input: bytes) -> dict[str, Any]:
+    """The pure decision function (services.planner, issue 4), JSON in and out."""
+    from services.planner.core import plan_json  # the planner helper's module; imported late on purpose
+
+    return _output_decoder.decode(plan_json(plan_input))
+
+
+class Planner:
+    def __init__(self, settings: Settings, store: EventStore) -> None:
+        self.settings = settings
+        self.store = store
+        self.workloads: dict[str, WorkloadState] = {}
+        self._lock = asyncio.Lock()
+
+    # --- state ---------------------------------------------------------------------------------------
+
+    async def catch_up(self, state: WorkloadState) -> int:
+        """Fold every event of the workload's streams not folded yet; returns how many."""
+        folded = 0
+        for stream in state.streams:
+            for stored in await self.store.read_stream(stream, state.versions.get(stream, 0) + 1):
+                state.fold(stored.envelope)
+                folded += 1
+        return folded
+
+    def state_of(self, namespace: str, name: str) -> WorkloadState:
+        key = f"{namespace}/{name}"
+        state = self.workloads.get(key)
+        if state is None:
+            state = self.workloads[key] = WorkloadState(namespace, name)
+        return state
+
+    # --- handling bus messages -----------------------------------------------------------------------
+
+    async def handle(self, envelope: Envelope, msg: Msg) -> None:
+        EVENTS_HANDLED.labels("planner", envelope.type).inc()
+        namespace, name = workload_of(envelope.stream)
+        structlog.contextvars.bind_contextvars(correlation_id=envelope.correlation_id, workload=f"{namespace}/{name}")
+        try:
+            async with self._lock:
+                state = self.state_of(namespace, name)
+                payload = envelope.payload
+                if isinstance(payload, RequeueScheduled):
+                    await self._on_timer(state, envelope, payload, msg)
+                    return
+                await self.plan_round(state)
+        finally:
+            structlog.contextvars.unbind_contextvars("correlation_id", "workload")
+
+    async def _on_timer(self, state: WorkloadState, envelope: Envelope, timer: RequeueScheduled, msg: Msg) -> None:
+        left = (timer.due_at - datetime.now(UTC)).total_seconds()
+        if left > 0.05:
+            await msg.nak(delay=left)  # JetStream keeps the timer, across restarts too
+            return
+        await self.catch_up(state)
+        if str(envelope.event_id) in state.schedules:
+            due = new_event(
+                RequeueDue(due_at=timer.due_at, scheduled_by=envelope.event_id),
+                stream=decisions_stream(state.namespace, state.name),
+                stream_version=state.versions.get(decisions_stream(state.namespace, state.name), 0) + 1,
+                occurred_at=timer.due_at,
+                event_id=derived_id("requeue-due", envelope.event_id),
+                causation_id=envelope.event_id,
+                correlation_id=envelope.correlation_id,
+            )
+            await self._append(state, [due])
+        await self.plan_round(state, force=True)
+
+    # --- one round -----------------------------------------------------------------------------------
+
+    async def plan_round(self, state: WorkloadState, *, force: bool = False) -> None:
+        started = time.perf_counter()
+        try:
+            folded = await self.catch_up(state)
+            if not folded and not force:
+                return
+            await self._decide(state)
+        except ConcurrencyError as error:
+            # Someone else wrote our decisions stream (a second planner during a hand-over): start over
+            # from the store; the next wake-up plans on the fresh state.
+            log.warning("decisions_stream_moved", error=str(error))
+            key = f"{state.namespace}/{state.name}"
+            self.workloads.pop(key, None)
+            raise
+        finally:
+            PLANNING_SECONDS.observe(time.perf_counter() - started)
+
+    async def _decide(self, state: WorkloadState) -> None:
+        if state.cloneset is None or state.now is None:
+            return
+        pending = state.pending()
+        if pending:
+            await self._expect(state, pending)
+            return
+        plan_input = state.plan_input()
+        data, digest = encode_input(plan_input)
+        plan = decide(data)
+        decisions = self._decisions(state, plan)
+        if not decisions:
+            return
+        through = state.through()
+        round_id = derived_id("round", *sorted(through.items()))
+        update_revision = plan.get("updateRevision") or state.update_revision
+        correlation = rollout_id(state.namespace, state.name, update_revision) if update_revision else None
+        stream = decisions_stream(state.namespace, state.name)
+        base = state.versions.get(stream, 0)
+        envelopes = [
+            new_event(
+                RoundPlanned(through=through, now=state.now, input_sha256=digest),
+                stream=stream,
+                stream_version=base + 1,
+                occurred_at=state.now,
+                event_id=round_id,
+                causation_id=state.last_input_id,
+                correlation_id=correlation,
+            )
+        ]
+        for index, payload in enumerate(decisions):
+            envelopes.append(
+                new_event(
+                    payload,
+                    stream=stream,
+                    stream_version=base + 2 + index,
+                    occurred_at=state.now,
+                    event_id=derived_id("decision", round_id, index),
+                    causation_id=round_id,
+                    correlation_id=correlation,
+                )
+            )
+        await self._append(state, envelopes)
+        actions = [d for d in decisions if isinstance(d, PodActionRequested)]
+        log.info(
+            "planned",
+            correlation_id=correlation,
+            step=plan.get("step"),
+            actions=[f"{a.action}:{a.pod}" for a in actions],
+            decisions=len(decisions),
+        )
+
+    async def _expect(self, state: WorkloadState, pending: list[Any]) -> None:
+        """Pending actions block planning; make sure a timer wakes the workload when they time out."""
+        due = min(p.requested_at for p in pending) + EXPECTATION_TIMEOUT
+        if any(abs((d - due).total_seconds()) < 1 for d in state.schedules.values()):
+            return
+        stream = decisions_stream(state.namespace, state.name)
+        timer = new_event(
+            RequeueScheduled(due_at=due, reason="expectations"),
+            stream=stream,
+            stream_version=state.versions.get(stream, 0) + 1,
+            occurred_at=state.now or due,
+            event_id=derived_id("expectations", stream, due.isoformat()),
+            causation_id=state.last_input_id,
+        )
+        await self._append(state, [timer])
+
+    def _decisions(self, state: WorkloadState, plan: dict[str, Any]) -> list[Event]:
+        """The events a plan means, given what was already decided (nothing is repeated)."""
+        now = state.now
+        assert now is not None
+        decisions: list[Event] = []
+        rejected = plan.get("rejected")
+        if rejected:
+            key = (str(rejected.get("field")), str(rejected.get("reason")))
+            if key != state.last_rejection:
+                generation = (state.cloneset or {}).get("metadata", {}).get("generation")
+                decisions.append(SpecRejected(field=key[0], reason=key[1], generation=generation))
+        for revision in plan.get("revisions") or []:
+            name = str((revision.get("metadata") or {}).get("name", ""))
+            if state.revisions.get(name) == revision:
+                continue
+            labels = (revision.get("metadata") or {}).get("labels") or {}
+            data = revision.get("data") or {}
+            decisions.append(
+                RevisionCreated(
+                    name=name,
+                    revision=int(revision.get("revision", 0)),
+                    hash=str(labels.get("controller.kubernetes.io/hash", name.rsplit("-", 1)[-1])),
+                    template=(data.get("spec") or {}).get("template") or {},
+                    object=revision,
+                )
+            )
+        pruned = [n for n in plan.get("revisionsToDelete") or [] if n in state.revisions]
+        if pruned:
+            decisions.append(RevisionsPruned(names=pruned))
+        update = plan.get("updateRevision")
+        current = plan.get("currentRevision")
+        replicas = int(((state.cloneset or {}).get("spec") or {}).get("replicas", 1) or 0)
+        strategy = ((state.cloneset or {}).get("spec") or {}).get("updateStrategy") or {}
+        if update and update != state.update_revision:
+            if state.active_rollout:
+                decisions.append(
+                    RolloutCompleted(rollout_id=state.active_rollout, revision=update, outcome="superseded")
+                )
+            if update != current:
+                decisions.append(
+                    RolloutStarted(
+                        rollout_id=rollout_id(state.namespace, state.name, update),
+                        from_revision=str(current or ""),
+                        to_revision=update,
+                        strategy=strategy,
+                        replicas=replicas,
+                    )
+                )
+            else:
+                # First sight of a workload (or a return to the current revision): nothing to roll out.
+                decisions.append(
+                    RolloutCompleted(rollout_id=rollout_id(state.namespace, state.name, update), revision=update)
+                )
+        active = rollout_id(state.namespace, state.name, update) if update else None
+        if update and plan.get("partition") is not None and update != current:
+            step = PartitionStepPlanned(
+                rollout_id=str(active),
+                partition=int(plan["partition"]),
+                replicas=replicas,
+                expected_updated=int(plan.get("expectedUpdatedReplicas") or max(replicas - int(plan["partition"]), 0)),
+                max_unavailable=int(plan.get("maxUnavailable") or 0),
+                max_surge=int(plan.get("maxSurge") or 0),
+            )
+            key = (step.rollout_id, step.partition, step.replicas, step.expected_updated, step.max_unavailable, step.max_surge)
+            if key != state.last_step:
+                decisions.append(step)
+        round_key = derived_id("round", *sorted(state.through().items()))
+        for index, action in enumerate(plan.get("actions") or []):
+            decisions.append(self._action(state, action, round_key, index, update))
+        pods_to_delete = plan.get("podsToDelete")
+        if pods_to_delete is not None:
+            decisions.append(
+                PodActionRequested(
+                    action_id=str(derived_id("action", round_key, "podsToDelete")),
+                    action="setPodsToDelete",
+                    namespace=state.namespace,
+                    pod=state.name,
+                    rollout_id=active,
+                    details={"podsToDelete": pods_to_delete},
+                )
+            )
+        status = plan.get("status")
+        if status is not None and status != state.last_status:
+            decisions.append(StatusPlanned(kind="CloneSet", namespace=state.namespace, name=state.name, status=status))
+        status_now = status or state.last_status or {}
+        started_now = any(isinstance(d, RolloutStarted) for d in decisions)
+        if (
+            (state.active_rollout or started_now)
+            and update
+            and update == current
+            and status_now.get("updatedReplicas") == replicas
+            and status_now.get("replicas") == replicas
+            and not plan.get("actions")
+        ):
+            decisions.append(
+                RolloutCompleted(rollout_id=rollout_id(state.namespace, state.name, update), revision=update)
+            )
+        requeue = plan.get("requeueAfterSeconds")
+        if requeue and (decisions or not state.schedules):
+            due = now + timedelta(seconds=float(requeue))
+            if due not in state.schedules.values():
+                decisions.append(RequeueScheduled(due_at=due, reason="grace"))
+        return decisions
+
+    def _action(
+        self, state: WorkloadState, action: dict[str, Any], round_key: Any, index: int, update: str | None
+    ) -> PodActionRequested:
+        kind = str(action.get("action"))
+        pod = str(action.get("pod", ""))
+        details = dict(action)
+        # Deletes name the exact objects they target, so a later object with the same name is not
+        # mistaken for the deleted one (expectations, and the executor's precondition).
+        if kind == "deletePod":
+            details["uid"] = state.uid_of("Pod", pod)
+            if details.get("withPVCs"):
+                details["pvcUids"] = {n: state.uid_of("PersistentVolumeClaim", n) for n in details.get("pvcs") or []}
+        elif kind == "deletePVC":
+            details["uid"] = state.uid_of("PersistentVolumeClaim", str(action.get("pvc")))
+        elif kind in ("updateInPlace", "recreatePod", "markNotReady", "markReady"):
+            details["uid"] = state.uid_of("Pod", pod)
+        revision = action.get("revision") or None
+        return PodActionRequested(
+            action_id=str(derived_id("action", round_key, index)),
+            action=kind,
+            namespace=state.namespace,
+            pod=pod,
+            rollout_id=rollout_id(state.namespace, state.name, update) if update else None,
+            revision=str(revision) if revision else None,
+            details=details,
+        )
+
+    async def _append(self, state: WorkloadState, envelopes: list[Envelope]) -> None:
+        stream = envelopes[0].stream
+        result = await self.store.append(envelopes, expected_version=state.versions.get(stream, 0))
+        for envelope in envelopes:
+            state.fold(envelope)
+        for envelope in result.events:
+            EVENTS_APPENDED.labels("planner", envelope.type).inc()
+
+
+async def _report_lag(bus: Bus, runtime: ServiceRuntime) -> None:
+    while not runtime.stopping.is_set():
+        try:
+            info = await bus.js.consumer_info(bus.stream, DURABLE)
+            CONSUMER_LAG.labels("planner", DURABLE).set(info.num_pending or 0)
+            CONSUMER_ACK_PENDING.labels("planner", DURABLE).set(info.num_ack_pending or 0)
+        except Exception:  # the consumer may not exist yet; lag is best effort
+            pass
+        await asyncio.sleep(2.0)
+
+
+async def run(settings: Settings) -> None:
+    configure_logging(settings, "planner")
+    async with ServiceRuntime(settings, "planner") as runtime:
+        store = await EventStore.connect(settings.database_url)
+        bus = await Bus.connect(settings, name="rollbook-planner")
+        try:
+            await bus.ensure_stream()
+            planner = Planner(settings, store)
+            filters = [bus.event_filter(event_type=t) for t in INPUT_TYPES]
+            consumer = bus.consumer(DURABLE, filters, planner.handle, batch=64, ack_wait=60.0)
+            task = asyncio.create_task(consumer.run(), name="planner-consumer")
+            lag = asyncio.create_task(_report_lag(bus, runtime))
+            runtime.set_ready()
+            try:
+                await run_until_stopped(runtime, task)
+            finally:
+                consumer.stop()  # the message in hand finishes; the rest of the batch goes back
+                lag.cancel()
+                await asyncio.gather(task, lag, return_exceptions=True)
+        finally:
+            await bus.close()
+            await store.close()

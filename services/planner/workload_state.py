@@ -1,0 +1,231 @@
+"""A workload's state, folded from its three event streams (docs/services.md, "planner").
+
+The fold is order-independent across streams (within a stream, events fold in version order): objects
+are the latest observation per name; expectations are sets of facts that only grow (action ids seen on
+objects, uids seen gone, terminal outcomes). So the state after a round is a pure function of
+``through`` (the last version folded of each stream), which is what makes replay exact.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+import msgspec
+
+from services.domain.events import (
+    Envelope,
+    ObjectObserved,
+    PartitionStepPlanned,
+    PodActionFailed,
+    PodActionRequested,
+    PodActionSucceeded,
+    RequeueDue,
+    RequeueScheduled,
+    RevisionCreated,
+    RevisionsPruned,
+    RolloutCompleted,
+    RolloutStarted,
+    SpecRejected,
+    StatusPlanned,
+)
+from services.domain.streams import (
+    ACTION_ID_ANNOTATION,
+    WORKLOAD_KIND,
+    actions_stream,
+    decisions_stream,
+    observed_stream,
+)
+
+# A requested action not seen in effect after this long no longer blocks planning (OpenKruise's
+# expectations time out the same way, so a lost watch event cannot wedge a workload).
+EXPECTATION_TIMEOUT = timedelta(seconds=60)
+
+_canonical = msgspec.json.Encoder(order="sorted")
+
+
+@dataclass
+class Requested:
+    event: PodActionRequested
+    requested_at: datetime
+
+
+@dataclass
+class WorkloadState:
+    namespace: str
+    name: str
+    versions: dict[str, int] = field(default_factory=dict)  # stream -> last version folded
+    now: datetime | None = None
+    cloneset: dict[str, Any] | None = None
+    pods: dict[str, dict[str, Any]] = field(default_factory=dict)
+    pvcs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    revisions: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # expectations
+    seen_action_ids: dict[tuple[str, str], set[str]] = field(default_factory=dict)  # (kind, name) -> ids
+    gone_uids: set[str] = field(default_factory=set)
+    requested: dict[str, Requested] = field(default_factory=dict)
+    outcomes: dict[str, str] = field(default_factory=dict)  # action id -> succeeded | failed
+    # the planner's own record
+    last_status: dict[str, Any] | None = None
+    update_revision: str | None = None
+    active_rollout: str | None = None
+    last_step: tuple[Any, ...] | None = None
+    last_rejection: tuple[str, str] | None = None
+    schedules: dict[str, datetime] = field(default_factory=dict)  # RequeueScheduled id -> due, not yet fired
+    last_input_id: Any = None
+
+    @property
+    def streams(self) -> tuple[str, str, str]:
+        return (
+            observed_stream(self.namespace, self.name),
+            actions_stream(self.namespace, self.name),
+            decisions_stream(self.namespace, self.name),
+        )
+
+    def through(self) -> dict[str, int]:
+        return {stream: self.versions.get(stream, 0) for stream in self.streams}
+
+    # --- folding -------------------------------------------------------------------------------------
+
+    def fold(self, envelope: Envelope) -> None:
+        stream = envelope.stream
+        if envelope.stream_version <= self.versions.get(stream, 0):
+            return
+        self.versions[stream] = envelope.stream_version
+        payload = envelope.payload
+        if stream != decisions_stream(self.namespace, self.name):
+            self.last_input_id = envelope.event_id
+            if self.now is None or envelope.occurred_at > self.now:
+                self.now = envelope.occurred_at
+        if isinstance(payload, ObjectObserved):
+            self._fold_observed(payload)
+        elif isinstance(payload, PodActionSucceeded):
+            self.outcomes[payload.action_id] = "succeeded"
+        elif isinstance(payload, PodActionFailed):
+            self.outcomes[payload.action_id] = "failed"
+        elif isinstance(payload, PodActionRequested):
+            self.requested[payload.action_id] = Requested(payload, envelope.occurred_at)
+        elif isinstance(payload, RevisionCreated):
+            self.revisions[payload.name] = payload.object or {
+                "metadata": {"name": payload.name},
+                "revision": payload.revision,
+            }
+        elif isinstance(payload, RevisionsPruned):
+            for name in payload.names:
+                self.revisions.pop(name, None)
+        elif isinstance(payload, StatusPlanned):
+            self.last_status = payload.status
+        elif isinstance(payload, RolloutStarted):
+            self.active_rollout = payload.rollout_id
+            self.update_revision = payload.to_revision
+        elif isinstance(payload, RolloutCompleted):
+            if self.active_rollout == payload.rollout_id:
+                self.active_rollout = None
+            self.update_revision = payload.revision
+        elif isinstance(payload, PartitionStepPlanned):
+            self.last_step = _step_key(payload)
+        elif isinstance(payload, SpecRejected):
+            self.last_rejection = (payload.field, payload.reason)
+        elif isinstance(payload, RequeueScheduled):
+            self.schedules[str(envelope.event_id)] = payload.due_at
+        elif isinstance(payload, RequeueDue):
+            self.schedules.pop(str(payload.scheduled_by), None)
+            if self.now is None or payload.due_at > self.now:
+                self.now = payload.due_at
+
+    def _fold_observed(self, observed: ObjectObserved) -> None:
+        obj = observed.object
+        metadata = obj.get("metadata") or {}
+        action_id = (metadata.get("annotations") or {}).get(ACTION_ID_ANNOTATION)
+        if action_id:
+            self.seen_action_ids.setdefault((observed.kind, observed.name), set()).add(action_id)
+        if observed.change == "DELETED" or metadata.get("deletionTimestamp"):
+            self.gone_uids.add(observed.uid)
+        table: dict[str, dict[str, Any]] | None
+        if observed.kind == WORKLOAD_KIND:
+            self.cloneset = None if observed.change == "DELETED" else obj
+            return
+        table = self.pods if observed.kind == "Pod" else self.pvcs if observed.kind == "PersistentVolumeClaim" else None
+        if table is None:
+            return
+        current = table.get(observed.name)
+        if observed.change == "DELETED":
+            # A late DELETED of an older incarnation must not remove the pod that reuses its name.
+            if current is not None and (current.get("metadata") or {}).get("uid") == observed.uid:
+                del table[observed.name]
+        else:
+            table[observed.name] = obj
+
+    # --- expectations --------------------------------------------------------------------------------
+
+    def in_effect(self, requested: PodActionRequested) -> bool:
+        """Monotone: once true for an action it stays true, whatever is folded later (replay relies on it).
+        Deletes name the uids they target (recorded at request time), so a new object reusing the name
+        does not make an old delete pending again."""
+        action = requested.action
+        details = requested.details
+        if action == "deletePod":
+            targets = [("Pod", requested.pod, details.get("uid"))]
+            targets += [("PersistentVolumeClaim", n, u) for n, u in (details.get("pvcUids") or {}).items()]
+            return all(self._gone(kind, name, uid) for kind, name, uid in targets)
+        if action == "deletePVC":
+            return self._gone("PersistentVolumeClaim", str(details.get("pvc")), details.get("uid"))
+        if action == "createPVC":
+            return requested.action_id in self.seen_action_ids.get(
+                ("PersistentVolumeClaim", str(details.get("pvc"))), set()
+            )
+        if action == "setPodsToDelete":
+            return requested.action_id in self.seen_action_ids.get((WORKLOAD_KIND, self.name), set())
+        return requested.action_id in self.seen_action_ids.get(("Pod", requested.pod), set())
+
+    def _gone(self, kind: str, name: str, uid: str | None) -> bool:
+        if not uid or uid in self.gone_uids:
+            return True
+        table = self.pods if kind == "Pod" else self.pvcs
+        current = table.get(name)
+        return current is None or (current.get("metadata") or {}).get("uid") != uid
+
+    def uid_of(self, kind: str, name: str) -> str | None:
+        table = self.pods if kind == "Pod" else self.pvcs
+        current = table.get(name)
+        return None if current is None else (current.get("metadata") or {}).get("uid")
+
+    def pending(self) -> list[Requested]:
+        """Requested actions neither failed nor seen in effect nor timed out at the round's ``now``."""
+        result = []
+        for action_id, requested in self.requested.items():
+            if self.outcomes.get(action_id) == "failed":
+                continue
+            if self.in_effect(requested.event):
+                continue
+            if self.now is not None and self.now - requested.requested_at >= EXPECTATION_TIMEOUT:
+                continue
+            result.append(requested)
+        return result
+
+    # --- the decision function's input ---------------------------------------------------------------
+
+    def plan_input(self) -> dict[str, Any]:
+        assert self.cloneset is not None and self.now is not None
+        return {
+            "cloneSet": self.cloneset,
+            "pods": [self.pods[name] for name in sorted(self.pods)],
+            "pvcs": [self.pvcs[name] for name in sorted(self.pvcs)],
+            "revisions": sorted(self.revisions.values(), key=lambda r: (r.get("revision", 0), _name(r))),
+            "now": self.now.isoformat().replace("+00:00", "Z"),
+        }
+
+
+def encode_input(plan_input: dict[str, Any]) -> tuple[bytes, str]:
+    data = _canonical.encode(plan_input)
+    return data, hashlib.sha256(data).hexdigest()
+
+
+def _name(revision: dict[str, Any]) -> str:
+    return str((revision.get("metadata") or {}).get("name", ""))
+
+
+def _step_key(step: PartitionStepPlanned) -> tuple[Any, ...]:
+    return (step.rollout_id, step.partition, step.replicas, step.expected_updated, step.max_unavailable, step.max_surge)

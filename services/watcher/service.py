@@ -1,0 +1,335 @@
+"""The watcher: lists and watches CloneSets, their pods and their PVCs, and appends an ObjectObserved event
+to ``CloneSet/<ns>/<name>/observed`` for every real change (see docs/services.md, "watcher").
+
+- One loop per kind. Each resumes its watch from the last resourceVersion it saw (bookmarks included),
+  relists on 410 Gone and diffs the list against its cache (so a relist emits only what changed, and
+  DELETED for what vanished), and reconnects with backoff when the stream is cut.
+- A real change ignores resourceVersion and managedFields. The cache is rebuilt from the event store at
+  start, so a restart emits only what changed while the watcher was down.
+- Event ids are uuid5(uid, resourceVersion[, DELETED]): re-emitting after a crash stores nothing new.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import random
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import aiohttp
+import structlog
+from kubernetes_asyncio import client, watch
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from services.domain import kube
+from services.domain.events import Envelope, ObjectObserved, new_event
+from services.domain.metrics import EVENTS_APPENDED, OBSERVATIONS, WATCH_RESTARTS
+from services.domain.runtime import ServiceRuntime, configure_logging, run_until_stopped
+from services.domain.settings import Settings
+from services.domain.store import EventStore
+from services.domain.streams import (
+    CLONESET_GROUP,
+    CLONESET_PLURAL,
+    CLONESET_VERSION,
+    WORKLOAD_KIND,
+    derived_id,
+    observed_stream,
+    rollout_id,
+)
+
+log = structlog.get_logger("watcher")
+
+WATCH_TIMEOUT_SECONDS = 240  # the server ends each watch after this; we resume from the last version
+_BACKOFF_MAX = 10.0
+
+ListFunc = Callable[..., Awaitable[Any]]
+
+
+@dataclass
+class Known:
+    """What the watcher last emitted for one object."""
+
+    kind: str
+    workload: tuple[str, str]
+    comparable: dict[str, Any]
+    obj: dict[str, Any]
+
+
+@dataclass
+class KindWatch:
+    kind: str
+    list_func: ListFunc
+    resource_version: str | None = None
+    initial_list_done: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+def comparable(obj: dict[str, Any]) -> dict[str, Any]:
+    """The object without fields whose change alone is not a real change."""
+    result = copy.deepcopy(obj)
+    metadata = result.get("metadata") or {}
+    metadata.pop("resourceVersion", None)
+    metadata.pop("managedFields", None)
+    return result
+
+
+def stripped(obj: dict[str, Any]) -> dict[str, Any]:
+    """The object as recorded: managedFields dropped (bulky bookkeeping of field owners)."""
+    result = dict(obj)
+    metadata = dict(result.get("metadata") or {})
+    metadata.pop("managedFields", None)
+    result["metadata"] = metadata
+    return result
+
+
+def workload_of(kind: str, obj: dict[str, Any]) -> tuple[str, str] | None:
+    """(namespace, CloneSet name) an object belongs to; None for objects no CloneSet controls."""
+    metadata = obj.get("metadata") or {}
+    namespace = metadata.get("namespace") or ""
+    if kind == WORKLOAD_KIND:
+        return namespace, metadata.get("name", "")
+    owner = kube.controller_owner(obj)
+    if owner and owner.get("kind") == WORKLOAD_KIND and str(owner.get("apiVersion", "")).startswith(
+        CLONESET_GROUP + "/"
+    ):
+        return namespace, str(owner.get("name"))
+    return None
+
+
+def correlation_of(kind: str, obj: dict[str, Any], workload: tuple[str, str]) -> str | None:
+    if kind == WORKLOAD_KIND:
+        revision = (obj.get("status") or {}).get("updateRevision")
+    else:
+        revision = ((obj.get("metadata") or {}).get("labels") or {}).get("controller-revision-hash")
+    return rollout_id(workload[0], workload[1], revision) if revision else None
+
+
+class Watcher:
+    def __init__(self, settings: Settings, store: EventStore, api: client.ApiClient) -> None:
+        self.settings = settings
+        self.store = store
+        self.api = api
+        core = client.CoreV1Api(api)
+        custom = client.CustomObjectsApi(api)
+
+        def list_clonesets(**kwargs: Any) -> Awaitable[Any]:
+            return custom.list_cluster_custom_object(CLONESET_GROUP, CLONESET_VERSION, CLONESET_PLURAL, **kwargs)
+
+        self.kinds = [
+            KindWatch(WORKLOAD_KIND, _raw(list_clonesets)),
+            KindWatch("Pod", _raw(core.list_pod_for_all_namespaces)),
+            KindWatch("PersistentVolumeClaim", _raw(core.list_persistent_volume_claim_for_all_namespaces)),
+        ]
+        self.known: dict[str, Known] = {}  # uid -> last emitted state
+        self._emit_lock = asyncio.Lock()
+
+    # --- start: rebuild what was already observed ----------------------------------------------------
+
+    async def rebuild(self) -> int:
+        count = 0
+        async for batch in self.store.read_all_batches(0, 5000):
+            for stored in batch:
+                payload = stored.envelope.payload
+                if not isinstance(payload, ObjectObserved):
+                    continue
+                count += 1
+                if payload.change == "DELETED":
+                    self.known.pop(payload.uid, None)
+                    continue
+                workload = workload_of(payload.kind, payload.object)
+                if workload is not None:
+                    self.known[payload.uid] = Known(
+                        payload.kind, workload, comparable(payload.object), payload.object
+                    )
+        log.info("cache_rebuilt", observations=count, objects=len(self.known))
+        return count
+
+    # --- emitting ------------------------------------------------------------------------------------
+
+    def _observation(
+        self, kind: str, obj: dict[str, Any], change: str, workload: tuple[str, str]
+    ) -> Envelope:
+        metadata = obj.get("metadata") or {}
+        uid = str(metadata.get("uid", ""))
+        version = str(metadata.get("resourceVersion", ""))
+        payload = ObjectObserved(
+            kind=kind,
+            namespace=str(metadata.get("namespace") or ""),
+            name=str(metadata.get("name", "")),
+            uid=uid,
+            resource_version=version,
+            change=change,  # type: ignore[arg-type]
+            object=stripped(obj),
+        )
+        key: tuple[str, ...] = (uid, version, "DELETED") if change == "DELETED" else (uid, version)
+        return new_event(
+            payload,
+            stream=observed_stream(*workload),
+            stream_version=1,  # the store assigns the real version (append without expected_version)
+            occurred_at=datetime.now(UTC),
+            event_id=derived_id("observed", *key),
+            correlation_id=correlation_of(kind, obj, workload),
+        )
+
+    def _diff(self, kind: str, obj: dict[str, Any], change: str) -> Envelope | None:
+        """The observation to emit for one watch/list item, or None when nothing really changed."""
+        uid = str((obj.get("metadata") or {}).get("uid", ""))
+        known = self.known.get(uid)
+        if change == "DELETED":
+            if known is None:
+                OBSERVATIONS.labels(kind, "ignored").inc()
+                return None
+            del self.known[uid]
+            OBSERVATIONS.labels(kind, "emitted").inc()
+            return self._observation(kind, obj, "DELETED", known.workload)
+        workload = workload_of(kind, obj)
+        if workload is None:
+            if known is not None:  # released by its controller: for that workload it is gone
+                del self.known[uid]
+                return self._observation(kind, obj, "DELETED", known.workload)
+            OBSERVATIONS.labels(kind, "ignored").inc()
+            return None
+        view = comparable(obj)
+        if known is not None and known.comparable == view:
+            OBSERVATIONS.labels(kind, "ignored").inc()
+            return None
+        self.known[uid] = Known(kind, workload, view, obj)
+        OBSERVATIONS.labels(kind, "emitted").inc()
+        return self._observation(kind, obj, "MODIFIED" if known is not None else "ADDED", workload)
+
+    async def _append(self, events: list[Envelope]) -> None:
+        by_stream: dict[str, list[Envelope]] = {}
+        for event in events:
+            by_stream.setdefault(event.stream, []).append(event)
+        for stream, batch in by_stream.items():
+            result = await self.store.append(batch, expected_version=None)
+            for event in result.events:
+                EVENTS_APPENDED.labels("watcher", event.type).inc()
+                log.info(
+                    "observed",
+                    stream=stream,
+                    kind=event.payload.kind,  # type: ignore[union-attr]
+                    name=event.payload.name,  # type: ignore[union-attr]
+                    change=event.payload.change,  # type: ignore[union-attr]
+                    correlation_id=event.correlation_id,
+                )
+
+    # --- list and watch ------------------------------------------------------------------------------
+
+    async def relist(self, kind_watch: KindWatch) -> str:
+        response = await kind_watch.list_func(_preload_content=False)
+        listing = await kube.raw_json(response)
+        kind = kind_watch.kind
+        seen: set[str] = set()
+        async with self._emit_lock:
+            events: list[Envelope] = []
+            for item in listing.get("items") or []:
+                item.setdefault("kind", kind)
+                item.setdefault("apiVersion", listing.get("apiVersion", "v1"))
+                seen.add(str((item.get("metadata") or {}).get("uid", "")))
+                event = self._diff(kind, item, "ADDED")
+                if event is not None:
+                    events.append(event)
+            for uid, known in list(self.known.items()):
+                if known.kind == kind and uid not in seen:
+                    event = self._diff(kind, known.obj, "DELETED")
+                    if event is not None:
+                        events.append(event)
+            if events:
+                await self._append(events)
+        kind_watch.initial_list_done.set()
+        return str((listing.get("metadata") or {}).get("resourceVersion", ""))
+
+    async def run_kind(self, kind_watch: KindWatch) -> None:
+        backoff = 0.2
+        while True:
+            try:
+                if kind_watch.resource_version is None:
+                    kind_watch.resource_version = await self.relist(kind_watch)
+                stream = watch.Watch()
+                try:
+                    async for item in stream.stream(
+                        kind_watch.list_func,
+                        resource_version=kind_watch.resource_version,
+                        timeout_seconds=WATCH_TIMEOUT_SECONDS,
+                        allow_watch_bookmarks=True,
+                    ):
+                        await self._on_watch_event(kind_watch, item)
+                        backoff = 0.2
+                finally:
+                    await stream.close()
+                WATCH_RESTARTS.labels(kind_watch.kind, "timeout").inc()
+            except ApiException as error:
+                if error.status == 410:
+                    log.info("watch_expired_relisting", kind=kind_watch.kind)
+                    WATCH_RESTARTS.labels(kind_watch.kind, "gone").inc()
+                    kind_watch.resource_version = None
+                    continue
+                WATCH_RESTARTS.labels(kind_watch.kind, f"http_{error.status}").inc()
+                log.warning("watch_failed", kind=kind_watch.kind, status=error.status, reason=error.reason)
+                backoff = await _sleep_backoff(backoff)
+            except (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError) as error:
+                WATCH_RESTARTS.labels(kind_watch.kind, "cut").inc()
+                log.warning("watch_cut", kind=kind_watch.kind, error=repr(error))
+                backoff = await _sleep_backoff(backoff)
+
+    async def _on_watch_event(self, kind_watch: KindWatch, item: dict[str, Any]) -> None:
+        change = item.get("type")
+        obj = item.get("raw_object") or {}
+        version = (obj.get("metadata") or {}).get("resourceVersion")
+        if change in ("ADDED", "MODIFIED", "DELETED"):
+            obj.setdefault("kind", kind_watch.kind)
+            async with self._emit_lock:
+                event = self._diff(kind_watch.kind, obj, str(change))
+                if event is not None:
+                    await self._append([event])
+        if version:
+            kind_watch.resource_version = str(version)
+
+
+def _raw(func: ListFunc) -> ListFunc:
+    """Wrap a list call so kubernetes-asyncio's Watch yields plain dicts (its docstring names the return
+    type Watch deserializes into; "object" means as-is), saving the model round trip."""
+
+    def call(**kwargs: Any) -> Awaitable[Any]:
+        return func(**kwargs)
+
+    call.__doc__ = ":rtype: object"
+    return call
+
+
+async def _sleep_backoff(backoff: float) -> float:
+    await asyncio.sleep(backoff * (0.5 + random.random()))
+    return min(backoff * 2, _BACKOFF_MAX)
+
+
+async def run(settings: Settings) -> None:
+    configure_logging(settings, "watcher")
+    async with ServiceRuntime(settings, "watcher") as runtime:
+        store = await EventStore.connect(settings.database_url)
+        api = await kube.api_client(settings)
+        try:
+            watcher = Watcher(settings, store, api)
+            await watcher.rebuild()
+            tasks = [asyncio.create_task(watcher.run_kind(k), name=f"watch-{k.kind}") for k in watcher.kinds]
+            ready = asyncio.create_task(_mark_ready(runtime, watcher))
+            try:
+                await run_until_stopped(runtime, *tasks)
+            finally:
+                ready.cancel()
+                # Let an append in progress finish (it is one transaction), then stop the watches.
+                async with watcher._emit_lock:
+                    for task in tasks:
+                        task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+        finally:
+            await api.close()
+            await store.close()
+
+
+async def _mark_ready(runtime: ServiceRuntime, watcher: Watcher) -> None:
+    await asyncio.gather(*(k.initial_list_done.wait() for k in watcher.kinds))
+    runtime.set_ready()
+    log.info("ready")
