@@ -283,9 +283,10 @@ class Bus:
         )
         letters: list[DeadLetter] = []
         try:
-            while len(letters) < limit:
+            wanted = min(limit, (await sub.consumer_info()).num_pending or 0)
+            while len(letters) < wanted:
                 try:
-                    msgs = await sub.fetch(min(256, limit - len(letters)), timeout=wait)
+                    msgs = await sub.fetch(min(256, wanted - len(letters)), timeout=wait)
                 except nats.errors.TimeoutError:
                     break
                 for msg in msgs:

