@@ -3,7 +3,6 @@ leaves no process behind."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import subprocess
@@ -18,7 +17,7 @@ import pytest
 from services.domain.bus import Bus
 from services.domain.embedded import EmbeddedError, EmbeddedServers
 from services.domain.settings import Settings
-from tests.domain.bus_helpers import paused
+from tests.domain.bus_helpers import eventually, paused
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
@@ -65,10 +64,7 @@ async def test_starts_migrates_serves_and_stops_with_no_process_left(tmp_path: P
     finally:
         await servers.stop()
 
-    deadline = time.monotonic() + 10
-    while any(psutil.pid_exists(pid) for pid in pids) and time.monotonic() < deadline:
-        await asyncio.sleep(0.05)
-    assert [pid for pid in pids if psutil.pid_exists(pid)] == []
+    await eventually(lambda: not any(psutil.pid_exists(pid) for pid in pids), within=10, what="all exited")
 
     # Data dir reuse: the same directory starts again and still holds what was written.
     async with EmbeddedServers(Settings(data_dir=str(tmp_path / "data"))) as again:
