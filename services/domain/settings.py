@@ -27,6 +27,11 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     subject_prefix: str = "rollbook"
     # Deliveries before a message that cannot be handled is moved to the dead-letter subject.
     max_deliver: int = 5
+    # Events are spread over this many bus partitions by workload (crc32 of Kind/namespace/name); every
+    # publisher and consumer of one stream must agree on it. See docs/bus.md.
+    bus_partitions: int = 16
+    # Seconds JetStream remembers an event_id (Nats-Msg-Id) to drop a republished event.
+    bus_dedup_window: int = 600
     # Emulate/expect the second seed's extended in-place kubelet (env and volume changes in place,
     # probe changes with no restart). Off by default: stock Kubernetes refuses those changes.
     extended_inplace: bool = False
