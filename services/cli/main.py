@@ -20,8 +20,10 @@ def _root() -> None:
 
 # Command groups: one module each, registered here.
 from services.cli import selfcheck  # noqa: E402
+from services.cli import services as service_commands  # noqa: E402
 
 selfcheck.register(app)
+service_commands.register(app)
 
 
 def main() -> None:

@@ -12,7 +12,8 @@ EVENTS_APPENDED = Counter(
     "rollbook_events_appended_total", "Events a service appended to the event store", ["service", "type"]
 )
 CONSUMER_LAG = Gauge(
-    "rollbook_consumer_lag", "Messages the durable consumer has not yet delivered (num_pending)",
+    "rollbook_consumer_lag",
+    "Messages the durable consumer has not yet delivered (num_pending)",
     ["service", "consumer"],
 )
 CONSUMER_ACK_PENDING = Gauge(
@@ -25,11 +26,13 @@ ACTIONS_APPLIED = Counter(
 )
 ACTIONS_FAILED = Counter("rollbook_actions_failed_total", "Pod actions that failed", ["action", "reason"])
 PLANNING_SECONDS = Histogram(
-    "rollbook_planning_seconds", "Time of one planning round (fold, decide, append)",
+    "rollbook_planning_seconds",
+    "Time of one planning round (fold, decide, append)",
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
 )
 OBSERVATIONS = Counter(
-    "rollbook_observations_total", "Watch events seen, by kind and outcome (emitted or ignored)",
+    "rollbook_observations_total",
+    "Watch events seen, by kind and outcome (emitted or ignored)",
     ["kind", "outcome"],
 )
 WATCH_RESTARTS = Counter(
@@ -38,6 +41,7 @@ WATCH_RESTARTS = Counter(
 RELAY_POSITION = Gauge("rollbook_relay_position", "Global position of the last event the relay published")
 RELAY_PUBLISHED = Counter("rollbook_relay_published_total", "Events the relay published (incl. duplicates)")
 AUDIT_INGESTED = Counter(
-    "rollbook_audit_events_total", "Events the auditor saw on the bus, by outcome (stored, present, conflict)",
+    "rollbook_audit_events_total",
+    "Events the auditor saw on the bus, by outcome (stored, present, conflict)",
     ["outcome"],
 )

@@ -130,9 +130,13 @@ class Executor:
 
     # --- actions -------------------------------------------------------------------------------------
 
-    async def execute(self, envelope: Envelope, request: PodActionRequested, *, last_try: bool = False) -> None:
+    async def execute(
+        self, envelope: Envelope, request: PodActionRequested, *, last_try: bool = False
+    ) -> None:
         if await self._outcome_recorded(request.action_id):
-            log.info("action_already_reported", action=request.action, pod=request.pod, action_id=request.action_id)
+            log.info(
+                "action_already_reported", action=request.action, pod=request.pod, action_id=request.action_id
+            )
             return
         try:
             uid, already = await self.apply(request)
@@ -144,17 +148,27 @@ class Executor:
                 await self._report_failure(envelope, request, ActionFailed(_api_reason(error)))
                 return
             if last_try:
-                await self._report_failure(envelope, request, ActionFailed(_api_reason(error), retryable=True))
+                await self._report_failure(
+                    envelope, request, ActionFailed(_api_reason(error), retryable=True)
+                )
                 return
             raise  # the bus retries it later
-        except (OSError, asyncio.TimeoutError) as error:
+        except (TimeoutError, OSError) as error:
             if last_try:
                 await self._report_failure(envelope, request, ActionFailed(repr(error), retryable=True))
                 return
             raise
         ACTIONS_APPLIED.labels(request.action, str(already).lower()).inc()
-        log.info("action_applied", action=request.action, pod=request.pod, action_id=request.action_id, already_applied=already)
-        await self._report(envelope, PodActionSucceeded(action_id=request.action_id, pod_uid=uid, already_applied=already))
+        log.info(
+            "action_applied",
+            action=request.action,
+            pod=request.pod,
+            action_id=request.action_id,
+            already_applied=already,
+        )
+        await self._report(
+            envelope, PodActionSucceeded(action_id=request.action_id, pod_uid=uid, already_applied=already)
+        )
 
     async def apply(self, request: PodActionRequested) -> tuple[str | None, bool]:
         """Carry out one action; returns (uid of the object, whether it had already been applied)."""
@@ -164,12 +178,19 @@ class Executor:
         match request.action:
             case "createPod":
                 return await self._create(
-                    "Pod", namespace, _with_action(details["object"], action_id), action_id,
-                    self.core.create_namespaced_pod, self.core.read_namespaced_pod,
+                    "Pod",
+                    namespace,
+                    _with_action(details["object"], action_id),
+                    action_id,
+                    self.core.create_namespaced_pod,
+                    self.core.read_namespaced_pod,
                 )
             case "createPVC":
                 return await self._create(
-                    "PersistentVolumeClaim", namespace, _with_action(details["object"], action_id), action_id,
+                    "PersistentVolumeClaim",
+                    namespace,
+                    _with_action(details["object"], action_id),
+                    action_id,
                     self.core.create_namespaced_persistent_volume_claim,
                     self.core.read_namespaced_persistent_volume_claim,
                 )
@@ -248,8 +269,12 @@ class Executor:
                 return metadata.get("uid"), True
             body = _merge(
                 patch,
-                {"metadata": {"annotations": {ACTION_ID_ANNOTATION: request.action_id},
-                              "resourceVersion": metadata.get("resourceVersion")}},
+                {
+                    "metadata": {
+                        "annotations": {ACTION_ID_ANNOTATION: request.action_id},
+                        "resourceVersion": metadata.get("resourceVersion"),
+                    }
+                },
             )
             try:
                 await self.core.patch_namespaced_pod(request.pod, request.namespace, body)
@@ -284,8 +309,13 @@ class Executor:
             "spec": {"scaleStrategy": {"podsToDelete": request.details.get("podsToDelete") or []}},
         }
         await self.custom.patch_namespaced_custom_object(
-            CLONESET_GROUP, CLONESET_VERSION, request.namespace, CLONESET_PLURAL, name, body,
-            _content_type=MERGE_PATCH,
+            CLONESET_GROUP,
+            CLONESET_VERSION,
+            request.namespace,
+            CLONESET_PLURAL,
+            name,
+            body,
+            _content_type=MERGE_PATCH,  # type: ignore[call-arg]
         )
         return (current.get("metadata") or {}).get("uid"), False
 
@@ -297,8 +327,13 @@ class Executor:
             return  # a newer status was written already (this one is a late redelivery)
         try:
             await self.custom.patch_namespaced_custom_object_status(
-                CLONESET_GROUP, CLONESET_VERSION, planned.namespace, CLONESET_PLURAL, planned.name,
-                {"status": planned.status}, _content_type=MERGE_PATCH,
+                CLONESET_GROUP,
+                CLONESET_VERSION,
+                planned.namespace,
+                CLONESET_PLURAL,
+                planned.name,
+                {"status": planned.status},
+                _content_type=MERGE_PATCH,  # type: ignore[call-arg]
             )
         except ApiException as error:
             if error.status == 404:
@@ -310,15 +345,26 @@ class Executor:
     # --- outcomes ------------------------------------------------------------------------------------
 
     async def _outcome_recorded(self, action_id: str) -> bool:
-        statement = select(events_table.c.global_position).where(events_table.c.event_id == outcome_id(action_id))
+        statement = select(events_table.c.global_position).where(
+            events_table.c.event_id == outcome_id(action_id)
+        )
         async with self.store.engine.connect() as connection:
             return (await connection.execute(statement)).first() is not None
 
-    async def _report_failure(self, envelope: Envelope, request: PodActionRequested, failure: ActionFailed) -> None:
+    async def _report_failure(
+        self, envelope: Envelope, request: PodActionRequested, failure: ActionFailed
+    ) -> None:
         ACTIONS_FAILED.labels(request.action, "retryable" if failure.retryable else "permanent").inc()
-        log.warning("action_failed", action=request.action, pod=request.pod, action_id=request.action_id, reason=failure.reason)
+        log.warning(
+            "action_failed",
+            action=request.action,
+            pod=request.pod,
+            action_id=request.action_id,
+            reason=failure.reason,
+        )
         await self._report(
-            envelope, PodActionFailed(action_id=request.action_id, reason=failure.reason, retryable=failure.retryable)
+            envelope,
+            PodActionFailed(action_id=request.action_id, reason=failure.reason, retryable=failure.retryable),
         )
 
     async def _report(self, envelope: Envelope, outcome: PodActionSucceeded | PodActionFailed) -> None:
@@ -338,7 +384,8 @@ class Executor:
 
 
 def _api_reason(error: ApiException) -> str:
-    return f"HTTP {error.status} {error.reason}: {(error.body or '')[:500] if isinstance(error.body, str) else ''}".strip()
+    body = error.body[:500] if isinstance(error.body, str) else ""
+    return f"HTTP {error.status} {error.reason}: {body}".strip()
 
 
 def _now() -> Any:

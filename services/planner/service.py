@@ -42,7 +42,13 @@ from services.domain.events import (
     StatusPlanned,
     new_event,
 )
-from services.domain.metrics import CONSUMER_ACK_PENDING, CONSUMER_LAG, EVENTS_APPENDED, EVENTS_HANDLED, PLANNING_SECONDS
+from services.domain.metrics import (
+    CONSUMER_ACK_PENDING,
+    CONSUMER_LAG,
+    EVENTS_APPENDED,
+    EVENTS_HANDLED,
+    PLANNING_SECONDS,
+)
 from services.domain.runtime import ServiceRuntime, configure_logging, run_until_stopped
 from services.domain.settings import Settings
 from services.domain.store import ConcurrencyError, EventStore
@@ -93,7 +99,9 @@ class Planner:
     async def handle(self, envelope: Envelope, msg: Msg) -> None:
         EVENTS_HANDLED.labels("planner", envelope.type).inc()
         namespace, name = workload_of(envelope.stream)
-        structlog.contextvars.bind_contextvars(correlation_id=envelope.correlation_id, workload=f"{namespace}/{name}")
+        structlog.contextvars.bind_contextvars(
+            correlation_id=envelope.correlation_id, workload=f"{namespace}/{name}"
+        )
         try:
             async with self._lock:
                 state = self.state_of(namespace, name)
@@ -105,7 +113,9 @@ class Planner:
         finally:
             structlog.contextvars.unbind_contextvars("correlation_id", "workload")
 
-    async def _on_timer(self, state: WorkloadState, envelope: Envelope, timer: RequeueScheduled, msg: Msg) -> None:
+    async def _on_timer(
+        self, state: WorkloadState, envelope: Envelope, timer: RequeueScheduled, msg: Msg
+    ) -> None:
         left = (timer.due_at - datetime.now(UTC)).total_seconds()
         if left > 0.05:
             await msg.nak(delay=left)  # JetStream keeps the timer, across restarts too
@@ -262,7 +272,9 @@ class Planner:
             else:
                 # First sight of a workload (or a return to the current revision): nothing to roll out.
                 decisions.append(
-                    RolloutCompleted(rollout_id=rollout_id(state.namespace, state.name, update), revision=update)
+                    RolloutCompleted(
+                        rollout_id=rollout_id(state.namespace, state.name, update), revision=update
+                    )
                 )
         active = rollout_id(state.namespace, state.name, update) if update else None
         if update and plan.get("partition") is not None and update != current:
@@ -270,12 +282,21 @@ class Planner:
                 rollout_id=str(active),
                 partition=int(plan["partition"]),
                 replicas=replicas,
-                expected_updated=int(plan.get("expectedUpdatedReplicas") or max(replicas - int(plan["partition"]), 0)),
+                expected_updated=int(
+                    plan.get("expectedUpdatedReplicas") or max(replicas - int(plan["partition"]), 0)
+                ),
                 max_unavailable=int(plan.get("maxUnavailable") or 0),
                 max_surge=int(plan.get("maxSurge") or 0),
             )
-            key = (step.rollout_id, step.partition, step.replicas, step.expected_updated, step.max_unavailable, step.max_surge)
-            if key != state.last_step:
+            step_key = (
+                step.rollout_id,
+                step.partition,
+                step.replicas,
+                step.expected_updated,
+                step.max_unavailable,
+                step.max_surge,
+            )
+            if step_key != state.last_step:
                 decisions.append(step)
         round_key = derived_id("round", *sorted(state.through().items()))
         for index, action in enumerate(plan.get("actions") or []):
@@ -294,7 +315,9 @@ class Planner:
             )
         status = plan.get("status")
         if status is not None and status != state.last_status:
-            decisions.append(StatusPlanned(kind="CloneSet", namespace=state.namespace, name=state.name, status=status))
+            decisions.append(
+                StatusPlanned(kind="CloneSet", namespace=state.namespace, name=state.name, status=status)
+            )
         status_now = status or state.last_status or {}
         started_now = any(isinstance(d, RolloutStarted) for d in decisions)
         if (
@@ -326,7 +349,9 @@ class Planner:
         if kind == "deletePod":
             details["uid"] = state.uid_of("Pod", pod)
             if details.get("withPVCs"):
-                details["pvcUids"] = {n: state.uid_of("PersistentVolumeClaim", n) for n in details.get("pvcs") or []}
+                details["pvcUids"] = {
+                    n: state.uid_of("PersistentVolumeClaim", n) for n in details.get("pvcs") or []
+                }
         elif kind == "deletePVC":
             details["uid"] = state.uid_of("PersistentVolumeClaim", str(action.get("pvc")))
         elif kind in ("updateInPlace", "recreatePod", "markNotReady", "markReady"):

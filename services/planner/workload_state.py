@@ -72,7 +72,7 @@ class WorkloadState:
     update_revision: str | None = None
     active_rollout: str | None = None
     last_step: tuple[Any, ...] | None = None
-    last_rejection: tuple[str, str] | None = None
+    last_rejection: tuple[Any, ...] | None = None
     schedules: dict[str, datetime] = field(default_factory=dict)  # RequeueScheduled id -> due, not yet fired
     last_input_id: Any = None
 
@@ -147,7 +147,13 @@ class WorkloadState:
         if observed.kind == WORKLOAD_KIND:
             self.cloneset = None if observed.change == "DELETED" else obj
             return
-        table = self.pods if observed.kind == "Pod" else self.pvcs if observed.kind == "PersistentVolumeClaim" else None
+        table = (
+            self.pods
+            if observed.kind == "Pod"
+            else self.pvcs
+            if observed.kind == "PersistentVolumeClaim"
+            else None
+        )
         if table is None:
             return
         current = table.get(observed.name)
@@ -228,4 +234,11 @@ def _name(revision: dict[str, Any]) -> str:
 
 
 def _step_key(step: PartitionStepPlanned) -> tuple[Any, ...]:
-    return (step.rollout_id, step.partition, step.replicas, step.expected_updated, step.max_unavailable, step.max_surge)
+    return (
+        step.rollout_id,
+        step.partition,
+        step.replicas,
+        step.expected_updated,
+        step.max_unavailable,
+        step.max_surge,
+    )

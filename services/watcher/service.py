@@ -91,8 +91,10 @@ def workload_of(kind: str, obj: dict[str, Any]) -> tuple[str, str] | None:
     if kind == WORKLOAD_KIND:
         return namespace, metadata.get("name", "")
     owner = kube.controller_owner(obj)
-    if owner and owner.get("kind") == WORKLOAD_KIND and str(owner.get("apiVersion", "")).startswith(
-        CLONESET_GROUP + "/"
+    if (
+        owner
+        and owner.get("kind") == WORKLOAD_KIND
+        and str(owner.get("apiVersion", "")).startswith(CLONESET_GROUP + "/")
     ):
         return namespace, str(owner.get("name"))
     return None
@@ -115,7 +117,9 @@ class Watcher:
         custom = client.CustomObjectsApi(api)
 
         def list_clonesets(**kwargs: Any) -> Awaitable[Any]:
-            return custom.list_cluster_custom_object(CLONESET_GROUP, CLONESET_VERSION, CLONESET_PLURAL, **kwargs)
+            return custom.list_cluster_custom_object(
+                CLONESET_GROUP, CLONESET_VERSION, CLONESET_PLURAL, **kwargs
+            )
 
         self.kinds = [
             KindWatch(WORKLOAD_KIND, _raw(list_clonesets)),
@@ -270,7 +274,7 @@ class Watcher:
                 WATCH_RESTARTS.labels(kind_watch.kind, f"http_{error.status}").inc()
                 log.warning("watch_failed", kind=kind_watch.kind, status=error.status, reason=error.reason)
                 backoff = await _sleep_backoff(backoff)
-            except (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError) as error:
+            except (TimeoutError, aiohttp.ClientError, ConnectionError) as error:
                 WATCH_RESTARTS.labels(kind_watch.kind, "cut").inc()
                 log.warning("watch_cut", kind=kind_watch.kind, error=repr(error))
                 backoff = await _sleep_backoff(backoff)

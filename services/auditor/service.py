@@ -1,0 +1,223 @@
+"""The auditor: the outbox relay (store -> bus), the audit of the bus (bus -> store), and the history API
+(docs/services.md, "auditor" and "Postgres first, then the bus").
+
+Relay. Services append to Postgres only. The relay reads the store in global_position order (read_batch
+never skips: the store serialises writers) and publishes each event with Nats-Msg-Id = event_id and a
+``Rollbook-Position`` header. After a crash it resumes from the position in the last message of the
+JetStream stream: one connection publishes in order, so everything before that message was stored;
+whatever it republishes beyond is dropped by the server's dedup window and by idempotent consumers.
+
+Audit. A durable consumer over every event subject stores each event it sees with
+``append_many`` (ON CONFLICT (event_id) DO NOTHING): an event someone published directly is stored too.
+A different event claiming the same (stream, version) is a conflict: logged, counted and dead-lettered.
+
+History. ``GET /history?stream=...`` | ``?correlation_id=...`` | ``?after=<position>&limit=N`` returns the
+stored events as JSON, in global order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import msgspec
+import nats.errors
+import nats.js.errors
+import structlog
+from aiohttp import web
+from nats.aio.msg import Msg
+
+from services.domain.bus import MSG_ID, Bus
+from services.domain.events import Envelope, encode
+from services.domain.metrics import (
+    AUDIT_INGESTED,
+    CONSUMER_ACK_PENDING,
+    CONSUMER_LAG,
+    EVENTS_HANDLED,
+    RELAY_POSITION,
+    RELAY_PUBLISHED,
+)
+from services.domain.runtime import ServiceRuntime, configure_logging, run_until_stopped
+from services.domain.settings import Settings
+from services.domain.store import ConcurrencyError, EventStore, StoredEvent
+from services.domain.streams import workload_stream
+
+log = structlog.get_logger("auditor")
+
+POSITION_HEADER = "Rollbook-Position"
+DURABLE = "auditor"
+RELAY_BATCH = 500
+_POLL_MIN = 0.02
+_POLL_MAX = 0.25
+_RESUME_SCAN = 1000  # messages to look back for a position header (dead letters carry none)
+_encoder = msgspec.json.Encoder()
+
+
+def partition_key(envelope: Envelope) -> str:
+    """All streams of one workload share its bus partition (so one planner partition sees them all)."""
+    parts = envelope.stream.split("/")
+    return workload_stream(envelope.stream) if len(parts) > 3 else envelope.stream
+
+
+class Relay:
+    def __init__(self, store: EventStore, bus: Bus) -> None:
+        self.store = store
+        self.bus = bus
+        self.position = 0
+        self.caught_up = asyncio.Event()
+
+    async def resume_position(self) -> int:
+        """The position carried by the newest relayed message in the stream (0 for an empty stream)."""
+        try:
+            info = await self.bus.js.stream_info(self.bus.stream)
+        except nats.js.errors.NotFoundError:
+            return 0
+        last, first = info.state.last_seq, info.state.first_seq
+        for seq in range(last, max(first, last - _RESUME_SCAN) - 1, -1):
+            if seq <= 0:
+                break
+            try:
+                message = await self.bus.js.get_msg(self.bus.stream, seq)
+            except nats.js.errors.NotFoundError:
+                continue
+            position = (message.headers or {}).get(POSITION_HEADER)
+            if position:
+                return int(position)
+        return 0
+
+    async def run(self, stopping: asyncio.Event) -> None:
+        self.position = await self.resume_position()
+        RELAY_POSITION.set(self.position)
+        log.info("relay_resumed", position=self.position)
+        delay = _POLL_MIN
+        while not stopping.is_set():
+            batch = await self.store.read_batch(self.position, RELAY_BATCH)
+            if not batch:
+                self.caught_up.set()
+                # Nothing new: poll again soon, backing off while idle.
+                try:
+                    await asyncio.wait_for(stopping.wait(), timeout=delay)
+                except TimeoutError:
+                    pass
+                delay = min(delay * 2, _POLL_MAX)
+                continue
+            delay = _POLL_MIN
+            await self.publish(batch)
+
+    async def publish(self, batch: list[StoredEvent]) -> None:
+        futures = []
+        for stored in batch:
+            envelope = stored.envelope
+            futures.append(
+                await self.bus.js.publish_async(
+                    self.bus.subject_for(envelope, partition_key=partition_key(envelope)),
+                    encode(envelope),
+                    stream=self.bus.stream,
+                    headers={MSG_ID: str(envelope.event_id), POSITION_HEADER: str(stored.global_position)},
+                )
+            )
+        results = await asyncio.gather(*futures, return_exceptions=True)
+        for stored, result in zip(batch, results, strict=True):
+            if isinstance(result, BaseException):
+                # Publish again from here on; what was stored after it is deduplicated by event id.
+                log.warning("relay_publish_failed", position=stored.global_position, error=repr(result))
+                await asyncio.sleep(0.5)
+                return
+            self.position = stored.global_position
+            RELAY_PUBLISHED.inc()
+        RELAY_POSITION.set(self.position)
+
+
+class Audit:
+    def __init__(self, store: EventStore, bus: Bus) -> None:
+        self.store = store
+        self.bus = bus
+
+    async def handle(self, envelope: Envelope, msg: Msg) -> None:
+        EVENTS_HANDLED.labels("auditor", envelope.type).inc()
+        try:
+            new = await self.store.append_many([envelope])
+        except ConcurrencyError as error:
+            AUDIT_INGESTED.labels("conflict").inc()
+            log.error(
+                "audit_conflict", event_id=str(envelope.event_id), stream=envelope.stream, error=str(error)
+            )
+            raise  # retried, then dead-lettered with the reason: an operator must look at it
+        AUDIT_INGESTED.labels("stored" if new else "present").inc()
+        if new:
+            log.warning(
+                "audit_stored_missing_event",
+                event_id=str(envelope.event_id),
+                stream=envelope.stream,
+                correlation_id=envelope.correlation_id,
+            )
+
+
+class History:
+    def __init__(self, store: EventStore) -> None:
+        self.store = store
+
+    async def handle(self, request: web.Request) -> web.Response:
+        query = request.query
+        try:
+            limit = min(int(query.get("limit", "1000")), 10000)
+            after = int(query.get("after", "0"))
+        except ValueError:
+            return web.json_response({"error": "after and limit must be integers"}, status=400)
+        if "stream" in query:
+            events = await self.store.read_stream(query["stream"], int(query.get("from_version", "1")))
+        elif "correlation_id" in query:
+            events = await self.store.read_correlation(query["correlation_id"])
+        else:
+            events = await self.store.read_batch(after, limit)
+        body: list[dict[str, Any]] = [
+            {"global_position": e.global_position, "recorded_at": e.recorded_at, "event": e.envelope}
+            for e in events[:limit]
+        ]
+        return web.Response(body=_encoder.encode(body), content_type="application/json")
+
+
+async def _report_lag(bus: Bus, runtime: ServiceRuntime) -> None:
+    while not runtime.stopping.is_set():
+        try:
+            info = await bus.js.consumer_info(bus.stream, DURABLE)
+            CONSUMER_LAG.labels("auditor", DURABLE).set(info.num_pending or 0)
+            CONSUMER_ACK_PENDING.labels("auditor", DURABLE).set(info.num_ack_pending or 0)
+        except (nats.errors.Error, nats.js.errors.Error):
+            pass
+        await asyncio.sleep(2.0)
+
+
+async def run(settings: Settings) -> None:
+    configure_logging(settings, "auditor")
+    store = await EventStore.connect(settings.database_url)
+    runtime = ServiceRuntime(settings, "auditor")
+    runtime.app.router.add_get("/history", History(store).handle)
+    async with runtime:
+        bus = await Bus.connect(settings, name="rollbook-auditor")
+        try:
+            await bus.ensure_stream()
+            relay = Relay(store, bus)
+            audit = Audit(store, bus)
+            consumer = bus.consumer(DURABLE, bus.event_filter(), audit.handle, batch=256, ack_wait=60.0)
+            relay_task = asyncio.create_task(relay.run(runtime.stopping), name="relay")
+            audit_task = asyncio.create_task(consumer.run(), name="audit-consumer")
+            lag = asyncio.create_task(_report_lag(bus, runtime))
+            ready = asyncio.create_task(_ready_when_caught_up(runtime, relay))
+            try:
+                await run_until_stopped(runtime, relay_task, audit_task)
+            finally:
+                consumer.stop()
+                for task in (lag, ready):
+                    task.cancel()
+                # The relay finishes the batch in hand (its loop checks `stopping`), then both stop.
+                await asyncio.gather(relay_task, audit_task, lag, ready, return_exceptions=True)
+        finally:
+            await bus.close()
+            await store.close()
+
+
+async def _ready_when_caught_up(runtime: ServiceRuntime, relay: Relay) -> None:
+    await relay.caught_up.wait()
+    runtime.set_ready()
+    log.info("ready", position=relay.position)
