@@ -12,6 +12,11 @@ app = typer.Typer(
 )
 
 
+from services.cli import plan as _plan  # noqa: E402
+
+_plan.register(app)
+
+
 def main() -> None:
     app()
 
