@@ -19,10 +19,12 @@ def _root() -> None:
 
 
 # Command groups: one module each, registered here.
+from services.cli import plan as _plan  # noqa: E402
 from services.cli import selfcheck  # noqa: E402
 from services.cli import services as service_commands  # noqa: E402
 
 selfcheck.register(app)
+_plan.register(app)
 service_commands.register(app)
 
 
