@@ -64,7 +64,7 @@ _output_decoder = msgspec.json.Decoder(dict[str, Any])
 
 def decide(plan_input: bytes) -> dict[str, Any]:
     """The pure decision function (services.planner, issue 4), JSON in and out."""
-    from services.planner.core import plan_json  # the planner helper's module; imported late on purpose
+    from services.planner.plan import plan_json
 
     return _output_decoder.decode(plan_json(plan_input))
 
