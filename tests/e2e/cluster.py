@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,12 @@ class Cluster:
 
     async def patch_cloneset(self, name: str, patch: dict[str, Any]) -> dict[str, Any]:
         result: dict[str, Any] = await self.custom.patch_namespaced_custom_object(
-            GROUP, VERSION, self.namespace, PLURAL, name, patch,
+            GROUP,
+            VERSION,
+            self.namespace,
+            PLURAL,
+            name,
+            patch,
             _content_type="application/merge-patch+json",  # type: ignore[call-arg]
         )
         return result
@@ -49,25 +55,37 @@ class Cluster:
 
     async def pods(self, owner: str) -> dict[str, dict[str, Any]]:
         """Live (not terminating) pods controlled by the CloneSet, by name, as plain dicts."""
-        listing = await self.core.list_namespaced_pod(self.namespace)
-        result = {}
-        for pod in listing.items:
-            refs = pod.metadata.owner_references or []
-            if pod.metadata.deletion_timestamp is None and any(r.controller and r.name == owner for r in refs):
-                result[pod.metadata.name] = client.ApiClient().sanitize_for_serialization(pod)
-        return result
+        response = await self.core.list_namespaced_pod(self.namespace, _preload_content=False)
+        return _owned(json.loads(await response.read()), owner)
 
     async def pvcs(self, owner: str) -> dict[str, dict[str, Any]]:
-        listing = await self.core.list_namespaced_persistent_volume_claim(self.namespace)
-        result = {}
-        for pvc in listing.items:
-            refs = pvc.metadata.owner_references or []
-            if pvc.metadata.deletion_timestamp is None and any(r.controller and r.name == owner for r in refs):
-                result[pvc.metadata.name] = client.ApiClient().sanitize_for_serialization(pvc)
-        return result
+        response = await self.core.list_namespaced_persistent_volume_claim(
+            self.namespace, _preload_content=False
+        )
+        return _owned(json.loads(await response.read()), owner)
 
     async def delete_pod(self, name: str) -> None:
         await self.core.delete_namespaced_pod(name, self.namespace)
+
+
+def _owned(listing: dict[str, Any], owner: str) -> dict[str, dict[str, Any]]:
+    result = {}
+    for item in listing.get("items") or []:
+        metadata = item.get("metadata") or {}
+        refs = metadata.get("ownerReferences") or []
+        if not metadata.get("deletionTimestamp") and any(
+            r.get("controller") and r.get("name") == owner for r in refs
+        ):
+            result[metadata["name"]] = item
+    return result
+
+
+def with_image(obj: dict[str, Any], image: str) -> dict[str, Any]:
+    """A merge patch changing only the first container's image (lists are replaced whole by merge patches,
+    so the patch carries the full container list)."""
+    containers = copy.deepcopy(obj["spec"]["template"]["spec"]["containers"])
+    containers[0]["image"] = image
+    return {"spec": {"template": {"spec": {"containers": containers}}}}
 
 
 def is_ready(pod: dict[str, Any]) -> bool:
@@ -80,11 +98,15 @@ def revision_of(pod: dict[str, Any]) -> str:
 
 
 def instance_id(obj: dict[str, Any]) -> str:
-    return str(((obj.get("metadata") or {}).get("labels") or {}).get("apps.kruise.io/cloneset-instance-id", ""))
+    return str(
+        ((obj.get("metadata") or {}).get("labels") or {}).get("apps.kruise.io/cloneset-instance-id", "")
+    )
 
 
 def restart_count(pod: dict[str, Any]) -> int:
-    return sum(int(c.get("restartCount") or 0) for c in (pod.get("status") or {}).get("containerStatuses") or [])
+    return sum(
+        int(c.get("restartCount") or 0) for c in (pod.get("status") or {}).get("containerStatuses") or []
+    )
 
 
 def pod_ip(pod: dict[str, Any]) -> str:
