@@ -63,6 +63,9 @@ from services.domain.streams import (
 log = structlog.get_logger("executor")
 
 DURABLE = "executor"
+# An action takes one or two API calls; an action held by a crashed executor is handed to another after
+# this (a slow one still running then is harmless: the action id on the object makes it apply once).
+ACK_WAIT = 10.0
 INPUT_TYPES = ("PodActionRequested", "StatusPlanned")
 MERGE_PATCH = "application/merge-patch+json"
 _CONFLICT_RETRIES = 8
@@ -415,7 +418,7 @@ async def run(settings: Settings) -> None:
             await bus.ensure_stream()
             executor = Executor(settings, store, api)
             filters = [bus.event_filter(event_type=t) for t in INPUT_TYPES]
-            consumer = bus.consumer(DURABLE, filters, executor.handle, batch=16, ack_wait=60.0)
+            consumer = bus.consumer(DURABLE, filters, executor.handle, batch=8, ack_wait=ACK_WAIT)
             task = asyncio.create_task(consumer.run(), name="executor-consumer")
             lag = asyncio.create_task(_report_lag(bus, runtime))
             runtime.set_ready()

@@ -58,6 +58,8 @@ from services.planner.workload_state import EXPECTATION_TIMEOUT, WorkloadState, 
 log = structlog.get_logger("planner")
 
 DURABLE = "planner"
+# A round takes milliseconds; a wake-up lost with a crashed planner comes back after this.
+ACK_WAIT = 10.0
 INPUT_TYPES = ("ObjectObserved", "PodActionSucceeded", "PodActionFailed", "RequeueScheduled")
 _output_decoder = msgspec.json.Decoder(dict[str, Any])
 
@@ -396,7 +398,7 @@ async def run(settings: Settings) -> None:
             await bus.ensure_stream()
             planner = Planner(settings, store)
             filters = [bus.event_filter(event_type=t) for t in INPUT_TYPES]
-            consumer = bus.consumer(DURABLE, filters, planner.handle, batch=64, ack_wait=60.0)
+            consumer = bus.consumer(DURABLE, filters, planner.handle, batch=64, ack_wait=ACK_WAIT)
             task = asyncio.create_task(consumer.run(), name="planner-consumer")
             lag = asyncio.create_task(_report_lag(bus, runtime))
             runtime.set_ready()
