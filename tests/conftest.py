@@ -6,6 +6,7 @@ Fixtures live in plugin modules under tests/plugins/, one per concern:
 - database.py: `database_url` (a fresh migrated database per session), `event_store`
 - nats.py: `settings` (Settings with unique stream/subject names), `bus`
 - simcluster.py: `simcluster` (a running SimCluster, zero delays), `k8s_client`, `make_simcluster`
+- stack.py: `stack_settings`, `stack` (the four services as subprocesses), `wait_for`
 """
 
 pytest_plugins: list[str] = [
