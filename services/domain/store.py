@@ -128,6 +128,30 @@ ON CONFLICT (event_id) DO NOTHING
 RETURNING global_position
 """
 
+# append()'s fast path: one autocommitted statement, all rows or none. No ON CONFLICT here: an event id
+# already stored raises a unique violation (nothing is stored) and append() takes the careful path, which
+# skips stored events. The version check reads the statement's snapshot, taken before the INSERT trigger's
+# lock, so it may be stale; that is safe: versions only grow, and a version taken meanwhile breaks the
+# unique (stream, stream_version) constraint, which sees every committed row.
+_APPEND_FAST_SQL = """
+WITH current AS (SELECT coalesce(max(stream_version), 0) AS version FROM events WHERE stream = $10)
+INSERT INTO events (event_id, stream, stream_version, type, schema_version, occurred_at,
+                    causation_id, correlation_id, payload)
+SELECT e.event_id, e.stream,
+       CASE WHEN $11::int4 IS NULL THEN current.version + e.ord::int4 ELSE e.stream_version END,
+       e.type, e.schema_version, e.occurred_at, e.causation_id, e.correlation_id, e.payload::jsonb
+FROM current,
+     unnest($1::uuid[], $2::text[], $3::int4[], $4::text[], $5::int4[], $6::timestamptz[],
+            $7::uuid[], $8::text[], $9::text[])
+     WITH ORDINALITY AS e(event_id, stream, stream_version, type, schema_version, occurred_at,
+                          causation_id, correlation_id, payload, ord)
+WHERE $11::int4 IS NULL OR current.version = $11::int4
+ORDER BY e.ord
+RETURNING global_position, stream_version
+"""
+
+_VERSION_CONSTRAINT = "events_stream_version_key"
+
 _payload_encoder = msgspec.json.Encoder()
 _payload_decoder: msgspec.json.Decoder[Any] = msgspec.json.Decoder(Event)  # type: ignore[arg-type]
 
@@ -225,26 +249,49 @@ class EventStore:
     async def append(self, events: Sequence[Envelope], expected_version: int | None) -> AppendResult:
         stream = _check_consecutive(events, expected_version)
         ids = [e.event_id for e in events]
-        attempts = _UNCHECKED_RETRIES if expected_version is None else 2
-        for _ in range(attempts):
+        attempts = _UNCHECKED_RETRIES if expected_version is None else 3
+        for attempt in range(attempts):
             async with self._driver() as conn:
                 try:
+                    if attempt == 0:
+                        result = await self._append_fast(conn, stream, events, expected_version)
+                        if result is not None:
+                            return result
                     async with conn.transaction():
-                        result = await self._append_once(conn, stream, events, ids, expected_version)
-                except (asyncpg.UniqueViolationError, _RaceLost) as error:
-                    # Lost a race after our check: another writer took one of our versions (or stored
-                    # one of our event ids meanwhile). The transaction rolled back; look again.
-                    version = await self.stream_version(stream)
-                    if expected_version is not None and version != expected_version:
-                        stored = await self._stored_ids(conn, ids)
-                        if stored != set(ids):
-                            raise ConcurrencyError(stream, expected_version, version) from error
-                    continue
-            if result is not None:
-                return result
+                        return await self._append_once(conn, stream, events, ids, expected_version)
+                except asyncpg.UniqueViolationError as error:
+                    # Lost a race: another writer took one of our versions, or one of our event ids is
+                    # already stored. The statement stored nothing. A version taken by other events is a
+                    # conflict; anything else is settled by the careful path on the next attempt.
+                    if expected_version is not None and error.constraint_name == _VERSION_CONSTRAINT:
+                        if await self._stored_ids(conn, ids) != set(ids):
+                            actual = await self.stream_version(stream)
+                            raise ConcurrencyError(stream, expected_version, actual) from error
+                except _RaceLost:
+                    pass
         raise ConcurrencyError(
             stream, -1 if expected_version is None else expected_version, await self.stream_version(stream),
             "gave up after repeated races with other writers",
+        )
+
+    async def _append_fast(
+        self, conn: asyncpg.Connection, stream: str, events: Sequence[Envelope], expected_version: int | None
+    ) -> AppendResult | None:
+        """The common case in one autocommitted statement: the stream is where the writer expects and none
+        of the events is stored yet. Returns None (having stored nothing) when that is not so."""
+        rows = await conn.fetch(_APPEND_FAST_SQL, *_columns(events), stream, expected_version)
+        if not rows:
+            return None
+        new = list(events)
+        if expected_version is None:
+            new = [msgspec.structs.replace(e, stream_version=r[1]) for e, r in zip(new, rows, strict=True)]
+        return AppendResult(
+            stream=stream,
+            appended=len(rows),
+            skipped=0,
+            stream_version=rows[-1][1],
+            last_position=rows[-1][0],
+            events=new,
         )
 
     async def _append_once(
@@ -254,7 +301,7 @@ class EventStore:
         events: Sequence[Envelope],
         ids: list[uuid.UUID],
         expected_version: int | None,
-    ) -> AppendResult | None:
+    ) -> AppendResult:
         current, stored_ids = await conn.fetchrow(_STATE_SQL, stream, ids)
         stored = set(stored_ids)
         new = [e for e in events if e.event_id not in stored]
@@ -379,6 +426,15 @@ class EventStore:
             position = batch[-1].global_position
 
     async def read_all(self, from_position: int = 0, batch_size: int = 2000) -> AsyncIterator[StoredEvent]:
-        async for batch in self.read_all_batches(from_position, batch_size):
-            for event in batch:
-                yield event
+        """Every event after ``from_position`` in global order, until the head. Rows are fetched a page at a
+        time but decoded one by one as the caller asks: a decoded event the caller drops is freed at once,
+        which keeps the cyclic GC out of replay (decoding whole pages up front made it 2.5x slower)."""
+        position = from_position
+        while True:
+            async with self._driver() as conn:
+                rows = await conn.fetch(_READ_ALL_SQL, position, batch_size)
+            for row in rows:
+                yield _row_to_stored(row)
+            if len(rows) < batch_size:
+                return
+            position = rows[-1][0]
