@@ -43,15 +43,17 @@ paths use the asyncpg driver connection under SQLAlchemy's pool; small queries u
 
 from __future__ import annotations
 
+import contextlib
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import asyncpg
 import msgspec
-from sqlalchemy import func, select
+from sqlalchemy import Select, func, select
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from services.domain.database import sqlalchemy_url
@@ -151,6 +153,27 @@ RETURNING global_position, stream_version
 """
 
 _VERSION_CONSTRAINT = "events_stream_version_key"
+_CHECKOUT_ATTEMPTS = 3
+_CONNECTION_ATTEMPTS = 2
+# Errors that may mean "this connection is gone" rather than "this statement failed"; _connection_lost
+# decides.
+_CONNECTION_LOST: tuple[type[BaseException], ...] = (
+    asyncpg.ConnectionDoesNotExistError,
+    asyncpg.AdminShutdownError,
+    asyncpg.CannotConnectNowError,
+    asyncpg.InterfaceError,
+    ConnectionError,
+    DBAPIError,
+)
+
+
+def _connection_lost(error: BaseException) -> bool:
+    if isinstance(error, DBAPIError):
+        return bool(error.connection_invalidated)
+    if isinstance(error, asyncpg.InterfaceError):
+        return "closed" in str(error)  # "connection is closed": nothing was sent
+    return True
+_T = TypeVar("_T")
 
 _payload_encoder = msgspec.json.Encoder()
 _payload_decoder: msgspec.json.Decoder[Any] = msgspec.json.Decoder(Event)  # type: ignore[arg-type]
@@ -227,8 +250,6 @@ class EventStore:
             sqlalchemy_url(database_url),
             pool_size=pool_size,
             max_overflow=pool_size,
-            # A connection broken by a Postgres restart is replaced on checkout instead of failing a call.
-            pool_pre_ping=True,
         )
         store = cls(engine)
         await store.head_position()  # fail fast on a bad URL or an unmigrated database
@@ -239,15 +260,52 @@ class EventStore:
 
     @asynccontextmanager
     async def _driver(self) -> AsyncIterator[asyncpg.Connection]:
-        """A pooled connection's asyncpg driver connection (no SQLAlchemy transaction open on it)."""
-        async with self.engine.connect() as connection:
+        """A pooled connection's asyncpg driver connection (no SQLAlchemy transaction open on it).
+
+        No pool pre-ping: SQLAlchemy's costs three round trips (BEGIN, ping, ROLLBACK), more than a whole
+        append. Instead a connection asyncpg already knows to be closed (the server went away while it
+        sat in the pool) is dropped at checkout, and one that breaks in use is invalidated, not reused.
+        """
+        for _ in range(_CHECKOUT_ATTEMPTS):
+            connection = await self.engine.connect()
             raw = await connection.get_raw_connection()
-            yield raw.driver_connection  # type: ignore[misc]
+            driver: asyncpg.Connection = raw.driver_connection  # type: ignore[assignment]
+            if not driver.is_closed():
+                break
+            await connection.invalidate()
+            await connection.close()
+        try:
+            yield driver
+        except _CONNECTION_LOST as error:
+            if not _connection_lost(error):
+                raise
+            with contextlib.suppress(SQLAlchemyError):  # already closed is fine: it is not reused either way
+                await connection.invalidate()
+            raise
+        finally:
+            await connection.close()
+
+    async def _retrying(self, work: Callable[[], Awaitable[_T]]) -> _T:
+        """Run ``work`` again on a fresh connection if the connection was lost under it (Postgres restart,
+        failover, killed backend). Safe because every operation here is idempotent: a lost commit that
+        did happen makes the retried append find its event ids stored and skip them."""
+        for attempt in range(_CONNECTION_ATTEMPTS):
+            try:
+                return await work()
+            except _CONNECTION_LOST as error:
+                if not _connection_lost(error) or attempt == _CONNECTION_ATTEMPTS - 1:
+                    raise
+        raise AssertionError("unreachable")
 
     # --- writing ------------------------------------------------------------------------------------
 
     async def append(self, events: Sequence[Envelope], expected_version: int | None) -> AppendResult:
         stream = _check_consecutive(events, expected_version)
+        return await self._retrying(lambda: self._append(stream, events, expected_version))
+
+    async def _append(
+        self, stream: str, events: Sequence[Envelope], expected_version: int | None
+    ) -> AppendResult:
         ids = [e.event_id for e in events]
         attempts = _UNCHECKED_RETRIES if expected_version is None else 3
         for attempt in range(attempts):
@@ -346,6 +404,9 @@ class EventStore:
     async def append_many(self, events: Sequence[Envelope]) -> int:
         if not events:
             return 0
+        return await self._retrying(lambda: self._append_many(events))
+
+    async def _append_many(self, events: Sequence[Envelope]) -> int:
         async with self._driver() as conn:
             try:
                 async with conn.transaction():
@@ -384,30 +445,36 @@ class EventStore:
         statement = select(func.coalesce(func.max(events_table.c.stream_version), 0)).where(
             events_table.c.stream == stream
         )
-        async with self.engine.connect() as connection:
-            return int((await connection.execute(statement)).scalar_one())
+        return await self._retrying(lambda: self._scalar(statement))
 
     async def head_position(self) -> int:
         """The commit-safe watermark: every event at or below it is readable now."""
         statement = select(func.coalesce(func.max(events_table.c.global_position), 0))
+        return await self._retrying(lambda: self._scalar(statement))
+
+    async def _scalar(self, statement: Select[Any]) -> int:
         async with self.engine.connect() as connection:
             return int((await connection.execute(statement)).scalar_one())
 
+    async def _fetch(self, sql: str, *args: object) -> list[asyncpg.Record]:
+        async def fetch() -> list[asyncpg.Record]:
+            async with self._driver() as conn:
+                return await conn.fetch(sql, *args)
+
+        return await self._retrying(fetch)
+
     async def read_stream(self, stream: str, from_version: int = 1) -> list[StoredEvent]:
-        async with self._driver() as conn:
-            rows = await conn.fetch(_READ_STREAM_SQL, stream, from_version)
+        rows = await self._fetch(_READ_STREAM_SQL, stream, from_version)
         return [_row_to_stored(row) for row in rows]
 
     async def read_correlation(self, correlation_id: str) -> list[StoredEvent]:
         """Every event of one rollout (correlation id), in global order."""
-        async with self._driver() as conn:
-            rows = await conn.fetch(_READ_CORRELATION_SQL, correlation_id)
+        rows = await self._fetch(_READ_CORRELATION_SQL, correlation_id)
         return [_row_to_stored(row) for row in rows]
 
     async def read_batch(self, from_position: int = 0, limit: int = 1000) -> list[StoredEvent]:
         """Up to ``limit`` events with global_position > ``from_position``, in order (one poll)."""
-        async with self._driver() as conn:
-            rows = await conn.fetch(_READ_ALL_SQL, from_position, limit)
+        rows = await self._fetch(_READ_ALL_SQL, from_position, limit)
         return [_row_to_stored(row) for row in rows]
 
     async def read_all_batches(
@@ -431,8 +498,7 @@ class EventStore:
         which keeps the cyclic GC out of replay (decoding whole pages up front made it 2.5x slower)."""
         position = from_position
         while True:
-            async with self._driver() as conn:
-                rows = await conn.fetch(_READ_ALL_SQL, position, batch_size)
+            rows = await self._fetch(_READ_ALL_SQL, position, batch_size)
             for row in rows:
                 yield _row_to_stored(row)
             if len(rows) < batch_size:

@@ -182,3 +182,27 @@ async def test_the_database_refuses_update_delete_and_truncate(
         assert tuple(row) == ("PodActionRequested", 1)
     finally:
         await conn.close()
+
+
+async def test_store_recovers_after_its_connections_are_killed(database_url: str) -> None:
+    """A Postgres restart or failover kills pooled connections; the next call must not fail on them."""
+    store = await EventStore.connect(database_url)
+    try:
+        stream = unique_stream()
+        await asyncio.gather(*(store.append(batch(unique_stream(), 1, 1), expected_version=0) for _ in range(3)))
+        admin = await asyncpg.connect(asyncpg_url(database_url))
+        try:
+            killed = await admin.fetchval(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                " AND application_name = '' AND backend_type = 'client backend'"
+            )
+        finally:
+            await admin.close()
+        assert killed >= 1
+        await asyncio.sleep(0.2)  # the client sees the server close the idle connections
+        result = await store.append(batch(stream, 1, 2), expected_version=0)
+        assert result.appended == 2
+        assert len(await store.read_stream(stream)) == 2
+    finally:
+        await store.close()
