@@ -14,11 +14,11 @@ from tests.plugins.servers import ServerUrls
 
 
 @pytest_asyncio.fixture(scope="session")
-async def settings(server_urls: ServerUrls) -> Settings:
+async def settings(server_urls: ServerUrls, database_url: str) -> Settings:
     suffix = uuid.uuid4().hex[:10]
-    # database_url: the server's; the store's `database_url` fixture gives a fresh migrated database.
+    # database_url: this session's fresh, migrated database (tests/plugins/database.py).
     return Settings(
-        database_url=server_urls.database_url,
+        database_url=database_url,
         nats_url=server_urls.nats_url,
         stream_name=f"RBTEST_{suffix}",
         subject_prefix=f"rbtest{suffix}",
