@@ -137,6 +137,8 @@ class EmbeddedServers:
         bin_path = postgres_bin_path()
         pgdata = self.data_path / "postgres"
         run_as = _postgres_user()
+        if run_as:
+            _open_to_others(bin_path.parent)
         await _stop_leftover_postgres(pgdata)
         if not (pgdata / "PG_VERSION").exists():
             if pgdata.exists():  # a half-made PGDATA from an interrupted initdb: start over
@@ -429,6 +431,27 @@ def _as_user(user: str | None) -> dict[str, Any]:
 
     entry = pwd.getpwnam(user)
     return {"user": entry.pw_uid, "group": entry.pw_gid, "extra_groups": []}
+
+
+def _open_to_others(install: Path) -> None:
+    """Let the unprivileged Postgres user read and run the Postgres build (a venv made by root inside a
+    0700 directory, such as a mktemp checkout, hides it): o+x on the directories above, o+rX inside."""
+    for parent in install.resolve().parents:
+        mode = parent.stat().st_mode
+        if not mode & 0o001:
+            parent.chmod(mode | 0o001)
+    marker = install / "bin" / "postgres"
+    if marker.stat().st_mode & 0o005 == 0o005:
+        return  # already readable and executable by others (the usual pip install)
+    for root, dirs, files in os.walk(install):
+        for name in dirs:
+            path = Path(root, name)
+            path.chmod(path.stat().st_mode | 0o005)
+        for name in files:
+            path = Path(root, name)
+            mode = path.stat().st_mode
+            path.chmod(mode | 0o004 | (0o001 if mode & 0o100 else 0))
+    install.chmod(install.stat().st_mode | 0o005)
 
 
 def _give_to(path: Path, user: str) -> None:
