@@ -32,5 +32,11 @@ def main() -> None:
     app()
 
 
+# Command groups register themselves on `app` when imported: one import line per group.
+from services.cli import simcluster as _simcluster  # noqa: E402,F401
+
 if __name__ == "__main__":
-    main()
+    # Under `python -m` this file runs as `__main__`; the groups registered on `services.cli.main.app`.
+    from services.cli.main import main as _main
+
+    _main()

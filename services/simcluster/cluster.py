@@ -41,7 +41,7 @@ class SimConfig:
     namespaces: tuple[str, ...] = ("default", "kube-system", "kube-public")
     history_window: int = 20_000  # watch events kept; older resourceVersions get 410 Gone
     bookmark_interval: float = 5.0  # seconds between BOOKMARKs on a quiet watch that asked for them
-    kubeconfig_dir: str | None = None  # where to write kubeconfig; None: a temporary directory
+    kubeconfig_path: str | None = None  # where to write the kubeconfig; None: a temporary directory
     kubelet: bool = True  # run the simulated scheduler/kubelet/PVC binder
 
 
@@ -82,12 +82,12 @@ class SimCluster:
         server = site._server  # the bound socket tells the real port when 0 was asked for
         port = server.sockets[0].getsockname()[1] if server is not None else self.config.port  # type: ignore[attr-defined]
         self.url = f"http://{self.config.host}:{port}"
-        if self.config.kubeconfig_dir is None:
+        if self.config.kubeconfig_path is None:
             self._tmp = tempfile.TemporaryDirectory(prefix="simcluster-")
-            directory = Path(self._tmp.name)
+            target = Path(self._tmp.name) / "kubeconfig"
         else:
-            directory = Path(self.config.kubeconfig_dir)
-        self.kubeconfig_path = write_kubeconfig(directory / "kubeconfig", self.url)
+            target = Path(self.config.kubeconfig_path)
+        self.kubeconfig_path = write_kubeconfig(target, self.url)
         return self
 
     async def stop(self) -> None:

@@ -47,6 +47,20 @@ class Timing:
     pvc_bind: float = 0.0
     jitter: float = 0.0  # each delay is multiplied by uniform(1 - jitter, 1 + jitter)
 
+    @classmethod
+    def realistic(cls) -> Timing:
+        """Delays of the order a small real cluster shows, for demos and `rollbook simcluster`."""
+        return cls(
+            schedule=0.05,
+            pull_cold=3.0,
+            pull_cached=0.3,
+            start=0.5,
+            ready=1.0,
+            terminate=1.0,
+            pvc_bind=0.5,
+            jitter=0.2,
+        )
+
 
 def _cpu_millis(value: Any) -> int:
     text = str(value or "0")
@@ -180,9 +194,15 @@ class Kubelet:
                         ],
                         "nodeInfo": {
                             "kubeletVersion": "v1.30.0-simcluster",
-                            "containerRuntimeVersion": "simulated://1",
+                            "kubeProxyVersion": "v1.30.0-simcluster",
+                            "containerRuntimeVersion": "simulated://1.0",
                             "operatingSystem": "linux",
                             "architecture": "amd64",
+                            "osImage": "simcluster",
+                            "kernelVersion": "6.1.0",
+                            "bootID": _digest(f"boot/{cfg.name}")[:32],
+                            "machineID": _digest(f"machine/{cfg.name}")[:32],
+                            "systemUUID": _digest(f"system/{cfg.name}")[:32],
                         },
                     },
                 },

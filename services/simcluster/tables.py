@@ -8,7 +8,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from .resources import CLONESETS, PODS, PVCS, SIDECARSETS, ResourceType
+from .resources import CLONESETS, NAMESPACES, NODES, PODS, PVCS, SIDECARSETS, ResourceType
 
 Obj = dict[str, Any]
 
@@ -165,6 +165,35 @@ _COLUMNS: dict[ResourceType, tuple[list[Column], Callable[[Obj], list[Any]]]] = 
         ],
     ),
 }
+_COLUMNS[NAMESPACES] = (
+    [
+        ("Name", "string", "Name", 0),
+        ("Status", "string", "The status of the namespace", 0),
+        ("Age", "string", "CreationTimestamp", 0),
+    ],
+    lambda o: [o["metadata"]["name"], _status(o, "phase") or "Active", _age(o)],
+)
+_COLUMNS[NODES] = (
+    [
+        ("Name", "string", "Name", 0),
+        ("Status", "string", "The status of the node", 0),
+        ("Roles", "string", "The roles of the node", 0),
+        ("Age", "string", "CreationTimestamp", 0),
+        ("Version", "string", "Kubelet Version", 0),
+    ],
+    lambda o: [
+        o["metadata"]["name"],
+        "Ready"
+        if any(
+            c.get("type") == "Ready" and c.get("status") == "True"
+            for c in (o.get("status") or {}).get("conditions") or []
+        )
+        else "NotReady",
+        "<none>",
+        _age(o),
+        ((o.get("status") or {}).get("nodeInfo") or {}).get("kubeletVersion", ""),
+    ],
+)
 _DEFAULT: tuple[list[Column], Callable[[Obj], list[Any]]] = (
     [
         ("Name", "string", "Name must be unique within a namespace.", 0),

@@ -25,9 +25,7 @@ def pod_manifest(name: str, labels: dict[str, str] | None = None, **spec: Any) -
     return body
 
 
-async def wait_until(
-    probe: Callable[[], Awaitable[T]], check: Callable[[T], bool], within: float = 5.0
-) -> T:
+async def wait_until(probe: Callable[[], Awaitable[T]], check: Callable[[T], bool], within: float = 5.0) -> T:
     """Poll ``probe`` until ``check`` holds; fail with the last value seen."""
     deadline = time.monotonic() + within
     value = await probe()
