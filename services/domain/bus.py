@@ -287,7 +287,7 @@ class Bus:
             while len(letters) < wanted:
                 try:
                     msgs = await sub.fetch(min(256, wanted - len(letters)), timeout=wait)
-                except nats.errors.TimeoutError:
+                except (TimeoutError, nats.errors.TimeoutError):  # nats-py raises either
                     break
                 for msg in msgs:
                     h = msg.headers or {}
@@ -353,7 +353,7 @@ class Consumer:
             while not self._stopping.is_set():
                 try:
                     msgs = await sub.fetch(self.batch, timeout=self.fetch_timeout)
-                except nats.errors.TimeoutError:
+                except (TimeoutError, nats.errors.TimeoutError):  # nats-py raises either
                     continue
                 except nats.errors.ConnectionClosedError:
                     log.warning("bus connection closed; consumer %s stops", self.durable)

@@ -113,7 +113,7 @@ async def published_event_ids(bus: Bus) -> list[str]:
         while True:
             try:
                 msgs = await sub.fetch(500, timeout=1.0)
-            except nats.errors.TimeoutError:
+            except (TimeoutError, nats.errors.TimeoutError):  # nats-py raises either
                 break
             ids += [(m.headers or {}).get(MSG_ID, "") for m in msgs]
     finally:

@@ -20,22 +20,24 @@ import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 import aiohttp
+import asyncpg
 import msgspec
 import nats.js.errors
 import pytest
 import pytest_asyncio
 
 from services.domain.bus import Bus
-from services.domain.database import upgrade_async
+from services.domain.database import asyncpg_url, upgrade_async
 from services.domain.runtime import PORT_OFFSETS
 from services.domain.settings import Settings
 from services.simcluster import SimCluster
-from tests.plugins.database import fresh_database
+from tests.plugins.database import with_database
 from tests.plugins.servers import ServerUrls
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -192,11 +194,39 @@ async def wait_for(
     raise AssertionError(f"timed out after {within}s waiting for {what}; last value: {last!r}")
 
 
+@asynccontextmanager
+async def e2e_database(server_url: str) -> AsyncIterator[str]:
+    """A fresh migrated database, dropped afterwards (the drop is retried: other test sessions on the same
+    server may terminate backends, including ours, while they test lost connections)."""
+    name = f"rollbook_e2e_{uuid.uuid4().hex[:12]}"
+    admin = await asyncpg.connect(asyncpg_url(server_url))
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await admin.close()
+    url = with_database(server_url, name)
+    try:
+        await upgrade_async(url)
+        yield url
+    finally:
+        for attempt in range(3):
+            try:
+                admin = await asyncpg.connect(asyncpg_url(server_url))
+                try:
+                    await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+                finally:
+                    await admin.close()
+                break
+            except (asyncpg.PostgresConnectionError, asyncpg.InterfaceError, OSError):
+                if attempt == 2:
+                    raise
+                await asyncio.sleep(0.5)
+
+
 @pytest_asyncio.fixture(loop_scope="session")
 async def stack_settings(server_urls: ServerUrls, simcluster: SimCluster) -> AsyncIterator[Settings]:
     suffix = uuid.uuid4().hex[:10]
-    async with fresh_database(server_urls.database_url, prefix="rollbook_e2e") as database_url:
-        await upgrade_async(database_url)
+    async with e2e_database(server_urls.database_url) as database_url:
         settings = Settings(
             database_url=database_url,
             nats_url=server_urls.nats_url,
