@@ -147,11 +147,8 @@ class Stack:
         await proc.process.wait()
 
     async def stop_all(self) -> None:
-        for name in list(self.processes):
-            try:
-                await self.stop(name)
-            except AssertionError:
-                pass
+        """SIGTERM every running service at once and wait for all of them."""
+        await asyncio.gather(*(self.stop(name) for name in list(self.processes)), return_exceptions=True)
 
     async def get_json(self, name: str, path: str) -> Any:
         async with aiohttp.ClientSession() as session:
