@@ -6,10 +6,22 @@ import typer
 
 app = typer.Typer(
     name="rollbook",
-    help="Event-sourced CloneSet and SidecarSet controller: rollouts you can replay, verify and query with SQL.",
+    help="Event-sourced CloneSet and SidecarSet controller: rollouts you can replay, verify and query"
+    " with SQL.",
     no_args_is_help=True,
     add_completion=False,
 )
+
+
+@app.callback()
+def _root() -> None:
+    """Keeps `rollbook` a group of subcommands even while only one is registered."""
+
+
+# Command groups: one module each, registered here.
+from services.cli import selfcheck  # noqa: E402
+
+selfcheck.register(app)
 
 
 def main() -> None:
