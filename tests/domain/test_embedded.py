@@ -10,13 +10,13 @@ import sys
 import time
 from pathlib import Path
 
-import asyncpg
 import psutil
 import pytest
 
 from services.domain.bus import Bus
 from services.domain.embedded import EmbeddedError, EmbeddedServers
 from services.domain.settings import Settings
+from services.domain.store import EventStore
 from tests.domain.bus_helpers import eventually, paused
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -37,6 +37,7 @@ def tree(pid: int) -> list[int]:
 
 
 async def test_starts_migrates_serves_and_stops_with_no_process_left(tmp_path: Path) -> None:
+    event = paused("CloneSet/default/web", 1)
     servers = EmbeddedServers(Settings(data_dir=str(tmp_path / "data")))
     settings = await servers.start()
     try:
@@ -45,15 +46,12 @@ async def test_starts_migrates_serves_and_stops_with_no_process_left(tmp_path: P
         pids = [pid for server_pid in servers.pids.values() for pid in tree(server_pid)]
         assert len(pids) > 2  # postmaster, its workers, nats-server
 
-        connection = await asyncpg.connect(settings.database_url)
+        store = await EventStore.connect(settings.database_url)  # the schema is there: migrations ran
         try:
-            if (PROJECT_ROOT / "alembic.ini").exists():  # migrations ran at start
-                assert await connection.fetchval("SELECT count(*) FROM alembic_version") == 1
-            await connection.execute("CREATE TABLE roundtrip (id int PRIMARY KEY, body text)")
-            await connection.execute("INSERT INTO roundtrip VALUES (1, 'appended')")
-            assert await connection.fetchval("SELECT body FROM roundtrip WHERE id = 1") == "appended"
+            assert (await store.append([event], expected_version=0)).appended == 1
+            assert [stored.envelope for stored in await store.read_stream("CloneSet/default/web")] == [event]
         finally:
-            await connection.close()
+            await store.close()
 
         bus = await Bus.connect(settings)
         try:
@@ -68,11 +66,11 @@ async def test_starts_migrates_serves_and_stops_with_no_process_left(tmp_path: P
 
     # Data dir reuse: the same directory starts again and still holds what was written.
     async with EmbeddedServers(Settings(data_dir=str(tmp_path / "data"))) as again:
-        connection = await asyncpg.connect(again.database_url)
+        store = await EventStore.connect(again.database_url)
         try:
-            assert await connection.fetchval("SELECT body FROM roundtrip WHERE id = 1") == "appended"
+            assert [stored.envelope for stored in await store.read_stream("CloneSet/default/web")] == [event]
         finally:
-            await connection.close()
+            await store.close()
     assert processes_under(tmp_path) == []
 
 
