@@ -31,7 +31,7 @@ async def outcomes(make_simcluster: MakeSimCluster, faults: FaultConfig, writes:
                 body = json.loads(exc.body)
                 assert body["kind"] == "Status" and body["code"] == exc.status
                 if exc.status == 429:
-                    assert exc.headers["Retry-After"] == "1"
+                    assert exc.headers is not None and exc.headers["Retry-After"] == "1"
         listed = await core.list_namespaced_pod("default")  # reads are never failed
         assert len(listed.items) == results.count(201)
     return results
