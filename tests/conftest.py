@@ -8,4 +8,9 @@ Fixtures live in plugin modules under tests/plugins/, one per concern:
 - simcluster.py: `simcluster` (a running SimCluster, zero delays), `k8s_client`, `make_simcluster`
 """
 
-pytest_plugins: list[str] = ["tests.plugins.servers", "tests.plugins.simcluster"]
+pytest_plugins: list[str] = [
+    "tests.plugins.servers",
+    "tests.plugins.database",
+    "tests.plugins.nats",
+    "tests.plugins.simcluster",
+]

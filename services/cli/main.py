@@ -6,7 +6,8 @@ import typer
 
 app = typer.Typer(
     name="rollbook",
-    help="Event-sourced CloneSet and SidecarSet controller: rollouts you can replay, verify and query with SQL.",
+    help="Event-sourced CloneSet and SidecarSet controller: rollouts you can replay, verify and query"
+    " with SQL.",
     no_args_is_help=True,
     add_completion=False,
 )
@@ -14,18 +15,19 @@ app = typer.Typer(
 
 @app.callback()
 def _root() -> None:
-    """Keeps `rollbook <command>` a command group even while only one command is registered."""
+    """Keeps `rollbook` a group of subcommands even while only one is registered."""
+
+
+# Command groups: one module each, registered here.
+from services.cli import selfcheck, simcluster  # noqa: E402
+
+selfcheck.register(app)
+simcluster.register(app)
 
 
 def main() -> None:
     app()
 
 
-# Command groups register themselves on `app` when imported: one import line per group.
-from services.cli import simcluster as _simcluster  # noqa: E402,F401
-
 if __name__ == "__main__":
-    # Under `python -m` this file runs as `__main__`; the groups registered on `services.cli.main.app`.
-    from services.cli.main import main as _main
-
-    _main()
+    main()
