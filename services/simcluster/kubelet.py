@@ -27,6 +27,8 @@ from .errors import ApiError
 from .resources import EVENTS, NODES, PODS, PVCS, ResourceType
 from .store import Key, Obj, Store, WatchEvent, key_of, now_iso
 
+PVC_PROTECTION = "kubernetes.io/pvc-protection"
+
 
 @dataclass(frozen=True)
 class NodeConfig:
@@ -157,6 +159,7 @@ class Kubelet:
         self._closed = False
         store.listeners.append(self._on_event)
         store.graceful_delete = self._graceful_delete
+        store.create_hooks.append(self._protect_pvc)
 
     # ---- lifecycle ---------------------------------------------------------------------------------
 
@@ -297,8 +300,17 @@ class Kubelet:
             return
         if event.resource is PODS:
             self._on_pod(event)
-        elif event.resource is PVCS and event.type == "ADDED":
+        if event.resource is PVCS and event.type == "ADDED":
             self._spawn(self._bind_pvc(key_of(event.obj), event.obj["metadata"]["uid"]))
+        if (
+            event.resource is PVCS
+            and event.type == "MODIFIED"
+            and event.obj["metadata"].get("deletionTimestamp")
+        ):
+            self._spawn(self._release_pvc(*key_of(event.obj)))
+        if event.resource is PODS and event.type == "DELETED":
+            for claim in _claims(event.obj):
+                self._spawn(self._release_pvc(key_of(event.obj)[0], claim))
 
     def _on_pod(self, event: WatchEvent) -> None:
         key = key_of(event.obj)
@@ -617,7 +629,33 @@ class Kubelet:
             status["initContainerStatuses"] = init_statuses
         self.store.commit_internal(PODS, dict(pod, status=status))
 
-    # ---- PVC binder --------------------------------------------------------------------------------
+    # ---- PVC binder and protection -----------------------------------------------------------------
+
+    @staticmethod
+    def _protect_pvc(rt: ResourceType, obj: Obj) -> None:
+        """Like the StorageObjectInUseProtection admission plugin: new PVCs get the protection finalizer."""
+        if rt is PVCS:
+            finalizers = obj["metadata"].setdefault("finalizers", [])
+            if PVC_PROTECTION not in finalizers:
+                finalizers.append(PVC_PROTECTION)
+
+    async def _release_pvc(self, namespace: str, name: str) -> None:
+        """A deleted PVC goes once no pod uses it (the pvc-protection controller)."""
+        await asyncio.sleep(0)
+        pvc = self.store.objects[PVCS].get((namespace, name))
+        if pvc is None or not pvc["metadata"].get("deletionTimestamp"):
+            return
+        if PVC_PROTECTION not in (pvc["metadata"].get("finalizers") or []):
+            return
+        for (pod_namespace, _), pod in self.store.objects[PODS].items():
+            if pod_namespace == namespace and name in _claims(pod):
+                return  # still in use; checked again when that pod is deleted
+        released = dict(pvc)
+        released["metadata"] = dict(
+            pvc["metadata"], finalizers=[f for f in pvc["metadata"]["finalizers"] if f != PVC_PROTECTION]
+        )
+        with contextlib.suppress(ApiError):
+            self.store.update(PVCS, namespace, name, released, validate=False)
 
     async def _bind_pvc(self, key: Key, uid: str) -> None:
         await self._sleep(self.timing.pvc_bind)
@@ -632,6 +670,14 @@ class Kubelet:
             "capacity": dict((spec.get("resources") or {}).get("requests") or {"storage": "1Gi"}),
         }
         self.store.commit_internal(PVCS, dict(pvc, spec=spec, status=status))
+
+
+def _claims(pod: Obj) -> list[str]:
+    return [
+        v["persistentVolumeClaim"]["claimName"]
+        for v in (pod.get("spec") or {}).get("volumes") or []
+        if isinstance(v, dict) and (v.get("persistentVolumeClaim") or {}).get("claimName")
+    ]
 
 
 def _set_condition(

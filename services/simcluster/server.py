@@ -97,7 +97,7 @@ class ApiServer:
             return web.Response(text="ok")
         if head == "version":
             return _json(SERVER_VERSION)
-        if head == "openapi":
+        if head == "openapi" and parts[1:] == ["v2"]:
             # An empty OpenAPI v2 protobuf document: clients (kubectl) then skip schema validation for every
             # kind, which is what they do for kinds a real server publishes no schema for.
             return web.Response(

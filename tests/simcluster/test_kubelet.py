@@ -254,3 +254,28 @@ async def test_kubelet_records_events_for_the_pod(k8s_client: client.ApiClient) 
     killing = next(e for e in events.items if e.reason == "Killing")
     assert killing.message == "Container app definition changed, will be restarted"
     assert all(e.involved_object.uid == events.items[0].involved_object.uid for e in events.items)
+
+
+async def test_pvc_in_use_stays_terminating_until_its_pod_is_gone(k8s_client: client.ApiClient) -> None:
+    core = client.CoreV1Api(k8s_client)
+    claim = await core.create_namespaced_persistent_volume_claim(
+        "default",
+        {
+            "metadata": {"name": "used"},
+            "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+        },
+    )
+    assert claim.metadata.finalizers == ["kubernetes.io/pvc-protection"]
+    await core.create_namespaced_pod(
+        "default",
+        pod_manifest("user", volumes=[{"name": "data", "persistentVolumeClaim": {"claimName": "used"}}]),
+    )
+    await ready_pod(core, "user")
+    await core.delete_namespaced_persistent_volume_claim("used", "default")
+    await asyncio.sleep(0.05)
+    terminating = await core.read_namespaced_persistent_volume_claim("used", "default")
+    assert terminating.metadata.deletion_timestamp is not None
+    await core.delete_namespaced_pod("user", "default")
+    await wait_until(
+        lambda: core.list_namespaced_persistent_volume_claim("default"), lambda claims: not claims.items
+    )
