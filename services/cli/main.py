@@ -19,9 +19,10 @@ def _root() -> None:
 
 
 # Command groups: one module each, registered here.
-from services.cli import selfcheck  # noqa: E402
+from services.cli import selfcheck, simcluster  # noqa: E402
 
 selfcheck.register(app)
+simcluster.register(app)
 
 
 def main() -> None:
