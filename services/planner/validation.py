@@ -157,7 +157,7 @@ def _validate_priority(priority: Any) -> Invalid | None:
         return Invalid(where, "only one of weightPriority and orderPriority can be used")
     for i, term in enumerate(weights or []):
         weight = term.get("weight") if isinstance(term, dict) else None
-        if not _is_int(weight) or not 0 <= weight <= 100:
+        if not isinstance(weight, int) or isinstance(weight, bool) or not 0 <= weight <= 100:
             return Invalid(f"{where}.weightPriority[{i}].weight", "must be an integer in [0, 100]")
         if selectors.is_empty(term.get("matchSelector")):
             return Invalid(f"{where}.weightPriority[{i}].matchSelector", "must not be empty")
