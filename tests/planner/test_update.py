@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+from typing import Any
 
 from services.planner import model
 from services.planner.plan import plan
@@ -21,9 +22,7 @@ from tests.planner.simulate import Cluster
 from tests.planner.test_scale import CLAIM
 
 
-def rolled_cluster(
-    strategy: dict[str, object], replicas: int = 5, **kw: object
-) -> tuple[Cluster, dict[str, object]]:
+def rolled_cluster(strategy: dict[str, Any], replicas: int = 5, **kw: Any) -> tuple[Cluster, dict[str, Any]]:
     """A settled cluster at v1; returns it with the v2 CloneSet (image change) applied."""
     v1 = cloneset(strategy=strategy, replicas=replicas, **kw)  # type: ignore[arg-type]
     cluster = Cluster(v1)
