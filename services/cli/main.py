@@ -6,15 +6,23 @@ import typer
 
 app = typer.Typer(
     name="rollbook",
-    help="Event-sourced CloneSet and SidecarSet controller: rollouts you can replay, verify and query with SQL.",
+    help="Event-sourced CloneSet and SidecarSet controller: rollouts you can replay, verify and query"
+    " with SQL.",
     no_args_is_help=True,
     add_completion=False,
 )
 
 
-from services.cli import plan as _plan  # noqa: E402
+@app.callback()
+def _root() -> None:
+    """Keeps `rollbook` a group of subcommands even while only one is registered."""
 
-_plan.register(app)
+
+# Command groups: one module each, registered here.
+from services.cli import plan, selfcheck  # noqa: E402
+
+selfcheck.register(app)
+plan.register(app)
 
 
 def main() -> None:
