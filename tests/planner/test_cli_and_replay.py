@@ -29,11 +29,20 @@ def test_rollbook_plan_reads_a_file_and_stdin(tmp_path: Path) -> None:
     state.write_bytes(_state())
     command = [sys.executable, "-m", "services.cli.main", "plan"]
     from_file = subprocess.run([*command, "-f", str(state)], cwd=ROOT, capture_output=True, check=True)
-    from_stdin = subprocess.run([*command, "-f", "-"], cwd=ROOT, input=_state(), capture_output=True, check=True)
+    from_stdin = subprocess.run(
+        [*command, "-f", "-"], cwd=ROOT, input=_state(), capture_output=True, check=True
+    )
     assert from_file.stdout == from_stdin.stdout
     out = json.loads(from_file.stdout)
-    for key in ("updateRevision", "currentRevision", "partition", "actions", "status", "requeueAfterSeconds",
-                "rejected"):
+    for key in (
+        "updateRevision",
+        "currentRevision",
+        "partition",
+        "actions",
+        "status",
+        "requeueAfterSeconds",
+        "rejected",
+    ):
         assert key in out
     assert out["partition"] == 2 and out["rejected"] is None
     assert [a["action"] for a in out["actions"]] == ["recreatePod"]
@@ -43,14 +52,19 @@ def test_rollbook_plan_prints_a_rejection_for_bad_input(tmp_path: Path) -> None:
     state = tmp_path / "bad.json"
     cs = cloneset(strategy={"partition": "abc"})
     state.write_bytes(msgspec.json.encode({"cloneSet": cs, "now": "2026-11-30T12:00:00Z"}))
-    done = subprocess.run([sys.executable, "-m", "services.cli.main", "plan", "-f", str(state)], cwd=ROOT,
-                          capture_output=True, check=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "services.cli.main", "plan", "-f", str(state)],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+    )
     assert json.loads(done.stdout)["rejected"]["field"] == "spec.updateStrategy.partition"
 
 
 def test_replaying_recorded_observations_reproduces_every_decision_byte_for_byte() -> None:
-    v1 = cloneset(strategy={"type": "InPlaceIfPossible", "inPlaceUpdateStrategy": {"gracePeriodSeconds": 5}},
-                  replicas=4)
+    v1 = cloneset(
+        strategy={"type": "InPlaceIfPossible", "inPlaceUpdateStrategy": {"gracePeriodSeconds": 5}}, replicas=4
+    )
     cluster = Cluster(v1, tick_seconds=3)
     cluster.run()
     cluster.cloneset = with_image(cluster.cloneset, "nginx:2")
