@@ -130,3 +130,88 @@ def test_converges_within_budgets(scenario: Any) -> None:
         (h.step, [(type(a).__name__, a.pod) for a in h.actions], h.requeue_after_seconds)
         for h in cluster.history
     ]
+
+
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-5, 5)
+    | st.sampled_from(["", "abc", "-1", "10%", "120%", "1.5%", "x%"]),
+    lambda children: (
+        st.lists(children, max_size=3)
+        | st.dictionaries(st.sampled_from(["a", "name", "key"]), children, max_size=3)
+    ),
+    max_leaves=6,
+)
+SPEC_PATHS = [
+    ("replicas",),
+    ("selector",),
+    ("selector", "matchLabels"),
+    ("selector", "matchExpressions"),
+    ("template",),
+    ("template", "metadata"),
+    ("template", "metadata", "labels"),
+    ("template", "spec"),
+    ("template", "spec", "containers"),
+    ("updateStrategy",),
+    ("updateStrategy", "type"),
+    ("updateStrategy", "partition"),
+    ("updateStrategy", "maxUnavailable"),
+    ("updateStrategy", "maxSurge"),
+    ("updateStrategy", "paused"),
+    ("updateStrategy", "inPlaceUpdateStrategy"),
+    ("updateStrategy", "priorityStrategy"),
+    ("scaleStrategy",),
+    ("scaleStrategy", "podsToDelete"),
+    ("scaleStrategy", "maxUnavailable"),
+    ("volumeClaimTemplates",),
+    ("minReadySeconds",),
+    ("revisionHistoryLimit",),
+    ("status", "currentRevision"),
+    ("status", "collisionCount"),
+    ("status", "conditions"),
+]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(SPEC_PATHS), json_values), min_size=1, max_size=3))
+def test_arbitrary_spec_values_never_raise(mutations: list[tuple[tuple[str, ...], Any]]) -> None:
+    import msgspec
+
+    from services.planner.plan import plan_json
+
+    cs = cloneset(strategy={"type": "InPlaceIfPossible"})
+    pods = [running_pod(cs, "b2222"), running_pod(cs, "c3333")]
+    cs["status"] = {"currentRevision": "sample-x", "collisionCount": 0, "conditions": []}
+    for path, value in mutations:
+        target: Any = cs["status"] if path[0] == "status" else cs["spec"]
+        path = path[1:] if path[0] == "status" else path
+        for key in path[:-1]:
+            if not isinstance(target.get(key), dict):
+                target[key] = {}
+            target = target[key]
+        target[path[-1]] = value
+    out = msgspec.json.decode(
+        plan_json(
+            msgspec.json.encode(
+                {
+                    "cloneSet": cs,
+                    "pods": pods,
+                    "revisions": [revision_record(cloneset(), 1)],
+                    "now": "2026-11-30T12:00:00Z",
+                }
+            )
+        )
+    )
+    assert out["rejected"] is None or out["rejected"]["field"]
+
+
+@FAST
+@given(scenarios(), st.randoms(use_true_random=False))
+def test_plan_does_not_depend_on_input_order(scenario: Any, random: Any) -> None:
+    cluster = _cluster(scenario)
+    request = cluster.plan_input()
+    shuffled = copy.deepcopy(request)
+    random.shuffle(shuffled.pods)
+    random.shuffle(shuffled.revisions)
+    assert encode_plan(plan(request)) == encode_plan(plan(shuffled))
