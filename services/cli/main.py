@@ -19,10 +19,11 @@ def _root() -> None:
 
 
 # Command groups: one module each, registered here.
-from services.cli import selfcheck, simcluster  # noqa: E402
+from services.cli import plan, selfcheck, simcluster  # noqa: E402
 
 selfcheck.register(app)
 simcluster.register(app)
+plan.register(app)
 
 
 def main() -> None:
