@@ -31,6 +31,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # probe changes with no restart). Off by default: stock Kubernetes refuses those changes.
     extended_inplace: bool = False
     # Host and base port for the services' /healthz, /readyz and /metrics endpoints (0 = pick free).
+    # Namespaces a cluster-wide SidecarSet skips (comma-separated). The seed's default; set it empty to
+    # behave like OpenKruise >= 1.3, which excludes none (docs/sidecarset.md).
+    sidecarset_excluded_namespaces: str = "kube-system,kube-public"
     http_host: str = "127.0.0.1"
     http_port: int = 0
     log_level: str = "INFO"
