@@ -12,6 +12,13 @@ app = typer.Typer(
 )
 
 
+# Command groups: each module registers its commands on `app` (one line per module).
+from services.cli import inject, webhook  # noqa: E402
+
+inject.register(app)
+webhook.register(app)
+
+
 def main() -> None:
     app()
 
