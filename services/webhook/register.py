@@ -13,8 +13,11 @@ from __future__ import annotations
 import base64
 from typing import Any
 
+import structlog
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
+
+log = structlog.get_logger("rollbook.webhook.register")
 
 CONFIGURATION_NAME = "rollbook-sidecarset"
 POD_WEBHOOK_NAME = "mutate-pod.sidecarset.rollbook.io"
@@ -140,12 +143,21 @@ async def register(
             url_client_config(base_url, "/mutate-pod", ca_bundle), name=name, failure_policy=failure_policy
         ),
     )
-    await _create_or_replace(
-        admissions.create_validating_webhook_configuration,
-        admissions.read_validating_webhook_configuration,
-        admissions.replace_validating_webhook_configuration,
-        validating_configuration(url_client_config(base_url, "/validate-sidecarset", ca_bundle), name=name),
-    )
+    try:
+        await _create_or_replace(
+            admissions.create_validating_webhook_configuration,
+            admissions.read_validating_webhook_configuration,
+            admissions.replace_validating_webhook_configuration,
+            validating_configuration(
+                url_client_config(base_url, "/validate-sidecarset", ca_bundle), name=name
+            ),
+        )
+    except ApiException as err:
+        if err.status != 404:
+            raise
+        # An API server without ValidatingWebhookConfigurations (a minimal simulator): injection still
+        # works; SidecarSet conflicts are then only caught by `rollbook inject` and the planner.
+        log.warning("validating_webhook_not_registered", reason="ValidatingWebhookConfiguration not served")
 
 
 async def unregister(api: client.ApiClient, *, name: str = CONFIGURATION_NAME) -> None:
@@ -157,5 +169,5 @@ async def unregister(api: client.ApiClient, *, name: str = CONFIGURATION_NAME) -
         try:
             await delete(name=name)
         except ApiException as err:
-            if err.status != 404:
+            if err.status != 404:  # already gone, or not served at all
                 raise
