@@ -7,4 +7,4 @@ Fixtures live in plugin modules under tests/plugins/, one per concern:
 - nats.py: `settings` (Settings with unique stream/subject names), `bus`
 """
 
-pytest_plugins: list[str] = ["tests.plugins.servers"]
+pytest_plugins: list[str] = ["tests.plugins.servers", "tests.plugins.database", "tests.plugins.nats"]

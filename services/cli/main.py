@@ -6,15 +6,22 @@ import typer
 
 app = typer.Typer(
     name="rollbook",
-    help="Event-sourced CloneSet and SidecarSet controller: rollouts you can replay, verify and query with SQL.",
+    help="Event-sourced CloneSet and SidecarSet controller: rollouts you can replay, verify and query"
+    " with SQL.",
     no_args_is_help=True,
     add_completion=False,
 )
 
 
-# Command groups: each module registers its commands on `app` (one line per module).
-from services.cli import inject, webhook  # noqa: E402
+@app.callback()
+def _root() -> None:
+    """Keeps `rollbook` a group of subcommands even while only one is registered."""
 
+
+# Command groups: one module each, registered here.
+from services.cli import inject, selfcheck, webhook  # noqa: E402
+
+selfcheck.register(app)
 inject.register(app)
 webhook.register(app)
 

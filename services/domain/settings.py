@@ -22,20 +22,28 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     data_dir: str = ".rollbook"
     # Kubeconfig file the services use to reach Kubernetes. Empty: in-cluster config, then ~/.kube/config.
     kubeconfig: str = ""
-    # JetStream stream name and the first token of every subject. Tests set a unique one per run.
+    # JetStream stream holding every rollbook subject. Tests set a unique one per run.
     stream_name: str = "ROLLBOOK"
+    # First token of every subject (`<prefix>.ev.…`, `<prefix>.dlq.…`). Tests set a unique one per run.
     subject_prefix: str = "rollbook"
     # Deliveries before a message that cannot be handled is moved to the dead-letter subject.
     max_deliver: int = 5
+    # Events are spread over this many bus partitions by workload (crc32 of Kind/namespace/name); every
+    # publisher and consumer of one stream must agree on it. See docs/bus.md.
+    bus_partitions: int = 16
+    # Seconds JetStream remembers an event_id (Nats-Msg-Id) to drop a republished event.
+    bus_dedup_window: int = 600
     # Emulate/expect the second seed's extended in-place kubelet (env and volume changes in place,
     # probe changes with no restart). Off by default: stock Kubernetes refuses those changes.
     extended_inplace: bool = False
-    # Host and base port for the services' /healthz, /readyz and /metrics endpoints (0 = pick free).
     # Namespaces a cluster-wide SidecarSet skips (comma-separated). The seed's default; set it empty to
     # behave like OpenKruise >= 1.3, which excludes none (docs/sidecarset.md).
     sidecarset_excluded_namespaces: str = "kube-system,kube-public"
+    # Host the services' /healthz, /readyz and /metrics endpoints listen on.
     http_host: str = "127.0.0.1"
+    # Base port of those endpoints (0 = pick free ports).
     http_port: int = 0
+    # Python log level: DEBUG, INFO, WARNING, ERROR.
     log_level: str = "INFO"
 
     @classmethod

@@ -1,16 +1,20 @@
 """Which Postgres and NATS servers the tests use.
 
 ROLLBOOK_DATABASE_URL / ROLLBOOK_NATS_URL when set (CI sets them to the machine's servers); otherwise
-embedded servers started once for the session.
+embedded servers (services.domain.embedded) started once for the session and stopped at its end.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import pytest
+import pytest_asyncio
+
+from services.domain.embedded import EmbeddedServers
+from services.domain.settings import Settings
 
 
 @dataclass(frozen=True)
@@ -19,12 +23,13 @@ class ServerUrls:
     nats_url: str
 
 
-@pytest.fixture(scope="session")
-def server_urls() -> Iterator[ServerUrls]:
-    database_url = os.environ.get("ROLLBOOK_DATABASE_URL", "")
-    nats_url = os.environ.get("ROLLBOOK_NATS_URL", "")
-    if not database_url or not nats_url:
-        # TODO(bus helper): start embedded Postgres / nats-server here for whichever is missing.
-        database_url = database_url or "postgresql://root@127.0.0.1:5432/test"
-        nats_url = nats_url or "nats://127.0.0.1:4222"
-    yield ServerUrls(database_url=database_url, nats_url=nats_url)
+@pytest_asyncio.fixture(scope="session")
+async def server_urls(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[ServerUrls]:
+    wanted = Settings(
+        database_url=os.environ.get("ROLLBOOK_DATABASE_URL", ""),
+        nats_url=os.environ.get("ROLLBOOK_NATS_URL", ""),
+        data_dir=str(tmp_path_factory.mktemp("embedded")),
+    )
+    # Migrations are the database fixture's business (a fresh database per session), not the server's.
+    async with EmbeddedServers(wanted, migrate=False) as resolved:
+        yield ServerUrls(database_url=resolved.database_url, nats_url=resolved.nats_url)

@@ -1,0 +1,69 @@
+"""What every `rollbook` command that needs the store or the bus uses to run its async body.
+
+    def up() -> None:
+        raise typer.Exit(run_command(serve))   # async def serve(settings: Settings) -> int
+
+``run_command`` reads Settings from the environment, starts embedded Postgres/NATS for empty URLs (and
+runs the migrations), runs the body, and on SIGINT/SIGTERM cancels the body so that it can finish its
+in-flight work in ``finally``/``except CancelledError`` before the embedded servers are stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import Awaitable, Callable
+
+from services.domain.embedded import EmbeddedError, resolved_settings
+from services.domain.settings import Settings
+
+log = logging.getLogger(__name__)
+
+CommandBody = Callable[[Settings], Awaitable[int | None]]
+
+
+def run_command(body: CommandBody, *, settings: Settings | None = None, migrate: bool = True) -> int:
+    """Run ``body(resolved_settings)``; returns the process exit code (body's result, 0 for None, 130 when
+    interrupted, 1 when embedded servers cannot start)."""
+    settings = settings or Settings.from_env()
+    logging.basicConfig(
+        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    logging.getLogger("alembic").setLevel(logging.WARNING)  # its INFO lines list plugins, not progress
+    try:
+        return asyncio.run(_run(body, settings, migrate))
+    except EmbeddedError as error:
+        log.error("%s", error)
+        return 1
+
+
+async def _run(body: CommandBody, settings: Settings, migrate: bool) -> int:
+    loop = asyncio.get_running_loop()
+    current = asyncio.current_task()
+    assert current is not None
+    interrupted = False
+
+    def interrupt() -> None:
+        nonlocal interrupted
+        interrupted = True
+        current.cancel()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, interrupt)
+    try:
+        async with resolved_settings(settings, migrate=migrate) as resolved:
+            with contextlib.suppress(asyncio.CancelledError):
+                result = await body(resolved)
+                return int(result or 0)
+            # Cancelled by a signal: the context manager still stops the embedded servers on the way out.
+            current.uncancel()
+        return 130
+    except asyncio.CancelledError:
+        if interrupted:
+            return 130
+        raise
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)

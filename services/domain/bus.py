@@ -1,0 +1,446 @@
+"""The bus: NATS JetStream through nats-py. One stream, a documented subject scheme, dedup by event id,
+durable pull consumers with explicit ack, and a dead-letter subject. Full description: docs/bus.md.
+
+Subjects (every token escaped with ``encode_token``, so Kubernetes names with dots stay one token)::
+
+    <prefix>.ev.<partition>.<Kind>.<namespace>.<name>.<EventType>   events
+    <prefix>.dlq.<consumer>                                           dead letters of one durable consumer
+
+``<partition>`` is ``p<N>``, N = crc32(partition key) mod ``settings.bus_partitions``; the partition key is
+the envelope's stream (``Kind/namespace/name``) unless the publisher passes the owning workload's stream
+(e.g. the watcher passes the CloneSet for a pod), so all events of one workload share one partition.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import zlib
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from urllib.parse import unquote
+
+import msgspec
+import nats
+import nats.errors
+import nats.js.errors
+from nats.aio.client import Client as NatsClient
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StorageType, StreamConfig
+
+from services.domain.events import Envelope, decode, encode
+from services.domain.settings import Settings
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[Envelope, Msg], Awaitable[None]]
+
+# Headers a dead letter carries besides the original bytes.
+DLQ_REASON = "Rollbook-Dlq-Reason"
+DLQ_SUBJECT = "Rollbook-Dlq-Subject"
+DLQ_STREAM_SEQ = "Rollbook-Dlq-Stream-Seq"
+DLQ_DELIVERIES = "Rollbook-Dlq-Deliveries"
+DLQ_CONSUMER = "Rollbook-Dlq-Consumer"
+DLQ_MSG_ID = "Rollbook-Dlq-Msg-Id"
+MSG_ID = "Nats-Msg-Id"
+
+# Retry delays (seconds) after the 1st, 2nd, ... failed delivery; the last one repeats.
+DEFAULT_RETRY_BACKOFF: tuple[float, ...] = (0.5, 2.0, 5.0, 15.0, 30.0)
+_MAX_HEADER_CHARS = 2000
+
+# Bytes kept as they are in a subject token; everything else is percent-escaped (UTF-8).
+_TOKEN_SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
+# A token cannot be empty (cluster-scoped objects have no namespace); a lone % is unambiguous.
+_EMPTY_TOKEN = "%"
+
+
+def encode_token(value: str) -> str:
+    """Escape a value into one NATS subject token, reversibly (``web.v2`` -> ``web%2Ev2``, empty -> ``%``)."""
+    if not value:
+        return _EMPTY_TOKEN
+    return "".join(chr(b) if b in _TOKEN_SAFE else f"%{b:02X}" for b in value.encode())
+
+
+def decode_token(token: str) -> str:
+    """Inverse of ``encode_token``."""
+    return "" if token == _EMPTY_TOKEN else unquote(token, errors="strict")
+
+
+class PublishError(Exception):
+    """Some events of a ``publish_many`` were not stored by JetStream (the others were)."""
+
+    def __init__(self, failures: list[tuple[str, BaseException]]) -> None:
+        self.failures = failures
+        first_id, first_error = failures[0]
+        super().__init__(f"{len(failures)} event(s) not published; first {first_id}: {first_error!r}")
+
+
+@dataclass(frozen=True)
+class EventSubject:
+    """The parts of an event subject, decoded."""
+
+    partition: int
+    kind: str
+    namespace: str
+    name: str
+    event_type: str
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """A message moved to the dead-letter subject, as read back by ``Bus.dead_letters``."""
+
+    data: bytes  # the original message bytes, untouched
+    reason: str
+    original_subject: str
+    stream_sequence: int
+    deliveries: int
+    consumer: str
+    msg_id: str | None
+
+
+@dataclass
+class ConsumerStats:
+    handled: int = 0  # handler returned, message acked
+    retried: int = 0  # handler raised, message nak'ed for a later delivery
+    dead_lettered: int = 0
+
+
+class Bus:
+    """One NATS connection and its JetStream context, scoped to settings.stream_name and subject_prefix."""
+
+    def __init__(self, settings: Settings, nc: NatsClient, js: JetStreamContext) -> None:
+        self.settings = settings
+        self.nc = nc
+        self.js = js
+        self.prefix = settings.subject_prefix
+        self.stream = settings.stream_name
+
+    # --- connection -----------------------------------------------------------------------------------
+
+    @classmethod
+    async def connect(cls, settings: Settings, *, name: str = "rollbook") -> Bus:
+        """Connect to settings.nats_url (must be set: see services.domain.embedded.resolved_settings)."""
+        if not settings.nats_url:
+            raise ValueError(
+                "Bus.connect needs a NATS URL; start embedded servers first (services.domain.embedded)"
+            )
+        nc = await nats.connect(
+            settings.nats_url,
+            name=name,
+            max_reconnect_attempts=-1,
+            reconnect_time_wait=0.5,
+            connect_timeout=5,
+        )
+        return cls(settings, nc, nc.jetstream(timeout=10))
+
+    async def close(self) -> None:
+        """Flush pending publishes and close the connection."""
+        if not self.nc.is_closed:
+            await self.nc.drain()
+
+    async def ensure_stream(self) -> None:
+        """Create the stream over ``<prefix>.>`` or bring an existing one's settings up to date."""
+        config = StreamConfig(
+            name=self.stream,
+            subjects=[f"{self.prefix}.>"],
+            storage=StorageType.FILE,
+            duplicate_window=float(self.settings.bus_dedup_window),
+        )
+        try:
+            await self.js.add_stream(config)
+        except nats.js.errors.BadRequestError as error:
+            # "stream name already in use with a different configuration": update the mutable fields.
+            if error.err_code != 10058:
+                raise
+            await self.js.update_stream(config)
+
+    # --- subjects -------------------------------------------------------------------------------------
+
+    def partition_of(self, partition_key: str) -> int:
+        """Stable partition of a workload (crc32, the same in every process and Python version)."""
+        return zlib.crc32(partition_key.encode()) % self.settings.bus_partitions
+
+    def subject_for(self, envelope: Envelope, *, partition_key: str | None = None) -> str:
+        """``<prefix>.ev.p<N>.<Kind>.<namespace>.<name>.<EventType>`` for an envelope of stream K/ns/name."""
+        parts = envelope.stream.split("/", 2)
+        if len(parts) != 3:
+            raise ValueError(f"event stream {envelope.stream!r} is not Kind/namespace/name")
+        kind, namespace, name = parts
+        partition = self.partition_of(partition_key or envelope.stream)
+        tokens = [encode_token(t) for t in (kind, namespace, name, envelope.type)]
+        return ".".join([self.prefix, "ev", f"p{partition}", *tokens])
+
+    def event_filter(
+        self,
+        *,
+        partition: int | None = None,
+        kind: str | None = None,
+        namespace: str | None = None,
+        name: str | None = None,
+        event_type: str | None = None,
+    ) -> str:
+        """A filter subject over events; ``None`` parts match anything (``*``)."""
+        tokens = [
+            "*" if partition is None else f"p{partition}",
+            *("*" if v is None else encode_token(v) for v in (kind, namespace, name, event_type)),
+        ]
+        return ".".join([self.prefix, "ev", *tokens])
+
+    def parse_event_subject(self, subject: str) -> EventSubject:
+        tokens = subject.split(".")
+        if len(tokens) != 7 or tokens[0] != self.prefix or tokens[1] != "ev" or not tokens[2].startswith("p"):
+            raise ValueError(f"not an event subject of {self.prefix!r}: {subject!r}")
+        return EventSubject(int(tokens[2][1:]), *(decode_token(t) for t in tokens[3:]))
+
+    def dead_letter_subject(self, consumer: str) -> str:
+        return f"{self.prefix}.dlq.{encode_token(consumer)}"
+
+    # --- publishing -----------------------------------------------------------------------------------
+
+    async def publish(self, envelope: Envelope, *, partition_key: str | None = None) -> bool:
+        """Publish one event and wait for JetStream's ack. Returns True when it was a duplicate (an event with
+        this event_id was already stored within the dedup window) and so was dropped by the server."""
+        ack = await self.js.publish(
+            self.subject_for(envelope, partition_key=partition_key),
+            encode(envelope),
+            stream=self.stream,
+            headers={MSG_ID: str(envelope.event_id)},
+        )
+        return bool(ack.duplicate)
+
+    async def publish_many(
+        self, envelopes: Iterable[Envelope], *, partition_key: Callable[[Envelope], str] | None = None
+    ) -> list[bool]:
+        """Publish many events pipelined (nats-py publish_async, at most 4000 acks in flight) and wait for
+        every ack. Returns the duplicate flag per event, in order. Raises PublishError naming the events
+        JetStream did not store; publishing them again is safe (dedup by event_id)."""
+        sent: list[tuple[str, asyncio.Future[nats.js.api.PubAck]]] = []
+        for envelope in envelopes:
+            key = partition_key(envelope) if partition_key else None
+            future = await self.js.publish_async(
+                self.subject_for(envelope, partition_key=key),
+                encode(envelope),
+                stream=self.stream,
+                headers={MSG_ID: str(envelope.event_id)},
+            )
+            sent.append((str(envelope.event_id), future))
+        results = await asyncio.gather(*(f for _, f in sent), return_exceptions=True)
+        failures = [
+            (eid, r) for (eid, _), r in zip(sent, results, strict=True) if isinstance(r, BaseException)
+        ]
+        if failures:
+            raise PublishError(failures)
+        return [bool(r.duplicate) for r in results if not isinstance(r, BaseException)]
+
+    # --- consuming ------------------------------------------------------------------------------------
+
+    def consumer(
+        self,
+        durable: str,
+        filter_subjects: Sequence[str] | str,
+        handler: Handler,
+        *,
+        batch: int = 100,
+        ordered: bool = False,
+        ack_wait: float = 30.0,
+        retry_backoff: Sequence[float] = DEFAULT_RETRY_BACKOFF,
+        fetch_timeout: float = 1.0,
+    ) -> Consumer:
+        """A durable pull consumer; call ``await c.run()`` (until ``c.stop()`` or cancellation).
+
+        Several processes may run the same durable to split the work. ``ordered=True`` allows one
+        unacknowledged message at a time (max_ack_pending=1), so the durable sees its messages strictly in
+        stream order, a failing one retried before the next: use one such durable per partition."""
+        filters = [filter_subjects] if isinstance(filter_subjects, str) else list(filter_subjects)
+        return Consumer(
+            self,
+            durable,
+            filters,
+            handler,
+            batch=1 if ordered else batch,
+            max_ack_pending=1 if ordered else max(1000, batch * 4),
+            ack_wait=ack_wait,
+            retry_backoff=tuple(retry_backoff) or (0.0,),
+            fetch_timeout=fetch_timeout,
+        )
+
+    async def consume(
+        self, durable: str, filter_subjects: Sequence[str] | str, handler: Handler, **options: object
+    ) -> None:
+        """Shorthand for ``await bus.consumer(...).run()``."""
+        await self.consumer(durable, filter_subjects, handler, **options).run()  # type: ignore[arg-type]
+
+    async def dead_letters(self, consumer: str, *, limit: int = 1000, wait: float = 1.0) -> list[DeadLetter]:
+        """Read (without removing) the dead letters of one consumer, oldest first."""
+        sub = await self.js.pull_subscribe(
+            self.dead_letter_subject(consumer),
+            stream=self.stream,
+            config=ConsumerConfig(
+                ack_policy=AckPolicy.NONE, deliver_policy=DeliverPolicy.ALL, inactive_threshold=30.0
+            ),
+        )
+        letters: list[DeadLetter] = []
+        try:
+            wanted = min(limit, (await sub.consumer_info()).num_pending or 0)
+            while len(letters) < wanted:
+                try:
+                    msgs = await sub.fetch(min(256, wanted - len(letters)), timeout=wait)
+                except nats.errors.TimeoutError:
+                    break
+                for msg in msgs:
+                    h = msg.headers or {}
+                    letters.append(
+                        DeadLetter(
+                            data=msg.data,
+                            reason=h.get(DLQ_REASON, ""),
+                            original_subject=h.get(DLQ_SUBJECT, ""),
+                            stream_sequence=int(h.get(DLQ_STREAM_SEQ, "0")),
+                            deliveries=int(h.get(DLQ_DELIVERIES, "0")),
+                            consumer=h.get(DLQ_CONSUMER, ""),
+                            msg_id=h.get(DLQ_MSG_ID),
+                        )
+                    )
+        finally:
+            await sub.unsubscribe()
+        return letters
+
+
+@dataclass
+class Consumer:
+    """Runs one durable pull consumer. Use ``Bus.consumer`` to build it."""
+
+    bus: Bus
+    durable: str
+    filter_subjects: list[str]
+    handler: Handler
+    batch: int
+    max_ack_pending: int
+    ack_wait: float
+    retry_backoff: tuple[float, ...]
+    fetch_timeout: float
+    stats: ConsumerStats = field(default_factory=ConsumerStats)
+    _stopping: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def stop(self) -> None:
+        """Stop fetching; the message being handled finishes, the rest of the batch goes back at once."""
+        self._stopping.set()
+
+    async def ensure(self) -> None:
+        """Create the durable consumer, or update it to this configuration (idempotent, shared by workers)."""
+        filters = self.filter_subjects
+        config = ConsumerConfig(
+            name=self.durable,
+            durable_name=self.durable,
+            ack_policy=AckPolicy.EXPLICIT,
+            deliver_policy=DeliverPolicy.ALL,
+            ack_wait=self.ack_wait,
+            max_ack_pending=self.max_ack_pending,
+            # Redeliveries are capped by us (dead letter after settings.max_deliver), not by the server,
+            # which would silently stop delivering.
+            max_deliver=-1,
+            filter_subject=filters[0] if len(filters) == 1 else None,
+            filter_subjects=filters if len(filters) > 1 else None,
+        )
+        await self.bus.js.add_consumer(self.bus.stream, config)
+
+    async def run(self) -> None:
+        """Fetch and handle until ``stop()`` or cancellation; never raises for a bad message."""
+        await self.ensure()
+        sub = await self.bus.js.pull_subscribe_bind(self.durable, stream=self.bus.stream)
+        try:
+            while not self._stopping.is_set():
+                try:
+                    msgs = await sub.fetch(self.batch, timeout=self.fetch_timeout)
+                except nats.errors.TimeoutError:
+                    continue
+                except nats.errors.ConnectionClosedError:
+                    log.warning("bus connection closed; consumer %s stops", self.durable)
+                    return
+                except Exception:
+                    log.exception("fetch failed on consumer %s; retrying", self.durable)
+                    await asyncio.sleep(1.0)
+                    continue
+                for index, msg in enumerate(msgs):
+                    if self._stopping.is_set():
+                        await self._give_back(msgs[index:])
+                        break
+                    await self._settle(msg)
+        finally:
+            try:
+                await sub.unsubscribe()
+            except Exception:  # the connection may be gone already; nothing to release then
+                log.debug("unsubscribe failed", exc_info=True)
+
+    async def _give_back(self, msgs: Sequence[Msg]) -> None:
+        for msg in msgs:
+            try:
+                await msg.nak()
+            except Exception:
+                log.debug("nak on stop failed", exc_info=True)
+
+    async def _settle(self, msg: Msg) -> None:
+        try:
+            await self._handle(msg)
+        except Exception:
+            # Acking or dead-lettering failed (connection trouble): the message stays unacked and comes
+            # back after ack_wait. Never let it stop the consumer.
+            log.exception("could not settle message on %s (consumer %s)", msg.subject, self.durable)
+
+    async def _handle(self, msg: Msg) -> None:
+        deliveries = msg.metadata.num_delivered
+        max_deliver = self.bus.settings.max_deliver
+        try:
+            envelope = decode(msg.data)
+        except (msgspec.DecodeError, msgspec.ValidationError) as error:
+            # Undecodable bytes never become decodable: dead-letter on the first delivery.
+            await self._dead_letter(msg, f"undecodable: {error}")
+            return
+        if deliveries > max_deliver:
+            # Earlier deliveries were never settled (the process died or ack_wait passed while handling).
+            await self._dead_letter(msg, f"delivered {deliveries} times without being settled")
+            return
+        try:
+            await self.handler(envelope, msg)
+        except Exception as error:
+            reason = f"handler failed on delivery {deliveries}: {type(error).__name__}: {error}"
+            if deliveries >= max_deliver:
+                await self._dead_letter(msg, reason)
+            else:
+                delay = self.retry_backoff[min(deliveries, len(self.retry_backoff)) - 1]
+                log.warning("%s; retrying in %.1fs (event %s)", reason, delay, envelope.event_id)
+                self.stats.retried += 1
+                await msg.nak(delay=delay)
+            return
+        if not msg.is_acked:  # the handler may settle the message itself
+            await msg.ack()
+        self.stats.handled += 1
+
+    async def _dead_letter(self, msg: Msg, reason: str) -> None:
+        meta = msg.metadata
+        clean_reason = " ".join(reason.split())[:_MAX_HEADER_CHARS]  # headers are one line
+        original_id = (msg.headers or {}).get(MSG_ID)
+        headers = {
+            DLQ_REASON: clean_reason,
+            DLQ_SUBJECT: msg.subject,
+            DLQ_STREAM_SEQ: str(meta.sequence.stream),
+            DLQ_DELIVERIES: str(meta.num_delivered),
+            DLQ_CONSUMER: self.durable,
+            # Publishing twice (crash between publish and term) stores one dead letter.
+            MSG_ID: f"dlq.{self.durable}.{meta.sequence.stream}",
+        }
+        if original_id:
+            headers[DLQ_MSG_ID] = original_id
+        await self.bus.js.publish(
+            self.bus.dead_letter_subject(self.durable), msg.data, stream=self.bus.stream, headers=headers
+        )
+        await msg.term()
+        self.stats.dead_lettered += 1
+        log.error(
+            "dead-lettered stream seq %s from %s (consumer %s): %s",
+            meta.sequence.stream,
+            msg.subject,
+            self.durable,
+            clean_reason,
+        )

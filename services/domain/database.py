@@ -1,0 +1,69 @@
+"""Postgres URL handling and schema migrations (Alembic), shared by the store, the CLI and the tests.
+
+Settings carry plain libpq-style URLs (``postgresql://user@host:port/db``); SQLAlchemy needs the driver in
+the scheme. ``sqlalchemy_url`` is the one place that conversion happens.
+
+Migrations are Alembic's, from ``migrations/`` next to ``alembic.ini`` at the repository root:
+
+- ``upgrade(database_url, revision="head")`` / ``downgrade(database_url, revision="base")`` run them
+  synchronously (Alembic's env.py runs its own event loop);
+- ``await upgrade_async(...)`` / ``await downgrade_async(...)`` do the same from async code, in a thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+ALEMBIC_INI = REPO_ROOT / "alembic.ini"
+
+_DRIVER_SCHEMES = ("postgresql+asyncpg://",)
+_PLAIN_SCHEMES = ("postgresql://", "postgres://")
+
+
+def sqlalchemy_url(database_url: str) -> str:
+    """``postgresql://…`` (or ``postgres://…``) -> ``postgresql+asyncpg://…``; already-asyncpg URLs pass."""
+    if database_url.startswith(_DRIVER_SCHEMES):
+        return database_url
+    for scheme in _PLAIN_SCHEMES:
+        if database_url.startswith(scheme):
+            return "postgresql+asyncpg://" + database_url[len(scheme) :]
+    raise ValueError(
+        f"not a Postgres URL: {database_url!r} (expected postgresql://user@host:port/db)"
+    )
+
+
+def asyncpg_url(database_url: str) -> str:
+    """The plain ``postgresql://`` form asyncpg.connect() takes (accepts either form)."""
+    if database_url.startswith("postgresql+asyncpg://"):
+        return "postgresql://" + database_url[len("postgresql+asyncpg://") :]
+    sqlalchemy_url(database_url)  # validates
+    return database_url
+
+
+def alembic_config(database_url: str) -> Config:
+    """An Alembic Config for this repository's migrations, pointed at ``database_url``."""
+    config = Config(str(ALEMBIC_INI))
+    config.set_main_option("script_location", str(REPO_ROOT / "migrations"))
+    config.attributes["database_url"] = database_url
+    return config
+
+
+def upgrade(database_url: str, revision: str = "head") -> None:
+    command.upgrade(alembic_config(database_url), revision)
+
+
+def downgrade(database_url: str, revision: str = "base") -> None:
+    command.downgrade(alembic_config(database_url), revision)
+
+
+async def upgrade_async(database_url: str, revision: str = "head") -> None:
+    await asyncio.to_thread(upgrade, database_url, revision)
+
+
+async def downgrade_async(database_url: str, revision: str = "base") -> None:
+    await asyncio.to_thread(downgrade, database_url, revision)

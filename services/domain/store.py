@@ -1,0 +1,384 @@
+"""The Postgres event store: append-only ``events`` table, per-stream optimistic concurrency, idempotent
+appends by event id, gap-free reads by global position.
+
+Public API (all coroutines unless noted)::
+
+    store = await EventStore.connect(database_url: str, *, pool_size: int = 5) -> EventStore
+    await store.close() -> None
+
+    await store.append(events: Sequence[Envelope], expected_version: int | None) -> AppendResult
+    await store.append_many(events: Sequence[Envelope]) -> int
+    await store.stream_version(stream: str) -> int
+    await store.read_stream(stream: str, from_version: int = 1) -> list[StoredEvent]
+    await store.read_batch(from_position: int = 0, limit: int = 1000) -> list[StoredEvent]
+    store.read_all(from_position: int = 0, batch_size: int = 2000) -> AsyncIterator[StoredEvent]
+    store.read_all_batches(from_position: int = 0, batch_size: int = 2000) -> AsyncIterator[list[StoredEvent]]
+    (the two read_all* are async generators: ``async for``, not ``await``)
+    await store.head_position() -> int
+    await store.read_correlation(correlation_id: str) -> list[StoredEvent]
+    store.engine -> AsyncEngine  (for SQL views and queries elsewhere; its JSONB columns decode as usual)
+
+Semantics:
+
+- ``append``: every envelope belongs to one stream and they carry consecutive ``stream_version`` values.
+  With ``expected_version=n`` the versions must be n+1, n+2, ...; if the stream is not at n (another
+  writer got there first) it raises ``ConcurrencyError(stream, expected, actual)`` and stores nothing.
+  With ``expected_version=None`` there is no check: the store gives the new events the next versions
+  after the stream's current one (the stored envelopes, returned in ``AppendResult.events``, carry them).
+  Events whose ``event_id`` is already stored are skipped (a redelivery is a no-op, not an error); if
+  every event is already stored, the append succeeds with ``appended == 0``. All or nothing: one
+  transaction.
+- ``append_many``: the fast, multi-stream, idempotent path (the auditor's ingest and the benchmark):
+  events are stored with the stream versions they carry, ``ON CONFLICT (event_id) DO NOTHING``; a
+  different event already holding a (stream, stream_version) raises ``ConcurrencyError``, storing
+  nothing. Returns how many rows were new.
+- ``read_all`` / ``read_batch`` never skip an event: writers are serialised in the database (see the
+  first migration), so every row a reader can see has all lower positions visible or gone for good.
+  ``head_position()`` is that commit-safe watermark (the highest visible position, 0 if empty).
+
+Payloads are JSONB; they are written as msgspec-encoded text and read back as ``payload::text`` and
+decoded by msgspec into the tagged ``Event`` union (no stdlib json anywhere on the hot paths). The hot
+paths use the asyncpg driver connection under SQLAlchemy's pool; small queries use SQLAlchemy Core.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+import msgspec
+from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from services.domain.database import sqlalchemy_url
+from services.domain.events import Envelope, Event
+from services.domain.store_schema import events_table
+
+__all__ = ["AppendResult", "ConcurrencyError", "EventStore", "StoredEvent"]
+
+
+class ConcurrencyError(Exception):
+    """The stream was not at the version the writer expected; nothing was stored."""
+
+    def __init__(self, stream: str, expected: int, actual: int, detail: str = "") -> None:
+        self.stream = stream
+        self.expected = expected
+        self.actual = actual
+        message = (
+            f"concurrency conflict on stream {stream!r}: expected version {expected}, "
+            f"but the stream is at version {actual}"
+        )
+        super().__init__(message + (f" ({detail})" if detail else ""))
+
+
+class _RaceLost(Exception):
+    """Internal: a concurrent writer stored one of our event ids between our check and our insert."""
+
+
+class StoredEvent(msgspec.Struct, frozen=True):
+    global_position: int
+    recorded_at: datetime
+    envelope: Envelope
+
+
+class AppendResult(msgspec.Struct, frozen=True, kw_only=True):
+    stream: str
+    appended: int  # rows new in this call
+    skipped: int  # events whose event_id was already stored
+    stream_version: int  # the stream's version after the append
+    last_position: int | None  # global position of the last new row (None when nothing was new)
+    events: list[Envelope]  # the envelopes stored by this call, with their final stream versions
+
+
+_COLUMNS = (
+    "global_position, recorded_at, event_id, stream, stream_version, type, schema_version, "
+    "occurred_at, causation_id, correlation_id, payload::text"
+)
+
+# Keyset pagination over the primary key: each page is one short statement, so nothing holds a snapshot
+# or a connection while the caller works through the rows.
+_READ_ALL_SQL = f"SELECT {_COLUMNS} FROM events WHERE global_position > $1 ORDER BY global_position LIMIT $2"
+_READ_STREAM_SQL = (
+    f"SELECT {_COLUMNS} FROM events WHERE stream = $1 AND stream_version >= $2 ORDER BY stream_version"
+)
+_READ_CORRELATION_SQL = f"SELECT {_COLUMNS} FROM events WHERE correlation_id = $1 ORDER BY global_position"
+
+_STATE_SQL = """
+SELECT (SELECT coalesce(max(stream_version), 0) FROM events WHERE stream = $1),
+       (SELECT coalesce(array_agg(event_id), '{}') FROM events WHERE event_id = ANY($2::uuid[]))
+"""
+
+# One statement per batch whatever its size: arrays travel in asyncpg's binary format. WITH ORDINALITY +
+# ORDER BY keeps global positions in batch order (so stream versions rise with position).
+_INSERT_SQL = """
+INSERT INTO events (event_id, stream, stream_version, type, schema_version, occurred_at,
+                    causation_id, correlation_id, payload)
+SELECT e.event_id, e.stream, e.stream_version, e.type, e.schema_version, e.occurred_at,
+       e.causation_id, e.correlation_id, e.payload::jsonb
+FROM unnest($1::uuid[], $2::text[], $3::int4[], $4::text[], $5::int4[], $6::timestamptz[],
+            $7::uuid[], $8::text[], $9::text[])
+     WITH ORDINALITY AS e(event_id, stream, stream_version, type, schema_version, occurred_at,
+                          causation_id, correlation_id, payload, ord)
+ORDER BY e.ord
+ON CONFLICT (event_id) DO NOTHING
+RETURNING global_position
+"""
+
+_payload_encoder = msgspec.json.Encoder()
+_payload_decoder: msgspec.json.Decoder[Any] = msgspec.json.Decoder(Event)  # type: ignore[arg-type]
+
+# How often an unchecked append (expected_version=None) retries after losing a race for a version.
+_UNCHECKED_RETRIES = 20
+
+
+def _row_to_stored(row: asyncpg.Record) -> StoredEvent:
+    return StoredEvent(
+        row[0],
+        row[1],
+        Envelope(
+            event_id=row[2],
+            stream=row[3],
+            stream_version=row[4],
+            type=row[5],
+            schema_version=row[6],
+            occurred_at=row[7],
+            causation_id=row[8],
+            correlation_id=row[9],
+            payload=_payload_decoder.decode(row[10]),
+        ),
+    )
+
+
+def _columns(events: Sequence[Envelope]) -> tuple[list[Any], ...]:
+    """Column arrays for _INSERT_SQL, in its parameter order."""
+    return (
+        [e.event_id for e in events],
+        [e.stream for e in events],
+        [e.stream_version for e in events],
+        [e.type for e in events],
+        [e.schema_version for e in events],
+        [e.occurred_at for e in events],
+        [e.causation_id for e in events],
+        [e.correlation_id for e in events],
+        [_payload_encoder.encode(e.payload).decode() for e in events],
+    )
+
+
+def _check_consecutive(events: Sequence[Envelope], expected_version: int | None) -> str:
+    if not events:
+        raise ValueError("append needs at least one event")
+    stream = events[0].stream
+    ids: set[uuid.UUID] = set()
+    for index, event in enumerate(events):
+        if event.stream != stream:
+            raise ValueError(
+                f"append takes events of one stream: {event.stream!r} differs from {stream!r}"
+                " (use append_many for several streams)"
+            )
+        if event.event_id in ids:
+            raise ValueError(f"event_id {event.event_id} appears twice in one append")
+        ids.add(event.event_id)
+        if expected_version is not None and event.stream_version != expected_version + index + 1:
+            raise ValueError(
+                f"stream {stream!r}: event {index} carries stream_version {event.stream_version}, "
+                f"expected {expected_version + index + 1} (versions must follow expected_version "
+                f"{expected_version} consecutively)"
+            )
+    return stream
+
+
+class EventStore:
+    """See the module docstring. Create with ``await EventStore.connect(url)``; close with ``close()``."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.engine = engine
+
+    @classmethod
+    async def connect(cls, database_url: str, *, pool_size: int = 5) -> EventStore:
+        engine = create_async_engine(
+            sqlalchemy_url(database_url),
+            pool_size=pool_size,
+            max_overflow=pool_size,
+            # A connection broken by a Postgres restart is replaced on checkout instead of failing a call.
+            pool_pre_ping=True,
+        )
+        store = cls(engine)
+        await store.head_position()  # fail fast on a bad URL or an unmigrated database
+        return store
+
+    async def close(self) -> None:
+        await self.engine.dispose()
+
+    @asynccontextmanager
+    async def _driver(self) -> AsyncIterator[asyncpg.Connection]:
+        """A pooled connection's asyncpg driver connection (no SQLAlchemy transaction open on it)."""
+        async with self.engine.connect() as connection:
+            raw = await connection.get_raw_connection()
+            yield raw.driver_connection  # type: ignore[misc]
+
+    # --- writing ------------------------------------------------------------------------------------
+
+    async def append(self, events: Sequence[Envelope], expected_version: int | None) -> AppendResult:
+        stream = _check_consecutive(events, expected_version)
+        ids = [e.event_id for e in events]
+        attempts = _UNCHECKED_RETRIES if expected_version is None else 2
+        for _ in range(attempts):
+            async with self._driver() as conn:
+                try:
+                    async with conn.transaction():
+                        result = await self._append_once(conn, stream, events, ids, expected_version)
+                except (asyncpg.UniqueViolationError, _RaceLost) as error:
+                    # Lost a race after our check: another writer took one of our versions (or stored
+                    # one of our event ids meanwhile). The transaction rolled back; look again.
+                    version = await self.stream_version(stream)
+                    if expected_version is not None and version != expected_version:
+                        stored = await self._stored_ids(conn, ids)
+                        if stored != set(ids):
+                            raise ConcurrencyError(stream, expected_version, version) from error
+                    continue
+            if result is not None:
+                return result
+        raise ConcurrencyError(
+            stream, -1 if expected_version is None else expected_version, await self.stream_version(stream),
+            "gave up after repeated races with other writers",
+        )
+
+    async def _append_once(
+        self,
+        conn: asyncpg.Connection,
+        stream: str,
+        events: Sequence[Envelope],
+        ids: list[uuid.UUID],
+        expected_version: int | None,
+    ) -> AppendResult | None:
+        current, stored_ids = await conn.fetchrow(_STATE_SQL, stream, ids)
+        stored = set(stored_ids)
+        new = [e for e in events if e.event_id not in stored]
+        if not new:
+            return AppendResult(
+                stream=stream, appended=0, skipped=len(events), stream_version=current,
+                last_position=None, events=[],
+            )
+        if expected_version is None:
+            new = [
+                msgspec.structs.replace(e, stream_version=current + i + 1) for i, e in enumerate(new)
+            ]
+        else:
+            # Already-stored events must be the ones right before the new ones (a redelivered prefix);
+            # the first new event then sits exactly one above the stream's current version.
+            wanted = new[0].stream_version - 1
+            if current != wanted:
+                raise ConcurrencyError(stream, wanted, current)
+            for before, after in zip(new, new[1:], strict=False):
+                if after.stream_version != before.stream_version + 1:
+                    raise ConcurrencyError(
+                        stream, expected_version, current,
+                        f"event {after.event_id} is new but an earlier event of the batch is already stored",
+                    )
+        positions = await conn.fetch(_INSERT_SQL, *_columns(new))
+        if len(positions) != len(new):
+            # Some event id was stored by a concurrent writer between our check and insert: redo it all.
+            raise _RaceLost()
+        return AppendResult(
+            stream=stream,
+            appended=len(new),
+            skipped=len(events) - len(new),
+            stream_version=new[-1].stream_version,
+            last_position=positions[-1][0],
+            events=list(new),
+        )
+
+    async def _stored_ids(self, conn: asyncpg.Connection, ids: list[uuid.UUID]) -> set[uuid.UUID]:
+        rows = await conn.fetch("SELECT event_id FROM events WHERE event_id = ANY($1::uuid[])", ids)
+        return {row[0] for row in rows}
+
+    async def append_many(self, events: Sequence[Envelope]) -> int:
+        if not events:
+            return 0
+        async with self._driver() as conn:
+            try:
+                async with conn.transaction():
+                    rows = await conn.fetch(_INSERT_SQL, *_columns(events))
+            except asyncpg.UniqueViolationError as error:
+                raise await self._slot_conflict(conn, events) from error
+        return len(rows)
+
+    async def _slot_conflict(self, conn: asyncpg.Connection, events: Sequence[Envelope]) -> ConcurrencyError:
+        """Name the first event whose (stream, stream_version) another event already holds."""
+        rows = await conn.fetch(
+            """
+            SELECT s.stream, s.stream_version, e.event_id
+            FROM unnest($1::text[], $2::int4[], $3::uuid[]) AS s(stream, stream_version, event_id)
+            JOIN events e USING (stream, stream_version)
+            WHERE e.event_id <> s.event_id
+            LIMIT 1
+            """,
+            [e.stream for e in events],
+            [e.stream_version for e in events],
+            [e.event_id for e in events],
+        )
+        if not rows:
+            return ConcurrencyError(events[0].stream, -1, -1, "a concurrent writer took a stream version")
+        stream, version, holder = rows[0]
+        actual = await conn.fetchval(
+            "SELECT coalesce(max(stream_version), 0) FROM events WHERE stream = $1", stream
+        )
+        return ConcurrencyError(
+            stream, version - 1, actual, f"version {version} is already held by event {holder}"
+        )
+
+    # --- reading ------------------------------------------------------------------------------------
+
+    async def stream_version(self, stream: str) -> int:
+        statement = select(func.coalesce(func.max(events_table.c.stream_version), 0)).where(
+            events_table.c.stream == stream
+        )
+        async with self.engine.connect() as connection:
+            return int((await connection.execute(statement)).scalar_one())
+
+    async def head_position(self) -> int:
+        """The commit-safe watermark: every event at or below it is readable now."""
+        statement = select(func.coalesce(func.max(events_table.c.global_position), 0))
+        async with self.engine.connect() as connection:
+            return int((await connection.execute(statement)).scalar_one())
+
+    async def read_stream(self, stream: str, from_version: int = 1) -> list[StoredEvent]:
+        async with self._driver() as conn:
+            rows = await conn.fetch(_READ_STREAM_SQL, stream, from_version)
+        return [_row_to_stored(row) for row in rows]
+
+    async def read_correlation(self, correlation_id: str) -> list[StoredEvent]:
+        """Every event of one rollout (correlation id), in global order."""
+        async with self._driver() as conn:
+            rows = await conn.fetch(_READ_CORRELATION_SQL, correlation_id)
+        return [_row_to_stored(row) for row in rows]
+
+    async def read_batch(self, from_position: int = 0, limit: int = 1000) -> list[StoredEvent]:
+        """Up to ``limit`` events with global_position > ``from_position``, in order (one poll)."""
+        async with self._driver() as conn:
+            rows = await conn.fetch(_READ_ALL_SQL, from_position, limit)
+        return [_row_to_stored(row) for row in rows]
+
+    async def read_all_batches(
+        self, from_position: int = 0, batch_size: int = 2000
+    ) -> AsyncIterator[list[StoredEvent]]:
+        """Pages of events after ``from_position`` until the head is reached (events appended while
+        iterating are included if they land before the last page)."""
+        position = from_position
+        while True:
+            batch = await self.read_batch(position, batch_size)
+            if not batch:
+                return
+            yield batch
+            if len(batch) < batch_size:
+                return
+            position = batch[-1].global_position
+
+    async def read_all(self, from_position: int = 0, batch_size: int = 2000) -> AsyncIterator[StoredEvent]:
+        async for batch in self.read_all_batches(from_position, batch_size):
+            for event in batch:
+                yield event

@@ -1,0 +1,35 @@
+"""Event builders shared by the store tests."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+
+from services.domain.events import Envelope, PodActionRequested, new_event
+
+
+def unique_stream(label: str = "CloneSet") -> str:
+    return f"{label}/test/{uuid.uuid4().hex[:10]}"
+
+
+def pod_action(stream: str, version: int, *, index: int = 0, rollout: str = "r1") -> Envelope:
+    return new_event(
+        PodActionRequested(
+            action_id=f"{stream}-{version}",
+            action="createPod",
+            namespace="default",
+            pod=f"sample-{index}",
+            rollout_id=rollout,
+            revision="sample-7656fc4998",
+            details={"labels": {"app": "sample"}, "containers": ["main", "sidecar"], "n": index},
+        ),
+        stream=stream,
+        stream_version=version,
+        occurred_at=datetime(2026, 11, 30, 12, 0, index % 60, tzinfo=UTC),
+        causation_id=uuid.uuid4(),
+        correlation_id=rollout,
+    )
+
+
+def batch(stream: str, first_version: int, count: int, *, rollout: str = "r1") -> list[Envelope]:
+    return [pod_action(stream, first_version + i, index=i, rollout=rollout) for i in range(count)]

@@ -1,0 +1,206 @@
+"""The bus against a real NATS JetStream: dedup by event id, durable consumers, dead letters, ordering."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+from nats.aio.msg import Msg
+
+from services.domain.bus import Bus
+from services.domain.events import Envelope, encode
+from tests.domain.bus_helpers import eventually, paused, unique
+
+
+async def test_republished_event_id_is_dropped_by_jetstream(bus: Bus) -> None:
+    stream = f"CloneSet/dedup/{unique('web')}"
+    event = paused(stream, 1)
+    assert await bus.publish(event) is False
+    assert await bus.publish(event) is True  # same event_id: the server drops it
+    batch = [paused(stream, 2), event, paused(stream, 3)]
+    assert await bus.publish_many(batch) == [False, True, False]
+
+    seen: list[Envelope] = []
+
+    async def handle(envelope: Envelope, msg: Msg) -> None:
+        seen.append(envelope)
+
+    consumer = bus.consumer(unique("dedup"), bus.event_filter(name=stream.split("/")[2]), handle)
+    task = asyncio.create_task(consumer.run())
+    await eventually(lambda: len(seen) >= 3, what="3 events")
+    await asyncio.sleep(0.3)  # a fourth (a duplicate) would arrive by now
+    consumer.stop()
+    await task
+    assert [e.stream_version for e in seen] == [1, 2, 3]
+
+
+async def test_poison_message_is_dead_lettered_and_consumer_keeps_going(bus: Bus) -> None:
+    name = unique("poison")
+    stream = f"CloneSet/default/{name}"
+    good_before, good_after = paused(stream, 1), paused(stream, 2)
+    await bus.publish(good_before)
+    garbage = b'{"event_id": "not-a-uuid", "type": 42}'
+    await bus.js.publish(bus.subject_for(good_before), garbage, headers={"Nats-Msg-Id": "garbage-" + name})
+    await bus.publish(good_after)
+
+    handled: list[uuid.UUID] = []
+
+    async def handle(envelope: Envelope, msg: Msg) -> None:
+        handled.append(envelope.event_id)
+
+    durable = unique("auditor")
+    consumer = bus.consumer(durable, bus.event_filter(name=name), handle)
+    task = asyncio.create_task(consumer.run())
+    await eventually(lambda: len(handled) == 2 and consumer.stats.dead_lettered == 1, what="both handled")
+    consumer.stop()
+    await task
+
+    assert handled == [good_before.event_id, good_after.event_id]
+    [letter] = await bus.dead_letters(durable)
+    assert letter.data == garbage  # the original bytes, untouched
+    assert letter.reason.startswith("undecodable:") and "event_id" in letter.reason
+    assert letter.original_subject == bus.subject_for(good_before)
+    assert letter.deliveries == 1  # undecodable: no pointless retries
+    assert letter.consumer == durable and letter.msg_id == "garbage-" + name
+    assert letter.stream_sequence > 0
+
+
+async def test_handler_failing_every_time_is_dead_lettered_after_max_deliver(bus: Bus) -> None:
+    name = unique("failing")
+    stream = f"CloneSet/default/{name}"
+    events = [paused(stream, v) for v in (1, 2, 3)]
+    doomed = events[1]
+    attempts: dict[uuid.UUID, int] = {}
+    handled: list[int] = []
+
+    async def handle(envelope: Envelope, msg: Msg) -> None:
+        attempts[envelope.event_id] = attempts.get(envelope.event_id, 0) + 1
+        if envelope.event_id == doomed.event_id:
+            raise RuntimeError("replicas must be >= 0")
+        handled.append(envelope.stream_version)
+
+    await bus.publish_many(events)
+    durable = unique("planner")
+    consumer = bus.consumer(durable, bus.event_filter(name=name), handle, retry_backoff=[0.05])
+    task = asyncio.create_task(consumer.run())
+    await eventually(lambda: consumer.stats.dead_lettered == 1, what="dead letter")
+    await eventually(lambda: sorted(handled) == [1, 3], what="the others handled")
+    consumer.stop()
+    await task
+
+    max_deliver = bus.settings.max_deliver
+    assert attempts[doomed.event_id] == max_deliver
+    [letter] = await bus.dead_letters(durable)
+    assert letter.data == encode(doomed)
+    assert "RuntimeError: replicas must be >= 0" in letter.reason
+    assert letter.deliveries == max_deliver
+    assert letter.msg_id == str(doomed.event_id)
+
+
+async def test_a_transient_failure_is_retried_not_dead_lettered(bus: Bus) -> None:
+    name = unique("flaky")
+    event = paused(f"CloneSet/default/{name}", 1)
+    calls = 0
+
+    async def handle(envelope: Envelope, msg: Msg) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise ConnectionError("postgres restarting")
+
+    await bus.publish(event)
+    durable = unique("executor")
+    consumer = bus.consumer(durable, bus.event_filter(name=name), handle, retry_backoff=[0.05])
+    task = asyncio.create_task(consumer.run())
+    await eventually(lambda: consumer.stats.handled == 1, what="handled on retry")
+    consumer.stop()
+    await task
+    assert calls == 2 and consumer.stats.retried == 1 and consumer.stats.dead_lettered == 0
+    assert await bus.dead_letters(durable, wait=0.3) == []
+
+
+async def test_workers_sharing_a_durable_split_the_work(bus: Bus) -> None:
+    name = unique("shared")
+    events = [paused(f"CloneSet/default/{name}", v) for v in range(1, 201)]
+    await bus.publish_many(events)
+    by_worker: dict[int, list[uuid.UUID]] = {0: [], 1: []}
+
+    def handler_for(worker: int):  # type: ignore[no-untyped-def]
+        async def handle(envelope: Envelope, msg: Msg) -> None:
+            by_worker[worker].append(envelope.event_id)
+            await asyncio.sleep(0.001)  # let the other worker fetch too
+
+        return handle
+
+    durable = unique("executors")
+    workers = [bus.consumer(durable, bus.event_filter(name=name), handler_for(i), batch=10) for i in (0, 1)]
+    await workers[0].ensure()
+    tasks = [asyncio.create_task(w.run()) for w in workers]
+    await eventually(lambda: len(by_worker[0]) + len(by_worker[1]) >= 200, what="all events handled")
+    for worker in workers:
+        worker.stop()
+    await asyncio.gather(*tasks)
+
+    everything = by_worker[0] + by_worker[1]
+    assert sorted(everything) == sorted(e.event_id for e in events)  # each exactly once
+    assert by_worker[0] and by_worker[1]
+
+
+async def test_ordered_consumer_keeps_a_workloads_order_through_a_retry(bus: Bus) -> None:
+    name = unique("ordered")
+    stream = f"CloneSet/default/{name}"
+    events = [paused(stream, v) for v in range(1, 7)]
+    failed_once = False
+    order: list[int] = []
+
+    async def handle(envelope: Envelope, msg: Msg) -> None:
+        nonlocal failed_once
+        if envelope.stream_version == 3 and not failed_once:
+            failed_once = True
+            raise TimeoutError("kubernetes API slow")
+        order.append(envelope.stream_version)
+
+    await bus.publish_many(events)
+    partition = bus.partition_of(stream)
+    consumer = bus.consumer(
+        unique(f"planner-p{partition}"),
+        bus.event_filter(partition=partition, name=name),
+        handle,
+        ordered=True,
+        retry_backoff=[0.2],
+    )
+    task = asyncio.create_task(consumer.run())
+    await eventually(lambda: len(order) == 6, what="all six in order")
+    consumer.stop()
+    await task
+    assert order == [1, 2, 3, 4, 5, 6]
+
+
+async def test_stop_returns_promptly_and_leaves_unhandled_messages_for_others(bus: Bus) -> None:
+    name = unique("stop")
+    events = [paused(f"CloneSet/default/{name}", v) for v in range(1, 21)]
+    await bus.publish_many(events)
+    first: list[int] = []
+    durable = unique("stopping")
+
+    async def handle_then_stop(envelope: Envelope, msg: Msg) -> None:
+        first.append(envelope.stream_version)
+        if len(first) == 5:
+            consumer.stop()
+
+    consumer = bus.consumer(durable, bus.event_filter(name=name), handle_then_stop, batch=20)
+    await asyncio.wait_for(consumer.run(), timeout=5)
+    assert first == [1, 2, 3, 4, 5]
+
+    rest: list[int] = []
+
+    async def handle_rest(envelope: Envelope, msg: Msg) -> None:
+        rest.append(envelope.stream_version)
+
+    successor = bus.consumer(durable, bus.event_filter(name=name), handle_rest)
+    task = asyncio.create_task(successor.run())
+    # The stopped worker gave its fetched-but-unhandled messages back at once (no ack_wait to sit out).
+    await eventually(lambda: len(rest) == 15, within=5, what="the rest handled by a successor")
+    successor.stop()
+    await task
+    assert sorted(rest) == list(range(6, 21))

@@ -1,0 +1,181 @@
+"""EventStore against a real Postgres: appends, optimistic concurrency, idempotency, reads."""
+
+from __future__ import annotations
+
+import asyncio
+
+import asyncpg
+import pytest
+
+from services.domain.database import asyncpg_url
+from services.domain.store import ConcurrencyError, EventStore
+from tests.domain.store_helpers import batch, pod_action, unique_stream
+
+
+async def test_appended_events_read_back_identical(event_store: EventStore) -> None:
+    stream = unique_stream()
+    events = batch(stream, 1, 3)
+    result = await event_store.append(events, expected_version=0)
+    assert (result.appended, result.skipped, result.stream_version) == (3, 0, 3)
+    stored = await event_store.read_stream(stream)
+    assert [s.envelope for s in stored] == events
+    assert [s.envelope.stream_version for s in stored] == [1, 2, 3]
+    positions = [s.global_position for s in stored]
+    assert positions == sorted(positions) and result.last_position == positions[-1]
+    assert await event_store.stream_version(stream) == 3
+    assert [s.envelope for s in await event_store.read_stream(stream, from_version=2)] == events[1:]
+
+
+async def test_empty_stream_is_at_version_zero(event_store: EventStore) -> None:
+    stream = unique_stream()
+    assert await event_store.stream_version(stream) == 0
+    assert await event_store.read_stream(stream) == []
+
+
+async def test_stale_expected_version_raises_and_stores_nothing(event_store: EventStore) -> None:
+    stream = unique_stream()
+    await event_store.append(batch(stream, 1, 2), expected_version=0)
+    late = batch(stream, 2, 3)  # written by someone who believed the stream was at version 1
+    with pytest.raises(ConcurrencyError) as caught:
+        await event_store.append(late, expected_version=1)
+    assert (caught.value.stream, caught.value.expected, caught.value.actual) == (stream, 1, 2)
+    assert stream in str(caught.value) and "expected version 1" in str(caught.value)
+    assert await event_store.stream_version(stream) == 2
+    assert not {e.event_id for e in late} & {s.envelope.event_id for s in await event_store.read_stream(stream)}
+
+
+async def test_two_concurrent_appenders_at_one_version_exactly_one_wins(event_store: EventStore) -> None:
+    for _ in range(15):
+        stream = unique_stream()
+        await event_store.append(batch(stream, 1, 2), expected_version=0)
+        first, second = batch(stream, 3, 5), batch(stream, 3, 5)
+        outcomes = await asyncio.gather(
+            event_store.append(first, expected_version=2),
+            event_store.append(second, expected_version=2),
+            return_exceptions=True,
+        )
+        errors = [o for o in outcomes if isinstance(o, BaseException)]
+        assert len(errors) == 1 and isinstance(errors[0], ConcurrencyError), outcomes
+        assert errors[0].expected == 2 and errors[0].actual == 7
+        winner = first if not isinstance(outcomes[0], BaseException) else second
+        stored = await event_store.read_stream(stream, from_version=3)
+        assert [s.envelope for s in stored] == winner  # all of the winner, nothing of the loser
+        assert await event_store.stream_version(stream) == 7
+
+
+async def test_reappending_stored_events_stores_nothing(event_store: EventStore) -> None:
+    stream = unique_stream()
+    events = batch(stream, 1, 4)
+    await event_store.append(events, expected_version=0)
+    head = await event_store.head_position()
+
+    again = await event_store.append(events, expected_version=0)  # a redelivery: stale version, same ids
+    assert (again.appended, again.skipped, again.stream_version, again.events) == (0, 4, 4, [])
+    unchecked = await event_store.append(events[1:3], expected_version=None)
+    assert (unchecked.appended, unchecked.skipped) == (0, 2)
+    assert await event_store.append_many(events) == 0
+
+    assert await event_store.head_position() == head
+    assert [s.envelope for s in await event_store.read_stream(stream)] == events
+
+
+async def test_redelivered_prefix_is_skipped_and_the_rest_appended(event_store: EventStore) -> None:
+    stream = unique_stream()
+    events = batch(stream, 1, 3)
+    await event_store.append(events[:1], expected_version=0)
+    result = await event_store.append(events, expected_version=0)
+    assert (result.appended, result.skipped, result.stream_version) == (2, 1, 3)
+    assert [s.envelope for s in await event_store.read_stream(stream)] == events
+
+
+async def test_concurrent_duplicate_appends_store_once(event_store: EventStore) -> None:
+    stream = unique_stream()
+    events = batch(stream, 1, 3)
+    results = await asyncio.gather(*(event_store.append(events, expected_version=0) for _ in range(4)))
+    assert sorted(r.appended for r in results) == [0, 0, 0, 3]
+    assert [s.envelope for s in await event_store.read_stream(stream)] == events
+
+
+async def test_unchecked_append_takes_the_next_versions(event_store: EventStore) -> None:
+    stream = unique_stream()
+    await event_store.append(batch(stream, 1, 2), expected_version=0)
+    loose = [pod_action(stream, 1, index=9), pod_action(stream, 1, index=10)]  # versions are ignored
+    result = await event_store.append(loose, expected_version=None)
+    assert [e.stream_version for e in result.events] == [3, 4]
+    stored = await event_store.read_stream(stream, from_version=3)
+    assert [s.envelope.event_id for s in stored] == [e.event_id for e in loose]
+
+
+async def test_concurrent_unchecked_appends_all_land_consecutively(event_store: EventStore) -> None:
+    stream = unique_stream()
+    await asyncio.gather(*(event_store.append(batch(stream, 1, 2), expected_version=None) for _ in range(6)))
+    stored = await event_store.read_stream(stream)
+    assert [s.envelope.stream_version for s in stored] == list(range(1, 13))
+
+
+async def test_bad_batches_are_refused_before_touching_the_database(event_store: EventStore) -> None:
+    stream = unique_stream()
+    with pytest.raises(ValueError, match="one stream"):
+        await event_store.append([pod_action(stream, 1), pod_action(unique_stream(), 2)], expected_version=0)
+    with pytest.raises(ValueError, match="expected 2"):
+        await event_store.append([pod_action(stream, 1), pod_action(stream, 3)], expected_version=0)
+    with pytest.raises(ValueError, match="twice"):
+        event = pod_action(stream, 1)
+        await event_store.append([event, event], expected_version=None)
+    with pytest.raises(ValueError, match="at least one"):
+        await event_store.append([], expected_version=0)
+    assert await event_store.stream_version(stream) == 0
+
+
+async def test_append_many_is_idempotent_and_refuses_a_taken_version(event_store: EventStore) -> None:
+    streams = [unique_stream() for _ in range(3)]
+    events = [e for s in streams for e in batch(s, 1, 4)]
+    assert await event_store.append_many(events) == 12
+    assert await event_store.append_many(events[::-1]) == 0
+    usurper = pod_action(streams[1], 2, index=42)  # a different event claiming a taken version
+    extra = pod_action(streams[0], 5)
+    with pytest.raises(ConcurrencyError) as caught:
+        await event_store.append_many([extra, usurper])
+    assert caught.value.stream == streams[1] and "version 2 is already held" in str(caught.value)
+    assert await event_store.stream_version(streams[0]) == 4  # all or nothing: `extra` was not stored
+
+
+async def test_read_all_returns_everything_after_a_position_in_order(event_store: EventStore) -> None:
+    start = await event_store.head_position()
+    streams = [unique_stream() for _ in range(3)]
+    for s in streams:
+        await event_store.append(batch(s, 1, 5), expected_version=0)
+    seen = [e async for e in event_store.read_all(start, batch_size=4)]
+    mine = [e for e in seen if e.envelope.stream in streams]
+    assert len(mine) == 15
+    positions = [e.global_position for e in seen]
+    assert positions == sorted(set(positions)) and positions[0] > start
+    assert await event_store.head_position() == positions[-1]
+
+
+async def test_read_correlation_returns_one_rollout(event_store: EventStore) -> None:
+    rollout = f"rollout-{unique_stream()}"
+    stream = unique_stream()
+    await event_store.append(batch(stream, 1, 2, rollout=rollout), expected_version=0)
+    await event_store.append(batch(stream, 3, 1, rollout="other"), expected_version=2)
+    assert [s.envelope.stream_version for s in await event_store.read_correlation(rollout)] == [1, 2]
+
+
+async def test_the_database_refuses_update_delete_and_truncate(database_url: str, event_store: EventStore) -> None:
+    stream = unique_stream()
+    await event_store.append(batch(stream, 1, 1), expected_version=0)
+    conn = await asyncpg.connect(asyncpg_url(database_url))
+    try:
+        for statement in (
+            "UPDATE events SET type = 'Forged' WHERE stream = $1",
+            "DELETE FROM events WHERE stream = $1",
+            "DELETE FROM events WHERE stream = $1 || 'no such stream'",
+        ):
+            with pytest.raises(asyncpg.PostgresError, match="append-only"):
+                await conn.execute(statement, stream)
+        with pytest.raises(asyncpg.PostgresError, match="append-only: TRUNCATE refused"):
+            await conn.execute("TRUNCATE events")
+        row = await conn.fetchrow("SELECT type, stream_version FROM events WHERE stream = $1", stream)
+        assert tuple(row) == ("PodActionRequested", 1)
+    finally:
+        await conn.close()

@@ -1,0 +1,64 @@
+"""Schema migrations on an empty database: upgrade head, downgrade base, upgrade head, through the alembic
+command line exactly as an operator runs it, and the Core table description matching the migrated table."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import asyncpg
+
+from services.domain.database import REPO_ROOT, asyncpg_url
+from services.domain.store_schema import events_table
+from tests.plugins.database import fresh_database
+from tests.plugins.servers import ServerUrls
+
+
+def _alembic(url: str, *args: str) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "ROLLBOOK_DATABASE_URL"}
+    subprocess.run(
+        [sys.executable, "-m", "alembic", "-x", f"url={url}", *args],
+        cwd=REPO_ROOT, env=env, check=True, capture_output=True, timeout=60,
+    )
+
+
+async def _schema_objects(url: str) -> set[str]:
+    conn = await asyncpg.connect(asyncpg_url(url))
+    try:
+        rows = await conn.fetch(
+            """
+            SELECT 'table:' || relname FROM pg_class
+             WHERE relnamespace = 'public'::regnamespace AND relkind IN ('r', 'v', 'S', 'i')
+            UNION ALL
+            SELECT 'function:' || proname FROM pg_proc WHERE pronamespace = 'public'::regnamespace
+            UNION ALL
+            SELECT 'trigger:' || tgname FROM pg_trigger WHERE NOT tgisinternal
+            """
+        )
+    finally:
+        await conn.close()
+    return {row[0] for row in rows} - {"table:alembic_version", "table:alembic_version_pkc"}
+
+
+async def test_upgrade_downgrade_upgrade_on_an_empty_database(server_urls: ServerUrls) -> None:
+    async with fresh_database(server_urls.database_url, prefix="rollbook_migrations") as url:
+        _alembic(url, "upgrade", "head")
+        migrated = await _schema_objects(url)
+        assert {"table:events", "trigger:events_append_only", "trigger:events_serialise_writers"} <= migrated
+        _alembic(url, "downgrade", "base")
+        assert await _schema_objects(url) == set(), "downgrade must remove everything it created"
+        _alembic(url, "upgrade", "head")
+        assert await _schema_objects(url) == migrated
+
+
+async def test_core_table_matches_the_migrated_table(database_url: str) -> None:
+    conn = await asyncpg.connect(asyncpg_url(database_url))
+    try:
+        rows = await conn.fetch(
+            "SELECT column_name, is_nullable FROM information_schema.columns"
+            " WHERE table_name = 'events' ORDER BY ordinal_position"
+        )
+    finally:
+        await conn.close()
+    assert [(r[0], r[1] == "YES") for r in rows] == [(c.name, bool(c.nullable)) for c in events_table.columns]

@@ -1,0 +1,61 @@
+"""Database fixtures: a fresh, uniquely named, migrated database per test session, and an EventStore on it.
+
+Helpers here (``fresh_database``) are also used by tests that need their own empty database, such as the
+migration round-trip test.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from urllib.parse import urlsplit, urlunsplit
+
+import asyncpg
+import pytest
+
+from services.domain.database import asyncpg_url, upgrade_async
+from services.domain.store import EventStore
+from tests.plugins.servers import ServerUrls
+
+
+def with_database(url: str, name: str) -> str:
+    """The same server URL with the database name replaced."""
+    parts = urlsplit(asyncpg_url(url))
+    return urlunsplit((parts.scheme, parts.netloc, "/" + name, parts.query, parts.fragment))
+
+
+@asynccontextmanager
+async def fresh_database(server_url: str, prefix: str = "rollbook_test") -> AsyncIterator[str]:
+    """Create an empty database with a unique name on the server; drop it (even if in use) afterwards."""
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    admin = await asyncpg.connect(asyncpg_url(server_url))
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await admin.close()
+    try:
+        yield with_database(server_url, name)
+    finally:
+        admin = await asyncpg.connect(asyncpg_url(server_url))
+        try:
+            await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        finally:
+            await admin.close()
+
+
+@pytest.fixture(scope="session")
+async def database_url(server_urls: ServerUrls) -> AsyncIterator[str]:
+    """A fresh database migrated to head (alembic upgrade head), dropped at the end of the session."""
+    async with fresh_database(server_urls.database_url) as url:
+        await upgrade_async(url)
+        yield url
+
+
+@pytest.fixture(scope="session")
+async def event_store(database_url: str) -> AsyncIterator[EventStore]:
+    store = await EventStore.connect(database_url)
+    try:
+        yield store
+    finally:
+        await store.close()
