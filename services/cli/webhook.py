@@ -3,29 +3,44 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import signal
 from pathlib import Path
 from typing import Annotated
 
 import typer
 import yaml
 
+from services.cli.runtime import CommandBody, run_command
+from services.domain.bus import Bus
 from services.domain.settings import Settings
+from services.domain.store import EventStore
 from services.webhook import register as registration
+from services.webhook.recorder import EventSink, LogSink
 from services.webhook.service import WebhookOptions, run_webhook
+from services.webhook.sinks import EventStoreSink
 from services.webhook.tls import DEFAULT_HOSTS
 
 
-async def _serve(settings: Settings, options: WebhookOptions) -> None:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError):
-            loop.add_signal_handler(signum, stop.set)
-    async with run_webhook(settings, options) as running:
-        typer.echo(f"webhook listening on {running.base_url}", err=True)
-        await stop.wait()
+def _serve(options: WebhookOptions, record: str) -> CommandBody:
+    async def serve(settings: Settings) -> int:
+        sink: EventSink
+        if record == "store":
+            store_sink = EventStoreSink(
+                lambda: EventStore.connect(settings.database_url),
+                lambda: Bus.connect(settings, name="rollbook-webhook"),
+            )
+            sink = store_sink
+        else:
+            store_sink, sink = None, LogSink()
+        try:
+            async with run_webhook(settings, options, sink) as running:
+                typer.echo(f"webhook listening on {running.base_url}", err=True)
+                await asyncio.Event().wait()  # until SIGINT/SIGTERM cancels us
+        finally:
+            if store_sink is not None:
+                await store_sink.close()
+        return 0
+
+    return serve
 
 
 def webhook_command(
@@ -57,6 +72,9 @@ def webhook_command(
     failure_policy: Annotated[
         str, typer.Option(help="Pod webhook failurePolicy: Ignore (default) or Fail.")
     ] = "Ignore",
+    record: Annotated[
+        str, typer.Option(help="Where SidecarInjected events go: store (event store, then bus) or log.")
+    ] = "store",
 ) -> None:
     """Run the SidecarSet injection webhook until interrupted."""
     if failure_policy not in ("Ignore", "Fail"):
@@ -72,7 +90,14 @@ def webhook_command(
         register=register,
         failure_policy=failure_policy,
     )
-    asyncio.run(_serve(Settings.from_env(), options))
+    if record not in ("store", "log"):
+        raise typer.BadParameter("must be store or log", param_hint="--record")
+    settings = Settings.from_env()
+    # Migrations only for an embedded database; a given database is migrated by its owner, and the
+    # webhook must start (and admit pods) even while that database is down.
+    raise typer.Exit(
+        run_command(_serve(options, record), settings=settings, migrate=not settings.database_url)
+    )
 
 
 def webhook_config_command(

@@ -110,11 +110,6 @@ class SidecarSet:
     def cluster_wide(self) -> bool:
         return self.namespace is None and self.namespace_selector is None
 
-    @property
-    def scope(self) -> str:
-        """Namespace part of the event stream name: the namespace, or ``cluster`` for a cluster-wide one."""
-        return self.namespace or "cluster"
-
 
 @dataclass(frozen=True)
 class InjectionRecord:

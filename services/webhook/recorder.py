@@ -46,37 +46,31 @@ class EventSink(Protocol):
     async def append(self, event: PendingEvent) -> None: ...
 
 
-def injection_stream(record: ss.InjectionRecord, scope: str) -> str:
-    """Stream of one SidecarSet's injections: ``SidecarSet/<namespace or cluster>/<name>``."""
-    return events.stream_name("SidecarSet", scope, record.sidecarset)
+def injection_stream(sidecarset: str) -> str:
+    """The SidecarSet's own stream, ``SidecarSet//<name>`` (cluster-scoped: empty namespace)."""
+    return events.stream_name("SidecarSet", "", sidecarset)
 
 
 def injection_events(
-    records: Sequence[ss.InjectionRecord],
-    scopes: dict[str, str],
-    *,
-    admission_uid: str,
-    occurred_at: datetime,
+    records: Sequence[ss.InjectionRecord], *, admission_uid: str, occurred_at: datetime
 ) -> list[PendingEvent]:
-    """One SidecarInjected per record; ``scopes`` maps SidecarSet name -> its stream scope."""
-    result = []
-    for record in records:
-        result.append(
-            PendingEvent(
-                event_id=uuid.uuid5(INJECTION_EVENT_NAMESPACE, f"{admission_uid}/{record.sidecarset}"),
-                stream=injection_stream(record, scopes.get(record.sidecarset, "cluster")),
-                payload=events.SidecarInjected(
-                    namespace=record.namespace,
-                    pod=record.pod,
-                    sidecarset=record.sidecarset,
-                    revision=record.revision,
-                    containers=record.containers + record.init_containers,
-                ),
-                occurred_at=occurred_at,
-                correlation_id=admission_uid,
-            )
+    """One SidecarInjected per record, with an id reproducible from the admission and the SidecarSet."""
+    return [
+        PendingEvent(
+            event_id=uuid.uuid5(INJECTION_EVENT_NAMESPACE, f"{admission_uid}/{record.sidecarset}"),
+            stream=injection_stream(record.sidecarset),
+            payload=events.SidecarInjected(
+                namespace=record.namespace,
+                pod=record.pod,
+                sidecarset=record.sidecarset,
+                revision=record.revision,
+                containers=record.containers + record.init_containers,
+            ),
+            occurred_at=occurred_at,
+            correlation_id=admission_uid,
         )
-    return result
+        for record in records
+    ]
 
 
 class InjectionRecorder:
@@ -98,6 +92,7 @@ class InjectionRecorder:
         self.recorded = 0
         self.dropped = 0  # queue full: the sink has been down for a long time
         self.failed_attempts = 0
+        self._in_flight = 0
 
     def submit(self, pending: Sequence[PendingEvent]) -> None:
         for event in pending:
@@ -115,7 +110,8 @@ class InjectionRecorder:
 
     @property
     def backlog(self) -> int:
-        return self._queue.qsize()
+        """Events not recorded yet: queued plus the one being retried."""
+        return self._queue.qsize() + self._in_flight
 
     def start(self) -> None:
         if self._task is None:
@@ -124,6 +120,7 @@ class InjectionRecorder:
     async def _drain(self) -> None:
         while True:
             event = await self._queue.get()
+            self._in_flight = 1
             delay = self._first_retry
             while True:
                 try:
@@ -137,6 +134,7 @@ class InjectionRecorder:
                     log.warning("injection_event_retry", event_id=str(event.event_id), error=repr(err))
                     await asyncio.sleep(delay)
                     delay = min(delay * 2, self._max_retry)
+            self._in_flight = 0
             self._queue.task_done()
 
     async def flush(self, wait_seconds: float) -> bool:
@@ -157,7 +155,7 @@ class InjectionRecorder:
                 pass
             self._task = None
         if not flushed:
-            log.error("injection_events_lost_at_shutdown", count=self._queue.qsize())
+            log.error("injection_events_lost_at_shutdown", count=self.backlog)
 
 
 class LogSink:

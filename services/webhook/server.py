@@ -103,9 +103,8 @@ async def mutate_pod(request: web.Request) -> web.Response:
         namespace_labels=state.namespaces.get(namespace),
     )
     if result.records and not result.dry_run:
-        scopes = {s.name: s.scope for s in state.sidecarsets.snapshot()}
         state.recorder.submit(
-            injection_events(result.records, scopes, admission_uid=str(review["uid"]), occurred_at=now)
+            injection_events(result.records, admission_uid=str(review["uid"]), occurred_at=now)
         )
         for record in result.records:
             state.metrics.injections.labels(record.sidecarset).inc()

@@ -124,7 +124,7 @@ async def test_seed_pod_gets_tools_sidecar_first_and_an_event(webhook: Webhook) 
 
     assert await webhook.state.recorder.flush(2.0)
     [event] = webhook.sink.events.values()
-    assert event.stream == "SidecarSet/default/test-sidecarset"
+    assert event.stream == "SidecarSet//test-sidecarset"
     assert event.payload.pod == "test-pod" and event.payload.namespace == "default"
     assert event.payload.sidecarset == "test-sidecarset" and event.payload.revision == expected_hash
     assert event.payload.containers == ["tools"]
