@@ -127,8 +127,10 @@ class ListWatch:
             except asyncio.CancelledError:
                 raise
             except ApiException as err:
-                if err.status != 410:
-                    log.warning("watch_failed", kind=self.kind, status=err.status, reason=str(err.reason))
+                if err.status == 410:  # our version expired: relist at once, nothing is wrong
+                    log.info("watch_expired", kind=self.kind)
+                    continue
+                log.warning("watch_failed", kind=self.kind, status=err.status, reason=str(err.reason))
             except Exception as err:  # the API server went away: relist when it is back
                 log.warning("watch_failed", kind=self.kind, error=repr(err))
             await asyncio.sleep(backoff)

@@ -163,3 +163,23 @@ async def test_deleted_sidecarset_stops_injecting(
         "spec": {"containers": [container("app")]},
     }
     assert names((await create_pod(k8s_client, "default", pod))["spec"]["containers"]) == ["app"]
+
+
+async def test_cache_follows_after_dropped_watches_and_expired_versions(
+    simcluster: Any, webhook: RunningWebhook, k8s_client: client.ApiClient
+) -> None:
+    suffix = uuid.uuid4().hex[:6]
+    simcluster.compact()  # every resourceVersion the webhook holds is now 410 Gone
+    simcluster.cut_watches()  # and its watches drop, so it must relist
+    await apply_sidecarset(
+        k8s_client,
+        webhook,
+        make_sidecarset(
+            f"late-{suffix}", selector={"matchLabels": {"e2e": suffix}}, containers=[container("late")]
+        ),
+    )
+    pod = {
+        "metadata": {"generateName": "e2e-", "labels": {"e2e": suffix}},
+        "spec": {"containers": [container("app")]},
+    }
+    assert names((await create_pod(k8s_client, "default", pod))["spec"]["containers"]) == ["late", "app"]
