@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 import yaml
+from kubernetes_asyncio.config.config_exception import ConfigException
 
 from services.cli.runtime import CommandBody, run_command
 from services.domain.bus import Bus
@@ -35,6 +36,17 @@ def _serve(options: WebhookOptions, record: str) -> CommandBody:
             async with run_webhook(settings, options, sink) as running:
                 typer.echo(f"webhook listening on {running.base_url}", err=True)
                 await asyncio.Event().wait()  # until SIGINT/SIGTERM cancels us
+        except ConfigException as err:
+            where = settings.kubeconfig or "in-cluster config / ~/.kube/config"
+            typer.echo(f"error: cannot load the Kubernetes configuration ({where}): {err}", err=True)
+            return 1
+        except TimeoutError:
+            typer.echo(
+                f"error: could not list SidecarSets and Namespaces from the API server within "
+                f"{options.sync_timeout_seconds:g}s (see the watch_failed log lines)",
+                err=True,
+            )
+            return 1
         finally:
             if store_sink is not None:
                 await store_sink.close()
