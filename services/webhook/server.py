@@ -95,13 +95,20 @@ async def mutate_pod(request: web.Request) -> web.Response:
         return web.json_response(admission.review_envelope(response))
     namespace = review.get("namespace") or ""
     now = state.clock()
-    result = admission.review_pod(
-        review,
-        state.sidecarsets.snapshot(),
-        now=now,
-        excluded_namespaces=state.excluded_namespaces,
-        namespace_labels=state.namespaces.get(namespace),
-    )
+    try:
+        result = admission.review_pod(
+            review,
+            state.sidecarsets.snapshot(),
+            now=now,
+            excluded_namespaces=state.excluded_namespaces,
+            namespace_labels=state.namespaces.get(namespace),
+        )
+    except Exception as err:  # a pod shape we did not foresee: fail open, as failurePolicy Ignore would
+        state.metrics.reviews.labels("mutate-pod", "error").inc()
+        log.exception("injection_failed", uid=review["uid"], namespace=namespace)
+        warning = f"rollbook sidecar injection failed, pod admitted unchanged: {err!r}"
+        response = {"uid": review["uid"], "allowed": True, "warnings": [warning[:500]]}
+        return web.json_response(admission.review_envelope(response))
     if result.records and not result.dry_run:
         state.recorder.submit(
             injection_events(result.records, admission_uid=str(review["uid"]), occurred_at=now)

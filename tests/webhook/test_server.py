@@ -275,3 +275,11 @@ async def test_metrics_count_reviews(webhook: Webhook) -> None:
         text = await response.text()
     assert 'rollbook_webhook_reviews_total{endpoint="mutate-pod",outcome="injected"} 1.0' in text
     assert 'rollbook_webhook_injections_total{sidecarset="test-sidecarset"} 1.0' in text
+
+
+async def test_malformed_pod_is_admitted_unchanged_with_a_warning(webhook: Webhook) -> None:
+    broken = seed_pod()
+    broken["spec"]["containers"] = "not-a-list"  # the API server's validation would refuse it after us
+    response = await webhook.review("/mutate-pod", pod_request(broken))
+    assert response["allowed"] is True and "patch" not in response
+    assert "injection failed" in response["warnings"][0]
