@@ -7,21 +7,27 @@ cluster would store. Like `istioctl kube-inject`, workloads with a pod template 
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
+import aiohttp
 import typer
 import yaml
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+from kubernetes_asyncio.config.config_exception import ConfigException
 
 from services.domain import sidecarset as ss
 from services.domain.settings import Settings
 from services.webhook import admission
+from services.webhook.service import kube_api_client
 
 
 class OutputFormat(StrEnum):
@@ -52,9 +58,11 @@ def _read_documents(path: str) -> list[Any]:
     return flattened
 
 
-def load_sidecarsets(paths: Iterable[str]) -> list[ss.SidecarSet]:
-    """Parse and validate SidecarSets as the validating webhook would, including conflicts between them."""
+def load_sidecarsets(paths: Iterable[str], existing: Iterable[ss.SidecarSet] = ()) -> list[ss.SidecarSet]:
+    """Parse and validate SidecarSets as the validating webhook would, including conflicts between them
+    and with ``existing`` ones (the cluster's), which a file's SidecarSet of the same name replaces."""
     accepted: list[ss.SidecarSet] = []
+    files: set[str] = set()
     for path in paths:
         for document in _read_documents(path):
             if not isinstance(document, dict) or document.get("kind") != ss.KIND:
@@ -65,13 +73,41 @@ def load_sidecarsets(paths: Iterable[str]) -> list[ss.SidecarSet]:
                 parsed = ss.parse_sidecarset(document)
             except ss.SidecarSetError as err:
                 raise InjectError(f"{path}: SidecarSet {name!r} is invalid: {err}") from None
-            if any(other.name == parsed.name for other in accepted):
+            if parsed.name in files:
                 raise InjectError(f"{path}: SidecarSet {parsed.name!r} is given twice")
+            files.add(parsed.name)
             conflicts = ss.find_conflicts(parsed, accepted)
             if conflicts:
                 raise InjectError(f"{path}: " + "; ".join(conflicts))
             accepted.append(parsed)
-    return accepted
+    others = [s for s in existing if s.name not in files]
+    for parsed in accepted:
+        conflicts = ss.find_conflicts(parsed, others)
+        if conflicts:
+            raise InjectError("with the cluster's SidecarSets: " + "; ".join(conflicts))
+    return others + accepted
+
+
+async def cluster_state(settings: Settings) -> tuple[list[ss.SidecarSet], dict[str, dict[str, str]]]:
+    """The cluster's valid SidecarSets and Namespace labels, read once, as the webhook's watch sees them."""
+    api = await kube_api_client(settings)
+    try:
+        custom = client.CustomObjectsApi(api)
+        listed = await custom.list_cluster_custom_object("apps.kruise.io", "v1alpha1", "sidecarsets")
+        parsed = []
+        for obj in listed.get("items") or []:
+            try:
+                parsed.append(ss.parse_sidecarset(obj))
+            except ss.SidecarSetError as err:  # the webhook skips it too
+                name = (obj.get("metadata") or {}).get("name")
+                typer.echo(
+                    f"warning: the cluster's SidecarSet {name!r} is invalid and ignored: {err}", err=True
+                )
+        namespaces = await client.CoreV1Api(api).list_namespace()
+        labels = {n.metadata.name: dict(n.metadata.labels or {}) for n in namespaces.items}
+        return parsed, labels
+    finally:
+        await api.close()
 
 
 def _admit(
@@ -80,11 +116,15 @@ def _admit(
     namespace: str | None,
     now: datetime,
     settings: Settings,
+    namespace_labels: Mapping[str, Mapping[str, str]] | None = None,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The webhook's answer for creating ``pod``, applied as the API server applies it."""
     request = admission.pod_review_request(pod, namespace=namespace)
+    labels_of_namespace = (namespace_labels or {}).get(request["namespace"])
     excluded = frozenset(n.strip() for n in settings.sidecarset_excluded_namespaces.split(",") if n.strip())
-    result = admission.review_pod(request, sidecarsets, now=now, excluded_namespaces=excluded)
+    result = admission.review_pod(
+        request, sidecarsets, now=now, excluded_namespaces=excluded, namespace_labels=labels_of_namespace
+    )
     if "patch" not in result.response:
         return pod, []
     patch: list[dict[str, Any]] = json.loads(base64.b64decode(result.response["patch"]))
@@ -106,13 +146,18 @@ def _pod_template(document: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def inject_document(
-    document: Any, sidecarsets: list[ss.SidecarSet], namespace: str | None, now: datetime, settings: Settings
+    document: Any,
+    sidecarsets: list[ss.SidecarSet],
+    namespace: str | None,
+    now: datetime,
+    settings: Settings,
+    namespace_labels: Mapping[str, Mapping[str, str]] | None = None,
 ) -> tuple[Any, list[dict[str, Any]]]:
     """One object with sidecars injected: a Pod, or the pod template of a workload; others unchanged."""
     if not isinstance(document, dict):
         return document, []
     if document.get("kind") == "Pod":
-        return _admit(document, sidecarsets, namespace, now, settings)
+        return _admit(document, sidecarsets, namespace, now, settings, namespace_labels)
     template = _pod_template(document)
     if template is None:
         return document, []
@@ -123,7 +168,7 @@ def inject_document(
         "metadata": dict(template.get("metadata") or {}),
         "spec": template.get("spec") or {},
     }
-    admitted, patch = _admit(as_pod, sidecarsets, object_namespace, now, settings)
+    admitted, patch = _admit(as_pod, sidecarsets, object_namespace, now, settings, namespace_labels)
     if patch:
         template["metadata"] = admitted["metadata"]
         template["spec"] = admitted["spec"]
@@ -144,11 +189,20 @@ def inject_command(
         str, typer.Option("-f", "--filename", help="Pod or workload YAML/JSON ('-' for stdin).")
     ],
     sidecarset_files: Annotated[
-        list[str],
+        list[str] | None,
         typer.Option(
-            "--sidecarset", help="SidecarSet YAML/JSON file; repeat for several (multi-document files too)."
+            "--sidecarset",
+            help="SidecarSet YAML/JSON file; repeat for several (multi-document files too). With "
+            "--from-cluster it replaces the cluster's SidecarSet of the same name (preview an apply).",
         ),
-    ],
+    ] = None,
+    from_cluster: Annotated[
+        bool,
+        typer.Option(
+            "--from-cluster",
+            help="Also use the SidecarSets (and Namespace labels) in the cluster of ROLLBOOK_KUBECONFIG.",
+        ),
+    ] = False,
     namespace: Annotated[
         str | None,
         typer.Option(
@@ -169,8 +223,19 @@ def inject_command(
     """Print the pod as the SidecarSet webhook would admit it (same code path as the webhook)."""
     settings = Settings.from_env()
     now = timestamp.replace(tzinfo=timestamp.tzinfo or UTC) if timestamp else datetime.now(UTC)
+    if not sidecarset_files and not from_cluster:
+        typer.echo("error: give --sidecarset FILE (repeatable) and/or --from-cluster", err=True)
+        raise typer.Exit(2)
+    existing: list[ss.SidecarSet] = []
+    namespace_labels: dict[str, dict[str, str]] = {}
+    if from_cluster:
+        try:
+            existing, namespace_labels = asyncio.run(cluster_state(settings))
+        except (ConfigException, ApiException, OSError, aiohttp.ClientError) as err:
+            typer.echo(f"error: cannot read SidecarSets from the cluster: {err}", err=True)
+            raise typer.Exit(1) from None
     try:
-        sidecarsets = load_sidecarsets(sidecarset_files)
+        sidecarsets = load_sidecarsets(sidecarset_files or [], existing)
         documents = _read_documents(filename)
     except InjectError as err:
         typer.echo(f"error: {err}", err=True)
@@ -178,7 +243,7 @@ def inject_command(
     if not documents:
         typer.echo(f"error: {filename}: no objects", err=True)
         raise typer.Exit(2)
-    results = [inject_document(d, sidecarsets, namespace, now, settings) for d in documents]
+    results = [inject_document(d, sidecarsets, namespace, now, settings, namespace_labels) for d in documents]
     if output is OutputFormat.patch:
         patches = [patch for _, patch in results]
         typer.echo(json.dumps(patches[0] if len(patches) == 1 else patches, indent=2))

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import sys
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -183,3 +185,60 @@ async def test_cache_follows_after_dropped_watches_and_expired_versions(
         "spec": {"containers": [container("app")]},
     }
     assert names((await create_pod(k8s_client, "default", pod))["spec"]["containers"]) == ["late", "app"]
+
+
+async def run_cli(*args: str, kubeconfig: str) -> tuple[int, str, str]:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "services.cli.main",
+        *args,
+        env={**os.environ, "ROLLBOOK_KUBECONFIG": kubeconfig},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await process.communicate()
+    return process.returncode or 0, out.decode(), err.decode()
+
+
+async def test_inject_from_cluster_previews_with_the_clusters_sidecarsets(
+    simcluster: Any, webhook: RunningWebhook, k8s_client: client.ApiClient, tmp_path: Path
+) -> None:
+    await apply_sidecarset(k8s_client, webhook, seed_sidecarset())
+    pod_file = Path(__file__).parents[1] / "fixtures" / "seed" / "pod-test-pod.yaml"
+    kubeconfig = str(simcluster.kubeconfig_path)
+    code, out, err = await run_cli("inject", "-f", str(pod_file), "--from-cluster", kubeconfig=kubeconfig)
+    assert code == 0, err
+    assert names(json.loads(out)["spec"]["containers"]) == ["tools", "app"]
+
+    # Preview an apply: the file's SidecarSet replaces the cluster's one of the same name.
+    changed = seed_sidecarset()
+    changed["spec"]["containers"][0]["podInjectPolicy"] = ss.AFTER_APP
+    changed_file = tmp_path / "changed.yaml"
+    changed_file.write_text(json.dumps(changed))
+    code, out, err = await run_cli(
+        "inject",
+        "-f",
+        str(pod_file),
+        "--from-cluster",
+        "--sidecarset",
+        str(changed_file),
+        kubeconfig=kubeconfig,
+    )
+    assert code == 0, err
+    assert names(json.loads(out)["spec"]["containers"]) == ["app", "tools"]
+
+    # A new SidecarSet that would clash with the cluster's is refused, naming both.
+    clash = make_sidecarset("more-tools", namespace="default", containers=[container("tools")])
+    clash_file = tmp_path / "clash.yaml"
+    clash_file.write_text(json.dumps(clash))
+    code, _, err = await run_cli(
+        "inject",
+        "-f",
+        str(pod_file),
+        "--from-cluster",
+        "--sidecarset",
+        str(clash_file),
+        kubeconfig=kubeconfig,
+    )
+    assert code == 2 and "'more-tools'" in err and "'test-sidecarset'" in err
