@@ -129,6 +129,9 @@ def webhook_config_command(
         registration.mutating_configuration(
             registration.service_client_config(namespace, service, "/mutate-pod", ca_bundle, port),
             failure_policy=failure_policy,
+            sidecarset_client_config=registration.service_client_config(
+                namespace, service, "/mutate-sidecarset", ca_bundle, port
+            ),
         ),
         registration.validating_configuration(
             registration.service_client_config(namespace, service, "/validate-sidecarset", ca_bundle, port)

@@ -116,6 +116,36 @@ def review_sidecarset(request: Mapping[str, Any], existing: Iterable[ss.SidecarS
     return _response(uid)
 
 
+def mutate_sidecarset(request: Mapping[str, Any]) -> dict[str, Any]:
+    """Write ``kruise.io/sidecarset-hash`` and ``-hash-without-image`` on a SidecarSet, as OpenKruise's
+    SidecarSet webhook does, so ``kubectl get sidecarset -o yaml`` shows the revision pods are compared to.
+    An invalid SidecarSet passes untouched: refusing it is the validating webhook's job."""
+    uid = str(request["uid"])
+    obj = request.get("object")
+    if request.get("operation") not in ("CREATE", "UPDATE") or not isinstance(obj, Mapping):
+        return _response(uid)
+    try:
+        parsed = ss.parse_sidecarset(obj)
+    except ss.SidecarSetError:
+        return _response(uid)
+    annotations = dict((obj.get("metadata") or {}).get("annotations") or {})
+    wanted = {
+        ss.HASH_ANNOTATION: parsed.hash,
+        ss.HASH_WITHOUT_IMAGE_ANNOTATION: parsed.hash_without_image,
+    }
+    if all(annotations.get(k) == v for k, v in wanted.items()):
+        return _response(uid)
+    patched = {
+        **dict(obj),
+        "metadata": {**dict(obj.get("metadata") or {}), "annotations": {**annotations, **wanted}},
+    }
+    response = _response(uid)
+    response["patchType"] = "JSONPatch"
+    patch = ss.json_patch(obj, patched)
+    response["patch"] = base64.b64encode(json.dumps(patch, separators=(",", ":")).encode()).decode()
+    return response
+
+
 def pod_review_request(
     pod: Mapping[str, Any], *, namespace: str | None = None, uid: str = "", dry_run: bool = True
 ) -> dict[str, Any]:

@@ -22,6 +22,7 @@ log = structlog.get_logger("rollbook.webhook.register")
 CONFIGURATION_NAME = "rollbook-sidecarset"
 POD_WEBHOOK_NAME = "mutate-pod.sidecarset.rollbook.io"
 SIDECARSET_WEBHOOK_NAME = "validate-sidecarset.sidecarset.rollbook.io"
+SIDECARSET_MUTATING_WEBHOOK_NAME = "mutate-sidecarset.sidecarset.rollbook.io"
 # Namespaces labelled like this are never sent to the pod webhook (OpenKruise skips `control-plane`).
 OPT_OUT_LABEL = "rollbook.io/sidecar-injection"
 
@@ -45,9 +46,12 @@ def mutating_configuration(
     name: str = CONFIGURATION_NAME,
     failure_policy: str = "Ignore",
     timeout_seconds: int = 5,
+    sidecarset_client_config: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Pod CREATE only. ``Ignore`` by default: a webhook outage must never stop pod creation."""
-    return {
+    """Pod CREATE (``client_config``), and SidecarSet CREATE/UPDATE for the hash annotations
+    (``sidecarset_client_config``, when given). ``Ignore``: a webhook outage must never stop pod creation,
+    and the annotations are informative."""
+    configuration: dict[str, Any] = {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "MutatingWebhookConfiguration",
         "metadata": {"name": name, "labels": {"app.kubernetes.io/part-of": "rollbook"}},
@@ -78,6 +82,29 @@ def mutating_configuration(
             }
         ],
     }
+    if sidecarset_client_config is not None:
+        configuration["webhooks"].append(
+            {
+                "name": SIDECARSET_MUTATING_WEBHOOK_NAME,
+                "admissionReviewVersions": ["v1"],
+                "clientConfig": sidecarset_client_config,
+                "rules": [_SIDECARSET_RULE],
+                "failurePolicy": "Ignore",
+                "sideEffects": "None",
+                "timeoutSeconds": timeout_seconds,
+                "reinvocationPolicy": "Never",
+            }
+        )
+    return configuration
+
+
+_SIDECARSET_RULE: dict[str, Any] = {
+    "apiGroups": ["apps.kruise.io"],
+    "apiVersions": ["v1alpha1"],
+    "operations": ["CREATE", "UPDATE"],
+    "resources": ["sidecarsets"],
+    "scope": "Cluster",
+}
 
 
 def validating_configuration(
@@ -93,15 +120,7 @@ def validating_configuration(
                 "name": SIDECARSET_WEBHOOK_NAME,
                 "admissionReviewVersions": ["v1"],
                 "clientConfig": client_config,
-                "rules": [
-                    {
-                        "apiGroups": ["apps.kruise.io"],
-                        "apiVersions": ["v1alpha1"],
-                        "operations": ["CREATE", "UPDATE"],
-                        "resources": ["sidecarsets"],
-                        "scope": "Cluster",
-                    }
-                ],
+                "rules": [_SIDECARSET_RULE],
                 "failurePolicy": "Fail",
                 "sideEffects": "None",
                 "timeoutSeconds": timeout_seconds,
@@ -140,7 +159,10 @@ async def register(
         admissions.read_mutating_webhook_configuration,
         admissions.replace_mutating_webhook_configuration,
         mutating_configuration(
-            url_client_config(base_url, "/mutate-pod", ca_bundle), name=name, failure_policy=failure_policy
+            url_client_config(base_url, "/mutate-pod", ca_bundle),
+            name=name,
+            failure_policy=failure_policy,
+            sidecarset_client_config=url_client_config(base_url, "/mutate-sidecarset", ca_bundle),
         ),
     )
     try:

@@ -1,4 +1,5 @@
-"""The webhook's HTTPS server: /mutate-pod, /validate-sidecarset, /healthz, /readyz, /metrics."""
+"""The webhook's HTTPS server: /mutate-pod, /validate-sidecarset, /mutate-sidecarset, /healthz, /readyz,
+/metrics."""
 
 from __future__ import annotations
 
@@ -144,6 +145,20 @@ async def validate_sidecarset(request: web.Request) -> web.Response:
     return web.json_response(admission.review_envelope(response))
 
 
+async def mutate_sidecarset(request: web.Request) -> web.Response:
+    state = request.app[STATE_KEY]
+    started = time.perf_counter()
+    try:
+        review = await _read_review(request)
+    except admission.ReviewError as err:
+        state.metrics.reviews.labels("mutate-sidecarset", "bad-request").inc()
+        return _bad_request(str(err))
+    response = admission.mutate_sidecarset(review)
+    state.metrics.reviews.labels("mutate-sidecarset", "patched" if "patch" in response else "unchanged").inc()
+    state.metrics.latency.labels("mutate-sidecarset").observe(time.perf_counter() - started)
+    return web.json_response(admission.review_envelope(response))
+
+
 async def healthz(request: web.Request) -> web.Response:
     return web.Response(text="ok")
 
@@ -169,6 +184,7 @@ def build_app(state: WebhookState) -> web.Application:
     app[STATE_KEY] = state
     app.router.add_post("/mutate-pod", mutate_pod)
     app.router.add_post("/validate-sidecarset", validate_sidecarset)
+    app.router.add_post("/mutate-sidecarset", mutate_sidecarset)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics)

@@ -78,6 +78,12 @@ async def test_seed_pod_created_through_the_api_gets_the_sidecar(
     annotations = created["metadata"]["annotations"]
     revision = ss.parse_sidecarset(seed_sidecarset()).hash
     assert json.loads(annotations[ss.HASH_ANNOTATION])["test-sidecarset"]["hash"] == revision
+    stored_sidecarset = await client.CustomObjectsApi(k8s_client).get_cluster_custom_object(
+        GROUP, VERSION, PLURAL, "test-sidecarset"
+    )
+    assert (
+        stored_sidecarset["metadata"]["annotations"][ss.HASH_ANNOTATION] == revision
+    )  # as OpenKruise writes it
     # The pod stored in the cluster is the injected one, not only the create response.
     stored = await client.CoreV1Api(k8s_client).read_namespaced_pod("test-pod", "default")
     assert [c.name for c in stored.spec.containers] == ["tools", "app"]

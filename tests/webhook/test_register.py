@@ -39,12 +39,14 @@ def test_cli_and_deploy_manifests_match_registration(tmp_path: Path) -> None:
     printed = {d["kind"]: d for d in yaml.safe_load_all(result.stdout)}
     deployed = {d["kind"]: d for d in yaml.safe_load_all(DEPLOY.read_text())}
     expected = {
-        "MutatingWebhookConfiguration": register.mutating_configuration({}),
+        "MutatingWebhookConfiguration": register.mutating_configuration({}, sidecarset_client_config={}),
         "ValidatingWebhookConfiguration": register.validating_configuration({}),
     }
     for kind, config in expected.items():
         assert without_client_config(printed[kind]) == without_client_config(config)
         assert without_client_config(deployed[kind]) == without_client_config(config)
-        service = printed[kind]["webhooks"][0]["clientConfig"]["service"]
-        assert service == deployed[kind]["webhooks"][0]["clientConfig"]["service"]
-        assert base64.b64decode(printed[kind]["webhooks"][0]["clientConfig"]["caBundle"]) == CA
+        for printed_hook, deployed_hook in zip(
+            printed[kind]["webhooks"], deployed[kind]["webhooks"], strict=True
+        ):
+            assert printed_hook["clientConfig"]["service"] == deployed_hook["clientConfig"]["service"]
+            assert base64.b64decode(printed_hook["clientConfig"]["caBundle"]) == CA

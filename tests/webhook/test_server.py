@@ -283,3 +283,18 @@ async def test_malformed_pod_is_admitted_unchanged_with_a_warning(webhook: Webho
     response = await webhook.review("/mutate-pod", pod_request(broken))
     assert response["allowed"] is True and "patch" not in response
     assert "injection failed" in response["warnings"][0]
+
+
+async def test_sidecarset_gets_its_hash_annotations(webhook: Webhook) -> None:
+    obj = seed_sidecarset()
+    response = await webhook.review("/mutate-sidecarset", sidecarset_request(obj))
+    annotated = patched(obj, response)["metadata"]["annotations"]
+    parsed = ss.parse_sidecarset(obj)
+    assert annotated == {
+        ss.HASH_ANNOTATION: parsed.hash,
+        ss.HASH_WITHOUT_IMAGE_ANNOTATION: parsed.hash_without_image,
+    }
+    obj["metadata"]["annotations"] = annotated  # already right: nothing to patch
+    assert "patch" not in await webhook.review("/mutate-sidecarset", sidecarset_request(obj))
+    invalid = make_sidecarset("bad", containers=[])  # refused by the validating webhook, not here
+    assert "patch" not in await webhook.review("/mutate-sidecarset", sidecarset_request(invalid))
