@@ -218,6 +218,8 @@ def _columns(events: Sequence[Envelope]) -> tuple[list[Any], ...]:
 def _check_consecutive(events: Sequence[Envelope], expected_version: int | None) -> str:
     if not events:
         raise ValueError("append needs at least one event")
+    if expected_version is not None and expected_version < 0:
+        raise ValueError(f"expected_version must be 0 (empty stream) or more, got {expected_version}")
     stream = events[0].stream
     ids: set[uuid.UUID] = set()
     for index, event in enumerate(events):
@@ -404,6 +406,12 @@ class EventStore:
     async def append_many(self, events: Sequence[Envelope]) -> int:
         if not events:
             return 0
+        for event in events:
+            if not event.stream or event.stream_version < 1:
+                raise ValueError(
+                    f"event {event.event_id}: needs a stream name and a stream_version >= 1,"
+                    f" got {event.stream!r} version {event.stream_version}"
+                )
         return await self._retrying(lambda: self._append_many(events))
 
     async def _append_many(self, events: Sequence[Envelope]) -> int:
