@@ -53,7 +53,7 @@ from typing import Any, TypeVar
 import asyncpg
 import msgspec
 from sqlalchemy import Select, func, select
-from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+from sqlalchemy.exc import DBAPIError, ProgrammingError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from services.domain.database import sqlalchemy_url
@@ -254,7 +254,19 @@ class EventStore:
             max_overflow=pool_size,
         )
         store = cls(engine)
-        await store.head_position()  # fail fast on a bad URL or an unmigrated database
+        try:
+            await store.head_position()  # fail fast on a bad URL or an unmigrated database
+        except ProgrammingError as error:
+            await engine.dispose()
+            if "events" in str(error) and "does not exist" in str(error):
+                raise RuntimeError(
+                    "the database has no events table: run the migrations first"
+                    " (alembic -x url=... upgrade head, or services.domain.database.upgrade(url))"
+                ) from error
+            raise
+        except BaseException:
+            await engine.dispose()
+            raise
         return store
 
     async def close(self) -> None:
