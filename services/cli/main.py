@@ -19,8 +19,9 @@ def _root() -> None:
 
 
 # Command groups: one module each, registered here.
-from services.cli import selfcheck  # noqa: E402
+from services.cli import db, selfcheck  # noqa: E402
 
+db.register(app)
 selfcheck.register(app)
 
 
