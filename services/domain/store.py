@@ -18,6 +18,11 @@ Public API (all coroutines unless noted)::
     await store.read_correlation(correlation_id: str) -> list[StoredEvent]
     store.engine -> AsyncEngine  (for SQL views and queries elsewhere; its JSONB columns decode as usual)
 
+    StoredEvent(global_position: int, recorded_at: datetime, envelope: Envelope)        # msgspec Struct
+    AppendResult(stream, appended, skipped, stream_version, last_position, events)      # msgspec Struct
+    ConcurrencyError(stream: str, expected: int, actual: int)   # .stream .expected .actual; a ValueError
+                                                                # is raised instead for malformed batches
+
 Semantics:
 
 - ``append``: every envelope belongs to one stream and they carry consecutive ``stream_version`` values.
