@@ -19,9 +19,13 @@ def _root() -> None:
 
 
 # Command groups: one module each, registered here.
-from services.cli import selfcheck  # noqa: E402
+from services.cli import inject, plan, selfcheck, simcluster, webhook  # noqa: E402
 
 selfcheck.register(app)
+simcluster.register(app)
+plan.register(app)
+inject.register(app)
+webhook.register(app)
 
 
 def main() -> None:
