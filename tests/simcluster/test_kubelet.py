@@ -201,6 +201,9 @@ async def test_graceful_pod_deletion_shows_terminating_then_goes(make_simcluster
         await core.delete_namespaced_pod("bye", "default")
         terminating = await core.read_namespaced_pod("bye", "default")
         assert terminating.metadata.deletion_timestamp is not None
+        # Writes to a terminating pod do not cut its termination short.
+        await core.patch_namespaced_pod("bye", "default", {"metadata": {"labels": {"leaving": "yes"}}})
+        assert (await core.read_namespaced_pod("bye", "default")).metadata.labels["leaving"] == "yes"
         await wait_until(lambda: core.list_namespaced_pod("default"), lambda lst: not lst.items)
 
 
