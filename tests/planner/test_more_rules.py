@@ -159,3 +159,26 @@ def test_current_revision_moves_when_every_pod_is_updated() -> None:
     result = plan(plan_input(v2, pods, [revision_record(v1, 1), revision_record(v2, 2)]))
     assert result.current_revision == result.update_revision == revision_record(v2, 2)["metadata"]["name"]
     assert result.status is not None and result.status["currentRevision"] == result.current_revision
+
+
+def test_resources_change_recreates_even_in_extended_mode_and_volumes_rebuild_there() -> None:
+    extended = {"rollbook.io/inplace-mode": "extended"}
+    v1 = cloneset(strategy={"type": "InPlaceIfPossible"}, annotations=extended)
+    v1["spec"]["template"]["spec"]["volumes"] = [{"name": "conf", "configMap": {"name": "a"}}]
+    v1["spec"]["template"]["spec"]["containers"][0]["volumeMounts"] = [{"name": "conf", "mountPath": "/etc/c"}]
+    pods = [running_pod(v1, i) for i in IDS[:5]]
+    resources = copy.deepcopy(v1)
+    resources["spec"]["template"]["spec"]["containers"][0]["resources"] = {"limits": {"cpu": "1"}}
+    result = plan(plan_input(resources, pods, [revision_record(v1, 1)]))
+    assert [type(a).__name__ for a in result.actions] == ["RecreatePod"]
+    volumes = copy.deepcopy(v1)
+    volumes["spec"]["template"]["spec"]["volumes"] = [{"name": "conf", "configMap": {"name": "b"}}]
+    result = plan(plan_input(volumes, pods, [revision_record(v1, 1)]))
+    update = result.actions[-1]
+    assert isinstance(update, model.UpdateInPlace) and update.change == "Rebuild"
+    assert update.patch["spec"]["volumes"] == [{"name": "conf", "configMap": {"name": "b"}}]
+    assert update.restart_containers == ["nginx"]
+    # Without the switch the same volume change recreates the pod.
+    del volumes["metadata"]["annotations"]
+    result = plan(plan_input(volumes, pods, [revision_record(v1, 1)]))
+    assert [type(a).__name__ for a in result.actions] == ["RecreatePod"]
