@@ -6,7 +6,10 @@ from the input. Same input, same ``Plan``, byte for byte (``plan_json``).
 
 from __future__ import annotations
 
+import gc
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC
 from typing import Any
 
@@ -94,11 +97,26 @@ def plan(request: PlanInput) -> Plan:
 
 def plan_json(data: bytes) -> bytes:
     """Decode a PlanInput, plan, encode the Plan. Undecodable input is a rejection, never an exception."""
+    with _gc_paused():
+        try:
+            request = _decoder.decode(data)
+        except msgspec.DecodeError as error:  # ValidationError is a DecodeError
+            return encode_plan(_rejected({}, None, "input", str(error)))
+        return encode_plan(plan(request))
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Decoding tens of thousands of pods allocates millions of containers, none of them garbage; the
+    cyclic collector would scan the growing heap again and again (4x slower at 10,000 pods). A plan makes
+    no reference cycles, so reference counting frees everything it drops."""
+    enabled = gc.isenabled()
+    gc.disable()
     try:
-        request = _decoder.decode(data)
-    except msgspec.DecodeError as error:  # ValidationError is a DecodeError
-        return encode_plan(_rejected({}, None, "input", str(error)))
-    return encode_plan(plan(request))
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def encode_plan(result: Plan) -> bytes:
