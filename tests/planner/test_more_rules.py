@@ -165,7 +165,8 @@ def test_resources_change_recreates_even_in_extended_mode_and_volumes_rebuild_th
     extended = {"rollbook.io/inplace-mode": "extended"}
     v1 = cloneset(strategy={"type": "InPlaceIfPossible"}, annotations=extended)
     v1["spec"]["template"]["spec"]["volumes"] = [{"name": "conf", "configMap": {"name": "a"}}]
-    v1["spec"]["template"]["spec"]["containers"][0]["volumeMounts"] = [{"name": "conf", "mountPath": "/etc/c"}]
+    container = v1["spec"]["template"]["spec"]["containers"][0]
+    container["volumeMounts"] = [{"name": "conf", "mountPath": "/etc/c"}]
     pods = [running_pod(v1, i) for i in IDS[:5]]
     resources = copy.deepcopy(v1)
     resources["spec"]["template"]["spec"]["containers"][0]["resources"] = {"limits": {"cpu": "1"}}
