@@ -241,7 +241,7 @@ events = st.lists(
 def test_converges_after_changes_in_flight(
     update_type: str, grace: int, surge: int, changes: list[Any]
 ) -> None:
-    """Spec changes, evictions and podsToDelete arriving mid-rollout still converge, with PVCs kept in step."""
+    """Spec changes, evictions and podsToDelete arriving mid-rollout still converge; PVCs stay in step."""
     strategy: dict[str, Any] = {
         "type": update_type,
         "maxUnavailable": 1,
