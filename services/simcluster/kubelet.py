@@ -344,6 +344,7 @@ class Kubelet:
             runtime.wake.set()
 
     def _release(self, key: Key, uid: str) -> None:
+        self._unschedulable_reported.discard(uid)
         runtime = self.pods.get(key)
         if runtime is None or runtime.uid != uid:
             self._pending.discard(key)
