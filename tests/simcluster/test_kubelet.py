@@ -227,6 +227,7 @@ async def test_pvc_goes_pending_then_bound(k8s_client: client.ApiClient) -> None
         "default",
         {
             "metadata": {"name": "data"},
+            "status": {"phase": "Bound"},  # a client cannot set status at create
             "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "2Gi"}}},
         },
     )
