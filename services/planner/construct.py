@@ -1,0 +1,120 @@
+"""New pods and PVCs (semantics CS-7..CS-9) and deterministic instance ids."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+from collections.abc import Iterator
+from typing import Any
+
+from services.planner.names import (
+    CLONESET_API_VERSION,
+    CLONESET_KIND,
+    INPLACE_READY_CONDITION,
+    INSTANCE_ID_LABEL,
+    POD_TEMPLATE_HASH_LABEL,
+    REVISION_LABEL,
+    SAFE_ALPHABET,
+)
+from services.planner.revisions import Revision
+from services.planner.spec import CloneSetSpec
+
+ID_LENGTH = 5
+
+
+def owner_reference(spec: CloneSetSpec) -> dict[str, Any]:
+    ref: dict[str, Any] = {"apiVersion": CLONESET_API_VERSION, "kind": CLONESET_KIND, "name": spec.name}
+    if spec.uid:
+        ref["uid"] = spec.uid
+    ref["controller"] = True
+    ref["blockOwnerDeletion"] = True
+    return ref
+
+
+def pod_name(spec: CloneSetSpec, instance_id: str) -> str:
+    return f"{spec.name}-{instance_id}"
+
+
+def pvc_name(claim_template: dict[str, Any], spec: CloneSetSpec, instance_id: str) -> str:
+    return f"{claim_template['metadata']['name']}-{spec.name}-{instance_id}"
+
+
+def generated_ids(seed: bytes, taken: set[str]) -> Iterator[str]:
+    """An endless, deterministic stream of fresh 5-character ids: sha256(seed, counter) over the alphabet."""
+    counter = 0
+    while True:
+        digest = hashlib.sha256(seed + counter.to_bytes(8, "big")).digest()
+        counter += 1
+        candidate = "".join(SAFE_ALPHABET[b % len(SAFE_ALPHABET)] for b in digest[:ID_LENGTH])
+        if candidate not in taken:
+            taken.add(candidate)
+            yield candidate
+
+
+def id_seed(spec: CloneSetSpec, taken: set[str]) -> bytes:
+    """Derived from the inputs only: the same observation always yields the same ids."""
+    text = "\n".join([spec.namespace, spec.name, spec.uid, str(spec.generation), *sorted(taken)])
+    return hashlib.sha256(text.encode()).digest()
+
+
+def new_pod(spec: CloneSetSpec, revision: Revision, instance_id: str) -> dict[str, Any]:
+    template = copy.deepcopy(revision.template)
+    template_meta = template.get("metadata") or {}
+    labels = dict(template_meta.get("labels") or {})
+    labels[INSTANCE_ID_LABEL] = instance_id
+    labels[REVISION_LABEL] = revision.hash
+    labels[POD_TEMPLATE_HASH_LABEL] = revision.hash
+    metadata: dict[str, Any] = {
+        "name": pod_name(spec, instance_id),
+        "generateName": f"{spec.name}-",
+        "namespace": spec.namespace,
+        "labels": labels,
+    }
+    if template_meta.get("annotations"):
+        metadata["annotations"] = dict(template_meta["annotations"])
+    if template_meta.get("finalizers"):
+        metadata["finalizers"] = list(template_meta["finalizers"])
+    metadata["ownerReferences"] = [owner_reference(spec)]
+    pod_spec = template.get("spec") or {}
+    gates = list(pod_spec.get("readinessGates") or [])
+    if not any(g.get("conditionType") == INPLACE_READY_CONDITION for g in gates):
+        gates.append({"conditionType": INPLACE_READY_CONDITION})
+    pod_spec["readinessGates"] = gates
+    if spec.volume_claim_templates:
+        claims = [
+            {
+                "name": t["metadata"]["name"],
+                "persistentVolumeClaim": {"claimName": pvc_name(t, spec, instance_id)},
+            }
+            for t in spec.volume_claim_templates
+        ]
+        claim_names = {c["name"] for c in claims}
+        pod_spec["volumes"] = claims + [
+            v for v in pod_spec.get("volumes") or [] if v.get("name") not in claim_names
+        ]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": pod_spec}
+
+
+def new_pvcs(spec: CloneSetSpec, instance_id: str) -> list[dict[str, Any]]:
+    claims = []
+    match_labels = (spec.selector or {}).get("matchLabels") or {}
+    for template in spec.volume_claim_templates:
+        template_meta = template.get("metadata") or {}
+        labels = {**(template_meta.get("labels") or {}), **match_labels, INSTANCE_ID_LABEL: instance_id}
+        metadata: dict[str, Any] = {
+            "name": pvc_name(template, spec, instance_id),
+            "namespace": spec.namespace,
+            "labels": labels,
+        }
+        if template_meta.get("annotations"):
+            metadata["annotations"] = dict(template_meta["annotations"])
+        metadata["ownerReferences"] = [owner_reference(spec)]
+        claims.append(
+            {
+                "apiVersion": "v1",
+                "kind": "PersistentVolumeClaim",
+                "metadata": metadata,
+                "spec": copy.deepcopy(template.get("spec") or {}),
+            }
+        )
+    return claims

@@ -1,0 +1,96 @@
+"""Everything one round knows: the resolved spec, revisions, owned pods and PVCs, and the time."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from services.domain import labels as selectors
+from services.planner.inplace import Change, classify
+from services.planner.names import CLONESET_KIND, INSTANCE_ID_LABEL
+from services.planner.podstate import PodView
+from services.planner.revisions import RevisionPlan
+from services.planner.spec import CloneSetSpec
+
+
+def owned_by(obj: dict[str, Any], spec: CloneSetSpec) -> bool | None:
+    """True/False when the object has a controller owner (this CloneSet or not); None when it has none."""
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or ():
+        if ref.get("controller"):
+            if spec.uid and ref.get("uid"):
+                return bool(ref.get("uid") == spec.uid)
+            return bool(ref.get("kind") == CLONESET_KIND and ref.get("name") == spec.name)
+    return None
+
+
+def _is_our_claim(pvc: dict[str, Any], spec: CloneSetSpec) -> bool:
+    """Owned by this CloneSet; or without owner but named and labelled as one of its claims."""
+    metadata = pvc.get("metadata") or {}
+    instance_id = (metadata.get("labels") or {}).get(INSTANCE_ID_LABEL)
+    if not instance_id:
+        return False
+    owner = owned_by(pvc, spec)
+    if owner is not None:
+        return owner
+    names = {f"{t['metadata']['name']}-{spec.name}-{instance_id}" for t in spec.volume_claim_templates}
+    return metadata.get("name") in names
+
+
+@dataclass(slots=True)
+class Context:
+    spec: CloneSetSpec
+    now: float
+    now_text: str
+    revisions: RevisionPlan
+    all_pods: list[PodView]  # owned pods, active or not
+    pods: list[PodView]  # owned active pods
+    pvcs: list[dict[str, Any]]  # owned PVCs
+    cloneset_status: dict[str, Any] = field(default_factory=dict)
+    update_hash: str = ""
+    _changes: dict[str, Change | None] = field(default_factory=dict)
+
+    @classmethod
+    def build(
+        cls,
+        spec: CloneSetSpec,
+        now: float,
+        now_text: str,
+        revisions: RevisionPlan,
+        pods: list[dict[str, Any]],
+        pvcs: list[dict[str, Any]],
+        cloneset_status: dict[str, Any],
+    ) -> Context:
+        views = []
+        selector = spec.selector
+        for pod in pods:
+            view = PodView(pod)
+            # Ours: controlled by this CloneSet, or an orphan (OpenKruise adopts those), and matching the
+            # selector (OpenKruise releases owned pods that stopped matching; rollbook leaves them alone).
+            if owned_by(pod, spec) is not False and selectors.matches(selector, view.labels):
+                views.append(view)
+        owned_pvcs = [p for p in pvcs if _is_our_claim(p, spec)]
+        active = [v for v in views if v.active]
+        update_hash = revisions.update.hash
+        return cls(spec, now, now_text, revisions, views, active, owned_pvcs, cloneset_status, update_hash)
+
+    def is_updated(self, pod: PodView) -> bool:
+        return pod.revision_hash == self.update_hash
+
+    def change_for(self, pod: PodView) -> Change | None:
+        """The change from the pod's revision to the update revision; None when its revision is unknown."""
+        key = pod.revision_hash
+        if key not in self._changes:
+            revision = self.revisions.by_hash.get(key)
+            self._changes[key] = (
+                None
+                if revision is None
+                else classify(revision.template, self.revisions.update.template, self.spec.extended_inplace)
+            )
+        return self._changes[key]
+
+    def pvcs_by_instance(self) -> dict[str, list[dict[str, Any]]]:
+        grouped: dict[str, list[dict[str, Any]]] = {}
+        for pvc in self.pvcs:
+            metadata = pvc.get("metadata") or {}
+            grouped.setdefault(metadata["labels"][INSTANCE_ID_LABEL], []).append(pvc)
+        return grouped

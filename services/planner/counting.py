@@ -1,0 +1,143 @@
+"""The counting core shared by scale and update (semantics CS-10..CS-12, ``calculateDiffsWithExpectation``).
+
+Two rollbook changes, both documented in docs/plan.md:
+- update surge is only spent on pods that will be recreated: an in-place change needs no extra pod
+  (OpenKruise bug kruise#2369), unless maxUnavailable is 0, where surge is the only budget in-place has;
+- old pods already on their way (marked for recreation, or waiting out an in-place grace period) are
+  subtracted from the update count, so a round never picks more pods than replicas - partition.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from services.planner.context import Context
+from services.planner.podstate import PodView
+from services.planner.spec import RECREATE
+
+
+@dataclass(slots=True)
+class Classes:
+    new: list[PodView]
+    old: list[PodView]
+    to_delete: list[PodView]  # active, named in podsToDelete or labelled specified-delete
+    to_delete_new: int
+    to_delete_old: int
+    pre_deleting: int
+    unavailable: int  # active, not toDelete, not available
+    in_flight_old: int  # old pods marked for recreation or waiting for an in-place grace period
+    needs_recreate_old: int  # old pods (not toDelete) whose update will recreate them
+
+
+@dataclass(slots=True)
+class Diffs:
+    scale_up_num: int = 0
+    scale_up_old: int = 0
+    scale_up_limit: int = 0
+    scale_down_num: int = 0
+    scale_down_old: int = 0
+    delete_ready_limit: int = 0
+    update_num: int = 0
+    update_max_unavailable: int = 0
+    use_surge: int = 0
+    use_surge_old: int = 0
+
+
+def classify_pods(ctx: Context) -> Classes:
+    spec = ctx.spec
+    named = set(spec.pods_to_delete)
+    new: list[PodView] = []
+    old: list[PodView] = []
+    to_delete: list[PodView] = []
+    counts = {"del_new": 0, "del_old": 0, "pre": 0, "unavail": 0, "flight": 0, "recreate": 0}
+    update_hash = ctx.update_hash
+    for pod in ctx.pods:
+        updated = pod.revision_hash == update_hash
+        (new if updated else old).append(pod)
+        if pod.pre_deleting:
+            counts["pre"] += 1
+            continue
+        if pod.name in named or pod.specified_delete:
+            to_delete.append(pod)
+            counts["del_new" if updated else "del_old"] += 1
+            if not updated:
+                counts["flight"] += 1
+            continue
+        if not pod.cs_available(spec.min_ready_seconds, ctx.now):
+            counts["unavail"] += 1
+        if not updated:
+            grace = pod.inplace_grace
+            if grace is not None and str(grace.get("revision", "")).rsplit("-", 1)[-1] == ctx.update_hash:
+                counts["flight"] += 1
+            elif spec.update_type == RECREATE:
+                counts["recreate"] += 1
+            else:
+                change = ctx.change_for(pod)
+                if change is None or not change.in_place:
+                    counts["recreate"] += 1
+    return Classes(
+        new,
+        old,
+        to_delete,
+        counts["del_new"],
+        counts["del_old"],
+        counts["pre"],
+        counts["unavail"],
+        counts["flight"],
+        counts["recreate"],
+    )
+
+
+def calculate(ctx: Context, classes: Classes) -> Diffs:
+    spec = ctx.spec
+    replicas, partition = spec.replicas, spec.partition
+    max_surge, max_unavailable = spec.max_surge, spec.max_unavailable
+    total = len(ctx.pods)
+    new_pre = sum(1 for p in classes.new if p.pre_deleting)
+    old_pre = classes.pre_deleting - new_pre
+    new_active = len(classes.new) - new_pre
+    old_active = len(classes.old) - old_pre
+    to_delete = classes.to_delete_new + classes.to_delete_old
+    total_unavailable = classes.pre_deleting + classes.unavailable
+
+    # Raising the partition never moves updated pods back (CloneSetPartitionRollback off).
+    update_old_diff = max(old_active - partition, 0)
+    update_new_diff = min(new_active - (replicas - partition), 0)
+
+    diffs = Diffs()
+    if max_surge > 0:
+        scale_surge = min(max(total_unavailable + to_delete - max_unavailable, 0), to_delete)
+        scale_surge_old = max(scale_surge - classes.to_delete_new, 0)
+        update_surge = 0
+        if update_old_diff > 0 and update_new_diff < 0:
+            update_surge = min(update_old_diff, -update_new_diff)
+            if max_unavailable > 0:
+                update_surge = min(update_surge, classes.needs_recreate_old)
+        if scale_surge >= update_surge:
+            diffs.use_surge = min(max_surge, scale_surge)
+            diffs.use_surge_old = min(diffs.use_surge, scale_surge_old)
+        else:
+            diffs.use_surge = min(max_surge, update_surge)
+            diffs.use_surge_old = 0
+
+    expected_total = replicas + diffs.use_surge
+    expected_old = partition + diffs.use_surge_old
+    if expected_total > total:
+        diffs.scale_up_num = expected_total - total
+        diffs.scale_up_old = max(expected_old - len(classes.old), 0)
+        limit = diffs.scale_up_num
+        if spec.scale_max_unavailable is not None:
+            limit = min(limit, max(spec.scale_max_unavailable - total_unavailable, 0))
+        diffs.scale_up_limit = limit
+    if total - to_delete > expected_total:
+        diffs.scale_down_num = total - to_delete - expected_total
+        diffs.scale_down_old = max(len(classes.old) - classes.to_delete_old - expected_old, 0)
+    if to_delete > 0 or diffs.scale_down_num > 0:
+        diffs.delete_ready_limit = max(max_unavailable + (total - replicas) - total_unavailable, 0)
+
+    update_num = update_old_diff if update_old_diff <= -update_new_diff else -update_new_diff
+    update_num = max(update_num - classes.in_flight_old, 0)
+    diffs.update_num = update_num
+    if update_num:
+        diffs.update_max_unavailable = max_unavailable + total - replicas
+    return diffs

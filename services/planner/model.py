@@ -1,0 +1,99 @@
+"""The planner's wire contract (docs/plan.md): ``PlanInput`` in, ``Plan`` out, camelCase JSON.
+
+Kubernetes objects stay plain dicts, exactly as the API returns them. Actions are a tagged union on the
+``action`` field, listed in the order they must be carried out.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import msgspec
+
+
+class PlanInput(msgspec.Struct, kw_only=True, rename="camel"):
+    clone_set: dict[str, Any]
+    pods: list[dict[str, Any]] = []
+    pvcs: list[dict[str, Any]] = []
+    revisions: list[dict[str, Any]] = []
+    now: datetime
+
+
+class _Action(
+    msgspec.Struct, frozen=True, kw_only=True, tag_field="action", rename="camel", omit_defaults=True
+):
+    pod: str
+    reason: str = ""  # why, in words, for the audit trail
+
+
+class CreatePVC(_Action, frozen=True, kw_only=True, tag="createPVC"):
+    pvc: str
+    object: dict[str, Any]
+
+
+class CreatePod(_Action, frozen=True, kw_only=True, tag="createPod"):
+    revision: str
+    instance_id: str
+    object: dict[str, Any]
+
+
+class DeletePod(_Action, frozen=True, kw_only=True, tag="deletePod"):
+    with_pvcs: bool = msgspec.field(name="withPVCs")
+    pvcs: list[str] = []  # the PVCs to delete with it (when withPVCs)
+
+
+class DeletePVC(_Action, frozen=True, kw_only=True, tag="deletePVC"):
+    pvc: str
+
+
+class RecreatePod(_Action, frozen=True, kw_only=True, tag="recreatePod"):
+    revision: str
+    patch: dict[str, Any]  # marks the pod apps.kruise.io/specified-delete; later rounds delete and replace it
+
+
+class UpdateInPlace(_Action, frozen=True, kw_only=True, tag="updateInPlace"):
+    revision: str
+    patch: dict[str, Any]  # strategic merge patch for the pod
+    change: str = ""  # Dynamic or Rebuild
+    restart_containers: list[str] = []
+
+
+class MarkNotReady(_Action, frozen=True, kw_only=True, tag="markNotReady"):
+    condition: dict[str, Any]  # the InPlaceUpdateReady=False pod condition to write (status subresource)
+    patch: dict[str, Any] | None = None  # metadata patch written with it (the grace-period record)
+    revision: str = ""
+
+
+class MarkReady(_Action, frozen=True, kw_only=True, tag="markReady"):
+    condition: dict[str, Any]  # the InPlaceUpdateReady=True pod condition to write (status subresource)
+    patch: dict[str, Any] | None = None
+
+
+Action = (
+    CreatePVC | CreatePod | DeletePod | DeletePVC | RecreatePod | UpdateInPlace | MarkNotReady | MarkReady
+)
+
+
+class Rejection(msgspec.Struct, frozen=True, kw_only=True):
+    field: str
+    reason: str
+
+
+class Plan(msgspec.Struct, kw_only=True, rename="camel"):
+    update_revision: str | None
+    current_revision: str | None
+    partition: int | None  # resolved pod count kept at the old revision
+    actions: list[Action]
+    status: dict[str, Any] | None
+    requeue_after_seconds: int | None
+    rejected: Rejection | None
+    step: str = "none"  # scale | update | none | rejected: what this round did
+    revisions: list[dict[str, Any]] = []  # ControllerRevisions to record (new, or re-numbered on rollback)
+    revisions_to_delete: list[str] = []  # history beyond revisionHistoryLimit
+    pods_to_delete: list[str] | None = (
+        None  # the pruned scaleStrategy.podsToDelete to write, None = unchanged
+    )
+    max_unavailable: int | None = None
+    max_surge: int | None = None
+    expected_updated_replicas: int | None = None

@@ -1,0 +1,27 @@
+"""Label, annotation and condition names rollbook reads and writes (OpenKruise-compatible)."""
+
+from __future__ import annotations
+
+REVISION_LABEL = "controller-revision-hash"
+POD_TEMPLATE_HASH_LABEL = "pod-template-hash"
+REVISION_HASH_LABEL = "controller.kubernetes.io/hash"  # on ControllerRevisions
+INSTANCE_ID_LABEL = "apps.kruise.io/cloneset-instance-id"
+SPECIFIED_DELETE_LABEL = "apps.kruise.io/specified-delete"
+LIFECYCLE_STATE_LABEL = "lifecycle.apps.kruise.io/state"
+DELETION_COST_ANNOTATION = "controller.kubernetes.io/pod-deletion-cost"
+
+INPLACE_STATE_ANNOTATION = "apps.kruise.io/inplace-update-state"
+INPLACE_GRACE_ANNOTATION = "apps.kruise.io/inplace-update-grace"
+INPLACE_READY_CONDITION = "InPlaceUpdateReady"
+
+# rollbook's switch for the extended in-place mode (seed 003): probes Dynamic, env/volumes Rebuild.
+INPLACE_MODE_ANNOTATION = "rollbook.io/inplace-mode"
+INPLACE_MODE_EXTENDED = "extended"
+
+REJECTED_CONDITION = "Rejected"
+
+CLONESET_API_VERSION = "apps.kruise.io/v1alpha1"
+CLONESET_KIND = "CloneSet"
+
+# Kubernetes' SafeEncodeString alphabet (no vowels, no confusable characters): hashes and instance ids.
+SAFE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"

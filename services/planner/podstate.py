@@ -1,0 +1,271 @@
+"""What the planner reads from a pod: readiness, availability, revision, order (semantics G-3, G-4, CS-11).
+
+Each pod is read once into a ``PodView``; everything later works on views.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+from services.planner.names import (
+    DELETION_COST_ANNOTATION,
+    INPLACE_GRACE_ANNOTATION,
+    INPLACE_READY_CONDITION,
+    INPLACE_STATE_ANNOTATION,
+    INSTANCE_ID_LABEL,
+    LIFECYCLE_STATE_LABEL,
+    REVISION_LABEL,
+    SPECIFIED_DELETE_LABEL,
+)
+
+_PHASE_RANK = {"Pending": 0, "Unknown": 1, "Running": 2}
+# Lifecycle states in which a pod may count as available. rollbook has no lifecycle hooks and never writes
+# the label; pods coming from OpenKruise keep theirs, and PreparingDelete/Updating/PreparingUpdate are busy.
+_NORMAL_LIFECYCLE = {"", "Normal", "PreparingNormal"}
+
+
+def parse_time(value: Any) -> float | None:
+    """RFC 3339 to epoch seconds; None when absent or malformed."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.timestamp()
+
+
+def format_time(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _deletion_cost(value: Any) -> int:
+    # Kubernetes accepts only canonical int32 text: "+5" and "007" are malformed and count as 0.
+    if not isinstance(value, str) or not value:
+        return 0
+    text = value[1:] if value.startswith("-") else value
+    if not text.isdigit() or (len(text) > 1 and text[0] == "0") or text != value.lstrip("-"):
+        return 0
+    number = int(value)
+    return number if -(2**31) <= number < 2**31 else 0
+
+
+def _json_annotation(value: Any) -> dict[str, Any] | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        parsed = json.loads(value)
+    except ValueError:
+        return None
+    return parsed if isinstance(parsed, dict) else None
+
+
+_UNSET: Any = object()
+_MINUS_INF = float("-inf")
+
+
+class PodView:
+    """One pod, read once. Fields every round needs are read eagerly; sort-only fields lazily."""
+
+    __slots__ = (
+        "obj",
+        "name",
+        "labels",
+        "annotations",
+        "instance_id",
+        "revision_hash",
+        "node",
+        "phase",
+        "active",
+        "ready",
+        "inplace_ready",
+        "lifecycle",
+        "specified_delete",
+        "_normal_running",
+        "_ready_since_text",
+        "_ready_since",
+        "_created",
+        "_restarts",
+        "_grace",
+        "_state",
+    )
+
+    def __init__(self, pod: dict[str, Any]) -> None:
+        metadata = pod["metadata"]
+        status = pod.get("status") or {}
+        labels = metadata.get("labels") or {}
+        self.obj = pod
+        self.name: str = metadata["name"]
+        if type(self.name) is not str:
+            raise TypeError("pod name must be a string")
+        self.labels: dict[str, str] = labels
+        self.annotations: dict[str, str] = metadata.get("annotations") or {}
+        if type(labels) is not dict or type(self.annotations) is not dict:
+            raise TypeError("labels and annotations must be maps")
+        self.instance_id: str = labels.get(INSTANCE_ID_LABEL, "")
+        self.revision_hash: str = labels.get(REVISION_LABEL, "").rsplit("-", 1)[-1]
+        self.node: str = (pod.get("spec") or {}).get("nodeName") or ""
+        phase = status.get("phase") or ""
+        self.phase: str = phase
+        deleting = metadata.get("deletionTimestamp")
+        self.active: bool = phase != "Succeeded" and phase != "Failed" and not deleting
+        ready = False
+        ready_since_text = None
+        inplace_ready = None
+        for condition in status.get("conditions") or ():
+            kind = condition.get("type")
+            if kind == "Ready":
+                ready = condition.get("status") == "True"
+                if ready:
+                    ready_since_text = condition.get("lastTransitionTime")
+            elif kind == INPLACE_READY_CONDITION:
+                inplace_ready = condition.get("status") == "True"
+        self.ready: bool = ready
+        self.inplace_ready: bool | None = inplace_ready  # None when the condition is absent
+        self.lifecycle: str = labels.get(LIFECYCLE_STATE_LABEL, "")
+        self.specified_delete: bool = SPECIFIED_DELETE_LABEL in labels
+        self._normal_running = (
+            ready
+            and phase == "Running"
+            and inplace_ready is not False
+            and self.lifecycle in _NORMAL_LIFECYCLE
+        )
+        self._ready_since_text = ready_since_text
+        self._ready_since: Any = _UNSET
+        self._created: Any = _UNSET
+        self._restarts: Any = _UNSET
+        self._grace: Any = _UNSET
+        self._state: Any = _UNSET
+
+    @classmethod
+    def read(cls, pod: dict[str, Any]) -> PodView:
+        return cls(pod)
+
+    @property
+    def ready_since(self) -> float | None:
+        """lastTransitionTime of Ready=True."""
+        if self._ready_since is _UNSET:
+            self._ready_since = parse_time(self._ready_since_text)
+        return self._ready_since  # type: ignore[no-any-return]
+
+    @property
+    def created(self) -> float | None:
+        if self._created is _UNSET:
+            self._created = parse_time((self.obj.get("metadata") or {}).get("creationTimestamp"))
+        return self._created  # type: ignore[no-any-return]
+
+    @property
+    def restarts(self) -> int:
+        if self._restarts is _UNSET:
+            most = 0
+            for container in (self.obj.get("status") or {}).get("containerStatuses") or ():
+                count = container.get("restartCount") or 0
+                if count > most:
+                    most = count
+            self._restarts = int(most)
+        return self._restarts  # type: ignore[no-any-return]
+
+    @property
+    def deletion_cost(self) -> int:
+        return _deletion_cost(self.annotations.get(DELETION_COST_ANNOTATION))
+
+    @property
+    def has_inplace_gate(self) -> bool:
+        gates = (self.obj.get("spec") or {}).get("readinessGates") or ()
+        return any(g.get("conditionType") == INPLACE_READY_CONDITION for g in gates)
+
+    # --- readiness vocabulary -------------------------------------------------------------------------
+
+    def available(self, min_ready_seconds: int, now: float) -> bool:
+        """G-3: ready, and ready for longer than minReadySeconds (strictly)."""
+        if not self.ready:
+            return False
+        if min_ready_seconds == 0:
+            return True
+        return self.ready_since is not None and self.ready_since + min_ready_seconds < now
+
+    def cs_available(self, min_ready_seconds: int, now: float) -> bool:
+        """CS-11: normal lifecycle, Running, available and InPlaceUpdateReady not False."""
+        if not self._normal_running:
+            return False
+        if min_ready_seconds == 0:
+            return True
+        since = self.ready_since
+        return since is not None and since + min_ready_seconds < now
+
+    def counts_ready(self) -> bool:
+        """CS-22 readyReplicas: Running, Ready and InPlaceUpdateReady not False."""
+        return self.phase == "Running" and self.ready and self.inplace_ready is not False
+
+    @property
+    def pre_deleting(self) -> bool:
+        return self.lifecycle == "PreparingDelete"
+
+    @property
+    def inplace_state(self) -> dict[str, Any] | None:
+        if self._state is _UNSET:
+            self._state = _json_annotation(self.annotations.get(INPLACE_STATE_ANNOTATION))
+        return self._state  # type: ignore[no-any-return]
+
+    @property
+    def inplace_grace(self) -> dict[str, Any] | None:
+        if self._grace is _UNSET:
+            self._grace = _json_annotation(self.annotations.get(INPLACE_GRACE_ANNOTATION))
+        return self._grace  # type: ignore[no-any-return]
+
+    # --- orderings ------------------------------------------------------------------------------------
+
+    def _ready_recency(self) -> float:
+        # Both ready: the one that became ready more recently first; a missing time counts as most recent.
+        if not self.ready:
+            return 0.0
+        return -(self.ready_since if self.ready_since else float("inf"))
+
+    def _newness(self) -> float:
+        return -(self.created if self.created else float("inf"))
+
+    def active_order_key(self) -> tuple[Any, ...]:
+        """G-4 "least valuable first" (update candidates); the pod name breaks full ties (determinism)."""
+        # Hot path (every update candidate, every round): the helpers are inlined.
+        ready = self.ready
+        recency = 0.0
+        if ready:
+            since = self.ready_since
+            recency = -since if since else _MINUS_INF
+        created = self.created
+        return (
+            1 if self.node else 0,
+            _PHASE_RANK.get(self.phase, 0),
+            1 if ready else 0,
+            recency,
+            -self.restarts,
+            -created if created else _MINUS_INF,
+            self.name,
+        )
+
+    def scale_in_key(self, min_ready_seconds: int, now: float, spread_rank: int) -> tuple[Any, ...]:
+        """CS-16 scale-in order: the first pods of this order are deleted first."""
+        return (
+            1 if self.node else 0,
+            _PHASE_RANK.get(self.phase, 0),
+            1 if self.cs_available(min_ready_seconds, now) else 0,
+            1 if self.ready else 0,
+            self.deletion_cost,
+            -spread_rank,
+            self._ready_recency(),
+            -self.restarts,
+            self._newness(),
+            self.name,
+        )
+
+    def same_node_key(self, min_ready_seconds: int, now: float) -> tuple[Any, ...]:
+        key = self.scale_in_key(min_ready_seconds, now, 0)
+        return key[:5] + key[6:]
+
+
+def container_statuses(pod: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {c.get("name", ""): c for c in (pod.get("status") or {}).get("containerStatuses") or ()}

@@ -1,0 +1,177 @@
+"""Template revisions (semantics CS-3..CS-6): hash, name, update/current revision, history pruning.
+
+A revision is the pod template only. Its hash is FNV-1 32 of the canonical JSON of the revision data
+(``{"spec":{"template":{...,"$patch":"replace"}}}``, sorted keys, compact), with the collision count
+appended as decimal text, written as Kubernetes' SafeEncodeString of the decimal value: at most 10
+characters. The revision name is ``<cloneset name truncated to 223>-<hash>``; pods carry only the hash in
+``controller-revision-hash`` (the short form, at most 10 characters for any CloneSet name).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from services.planner.names import (
+    CLONESET_API_VERSION,
+    CLONESET_KIND,
+    REVISION_HASH_LABEL,
+    SAFE_ALPHABET,
+)
+from services.planner.spec import CloneSetSpec
+
+_canonical = msgspec.json.Encoder(order="sorted")
+_FNV_OFFSET = 0x811C9DC5
+_FNV_PRIME = 0x01000193
+NAME_PREFIX_LIMIT = 223
+
+
+def canonical_json(value: Any) -> bytes:
+    return _canonical.encode(value)
+
+
+def fnv1_32(data: bytes) -> int:
+    value = _FNV_OFFSET
+    for byte in data:
+        value = (value * _FNV_PRIME) & 0xFFFFFFFF
+        value ^= byte
+    return value
+
+
+def safe_encode(text: str) -> str:
+    return "".join(SAFE_ALPHABET[ord(ch) % len(SAFE_ALPHABET)] for ch in text)
+
+
+def template_hash(template: dict[str, Any], collision_count: int = 0) -> str:
+    data = canonical_json(revision_data(template))
+    if collision_count:
+        data += str(collision_count).encode()
+    return safe_encode(str(fnv1_32(data)))
+
+
+def revision_data(template: dict[str, Any]) -> dict[str, Any]:
+    return {"spec": {"template": {**_strip_patch(template), "$patch": "replace"}}}
+
+
+def _strip_patch(template: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in template.items() if k != "$patch"}
+
+
+def revision_name(cloneset_name: str, hash_: str) -> str:
+    return f"{cloneset_name[:NAME_PREFIX_LIMIT]}-{hash_}"
+
+
+def hash_part(revision_or_label: str) -> str:
+    """The part after the last '-': the hash, whether the label holds the long or the short form."""
+    return revision_or_label.rsplit("-", 1)[-1]
+
+
+@dataclass(frozen=True, slots=True)
+class Revision:
+    name: str
+    number: int
+    template: dict[str, Any]
+    template_key: bytes  # canonical JSON of the template, for equality
+
+    @property
+    def hash(self) -> str:
+        return hash_part(self.name)
+
+
+def read_revisions(records: list[dict[str, Any]]) -> list[Revision]:
+    """Recorded revisions (ControllerRevision-shaped), oldest number first; malformed records are skipped."""
+    revisions = []
+    for record in records:
+        if not isinstance(record, dict):
+            continue
+        name = (record.get("metadata") or {}).get("name")
+        template = ((record.get("data") or {}).get("spec") or {}).get("template")
+        number = record.get("revision")
+        if not isinstance(name, str) or not isinstance(template, dict) or not isinstance(number, int):
+            continue
+        clean = _strip_patch(template)
+        revisions.append(Revision(name, number, clean, canonical_json(clean)))
+    revisions.sort(key=lambda r: (r.number, r.name))
+    return revisions
+
+
+@dataclass(slots=True)
+class RevisionPlan:
+    update: Revision
+    current: Revision
+    collision_count: int
+    to_record: list[Revision] = field(default_factory=list)  # new, or re-numbered (a rollback)
+    to_delete: list[str] = field(default_factory=list)
+    by_hash: dict[str, Revision] = field(default_factory=dict)  # every revision known after this round
+
+
+def plan_revisions(
+    spec: CloneSetSpec, recorded: list[Revision], current_name: str | None, collision_count: int
+) -> RevisionPlan:
+    """Pick the update revision (reuse, re-number on rollback, or create) and the current revision."""
+    template = _strip_patch(spec.template)
+    key = canonical_json(template)
+    max_number = max((r.number for r in recorded), default=0)
+    equal = [r for r in recorded if r.template_key == key]
+    to_record: list[Revision] = []
+    if equal:
+        update = equal[-1]
+        if update.number != max_number:
+            update = Revision(update.name, max_number + 1, update.template, key)
+            to_record.append(update)
+    else:
+        names = {r.name: r for r in recorded}
+        while True:
+            name = revision_name(spec.name, template_hash(template, collision_count))
+            clash = names.get(name)
+            if clash is None or clash.template_key == key:
+                break
+            collision_count += 1
+        update = Revision(name, max_number + 1, template, key)
+        to_record.append(update)
+    latest = {r.name: r for r in recorded}
+    for revision in to_record:
+        latest[revision.name] = revision
+    current = latest.get(current_name or "") or update
+    by_hash = {hash_part(name): r for name, r in latest.items()}
+    return RevisionPlan(update, current, collision_count, to_record, [], by_hash)
+
+
+def prune_history(plan: RevisionPlan, history_limit: int, live_hashes: set[str]) -> None:
+    """Delete, oldest first, revisions neither current, update nor used by a pod, down to the limit."""
+    keep = {plan.update.name, plan.current.name}
+    spare = sorted(
+        (r for r in plan.by_hash.values() if r.name not in keep and r.hash not in live_hashes),
+        key=lambda r: (r.number, r.name),
+    )
+    excess = len(spare) - history_limit
+    plan.to_delete = [r.name for r in spare[: max(excess, 0)]]
+
+
+def revision_object(spec: CloneSetSpec, revision: Revision) -> dict[str, Any]:
+    """The revision as a ControllerRevision-shaped object, ready to be recorded and fed back as input."""
+    labels = dict((revision.template.get("metadata") or {}).get("labels") or {})
+    labels[REVISION_HASH_LABEL] = revision.hash
+    owner = {
+        "apiVersion": CLONESET_API_VERSION,
+        "kind": CLONESET_KIND,
+        "name": spec.name,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+    if spec.uid:
+        owner["uid"] = spec.uid
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "ControllerRevision",
+        "metadata": {
+            "name": revision.name,
+            "namespace": spec.namespace,
+            "labels": labels,
+            "ownerReferences": [owner],
+        },
+        "revision": revision.number,
+        "data": revision_data(revision.template),
+    }

@@ -1,0 +1,91 @@
+"""A typed, defaulted view of the CloneSet spec (semantics CS-1). Built only after validation passed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from services.planner import intorpercent
+from services.planner.names import INPLACE_MODE_ANNOTATION, INPLACE_MODE_EXTENDED
+
+RECREATE = "ReCreate"
+IN_PLACE_IF_POSSIBLE = "InPlaceIfPossible"
+IN_PLACE_ONLY = "InPlaceOnly"
+UPDATE_TYPES = (RECREATE, IN_PLACE_IF_POSSIBLE, IN_PLACE_ONLY)
+
+DEFAULT_MAX_UNAVAILABLE = "20%"
+DEFAULT_REVISION_HISTORY_LIMIT = 10
+
+
+@dataclass(frozen=True, slots=True)
+class CloneSetSpec:
+    name: str
+    namespace: str
+    uid: str
+    generation: int
+    replicas: int
+    selector: dict[str, Any]
+    template: dict[str, Any]
+    volume_claim_templates: list[dict[str, Any]]
+    update_type: str
+    paused: bool
+    partition: int  # resolved: pods kept at the old revision
+    max_unavailable: int  # resolved (CS-10 rounding)
+    max_surge: int  # resolved; 0 while paused
+    scale_max_unavailable: int | None  # None = unlimited
+    grace_period_seconds: int
+    min_ready_seconds: int
+    revision_history_limit: int
+    pods_to_delete: list[str]
+    disable_pvc_reuse: bool
+    extended_inplace: bool
+    priority_strategy: dict[str, Any] | None
+
+
+def resolve(cloneset: dict[str, Any]) -> CloneSetSpec:
+    metadata = cloneset.get("metadata") or {}
+    spec = cloneset.get("spec") or {}
+    strategy = spec.get("updateStrategy") or {}
+    scale = spec.get("scaleStrategy") or {}
+    replicas = spec.get("replicas")
+    replicas = 1 if replicas is None else int(replicas)
+    paused = bool(strategy.get("paused", False))
+    max_surge = intorpercent.scaled(strategy.get("maxSurge") or 0, replicas, round_up=True)
+    if paused:
+        max_surge = 0
+    raw_unavailable = strategy.get("maxUnavailable")
+    if raw_unavailable is None:
+        raw_unavailable = DEFAULT_MAX_UNAVAILABLE
+    max_unavailable = intorpercent.scaled(raw_unavailable, replicas, round_up=max_surge == 0)
+    raw_scale_unavailable = scale.get("maxUnavailable")
+    scale_max_unavailable = (
+        None
+        if raw_scale_unavailable is None
+        else intorpercent.scaled(raw_scale_unavailable, replicas, round_up=True)
+    )
+    inplace = strategy.get("inPlaceUpdateStrategy") or {}
+    annotations = metadata.get("annotations") or {}
+    history = spec.get("revisionHistoryLimit")
+    return CloneSetSpec(
+        name=metadata.get("name", ""),
+        namespace=metadata.get("namespace") or "default",
+        uid=metadata.get("uid") or "",
+        generation=int(metadata.get("generation") or 0),
+        replicas=replicas,
+        selector=spec.get("selector") or {},
+        template=spec.get("template") or {},
+        volume_claim_templates=list(spec.get("volumeClaimTemplates") or []),
+        update_type=strategy.get("type") or RECREATE,
+        paused=paused,
+        partition=intorpercent.partition_count(strategy.get("partition"), replicas),
+        max_unavailable=max_unavailable,
+        max_surge=max_surge,
+        scale_max_unavailable=scale_max_unavailable,
+        grace_period_seconds=int(inplace.get("gracePeriodSeconds") or 0),
+        min_ready_seconds=int(spec.get("minReadySeconds") or 0),
+        revision_history_limit=DEFAULT_REVISION_HISTORY_LIMIT if history is None else int(history),
+        pods_to_delete=list(scale.get("podsToDelete") or []),
+        disable_pvc_reuse=bool(scale.get("disablePVCReuse", False)),
+        extended_inplace=annotations.get(INPLACE_MODE_ANNOTATION) == INPLACE_MODE_EXTENDED,
+        priority_strategy=strategy.get("priorityStrategy"),
+    )

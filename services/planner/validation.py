@@ -1,0 +1,306 @@
+"""CloneSet validation (semantics CS-2): every problem is a (field, reason) rejection, never an exception."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from services.domain import labels as selectors
+from services.planner import intorpercent
+from services.planner.spec import IN_PLACE_ONLY, UPDATE_TYPES
+
+_INT_FIELDS_NON_NEGATIVE = ("minReadySeconds", "revisionHistoryLimit")
+
+
+@dataclass(frozen=True, slots=True)
+class Invalid:
+    field: str
+    reason: str
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def validate(cloneset: Any) -> Invalid | None:
+    """First problem found in the CloneSet, or None when it can be planned."""
+    if not isinstance(cloneset, dict):
+        return Invalid("cloneSet", "must be a CloneSet object")
+    metadata = cloneset.get("metadata")
+    if not isinstance(metadata, dict) or not isinstance(metadata.get("name"), str) or not metadata["name"]:
+        return Invalid("metadata.name", "required")
+    if not _string_map(metadata.get("annotations")):
+        return Invalid("metadata.annotations", "must be a map of strings")
+    for key in ("uid", "namespace"):
+        if metadata.get(key) is not None and not isinstance(metadata[key], str):
+            return Invalid(f"metadata.{key}", "must be a string")
+    generation = metadata.get("generation")
+    if generation is not None and not _is_int(generation):
+        return Invalid("metadata.generation", "must be an integer")
+    status = cloneset.get("status")
+    if status is not None:
+        if not isinstance(status, dict):
+            return Invalid("status", "must be an object")
+        if status.get("currentRevision") is not None and not isinstance(status["currentRevision"], str):
+            return Invalid("status.currentRevision", "must be a string")
+        if status.get("collisionCount") is not None and not _is_int(status["collisionCount"]):
+            return Invalid("status.collisionCount", "must be an integer")
+        conditions = status.get("conditions")
+        if conditions is not None and not isinstance(conditions, list):
+            return Invalid("status.conditions", "must be a list")
+    spec = cloneset.get("spec")
+    if not isinstance(spec, dict):
+        return Invalid("spec", "required")
+    return _validate_spec(spec)
+
+
+def _validate_spec(spec: dict[str, Any]) -> Invalid | None:
+    replicas = spec.get("replicas")
+    if replicas is not None and (not _is_int(replicas) or replicas < 0):
+        return Invalid("spec.replicas", f"must be a non-negative integer, got {replicas!r}")
+    for name in _INT_FIELDS_NON_NEGATIVE:
+        value = spec.get(name)
+        if value is not None and (not _is_int(value) or value < 0):
+            return Invalid(f"spec.{name}", f"must be a non-negative integer, got {value!r}")
+    problem = _validate_selector_and_template(spec)
+    if problem:
+        return problem
+    problem = _validate_update_strategy(spec, 1 if replicas is None else replicas)
+    if problem:
+        return problem
+    problem = _validate_scale_strategy(spec, 1 if replicas is None else replicas)
+    if problem:
+        return problem
+    return _validate_claim_templates(spec)
+
+
+def _string_map(value: Any) -> bool:
+    return value is None or (
+        isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in value.items())
+    )
+
+
+def _selector_shape(selector: Any, where: str) -> Invalid | None:
+    if not isinstance(selector, dict):
+        return Invalid(where, "must be an object with matchLabels and/or matchExpressions")
+    if not _string_map(selector.get("matchLabels")):
+        return Invalid(f"{where}.matchLabels", "must be a map of strings")
+    expressions = selector.get("matchExpressions")
+    if expressions is not None and not isinstance(expressions, list):
+        return Invalid(f"{where}.matchExpressions", "must be a list")
+    for i, expr in enumerate(expressions or []):
+        if not isinstance(expr, dict) or not isinstance(expr.get("key"), str):
+            return Invalid(f"{where}.matchExpressions[{i}].key", "required")
+        values = expr.get("values")
+        if values is not None and (
+            not isinstance(values, list) or not all(isinstance(v, str) for v in values)
+        ):
+            return Invalid(f"{where}.matchExpressions[{i}].values", "must be a list of strings")
+    try:
+        selectors.validate_selector(selector, where)
+    except selectors.SelectorError as error:
+        return Invalid(error.field, error.reason)
+    return None
+
+
+def _validate_containers(pod_spec: dict[str, Any]) -> Invalid | None:
+    containers = pod_spec.get("containers")
+    if not isinstance(containers, list) or not containers:
+        return Invalid("spec.template.spec.containers", "at least one container is required")
+    seen: set[str] = set()
+    for i, container in enumerate(containers):
+        if (
+            not isinstance(container, dict)
+            or not isinstance(container.get("name"), str)
+            or not container["name"]
+        ):
+            return Invalid(f"spec.template.spec.containers[{i}].name", "required")
+        if container["name"] in seen:
+            return Invalid(
+                f"spec.template.spec.containers[{i}].name", f"duplicate name {container['name']!r}"
+            )
+        seen.add(container["name"])
+        if not isinstance(container.get("image", ""), str):
+            return Invalid(f"spec.template.spec.containers[{i}].image", "must be a string")
+        for key in ("env", "volumeMounts"):
+            items = container.get(key)
+            if items is not None and (
+                not isinstance(items, list) or not all(isinstance(e, dict) for e in items)
+            ):
+                return Invalid(f"spec.template.spec.containers[{i}].{key}", "must be a list of objects")
+    for key in ("volumes", "readinessGates"):
+        items = pod_spec.get(key)
+        if items is not None and (not isinstance(items, list) or not all(isinstance(e, dict) for e in items)):
+            return Invalid(f"spec.template.spec.{key}", "must be a list of objects")
+    return None
+
+
+def _validate_selector_and_template(spec: dict[str, Any]) -> Invalid | None:
+    selector = spec.get("selector")
+    problem = _selector_shape(selector, "spec.selector") if selector is not None else None
+    if problem:
+        return problem
+    if selectors.is_empty(selector):
+        return Invalid("spec.selector", "required and must not be empty")
+    try:
+        selectors.validate_selector(selector, "spec.selector")
+    except selectors.SelectorError as error:
+        return Invalid(error.field, error.reason)
+    template = spec.get("template")
+    if not isinstance(template, dict):
+        return Invalid("spec.template", "required")
+    template_meta = template.get("metadata") or {}
+    if not isinstance(template_meta, dict):
+        return Invalid("spec.template.metadata", "must be an object")
+    template_labels = template_meta.get("labels") or {}
+    if not _string_map(template_labels):
+        return Invalid("spec.template.metadata.labels", "must be a map of strings")
+    if not _string_map(template_meta.get("annotations")):
+        return Invalid("spec.template.metadata.annotations", "must be a map of strings")
+    if not selectors.matches(selector, template_labels):
+        return Invalid("spec.template.metadata.labels", "`selector` does not match template `labels`")
+    pod_spec = template.get("spec")
+    if not isinstance(pod_spec, dict):
+        return Invalid("spec.template.spec", "required")
+    containers = pod_spec.get("containers")
+    if not isinstance(containers, list) or not containers:
+        return Invalid("spec.template.spec.containers", "at least one container is required")
+    seen: set[str] = set()
+    for i, container in enumerate(containers):
+        if not isinstance(container, dict) or not container.get("name"):
+            return Invalid(f"spec.template.spec.containers[{i}].name", "required")
+        if container["name"] in seen:
+            return Invalid(
+                f"spec.template.spec.containers[{i}].name", f"duplicate name {container['name']!r}"
+            )
+        seen.add(container["name"])
+    restart_policy = pod_spec.get("restartPolicy")
+    if restart_policy not in (None, "", "Always"):
+        return Invalid(
+            "spec.template.spec.restartPolicy", f"only 'Always' is supported, got {restart_policy!r}"
+        )
+    if pod_spec.get("activeDeadlineSeconds") is not None:
+        return Invalid(
+            "spec.template.spec.activeDeadlineSeconds", "activeDeadlineSeconds in CloneSet is not Supported"
+        )
+    return None
+
+
+def _validate_update_strategy(spec: dict[str, Any], replicas: int) -> Invalid | None:
+    strategy = spec.get("updateStrategy") or {}
+    if not isinstance(strategy, dict):
+        return Invalid("spec.updateStrategy", "must be an object")
+    update_type = strategy.get("type")
+    if update_type not in (None, "", *UPDATE_TYPES):
+        return Invalid(
+            "spec.updateStrategy.type", f"must be one of {', '.join(UPDATE_TYPES)}, got {update_type!r}"
+        )
+    resolved: dict[str, int] = {}
+    for name in ("partition", "maxUnavailable", "maxSurge"):
+        value = strategy.get(name)
+        if value is None:
+            continue
+        try:
+            number, _ = intorpercent.parse(value)
+        except intorpercent.IntOrPercentError as error:
+            return Invalid(f"spec.updateStrategy.{name}", str(error))
+        if number < 0:
+            return Invalid(f"spec.updateStrategy.{name}", f"must not be negative, got {value!r}")
+        resolved[name] = intorpercent.scaled(value, replicas, round_up=True)
+    max_surge = resolved.get("maxSurge", 0)
+    if update_type == IN_PLACE_ONLY and max_surge > 0:
+        return Invalid("spec.updateStrategy.maxSurge", "can not use maxSurge with strategy type InPlaceOnly")
+    max_unavailable = resolved.get("maxUnavailable")
+    if "maxUnavailable" not in strategy:
+        max_unavailable = intorpercent.scaled("20%", replicas, round_up=True)
+    if replicas > 0 and (max_unavailable or 0) < 1 and max_surge < 1:
+        return Invalid("spec.updateStrategy.maxUnavailable", "maxUnavailable and maxSurge can not both be 0")
+    paused = strategy.get("paused")
+    if paused is not None and not isinstance(paused, bool):
+        return Invalid("spec.updateStrategy.paused", f"must be a boolean, got {paused!r}")
+    inplace = strategy.get("inPlaceUpdateStrategy") or {}
+    if not isinstance(inplace, dict):
+        return Invalid("spec.updateStrategy.inPlaceUpdateStrategy", "must be an object")
+    grace = inplace.get("gracePeriodSeconds")
+    if grace is not None and (not _is_int(grace) or grace < 0):
+        return Invalid(
+            "spec.updateStrategy.inPlaceUpdateStrategy.gracePeriodSeconds",
+            f"must be a non-negative integer, got {grace!r}",
+        )
+    return _validate_priority(strategy.get("priorityStrategy"))
+
+
+def _validate_priority(priority: Any) -> Invalid | None:
+    if priority is None:
+        return None
+    where = "spec.updateStrategy.priorityStrategy"
+    if not isinstance(priority, dict):
+        return Invalid(where, "must be an object")
+    weights, orders = priority.get("weightPriority"), priority.get("orderPriority")
+    for name, terms in (("weightPriority", weights), ("orderPriority", orders)):
+        if terms is not None and (not isinstance(terms, list) or not all(isinstance(t, dict) for t in terms)):
+            return Invalid(f"{where}.{name}", "must be a list of objects")
+    if weights and orders:
+        return Invalid(where, "only one of weightPriority and orderPriority can be used")
+    for i, term in enumerate(weights or []):
+        weight = term.get("weight") if isinstance(term, dict) else None
+        if not isinstance(weight, int) or isinstance(weight, bool) or not 0 <= weight <= 100:
+            return Invalid(f"{where}.weightPriority[{i}].weight", "must be an integer in [0, 100]")
+        if selectors.is_empty(term.get("matchSelector")):
+            return Invalid(f"{where}.weightPriority[{i}].matchSelector", "must not be empty")
+        try:
+            selectors.validate_selector(
+                term.get("matchSelector"), f"{where}.weightPriority[{i}].matchSelector"
+            )
+        except selectors.SelectorError as error:
+            return Invalid(error.field, error.reason)
+    for i, term in enumerate(orders or []):
+        if not isinstance(term.get("orderedKey"), str) or not term["orderedKey"]:
+            return Invalid(f"{where}.orderPriority[{i}].orderedKey", "required")
+    return None
+
+
+def _validate_scale_strategy(spec: dict[str, Any], replicas: int) -> Invalid | None:
+    scale = spec.get("scaleStrategy") or {}
+    if not isinstance(scale, dict):
+        return Invalid("spec.scaleStrategy", "must be an object")
+    names = scale.get("podsToDelete") or []
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        return Invalid("spec.scaleStrategy.podsToDelete", "must be a list of pod names")
+    if len(set(names)) != len(names):
+        duplicate = next(n for n in names if names.count(n) > 1)
+        return Invalid("spec.scaleStrategy.podsToDelete", f"duplicate pod name {duplicate!r}")
+    reuse = scale.get("disablePVCReuse")
+    if reuse is not None and not isinstance(reuse, bool):
+        return Invalid("spec.scaleStrategy.disablePVCReuse", f"must be a boolean, got {reuse!r}")
+    value = scale.get("maxUnavailable")
+    if value is not None:
+        try:
+            number, _ = intorpercent.parse(value)
+        except intorpercent.IntOrPercentError as error:
+            return Invalid("spec.scaleStrategy.maxUnavailable", str(error))
+        if number < 0:
+            return Invalid("spec.scaleStrategy.maxUnavailable", f"must not be negative, got {value!r}")
+    return None
+
+
+def _validate_claim_templates(spec: dict[str, Any]) -> Invalid | None:
+    templates = spec.get("volumeClaimTemplates") or []
+    if not isinstance(templates, list):
+        return Invalid("spec.volumeClaimTemplates", "must be a list")
+    seen: set[str] = set()
+    for i, template in enumerate(templates):
+        metadata = template.get("metadata") if isinstance(template, dict) else None
+        name = metadata.get("name") if isinstance(metadata, dict) else None
+        if not isinstance(name, str) or not name:
+            return Invalid(f"spec.volumeClaimTemplates[{i}].metadata.name", "required")
+        if not _string_map(metadata.get("labels")) or not _string_map(metadata.get("annotations")):  # type: ignore[union-attr]
+            return Invalid(
+                f"spec.volumeClaimTemplates[{i}].metadata", "labels and annotations must be maps of strings"
+            )
+        if not isinstance(template.get("spec", {}), dict):
+            return Invalid(f"spec.volumeClaimTemplates[{i}].spec", "must be an object")
+        if name in seen:
+            return Invalid(f"spec.volumeClaimTemplates[{i}].metadata.name", f"duplicate name {name!r}")
+        seen.add(name)
+    return None
