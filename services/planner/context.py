@@ -63,7 +63,8 @@ class Context:
         views = []
         selector = spec.selector
         # Hot path: a matchLabels-only selector (the usual case) is checked inline.
-        plain = None if selector.get("matchExpressions") else list((selector.get("matchLabels") or {}).items())
+        match_labels = list((selector.get("matchLabels") or {}).items())
+        plain = None if selector.get("matchExpressions") else match_labels
         for pod in pods:
             view = PodView(pod)
             # Ours: controlled by this CloneSet, or an orphan (OpenKruise adopts those), and matching the
