@@ -41,7 +41,8 @@ async def test_stale_expected_version_raises_and_stores_nothing(event_store: Eve
     assert (caught.value.stream, caught.value.expected, caught.value.actual) == (stream, 1, 2)
     assert stream in str(caught.value) and "expected version 1" in str(caught.value)
     assert await event_store.stream_version(stream) == 2
-    assert not {e.event_id for e in late} & {s.envelope.event_id for s in await event_store.read_stream(stream)}
+    stored_ids = {s.envelope.event_id for s in await event_store.read_stream(stream)}
+    assert not {e.event_id for e in late} & stored_ids
 
 
 async def test_two_concurrent_appenders_at_one_version_exactly_one_wins(event_store: EventStore) -> None:
@@ -124,6 +125,10 @@ async def test_bad_batches_are_refused_before_touching_the_database(event_store:
         await event_store.append([event, event], expected_version=None)
     with pytest.raises(ValueError, match="at least one"):
         await event_store.append([], expected_version=0)
+    with pytest.raises(ValueError, match="expected_version must be 0"):
+        await event_store.append([pod_action(stream, 0)], expected_version=-1)
+    with pytest.raises(ValueError, match="stream_version >= 1"):
+        await event_store.append_many([pod_action(stream, 0)])
     assert await event_store.stream_version(stream) == 0
 
 
@@ -153,6 +158,17 @@ async def test_read_all_returns_everything_after_a_position_in_order(event_store
     assert await event_store.head_position() == positions[-1]
 
 
+async def test_read_all_batches_pages_through_everything(event_store: EventStore) -> None:
+    start = await event_store.head_position()
+    stream = unique_stream()
+    await event_store.append(batch(stream, 1, 7), expected_version=0)
+    pages = [page async for page in event_store.read_all_batches(start, batch_size=3)]
+    mine = [e.envelope.stream_version for page in pages for e in page if e.envelope.stream == stream]
+    assert mine == list(range(1, 8))
+    assert all(len(page) <= 3 for page in pages) and len(pages) >= 3
+    assert await event_store.read_batch(await event_store.head_position(), limit=10) == []
+
+
 async def test_read_correlation_returns_one_rollout(event_store: EventStore) -> None:
     rollout = f"rollout-{unique_stream()}"
     stream = unique_stream()
@@ -161,7 +177,9 @@ async def test_read_correlation_returns_one_rollout(event_store: EventStore) -> 
     assert [s.envelope.stream_version for s in await event_store.read_correlation(rollout)] == [1, 2]
 
 
-async def test_the_database_refuses_update_delete_and_truncate(database_url: str, event_store: EventStore) -> None:
+async def test_the_database_refuses_update_delete_and_truncate(
+    database_url: str, event_store: EventStore
+) -> None:
     stream = unique_stream()
     await event_store.append(batch(stream, 1, 1), expected_version=0)
     conn = await asyncpg.connect(asyncpg_url(database_url))
@@ -179,3 +197,28 @@ async def test_the_database_refuses_update_delete_and_truncate(database_url: str
         assert tuple(row) == ("PodActionRequested", 1)
     finally:
         await conn.close()
+
+
+async def test_store_recovers_after_its_connections_are_killed(database_url: str) -> None:
+    """A Postgres restart or failover kills pooled connections; the next call must not fail on them."""
+    store = await EventStore.connect(database_url)
+    try:
+        stream = unique_stream()
+        warm_up = (store.append(batch(unique_stream(), 1, 1), expected_version=0) for _ in range(3))
+        await asyncio.gather(*warm_up)  # three pooled connections to kill
+        admin = await asyncpg.connect(asyncpg_url(database_url))
+        try:
+            killed = await admin.fetchval(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                " AND application_name = '' AND backend_type = 'client backend'"
+            )
+        finally:
+            await admin.close()
+        assert killed >= 1
+        await asyncio.sleep(0.2)  # the client sees the server close the idle connections
+        result = await store.append(batch(stream, 1, 2), expected_version=0)
+        assert result.appended == 2
+        assert len(await store.read_stream(stream)) == 2
+    finally:
+        await store.close()

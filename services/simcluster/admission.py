@@ -1,0 +1,148 @@
+"""Mutating admission webhooks: registered MutatingWebhookConfigurations are called with an AdmissionReview
+v1 over HTTP(S) and their JSONPatch is applied; `failurePolicy`, `timeoutSeconds`, rules, namespace and
+object selectors are honoured. Only `clientConfig.url` can be reached (there are no Services to route to).
+"""
+
+from __future__ import annotations
+
+import base64
+import ssl
+import uuid
+from typing import Any
+
+import aiohttp
+import jsonpatch
+
+from ..domain.labels import matches
+from .errors import ApiError
+from .resources import MUTATING_WEBHOOKS, NAMESPACES, ResourceType
+from .store import Store
+
+
+def _rule_matches(rule: dict[str, Any], rt: ResourceType, operation: str) -> bool:
+    def has(values: list[str] | None, value: str) -> bool:
+        return bool(values) and ("*" in values or value in values)  # type: ignore[operator]
+
+    scope = rule.get("scope", "*")
+    if scope == "Namespaced" and not rt.namespaced or scope == "Cluster" and rt.namespaced:
+        return False
+    return (
+        has(rule.get("operations"), operation)
+        and has(rule.get("apiGroups"), rt.group)
+        and has(rule.get("apiVersions"), rt.version)
+        and (has(rule.get("resources"), rt.plural) or has(rule.get("resources"), f"{rt.plural}/*"))
+    )
+
+
+class Admission:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._session: aiohttp.ClientSession | None = None
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+    def _webhooks_for(self, rt: ResourceType, operation: str, obj: dict[str, Any]) -> list[dict[str, Any]]:
+        chosen = []
+        namespace = (obj.get("metadata") or {}).get("namespace", "")
+        ns_obj = self.store.find(NAMESPACES, "", namespace) if namespace else None
+        ns_labels = ((ns_obj or {}).get("metadata") or {}).get("labels") or {}
+        labels = (obj.get("metadata") or {}).get("labels") or {}
+        for config in sorted(
+            self.store.objects[MUTATING_WEBHOOKS].values(), key=lambda c: c["metadata"]["name"]
+        ):
+            for hook in config.get("webhooks") or []:
+                if not any(_rule_matches(rule, rt, operation) for rule in hook.get("rules") or []):
+                    continue
+                if rt.namespaced and not matches(hook.get("namespaceSelector"), ns_labels):
+                    continue
+                if not matches(hook.get("objectSelector"), labels):
+                    continue
+                chosen.append(hook)
+        return chosen
+
+    async def mutate(
+        self,
+        rt: ResourceType,
+        operation: str,
+        obj: dict[str, Any],
+        old: dict[str, Any] | None,
+        namespace: str,
+    ) -> dict[str, Any]:
+        for hook in self._webhooks_for(rt, operation, obj):
+            try:
+                obj = await self._call(hook, rt, operation, obj, old, namespace)
+            except ApiError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - any failure to reach or understand the webhook
+                if hook.get("failurePolicy", "Fail") == "Ignore":
+                    continue
+                raise ApiError(
+                    500, f'Internal error occurred: failed calling webhook "{hook.get("name")}": {exc}'
+                ) from exc
+        return obj
+
+    async def _call(
+        self,
+        hook: dict[str, Any],
+        rt: ResourceType,
+        operation: str,
+        obj: dict[str, Any],
+        old: dict[str, Any] | None,
+        namespace: str,
+    ) -> dict[str, Any]:
+        client_config = hook.get("clientConfig") or {}
+        url = client_config.get("url")
+        if not url:
+            raise RuntimeError("simcluster can only call webhooks with clientConfig.url (no Services here)")
+        ssl_context: ssl.SSLContext | bool = False
+        if url.startswith("https") and client_config.get("caBundle"):
+            ssl_context = ssl.create_default_context(
+                cadata=base64.b64decode(client_config["caBundle"]).decode()
+            )
+        meta = obj.get("metadata") or {}
+        request_uid = str(uuid.uuid4())
+        review = {
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": request_uid,
+                "kind": {"group": rt.group, "version": rt.version, "kind": rt.kind},
+                "resource": {"group": rt.group, "version": rt.version, "resource": rt.plural},
+                "requestKind": {"group": rt.group, "version": rt.version, "kind": rt.kind},
+                "requestResource": {"group": rt.group, "version": rt.version, "resource": rt.plural},
+                "name": meta.get("name", ""),
+                "namespace": namespace,
+                "operation": operation,
+                "userInfo": {"username": "system:admin", "groups": ["system:masters"]},
+                "object": obj,
+                "oldObject": old,
+                "dryRun": False,
+                "options": {"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1"},
+            },
+        }
+        if self._session is None:
+            self._session = aiohttp.ClientSession()
+        timeout = aiohttp.ClientTimeout(total=float(hook.get("timeoutSeconds", 10)))
+        async with self._session.post(url, json=review, ssl=ssl_context, timeout=timeout) as response:
+            if response.status != 200:
+                raise RuntimeError(f"webhook answered HTTP {response.status}")
+            body = await response.json(content_type=None)
+        answer = body.get("response") or {}
+        if answer.get("uid") != request_uid:
+            raise RuntimeError("webhook response uid does not match the request uid")
+        if not answer.get("allowed"):
+            status = answer.get("status") or {}
+            message = status.get("message") or "denied"
+            raise ApiError(
+                int(status.get("code") or 403),
+                f'admission webhook "{hook.get("name")}" denied the request: {message}',
+                status.get("reason") or "Forbidden",
+            )
+        if answer.get("patch"):
+            if answer.get("patchType", "JSONPatch") != "JSONPatch":
+                raise RuntimeError(f"unsupported patchType {answer.get('patchType')!r}")
+            operations = jsonpatch.JsonPatch.from_string(base64.b64decode(answer["patch"]).decode())
+            obj = operations.apply(obj)
+        return obj

@@ -1,0 +1,139 @@
+"""`SimCluster`: the API server, scheduler, kubelet and garbage collector in one process.
+
+async with SimCluster(SimConfig(extended_inplace=True)) as sc:
+    await kubernetes_asyncio.config.load_kube_config(config_file=str(sc.kubeconfig_path))
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+
+from aiohttp import web
+
+from .admission import Admission
+from .faults import FaultConfig, Faults
+from .gc import GarbageCollector
+from .kubeconfig import write_kubeconfig
+from .kubelet import Kubelet, NodeConfig, Timing
+from .resources import NAMESPACES
+from .server import ApiServer
+from .store import Store
+
+
+def default_nodes() -> tuple[NodeConfig, ...]:
+    return tuple(NodeConfig(name=f"sim-node-{i}") for i in range(3))
+
+
+@dataclass
+class SimConfig:
+    host: str = "127.0.0.1"
+    port: int = 0  # 0: pick a free port
+    seed: int = 0  # uids, generated names, timing jitter
+    nodes: tuple[NodeConfig, ...] = field(default_factory=default_nodes)
+    timing: Timing = field(default_factory=Timing)
+    # Emulate the second seed's customised kubelet: container env/envFrom/volumeMounts and pod volumes may
+    # change in place (the container restarts); probe changes apply without a restart.
+    extended_inplace: bool = False
+    faults: FaultConfig = field(default_factory=FaultConfig)
+    namespaces: tuple[str, ...] = ("default", "kube-system", "kube-public")
+    history_window: int = 20_000  # watch events kept; older resourceVersions get 410 Gone
+    bookmark_interval: float = 5.0  # seconds between BOOKMARKs on a quiet watch that asked for them
+    kubeconfig_path: str | None = None  # where to write the kubeconfig; None: a temporary directory
+    kubelet: bool = True  # run the simulated scheduler/kubelet/PVC binder
+    kubelet_events: bool = (
+        True  # record core/v1 Events (Scheduled, Pulling, Pulled, Created, Started, Killing)
+    )
+    max_events: int = 10_000  # oldest Events are deleted beyond this (real clusters expire them after 1 h)
+    # Images (fnmatch patterns, e.g. "*:broken") whose pull fails: containers wait in ImagePullBackOff.
+    failing_images: tuple[str, ...] = ()
+    # Images whose container exits with an error shortly after starting: CrashLoopBackOff, restarts growing.
+    crashing_images: tuple[str, ...] = ()
+
+
+class SimCluster:
+    def __init__(self, config: SimConfig | None = None) -> None:
+        self.config = config or SimConfig()
+        cfg = self.config
+        self.store = Store(
+            history_window=cfg.history_window, seed=cfg.seed, extended_inplace=cfg.extended_inplace
+        )
+        self.faults = Faults(cfg.faults)
+        self.admission = Admission(self.store)
+        self.gc = GarbageCollector(self.store)
+        self.kubelet: Kubelet | None = (
+            Kubelet(
+                self.store,
+                list(cfg.nodes),
+                cfg.timing,
+                seed=cfg.seed,
+                extended_inplace=cfg.extended_inplace,
+                events=cfg.kubelet_events,
+                max_events=cfg.max_events,
+                failing_images=cfg.failing_images,
+                crashing_images=cfg.crashing_images,
+            )
+            if cfg.kubelet
+            else None
+        )
+        self.api = ApiServer(self.store, self.admission, self.faults, bookmark_interval=cfg.bookmark_interval)
+        self._runner: web.AppRunner | None = None
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        self.url = ""
+        self.kubeconfig_path = Path()
+
+    async def start(self) -> SimCluster:
+        for namespace in self.config.namespaces:
+            self.store.create(
+                NAMESPACES, "", {"metadata": {"name": namespace}, "status": {"phase": "Active"}}
+            )
+        if self.kubelet is not None:
+            self.kubelet.register_nodes()
+        self._runner = web.AppRunner(self.api.app, access_log=None, shutdown_timeout=0.5)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.config.host, self.config.port)
+        await site.start()
+        server = site._server  # the bound socket tells the real port when 0 was asked for
+        port = server.sockets[0].getsockname()[1] if server is not None else self.config.port  # type: ignore[attr-defined]
+        self.url = f"http://{self.config.host}:{port}"
+        if self.config.kubeconfig_path is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="simcluster-")
+            target = Path(self._tmp.name) / "kubeconfig"
+        else:
+            target = Path(self.config.kubeconfig_path)
+        self.kubeconfig_path = write_kubeconfig(target, self.url)
+        return self
+
+    async def stop(self) -> None:
+        self.api.cut_watches()
+        if self.kubelet is not None:
+            await self.kubelet.close()
+        await self.gc.close()
+        await self.admission.close()
+        if self._runner is not None:
+            await self._runner.cleanup()
+        if self._tmp is not None:
+            self._tmp.cleanup()
+
+    async def __aenter__(self) -> SimCluster:
+        return await self.start()
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.stop()
+
+    # ---- test knobs --------------------------------------------------------------------------------
+
+    def compact(self) -> None:
+        """Drop the watch history: any resourceVersion before now gets 410 Gone."""
+        self.store.compact()
+
+    def cut_watches(self) -> None:
+        """End every open watch stream, as a dropped connection would."""
+        self.api.cut_watches()
+
+    def set_faults(self, faults: FaultConfig) -> None:
+        self.faults.configure(faults)

@@ -1,0 +1,41 @@
+"""Fault injection for tests: fail a share of writes with 500/429, add latency, cut watch streams.
+Seeded, so a given configuration fails the same requests every run."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+
+@dataclass
+class FaultConfig:
+    write_error_rate: float = 0.0  # share of POST/PUT/PATCH/DELETE answered with an error instead
+    write_error_codes: tuple[int, ...] = (500, 429)  # chosen from in turn, seeded
+    latency_seconds: float = 0.0  # added to every API request
+    latency_jitter_seconds: float = 0.0  # plus uniform [0, jitter)
+    watch_cut_after_events: int = 0  # end every watch stream after this many events (0: never)
+    retry_after_seconds: int = 1  # Retry-After sent with 429
+    seed: int = 0
+
+
+class Faults:
+    def __init__(self, config: FaultConfig | None = None) -> None:
+        self.config = config or FaultConfig()
+        self.rng = random.Random(self.config.seed)
+        self.injected_errors = 0
+
+    def configure(self, config: FaultConfig) -> None:
+        self.config = config
+        self.rng = random.Random(config.seed)
+
+    def write_error(self) -> int | None:
+        """The HTTP status to fail this write with, or None to let it through."""
+        rate = self.config.write_error_rate
+        if rate <= 0 or self.rng.random() >= rate:
+            return None
+        self.injected_errors += 1
+        return self.rng.choice(self.config.write_error_codes)
+
+    def latency(self) -> float:
+        jitter = self.config.latency_jitter_seconds
+        return self.config.latency_seconds + (self.rng.random() * jitter if jitter > 0 else 0.0)

@@ -1,0 +1,90 @@
+"""The resource types simcluster serves, with what discovery and REST handling need to know about each."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, eq=False)  # identity equality and hashing: one instance per type, hashed per write
+class ResourceType:
+    group: str  # "" for the core group
+    version: str
+    plural: str
+    kind: str
+    namespaced: bool
+    has_status: bool = False  # a /status subresource; status is ignored on the main resource
+    custom: bool = False  # CRD-style: no strategic merge patch, resourceVersion required on update
+    short_names: tuple[str, ...] = ()
+    singular: str = ""
+    categories: tuple[str, ...] = ()
+    verbs: tuple[str, ...] = field(
+        default=("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
+    )
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.group, self.version, self.plural)
+
+
+NAMESPACES = ResourceType("", "v1", "namespaces", "Namespace", False, has_status=True, short_names=("ns",))
+PODS = ResourceType("", "v1", "pods", "Pod", True, has_status=True, short_names=("po",), categories=("all",))
+PVCS = ResourceType(
+    "", "v1", "persistentvolumeclaims", "PersistentVolumeClaim", True, has_status=True, short_names=("pvc",)
+)
+EVENTS = ResourceType("", "v1", "events", "Event", True, short_names=("ev",))
+NODES = ResourceType("", "v1", "nodes", "Node", False, has_status=True, short_names=("no",))
+CLONESETS = ResourceType(
+    "apps.kruise.io",
+    "v1alpha1",
+    "clonesets",
+    "CloneSet",
+    True,
+    has_status=True,
+    custom=True,
+    short_names=("clone",),
+    categories=("all",),
+)
+SIDECARSETS = ResourceType(
+    "apps.kruise.io",
+    "v1alpha1",
+    "sidecarsets",
+    "SidecarSet",
+    False,
+    has_status=True,
+    custom=True,
+)
+MUTATING_WEBHOOKS = ResourceType(
+    "admissionregistration.k8s.io",
+    "v1",
+    "mutatingwebhookconfigurations",
+    "MutatingWebhookConfiguration",
+    False,
+)
+LEASES = ResourceType("coordination.k8s.io", "v1", "leases", "Lease", True)
+
+ALL: tuple[ResourceType, ...] = (
+    NAMESPACES,
+    PODS,
+    PVCS,
+    EVENTS,
+    NODES,
+    CLONESETS,
+    SIDECARSETS,
+    MUTATING_WEBHOOKS,
+    LEASES,
+)
+
+BY_PATH: dict[tuple[str, str, str], ResourceType] = {r.key: r for r in ALL}
+
+
+def groups() -> dict[str, list[str]]:
+    """Group name -> served versions (core group excluded)."""
+    out: dict[str, list[str]] = {}
+    for r in ALL:
+        if r.group and r.version not in out.setdefault(r.group, []):
+            out[r.group].append(r.version)
+    return out

@@ -1,0 +1,525 @@
+"""The HTTP side: the Kubernetes REST API (discovery, CRUD, status subresource, patch, watch) over aiohttp."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import msgspec
+from aiohttp import web
+
+from . import errors, patch, resources
+from .admission import Admission
+from .errors import ApiError
+from .faults import Faults
+from .resources import CLONESETS, NAMESPACES, ResourceType
+from .selectors import parse_field_selector, parse_label_selector
+from .store import Store, Watcher, WatchEvent, deep_copy
+from .tables import to_table, wants_table
+from .validation import ensure_kind
+
+Obj = dict[str, Any]
+SERVER_VERSION = {
+    "major": "1",
+    "minor": "30",
+    "gitVersion": "v1.30.0-simcluster",
+    "gitCommit": "simcluster",
+    "gitTreeState": "clean",
+    "buildDate": "2026-01-01T00:00:00Z",
+    "goVersion": "go1.22",
+    "compiler": "gc",
+    "platform": "linux/amd64",
+}
+_WRITE_METHODS = {"POST", "PUT", "PATCH", "DELETE"}
+
+
+def _json(body: Any, status: int = 200) -> web.Response:
+    return web.Response(body=msgspec.json.encode(body), status=status, content_type="application/json")
+
+
+def _error_response(exc: ApiError) -> web.Response:
+    response = _json(exc.status(), exc.code)
+    if exc.code == 429:
+        response.headers["Retry-After"] = "1"
+    return response
+
+
+class ApiServer:
+    def __init__(
+        self,
+        store: Store,
+        admission: Admission,
+        faults: Faults,
+        *,
+        bookmark_interval: float = 5.0,
+        default_watch_timeout: float = 1800.0,
+    ) -> None:
+        self.store = store
+        self.admission = admission
+        self.faults = faults
+        self.bookmark_interval = bookmark_interval
+        self.default_watch_timeout = default_watch_timeout
+        self.app = web.Application(middlewares=[self._middleware], client_max_size=64 * 1024 * 1024)
+        self.app.router.add_route("*", "/{tail:.*}", self._dispatch)
+
+    # ---- plumbing ----------------------------------------------------------------------------------
+
+    @web.middleware
+    async def _middleware(
+        self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        delay = self.faults.latency()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        if request.method in _WRITE_METHODS and request.path.startswith(("/api/", "/apis/")):
+            code = self.faults.write_error()
+            if code is not None:
+                return _error_response(ApiError(code, f"simcluster: injected fault ({code})"))
+        try:
+            return await handler(request)
+        except ApiError as exc:
+            return _error_response(exc)
+
+    def cut_watches(self) -> None:
+        """End every open watch stream now, as a dropped connection would."""
+        for watcher in list(self.store.watchers):
+            watcher.queue.put_nowait(None)  # type: ignore[arg-type]
+
+    async def _dispatch(self, request: web.Request) -> web.StreamResponse:
+        parts = [p for p in request.path.split("/") if p]
+        if not parts:
+            return _json({"paths": ["/api", "/api/v1", "/apis", "/version", "/healthz", "/openapi/v2"]})
+        head = parts[0]
+        if head in ("healthz", "readyz", "livez"):
+            return web.Response(text="ok")
+        if head == "version":
+            return _json(SERVER_VERSION)
+        if head == "openapi" and parts[1:] == ["v2"]:
+            # An empty OpenAPI v2 protobuf document: clients (kubectl) then skip schema validation for every
+            # kind, which is what they do for kinds a real server publishes no schema for.
+            return web.Response(
+                body=b"", content_type="application/com.github.proto-openapi.spec.v2.v1.0+protobuf"
+            )
+        if head == "api":
+            if len(parts) == 1:
+                return _json(
+                    {
+                        "kind": "APIVersions",
+                        "versions": ["v1"],
+                        "serverAddressByClientCIDRs": [
+                            {"clientCIDR": "0.0.0.0/0", "serverAddress": request.host}
+                        ],
+                    }
+                )
+            group, version, rest = "", parts[1], parts[2:]
+        elif head == "apis":
+            if len(parts) == 1:
+                return _json(self._group_list())
+            if len(parts) == 2:
+                return self._group(parts[1])
+            group, version, rest = parts[1], parts[2], parts[3:]
+        else:
+            raise errors.ApiError(404, "the server could not find the requested resource", "NotFound")
+        if not rest:
+            return self._resource_list(group, version)
+        return await self._resource_request(request, group, version, rest)
+
+    # ---- discovery ---------------------------------------------------------------------------------
+
+    def _group_entry(self, group: str, versions: list[str]) -> Obj:
+        entries = [{"groupVersion": f"{group}/{v}", "version": v} for v in versions]
+        return {"name": group, "versions": entries, "preferredVersion": entries[0]}
+
+    def _group_list(self) -> Obj:
+        return {
+            "kind": "APIGroupList",
+            "apiVersion": "v1",
+            "groups": [self._group_entry(g, vs) for g, vs in resources.groups().items()],
+        }
+
+    def _group(self, group: str) -> web.Response:
+        versions = resources.groups().get(group)
+        if not versions:
+            raise errors.ApiError(404, "the server could not find the requested resource", "NotFound")
+        return _json({"kind": "APIGroup", "apiVersion": "v1", **self._group_entry(group, versions)})
+
+    def _resource_list(self, group: str, version: str) -> web.Response:
+        served = [r for r in resources.ALL if r.group == group and r.version == version]
+        if not served:
+            raise errors.ApiError(404, "the server could not find the requested resource", "NotFound")
+        entries: list[Obj] = []
+        for r in served:
+            entries.append(
+                {
+                    "name": r.plural,
+                    "singularName": r.singular or r.kind.lower(),
+                    "namespaced": r.namespaced,
+                    "kind": r.kind,
+                    "verbs": list(r.verbs),
+                    "shortNames": list(r.short_names),
+                    "categories": list(r.categories),
+                }
+            )
+            if r is CLONESETS:
+                entries.append(
+                    {
+                        "name": f"{r.plural}/scale",
+                        "singularName": "",
+                        "namespaced": True,
+                        "group": "autoscaling",
+                        "version": "v1",
+                        "kind": "Scale",
+                        "verbs": ["get", "patch", "update"],
+                    }
+                )
+            if r.has_status:
+                entries.append(
+                    {
+                        "name": f"{r.plural}/status",
+                        "singularName": "",
+                        "namespaced": r.namespaced,
+                        "kind": r.kind,
+                        "verbs": ["get", "patch", "update"],
+                    }
+                )
+        return _json(
+            {
+                "kind": "APIResourceList",
+                "apiVersion": "v1",
+                "groupVersion": f"{group}/{version}" if group else version,
+                "resources": entries,
+            }
+        )
+
+    # ---- resources ---------------------------------------------------------------------------------
+
+    def _route(self, group: str, version: str, rest: list[str]) -> tuple[ResourceType, str | None, str, str]:
+        """(resource type, namespace or None, name, subresource)."""
+        namespace: str | None = None
+        if rest[0] == "namespaces" and len(rest) >= 3:
+            candidate = resources.BY_PATH.get((group, version, rest[2]))
+            if candidate is not None and candidate.namespaced:
+                namespace, rest = rest[1], rest[2:]
+        rt = resources.BY_PATH.get((group, version, rest[0]))
+        if rt is None or len(rest) > 3:
+            raise errors.ApiError(404, "the server could not find the requested resource", "NotFound")
+        name = rest[1] if len(rest) > 1 else ""
+        sub = rest[2] if len(rest) > 2 else ""
+        if sub and not (sub == "status" and rt.has_status) and not (sub == "scale" and rt is CLONESETS):
+            raise errors.ApiError(404, "the server could not find the requested resource", "NotFound")
+        return rt, namespace, name, sub
+
+    async def _resource_request(
+        self, request: web.Request, group: str, version: str, rest: list[str]
+    ) -> web.StreamResponse:
+        rt, namespace, name, sub = self._route(group, version, rest)
+        if rt.namespaced and name and namespace is None:
+            raise errors.ApiError(404, "the server could not find the requested resource", "NotFound")
+        ns = namespace or ""
+        query = request.query
+        if query.get("dryRun"):
+            raise errors.ApiError(400, "simcluster does not support dryRun")
+        method = request.method
+        if sub == "scale":
+            return await self._scale(request, rt, ns, name)
+        if method == "GET":
+            if name:
+                obj = self.store.get(rt, ns, name)
+                if wants_table(request.headers.get("Accept", "")):
+                    return _json(to_table(rt, [obj], {"resourceVersion": obj["metadata"]["resourceVersion"]}))
+                return _json(obj)
+            if query.get("watch", "").lower() in ("true", "1"):
+                return await self._watch(request, rt, namespace)
+            return self._list(request, rt, namespace)
+        if method == "POST" and not name:
+            return await self._create(request, rt, ns)
+        if method == "PUT" and name:
+            body = await self._body(request)
+            ensure_kind(rt, body)
+            if not sub:
+                body = await self.admission.mutate(rt, "UPDATE", body, self.store.get(rt, ns, name), ns)
+            return _json(
+                self.store.update(
+                    rt, ns, name, body, subresource=sub or None, require_resource_version=rt.custom
+                )
+            )
+        if method == "PATCH" and name:
+            return await self._patch(request, rt, ns, name, sub)
+        if method == "DELETE" and name and not sub:
+            options = await self._delete_options(request)
+            if rt is NAMESPACES:
+                self._empty_namespace(name)
+            return _json(self.store.delete(rt, ns, name, **options))
+        if method == "DELETE" and not name:
+            return await self._delete_collection(request, rt, namespace)
+        raise errors.ApiError(405, f"{method} is not supported here", "MethodNotAllowed")
+
+    async def _scale(self, request: web.Request, rt: ResourceType, ns: str, name: str) -> web.Response:
+        """The CloneSet `scale` subresource (autoscaling/v1 Scale over spec.replicas), for `kubectl scale`."""
+
+        def as_scale(obj: Obj) -> Obj:
+            meta = obj["metadata"]
+            status = obj.get("status") or {}
+            return {
+                "kind": "Scale",
+                "apiVersion": "autoscaling/v1",
+                "metadata": {
+                    k: meta[k]
+                    for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
+                    if k in meta
+                },
+                "spec": {"replicas": (obj.get("spec") or {}).get("replicas", 1)},
+                "status": {
+                    "replicas": status.get("replicas", 0),
+                    "selector": status.get("labelSelector", ""),
+                },
+            }
+
+        current = self.store.get(rt, ns, name)
+        if request.method == "GET":
+            return _json(as_scale(current))
+        body = await self._body(request)
+        if request.method == "PUT":
+            wanted = body
+        elif request.method == "PATCH":
+            wanted = patch.apply_patch(
+                request.headers.get("Content-Type", ""), as_scale(current), body, False
+            )
+        else:
+            raise errors.ApiError(405, f"{request.method} is not supported on scale", "MethodNotAllowed")
+        replicas = (wanted.get("spec") or {}).get("replicas")
+        if not isinstance(replicas, int) or replicas < 0:
+            raise errors.invalid(
+                "autoscaling",
+                "Scale",
+                name,
+                [("spec.replicas", "FieldValueInvalid", "must be a non-negative integer")],
+            )
+        updated = deep_copy(current)
+        updated["spec"]["replicas"] = replicas
+        updated["metadata"]["resourceVersion"] = (wanted.get("metadata") or {}).get("resourceVersion") or ""
+        return _json(as_scale(self.store.update(rt, ns, name, updated)))
+
+    async def _body(self, request: web.Request) -> Any:
+        raw = await request.read()
+        try:
+            return msgspec.json.decode(raw) if raw else {}
+        except msgspec.DecodeError as exc:
+            raise errors.ApiError(400, f"the request body is not valid JSON: {exc}") from exc
+
+    def _predicate(self, request: web.Request, rt: ResourceType) -> Callable[[Obj], bool]:
+        labels = parse_label_selector(request.query.get("labelSelector"))
+        fields = parse_field_selector(request.query.get("fieldSelector"), rt.kind)
+        return lambda obj: labels((obj.get("metadata") or {}).get("labels") or {}) and fields(obj)
+
+    def _list(self, request: web.Request, rt: ResourceType, namespace: str | None) -> web.Response:
+        try:
+            limit = int(request.query.get("limit") or 0)
+        except ValueError as exc:
+            raise errors.ApiError(400, "limit must be an integer") from exc
+        items, rv, token, remaining = self.store.list(
+            rt, namespace, self._predicate(request, rt), limit, request.query.get("continue") or None
+        )
+        meta: Obj = {"resourceVersion": str(rv)}
+        if token:
+            meta["continue"] = token
+            meta["remainingItemCount"] = remaining
+        if wants_table(request.headers.get("Accept", "")):
+            return _json(to_table(rt, items, meta))
+        return _json(
+            {"kind": f"{rt.kind}List", "apiVersion": rt.api_version, "metadata": meta, "items": items}
+        )
+
+    async def _create(self, request: web.Request, rt: ResourceType, ns: str) -> web.Response:
+        body = await self._body(request)
+        if not isinstance(body, dict):
+            raise errors.ApiError(400, "the request body must be an object")
+        ensure_kind(rt, body)
+        if rt.namespaced:
+            body.setdefault("metadata", {}).setdefault("namespace", ns)
+        body = await self.admission.mutate(rt, "CREATE", body, None, ns)
+        if rt is NAMESPACES:
+            body["status"] = {"phase": "Active"}
+        return _json(self.store.create(rt, ns, body), 201)
+
+    async def _patch(
+        self, request: web.Request, rt: ResourceType, ns: str, name: str, sub: str
+    ) -> web.Response:
+        content_type = request.headers.get("Content-Type", "")
+        body = await self._body(request)
+        old = self.store.get(rt, ns, name)
+        patched = patch.apply_patch(content_type, deep_copy(old), body, rt.custom)
+        if not sub:
+            patched = await self.admission.mutate(rt, "UPDATE", patched, old, ns)
+        return _json(self.store.update(rt, ns, name, patched, subresource=sub or None))
+
+    async def _delete_options(self, request: web.Request) -> dict[str, Any]:
+        body = await self._body(request) if request.can_read_body else {}
+        body = body if isinstance(body, dict) else {}
+        query = request.query
+        grace = query.get("gracePeriodSeconds", body.get("gracePeriodSeconds"))
+        preconditions = body.get("preconditions") or {}
+        propagation = query.get("propagationPolicy") or body.get("propagationPolicy")
+        if propagation is None and body.get("orphanDependents") is True:
+            propagation = "Orphan"
+        return {
+            "propagation": propagation,
+            "grace_seconds": int(grace) if grace is not None else None,
+            "precondition_uid": preconditions.get("uid"),
+            "precondition_rv": preconditions.get("resourceVersion"),
+        }
+
+    async def _delete_collection(
+        self, request: web.Request, rt: ResourceType, namespace: str | None
+    ) -> web.Response:
+        options = await self._delete_options(request)
+        items, _, _, _ = self.store.list(rt, namespace, self._predicate(request, rt))
+        deleted = []
+        for obj in items:
+            meta = obj["metadata"]
+            with contextlib.suppress(ApiError):
+                deleted.append(
+                    self.store.delete(
+                        rt,
+                        meta.get("namespace", ""),
+                        meta["name"],
+                        propagation=options["propagation"],
+                        grace_seconds=options["grace_seconds"],
+                    )
+                )
+        return _json(
+            {
+                "kind": f"{rt.kind}List",
+                "apiVersion": rt.api_version,
+                "metadata": {"resourceVersion": str(self.store.rv)},
+                "items": deleted,
+            }
+        )
+
+    def _empty_namespace(self, namespace: str) -> None:
+        for rt in resources.ALL:
+            if rt.namespaced:
+                for obj in [o for (ns, _), o in self.store.objects[rt].items() if ns == namespace]:
+                    with contextlib.suppress(ApiError):
+                        self.store.delete(rt, namespace, obj["metadata"]["name"], grace_seconds=0)
+
+    # ---- watch -------------------------------------------------------------------------------------
+
+    async def _watch(
+        self, request: web.Request, rt: ResourceType, namespace: str | None
+    ) -> web.StreamResponse:
+        predicate = self._predicate(request, rt)
+        query = request.query
+        bookmarks = query.get("allowWatchBookmarks", "").lower() in ("true", "1")
+        timeout = float(query.get("timeoutSeconds") or self.default_watch_timeout)
+        rv_param = query.get("resourceVersion") or ""
+        table = wants_table(request.headers.get("Accept", ""))
+        response = web.StreamResponse(headers={"Content-Type": "application/json"})
+        response.enable_chunked_encoding()
+        await response.prepare(request)
+        # Reading the starting state and registering the watcher happen in one synchronous step:
+        # no write can fall between them.
+        initial: list[WatchEvent] = []
+        if rv_param in ("", "0"):
+            items, _, _, _ = self.store.list(rt, namespace, predicate)
+            initial = [WatchEvent(0, "ADDED", rt, obj, None) for obj in items]
+        else:
+            try:
+                since = int(rv_param)
+            except ValueError:
+                since = -1
+            if since < self.store.compacted_rv:
+                gone = errors.gone(f"too old resource version: {rv_param} ({self.store.compacted_rv + 1})")
+                await response.write(msgspec.json.encode({"type": "ERROR", "object": gone.status()}) + b"\n")
+                await response.write_eof()
+                return response
+            history = self.store.history
+            watcher_probe = Watcher(rt, namespace)
+            for i in range(self.store.next_event_after(since), len(history)):
+                if watcher_probe.wants(history[i]):
+                    initial.append(history[i])
+        watcher = Watcher(rt, namespace)
+        self.store.watchers.add(watcher)
+        sent = 0
+        cut_after = self.faults.config.watch_cut_after_events
+        deadline = time.monotonic() + timeout
+        try:
+            for event in initial:
+                if cut_after and sent >= cut_after:
+                    break
+                line = self._event_line(event, predicate, table)
+                if line:
+                    await response.write(line)
+                    sent += 1
+            while True:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or (cut_after and sent >= cut_after):
+                    break
+                try:
+                    item = await asyncio.wait_for(
+                        watcher.queue.get(),
+                        min(remaining, self.bookmark_interval) if bookmarks else remaining,
+                    )
+                except TimeoutError:
+                    if bookmarks and watcher.queue.empty() and time.monotonic() < deadline:
+                        mark = {
+                            "type": "BOOKMARK",
+                            "object": {
+                                "kind": rt.kind,
+                                "apiVersion": rt.api_version,
+                                "metadata": {"resourceVersion": str(self.store.rv)},
+                            },
+                        }
+                        await response.write(msgspec.json.encode(mark) + b"\n")
+                    continue
+                if item is None:
+                    break
+                chunk = bytearray()
+                batch: list[WatchEvent | None] = [item]
+                while not watcher.queue.empty() and len(batch) < 512:
+                    batch.append(watcher.queue.get_nowait())
+                stop = False
+                for queued in batch:
+                    if queued is None:
+                        stop = True
+                        break
+                    line = self._event_line(queued, predicate, table)
+                    if line:
+                        chunk += line
+                        sent += 1
+                        if cut_after and sent >= cut_after:
+                            stop = True
+                            break
+                if chunk:
+                    await response.write(bytes(chunk))
+                if stop:
+                    break
+        except ConnectionResetError:
+            pass  # the client went away
+        finally:
+            self.store.watchers.discard(watcher)
+        with contextlib.suppress(ConnectionResetError, RuntimeError):
+            await response.write_eof()
+        return response
+
+    @staticmethod
+    def _event_line(event: WatchEvent, predicate: Callable[[Obj], bool], table: bool = False) -> bytes | None:
+        """Selector-aware: an object entering the selection is ADDED, one leaving it is DELETED.
+        With ``table`` (kubectl get -w) each object is sent as a one-row Table, as the API server does."""
+        now = predicate(event.obj)
+        event_type: str | None = event.type if now else None
+        if event.type == "MODIFIED" and event.prev is not None:
+            before = predicate(event.prev)
+            event_type = "MODIFIED" if now and before else "ADDED" if now else "DELETED" if before else None
+        if event_type is None:
+            return None
+        if table:
+            meta = {"resourceVersion": event.obj["metadata"].get("resourceVersion", "")}
+            rendered = to_table(event.resource, [event.obj], meta)
+            return msgspec.json.encode({"type": event_type, "object": rendered}) + b"\n"
+        if event_type == event.type:
+            return event.encoded()
+        return msgspec.json.encode({"type": event_type, "object": event.obj}) + b"\n"

@@ -1,0 +1,237 @@
+"""`meta.k8s.io/v1` Table responses, the server-side printing `kubectl get` asks for
+(`Accept: application/json;as=Table;v=v1;g=meta.k8s.io`). Columns follow kubectl's for pods and the
+OpenKruise CRDs' additionalPrinterColumns for CloneSets and SidecarSets."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from .resources import CLONESETS, NAMESPACES, NODES, PODS, PVCS, SIDECARSETS, ResourceType
+
+Obj = dict[str, Any]
+
+
+def _age(obj: Obj) -> str:
+    created = (obj.get("metadata") or {}).get("creationTimestamp")
+    if not created:
+        return "<unknown>"
+    seconds = int(
+        (
+            datetime.now(UTC) - datetime.strptime(created, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+        ).total_seconds()
+    )
+    seconds = max(seconds, 0)
+    if seconds < 120:
+        return f"{seconds}s"
+    if seconds < 3600 * 3:
+        return f"{seconds // 60}m"
+    if seconds < 86400 * 2:
+        return f"{seconds // 3600}h"
+    return f"{seconds // 86400}d"
+
+
+def pod_status_reason(pod: Obj) -> str:
+    """The STATUS column, computed as kubectl's printer does."""
+    status = pod.get("status") or {}
+    reason = status.get("reason") or status.get("phase") or "Pending"
+    for container in status.get("initContainerStatuses") or []:
+        state = container.get("state") or {}
+        if "terminated" in state and state["terminated"].get("exitCode", 0) == 0:
+            continue
+        if "waiting" in state and state["waiting"].get("reason") not in (None, "PodInitializing"):
+            reason = "Init:" + state["waiting"]["reason"]
+            break
+    has_running = False
+    for container in reversed(status.get("containerStatuses") or []):
+        state = container.get("state") or {}
+        if state.get("waiting", {}).get("reason"):
+            reason = state["waiting"]["reason"]
+        elif state.get("terminated", {}).get("reason"):
+            reason = state["terminated"]["reason"]
+        elif "running" in state and container.get("ready"):
+            has_running = True
+    if reason == "Completed" and has_running:
+        reason = "Running"
+    if (pod.get("metadata") or {}).get("deletionTimestamp"):
+        reason = "Terminating"
+    return str(reason)
+
+
+def _pod_row(pod: Obj) -> list[Any]:
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    total = len((pod.get("spec") or {}).get("containers") or [])
+    ready = sum(1 for c in statuses if c.get("ready"))
+    restarts = sum(int(c.get("restartCount", 0)) for c in statuses)
+    gates = (pod.get("spec") or {}).get("readinessGates") or []
+    conditions = {c.get("type"): c.get("status") for c in (pod.get("status") or {}).get("conditions") or []}
+    gates_text = (
+        f"{sum(1 for g in gates if conditions.get(g.get('conditionType')) == 'True')}/{len(gates)}"
+        if gates
+        else "<none>"
+    )
+    return [
+        pod["metadata"]["name"],
+        f"{ready}/{total}",
+        pod_status_reason(pod),
+        restarts,
+        _age(pod),
+        (pod.get("status") or {}).get("podIP") or "<none>",
+        (pod.get("spec") or {}).get("nodeName") or "<none>",
+        "<none>",
+        gates_text,
+    ]
+
+
+def _status(obj: Obj, field: str) -> Any:
+    value = (obj.get("status") or {}).get(field)
+    return 0 if value is None else value
+
+
+Column = tuple[str, str, str, int]  # name, type, description, priority
+_COLUMNS: dict[ResourceType, tuple[list[Column], Callable[[Obj], list[Any]]]] = {
+    PODS: (
+        [
+            ("Name", "string", "Name must be unique within a namespace.", 0),
+            ("Ready", "string", "The aggregate readiness state of this pod for accepting traffic.", 0),
+            ("Status", "string", "The aggregate status of the containers in this pod.", 0),
+            ("Restarts", "integer", "The number of times the containers in this pod have been restarted.", 0),
+            ("Age", "string", "CreationTimestamp", 0),
+            ("IP", "string", "IP address allocated to the pod.", 1),
+            ("Node", "string", "Name of the node this pod is bound to.", 1),
+            ("Nominated Node", "string", "Nominated node name.", 1),
+            ("Readiness Gates", "string", "Readiness gates that are True.", 1),
+        ],
+        _pod_row,
+    ),
+    CLONESETS: (
+        [
+            ("Name", "string", "Name", 0),
+            ("Desired", "integer", "The desired number of pods.", 0),
+            ("Updated", "integer", "The number of pods updated.", 0),
+            ("Updated_Ready", "integer", "The number of pods updated and ready.", 0),
+            ("Ready", "integer", "The number of pods ready.", 0),
+            ("Total", "integer", "The number of currently all pods.", 0),
+            ("Age", "date", "CreationTimestamp", 0),
+        ],
+        lambda o: [
+            o["metadata"]["name"],
+            (o.get("spec") or {}).get("replicas", 1),
+            _status(o, "updatedReplicas"),
+            _status(o, "updatedReadyReplicas"),
+            _status(o, "readyReplicas"),
+            _status(o, "replicas"),
+            _age(o),
+        ],
+    ),
+    SIDECARSETS: (
+        [
+            ("Name", "string", "Name", 0),
+            ("Matched", "integer", "The number of pods matched.", 0),
+            ("Updated", "integer", "The number of pods matched and updated.", 0),
+            ("Ready", "integer", "The number of pods matched and ready.", 0),
+            ("Age", "date", "CreationTimestamp", 0),
+        ],
+        lambda o: [
+            o["metadata"]["name"],
+            _status(o, "matchedPods"),
+            _status(o, "updatedPods"),
+            _status(o, "readyPods"),
+            _age(o),
+        ],
+    ),
+    PVCS: (
+        [
+            ("Name", "string", "Name", 0),
+            ("Status", "string", "Phase", 0),
+            ("Volume", "string", "Volume", 0),
+            ("Capacity", "string", "Capacity", 0),
+            ("Access Modes", "string", "Access modes", 0),
+            ("StorageClass", "string", "Storage class", 0),
+            ("Age", "string", "CreationTimestamp", 0),
+        ],
+        lambda o: [
+            o["metadata"]["name"],
+            _status(o, "phase") or "Pending",
+            (o.get("spec") or {}).get("volumeName", ""),
+            ((o.get("status") or {}).get("capacity") or {}).get("storage", ""),
+            ",".join(
+                {"ReadWriteOnce": "RWO", "ReadOnlyMany": "ROX", "ReadWriteMany": "RWX"}.get(m, m)
+                for m in (o.get("status") or {}).get("accessModes") or []
+            ),
+            (o.get("spec") or {}).get("storageClassName", ""),
+            _age(o),
+        ],
+    ),
+}
+_COLUMNS[NAMESPACES] = (
+    [
+        ("Name", "string", "Name", 0),
+        ("Status", "string", "The status of the namespace", 0),
+        ("Age", "string", "CreationTimestamp", 0),
+    ],
+    lambda o: [o["metadata"]["name"], _status(o, "phase") or "Active", _age(o)],
+)
+_COLUMNS[NODES] = (
+    [
+        ("Name", "string", "Name", 0),
+        ("Status", "string", "The status of the node", 0),
+        ("Roles", "string", "The roles of the node", 0),
+        ("Age", "string", "CreationTimestamp", 0),
+        ("Version", "string", "Kubelet Version", 0),
+    ],
+    lambda o: [
+        o["metadata"]["name"],
+        "Ready"
+        if any(
+            c.get("type") == "Ready" and c.get("status") == "True"
+            for c in (o.get("status") or {}).get("conditions") or []
+        )
+        else "NotReady",
+        "<none>",
+        _age(o),
+        ((o.get("status") or {}).get("nodeInfo") or {}).get("kubeletVersion", ""),
+    ],
+)
+_DEFAULT: tuple[list[Column], Callable[[Obj], list[Any]]] = (
+    [
+        ("Name", "string", "Name must be unique within a namespace.", 0),
+        ("Age", "string", "CreationTimestamp", 0),
+    ],
+    lambda o: [o["metadata"]["name"], _age(o)],
+)
+
+
+def wants_table(accept: str) -> bool:
+    return any("as=Table" in part for part in accept.split(","))
+
+
+def to_table(rt: ResourceType, items: list[Obj], list_meta: dict[str, Any]) -> dict[str, Any]:
+    columns, row_of = _COLUMNS.get(rt, _DEFAULT)
+    return {
+        "kind": "Table",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": list_meta,
+        "columnDefinitions": [
+            {
+                "name": name,
+                "type": typ,
+                "format": "name" if name == "Name" else "",
+                "description": desc,
+                "priority": priority,
+            }
+            for name, typ, desc, priority in columns
+        ],
+        "rows": [
+            {
+                "cells": row_of(obj),
+                "object": {
+                    "kind": "PartialObjectMetadata",
+                    "apiVersion": "meta.k8s.io/v1",
+                    "metadata": obj["metadata"],
+                },
+            }
+            for obj in items
+        ],
+    }

@@ -1,0 +1,45 @@
+"""Small helpers for simcluster tests: object factories and polling through the API."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from kubernetes_asyncio import client
+
+T = TypeVar("T")
+
+
+def pod_manifest(name: str, labels: dict[str, str] | None = None, **spec: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": labels or {"app": "web"}},
+        "spec": {
+            "containers": [{"name": "app", "image": "nginx:1.25"}, {"name": "log", "image": "fluentd:1.0"}]
+        },
+    }
+    body["spec"].update(spec)
+    return body
+
+
+async def wait_until(probe: Callable[[], Awaitable[T]], check: Callable[[T], bool], within: float = 5.0) -> T:
+    """Poll ``probe`` until ``check`` holds; fail with the last value seen."""
+    deadline = time.monotonic() + within
+    value = await probe()
+    while not check(value):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {within}s; last value: {value!r}")
+        await asyncio.sleep(0.01)
+        value = await probe()
+    return value
+
+
+def is_ready(pod: client.V1Pod) -> bool:
+    return any(c.type == "Ready" and c.status == "True" for c in (pod.status.conditions or []))
+
+
+async def ready_pod(core: client.CoreV1Api, name: str, namespace: str = "default") -> client.V1Pod:
+    return await wait_until(lambda: core.read_namespaced_pod(name, namespace), is_ready)

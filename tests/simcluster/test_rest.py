@@ -1,0 +1,304 @@
+"""REST semantics through kubernetes-asyncio: concurrency, errors, selectors, paging, patch, status."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from services.simcluster import SimCluster
+
+from .helpers import pod_manifest, ready_pod
+
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+
+
+def cloneset_manifest(name: str, replicas: int = 2) -> dict:
+    return {
+        "apiVersion": "apps.kruise.io/v1alpha1",
+        "kind": "CloneSet",
+        "metadata": {"name": name, "labels": {"app": name}},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {"containers": [{"name": "nginx", "image": "nginx:alpine"}]},
+            },
+        },
+    }
+
+
+async def test_stale_update_gets_409_conflict_with_status_body(k8s_client: client.ApiClient) -> None:
+    core = client.CoreV1Api(k8s_client)
+    created = await core.create_namespaced_pod("default", pod_manifest("stale"))
+    stale_rv = created.metadata.resource_version
+    await core.patch_namespaced_pod("stale", "default", {"metadata": {"labels": {"touched": "yes"}}})
+    created.metadata.labels = {"app": "web", "mine": "yes"}
+    created.metadata.resource_version = stale_rv
+    with pytest.raises(ApiException) as caught:
+        await core.replace_namespaced_pod("stale", "default", created)
+    assert caught.value.status == 409
+    body = json.loads(caught.value.body)
+    assert body["kind"] == "Status" and body["reason"] == "Conflict"
+    assert "the object has been modified" in body["message"]
+    # A patch carrying the stale resourceVersion is refused the same way.
+    with pytest.raises(ApiException) as caught:
+        await core.patch_namespaced_pod("stale", "default", {"metadata": {"resourceVersion": stale_rv}})
+    assert caught.value.status == 409
+
+
+async def test_resource_versions_increase_on_every_write(k8s_client: client.ApiClient) -> None:
+    core = client.CoreV1Api(k8s_client)
+    a = await core.create_namespaced_persistent_volume_claim(
+        "default",
+        {
+            "metadata": {"name": "rv-a"},
+            "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+        },
+    )
+    b = await core.patch_namespaced_persistent_volume_claim(
+        "rv-a", "default", {"metadata": {"labels": {"x": "1"}}}
+    )
+    assert int(b.metadata.resource_version) > int(a.metadata.resource_version)
+    assert a.metadata.uid and a.metadata.creation_timestamp
+
+
+async def test_already_exists_not_found_and_invalid(k8s_client: client.ApiClient) -> None:
+    core = client.CoreV1Api(k8s_client)
+    await core.create_namespaced_pod("default", pod_manifest("dup"))
+    with pytest.raises(ApiException) as caught:
+        await core.create_namespaced_pod("default", pod_manifest("dup"))
+    assert caught.value.status == 409 and json.loads(caught.value.body)["reason"] == "AlreadyExists"
+    with pytest.raises(ApiException) as caught:
+        await core.read_namespaced_pod("nope", "default")
+    assert caught.value.status == 404 and json.loads(caught.value.body)["reason"] == "NotFound"
+    with pytest.raises(ApiException) as caught:
+        await core.create_namespaced_pod("default", pod_manifest("Bad_Name"))
+    body = json.loads(caught.value.body)
+    assert caught.value.status == 422 and body["reason"] == "Invalid"
+    assert body["details"]["causes"][0]["field"] == "metadata.name"
+    no_image = pod_manifest("noimage")
+    no_image["spec"]["containers"][0].pop("image")
+    with pytest.raises(ApiException) as caught:
+        await core.create_namespaced_pod("default", no_image)
+    assert json.loads(caught.value.body)["details"]["causes"][0]["field"] == "spec.containers[0].image"
+    with pytest.raises(ApiException) as caught:
+        await core.create_namespaced_pod("missing-ns", pod_manifest("p"))
+    assert caught.value.status == 404
+
+
+async def test_label_and_field_selectors_filter_lists(k8s_client: client.ApiClient) -> None:
+    core = client.CoreV1Api(k8s_client)
+    await core.create_namespace({"metadata": {"name": "sel"}})
+    for name, labels in [
+        ("a", {"app": "web", "tier": "front"}),
+        ("b", {"app": "web", "tier": "back"}),
+        ("c", {"app": "db"}),
+        ("d", {"app": "cache", "canary": "true"}),
+    ]:
+        await core.create_namespaced_pod("sel", pod_manifest(name, labels))
+
+    async def names(**kwargs: str) -> list[str]:
+        return [p.metadata.name for p in (await core.list_namespaced_pod("sel", **kwargs)).items]
+
+    assert await names(label_selector="app=web") == ["a", "b"]
+    assert await names(label_selector="app==web,tier!=front") == ["b"]
+    assert await names(label_selector="app in (db, cache)") == ["c", "d"]
+    assert await names(label_selector="app notin (web),!canary") == ["c"]
+    assert await names(label_selector="canary") == ["d"]
+    assert await names(field_selector="metadata.name=c") == ["c"]
+    assert await names(field_selector="metadata.name!=c,metadata.namespace=sel") == ["a", "b", "d"]
+    await ready_pod(core, "a", "sel")
+    node = (await core.read_namespaced_pod("a", "sel")).spec.node_name
+    on_node = await names(field_selector=f"spec.nodeName={node}")
+    assert "a" in on_node and len(on_node) < 4  # pods spread over nodes
+    assert "a" in await names(field_selector="status.phase=Running")
+    with pytest.raises(ApiException) as caught:
+        await core.list_namespaced_pod("sel", field_selector="spec.image=x")
+    assert caught.value.status == 400
+
+
+async def test_limit_and_continue_page_through_everything(k8s_client: client.ApiClient) -> None:
+    core = client.CoreV1Api(k8s_client)
+    await core.create_namespace({"metadata": {"name": "paging"}})
+    for i in range(7):
+        await core.create_namespaced_pod("paging", pod_manifest(f"p{i}"))
+    seen: list[str] = []
+    token = None
+    pages = 0
+    while True:
+        page = await core.list_namespaced_pod("paging", limit=3, _continue=token)
+        seen += [p.metadata.name for p in page.items]
+        pages += 1
+        token = page.metadata._continue
+        if not token:
+            break
+        assert page.metadata.remaining_item_count == 7 - len(seen)
+    assert pages == 3 and seen == [f"p{i}" for i in range(7)]
+
+
+async def test_strategic_merge_patch_of_one_image_keeps_other_containers(
+    k8s_client: client.ApiClient,
+) -> None:
+    core = client.CoreV1Api(k8s_client)
+    await core.create_namespaced_pod("default", pod_manifest("smp", env=None))
+    patched = await core.patch_namespaced_pod(
+        "smp", "default", {"spec": {"containers": [{"name": "log", "image": "fluentd:2.0"}]}}
+    )
+    assert [(c.name, c.image) for c in patched.spec.containers] == [
+        ("app", "nginx:1.25"),
+        ("log", "fluentd:2.0"),
+    ]
+    merged = await core.patch_namespaced_pod(
+        "smp",
+        "default",
+        {"metadata": {"labels": {"extra": "1"}}},
+        _content_type="application/merge-patch+json",
+    )
+    assert merged.metadata.labels == {"app": "web", "extra": "1"}
+    jsonpatched = await core.patch_namespaced_pod(
+        "smp", "default", [{"op": "replace", "path": "/spec/containers/0/image", "value": "nginx:1.26"}]
+    )
+    assert jsonpatched.spec.containers[0].image == "nginx:1.26"
+    assert jsonpatched.spec.containers[1].image == "fluentd:2.0"
+
+
+async def test_pod_spec_is_immutable_except_images(k8s_client: client.ApiClient) -> None:
+    core = client.CoreV1Api(k8s_client)
+    await core.create_namespaced_pod("default", pod_manifest("immutable"))
+    with pytest.raises(ApiException) as caught:
+        await core.patch_namespaced_pod(
+            "immutable",
+            "default",
+            {"spec": {"containers": [{"name": "app", "env": [{"name": "MODE", "value": "fast"}]}]}},
+        )
+    body = json.loads(caught.value.body)
+    assert caught.value.status == 422
+    assert "pod updates may not change fields" in body["message"]
+    await core.patch_namespaced_pod("immutable", "default", {"spec": {"activeDeadlineSeconds": 600}})
+
+
+async def test_cloneset_status_subresource_and_generation(k8s_client: client.ApiClient) -> None:
+    custom = client.CustomObjectsApi(k8s_client)
+    group, version = "apps.kruise.io", "v1alpha1"
+    created = await custom.create_namespaced_custom_object(
+        group, version, "default", "clonesets", cloneset_manifest("gen")
+    )
+    assert created["metadata"]["generation"] == 1 and "status" not in created
+    status = await custom.patch_namespaced_custom_object_status(
+        group,
+        version,
+        "default",
+        "clonesets",
+        "gen",
+        {"status": {"replicas": 2, "observedGeneration": 1}},
+        _content_type="application/merge-patch+json",
+    )
+    assert status["status"]["replicas"] == 2 and status["metadata"]["generation"] == 1
+    # Status sent to the main resource is ignored; a spec change bumps generation.
+    scaled = await custom.patch_namespaced_custom_object(
+        group,
+        version,
+        "default",
+        "clonesets",
+        "gen",
+        {"spec": {"replicas": 5}, "status": {"replicas": 99}},
+        _content_type="application/merge-patch+json",
+    )
+    assert scaled["metadata"]["generation"] == 2 and scaled["status"]["replicas"] == 2
+    labelled = await custom.patch_namespaced_custom_object(
+        group,
+        version,
+        "default",
+        "clonesets",
+        "gen",
+        [{"op": "add", "path": "/metadata/labels/x", "value": "y"}],
+    )
+    assert labelled["metadata"]["generation"] == 2
+    # Custom resources refuse strategic merge, and a replace needs a resourceVersion.
+    with pytest.raises(ApiException) as caught:
+        await custom.patch_namespaced_custom_object(
+            group,
+            version,
+            "default",
+            "clonesets",
+            "gen",
+            {"spec": {"replicas": 1}},
+            _content_type="application/strategic-merge-patch+json",
+        )
+    assert caught.value.status == 415
+    stale = dict(labelled)
+    stale["metadata"] = dict(labelled["metadata"], resourceVersion=created["metadata"]["resourceVersion"])
+    with pytest.raises(ApiException) as caught:
+        await custom.replace_namespaced_custom_object(group, version, "default", "clonesets", "gen", stale)
+    assert caught.value.status == 409
+    invalid = cloneset_manifest("bad")
+    invalid["spec"]["selector"] = {"matchLabels": {"app": "other"}}
+    with pytest.raises(ApiException) as caught:
+        await custom.create_namespaced_custom_object(group, version, "default", "clonesets", invalid)
+    assert caught.value.status == 422
+
+
+async def test_sidecarset_is_cluster_scoped(k8s_client: client.ApiClient) -> None:
+    custom = client.CustomObjectsApi(k8s_client)
+    body = {
+        "apiVersion": "apps.kruise.io/v1alpha1",
+        "kind": "SidecarSet",
+        "metadata": {"name": "tools"},
+        "spec": {
+            "selector": {"matchLabels": {"app": "web"}},
+            "containers": [{"name": "tools", "image": "centos:6.7"}],
+        },
+    }
+    created = await custom.create_cluster_custom_object("apps.kruise.io", "v1alpha1", "sidecarsets", body)
+    assert "namespace" not in created["metadata"]
+    listed = await custom.list_cluster_custom_object("apps.kruise.io", "v1alpha1", "sidecarsets")
+    assert [i["metadata"]["name"] for i in listed["items"]] == ["tools"]
+    await custom.patch_cluster_custom_object_status(
+        "apps.kruise.io",
+        "v1alpha1",
+        "sidecarsets",
+        "tools",
+        {"status": {"matchedPods": 3}},
+        _content_type="application/merge-patch+json",
+    )
+    got = await custom.get_cluster_custom_object("apps.kruise.io", "v1alpha1", "sidecarsets", "tools")
+    assert got["status"] == {"matchedPods": 3}
+
+
+async def test_finalizers_hold_deletion_until_removed(k8s_client: client.ApiClient) -> None:
+    core = client.CoreV1Api(k8s_client)
+    await core.create_namespaced_persistent_volume_claim(
+        "default",
+        {
+            "metadata": {"name": "held", "finalizers": ["example.com/keep"]},
+            "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+        },
+    )
+    await core.delete_namespaced_persistent_volume_claim("held", "default")
+    held = await core.read_namespaced_persistent_volume_claim("held", "default")
+    assert held.metadata.deletion_timestamp is not None
+    await core.patch_namespaced_persistent_volume_claim(
+        "held", "default", {"metadata": {"finalizers": None}}, _content_type="application/merge-patch+json"
+    )
+    with pytest.raises(ApiException) as caught:
+        await core.read_namespaced_persistent_volume_claim("held", "default")
+    assert caught.value.status == 404
+
+
+async def test_discovery_lists_served_resources(k8s_client: client.ApiClient, simcluster: SimCluster) -> None:
+    groups = await client.ApisApi(k8s_client).get_api_versions()
+    assert {"apps.kruise.io", "admissionregistration.k8s.io", "coordination.k8s.io"} <= {
+        g.name for g in groups.groups
+    }
+    core_resources = await client.CoreV1Api(k8s_client).get_api_resources()
+    names = {r.name for r in core_resources.resources}
+    assert {"pods", "pods/status", "persistentvolumeclaims", "namespaces", "events"} <= names
+    leases = client.CoordinationV1Api(k8s_client)
+    lease = await leases.create_namespaced_lease(
+        "default", {"metadata": {"name": "leader"}, "spec": {"holderIdentity": "a"}}
+    )
+    assert lease.spec.holder_identity == "a"
