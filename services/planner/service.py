@@ -53,7 +53,7 @@ from services.domain.runtime import ServiceRuntime, configure_logging, run_until
 from services.domain.settings import Settings
 from services.domain.sidecarset_streams import is_sidecarset_stream
 from services.domain.store import ConcurrencyError, EventStore
-from services.domain.streams import decisions_stream, derived_id, rollout_id, workload_of
+from services.domain.streams import WORKLOAD_KIND, decisions_stream, derived_id, rollout_id, workload_of
 from services.planner.sidecarset_service import SidecarSetPlanner
 from services.planner.workload_state import EXPECTATION_TIMEOUT, WorkloadState, encode_input
 
@@ -107,6 +107,8 @@ class Planner:
             async with self._lock:
                 await self.sidecarsets.handle(envelope, msg)
             return
+        if not envelope.stream.startswith(WORKLOAD_KIND + "/"):
+            return  # not a CloneSet's event (e.g. an observation of another kind): nothing to plan
         namespace, name = workload_of(envelope.stream)
         structlog.contextvars.bind_contextvars(
             correlation_id=envelope.correlation_id, workload=f"{namespace}/{name}"
@@ -167,7 +169,12 @@ class Planner:
             return
         pending = state.pending()
         if pending:
-            await self._expect(state, pending)
+            await self._wake_at(state, min(p.requested_at for p in pending) + EXPECTATION_TIMEOUT)
+            return
+        leaving = state.leaving_with_claims()
+        if leaving:
+            # Normally the pod's DELETED observation wakes us first; its replacement then reuses its PVCs.
+            await self._wake_at(state, min(leaving.values()) + EXPECTATION_TIMEOUT)
             return
         plan_input = state.plan_input()
         data, digest = encode_input(plan_input)
@@ -214,9 +221,8 @@ class Planner:
             decisions=len(decisions),
         )
 
-    async def _expect(self, state: WorkloadState, pending: list[Any]) -> None:
-        """Pending actions block planning; make sure a timer wakes the workload when they time out."""
-        due = min(p.requested_at for p in pending) + EXPECTATION_TIMEOUT
+    async def _wake_at(self, state: WorkloadState, due: datetime) -> None:
+        """Something blocks planning until ``due`` at the latest; make sure a timer wakes the workload."""
         if any(abs((d - due).total_seconds()) < 1 for d in state.schedules.values()):
             return
         stream = decisions_stream(state.namespace, state.name)

@@ -141,3 +141,50 @@ def _round_robin(streams: list[list[Envelope]]) -> list[Envelope]:
     for group in itertools.zip_longest(*streams):
         out += [e for e in group if e is not None]
     return out
+
+
+def test_a_pod_deleted_by_someone_else_holds_planning_until_gone_while_its_pvcs_stay() -> None:
+    log = Log()
+    label = {"apps.kruise.io/cloneset-instance-id": "x"}
+    pod = {
+        "metadata": {
+            "name": "web-x",
+            "uid": "u1",
+            "labels": label,
+            "deletionTimestamp": "2026-01-01T00:00:00Z",
+        }
+    }
+    pvc = {"metadata": {"name": "data-web-x", "uid": "p1", "labels": label}}
+    events = [
+        log.add(
+            observed_stream(NS, NAME),
+            ObjectObserved(
+                kind="PersistentVolumeClaim",
+                namespace=NS,
+                name="data-web-x",
+                uid="p1",
+                resource_version="1",
+                change="ADDED",
+                object=pvc,
+            ),
+            T0,
+        ),
+        log.add(
+            observed_stream(NS, NAME),
+            ObjectObserved(
+                kind="Pod",
+                namespace=NS,
+                name="web-x",
+                uid="u1",
+                resource_version="2",
+                change="MODIFIED",
+                object=pod,
+            ),
+            T0,
+        ),
+    ]
+    assert list(folded(events).leaving_with_claims()) == ["web-x"]
+    events.append(log.observe("Pod", "web-x", "u1", change="DELETED", at=T0))
+    assert folded(events).leaving_with_claims() == {}
+    stuck = events[:2] + [log.observe("CloneSet", NAME, "cs", at=T0 + EXPECTATION_TIMEOUT)]
+    assert folded(stuck).leaving_with_claims() == {}  # a pod stuck terminating does not wedge the workload
