@@ -11,10 +11,13 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
+import os
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, cast
 
+import msgspec
 import pytest
 import pytest_asyncio
 import yaml
@@ -40,12 +43,13 @@ from services.domain.sidecarset_streams import (
     observed_stream,
 )
 from services.domain.store import EventStore, StoredEvent
+from services.planner.sidecarset_replay import verify_sidecarset
 from services.simcluster import SimCluster, SimConfig
 from services.simcluster.kubelet import Timing
 from services.webhook.service import RunningWebhook, WebhookOptions, run_webhook
 from services.webhook.sinks import EventStoreSink
 from tests.plugins.simcluster import MakeSimCluster
-from tests.plugins.stack import Stack, wait_for
+from tests.plugins.stack import Stack, settings_env, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -234,6 +238,33 @@ async def test_paused_then_partition_50_percent_upgrades_two_pods_one_at_a_time(
         and container(s.envelope.payload.object, "tools").get("image") == NEW_IMAGE
     )
     assert requests[0].global_position < ready_again < requests[1].global_position
+
+    # Every recorded round replays to the same decisions; an edited decision is found.
+    outcome_envelopes = [s.envelope for s in await store.read_stream(actions_stream(NAME))]
+    decision_envelopes = [s.envelope for s in decided]
+    observed_envelopes = [s.envelope for s in observed]
+    report = verify_sidecarset(NAME, observed_envelopes, outcome_envelopes, decision_envelopes)
+    assert report.ok and report.rounds >= 4, report.divergence
+    tampered = [
+        msgspec.structs.replace(e, payload=msgspec.structs.replace(e.payload, partition=1))
+        if isinstance(e.payload, PartitionStepPlanned)
+        else e
+        for e in decision_envelopes
+    ]
+    divergence = verify_sidecarset(NAME, observed_envelopes, outcome_envelopes, tampered).divergence
+    assert divergence is not None and "partition" in repr(divergence.recorded)
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "services.cli.main",
+        "sidecarset",
+        "verify",
+        NAME,
+        env={**os.environ, **settings_env(stack.settings)},
+        stdout=asyncio.subprocess.PIPE,
+    )
+    out, _ = await process.communicate()
+    assert process.returncode == 0 and out.decode().startswith("OK:"), out
 
 
 def max_unavailable_at_once(observed: list[StoredEvent]) -> int:
