@@ -43,11 +43,13 @@ from services.domain.sidecarset_streams import (
     observed_stream,
 )
 from services.domain.store import EventStore, StoredEvent
+from services.domain.streams import decisions_stream as cloneset_decisions_stream
 from services.planner.sidecarset_replay import verify_sidecarset
 from services.simcluster import SimCluster, SimConfig
 from services.simcluster.kubelet import Timing
 from services.webhook.service import RunningWebhook, WebhookOptions, run_webhook
 from services.webhook.sinks import EventStoreSink
+from tests.e2e.cluster import Cluster, seed_cloneset
 from tests.plugins.simcluster import MakeSimCluster
 from tests.plugins.stack import Stack, settings_env, wait_for
 
@@ -286,3 +288,75 @@ def max_unavailable_at_once(observed: list[StoredEvent]) -> int:
 
 async def _async(value: Any) -> Any:
     return value
+
+
+async def test_sidecars_of_cloneset_pods_upgrade_in_place_and_the_cloneset_leaves_them_be(
+    stack: Stack, webhook: RunningWebhook, cluster: Cluster, k8s_client: client.ApiClient, store: EventStore
+) -> None:
+    custom = client.CustomObjectsApi(k8s_client)
+    sidecarset = seed("sidecarset-test-sidecarset.yaml")
+    sidecarset["spec"]["updateStrategy"] = {"type": "RollingUpdate", "maxUnavailable": 1, "partition": 0}
+    await custom.create_cluster_custom_object(
+        SIDECARSET_GROUP, SIDECARSET_VERSION, SIDECARSET_PLURAL, sidecarset
+    )
+    await wait_for(
+        lambda: _async(any(s.name == NAME for s in webhook.state.sidecarsets.snapshot())),
+        what="the webhook to see the SidecarSet",
+    )
+    await stack.start("watcher", "planner", "executor", "auditor")
+    await cluster.create_cloneset(seed_cloneset("cloneset-sample.yaml", replicas=3))
+
+    async def cloneset_settled() -> dict[str, dict[str, Any]] | None:
+        pods = await cluster.pods("sample")
+        status = (await cluster.cloneset("sample")).get("status") or {}
+        if (
+            len(pods) != 3
+            or not all(running_ready(p) for p in pods.values())
+            or status.get("readyReplicas") != 3
+        ):
+            return None
+        return pods
+
+    before = await wait_for(cloneset_settled, what="three ready CloneSet pods")
+    assert all([c["name"] for c in p["spec"]["containers"]] == ["tools", "nginx"] for p in before.values())
+    cloneset_actions_before = await _cloneset_actions(store)
+
+    changed = copy.deepcopy(sidecarset["spec"]["containers"])
+    changed[0]["image"] = NEW_IMAGE
+    await custom.patch_cluster_custom_object(
+        SIDECARSET_GROUP,
+        SIDECARSET_VERSION,
+        SIDECARSET_PLURAL,
+        NAME,
+        {"spec": {"containers": changed}},
+        _content_type="application/merge-patch+json",  # type: ignore[call-arg]
+    )
+
+    async def upgraded() -> dict[str, dict[str, Any]] | None:
+        pods = await cloneset_settled()
+        if pods is None or any(container(p, "tools").get("image") != NEW_IMAGE for p in pods.values()):
+            return None
+        obj = await custom.get_cluster_custom_object(
+            SIDECARSET_GROUP, SIDECARSET_VERSION, SIDECARSET_PLURAL, NAME
+        )
+        status = cast(dict[str, Any], obj).get("status") or {}
+        return pods if status.get("updatedPods") == 3 and status.get("updatedReadyPods") == 3 else None
+
+    after = await wait_for(upgraded, within=30, what="the three CloneSet pods' sidecars upgraded")
+    await asyncio.sleep(1.0)  # time for a CloneSet planner that wrongly reacts to do so
+    assert await _cloneset_actions(store) == cloneset_actions_before  # the CloneSet planner did nothing
+    assert {n: p["metadata"]["uid"] for n, p in after.items()} == {
+        n: p["metadata"]["uid"] for n, p in before.items()
+    }
+    for pod in after.values():
+        assert container(pod, "nginx")["restartCount"] == 0
+        assert container(pod, "tools")["restartCount"] == 1
+    assert ((await cluster.cloneset("sample")).get("status") or {}).get("updatedReplicas") == 3
+
+
+async def _cloneset_actions(store: EventStore) -> list[str]:
+    return [
+        f"{s.envelope.payload.action}:{s.envelope.payload.pod}"
+        for s in await store.read_stream(cloneset_decisions_stream("default", "sample"))
+        if isinstance(s.envelope.payload, PodActionRequested)
+    ]
