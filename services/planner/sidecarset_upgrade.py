@@ -12,7 +12,8 @@ the same input always gives the same round.
 - candidates W: not updated, upgradable, selected by ``updateStrategy.selector``, not mid-upgrade; in
   G-4 order, then priorityStrategy;
 - partition P over |M| (G-2); ``n = |W| - P`` candidates at most; maxUnavailable U over |M| (rounded
-  up, default 1): a not-ready candidate is taken for free, a ready one while busy < U.
+  up, default 1): a not-ready candidate is taken for free, a ready one while busy < U; the walk stops at
+  the first ready candidate that would exceed U.
 """
 
 from __future__ import annotations
@@ -252,7 +253,7 @@ def plan_sidecarset(
         for key in order[:wanted]:
             if assessed[key].running_ready:
                 if busy >= max_unavailable:
-                    continue
+                    break  # as OpenKruise's calculateUpgradeCount: the walk stops at the first blocked pod
                 busy += 1
             upgrades.append(upgrade_patch(sidecarset, by_key[key], now))
     not_upgradable = sorted(a.key for a in assessed.values() if not a.updated and not a.upgradable)

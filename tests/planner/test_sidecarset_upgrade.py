@@ -371,3 +371,16 @@ def test_a_whole_rollout_never_exceeds_max_unavailable_and_stops_at_the_partitio
     assert final.upgrades == [] and not in_flight
     assert final.status["updatedPods"] == count - final.partition
     assert final.status["updatedReadyPods"] == count - final.partition
+
+
+def test_the_walk_stops_at_the_first_ready_pod_beyond_max_unavailable() -> None:
+    """With a priority order putting a not-ready pod after ready ones, it waits (OpenKruise's break)."""
+    pods = [
+        pod("first", labels={"app": "nginx", "prio": "high"}),
+        pod("second", labels={"app": "nginx", "prio": "high"}, age=1),
+        pod("late-not-ready", ready=False),
+    ]
+    weight = {"weightPriority": [{"weight": 10, "matchSelector": {"matchLabels": {"prio": "high"}}}]}
+    result = plan_sidecarset(sidecarset(NEW, priorityStrategy=weight), pods, NOW)
+    assert result.candidates == ["default/first", "default/second", "default/late-not-ready"]
+    assert names(result.upgrades) == ["first"]
