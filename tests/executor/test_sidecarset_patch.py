@@ -4,6 +4,7 @@ another SidecarSet's entries written since the planner looked are kept."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from services.domain.sidecarset import HASH_ANNOTATION
 from services.domain.sidecarset_streams import INPLACE_STATE_ANNOTATION
@@ -11,7 +12,7 @@ from services.executor.sidecarset import merged_patch
 
 
 def test_only_this_sidecarsets_entries_come_from_the_plan() -> None:
-    planned = {
+    planned: dict[str, Any] = {
         "metadata": {
             "annotations": {
                 HASH_ANNOTATION: json.dumps({"tools": {"hash": "new"}, "logging": {"hash": "stale"}}),

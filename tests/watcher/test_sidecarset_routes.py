@@ -28,7 +28,7 @@ def pod(injected: str, version: str = "1", **labels: str) -> dict[str, Any]:
 
 
 def summary(routes: SidecarSetRoutes, kind: str, obj: dict[str, Any], change: str) -> list[tuple[str, str]]:
-    result = []
+    result: list[tuple[str, str]] = []
     for event in routes.diff(kind, obj, change):
         assert isinstance(event.payload, ObjectObserved)
         result.append((event.stream, event.payload.change))
