@@ -11,6 +11,7 @@ stream's expected version. Ids derive from the round, so a re-run after a crash 
 from __future__ import annotations
 
 import hashlib
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -40,7 +41,7 @@ from services.domain.events import (
     StatusPlanned,
     new_event,
 )
-from services.domain.metrics import EVENTS_APPENDED
+from services.domain.metrics import EVENTS_APPENDED, PLANNING_SECONDS
 from services.domain.sidecarset import SidecarSetError
 from services.domain.sidecarset_streams import (
     SIDECARSET_ACTION_ANNOTATION,
@@ -347,6 +348,7 @@ class SidecarSetPlanner:
         await self._append(state, [due])
 
     async def plan_round(self, state: SidecarSetState, *, force: bool = False) -> None:
+        started = time.perf_counter()
         try:
             folded = await self.catch_up(state)
             if not folded and not force:
@@ -356,6 +358,8 @@ class SidecarSetPlanner:
             log.warning("decisions_stream_moved", error=str(error))
             self.states.pop(state.name, None)  # rebuilt from the store on the next wake-up
             raise
+        finally:
+            PLANNING_SECONDS.observe(time.perf_counter() - started)
 
     async def _decide(self, state: SidecarSetState) -> None:
         if state.sidecarset is None or state.now is None:

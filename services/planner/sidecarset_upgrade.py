@@ -219,10 +219,9 @@ def plan_sidecarset(
     strategy: dict[str, Any] = sidecarset.spec.get("updateStrategy") or {}
     update_type = str(strategy.get("type") or "RollingUpdate")
     paused = bool(strategy.get("paused"))
-    matched_pods = sorted((p for p in pods if is_matched(sidecarset, p)), key=pod_key)
-    by_key = {pod_key(p): p for p in matched_pods}
-    assessed = {a.key: a for a in (_assess(sidecarset, p) for p in matched_pods)}
-    total = len(matched_pods)
+    by_key = {pod_key(p): p for p in pods if is_matched(sidecarset, p)}
+    assessed = {key: _assess(sidecarset, by_key[key]) for key in sorted(by_key)}
+    total = len(by_key)
     partition = intorpercent.partition_count(strategy.get("partition"), total)
     max_unavailable = intorpercent.scaled(
         strategy.get("maxUnavailable", 1) if strategy.get("maxUnavailable") is not None else 1,
@@ -231,13 +230,14 @@ def plan_sidecarset(
     )
     update_selector = strategy.get("selector")
 
-    def candidate(pod: Mapping[str, Any]) -> bool:
-        a = assessed[pod_key(pod)]
+    def candidate(key: str) -> bool:
+        a = assessed[key]
         if a.updated or not a.upgradable or not a.upgrade_complete:
             return False
-        return not update_selector or labels.matches(update_selector, pod["metadata"].get("labels") or {})
+        labels_of = (by_key[key].get("metadata") or {}).get("labels") or {}
+        return not update_selector or labels.matches(update_selector, labels_of)
 
-    views = [(PodView(dict(p)), pod_key(p)) for p in matched_pods if candidate(p)]
+    views = [(PodView(dict(by_key[key])), key) for key in assessed if candidate(key)]
     priority = _priority_key(strategy.get("priorityStrategy"))
     # G-4 (the pod name, then the namespace, break full ties: deterministic), then priorityStrategy.
     if priority is None:
