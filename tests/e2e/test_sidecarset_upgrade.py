@@ -23,6 +23,7 @@ import pytest_asyncio
 import yaml
 from kubernetes_asyncio import client
 
+from services.domain.bus import Bus
 from services.domain.events import (
     ObjectObserved,
     PartitionStepPlanned,
@@ -49,6 +50,7 @@ from services.simcluster import SimCluster, SimConfig
 from services.simcluster.kubelet import Timing
 from services.webhook.service import RunningWebhook, WebhookOptions, run_webhook
 from services.webhook.sinks import EventStoreSink
+from tests.e2e import audit
 from tests.e2e.cluster import Cluster, seed_cloneset
 from tests.plugins.simcluster import MakeSimCluster
 from tests.plugins.stack import Stack, settings_env, wait_for
@@ -240,6 +242,27 @@ async def test_paused_then_partition_50_percent_upgrades_two_pods_one_at_a_time(
         and container(s.envelope.payload.object, "tools").get("image") == NEW_IMAGE
     )
     assert requests[0].global_position < ready_again < requests[1].global_position
+
+    # The same checks in SQL, as an operator would run them: from the resume on, at least 4 - 1 pods were
+    # available after every pod observation; every action has exactly one terminal event; every stored
+    # event (SidecarSet streams have an empty namespace token) was published once on the bus.
+    database = stack.settings.database_url
+    resumed_at = next(s.global_position for s in decided if isinstance(s.envelope.payload, RolloutResumed))
+    rows = await audit.fetch(database, audit.AVAILABILITY_SQL, observed_stream(NAME))
+    assert min(r["available"] for r in rows if r["pos"] > resumed_at) == 3
+    assert {(r["action"], r["terminals"], r["applied"]) for r in await audit.action_terminals(database)} == {
+        (UPDATE_SIDECAR_ACTION, 1, 1)
+    }
+    bus = await Bus.connect(stack.settings, name="sidecarset-e2e-check")
+    try:
+
+        async def all_published() -> bool:
+            stored_ids = await audit.stored_event_ids(database)
+            return sorted(await audit.published_event_ids(bus)) == sorted(stored_ids)
+
+        await wait_for(all_published, within=10, what="every stored event published exactly once")
+    finally:
+        await bus.close()
 
     # Every recorded round replays to the same decisions; an edited decision is found.
     outcome_envelopes = [s.envelope for s in await store.read_stream(actions_stream(NAME))]
