@@ -9,8 +9,8 @@ the same input always gives the same round.
   that still have every sidecar container;
 - updated: the pod's recorded hash is the SidecarSet's; upgradable: the recorded without-image hash is
   the SidecarSet's (only image changes roll to running pods);
-- candidates W: not updated, upgradable, selected by ``updateStrategy.selector``, not mid-upgrade; in
-  G-4 order, then priorityStrategy;
+- candidates W: not updated, upgradable, selected by ``updateStrategy.selector``, not mid-upgrade (a
+  ready sidecar the last upgrade has not restarted yet); in G-4 order, then priorityStrategy;
 - partition P over |M| (G-2); ``n = |W| - P`` candidates at most; maxUnavailable U over |M| (rounded
   up, default 1): a not-ready candidate is taken for free, a ready one while busy < U; the walk stops at
   the first ready candidate that would exceed U.
@@ -54,6 +54,7 @@ class PodAssessment:
     upgradable: bool
     upgrade_complete: bool
     running_ready: bool
+    mid_upgrade: bool  # a ready sidecar not yet restarted by the last upgrade: not a candidate
 
 
 @dataclass(frozen=True)
@@ -146,6 +147,22 @@ def upgrade_complete(sidecarset_name: str, pod: Mapping[str, Any]) -> bool:
     return True
 
 
+def mid_upgrade(sidecarset_name: str, pod: Mapping[str, Any]) -> bool:
+    """A sidecar of the pod's last in-place upgrade by this SidecarSet is ready but still runs the image id
+    it ran before the patch: the kubelet has not restarted it yet, so another upgrade must wait. A sidecar
+    that is not ready (crash-looping on a bad image, say) does not block: fixing forward is allowed."""
+    state = _json_annotation(pod, INPLACE_STATE_ANNOTATION).get(sidecarset_name)
+    if not isinstance(state, dict):
+        return False
+    statuses = _container_statuses(pod)
+    for container, before in (state.get("lastContainerStatuses") or {}).items():
+        status = statuses.get(container) or {}
+        now_id = str(status.get("imageID") or "")
+        if status.get("ready") and (not now_id or now_id == str((before or {}).get("imageID") or "")):
+            return True
+    return False
+
+
 def _assess(sidecarset: ss.SidecarSet, pod: Mapping[str, Any]) -> PodAssessment:
     recorded = ss.pod_sidecar_revisions(pod).get(sidecarset.name)
     revision = recorded.hash if recorded else ""
@@ -156,6 +173,7 @@ def _assess(sidecarset: ss.SidecarSet, pod: Mapping[str, Any]) -> PodAssessment:
         upgradable=recorded is not None and recorded.hash_without_image == sidecarset.hash_without_image,
         upgrade_complete=upgrade_complete(sidecarset.name, pod),
         running_ready=running_ready(pod),
+        mid_upgrade=mid_upgrade(sidecarset.name, pod),
     )
 
 
@@ -232,7 +250,7 @@ def plan_sidecarset(
 
     def candidate(key: str) -> bool:
         a = assessed[key]
-        if a.updated or not a.upgradable or not a.upgrade_complete:
+        if a.updated or not a.upgradable or a.mid_upgrade:
             return False
         labels_of = (by_key[key].get("metadata") or {}).get("labels") or {}
         return not update_selector or labels.matches(update_selector, labels_of)

@@ -66,7 +66,10 @@ OLD_IMAGE, NEW_IMAGE = "centos:6.7", "centos:7"
 @pytest_asyncio.fixture(loop_scope="session")
 async def simcluster(make_simcluster: MakeSimCluster) -> SimCluster:
     # A restarted sidecar takes a moment to be ready again, so an upgrade has a visible unavailable window.
-    return await make_simcluster(SimConfig(timing=Timing(start=0.05, ready=0.4)))
+    # centos:crash starts and exits with an error (CrashLoopBackOff), for the fix-forward test.
+    return await make_simcluster(
+        SimConfig(timing=Timing(start=0.05, ready=0.4), crashing_images=("centos:crash",))
+    )
 
 
 @pytest_asyncio.fixture(loop_scope="session")
@@ -383,3 +386,73 @@ async def _cloneset_actions(store: EventStore) -> list[str]:
         for s in await store.read_stream(cloneset_decisions_stream("default", "sample"))
         if isinstance(s.envelope.payload, PodActionRequested)
     ]
+
+
+async def set_image(custom: client.CustomObjectsApi, image: str) -> None:
+    current = await custom.get_cluster_custom_object(
+        SIDECARSET_GROUP, SIDECARSET_VERSION, SIDECARSET_PLURAL, NAME
+    )
+    containers = copy.deepcopy(cast(dict[str, Any], current)["spec"]["containers"])
+    containers[0]["image"] = image
+    await custom.patch_cluster_custom_object(
+        SIDECARSET_GROUP,
+        SIDECARSET_VERSION,
+        SIDECARSET_PLURAL,
+        NAME,
+        {"spec": {"containers": containers}},
+        _content_type="application/merge-patch+json",  # type: ignore[call-arg]
+    )
+
+
+async def test_a_crashing_sidecar_image_stalls_at_max_unavailable_and_is_fixed_forward(
+    stack: Stack, webhook: RunningWebhook, k8s_client: client.ApiClient
+) -> None:
+    custom = client.CustomObjectsApi(k8s_client)
+    core = client.CoreV1Api(k8s_client)
+    sidecarset = seed("sidecarset-test-sidecarset.yaml")
+    sidecarset["spec"]["updateStrategy"] = {"type": "RollingUpdate", "maxUnavailable": 1, "partition": 0}
+    await custom.create_cluster_custom_object(
+        SIDECARSET_GROUP, SIDECARSET_VERSION, SIDECARSET_PLURAL, sidecarset
+    )
+    await wait_for(
+        lambda: _async(any(s.name == NAME for s in webhook.state.sidecarsets.snapshot())),
+        what="the webhook to see the SidecarSet",
+    )
+    await stack.start("watcher", "planner", "executor", "auditor")
+    names = PODS[:3]
+    for name in names:
+        pod = seed("pod-test-pod.yaml")
+        pod["metadata"]["name"] = name
+        await core.create_namespaced_pod("default", body=cast(Any, pod))
+
+    async def status_is(**expected: int) -> bool:
+        obj = await custom.get_cluster_custom_object(
+            SIDECARSET_GROUP, SIDECARSET_VERSION, SIDECARSET_PLURAL, NAME
+        )
+        current = cast(dict[str, Any], obj).get("status") or {}
+        return all(current.get(k) == v for k, v in expected.items())
+
+    await wait_for(lambda: status_is(matchedPods=3, updatedPods=3, readyPods=3), what="three ready pods")
+    before = await read_pods(core)
+
+    await set_image(custom, "centos:crash")
+    await wait_for(lambda: status_is(updatedPods=1, readyPods=2), what="one pod on the crashing image")
+    await asyncio.sleep(2.0)  # the crashing pod never becomes ready: the rollout must not go on
+    assert await status_is(updatedPods=1, readyPods=2, updatedReadyPods=0)
+    stalled = await read_pods(core)
+    crashed = [n for n, p in stalled.items() if spec_image(p, "tools") == "centos:crash"]
+    assert len(crashed) == 1
+    assert all(container(stalled[n], "tools")["restartCount"] == 0 for n in names if n not in crashed)
+
+    await set_image(custom, NEW_IMAGE)  # fix forward: the crashing pod is upgraded again, then the others
+    await wait_for(
+        lambda: status_is(matchedPods=3, updatedPods=3, readyPods=3, updatedReadyPods=3),
+        within=30,
+        what="all three on the fixed image",
+    )
+    after = await read_pods(core)
+    for name in names:
+        assert after[name]["metadata"]["uid"] == before[name]["metadata"]["uid"]
+        assert container(after[name], "app")["restartCount"] == 0
+        assert container(after[name], "tools")["image"] == NEW_IMAGE
+    assert stack.dead() == []

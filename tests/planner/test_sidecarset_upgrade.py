@@ -384,3 +384,19 @@ def test_the_walk_stops_at_the_first_ready_pod_beyond_max_unavailable() -> None:
     result = plan_sidecarset(sidecarset(NEW, priorityStrategy=weight), pods, NOW)
     assert result.candidates == ["default/first", "default/second", "default/late-not-ready"]
     assert names(result.upgrades) == ["first"]
+
+
+def test_a_crash_looping_sidecar_can_be_fixed_forward_a_ready_one_mid_upgrade_waits() -> None:
+    bad = sidecarset("centos:crash", maxUnavailable=5)
+    crashing = pod("crashing")
+    crashing = apply(crashing, plan_sidecarset(bad, [crashing], NOW).upgrades[0].patch)
+    crashing = restart_sidecars(crashing, ready=False)
+    for status in crashing["status"]["containerStatuses"]:
+        if status["name"] == "tools":
+            status["imageID"] = ""  # not running: CrashLoopBackOff
+    waiting = pod("waiting")  # patched, its ready sidecar not restarted yet
+    waiting = apply(waiting, plan_sidecarset(bad, [waiting], NOW).upgrades[0].patch)
+    fixed = plan_sidecarset(sidecarset(NEW, maxUnavailable=5), [crashing, waiting], NOW)
+    assert names(fixed.upgrades) == ["crashing"]
+    assert fixed.candidates == ["default/crashing"]
+    assert fixed.upgrades[0].images == {"tools": NEW}
