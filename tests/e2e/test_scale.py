@@ -46,4 +46,10 @@ async def test_scale_up_then_down_with_pods_to_delete(stack: Stack, cluster: Clu
     assert {n: p["metadata"]["uid"] for n, p in after.items()} == kept  # the rest stayed, untouched
     remaining_ids = {instance_id(p) for p in (await cluster.pvcs(name)).values()}
     assert not remaining_ids & doomed_ids
+
+    async def list_pruned() -> bool:
+        spec = (await cluster.cloneset(name))["spec"]
+        return not (spec.get("scaleStrategy") or {}).get("podsToDelete")
+
+    await wait_for(list_pruned, what="podsToDelete emptied once the named pods are gone")
     assert stack.dead() == []
