@@ -29,6 +29,7 @@ from services.domain.events import (
     PartitionStepPlanned,
     PodActionRequested,
     PodActionSucceeded,
+    RolloutCompleted,
     RolloutPaused,
     RolloutResumed,
     RolloutStarted,
@@ -455,4 +456,74 @@ async def test_a_crashing_sidecar_image_stalls_at_max_unavailable_and_is_fixed_f
         assert after[name]["metadata"]["uid"] == before[name]["metadata"]["uid"]
         assert container(after[name], "app")["restartCount"] == 0
         assert container(after[name], "tools")["image"] == NEW_IMAGE
+    assert stack.dead() == []
+
+
+async def test_watcher_and_planner_killed_mid_rollout_resume_without_repeating_anything(
+    stack: Stack, webhook: RunningWebhook, k8s_client: client.ApiClient, store: EventStore
+) -> None:
+    custom = client.CustomObjectsApi(k8s_client)
+    core = client.CoreV1Api(k8s_client)
+    sidecarset = seed("sidecarset-test-sidecarset.yaml")
+    sidecarset["spec"]["updateStrategy"] = {"type": "RollingUpdate", "maxUnavailable": 1, "partition": 0}
+    await custom.create_cluster_custom_object(
+        SIDECARSET_GROUP, SIDECARSET_VERSION, SIDECARSET_PLURAL, sidecarset
+    )
+    await wait_for(
+        lambda: _async(any(s.name == NAME for s in webhook.state.sidecarsets.snapshot())),
+        what="the webhook to see the SidecarSet",
+    )
+    await stack.start("watcher", "planner", "executor", "auditor")
+    for name in PODS:
+        pod = seed("pod-test-pod.yaml")
+        pod["metadata"]["name"] = name
+        await core.create_namespaced_pod("default", body=cast(Any, pod))
+
+    async def status_is(**expected: int) -> bool:
+        obj = await custom.get_cluster_custom_object(
+            SIDECARSET_GROUP, SIDECARSET_VERSION, SIDECARSET_PLURAL, NAME
+        )
+        current = cast(dict[str, Any], obj).get("status") or {}
+        return all(current.get(k) == v for k, v in expected.items())
+
+    await wait_for(lambda: status_is(matchedPods=4, updatedPods=4, readyPods=4), what="four ready pods")
+    await set_image(custom, NEW_IMAGE)
+
+    async def requested() -> list[PodActionRequested]:
+        return [
+            s.envelope.payload
+            for s in await store.read_stream(decisions_stream(NAME))
+            if isinstance(s.envelope.payload, PodActionRequested)
+        ]
+
+    await wait_for(requested, what="the first upgrade requested")
+    await stack.kill("watcher")
+    await stack.kill("planner")
+    await asyncio.sleep(0.5)  # the kubelet goes on meanwhile; the watcher misses those changes
+    await stack.start("watcher", "planner")
+    await wait_for(
+        lambda: status_is(matchedPods=4, updatedPods=4, readyPods=4, updatedReadyPods=4),
+        within=40,
+        what="all four upgraded after the restart",
+    )
+    actions = await requested()
+    assert sorted(a.pod for a in actions) == PODS  # each pod upgraded exactly once
+    assert {
+        (r["terminals"], r["applied"]) for r in await audit.action_terminals(stack.settings.database_url)
+    } == {(1, 1)}
+    pods = await read_pods(core)
+    assert all(container(p, "tools")["restartCount"] == 1 for p in pods.values())
+    assert all(container(p, "app")["restartCount"] == 0 for p in pods.values())
+    streams = [
+        [s.envelope for s in await store.read_stream(stream)]
+        for stream in (observed_stream(NAME), actions_stream(NAME), decisions_stream(NAME))
+    ]
+    report = verify_sidecarset(NAME, *streams)
+    assert report.ok, report.divergence
+    completed = [
+        e.payload
+        for e in streams[2]
+        if isinstance(e.payload, RolloutCompleted) and e.payload.outcome == "succeeded"
+    ]
+    assert completed and completed[-1].rollout_id == actions[0].rollout_id  # the rollout is recorded as done
     assert stack.dead() == []
