@@ -24,10 +24,10 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.config.config_exception import ConfigException
 
+from services.domain import kube
 from services.domain import sidecarset as ss
 from services.domain.settings import Settings
 from services.webhook import admission
-from services.webhook.service import kube_api_client
 
 
 class OutputFormat(StrEnum):
@@ -90,7 +90,7 @@ def load_sidecarsets(paths: Iterable[str], existing: Iterable[ss.SidecarSet] = (
 
 async def cluster_state(settings: Settings) -> tuple[list[ss.SidecarSet], dict[str, dict[str, str]]]:
     """The cluster's valid SidecarSets and Namespace labels, read once, as the webhook's watch sees them."""
-    api = await kube_api_client(settings)
+    api = await kube.api_client(settings)
     try:
         custom = client.CustomObjectsApi(api)
         listed = await custom.list_cluster_custom_object("apps.kruise.io", "v1alpha1", "sidecarsets")

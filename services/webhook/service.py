@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import structlog
-from kubernetes_asyncio import client, config
-from kubernetes_asyncio.config.config_exception import ConfigException
+from kubernetes_asyncio import client
 
+from services.domain import kube
 from services.domain.settings import Settings
 from services.webhook import register as registration
 from services.webhook.cache import (
@@ -25,19 +25,6 @@ from services.webhook.server import RunningServer, WebhookState, start_server
 from services.webhook.tls import DEFAULT_HOSTS, ServingCertificate, generate_self_signed, load_certificate
 
 log = structlog.get_logger("rollbook.webhook")
-
-
-async def kube_api_client(settings: Settings) -> client.ApiClient:
-    """kubernetes-asyncio client: settings.kubeconfig, else in-cluster, else ~/.kube/config."""
-    configuration = client.Configuration()
-    if settings.kubeconfig:
-        await config.load_kube_config(config_file=settings.kubeconfig, client_configuration=configuration)
-    else:
-        try:
-            config.load_incluster_config(client_configuration=configuration)
-        except ConfigException:
-            await config.load_kube_config(client_configuration=configuration)
-    return client.ApiClient(configuration=configuration)
 
 
 @dataclass(frozen=True)
@@ -82,7 +69,7 @@ async def run_webhook(
     settings: Settings, options: WebhookOptions, sink: EventSink | None = None
 ) -> AsyncIterator[RunningWebhook]:
     """Start everything, wait for the caches, register; undo it all on exit."""
-    api = await kube_api_client(settings)
+    api = await kube.api_client(settings)
     sidecarsets, namespaces = SidecarSetCache(), NamespaceLabels()
     watches = [sidecarset_list_watch(api, sidecarsets), namespace_list_watch(api, namespaces)]
     tasks = [asyncio.create_task(w.run(), name=f"list-watch-{w.kind}") for w in watches]
