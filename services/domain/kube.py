@@ -1,6 +1,6 @@
 """The Kubernetes client every service, the webhook and the CLI use: kubernetes-asyncio configured from
-settings.kubeconfig, or
-in-cluster config, or ~/.kube/config, so the same code runs against simcluster and a real cluster."""
+settings.kubeconfig, or in-cluster config, or ~/.kube/config, so the same code runs against simcluster
+and a real cluster."""
 
 from __future__ import annotations
 
