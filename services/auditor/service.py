@@ -28,11 +28,10 @@ from aiohttp import web
 from nats.aio.msg import Msg
 
 from services.domain.bus import MSG_ID, Bus
+from services.domain.consumer_service import report_consumer_lag
 from services.domain.events import Envelope, encode
 from services.domain.metrics import (
     AUDIT_INGESTED,
-    CONSUMER_ACK_PENDING,
-    CONSUMER_LAG,
     EVENTS_HANDLED,
     RELAY_POSITION,
     RELAY_PUBLISHED,
@@ -191,17 +190,6 @@ class History:
         return web.Response(body=_encoder.encode(body), content_type="application/json")
 
 
-async def _report_lag(bus: Bus, runtime: ServiceRuntime) -> None:
-    while not runtime.stopping.is_set():
-        try:
-            info = await bus.js.consumer_info(bus.stream, DURABLE)
-            CONSUMER_LAG.labels("auditor", DURABLE).set(info.num_pending or 0)
-            CONSUMER_ACK_PENDING.labels("auditor", DURABLE).set(info.num_ack_pending or 0)
-        except (nats.errors.Error, nats.js.errors.Error):
-            pass
-        await asyncio.sleep(2.0)
-
-
 async def run(settings: Settings) -> None:
     configure_logging(settings, "auditor")
     store = await EventStore.connect(settings.database_url)
@@ -216,7 +204,7 @@ async def run(settings: Settings) -> None:
             consumer = bus.consumer(DURABLE, bus.event_filter(), audit.handle, batch=256, ack_wait=60.0)
             relay_task = asyncio.create_task(relay.run(runtime.stopping), name="relay")
             audit_task = asyncio.create_task(consumer.run(), name="audit-consumer")
-            lag = asyncio.create_task(_report_lag(bus, runtime))
+            lag = asyncio.create_task(report_consumer_lag(bus, runtime, "auditor", DURABLE))
             ready = asyncio.create_task(_ready_when_caught_up(runtime, relay))
             try:
                 await run_until_stopped(runtime, relay_task, audit_task)

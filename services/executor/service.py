@@ -16,7 +16,6 @@ and reports every outcome as an event (docs/services.md, "executor").
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import os
 import socket
@@ -30,6 +29,7 @@ from sqlalchemy import select
 
 from services.domain import kube
 from services.domain.bus import Bus
+from services.domain.consumer_service import serve_consumer
 from services.domain.events import (
     Envelope,
     PodActionFailed,
@@ -38,15 +38,8 @@ from services.domain.events import (
     StatusPlanned,
     new_event,
 )
-from services.domain.metrics import (
-    ACTIONS_APPLIED,
-    ACTIONS_FAILED,
-    CONSUMER_ACK_PENDING,
-    CONSUMER_LAG,
-    EVENTS_APPENDED,
-    EVENTS_HANDLED,
-)
-from services.domain.runtime import ServiceRuntime, configure_logging, run_until_stopped
+from services.domain.metrics import ACTIONS_APPLIED, ACTIONS_FAILED, EVENTS_APPENDED, EVENTS_HANDLED
+from services.domain.runtime import ServiceRuntime, configure_logging
 from services.domain.settings import Settings
 from services.domain.sidecarset_streams import UPDATE_SIDECAR_ACTION, sidecarset_of
 from services.domain.sidecarset_streams import actions_stream as sidecarset_actions_stream
@@ -424,17 +417,6 @@ def _now() -> Any:
     return datetime.now(UTC)
 
 
-async def _report_lag(bus: Bus, runtime: ServiceRuntime) -> None:
-    while not runtime.stopping.is_set():
-        try:
-            info = await bus.js.consumer_info(bus.stream, DURABLE)
-            CONSUMER_LAG.labels("executor", DURABLE).set(info.num_pending or 0)
-            CONSUMER_ACK_PENDING.labels("executor", DURABLE).set(info.num_ack_pending or 0)
-        except Exception:  # best effort
-            pass
-        await asyncio.sleep(2.0)
-
-
 async def run(settings: Settings) -> None:
     configure_logging(settings, "executor")
     async with ServiceRuntime(settings, "executor") as runtime:
@@ -442,19 +424,17 @@ async def run(settings: Settings) -> None:
         bus = await Bus.connect(settings, name="rollbook-executor")
         api = await kube.api_client(settings)
         try:
-            await bus.ensure_stream()
             executor = Executor(settings, store, api)
-            filters = [bus.event_filter(event_type=t) for t in INPUT_TYPES]
-            consumer = bus.consumer(DURABLE, filters, executor.handle, batch=8, ack_wait=ACK_WAIT)
-            task = asyncio.create_task(consumer.run(), name="executor-consumer")
-            lag = asyncio.create_task(_report_lag(bus, runtime))
-            runtime.set_ready()
-            try:
-                await run_until_stopped(runtime, task)
-            finally:
-                consumer.stop()
-                lag.cancel()
-                await asyncio.gather(task, lag, return_exceptions=True)
+            await serve_consumer(
+                runtime,
+                bus,
+                service="executor",
+                durable=DURABLE,
+                event_types=INPUT_TYPES,
+                handler=executor.handle,
+                batch=8,
+                ack_wait=ACK_WAIT,
+            )
         finally:
             await api.close()
             await bus.close()

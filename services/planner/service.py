@@ -26,6 +26,7 @@ import structlog
 from nats.aio.msg import Msg
 
 from services.domain.bus import Bus
+from services.domain.consumer_service import serve_consumer
 from services.domain.events import (
     Envelope,
     Event,
@@ -42,14 +43,8 @@ from services.domain.events import (
     StatusPlanned,
     new_event,
 )
-from services.domain.metrics import (
-    CONSUMER_ACK_PENDING,
-    CONSUMER_LAG,
-    EVENTS_APPENDED,
-    EVENTS_HANDLED,
-    PLANNING_SECONDS,
-)
-from services.domain.runtime import ServiceRuntime, configure_logging, run_until_stopped
+from services.domain.metrics import EVENTS_APPENDED, EVENTS_HANDLED, PLANNING_SECONDS
+from services.domain.runtime import ServiceRuntime, configure_logging
 from services.domain.settings import Settings
 from services.domain.sidecarset_streams import is_sidecarset_stream
 from services.domain.store import ConcurrencyError, EventStore
@@ -392,36 +387,23 @@ def _action(
     )
 
 
-async def _report_lag(bus: Bus, runtime: ServiceRuntime) -> None:
-    while not runtime.stopping.is_set():
-        try:
-            info = await bus.js.consumer_info(bus.stream, DURABLE)
-            CONSUMER_LAG.labels("planner", DURABLE).set(info.num_pending or 0)
-            CONSUMER_ACK_PENDING.labels("planner", DURABLE).set(info.num_ack_pending or 0)
-        except Exception:  # the consumer may not exist yet; lag is best effort
-            pass
-        await asyncio.sleep(2.0)
-
-
 async def run(settings: Settings) -> None:
     configure_logging(settings, "planner")
     async with ServiceRuntime(settings, "planner") as runtime:
         store = await EventStore.connect(settings.database_url)
         bus = await Bus.connect(settings, name="rollbook-planner")
         try:
-            await bus.ensure_stream()
             planner = Planner(settings, store)
-            filters = [bus.event_filter(event_type=t) for t in INPUT_TYPES]
-            consumer = bus.consumer(DURABLE, filters, planner.handle, batch=64, ack_wait=ACK_WAIT)
-            task = asyncio.create_task(consumer.run(), name="planner-consumer")
-            lag = asyncio.create_task(_report_lag(bus, runtime))
-            runtime.set_ready()
-            try:
-                await run_until_stopped(runtime, task)
-            finally:
-                consumer.stop()  # the message in hand finishes; the rest of the batch goes back
-                lag.cancel()
-                await asyncio.gather(task, lag, return_exceptions=True)
+            await serve_consumer(
+                runtime,
+                bus,
+                service="planner",
+                durable=DURABLE,
+                event_types=INPUT_TYPES,
+                handler=planner.handle,
+                batch=64,
+                ack_wait=ACK_WAIT,
+            )
         finally:
             await bus.close()
             await store.close()
