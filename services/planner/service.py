@@ -32,23 +32,21 @@ from services.domain.events import (
     Event,
     PartitionStepPlanned,
     PodActionRequested,
-    RequeueDue,
     RequeueScheduled,
     RevisionCreated,
     RevisionsPruned,
     RolloutCompleted,
     RolloutStarted,
-    RoundPlanned,
     SpecRejected,
     StatusPlanned,
-    new_event,
 )
-from services.domain.metrics import EVENTS_APPENDED, EVENTS_HANDLED, PLANNING_SECONDS
+from services.domain.metrics import EVENTS_HANDLED, PLANNING_SECONDS
 from services.domain.runtime import ServiceRuntime, configure_logging
 from services.domain.settings import Settings
 from services.domain.sidecarset_streams import is_sidecarset_stream
 from services.domain.store import ConcurrencyError, EventStore
 from services.domain.streams import WORKLOAD_KIND, decisions_stream, derived_id, rollout_id, workload_of
+from services.planner import rounds
 from services.planner.sidecarset_service import SidecarSetPlanner
 from services.planner.workload_state import EXPECTATION_TIMEOUT, WorkloadState, encode_input
 
@@ -80,12 +78,7 @@ class Planner:
 
     async def catch_up(self, state: WorkloadState) -> int:
         """Fold every event of the workload's streams not folded yet; returns how many."""
-        folded = 0
-        for stream in state.streams:
-            for stored in await self.store.read_stream(stream, state.versions.get(stream, 0) + 1):
-                state.fold(stored.envelope)
-                folded += 1
-        return folded
+        return await rounds.catch_up(self.store, state)
 
     def state_of(self, namespace: str, name: str) -> WorkloadState:
         key = f"{namespace}/{name}"
@@ -127,17 +120,9 @@ class Planner:
             await msg.nak(delay=left)  # JetStream keeps the timer, across restarts too
             return
         await self.catch_up(state)
-        if str(envelope.event_id) in state.schedules:
-            due = new_event(
-                RequeueDue(due_at=timer.due_at, scheduled_by=envelope.event_id),
-                stream=decisions_stream(state.namespace, state.name),
-                stream_version=state.versions.get(decisions_stream(state.namespace, state.name), 0) + 1,
-                occurred_at=timer.due_at,
-                event_id=derived_id("requeue-due", envelope.event_id),
-                causation_id=envelope.event_id,
-                correlation_id=envelope.correlation_id,
-            )
-            await self._append(state, [due])
+        due = rounds.requeue_due(state, decisions_stream(state.namespace, state.name), envelope, timer)
+        if due is not None:
+            await rounds.append(self.store, state, [due])
         await self.plan_round(state, force=True)
 
     # --- one round -----------------------------------------------------------------------------------
@@ -177,36 +162,17 @@ class Planner:
         decisions = decisions_for(state, plan)
         if not decisions:
             return
-        through = state.through()
-        round_id = derived_id("round", *sorted(through.items()))
         update_revision = plan.get("updateRevision") or state.update_revision
         correlation = rollout_id(state.namespace, state.name, update_revision) if update_revision else None
-        stream = decisions_stream(state.namespace, state.name)
-        base = state.versions.get(stream, 0)
-        envelopes = [
-            new_event(
-                RoundPlanned(through=through, now=state.now, input_sha256=digest),
-                stream=stream,
-                stream_version=base + 1,
-                occurred_at=state.now,
-                event_id=round_id,
-                causation_id=state.last_input_id,
-                correlation_id=correlation,
-            )
-        ]
-        for index, payload in enumerate(decisions):
-            envelopes.append(
-                new_event(
-                    payload,
-                    stream=stream,
-                    stream_version=base + 2 + index,
-                    occurred_at=state.now,
-                    event_id=derived_id("decision", round_id, index),
-                    causation_id=round_id,
-                    correlation_id=correlation,
-                )
-            )
-        await self._append(state, envelopes)
+        envelopes = rounds.round_envelopes(
+            state,
+            decisions_stream(state.namespace, state.name),
+            round_id=derived_id("round", *sorted(state.through().items())),
+            input_sha256=digest,
+            decisions=decisions,
+            correlation_id=correlation,
+        )
+        await rounds.append(self.store, state, envelopes)
         actions = [d for d in decisions if isinstance(d, PodActionRequested)]
         log.info(
             "planned",
@@ -218,26 +184,9 @@ class Planner:
 
     async def _wake_at(self, state: WorkloadState, due: datetime) -> None:
         """Something blocks planning until ``due`` at the latest; make sure a timer wakes the workload."""
-        if any(abs((d - due).total_seconds()) < 1 for d in state.schedules.values()):
-            return
-        stream = decisions_stream(state.namespace, state.name)
-        timer = new_event(
-            RequeueScheduled(due_at=due, reason="expectations"),
-            stream=stream,
-            stream_version=state.versions.get(stream, 0) + 1,
-            occurred_at=state.now or due,
-            event_id=derived_id("expectations", stream, due.isoformat()),
-            causation_id=state.last_input_id,
-        )
-        await self._append(state, [timer])
-
-    async def _append(self, state: WorkloadState, envelopes: list[Envelope]) -> None:
-        stream = envelopes[0].stream
-        result = await self.store.append(envelopes, expected_version=state.versions.get(stream, 0))
-        for envelope in envelopes:
-            state.fold(envelope)
-        for envelope in result.events:
-            EVENTS_APPENDED.labels("planner", envelope.type).inc()
+        timer = rounds.expectation_timer(state, decisions_stream(state.namespace, state.name), due)
+        if timer is not None:
+            await rounds.append(self.store, state, [timer])
 
 
 def decisions_for(state: WorkloadState, plan: dict[str, Any]) -> list[Event]:

@@ -36,12 +36,10 @@ from services.domain.events import (
     RolloutPaused,
     RolloutResumed,
     RolloutStarted,
-    RoundPlanned,
     SpecRejected,
     StatusPlanned,
-    new_event,
 )
-from services.domain.metrics import EVENTS_APPENDED, PLANNING_SECONDS
+from services.domain.metrics import PLANNING_SECONDS
 from services.domain.sidecarset import SidecarSetError
 from services.domain.sidecarset_streams import (
     SIDECARSET_ACTION_ANNOTATION,
@@ -56,6 +54,7 @@ from services.domain.sidecarset_streams import (
 )
 from services.domain.store import ConcurrencyError, EventStore
 from services.domain.streams import derived_id
+from services.planner import rounds
 from services.planner.sidecarset_upgrade import SidecarSetRound, plan_sidecarset
 from services.planner.workload_state import EXPECTATION_TIMEOUT
 
@@ -325,27 +324,13 @@ class SidecarSetPlanner:
             structlog.contextvars.unbind_contextvars("sidecarset")
 
     async def catch_up(self, state: SidecarSetState) -> int:
-        folded = 0
-        for stream in state.streams:
-            for stored in await self.store.read_stream(stream, state.versions.get(stream, 0) + 1):
-                state.fold(stored.envelope)
-                folded += 1
-        return folded
+        return await rounds.catch_up(self.store, state)
 
     async def _fire(self, state: SidecarSetState, envelope: Envelope, timer: RequeueScheduled) -> None:
         await self.catch_up(state)
-        if str(envelope.event_id) not in state.schedules:
-            return
-        stream = decisions_stream(state.name)
-        due = new_event(
-            RequeueDue(due_at=timer.due_at, scheduled_by=envelope.event_id),
-            stream=stream,
-            stream_version=state.versions.get(stream, 0) + 1,
-            occurred_at=timer.due_at,
-            event_id=derived_id("requeue-due", envelope.event_id),
-            causation_id=envelope.event_id,
-        )
-        await self._append(state, [due])
+        due = rounds.requeue_due(state, decisions_stream(state.name), envelope, timer)
+        if due is not None:
+            await rounds.append(self.store, state, [due])
 
     async def plan_round(self, state: SidecarSetState, *, force: bool = False) -> None:
         started = time.perf_counter()
@@ -374,37 +359,18 @@ class SidecarSetPlanner:
         decisions = decisions_for(state, result)
         if not decisions:
             return
-        through = state.through()
-        round_id = derived_id("sidecarset-round", *sorted(through.items()))
         correlation = (
             rollout_id(state.name, result.revision_name) if isinstance(result, SidecarSetRound) else None
         )
-        stream = decisions_stream(state.name)
-        base = state.versions.get(stream, 0)
-        envelopes = [
-            new_event(
-                RoundPlanned(through=through, now=state.now, input_sha256=digest),
-                stream=stream,
-                stream_version=base + 1,
-                occurred_at=state.now,
-                event_id=round_id,
-                causation_id=state.last_input_id,
-                correlation_id=correlation,
-            )
-        ]
-        for index, payload in enumerate(decisions):
-            envelopes.append(
-                new_event(
-                    payload,
-                    stream=stream,
-                    stream_version=base + 2 + index,
-                    occurred_at=state.now,
-                    event_id=derived_id("decision", round_id, index),
-                    causation_id=round_id,
-                    correlation_id=correlation,
-                )
-            )
-        await self._append(state, envelopes)
+        envelopes = rounds.round_envelopes(
+            state,
+            decisions_stream(state.name),
+            round_id=derived_id("sidecarset-round", *sorted(state.through().items())),
+            input_sha256=digest,
+            decisions=decisions,
+            correlation_id=correlation,
+        )
+        await rounds.append(self.store, state, envelopes)
         log.info(
             "sidecarset_planned",
             correlation_id=correlation,
@@ -414,23 +380,6 @@ class SidecarSetPlanner:
 
     async def _expect(self, state: SidecarSetState, due: datetime) -> None:
         """Pending upgrades block planning; a timer wakes the SidecarSet when they time out."""
-        if any(abs((d - due).total_seconds()) < 1 for d in state.schedules.values()):
-            return
-        stream = decisions_stream(state.name)
-        timer = new_event(
-            RequeueScheduled(due_at=due, reason="expectations"),
-            stream=stream,
-            stream_version=state.versions.get(stream, 0) + 1,
-            occurred_at=state.now or due,
-            event_id=derived_id("expectations", stream, due.isoformat()),
-            causation_id=state.last_input_id,
-        )
-        await self._append(state, [timer])
-
-    async def _append(self, state: SidecarSetState, envelopes: list[Envelope]) -> None:
-        stream = envelopes[0].stream
-        result = await self.store.append(envelopes, expected_version=state.versions.get(stream, 0))
-        for envelope in envelopes:
-            state.fold(envelope)
-        for envelope in result.events:
-            EVENTS_APPENDED.labels("planner", envelope.type).inc()
+        timer = rounds.expectation_timer(state, decisions_stream(state.name), due)
+        if timer is not None:
+            await rounds.append(self.store, state, [timer])
