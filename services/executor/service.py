@@ -54,11 +54,8 @@ from services.domain.streams import (
     derived_id,
     workload_of,
 )
-from services.executor.sidecarset import (
-    SidecarActionFailed,
-    apply_sidecar_upgrade,
-    write_sidecarset_status,
-)
+from services.executor.pods import CONFLICT_RETRIES, MERGE_PATCH, ActionFailed, read_target_pod
+from services.executor.sidecarset import apply_sidecar_upgrade, write_sidecarset_status
 
 log = structlog.get_logger("executor")
 
@@ -67,17 +64,6 @@ DURABLE = "executor"
 # this (a slow one still running then is harmless: the action id on the object makes it apply once).
 ACK_WAIT = 10.0
 INPUT_TYPES = ("PodActionRequested", "StatusPlanned")
-MERGE_PATCH = "application/merge-patch+json"
-_CONFLICT_RETRIES = 8
-
-
-class ActionFailed(Exception):
-    """The action cannot be carried out; ``retryable`` says whether trying later could help."""
-
-    def __init__(self, reason: str, *, retryable: bool = False) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.retryable = retryable
 
 
 def outcome_id(action_id: str) -> Any:
@@ -183,10 +169,7 @@ class Executor:
         namespace = request.namespace
         action_id = request.action_id
         if request.action == UPDATE_SIDECAR_ACTION:  # SidecarSet in-place upgrade (executor/sidecarset.py)
-            try:
-                return await apply_sidecar_upgrade(self.core, request)
-            except SidecarActionFailed as failure:
-                raise ActionFailed(failure.reason, retryable=failure.retryable) from None
+            return await apply_sidecar_upgrade(self.core, request)
         match request.action:
             case "createPod":
                 return await self._create(
@@ -259,23 +242,9 @@ class Executor:
                 return True
             raise
 
-    async def _read_pod(self, request: PodActionRequested) -> dict[str, Any]:
-        try:
-            pod = await kube.raw_json(
-                await self.core.read_namespaced_pod(request.pod, request.namespace, _preload_content=False)
-            )
-        except ApiException as error:
-            if error.status == 404:
-                raise ActionFailed(f"pod {request.namespace}/{request.pod} not found") from None
-            raise
-        uid = request.details.get("uid")
-        if uid and (pod.get("metadata") or {}).get("uid") != uid:
-            raise ActionFailed(f"pod {request.namespace}/{request.pod} was replaced (uid {uid} is gone)")
-        return pod
-
     async def _patch_pod(self, request: PodActionRequested, patch: dict[str, Any]) -> tuple[str | None, bool]:
-        for _ in range(_CONFLICT_RETRIES):
-            pod = await self._read_pod(request)
+        for _ in range(CONFLICT_RETRIES):
+            pod = await read_target_pod(self.core, request)
             metadata = pod.get("metadata") or {}
             if _annotations(pod).get(ACTION_ID_ANNOTATION) == request.action_id:
                 return metadata.get("uid"), True
@@ -298,7 +267,7 @@ class Executor:
         raise ActionFailed("kept conflicting with other writers", retryable=True)
 
     async def _mark(self, request: PodActionRequested) -> tuple[str | None, bool]:
-        pod = await self._read_pod(request)
+        pod = await read_target_pod(self.core, request)
         if _annotations(pod).get(ACTION_ID_ANNOTATION) == request.action_id:
             return (pod.get("metadata") or {}).get("uid"), True
         condition = request.details.get("condition")

@@ -22,7 +22,6 @@ from typing import Any
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from services.domain import kube
 from services.domain.events import PodActionRequested, StatusPlanned
 from services.domain.sidecarset import HASH_ANNOTATION
 from services.domain.sidecarset_streams import (
@@ -32,18 +31,10 @@ from services.domain.sidecarset_streams import (
     SIDECARSET_PLURAL,
     SIDECARSET_VERSION,
 )
+from services.executor.pods import CONFLICT_RETRIES, MERGE_PATCH, ActionFailed, read_target_pod
 
-MERGE_PATCH = "application/merge-patch+json"
-_CONFLICT_RETRIES = 8
 # The per-SidecarSet JSON annotations whose other entries must survive the patch.
 _KEYED_ANNOTATIONS = (HASH_ANNOTATION, INPLACE_STATE_ANNOTATION)
-
-
-class SidecarActionFailed(Exception):
-    def __init__(self, reason: str, *, retryable: bool = False) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.retryable = retryable
 
 
 def _json_object(text: Any) -> dict[str, Any]:
@@ -80,21 +71,9 @@ async def apply_sidecar_upgrade(
     """Upgrade one pod's sidecars in place; returns (pod uid, whether it had already been applied)."""
     details = request.details
     sidecarset = str(details.get("sidecarSet") or "")
-    for _ in range(_CONFLICT_RETRIES):
-        try:
-            pod = await kube.raw_json(
-                await core.read_namespaced_pod(request.pod, request.namespace, _preload_content=False)
-            )
-        except ApiException as error:
-            if error.status == 404:
-                raise SidecarActionFailed(f"pod {request.namespace}/{request.pod} not found") from None
-            raise
+    for _ in range(CONFLICT_RETRIES):
+        pod = await read_target_pod(core, request)
         metadata = pod.get("metadata") or {}
-        uid = details.get("uid")
-        if uid and metadata.get("uid") != uid:
-            raise SidecarActionFailed(
-                f"pod {request.namespace}/{request.pod} was replaced (uid {uid} is gone)"
-            )
         if (metadata.get("annotations") or {}).get(SIDECARSET_ACTION_ANNOTATION) == request.action_id:
             return metadata.get("uid"), True
         body = merged_patch(details.get("patch") or {}, pod, sidecarset)
@@ -107,7 +86,7 @@ async def apply_sidecar_upgrade(
         except ApiException as error:
             if error.status != 409:
                 raise
-    raise SidecarActionFailed("kept conflicting with other writers", retryable=True)
+    raise ActionFailed("kept conflicting with other writers", retryable=True)
 
 
 async def write_sidecarset_status(custom: client.CustomObjectsApi, planned: StatusPlanned) -> bool:

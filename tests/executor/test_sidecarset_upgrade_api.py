@@ -15,7 +15,8 @@ from kubernetes_asyncio import client
 from services.domain import sidecarset as ss
 from services.domain.events import PodActionRequested
 from services.domain.sidecarset_streams import SIDECARSET_ACTION_ANNOTATION, UPDATE_SIDECAR_ACTION
-from services.executor.sidecarset import SidecarActionFailed, apply_sidecar_upgrade
+from services.executor.pods import ActionFailed
+from services.executor.sidecarset import apply_sidecar_upgrade
 from services.planner.sidecarset_upgrade import plan_sidecarset
 from tests.planner.test_sidecarset_upgrade import NEW, OLD, sidecarset
 
@@ -78,5 +79,5 @@ async def test_applied_once_and_only_the_sidecar_restarts(k8s_client: client.Api
         pod="web",
         details={"uid": "an-older-incarnation", "sidecarSet": "test-sidecarset", "patch": upgrade.patch},
     )
-    with pytest.raises(SidecarActionFailed, match="was replaced"):
+    with pytest.raises(ActionFailed, match="was replaced"):
         await apply_sidecar_upgrade(core, replaced)

@@ -1,0 +1,42 @@
+"""What the CloneSet and SidecarSet halves of the executor share: the failure an action reports, the
+pod read that checks the targeted incarnation, and the API constants."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from services.domain import kube
+from services.domain.events import PodActionRequested
+
+MERGE_PATCH = "application/merge-patch+json"
+# A patch computed from a resourceVersion someone else changed is re-read and retried this many times.
+CONFLICT_RETRIES = 8
+
+
+class ActionFailed(Exception):
+    """The action cannot be carried out; ``retryable`` says whether trying later could help."""
+
+    def __init__(self, reason: str, *, retryable: bool = False) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.retryable = retryable
+
+
+async def read_target_pod(core: client.CoreV1Api, request: PodActionRequested) -> dict[str, Any]:
+    """The pod an action targets, as the API returns it; ActionFailed when it is gone or was replaced
+    by a new incarnation (the request's ``details.uid``)."""
+    try:
+        pod = await kube.raw_json(
+            await core.read_namespaced_pod(request.pod, request.namespace, _preload_content=False)
+        )
+    except ApiException as error:
+        if error.status == 404:
+            raise ActionFailed(f"pod {request.namespace}/{request.pod} not found") from None
+        raise
+    uid = request.details.get("uid")
+    if uid and (pod.get("metadata") or {}).get("uid") != uid:
+        raise ActionFailed(f"pod {request.namespace}/{request.pod} was replaced (uid {uid} is gone)")
+    return pod
