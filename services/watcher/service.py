@@ -12,11 +12,9 @@ to ``CloneSet/<ns>/<name>/observed`` for every real change (see docs/services.md
 from __future__ import annotations
 
 import asyncio
-import copy
 import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 import aiohttp
@@ -25,7 +23,7 @@ from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from services.domain import kube
-from services.domain.events import Envelope, ObjectObserved, new_event
+from services.domain.events import Envelope, ObjectObserved
 from services.domain.metrics import EVENTS_APPENDED, OBSERVATIONS, WATCH_RESTARTS
 from services.domain.runtime import ServiceRuntime, configure_logging, run_until_stopped
 from services.domain.settings import Settings
@@ -42,10 +40,10 @@ from services.domain.streams import (
     CLONESET_PLURAL,
     CLONESET_VERSION,
     WORKLOAD_KIND,
-    derived_id,
     observed_stream,
     rollout_id,
 )
+from services.watcher.objects import comparable, observation
 from services.watcher.sidecarsets import SidecarSetRoutes
 
 log = structlog.get_logger("watcher")
@@ -72,24 +70,6 @@ class KindWatch:
     list_func: ListFunc
     resource_version: str | None = None
     initial_list_done: asyncio.Event = field(default_factory=asyncio.Event)
-
-
-def comparable(obj: dict[str, Any]) -> dict[str, Any]:
-    """The object without fields whose change alone is not a real change."""
-    result = copy.deepcopy(obj)
-    metadata = result.get("metadata") or {}
-    metadata.pop("resourceVersion", None)
-    metadata.pop("managedFields", None)
-    return result
-
-
-def stripped(obj: dict[str, Any]) -> dict[str, Any]:
-    """The object as recorded: managedFields dropped (bulky bookkeeping of field owners)."""
-    result = dict(obj)
-    metadata = dict(result.get("metadata") or {})
-    metadata.pop("managedFields", None)
-    result["metadata"] = metadata
-    return result
 
 
 def workload_of(kind: str, obj: dict[str, Any]) -> tuple[str, str] | None:
@@ -174,25 +154,11 @@ class Watcher:
     def _observation(
         self, kind: str, obj: dict[str, Any], change: str, workload: tuple[str, str]
     ) -> Envelope:
-        metadata = obj.get("metadata") or {}
-        uid = str(metadata.get("uid", ""))
-        version = str(metadata.get("resourceVersion", ""))
-        payload = ObjectObserved(
-            kind=kind,
-            namespace=str(metadata.get("namespace") or ""),
-            name=str(metadata.get("name", "")),
-            uid=uid,
-            resource_version=version,
-            change=change,  # type: ignore[arg-type]
-            object=stripped(obj),
-        )
-        key: tuple[str, ...] = (uid, version, "DELETED") if change == "DELETED" else (uid, version)
-        return new_event(
-            payload,
+        return observation(
+            kind,
+            obj,
+            change,
             stream=observed_stream(*workload),
-            stream_version=1,  # the store assigns the real version (append without expected_version)
-            occurred_at=datetime.now(UTC),
-            event_id=derived_id("observed", *key),
             correlation_id=correlation_of(kind, obj, workload),
         )
 

@@ -13,12 +13,10 @@
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
-from services.domain.events import Envelope, ObjectObserved, new_event
+from services.domain.events import Envelope, ObjectObserved
 from services.domain.sidecarset import injected_sidecarsets, pod_sidecar_revisions
 from services.domain.sidecarset_streams import (
     SIDECARSET_KIND,
@@ -27,7 +25,7 @@ from services.domain.sidecarset_streams import (
     rollout_id,
     sidecarset_of,
 )
-from services.domain.streams import derived_id
+from services.watcher.objects import comparable, observation
 
 
 @dataclass
@@ -36,22 +34,6 @@ class Routed:
     streams: frozenset[str]
     comparable: dict[str, Any]
     obj: dict[str, Any]
-
-
-def _comparable(obj: dict[str, Any]) -> dict[str, Any]:
-    result = copy.deepcopy(obj)
-    metadata = result.get("metadata") or {}
-    metadata.pop("resourceVersion", None)
-    metadata.pop("managedFields", None)
-    return result
-
-
-def _stripped(obj: dict[str, Any]) -> dict[str, Any]:
-    result = dict(obj)
-    metadata = dict(result.get("metadata") or {})
-    metadata.pop("managedFields", None)
-    result["metadata"] = metadata
-    return result
 
 
 def streams_of(kind: str, obj: dict[str, Any]) -> frozenset[str]:
@@ -96,31 +78,19 @@ class SidecarSetRoutes:
             streams.add(envelope.stream)
         if streams:
             self.known[observed.uid] = Routed(
-                observed.kind, frozenset(streams), _comparable(observed.object), observed.object
+                observed.kind, frozenset(streams), comparable(observed.object), observed.object
             )
         else:
             self.known.pop(observed.uid, None)
 
     def _event(self, kind: str, obj: dict[str, Any], change: str, stream: str) -> Envelope:
-        metadata = obj.get("metadata") or {}
-        uid = str(metadata.get("uid", ""))
-        version = str(metadata.get("resourceVersion", ""))
-        key: tuple[str, ...] = (uid, version, "DELETED") if change == "DELETED" else (uid, version)
-        return new_event(
-            ObjectObserved(
-                kind=kind,
-                namespace=str(metadata.get("namespace") or ""),
-                name=str(metadata.get("name", "")),
-                uid=uid,
-                resource_version=version,
-                change=change,  # type: ignore[arg-type]
-                object=_stripped(obj),
-            ),
+        return observation(
+            kind,
+            obj,
+            change,
             stream=stream,
-            stream_version=1,  # the store assigns the real version
-            occurred_at=datetime.now(UTC),
-            event_id=derived_id("observed", stream, *key),
             correlation_id=_correlation(kind, obj, stream),
+            id_scope=(stream,),
         )
 
     def diff(self, kind: str, obj: dict[str, Any], change: str) -> list[Envelope]:
@@ -135,7 +105,7 @@ class SidecarSetRoutes:
         streams = streams_of(kind, obj)
         old = known.streams if known else frozenset()
         events = [self._event(kind, obj, "DELETED", s) for s in sorted(old - streams)]
-        view = _comparable(obj)
+        view = comparable(obj)
         changed = known is None or known.comparable != view
         for stream in sorted(streams):
             if stream not in old:
