@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
-import shutil
-import ssl
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +13,8 @@ import pytest_asyncio
 from aiohttp import web
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
+
+from services.webhook.tls import generate_self_signed
 
 from .helpers import pod_manifest, wait_until
 from .test_rest import cloneset_manifest
@@ -196,30 +195,7 @@ async def test_foreground_deletion_waits_for_dependents(k8s_client: client.ApiCl
 
 async def test_https_webhook_verified_against_ca_bundle(k8s_client: client.ApiClient, tmp_path: Path) -> None:
     """Real clusters call webhooks over HTTPS, trusting the configuration's caBundle."""
-    if shutil.which("openssl") is None:
-        pytest.skip("openssl is needed to make a test certificate")
-    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    openssl = await asyncio.create_subprocess_exec(
-        "openssl",
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        str(key),
-        "-out",
-        str(cert),
-        "-days",
-        "1",
-        "-subj",
-        "/CN=127.0.0.1",
-        "-addext",
-        "subjectAltName=IP:127.0.0.1",
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.DEVNULL,
-    )
-    assert await openssl.wait() == 0
+    certificate = generate_self_signed(tmp_path, ("127.0.0.1",))
 
     async def mutate(request: web.Request) -> web.Response:
         review = await request.json()
@@ -241,16 +217,14 @@ async def test_https_webhook_verified_against_ca_bundle(k8s_client: client.ApiCl
     app.router.add_post("/mutate", mutate)
     runner = web.AppRunner(app)
     await runner.setup()
-    tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    tls.load_cert_chain(cert, key)
-    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=tls)
+    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=certificate.server_context())
     await site.start()
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     try:
         config = webhook_config(
             "tls", f"https://127.0.0.1:{port}/mutate", selector={"matchLabels": {"tls": "on"}}
         )
-        config["webhooks"][0]["clientConfig"]["caBundle"] = base64.b64encode(cert.read_bytes()).decode()
+        config["webhooks"][0]["clientConfig"]["caBundle"] = base64.b64encode(certificate.ca_bundle).decode()
         await client.AdmissionregistrationV1Api(k8s_client).create_mutating_webhook_configuration(config)
         created = await client.CoreV1Api(k8s_client).create_namespaced_pod(
             "default", pod_manifest("tls", {"tls": "on"})
