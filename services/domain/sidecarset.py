@@ -542,12 +542,13 @@ def _hash_entry(ss: SidecarSet, hash_value: str, sidecars: list[str], now: datet
     return entry
 
 
-def _load_json_annotation(annotations: Mapping[str, str], key: str) -> dict[str, Any]:
-    raw = annotations.get(key)
-    if not raw:
+def json_object(text: Any) -> dict[str, Any]:
+    """A JSON-object annotation value (the per-SidecarSet hash and in-place state maps); anything
+    missing, malformed or not an object reads as empty, as OpenKruise tolerates hand-edited pods."""
+    if not isinstance(text, str) or not text:
         return {}
     try:
-        value = json.loads(raw)
+        value = json.loads(text)
     except ValueError:
         return {}
     return value if isinstance(value, dict) else {}
@@ -563,7 +564,7 @@ def _patch_pod_metadata(annotations: dict[str, str], patches: Sequence[Mapping[s
             elif policy == "Overwrite":
                 annotations[key] = value
             elif policy == "MergePatchJson":
-                current = _load_json_annotation(annotations, key)
+                current = json_object(annotations.get(key))
                 try:
                     addition = json.loads(value)
                 except ValueError:
@@ -682,8 +683,8 @@ def inject(
     annotations = metadata.setdefault("annotations", {})
     for ss in matched:
         _patch_pod_metadata(annotations, ss.spec.get("patchPodMetadata") or [])
-    hashes = _load_json_annotation(annotations, HASH_ANNOTATION)
-    hashes_without_image = _load_json_annotation(annotations, HASH_WITHOUT_IMAGE_ANNOTATION)
+    hashes = json_object(annotations.get(HASH_ANNOTATION))
+    hashes_without_image = json_object(annotations.get(HASH_WITHOUT_IMAGE_ANNOTATION))
     for ss in matched:
         sidecar_names = sorted(
             [c["name"] for c in ss.containers]
@@ -722,8 +723,8 @@ def pod_sidecar_revisions(pod: Mapping[str, Any]) -> dict[str, PodSidecarRevisio
     Reads the JSON form and OpenKruise's older flat ``{"name": "hash"}`` form.
     """
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
-    hashes = _load_json_annotation(annotations, HASH_ANNOTATION)
-    without = _load_json_annotation(annotations, HASH_WITHOUT_IMAGE_ANNOTATION)
+    hashes = json_object(annotations.get(HASH_ANNOTATION))
+    without = json_object(annotations.get(HASH_WITHOUT_IMAGE_ANNOTATION))
     result: dict[str, PodSidecarRevision] = {}
     for name, entry in hashes.items():
         other = without.get(name)

@@ -23,7 +23,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from services.domain.events import PodActionRequested, StatusPlanned
-from services.domain.sidecarset import HASH_ANNOTATION
+from services.domain.sidecarset import HASH_ANNOTATION, json_object
 from services.domain.sidecarset_streams import (
     INPLACE_STATE_ANNOTATION,
     SIDECARSET_ACTION_ANNOTATION,
@@ -37,16 +37,6 @@ from services.executor.pods import CONFLICT_RETRIES, MERGE_PATCH, ActionFailed, 
 _KEYED_ANNOTATIONS = (HASH_ANNOTATION, INPLACE_STATE_ANNOTATION)
 
 
-def _json_object(text: Any) -> dict[str, Any]:
-    if not isinstance(text, str) or not text:
-        return {}
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {}
-
-
 def merged_patch(planned: dict[str, Any], pod: dict[str, Any], sidecarset: str) -> dict[str, Any]:
     """The planner's patch with its per-SidecarSet annotations re-based on ``pod`` as it is now: only this
     SidecarSet's entry is taken from the plan, every other entry stays as the pod has it."""
@@ -56,8 +46,8 @@ def merged_patch(planned: dict[str, Any], pod: dict[str, Any], sidecarset: str) 
     for key in _KEYED_ANNOTATIONS:
         if key not in annotations:
             continue
-        ours = _json_object(annotations[key]).get(sidecarset)
-        entries = _json_object(current.get(key))
+        ours = json_object(annotations[key]).get(sidecarset)
+        entries = json_object(current.get(key))
         if ours is not None:
             entries[sidecarset] = ours
         sort = key == INPLACE_STATE_ANNOTATION

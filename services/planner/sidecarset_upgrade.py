@@ -90,14 +90,7 @@ def _format_time(moment: datetime) -> str:
 
 
 def _json_annotation(pod: Mapping[str, Any], key: str) -> dict[str, Any]:
-    raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(key)
-    if not isinstance(raw, str) or not raw:
-        return {}
-    try:
-        value = json.loads(raw)
-    except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {}
+    return ss.json_object(((pod.get("metadata") or {}).get("annotations") or {}).get(key))
 
 
 def pod_key(pod: Mapping[str, Any]) -> str:
