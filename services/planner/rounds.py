@@ -122,3 +122,17 @@ def requeue_due(
         causation_id=timer_event.event_id,
         correlation_id=timer_event.correlation_id,
     )
+
+
+def advance(state: FoldedState, envelope: Envelope, decisions: str) -> bool:
+    """The common head of a fold: False for an event already folded; otherwise record its version and,
+    for an input (any stream but the planner's own ``decisions``), move the round's ``now`` and cause."""
+    stream = envelope.stream
+    if envelope.stream_version <= state.versions.get(stream, 0):
+        return False
+    state.versions[stream] = envelope.stream_version
+    if stream != decisions:
+        state.last_input_id = envelope.event_id
+        if state.now is None or envelope.occurred_at > state.now:
+            state.now = envelope.occurred_at
+    return True

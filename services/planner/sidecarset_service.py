@@ -100,15 +100,9 @@ class SidecarSetState:
         return {stream: self.versions.get(stream, 0) for stream in self.streams}
 
     def fold(self, envelope: Envelope) -> None:
-        stream = envelope.stream
-        if envelope.stream_version <= self.versions.get(stream, 0):
+        if not rounds.advance(self, envelope, decisions_stream(self.name)):
             return
-        self.versions[stream] = envelope.stream_version
         payload = envelope.payload
-        if stream != decisions_stream(self.name):
-            self.last_input_id = envelope.event_id
-            if self.now is None or envelope.occurred_at > self.now:
-                self.now = envelope.occurred_at
         match payload:
             case ObjectObserved():
                 self._fold_observed(payload)

@@ -38,6 +38,7 @@ from services.domain.streams import (
     decisions_stream,
     observed_stream,
 )
+from services.planner import rounds
 
 INSTANCE_ID_LABEL = "apps.kruise.io/cloneset-instance-id"
 
@@ -92,15 +93,9 @@ class WorkloadState:
     # --- folding -------------------------------------------------------------------------------------
 
     def fold(self, envelope: Envelope) -> None:
-        stream = envelope.stream
-        if envelope.stream_version <= self.versions.get(stream, 0):
+        if not rounds.advance(self, envelope, decisions_stream(self.namespace, self.name)):
             return
-        self.versions[stream] = envelope.stream_version
         payload = envelope.payload
-        if stream != decisions_stream(self.namespace, self.name):
-            self.last_input_id = envelope.event_id
-            if self.now is None or envelope.occurred_at > self.now:
-                self.now = envelope.occurred_at
         if isinstance(payload, ObjectObserved):
             self._fold_observed(payload)
         elif isinstance(payload, PodActionSucceeded):
