@@ -51,6 +51,9 @@ class SimConfig:
     failing_images: tuple[str, ...] = ()
     # Images whose container exits with an error shortly after starting: CrashLoopBackOff, restarts growing.
     crashing_images: tuple[str, ...] = ()
+    # Resources the API server does not serve, by plural or plural.group (e.g. "sidecarsets" for a cluster
+    # without the Kruise SidecarSet CRD): 404 on every path and absent from discovery.
+    disabled_resources: tuple[str, ...] = ()
 
 
 class SimCluster:
@@ -78,7 +81,13 @@ class SimCluster:
             if cfg.kubelet
             else None
         )
-        self.api = ApiServer(self.store, self.admission, self.faults, bookmark_interval=cfg.bookmark_interval)
+        self.api = ApiServer(
+            self.store,
+            self.admission,
+            self.faults,
+            bookmark_interval=cfg.bookmark_interval,
+            disabled_resources=cfg.disabled_resources,
+        )
         self._runner: web.AppRunner | None = None
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         self.url = ""

@@ -81,10 +81,21 @@ ALL: tuple[ResourceType, ...] = (
 BY_PATH: dict[tuple[str, str, str], ResourceType] = {r.key: r for r in ALL}
 
 
-def groups() -> dict[str, list[str]]:
+def served(disabled: tuple[str, ...] = ()) -> tuple[ResourceType, ...]:
+    """Every resource type but the ``disabled`` ones, named by plural (``sidecarsets``) or plural.group
+    (``sidecarsets.apps.kruise.io``, as a CRD is named); an unknown name is a ValueError."""
+    known = {r.plural for r in ALL} | {f"{r.plural}.{r.group}" for r in ALL if r.group}
+    unknown = sorted(set(disabled) - known)
+    if unknown:
+        raise ValueError(f"disabled_resources: unknown resource(s) {', '.join(unknown)}")
+    names = set(disabled)
+    return tuple(r for r in ALL if r.plural not in names and f"{r.plural}.{r.group}" not in names)
+
+
+def groups(types: tuple[ResourceType, ...] = ALL) -> dict[str, list[str]]:
     """Group name -> served versions (core group excluded)."""
     out: dict[str, list[str]] = {}
-    for r in ALL:
+    for r in types:
         if r.group and r.version not in out.setdefault(r.group, []):
             out[r.group].append(r.version)
     return out

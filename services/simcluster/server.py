@@ -56,7 +56,11 @@ class ApiServer:
         *,
         bookmark_interval: float = 5.0,
         default_watch_timeout: float = 1800.0,
+        disabled_resources: tuple[str, ...] = (),
     ) -> None:
+        # Resources this server does not serve (a cluster without a CRD): 404 and absent from discovery.
+        self.served = resources.served(disabled_resources)
+        self._by_path = {r.key: r for r in self.served}
         self.store = store
         self.admission = admission
         self.faults = faults
@@ -137,17 +141,17 @@ class ApiServer:
         return {
             "kind": "APIGroupList",
             "apiVersion": "v1",
-            "groups": [self._group_entry(g, vs) for g, vs in resources.groups().items()],
+            "groups": [self._group_entry(g, vs) for g, vs in resources.groups(self.served).items()],
         }
 
     def _group(self, group: str) -> web.Response:
-        versions = resources.groups().get(group)
+        versions = resources.groups(self.served).get(group)
         if not versions:
             raise errors.ApiError(404, "the server could not find the requested resource", "NotFound")
         return _json({"kind": "APIGroup", "apiVersion": "v1", **self._group_entry(group, versions)})
 
     def _resource_list(self, group: str, version: str) -> web.Response:
-        served = [r for r in resources.ALL if r.group == group and r.version == version]
+        served = [r for r in self.served if r.group == group and r.version == version]
         if not served:
             raise errors.ApiError(404, "the server could not find the requested resource", "NotFound")
         entries: list[Obj] = []
@@ -200,10 +204,10 @@ class ApiServer:
         """(resource type, namespace or None, name, subresource)."""
         namespace: str | None = None
         if rest[0] == "namespaces" and len(rest) >= 3:
-            candidate = resources.BY_PATH.get((group, version, rest[2]))
+            candidate = self._by_path.get((group, version, rest[2]))
             if candidate is not None and candidate.namespaced:
                 namespace, rest = rest[1], rest[2:]
-        rt = resources.BY_PATH.get((group, version, rest[0]))
+        rt = self._by_path.get((group, version, rest[0]))
         if rt is None or len(rest) > 3:
             raise errors.ApiError(404, "the server could not find the requested resource", "NotFound")
         name = rest[1] if len(rest) > 1 else ""
