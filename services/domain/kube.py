@@ -26,9 +26,18 @@ async def api_client(settings: Settings) -> client.ApiClient:
 
 
 async def raw_json(response: Any) -> dict[str, Any]:
-    """Body of a ``_preload_content=False`` call as the API returned it (camelCase JSON, no models)."""
+    """Body of a ``_preload_content=False`` call as the API returned it (camelCase JSON, no models).
+
+    kubernetes-asyncio checks the status only when it preloads the content, so this raises the
+    ApiException a preloaded call would: without it a 404/403/500 ``Status`` body would read as an
+    object, or as an empty list (and a relist would then take every object for deleted)."""
     async with response:
         data = await response.read()
+    if not 200 <= response.status <= 299:
+        error = ApiException(status=response.status, reason=response.reason)
+        error.body = data.decode("utf-8", errors="replace")
+        error.headers = response.headers
+        raise error
     parsed: dict[str, Any] = json.loads(data)
     return parsed
 

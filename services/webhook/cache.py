@@ -8,7 +8,6 @@ means a fresh list after a short backoff. Admission reads a snapshot and never w
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -16,6 +15,7 @@ import structlog
 from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from services.domain import kube
 from services.domain import sidecarset as ss
 
 log = structlog.get_logger("rollbook.webhook.cache")
@@ -110,8 +110,7 @@ class ListWatch:
         self.synced = asyncio.Event()
 
     async def _relist(self) -> str:
-        response = await self._list(*self._args, _preload_content=False)
-        body = json.loads(await response.read())
+        body = await kube.raw_json(await self._list(*self._args, _preload_content=False))
         self._target.replace(list(body.get("items") or []))
         self.synced.set()
         return str((body.get("metadata") or {}).get("resourceVersion") or "")
