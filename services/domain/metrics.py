@@ -35,6 +35,11 @@ OBSERVATIONS = Counter(
     "Watch events seen, by kind and outcome (emitted or ignored)",
     ["kind", "outcome"],
 )
+KIND_SERVED = Gauge(
+    "rollbook_kind_served",
+    "1 while the API server serves a kind the service watches, 0 while it answers 404 (CRD not installed)",
+    ["service", "kind"],
+)
 WATCH_RESTARTS = Counter(
     "rollbook_watch_restarts_total", "Watch streams restarted, by kind and reason", ["kind", "reason"]
 )

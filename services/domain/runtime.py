@@ -21,6 +21,7 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
@@ -71,7 +72,12 @@ class ServiceRuntime:
         self._ready = False
         self._not_ready_reason = "starting"
         self._runner: web.AppRunner | None = None
+        self._details: dict[str, Callable[[], Any]] = {}
         self.log = structlog.get_logger(service)
+
+    def add_detail(self, name: str, value: Callable[[], Any]) -> None:
+        """Report ``value()`` under ``details.<name>`` in every /readyz answer (e.g. degraded parts)."""
+        self._details[name] = value
 
     def set_ready(self, ready: bool = True, reason: str = "") -> None:
         self._ready = ready
@@ -113,11 +119,12 @@ class ServiceRuntime:
         return web.json_response({"status": "ok", "service": self.service})
 
     async def _readyz(self, request: web.Request) -> web.Response:
-        if self._ready:
-            return web.json_response({"status": "ready", "service": self.service})
-        return web.json_response(
-            {"status": "not ready", "service": self.service, "reason": self._not_ready_reason}, status=503
-        )
+        body: dict[str, Any] = {"status": "ready", "service": self.service}
+        if not self._ready:
+            body.update(status="not ready", reason=self._not_ready_reason)
+        if self._details:
+            body["details"] = {name: value() for name, value in self._details.items()}
+        return web.json_response(body, status=200 if self._ready else 503)
 
     async def _metrics(self, request: web.Request) -> web.Response:
         body = generate_latest(REGISTRY)

@@ -7,6 +7,9 @@ to ``CloneSet/<ns>/<name>/observed`` for every real change (see docs/services.md
 - A real change ignores resourceVersion and managedFields. The cache is rebuilt from the event store at
   start, so a restart emits only what changed while the watcher was down.
 - Event ids are uuid5(uid, resourceVersion[, DELETED]): re-emitting after a crash stores nothing new.
+- SidecarSets are optional: on a cluster without the Kruise SidecarSet CRD their list answers 404. The
+  watcher then logs ``resource_not_served``, reports the kind as not served (``rollbook_kind_served`` 0,
+  ``/readyz`` details) and tries again every minute, without holding back readiness or the other kinds.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from services.domain import kube
 from services.domain.events import Envelope, ObjectObserved
-from services.domain.metrics import EVENTS_APPENDED, OBSERVATIONS, WATCH_RESTARTS
+from services.domain.metrics import EVENTS_APPENDED, KIND_SERVED, OBSERVATIONS, WATCH_RESTARTS
 from services.domain.runtime import ServiceRuntime, configure_logging, run_until_stopped
 from services.domain.settings import Settings
 from services.domain.sidecarset_streams import (
@@ -50,6 +53,8 @@ log = structlog.get_logger("watcher")
 
 WATCH_TIMEOUT_SECONDS = 240  # the server ends each watch after this; we resume from the last version
 _BACKOFF_MAX = 10.0
+# How often to look again for a kind the API server does not serve (its CRD may be installed later).
+NOT_SERVED_RETRY_SECONDS = 60.0
 
 ListFunc = Callable[..., Awaitable[Any]]
 
@@ -68,6 +73,10 @@ class Known:
 class KindWatch:
     kind: str
     list_func: ListFunc
+    # An optional kind (a CRD the cluster may lack) answering 404 is reported not served instead of
+    # holding back readiness; a required one is retried with backoff like any other error.
+    optional: bool = False
+    served: bool | None = None  # None until the first list answered
     resource_version: str | None = None
     initial_list_done: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -118,8 +127,9 @@ class Watcher:
             KindWatch(WORKLOAD_KIND, _raw(list_clonesets)),
             KindWatch("Pod", _raw(core.list_pod_for_all_namespaces)),
             KindWatch("PersistentVolumeClaim", _raw(core.list_persistent_volume_claim_for_all_namespaces)),
-            KindWatch(SIDECARSET_KIND, _raw(list_sidecarsets)),
+            KindWatch(SIDECARSET_KIND, _raw(list_sidecarsets), optional=True),
         ]
+        self.not_served_retry_seconds = NOT_SERVED_RETRY_SECONDS
         self.known: dict[str, Known] = {}  # uid -> last emitted state
         # SidecarSets and the pods they injected into -> SidecarSet//<name>/observed (watcher/sidecarsets.py)
         self.sidecarsets = SidecarSetRoutes()
@@ -230,6 +240,10 @@ class Watcher:
             events.extend(self.sidecarsets.vanished(kind, seen))
             if events:
                 await self._append(events)
+        if kind_watch.served is False:
+            log.info("resource_served", kind=kind)
+        kind_watch.served = True
+        KIND_SERVED.labels("watcher", kind).set(1)
         kind_watch.initial_list_done.set()
         return str((listing.get("metadata") or {}).get("resourceVersion", ""))
 
@@ -253,6 +267,11 @@ class Watcher:
                     await stream.close()
                 WATCH_RESTARTS.labels(kind_watch.kind, "timeout").inc()
             except ApiException as error:
+                if error.status == 404 and kind_watch.optional:
+                    self._not_served(kind_watch)
+                    kind_watch.resource_version = None  # list again when it is back
+                    await asyncio.sleep(self.not_served_retry_seconds)
+                    continue
                 if error.status == 410:
                     log.info("watch_expired_relisting", kind=kind_watch.kind)
                     WATCH_RESTARTS.labels(kind_watch.kind, "gone").inc()
@@ -265,6 +284,22 @@ class Watcher:
                 WATCH_RESTARTS.labels(kind_watch.kind, "cut").inc()
                 log.warning("watch_cut", kind=kind_watch.kind, error=repr(error))
                 backoff = await _sleep_backoff(backoff)
+
+    def _not_served(self, kind_watch: KindWatch) -> None:
+        if kind_watch.served is not False:
+            log.warning(
+                "resource_not_served",
+                kind=kind_watch.kind,
+                detail=f"the API server answers 404 for {kind_watch.kind} (is its CRD installed?); "
+                f"nothing of this kind is observed; looking again every {self.not_served_retry_seconds:g}s",
+            )
+        kind_watch.served = False
+        KIND_SERVED.labels("watcher", kind_watch.kind).set(0)
+        kind_watch.initial_list_done.set()  # known to be absent: not a reason to hold back readiness
+
+    def not_served(self) -> list[str]:
+        """Kinds the API server does not serve (reported in /readyz details)."""
+        return [k.kind for k in self.kinds if k.served is False]
 
     async def _on_watch_event(self, kind_watch: KindWatch, item: dict[str, Any]) -> None:
         change = item.get("type")
@@ -307,6 +342,7 @@ async def run(settings: Settings) -> None:
             watcher = Watcher(settings, store, api)
             await watcher.rebuild()
             tasks = [asyncio.create_task(watcher.run_kind(k), name=f"watch-{k.kind}") for k in watcher.kinds]
+            runtime.add_detail("kinds_not_served", watcher.not_served)
             ready = asyncio.create_task(_mark_ready(runtime, watcher))
             try:
                 await run_until_stopped(runtime, *tasks)
@@ -325,4 +361,4 @@ async def run(settings: Settings) -> None:
 async def _mark_ready(runtime: ServiceRuntime, watcher: Watcher) -> None:
     await asyncio.gather(*(k.initial_list_done.wait() for k in watcher.kinds))
     runtime.set_ready()
-    log.info("ready")
+    log.info("ready", kinds_not_served=watcher.not_served())
