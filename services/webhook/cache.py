@@ -3,6 +3,11 @@
 Each is kept by list+watch through kubernetes-asyncio: list, then watch from the list's resourceVersion;
 a watch that ends resumes from the last version seen; an expired version (410 Gone) or any other error
 means a fresh list after a short backoff. Admission reads a snapshot and never waits on the API server.
+
+SidecarSets are optional: on a cluster without the Kruise SidecarSet CRD their list answers 404. The
+cache is then synced and empty (nothing to inject), the kind is reported not served (log
+``resource_not_served``, ``rollbook_webhook_kind_served`` 0, /readyz text) and looked for again every
+minute, so the webhook starts and admits pods unchanged instead of failing its start.
 """
 
 from __future__ import annotations
@@ -100,6 +105,8 @@ class ListWatch:
         args: tuple[Any, ...] = (),
         watch_timeout_seconds: int = 300,
         retry_seconds: float = 1.0,
+        optional: bool = False,
+        not_served_retry_seconds: float = 60.0,
     ) -> None:
         self.kind = kind
         self._list = list_function
@@ -107,11 +114,18 @@ class ListWatch:
         self._target = target
         self._watch_timeout = watch_timeout_seconds
         self._retry = retry_seconds
+        # A 404 for an optional kind (a CRD the cluster may lack) means "none there", not an error.
+        self._optional = optional
+        self._not_served_retry = not_served_retry_seconds
+        self.served: bool | None = None  # None until the first list answered
         self.synced = asyncio.Event()
 
     async def _relist(self) -> str:
         body = await kube.raw_json(await self._list(*self._args, _preload_content=False))
         self._target.replace(list(body.get("items") or []))
+        if self.served is False:
+            log.info("resource_served", kind=self.kind)
+        self.served = True
         self.synced.set()
         return str((body.get("metadata") or {}).get("resourceVersion") or "")
 
@@ -129,11 +143,27 @@ class ListWatch:
                 if err.status == 410:  # our version expired: relist at once, nothing is wrong
                     log.info("watch_expired", kind=self.kind)
                     continue
+                if err.status == 404 and self._optional:
+                    self._not_served()
+                    await asyncio.sleep(self._not_served_retry)
+                    continue
                 log.warning("watch_failed", kind=self.kind, status=err.status, reason=str(err.reason))
             except Exception as err:  # the API server went away: relist when it is back
                 log.warning("watch_failed", kind=self.kind, error=repr(err))
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, 30.0)
+
+    def _not_served(self) -> None:
+        if self.served is not False:
+            log.warning(
+                "resource_not_served",
+                kind=self.kind,
+                detail=f"the API server answers 404 for {self.kind} (is its CRD installed?); none are "
+                f"used; looking again every {self._not_served_retry:g}s",
+            )
+        self.served = False
+        self._target.replace([])  # a CRD removed takes its objects with it
+        self.synced.set()
 
     async def _watch_from(self, version: str) -> str:
         stream = watch.Watch()
@@ -162,6 +192,7 @@ def sidecarset_list_watch(api: client.ApiClient, cache: SidecarSetCache, **optio
         custom.list_cluster_custom_object,
         cache,
         args=("apps.kruise.io", "v1alpha1", "sidecarsets"),
+        optional=True,
         **options,
     )
 

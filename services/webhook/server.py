@@ -44,6 +44,12 @@ class Metrics:
             buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5),
             registry=self.registry,
         )
+        self.kind_served = prometheus_client.Gauge(
+            "rollbook_webhook_kind_served",
+            "1 while the API server serves a kind the webhook watches, 0 while it answers 404",
+            ["kind"],
+            registry=self.registry,
+        )
         self.injections = prometheus_client.Counter(
             "rollbook_webhook_injections",
             "Sidecar injections by SidecarSet",
@@ -60,6 +66,8 @@ class WebhookState:
     excluded_namespaces: frozenset[str] = ss.DEFAULT_EXCLUDED_NAMESPACES
     # Set once the caches are filled; until then the webhook is not ready (see /mutate-pod).
     synced: Callable[[], bool] = lambda: True
+    # Kind -> whether the API server serves it (False: 404, CRD not installed); None while unknown.
+    served: Callable[[], dict[str, bool | None]] = dict
     clock: Callable[[], datetime] = lambda: datetime.now(UTC)
     metrics: Metrics = field(default_factory=Metrics)
 
@@ -167,11 +175,15 @@ async def readyz(request: web.Request) -> web.Response:
     state = request.app[STATE_KEY]
     if not state.synced():
         return web.Response(status=503, text="sidecarset cache not synced")
-    return web.Response(text="ok")
+    missing = sorted(kind for kind, served in state.served().items() if served is False)
+    return web.Response(text=f"ok (not served by the API server: {', '.join(missing)})" if missing else "ok")
 
 
 async def metrics(request: web.Request) -> web.Response:
     state = request.app[STATE_KEY]
+    for kind, served in state.served().items():
+        if served is not None:
+            state.metrics.kind_served.labels(kind).set(1 if served else 0)
     state.metrics.registry.collect()
     return web.Response(
         body=prometheus_client.generate_latest(state.metrics.registry),

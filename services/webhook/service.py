@@ -81,6 +81,7 @@ async def run_webhook(
         recorder=recorder,
         excluded_namespaces=excluded_namespaces(settings),
         synced=lambda: all(w.synced.is_set() for w in watches),
+        served=lambda: {w.kind: w.served for w in watches},
     )
     certificate = _certificate(settings, options)
     server: RunningServer | None = None
