@@ -14,7 +14,6 @@ from tests.plugins.simcluster import MakeSimCluster, api_client_for
 from .test_rest import cloneset_manifest
 
 
-@pytest.mark.asyncio(loop_scope="session")
 async def test_disabled_resource_is_404_and_not_discovered(make_simcluster: MakeSimCluster) -> None:
     sim: SimCluster = await make_simcluster(SimConfig(disabled_resources=("sidecarsets.apps.kruise.io",)))
     async with await api_client_for(sim) as api:
