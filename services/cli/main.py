@@ -33,7 +33,11 @@ def main() -> None:
 
 
 # Command groups register themselves on `app` when imported: one import line per group.
+from services.cli import apply as _apply  # noqa: E402,F401
+from services.cli import demo as _demo  # noqa: E402
 from services.cli import simcluster as _simcluster  # noqa: E402,F401
+
+_demo.register(app)
 
 if __name__ == "__main__":
     # Under `python -m` this file runs as `__main__`; the groups registered on `services.cli.main.app`.
