@@ -249,7 +249,7 @@ COMMENTS = {
     "actions_without_one_terminal": "requested actions with zero or several terminal events (empty = sound)",
     "pod_actions": "pod actions as an operator sees them; an in-place update spans its steps",
     "unavailability": "per pod/workload observation: replicas, pods, available and unavailable pods",
-    "max_unavailable_exceeded": "moments in a rollout with more pods unavailable than allowed (empty = never)",
+    "max_unavailable_exceeded": "rollout moments with more pods unavailable than allowed (empty = never)",
 }
 
 

@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import copy
 import fcntl
+import logging
 import os
 import shutil
 import signal
@@ -73,6 +74,10 @@ STOP_TIMEOUT = 20.0
 MANIFESTS = ("cloneset-sample.yaml", "cloneset-sample-data.yaml")
 OPS_NAMESPACE = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ops"}}
 
+# The directory holding the `services` package: the children import it from there even when the demo was
+# started from a checkout that is not installed.
+PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
+
 console = Console()
 
 
@@ -107,8 +112,7 @@ class ServiceProcesses:
 
     async def start(self) -> None:
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        package_root = str(Path(__file__).resolve().parents[2])
-        pythonpath = os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH", "")) if p)
+        pythonpath = os.pathsep.join(p for p in (PACKAGE_ROOT, os.environ.get("PYTHONPATH", "")) if p)
         for service in SERVICES:
             port = _free_port()
             env = {
@@ -403,15 +407,14 @@ async def _summary(settings: Settings, clock: Clock) -> None:
         await connection.close()
     clock.step(f"audit trail read back from SQL ({events} events)")
 
-    table = Table(title="rollouts (SELECT * FROM rollouts)", title_justify="left")
-    for column in ("workload", "from → to revision", "strategy", "started", "took", "outcome"):
-        table.add_column(column)
+    table = Table(title="rollouts (SELECT … FROM rollouts)", title_justify="left")
+    for column in ("workload", "from → to revision", "strategy", "took", "outcome"):
+        table.add_column(column, overflow="fold")
     for r in rollouts:
         table.add_row(
             f"{r['namespace']}/{r['workload']}",
-            f"{r['from_revision']} → {r['to_revision']}",
-            f"{r['strategy_type']}",
-            r["started"].strftime("%H:%M:%S.%f")[:-3],
+            f"{_short(r['from_revision'], r['workload'])} → {_short(r['to_revision'], r['workload'])}",
+            str(r["strategy_type"]),
             f"{(r['finished'] - r['started']).total_seconds():.1f}s",
             str(r["outcome"]),
         )
@@ -420,13 +423,13 @@ async def _summary(settings: Settings, clock: Clock) -> None:
     pods = Table(
         title="pods updated in place (SELECT … FROM pod_actions WHERE in_place)", title_justify="left"
     )
-    for column in ("rollout", "pod", "requested", "out of service", "outcome"):
-        pods.add_column(column)
+    for column in ("workload", "pod", "requested", "out of service", "outcome"):
+        pods.add_column(column, no_wrap=column == "pod")
     for p in in_place:
         pods.add_row(
-            p["rollout_id"],
+            p["rollout_id"].split("@")[0],
             p["pod"],
-            p["requested"].strftime("%H:%M:%S.%f")[:-3],
+            p["requested"].astimezone().strftime("%H:%M:%S.%f")[:-3],
             f"{p['duration'].total_seconds():.2f}s" if p["duration"] is not None else "-",
             str(p["outcome"]),
         )
@@ -436,6 +439,10 @@ async def _summary(settings: Settings, clock: Clock) -> None:
     console.print("every requested pod action has exactly one terminal event: [green]yes[/]")
     if exceeded:
         raise DemoFailed("the audit trail shows maxUnavailable exceeded")
+
+
+def _short(revision: str, workload: str) -> str:
+    return revision[len(workload) + 1 :] if revision.startswith(workload + "-") else revision
 
 
 async def _fresh_database(settings: Settings) -> Settings:
@@ -476,6 +483,8 @@ def register(application: typer.Typer) -> None:
         """Start everything, roll out the seed's CloneSets in place, show the audit trail, stop everything."""
         clock = Clock()
         base = Settings.from_env()
+        # The steps say what the embedded-server module logs at INFO; its warnings and errors still show.
+        logging.getLogger("services.domain.embedded").setLevel(logging.WARNING)
         run_dir = base.data_path / "demo"
         suffix = uuid.uuid4().hex[:8]
         try:

@@ -33,11 +33,16 @@ def main() -> None:
 
 
 # Command groups register themselves on `app` when imported: one import line per group.
-from services.cli import apply as _apply  # noqa: E402,F401
+from services.cli import apply as _apply  # noqa: E402
 from services.cli import demo as _demo  # noqa: E402
+from services.cli import history as _history  # noqa: E402
 from services.cli import simcluster as _simcluster  # noqa: E402,F401
+from services.cli import status as _status  # noqa: E402
 
+_apply.register(app)
 _demo.register(app)
+_history.register(app)
+_status.register(app)
 
 if __name__ == "__main__":
     # Under `python -m` this file runs as `__main__`; the groups registered on `services.cli.main.app`.
