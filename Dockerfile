@@ -1,0 +1,14 @@
+# One image for every rollbook container (docker-compose.yml): the services, simcluster and the migration.
+FROM python:3.11-slim
+
+WORKDIR /app
+# alembic.ini and migrations/ stay in /app: the `migrate` service runs `alembic upgrade head` here.
+COPY pyproject.toml README.md alembic.ini ./
+COPY services ./services
+COPY migrations ./migrations
+RUN pip install --no-cache-dir . && useradd --system --home-dir /var/lib/rollbook rollbook \
+    && mkdir -p /var/lib/rollbook/simcluster && chown -R rollbook /var/lib/rollbook
+
+USER rollbook
+ENV ROLLBOOK_DATA_DIR=/var/lib/rollbook PYTHONUNBUFFERED=1
+CMD ["rollbook", "up"]
