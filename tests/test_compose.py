@@ -12,8 +12,8 @@ from typing import Any
 
 import msgspec
 import pytest
-from typer.testing import CliRunner
 import yaml
+from typer.testing import CliRunner
 
 from services.cli.main import app
 from services.cli.services import SERVICES
