@@ -18,34 +18,29 @@ def _root() -> None:
     """Keeps `rollbook` a group of subcommands even while only one is registered."""
 
 
-# Command groups: one module each, registered here.
-from services.cli import plan as _plan  # noqa: E402
-from services.cli import selfcheck  # noqa: E402
-from services.cli import services as service_commands  # noqa: E402
+# Command groups: every module in this package with a `register(app)` function adds its commands.
+# Discovered rather than listed so that adding a command never edits this file.
+def _register_command_modules() -> None:
+    import importlib
+    import pkgutil
 
-selfcheck.register(app)
-_plan.register(app)
-service_commands.register(app)
+    import services.cli as package
+
+    for module_info in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
+        if module_info.name == "main":
+            continue
+        module = importlib.import_module(f"{package.__name__}.{module_info.name}")
+        register = getattr(module, "register", None)
+        if callable(register):
+            register(app)
+
+
+_register_command_modules()
 
 
 def main() -> None:
     app()
 
 
-# Command groups register themselves on `app` when imported: one import line per group.
-from services.cli import apply as _apply  # noqa: E402
-from services.cli import demo as _demo  # noqa: E402
-from services.cli import history as _history  # noqa: E402
-from services.cli import simcluster as _simcluster  # noqa: E402,F401
-from services.cli import status as _status  # noqa: E402
-
-_apply.register(app)
-_demo.register(app)
-_history.register(app)
-_status.register(app)
-
 if __name__ == "__main__":
-    # Under `python -m` this file runs as `__main__`; the groups registered on `services.cli.main.app`.
-    from services.cli.main import main as _main
-
-    _main()
+    main()

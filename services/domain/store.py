@@ -18,6 +18,11 @@ Public API (all coroutines unless noted)::
     await store.read_correlation(correlation_id: str) -> list[StoredEvent]
     store.engine -> AsyncEngine  (for SQL views and queries elsewhere; its JSONB columns decode as usual)
 
+    StoredEvent(global_position: int, recorded_at: datetime, envelope: Envelope)        # msgspec Struct
+    AppendResult(stream, appended, skipped, stream_version, last_position, events)      # msgspec Struct
+    ConcurrencyError(stream: str, expected: int, actual: int)   # .stream .expected .actual; a ValueError
+                                                                # is raised instead for malformed batches
+
 Semantics:
 
 - ``append``: every envelope belongs to one stream and they carry consecutive ``stream_version`` values.
@@ -53,7 +58,7 @@ from typing import Any, TypeVar
 import asyncpg
 import msgspec
 from sqlalchemy import Select, func, select
-from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+from sqlalchemy.exc import DBAPIError, ProgrammingError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from services.domain.database import sqlalchemy_url
@@ -218,6 +223,8 @@ def _columns(events: Sequence[Envelope]) -> tuple[list[Any], ...]:
 def _check_consecutive(events: Sequence[Envelope], expected_version: int | None) -> str:
     if not events:
         raise ValueError("append needs at least one event")
+    if expected_version is not None and expected_version < 0:
+        raise ValueError(f"expected_version must be 0 (empty stream) or more, got {expected_version}")
     stream = events[0].stream
     ids: set[uuid.UUID] = set()
     for index, event in enumerate(events):
@@ -252,7 +259,19 @@ class EventStore:
             max_overflow=pool_size,
         )
         store = cls(engine)
-        await store.head_position()  # fail fast on a bad URL or an unmigrated database
+        try:
+            await store.head_position()  # fail fast on a bad URL or an unmigrated database
+        except ProgrammingError as error:
+            await engine.dispose()
+            if "events" in str(error) and "does not exist" in str(error):
+                raise RuntimeError(
+                    "the database has no events table: run the migrations first"
+                    " (alembic -x url=... upgrade head, or services.domain.database.upgrade(url))"
+                ) from error
+            raise
+        except BaseException:
+            await engine.dispose()
+            raise
         return store
 
     async def close(self) -> None:
@@ -328,7 +347,9 @@ class EventStore:
                 except _RaceLost:
                     pass
         raise ConcurrencyError(
-            stream, -1 if expected_version is None else expected_version, await self.stream_version(stream),
+            stream,
+            -1 if expected_version is None else expected_version,
+            await self.stream_version(stream),
             "gave up after repeated races with other writers",
         )
 
@@ -365,13 +386,15 @@ class EventStore:
         new = [e for e in events if e.event_id not in stored]
         if not new:
             return AppendResult(
-                stream=stream, appended=0, skipped=len(events), stream_version=current,
-                last_position=None, events=[],
+                stream=stream,
+                appended=0,
+                skipped=len(events),
+                stream_version=current,
+                last_position=None,
+                events=[],
             )
         if expected_version is None:
-            new = [
-                msgspec.structs.replace(e, stream_version=current + i + 1) for i, e in enumerate(new)
-            ]
+            new = [msgspec.structs.replace(e, stream_version=current + i + 1) for i, e in enumerate(new)]
         else:
             # Already-stored events must be the ones right before the new ones (a redelivered prefix);
             # the first new event then sits exactly one above the stream's current version.
@@ -381,7 +404,9 @@ class EventStore:
             for before, after in zip(new, new[1:], strict=False):
                 if after.stream_version != before.stream_version + 1:
                     raise ConcurrencyError(
-                        stream, expected_version, current,
+                        stream,
+                        expected_version,
+                        current,
                         f"event {after.event_id} is new but an earlier event of the batch is already stored",
                     )
         positions = await conn.fetch(_INSERT_SQL, *_columns(new))
@@ -404,6 +429,12 @@ class EventStore:
     async def append_many(self, events: Sequence[Envelope]) -> int:
         if not events:
             return 0
+        for event in events:
+            if not event.stream or event.stream_version < 1:
+                raise ValueError(
+                    f"event {event.event_id}: needs a stream name and a stream_version >= 1,"
+                    f" got {event.stream!r} version {event.stream_version}"
+                )
         return await self._retrying(lambda: self._append_many(events))
 
     async def _append_many(self, events: Sequence[Envelope]) -> int:

@@ -23,6 +23,19 @@ def owned_by(obj: dict[str, Any], spec: CloneSetSpec) -> bool | None:
     return None
 
 
+def _is_our_claim(pvc: dict[str, Any], spec: CloneSetSpec) -> bool:
+    """Owned by this CloneSet; or without owner but named and labelled as one of its claims."""
+    metadata = pvc.get("metadata") or {}
+    instance_id = (metadata.get("labels") or {}).get(INSTANCE_ID_LABEL)
+    if not instance_id:
+        return False
+    owner = owned_by(pvc, spec)
+    if owner is not None:
+        return owner
+    names = {f"{t['metadata']['name']}-{spec.name}-{instance_id}" for t in spec.volume_claim_templates}
+    return metadata.get("name") in names
+
+
 @dataclass(slots=True)
 class Context:
     spec: CloneSetSpec
@@ -33,6 +46,7 @@ class Context:
     pods: list[PodView]  # owned active pods
     pvcs: list[dict[str, Any]]  # owned PVCs
     cloneset_status: dict[str, Any] = field(default_factory=dict)
+    update_hash: str = ""
     _changes: dict[str, Change | None] = field(default_factory=dict)
 
     @classmethod
@@ -47,27 +61,20 @@ class Context:
         cloneset_status: dict[str, Any],
     ) -> Context:
         views = []
+        selector = spec.selector
         for pod in pods:
-            owner = owned_by(pod, spec)
-            # Orphans matching the selector are counted as ours, as OpenKruise adopts them.
-            labels = (pod.get("metadata") or {}).get("labels")
-            if owner is True or (owner is None and selectors.matches(spec.selector, labels)):
-                views.append(PodView.read(pod))
-        owned_pvcs = [
-            p
-            for p in pvcs
-            if owned_by(p, spec) is not False
-            and ((p.get("metadata") or {}).get("labels") or {}).get(INSTANCE_ID_LABEL)
-        ]
+            view = PodView(pod)
+            # Ours: controlled by this CloneSet, or an orphan (OpenKruise adopts those), and matching the
+            # selector (OpenKruise releases owned pods that stopped matching; rollbook leaves them alone).
+            if owned_by(pod, spec) is not False and selectors.matches(selector, view.labels):
+                views.append(view)
+        owned_pvcs = [p for p in pvcs if _is_our_claim(p, spec)]
         active = [v for v in views if v.active]
-        return cls(spec, now, now_text, revisions, views, active, owned_pvcs, cloneset_status)
-
-    @property
-    def update_hash(self) -> str:
-        return self.revisions.update.hash
+        update_hash = revisions.update.hash
+        return cls(spec, now, now_text, revisions, views, active, owned_pvcs, cloneset_status, update_hash)
 
     def is_updated(self, pod: PodView) -> bool:
-        return pod.revision_hash == self.revisions.update.hash
+        return pod.revision_hash == self.update_hash
 
     def change_for(self, pod: PodView) -> Change | None:
         """The change from the pod's revision to the update revision; None when its revision is unknown."""

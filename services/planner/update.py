@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import heapq
 import math
 import re
 from dataclasses import dataclass, field
@@ -12,7 +13,7 @@ from services.planner import inplace
 from services.planner.context import Context
 from services.planner.counting import Classes, Diffs
 from services.planner.model import Action, MarkNotReady, MarkReady, RecreatePod, UpdateInPlace
-from services.planner.names import SPECIFIED_DELETE_LABEL
+from services.planner.names import INPLACE_GRACE_ANNOTATION, SPECIFIED_DELETE_LABEL
 from services.planner.podstate import PodView, parse_time
 from services.planner.revisions import hash_part
 from services.planner.spec import RECREATE
@@ -29,8 +30,11 @@ class StepResult:
 def refresh(ctx: Context) -> StepResult:
     """Advance pods already in an in-place update: grace expiry, completion, readiness-gate init."""
     result = StepResult()
-    update = ctx.revisions.update
-    for pod in sorted(ctx.pods, key=lambda p: p.name):
+    # Only pods with in-place work or an unset readiness gate can need a refresh; most pods have neither.
+    pending = [
+        p for p in ctx.pods if p.inplace_ready is not True or INPLACE_GRACE_ANNOTATION in p.annotations
+    ]
+    for pod in sorted(pending, key=lambda p: p.name):
         grace = pod.inplace_grace
         if grace is not None:
             _refresh_grace(ctx, pod, grace, result)
@@ -59,7 +63,6 @@ def refresh(ctx: Context) -> StepResult:
                     reason="initialise the InPlaceUpdateReady readiness gate",
                 )
             )
-    del update
     return result
 
 
@@ -128,8 +131,8 @@ def _priority_key(strategy: dict[str, Any] | None) -> Any:
     return None
 
 
-def candidates(ctx: Context) -> list[PodView]:
-    """Old pods that may be updated, in OpenKruise's order (G-4, then priorityStrategy)."""
+def candidates(ctx: Context, wanted: int | None = None) -> list[PodView]:
+    """Old pods that may be updated, in OpenKruise's order (G-4, then priorityStrategy), first ``wanted``."""
     named = set(ctx.spec.pods_to_delete)
     pods = [
         p
@@ -140,11 +143,13 @@ def candidates(ctx: Context) -> list[PodView]:
         and not p.specified_delete
         and p.name not in named
     ]
-    pods.sort(key=PodView.active_order_key)
     priority = _priority_key(ctx.spec.priority_strategy)
-    if priority is not None:
-        pods.sort(key=priority)  # stable: ties keep the G-4 order
-    return pods
+    # The priority re-sort is stable over the G-4 order, i.e. one sort on (priority, G-4 key).
+    key = PodView.active_order_key if priority is None else lambda p: (priority(p), p.active_order_key())
+    if wanted is not None and wanted < len(pods) // 4:
+        return heapq.nsmallest(wanted, pods, key=key)  # O(n log k): only the head of the order is walked
+    pods.sort(key=key)
+    return pods if wanted is None else pods[:wanted]
 
 
 def update_step(ctx: Context, classes: Classes, diffs: Diffs) -> StepResult:
@@ -158,7 +163,9 @@ def update_step(ctx: Context, classes: Classes, diffs: Diffs) -> StepResult:
     busy = sum(1 for p in classes.new if not p.cs_available(spec.min_ready_seconds, ctx.now))
     busy += classes.in_flight_old
     chosen: list[PodView] = []
-    for pod in candidates(ctx)[: diffs.update_num]:
+    # The walk stops after at most `limit` available candidates; unavailable ones cost nothing.
+    wanted = min(diffs.update_num, unavailable + limit + 1)
+    for pod in candidates(ctx, wanted):
         if busy + len(chosen) >= limit:
             break
         if pod.cs_available(spec.min_ready_seconds, ctx.now):

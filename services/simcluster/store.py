@@ -98,6 +98,8 @@ class Store:
         self.rng = random.Random(seed)
         self._by_uid: dict[str, tuple[ResourceType, Key]] = {}
         self._dependents: dict[str, set[tuple[ResourceType, Key]]] = {}
+        # In-process admission plugins (e.g. PVC protection): may change an object about to be created.
+        self.create_hooks: list[Callable[[ResourceType, Obj], None]] = []
         # Decides whether deleting this object is graceful (the kubelet finishes it). Set by the kubelet.
         self.graceful_delete: Callable[[ResourceType, Obj, int | None], bool] = lambda rt, obj, grace: False
 
@@ -252,6 +254,8 @@ class Store:
                     meta["name"] = candidate
                     break
         apply_defaults(rt, obj, None)
+        for hook in self.create_hooks:
+            hook(rt, obj)
         if validate:
             validate_create(rt, obj)
         if key_of(obj) in self.objects[rt]:
@@ -311,7 +315,13 @@ class Store:
         merged["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
         if merged == old:
             return old  # a no-op write does not bump the resourceVersion, as in Kubernetes
-        if merged["metadata"].get("deletionTimestamp") and not merged["metadata"].get("finalizers"):
+        meta = merged["metadata"]
+        if (
+            meta.get("deletionTimestamp")
+            and not meta.get("finalizers")
+            and not meta.get("deletionGracePeriodSeconds")
+        ):
+            # The last finalizer is gone and no graceful termination is pending (as the API server decides).
             return self._commit(rt, "DELETED", merged, old)
         return self._commit(rt, "MODIFIED", merged, old)
 
@@ -434,6 +444,10 @@ class Store:
         if current is None or current["metadata"]["uid"] != obj["metadata"]["uid"]:
             return
         if current["metadata"].get("finalizers"):
+            # Termination is over but finalizers still hold the object: it goes when the last is removed.
+            if current["metadata"].get("deletionGracePeriodSeconds"):
+                held = dict(current, metadata=dict(current["metadata"], deletionGracePeriodSeconds=0))
+                self._commit(rt, "MODIFIED", held, current)
             return
         self._commit(rt, "DELETED", current, current)
 
