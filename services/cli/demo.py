@@ -222,6 +222,7 @@ async def follow(
     targets: dict[Workload, Done],
     *,
     count: str = "ready",
+    timeout: float = STEP_TIMEOUT,  # noqa: ASYNC109 - the deadline is checked between polls
 ) -> None:
     """A progress bar per CloneSet (``count``: which status count fills it) until each is done."""
     columns = (
@@ -230,7 +231,7 @@ async def follow(
         TextColumn("{task.fields[counts]}"),
         TimeElapsedColumn(),
     )
-    deadline = time.monotonic() + STEP_TIMEOUT
+    deadline = time.monotonic() + timeout
     last: dict[Workload, dict[str, Any]] = {}
     with Progress(*columns, console=console, transient=False) as progress:
         tasks = {w: progress.add_task(str(w), total=None, counts="") for w in targets}
@@ -262,7 +263,7 @@ async def follow(
                     raise DemoFailed(f"{step}: service(s) {', '.join(services.dead())} exited")
                 if time.monotonic() > deadline:
                     states = "; ".join(f"{w}: status {last[w].get('status')}" for w in pending)
-                    raise DemoFailed(f"{step}: not done after {STEP_TIMEOUT:.0f}s ({states})")
+                    raise DemoFailed(f"{step}: not done after {timeout:.0f}s ({states})")
                 await asyncio.sleep(0.2)
 
 
