@@ -14,6 +14,7 @@ from services.domain.store import EventStore
 from services.simcluster import SimCluster
 from tests.domain.test_audit_views import Trail
 from tests.e2e.cluster import Cluster
+from tests.plugins.simcluster import api_client_for
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -51,11 +52,8 @@ async def test_apply_creates_then_updates_the_seed_manifests(simcluster: SimClus
     changed.write_text((SEED / "cloneset-sample.yaml").read_text().replace("replicas: 5", "replicas: 7"))
     code, output = await rollbook("apply", "-f", str(changed), ROLLBOOK_KUBECONFIG=kubeconfig)
     assert (code, output.strip()) == (0, "CloneSet default/sample configured")
-    cluster = Cluster(await _api(simcluster))
-    try:
-        sample = await cluster.cloneset("sample")
-    finally:
-        await cluster.core.api_client.close()
+    async with await api_client_for(simcluster) as api:
+        sample = await Cluster(api).cloneset("sample")
     assert sample["spec"]["replicas"] == 7
     assert sample["spec"]["template"]["spec"]["containers"][0]["image"] == "nginx:alpine"
 
@@ -108,8 +106,8 @@ async def test_status_shows_counts_and_the_latest_rollout(
 ) -> None:
     trail = Trail(event_store, name="sample")
     await trail.start_rollout(10)  # in progress: no RolloutCompleted
-    cluster = Cluster(await _api(simcluster), namespace=trail.namespace)
-    try:
+    async with await api_client_for(simcluster) as api:
+        cluster = Cluster(api, namespace=trail.namespace)
         await cluster.core.create_namespace({"metadata": {"name": trail.namespace}})
         await cluster.create_cloneset(
             {
@@ -126,8 +124,6 @@ async def test_status_shows_counts_and_the_latest_rollout(
                 },
             }
         )
-    finally:
-        await cluster.core.api_client.close()
     code, output = await rollbook(
         "status", ROLLBOOK_KUBECONFIG=str(simcluster.kubeconfig_path), ROLLBOOK_DATABASE_URL=database_url
     )
@@ -136,9 +132,3 @@ async def test_status_shows_counts_and_the_latest_rollout(
     cells = [c.strip() for c in row.split("│")[1:-1]]
     assert cells[1] == "0/2"  # no controller ran: the status counts nothing yet
     assert trail.rollout in cells[5] and cells[6] == "in progress, partition 0"
-
-
-async def _api(simcluster: SimCluster):  # type: ignore[no-untyped-def]
-    from tests.plugins.simcluster import api_client_for
-
-    return await api_client_for(simcluster)
