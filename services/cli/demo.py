@@ -520,6 +520,8 @@ def register(application: typer.Typer) -> None:
         except DemoFailed as failure:
             console.print(f"[bold red]rollbook demo failed:[/] {failure}")
             raise typer.Exit(1) from None
+        if code == 130:
+            console.print("[yellow]demo interrupted[/]: services, simcluster, NATS and Postgres stopped")
         if code == 0:
             clock.step("Postgres and NATS stopped; nothing left running")
             console.print(
