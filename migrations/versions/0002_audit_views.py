@@ -151,7 +151,7 @@ VIEWS: dict[str, str] = {
             FROM action_outcomes AS b
             WHERE a.action = 'updateInPlace' AND b.action = 'markNotReady'
               AND b.namespace = a.namespace AND b.workload = a.workload AND b.pod = a.pod
-              AND b.position < a.position
+              AND b.rollout_id IS NOT DISTINCT FROM a.rollout_id AND b.position < a.position
             ORDER BY b.position DESC
             LIMIT 1
         ) AS before ON true
@@ -160,7 +160,7 @@ VIEWS: dict[str, str] = {
             FROM action_outcomes AS m
             WHERE a.action = 'updateInPlace' AND m.action = 'markReady'
               AND m.namespace = a.namespace AND m.workload = a.workload AND m.pod = a.pod
-              AND m.position > a.position
+              AND m.rollout_id IS NOT DISTINCT FROM a.rollout_id AND m.position > a.position
             ORDER BY m.position
             LIMIT 1
         ) AS after ON true

@@ -12,7 +12,7 @@ import pytest
 
 from services.domain.store import EventStore
 from services.simcluster import SimCluster
-from tests.domain.test_audit_views import Trail
+from tests.domain.audit_helpers import Trail
 from tests.e2e.cluster import Cluster
 from tests.plugins.simcluster import api_client_for
 
