@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import aiohttp
 import asyncpg
@@ -300,8 +300,9 @@ async def _demo(
             async with api:
                 await _scenario(api, services, clock)
                 await _summary(settings, clock)
-        except DemoFailed as failure:
-            console.print(f"[bold red]rollbook demo failed:[/] {failure}")
+        except (DemoFailed, client.ApiException, asyncpg.PostgresError, OSError) as failure:
+            reason = failure if isinstance(failure, DemoFailed) else f"{type(failure).__name__}: {failure}"
+            console.print(f"[bold red]rollbook demo failed:[/] {reason}")
             console.print(services.tails(), markup=False, highlight=False)
             return 1
         finally:
@@ -476,11 +477,7 @@ def _exclusive(run_dir: Path) -> Iterator[None]:
 
 def register(application: typer.Typer) -> None:
     @application.command("demo")
-    def demo(
-        keep: Annotated[
-            bool, typer.Option(help="Keep the previous demo's data instead of starting from scratch.")
-        ] = False,
-    ) -> None:
+    def demo() -> None:
         """Start everything, roll out the seed's CloneSets in place, show the audit trail, stop everything."""
         clock = Clock()
         base = Settings.from_env()
@@ -490,7 +487,7 @@ def register(application: typer.Typer) -> None:
         suffix = uuid.uuid4().hex[:8]
         try:
             with _exclusive(run_dir):
-                if not keep and run_dir.exists():
+                if run_dir.exists():  # the previous demo's trail: a new simcluster would not match it
                     shutil.rmtree(run_dir)
                 run_dir.mkdir(parents=True, exist_ok=True)
                 embedded = not (base.database_url and base.nats_url)
