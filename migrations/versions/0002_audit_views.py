@@ -151,7 +151,7 @@ VIEWS: dict[str, str] = {
             FROM action_outcomes AS b
             WHERE a.action = 'updateInPlace' AND b.action = 'markNotReady'
               AND b.namespace = a.namespace AND b.workload = a.workload AND b.pod = a.pod
-              AND b.rollout_id IS NOT DISTINCT FROM a.rollout_id AND b.position < a.position
+              AND b.rollout_id = a.rollout_id AND b.position < a.position
             ORDER BY b.position DESC
             LIMIT 1
         ) AS before ON true
@@ -160,7 +160,7 @@ VIEWS: dict[str, str] = {
             FROM action_outcomes AS m
             WHERE a.action = 'updateInPlace' AND m.action = 'markReady'
               AND m.namespace = a.namespace AND m.workload = a.workload AND m.pod = a.pod
-              AND m.rollout_id IS NOT DISTINCT FROM a.rollout_id AND m.position > a.position
+              AND m.rollout_id = a.rollout_id AND m.position > a.position
             ORDER BY m.position
             LIMIT 1
         ) AS after ON true
@@ -260,6 +260,11 @@ def upgrade() -> None:
         " WHERE type IN ('PodActionRequested', 'PodActionSucceeded', 'PodActionFailed')"
     )
     op.execute("CREATE INDEX events_type_stream_idx ON events (type, stream)")
+    # "Everything about rollout X" on the decision payloads (pod_actions, partition_steps by rollout_id).
+    op.execute(
+        "CREATE INDEX events_rollout_id_idx ON events ((payload->>'rollout_id'))"
+        " WHERE type IN ('PodActionRequested', 'PartitionStepPlanned')"
+    )
     for name, sql in VIEWS.items():
         op.execute(f"CREATE VIEW {name} AS {sql}")
         op.execute(f"COMMENT ON VIEW {name} IS '{COMMENTS[name]}'")
@@ -268,5 +273,6 @@ def upgrade() -> None:
 def downgrade() -> None:
     for name in reversed(list(VIEWS)):
         op.execute(f"DROP VIEW IF EXISTS {name}")
+    op.execute("DROP INDEX IF EXISTS events_rollout_id_idx")
     op.execute("DROP INDEX IF EXISTS events_type_stream_idx")
     op.execute("DROP INDEX IF EXISTS events_action_id_idx")
