@@ -40,13 +40,15 @@ async def test_apply_creates_then_updates_the_seed_manifests(simcluster: SimClus
     namespace.write_text("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: ops\n")
     code, output = await rollbook(
         "apply", "-f", str(namespace), "-f", str(SEED / "cloneset-sample-data.yaml"),
-        "-f", str(SEED / "cloneset-sample.yaml"), ROLLBOOK_KUBECONFIG=kubeconfig,
+        "-f", str(SEED / "cloneset-sample.yaml"), "-f", str(SEED / "sidecarset-test-sidecarset.yaml"),
+        ROLLBOOK_KUBECONFIG=kubeconfig,
     )  # fmt: skip
     assert code == 0, output
     assert output.splitlines() == [
         "Namespace ops created",
         "CloneSet ops/sample-data created",
         "CloneSet default/sample created",
+        "SidecarSet test-sidecarset created",  # cluster-scoped
     ]
     changed = tmp_path / "sample.yaml"
     changed.write_text((SEED / "cloneset-sample.yaml").read_text().replace("replicas: 5", "replicas: 7"))
