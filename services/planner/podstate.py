@@ -45,7 +45,7 @@ def format_time(epoch: float) -> str:
 
 
 def format_time_precise(epoch: float) -> str:
-    """Microseconds: for times the planner measures durations from (a grace period must never be cut short)."""
+    """Microseconds: for times a duration is measured from (a grace period must never be cut short)."""
     return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 

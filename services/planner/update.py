@@ -204,7 +204,9 @@ def _update_pod(ctx: Context, pod: PodView, result: StepResult) -> None:
                 pod=pod.name,
                 condition=not_ready,
                 revision=update.name,
-                patch=inplace.grace_patch(update.name, spec.grace_period_seconds, format_time_precise(ctx.now)),
+                patch=inplace.grace_patch(
+                    update.name, spec.grace_period_seconds, format_time_precise(ctx.now)
+                ),
                 reason=f"in-place update after a {spec.grace_period_seconds}s grace period",
             )
         )
