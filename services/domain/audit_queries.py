@@ -1,6 +1,9 @@
-"""Read-side queries over the audit views (migrations/versions/0002_audit_views.py, docs/sql.md).
+"""Read-side queries over the audit views (migrations/versions/0002_audit_views.py and
+0003_sidecarset_audit_views.py, docs/sql.md).
 
-Plain SQL an operator could paste into psql; each function takes an open asyncpg connection.
+Plain SQL an operator could paste into psql; each function takes an open asyncpg connection. CloneSet and
+SidecarSet rollouts are both listed (column ``kind``); a SidecarSet's ``namespace`` is ``''`` (it is
+cluster-scoped) and its pods' own namespaces are in ``pod_namespace``.
 """
 
 from __future__ import annotations
@@ -8,23 +11,25 @@ from __future__ import annotations
 import asyncpg
 
 ROLLOUTS_SQL = """
-SELECT rollout_id, namespace, workload, from_revision, to_revision, strategy_type, replicas,
+SELECT rollout_id, kind, namespace, workload, from_revision, to_revision, strategy_type, replicas,
        started, finished, duration, outcome
 FROM rollouts
 WHERE ($1::text IS NULL OR namespace = $1) AND ($2::text IS NULL OR workload = $2)
+  AND ($3::text IS NULL OR kind = $3)
 ORDER BY started_position
 """
 
 # "Which pods were updated in place during rollout X, and how long did each take" (all rollouts if NULL).
 IN_PLACE_UPDATES_SQL = """
-SELECT rollout_id, pod, requested, started, finished, duration, outcome
+SELECT rollout_id, kind, pod_namespace, pod, action, requested, started, finished, duration, outcome
 FROM pod_actions
 WHERE in_place AND ($1::text IS NULL OR rollout_id = $1)
 ORDER BY position
 """
 
 POD_ACTIONS_SQL = """
-SELECT rollout_id, pod, action, update_kind, requested, started, finished, duration, outcome, reason
+SELECT rollout_id, kind, pod_namespace, pod, action, update_kind, requested, started, finished, duration,
+       outcome, reason
 FROM pod_actions
 WHERE namespace = $1 AND workload = $2
 ORDER BY position
@@ -42,9 +47,13 @@ LIMIT 1
 
 
 async def rollouts(
-    connection: asyncpg.Connection, namespace: str | None = None, workload: str | None = None
+    connection: asyncpg.Connection,
+    namespace: str | None = None,
+    workload: str | None = None,
+    kind: str | None = None,
 ) -> list[asyncpg.Record]:
-    return list(await connection.fetch(ROLLOUTS_SQL, namespace, workload))
+    """Rollouts in start order; ``None`` filters nothing (``kind``: ``CloneSet`` or ``SidecarSet``)."""
+    return list(await connection.fetch(ROLLOUTS_SQL, namespace, workload, kind))
 
 
 async def in_place_updates(
