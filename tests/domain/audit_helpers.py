@@ -3,6 +3,7 @@ it), shared by the view tests and the CLI tests."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -18,6 +19,13 @@ from services.domain.events import (
     RolloutCompleted,
     RolloutStarted,
     new_event,
+)
+from services.domain import sidecarset_streams
+from services.domain.sidecarset_streams import (
+    INPLACE_STATE_ANNOTATION,
+    SIDECARSET_ACTION_ANNOTATION,
+    SIDECARSET_KIND,
+    UPDATE_SIDECAR_ACTION,
 )
 from services.domain.store import EventStore
 from services.domain.streams import actions_stream, decisions_stream, observed_stream
@@ -147,3 +155,139 @@ class Trail:
 
 def _template(image: str) -> dict[str, Any]:
     return {"spec": {"containers": [{"name": "main", "image": image}]}}
+
+
+SIDECAR_OLD, SIDECAR_NEW = "centos:6.7", "centos:7"
+
+
+class SidecarSetTrail:
+    """One SidecarSet's trail on its own streams (``SidecarSet//<name>/observed|decisions|actions``), the
+    way the watcher, the SidecarSet planner and the executor write it; occurred_at = T0 + seconds.
+
+    Pods are ``<namespace>/<name>`` keys: a SidecarSet's pods span namespaces."""
+
+    def __init__(self, store: EventStore) -> None:
+        self.store = store
+        self.name = f"ss{uuid.uuid4().hex[:10]}"
+        self.old = f"{self.name}-1111111111"
+        self.new = f"{self.name}-2222222222"
+        self.rollout = sidecarset_streams.rollout_id(self.name, self.new)
+        self.restarts: dict[str, int] = {}  # pod key -> how many times its sidecar was restarted
+        self.annotations: dict[str, dict[str, str]] = {}  # pod key -> annotations
+
+    async def _append(self, stream: str, payload: Event, at: float, correlation: str | None = None) -> None:
+        version = await self.store.stream_version(stream) + 1
+        event = new_event(
+            payload,
+            stream=stream,
+            stream_version=version,
+            occurred_at=T0 + timedelta(seconds=at),
+            correlation_id=correlation,
+        )
+        await self.store.append([event], expected_version=version - 1)
+
+    async def decide(self, payload: Event, at: float) -> None:
+        await self._append(sidecarset_streams.decisions_stream(self.name), payload, at, self.rollout)
+
+    async def observe_sidecarset(self, at: float) -> None:
+        payload = ObjectObserved(
+            kind=SIDECARSET_KIND, namespace="", name=self.name, uid=f"uid-{self.name}",
+            resource_version=str(uuid.uuid4().int % 10**9), change="MODIFIED",
+            object={"metadata": {"name": self.name}, "spec": {"containers": [{"name": "tools"}]}},
+        )  # fmt: skip
+        await self._append(sidecarset_streams.observed_stream(self.name), payload, at)
+
+    async def observe_pod(self, pod: str, at: float, *, ready: bool = True, image: str = SIDECAR_OLD) -> None:
+        """The pod as the watcher sees it: Running, Ready or not, its sidecar's image and image id (a new
+        id per restart of the sidecar)."""
+        namespace, name = pod.split("/")
+        image_id = f"{image}@sha256:{pod}-{self.restarts.get(pod, 0)}"
+        obj = {
+            "metadata": {"name": name, "namespace": namespace, "uid": f"uid-{pod}",
+                         "annotations": dict(self.annotations.get(pod, {}))},
+            "status": {
+                "phase": "Running",
+                "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+                "containerStatuses": [
+                    {"name": "tools", "image": image, "imageID": image_id, "ready": ready},
+                    {"name": "app", "image": "nginx:1.15.1", "imageID": "nginx@sha256:1", "ready": True},
+                ],
+            },
+        }  # fmt: skip
+        payload = ObjectObserved(
+            kind="Pod", namespace=namespace, name=name, uid=f"uid-{pod}",
+            resource_version=str(uuid.uuid4().int % 10**9), change="MODIFIED", object=obj,
+        )  # fmt: skip
+        await self._append(sidecarset_streams.observed_stream(self.name), payload, at)
+
+    async def start_rollout(self, at: float, pods: int, max_unavailable: int = 1, partition: int = 0) -> None:
+        template = {"containers": [{"name": "tools", "image": SIDECAR_NEW}]}
+        await self.decide(RevisionCreated(name=self.new, revision=2, hash="2" * 64, template=template), at)
+        strategy = {"type": "RollingUpdate", "maxUnavailable": max_unavailable, "partition": partition}
+        await self.decide(
+            RolloutStarted(
+                rollout_id=self.rollout, from_revision=self.old, to_revision=self.new, strategy=strategy,
+                replicas=pods,
+            ),
+            at,
+        )  # fmt: skip
+        await self.decide(
+            PartitionStepPlanned(
+                rollout_id=self.rollout, partition=partition, replicas=pods,
+                expected_updated=pods - partition, max_unavailable=max_unavailable, max_surge=0,
+            ),
+            at,
+        )  # fmt: skip
+
+    async def request_upgrade(self, pod: str, at: float) -> str:
+        """The planner's ``updateSidecarInPlace``, its patch recording the sidecar's image id before it."""
+        namespace, name = pod.split("/")
+        action_id = str(uuid.uuid4())
+        before = {"tools": {"imageID": f"{SIDECAR_OLD}@sha256:{pod}-{self.restarts.get(pod, 0)}"}}
+        state = {self.name: {"revision": "2" * 64, "lastContainerStatuses": before}}
+        patch = {
+            "metadata": {"annotations": {INPLACE_STATE_ANNOTATION: json.dumps(state, sort_keys=True)}},
+            "spec": {"containers": [{"name": "tools", "image": SIDECAR_NEW}]},
+        }
+        await self.decide(
+            PodActionRequested(
+                action_id=action_id, action=UPDATE_SIDECAR_ACTION, namespace=namespace, pod=name,
+                rollout_id=self.rollout, revision=self.new,
+                details={"uid": f"uid-{pod}", "sidecarSet": self.name, "fromRevision": self.old,
+                         "images": {"tools": SIDECAR_NEW}, "patch": patch},
+            ),
+            at,
+        )  # fmt: skip
+        return action_id
+
+    async def patched(self, pod: str, action_id: str, at: float) -> None:
+        """The executor's patch succeeded: the pod carries the action id and the new image in its spec,
+        still running (and Ready with) the old sidecar until the kubelet restarts it."""
+        await self._append(
+            sidecarset_streams.actions_stream(self.name), PodActionSucceeded(action_id=action_id), at,
+            self.rollout,
+        )  # fmt: skip
+        self.annotations.setdefault(pod, {})[SIDECARSET_ACTION_ANNOTATION] = action_id
+        await self.observe_pod(pod, at + 0.05)
+
+    async def fail(self, action_id: str, reason: str, at: float) -> None:
+        payload = PodActionFailed(action_id=action_id, reason=reason)
+        await self._append(sidecarset_streams.actions_stream(self.name), payload, at, self.rollout)
+
+    async def restart_sidecar(self, pod: str, at: float, *, comes_back: bool = True) -> None:
+        """The kubelet restarts the sidecar on the new image: not ready, then (unless it crash-loops) ready
+        again ``1`` s later."""
+        self.restarts[pod] = self.restarts.get(pod, 0) + 1
+        await self.observe_pod(pod, at, ready=False, image=SIDECAR_NEW)
+        if comes_back:
+            await self.observe_pod(pod, at + 1, image=SIDECAR_NEW)
+
+    async def upgrade(self, pod: str, at: float) -> str:
+        """One whole upgrade: requested at ``at``, patched at +0.1, restarted at +0.5, ready at +1.5."""
+        action_id = await self.request_upgrade(pod, at)
+        await self.patched(pod, action_id, at + 0.1)
+        await self.restart_sidecar(pod, at + 0.5)
+        return action_id
+
+    async def complete(self, at: float) -> None:
+        await self.decide(RolloutCompleted(rollout_id=self.rollout, revision=self.new), at)
