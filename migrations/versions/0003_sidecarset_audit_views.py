@@ -37,7 +37,8 @@ down_revision: str | None = "0002_audit_views"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
-# A workload's streams: CloneSet/<ns>/<name>[/observed|/actions], SidecarSet//<name>/decisions|observed|actions.
+# A workload's streams: CloneSet/<ns>/<name>[/observed|/actions],
+# SidecarSet//<name>/decisions|observed|actions.
 _KIND = "split_part(e.stream, '/', 1)"
 _NAMESPACE = "split_part(e.stream, '/', 2)"
 _WORKLOAD = "split_part(e.stream, '/', 3)"
@@ -175,7 +176,8 @@ VIEWS: dict[str, str] = {
                    - coalesce(before.requested, a.requested) AS duration,
                CASE WHEN 'failed' IN (a.outcome, before.outcome, after.outcome) THEN 'failed'
                     WHEN a.outcome = 'pending'
-                         OR (a.action = 'updateInPlace' AND (after.outcome IS NULL OR after.outcome = 'pending'))
+                         OR (a.action = 'updateInPlace'
+                             AND (after.outcome IS NULL OR after.outcome = 'pending'))
                          OR (a.action = 'updateSidecarInPlace' AND back.finished IS NULL) THEN 'pending'
                     ELSE 'succeeded' END AS outcome,
                coalesce(a.reason, before.reason, after.reason) AS reason,
@@ -329,7 +331,7 @@ COMMENTS = {
     "partition_steps": "one row per partition step planned",
     "action_outcomes": "every requested pod action with its terminal events",
     "actions_without_one_terminal": "requested actions with zero or several terminal events (empty = sound)",
-    "pod_actions": "pod actions as an operator sees them; an in-place update (pod or sidecar) spans its steps",
+    "pod_actions": "pod actions as an operator sees them; an in-place update (pod, sidecar) spans its steps",
     "unavailability": "per pod/workload observation: total, pods, available and unavailable pods",
     "max_unavailable_exceeded": "rollout moments with more pods unavailable than allowed (empty = never)",
 }

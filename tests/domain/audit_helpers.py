@@ -8,6 +8,7 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from services.domain import sidecarset_streams
 from services.domain.events import (
     Event,
     ObjectObserved,
@@ -20,7 +21,6 @@ from services.domain.events import (
     RolloutStarted,
     new_event,
 )
-from services.domain import sidecarset_streams
 from services.domain.sidecarset_streams import (
     INPLACE_STATE_ANNOTATION,
     SIDECARSET_ACTION_ANNOTATION,

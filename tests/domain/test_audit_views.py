@@ -246,9 +246,9 @@ async def test_a_sidecarset_rollout_reads_back_like_a_cloneset_one(
     await trail.complete(30)
 
     rollouts = await _rows(database_url, "SELECT * FROM rollouts WHERE workload = $1", trail.name)
-    assert [(r["kind"], r["namespace"], r["rollout_id"], r["strategy_type"], r["outcome"]) for r in rollouts] == [
-        ("SidecarSet", "", trail.rollout, "RollingUpdate", "succeeded")
-    ]
+    assert [
+        (r["kind"], r["namespace"], r["rollout_id"], r["strategy_type"], r["outcome"]) for r in rollouts
+    ] == [("SidecarSet", "", trail.rollout, "RollingUpdate", "succeeded")]
     assert rollouts[0]["duration"] == timedelta(seconds=20)
     revisions = await _rows(database_url, "SELECT * FROM revisions WHERE workload = $1", trail.name)
     assert [(r["kind"], r["revision"], r["images"]) for r in revisions] == [
@@ -264,8 +264,8 @@ async def test_a_sidecarset_rollout_reads_back_like_a_cloneset_one(
     # the patch's own observation, where the old sidecar still runs and is ready).
     in_place = await _rows(
         database_url,
-        "SELECT kind, pod_namespace, pod, action, update_kind, requested, started, finished, duration, outcome"
-        " FROM pod_actions WHERE rollout_id = $1 AND in_place ORDER BY requested",
+        "SELECT kind, pod_namespace, pod, action, update_kind, requested, started, finished, duration,"
+        " outcome FROM pod_actions WHERE rollout_id = $1 AND in_place ORDER BY requested",
         trail.rollout,
     )
     assert [(r["pod_namespace"], r["pod"]) for r in in_place] == [
@@ -287,10 +287,11 @@ async def test_a_sidecarset_rollout_reads_back_like_a_cloneset_one(
         mine = await audit_queries.rollouts(connection, workload=trail.name, kind="SidecarSet")
         assert [r["rollout_id"] for r in mine] == [trail.rollout]
         assert await audit_queries.rollouts(connection, workload=trail.name, kind="CloneSet") == []
-        assert [r for r in await audit_queries.max_unavailable_exceeded(connection) if r["workload"] == trail.name] == []
         assert [
-            r for r in await audit_queries.actions_without_one_terminal(connection) if r["workload"] == trail.name
-        ] == []  # fmt: skip
+            r for r in await audit_queries.max_unavailable_exceeded(connection) if r["workload"] == trail.name
+        ] == []
+        unsound = await audit_queries.actions_without_one_terminal(connection)
+        assert [r for r in unsound if r["workload"] == trail.name] == []
     finally:
         await connection.close()
 
