@@ -19,12 +19,14 @@ def _root() -> None:
 
 
 # Command groups: one module each, registered here.
-from services.cli import plan as _plan  # noqa: E402
-from services.cli import selfcheck  # noqa: E402
+from services.cli import inject, plan, selfcheck, simcluster, webhook  # noqa: E402
 from services.cli import services as service_commands  # noqa: E402
 
 selfcheck.register(app)
-_plan.register(app)
+simcluster.register(app)
+plan.register(app)
+inject.register(app)
+webhook.register(app)
 service_commands.register(app)
 
 
@@ -32,11 +34,5 @@ def main() -> None:
     app()
 
 
-# Command groups register themselves on `app` when imported: one import line per group.
-from services.cli import simcluster as _simcluster  # noqa: E402,F401
-
 if __name__ == "__main__":
-    # Under `python -m` this file runs as `__main__`; the groups registered on `services.cli.main.app`.
-    from services.cli.main import main as _main
-
-    _main()
+    main()

@@ -1,9 +1,10 @@
 """`rollbook selfcheck`: prove the store and the bus work here, end to end, with real servers.
 
 Uses the configured Postgres/NATS (ROLLBOOK_DATABASE_URL / ROLLBOOK_NATS_URL) or starts embedded ones,
-runs the migrations, writes and reads back an event in Postgres, and publishes, deduplicates, consumes and
-dead-letters on JetStream. It never touches the real event stream: the bus checks use a stream and
-subject prefix of their own, deleted afterwards, and the Postgres check rolls its transaction back.
+runs the migrations, appends and reads back events through the EventStore, and publishes, deduplicates,
+consumes and dead-letters on JetStream. It never touches the real event log or stream: the store check
+uses a scratch database on the same server and the bus check a stream and subject prefix of its own, both
+deleted afterwards.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
+from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 import msgspec
@@ -22,8 +24,10 @@ from nats.aio.msg import Msg
 
 from services.cli.runtime import run_command
 from services.domain.bus import Bus
-from services.domain.events import Envelope, RolloutPaused, decode, encode, new_event
+from services.domain.database import asyncpg_url, upgrade_async
+from services.domain.events import Envelope, RolloutPaused, new_event
 from services.domain.settings import Settings
+from services.domain.store import EventStore
 
 
 class CheckFailed(Exception):
@@ -69,31 +73,43 @@ def _sample_event(stream: str, version: int = 1) -> Envelope:
 
 
 async def _check_store(settings: Settings) -> str:
-    # Until the event store lands, the round trip goes through a temporary table in a rolled-back
-    # transaction: it proves the server accepts writes and returns the event byte for byte.
-    event = _sample_event("CloneSet/rollbook-selfcheck/selfcheck")
-    connection = await asyncpg.connect(settings.database_url)
+    """Migrate a scratch database on the same server, append and read back through the EventStore, drop
+    it. The real event log is append-only (and should hold only real events), so it is not written to."""
+    admin = await asyncpg.connect(asyncpg_url(settings.database_url))
     try:
-        version = await connection.fetchval("SHOW server_version")
-        transaction = connection.transaction()
-        await transaction.start()
-        try:
-            await connection.execute(
-                "CREATE TEMP TABLE selfcheck_events (event_id uuid PRIMARY KEY, body jsonb)"
-            )
-            await connection.execute(
-                "INSERT INTO selfcheck_events VALUES ($1, $2::jsonb)", event.event_id, encode(event).decode()
-            )
-            body = await connection.fetchval(
-                "SELECT body::text FROM selfcheck_events WHERE event_id = $1", event.event_id
-            )
-        finally:
-            await transaction.rollback()
+        version = await admin.fetchval("SHOW server_version")
+        scratch = f"rollbook_selfcheck_{uuid.uuid4().hex[:10]}"
+        await admin.execute(f'CREATE DATABASE "{scratch}"')
     finally:
-        await connection.close()
-    if decode(body.encode()) != event:
-        raise CheckFailed("the event read back differs from the one written")
-    return f"PostgreSQL {version}: event appended and read back"
+        await admin.close()
+    scratch_url = _with_database(settings.database_url, scratch)
+    try:
+        await upgrade_async(scratch_url)
+        store = await EventStore.connect(scratch_url)
+        try:
+            stream = "CloneSet/rollbook-selfcheck/selfcheck"
+            written = [_sample_event(stream, 1), _sample_event(stream, 2)]
+            result = await store.append(written, expected_version=0)
+            again = await store.append(written[:1], expected_version=None)
+            read = [stored.envelope for stored in await store.read_stream(stream)]
+        finally:
+            await store.close()
+    finally:
+        admin = await asyncpg.connect(asyncpg_url(settings.database_url))
+        try:
+            await admin.execute(f'DROP DATABASE IF EXISTS "{scratch}" WITH (FORCE)')
+        finally:
+            await admin.close()
+    if result.appended != 2 or again.appended != 0:
+        raise CheckFailed(f"append stored {result.appended} then {again.appended}; expected 2 then 0")
+    if read != written:
+        raise CheckFailed("the events read back differ from the ones written")
+    return f"PostgreSQL {version}: migrated, 2 events appended, redelivery skipped, read back"
+
+
+def _with_database(url: str, name: str) -> str:
+    parts = urlsplit(asyncpg_url(url))
+    return urlunsplit((parts.scheme, parts.netloc, "/" + name, parts.query, parts.fragment))
 
 
 async def _check_bus(settings: Settings) -> str:

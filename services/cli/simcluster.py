@@ -10,12 +10,14 @@ from typing import Annotated
 
 import typer
 
-from services.cli.main import app
 from services.domain.settings import Settings
 from services.simcluster import FaultConfig, NodeConfig, SimCluster, SimConfig, Timing
 
 
-@app.command("simcluster")
+def register(app: typer.Typer) -> None:
+    app.command("simcluster")(simcluster)
+
+
 def simcluster(
     port: Annotated[int, typer.Option(help="Port on 127.0.0.1 (0: pick a free one).")] = 0,
     kubeconfig: Annotated[

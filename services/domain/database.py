@@ -32,9 +32,7 @@ def sqlalchemy_url(database_url: str) -> str:
     for scheme in _PLAIN_SCHEMES:
         if database_url.startswith(scheme):
             return "postgresql+asyncpg://" + database_url[len(scheme) :]
-    raise ValueError(
-        f"not a Postgres URL: {database_url!r} (expected postgresql://user@host:port/db)"
-    )
+    raise ValueError(f"not a Postgres URL: {database_url!r} (expected postgresql://user@host:port/db)")
 
 
 def asyncpg_url(database_url: str) -> str:

@@ -36,6 +36,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # Emulate/expect the second seed's extended in-place kubelet (env and volume changes in place,
     # probe changes with no restart). Off by default: stock Kubernetes refuses those changes.
     extended_inplace: bool = False
+    # Namespaces a cluster-wide SidecarSet skips (comma-separated). The seed's default; set it empty to
+    # behave like OpenKruise >= 1.3, which excludes none (docs/sidecarset.md).
+    sidecarset_excluded_namespaces: str = "kube-system,kube-public"
     # Host the services' /healthz, /readyz and /metrics endpoints listen on.
     http_host: str = "127.0.0.1"
     # Base port of those endpoints (0 = pick free ports).

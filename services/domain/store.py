@@ -328,7 +328,9 @@ class EventStore:
                 except _RaceLost:
                     pass
         raise ConcurrencyError(
-            stream, -1 if expected_version is None else expected_version, await self.stream_version(stream),
+            stream,
+            -1 if expected_version is None else expected_version,
+            await self.stream_version(stream),
             "gave up after repeated races with other writers",
         )
 
@@ -365,13 +367,15 @@ class EventStore:
         new = [e for e in events if e.event_id not in stored]
         if not new:
             return AppendResult(
-                stream=stream, appended=0, skipped=len(events), stream_version=current,
-                last_position=None, events=[],
+                stream=stream,
+                appended=0,
+                skipped=len(events),
+                stream_version=current,
+                last_position=None,
+                events=[],
             )
         if expected_version is None:
-            new = [
-                msgspec.structs.replace(e, stream_version=current + i + 1) for i, e in enumerate(new)
-            ]
+            new = [msgspec.structs.replace(e, stream_version=current + i + 1) for i, e in enumerate(new)]
         else:
             # Already-stored events must be the ones right before the new ones (a redelivered prefix);
             # the first new event then sits exactly one above the stream's current version.
@@ -381,7 +385,9 @@ class EventStore:
             for before, after in zip(new, new[1:], strict=False):
                 if after.stream_version != before.stream_version + 1:
                     raise ConcurrencyError(
-                        stream, expected_version, current,
+                        stream,
+                        expected_version,
+                        current,
                         f"event {after.event_id} is new but an earlier event of the batch is already stored",
                     )
         positions = await conn.fetch(_INSERT_SQL, *_columns(new))

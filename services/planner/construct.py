@@ -40,7 +40,7 @@ def pvc_name(claim_template: dict[str, Any], spec: CloneSetSpec, instance_id: st
 
 
 def generated_ids(seed: bytes, taken: set[str]) -> Iterator[str]:
-    """An endless, deterministic stream of fresh 5-character ids: sha256(seed, counter) mapped to the alphabet."""
+    """An endless, deterministic stream of fresh 5-character ids: sha256(seed, counter) over the alphabet."""
     counter = 0
     while True:
         digest = hashlib.sha256(seed + counter.to_bytes(8, "big")).digest()

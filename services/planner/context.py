@@ -33,6 +33,7 @@ class Context:
     pods: list[PodView]  # owned active pods
     pvcs: list[dict[str, Any]]  # owned PVCs
     cloneset_status: dict[str, Any] = field(default_factory=dict)
+    update_hash: str = ""
     _changes: dict[str, Change | None] = field(default_factory=dict)
 
     @classmethod
@@ -47,12 +48,13 @@ class Context:
         cloneset_status: dict[str, Any],
     ) -> Context:
         views = []
+        selector = spec.selector
         for pod in pods:
-            owner = owned_by(pod, spec)
-            # Orphans matching the selector are counted as ours, as OpenKruise adopts them.
-            labels = (pod.get("metadata") or {}).get("labels")
-            if owner is True or (owner is None and selectors.matches(spec.selector, labels)):
-                views.append(PodView.read(pod))
+            view = PodView(pod)
+            # Ours: controlled by this CloneSet, or an orphan (OpenKruise adopts those), and matching the
+            # selector (OpenKruise releases owned pods that stopped matching; rollbook leaves them alone).
+            if owned_by(pod, spec) is not False and selectors.matches(selector, view.labels):
+                views.append(view)
         owned_pvcs = [
             p
             for p in pvcs
@@ -60,14 +62,11 @@ class Context:
             and ((p.get("metadata") or {}).get("labels") or {}).get(INSTANCE_ID_LABEL)
         ]
         active = [v for v in views if v.active]
-        return cls(spec, now, now_text, revisions, views, active, owned_pvcs, cloneset_status)
-
-    @property
-    def update_hash(self) -> str:
-        return self.revisions.update.hash
+        update_hash = revisions.update.hash
+        return cls(spec, now, now_text, revisions, views, active, owned_pvcs, cloneset_status, update_hash)
 
     def is_updated(self, pod: PodView) -> bool:
-        return pod.revision_hash == self.revisions.update.hash
+        return pod.revision_hash == self.update_hash
 
     def change_for(self, pod: PodView) -> Change | None:
         """The change from the pod's revision to the update revision; None when its revision is unknown."""

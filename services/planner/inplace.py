@@ -11,9 +11,10 @@ CloneSet with the annotation ``rollbook.io/inplace-mode: extended`` and needs a 
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
+
+import msgspec
 
 from services.planner.names import (
     INPLACE_GRACE_ANNOTATION,
@@ -120,8 +121,12 @@ def _classify_volumes(change: Change, old: list[Any], new: list[Any], new_spec: 
             change.restart.append(container["name"])
 
 
+_annotation_encoder = msgspec.json.Encoder(order="sorted")
+
+
 def _dump(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+    """Annotation values: compact JSON with sorted keys (stable bytes for replay)."""
+    return _annotation_encoder.encode(value).decode()
 
 
 def container_patch(change: Change, old_containers: list[Any]) -> list[dict[str, Any]]:

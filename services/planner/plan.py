@@ -28,7 +28,7 @@ def plan(request: PlanInput) -> Plan:
     now = now_moment.timestamp()
     now_text = format_time(now)
     cloneset = request.clone_set
-    problem = validation.validate(cloneset) or _validate_objects(request)
+    problem = validation.validate(cloneset) or _validate_objects("pvcs", request.pvcs)
     if problem:
         return _rejected(cloneset, now_text, problem.field, problem.reason)
     spec = resolve(cloneset)
@@ -40,7 +40,14 @@ def plan(request: PlanInput) -> Plan:
         observed.get("currentRevision") or _infer_current(recorded, request.pods),
         int(observed.get("collisionCount") or 0),
     )
-    ctx = Context.build(spec, now, now_text, revision_plan, request.pods, request.pvcs, observed)
+    try:
+        ctx = Context.build(spec, now, now_text, revision_plan, request.pods, request.pvcs, observed)
+    except (KeyError, TypeError, AttributeError):
+        # Reading pods is the hot path, so their shape is checked only when reading one failed.
+        problem = _validate_objects("pods", request.pods)
+        if problem is None:
+            raise
+        return _rejected(cloneset, now_text, problem.field, problem.reason)
     if spec.update_type == IN_PLACE_ONLY:
         refusal = _in_place_only_refusal(ctx)
         if refusal:
@@ -94,15 +101,19 @@ def encode_plan(result: Plan) -> bytes:
     return _encoder.encode(result)
 
 
-def _validate_objects(request: PlanInput) -> validation.Invalid | None:
-    for kind, objects in (("pods", request.pods), ("pvcs", request.pvcs)):
-        for index, obj in enumerate(objects):
-            metadata = obj.get("metadata")
-            if not isinstance(metadata, dict) or not isinstance(metadata.get("name"), str):
-                return validation.Invalid(f"{kind}[{index}].metadata.name", "required")
-            labels = metadata.get("labels")
-            if labels is not None and not isinstance(labels, dict):
-                return validation.Invalid(f"{kind}[{index}].metadata.labels", "must be a map of strings")
+def _validate_objects(kind: str, objects: list[dict[str, Any]]) -> validation.Invalid | None:
+    for index, obj in enumerate(objects):
+        metadata = obj.get("metadata")
+        if not isinstance(metadata, dict) or not isinstance(metadata.get("name"), str):
+            return validation.Invalid(f"{kind}[{index}].metadata.name", "required")
+        for key in ("labels", "annotations"):
+            value = metadata.get(key)
+            if value is not None and not isinstance(value, dict):
+                return validation.Invalid(f"{kind}[{index}].metadata.{key}", "must be a map of strings")
+        for key in ("spec", "status"):
+            value = obj.get(key)
+            if value is not None and not isinstance(value, dict):
+                return validation.Invalid(f"{kind}[{index}].{key}", "must be an object")
     return None
 
 
@@ -123,7 +134,8 @@ def _in_place_only_refusal(ctx: Context) -> tuple[str, str] | None:
             return (
                 field,
                 f"InPlaceOnly: changing {field} cannot be done in place (only template metadata and "
-                "container images can, or probes/env/volumes in the extended in-place mode); nothing was changed",
+                "container images can, or probes/env/volumes in the extended in-place mode); "
+                "nothing was changed",
             )
     return None
 

@@ -1,4 +1,4 @@
-"""What the planner reads from a pod: readiness, availability, revision, sort keys (semantics G-3, G-4, CS-11).
+"""What the planner reads from a pod: readiness, availability, revision, order (semantics G-3, G-4, CS-11).
 
 Each pod is read once into a ``PodView``; everything later works on views.
 """
@@ -6,7 +6,6 @@ Each pod is read once into a ``PodView``; everything later works on views.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -25,7 +24,6 @@ _PHASE_RANK = {"Pending": 0, "Unknown": 1, "Running": 2}
 # Lifecycle states in which a pod may count as available. rollbook has no lifecycle hooks and never writes
 # the label; pods coming from OpenKruise keep theirs, and PreparingDelete/Updating/PreparingUpdate are busy.
 _NORMAL_LIFECYCLE = {"", "Normal", "PreparingNormal"}
-_NO_TIME = float("-inf")
 
 
 def parse_time(value: Any) -> float | None:
@@ -66,72 +64,114 @@ def _json_annotation(value: Any) -> dict[str, Any] | None:
     return parsed if isinstance(parsed, dict) else None
 
 
-@dataclass(slots=True)
-class PodView:
-    obj: dict[str, Any]
-    name: str
-    labels: dict[str, str]
-    annotations: dict[str, str]
-    instance_id: str
-    revision_hash: str  # the hash part of controller-revision-hash ('' when absent)
-    node: str
-    phase: str
-    active: bool
-    ready: bool
-    ready_since: float | None  # lastTransitionTime of Ready=True
-    inplace_ready: bool | None  # InPlaceUpdateReady condition; None when absent
-    has_inplace_gate: bool
-    lifecycle: str
-    created: float | None
-    restarts: int
-    deletion_cost: int
-    specified_delete: bool
+_UNSET: Any = object()
 
-    @classmethod
-    def read(cls, pod: dict[str, Any]) -> PodView:
-        metadata = pod.get("metadata") or {}
-        spec = pod.get("spec") or {}
+
+class PodView:
+    """One pod, read once. Fields every round needs are read eagerly; sort-only fields lazily."""
+
+    __slots__ = (
+        "obj",
+        "name",
+        "labels",
+        "annotations",
+        "instance_id",
+        "revision_hash",
+        "node",
+        "phase",
+        "active",
+        "ready",
+        "inplace_ready",
+        "lifecycle",
+        "specified_delete",
+        "_normal_running",
+        "_ready_since_text",
+        "_ready_since",
+        "_created",
+        "_restarts",
+        "_grace",
+        "_state",
+    )
+
+    def __init__(self, pod: dict[str, Any]) -> None:
+        metadata = pod["metadata"]
         status = pod.get("status") or {}
         labels = metadata.get("labels") or {}
-        annotations = metadata.get("annotations") or {}
+        self.obj = pod
+        self.name: str = metadata["name"]
+        if type(self.name) is not str:
+            raise TypeError("pod name must be a string")
+        self.labels: dict[str, str] = labels
+        self.annotations: dict[str, str] = metadata.get("annotations") or {}
+        if type(labels) is not dict or type(self.annotations) is not dict:
+            raise TypeError("labels and annotations must be maps")
+        self.instance_id: str = labels.get(INSTANCE_ID_LABEL, "")
+        self.revision_hash: str = labels.get(REVISION_LABEL, "").rsplit("-", 1)[-1]
+        self.node: str = (pod.get("spec") or {}).get("nodeName") or ""
         phase = status.get("phase") or ""
+        self.phase: str = phase
+        deleting = metadata.get("deletionTimestamp")
+        self.active: bool = phase != "Succeeded" and phase != "Failed" and not deleting
         ready = False
-        ready_since = None
+        ready_since_text = None
         inplace_ready = None
         for condition in status.get("conditions") or ():
             kind = condition.get("type")
             if kind == "Ready":
                 ready = condition.get("status") == "True"
                 if ready:
-                    ready_since = parse_time(condition.get("lastTransitionTime"))
+                    ready_since_text = condition.get("lastTransitionTime")
             elif kind == INPLACE_READY_CONDITION:
                 inplace_ready = condition.get("status") == "True"
-        restarts = 0
-        for container in status.get("containerStatuses") or ():
-            restarts = max(restarts, int(container.get("restartCount") or 0))
-        revision_label = labels.get(REVISION_LABEL, "")
-        return cls(
-            obj=pod,
-            name=metadata.get("name", ""),
-            labels=labels,
-            annotations=annotations,
-            instance_id=labels.get(INSTANCE_ID_LABEL, ""),
-            revision_hash=revision_label.rsplit("-", 1)[-1],
-            node=spec.get("nodeName") or "",
-            phase=phase,
-            active=phase not in ("Succeeded", "Failed") and not metadata.get("deletionTimestamp"),
-            ready=ready,
-            ready_since=ready_since,
-            inplace_ready=inplace_ready,
-            has_inplace_gate=any(
-                g.get("conditionType") == INPLACE_READY_CONDITION for g in spec.get("readinessGates") or ()
-            ),
-            lifecycle=labels.get(LIFECYCLE_STATE_LABEL, ""),
-            created=parse_time(metadata.get("creationTimestamp")),
-            restarts=restarts,
-            deletion_cost=_deletion_cost(annotations.get(DELETION_COST_ANNOTATION)),
-            specified_delete=SPECIFIED_DELETE_LABEL in labels,
+        self.ready: bool = ready
+        self.inplace_ready: bool | None = inplace_ready  # None when the condition is absent
+        self.lifecycle: str = labels.get(LIFECYCLE_STATE_LABEL, "")
+        self.specified_delete: bool = SPECIFIED_DELETE_LABEL in labels
+        self._normal_running = (
+            ready
+            and phase == "Running"
+            and inplace_ready is not False
+            and self.lifecycle in _NORMAL_LIFECYCLE
         )
+        self._ready_since_text = ready_since_text
+        self._ready_since: Any = _UNSET
+        self._created: Any = _UNSET
+        self._restarts: Any = _UNSET
+        self._grace: Any = _UNSET
+        self._state: Any = _UNSET
+
+    @classmethod
+    def read(cls, pod: dict[str, Any]) -> PodView:
+        return cls(pod)
+
+    @property
+    def ready_since(self) -> float | None:
+        """lastTransitionTime of Ready=True."""
+        if self._ready_since is _UNSET:
+            self._ready_since = parse_time(self._ready_since_text)
+        return self._ready_since  # type: ignore[no-any-return]
+
+    @property
+    def created(self) -> float | None:
+        if self._created is _UNSET:
+            self._created = parse_time((self.obj.get("metadata") or {}).get("creationTimestamp"))
+        return self._created  # type: ignore[no-any-return]
+
+    @property
+    def restarts(self) -> int:
+        if self._restarts is _UNSET:
+            statuses = (self.obj.get("status") or {}).get("containerStatuses") or ()
+            self._restarts = max((int(c.get("restartCount") or 0) for c in statuses), default=0)
+        return self._restarts  # type: ignore[no-any-return]
+
+    @property
+    def deletion_cost(self) -> int:
+        return _deletion_cost(self.annotations.get(DELETION_COST_ANNOTATION))
+
+    @property
+    def has_inplace_gate(self) -> bool:
+        gates = (self.obj.get("spec") or {}).get("readinessGates") or ()
+        return any(g.get("conditionType") == INPLACE_READY_CONDITION for g in gates)
 
     # --- readiness vocabulary -------------------------------------------------------------------------
 
@@ -145,12 +185,12 @@ class PodView:
 
     def cs_available(self, min_ready_seconds: int, now: float) -> bool:
         """CS-11: normal lifecycle, Running, available and InPlaceUpdateReady not False."""
-        return (
-            self.lifecycle in _NORMAL_LIFECYCLE
-            and self.phase == "Running"
-            and self.inplace_ready is not False
-            and self.available(min_ready_seconds, now)
-        )
+        if not self._normal_running:
+            return False
+        if min_ready_seconds == 0:
+            return True
+        since = self.ready_since
+        return since is not None and since + min_ready_seconds < now
 
     def counts_ready(self) -> bool:
         """CS-22 readyReplicas: Running, Ready and InPlaceUpdateReady not False."""
@@ -162,11 +202,15 @@ class PodView:
 
     @property
     def inplace_state(self) -> dict[str, Any] | None:
-        return _json_annotation(self.annotations.get(INPLACE_STATE_ANNOTATION))
+        if self._state is _UNSET:
+            self._state = _json_annotation(self.annotations.get(INPLACE_STATE_ANNOTATION))
+        return self._state  # type: ignore[no-any-return]
 
     @property
     def inplace_grace(self) -> dict[str, Any] | None:
-        return _json_annotation(self.annotations.get(INPLACE_GRACE_ANNOTATION))
+        if self._grace is _UNSET:
+            self._grace = _json_annotation(self.annotations.get(INPLACE_GRACE_ANNOTATION))
+        return self._grace  # type: ignore[no-any-return]
 
     # --- orderings ------------------------------------------------------------------------------------
 
@@ -213,6 +257,3 @@ class PodView:
 
 def container_statuses(pod: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {c.get("name", ""): c for c in (pod.get("status") or {}).get("containerStatuses") or ()}
-
-
-__all__ = ["PodView", "container_statuses", "format_time", "parse_time", "_NO_TIME"]

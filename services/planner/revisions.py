@@ -140,7 +140,7 @@ def plan_revisions(
 
 
 def prune_history(plan: RevisionPlan, history_limit: int, live_hashes: set[str]) -> None:
-    """Delete, oldest first, revisions that are neither current, update nor used by a pod, down to the limit."""
+    """Delete, oldest first, revisions neither current, update nor used by a pod, down to the limit."""
     keep = {plan.update.name, plan.current.name}
     spare = sorted(
         (r for r in plan.by_hash.values() if r.name not in keep and r.hash not in live_hashes),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import heapq
 import math
 import re
 from dataclasses import dataclass, field
@@ -29,7 +30,6 @@ class StepResult:
 def refresh(ctx: Context) -> StepResult:
     """Advance pods already in an in-place update: grace expiry, completion, readiness-gate init."""
     result = StepResult()
-    update = ctx.revisions.update
     for pod in sorted(ctx.pods, key=lambda p: p.name):
         grace = pod.inplace_grace
         if grace is not None:
@@ -59,7 +59,6 @@ def refresh(ctx: Context) -> StepResult:
                     reason="initialise the InPlaceUpdateReady readiness gate",
                 )
             )
-    del update
     return result
 
 
@@ -128,8 +127,8 @@ def _priority_key(strategy: dict[str, Any] | None) -> Any:
     return None
 
 
-def candidates(ctx: Context) -> list[PodView]:
-    """Old pods that may be updated, in OpenKruise's order (G-4, then priorityStrategy)."""
+def candidates(ctx: Context, wanted: int | None = None) -> list[PodView]:
+    """Old pods that may be updated, in OpenKruise's order (G-4, then priorityStrategy), first ``wanted``."""
     named = set(ctx.spec.pods_to_delete)
     pods = [
         p
@@ -140,11 +139,13 @@ def candidates(ctx: Context) -> list[PodView]:
         and not p.specified_delete
         and p.name not in named
     ]
-    pods.sort(key=PodView.active_order_key)
     priority = _priority_key(ctx.spec.priority_strategy)
-    if priority is not None:
-        pods.sort(key=priority)  # stable: ties keep the G-4 order
-    return pods
+    # The priority re-sort is stable over the G-4 order, i.e. one sort on (priority, G-4 key).
+    key = PodView.active_order_key if priority is None else lambda p: (priority(p), p.active_order_key())
+    if wanted is not None and wanted < len(pods) // 4:
+        return heapq.nsmallest(wanted, pods, key=key)  # O(n log k): only the head of the order is walked
+    pods.sort(key=key)
+    return pods if wanted is None else pods[:wanted]
 
 
 def update_step(ctx: Context, classes: Classes, diffs: Diffs) -> StepResult:
@@ -158,7 +159,9 @@ def update_step(ctx: Context, classes: Classes, diffs: Diffs) -> StepResult:
     busy = sum(1 for p in classes.new if not p.cs_available(spec.min_ready_seconds, ctx.now))
     busy += classes.in_flight_old
     chosen: list[PodView] = []
-    for pod in candidates(ctx)[: diffs.update_num]:
+    # The walk stops after at most `limit` available candidates; unavailable ones cost nothing.
+    wanted = min(diffs.update_num, unavailable + limit + 1)
+    for pod in candidates(ctx, wanted):
         if busy + len(chosen) >= limit:
             break
         if pod.cs_available(spec.min_ready_seconds, ctx.now):

@@ -29,9 +29,25 @@ def validate(cloneset: Any) -> Invalid | None:
     metadata = cloneset.get("metadata")
     if not isinstance(metadata, dict) or not isinstance(metadata.get("name"), str) or not metadata["name"]:
         return Invalid("metadata.name", "required")
-    annotations = metadata.get("annotations")
-    if annotations is not None and not isinstance(annotations, dict):
+    if not _string_map(metadata.get("annotations")):
         return Invalid("metadata.annotations", "must be a map of strings")
+    for key in ("uid", "namespace"):
+        if metadata.get(key) is not None and not isinstance(metadata[key], str):
+            return Invalid(f"metadata.{key}", "must be a string")
+    generation = metadata.get("generation")
+    if generation is not None and not _is_int(generation):
+        return Invalid("metadata.generation", "must be an integer")
+    status = cloneset.get("status")
+    if status is not None:
+        if not isinstance(status, dict):
+            return Invalid("status", "must be an object")
+        if status.get("currentRevision") is not None and not isinstance(status["currentRevision"], str):
+            return Invalid("status.currentRevision", "must be a string")
+        if status.get("collisionCount") is not None and not _is_int(status["collisionCount"]):
+            return Invalid("status.collisionCount", "must be an integer")
+        conditions = status.get("conditions")
+        if conditions is not None and not isinstance(conditions, list):
+            return Invalid("status.conditions", "must be a list")
     spec = cloneset.get("spec")
     if not isinstance(spec, dict):
         return Invalid("spec", "required")
@@ -58,8 +74,72 @@ def _validate_spec(spec: dict[str, Any]) -> Invalid | None:
     return _validate_claim_templates(spec)
 
 
+def _string_map(value: Any) -> bool:
+    return value is None or (
+        isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in value.items())
+    )
+
+
+def _selector_shape(selector: Any, where: str) -> Invalid | None:
+    if not isinstance(selector, dict):
+        return Invalid(where, "must be an object with matchLabels and/or matchExpressions")
+    if not _string_map(selector.get("matchLabels")):
+        return Invalid(f"{where}.matchLabels", "must be a map of strings")
+    expressions = selector.get("matchExpressions")
+    if expressions is not None and not isinstance(expressions, list):
+        return Invalid(f"{where}.matchExpressions", "must be a list")
+    for i, expr in enumerate(expressions or []):
+        if not isinstance(expr, dict) or not isinstance(expr.get("key"), str):
+            return Invalid(f"{where}.matchExpressions[{i}].key", "required")
+        values = expr.get("values")
+        if values is not None and (
+            not isinstance(values, list) or not all(isinstance(v, str) for v in values)
+        ):
+            return Invalid(f"{where}.matchExpressions[{i}].values", "must be a list of strings")
+    try:
+        selectors.validate_selector(selector, where)
+    except selectors.SelectorError as error:
+        return Invalid(error.field, error.reason)
+    return None
+
+
+def _validate_containers(pod_spec: dict[str, Any]) -> Invalid | None:
+    containers = pod_spec.get("containers")
+    if not isinstance(containers, list) or not containers:
+        return Invalid("spec.template.spec.containers", "at least one container is required")
+    seen: set[str] = set()
+    for i, container in enumerate(containers):
+        if (
+            not isinstance(container, dict)
+            or not isinstance(container.get("name"), str)
+            or not container["name"]
+        ):
+            return Invalid(f"spec.template.spec.containers[{i}].name", "required")
+        if container["name"] in seen:
+            return Invalid(
+                f"spec.template.spec.containers[{i}].name", f"duplicate name {container['name']!r}"
+            )
+        seen.add(container["name"])
+        if not isinstance(container.get("image", ""), str):
+            return Invalid(f"spec.template.spec.containers[{i}].image", "must be a string")
+        for key in ("env", "volumeMounts"):
+            items = container.get(key)
+            if items is not None and (
+                not isinstance(items, list) or not all(isinstance(e, dict) for e in items)
+            ):
+                return Invalid(f"spec.template.spec.containers[{i}].{key}", "must be a list of objects")
+    for key in ("volumes", "readinessGates"):
+        items = pod_spec.get(key)
+        if items is not None and (not isinstance(items, list) or not all(isinstance(e, dict) for e in items)):
+            return Invalid(f"spec.template.spec.{key}", "must be a list of objects")
+    return None
+
+
 def _validate_selector_and_template(spec: dict[str, Any]) -> Invalid | None:
     selector = spec.get("selector")
+    problem = _selector_shape(selector, "spec.selector") if selector is not None else None
+    if problem:
+        return problem
     if selectors.is_empty(selector):
         return Invalid("spec.selector", "required and must not be empty")
     try:
@@ -73,8 +153,10 @@ def _validate_selector_and_template(spec: dict[str, Any]) -> Invalid | None:
     if not isinstance(template_meta, dict):
         return Invalid("spec.template.metadata", "must be an object")
     template_labels = template_meta.get("labels") or {}
-    if not isinstance(template_labels, dict):
+    if not _string_map(template_labels):
         return Invalid("spec.template.metadata.labels", "must be a map of strings")
+    if not _string_map(template_meta.get("annotations")):
+        return Invalid("spec.template.metadata.annotations", "must be a map of strings")
     if not selectors.matches(selector, template_labels):
         return Invalid("spec.template.metadata.labels", "`selector` does not match template `labels`")
     pod_spec = template.get("spec")
@@ -137,7 +219,9 @@ def _validate_update_strategy(spec: dict[str, Any], replicas: int) -> Invalid | 
     if paused is not None and not isinstance(paused, bool):
         return Invalid("spec.updateStrategy.paused", f"must be a boolean, got {paused!r}")
     inplace = strategy.get("inPlaceUpdateStrategy") or {}
-    grace = inplace.get("gracePeriodSeconds") if isinstance(inplace, dict) else None
+    if not isinstance(inplace, dict):
+        return Invalid("spec.updateStrategy.inPlaceUpdateStrategy", "must be an object")
+    grace = inplace.get("gracePeriodSeconds")
     if grace is not None and (not _is_int(grace) or grace < 0):
         return Invalid(
             "spec.updateStrategy.inPlaceUpdateStrategy.gracePeriodSeconds",
@@ -153,11 +237,14 @@ def _validate_priority(priority: Any) -> Invalid | None:
     if not isinstance(priority, dict):
         return Invalid(where, "must be an object")
     weights, orders = priority.get("weightPriority"), priority.get("orderPriority")
+    for name, terms in (("weightPriority", weights), ("orderPriority", orders)):
+        if terms is not None and (not isinstance(terms, list) or not all(isinstance(t, dict) for t in terms)):
+            return Invalid(f"{where}.{name}", "must be a list of objects")
     if weights and orders:
         return Invalid(where, "only one of weightPriority and orderPriority can be used")
     for i, term in enumerate(weights or []):
         weight = term.get("weight") if isinstance(term, dict) else None
-        if not _is_int(weight) or not 0 <= weight <= 100:
+        if not isinstance(weight, int) or isinstance(weight, bool) or not 0 <= weight <= 100:
             return Invalid(f"{where}.weightPriority[{i}].weight", "must be an integer in [0, 100]")
         if selectors.is_empty(term.get("matchSelector")):
             return Invalid(f"{where}.weightPriority[{i}].matchSelector", "must not be empty")
@@ -168,7 +255,7 @@ def _validate_priority(priority: Any) -> Invalid | None:
         except selectors.SelectorError as error:
             return Invalid(error.field, error.reason)
     for i, term in enumerate(orders or []):
-        if not isinstance(term, dict) or not term.get("orderedKey"):
+        if not isinstance(term.get("orderedKey"), str) or not term["orderedKey"]:
             return Invalid(f"{where}.orderPriority[{i}].orderedKey", "required")
     return None
 
@@ -183,6 +270,9 @@ def _validate_scale_strategy(spec: dict[str, Any], replicas: int) -> Invalid | N
     if len(set(names)) != len(names):
         duplicate = next(n for n in names if names.count(n) > 1)
         return Invalid("spec.scaleStrategy.podsToDelete", f"duplicate pod name {duplicate!r}")
+    reuse = scale.get("disablePVCReuse")
+    if reuse is not None and not isinstance(reuse, bool):
+        return Invalid("spec.scaleStrategy.disablePVCReuse", f"must be a boolean, got {reuse!r}")
     value = scale.get("maxUnavailable")
     if value is not None:
         try:
@@ -200,9 +290,16 @@ def _validate_claim_templates(spec: dict[str, Any]) -> Invalid | None:
         return Invalid("spec.volumeClaimTemplates", "must be a list")
     seen: set[str] = set()
     for i, template in enumerate(templates):
-        name = ((template or {}).get("metadata") or {}).get("name") if isinstance(template, dict) else None
+        metadata = template.get("metadata") if isinstance(template, dict) else None
+        name = metadata.get("name") if isinstance(metadata, dict) else None
         if not isinstance(name, str) or not name:
             return Invalid(f"spec.volumeClaimTemplates[{i}].metadata.name", "required")
+        if not _string_map(metadata.get("labels")) or not _string_map(metadata.get("annotations")):  # type: ignore[union-attr]
+            return Invalid(
+                f"spec.volumeClaimTemplates[{i}].metadata", "labels and annotations must be maps of strings"
+            )
+        if not isinstance(template.get("spec", {}), dict):
+            return Invalid(f"spec.volumeClaimTemplates[{i}].spec", "must be an object")
         if name in seen:
             return Invalid(f"spec.volumeClaimTemplates[{i}].metadata.name", f"duplicate name {name!r}")
         seen.add(name)

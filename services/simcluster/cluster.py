@@ -43,6 +43,10 @@ class SimConfig:
     bookmark_interval: float = 5.0  # seconds between BOOKMARKs on a quiet watch that asked for them
     kubeconfig_path: str | None = None  # where to write the kubeconfig; None: a temporary directory
     kubelet: bool = True  # run the simulated scheduler/kubelet/PVC binder
+    kubelet_events: bool = (
+        True  # record core/v1 Events (Scheduled, Pulling, Pulled, Created, Started, Killing)
+    )
+    max_events: int = 10_000  # oldest Events are deleted beyond this (real clusters expire them after 1 h)
 
 
 class SimCluster:
@@ -57,7 +61,13 @@ class SimCluster:
         self.gc = GarbageCollector(self.store)
         self.kubelet: Kubelet | None = (
             Kubelet(
-                self.store, list(cfg.nodes), cfg.timing, seed=cfg.seed, extended_inplace=cfg.extended_inplace
+                self.store,
+                list(cfg.nodes),
+                cfg.timing,
+                seed=cfg.seed,
+                extended_inplace=cfg.extended_inplace,
+                events=cfg.kubelet_events,
+                max_events=cfg.max_events,
             )
             if cfg.kubelet
             else None

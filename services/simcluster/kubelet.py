@@ -16,13 +16,18 @@ All delays come from ``Timing`` and are jittered by a seeded RNG; all zero makes
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import random
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from .resources import NODES, PODS, PVCS, ResourceType
+from .errors import ApiError
+from .resources import EVENTS, NODES, PODS, PVCS, ResourceType
 from .store import Key, Obj, Store, WatchEvent, key_of, now_iso
+
+PVC_PROTECTION = "kubernetes.io/pvc-protection"
 
 
 @dataclass(frozen=True)
@@ -135,8 +140,14 @@ class Kubelet:
         timing: Timing,
         seed: int = 0,
         extended_inplace: bool = False,
+        events: bool = True,
+        max_events: int = 10_000,
     ) -> None:
         self.store = store
+        self.events = events
+        self.max_events = max_events
+        self._event_keys: deque[Key] = deque()
+        self._unschedulable_reported: set[str] = set()
         self.timing = timing
         self.extended_inplace = extended_inplace
         self.rng = random.Random(seed)
@@ -148,6 +159,7 @@ class Kubelet:
         self._closed = False
         store.listeners.append(self._on_event)
         store.graceful_delete = self._graceful_delete
+        store.create_hooks.append(self._protect_pvc)
 
     # ---- lifecycle ---------------------------------------------------------------------------------
 
@@ -233,6 +245,54 @@ class Kubelet:
             rt is PODS and bool((obj.get("spec") or {}).get("nodeName")) and grace != 0 and not self._closed
         )
 
+    def _emit(
+        self, pod: Obj, reason: str, message: str, warning: bool = False, component: str = "kubelet"
+    ) -> None:
+        """Record a core/v1 Event about the pod (as `kubectl describe` shows), keeping at most max_events."""
+        if not self.events:
+            return
+        meta = pod["metadata"]
+        namespace = meta.get("namespace", "default")
+        when = now_iso()
+        host = (pod.get("spec") or {}).get("nodeName", "")
+        with contextlib.suppress(ApiError):
+            created = self.store.create(
+                EVENTS,
+                namespace,
+                {
+                    "metadata": {
+                        "name": f"{meta['name']}.{self.rng.getrandbits(64):016x}",
+                        "namespace": namespace,
+                    },
+                    "involvedObject": {
+                        "kind": "Pod",
+                        "apiVersion": "v1",
+                        "namespace": namespace,
+                        "name": meta["name"],
+                        "uid": meta["uid"],
+                        "resourceVersion": meta.get("resourceVersion", ""),
+                    },
+                    "reason": reason,
+                    "message": message,
+                    "type": "Warning" if warning else "Normal",
+                    "source": {
+                        "component": component,
+                        **({"host": host} if host and component == "kubelet" else {}),
+                    },
+                    "firstTimestamp": when,
+                    "lastTimestamp": when,
+                    "count": 1,
+                    "reportingComponent": component,
+                    "reportingInstance": host,
+                },
+                validate=False,
+            )
+            self._event_keys.append((namespace, created["metadata"]["name"]))
+        while len(self._event_keys) > self.max_events:
+            namespace, name = self._event_keys.popleft()
+            with contextlib.suppress(ApiError):
+                self.store.delete(EVENTS, namespace, name)
+
     # ---- events ------------------------------------------------------------------------------------
 
     def _on_event(self, event: WatchEvent) -> None:
@@ -240,8 +300,17 @@ class Kubelet:
             return
         if event.resource is PODS:
             self._on_pod(event)
-        elif event.resource is PVCS and event.type == "ADDED":
+        if event.resource is PVCS and event.type == "ADDED":
             self._spawn(self._bind_pvc(key_of(event.obj), event.obj["metadata"]["uid"]))
+        if (
+            event.resource is PVCS
+            and event.type == "MODIFIED"
+            and event.obj["metadata"].get("deletionTimestamp")
+        ):
+            self._spawn(self._release_pvc(*key_of(event.obj)))
+        if event.resource is PODS and event.type == "DELETED":
+            for claim in _claims(event.obj):
+                self._spawn(self._release_pvc(key_of(event.obj)[0], claim))
 
     def _on_pod(self, event: WatchEvent) -> None:
         key = key_of(event.obj)
@@ -310,6 +379,9 @@ class Kubelet:
                 status.get("conditions") or [], "PodScheduled", "False", "Unschedulable", message
             )
             self.store.commit_internal(PODS, dict(pod, status=status))
+            if uid not in self._unschedulable_reported:
+                self._unschedulable_reported.add(uid)
+                self._emit(pod, "FailedScheduling", message, warning=True, component="default-scheduler")
             return  # stays in _pending; retried when capacity frees up
         self._pending.discard(key)
         status["conditions"] = _set_condition(status.get("conditions") or [], "PodScheduled", "True")
@@ -318,7 +390,14 @@ class Kubelet:
         wanted_node.pods.add(key)
         wanted_node.cpu_used += cpu
         self.pod_cpu[key] = cpu
-        self.store.commit_internal(PODS, bound)
+        self._unschedulable_reported.discard(uid)
+        bound = self.store.commit_internal(PODS, bound)
+        self._emit(
+            bound,
+            "Scheduled",
+            f"Successfully assigned {key[0]}/{key[1]} to {wanted_node.config.name}",
+            component="default-scheduler",
+        )
 
     async def _retry_pending(self) -> None:
         await asyncio.sleep(0)
@@ -391,17 +470,30 @@ class Kubelet:
                                 "containerID": current.container_id,
                             }
                             current.restart_count += 1
+                            self._emit(
+                                pod, "Killing", f"Container {name} definition changed, will be restarted"
+                            )
                         current.running, current.ready = False, False
                         current.waiting_reason = "ContainerRebuilding"
                         todo.append((current, image, fingerprint))
                 if todo:
                     self._write_status(key, runtime)
                     node = self.nodes.get(runtime.node)
+                    pulls = {img: self._pull_seconds(runtime.node, img) for _, img, _ in todo}
+                    for img in pulls:
+                        if node is not None and img in node.images:
+                            self._emit(pod, "Pulled", f'Container image "{img}" already present on machine')
+                        else:
+                            self._emit(pod, "Pulling", f'Pulling image "{img}"')
                     await self._sleep(
                         max(self._pull_seconds(runtime.node, img) for _, img, _ in todo) + self.timing.start
                     )
-                    if self._current(key, runtime) is None:
+                    pod = self._current(key, runtime)
+                    if pod is None:
                         return
+                    for img, seconds in pulls.items():
+                        if node is None or img not in node.images:
+                            self._emit(pod, "Pulled", f'Successfully pulled image "{img}" in {seconds:.3f}s')
                     for container_rt, image, fingerprint in todo:
                         if node is not None:
                             node.images.add(image)
@@ -411,6 +503,8 @@ class Kubelet:
                         container_rt.container_id = "containerd://" + _digest(
                             f"{runtime.uid}/{container_rt.name}/{container_rt.restart_count}"
                         )
+                        self._emit(pod, "Created", f"Created container {container_rt.name}")
+                        self._emit(pod, "Started", f"Started container {container_rt.name}")
                     self._write_status(key, runtime)
                     continue
                 unready = [c for c in runtime.containers.values() if c.running and not c.ready]
@@ -432,6 +526,9 @@ class Kubelet:
     async def _terminate(self, key: Key, runtime: PodRuntime, pod: Obj) -> None:
         grace = pod["metadata"].get("deletionGracePeriodSeconds")
         delay = self.timing.terminate if grace is None else min(self.timing.terminate, float(grace))
+        for name, container in runtime.containers.items():
+            if container.running:
+                self._emit(pod, "Killing", f"Stopping container {name}")
         await self._sleep(delay)
         current = self._current(key, runtime)
         if current is not None:
@@ -532,7 +629,33 @@ class Kubelet:
             status["initContainerStatuses"] = init_statuses
         self.store.commit_internal(PODS, dict(pod, status=status))
 
-    # ---- PVC binder --------------------------------------------------------------------------------
+    # ---- PVC binder and protection -----------------------------------------------------------------
+
+    @staticmethod
+    def _protect_pvc(rt: ResourceType, obj: Obj) -> None:
+        """Like the StorageObjectInUseProtection admission plugin: new PVCs get the protection finalizer."""
+        if rt is PVCS:
+            finalizers = obj["metadata"].setdefault("finalizers", [])
+            if PVC_PROTECTION not in finalizers:
+                finalizers.append(PVC_PROTECTION)
+
+    async def _release_pvc(self, namespace: str, name: str) -> None:
+        """A deleted PVC goes once no pod uses it (the pvc-protection controller)."""
+        await asyncio.sleep(0)
+        pvc = self.store.objects[PVCS].get((namespace, name))
+        if pvc is None or not pvc["metadata"].get("deletionTimestamp"):
+            return
+        if PVC_PROTECTION not in (pvc["metadata"].get("finalizers") or []):
+            return
+        for (pod_namespace, _), pod in self.store.objects[PODS].items():
+            if pod_namespace == namespace and name in _claims(pod):
+                return  # still in use; checked again when that pod is deleted
+        released = dict(pvc)
+        released["metadata"] = dict(
+            pvc["metadata"], finalizers=[f for f in pvc["metadata"]["finalizers"] if f != PVC_PROTECTION]
+        )
+        with contextlib.suppress(ApiError):
+            self.store.update(PVCS, namespace, name, released, validate=False)
 
     async def _bind_pvc(self, key: Key, uid: str) -> None:
         await self._sleep(self.timing.pvc_bind)
@@ -547,6 +670,14 @@ class Kubelet:
             "capacity": dict((spec.get("resources") or {}).get("requests") or {"storage": "1Gi"}),
         }
         self.store.commit_internal(PVCS, dict(pvc, spec=spec, status=status))
+
+
+def _claims(pod: Obj) -> list[str]:
+    return [
+        v["persistentVolumeClaim"]["claimName"]
+        for v in (pod.get("spec") or {}).get("volumes") or []
+        if isinstance(v, dict) and (v.get("persistentVolumeClaim") or {}).get("claimName")
+    ]
 
 
 def _set_condition(

@@ -15,7 +15,7 @@ from . import errors, patch, resources
 from .admission import Admission
 from .errors import ApiError
 from .faults import Faults
-from .resources import NAMESPACES, ResourceType
+from .resources import CLONESETS, NAMESPACES, ResourceType
 from .selectors import parse_field_selector, parse_label_selector
 from .store import Store, Watcher, WatchEvent, deep_copy
 from .tables import to_table, wants_table
@@ -97,7 +97,7 @@ class ApiServer:
             return web.Response(text="ok")
         if head == "version":
             return _json(SERVER_VERSION)
-        if head == "openapi":
+        if head == "openapi" and parts[1:] == ["v2"]:
             # An empty OpenAPI v2 protobuf document: clients (kubectl) then skip schema validation for every
             # kind, which is what they do for kinds a real server publishes no schema for.
             return web.Response(
@@ -163,6 +163,18 @@ class ApiServer:
                     "categories": list(r.categories),
                 }
             )
+            if r is CLONESETS:
+                entries.append(
+                    {
+                        "name": f"{r.plural}/scale",
+                        "singularName": "",
+                        "namespaced": True,
+                        "group": "autoscaling",
+                        "version": "v1",
+                        "kind": "Scale",
+                        "verbs": ["get", "patch", "update"],
+                    }
+                )
             if r.has_status:
                 entries.append(
                     {
@@ -196,7 +208,7 @@ class ApiServer:
             raise errors.ApiError(404, "the server could not find the requested resource", "NotFound")
         name = rest[1] if len(rest) > 1 else ""
         sub = rest[2] if len(rest) > 2 else ""
-        if sub and not (sub == "status" and rt.has_status):
+        if sub and not (sub == "status" and rt.has_status) and not (sub == "scale" and rt is CLONESETS):
             raise errors.ApiError(404, "the server could not find the requested resource", "NotFound")
         return rt, namespace, name, sub
 
@@ -211,6 +223,8 @@ class ApiServer:
         if query.get("dryRun"):
             raise errors.ApiError(400, "simcluster does not support dryRun")
         method = request.method
+        if sub == "scale":
+            return await self._scale(request, rt, ns, name)
         if method == "GET":
             if name:
                 obj = self.store.get(rt, ns, name)
@@ -242,6 +256,52 @@ class ApiServer:
         if method == "DELETE" and not name:
             return await self._delete_collection(request, rt, namespace)
         raise errors.ApiError(405, f"{method} is not supported here", "MethodNotAllowed")
+
+    async def _scale(self, request: web.Request, rt: ResourceType, ns: str, name: str) -> web.Response:
+        """The CloneSet `scale` subresource (autoscaling/v1 Scale over spec.replicas), for `kubectl scale`."""
+
+        def as_scale(obj: Obj) -> Obj:
+            meta = obj["metadata"]
+            status = obj.get("status") or {}
+            return {
+                "kind": "Scale",
+                "apiVersion": "autoscaling/v1",
+                "metadata": {
+                    k: meta[k]
+                    for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
+                    if k in meta
+                },
+                "spec": {"replicas": (obj.get("spec") or {}).get("replicas", 1)},
+                "status": {
+                    "replicas": status.get("replicas", 0),
+                    "selector": status.get("labelSelector", ""),
+                },
+            }
+
+        current = self.store.get(rt, ns, name)
+        if request.method == "GET":
+            return _json(as_scale(current))
+        body = await self._body(request)
+        if request.method == "PUT":
+            wanted = body
+        elif request.method == "PATCH":
+            wanted = patch.apply_patch(
+                request.headers.get("Content-Type", ""), as_scale(current), body, False
+            )
+        else:
+            raise errors.ApiError(405, f"{request.method} is not supported on scale", "MethodNotAllowed")
+        replicas = (wanted.get("spec") or {}).get("replicas")
+        if not isinstance(replicas, int) or replicas < 0:
+            raise errors.invalid(
+                "autoscaling",
+                "Scale",
+                name,
+                [("spec.replicas", "FieldValueInvalid", "must be a non-negative integer")],
+            )
+        updated = deep_copy(current)
+        updated["spec"]["replicas"] = replicas
+        updated["metadata"]["resourceVersion"] = (wanted.get("metadata") or {}).get("resourceVersion") or ""
+        return _json(as_scale(self.store.update(rt, ns, name, updated)))
 
     async def _body(self, request: web.Request) -> Any:
         raw = await request.read()
@@ -356,6 +416,7 @@ class ApiServer:
         bookmarks = query.get("allowWatchBookmarks", "").lower() in ("true", "1")
         timeout = float(query.get("timeoutSeconds") or self.default_watch_timeout)
         rv_param = query.get("resourceVersion") or ""
+        table = wants_table(request.headers.get("Accept", ""))
         response = web.StreamResponse(headers={"Content-Type": "application/json"})
         response.enable_chunked_encoding()
         await response.prepare(request)
@@ -387,7 +448,9 @@ class ApiServer:
         deadline = time.monotonic() + timeout
         try:
             for event in initial:
-                line = self._event_line(event, predicate)
+                if cut_after and sent >= cut_after:
+                    break
+                line = self._event_line(event, predicate, table)
                 if line:
                     await response.write(line)
                     sent += 1
@@ -423,7 +486,7 @@ class ApiServer:
                     if queued is None:
                         stop = True
                         break
-                    line = self._event_line(queued, predicate)
+                    line = self._event_line(queued, predicate, table)
                     if line:
                         chunk += line
                         sent += 1
@@ -443,16 +506,20 @@ class ApiServer:
         return response
 
     @staticmethod
-    def _event_line(event: WatchEvent, predicate: Callable[[Obj], bool]) -> bytes | None:
-        """Selector-aware: an object entering the selection is ADDED, one leaving it is DELETED."""
+    def _event_line(event: WatchEvent, predicate: Callable[[Obj], bool], table: bool = False) -> bytes | None:
+        """Selector-aware: an object entering the selection is ADDED, one leaving it is DELETED.
+        With ``table`` (kubectl get -w) each object is sent as a one-row Table, as the API server does."""
         now = predicate(event.obj)
+        event_type: str | None = event.type if now else None
         if event.type == "MODIFIED" and event.prev is not None:
             before = predicate(event.prev)
-            if now and before:
-                return event.encoded()
-            if now:
-                return msgspec.json.encode({"type": "ADDED", "object": event.obj}) + b"\n"
-            if before:
-                return msgspec.json.encode({"type": "DELETED", "object": event.obj}) + b"\n"
+            event_type = "MODIFIED" if now and before else "ADDED" if now else "DELETED" if before else None
+        if event_type is None:
             return None
-        return event.encoded() if now else None
+        if table:
+            meta = {"resourceVersion": event.obj["metadata"].get("resourceVersion", "")}
+            rendered = to_table(event.resource, [event.obj], meta)
+            return msgspec.json.encode({"type": event_type, "object": rendered}) + b"\n"
+        if event_type == event.type:
+            return event.encoded()
+        return msgspec.json.encode({"type": event_type, "object": event.obj}) + b"\n"

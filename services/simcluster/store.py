@@ -98,6 +98,8 @@ class Store:
         self.rng = random.Random(seed)
         self._by_uid: dict[str, tuple[ResourceType, Key]] = {}
         self._dependents: dict[str, set[tuple[ResourceType, Key]]] = {}
+        # In-process admission plugins (e.g. PVC protection): may change an object about to be created.
+        self.create_hooks: list[Callable[[ResourceType, Obj], None]] = []
         # Decides whether deleting this object is graceful (the kubelet finishes it). Set by the kubelet.
         self.graceful_delete: Callable[[ResourceType, Obj, int | None], bool] = lambda rt, obj, grace: False
 
@@ -252,6 +254,8 @@ class Store:
                     meta["name"] = candidate
                     break
         apply_defaults(rt, obj, None)
+        for hook in self.create_hooks:
+            hook(rt, obj)
         if validate:
             validate_create(rt, obj)
         if key_of(obj) in self.objects[rt]:

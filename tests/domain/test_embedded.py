@@ -10,13 +10,13 @@ import sys
 import time
 from pathlib import Path
 
-import asyncpg
 import psutil
 import pytest
 
 from services.domain.bus import Bus
 from services.domain.embedded import EmbeddedError, EmbeddedServers
 from services.domain.settings import Settings
+from services.domain.store import EventStore
 from tests.domain.bus_helpers import eventually, paused
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -36,8 +36,9 @@ def tree(pid: int) -> list[int]:
     return [pid, *(child.pid for child in process.children(recursive=True))]
 
 
-async def test_starts_migrates_serves_and_stops_with_no_process_left(tmp_path: Path) -> None:
-    servers = EmbeddedServers(Settings(data_dir=str(tmp_path / "data")))
+async def test_starts_migrates_serves_and_stops_with_no_process_left(server_data_dir: Path) -> None:
+    event = paused("CloneSet/default/web", 1)
+    servers = EmbeddedServers(Settings(data_dir=str(server_data_dir / "data")))
     settings = await servers.start()
     try:
         assert settings.database_url.startswith("postgresql://") and "127.0.0.1" in settings.database_url
@@ -45,15 +46,12 @@ async def test_starts_migrates_serves_and_stops_with_no_process_left(tmp_path: P
         pids = [pid for server_pid in servers.pids.values() for pid in tree(server_pid)]
         assert len(pids) > 2  # postmaster, its workers, nats-server
 
-        connection = await asyncpg.connect(settings.database_url)
+        store = await EventStore.connect(settings.database_url)  # the schema is there: migrations ran
         try:
-            if (PROJECT_ROOT / "alembic.ini").exists():  # migrations ran at start
-                assert await connection.fetchval("SELECT count(*) FROM alembic_version") == 1
-            await connection.execute("CREATE TABLE roundtrip (id int PRIMARY KEY, body text)")
-            await connection.execute("INSERT INTO roundtrip VALUES (1, 'appended')")
-            assert await connection.fetchval("SELECT body FROM roundtrip WHERE id = 1") == "appended"
+            assert (await store.append([event], expected_version=0)).appended == 1
+            assert [stored.envelope for stored in await store.read_stream("CloneSet/default/web")] == [event]
         finally:
-            await connection.close()
+            await store.close()
 
         bus = await Bus.connect(settings)
         try:
@@ -67,31 +65,31 @@ async def test_starts_migrates_serves_and_stops_with_no_process_left(tmp_path: P
     await eventually(lambda: not any(psutil.pid_exists(pid) for pid in pids), within=10, what="all exited")
 
     # Data dir reuse: the same directory starts again and still holds what was written.
-    async with EmbeddedServers(Settings(data_dir=str(tmp_path / "data"))) as again:
-        connection = await asyncpg.connect(again.database_url)
+    async with EmbeddedServers(Settings(data_dir=str(server_data_dir / "data"))) as again:
+        store = await EventStore.connect(again.database_url)
         try:
-            assert await connection.fetchval("SELECT body FROM roundtrip WHERE id = 1") == "appended"
+            assert [stored.envelope for stored in await store.read_stream("CloneSet/default/web")] == [event]
         finally:
-            await connection.close()
-    assert processes_under(tmp_path) == []
+            await store.close()
+    assert processes_under(server_data_dir) == []
 
 
-async def test_a_second_process_cannot_take_a_data_dir_in_use(tmp_path: Path) -> None:
+async def test_a_second_process_cannot_take_a_data_dir_in_use(server_data_dir: Path) -> None:
     async with EmbeddedServers(
-        Settings(data_dir=str(tmp_path), nats_url="nats://unused:4222"), migrate=False
+        Settings(data_dir=str(server_data_dir), nats_url="nats://unused:4222"), migrate=False
     ):
         with pytest.raises(EmbeddedError, match="in use by pid"):
-            await EmbeddedServers(Settings(data_dir=str(tmp_path))).start()
+            await EmbeddedServers(Settings(data_dir=str(server_data_dir))).start()
 
 
-def test_servers_of_a_killed_run_go_away_and_the_next_run_starts(tmp_path: Path) -> None:
+def test_servers_of_a_killed_run_go_away_and_the_next_run_starts(server_data_dir: Path) -> None:
     """kill -9 of the rollbook process must not leave servers running, nor block the next start."""
     script = (
         "import asyncio, sys\n"
         "from services.domain.embedded import EmbeddedServers\n"
         "from services.domain.settings import Settings\n"
         "async def main():\n"
-        f"    s = EmbeddedServers(Settings(data_dir={str(tmp_path)!r}), migrate=False)\n"
+        f"    s = EmbeddedServers(Settings(data_dir={str(server_data_dir)!r}), migrate=False)\n"
         "    await s.start()\n"
         "    print(' '.join(str(p) for p in s.pids.values()), flush=True)\n"
         "    await asyncio.sleep(60)\n"
@@ -115,7 +113,7 @@ def test_servers_of_a_killed_run_go_away_and_the_next_run_starts(tmp_path: Path)
     while any(psutil.pid_exists(p) for p in server_pids) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert [p for p in server_pids if psutil.pid_exists(p)] == []
-    assert (tmp_path / "embedded.lock").exists()  # stale files are left behind ...
+    assert (server_data_dir / "embedded.lock").exists()  # stale files are left behind ...
 
     # ... and do not stop the next run.
     rerun = subprocess.run(
@@ -123,7 +121,7 @@ def test_servers_of_a_killed_run_go_away_and_the_next_run_starts(tmp_path: Path)
         cwd=PROJECT_ROOT,
         env={
             **os.environ,
-            "ROLLBOOK_DATA_DIR": str(tmp_path),
+            "ROLLBOOK_DATA_DIR": str(server_data_dir),
             "ROLLBOOK_DATABASE_URL": "",
             "ROLLBOOK_NATS_URL": "",
         },
@@ -133,4 +131,4 @@ def test_servers_of_a_killed_run_go_away_and_the_next_run_starts(tmp_path: Path)
     )
     assert rerun.returncode == 0, rerun.stdout + rerun.stderr
     assert "selfcheck passed" in rerun.stdout
-    assert processes_under(tmp_path) == []
+    assert processes_under(server_data_dir) == []

@@ -219,10 +219,11 @@ class Cluster:
     def run(self, max_steps: int = 200) -> int:
         """Step until a round plans nothing and asks for no requeue; return the number of steps."""
         for step in range(1, max_steps + 1):
+            settled = self.settled()
             result = self.step()
             if result.rejected is not None:
                 return step
-            if not result.actions and result.requeue_after_seconds is None and self.settled():
+            if not result.actions and result.requeue_after_seconds is None and settled:
                 return step
         raise AssertionError(f"no convergence in {max_steps} steps: {self.revision_counts()}")
 

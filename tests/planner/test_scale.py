@@ -53,7 +53,10 @@ def test_volume_claim_templates_create_one_pvc_per_pod_before_the_pod() -> None:
         assert claim["metadata"]["ownerReferences"][0]["name"] == "sample-data"
         assert claim["metadata"]["namespace"] == "ops"
         volumes = pod_action.object["spec"]["volumes"]
-        assert volumes[0] == {"name": "cephfs-pvc-demo", "persistentVolumeClaim": {"claimName": pvc_action.pvc}}
+        assert volumes[0] == {
+            "name": "cephfs-pvc-demo",
+            "persistentVolumeClaim": {"claimName": pvc_action.pvc},
+        }
 
 
 def test_scale_in_deletes_the_pod_with_its_pvcs() -> None:
@@ -92,8 +95,12 @@ def test_scale_in_order_not_ready_unscheduled_pending_first() -> None:
 
 def test_scale_in_prefers_pods_sharing_a_node_and_low_deletion_cost() -> None:
     cs = cloneset(replicas=3)
-    pods = [running_pod(cs, IDS[0], node="n1"), running_pod(cs, IDS[1], node="n1"),
-            running_pod(cs, IDS[2], node="n2"), running_pod(cs, IDS[3], node="n3")]
+    pods = [
+        running_pod(cs, IDS[0], node="n1"),
+        running_pod(cs, IDS[1], node="n1"),
+        running_pod(cs, IDS[2], node="n2"),
+        running_pod(cs, IDS[3], node="n3"),
+    ]
     result = plan(plan_input(cs, pods, [revision_record(cs, 1)]))
     assert [a.pod for a in result.actions][0] in {f"sample-{IDS[0]}", f"sample-{IDS[1]}"}
     pods[2]["metadata"]["annotations"] = {"controller.kubernetes.io/pod-deletion-cost": "-10"}
@@ -128,8 +135,11 @@ def test_pods_to_delete_without_replicas_change_deletes_then_recreates() -> None
 
 def test_ready_named_pods_are_rate_limited_by_max_unavailable() -> None:
     base = cloneset()
-    cs = cloneset(scale={"podsToDelete": [f"sample-{IDS[0]}", f"sample-{IDS[1]}"]}, replicas=5,
-                  strategy={"maxUnavailable": 1})
+    cs = cloneset(
+        scale={"podsToDelete": [f"sample-{IDS[0]}", f"sample-{IDS[1]}"]},
+        replicas=5,
+        strategy={"maxUnavailable": 1},
+    )
     result = plan(plan_input(cs, [running_pod(base, i) for i in IDS[:5]], [revision_record(base, 1)]))
     assert len(result.actions) == 1
 

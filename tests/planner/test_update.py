@@ -4,16 +4,25 @@ from __future__ import annotations
 
 import copy
 import json
+from typing import Any
 
 from services.planner import model
 from services.planner.plan import plan
 from services.planner.progress import rollout_progress
-from tests.planner.builders import IDS, cloneset, plan_input, pvcs_for, revision_record, running_pod, with_image
+from tests.planner.builders import (
+    IDS,
+    cloneset,
+    plan_input,
+    pvcs_for,
+    revision_record,
+    running_pod,
+    with_image,
+)
 from tests.planner.simulate import Cluster
 from tests.planner.test_scale import CLAIM
 
 
-def rolled_cluster(strategy: dict[str, object], replicas: int = 5, **kw: object) -> tuple[Cluster, dict[str, object]]:
+def rolled_cluster(strategy: dict[str, Any], replicas: int = 5, **kw: Any) -> tuple[Cluster, dict[str, Any]]:
     """A settled cluster at v1; returns it with the v2 CloneSet (image change) applied."""
     v1 = cloneset(strategy=strategy, replicas=replicas, **kw)  # type: ignore[arg-type]
     cluster = Cluster(v1)
@@ -66,7 +75,9 @@ def test_never_more_unavailable_than_max_unavailable() -> None:
     for _ in range(60):
         cluster.step()
         assert cluster.available() >= 6 - 2 - 1  # a pod may be between delete and create
-        busy = sum(1 for p in cluster.pods.values() if "apps.kruise.io/specified-delete" in p["metadata"]["labels"])
+        busy = sum(
+            1 for p in cluster.pods.values() if "apps.kruise.io/specified-delete" in p["metadata"]["labels"]
+        )
         assert busy <= 2
     assert updated_count(cluster) == 6
 
@@ -193,7 +204,11 @@ def test_kruise_2369_in_place_with_max_surge_creates_no_surge_pods() -> None:
         v1 = cloneset(strategy={"type": "InPlaceIfPossible", "maxSurge": 3})
         cluster = Cluster(v1)
         cluster.run()
-        v2 = with_image(cluster.cloneset, "nginx:mainline") if change == "image" else copy.deepcopy(cluster.cloneset)
+        v2 = (
+            with_image(cluster.cloneset, "nginx:mainline")
+            if change == "image"
+            else copy.deepcopy(cluster.cloneset)
+        )
         if change == "annotation":
             v2["spec"]["template"]["metadata"]["annotations"] = {"tracking-number": "two"}
         cluster.cloneset = v2

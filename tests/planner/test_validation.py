@@ -13,8 +13,20 @@ from tests.planner.builders import IDS, cloneset, plan_input, running_pod
 
 @pytest.mark.parametrize(
     ("partition", "replicas", "kept"),
-    [("40%", 5, 2), ("50%", 5, 3), ("99%", 9, 8), ("100%", 99, 99), ("1%", 10, 1), ("0.01%", 9, 1),
-     ("99%", 0, 0), (10, 10, 10), (7, 5, 5), ("120%", 5, 5), (None, 5, 0), (2, 5, 2)],
+    [
+        ("40%", 5, 2),
+        ("50%", 5, 3),
+        ("99%", 9, 8),
+        ("100%", 99, 99),
+        ("1%", 10, 1),
+        ("0.01%", 9, 1),
+        ("99%", 0, 0),
+        (10, 10, 10),
+        (7, 5, 5),
+        ("120%", 5, 5),
+        (None, 5, 0),
+        (2, 5, 2),
+    ],
 )
 def test_partition_resolves_like_openkruise(partition: object, replicas: int, kept: int) -> None:
     assert intorpercent.partition_count(partition, replicas) == kept

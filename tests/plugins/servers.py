@@ -7,8 +7,11 @@ embedded servers (services.domain.embedded) started once for the session and sto
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
+import shutil
+import tempfile
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 import pytest_asyncio
@@ -23,13 +26,31 @@ class ServerUrls:
     nats_url: str
 
 
+def private_temp_dir(prefix: str) -> Iterator[Path]:
+    """A temp dir of our own for server data. Not pytest's tmp_path: /tmp/pytest-of-<user> is shared by
+    every pytest session of the user, and a concurrent session's cleanup can delete a running server's
+    data under it."""
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def server_data_dir() -> Iterator[Path]:
+    """An empty directory for one test's embedded servers, removed afterwards."""
+    yield from private_temp_dir("rollbook-test-")
+
+
 @pytest_asyncio.fixture(scope="session")
-async def server_urls(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[ServerUrls]:
-    wanted = Settings(
-        database_url=os.environ.get("ROLLBOOK_DATABASE_URL", ""),
-        nats_url=os.environ.get("ROLLBOOK_NATS_URL", ""),
-        data_dir=str(tmp_path_factory.mktemp("embedded")),
-    )
-    # Migrations are the database fixture's business (a fresh database per session), not the server's.
-    async with EmbeddedServers(wanted, migrate=False) as resolved:
-        yield ServerUrls(database_url=resolved.database_url, nats_url=resolved.nats_url)
+async def server_urls() -> AsyncIterator[ServerUrls]:
+    for data_dir in private_temp_dir("rollbook-test-session-"):
+        wanted = Settings(
+            database_url=os.environ.get("ROLLBOOK_DATABASE_URL", ""),
+            nats_url=os.environ.get("ROLLBOOK_NATS_URL", ""),
+            data_dir=str(data_dir),
+        )
+        # Migrations are the database fixture's business (a fresh database per session), not the server's.
+        async with EmbeddedServers(wanted, migrate=False) as resolved:
+            yield ServerUrls(database_url=resolved.database_url, nats_url=resolved.nats_url)

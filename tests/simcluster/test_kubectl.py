@@ -117,6 +117,8 @@ async def test_kubectl_applies_seed_cloneset_and_sidecarset(
     assert "kubectl.kubernetes.io/last-applied-configuration" in sample["metadata"]["annotations"]
     await kubectl("patch", "cloneset", "sample", "--type", "merge", "-p", '{"spec":{"replicas":2}}')
     assert rows(await kubectl("get", "clonesets"))[1][:2] == ["sample", "2"]
+    assert "scaled" in await kubectl("scale", "cloneset", "sample", "--replicas=4")
+    assert rows(await kubectl("get", "clonesets"))[1][:2] == ["sample", "4"]
     assert 'cloneset.apps.kruise.io "sample" deleted' in await kubectl("delete", "cloneset", "sample")
     assert "No resources found" in await kubectl("get", "clonesets")
 

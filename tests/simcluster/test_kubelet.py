@@ -233,3 +233,49 @@ async def test_pvc_goes_pending_then_bound(k8s_client: client.ApiClient) -> None
         lambda p: p.status.phase == "Bound",
     )
     assert bound.spec.volume_name and bound.status.capacity == {"storage": "2Gi"}
+
+
+async def test_kubelet_records_events_for_the_pod(k8s_client: client.ApiClient) -> None:
+    core = client.CoreV1Api(k8s_client)
+    await core.create_namespaced_pod("default", pod_manifest("noisy"))
+    await ready_pod(core, "noisy")
+    await core.patch_namespaced_pod(
+        "noisy", "default", {"spec": {"containers": [{"name": "app", "image": "nginx:2"}]}}
+    )
+    await wait_until(
+        lambda: core.read_namespaced_pod("noisy", "default"),
+        lambda p: is_ready(p) and p.status.container_statuses[0].restart_count == 1,
+    )
+    events = await core.list_namespaced_event("default", field_selector="involvedObject.name=noisy")
+    in_order = sorted(events.items, key=lambda e: int(e.metadata.resource_version))
+    reasons = [e.reason for e in in_order]
+    assert reasons[:1] == ["Scheduled"]
+    assert {"Pulling", "Pulled", "Created", "Started", "Killing"} <= set(reasons)
+    killing = next(e for e in events.items if e.reason == "Killing")
+    assert killing.message == "Container app definition changed, will be restarted"
+    assert all(e.involved_object.uid == events.items[0].involved_object.uid for e in events.items)
+
+
+async def test_pvc_in_use_stays_terminating_until_its_pod_is_gone(k8s_client: client.ApiClient) -> None:
+    core = client.CoreV1Api(k8s_client)
+    claim = await core.create_namespaced_persistent_volume_claim(
+        "default",
+        {
+            "metadata": {"name": "used"},
+            "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+        },
+    )
+    assert claim.metadata.finalizers == ["kubernetes.io/pvc-protection"]
+    await core.create_namespaced_pod(
+        "default",
+        pod_manifest("user", volumes=[{"name": "data", "persistentVolumeClaim": {"claimName": "used"}}]),
+    )
+    await ready_pod(core, "user")
+    await core.delete_namespaced_persistent_volume_claim("used", "default")
+    await asyncio.sleep(0.05)
+    terminating = await core.read_namespaced_persistent_volume_claim("used", "default")
+    assert terminating.metadata.deletion_timestamp is not None
+    await core.delete_namespaced_pod("user", "default")
+    await wait_until(
+        lambda: core.list_namespaced_persistent_volume_claim("default"), lambda claims: not claims.items
+    )

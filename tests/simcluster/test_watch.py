@@ -145,3 +145,43 @@ async def test_bookmarks_and_timeout(make_simcluster: MakeSimCluster) -> None:
         assert 0.9 < loop.time() - started < 3  # timeoutSeconds ended the stream
         assert events and all(e["type"] == "BOOKMARK" for e in events)
         assert int(events[-1]["raw_object"]["metadata"]["resourceVersion"]) >= int(rv)
+
+
+async def test_watch_across_namespaces_for_pods_and_clonesets(k8s_client: client.ApiClient) -> None:
+    core = client.CoreV1Api(k8s_client)
+    custom = client.CustomObjectsApi(k8s_client)
+    for namespace in ("team-a", "team-b"):
+        await core.create_namespace({"metadata": {"name": namespace}})
+    rv = (await core.list_pod_for_all_namespaces()).metadata.resource_version
+    pods = watch.Watch().stream(core.list_pod_for_all_namespaces, resource_version=rv, timeout_seconds=5)
+    await core.create_namespaced_pod("team-a", pod_manifest("pa"))
+    await core.create_namespaced_pod("team-b", pod_manifest("pb"))
+    added = []
+    async for event in pods:
+        if event["type"] == "ADDED":
+            added.append((event["object"].metadata.namespace, event["object"].metadata.name))
+        if len(added) == 2:
+            break
+    await pods.close()
+    assert added == [("team-a", "pa"), ("team-b", "pb")]
+    cloneset = {
+        "apiVersion": "apps.kruise.io/v1alpha1",
+        "kind": "CloneSet",
+        "metadata": {"name": "cs"},
+        "spec": {
+            "selector": {"matchLabels": {"app": "cs"}},
+            "template": {
+                "metadata": {"labels": {"app": "cs"}},
+                "spec": {"containers": [{"name": "c", "image": "nginx"}]},
+            },
+        },
+    }
+    for namespace in ("team-a", "team-b"):
+        await custom.create_namespaced_custom_object(
+            "apps.kruise.io", "v1alpha1", namespace, "clonesets", cloneset
+        )
+    listed = await custom.list_cluster_custom_object("apps.kruise.io", "v1alpha1", "clonesets")
+    assert [(i["metadata"]["namespace"], i["metadata"]["name"]) for i in listed["items"]] == [
+        ("team-a", "cs"),
+        ("team-b", "cs"),
+    ]

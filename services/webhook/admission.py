@@ -1,0 +1,163 @@
+"""AdmissionReview v1 in, AdmissionReview v1 out: the webhook's decisions as pure functions.
+
+The HTTP server and ``rollbook inject`` both go through ``review_pod`` so that what the CLI prints is
+exactly what the cluster admits.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from services.domain import sidecarset as ss
+
+REVIEW_API_VERSION = "admission.k8s.io/v1"
+
+
+class ReviewError(ValueError):
+    """The AdmissionReview itself is malformed (answered with HTTP 400)."""
+
+
+@dataclass(frozen=True)
+class PodAdmission:
+    response: dict[str, Any]  # the AdmissionResponse
+    pod: dict[str, Any]  # the pod as admitted (after the patch)
+    patch: list[dict[str, Any]]
+    records: list[ss.InjectionRecord] = field(default_factory=list)
+    dry_run: bool = False
+
+
+def request_of(review: Any) -> dict[str, Any]:
+    """The ``request`` of an AdmissionReview v1, checked enough to answer it."""
+    if not isinstance(review, Mapping):
+        raise ReviewError("body must be a JSON AdmissionReview object")
+    if review.get("apiVersion") != REVIEW_API_VERSION or review.get("kind") != "AdmissionReview":
+        raise ReviewError(f"expected kind AdmissionReview, apiVersion {REVIEW_API_VERSION}")
+    request = review.get("request")
+    if not isinstance(request, Mapping) or not request.get("uid"):
+        raise ReviewError("request.uid is required")
+    return dict(request)
+
+
+def review_envelope(response: Mapping[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": REVIEW_API_VERSION, "kind": "AdmissionReview", "response": dict(response)}
+
+
+def _response(uid: str, *, allowed: bool = True, message: str = "", code: int = 0) -> dict[str, Any]:
+    response: dict[str, Any] = {"uid": uid, "allowed": allowed}
+    if message or code:
+        response["status"] = {"message": message, "code": code or (200 if allowed else 403)}
+        if not allowed:
+            response["status"]["reason"] = "Invalid" if code == 422 else "Forbidden"
+    return response
+
+
+def review_pod(
+    request: Mapping[str, Any],
+    sidecarsets: Iterable[ss.SidecarSet],
+    *,
+    now: datetime,
+    excluded_namespaces: frozenset[str] = ss.DEFAULT_EXCLUDED_NAMESPACES,
+    namespace_labels: Mapping[str, str] | None = None,
+) -> PodAdmission:
+    """Inject sidecars into a pod being created. Anything else (UPDATE, subresources) passes unchanged."""
+    uid = str(request["uid"])
+    pod = request.get("object")
+    resource = (request.get("resource") or {}).get("resource", "pods")
+    if (
+        request.get("operation", "CREATE") != "CREATE"
+        or resource != "pods"
+        or request.get("subResource")
+        or not isinstance(pod, Mapping)
+    ):
+        passed = dict(pod) if isinstance(pod, Mapping) else {}
+        return PodAdmission(response=_response(uid), pod=passed, patch=[])
+    injected, records = ss.inject(
+        pod,
+        sidecarsets,
+        now=now,
+        namespace=request.get("namespace") or None,
+        namespace_labels=namespace_labels,
+        excluded_namespaces=excluded_namespaces,
+        injection_id=uid,
+    )
+    if not records:
+        return PodAdmission(response=_response(uid), pod=injected, patch=[])
+    patch = ss.json_patch(pod, injected)
+    response = _response(uid)
+    response["patchType"] = "JSONPatch"
+    response["patch"] = base64.b64encode(json.dumps(patch, separators=(",", ":")).encode()).decode()
+    return PodAdmission(
+        response=response, pod=injected, patch=patch, records=records, dry_run=bool(request.get("dryRun"))
+    )
+
+
+def review_sidecarset(request: Mapping[str, Any], existing: Iterable[ss.SidecarSet]) -> dict[str, Any]:
+    """Refuse an invalid SidecarSet, or one whose containers clash with another SidecarSet's (SS-2)."""
+    uid = str(request["uid"])
+    if request.get("operation") not in ("CREATE", "UPDATE"):
+        return _response(uid)
+    obj = request.get("object")
+    name = ((obj or {}).get("metadata") or {}).get("name", "") if isinstance(obj, Mapping) else ""
+    try:
+        candidate = ss.parse_sidecarset(obj or {})
+        old = request.get("oldObject")
+        if request.get("operation") == "UPDATE" and isinstance(old, Mapping):
+            ss.validate_update(ss.parse_sidecarset(old), candidate)
+    except ss.SidecarSetError as err:
+        return _response(uid, allowed=False, code=422, message=f"SidecarSet {name!r} is invalid: {err}")
+    conflicts = ss.find_conflicts(candidate, existing)
+    if conflicts:
+        return _response(uid, allowed=False, code=422, message="; ".join(conflicts))
+    return _response(uid)
+
+
+def mutate_sidecarset(request: Mapping[str, Any]) -> dict[str, Any]:
+    """Write ``kruise.io/sidecarset-hash`` and ``-hash-without-image`` on a SidecarSet, as OpenKruise's
+    SidecarSet webhook does, so ``kubectl get sidecarset -o yaml`` shows the revision pods are compared to.
+    An invalid SidecarSet passes untouched: refusing it is the validating webhook's job."""
+    uid = str(request["uid"])
+    obj = request.get("object")
+    if request.get("operation") not in ("CREATE", "UPDATE") or not isinstance(obj, Mapping):
+        return _response(uid)
+    try:
+        parsed = ss.parse_sidecarset(obj)
+    except ss.SidecarSetError:
+        return _response(uid)
+    annotations = dict((obj.get("metadata") or {}).get("annotations") or {})
+    wanted = {
+        ss.HASH_ANNOTATION: parsed.hash,
+        ss.HASH_WITHOUT_IMAGE_ANNOTATION: parsed.hash_without_image,
+    }
+    if all(annotations.get(k) == v for k, v in wanted.items()):
+        return _response(uid)
+    patched = {
+        **dict(obj),
+        "metadata": {**dict(obj.get("metadata") or {}), "annotations": {**annotations, **wanted}},
+    }
+    response = _response(uid)
+    response["patchType"] = "JSONPatch"
+    patch = ss.json_patch(obj, patched)
+    response["patch"] = base64.b64encode(json.dumps(patch, separators=(",", ":")).encode()).decode()
+    return response
+
+
+def pod_review_request(
+    pod: Mapping[str, Any], *, namespace: str | None = None, uid: str = "", dry_run: bool = True
+) -> dict[str, Any]:
+    """The AdmissionReview request the API server sends when ``pod`` is created (`rollbook inject`)."""
+    ns = ss.pod_namespace(pod, namespace)
+    return {
+        "uid": uid,  # empty: no injection-id annotation (no real admission happened)
+        "kind": {"group": "", "version": "v1", "kind": "Pod"},
+        "resource": {"group": "", "version": "v1", "resource": "pods"},
+        "namespace": ns,
+        "name": (pod.get("metadata") or {}).get("name", ""),
+        "operation": "CREATE",
+        "object": dict(pod),
+        "dryRun": dry_run,
+    }

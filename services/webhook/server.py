@@ -1,0 +1,216 @@
+"""The webhook's HTTPS server: /mutate-pod, /validate-sidecarset, /mutate-sidecarset, /healthz, /readyz,
+/metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import prometheus_client
+import structlog
+from aiohttp import web
+
+from services.domain import sidecarset as ss
+from services.webhook import admission
+from services.webhook.cache import NamespaceLabels, SidecarSetCache
+from services.webhook.recorder import InjectionRecorder, injection_events
+from services.webhook.tls import ServingCertificate
+
+log = structlog.get_logger("rollbook.webhook")
+
+MAX_BODY_BYTES = 3 * 1024 * 1024  # the API server caps objects at ~1.5 MiB; a review carries up to two
+
+
+@dataclass
+class Metrics:
+    registry: prometheus_client.CollectorRegistry = field(default_factory=prometheus_client.CollectorRegistry)
+
+    def __post_init__(self) -> None:
+        self.reviews = prometheus_client.Counter(
+            "rollbook_webhook_reviews",
+            "AdmissionReviews answered, by endpoint and outcome",
+            ["endpoint", "outcome"],
+            registry=self.registry,
+        )
+        self.latency = prometheus_client.Histogram(
+            "rollbook_webhook_review_seconds",
+            "Time to answer an AdmissionReview",
+            ["endpoint"],
+            buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5),
+            registry=self.registry,
+        )
+        self.injections = prometheus_client.Counter(
+            "rollbook_webhook_injections",
+            "Sidecar injections by SidecarSet",
+            ["sidecarset"],
+            registry=self.registry,
+        )
+
+
+@dataclass
+class WebhookState:
+    sidecarsets: SidecarSetCache
+    namespaces: NamespaceLabels
+    recorder: InjectionRecorder
+    excluded_namespaces: frozenset[str] = ss.DEFAULT_EXCLUDED_NAMESPACES
+    # Set once the caches are filled; until then the webhook is not ready (see /mutate-pod).
+    synced: Callable[[], bool] = lambda: True
+    clock: Callable[[], datetime] = lambda: datetime.now(UTC)
+    metrics: Metrics = field(default_factory=Metrics)
+
+
+STATE_KEY = web.AppKey("webhook_state", WebhookState)
+
+
+async def _read_review(request: web.Request) -> dict[str, Any]:
+    try:
+        body = await request.json(loads=json.loads)
+    except (ValueError, web.HTTPRequestEntityTooLarge) as err:
+        raise admission.ReviewError(f"body is not JSON: {err}") from None
+    return admission.request_of(body)
+
+
+def _bad_request(message: str) -> web.Response:
+    return web.json_response({"error": message}, status=400)
+
+
+async def mutate_pod(request: web.Request) -> web.Response:
+    state = request.app[STATE_KEY]
+    started = time.perf_counter()
+    try:
+        review = await _read_review(request)
+    except admission.ReviewError as err:
+        state.metrics.reviews.labels("mutate-pod", "bad-request").inc()
+        return _bad_request(str(err))
+    if not state.synced():
+        # The SidecarSets are not known yet, so we cannot tell whether this pod is selected. Pods
+        # must never be blocked by us: admit unchanged, and say so loudly (Kubernetes shows warnings).
+        state.metrics.reviews.labels("mutate-pod", "not-synced").inc()
+        log.error("admitted_without_injection", reason="sidecarset cache not synced", uid=review["uid"])
+        response = {"uid": review["uid"], "allowed": True, "warnings": ["rollbook webhook not synced yet"]}
+        return web.json_response(admission.review_envelope(response))
+    namespace = review.get("namespace") or ""
+    now = state.clock()
+    try:
+        result = admission.review_pod(
+            review,
+            state.sidecarsets.snapshot(),
+            now=now,
+            excluded_namespaces=state.excluded_namespaces,
+            namespace_labels=state.namespaces.get(namespace),
+        )
+    except Exception as err:  # a pod shape we did not foresee: fail open, as failurePolicy Ignore would
+        state.metrics.reviews.labels("mutate-pod", "error").inc()
+        log.exception("injection_failed", uid=review["uid"], namespace=namespace)
+        warning = f"rollbook sidecar injection failed, pod admitted unchanged: {err!r}"
+        response = {"uid": review["uid"], "allowed": True, "warnings": [warning[:500]]}
+        return web.json_response(admission.review_envelope(response))
+    if result.records and not result.dry_run:
+        state.recorder.submit(
+            injection_events(result.records, admission_uid=str(review["uid"]), occurred_at=now)
+        )
+        for record in result.records:
+            state.metrics.injections.labels(record.sidecarset).inc()
+        log.info(
+            "pod_injected",
+            uid=review["uid"],
+            namespace=namespace,
+            pod=result.records[0].pod,
+            sidecarsets=[r.sidecarset for r in result.records],
+        )
+    state.metrics.reviews.labels("mutate-pod", "injected" if result.records else "unchanged").inc()
+    state.metrics.latency.labels("mutate-pod").observe(time.perf_counter() - started)
+    return web.json_response(admission.review_envelope(result.response))
+
+
+async def validate_sidecarset(request: web.Request) -> web.Response:
+    state = request.app[STATE_KEY]
+    started = time.perf_counter()
+    try:
+        review = await _read_review(request)
+    except admission.ReviewError as err:
+        state.metrics.reviews.labels("validate-sidecarset", "bad-request").inc()
+        return _bad_request(str(err))
+    response = admission.review_sidecarset(review, state.sidecarsets.snapshot())
+    outcome = "allowed" if response["allowed"] else "refused"
+    if not response["allowed"]:
+        log.info("sidecarset_refused", uid=review["uid"], message=response["status"]["message"])
+    state.metrics.reviews.labels("validate-sidecarset", outcome).inc()
+    state.metrics.latency.labels("validate-sidecarset").observe(time.perf_counter() - started)
+    return web.json_response(admission.review_envelope(response))
+
+
+async def mutate_sidecarset(request: web.Request) -> web.Response:
+    state = request.app[STATE_KEY]
+    started = time.perf_counter()
+    try:
+        review = await _read_review(request)
+    except admission.ReviewError as err:
+        state.metrics.reviews.labels("mutate-sidecarset", "bad-request").inc()
+        return _bad_request(str(err))
+    response = admission.mutate_sidecarset(review)
+    state.metrics.reviews.labels("mutate-sidecarset", "patched" if "patch" in response else "unchanged").inc()
+    state.metrics.latency.labels("mutate-sidecarset").observe(time.perf_counter() - started)
+    return web.json_response(admission.review_envelope(response))
+
+
+async def healthz(request: web.Request) -> web.Response:
+    return web.Response(text="ok")
+
+
+async def readyz(request: web.Request) -> web.Response:
+    state = request.app[STATE_KEY]
+    if not state.synced():
+        return web.Response(status=503, text="sidecarset cache not synced")
+    return web.Response(text="ok")
+
+
+async def metrics(request: web.Request) -> web.Response:
+    state = request.app[STATE_KEY]
+    state.metrics.registry.collect()
+    return web.Response(
+        body=prometheus_client.generate_latest(state.metrics.registry),
+        headers={"Content-Type": prometheus_client.CONTENT_TYPE_LATEST},
+    )
+
+
+def build_app(state: WebhookState) -> web.Application:
+    app = web.Application(client_max_size=MAX_BODY_BYTES)
+    app[STATE_KEY] = state
+    app.router.add_post("/mutate-pod", mutate_pod)
+    app.router.add_post("/validate-sidecarset", validate_sidecarset)
+    app.router.add_post("/mutate-sidecarset", mutate_sidecarset)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", metrics)
+    return app
+
+
+@dataclass
+class RunningServer:
+    runner: web.AppRunner
+    base_url: str  # https://host:port
+    port: int
+
+    async def stop(self) -> None:
+        await self.runner.cleanup()
+
+
+async def start_server(
+    state: WebhookState, certificate: ServingCertificate, *, host: str = "127.0.0.1", port: int = 0
+) -> RunningServer:
+    """Serve HTTPS on host:port (0 = a free port); returns where it listens."""
+    runner = web.AppRunner(build_app(state), access_log=None, shutdown_timeout=2.0)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port, ssl_context=certificate.server_context())
+    await site.start()
+    server = site._server
+    assert server is not None and isinstance(server, asyncio.base_events.Server)
+    bound_port = int(server.sockets[0].getsockname()[1])
+    url_host = f"[{host}]" if ":" in host else host
+    return RunningServer(runner=runner, base_url=f"https://{url_host}:{bound_port}", port=bound_port)

@@ -1,0 +1,144 @@
+"""Further rules: priority order, minReadySeconds, superseded grace periods, recreate and PVCs, progress."""
+
+from __future__ import annotations
+
+import copy
+
+from services.planner import model, revisions
+from services.planner.plan import plan
+from services.planner.progress import rollout_progress
+from services.planner.spec import resolve
+from tests.planner.builders import (
+    IDS,
+    cloneset,
+    plan_input,
+    pvcs_for,
+    revision_record,
+    running_pod,
+    with_image,
+)
+from tests.planner.simulate import Cluster
+from tests.planner.test_scale import CLAIM
+
+
+def _names(result: model.Plan) -> list[str]:
+    return [a.pod for a in result.actions]
+
+
+def test_weight_priority_updates_heavier_pods_first() -> None:
+    strategy = {
+        "maxUnavailable": 1,
+        "priorityStrategy": {
+            "weightPriority": [{"weight": 50, "matchSelector": {"matchLabels": {"tier": "canary"}}}]
+        },
+    }
+    v1 = cloneset(strategy=strategy)
+    pods = [running_pod(v1, i) for i in IDS[:5]]
+    pods[3]["metadata"]["labels"]["tier"] = "canary"
+    result = plan(plan_input(with_image(v1, "nginx:2"), pods, [revision_record(v1, 1)]))
+    assert _names(result) == [f"sample-{IDS[3]}"]
+
+
+def test_order_priority_larger_trailing_number_first() -> None:
+    strategy = {"maxUnavailable": 1, "priorityStrategy": {"orderPriority": [{"orderedKey": "order"}]}}
+    v1 = cloneset(strategy=strategy, replicas=3)
+    pods = [running_pod(v1, i) for i in IDS[:3]]
+    for pod, value in zip(pods, ["o-10", "o-20", "o-3"], strict=True):
+        pod["metadata"]["labels"]["order"] = value
+    result = plan(plan_input(with_image(v1, "nginx:2"), pods, [revision_record(v1, 1)]))
+    assert _names(result) == [f"sample-{IDS[1]}"]
+
+
+def test_update_order_not_ready_first_then_newest() -> None:
+    v1 = cloneset(strategy={"maxUnavailable": 2})
+    pods = [running_pod(v1, i, created=f"2026-11-30T10:0{n}:00Z") for n, i in enumerate(IDS[:5])]
+    pods[0]["status"]["conditions"][0]["status"] = "False"
+    result = plan(plan_input(with_image(v1, "nginx:2"), pods, [revision_record(v1, 1)]))
+    # The not-ready pod goes first (it costs no availability), then the newest available pod.
+    assert _names(result) == [f"sample-{IDS[0]}", f"sample-{IDS[4]}"]
+    # With a budget of 1, the not-ready pod fills it: once updated it is an unavailable pod at the target.
+    v1["spec"]["updateStrategy"]["maxUnavailable"] = 1
+    result = plan(plan_input(with_image(v1, "nginx:2"), pods, [revision_record(v1, 1)]))
+    assert _names(result) == [f"sample-{IDS[0]}"]
+
+
+def test_min_ready_seconds_delays_availability_and_asks_to_be_requeued() -> None:
+    v1 = cloneset(minReadySeconds=30, strategy={"maxUnavailable": 1})
+    pods = [running_pod(v1, i) for i in IDS[:5]]
+    pods[0]["status"]["conditions"][0]["lastTransitionTime"] = "2026-11-30T11:59:50Z"  # ready 10 s ago
+    result = plan(plan_input(v1, pods, [revision_record(v1, 1)]))
+    assert result.status is not None
+    assert result.status["availableReplicas"] == 4 and result.status["readyReplicas"] == 5
+    assert result.requeue_after_seconds == 21
+    # While one pod is unavailable, a maxUnavailable 1 update waits.
+    updated = plan(plan_input(with_image(v1, "nginx:2"), pods, [revision_record(v1, 1)]))
+    assert _names(updated) == [f"sample-{IDS[0]}"]  # only the unavailable one, for free
+
+
+def test_template_change_during_grace_period_drops_the_pending_update() -> None:
+    strategy = {"type": "InPlaceIfPossible", "inPlaceUpdateStrategy": {"gracePeriodSeconds": 30}}
+    v1 = cloneset(strategy=strategy)
+    cluster = Cluster(v1)
+    cluster.run()
+    cluster.cloneset = with_image(cluster.cloneset, "nginx:2")
+    first = cluster.step()
+    assert [type(a).__name__ for a in first.actions] == ["MarkNotReady"]
+    marked = first.actions[0].pod
+    cluster.cloneset = with_image(cluster.cloneset, "nginx:3")
+    second = cluster.step()
+    assert [(type(a).__name__, a.pod) for a in second.actions] == [("MarkReady", marked)]
+    action = second.actions[0]
+    assert isinstance(action, model.MarkReady) and action.patch is not None
+    assert "apps.kruise.io/inplace-update-grace" not in cluster.pods[marked]["metadata"].get(
+        "annotations", {}
+    )
+    cluster.run()
+    images = {p["spec"]["containers"][0]["image"] for p in cluster.pods.values()}
+    assert images == {"nginx:3"}
+
+
+def test_recreate_update_replaces_pod_and_its_pvcs_with_a_new_id() -> None:
+    v1 = cloneset(claims=[CLAIM], strategy={"maxUnavailable": 1})
+    pods = [running_pod(v1, i) for i in IDS[:5]]
+    pvcs = [p for i in IDS[:5] for p in pvcs_for(v1, i)]
+    cluster = Cluster(with_image(v1, "nginx:2"), pods, [revision_record(v1, 1)], pvcs)
+    cluster.run()
+    deletes = [a for h in cluster.history for a in h.actions if isinstance(a, model.DeletePod)]
+    assert len(deletes) == 5 and all(d.with_pvcs and len(d.pvcs) == 1 for d in deletes)
+    assert not set(cluster.pods) & {p["metadata"]["name"] for p in pods}  # every pod has a new name
+    assert sorted(cluster.pvcs) == sorted(f"cephfs-pvc-demo-{name}" for name in cluster.pods)
+
+
+def test_revision_name_collision_bumps_collision_count() -> None:
+    v1 = cloneset()
+    v2 = with_image(v1, "nginx:2")
+    clash = revision_record(v1, 1)
+    clash["metadata"]["name"] = revisions.revision_name(
+        "sample", revisions.template_hash(v2["spec"]["template"])
+    )
+    result = plan(plan_input(v2, [], [clash]))
+    assert result.status is not None and result.status["collisionCount"] == 1
+    assert result.update_revision != clash["metadata"]["name"]
+    assert result.update_revision == revisions.revision_name(
+        "sample", revisions.template_hash(v2["spec"]["template"], 1)
+    )
+    assert resolve(v2).name == "sample"
+
+
+def test_rollout_progress_reports_started_partition_and_completion() -> None:
+    v1 = cloneset(strategy={"partition": 3})
+    cluster = Cluster(v1)
+    cluster.run()
+    assert rollout_progress(cluster.cloneset, cluster.cloneset["status"]).complete
+    cluster.cloneset = with_image(cluster.cloneset, "nginx:2")
+    first = cluster.step()
+    progress = rollout_progress(cluster.cloneset, first.status)
+    assert progress.in_progress and not progress.complete
+    cluster.run()
+    progress = rollout_progress(cluster.cloneset, cluster.cloneset["status"])
+    assert progress.partition_reached and not progress.complete and not progress.in_progress
+    spec = copy.deepcopy(cluster.cloneset)
+    spec["spec"]["updateStrategy"]["partition"] = 0
+    cluster.cloneset = spec
+    cluster.run()
+    assert rollout_progress(cluster.cloneset, cluster.cloneset["status"]).complete

@@ -1,0 +1,66 @@
+"""Fault injection: failed writes (seeded), added latency, watch streams cut after N events."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from kubernetes_asyncio import client, watch
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from services.simcluster import FaultConfig, SimConfig
+
+from ..plugins.simcluster import MakeSimCluster, api_client_for
+from .helpers import pod_manifest
+
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+
+
+async def outcomes(make_simcluster: MakeSimCluster, faults: FaultConfig, writes: int) -> list[int]:
+    sim = await make_simcluster(SimConfig(faults=faults, kubelet=False))
+    results = []
+    async with await api_client_for(sim) as api_client:
+        core = client.CoreV1Api(api_client)
+        for i in range(writes):
+            try:
+                await core.create_namespaced_pod("default", pod_manifest(f"f{i}"))
+                results.append(201)
+            except ApiException as exc:
+                results.append(exc.status)
+                body = json.loads(exc.body)
+                assert body["kind"] == "Status" and body["code"] == exc.status
+                if exc.status == 429:
+                    assert exc.headers is not None and exc.headers["Retry-After"] == "1"
+        listed = await core.list_namespaced_pod("default")  # reads are never failed
+        assert len(listed.items) == results.count(201)
+    return results
+
+
+async def test_write_errors_are_seeded_and_a_share_of_writes(make_simcluster: MakeSimCluster) -> None:
+    faults = FaultConfig(write_error_rate=0.5, seed=7)
+    first = await outcomes(make_simcluster, faults, 40)
+    again = await outcomes(make_simcluster, faults, 40)
+    assert first == again  # same seed, same failures
+    assert {500, 429, 201} == set(first)
+    assert 8 <= first.count(201) <= 32
+
+
+async def test_latency_is_added_to_requests(make_simcluster: MakeSimCluster) -> None:
+    sim = await make_simcluster(SimConfig(faults=FaultConfig(latency_seconds=0.1), kubelet=False))
+    async with await api_client_for(sim) as api_client:
+        started = time.monotonic()
+        await client.CoreV1Api(api_client).list_namespaced_pod("default")
+        assert time.monotonic() - started >= 0.1
+
+
+async def test_watch_streams_are_cut_after_n_events(make_simcluster: MakeSimCluster) -> None:
+    sim = await make_simcluster(SimConfig(faults=FaultConfig(watch_cut_after_events=3), kubelet=False))
+    async with await api_client_for(sim) as api_client:
+        core = client.CoreV1Api(api_client)
+        for i in range(5):
+            await core.create_namespaced_pod("default", pod_manifest(f"c{i}"))
+        events = [
+            e async for e in watch.Watch().stream(core.list_namespaced_pod, "default", timeout_seconds=5)
+        ]
+        assert len(events) == 3  # the server ended the stream early
