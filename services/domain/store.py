@@ -15,6 +15,9 @@ Public API (all coroutines unless noted)::
     store.read_all_batches(from_position: int = 0, batch_size: int = 2000) -> AsyncIterator[list[StoredEvent]]
     (the two read_all* are async generators: ``async for``, not ``await``)
     await store.head_position() -> int
+    store.read_chain_batches(from_position: int = 0, batch_size: int = 5000) -> AsyncIterator[list[Record]]
+    await store.write_checkpoint() -> tuple[int, bytes] | None
+    await store.checkpoints() -> list[tuple[int, bytes]]
     await store.read_correlation(correlation_id: str) -> list[StoredEvent]
     store.engine -> AsyncEngine  (for SQL views and queries elsewhere; its JSONB columns decode as usual)
 
@@ -57,8 +60,10 @@ from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from services.domain.database import sqlalchemy_url
-from services.domain.events import Envelope, Event
+from services.domain.events import Envelope
+from services.domain.hashchain import CHAIN_COLUMNS
 from services.domain.store_schema import events_table
+from services.domain.upcasting import DEFAULT_DECODER, PayloadDecoder
 
 __all__ = ["AppendResult", "ConcurrencyError", "EventStore", "StoredEvent"]
 
@@ -108,6 +113,16 @@ _READ_STREAM_SQL = (
     f"SELECT {_COLUMNS} FROM events WHERE stream = $1 AND stream_version >= $2 ORDER BY stream_version"
 )
 _READ_CORRELATION_SQL = f"SELECT {_COLUMNS} FROM events WHERE correlation_id = $1 ORDER BY global_position"
+
+_READ_CHAIN_SQL = (
+    f"SELECT {CHAIN_COLUMNS} FROM events WHERE global_position > $1 ORDER BY global_position LIMIT $2"
+)
+_CHECKPOINT_SQL = """
+INSERT INTO event_checkpoints (global_position, chain_hash)
+SELECT global_position, chain_hash FROM events ORDER BY global_position DESC LIMIT 1
+ON CONFLICT (global_position) DO UPDATE SET chain_hash = excluded.chain_hash
+RETURNING global_position, chain_hash
+"""
 
 _STATE_SQL = """
 SELECT (SELECT coalesce(max(stream_version), 0) FROM events WHERE stream = $1),
@@ -176,13 +191,14 @@ def _connection_lost(error: BaseException) -> bool:
 _T = TypeVar("_T")
 
 _payload_encoder = msgspec.json.Encoder()
-_payload_decoder: msgspec.json.Decoder[Any] = msgspec.json.Decoder(Event)  # type: ignore[arg-type]
 
 # How often an unchecked append (expected_version=None) retries after losing a race for a version.
 _UNCHECKED_RETRIES = 20
 
 
-def _row_to_stored(row: asyncpg.Record) -> StoredEvent:
+def _row_to_stored(row: asyncpg.Record, decoder: PayloadDecoder = DEFAULT_DECODER) -> StoredEvent:
+    """Rows are read through the upcasting decoder: an event stored with an older schema_version is
+    upcast to the current shape (services/domain/upcasting.py)."""
     return StoredEvent(
         row[0],
         row[1],
@@ -195,7 +211,7 @@ def _row_to_stored(row: asyncpg.Record) -> StoredEvent:
             occurred_at=row[7],
             causation_id=row[8],
             correlation_id=row[9],
-            payload=_payload_decoder.decode(row[10]),
+            payload=decoder.decode(row[5], row[6], row[10]),
         ),
     )
 
@@ -241,17 +257,20 @@ def _check_consecutive(events: Sequence[Envelope], expected_version: int | None)
 class EventStore:
     """See the module docstring. Create with ``await EventStore.connect(url)``; close with ``close()``."""
 
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(self, engine: AsyncEngine, decoder: PayloadDecoder = DEFAULT_DECODER) -> None:
         self.engine = engine
+        self.decoder = decoder  # how stored payloads are read (upcasting older schema versions)
 
     @classmethod
-    async def connect(cls, database_url: str, *, pool_size: int = 5) -> EventStore:
+    async def connect(
+        cls, database_url: str, *, pool_size: int = 5, decoder: PayloadDecoder = DEFAULT_DECODER
+    ) -> EventStore:
         engine = create_async_engine(
             sqlalchemy_url(database_url),
             pool_size=pool_size,
             max_overflow=pool_size,
         )
-        store = cls(engine)
+        store = cls(engine, decoder)
         await store.head_position()  # fail fast on a bad URL or an unmigrated database
         return store
 
@@ -471,17 +490,17 @@ class EventStore:
 
     async def read_stream(self, stream: str, from_version: int = 1) -> list[StoredEvent]:
         rows = await self._fetch(_READ_STREAM_SQL, stream, from_version)
-        return [_row_to_stored(row) for row in rows]
+        return [_row_to_stored(row, self.decoder) for row in rows]
 
     async def read_correlation(self, correlation_id: str) -> list[StoredEvent]:
         """Every event of one rollout (correlation id), in global order."""
         rows = await self._fetch(_READ_CORRELATION_SQL, correlation_id)
-        return [_row_to_stored(row) for row in rows]
+        return [_row_to_stored(row, self.decoder) for row in rows]
 
     async def read_batch(self, from_position: int = 0, limit: int = 1000) -> list[StoredEvent]:
         """Up to ``limit`` events with global_position > ``from_position``, in order (one poll)."""
         rows = await self._fetch(_READ_ALL_SQL, from_position, limit)
-        return [_row_to_stored(row) for row in rows]
+        return [_row_to_stored(row, self.decoder) for row in rows]
 
     async def read_all_batches(
         self, from_position: int = 0, batch_size: int = 2000
@@ -506,7 +525,36 @@ class EventStore:
         while True:
             rows = await self._fetch(_READ_ALL_SQL, position, batch_size)
             for row in rows:
-                yield _row_to_stored(row)
+                yield _row_to_stored(row, self.decoder)
             if len(rows) < batch_size:
                 return
             position = rows[-1][0]
+
+    # --- tamper evidence (migrations/versions/0002_event_hash_chain.py) ------------------------------
+
+    async def read_chain_batches(
+        self, from_position: int = 0, batch_size: int = 5000
+    ) -> AsyncIterator[list[asyncpg.Record]]:
+        """Raw rows for hash-chain verification, in global order: the columns of
+        ``services.domain.hashchain.CHAIN_COLUMNS`` (payload as stored text, hashes as bytes)."""
+        position = from_position
+        while True:
+            rows = await self._fetch(_READ_CHAIN_SQL, position, batch_size)
+            if rows:
+                yield rows
+            if len(rows) < batch_size:
+                return
+            position = rows[-1][0]
+
+    async def write_checkpoint(self) -> tuple[int, bytes] | None:
+        """Record the chain hash at the head in ``event_checkpoints`` and return (position, chain_hash),
+        or None for an empty log. Keep a copy outside the database too (services/replay/checkpoints.py)."""
+        rows = await self._fetch(_CHECKPOINT_SQL)
+        if not rows:
+            return None
+        return int(rows[0][0]), bytes(rows[0][1])
+
+    async def checkpoints(self) -> list[tuple[int, bytes]]:
+        """The checkpoints recorded in the database (position, chain_hash), oldest first."""
+        rows = await self._fetch("SELECT global_position, chain_hash FROM event_checkpoints ORDER BY 1")
+        return [(int(r[0]), bytes(r[1])) for r in rows]
