@@ -102,7 +102,9 @@ def upgrade() -> None:
         """
     )
     op.execute("ALTER TABLE events ENABLE TRIGGER events_append_only")
-    op.execute("ALTER TABLE events ALTER COLUMN stream_hash SET NOT NULL, ALTER COLUMN chain_hash SET NOT NULL")
+    op.execute(
+        "ALTER TABLE events ALTER COLUMN stream_hash SET NOT NULL, ALTER COLUMN chain_hash SET NOT NULL"
+    )
     op.execute(
         """
         CREATE TRIGGER events_chain BEFORE INSERT ON events

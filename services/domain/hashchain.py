@@ -124,15 +124,25 @@ class ChainVerifier:
     ) -> None:
         self.rows += 1
         content = content_bytes(
-            event_id, stream, stream_version, type_, schema_version, occurred_at, recorded_at,
-            causation_id, correlation_id, payload_text,
+            event_id,
+            stream,
+            stream_version,
+            type_,
+            schema_version,
+            occurred_at,
+            recorded_at,
+            causation_id,
+            correlation_id,
+            payload_text,
         )
         stored_stream = bytes(stored_stream_hash) if stored_stream_hash is not None else b""
         stored_chain = bytes(stored_chain_hash) if stored_chain_hash is not None else b""
         flagged = len(self.findings)
 
         def finding(kind: str, detail: str) -> None:
-            self.findings.append(Finding(kind, global_position, stream, stream_version, str(event_id), detail))
+            self.findings.append(
+                Finding(kind, global_position, stream, stream_version, str(event_id), detail)
+            )
 
         tip = self._tips.get(stream)
         if tip is None:
@@ -175,13 +185,17 @@ class ChainVerifier:
             for version, position in sorted(tip.missing.items()):
                 self.findings.append(
                     Finding(
-                        "removed", position, stream, version, None,
+                        "removed",
+                        position,
+                        stream,
+                        version,
+                        None,
                         f"stream version {version} is missing (noticed at position {position}):"
                         " the event was deleted",
                     )
                 )
             tip.missing.clear()
-        self.findings.sort(key=lambda f: (f.global_position or 0))
+        self.findings.sort(key=lambda f: f.global_position or 0)
         return self.findings
 
     def check_checkpoint(self, position: int, expected_chain: bytes, source: str) -> None:
@@ -191,7 +205,11 @@ class ChainVerifier:
         if stored is None:
             self.findings.append(
                 Finding(
-                    "checkpoint-missing-row", position, None, None, None,
+                    "checkpoint-missing-row",
+                    position,
+                    None,
+                    None,
+                    None,
                     f"checkpoint from {source} names position {position}, which is no longer stored"
                     f" (events removed; the log now ends at {self.last_position})",
                 )
@@ -199,7 +217,11 @@ class ChainVerifier:
         elif stored != expected_chain:
             self.findings.append(
                 Finding(
-                    "checkpoint-mismatch", position, None, None, None,
+                    "checkpoint-mismatch",
+                    position,
+                    None,
+                    None,
+                    None,
                     f"chain hash at this position differs from the checkpoint kept in {source}:"
                     " the history up to here was rewritten (hashes recomputed after a change)",
                 )

@@ -70,7 +70,9 @@ class PayloadDecoder:
         for version in range(schema_version, current):
             step = self.upcasters.get((event_type, version))
             if step is None:
-                raise UpcastError(f"no upcaster for {event_type} from schema_version {version} to {version + 1}")
+                raise UpcastError(
+                    f"no upcaster for {event_type} from schema_version {version} to {version + 1}"
+                )
             data = step(data)
             data["type"] = event_type
         return msgspec.convert(data, self._convert_type)

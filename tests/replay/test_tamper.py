@@ -34,13 +34,18 @@ async def store(server_urls: ServerUrls) -> AsyncIterator[tuple[EventStore, str]
             for stream in ("CloneSet/prod/a/actions", "CloneSet/prod/b/actions"):
                 for version in range(1, 6):
                     payload = (
-                        PodActionFailed(action_id=f"{stream}-{version}", reason="409 Conflict", retryable=True)
+                        PodActionFailed(
+                            action_id=f"{stream}-{version}", reason="409 Conflict", retryable=True
+                        )
                         if version == 3
                         else PodActionSucceeded(action_id=f"{stream}-{version}")
                     )
                     event = new_event(
-                        payload, stream=stream, stream_version=version,
-                        occurred_at=T0 + timedelta(seconds=version), correlation_id="prod/a@rev",
+                        payload,
+                        stream=stream,
+                        stream_version=version,
+                        occurred_at=T0 + timedelta(seconds=version),
+                        correlation_id="prod/a@rev",
                     )
                     await store.append([event], expected_version=version - 1)
             yield store, url
@@ -65,7 +70,8 @@ async def row(url: str, stream: str, version: int) -> asyncpg.Record:
     try:
         return await conn.fetchrow(
             "SELECT global_position, event_id FROM events WHERE stream = $1 AND stream_version = $2",
-            stream, version,
+            stream,
+            version,
         )
     finally:
         await conn.close()
@@ -100,8 +106,10 @@ async def test_a_deleted_row_is_detected_and_named(store: tuple[EventStore, str]
     removed = [f for f in report.findings if f.kind == "removed"]
     assert [(f.stream, f.stream_version) for f in removed] == [("CloneSet/prod/b/actions", 2)]
     # The global chain breaks at the row that followed it.
-    assert any(f.kind == "chain-broken" and f.global_position == target["global_position"] + 1
-               for f in report.findings)
+    assert any(
+        f.kind == "chain-broken" and f.global_position == target["global_position"] + 1
+        for f in report.findings
+    )
 
 
 async def test_two_swapped_rows_are_detected_and_named(store: tuple[EventStore, str]) -> None:
@@ -110,8 +118,10 @@ async def test_two_swapped_rows_are_detected_and_named(store: tuple[EventStore, 
     second = await row(url, "CloneSet/prod/a/actions", 3)
     p1, p2 = first["global_position"], second["global_position"]
     # Swap the two rows' places in the log: every column moves with its row, only the positions exchange.
-    columns = ("event_id, stream, stream_version, type, schema_version, occurred_at, recorded_at,"
-               " causation_id, correlation_id, payload, stream_hash, chain_hash")
+    columns = (
+        "event_id, stream, stream_version, type, schema_version, occurred_at, recorded_at,"
+        " causation_id, correlation_id, payload, stream_hash, chain_hash"
+    )
     await superuser(
         url,
         f"CREATE TEMP TABLE moved AS SELECT * FROM events WHERE global_position IN ({p1}, {p2})",
@@ -169,13 +179,19 @@ async def test_a_rewritten_chain_is_caught_by_the_checkpoint_kept_outside(
 async def test_the_chain_continues_across_appends_by_every_path(store: tuple[EventStore, str]) -> None:
     events, _ = store
     batch = [
-        new_event(PodActionSucceeded(action_id=f"many-{i}"), stream=f"CloneSet/prod/m{i % 3}/actions",
-                  stream_version=i // 3 + 1, occurred_at=T0, event_id=uuid.uuid4())
+        new_event(
+            PodActionSucceeded(action_id=f"many-{i}"),
+            stream=f"CloneSet/prod/m{i % 3}/actions",
+            stream_version=i // 3 + 1,
+            occurred_at=T0,
+            event_id=uuid.uuid4(),
+        )
         for i in range(30)
     ]
     assert await events.append_many(batch) == 30
-    unchecked = new_event(PodActionSucceeded(action_id="x"), stream="CloneSet/prod/a/actions",
-                          stream_version=0, occurred_at=T0)
+    unchecked = new_event(
+        PodActionSucceeded(action_id="x"), stream="CloneSet/prod/a/actions", stream_version=0, occurred_at=T0
+    )
     await events.append([unchecked], expected_version=None)
     report = await audit_log(events, batch_size=7)
     assert report.clean, [f.describe() for f in report.findings]
