@@ -165,7 +165,7 @@ class Planner:
         plan_input = state.plan_input()
         data, digest = encode_input(plan_input)
         plan = decide(data)
-        decisions = self._decisions(state, plan)
+        decisions = decisions_for(state, plan)
         if not decisions:
             return
         through = state.through()
@@ -223,152 +223,6 @@ class Planner:
         )
         await self._append(state, [timer])
 
-    def _decisions(self, state: WorkloadState, plan: dict[str, Any]) -> list[Event]:
-        """The events a plan means, given what was already decided (nothing is repeated)."""
-        now = state.now
-        assert now is not None
-        decisions: list[Event] = []
-        rejected = plan.get("rejected")
-        if rejected:
-            key = (str(rejected.get("field")), str(rejected.get("reason")))
-            if key != state.last_rejection:
-                generation = (state.cloneset or {}).get("metadata", {}).get("generation")
-                decisions.append(SpecRejected(field=key[0], reason=key[1], generation=generation))
-        for revision in plan.get("revisions") or []:
-            name = str((revision.get("metadata") or {}).get("name", ""))
-            if state.revisions.get(name) == revision:
-                continue
-            labels = (revision.get("metadata") or {}).get("labels") or {}
-            data = revision.get("data") or {}
-            decisions.append(
-                RevisionCreated(
-                    name=name,
-                    revision=int(revision.get("revision", 0)),
-                    hash=str(labels.get("controller.kubernetes.io/hash", name.rsplit("-", 1)[-1])),
-                    template=(data.get("spec") or {}).get("template") or {},
-                    object=revision,
-                )
-            )
-        pruned = [n for n in plan.get("revisionsToDelete") or [] if n in state.revisions]
-        if pruned:
-            decisions.append(RevisionsPruned(names=pruned))
-        update = plan.get("updateRevision")
-        current = plan.get("currentRevision")
-        replicas = int(((state.cloneset or {}).get("spec") or {}).get("replicas", 1) or 0)
-        strategy = ((state.cloneset or {}).get("spec") or {}).get("updateStrategy") or {}
-        if update and update != state.update_revision:
-            if state.active_rollout:
-                decisions.append(
-                    RolloutCompleted(rollout_id=state.active_rollout, revision=update, outcome="superseded")
-                )
-            if update != current:
-                decisions.append(
-                    RolloutStarted(
-                        rollout_id=rollout_id(state.namespace, state.name, update),
-                        from_revision=str(current or ""),
-                        to_revision=update,
-                        strategy=strategy,
-                        replicas=replicas,
-                    )
-                )
-            else:
-                # First sight of a workload (or a return to the current revision): nothing to roll out.
-                decisions.append(
-                    RolloutCompleted(
-                        rollout_id=rollout_id(state.namespace, state.name, update), revision=update
-                    )
-                )
-        active = rollout_id(state.namespace, state.name, update) if update else None
-        if update and plan.get("partition") is not None and update != current:
-            step = PartitionStepPlanned(
-                rollout_id=str(active),
-                partition=int(plan["partition"]),
-                replicas=replicas,
-                expected_updated=int(
-                    plan.get("expectedUpdatedReplicas") or max(replicas - int(plan["partition"]), 0)
-                ),
-                max_unavailable=int(plan.get("maxUnavailable") or 0),
-                max_surge=int(plan.get("maxSurge") or 0),
-            )
-            step_key = (
-                step.rollout_id,
-                step.partition,
-                step.replicas,
-                step.expected_updated,
-                step.max_unavailable,
-                step.max_surge,
-            )
-            if step_key != state.last_step:
-                decisions.append(step)
-        round_key = derived_id("round", *sorted(state.through().items()))
-        for index, action in enumerate(plan.get("actions") or []):
-            decisions.append(self._action(state, action, round_key, index, update))
-        pods_to_delete = plan.get("podsToDelete")
-        if pods_to_delete is not None:
-            decisions.append(
-                PodActionRequested(
-                    action_id=str(derived_id("action", round_key, "podsToDelete")),
-                    action="setPodsToDelete",
-                    namespace=state.namespace,
-                    pod=state.name,
-                    rollout_id=active,
-                    details={"podsToDelete": pods_to_delete},
-                )
-            )
-        status = plan.get("status")
-        if status is not None and status != state.last_status:
-            decisions.append(
-                StatusPlanned(kind="CloneSet", namespace=state.namespace, name=state.name, status=status)
-            )
-        status_now = status or state.last_status or {}
-        started_now = any(isinstance(d, RolloutStarted) for d in decisions)
-        if (
-            (state.active_rollout or started_now)
-            and update
-            and update == current
-            and status_now.get("updatedReplicas") == replicas
-            and status_now.get("replicas") == replicas
-            and not plan.get("actions")
-        ):
-            decisions.append(
-                RolloutCompleted(rollout_id=rollout_id(state.namespace, state.name, update), revision=update)
-            )
-        requeue = plan.get("requeueAfterSeconds")
-        if requeue and (decisions or not state.schedules):
-            due = now + timedelta(seconds=float(requeue))
-            if due not in state.schedules.values():
-                decisions.append(RequeueScheduled(due_at=due, reason="grace"))
-        return decisions
-
-    def _action(
-        self, state: WorkloadState, action: dict[str, Any], round_key: Any, index: int, update: str | None
-    ) -> PodActionRequested:
-        kind = str(action.get("action"))
-        pod = str(action.get("pod", ""))
-        details = dict(action)
-        # Deletes name the exact objects they target, so a later object with the same name is not
-        # mistaken for the deleted one (expectations, and the executor's precondition).
-        if kind == "deletePod":
-            details["uid"] = state.uid_of("Pod", pod)
-            if details.get("withPVCs"):
-                details["pvcUids"] = {
-                    n: state.uid_of("PersistentVolumeClaim", n) for n in details.get("pvcs") or []
-                }
-        elif kind == "deletePVC":
-            details["uid"] = state.uid_of("PersistentVolumeClaim", str(action.get("pvc")))
-        elif kind in ("updateInPlace", "recreatePod", "markNotReady", "markReady"):
-            details["uid"] = state.uid_of("Pod", pod)
-        revision = action.get("revision") or None
-        return PodActionRequested(
-            action_id=str(derived_id("action", round_key, index)),
-            action=kind,
-            namespace=state.namespace,
-            pod=pod,
-            rollout_id=rollout_id(state.namespace, state.name, update) if update else None,
-            revision=str(revision) if revision else None,
-            details=details,
-        )
-
     async def _append(self, state: WorkloadState, envelopes: list[Envelope]) -> None:
         stream = envelopes[0].stream
         result = await self.store.append(envelopes, expected_version=state.versions.get(stream, 0))
@@ -376,6 +230,153 @@ class Planner:
             state.fold(envelope)
         for envelope in result.events:
             EVENTS_APPENDED.labels("planner", envelope.type).inc()
+
+
+def decisions_for(state: WorkloadState, plan: dict[str, Any]) -> list[Event]:
+    """The decision events a plan means, given what was already decided (nothing is repeated). A pure
+    function of the folded state and the plan: the replay calls it too."""
+    now = state.now
+    assert now is not None
+    decisions: list[Event] = []
+    rejected = plan.get("rejected")
+    if rejected:
+        key = (str(rejected.get("field")), str(rejected.get("reason")))
+        if key != state.last_rejection:
+            generation = (state.cloneset or {}).get("metadata", {}).get("generation")
+            decisions.append(SpecRejected(field=key[0], reason=key[1], generation=generation))
+    for revision in plan.get("revisions") or []:
+        name = str((revision.get("metadata") or {}).get("name", ""))
+        if state.revisions.get(name) == revision:
+            continue
+        labels = (revision.get("metadata") or {}).get("labels") or {}
+        data = revision.get("data") or {}
+        decisions.append(
+            RevisionCreated(
+                name=name,
+                revision=int(revision.get("revision", 0)),
+                hash=str(labels.get("controller.kubernetes.io/hash", name.rsplit("-", 1)[-1])),
+                template=(data.get("spec") or {}).get("template") or {},
+                object=revision,
+            )
+        )
+    pruned = [n for n in plan.get("revisionsToDelete") or [] if n in state.revisions]
+    if pruned:
+        decisions.append(RevisionsPruned(names=pruned))
+    update = plan.get("updateRevision")
+    current = plan.get("currentRevision")
+    replicas = int(((state.cloneset or {}).get("spec") or {}).get("replicas", 1) or 0)
+    strategy = ((state.cloneset or {}).get("spec") or {}).get("updateStrategy") or {}
+    if update and update != state.update_revision:
+        if state.active_rollout:
+            decisions.append(
+                RolloutCompleted(rollout_id=state.active_rollout, revision=update, outcome="superseded")
+            )
+        if update != current:
+            decisions.append(
+                RolloutStarted(
+                    rollout_id=rollout_id(state.namespace, state.name, update),
+                    from_revision=str(current or ""),
+                    to_revision=update,
+                    strategy=strategy,
+                    replicas=replicas,
+                )
+            )
+        else:
+            # First sight of a workload (or a return to the current revision): nothing to roll out.
+            decisions.append(
+                RolloutCompleted(rollout_id=rollout_id(state.namespace, state.name, update), revision=update)
+            )
+    active = rollout_id(state.namespace, state.name, update) if update else None
+    if update and plan.get("partition") is not None and update != current:
+        step = PartitionStepPlanned(
+            rollout_id=str(active),
+            partition=int(plan["partition"]),
+            replicas=replicas,
+            expected_updated=int(
+                plan.get("expectedUpdatedReplicas") or max(replicas - int(plan["partition"]), 0)
+            ),
+            max_unavailable=int(plan.get("maxUnavailable") or 0),
+            max_surge=int(plan.get("maxSurge") or 0),
+        )
+        step_key = (
+            step.rollout_id,
+            step.partition,
+            step.replicas,
+            step.expected_updated,
+            step.max_unavailable,
+            step.max_surge,
+        )
+        if step_key != state.last_step:
+            decisions.append(step)
+    round_key = derived_id("round", *sorted(state.through().items()))
+    for index, action in enumerate(plan.get("actions") or []):
+        decisions.append(_action(state, action, round_key, index, update))
+    pods_to_delete = plan.get("podsToDelete")
+    if pods_to_delete is not None:
+        decisions.append(
+            PodActionRequested(
+                action_id=str(derived_id("action", round_key, "podsToDelete")),
+                action="setPodsToDelete",
+                namespace=state.namespace,
+                pod=state.name,
+                rollout_id=active,
+                details={"podsToDelete": pods_to_delete},
+            )
+        )
+    status = plan.get("status")
+    if status is not None and status != state.last_status:
+        decisions.append(
+            StatusPlanned(kind="CloneSet", namespace=state.namespace, name=state.name, status=status)
+        )
+    status_now = status or state.last_status or {}
+    started_now = any(isinstance(d, RolloutStarted) for d in decisions)
+    if (
+        (state.active_rollout or started_now)
+        and update
+        and update == current
+        and status_now.get("updatedReplicas") == replicas
+        and status_now.get("replicas") == replicas
+        and not plan.get("actions")
+    ):
+        decisions.append(
+            RolloutCompleted(rollout_id=rollout_id(state.namespace, state.name, update), revision=update)
+        )
+    requeue = plan.get("requeueAfterSeconds")
+    if requeue and (decisions or not state.schedules):
+        due = now + timedelta(seconds=float(requeue))
+        if due not in state.schedules.values():
+            decisions.append(RequeueScheduled(due_at=due, reason="grace"))
+    return decisions
+
+
+def _action(
+    state: WorkloadState, action: dict[str, Any], round_key: Any, index: int, update: str | None
+) -> PodActionRequested:
+    kind = str(action.get("action"))
+    pod = str(action.get("pod", ""))
+    details = dict(action)
+    # Deletes name the exact objects they target, so a later object with the same name is not
+    # mistaken for the deleted one (expectations, and the executor's precondition).
+    if kind == "deletePod":
+        details["uid"] = state.uid_of("Pod", pod)
+        if details.get("withPVCs"):
+            details["pvcUids"] = {
+                n: state.uid_of("PersistentVolumeClaim", n) for n in details.get("pvcs") or []
+            }
+    elif kind == "deletePVC":
+        details["uid"] = state.uid_of("PersistentVolumeClaim", str(action.get("pvc")))
+    elif kind in ("updateInPlace", "recreatePod", "markNotReady", "markReady"):
+        details["uid"] = state.uid_of("Pod", pod)
+    revision = action.get("revision") or None
+    return PodActionRequested(
+        action_id=str(derived_id("action", round_key, index)),
+        action=kind,
+        namespace=state.namespace,
+        pod=pod,
+        rollout_id=rollout_id(state.namespace, state.name, update) if update else None,
+        revision=str(revision) if revision else None,
+        details=details,
+    )
 
 
 async def _report_lag(bus: Bus, runtime: ServiceRuntime) -> None:

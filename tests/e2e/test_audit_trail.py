@@ -8,6 +8,8 @@ from typing import Any
 import pytest
 
 from services.domain.bus import Bus
+from services.domain.store import EventStore
+from services.planner.replay import replay_workload
 from tests.e2e.audit import (
     action_terminals,
     created_uids,
@@ -65,6 +67,14 @@ async def assert_trail_consistent(stack: Stack, database_url: str) -> None:
         assert [i for i, n in Counter(published).items() if n > 1] == []
     finally:
         await bus.close()
+
+    store = await EventStore.connect(database_url)
+    try:
+        report = await replay_workload(store, "default", NAME)
+    finally:
+        await store.close()
+    assert report.rounds > 0 and report.decisions > 0
+    assert report.divergences == [], "replaying the recorded rounds did not reproduce the decisions"
 
 
 async def test_two_executors_in_place_rollout_audit_trail(stack: Stack, cluster: Cluster) -> None:
