@@ -20,6 +20,7 @@ def _root() -> None:
 
 # Command groups: one module each, registered here.
 from services.cli import inject, plan, selfcheck, simcluster, webhook  # noqa: E402
+from services.cli import replay as replay_commands  # noqa: E402
 from services.cli import services as service_commands  # noqa: E402
 
 selfcheck.register(app)
@@ -28,6 +29,7 @@ plan.register(app)
 inject.register(app)
 webhook.register(app)
 service_commands.register(app)
+replay_commands.register(app)
 
 
 def main() -> None:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from services.domain.events import PodActionFailed, PodActionRequested, PodActionSucceeded
+from services.domain.events import ObjectObserved, PodActionFailed, PodActionRequested, PodActionSucceeded
 from services.domain.store import StoredEvent
 from services.domain.streams import workload_of
 from services.planner.names import REVISION_LABEL
@@ -120,8 +120,8 @@ def one_line(step: Step) -> str:
         what += f" {payload.action_id[:8]} ({payload.reason}, retryable={payload.retryable})"
     elif isinstance(payload, PodActionSucceeded):
         what += f" {payload.action_id[:8]}"
-    elif hasattr(payload, "kind") and hasattr(payload, "change"):
-        what += f" {payload.kind} {payload.name} {payload.change}"  # type: ignore[attr-defined]
+    elif isinstance(payload, ObjectObserved):
+        what += f" {payload.kind} {payload.name} {payload.change}"
     ready = sum(1 for p in state.pods.values() if pod_summary(p)["ready"])
     updated = sum(
         1

@@ -1,0 +1,99 @@
+"""Replay, verify and what-if over the event store: the store reads at the edge, the pure cores
+(timeline, verify, whatif) in between. The CLI (services/cli/replay.py) and the benchmark call these.
+
+    steps = await replay_workload(store, "default/sample")                     # list[dict], one per event
+    summary, last = await replay_at(store, "default/sample", at_time=..., at_position=...)
+    report = await verify_target(store, "default/sample@sample-7656fc4998", decide=...)
+    reports = await verify_all(store, decide=...)                               # one pass over the log
+    result = await what_if_rollout(store, "default/sample@sample-7656fc4998", {"partition": 0})
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from services.domain.store import EventStore, StoredEvent
+from services.domain.streams import workload_of
+from services.planner.service import decide as planner_decide
+from services.replay.reads import TargetError, parse_target, rollout_span, workload_events
+from services.replay.timeline import fold_timeline, one_line, state_at, summarise
+from services.replay.verify import Decide, VerifyReport, WorkloadVerifier
+from services.replay.whatif import WhatIfResult, what_if
+
+
+async def _events_for(
+    store: EventStore, target: str
+) -> tuple[str, str, list[StoredEvent], tuple[int, int] | None]:
+    namespace, name, rollout = parse_target(target)
+    events = await workload_events(store, namespace, name)
+    if not events:
+        raise TargetError(f"no events for workload {namespace}/{name}")
+    span = rollout_span(events, rollout) if rollout else None
+    return namespace, name, events, span
+
+
+async def replay_lines(store: EventStore, target: str) -> list[str]:
+    """One line per event of the workload (or of the rollout), each with the state right after it."""
+    namespace, name, events, span = await _events_for(store, target)
+    lines = []
+    for step in fold_timeline(namespace, name, events):
+        position = step.event.global_position
+        if span and position > span[1]:
+            break
+        if span is None or position >= span[0]:
+            lines.append(one_line(step))
+    return lines
+
+
+async def replay_at(
+    store: EventStore, target: str, *, at_time: datetime | None = None, at_position: int | None = None
+) -> tuple[dict[str, Any], StoredEvent | None]:
+    """The workload's state after the last event at or before the time / position (for a rollout id with
+    neither: at the rollout's last event)."""
+    namespace, name, events, span = await _events_for(store, target)
+    if span and at_time is None and at_position is None:
+        at_position = span[1]
+    state, last = state_at(namespace, name, events, at_time=at_time, at_position=at_position)
+    return summarise(state), last
+
+
+async def verify_target(store: EventStore, target: str, decide: Decide = planner_decide) -> VerifyReport:
+    namespace, name, events, span = await _events_for(store, target)
+    verifier = WorkloadVerifier(namespace, name, decide)
+    for stored in events:
+        if span and stored.global_position > span[1]:
+            break
+        verifier.feed(stored.envelope)
+        if verifier.done:
+            break
+    return verifier.finish()
+
+
+async def verify_all(
+    store: EventStore, decide: Decide = planner_decide, batch_size: int = 5000
+) -> list[VerifyReport]:
+    """Every workload in one pass over the log in global order (memory: the inputs between two rounds of
+    each workload)."""
+    verifiers: dict[str, WorkloadVerifier] = {}
+    async for batch in store.read_all_batches(0, batch_size):
+        for stored in batch:
+            envelope = stored.envelope
+            parts = envelope.stream.split("/", 3)
+            if len(parts) < 3 or parts[0] != "CloneSet":
+                continue
+            key = f"{parts[1]}/{parts[2]}"
+            verifier = verifiers.get(key)
+            if verifier is None:
+                namespace, name = workload_of(envelope.stream)
+                verifier = verifiers[key] = WorkloadVerifier(namespace, name, decide)
+            verifier.feed(envelope)
+    return [verifiers[key].finish() for key in sorted(verifiers)]
+
+
+async def what_if_rollout(store: EventStore, rollout_id: str, overrides: dict[str, Any]) -> WhatIfResult:
+    namespace, name, rollout = parse_target(rollout_id)
+    if rollout is None:
+        raise TargetError(f"what-if takes a rollout id <namespace>/<name>@<revision>, got {rollout_id!r}")
+    events = await workload_events(store, namespace, name)
+    return what_if(namespace, name, events, rollout, overrides)
