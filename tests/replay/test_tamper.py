@@ -22,6 +22,10 @@ from tests.plugins.servers import ServerUrls
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
+CONTENT = (
+    "event_id, stream, stream_version, type, schema_version, occurred_at, recorded_at, causation_id,"
+    " correlation_id, payload"
+)
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
 
@@ -160,10 +164,8 @@ async def test_a_rewritten_chain_is_caught_by_the_checkpoint_kept_outside(
             )
             # Re-inserted with the chain trigger on: every hash is recomputed from the edited row on.
             await conn.execute(
-                "INSERT INTO events (global_position, event_id, stream, stream_version, type, schema_version,"
-                " occurred_at, recorded_at, causation_id, correlation_id, payload) OVERRIDING SYSTEM VALUE"
-                " SELECT global_position, event_id, stream, stream_version, type, schema_version, occurred_at,"
-                " recorded_at, causation_id, correlation_id, payload FROM rest ORDER BY global_position"
+                f"INSERT INTO events (global_position, {CONTENT}) OVERRIDING SYSTEM VALUE"
+                f" SELECT global_position, {CONTENT} FROM rest ORDER BY global_position"
             )
             await conn.execute("ALTER TABLE events ENABLE TRIGGER events_append_only")
     finally:
