@@ -19,7 +19,6 @@ Pure: recorded events in, two ``RolloutMetrics`` out; nothing is written anywher
 from __future__ import annotations
 
 import copy
-import heapq
 import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -40,9 +39,11 @@ from services.domain.streams import ACTION_ID_ANNOTATION, WORKLOAD_KIND
 from services.planner.names import REVISION_LABEL
 from services.planner.plan import plan_json
 from services.planner.workload_state import WorkloadState
+from services.replay.cluster_model import (
+    ClusterModel,
+    available,
+)
 
-DEFAULT_EFFECT_SECONDS = 0.5
-DEFAULT_READY_SECONDS = 2.0
 MAX_ROUNDS = 10_000
 _plan_decoder = msgspec.json.Decoder(dict[str, Any])
 
@@ -99,19 +100,6 @@ class WhatIfResult:
     timings: dict[str, dict[str, float]]
 
 
-def _conditions(pod: dict[str, Any]) -> dict[str, str]:
-    return {c.get("type", ""): c.get("status", "") for c in (pod.get("status") or {}).get("conditions") or []}
-
-
-def available(pod: dict[str, Any]) -> bool:
-    conditions = _conditions(pod)
-    return (
-        conditions.get("Ready") == "True"
-        and conditions.get("InPlaceUpdateReady") != "False"
-        and not (pod.get("metadata") or {}).get("deletionTimestamp")
-    )
-
-
 def _containers_current(pod: dict[str, Any]) -> bool:
     """Every container runs the image its spec asks for and is ready (the kubelet's part is done)."""
     statuses = {c.get("name"): c for c in (pod.get("status") or {}).get("containerStatuses") or []}
@@ -138,18 +126,6 @@ def parse_overrides(pairs: Iterable[str]) -> dict[str, Any]:
         value: Any = int(raw) if raw.lstrip("-").isdigit() else raw
         overrides[path] = value
     return overrides
-
-
-def _apply_overrides(cloneset: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
-    result = copy.deepcopy(cloneset)
-    strategy = result.setdefault("spec", {}).setdefault("updateStrategy", {})
-    for path, value in overrides.items():
-        target = strategy
-        parts = path.split(".")
-        for part in parts[:-1]:
-            target = target.setdefault(part, {})
-        target[parts[-1]] = value
-    return result
 
 
 # --- the record ------------------------------------------------------------------------------------
@@ -267,265 +243,67 @@ def read_record(namespace: str, name: str, events: list[StoredEvent], rollout_id
 # --- the model -------------------------------------------------------------------------------------
 
 
-def _merge(target: dict[str, Any], patch: dict[str, Any]) -> None:
-    """The strategic merge of the simple patches the planner writes (containers merged by name)."""
-    for key, value in patch.items():
-        if value is None:
-            target.pop(key, None)
-        elif key == "containers" and isinstance(value, list):
-            by_name = {c.get("name"): c for c in target.get("containers", [])}
-            for entry in value:
-                container = by_name.get(entry.get("name"))
-                if container is None:
-                    target.setdefault("containers", []).append(copy.deepcopy(entry))
-                else:
-                    _merge(container, entry)
-        elif isinstance(value, dict) and isinstance(target.get(key), dict):
-            _merge(target[key], value)
-        else:
-            target[key] = copy.deepcopy(value)
-
-
-def _set_condition(pod: dict[str, Any], condition: dict[str, Any]) -> None:
-    conditions = pod.setdefault("status", {}).setdefault("conditions", [])
-    for index, existing in enumerate(conditions):
-        if existing.get("type") == condition.get("type"):
-            conditions[index] = dict(condition)
-            return
-    conditions.append(dict(condition))
-
-
-def _iso(moment: float, t0: datetime) -> str:
-    return (t0 + timedelta(seconds=moment)).isoformat().replace("+00:00", "Z")
-
-
-class _Model:
-    def __init__(self, recorded: _Recorded, overrides: dict[str, Any]) -> None:
-        state = recorded.state
-        assert state.cloneset is not None and state.now is not None
-        self.t0 = state.now
-        self.overrides = overrides
-        self.cloneset = _apply_overrides(state.cloneset, overrides)
-        self.pods = copy.deepcopy(state.pods)
-        self.pvcs = copy.deepcopy(state.pvcs)
-        self.revisions = copy.deepcopy(state.revisions)
-        self.timings = recorded.timings
-        self.now = 0.0
-        self.serial = 0
-        self.queue: list[tuple[float, int, str, Any]] = []  # (time, seq, what, data)
-        self.in_flight = 0
-        self.restarting: set[str] = set()
-        for offset, obj in recorded.spec_changes:
-            self._at(max(offset, 0.0), "spec", obj)
-
-    def _at(self, moment: float, what: str, data: Any) -> None:
-        self.serial += 1
-        heapq.heappush(self.queue, (moment, self.serial, what, data))
-
-    def delay(self, kind: str, part: str) -> float:
-        default = DEFAULT_EFFECT_SECONDS if part == "effect" else DEFAULT_READY_SECONDS
-        return self.timings.get(kind, {}).get(part, default)
-
-    def plan_input(self) -> bytes:
-        return msgspec.json.encode(
-            {
-                "cloneSet": self.cloneset,
-                "pods": [self.pods[n] for n in sorted(self.pods)],
-                "pvcs": [self.pvcs[n] for n in sorted(self.pvcs)],
-                "revisions": sorted(self.revisions.values(), key=lambda r: r.get("revision", 0)),
-                "now": _iso(self.now, self.t0),
-            }
-        )
-
-    def apply_plan(self, plan: dict[str, Any]) -> list[dict[str, Any]]:
-        for record in plan.get("revisions") or []:
-            self.revisions[record["metadata"]["name"]] = record
-        for name in plan.get("revisionsToDelete") or []:
-            self.revisions.pop(name, None)
-        if plan.get("podsToDelete") is not None:
-            self.cloneset["spec"].setdefault("scaleStrategy", {})["podsToDelete"] = plan["podsToDelete"]
-        if plan.get("status") is not None:
-            self.cloneset["status"] = plan["status"]
-        actions = list(plan.get("actions") or [])
-        for action in actions:
-            self.in_flight += 1
-            self._at(self.now + self.delay(str(action.get("action")), "effect"), "effect", action)
-        if plan.get("requeueAfterSeconds"):
-            self._at(self.now + float(plan["requeueAfterSeconds"]), "requeue", None)
-        return actions
-
-    def effect(self, action: dict[str, Any]) -> None:
-        self.in_flight -= 1
-        kind = action.get("action")
-        pod_name = str(action.get("pod", ""))
-        pod = self.pods.get(pod_name)
-        if kind == "createPVC":
-            claim = copy.deepcopy(action["object"])
-            claim.setdefault("metadata", {})["uid"] = f"whatif-pvc-{self._next()}"
-            claim["status"] = {"phase": "Bound"}
-            self.pvcs[str(action["pvc"])] = claim
-        elif kind == "createPod":
-            created = copy.deepcopy(action["object"])
-            metadata = created.setdefault("metadata", {})
-            metadata["uid"] = f"whatif-{self._next()}"
-            metadata["creationTimestamp"] = _iso(self.now, self.t0)
-            created["status"] = {"phase": "Pending", "conditions": []}
-            self.pods[pod_name] = created
-            self._at(self.now + self.delay("createPod", "ready"), "start", pod_name)
-        elif kind == "deletePod":
-            self.pods.pop(pod_name, None)
-            if action.get("withPVCs"):
-                for claim in action.get("pvcs") or []:
-                    self.pvcs.pop(claim, None)
-        elif kind == "deletePVC":
-            self.pvcs.pop(str(action.get("pvc")), None)
-        elif pod is not None and kind in ("recreatePod", "updateInPlace"):
-            _merge(pod, action.get("patch") or {})
-            if kind == "updateInPlace":
-                self.restarting.add(pod_name)
-                self._set_ready(pod, False)
-                self._at(self.now + self.delay("updateInPlace", "ready"), "restart", pod_name)
-        elif pod is not None and kind in ("markNotReady", "markReady"):
-            if action.get("patch"):
-                _merge(pod, action["patch"])
-            _set_condition(pod, action["condition"])
-
-    def _next(self) -> int:
-        self.serial += 1
-        return self.serial
-
-    def _set_ready(self, pod: dict[str, Any], ready: bool) -> None:
-        _set_condition(
-            pod,
-            {
-                "type": "Ready",
-                "status": "True" if ready else "False",
-                "lastTransitionTime": _iso(self.now, self.t0),
-            },
-        )
-
-    def start(self, pod_name: str) -> None:
-        pod = self.pods.get(pod_name)
-        if pod is None:
-            return
-        pod.setdefault("spec", {}).setdefault("nodeName", f"node-{self._next() % 3}")
-        status = pod.setdefault("status", {})
-        status["phase"] = "Running"
-        status["podIP"] = f"10.0.0.{self._next() % 250}"
-        status["containerStatuses"] = [
-            {
-                "name": c.get("name"),
-                "image": c.get("image"),
-                "imageID": f"sha256:{c.get('image')}",
-                "containerID": f"whatif://{self._next()}",
-                "ready": True,
-                "restartCount": 0,
-                "started": True,
-            }
-            for c in pod["spec"].get("containers") or []
-        ]
-        self._ready_if_gates(pod)
-
-    def restart(self, pod_name: str) -> None:
-        pod = self.pods.get(pod_name)
-        if pod is None:
-            return
-        by_name = {c.get("name"): c for c in (pod.get("status") or {}).get("containerStatuses") or []}
-        for container in (pod.get("spec") or {}).get("containers") or []:
-            status = by_name.get(container.get("name"))
-            if status is not None and status.get("image") != container.get("image"):
-                status.update(
-                    image=container.get("image"),
-                    imageID=f"sha256:{container.get('image')}",
-                    containerID=f"whatif://{self._next()}",
-                    restartCount=int(status.get("restartCount", 0)) + 1,
+def _replan(model: ClusterModel) -> RolloutMetrics:
+    """Plan, carry out, repeat: like the planner service, no new round while an action is in flight."""
+    metrics = RolloutMetrics()
+    metrics.observe(0.0, model.pods)
+    for _ in range(MAX_ROUNDS):
+        if model.in_flight == 0:
+            plan = _plan_decoder.decode(plan_json(model.plan_input()))
+            if plan.get("rejected"):
+                raise WhatIfError(f"the planner rejects the overridden spec: {plan['rejected']}")
+            actions = model.apply_plan(plan)
+            if actions:
+                metrics.steps += 1
+                metrics.actions += len(actions)
+                metrics.pods_touched.update(
+                    str(a.get("pod")) for a in actions if a.get("action") != "createPVC"
                 )
-        self._ready_if_gates(pod)
-
-    def _ready_if_gates(self, pod: dict[str, Any]) -> None:
-        self.restarting.discard(str((pod.get("metadata") or {}).get("name")))
-        self.kubelet()
-
-    def kubelet(self) -> None:
-        """Ready follows the readiness gates for running pods that are not restarting containers."""
-        for name, pod in self.pods.items():
-            if name in self.restarting or not (pod.get("status") or {}).get("containerStatuses"):
-                continue
-            conditions = _conditions(pod)
-            gates = [g.get("conditionType") for g in (pod.get("spec") or {}).get("readinessGates") or []]
-            ready = all(conditions.get(g) == "True" for g in gates)
-            if (conditions.get("Ready") == "True") != ready:
-                self._set_ready(pod, ready)
-
-    def run(self) -> RolloutMetrics:
-        metrics = RolloutMetrics()
-        metrics.observe(0.0, self.pods)
-        target = None
-        for _ in range(MAX_ROUNDS):
-            if self.in_flight == 0:
-                plan = _plan_decoder.decode(plan_json(self.plan_input()))
-                if plan.get("rejected"):
-                    raise WhatIfError(f"the planner rejects the overridden spec: {plan['rejected']}")
-                target = plan.get("updateRevision")
-                actions = self.apply_plan(plan)
-                if actions:
-                    metrics.steps += 1
-                    metrics.actions += len(actions)
-                    metrics.pods_touched.update(
-                        str(a.get("pod")) for a in actions if a.get("action") != "createPVC"
-                    )
-                if self._done(target, plan):
-                    metrics.completed = True
-                    break
-            if not self.queue:
+            if _done(model, plan):
+                metrics.completed = True
                 break
-            moment, _, what, data = heapq.heappop(self.queue)
-            self.now = max(self.now, moment)
-            if what == "effect":
-                self.effect(data)
-            elif what == "start":
-                self.start(data)
-            elif what == "restart":
-                self.restart(data)
-            elif what == "requeue":
-                pass
-            elif what == "spec":
-                spec = copy.deepcopy(data.get("spec") or {})
-                status = self.cloneset.get("status")
-                self.cloneset = _apply_overrides({**data, "spec": spec}, self.overrides)
-                if status is not None:
-                    self.cloneset["status"] = status
-            self.kubelet()
-            metrics.observe(self.now, self.pods)
-        metrics.duration_seconds = self.now
-        metrics.close(self.now)
-        return metrics
+        if model.step() is None:
+            break
+        metrics.observe(model.now, model.pods)
+    metrics.duration_seconds = model.now
+    metrics.close(model.now)
+    return metrics
 
-    def _done(self, target: str | None, plan: dict[str, Any]) -> bool:
-        if plan.get("actions") or any(what in ("effect", "start", "restart") for _, _, what, _ in self.queue):
-            return False
-        if any(what == "spec" for _, _, what, _ in self.queue):
-            return False
-        replicas = int((self.cloneset.get("spec") or {}).get("replicas", 1) or 0)
-        hash_part = (target or "").rsplit("-", 1)[-1]
-        updated = sum(
-            1
-            for pod in self.pods.values()
-            if ((pod.get("metadata") or {}).get("labels") or {}).get(REVISION_LABEL, "").endswith(hash_part)
-            and available(pod)
-        )
-        expected = plan.get("expectedUpdatedReplicas")
-        expected = replicas if expected is None else int(expected)
-        return (
-            len(self.pods) == replicas
-            and updated >= expected
-            and all(available(p) for p in self.pods.values())
-        )
+
+def _done(model: ClusterModel, plan: dict[str, Any]) -> bool:
+    if plan.get("actions") or model.busy() or any(what == "spec" for _, _, what, _ in model.queue):
+        return False
+    replicas = int((model.cloneset.get("spec") or {}).get("replicas", 1) or 0)
+    hash_part = str(plan.get("updateRevision") or "").rsplit("-", 1)[-1]
+    updated = sum(
+        1
+        for pod in model.pods.values()
+        if ((pod.get("metadata") or {}).get("labels") or {}).get(REVISION_LABEL, "").endswith(hash_part)
+        and available(pod)
+    )
+    expected = plan.get("expectedUpdatedReplicas")
+    expected = replicas if expected is None else int(expected)
+    return (
+        len(model.pods) == replicas and updated >= expected and all(available(p) for p in model.pods.values())
+    )
 
 
 def what_if(
     namespace: str, name: str, events: list[StoredEvent], rollout_id: str, overrides: dict[str, Any]
 ) -> WhatIfResult:
     recorded = read_record(namespace, name, events, rollout_id)
-    replanned = _Model(recorded, overrides).run()
+    state = recorded.state
+    assert state.cloneset is not None and state.now is not None
+    model = ClusterModel(
+        state.cloneset,
+        t0=state.now,
+        pods=state.pods,
+        pvcs=state.pvcs,
+        revisions=state.revisions,
+        timings=recorded.timings,
+        overrides=overrides,
+    )
+    for offset, obj in recorded.spec_changes:
+        model.schedule_spec(offset, obj)
+    replanned = _replan(model)
     return WhatIfResult(rollout_id, overrides, recorded.metrics, replanned, recorded.timings)
