@@ -8,6 +8,7 @@ Public API (all coroutines unless noted)::
 
     await store.append(events: Sequence[Envelope], expected_version: int | None) -> AppendResult
     await store.append_many(events: Sequence[Envelope]) -> int
+    await store.import_events(events: Sequence[Envelope]) -> int   (COPY bulk load, not idempotent)
     await store.stream_version(stream: str) -> int
     await store.read_stream(stream: str, from_version: int = 1) -> list[StoredEvent]
     await store.read_batch(from_position: int = 0, limit: int = 1000) -> list[StoredEvent]
@@ -168,6 +169,10 @@ ORDER BY e.ord
 RETURNING global_position, stream_version
 """
 
+_IMPORT_COLUMNS = [
+    "event_id", "stream", "stream_version", "type", "schema_version", "occurred_at",
+    "causation_id", "correlation_id", "payload",
+]
 _VERSION_CONSTRAINT = "events_stream_version_key"
 _CHECKOUT_ATTEMPTS = 3
 _CONNECTION_ATTEMPTS = 2
@@ -464,6 +469,22 @@ class EventStore:
         return ConcurrencyError(
             stream, version - 1, actual, f"version {version} is already held by event {holder}"
         )
+
+    async def import_events(self, events: Sequence[Envelope]) -> int:
+        """Bulk load with COPY (restores, migrations between databases, benchmarks): one transaction,
+        events stored exactly as given, no idempotency (a stored event_id or (stream, version) fails the
+        whole call with the unique violation). The insert triggers still run: writers are serialised and
+        every row is hash-chained. Returns the rows stored."""
+        if not events:
+            return 0
+        records = list(zip(*_columns(events), strict=True))
+
+        async def load() -> int:
+            async with self._driver() as conn, conn.transaction():
+                await conn.copy_records_to_table("events", records=records, columns=_IMPORT_COLUMNS)
+            return len(records)
+
+        return await self._retrying(load)
 
     # --- reading ------------------------------------------------------------------------------------
 

@@ -92,8 +92,10 @@ class ClusterModel:
         revisions: dict[str, dict[str, Any]] | None = None,
         timings: dict[str, dict[str, float]] | None = None,
         overrides: dict[str, Any] | None = None,
+        uid_prefix: str = "whatif",
     ) -> None:
         self.t0 = t0
+        self.uid_prefix = uid_prefix  # new objects get uids <prefix>-<n>
         self.overrides = overrides or {}
         self.cloneset = apply_overrides(cloneset, self.overrides)
         self.pods = copy.deepcopy(pods or {})
@@ -162,14 +164,14 @@ class ClusterModel:
         pod = self.pods.get(pod_name)
         if kind == "createPVC":
             claim = copy.deepcopy(action["object"])
-            claim.setdefault("metadata", {})["uid"] = f"whatif-pvc-{self._next()}"
+            claim.setdefault("metadata", {})["uid"] = f"{self.uid_prefix}-pvc-{self._next()}"
             claim["status"] = {"phase": "Bound"}
             self.pvcs[str(action["pvc"])] = claim
             self._annotate(claim, action_id)
         elif kind == "createPod":
             created = copy.deepcopy(action["object"])
             metadata = created.setdefault("metadata", {})
-            metadata["uid"] = f"whatif-{self._next()}"
+            metadata["uid"] = f"{self.uid_prefix}-{self._next()}"
             metadata["creationTimestamp"] = _iso(self.now, self.t0)
             created["status"] = {"phase": "Pending", "conditions": []}
             self.pods[pod_name] = created
