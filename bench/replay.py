@@ -25,7 +25,7 @@ import time
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import asyncpg
 import msgspec
@@ -44,11 +44,11 @@ from services.domain.events import (
 )
 from services.domain.settings import Settings
 from services.domain.store import EventStore
-from services.domain.streams import actions_stream, decisions_stream, derived_id, observed_stream
+from services.domain.streams import actions_stream, decisions_stream, derived_id, observed_stream, workload_of
 from services.planner.service import decide, decisions_for, round_envelopes
 from services.planner.workload_state import WorkloadState, encode_input
 from services.replay.cluster_model import ClusterModel
-from services.replay.operations import verify_all
+from services.replay.operations import cyclic_gc_paused, verify_all
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 TIMINGS = {
@@ -91,7 +91,7 @@ class WorkloadSimulation:
         self.state = WorkloadState(namespace, name)
         self.events: list[Envelope] = []
         self.versions: dict[str, int] = {}
-        self.emitted: dict[tuple[str, str], Any] = {}
+        self.emitted: dict[tuple[str, str], bytes] = {}  # (kind, name) -> the object as last observed
         self.resource_version = 0
 
     def emit(self, payload: Any, stream: str, *, at: datetime, **ids: Any) -> Envelope:
@@ -114,8 +114,10 @@ class WorkloadSimulation:
                 continue
             self.resource_version += 1
             kind, name = key
-            change = "DELETED" if obj is None else "ADDED" if before is None else "MODIFIED"
-            shown = copy.deepcopy(obj if obj is not None else msgspec.json.decode(before))
+            change: Literal["ADDED", "MODIFIED", "DELETED"] = (
+                "DELETED" if obj is None else "ADDED" if before is None else "MODIFIED"
+            )
+            shown = copy.deepcopy(obj) if obj is not None else msgspec.json.decode(before or b"{}")
             shown.setdefault("metadata", {})["resourceVersion"] = str(self.resource_version)
             uid = str(shown["metadata"].get("uid", ""))
             self.emit(
@@ -211,19 +213,20 @@ def generate(total: int, replicas: int) -> tuple[list[Envelope], int]:
 
 async def replay(store: EventStore) -> tuple[int, int]:
     """Read + decode + fold every event into its workload's state, in global order."""
-    states: dict[str, WorkloadState] = {}
+    states: dict[str, WorkloadState] = {}  # stream -> its workload's state (three streams share one)
+    workloads: dict[tuple[str, str], WorkloadState] = {}
     count = 0
     async for batch in store.read_all_batches(0, 5000):
         for stored in batch:
             envelope = stored.envelope
-            key = envelope.stream.split("/", 3)
-            workload = f"{key[1]}/{key[2]}"
-            state = states.get(workload)
+            state = states.get(envelope.stream)
             if state is None:
-                state = states[workload] = WorkloadState(key[1], key[2])
+                key = workload_of(envelope.stream)
+                state = states[envelope.stream] = workloads.get(key) or WorkloadState(*key)
+                workloads[key] = state
             state.fold(envelope)
         count += len(batch)
-    return count, len(states)
+    return count, len(workloads)
 
 
 async def main() -> None:
@@ -239,7 +242,8 @@ async def main() -> None:
     args = parser.parse_args()
 
     started = time.perf_counter()
-    events, workloads = generate(args.events, args.replicas)
+    with cyclic_gc_paused():
+        events, workloads = generate(args.events, args.replicas)
     generated = time.perf_counter() - started
     print(
         f"generated {len(events):,} events, {workloads:,} workloads in {generated:.1f}s"
@@ -267,7 +271,8 @@ async def main() -> None:
             gc.collect()
 
             started = time.perf_counter()
-            count, seen = await replay(store)
+            with cyclic_gc_paused():  # as the replay and verify operations do
+                count, seen = await replay(store)
             replayed = time.perf_counter() - started
             print(
                 f"replay: {count:,} events, {seen:,} workloads in {replayed:.1f}s:"

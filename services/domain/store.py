@@ -48,6 +48,7 @@ paths use the asyncpg driver connection under SQLAlchemy's pool; small queries u
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -169,6 +170,8 @@ ORDER BY e.ord
 RETURNING global_position, stream_version
 """
 
+# Event loop turns given to a prefetch so it checks out a connection and sends its query.
+_PREFETCH_SPINS = 4
 _IMPORT_COLUMNS = [
     "event_id", "stream", "stream_version", "type", "schema_version", "occurred_at",
     "causation_id", "correlation_id", "payload",
@@ -533,16 +536,28 @@ class EventStore:
         self, from_position: int = 0, batch_size: int = 2000
     ) -> AsyncIterator[list[StoredEvent]]:
         """Pages of events after ``from_position`` until the head is reached (events appended while
-        iterating are included if they land before the last page)."""
-        position = from_position
-        while True:
-            batch = await self.read_batch(position, batch_size)
-            if not batch:
-                return
-            yield batch
-            if len(batch) < batch_size:
-                return
-            position = batch[-1].global_position
+        iterating are included if they land before the last page). The next page is requested while the
+        caller works through the current one, so the database's work overlaps the caller's."""
+        upcoming: asyncio.Task[list[StoredEvent]] = asyncio.ensure_future(
+            self.read_batch(from_position, batch_size)
+        )
+        try:
+            while True:
+                batch = await upcoming
+                if not batch:
+                    return
+                if len(batch) == batch_size:
+                    upcoming = asyncio.ensure_future(self.read_batch(batch[-1].global_position, batch_size))
+                    for _ in range(_PREFETCH_SPINS):  # let it get as far as sending its query
+                        await asyncio.sleep(0)
+                yield batch
+                if len(batch) < batch_size:
+                    return
+        finally:
+            if not upcoming.done():
+                upcoming.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await upcoming
 
     async def read_all(self, from_position: int = 0, batch_size: int = 2000) -> AsyncIterator[StoredEvent]:
         """Every event after ``from_position`` in global order, until the head. Rows are fetched a page at a
