@@ -48,7 +48,7 @@ POSITION_HEADER = "Rollbook-Position"
 DURABLE = "auditor"
 RELAY_BATCH = 500
 _POLL_MIN = 0.02
-_POLL_MAX = 0.25
+_POLL_MAX = 0.1
 _RESUME_SCAN = 1000  # messages to look back for a position header (dead letters carry none)
 _encoder = msgspec.json.Encoder()
 

@@ -18,18 +18,24 @@ def _root() -> None:
     """Keeps `rollbook` a group of subcommands even while only one is registered."""
 
 
-# Command groups: one module each, registered here.
-from services.cli import inject, plan, selfcheck, simcluster, webhook  # noqa: E402
-from services.cli import replay as replay_commands  # noqa: E402
-from services.cli import services as service_commands  # noqa: E402
+# Command groups: every module in this package with a `register(app)` function adds its commands.
+# Discovered rather than listed so that adding a command never edits this file.
+def _register_command_modules() -> None:
+    import importlib
+    import pkgutil
 
-selfcheck.register(app)
-simcluster.register(app)
-plan.register(app)
-inject.register(app)
-webhook.register(app)
-service_commands.register(app)
-replay_commands.register(app)
+    import services.cli as package
+
+    for module_info in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
+        if module_info.name == "main":
+            continue
+        module = importlib.import_module(f"{package.__name__}.{module_info.name}")
+        register = getattr(module, "register", None)
+        if callable(register):
+            register(app)
+
+
+_register_command_modules()
 
 
 def main() -> None:

@@ -79,12 +79,14 @@ async def _up(settings: Settings) -> int:
     stopping = asyncio.Event()
     tasks = [asyncio.create_task(_supervise(s, env, stopping)) for s in SERVICES]
     try:
-        await asyncio.gather(*tasks)
+        # asyncio.wait, not gather: cancelling us must not cancel the supervisors, which stop the children.
+        await asyncio.wait(tasks)
     except asyncio.CancelledError:
-        # SIGTERM/SIGINT: run_command cancelled us; stop the children cleanly before returning.
+        # SIGTERM/SIGINT (run_command cancels us): the normal way to stop. Stop the children cleanly;
+        # exit 0 once they all have.
         stopping.set()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        raise
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        return 1 if any(isinstance(r, BaseException) for r in results) else 0
     return 0
 
 

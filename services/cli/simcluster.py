@@ -37,6 +37,12 @@ def simcluster(
     ] = None,
     write_error_rate: Annotated[float, typer.Option(help="Share of writes failed with 500/429.")] = 0.0,
     latency: Annotated[float, typer.Option(help="Seconds added to every API request.")] = 0.0,
+    failing_image: Annotated[
+        list[str] | None, typer.Option(help="Image pattern (e.g. '*:broken') whose pull fails; repeatable.")
+    ] = None,
+    crashing_image: Annotated[
+        list[str] | None, typer.Option(help="Image pattern whose container keeps crashing; repeatable.")
+    ] = None,
 ) -> None:
     """Start simcluster: a Kubernetes API server with simulated scheduler and kubelet, for laptops and CI."""
     settings = Settings.from_env()
@@ -52,6 +58,8 @@ def simcluster(
         extended_inplace=settings.extended_inplace if extended_inplace is None else extended_inplace,
         faults=FaultConfig(write_error_rate=write_error_rate, latency_seconds=latency, seed=seed),
         kubeconfig_path=str(target),
+        failing_images=tuple(failing_image or ()),
+        crashing_images=tuple(crashing_image or ()),
     )
 
     async def serve() -> None:

@@ -14,6 +14,7 @@ the envelope's stream (``Kind/namespace/name``) unless the publisher passes the 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import zlib
 from collections.abc import Awaitable, Callable, Iterable, Sequence
@@ -55,6 +56,7 @@ _TOKEN_SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz01
 _EMPTY_TOKEN = "%"
 
 
+@functools.lru_cache(maxsize=65536)  # names and types repeat: publishing stays cheap per event
 def encode_token(value: str) -> str:
     """Escape a value into one NATS subject token, reversibly (``web.v2`` -> ``web%2Ev2``, empty -> ``%``)."""
     if not value:

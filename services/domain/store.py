@@ -23,6 +23,11 @@ Public API (all coroutines unless noted)::
     await store.stream_names(like: str = "%") -> list[str]
     store.engine -> AsyncEngine  (for SQL views and queries elsewhere; its JSONB columns decode as usual)
 
+    StoredEvent(global_position: int, recorded_at: datetime, envelope: Envelope)        # msgspec Struct
+    AppendResult(stream, appended, skipped, stream_version, last_position, events)      # msgspec Struct
+    ConcurrencyError(stream: str, expected: int, actual: int)   # .stream .expected .actual; a ValueError
+                                                                # is raised instead for malformed batches
+
 Semantics:
 
 - ``append``: every envelope belongs to one stream and they carry consecutive ``stream_version`` values.
@@ -59,7 +64,7 @@ from typing import Any, TypeVar
 import asyncpg
 import msgspec
 from sqlalchemy import Select, func, select
-from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+from sqlalchemy.exc import DBAPIError, ProgrammingError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from services.domain.database import sqlalchemy_url
@@ -243,6 +248,8 @@ def _columns(events: Sequence[Envelope]) -> tuple[list[Any], ...]:
 def _check_consecutive(events: Sequence[Envelope], expected_version: int | None) -> str:
     if not events:
         raise ValueError("append needs at least one event")
+    if expected_version is not None and expected_version < 0:
+        raise ValueError(f"expected_version must be 0 (empty stream) or more, got {expected_version}")
     stream = events[0].stream
     ids: set[uuid.UUID] = set()
     for index, event in enumerate(events):
@@ -280,7 +287,19 @@ class EventStore:
             max_overflow=pool_size,
         )
         store = cls(engine, decoder)
-        await store.head_position()  # fail fast on a bad URL or an unmigrated database
+        try:
+            await store.head_position()  # fail fast on a bad URL or an unmigrated database
+        except ProgrammingError as error:
+            await engine.dispose()
+            if "events" in str(error) and "does not exist" in str(error):
+                raise RuntimeError(
+                    "the database has no events table: run the migrations first"
+                    " (alembic -x url=... upgrade head, or services.domain.database.upgrade(url))"
+                ) from error
+            raise
+        except BaseException:
+            await engine.dispose()
+            raise
         return store
 
     async def close(self) -> None:
@@ -438,6 +457,12 @@ class EventStore:
     async def append_many(self, events: Sequence[Envelope]) -> int:
         if not events:
             return 0
+        for event in events:
+            if not event.stream or event.stream_version < 1:
+                raise ValueError(
+                    f"event {event.event_id}: needs a stream name and a stream_version >= 1,"
+                    f" got {event.stream!r} version {event.stream_version}"
+                )
         return await self._retrying(lambda: self._append_many(events))
 
     async def _append_many(self, events: Sequence[Envelope]) -> int:

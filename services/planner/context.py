@@ -23,6 +23,19 @@ def owned_by(obj: dict[str, Any], spec: CloneSetSpec) -> bool | None:
     return None
 
 
+def _is_our_claim(pvc: dict[str, Any], spec: CloneSetSpec) -> bool:
+    """Owned by this CloneSet; or without owner but named and labelled as one of its claims."""
+    metadata = pvc.get("metadata") or {}
+    instance_id = (metadata.get("labels") or {}).get(INSTANCE_ID_LABEL)
+    if not instance_id:
+        return False
+    owner = owned_by(pvc, spec)
+    if owner is not None:
+        return owner
+    names = {f"{t['metadata']['name']}-{spec.name}-{instance_id}" for t in spec.volume_claim_templates}
+    return metadata.get("name") in names
+
+
 @dataclass(slots=True)
 class Context:
     spec: CloneSetSpec
@@ -55,12 +68,7 @@ class Context:
             # selector (OpenKruise releases owned pods that stopped matching; rollbook leaves them alone).
             if owned_by(pod, spec) is not False and selectors.matches(selector, view.labels):
                 views.append(view)
-        owned_pvcs = [
-            p
-            for p in pvcs
-            if owned_by(p, spec) is not False
-            and ((p.get("metadata") or {}).get("labels") or {}).get(INSTANCE_ID_LABEL)
-        ]
+        owned_pvcs = [p for p in pvcs if _is_our_claim(p, spec)]
         active = [v for v in views if v.active]
         update_hash = revisions.update.hash
         return cls(spec, now, now_text, revisions, views, active, owned_pvcs, cloneset_status, update_hash)

@@ -50,8 +50,9 @@ def classify_pods(ctx: Context) -> Classes:
     old: list[PodView] = []
     to_delete: list[PodView] = []
     counts = {"del_new": 0, "del_old": 0, "pre": 0, "unavail": 0, "flight": 0, "recreate": 0}
+    update_hash = ctx.update_hash
     for pod in ctx.pods:
-        updated = ctx.is_updated(pod)
+        updated = pod.revision_hash == update_hash
         (new if updated else old).append(pod)
         if pod.pre_deleting:
             counts["pre"] += 1

@@ -6,7 +6,10 @@ from the input. Same input, same ``Plan``, byte for byte (``plan_json``).
 
 from __future__ import annotations
 
+import gc
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC
 from typing import Any
 
@@ -55,14 +58,17 @@ def plan(request: PlanInput) -> Plan:
 
     classes = counting.classify_pods(ctx)
     diffs = counting.calculate(ctx, classes)
-    actions: list[Action] = scale.scale_step(ctx, classes, diffs)
+    # A CloneSet being deleted is left to the garbage collector: no pod is created, deleted or updated.
+    deleting = bool((cloneset.get("metadata") or {}).get("deletionTimestamp"))
+    actions: list[Action] = [] if deleting else scale.scale_step(ctx, classes, diffs)
     requeue: list[int] = []
     step = "scale" if actions else "none"
-    if not actions:
+    if not actions and not deleting:
         result = update.update_step(ctx, classes, diffs)
         actions, requeue = result.actions, result.requeue
         step = "update" if actions else "none"
-    actions += scale.orphan_pvc_cleanup(ctx)
+    if not deleting:
+        actions += scale.orphan_pvc_cleanup(ctx)
     requeue += _min_ready_requeue(ctx)
 
     revisions.prune_history(
@@ -70,12 +76,13 @@ def plan(request: PlanInput) -> Plan:
     )
     active_names = {p.name for p in ctx.pods}
     kept_names = [n for n in spec.pods_to_delete if n in active_names]
+    reported = status.compute(ctx)
     return Plan(
         update_revision=revision_plan.update.name,
-        current_revision=revision_plan.current.name,
+        current_revision=reported["currentRevision"],
         partition=spec.partition,
         actions=actions,
-        status=status.compute(ctx),
+        status=reported,
         requeue_after_seconds=min(requeue) if requeue else None,
         rejected=None,
         step=step,
@@ -90,11 +97,26 @@ def plan(request: PlanInput) -> Plan:
 
 def plan_json(data: bytes) -> bytes:
     """Decode a PlanInput, plan, encode the Plan. Undecodable input is a rejection, never an exception."""
+    with _gc_paused():
+        try:
+            request = _decoder.decode(data)
+        except msgspec.DecodeError as error:  # ValidationError is a DecodeError
+            return encode_plan(_rejected({}, None, "input", str(error)))
+        return encode_plan(plan(request))
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Decoding tens of thousands of pods allocates millions of containers, none of them garbage; the
+    cyclic collector would scan the growing heap again and again (4x slower at 10,000 pods). A plan makes
+    no reference cycles, so reference counting frees everything it drops."""
+    enabled = gc.isenabled()
+    gc.disable()
     try:
-        request = _decoder.decode(data)
-    except msgspec.DecodeError as error:  # ValidationError is a DecodeError
-        return encode_plan(_rejected({}, None, "input", str(error)))
-    return encode_plan(plan(request))
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def encode_plan(result: Plan) -> bytes:
@@ -181,12 +203,12 @@ def _rejected(cloneset: Any, now_text: str | None, field: str, reason: str) -> P
         generation = metadata.get("generation")
         if isinstance(generation, int):
             reported["observedGeneration"] = generation
-        reported["conditions"] = status.conditions(
-            observed.get("conditions") or [], now_text, (field, reason)
-        )
+        previous = observed.get("conditions")
+        previous = previous if isinstance(previous, list) else []
+        reported["conditions"] = status.conditions(previous, now_text, (field, reason))
     return Plan(
-        update_revision=observed.get("updateRevision"),
-        current_revision=observed.get("currentRevision"),
+        update_revision=_text(observed.get("updateRevision")),
+        current_revision=_text(observed.get("currentRevision")),
         partition=None,
         actions=[],
         status=reported,
@@ -194,3 +216,7 @@ def _rejected(cloneset: Any, now_text: str | None, field: str, reason: str) -> P
         rejected=Rejection(field=field, reason=reason),
         step="rejected",
     )
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None

@@ -65,6 +65,7 @@ def _json_annotation(value: Any) -> dict[str, Any] | None:
 
 
 _UNSET: Any = object()
+_MINUS_INF = float("-inf")
 
 
 class PodView:
@@ -160,8 +161,12 @@ class PodView:
     @property
     def restarts(self) -> int:
         if self._restarts is _UNSET:
-            statuses = (self.obj.get("status") or {}).get("containerStatuses") or ()
-            self._restarts = max((int(c.get("restartCount") or 0) for c in statuses), default=0)
+            most = 0
+            for container in (self.obj.get("status") or {}).get("containerStatuses") or ():
+                count = container.get("restartCount") or 0
+                if count > most:
+                    most = count
+            self._restarts = int(most)
         return self._restarts  # type: ignore[no-any-return]
 
     @property
@@ -225,13 +230,20 @@ class PodView:
 
     def active_order_key(self) -> tuple[Any, ...]:
         """G-4 "least valuable first" (update candidates); the pod name breaks full ties (determinism)."""
+        # Hot path (every update candidate, every round): the helpers are inlined.
+        ready = self.ready
+        recency = 0.0
+        if ready:
+            since = self.ready_since
+            recency = -since if since else _MINUS_INF
+        created = self.created
         return (
             1 if self.node else 0,
             _PHASE_RANK.get(self.phase, 0),
-            1 if self.ready else 0,
-            self._ready_recency(),
+            1 if ready else 0,
+            recency,
             -self.restarts,
-            self._newness(),
+            -created if created else _MINUS_INF,
             self.name,
         )
 

@@ -36,6 +36,7 @@ def _create(ctx: Context, count: int, at_current: int) -> list[Action]:
     ids = _instance_ids(ctx, count)
     existing_pvcs = {(p.get("metadata") or {}).get("name") for p in ctx.pvcs}
     actions: list[Action] = []
+    orphan_ids = _orphan_ids(ctx)
     for index, instance_id in enumerate(ids):
         revision = ctx.revisions.current if index < at_current else ctx.revisions.update
         pod = new_pod(spec, revision, instance_id)
@@ -47,7 +48,7 @@ def _create(ctx: Context, count: int, at_current: int) -> list[Action]:
                         pod=name, pvc=claim["metadata"]["name"], object=claim, reason="volumeClaimTemplates"
                     )
                 )
-        reused = instance_id in _orphan_ids(ctx)
+        reused = instance_id in orphan_ids
         actions.append(
             CreatePod(
                 pod=name,

@@ -52,7 +52,7 @@ from services.domain.metrics import (
 from services.domain.runtime import ServiceRuntime, configure_logging, run_until_stopped
 from services.domain.settings import Settings
 from services.domain.store import ConcurrencyError, EventStore
-from services.domain.streams import decisions_stream, derived_id, rollout_id, workload_of
+from services.domain.streams import WORKLOAD_KIND, decisions_stream, derived_id, rollout_id, workload_of
 from services.planner.workload_state import EXPECTATION_TIMEOUT, WorkloadState, encode_input
 
 log = structlog.get_logger("planner")
@@ -100,6 +100,8 @@ class Planner:
 
     async def handle(self, envelope: Envelope, msg: Msg) -> None:
         EVENTS_HANDLED.labels("planner", envelope.type).inc()
+        if not envelope.stream.startswith(WORKLOAD_KIND + "/"):
+            return  # not a CloneSet's event (e.g. an observation of another kind): nothing to plan
         namespace, name = workload_of(envelope.stream)
         structlog.contextvars.bind_contextvars(
             correlation_id=envelope.correlation_id, workload=f"{namespace}/{name}"
@@ -160,7 +162,12 @@ class Planner:
             return
         pending = state.pending()
         if pending:
-            await self._expect(state, pending)
+            await self._wake_at(state, min(p.requested_at for p in pending) + EXPECTATION_TIMEOUT)
+            return
+        leaving = state.leaving_with_claims()
+        if leaving:
+            # Normally the pod's DELETED observation wakes us first; its replacement then reuses its PVCs.
+            await self._wake_at(state, min(leaving.values()) + EXPECTATION_TIMEOUT)
             return
         plan_input = state.plan_input()
         data, digest = encode_input(plan_input)
@@ -180,9 +187,8 @@ class Planner:
             decisions=len(decisions),
         )
 
-    async def _expect(self, state: WorkloadState, pending: list[Any]) -> None:
-        """Pending actions block planning; make sure a timer wakes the workload when they time out."""
-        due = min(p.requested_at for p in pending) + EXPECTATION_TIMEOUT
+    async def _wake_at(self, state: WorkloadState, due: datetime) -> None:
+        """Something blocks planning until ``due`` at the latest; make sure a timer wakes the workload."""
         if any(abs((d - due).total_seconds()) < 1 for d in state.schedules.values()):
             return
         stream = decisions_stream(state.namespace, state.name)

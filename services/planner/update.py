@@ -13,7 +13,7 @@ from services.planner import inplace
 from services.planner.context import Context
 from services.planner.counting import Classes, Diffs
 from services.planner.model import Action, MarkNotReady, MarkReady, RecreatePod, UpdateInPlace
-from services.planner.names import SPECIFIED_DELETE_LABEL
+from services.planner.names import INPLACE_GRACE_ANNOTATION, SPECIFIED_DELETE_LABEL
 from services.planner.podstate import PodView, parse_time
 from services.planner.revisions import hash_part
 from services.planner.spec import RECREATE
@@ -30,7 +30,11 @@ class StepResult:
 def refresh(ctx: Context) -> StepResult:
     """Advance pods already in an in-place update: grace expiry, completion, readiness-gate init."""
     result = StepResult()
-    for pod in sorted(ctx.pods, key=lambda p: p.name):
+    # Only pods with in-place work or an unset readiness gate can need a refresh; most pods have neither.
+    pending = [
+        p for p in ctx.pods if p.inplace_ready is not True or INPLACE_GRACE_ANNOTATION in p.annotations
+    ]
+    for pod in sorted(pending, key=lambda p: p.name):
         grace = pod.inplace_grace
         if grace is not None:
             _refresh_grace(ctx, pod, grace, result)

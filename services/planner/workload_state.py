@@ -39,6 +39,8 @@ from services.domain.streams import (
     observed_stream,
 )
 
+INSTANCE_ID_LABEL = "apps.kruise.io/cloneset-instance-id"
+
 # A requested action not seen in effect after this long no longer blocks planning (OpenKruise's
 # expectations time out the same way, so a lost watch event cannot wedge a workload).
 EXPECTATION_TIMEOUT = timedelta(seconds=60)
@@ -198,6 +200,28 @@ class WorkloadState:
         current = table.get(name)
         return None if current is None else (current.get("metadata") or {}).get("uid")
 
+    def leaving_with_claims(self) -> dict[str, datetime]:
+        """Pods deleted by someone else that are still terminating while their PVCs stay.
+
+        Their replacement must reuse the instance id and PVCs (CS-8), which it can only do once the old
+        pod (same name) is gone; planning meanwhile would pick a new id and orphan the PVCs. So the
+        planner waits for them, at most EXPECTATION_TIMEOUT past the deletion time (a pod stuck on a
+        finalizer must not wedge the workload)."""
+        leaving: dict[str, datetime] = {}
+        claims_by_id: dict[str, list[dict[str, Any]]] = {}
+        for pvc in self.pvcs.values():
+            labels = (pvc.get("metadata") or {}).get("labels") or {}
+            claims_by_id.setdefault(str(labels.get(INSTANCE_ID_LABEL, "")), []).append(pvc)
+        for name, pod in sorted(self.pods.items()):
+            metadata = pod.get("metadata") or {}
+            deleted_at = _parse_time(metadata.get("deletionTimestamp"))
+            if deleted_at is None or self.now is None or self.now - deleted_at >= EXPECTATION_TIMEOUT:
+                continue
+            claims = claims_by_id.get(str((metadata.get("labels") or {}).get(INSTANCE_ID_LABEL, "")), [])
+            if claims and all(not (c.get("metadata") or {}).get("deletionTimestamp") for c in claims):
+                leaving[name] = deleted_at
+        return leaving
+
     def pending(self) -> list[Requested]:
         """Requested actions neither failed nor seen in effect nor timed out at the round's ``now``."""
         result = []
@@ -222,6 +246,15 @@ class WorkloadState:
             "revisions": sorted(self.revisions.values(), key=lambda r: (r.get("revision", 0), _name(r))),
             "now": self.now.isoformat().replace("+00:00", "Z"),
         }
+
+
+def _parse_time(value: Any) -> datetime | None:
+    if not value:
+        return None
+    try:
+        return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    except ValueError:
+        return None
 
 
 def encode_input(plan_input: dict[str, Any]) -> tuple[bytes, str]:

@@ -47,6 +47,10 @@ class SimConfig:
         True  # record core/v1 Events (Scheduled, Pulling, Pulled, Created, Started, Killing)
     )
     max_events: int = 10_000  # oldest Events are deleted beyond this (real clusters expire them after 1 h)
+    # Images (fnmatch patterns, e.g. "*:broken") whose pull fails: containers wait in ImagePullBackOff.
+    failing_images: tuple[str, ...] = ()
+    # Images whose container exits with an error shortly after starting: CrashLoopBackOff, restarts growing.
+    crashing_images: tuple[str, ...] = ()
 
 
 class SimCluster:
@@ -68,6 +72,8 @@ class SimCluster:
                 extended_inplace=cfg.extended_inplace,
                 events=cfg.kubelet_events,
                 max_events=cfg.max_events,
+                failing_images=cfg.failing_images,
+                crashing_images=cfg.crashing_images,
             )
             if cfg.kubelet
             else None

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fnmatch
 import hashlib
 import random
 from collections import deque
@@ -50,6 +51,7 @@ class Timing:
     ready: float = 0.0  # started -> readiness probe passes
     terminate: float = 0.0  # graceful deletion (capped by the pod's grace period)
     pvc_bind: float = 0.0
+    crash_backoff: float = 0.0  # first CrashLoopBackOff wait, doubling to 30x (floor 0.05 s)
     jitter: float = 0.0  # each delay is multiplied by uniform(1 - jitter, 1 + jitter)
 
     @classmethod
@@ -63,6 +65,7 @@ class Timing:
             ready=1.0,
             terminate=1.0,
             pvc_bind=0.5,
+            crash_backoff=2.0,
             jitter=0.2,
         )
 
@@ -106,6 +109,8 @@ class ContainerRuntime:
     started_at: str = ""
     container_id: str = ""
     last_terminated: dict[str, Any] | None = None
+    crashes: int = 0  # consecutive crashes, for the back-off
+    restart_at: float | None = None  # loop time when a crashed container is started again
 
 
 @dataclass
@@ -142,8 +147,12 @@ class Kubelet:
         extended_inplace: bool = False,
         events: bool = True,
         max_events: int = 10_000,
+        failing_images: tuple[str, ...] = (),
+        crashing_images: tuple[str, ...] = (),
     ) -> None:
         self.store = store
+        self.failing_images = failing_images
+        self.crashing_images = crashing_images
         self.events = events
         self.max_events = max_events
         self._event_keys: deque[Key] = deque()
@@ -437,91 +446,164 @@ class Kubelet:
             return self.timing.pull_cached
         return self.timing.pull_cold
 
+    def _pull_fails(self, image: str) -> bool:
+        return any(fnmatch.fnmatchcase(image, pattern) for pattern in self.failing_images)
+
+    def _crashes(self, image: str) -> bool:
+        return any(fnmatch.fnmatchcase(image, pattern) for pattern in self.crashing_images)
+
+    def _crash_backoff(self, crashes: int) -> float:
+        """Exponential back-off as the kubelet's (10 s doubling to 5 min), scaled to Timing.crash_backoff."""
+        base = max(self.timing.crash_backoff, 0.05)  # a floor, so zero timing cannot spin
+        return float(min(base * 2**crashes, base * 30))
+
+    def _containers_to_start(
+        self, pod: Obj, runtime: PodRuntime, now: float
+    ) -> list[tuple[ContainerRuntime, str, str]]:
+        """Containers to (re)start: new ones, changed ones (in place), crashed ones whose back-off is over."""
+        spec = pod.get("spec") or {}
+        volumes = spec.get("volumes") or []
+        todo: list[tuple[ContainerRuntime, str, str]] = []  # (container, image, fingerprint)
+        for container in spec.get("containers") or []:
+            name, image = container["name"], container.get("image", "")
+            fingerprint = _rebuild_fingerprint(container, volumes) if self.extended_inplace else ""
+            current = runtime.containers.get(name)
+            if current is None:
+                current = ContainerRuntime(name=name, image=image, fingerprint=fingerprint)
+                runtime.containers[name] = current
+                todo.append((current, image, fingerprint))
+            elif not current.running and current.waiting_reason == "ContainerCreating":
+                todo.append((current, image, fingerprint))
+            elif current.image != image or current.fingerprint != fingerprint:
+                if current.running:
+                    current.last_terminated = {
+                        "exitCode": 0,
+                        "reason": "Completed",
+                        "startedAt": current.started_at,
+                        "finishedAt": now_iso(),
+                        "containerID": current.container_id,
+                    }
+                    current.restart_count += 1
+                    self._emit(pod, "Killing", f"Container {name} definition changed, will be restarted")
+                current.running, current.ready, current.restart_at = False, False, None
+                current.crashes = 0
+                current.waiting_reason = "ContainerRebuilding"
+                todo.append((current, image, fingerprint))
+            elif current.restart_at is not None and now >= current.restart_at:
+                current.restart_at = None
+                todo.append((current, image, fingerprint))
+        return todo
+
     async def _run_pod(self, key: Key, runtime: PodRuntime) -> None:
-        try:
-            while True:
-                runtime.wake.clear()
-                pod = self._current(key, runtime)
-                if pod is None:
+        loop = asyncio.get_running_loop()
+        while True:
+            runtime.wake.clear()
+            pod = self._current(key, runtime)
+            if pod is None:
+                return
+            if pod["metadata"].get("deletionTimestamp"):
+                await self._terminate(key, runtime, pod)
+                return
+            todo = self._containers_to_start(pod, runtime, loop.time())
+            if todo:
+                if not await self._start_containers(key, runtime, pod, todo):
                     return
-                if pod["metadata"].get("deletionTimestamp"):
-                    await self._terminate(key, runtime, pod)
+                continue
+            unready = [c for c in runtime.containers.values() if c.running and not c.ready]
+            if unready:
+                await self._sleep(self.timing.ready)
+                if self._current(key, runtime) is None:
                     return
-                spec = pod.get("spec") or {}
-                volumes = spec.get("volumes") or []
-                todo: list[tuple[ContainerRuntime, str, str]] = []  # (container, image, fingerprint)
-                for container in spec.get("containers") or []:
-                    name, image = container["name"], container.get("image", "")
-                    fingerprint = _rebuild_fingerprint(container, volumes) if self.extended_inplace else ""
-                    current = runtime.containers.get(name)
-                    if current is None:
-                        current = ContainerRuntime(name=name, image=image, fingerprint=fingerprint)
-                        runtime.containers[name] = current
-                        todo.append((current, image, fingerprint))
-                    elif not current.running and current.waiting_reason in ("ContainerCreating",):
-                        todo.append((current, image, fingerprint))
-                    elif current.image != image or current.fingerprint != fingerprint:
-                        if current.running:
-                            current.last_terminated = {
-                                "exitCode": 0,
-                                "reason": "Completed",
-                                "startedAt": current.started_at,
-                                "finishedAt": now_iso(),
-                                "containerID": current.container_id,
-                            }
-                            current.restart_count += 1
-                            self._emit(
-                                pod, "Killing", f"Container {name} definition changed, will be restarted"
-                            )
-                        current.running, current.ready = False, False
-                        current.waiting_reason = "ContainerRebuilding"
-                        todo.append((current, image, fingerprint))
-                if todo:
-                    self._write_status(key, runtime)
-                    node = self.nodes.get(runtime.node)
-                    pulls = {img: self._pull_seconds(runtime.node, img) for _, img, _ in todo}
-                    for img in pulls:
-                        if node is not None and img in node.images:
-                            self._emit(pod, "Pulled", f'Container image "{img}" already present on machine')
-                        else:
-                            self._emit(pod, "Pulling", f'Pulling image "{img}"')
-                    await self._sleep(
-                        max(self._pull_seconds(runtime.node, img) for _, img, _ in todo) + self.timing.start
-                    )
-                    pod = self._current(key, runtime)
-                    if pod is None:
-                        return
-                    for img, seconds in pulls.items():
-                        if node is None or img not in node.images:
-                            self._emit(pod, "Pulled", f'Successfully pulled image "{img}" in {seconds:.3f}s')
-                    for container_rt, image, fingerprint in todo:
-                        if node is not None:
-                            node.images.add(image)
-                        container_rt.image, container_rt.fingerprint = image, fingerprint
-                        container_rt.running, container_rt.ready = True, False
-                        container_rt.started_at = now_iso()
-                        container_rt.container_id = "containerd://" + _digest(
-                            f"{runtime.uid}/{container_rt.name}/{container_rt.restart_count}"
-                        )
-                        self._emit(pod, "Created", f"Created container {container_rt.name}")
-                        self._emit(pod, "Started", f"Started container {container_rt.name}")
-                    self._write_status(key, runtime)
-                    continue
-                unready = [c for c in runtime.containers.values() if c.running and not c.ready]
-                if unready:
-                    await self._sleep(self.timing.ready)
-                    if self._current(key, runtime) is None:
-                        return
-                    for c in unready:
-                        c.ready = c.running
-                    self._write_status(key, runtime)
-                    continue
+                for c in unready:
+                    c.ready = c.running
                 self._write_status(key, runtime)
-                if runtime.wake.is_set():
-                    continue
+                continue
+            self._write_status(key, runtime)
+            if runtime.wake.is_set():
+                continue
+            restarts = [c.restart_at for c in runtime.containers.values() if c.restart_at is not None]
+            if restarts:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(runtime.wake.wait(), max(min(restarts) - loop.time(), 0.0))
+            else:
                 await runtime.wake.wait()
-        except asyncio.CancelledError:
-            raise
+
+    async def _start_containers(
+        self, key: Key, runtime: PodRuntime, pod: Obj, todo: list[tuple[ContainerRuntime, str, str]]
+    ) -> bool:
+        """Pull and start ``todo``; images that fail to pull wait in ImagePullBackOff, crashing ones go to
+        CrashLoopBackOff. False when the pod went away meanwhile."""
+        self._write_status(key, runtime)
+        node = self.nodes.get(runtime.node)
+        pulls = {img: self._pull_seconds(runtime.node, img) for _, img, _ in todo}
+        for img in pulls:
+            if node is not None and img in node.images:
+                self._emit(pod, "Pulled", f'Container image "{img}" already present on machine')
+            else:
+                self._emit(pod, "Pulling", f'Pulling image "{img}"')
+        await self._sleep(max(pulls.values()) + self.timing.start)
+        current_pod = self._current(key, runtime)
+        if current_pod is None:
+            return False
+        pod = current_pod
+        for img, seconds in pulls.items():
+            if (node is None or img not in node.images) and not self._pull_fails(img):
+                self._emit(pod, "Pulled", f'Successfully pulled image "{img}" in {seconds:.3f}s')
+        crashing: list[ContainerRuntime] = []
+        for container_rt, image, fingerprint in todo:
+            container_rt.image, container_rt.fingerprint = image, fingerprint
+            if self._pull_fails(image):
+                container_rt.running, container_rt.ready = False, False
+                container_rt.waiting_reason = "ImagePullBackOff"
+                self._emit(
+                    pod,
+                    "Failed",
+                    f'Failed to pull image "{image}": rpc error: code = NotFound desc = '
+                    f'failed to pull and unpack image "{image}": not found',
+                    warning=True,
+                )
+                continue
+            if node is not None:
+                node.images.add(image)
+            container_rt.running, container_rt.ready = True, False
+            container_rt.started_at = now_iso()
+            container_rt.container_id = "containerd://" + _digest(
+                f"{runtime.uid}/{container_rt.name}/{container_rt.restart_count}"
+            )
+            self._emit(pod, "Created", f"Created container {container_rt.name}")
+            self._emit(pod, "Started", f"Started container {container_rt.name}")
+            if self._crashes(image):
+                crashing.append(container_rt)
+        self._write_status(key, runtime)
+        if crashing:
+            await self._sleep(self.timing.ready)  # it runs a moment, then exits with an error
+            current_pod = self._current(key, runtime)
+            if current_pod is None:
+                return False
+            loop = asyncio.get_running_loop()
+            for container_rt in crashing:
+                if not container_rt.running:
+                    continue
+                container_rt.last_terminated = {
+                    "exitCode": 1,
+                    "reason": "Error",
+                    "startedAt": container_rt.started_at,
+                    "finishedAt": now_iso(),
+                    "containerID": container_rt.container_id,
+                }
+                container_rt.running, container_rt.ready = False, False
+                container_rt.restart_count += 1
+                container_rt.waiting_reason = "CrashLoopBackOff"
+                container_rt.restart_at = loop.time() + self._crash_backoff(container_rt.crashes)
+                container_rt.crashes += 1
+                self._emit(
+                    current_pod,
+                    "BackOff",
+                    f"Back-off restarting failed container {container_rt.name} in pod {key[1]}",
+                    warning=True,
+                )
+            self._write_status(key, runtime)
+        return True
 
     async def _terminate(self, key: Key, runtime: PodRuntime, pod: Obj) -> None:
         grace = pod["metadata"].get("deletionGracePeriodSeconds")

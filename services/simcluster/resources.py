@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # identity equality and hashing: one instance per type, hashed per write
 class ResourceType:
     group: str  # "" for the core group
     version: str

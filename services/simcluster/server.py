@@ -497,8 +497,8 @@ class ApiServer:
                     await response.write(bytes(chunk))
                 if stop:
                     break
-        except (ConnectionResetError, asyncio.CancelledError):
-            pass
+        except ConnectionResetError:
+            pass  # the client went away
         finally:
             self.store.watchers.discard(watcher)
         with contextlib.suppress(ConnectionResetError, RuntimeError):

@@ -315,7 +315,13 @@ class Store:
         merged["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
         if merged == old:
             return old  # a no-op write does not bump the resourceVersion, as in Kubernetes
-        if merged["metadata"].get("deletionTimestamp") and not merged["metadata"].get("finalizers"):
+        meta = merged["metadata"]
+        if (
+            meta.get("deletionTimestamp")
+            and not meta.get("finalizers")
+            and not meta.get("deletionGracePeriodSeconds")
+        ):
+            # The last finalizer is gone and no graceful termination is pending (as the API server decides).
             return self._commit(rt, "DELETED", merged, old)
         return self._commit(rt, "MODIFIED", merged, old)
 
@@ -438,6 +444,10 @@ class Store:
         if current is None or current["metadata"]["uid"] != obj["metadata"]["uid"]:
             return
         if current["metadata"].get("finalizers"):
+            # Termination is over but finalizers still hold the object: it goes when the last is removed.
+            if current["metadata"].get("deletionGracePeriodSeconds"):
+                held = dict(current, metadata=dict(current["metadata"], deletionGracePeriodSeconds=0))
+                self._commit(rt, "MODIFIED", held, current)
             return
         self._commit(rt, "DELETED", current, current)
 

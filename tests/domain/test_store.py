@@ -125,6 +125,10 @@ async def test_bad_batches_are_refused_before_touching_the_database(event_store:
         await event_store.append([event, event], expected_version=None)
     with pytest.raises(ValueError, match="at least one"):
         await event_store.append([], expected_version=0)
+    with pytest.raises(ValueError, match="expected_version must be 0"):
+        await event_store.append([pod_action(stream, 0)], expected_version=-1)
+    with pytest.raises(ValueError, match="stream_version >= 1"):
+        await event_store.append_many([pod_action(stream, 0)])
     assert await event_store.stream_version(stream) == 0
 
 
@@ -152,6 +156,17 @@ async def test_read_all_returns_everything_after_a_position_in_order(event_store
     positions = [e.global_position for e in seen]
     assert positions == sorted(set(positions)) and positions[0] > start
     assert await event_store.head_position() == positions[-1]
+
+
+async def test_read_all_batches_pages_through_everything(event_store: EventStore) -> None:
+    start = await event_store.head_position()
+    stream = unique_stream()
+    await event_store.append(batch(stream, 1, 7), expected_version=0)
+    pages = [page async for page in event_store.read_all_batches(start, batch_size=3)]
+    mine = [e.envelope.stream_version for page in pages for e in page if e.envelope.stream == stream]
+    assert mine == list(range(1, 8))
+    assert all(len(page) <= 3 for page in pages) and len(pages) >= 3
+    assert await event_store.read_batch(await event_store.head_position(), limit=10) == []
 
 
 async def test_read_correlation_returns_one_rollout(event_store: EventStore) -> None:
@@ -189,7 +204,8 @@ async def test_store_recovers_after_its_connections_are_killed(database_url: str
     store = await EventStore.connect(database_url)
     try:
         stream = unique_stream()
-        await asyncio.gather(*(store.append(batch(unique_stream(), 1, 1), expected_version=0) for _ in range(3)))
+        warm_up = (store.append(batch(unique_stream(), 1, 1), expected_version=0) for _ in range(3))
+        await asyncio.gather(*warm_up)  # three pooled connections to kill
         admin = await asyncpg.connect(asyncpg_url(database_url))
         try:
             killed = await admin.fetchval(

@@ -8,8 +8,10 @@ import subprocess
 import sys
 
 import asyncpg
+import pytest
 
 from services.domain.database import REPO_ROOT, asyncpg_url
+from services.domain.store import EventStore
 from services.domain.store_schema import events_table
 from tests.plugins.database import fresh_database
 from tests.plugins.servers import ServerUrls
@@ -50,6 +52,12 @@ async def test_upgrade_downgrade_upgrade_on_an_empty_database(server_urls: Serve
         assert await _schema_objects(url) == set(), "downgrade must remove everything it created"
         _alembic(url, "upgrade", "head")
         assert await _schema_objects(url) == migrated
+
+
+async def test_connecting_to_an_unmigrated_database_says_what_to_do(server_urls: ServerUrls) -> None:
+    async with fresh_database(server_urls.database_url, prefix="rollbook_unmigrated") as url:
+        with pytest.raises(RuntimeError, match="run the migrations first"):
+            await EventStore.connect(url)
 
 
 async def test_core_table_matches_the_migrated_table(database_url: str) -> None:

@@ -55,11 +55,11 @@ class Cluster:
 
     async def pods(self, owner: str) -> dict[str, dict[str, Any]]:
         """Live (not terminating) pods controlled by the CloneSet, by name, as plain dicts."""
-        response = await self.core.list_namespaced_pod(self.namespace, _preload_content=False)
+        response: Any = await self.core.list_namespaced_pod(self.namespace, _preload_content=False)
         return _owned(json.loads(await response.read()), owner)
 
     async def pvcs(self, owner: str) -> dict[str, dict[str, Any]]:
-        response = await self.core.list_namespaced_persistent_volume_claim(
+        response: Any = await self.core.list_namespaced_persistent_volume_claim(
             self.namespace, _preload_content=False
         )
         return _owned(json.loads(await response.read()), owner)

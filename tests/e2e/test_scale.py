@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from tests.e2e.cluster import Cluster, instance_id, is_ready, seed_cloneset
@@ -12,7 +14,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="session")]
 SERVICES = ("auditor", "watcher", "planner", "executor")
 
 
-async def ready_pods(cluster: Cluster, name: str, count: int) -> dict | None:
+async def ready_pods(cluster: Cluster, name: str, count: int) -> dict[str, Any] | None:
     pods = await cluster.pods(name)
     if len(pods) == count and all(is_ready(p) for p in pods.values()):
         return pods
@@ -25,7 +27,7 @@ async def test_scale_up_then_down_with_pods_to_delete(stack: Stack, cluster: Clu
     name = "sample-data"
 
     await cluster.patch_cloneset(name, {"spec": {"replicas": 5}})
-    pods = await wait_for(lambda: ready_pods(cluster, name, 5), what="5 ready pods")
+    pods: dict[str, Any] = await wait_for(lambda: ready_pods(cluster, name, 5), what="5 ready pods")
     pvcs = await cluster.pvcs(name)
     assert len(pvcs) == 5
     assert {instance_id(p) for p in pods.values()} == {instance_id(p) for p in pvcs.values()}

@@ -77,3 +77,17 @@ def test_replaying_recorded_observations_reproduces_every_decision_byte_for_byte
     assert any(b'"updateInPlace"' in d for _, d in recorded)
     for observation, decision in recorded:
         assert plan_json(observation) == decision
+
+
+def test_plans_do_not_depend_on_the_interpreter_hash_seed() -> None:
+    digests = set()
+    for seed in ("1", "2", "3"):
+        done = subprocess.run(
+            [sys.executable, "-m", "tests.planner.replay_digest"],
+            cwd=ROOT,
+            capture_output=True,
+            check=True,
+            env={"PYTHONHASHSEED": seed, "PATH": "/usr/bin:/bin"},
+        )
+        digests.add(done.stdout)
+    assert len(digests) == 1

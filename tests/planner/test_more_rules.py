@@ -142,3 +142,44 @@ def test_rollout_progress_reports_started_partition_and_completion() -> None:
     cluster.cloneset = spec
     cluster.run()
     assert rollout_progress(cluster.cloneset, cluster.cloneset["status"]).complete
+
+
+def test_cloneset_being_deleted_gets_no_actions() -> None:
+    cs = cloneset()
+    cs["metadata"]["deletionTimestamp"] = "2026-11-30T11:59:00Z"
+    result = plan(plan_input(cs, []))
+    assert result.actions == [] and result.step == "none" and result.status is not None
+
+
+def test_current_revision_moves_when_every_pod_is_updated() -> None:
+    v1 = cloneset()
+    v2 = with_image(v1, "nginx:2")
+    v2["status"] = {"currentRevision": revision_record(v1, 1)["metadata"]["name"]}
+    pods = [running_pod(v2, i) for i in IDS[:5]]
+    result = plan(plan_input(v2, pods, [revision_record(v1, 1), revision_record(v2, 2)]))
+    assert result.current_revision == result.update_revision == revision_record(v2, 2)["metadata"]["name"]
+    assert result.status is not None and result.status["currentRevision"] == result.current_revision
+
+
+def test_resources_change_recreates_even_in_extended_mode_and_volumes_rebuild_there() -> None:
+    extended = {"rollbook.io/inplace-mode": "extended"}
+    v1 = cloneset(strategy={"type": "InPlaceIfPossible"}, annotations=extended)
+    v1["spec"]["template"]["spec"]["volumes"] = [{"name": "conf", "configMap": {"name": "a"}}]
+    container = v1["spec"]["template"]["spec"]["containers"][0]
+    container["volumeMounts"] = [{"name": "conf", "mountPath": "/etc/c"}]
+    pods = [running_pod(v1, i) for i in IDS[:5]]
+    resources = copy.deepcopy(v1)
+    resources["spec"]["template"]["spec"]["containers"][0]["resources"] = {"limits": {"cpu": "1"}}
+    result = plan(plan_input(resources, pods, [revision_record(v1, 1)]))
+    assert [type(a).__name__ for a in result.actions] == ["RecreatePod"]
+    volumes = copy.deepcopy(v1)
+    volumes["spec"]["template"]["spec"]["volumes"] = [{"name": "conf", "configMap": {"name": "b"}}]
+    result = plan(plan_input(volumes, pods, [revision_record(v1, 1)]))
+    update = result.actions[-1]
+    assert isinstance(update, model.UpdateInPlace) and update.change == "Rebuild"
+    assert update.patch["spec"]["volumes"] == [{"name": "conf", "configMap": {"name": "b"}}]
+    assert update.restart_containers == ["nginx"]
+    # Without the switch the same volume change recreates the pod.
+    del volumes["metadata"]["annotations"]
+    result = plan(plan_input(volumes, pods, [revision_record(v1, 1)]))
+    assert [type(a).__name__ for a in result.actions] == ["RecreatePod"]

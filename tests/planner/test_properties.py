@@ -215,3 +215,74 @@ def test_plan_does_not_depend_on_input_order(scenario: Any, random: Any) -> None
     random.shuffle(shuffled.pods)
     random.shuffle(shuffled.revisions)
     assert encode_plan(plan(request)) == encode_plan(plan(shuffled))
+
+
+events = st.lists(
+    st.one_of(
+        st.tuples(st.just("image"), st.sampled_from(["nginx:1", "nginx:2", "nginx:3"])),
+        st.tuples(st.just("replicas"), st.integers(0, 7)),
+        st.tuples(st.just("partition"), int_or_percent),
+        st.tuples(st.just("paused"), st.booleans()),
+        st.tuples(st.just("evict"), st.integers(0, 9)),
+        st.tuples(st.just("podsToDelete"), st.integers(0, 9)),
+        st.tuples(st.just("wait"), st.integers(1, 3)),
+    ),
+    max_size=8,
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.sampled_from(["ReCreate", "InPlaceIfPossible", "InPlaceOnly"]),
+    st.sampled_from([0, 0, 15]),
+    st.sampled_from([0, 1]),
+    events,
+)
+def test_converges_after_changes_in_flight(
+    update_type: str, grace: int, surge: int, changes: list[Any]
+) -> None:
+    """Spec changes, evictions and podsToDelete arriving mid-rollout still converge; PVCs stay in step."""
+    strategy: dict[str, Any] = {
+        "type": update_type,
+        "maxUnavailable": 1,
+        "inPlaceUpdateStrategy": {"gracePeriodSeconds": grace},
+    }
+    if update_type != "InPlaceOnly":
+        strategy["maxSurge"] = surge
+    claims = [{"metadata": {"name": "data"}, "spec": {}}]
+    cluster = Cluster(cloneset(replicas=4, strategy=strategy, claims=claims))
+    cluster.run()
+    for kind, value in changes:
+        spec = cluster.cloneset["spec"]
+        if kind == "image":
+            cluster.cloneset = with_image(cluster.cloneset, value)
+        elif kind == "replicas":
+            spec["replicas"] = value
+        elif kind == "partition":
+            spec["updateStrategy"]["partition"] = value
+        elif kind == "paused":
+            spec["updateStrategy"]["paused"] = value
+        elif kind == "evict" and cluster.pods:
+            cluster.pods.pop(sorted(cluster.pods)[value % len(cluster.pods)])
+        elif kind == "podsToDelete" and cluster.pods:
+            spec.setdefault("scaleStrategy", {})["podsToDelete"] = [
+                sorted(cluster.pods)[value % len(cluster.pods)]
+            ]
+        for _ in range(value if kind == "wait" else 1):
+            cluster.step()
+    cluster.cloneset["spec"]["updateStrategy"]["paused"] = False
+    cluster.run(max_steps=400)
+    spec = cluster.cloneset["spec"]
+    if cluster.history[-1].rejected is not None:
+        return
+    replicas = spec["replicas"]
+    assert len(cluster.pods) == replicas
+    partition = intorpercent.partition_count(spec["updateStrategy"].get("partition"), replicas)
+    status = cluster.cloneset["status"]
+    assert status["updatedReplicas"] >= replicas - partition
+    # Every pod has exactly its own PVC; no PVC of a pod the planner deleted is left behind.
+    assert sorted(cluster.pvcs) == sorted(f"data-{name}" for name in cluster.pods) or any(
+        k == "evict" for k, _ in changes
+    )
+    for name in cluster.pods:
+        assert f"data-{name}" in cluster.pvcs

@@ -23,7 +23,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import aiohttp
 import asyncpg
@@ -41,7 +41,6 @@ from tests.plugins.database import with_database
 from tests.plugins.servers import ServerUrls
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-T = TypeVar("T")
 
 
 def free_port() -> int:
@@ -147,11 +146,8 @@ class Stack:
         await proc.process.wait()
 
     async def stop_all(self) -> None:
-        for name in list(self.processes):
-            try:
-                await self.stop(name)
-            except AssertionError:
-                pass
+        """SIGTERM every running service at once and wait for all of them."""
+        await asyncio.gather(*(self.stop(name) for name in list(self.processes)), return_exceptions=True)
 
     async def get_json(self, name: str, path: str) -> Any:
         async with aiohttp.ClientSession() as session:
@@ -177,12 +173,12 @@ class Stack:
 
 
 async def wait_for(
-    check: Callable[[], Awaitable[T]],
+    check: Callable[[], Awaitable[Any]],
     *,
     within: float = 30.0,
     interval: float = 0.2,
     what: str = "condition",
-) -> T:
+) -> Any:
     """Poll ``check`` until it returns a truthy value; fail with the last value after ``within`` seconds."""
     deadline = time.monotonic() + within
     last: Any = None

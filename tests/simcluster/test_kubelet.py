@@ -201,6 +201,9 @@ async def test_graceful_pod_deletion_shows_terminating_then_goes(make_simcluster
         await core.delete_namespaced_pod("bye", "default")
         terminating = await core.read_namespaced_pod("bye", "default")
         assert terminating.metadata.deletion_timestamp is not None
+        # Writes to a terminating pod do not cut its termination short.
+        await core.patch_namespaced_pod("bye", "default", {"metadata": {"labels": {"leaving": "yes"}}})
+        assert (await core.read_namespaced_pod("bye", "default")).metadata.labels["leaving"] == "yes"
         await wait_until(lambda: core.list_namespaced_pod("default"), lambda lst: not lst.items)
 
 
@@ -279,3 +282,41 @@ async def test_pvc_in_use_stays_terminating_until_its_pod_is_gone(k8s_client: cl
     await wait_until(
         lambda: core.list_namespaced_persistent_volume_claim("default"), lambda claims: not claims.items
     )
+
+
+async def test_failing_and_crashing_images(make_simcluster: MakeSimCluster) -> None:
+    sim = await make_simcluster(SimConfig(failing_images=("*:missing",), crashing_images=("*:crash",)))
+    async with await api_client_for(sim) as api_client:
+        core = client.CoreV1Api(api_client)
+        await core.create_namespaced_pod(
+            "default", pod_manifest("badpull", containers=[{"name": "app", "image": "nginx:missing"}])
+        )
+        stuck = await wait_until(
+            lambda: core.read_namespaced_pod("badpull", "default"),
+            lambda p: (
+                bool(p.status.container_statuses)
+                and (p.status.container_statuses[0].state.waiting or client.V1ContainerStateWaiting()).reason
+                == "ImagePullBackOff"
+            ),
+        )
+        assert stuck.status.phase == "Pending" and not is_ready(stuck)
+        # Fixing the image lets the same pod start (no restart: the container never ran).
+        await core.patch_namespaced_pod(
+            "badpull", "default", {"spec": {"containers": [{"name": "app", "image": "nginx:1.25"}]}}
+        )
+        fixed = await ready_pod(core, "badpull")
+        assert fixed.status.container_statuses[0].restart_count == 0
+
+        await core.create_namespaced_pod(
+            "default", pod_manifest("crasher", containers=[{"name": "app", "image": "nginx:crash"}])
+        )
+        crashing = await wait_until(
+            lambda: core.read_namespaced_pod("crasher", "default"),
+            lambda p: bool(p.status.container_statuses) and p.status.container_statuses[0].restart_count >= 2,
+        )
+        status = crashing.status.container_statuses[0]
+        assert not is_ready(crashing) and crashing.status.phase == "Running"
+        assert status.last_state.terminated.exit_code == 1
+        events = await core.list_namespaced_event("default", field_selector="involvedObject.name=crasher")
+        assert "BackOff" in {e.reason for e in events.items}
+        await core.delete_namespaced_pod("crasher", "default", grace_period_seconds=0)

@@ -1,0 +1,82 @@
+"""Bus throughput: publish_many (pipelined, Nats-Msg-Id) and one Consumer (fetch + ack per message).
+
+    python bench/bus_throughput.py [N]     # uses ROLLBOOK_NATS_URL or an embedded nats-server
+
+Runs on a scratch stream of its own, deleted afterwards. Prints events/s for each phase; compare with
+/work/shared/design/baselines.md (js-async-1024-msgid, pull-500).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+import uuid
+from datetime import UTC, datetime
+
+import msgspec
+from nats.aio.msg import Msg
+
+from services.domain.bus import Bus
+from services.domain.embedded import resolved_settings
+from services.domain.events import Envelope, PodActionRequested, new_event
+
+
+def events(n: int) -> list[Envelope]:
+    now = datetime.now(UTC)
+    return [
+        new_event(
+            PodActionRequested(
+                action_id=f"a{i}",
+                action="updateInPlace",
+                namespace="default",
+                pod=f"web-{i % 100}",
+                revision="r2",
+            ),
+            stream=f"CloneSet/default/web-{i % 1000}",
+            stream_version=i // 1000 + 1,
+            occurred_at=now,
+        )
+        for i in range(n)
+    ]
+
+
+async def main(n: int) -> None:
+    async with resolved_settings(migrate=False) as settings:
+        suffix = uuid.uuid4().hex[:8]
+        scratch = msgspec.structs.replace(
+            settings, stream_name=f"RBBENCH_{suffix}", subject_prefix=f"rbbench{suffix}"
+        )
+        bus = await Bus.connect(scratch)
+        try:
+            await bus.ensure_stream()
+            batch = events(n)
+            started = time.perf_counter()
+            await bus.publish_many(batch)
+            publish_s = time.perf_counter() - started
+
+            done = asyncio.Event()
+            count = 0
+
+            async def handle(envelope: Envelope, msg: Msg) -> None:
+                nonlocal count
+                count += 1
+                if count == n:
+                    done.set()
+
+            consumer = bus.consumer("bench", bus.event_filter(), handle, batch=500)
+            started = time.perf_counter()
+            task = asyncio.create_task(consumer.run())
+            await done.wait()
+            consume_s = time.perf_counter() - started
+            consumer.stop()
+            await task
+            await bus.js.delete_stream(scratch.stream_name)
+        finally:
+            await bus.close()
+    print(f"publish_many   {n} events  {n / publish_s:>9,.0f} events/s")
+    print(f"consume (ack)  {n} events  {n / consume_s:>9,.0f} events/s")
+
+
+if __name__ == "__main__":
+    asyncio.run(main(int(sys.argv[1]) if len(sys.argv) > 1 else 50_000))

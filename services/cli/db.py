@@ -1,0 +1,80 @@
+"""`rollbook db`: the schema of the event store (Alembic migrations) on the configured Postgres.
+
+    rollbook db upgrade [--revision head]      apply migrations (what services do at start in embedded mode)
+    rollbook db current                        print the revision the database is at
+    rollbook db downgrade --revision REV --yes revert to REV ("base" drops the events table and every event)
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import typer
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from services.cli.runtime import run_command
+from services.domain.database import downgrade, sqlalchemy_url, upgrade
+from services.domain.settings import Settings
+
+db_app = typer.Typer(name="db", help="Event store schema: apply, inspect or revert migrations.")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(db_app)
+
+
+@db_app.command("upgrade")
+def upgrade_command(revision: str = typer.Option("head", help="target revision")) -> None:
+    """Apply migrations up to REVISION (default: the newest)."""
+
+    async def body(settings: Settings) -> int:
+        await asyncio.to_thread(upgrade, settings.database_url, revision)
+        typer.echo(f"database at {await _current(settings.database_url) or 'base'}")
+        return 0
+
+    raise typer.Exit(run_command(body, migrate=False))
+
+
+@db_app.command("current")
+def current_command() -> None:
+    """Print the migration revision the database is at ("base" when none is applied)."""
+
+    async def body(settings: Settings) -> int:
+        typer.echo(await _current(settings.database_url) or "base")
+        return 0
+
+    raise typer.Exit(run_command(body, migrate=False))
+
+
+@db_app.command("downgrade")
+def downgrade_command(
+    revision: str = typer.Option(..., help='target revision; "base" removes the events table'),
+    yes: bool = typer.Option(False, "--yes", help="confirm: reverting can drop recorded events"),
+) -> None:
+    """Revert migrations down to REVISION. Reverting the first migration deletes every stored event."""
+    if not yes:
+        typer.echo("refusing to downgrade without --yes: it can drop the events table and every event",
+                   err=True)
+        raise typer.Exit(2)
+
+    async def body(settings: Settings) -> int:
+        await asyncio.to_thread(downgrade, settings.database_url, revision)
+        typer.echo(f"database at {await _current(settings.database_url) or 'base'}")
+        return 0
+
+    raise typer.Exit(run_command(body, migrate=False))
+
+
+async def _current(database_url: str) -> str | None:
+    engine = create_async_engine(sqlalchemy_url(database_url))
+    try:
+        async with engine.connect() as connection:
+            return await connection.run_sync(
+                lambda sync: MigrationContext.configure(sync).get_current_revision()
+            )
+    finally:
+        await engine.dispose()
+
+
+__all__ = ["register"]

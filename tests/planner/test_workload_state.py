@@ -1,0 +1,190 @@
+"""The planner service's fold: expectations and order independence (what makes replay exact)."""
+
+from __future__ import annotations
+
+import itertools
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from services.domain.events import (
+    Envelope,
+    Event,
+    ObjectObserved,
+    PodActionFailed,
+    PodActionRequested,
+    PodActionSucceeded,
+    new_event,
+)
+from services.domain.streams import ACTION_ID_ANNOTATION, actions_stream, decisions_stream, observed_stream
+from services.planner.workload_state import EXPECTATION_TIMEOUT, WorkloadState, encode_input
+
+NS, NAME = "default", "web"
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+class Log:
+    """Builds the three streams of one workload with consecutive versions."""
+
+    def __init__(self) -> None:
+        self.versions: dict[str, int] = {}
+
+    def add(self, stream: str, payload: Event, at: datetime) -> Envelope:
+        version = self.versions[stream] = self.versions.get(stream, 0) + 1
+        return new_event(payload, stream=stream, stream_version=version, occurred_at=at)
+
+    def observe(
+        self,
+        kind: str,
+        name: str,
+        uid: str,
+        change: str = "ADDED",
+        action: str | None = None,
+        at: datetime = T0,
+    ) -> Envelope:
+        metadata: dict[str, Any] = {"name": name, "namespace": NS, "uid": uid}
+        if action:
+            metadata["annotations"] = {ACTION_ID_ANNOTATION: action}
+        obj = {"kind": kind, "metadata": metadata, "spec": {"replicas": 1}}
+        payload = ObjectObserved(
+            kind=kind, namespace=NS, name=name, uid=uid, resource_version="1", change=change, object=obj
+        )  # type: ignore[arg-type]
+        return self.add(observed_stream(NS, NAME), payload, at)
+
+    def request(self, action_id: str, action: str, pod: str, at: datetime = T0, **details: Any) -> Envelope:
+        payload = PodActionRequested(
+            action_id=action_id, action=action, namespace=NS, pod=pod, details=details
+        )
+        return self.add(decisions_stream(NS, NAME), payload, at)
+
+    def outcome(self, payload: Event, at: datetime = T0) -> Envelope:
+        return self.add(actions_stream(NS, NAME), payload, at)
+
+
+def folded(events: list[Envelope]) -> WorkloadState:
+    state = WorkloadState(NS, NAME)
+    for event in events:
+        state.fold(event)
+    return state
+
+
+def test_a_create_is_pending_until_its_action_id_is_seen_on_the_pod() -> None:
+    log = Log()
+    events = [log.observe("CloneSet", NAME, "cs"), log.request("a1", "createPod", "web-x")]
+    assert [p.event.action_id for p in folded(events).pending()] == ["a1"]
+    events.append(log.outcome(PodActionSucceeded(action_id="a1")))
+    assert len(folded(events).pending()) == 1  # reported done, but not seen yet: still expected
+    events.append(log.observe("Pod", "web-x", "u1", action="a1"))
+    assert folded(events).pending() == []
+
+
+def test_a_failed_action_is_not_pending() -> None:
+    log = Log()
+    events = [
+        log.request("a1", "createPod", "web-x"),
+        log.outcome(PodActionFailed(action_id="a1", reason="no")),
+    ]
+    assert folded(events).pending() == []
+
+
+def test_expectations_time_out_on_round_time_not_wall_time() -> None:
+    log = Log()
+    events = [log.request("a1", "createPod", "web-x", at=T0), log.observe("CloneSet", NAME, "cs", at=T0)]
+    assert len(folded(events).pending()) == 1
+    events.append(log.observe("CloneSet", NAME, "cs", change="MODIFIED", at=T0 + EXPECTATION_TIMEOUT))
+    assert folded(events).pending() == []
+
+
+def test_a_delete_is_done_when_its_uid_is_gone_even_if_the_name_comes_back() -> None:
+    log = Log()
+    events = [log.observe("Pod", "web-x", "u1"), log.request("d1", "deletePod", "web-x", uid="u1")]
+    assert len(folded(events).pending()) == 1
+    events.append(log.observe("Pod", "web-x", "u1", change="DELETED"))
+    events.append(log.observe("Pod", "web-x", "u2"))  # replaced with the same name
+    state = folded(events)
+    assert state.pending() == []
+    assert state.pods["web-x"]["metadata"]["uid"] == "u2"
+
+
+def test_a_late_deleted_of_an_old_pod_keeps_the_new_one() -> None:
+    log = Log()
+    events = [log.observe("Pod", "web-x", "u2"), log.observe("Pod", "web-x", "u1", change="DELETED")]
+    assert folded(events).pods["web-x"]["metadata"]["uid"] == "u2"
+
+
+def test_the_fold_does_not_depend_on_how_streams_interleave() -> None:
+    log = Log()
+    observed = [
+        log.observe("CloneSet", NAME, "cs", at=T0),
+        log.observe("Pod", "web-x", "u1", action="a1", at=T0 + timedelta(seconds=2)),
+        log.observe("Pod", "web-y", "u3", at=T0 + timedelta(seconds=3)),
+    ]
+    decisions = [
+        log.request("a1", "createPod", "web-x", at=T0),
+        log.request("d1", "deletePod", "web-y", uid="u3"),
+    ]
+    outcomes = [log.outcome(PodActionSucceeded(action_id="a1"), at=T0 + timedelta(seconds=1))]
+    results = set()
+    for order in itertools.permutations([observed, decisions, outcomes]):
+        for interleave in (lambda s: [e for stream in s for e in stream], _round_robin):
+            state = folded(interleave(list(order)))
+            pending = tuple(sorted(p.event.action_id for p in state.pending()))
+            results.add(
+                (encode_input(state.plan_input())[1], pending, tuple(sorted(state.through().items())))
+            )
+    assert len(results) == 1
+    ((_, pending, _),) = results
+    assert pending == ("d1",)
+
+
+def _round_robin(streams: list[list[Envelope]]) -> list[Envelope]:
+    out: list[Envelope] = []
+    for group in itertools.zip_longest(*streams):
+        out += [e for e in group if e is not None]
+    return out
+
+
+def test_a_pod_deleted_by_someone_else_holds_planning_until_gone_while_its_pvcs_stay() -> None:
+    log = Log()
+    label = {"apps.kruise.io/cloneset-instance-id": "x"}
+    pod = {
+        "metadata": {
+            "name": "web-x",
+            "uid": "u1",
+            "labels": label,
+            "deletionTimestamp": "2026-01-01T00:00:00Z",
+        }
+    }
+    pvc = {"metadata": {"name": "data-web-x", "uid": "p1", "labels": label}}
+    events = [
+        log.add(
+            observed_stream(NS, NAME),
+            ObjectObserved(
+                kind="PersistentVolumeClaim",
+                namespace=NS,
+                name="data-web-x",
+                uid="p1",
+                resource_version="1",
+                change="ADDED",
+                object=pvc,
+            ),
+            T0,
+        ),
+        log.add(
+            observed_stream(NS, NAME),
+            ObjectObserved(
+                kind="Pod",
+                namespace=NS,
+                name="web-x",
+                uid="u1",
+                resource_version="2",
+                change="MODIFIED",
+                object=pod,
+            ),
+            T0,
+        ),
+    ]
+    assert list(folded(events).leaving_with_claims()) == ["web-x"]
+    events.append(log.observe("Pod", "web-x", "u1", change="DELETED", at=T0))
+    assert folded(events).leaving_with_claims() == {}
+    stuck = events[:2] + [log.observe("CloneSet", NAME, "cs", at=T0 + EXPECTATION_TIMEOUT)]
+    assert folded(stuck).leaving_with_claims() == {}  # a pod stuck terminating does not wedge the workload
