@@ -15,7 +15,7 @@ from services.planner.spec import CloneSetSpec
 
 def owned_by(obj: dict[str, Any], spec: CloneSetSpec) -> bool | None:
     """True/False when the object has a controller owner (this CloneSet or not); None when it has none."""
-    for ref in (obj.get("metadata") or {}).get("ownerReferences") or ():
+    for ref in obj["metadata"].get("ownerReferences") or ():
         if ref.get("controller"):
             if spec.uid and ref.get("uid"):
                 return bool(ref.get("uid") == spec.uid)
@@ -62,11 +62,20 @@ class Context:
     ) -> Context:
         views = []
         selector = spec.selector
+        # Hot path: a matchLabels-only selector (the usual case) is checked inline.
+        match_labels = list((selector.get("matchLabels") or {}).items())
+        plain = None if selector.get("matchExpressions") else match_labels
         for pod in pods:
             view = PodView(pod)
             # Ours: controlled by this CloneSet, or an orphan (OpenKruise adopts those), and matching the
             # selector (OpenKruise releases owned pods that stopped matching; rollbook leaves them alone).
-            if owned_by(pod, spec) is not False and selectors.matches(selector, view.labels):
+            if owned_by(pod, spec) is False:
+                continue
+            labels = view.labels
+            if plain is not None:
+                if all(labels.get(key) == value for key, value in plain):
+                    views.append(view)
+            elif selectors.matches(selector, labels):
                 views.append(view)
         owned_pvcs = [p for p in pvcs if _is_our_claim(p, spec)]
         active = [v for v in views if v.active]

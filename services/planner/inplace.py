@@ -44,6 +44,7 @@ class Change:
     restart: list[str] = field(default_factory=list)  # containers recreated in place
     volumes: list[Any] | None = None  # new pod volumes (extended mode), when they changed
     removed_volumes: list[str] = field(default_factory=list)
+    spec_patch: dict[str, Any] | None = None  # built once per change, shared by every pod it applies to
 
     @property
     def in_place(self) -> bool:
@@ -184,16 +185,19 @@ def update_patch(
     annotations[INPLACE_STATE_ANNOTATION] = _dump(state)
     annotations[INPLACE_GRACE_ANNOTATION] = None
     patch: dict[str, Any] = {"metadata": {"labels": labels, "annotations": annotations}}
-    spec: dict[str, Any] = {}
-    entries = container_patch(change, (old_template.get("spec") or {}).get("containers") or [])
-    if entries:
-        spec["containers"] = entries
-    if change.volumes is not None:
-        spec["volumes"] = list(change.volumes) + [
-            {"name": n, "$patch": "delete"} for n in change.removed_volumes
-        ]
-    if spec:
-        patch["spec"] = spec
+    if change.spec_patch is None:
+        spec: dict[str, Any] = {}
+        entries = container_patch(change, (old_template.get("spec") or {}).get("containers") or [])
+        if entries:
+            spec["containers"] = entries
+        if change.volumes is not None:
+            spec["volumes"] = list(change.volumes) + [
+                {"name": n, "$patch": "delete"} for n in change.removed_volumes
+            ]
+        change.spec_patch = spec
+    if change.spec_patch:
+        # Shared between the pods of this round: action payloads are immutable values.
+        patch["spec"] = change.spec_patch
     return patch
 
 

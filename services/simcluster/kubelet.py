@@ -20,6 +20,7 @@ import contextlib
 import fnmatch
 import hashlib
 import random
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -157,6 +158,7 @@ class Kubelet:
         self.max_events = max_events
         self._event_keys: deque[Key] = deque()
         self._unschedulable_reported: set[str] = set()
+        self._last_stamp = 0
         self.timing = timing
         self.extended_inplace = extended_inplace
         self.rng = random.Random(seed)
@@ -254,6 +256,11 @@ class Kubelet:
             rt is PODS and bool((obj.get("spec") or {}).get("nodeName")) and grace != 0 and not self._closed
         )
 
+    def _event_stamp(self) -> int:
+        """Event names end in a hex nanosecond timestamp, as the kubelet's do, so they list in time order."""
+        self._last_stamp = max(time.time_ns(), self._last_stamp + 1)
+        return self._last_stamp
+
     def _emit(
         self, pod: Obj, reason: str, message: str, warning: bool = False, component: str = "kubelet"
     ) -> None:
@@ -270,7 +277,7 @@ class Kubelet:
                 namespace,
                 {
                     "metadata": {
-                        "name": f"{meta['name']}.{self.rng.getrandbits(64):016x}",
+                        "name": f"{meta['name']}.{self._event_stamp():x}",
                         "namespace": namespace,
                     },
                     "involvedObject": {
@@ -344,6 +351,7 @@ class Kubelet:
             runtime.wake.set()
 
     def _release(self, key: Key, uid: str) -> None:
+        self._unschedulable_reported.discard(uid)
         runtime = self.pods.get(key)
         if runtime is None or runtime.uid != uid:
             self._pending.discard(key)

@@ -15,7 +15,7 @@ from . import errors, patch, resources
 from .admission import Admission
 from .errors import ApiError
 from .faults import Faults
-from .resources import CLONESETS, NAMESPACES, ResourceType
+from .resources import CLONESETS, NAMESPACES, PODS, ResourceType
 from .selectors import parse_field_selector, parse_label_selector
 from .store import Store, Watcher, WatchEvent, deep_copy
 from .tables import to_table, wants_table
@@ -208,7 +208,12 @@ class ApiServer:
             raise errors.ApiError(404, "the server could not find the requested resource", "NotFound")
         name = rest[1] if len(rest) > 1 else ""
         sub = rest[2] if len(rest) > 2 else ""
-        if sub and not (sub == "status" and rt.has_status) and not (sub == "scale" and rt is CLONESETS):
+        allowed = (
+            (sub == "status" and rt.has_status)
+            or (sub == "scale" and rt is CLONESETS)
+            or (sub == "log" and rt is PODS)
+        )
+        if sub and not allowed:
             raise errors.ApiError(404, "the server could not find the requested resource", "NotFound")
         return rt, namespace, name, sub
 
@@ -225,6 +230,8 @@ class ApiServer:
         method = request.method
         if sub == "scale":
             return await self._scale(request, rt, ns, name)
+        if sub == "log" and method == "GET":
+            return self._log(rt, ns, name, query.get("container"))
         if method == "GET":
             if name:
                 obj = self.store.get(rt, ns, name)
@@ -302,6 +309,34 @@ class ApiServer:
         updated["spec"]["replicas"] = replicas
         updated["metadata"]["resourceVersion"] = (wanted.get("metadata") or {}).get("resourceVersion") or ""
         return _json(as_scale(self.store.update(rt, ns, name, updated)))
+
+    def _log(self, rt: ResourceType, ns: str, name: str, container: str | None) -> web.Response:
+        """`kubectl logs`: simulated containers print what the kubelet did with them."""
+        pod = self.store.get(rt, ns, name)
+        containers = [c["name"] for c in (pod.get("spec") or {}).get("containers") or []]
+        if container is None:
+            if len(containers) > 1:
+                raise errors.ApiError(
+                    400,
+                    f"a container name must be specified for pod {name}, choose one of: "
+                    f"[{' '.join(containers)}]",
+                )
+            container = containers[0]
+        statuses = {c["name"]: c for c in (pod.get("status") or {}).get("containerStatuses") or []}
+        if container not in containers:
+            raise errors.ApiError(400, f"container {container} is not valid for pod {name}")
+        status = statuses.get(container)
+        if status is None or "running" not in (status.get("state") or {}):
+            reason = ((status or {}).get("state") or {}).get("waiting", {}).get("reason", "ContainerCreating")
+            raise errors.ApiError(
+                400, f'container "{container}" in pod "{name}" is waiting to start: {reason}'
+            )
+        started = status["state"]["running"].get("startedAt", "")
+        text = (
+            f"{started} simcluster: container {container} running image {status.get('image')} "
+            f"(restart {status.get('restartCount', 0)})\n"
+        )
+        return web.Response(text=text, content_type="text/plain")
 
     async def _body(self, request: web.Request) -> Any:
         raw = await request.read()

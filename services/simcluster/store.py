@@ -22,7 +22,7 @@ import msgspec
 
 from . import errors
 from .defaults import apply_defaults
-from .resources import ALL, NAMESPACES, ResourceType
+from .resources import ALL, NAMESPACES, PODS, PVCS, ResourceType
 from .validation import validate_create, validate_update
 
 Obj = dict[str, Any]
@@ -253,6 +253,8 @@ class Store:
                 if (meta.get("namespace", ""), candidate) not in self.objects[rt]:
                     meta["name"] = candidate
                     break
+        if rt in (PODS, PVCS):
+            obj.pop("status", None)  # the API server resets status on create; controllers fill it in
         apply_defaults(rt, obj, None)
         for hook in self.create_hooks:
             hook(rt, obj)

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from .resources import CLONESETS, NAMESPACES, NODES, PODS, PVCS, SIDECARSETS, ResourceType
+from .resources import CLONESETS, EVENTS, NAMESPACES, NODES, PODS, PVCS, SIDECARSETS, ResourceType
 
 Obj = dict[str, Any]
 
@@ -192,6 +192,35 @@ _COLUMNS[NODES] = (
         "<none>",
         _age(o),
         ((o.get("status") or {}).get("nodeInfo") or {}).get("kubeletVersion", ""),
+    ],
+)
+
+
+def _involved(event: Obj) -> str:
+    involved = event.get("involvedObject") or {}
+    return f"{str(involved.get('kind', '')).lower()}/{involved.get('name', '')}"
+
+
+_COLUMNS[EVENTS] = (
+    [
+        ("Last Seen", "string", "Time since the event was last seen", 0),
+        ("Type", "string", "Normal or Warning", 0),
+        ("Reason", "string", "Why the event happened", 0),
+        ("Object", "string", "The object the event is about", 0),
+        ("Message", "string", "What happened", 0),
+    ],
+    lambda o: [
+        _age(
+            {
+                "metadata": {
+                    "creationTimestamp": o.get("lastTimestamp") or o["metadata"].get("creationTimestamp")
+                }
+            }
+        ),
+        o.get("type", ""),
+        o.get("reason", ""),
+        _involved(o),
+        o.get("message", ""),
     ],
 )
 _DEFAULT: tuple[list[Column], Callable[[Obj], list[Any]]] = (

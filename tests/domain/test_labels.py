@@ -26,7 +26,10 @@ def test_matches(selector, labels, expected):
 @pytest.mark.parametrize(
     ("selector", "field"),
     [
-        ({"matchExpressions": [{"key": "a", "operator": "Near"}]}, "spec.selector.matchExpressions[0].operator"),
+        (
+            {"matchExpressions": [{"key": "a", "operator": "Near"}]},
+            "spec.selector.matchExpressions[0].operator",
+        ),
         ({"matchExpressions": [{"key": "a", "operator": "In"}]}, "spec.selector.matchExpressions[0].values"),
         ({"matchLabels": ["a"]}, "spec.selector.matchLabels"),
     ],

@@ -228,7 +228,7 @@ class Cluster:
         raise AssertionError(f"no convergence in {max_steps} steps: {self.revision_counts()}")
 
     def settled(self) -> bool:
-        return all(
-            any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", []))
-            for p in self.pods.values()
+        """Every pod scheduled, running, ready and not in an in-place update: nothing left for the kubelet."""
+        return self.available() == len(self.pods) and all(
+            p["spec"].get("nodeName") for p in self.pods.values()
         )

@@ -167,3 +167,30 @@ def test_disable_pvc_reuse_deletes_orphan_pvcs() -> None:
     assert [(type(a).__name__, getattr(a, "pvc", "")) for a in result.actions] == [
         ("DeletePVC", f"cephfs-pvc-demo-sample-{IDS[5]}")
     ]
+
+
+def test_scale_in_with_long_min_ready_seconds_deletes_nothing() -> None:
+    # OpenKruise TestScale "minReadySeconds=9999": every pod is ready but none available yet, so the
+    # ready-delete budget max(1 + (5 - 3) - 5, 0) is 0.
+    cs = cloneset(replicas=3, minReadySeconds=9999, strategy={"maxUnavailable": 1})
+    pods = [running_pod(cs, i, ready_since="2026-11-30T11:59:00Z") for i in IDS[:5]]
+    result = plan(plan_input(cs, pods, [revision_record(cs, 1)]))
+    assert result.actions == []
+    assert result.requeue_after_seconds is not None and result.requeue_after_seconds > 9000
+
+
+def test_scale_in_takes_old_revision_pods_first() -> None:
+    v1 = cloneset()
+    v2 = cloneset(replicas=3, image="nginx:2", strategy={"partition": 5})
+    pods = [running_pod(v1, i) for i in IDS[:2]] + [running_pod(v2, i, ready=False) for i in IDS[2:5]]
+    result = plan(plan_input(v2, pods, [revision_record(v1, 1), revision_record(v2, 2)]))
+    # partition 5 clamps to 3 kept old pods, but only 2 exist: new pods are the surplus here.
+    assert len(result.actions) == 2
+    # Without a partition the old pods go first, even though they are ready and the new ones are not --
+    # but deleting ready pods must wait while 3 pods are unavailable (budget 1 + 2 - 3 = 0).
+    v2["spec"]["updateStrategy"]["partition"] = 0
+    result = plan(plan_input(v2, pods, [revision_record(v1, 1), revision_record(v2, 2)]))
+    assert result.actions == []
+    pods = [running_pod(v1, i) for i in IDS[:2]] + [running_pod(v2, i) for i in IDS[2:5]]
+    result = plan(plan_input(v2, pods, [revision_record(v1, 1), revision_record(v2, 2)]))
+    assert sorted(a.pod for a in result.actions) == sorted(f"sample-{i}" for i in IDS[:2])

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
+import shutil
+import ssl
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -188,3 +192,69 @@ async def test_foreground_deletion_waits_for_dependents(k8s_client: client.ApiCl
 
     await wait_until(cloneset_gone, lambda gone: gone)
     assert not (await core.list_namespaced_pod("default", label_selector="app=fg")).items
+
+
+async def test_https_webhook_verified_against_ca_bundle(k8s_client: client.ApiClient, tmp_path: Path) -> None:
+    """Real clusters call webhooks over HTTPS, trusting the configuration's caBundle."""
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is needed to make a test certificate")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    openssl = await asyncio.create_subprocess_exec(
+        "openssl",
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        str(key),
+        "-out",
+        str(cert),
+        "-days",
+        "1",
+        "-subj",
+        "/CN=127.0.0.1",
+        "-addext",
+        "subjectAltName=IP:127.0.0.1",
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    assert await openssl.wait() == 0
+
+    async def mutate(request: web.Request) -> web.Response:
+        review = await request.json()
+        patch = [{"op": "add", "path": "/metadata/annotations", "value": {"tls": "verified"}}]
+        return web.json_response(
+            {
+                "apiVersion": "admission.k8s.io/v1",
+                "kind": "AdmissionReview",
+                "response": {
+                    "uid": review["request"]["uid"],
+                    "allowed": True,
+                    "patchType": "JSONPatch",
+                    "patch": base64.b64encode(json.dumps(patch).encode()).decode(),
+                },
+            }
+        )
+
+    app = web.Application()
+    app.router.add_post("/mutate", mutate)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    tls.load_cert_chain(cert, key)
+    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=tls)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        config = webhook_config(
+            "tls", f"https://127.0.0.1:{port}/mutate", selector={"matchLabels": {"tls": "on"}}
+        )
+        config["webhooks"][0]["clientConfig"]["caBundle"] = base64.b64encode(cert.read_bytes()).decode()
+        await client.AdmissionregistrationV1Api(k8s_client).create_mutating_webhook_configuration(config)
+        created = await client.CoreV1Api(k8s_client).create_namespaced_pod(
+            "default", pod_manifest("tls", {"tls": "on"})
+        )
+        assert created.metadata.annotations == {"tls": "verified"}
+    finally:
+        await runner.cleanup()

@@ -152,5 +152,10 @@ async def test_kubectl_get_pods_shows_ready_and_restarts(
         check=False,
     )
     assert "Forbidden: pod updates may not change fields" in refused
+    assert "running image nginx:1.16 (restart 1)" in await kubectl("logs", "test-pod")
+    events = rows(await kubectl("get", "events"))
+    assert events[0] == ["LAST SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"]
+    assert ["Normal", "Killing", "pod/test-pod", "Container app definition changed, will be restarted"] in [
+        row[1:] for row in events]
     assert 'pod "test-pod" deleted' in await kubectl("delete", "pod", "test-pod")
     assert "No resources found" in await kubectl("get", "pods")

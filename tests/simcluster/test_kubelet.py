@@ -227,6 +227,7 @@ async def test_pvc_goes_pending_then_bound(k8s_client: client.ApiClient) -> None
         "default",
         {
             "metadata": {"name": "data"},
+            "status": {"phase": "Bound"},  # a client cannot set status at create
             "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "2Gi"}}},
         },
     )
@@ -250,8 +251,7 @@ async def test_kubelet_records_events_for_the_pod(k8s_client: client.ApiClient) 
         lambda p: is_ready(p) and p.status.container_statuses[0].restart_count == 1,
     )
     events = await core.list_namespaced_event("default", field_selector="involvedObject.name=noisy")
-    in_order = sorted(events.items, key=lambda e: int(e.metadata.resource_version))
-    reasons = [e.reason for e in in_order]
+    reasons = [e.reason for e in events.items]  # names end in a timestamp: listed in time order
     assert reasons[:1] == ["Scheduled"]
     assert {"Pulling", "Pulled", "Created", "Started", "Killing"} <= set(reasons)
     killing = next(e for e in events.items if e.reason == "Killing")

@@ -230,6 +230,12 @@ async def test_cloneset_status_subresource_and_generation(k8s_client: client.Api
             _content_type="application/strategic-merge-patch+json",
         )
     assert caught.value.status == 415
+    # kubernetes-asyncio sends a dict body to patch_*_custom_object as JSON patch unless told otherwise.
+    with pytest.raises(ApiException) as caught:
+        await custom.patch_namespaced_custom_object(
+            group, version, "default", "clonesets", "gen", {"spec": {"replicas": 1}}
+        )
+    assert caught.value.status == 400 and "_content_type" in json.loads(caught.value.body)["message"]
     stale = dict(labelled)
     stale["metadata"] = dict(labelled["metadata"], resourceVersion=created["metadata"]["resourceVersion"])
     with pytest.raises(ApiException) as caught:
