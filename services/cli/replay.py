@@ -192,7 +192,7 @@ def register(app: typer.Typer) -> None:
         """Recompute every event's hash chain and compare it with the stored hashes and the checkpoints kept
         outside the database. Exit 1 naming every edited, removed or reordered event."""
         from services.replay.audit import audit_log
-        from services.replay.checkpoints import Checkpoint, file_checkpoints, published_checkpoints
+        from services.domain.checkpoints import Checkpoint, file_checkpoints, published_checkpoints
 
         async def work(store: EventStore, settings: Settings) -> Any:
             given: list[tuple[str, Checkpoint]] = []
@@ -228,7 +228,7 @@ def register(app: typer.Typer) -> None:
         ),
     ) -> None:
         """Record the chain hash at the head of the log (database, JetStream, file)."""
-        from services.replay.checkpoints import take_checkpoint
+        from services.domain.checkpoints import take_checkpoint
 
         async def work(store: EventStore, settings: Settings) -> Any:
             if bus and settings.nats_url:

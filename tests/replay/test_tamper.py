@@ -4,19 +4,29 @@ caught by a checkpoint kept outside the database."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import asyncpg
+import msgspec
+import nats.js.errors
 import pytest
 
+from services.domain.bus import Bus
+from services.domain.checkpoints import (
+    checkpoint_loop,
+    checkpoint_stream,
+    file_checkpoints,
+    published_checkpoints,
+    take_checkpoint,
+)
 from services.domain.database import asyncpg_url, upgrade_async
 from services.domain.events import PodActionFailed, PodActionSucceeded, new_event
 from services.domain.store import EventStore
 from services.replay.audit import audit_log
-from services.replay.checkpoints import file_checkpoints, take_checkpoint
 from tests.plugins.database import fresh_database
 from tests.plugins.servers import ServerUrls
 
@@ -198,3 +208,52 @@ async def test_the_chain_continues_across_appends_by_every_path(store: tuple[Eve
     report = await audit_log(events, batch_size=7)
     assert report.clean, [f.describe() for f in report.findings]
     assert report.rows == 41
+
+
+async def test_checkpoints_on_jetstream_cannot_be_deleted_and_catch_a_truncated_log(
+    store: tuple[EventStore, str], bus: Bus
+) -> None:
+    events, url = store
+    try:
+        checkpoint = await take_checkpoint(events, bus=bus)
+        assert checkpoint is not None
+        published = await published_checkpoints(bus)
+        assert published[-1] == checkpoint
+        info = await bus.js.stream_info(checkpoint_stream(bus))
+        with pytest.raises(nats.js.errors.Error):
+            await bus.js.delete_msg(checkpoint_stream(bus), info.state.last_seq)
+        with pytest.raises(nats.js.errors.Error):
+            await bus.js.purge_stream(checkpoint_stream(bus))
+        # The newest event removed: nothing inside the database points at it any more, the checkpoint does.
+        await superuser(url, f"DELETE FROM events WHERE global_position = {checkpoint.global_position}")
+        report = await audit_log(events, [("JetStream", cp) for cp in await published_checkpoints(bus)])
+        assert ("checkpoint-missing-row", checkpoint.global_position) in {
+            (f.kind, f.global_position) for f in report.findings
+        }
+    finally:
+        await bus.js.delete_stream(checkpoint_stream(bus))  # streams can go, messages cannot
+
+
+async def test_the_auditor_checkpoints_the_head_periodically(
+    store: tuple[EventStore, str], bus: Bus, tmp_path: Path
+) -> None:
+    events, _ = store
+    file = tmp_path / "checkpoints.jsonl"
+    settings = msgspec.structs.replace(bus.settings, checkpoint_interval=0.05, checkpoint_file=str(file))
+    stopping = asyncio.Event()
+    loop = asyncio.create_task(checkpoint_loop(events, bus, settings, stopping))
+    try:
+        for _ in range(100):
+            if file_checkpoints(file):
+                break
+            await asyncio.sleep(0.05)
+    finally:
+        stopping.set()
+        await loop
+        await bus.js.delete_stream(checkpoint_stream(bus))
+    taken = file_checkpoints(file)
+    assert taken and taken[-1].global_position == await events.head_position()
+    assert len({cp.global_position for cp in taken}) == len(taken), (
+        "an unmoved head is not checkpointed again"
+    )
+    assert (await audit_log(events, [("file", cp) for cp in taken])).clean

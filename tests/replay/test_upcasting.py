@@ -56,7 +56,10 @@ async def database(server_urls: ServerUrls) -> AsyncIterator[str]:
 async def test_a_v1_event_replays_with_v2_code(database: str) -> None:
     v1_store = await EventStore.connect(database)  # today's code writes PodActionFailed at schema v1
     pod: dict[str, Any] = {"metadata": {"name": "web-1", "uid": "u1", "labels": {}}, "spec": {}, "status": {}}
-    cloneset: dict[str, Any] = {"metadata": {"name": "web", "namespace": "prod", "uid": "c1"}, "spec": {"replicas": 1}}
+    cloneset: dict[str, Any] = {
+        "metadata": {"name": "web", "namespace": "prod", "uid": "c1"},
+        "spec": {"replicas": 1},
+    }
     try:
         await v1_store.append_many(
             [

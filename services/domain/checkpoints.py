@@ -10,6 +10,7 @@ it was rewritten (docs/replay.md, "Threat model").
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from datetime import UTC, datetime
 from pathlib import Path
@@ -17,10 +18,14 @@ from pathlib import Path
 import msgspec
 import nats.errors
 import nats.js.errors
+import structlog
 from nats.js.api import StorageType, StreamConfig
 
 from services.domain.bus import Bus
+from services.domain.settings import Settings
 from services.domain.store import EventStore
+
+log = structlog.get_logger("checkpoints")
 
 
 class Checkpoint(msgspec.Struct, frozen=True, kw_only=True):
@@ -95,3 +100,23 @@ def file_checkpoints(path: Path) -> list[Checkpoint]:
     if not path.exists():
         return []
     return [_decoder.decode(line) for line in path.read_bytes().splitlines() if line.strip()]
+
+
+async def checkpoint_loop(store: EventStore, bus: Bus, settings: Settings, stopping: asyncio.Event) -> None:
+    """Every ``settings.checkpoint_interval`` seconds, checkpoint the head if it moved (the auditor runs
+    this). A failure is logged and retried at the next tick: checkpoints are evidence, not a dependency."""
+    if settings.checkpoint_interval <= 0:
+        return
+    file = Path(settings.checkpoint_file) if settings.checkpoint_file else None
+    last = -1
+    while not stopping.is_set():
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stopping.wait(), settings.checkpoint_interval)
+        try:
+            if await store.head_position() != last:
+                taken = await take_checkpoint(store, bus=bus, file=file)
+                if taken is not None:
+                    last = taken.global_position
+                    log.info("checkpoint", position=taken.global_position, chain_hash=taken.chain_hash)
+        except Exception as error:  # noqa: BLE001 - keep the auditor running; the next tick retries
+            log.warning("checkpoint_failed", error=repr(error))
