@@ -64,7 +64,10 @@ def register(app: typer.Typer) -> None:
             ..., help="<namespace>/<name>, or a rollout id <namespace>/<name>@<revision>"
         ),
         at: Annotated[
-            datetime | None, typer.Option("--at", help="show the state as recorded at this time (ISO 8601)")
+            str | None,
+            typer.Option(
+                "--at", help="show the state as recorded at this time (ISO 8601, e.g. 2026-11-30T12:00:00Z)"
+            ),
         ] = None,
         position: int | None = typer.Option(
             None, "--position", help="show the state at this global position"
@@ -74,14 +77,20 @@ def register(app: typer.Typer) -> None:
         it, or the full state at a time / global position."""
         from services.replay.operations import replay_at, replay_lines
 
-        if at is not None and at.tzinfo is None:
-            at = at.astimezone()
-        if at is None and position is None:
+        moment: datetime | None = None
+        if at is not None:
+            try:
+                moment = datetime.fromisoformat(at)
+            except ValueError:
+                raise typer.BadParameter(f"--at takes an ISO 8601 time, got {at!r}") from None
+            if moment.tzinfo is None:
+                moment = moment.astimezone()  # a time without zone is local time
+        if moment is None and position is None:
             for line in _with_store(lambda store, _: replay_lines(store, target)):
                 typer.echo(line)
             return
         summary, last = _with_store(
-            lambda store, _: replay_at(store, target, at_time=at, at_position=position)
+            lambda store, _: replay_at(store, target, at_time=moment, at_position=position)
         )
         _print_json(
             {
@@ -191,8 +200,8 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Recompute every event's hash chain and compare it with the stored hashes and the checkpoints kept
         outside the database. Exit 1 naming every edited, removed or reordered event."""
-        from services.replay.audit import audit_log
         from services.domain.checkpoints import Checkpoint, file_checkpoints, published_checkpoints
+        from services.replay.audit import audit_log
 
         async def work(store: EventStore, settings: Settings) -> Any:
             given: list[tuple[str, Checkpoint]] = []

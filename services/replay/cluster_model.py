@@ -113,6 +113,10 @@ class ClusterModel:
         """A spec change (the CloneSet as observed) at ``offset`` seconds; the overrides apply on top."""
         self._at(max(offset, 0.0), "spec", cloneset)
 
+    def schedule_requeue(self, offset: float) -> None:
+        """Wake the caller at ``offset`` seconds (``step`` returns "requeue" then)."""
+        self._at(offset, "requeue", None)
+
     def moment(self) -> datetime:
         return self.t0 + timedelta(seconds=self.now)
 

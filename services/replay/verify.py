@@ -101,7 +101,9 @@ def _envelope_view(envelope: Envelope, *, with_causation: bool) -> dict[str, Any
     view: dict[str, Any] = {
         "event_id": str(envelope.event_id),
         "type": envelope.type,
+        "stream": envelope.stream,
         "stream_version": envelope.stream_version,
+        "schema_version": envelope.schema_version,
         "occurred_at": envelope.occurred_at,
         "correlation_id": envelope.correlation_id,
         "payload": msgspec.to_builtins(envelope.payload),
@@ -146,9 +148,11 @@ class WorkloadVerifier:
             self._recorded.append(envelope)
             return
         self._close_round()
+        if self.report.divergence is not None:
+            return
         if isinstance(envelope.payload, RoundPlanned):
             self._open_round(envelope, envelope.payload)
-        elif self.report.divergence is None:
+        else:
             # Timers and their firings (RequeueScheduled for expectations, RequeueDue): folded as recorded.
             self.state.fold(envelope)
 
@@ -157,6 +161,7 @@ class WorkloadVerifier:
         return self.report
 
     def _diverged(self, at: Envelope | None, version: int, field: str, recorded: Any, replayed: Any) -> None:
+        assert self.report.divergence is None, "only the first divergence is reported"
         round_event = self._recorded[0] if self._recorded else None
         self.report.divergence = Divergence(
             workload=self.report.workload,
@@ -170,11 +175,16 @@ class WorkloadVerifier:
             replayed=replayed,
         )
 
-    def _fold_inputs_to(self, through: dict[str, int]) -> None:
+    def _fold_inputs_to(self, through: dict[str, int]) -> tuple[str, int] | None:
+        """Fold each input stream up to ``through``; the first (stream, version) missing on the way."""
         for stream, waiting in self._pending_inputs.items():
             limit = through.get(stream, 0)
             while waiting and waiting[0].stream_version <= limit:
+                expected = self.state.versions.get(stream, 0) + 1
+                if waiting[0].stream_version != expected:
+                    return stream, expected
                 self.state.fold(waiting.popleft())
+        return None
 
     def _open_round(self, recorded_round: Envelope, payload: RoundPlanned) -> None:
         state = self.state
@@ -182,7 +192,17 @@ class WorkloadVerifier:
         self._recorded = [recorded_round]
         self._replayed = []
         version = recorded_round.stream_version
-        self._fold_inputs_to(payload.through)
+        missing = self._fold_inputs_to(payload.through)
+        if missing is not None:
+            stream, lost = missing
+            self._diverged(
+                recorded_round,
+                version,
+                f"payload.through[{stream}]",
+                payload.through.get(stream, 0),
+                f"version {lost} is missing from the log",
+            )
+            return
         own = payload.through.get(self.decisions_stream, 0)
         if own != version - 1:
             self._diverged(recorded_round, version, "payload.through", own, version - 1)
@@ -245,9 +265,10 @@ class WorkloadVerifier:
             found = first_difference(
                 _envelope_view(rec, with_causation=causal), _envelope_view(rep, with_causation=causal)
             )
-            if found:
-                self._diverged(rec, rec.stream_version, *found)
-                return
+            if found is None:  # equal as JSON yet unequal as values (a type differs): still a divergence
+                found = ("(envelope)", repr(rec), repr(rep))
+            self._diverged(rec, rec.stream_version, *found)
+            return
         self.report.decisions += len(recorded) - 1
         for envelope in recorded:
             self.state.fold(envelope)

@@ -59,7 +59,8 @@ class RolloutMetrics:
     pods_touched: set[str] = field(default_factory=set)
     max_unavailable: int = 0  # most pods unavailable at one moment
     longest_unavailable_seconds: float = 0.0  # longest stretch one pod was unavailable
-    duration_seconds: float = 0.0  # start to every pod updated and available (or the end of the record)
+    # start to every pod updated and available (after RolloutCompleted in the record), or the record's end
+    duration_seconds: float = 0.0
     completed: bool = False
     _down_since: dict[str, float] = field(default_factory=dict)
 
@@ -140,6 +141,15 @@ class _Recorded:
     timings: dict[str, dict[str, float]]
 
 
+def _all_updated(pods: dict[str, dict[str, Any]], target_hash: str, replicas: int) -> bool:
+    """Every pod at the rollout's revision and available (the end of a rollout, in both columns)."""
+    return len(pods) == replicas and all(
+        ((pod.get("metadata") or {}).get("labels") or {}).get(REVISION_LABEL, "").endswith(target_hash)
+        and available(pod)
+        for pod in pods.values()
+    )
+
+
 def _seconds(later: datetime, earlier: datetime) -> float:
     return (later - earlier) / timedelta(seconds=1)
 
@@ -168,7 +178,10 @@ def read_record(namespace: str, name: str, events: list[StoredEvent], rollout_id
             state.fold(stored.envelope)
     t0 = round_event.envelope.payload.now
 
-    completed_at: datetime | None = None
+    completed = False  # RolloutCompleted(succeeded) seen
+    done_at: datetime | None = None  # ... and then every pod updated and available: the model's end too
+    target_hash = rollout_id.rsplit("@", 1)[-1].rsplit("-", 1)[-1]
+    replicas = int(((state.cloneset or {}).get("spec") or {}).get("replicas", 1) or 0)
     spec_changes: list[tuple[float, dict[str, Any]]] = []
     last_spec = (state.cloneset or {}).get("spec")
     metrics = RolloutMetrics()
@@ -184,7 +197,7 @@ def read_record(namespace: str, name: str, events: list[StoredEvent], rollout_id
         envelope = stored.envelope
         payload = envelope.payload
         moment = envelope.occurred_at
-        if completed_at is not None:
+        if done_at is not None:
             break
         if isinstance(payload, PodActionRequested) and payload.rollout_id == rollout_id:
             metrics.actions += 1
@@ -192,8 +205,9 @@ def read_record(namespace: str, name: str, events: list[StoredEvent], rollout_id
             round_actions[str(envelope.causation_id)] = 1
             requested[payload.action_id] = (payload.action, moment, payload.pod)
         elif isinstance(payload, RolloutCompleted) and payload.rollout_id == rollout_id:
-            completed_at = moment
-            metrics.completed = payload.outcome == "succeeded"
+            metrics.completed = completed = payload.outcome == "succeeded"
+            if not completed:  # superseded or failed: it ends here
+                done_at = moment
         elif isinstance(payload, ObjectObserved):
             last_moment = max(last_moment, moment)
             if payload.kind == WORKLOAD_KIND:
@@ -201,6 +215,7 @@ def read_record(namespace: str, name: str, events: list[StoredEvent], rollout_id
                 if payload.change != "DELETED" and spec != last_spec:
                     spec_changes.append((_seconds(moment, t0), payload.object))
                     last_spec = spec
+                    replicas = int((spec or {}).get("replicas", 1) or 0)
                 continue
             if payload.kind != "Pod":
                 continue
@@ -229,8 +244,10 @@ def read_record(namespace: str, name: str, events: list[StoredEvent], rollout_id
                         samples.append(_seconds(moment, effect_at[action_id]))
                         effect_at[f"ready:{action_id}"] = moment
             metrics.observe(_seconds(moment, t0), pods)
+            if completed and _all_updated(pods, target_hash, replicas):
+                done_at = moment
     metrics.steps = len(round_actions)
-    end = completed_at or last_moment
+    end = done_at or last_moment
     metrics.duration_seconds = _seconds(end, t0)
     metrics.close(metrics.duration_seconds)
     timings = {
@@ -275,17 +292,16 @@ def _done(model: ClusterModel, plan: dict[str, Any]) -> bool:
         return False
     replicas = int((model.cloneset.get("spec") or {}).get("replicas", 1) or 0)
     hash_part = str(plan.get("updateRevision") or "").rsplit("-", 1)[-1]
-    updated = sum(
-        1
-        for pod in model.pods.values()
-        if ((pod.get("metadata") or {}).get("labels") or {}).get(REVISION_LABEL, "").endswith(hash_part)
-        and available(pod)
-    )
     expected = plan.get("expectedUpdatedReplicas")
-    expected = replicas if expected is None else int(expected)
-    return (
-        len(model.pods) == replicas and updated >= expected and all(available(p) for p in model.pods.values())
-    )
+    if expected is not None and int(expected) < replicas:  # a partition holds some pods back: enough updated
+        updated = sum(
+            1
+            for pod in model.pods.values()
+            if ((pod.get("metadata") or {}).get("labels") or {}).get(REVISION_LABEL, "").endswith(hash_part)
+            and available(pod)
+        )
+        return updated >= int(expected) and all(available(p) for p in model.pods.values())
+    return _all_updated(model.pods, hash_part, replicas)
 
 
 def what_if(

@@ -121,7 +121,8 @@ async def test_record_replay_verify_and_what_if(
         await wait_for(completed, within=30, what="RolloutCompleted recorded")
         await stack.stop_all()  # everything below reads the event store alone
 
-        events = [e.envelope for e in await workload_events(store, "default", NAME)]
+        stored = await workload_events(store, "default", NAME)
+        events = [e.envelope for e in stored]
         failed = {e.payload.action_id for e in events if isinstance(e.payload, PodActionFailed)}
         requests = {
             e.payload.action_id: e.payload for e in events if isinstance(e.payload, PodActionRequested)
@@ -188,5 +189,16 @@ async def test_record_replay_verify_and_what_if(
         assert audit.returncode == 0, audit.stdout + audit.stderr
         replay = cli(stack, "replay", rollout)
         assert replay.returncode == 0 and "PodActionFailed" in replay.stdout
+        # Time travel: the state right after the first failure shows it, and no update applied yet.
+        first_failure = next(e for e in stored if isinstance(e.envelope.payload, PodActionFailed))
+        failure = first_failure.envelope.payload
+        assert isinstance(failure, PodActionFailed)
+        at = cli(stack, "replay", WORKLOAD, "--position", str(first_failure.global_position))
+        assert at.returncode == 0, at.stderr
+        then = msgspec.json.decode(at.stdout)
+        assert then["atPosition"] == first_failure.global_position
+        assert then["state"]["actions"]["failed"] == [failure.action_id]
+        at_time = cli(stack, "replay", WORKLOAD, "--at", first_failure.recorded_at.isoformat())
+        assert msgspec.json.decode(at_time.stdout)["atPosition"] >= first_failure.global_position
     finally:
         await store.close()
