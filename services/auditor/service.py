@@ -133,9 +133,23 @@ class Audit:
     def __init__(self, store: EventStore, bus: Bus) -> None:
         self.store = store
         self.bus = bus
+        self.last_version: dict[str, int] = {}  # stream -> highest version seen on the bus
+
+    def check_order(self, envelope: Envelope) -> None:
+        """Each stream's events should reach the bus in version order (the relay publishes in global
+        order); a jump means events were published out of order or by someone else: count and log it.
+        Redeliveries (version <= last) are expected and fine."""
+        last = self.last_version.get(envelope.stream)
+        version = envelope.stream_version
+        if last is not None and version > last + 1:
+            AUDIT_INGESTED.labels("out_of_order").inc()
+            log.warning("audit_version_gap", stream=envelope.stream, expected=last + 1, got=version)
+        if last is None or version > last:
+            self.last_version[envelope.stream] = version
 
     async def handle(self, envelope: Envelope, msg: Msg) -> None:
         EVENTS_HANDLED.labels("auditor", envelope.type).inc()
+        self.check_order(envelope)
         try:
             new = await self.store.append_many([envelope])
         except ConcurrencyError as error:

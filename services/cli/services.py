@@ -94,7 +94,12 @@ def register(app: typer.Typer) -> None:
     for service in SERVICES:
 
         def command(service: str = service) -> None:
-            raise typer.Exit(run_command(_service_body(service), migrate=False))
+            # Migrate only a database we start ourselves (embedded); a given database is migrated once by
+            # its operator (`rollbook db upgrade`, or `rollbook up`), never by several services racing.
+            settings = Settings.from_env()
+            raise typer.Exit(
+                run_command(_service_body(service), settings=settings, migrate=not settings.database_url)
+            )
 
         command.__doc__ = f"Run the {service} service (health, readiness and metrics on ROLLBOOK_HTTP_PORT)."
         app.command(service)(command)

@@ -124,6 +124,10 @@ class Executor:
         try:
             payload = envelope.payload
             if isinstance(payload, PodActionRequested):
+                if msg.metadata.num_delivered > 1:
+                    # A redelivery: the API may be slow today; keep JetStream from handing this action to
+                    # another executor while we work on it (harmless if it does: see the module doc).
+                    await msg.in_progress()
                 last_try = msg.metadata.num_delivered >= self.settings.max_deliver
                 await self.execute(envelope, payload, last_try=last_try)
             elif isinstance(payload, StatusPlanned):

@@ -46,4 +46,22 @@ async def test_scale_up_then_down_with_pods_to_delete(stack: Stack, cluster: Clu
     assert {n: p["metadata"]["uid"] for n, p in after.items()} == kept  # the rest stayed, untouched
     remaining_ids = {instance_id(p) for p in (await cluster.pvcs(name)).values()}
     assert not remaining_ids & doomed_ids
+
+    async def list_pruned() -> bool:
+        spec = (await cluster.cloneset(name))["spec"]
+        return not (spec.get("scaleStrategy") or {}).get("podsToDelete")
+
+    await wait_for(list_pruned, what="podsToDelete emptied once the named pods are gone")
+
+    # The auditor serves the history: the workload's decisions, in order, each round first.
+    history = await stack.get_json("auditor", f"/history?stream=CloneSet/default/{name}")
+    versions = [entry["event"]["stream_version"] for entry in history]
+    assert versions == list(range(1, len(versions) + 1))
+    assert history[0]["event"]["type"] == "RoundPlanned"
+    deletes = [
+        e["event"]["payload"]["pod"] for e in history if e["event"]["payload"].get("action") == "deletePod"
+    ]
+    assert sorted(deletes) == doomed
+    auditor_metrics = await stack.get_text("auditor", "/metrics")
+    assert 'rollbook_audit_events_total{outcome="out_of_order"}' not in auditor_metrics
     assert stack.dead() == []

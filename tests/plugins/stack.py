@@ -27,11 +27,11 @@ from typing import Any
 
 import aiohttp
 import asyncpg
-import msgspec
 import nats.js.errors
 import pytest
 import pytest_asyncio
 
+from services.cli.services import settings_env
 from services.domain.bus import Bus
 from services.domain.database import asyncpg_url, upgrade_async
 from services.domain.runtime import PORT_OFFSETS
@@ -47,14 +47,6 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-def settings_env(settings: Settings) -> dict[str, str]:
-    env: dict[str, str] = {}
-    for f in msgspec.structs.fields(Settings):
-        value = getattr(settings, f.name)
-        env["ROLLBOOK_" + f.name.upper()] = str(value).lower() if isinstance(value, bool) else str(value)
-    return env
 
 
 @dataclass
