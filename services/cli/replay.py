@@ -11,12 +11,14 @@ from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
+import asyncpg
 import msgspec
 import typer
 
 from services.domain.embedded import resolved_settings
 from services.domain.settings import Settings
 from services.domain.store import EventStore
+from services.domain.upcasting import UpcastError
 from services.replay.reads import TargetError
 from services.replay.verify import Decide
 from services.replay.whatif import WhatIfError, parse_overrides
@@ -41,8 +43,14 @@ def _with_store(work: Callable[[EventStore, Settings], Awaitable[T]]) -> T:
 
     try:
         return asyncio.run(run())
-    except (TargetError, WhatIfError) as error:
+    except (TargetError, WhatIfError, UpcastError) as error:
         typer.echo(f"error: {error}", err=True)
+        raise typer.Exit(2) from None
+    except (asyncpg.UndefinedColumnError, asyncpg.UndefinedTableError) as error:
+        typer.echo(
+            f"error: {error}: the database schema is older than this code, run `rollbook db upgrade`",
+            err=True,
+        )
         raise typer.Exit(2) from None
 
 
