@@ -23,7 +23,7 @@ from services.domain.checkpoints import (
     published_checkpoints,
     take_checkpoint,
 )
-from services.domain.database import asyncpg_url, upgrade_async
+from services.domain.database import asyncpg_url, upgrade, upgrade_async
 from services.domain.events import PodActionFailed, PodActionSucceeded, new_event
 from services.domain.store import EventStore
 from services.replay.audit import audit_log
@@ -257,3 +257,36 @@ async def test_the_auditor_checkpoints_the_head_periodically(
         "an unmoved head is not checkpointed again"
     )
     assert (await audit_log(events, [("file", cp) for cp in taken])).clean
+
+
+async def test_the_upgrade_chains_events_recorded_before_it(server_urls: ServerUrls) -> None:
+    async with fresh_database(server_urls.database_url, prefix="rollbook_chain_upgrade") as url:
+        await asyncio.to_thread(upgrade, url, "0001_events")
+        conn = await asyncpg.connect(asyncpg_url(url))
+        try:  # rows as the code before the hash chain wrote them
+            for version in range(1, 4):
+                await conn.execute(
+                    "INSERT INTO events (event_id, stream, stream_version, type, schema_version, occurred_at,"
+                    " payload) VALUES ($1, $2, $3, 'PodActionSucceeded', 1, $4, $5::jsonb)",
+                    uuid.uuid4(),
+                    "CloneSet/prod/old/actions",
+                    version,
+                    T0,
+                    f'{{"type": "PodActionSucceeded", "action_id": "old-{version}"}}',
+                )
+        finally:
+            await conn.close()
+        await asyncio.to_thread(upgrade, url, "head")
+        store = await EventStore.connect(url)
+        try:
+            new = new_event(
+                PodActionSucceeded(action_id="new"),
+                stream="CloneSet/prod/old/actions",
+                stream_version=4,
+                occurred_at=T0,
+            )
+            await store.append([new], expected_version=3)
+            report = await audit_log(store)
+            assert report.clean and report.rows == 4, [f.describe() for f in report.findings]
+        finally:
+            await store.close()
