@@ -20,7 +20,6 @@ Public API (all coroutines unless noted)::
     await store.write_checkpoint() -> tuple[int, bytes] | None
     await store.checkpoints() -> list[tuple[int, bytes]]
     await store.read_correlation(correlation_id: str) -> list[StoredEvent]
-    await store.stream_names(like: str = "%") -> list[str]
     store.engine -> AsyncEngine  (for SQL views and queries elsewhere; its JSONB columns decode as usual)
 
     StoredEvent(global_position: int, recorded_at: datetime, envelope: Envelope)        # msgspec Struct
@@ -541,11 +540,6 @@ class EventStore:
     async def read_stream(self, stream: str, from_version: int = 1) -> list[StoredEvent]:
         rows = await self._fetch(_READ_STREAM_SQL, stream, from_version)
         return [_row_to_stored(row, self.decoder) for row in rows]
-
-    async def stream_names(self, like: str = "%") -> list[str]:
-        """Distinct stream names matching a SQL LIKE pattern, sorted (a full index scan: for tools)."""
-        rows = await self._fetch("SELECT DISTINCT stream FROM events WHERE stream LIKE $1 ORDER BY 1", like)
-        return [row[0] for row in rows]
 
     async def read_correlation(self, correlation_id: str) -> list[StoredEvent]:
         """Every event of one rollout (correlation id), in global order."""

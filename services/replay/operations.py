@@ -1,7 +1,7 @@
 """Replay, verify and what-if over the event store: the store reads at the edge, the pure cores
 (timeline, verify, whatif) in between. The CLI (services/cli/replay.py) and the benchmark call these.
 
-    steps = await replay_workload(store, "default/sample")                     # list[dict], one per event
+    lines = await replay_lines(store, "default/sample")                        # one line per event
     summary, last = await replay_at(store, "default/sample", at_time=..., at_position=...)
     report = await verify_target(store, "default/sample@sample-7656fc4998", decide=...)
     reports = await verify_all(store, decide=...)                               # one pass over the log

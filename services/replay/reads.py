@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import heapq
-from collections.abc import AsyncIterator
 
 from services.domain.store import EventStore, StoredEvent
-from services.domain.streams import WORKLOAD_KIND, actions_stream, decisions_stream, observed_stream
+from services.domain.streams import actions_stream, decisions_stream, observed_stream
 
 
 class TargetError(ValueError):
@@ -35,21 +34,6 @@ async def workload_events(store: EventStore, namespace: str, name: str) -> list[
         )
     ]
     return list(heapq.merge(*streams, key=lambda e: e.global_position))
-
-
-async def workloads(store: EventStore) -> list[tuple[str, str]]:
-    """Every CloneSet with a decisions stream, sorted."""
-    found = set()
-    for stream in await store.stream_names(f"{WORKLOAD_KIND}/%"):
-        parts = stream.split("/")
-        if len(parts) >= 3:
-            found.add((parts[1], parts[2]))
-    return sorted(found)
-
-
-async def all_events(store: EventStore, batch_size: int = 5000) -> AsyncIterator[list[StoredEvent]]:
-    async for batch in store.read_all_batches(0, batch_size):
-        yield batch
 
 
 def rollout_span(events: list[StoredEvent], rollout_id: str) -> tuple[int, int]:

@@ -11,7 +11,6 @@ from typing import Any
 
 from services.domain.events import ObjectObserved, PodActionFailed, PodActionRequested, PodActionSucceeded
 from services.domain.store import StoredEvent
-from services.domain.streams import workload_of
 from services.planner.names import REVISION_LABEL
 from services.planner.workload_state import WorkloadState
 
@@ -134,10 +133,3 @@ def one_line(step: Step) -> str:
         f" {stream_kind:<9} v{envelope.stream_version:<5} {what}"
         f"  | pods={len(state.pods)} ready={ready} updated={updated} pending={len(state.pending())}"
     )
-
-
-def workload_key(stream: str) -> tuple[str, str] | None:
-    try:
-        return workload_of(stream)
-    except ValueError:
-        return None
