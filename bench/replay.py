@@ -36,6 +36,7 @@ from services.domain.settings import Settings
 from services.domain.store import EventStore
 from services.domain.streams import workload_of
 from services.planner.workload_state import WorkloadState
+from services.replay.audit import audit_log
 from services.replay.operations import cyclic_gc_paused, verify_all
 from services.replay.simulation import T0, WorkloadSimulation
 
@@ -138,6 +139,15 @@ async def main() -> None:
             )
             for report in dirty[:3]:
                 print("  " + (report.divergence.describe() if report.divergence else ""))
+
+            started, cpu = time.perf_counter(), time.process_time()
+            audit = await audit_log(store)
+            audited, audit_cpu = time.perf_counter() - started, time.process_time() - cpu
+            print(
+                f"audit verify (hash chain): {audit.rows:,} events in {audited:.1f}s:"
+                f" {audit.rows / audited:,.0f} events/s; {audit.rows / audit_cpu:,.0f} per CPU-second;"
+                f" findings: {len(audit.findings)}"
+            )
         finally:
             await store.close()
     finally:

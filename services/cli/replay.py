@@ -4,6 +4,7 @@ event store only: they work with the services stopped and the cluster gone."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import importlib
 import sys
 from collections.abc import Awaitable, Callable
@@ -28,7 +29,8 @@ _json = msgspec.json.Encoder(order="sorted")
 
 
 def _print_json(value: Any) -> None:
-    sys.stdout.buffer.write(msgspec.json.format(_json.encode(value), indent=2) + b"\n")
+    encoded = _json.encode(msgspec.to_builtins(value, enc_hook=str))
+    sys.stdout.buffer.write(msgspec.json.format(encoded, indent=2) + b"\n")
     sys.stdout.flush()
 
 
@@ -117,6 +119,7 @@ def register(app: typer.Typer) -> None:
             "--decide",
             help="package.module:function to use as the decision function (default: the planner's)",
         ),
+        as_json: bool = typer.Option(False, "--json", help="one JSON report per workload (for CI)"),
     ) -> None:
         """Feed the recorded observations back into the planner and compare every decision with the record.
         Exit 1 at the first divergence (printed with both sides)."""
@@ -133,7 +136,12 @@ def register(app: typer.Typer) -> None:
             return await verify_all(store, decision)
 
         reports = _with_store(work)
-        diverged = False
+        diverged = any(r.divergence is not None for r in reports)
+        if as_json:
+            _print_json([dataclasses.asdict(r) for r in reports])
+            if diverged:
+                raise typer.Exit(1)
+            return
         for report in reports:
             if report.divergence is None:
                 typer.echo(
@@ -141,7 +149,6 @@ def register(app: typer.Typer) -> None:
                     f" {report.events} events"
                 )
             else:
-                diverged = True
                 typer.echo(report.divergence.describe())
         if not reports:
             typer.echo("no workloads in the log")

@@ -169,6 +169,12 @@ async def test_record_replay_verify_and_what_if(
         diverged = cli(stack, "verify", WORKLOAD, "--decide", f"{__name__}:decide_ignoring_max_unavailable")
         assert diverged.returncode == 1
         assert str(first_step.event_id) in diverged.stdout and "payload.max_unavailable" in diverged.stdout
+        as_json = cli(
+            stack, "verify", "--all", "--json", "--decide", f"{__name__}:decide_ignoring_max_unavailable"
+        )
+        assert as_json.returncode == 1
+        (reported,) = msgspec.json.decode(as_json.stdout)
+        assert reported["divergence"]["event_id"] == str(first_step.event_id)
 
         # --- what-if: partition 0, maxUnavailable 100% --------------------------------------------------
         before = await log_dump(database_url)
