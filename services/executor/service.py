@@ -48,6 +48,8 @@ from services.domain.metrics import (
 )
 from services.domain.runtime import ServiceRuntime, configure_logging, run_until_stopped
 from services.domain.settings import Settings
+from services.domain.sidecarset_streams import UPDATE_SIDECAR_ACTION, sidecarset_of
+from services.domain.sidecarset_streams import actions_stream as sidecarset_actions_stream
 from services.domain.store import EventStore
 from services.domain.store_schema import events_table
 from services.domain.streams import (
@@ -58,6 +60,11 @@ from services.domain.streams import (
     actions_stream,
     derived_id,
     workload_of,
+)
+from services.executor.sidecarset import (
+    SidecarActionFailed,
+    apply_sidecar_upgrade,
+    write_sidecarset_status,
 )
 
 log = structlog.get_logger("executor")
@@ -182,6 +189,11 @@ class Executor:
         details = request.details
         namespace = request.namespace
         action_id = request.action_id
+        if request.action == UPDATE_SIDECAR_ACTION:  # SidecarSet in-place upgrade (executor/sidecarset.py)
+            try:
+                return await apply_sidecar_upgrade(self.core, request)
+            except SidecarActionFailed as failure:
+                raise ActionFailed(failure.reason, retryable=failure.retryable) from None
         match request.action:
             case "createPod":
                 return await self._create(
@@ -332,6 +344,12 @@ class Executor:
         key = envelope.stream
         if self._status_versions.get(key, 0) > envelope.stream_version:
             return  # a newer status was written already (this one is a late redelivery)
+        if sidecarset_of(envelope.stream) is not None:
+            if not await write_sidecarset_status(self.custom, planned):
+                log.info("status_target_gone", name=planned.name)
+                return
+            self._status_versions[key] = envelope.stream_version
+            return
         try:
             await self.custom.patch_namespaced_custom_object_status(
                 CLONESET_GROUP,
@@ -375,10 +393,15 @@ class Executor:
         )
 
     async def _report(self, envelope: Envelope, outcome: PodActionSucceeded | PodActionFailed) -> None:
-        namespace, name = workload_of(envelope.stream)
+        sidecarset = sidecarset_of(envelope.stream)
+        stream = (
+            sidecarset_actions_stream(sidecarset)
+            if sidecarset is not None
+            else actions_stream(*workload_of(envelope.stream))
+        )
         event = new_event(
             outcome,
-            stream=actions_stream(namespace, name),
+            stream=stream,
             stream_version=1,  # the store assigns the version: executors write this stream concurrently
             occurred_at=_now(),
             event_id=outcome_id(outcome.action_id),

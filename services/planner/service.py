@@ -51,8 +51,10 @@ from services.domain.metrics import (
 )
 from services.domain.runtime import ServiceRuntime, configure_logging, run_until_stopped
 from services.domain.settings import Settings
+from services.domain.sidecarset_streams import is_sidecarset_stream
 from services.domain.store import ConcurrencyError, EventStore
 from services.domain.streams import WORKLOAD_KIND, decisions_stream, derived_id, rollout_id, workload_of
+from services.planner.sidecarset_service import SidecarSetPlanner
 from services.planner.workload_state import EXPECTATION_TIMEOUT, WorkloadState, encode_input
 
 log = structlog.get_logger("planner")
@@ -76,6 +78,7 @@ class Planner:
         self.settings = settings
         self.store = store
         self.workloads: dict[str, WorkloadState] = {}
+        self.sidecarsets = SidecarSetPlanner(store)  # SidecarSet in-place upgrades (docs/sidecarset.md)
         self._lock = asyncio.Lock()
 
     # --- state ---------------------------------------------------------------------------------------
@@ -100,6 +103,10 @@ class Planner:
 
     async def handle(self, envelope: Envelope, msg: Msg) -> None:
         EVENTS_HANDLED.labels("planner", envelope.type).inc()
+        if is_sidecarset_stream(envelope.stream):
+            async with self._lock:
+                await self.sidecarsets.handle(envelope, msg)
+            return
         if not envelope.stream.startswith(WORKLOAD_KIND + "/"):
             return  # not a CloneSet's event (e.g. an observation of another kind): nothing to plan
         namespace, name = workload_of(envelope.stream)

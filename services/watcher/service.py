@@ -29,6 +29,13 @@ from services.domain.events import Envelope, ObjectObserved, new_event
 from services.domain.metrics import EVENTS_APPENDED, OBSERVATIONS, WATCH_RESTARTS
 from services.domain.runtime import ServiceRuntime, configure_logging, run_until_stopped
 from services.domain.settings import Settings
+from services.domain.sidecarset_streams import (
+    SIDECARSET_GROUP,
+    SIDECARSET_KIND,
+    SIDECARSET_PLURAL,
+    SIDECARSET_VERSION,
+    is_sidecarset_stream,
+)
 from services.domain.store import EventStore
 from services.domain.streams import (
     CLONESET_GROUP,
@@ -39,6 +46,7 @@ from services.domain.streams import (
     observed_stream,
     rollout_id,
 )
+from services.watcher.sidecarsets import SidecarSetRoutes
 
 log = structlog.get_logger("watcher")
 
@@ -121,12 +129,20 @@ class Watcher:
                 CLONESET_GROUP, CLONESET_VERSION, CLONESET_PLURAL, **kwargs
             )
 
+        def list_sidecarsets(**kwargs: Any) -> Awaitable[Any]:
+            return custom.list_cluster_custom_object(
+                SIDECARSET_GROUP, SIDECARSET_VERSION, SIDECARSET_PLURAL, **kwargs
+            )
+
         self.kinds = [
             KindWatch(WORKLOAD_KIND, _raw(list_clonesets)),
             KindWatch("Pod", _raw(core.list_pod_for_all_namespaces)),
             KindWatch("PersistentVolumeClaim", _raw(core.list_persistent_volume_claim_for_all_namespaces)),
+            KindWatch(SIDECARSET_KIND, _raw(list_sidecarsets)),
         ]
         self.known: dict[str, Known] = {}  # uid -> last emitted state
+        # SidecarSets and the pods they injected into -> SidecarSet//<name>/observed (watcher/sidecarsets.py)
+        self.sidecarsets = SidecarSetRoutes()
         self._emit_lock = asyncio.Lock()
 
     # --- start: rebuild what was already observed ----------------------------------------------------
@@ -139,6 +155,9 @@ class Watcher:
                 if not isinstance(payload, ObjectObserved):
                     continue
                 count += 1
+                if is_sidecarset_stream(stored.envelope.stream):
+                    self.sidecarsets.rebuild(stored.envelope)
+                    continue
                 if payload.change == "DELETED":
                     self.known.pop(payload.uid, None)
                     continue
@@ -236,11 +255,13 @@ class Watcher:
                 event = self._diff(kind, item, "ADDED")
                 if event is not None:
                     events.append(event)
+                events.extend(self.sidecarsets.diff(kind, item, "ADDED"))
             for uid, known in list(self.known.items()):
                 if known.kind == kind and uid not in seen:
                     event = self._diff(kind, known.obj, "DELETED")
                     if event is not None:
                         events.append(event)
+            events.extend(self.sidecarsets.vanished(kind, seen))
             if events:
                 await self._append(events)
         kind_watch.initial_list_done.set()
@@ -287,8 +308,10 @@ class Watcher:
             obj.setdefault("kind", kind_watch.kind)
             async with self._emit_lock:
                 event = self._diff(kind_watch.kind, obj, str(change))
-                if event is not None:
-                    await self._append([event])
+                events = [event] if event is not None else []
+                events.extend(self.sidecarsets.diff(kind_watch.kind, obj, str(change)))
+                if events:
+                    await self._append(events)
         if version:
             kind_watch.resource_version = str(version)
 
