@@ -19,7 +19,7 @@ import msgspec
 import nats.errors
 import nats.js.errors
 import structlog
-from nats.js.api import StorageType, StreamConfig
+from nats.js.api import DeliverPolicy, StorageType, StreamConfig
 
 from services.domain.bus import Bus
 from services.domain.settings import Settings
@@ -80,20 +80,32 @@ async def take_checkpoint(
     return checkpoint
 
 
-async def published_checkpoints(bus: Bus, *, limit: int = 100_000) -> list[Checkpoint]:
-    """Every checkpoint in the JetStream checkpoint stream, oldest first (empty if there is none)."""
+async def published_checkpoints(bus: Bus, *, timeout: float = 10.0) -> list[Checkpoint]:  # noqa: ASYNC109
+    """Every checkpoint in the JetStream checkpoint stream, oldest first (empty if there is none). Read
+    with an ephemeral ordered consumer: one subscription, not one request per checkpoint."""
     try:
         info = await bus.js.stream_info(checkpoint_stream(bus))
     except nats.js.errors.NotFoundError:
         return []
+    last = info.state.last_seq
     found: list[Checkpoint] = []
-    first, last = info.state.first_seq, info.state.last_seq
-    for sequence in range(max(first, last - limit + 1), last + 1):
-        with contextlib.suppress(nats.js.errors.NotFoundError):
-            message = await bus.js.get_msg(checkpoint_stream(bus), seq=sequence)
+    if not info.state.messages:
+        return found
+    subscription = await bus.js.subscribe(
+        checkpoint_subject(bus),
+        stream=checkpoint_stream(bus),
+        ordered_consumer=True,
+        deliver_policy=DeliverPolicy.ALL,
+    )
+    try:
+        while True:
+            message = await subscription.next_msg(timeout=timeout)
             if message.data:
                 found.append(_decoder.decode(message.data))
-    return found
+            if message.metadata.sequence.stream >= last:
+                return found
+    finally:
+        await subscription.unsubscribe()
 
 
 def file_checkpoints(path: Path) -> list[Checkpoint]:

@@ -247,11 +247,27 @@ async def test_the_auditor_checkpoints_the_head_periodically(
             if file_checkpoints(file):
                 break
             await asyncio.sleep(0.05)
+        # The head moves: the next tick checkpoints again.
+        more = new_event(
+            PodActionSucceeded(action_id="later"),
+            stream="CloneSet/prod/a/actions",
+            stream_version=6,
+            occurred_at=T0,
+        )
+        await events.append([more], expected_version=5)
+        for _ in range(100):
+            if len(file_checkpoints(file)) > 1:
+                break
+            await asyncio.sleep(0.05)
+        stopping.set()
+        await loop
+        published = await published_checkpoints(bus)
     finally:
         stopping.set()
         await loop
         await bus.js.delete_stream(checkpoint_stream(bus))
     taken = file_checkpoints(file)
+    assert published == taken and len(taken) == 2
     assert taken and taken[-1].global_position == await events.head_position()
     assert len({cp.global_position for cp in taken}) == len(taken), (
         "an unmoved head is not checkpointed again"
