@@ -82,10 +82,13 @@ def register(app: typer.Typer) -> None:
         position: int | None = typer.Option(
             None, "--position", help="show the state at this global position"
         ),
+        as_json: bool = typer.Option(
+            False, "--json", help="without --at/--position: JSON lines, the full state after each event"
+        ),
     ) -> None:
         """Rebuild a workload's state from the event store alone: one line per event with the state after
         it, or the full state at a time / global position."""
-        from services.replay.operations import replay_at, replay_lines
+        from services.replay.operations import replay_at, replay_lines, replay_records
 
         moment: datetime | None = None
         if at is not None:
@@ -95,6 +98,11 @@ def register(app: typer.Typer) -> None:
                 raise typer.BadParameter(f"--at takes an ISO 8601 time, got {at!r}") from None
             if moment.tzinfo is None:
                 moment = moment.astimezone()  # a time without zone is local time
+        if moment is None and position is None and as_json:
+            for record in _with_store(lambda store, _: replay_records(store, target)):
+                sys.stdout.buffer.write(_json.encode(record) + b"\n")
+            sys.stdout.flush()
+            return
         if moment is None and position is None:
             for line in _with_store(lambda store, _: replay_lines(store, target)):
                 typer.echo(line)

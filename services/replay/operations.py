@@ -2,6 +2,7 @@
 (timeline, verify, whatif) in between. The CLI (services/cli/replay.py) and the benchmark call these.
 
     lines = await replay_lines(store, "default/sample")                        # one line per event
+    records = await replay_records(store, "default/sample")                    # the same, as dicts
     summary, last = await replay_at(store, "default/sample", at_time=..., at_position=...)
     report = await verify_target(store, "default/sample@sample-7656fc4998", decide=...)
     reports = await verify_all(store, decide=...)                               # one pass over the log
@@ -11,18 +12,20 @@
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from services.domain.store import EventStore, StoredEvent
 from services.domain.streams import workload_of
 from services.planner.service import decide as planner_decide
 from services.replay.reads import TargetError, parse_target, rollout_span, workload_events
-from services.replay.timeline import fold_timeline, one_line, state_at, summarise
+from services.replay.timeline import Step, fold_timeline, one_line, state_at, summarise
 from services.replay.verify import Decide, VerifyReport, WorkloadVerifier
 from services.replay.whatif import WhatIfResult, what_if
+
+T = TypeVar("T")
 
 
 @contextmanager
@@ -52,16 +55,39 @@ async def _events_for(
 
 async def replay_lines(store: EventStore, target: str) -> list[str]:
     """One line per event of the workload (or of the rollout), each with the state right after it."""
+    return await _span_steps(store, target, one_line)
+
+
+async def replay_records(store: EventStore, target: str) -> list[dict[str, Any]]:
+    """The same as JSON-able records: the event's coordinates and the full state after it."""
+    return await _span_steps(store, target, _record)
+
+
+def _record(step: Step) -> dict[str, Any]:
+    envelope = step.event.envelope
+    return {
+        "position": step.event.global_position,
+        "recordedAt": step.event.recorded_at.isoformat(),
+        "stream": envelope.stream,
+        "streamVersion": envelope.stream_version,
+        "type": envelope.type,
+        "eventId": str(envelope.event_id),
+        "state": summarise(step.state),
+    }
+
+
+async def _span_steps(store: EventStore, target: str, render: Callable[[Step], T]) -> list[T]:
+    """Each step of the target's span, rendered at once (the next fold mutates the state)."""
+    namespace, name, events, span = await _events_for(store, target)
+    rendered: list[T] = []
     with cyclic_gc_paused():
-        namespace, name, events, span = await _events_for(store, target)
-    lines = []
-    for step in fold_timeline(namespace, name, events):
-        position = step.event.global_position
-        if span and position > span[1]:
-            break
-        if span is None or position >= span[0]:
-            lines.append(one_line(step))
-    return lines
+        for step in fold_timeline(namespace, name, events):
+            position = step.event.global_position
+            if span and position > span[1]:
+                break
+            if span is None or position >= span[0]:
+                rendered.append(render(step))
+    return rendered
 
 
 async def replay_at(

@@ -195,6 +195,11 @@ async def test_record_replay_verify_and_what_if(
         assert audit.returncode == 0, audit.stdout + audit.stderr
         replay = cli(stack, "replay", rollout)
         assert replay.returncode == 0 and "PodActionFailed" in replay.stdout
+        records = [
+            msgspec.json.decode(line) for line in cli(stack, "replay", rollout, "--json").stdout.splitlines()
+        ]
+        assert len(records) == len(replay.stdout.splitlines())
+        assert records[-1]["state"]["pods"] == summary["pods"]
         # Time travel: the state right after the first failure shows it, and no update applied yet.
         first_failure = next(e for e in stored if isinstance(e.envelope.payload, PodActionFailed))
         failure = first_failure.envelope.payload
