@@ -58,9 +58,18 @@ def base_cloneset(name: str, namespace: str, replicas: int, strategy: dict[str, 
 class WorkloadSimulation:
     """One workload through the planner's code path and the cluster model: every event as recorded."""
 
-    def __init__(self, namespace: str, name: str, replicas: int, start: datetime) -> None:
+    def __init__(
+        self,
+        namespace: str,
+        name: str,
+        replicas: int,
+        start: datetime,
+        strategy: dict[str, Any] | None = None,
+    ) -> None:
         self.namespace, self.name = namespace, name
-        v1 = base_cloneset(name, namespace, replicas, {"type": "InPlaceIfPossible", "maxUnavailable": 1})
+        v1 = base_cloneset(
+            name, namespace, replicas, strategy or {"type": "InPlaceIfPossible", "maxUnavailable": 1}
+        )
         v1["metadata"]["uid"] = str(uuid.uuid5(uuid.NAMESPACE_URL, f"{namespace}/{name}"))
         v2 = copy.deepcopy(v1)
         v2["spec"]["template"]["spec"]["containers"][0]["image"] = "nginx:mainline"

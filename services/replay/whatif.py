@@ -188,6 +188,7 @@ def read_record(namespace: str, name: str, events: list[StoredEvent], rollout_id
     pods = {n: copy.deepcopy(p) for n, p in state.pods.items()}
     requested: dict[str, tuple[str, datetime, str]] = {}  # action id -> (kind, at, pod)
     effect_at: dict[str, datetime] = {}
+    awaiting_ready: dict[str, tuple[str, str, datetime]] = {}  # pod -> (action kind, uid, in effect at)
     delays: dict[str, dict[str, list[float]]] = {}
     round_actions: dict[str, int] = {}
     last_moment = t0
@@ -231,18 +232,23 @@ def read_record(namespace: str, name: str, events: list[StoredEvent], rollout_id
                         delays.setdefault(kind, {}).setdefault("effect", []).append(_seconds(moment, at))
             else:
                 pods[payload.name] = payload.object
-                annotations = (payload.object.get("metadata") or {}).get("annotations") or {}
-                action_id = str(annotations.get(ACTION_ID_ANNOTATION, ""))
+                metadata = payload.object.get("metadata") or {}
+                action_id = str((metadata.get("annotations") or {}).get(ACTION_ID_ANNOTATION, ""))
                 if action_id in requested and action_id not in effect_at:
                     kind, at, _ = requested[action_id]
                     effect_at[action_id] = moment
                     delays.setdefault(kind, {}).setdefault("effect", []).append(_seconds(moment, at))
-                if action_id in effect_at and _containers_current(payload.object):
-                    kind = requested[action_id][0]
-                    if kind in ("createPod", "updateInPlace") and f"ready:{action_id}" not in effect_at:
-                        samples = delays.setdefault(kind, {}).setdefault("ready", [])
-                        samples.append(_seconds(moment, effect_at[action_id]))
-                        effect_at[f"ready:{action_id}"] = moment
+                    if kind in ("createPod", "updateInPlace"):
+                        # Ready again is followed by pod (uid), not action id: later actions re-annotate it.
+                        awaiting_ready[payload.name] = (kind, str(metadata.get("uid", "")), moment)
+                waiting = awaiting_ready.get(payload.name)
+                if (
+                    waiting is not None
+                    and waiting[1] == str(metadata.get("uid", ""))
+                    and _containers_current(payload.object)
+                ):
+                    kind, _, since = awaiting_ready.pop(payload.name)
+                    delays.setdefault(kind, {}).setdefault("ready", []).append(_seconds(moment, since))
             metrics.observe(_seconds(moment, t0), pods)
             if completed and _all_updated(pods, target_hash, replicas):
                 done_at = moment
