@@ -28,6 +28,7 @@ from aiohttp import web
 from nats.aio.msg import Msg
 
 from services.domain.bus import MSG_ID, Bus
+from services.domain.checkpoints import checkpoint_loop
 from services.domain.events import Envelope, encode
 from services.domain.metrics import (
     AUDIT_INGESTED,
@@ -218,6 +219,7 @@ async def run(settings: Settings) -> None:
             audit_task = asyncio.create_task(consumer.run(), name="audit-consumer")
             lag = asyncio.create_task(_report_lag(bus, runtime))
             ready = asyncio.create_task(_ready_when_caught_up(runtime, relay))
+            checkpoints = asyncio.create_task(checkpoint_loop(store, bus, settings, runtime.stopping))
             try:
                 await run_until_stopped(runtime, relay_task, audit_task)
             finally:
@@ -225,7 +227,7 @@ async def run(settings: Settings) -> None:
                 for task in (lag, ready):
                     task.cancel()
                 # The relay finishes the batch in hand (its loop checks `stopping`), then both stop.
-                await asyncio.gather(relay_task, audit_task, lag, ready, return_exceptions=True)
+                await asyncio.gather(relay_task, audit_task, lag, ready, checkpoints, return_exceptions=True)
         finally:
             await bus.close()
             await store.close()

@@ -182,35 +182,8 @@ class Planner:
         decisions = decisions_for(state, plan)
         if not decisions:
             return
-        through = state.through()
-        round_id = derived_id("round", *sorted(through.items()))
-        update_revision = plan.get("updateRevision") or state.update_revision
-        correlation = rollout_id(state.namespace, state.name, update_revision) if update_revision else None
-        stream = decisions_stream(state.namespace, state.name)
-        base = state.versions.get(stream, 0)
-        envelopes = [
-            new_event(
-                RoundPlanned(through=through, now=state.now, input_sha256=digest),
-                stream=stream,
-                stream_version=base + 1,
-                occurred_at=state.now,
-                event_id=round_id,
-                causation_id=state.last_input_id,
-                correlation_id=correlation,
-            )
-        ]
-        for index, payload in enumerate(decisions):
-            envelopes.append(
-                new_event(
-                    payload,
-                    stream=stream,
-                    stream_version=base + 2 + index,
-                    occurred_at=state.now,
-                    event_id=derived_id("decision", round_id, index),
-                    causation_id=round_id,
-                    correlation_id=correlation,
-                )
-            )
+        envelopes = round_envelopes(state, digest, plan, decisions)
+        correlation = envelopes[0].correlation_id
         await self._append(state, envelopes)
         actions = [d for d in decisions if isinstance(d, PodActionRequested)]
         log.info(
@@ -243,6 +216,44 @@ class Planner:
             state.fold(envelope)
         for envelope in result.events:
             EVENTS_APPENDED.labels("planner", envelope.type).inc()
+
+
+def round_envelopes(
+    state: WorkloadState, input_sha256: str, plan: dict[str, Any], decisions: list[Event]
+) -> list[Envelope]:
+    """The round's events as appended: ``RoundPlanned`` then the decisions, with their deterministic ids,
+    versions and correlation. Pure (services/replay verifies recorded rounds against it)."""
+    assert state.now is not None
+    through = state.through()
+    round_id = derived_id("round", *sorted(through.items()))
+    update_revision = plan.get("updateRevision") or state.update_revision
+    correlation = rollout_id(state.namespace, state.name, update_revision) if update_revision else None
+    stream = decisions_stream(state.namespace, state.name)
+    base = state.versions.get(stream, 0)
+    envelopes = [
+        new_event(
+            RoundPlanned(through=through, now=state.now, input_sha256=input_sha256),
+            stream=stream,
+            stream_version=base + 1,
+            occurred_at=state.now,
+            event_id=round_id,
+            causation_id=state.last_input_id,
+            correlation_id=correlation,
+        )
+    ]
+    for index, payload in enumerate(decisions):
+        envelopes.append(
+            new_event(
+                payload,
+                stream=stream,
+                stream_version=base + 2 + index,
+                occurred_at=state.now,
+                event_id=derived_id("decision", round_id, index),
+                causation_id=round_id,
+                correlation_id=correlation,
+            )
+        )
+    return envelopes
 
 
 def decisions_for(state: WorkloadState, plan: dict[str, Any]) -> list[Event]:
