@@ -1,5 +1,5 @@
 """The event hash chain, recomputed in Python from raw column values (the database computes it in the
-``events_chain`` trigger, migrations/versions/0003_event_hash_chain.py; the two must agree byte for byte).
+``events_chain`` trigger, migrations/versions/0004_event_hash_chain.py; the two must agree byte for byte).
 
 Pure: no I/O. ``ChainVerifier`` walks rows in global order and reports every break it can name; the store
 reads feed it (services/replay/audit.py).

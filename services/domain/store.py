@@ -591,7 +591,7 @@ class EventStore:
                 return
             position = rows[-1][0]
 
-    # --- tamper evidence (migrations/versions/0003_event_hash_chain.py) ------------------------------
+    # --- tamper evidence (migrations/versions/0004_event_hash_chain.py) ------------------------------
 
     async def read_chain_batches(
         self, from_position: int = 0, batch_size: int = 5000

@@ -25,7 +25,7 @@ events_table = Table(
     Column("causation_id", Uuid, nullable=True),
     Column("correlation_id", Text, nullable=True),
     Column("payload", JSONB, nullable=False),
-    # Tamper evidence (migrations/versions/0003_event_hash_chain.py), set by a trigger, never by writers.
+    # Tamper evidence (migrations/versions/0004_event_hash_chain.py), set by a trigger, never by writers.
     Column("stream_hash", LargeBinary, nullable=False),
     Column("chain_hash", LargeBinary, nullable=False),
 )

@@ -277,7 +277,7 @@ async def test_the_auditor_checkpoints_the_head_periodically(
 
 async def test_the_upgrade_chains_events_recorded_before_it(server_urls: ServerUrls) -> None:
     async with fresh_database(server_urls.database_url, prefix="rollbook_chain_upgrade") as url:
-        await asyncio.to_thread(upgrade, url, "0002_audit_views")  # the schema before the chain
+        await asyncio.to_thread(upgrade, url, "0003_sidecarset_audit_views")  # the schema before the chain
         conn = await asyncpg.connect(asyncpg_url(url))
         try:  # rows as the code before the hash chain wrote them
             for version in range(1, 4):

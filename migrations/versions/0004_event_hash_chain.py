@@ -1,8 +1,8 @@
 """Tamper evidence: every event row carries a hash chained to the previous event of its stream, and a global
 chain hash linking it to the row before it in global order; checkpoints of the global chain.
 
-Revision ID: 0003_event_hash_chain
-Revises: 0002_audit_views
+Revision ID: 0004_event_hash_chain
+Revises: 0003_sidecarset_audit_views
 Create Date: 2026-11-30
 
 How the hashes are computed (services/domain/hashchain.py recomputes exactly this in Python, from the raw
@@ -32,8 +32,8 @@ from collections.abc import Sequence
 
 from alembic import op
 
-revision: str = "0003_event_hash_chain"
-down_revision: str | None = "0002_audit_views"
+revision: str = "0004_event_hash_chain"
+down_revision: str | None = "0003_sidecarset_audit_views"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
