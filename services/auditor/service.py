@@ -28,6 +28,7 @@ from aiohttp import web
 from nats.aio.msg import Msg
 
 from services.domain.bus import MSG_ID, Bus
+from services.domain.checkpoints import checkpoint_loop
 from services.domain.consumer_service import report_consumer_lag
 from services.domain.events import Envelope, encode
 from services.domain.metrics import (
@@ -206,6 +207,7 @@ async def run(settings: Settings) -> None:
             audit_task = asyncio.create_task(consumer.run(), name="audit-consumer")
             lag = asyncio.create_task(report_consumer_lag(bus, runtime, "auditor", DURABLE))
             ready = asyncio.create_task(_ready_when_caught_up(runtime, relay))
+            checkpoints = asyncio.create_task(checkpoint_loop(store, bus, settings, runtime.stopping))
             try:
                 await run_until_stopped(runtime, relay_task, audit_task)
             finally:
@@ -213,7 +215,7 @@ async def run(settings: Settings) -> None:
                 for task in (lag, ready):
                     task.cancel()
                 # The relay finishes the batch in hand (its loop checks `stopping`), then both stop.
-                await asyncio.gather(relay_task, audit_task, lag, ready, return_exceptions=True)
+                await asyncio.gather(relay_task, audit_task, lag, ready, checkpoints, return_exceptions=True)
         finally:
             await bus.close()
             await store.close()

@@ -43,6 +43,11 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     http_host: str = "127.0.0.1"
     # Base port of those endpoints (0 = pick free ports).
     http_port: int = 0
+    # Seconds between checkpoints of the event hash chain, taken by the auditor when the log moved
+    # (database, JetStream stream <stream_name>_CHECKPOINTS, and checkpoint_file if set). 0 turns them off.
+    checkpoint_interval: float = 60.0
+    # Append-only JSON-lines file the auditor also writes checkpoints to (empty: none). docs/replay.md.
+    checkpoint_file: str = ""
     # Python log level: DEBUG, INFO, WARNING, ERROR.
     log_level: str = "INFO"
 
@@ -70,6 +75,11 @@ def _convert(name: str, raw: str, typ: object) -> object:
         if lowered in {"0", "false", "no", "off", ""}:
             return False
         raise ValueError(f"ROLLBOOK_{name.upper()}: expected a boolean, got {raw!r}")
+    if typ is float:
+        try:
+            return float(raw)
+        except ValueError:
+            raise ValueError(f"ROLLBOOK_{name.upper()}: expected a number, got {raw!r}") from None
     if typ is int:
         try:
             return int(raw)

@@ -8,6 +8,7 @@ Public API (all coroutines unless noted)::
 
     await store.append(events: Sequence[Envelope], expected_version: int | None) -> AppendResult
     await store.append_many(events: Sequence[Envelope]) -> int
+    await store.import_events(events: Sequence[Envelope]) -> int   (COPY bulk load, not idempotent)
     await store.stream_version(stream: str) -> int
     await store.read_stream(stream: str, from_version: int = 1) -> list[StoredEvent]
     await store.read_batch(from_position: int = 0, limit: int = 1000) -> list[StoredEvent]
@@ -15,6 +16,9 @@ Public API (all coroutines unless noted)::
     store.read_all_batches(from_position: int = 0, batch_size: int = 2000) -> AsyncIterator[list[StoredEvent]]
     (the two read_all* are async generators: ``async for``, not ``await``)
     await store.head_position() -> int
+    store.read_chain_batches(from_position: int = 0, batch_size: int = 5000) -> AsyncIterator[list[Record]]
+    await store.write_checkpoint() -> tuple[int, bytes] | None
+    await store.checkpoints() -> list[tuple[int, bytes]]
     await store.read_correlation(correlation_id: str) -> list[StoredEvent]
     store.engine -> AsyncEngine  (for SQL views and queries elsewhere; its JSONB columns decode as usual)
 
@@ -48,6 +52,7 @@ paths use the asyncpg driver connection under SQLAlchemy's pool; small queries u
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -62,8 +67,10 @@ from sqlalchemy.exc import DBAPIError, ProgrammingError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from services.domain.database import sqlalchemy_url
-from services.domain.events import Envelope, Event
+from services.domain.events import Envelope
+from services.domain.hashchain import CHAIN_COLUMNS
 from services.domain.store_schema import events_table
+from services.domain.upcasting import DEFAULT_DECODER, PayloadDecoder
 
 __all__ = ["AppendResult", "ConcurrencyError", "EventStore", "StoredEvent"]
 
@@ -114,6 +121,16 @@ _READ_STREAM_SQL = (
 )
 _READ_CORRELATION_SQL = f"SELECT {_COLUMNS} FROM events WHERE correlation_id = $1 ORDER BY global_position"
 
+_READ_CHAIN_SQL = (
+    f"SELECT {CHAIN_COLUMNS} FROM events WHERE global_position > $1 ORDER BY global_position LIMIT $2"
+)
+_CHECKPOINT_SQL = """
+INSERT INTO event_checkpoints (global_position, chain_hash)
+SELECT global_position, chain_hash FROM events ORDER BY global_position DESC LIMIT 1
+ON CONFLICT (global_position) DO UPDATE SET chain_hash = excluded.chain_hash
+RETURNING global_position, chain_hash
+"""
+
 _STATE_SQL = """
 SELECT (SELECT coalesce(max(stream_version), 0) FROM events WHERE stream = $1),
        (SELECT coalesce(array_agg(event_id), '{}') FROM events WHERE event_id = ANY($2::uuid[]))
@@ -157,6 +174,12 @@ ORDER BY e.ord
 RETURNING global_position, stream_version
 """
 
+# Event loop turns given to a prefetch so it checks out a connection and sends its query.
+_PREFETCH_SPINS = 4
+_IMPORT_COLUMNS = [
+    "event_id", "stream", "stream_version", "type", "schema_version", "occurred_at",
+    "causation_id", "correlation_id", "payload",
+]
 _VERSION_CONSTRAINT = "events_stream_version_key"
 _CHECKOUT_ATTEMPTS = 3
 _CONNECTION_ATTEMPTS = 2
@@ -181,13 +204,14 @@ def _connection_lost(error: BaseException) -> bool:
 _T = TypeVar("_T")
 
 _payload_encoder = msgspec.json.Encoder()
-_payload_decoder: msgspec.json.Decoder[Any] = msgspec.json.Decoder(Event)  # type: ignore[arg-type]
 
 # How often an unchecked append (expected_version=None) retries after losing a race for a version.
 _UNCHECKED_RETRIES = 20
 
 
-def _row_to_stored(row: asyncpg.Record) -> StoredEvent:
+def _row_to_stored(row: asyncpg.Record, decoder: PayloadDecoder = DEFAULT_DECODER) -> StoredEvent:
+    """Rows are read through the upcasting decoder: an event stored with an older schema_version is
+    upcast to the current shape (services/domain/upcasting.py)."""
     return StoredEvent(
         row[0],
         row[1],
@@ -200,7 +224,7 @@ def _row_to_stored(row: asyncpg.Record) -> StoredEvent:
             occurred_at=row[7],
             causation_id=row[8],
             correlation_id=row[9],
-            payload=_payload_decoder.decode(row[10]),
+            payload=decoder.decode(row[5], row[6], row[10]),
         ),
     )
 
@@ -248,17 +272,20 @@ def _check_consecutive(events: Sequence[Envelope], expected_version: int | None)
 class EventStore:
     """See the module docstring. Create with ``await EventStore.connect(url)``; close with ``close()``."""
 
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(self, engine: AsyncEngine, decoder: PayloadDecoder = DEFAULT_DECODER) -> None:
         self.engine = engine
+        self.decoder = decoder  # how stored payloads are read (upcasting older schema versions)
 
     @classmethod
-    async def connect(cls, database_url: str, *, pool_size: int = 5) -> EventStore:
+    async def connect(
+        cls, database_url: str, *, pool_size: int = 5, decoder: PayloadDecoder = DEFAULT_DECODER
+    ) -> EventStore:
         engine = create_async_engine(
             sqlalchemy_url(database_url),
             pool_size=pool_size,
             max_overflow=pool_size,
         )
-        store = cls(engine)
+        store = cls(engine, decoder)
         try:
             await store.head_position()  # fail fast on a bad URL or an unmigrated database
         except ProgrammingError as error:
@@ -470,6 +497,22 @@ class EventStore:
             stream, version - 1, actual, f"version {version} is already held by event {holder}"
         )
 
+    async def import_events(self, events: Sequence[Envelope]) -> int:
+        """Bulk load with COPY (restores, migrations between databases, benchmarks): one transaction,
+        events stored exactly as given, no idempotency (a stored event_id or (stream, version) fails the
+        whole call with the unique violation). The insert triggers still run: writers are serialised and
+        every row is hash-chained. Returns the rows stored."""
+        if not events:
+            return 0
+        records = list(zip(*_columns(events), strict=True))
+
+        async def load() -> int:
+            async with self._driver() as conn, conn.transaction():
+                await conn.copy_records_to_table("events", records=records, columns=_IMPORT_COLUMNS)
+            return len(records)
+
+        return await self._retrying(load)
+
     # --- reading ------------------------------------------------------------------------------------
 
     async def stream_version(self, stream: str) -> int:
@@ -496,32 +539,44 @@ class EventStore:
 
     async def read_stream(self, stream: str, from_version: int = 1) -> list[StoredEvent]:
         rows = await self._fetch(_READ_STREAM_SQL, stream, from_version)
-        return [_row_to_stored(row) for row in rows]
+        return [_row_to_stored(row, self.decoder) for row in rows]
 
     async def read_correlation(self, correlation_id: str) -> list[StoredEvent]:
         """Every event of one rollout (correlation id), in global order."""
         rows = await self._fetch(_READ_CORRELATION_SQL, correlation_id)
-        return [_row_to_stored(row) for row in rows]
+        return [_row_to_stored(row, self.decoder) for row in rows]
 
     async def read_batch(self, from_position: int = 0, limit: int = 1000) -> list[StoredEvent]:
         """Up to ``limit`` events with global_position > ``from_position``, in order (one poll)."""
         rows = await self._fetch(_READ_ALL_SQL, from_position, limit)
-        return [_row_to_stored(row) for row in rows]
+        return [_row_to_stored(row, self.decoder) for row in rows]
 
     async def read_all_batches(
         self, from_position: int = 0, batch_size: int = 2000
     ) -> AsyncIterator[list[StoredEvent]]:
         """Pages of events after ``from_position`` until the head is reached (events appended while
-        iterating are included if they land before the last page)."""
-        position = from_position
-        while True:
-            batch = await self.read_batch(position, batch_size)
-            if not batch:
-                return
-            yield batch
-            if len(batch) < batch_size:
-                return
-            position = batch[-1].global_position
+        iterating are included if they land before the last page). The next page is requested while the
+        caller works through the current one, so the database's work overlaps the caller's."""
+        upcoming: asyncio.Task[list[StoredEvent]] = asyncio.ensure_future(
+            self.read_batch(from_position, batch_size)
+        )
+        try:
+            while True:
+                batch = await upcoming
+                if not batch:
+                    return
+                if len(batch) == batch_size:
+                    upcoming = asyncio.ensure_future(self.read_batch(batch[-1].global_position, batch_size))
+                    for _ in range(_PREFETCH_SPINS):  # let it get as far as sending its query
+                        await asyncio.sleep(0)
+                yield batch
+                if len(batch) < batch_size:
+                    return
+        finally:
+            if not upcoming.done():
+                upcoming.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await upcoming
 
     async def read_all(self, from_position: int = 0, batch_size: int = 2000) -> AsyncIterator[StoredEvent]:
         """Every event after ``from_position`` in global order, until the head. Rows are fetched a page at a
@@ -531,7 +586,36 @@ class EventStore:
         while True:
             rows = await self._fetch(_READ_ALL_SQL, position, batch_size)
             for row in rows:
-                yield _row_to_stored(row)
+                yield _row_to_stored(row, self.decoder)
             if len(rows) < batch_size:
                 return
             position = rows[-1][0]
+
+    # --- tamper evidence (migrations/versions/0004_event_hash_chain.py) ------------------------------
+
+    async def read_chain_batches(
+        self, from_position: int = 0, batch_size: int = 5000
+    ) -> AsyncIterator[list[asyncpg.Record]]:
+        """Raw rows for hash-chain verification, in global order: the columns of
+        ``services.domain.hashchain.CHAIN_COLUMNS`` (payload as stored text, hashes as bytes)."""
+        position = from_position
+        while True:
+            rows = await self._fetch(_READ_CHAIN_SQL, position, batch_size)
+            if rows:
+                yield rows
+            if len(rows) < batch_size:
+                return
+            position = rows[-1][0]
+
+    async def write_checkpoint(self) -> tuple[int, bytes] | None:
+        """Record the chain hash at the head in ``event_checkpoints`` and return (position, chain_hash),
+        or None for an empty log. Keep a copy outside the database too (services/replay/checkpoints.py)."""
+        rows = await self._fetch(_CHECKPOINT_SQL)
+        if not rows:
+            return None
+        return int(rows[0][0]), bytes(rows[0][1])
+
+    async def checkpoints(self) -> list[tuple[int, bytes]]:
+        """The checkpoints recorded in the database (position, chain_hash), oldest first."""
+        rows = await self._fetch("SELECT global_position, chain_hash FROM event_checkpoints ORDER BY 1")
+        return [(int(r[0]), bytes(r[1])) for r in rows]

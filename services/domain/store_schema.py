@@ -1,12 +1,12 @@
 """SQLAlchemy Core description of the ``events`` table, for queries written with Core.
 
-The schema itself is owned by Alembic (migrations/versions/0001_events.py); this mirrors it and must be
+The schema itself is owned by Alembic (migrations/versions/); this mirrors it and must be
 kept in step with it (tests/domain/test_store_migrations.py compares the two).
 """
 
 from __future__ import annotations
 
-from sqlalchemy import BigInteger, Column, DateTime, Integer, MetaData, Table, Text, Uuid
+from sqlalchemy import BigInteger, Column, DateTime, Integer, LargeBinary, MetaData, Table, Text, Uuid
 from sqlalchemy.dialects.postgresql import JSONB
 
 metadata = MetaData()
@@ -25,4 +25,15 @@ events_table = Table(
     Column("causation_id", Uuid, nullable=True),
     Column("correlation_id", Text, nullable=True),
     Column("payload", JSONB, nullable=False),
+    # Tamper evidence (migrations/versions/0004_event_hash_chain.py), set by a trigger, never by writers.
+    Column("stream_hash", LargeBinary, nullable=False),
+    Column("chain_hash", LargeBinary, nullable=False),
+)
+
+event_checkpoints_table = Table(
+    "event_checkpoints",
+    metadata,
+    Column("global_position", BigInteger, primary_key=True),
+    Column("chain_hash", LargeBinary, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
 )

@@ -40,7 +40,13 @@ def parse_time(value: Any) -> float | None:
 
 
 def format_time(epoch: float) -> str:
+    """Whole seconds, as Kubernetes writes condition and status times."""
     return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def format_time_precise(epoch: float) -> str:
+    """Microseconds: for times a duration is measured from (a grace period must never be cut short)."""
+    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def _deletion_cost(value: Any) -> int:

@@ -162,16 +162,8 @@ class Planner:
         decisions = decisions_for(state, plan)
         if not decisions:
             return
-        update_revision = plan.get("updateRevision") or state.update_revision
-        correlation = rollout_id(state.namespace, state.name, update_revision) if update_revision else None
-        envelopes = rounds.round_envelopes(
-            state,
-            decisions_stream(state.namespace, state.name),
-            round_id=derived_id("round", *sorted(state.through().items())),
-            input_sha256=digest,
-            decisions=decisions,
-            correlation_id=correlation,
-        )
+        envelopes = round_envelopes(state, digest, plan, decisions)
+        correlation = envelopes[0].correlation_id
         await rounds.append(self.store, state, envelopes)
         actions = [d for d in decisions if isinstance(d, PodActionRequested)]
         log.info(
@@ -187,6 +179,23 @@ class Planner:
         timer = rounds.expectation_timer(state, decisions_stream(state.namespace, state.name), due)
         if timer is not None:
             await rounds.append(self.store, state, [timer])
+
+
+def round_envelopes(
+    state: WorkloadState, input_sha256: str, plan: dict[str, Any], decisions: list[Event]
+) -> list[Envelope]:
+    """The round's events as appended: ``RoundPlanned`` then the decisions, with their deterministic ids,
+    versions and correlation. Pure (services/replay verifies recorded rounds against it)."""
+    update_revision = plan.get("updateRevision") or state.update_revision
+    correlation = rollout_id(state.namespace, state.name, update_revision) if update_revision else None
+    return rounds.round_envelopes(
+        state,
+        decisions_stream(state.namespace, state.name),
+        round_id=derived_id("round", *sorted(state.through().items())),
+        input_sha256=input_sha256,
+        decisions=decisions,
+        correlation_id=correlation,
+    )
 
 
 def decisions_for(state: WorkloadState, plan: dict[str, Any]) -> list[Event]:

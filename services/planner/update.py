@@ -14,7 +14,7 @@ from services.planner.context import Context
 from services.planner.counting import Classes, Diffs
 from services.planner.model import Action, MarkNotReady, MarkReady, RecreatePod, UpdateInPlace
 from services.planner.names import INPLACE_GRACE_ANNOTATION, SPECIFIED_DELETE_LABEL
-from services.planner.podstate import PodView, parse_time
+from services.planner.podstate import PodView, format_time_precise, parse_time
 from services.planner.revisions import hash_part
 from services.planner.spec import RECREATE
 
@@ -204,7 +204,9 @@ def _update_pod(ctx: Context, pod: PodView, result: StepResult) -> None:
                 pod=pod.name,
                 condition=not_ready,
                 revision=update.name,
-                patch=inplace.grace_patch(update.name, spec.grace_period_seconds, ctx.now_text),
+                patch=inplace.grace_patch(
+                    update.name, spec.grace_period_seconds, format_time_precise(ctx.now)
+                ),
                 reason=f"in-place update after a {spec.grace_period_seconds}s grace period",
             )
         )

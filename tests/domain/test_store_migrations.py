@@ -70,3 +70,29 @@ async def test_core_table_matches_the_migrated_table(database_url: str) -> None:
     finally:
         await conn.close()
     assert [(r[0], r[1] == "YES") for r in rows] == [(c.name, bool(c.nullable)) for c in events_table.columns]
+
+
+async def _views(url: str) -> dict[str, tuple[str, str | None]]:
+    conn = await asyncpg.connect(asyncpg_url(url))
+    try:
+        rows = await conn.fetch(
+            "SELECT c.relname, pg_get_viewdef(c.oid), obj_description(c.oid, 'pg_class') FROM pg_class AS c"
+            " WHERE c.relnamespace = 'public'::regnamespace AND c.relkind = 'v'"
+        )
+    finally:
+        await conn.close()
+    return {row[0]: (row[1], row[2]) for row in rows}
+
+
+async def test_downgrading_the_sidecarset_views_restores_the_0002_views_exactly(
+    server_urls: ServerUrls,
+) -> None:
+    async with fresh_database(server_urls.database_url, prefix="rollbook_migrations") as url:
+        _alembic(url, "upgrade", "0002_audit_views")
+        original = await _views(url)
+        _alembic(url, "upgrade", "0003_sidecarset_audit_views")
+        upgraded = await _views(url)
+        assert set(upgraded) == set(original)
+        assert all("kind" in definition for definition, _ in upgraded.values())
+        _alembic(url, "downgrade", "0002_audit_views")
+        assert await _views(url) == original

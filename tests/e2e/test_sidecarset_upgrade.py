@@ -17,13 +17,16 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, cast
 
+import asyncpg
 import msgspec
 import pytest
 import pytest_asyncio
 import yaml
 from kubernetes_asyncio import client
 
+from services.domain import audit_queries
 from services.domain.bus import Bus
+from services.domain.database import asyncpg_url
 from services.domain.events import (
     ObjectObserved,
     PartitionStepPlanned,
@@ -257,6 +260,29 @@ async def test_paused_then_partition_50_percent_upgrades_two_pods_one_at_a_time(
     assert {(r["action"], r["terminals"], r["applied"]) for r in await audit.action_terminals(database)} == {
         (UPDATE_SIDECAR_ACTION, 1, 1)
     }
+    # The audit views: both upgrades as in-place rows, done once the restarted sidecar was back, and
+    # maxUnavailable never exceeded (unavailability over the SidecarSet's observed pods, total 4 matched).
+    connection = await asyncpg.connect(asyncpg_url(database))
+    try:
+        in_place = await connection.fetch(
+            "SELECT pod, update_kind, outcome, duration FROM pod_actions"
+            " WHERE kind = 'SidecarSet' AND workload = $1 AND in_place",
+            NAME,
+        )
+        assert sorted(r["pod"] for r in in_place) == upgraded
+        assert {(r["update_kind"], r["outcome"]) for r in in_place} == {("in place", "succeeded")}
+        assert all(r["duration"] is not None for r in in_place)
+        totals = await connection.fetch(
+            "SELECT DISTINCT replicas FROM unavailability WHERE kind = 'SidecarSet' AND workload = $1"
+            " AND position > $2",
+            NAME,
+            resumed_at,
+        )
+        assert {r["replicas"] for r in totals} == {4}
+        exceeded = await audit_queries.max_unavailable_exceeded(connection)
+        assert [r for r in exceeded if r["workload"] == NAME] == []
+    finally:
+        await connection.close()
     bus = await Bus.connect(stack.settings, name="sidecarset-e2e-check")
     try:
 

@@ -262,3 +262,26 @@ def test_rollback_reuses_and_renumbers_the_old_revision_and_history_is_pruned() 
     result = plan(plan_input(limited, [], many))
     assert len(result.revisions_to_delete) == len(many) - 1 - 2
     assert records[0]["metadata"]["name"] in result.revisions_to_delete
+
+
+def test_grace_period_is_measured_to_the_microsecond_and_never_cut_short() -> None:
+    # Marked at 12:00:00.900; a whole-second record (12:00:00) would let the image patch go out at 12:00:02.0,
+    # 1.1 s into a 2 s grace period.
+    v1 = cloneset(
+        strategy={"type": "InPlaceIfPossible", "inPlaceUpdateStrategy": {"gracePeriodSeconds": 2}}, replicas=1
+    )
+    pods = [running_pod(v1, i) for i in IDS[:1]]
+    v2 = with_image(v1, "nginx:mainline")
+    revs = [revision_record(v1, 1)]
+    first = plan(plan_input(v2, pods, revs, now="2026-11-30T12:00:00.900000Z"))
+    mark = first.actions[0]
+    assert isinstance(mark, model.MarkNotReady) and mark.patch is not None
+    marked_pod = copy.deepcopy(pods[0])
+    marked_pod["metadata"].setdefault("annotations", {}).update(mark.patch["metadata"]["annotations"])
+    conditions = [c for c in marked_pod["status"]["conditions"] if c["type"] != "InPlaceUpdateReady"]
+    marked_pod["status"]["conditions"] = [*conditions, mark.condition]
+    early = plan(plan_input(v2, [marked_pod], revs, now="2026-11-30T12:00:02.000000Z"))
+    assert [type(a).__name__ for a in early.actions] == []
+    assert early.requeue_after_seconds == 1
+    due = plan(plan_input(v2, [marked_pod], revs, now="2026-11-30T12:00:02.900000Z"))
+    assert [type(a).__name__ for a in due.actions] == ["UpdateInPlace"]

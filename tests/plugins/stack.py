@@ -228,10 +228,11 @@ async def stack_settings(server_urls: ServerUrls, simcluster: SimCluster) -> Asy
             yield settings
         finally:
             bus = await Bus.connect(settings, name="rollbook-e2e-cleanup")
-            try:
-                await bus.js.delete_stream(settings.stream_name)
-            except nats.js.errors.NotFoundError:
-                pass
+            for stream in (settings.stream_name, f"{settings.stream_name}_CHECKPOINTS"):
+                try:
+                    await bus.js.delete_stream(stream)
+                except nats.js.errors.NotFoundError:
+                    pass
             await bus.close()
 
 

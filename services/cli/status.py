@@ -1,0 +1,103 @@
+"""`rollbook status [ns/name]`: CloneSets in the cluster with their counts, and each one's latest rollout
+from the audit trail.
+
+The counts come from the CloneSet status the executor writes (what `kubectl get cloneset` shows); the
+rollout (id, revisions, strategy, partition step in force, outcome) from the SQL views. The cluster is the
+one of ROLLBOOK_KUBECONFIG; the database is found as `rollbook history` finds it. When the database cannot
+be reached the counts are still shown, with the reason the rollout column is empty.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated, Any
+
+import asyncpg
+import typer
+from kubernetes_asyncio import client
+from rich.table import Table
+
+from services.cli.history import QueryError, clock, connect, console, parse_workload
+from services.domain import audit_queries
+from services.domain.kube import api_client
+from services.domain.settings import Settings
+from services.domain.streams import CLONESET_GROUP, CLONESET_PLURAL, CLONESET_VERSION
+
+
+async def list_clonesets(settings: Settings, namespace: str | None, name: str | None) -> list[dict[str, Any]]:
+    api = await api_client(settings)
+    async with api:
+        custom = client.CustomObjectsApi(api)
+        if name is not None and namespace is not None:
+            return [
+                await custom.get_namespaced_custom_object(
+                    CLONESET_GROUP, CLONESET_VERSION, namespace, CLONESET_PLURAL, name
+                )
+            ]
+        listing = await custom.list_cluster_custom_object(CLONESET_GROUP, CLONESET_VERSION, CLONESET_PLURAL)
+        items: list[dict[str, Any]] = listing.get("items") or []
+        return sorted(items, key=lambda c: (c["metadata"].get("namespace", ""), c["metadata"]["name"]))
+
+
+async def show_status(settings: Settings, workload: str | None) -> int:
+    namespace, name = parse_workload(workload) if workload else (None, None)
+    clonesets = await list_clonesets(settings, namespace, name)
+    if not clonesets:
+        console.print("no CloneSets in the cluster")
+        return 0
+    rollouts: dict[tuple[str, str], asyncpg.Record | None] = {}
+    trail_error = ""
+    try:
+        async with connect(settings) as connection:
+            for c in clonesets:
+                key = (c["metadata"].get("namespace", "default"), c["metadata"]["name"])
+                rollouts[key] = await audit_queries.current_rollout(connection, *key)
+    except (QueryError, OSError, asyncpg.PostgresError) as error:
+        trail_error = str(error)
+    table = Table(title_justify="left")
+    for column in ("cloneset", "replicas", "updated", "ready", "updated ready", "latest rollout", "state"):
+        table.add_column(column, overflow="fold")
+    for c in clonesets:
+        key = (c["metadata"].get("namespace", "default"), c["metadata"]["name"])
+        status = c.get("status") or {}
+        spec_replicas = int((c.get("spec") or {}).get("replicas", 1))
+        rollout = rollouts.get(key)
+        if rollout is None:
+            described, state = "-", ""
+        else:
+            described = (
+                f"{rollout['rollout_id']} ({rollout['strategy_type']}) since {clock(rollout['started'])}"
+            )
+            state = rollout["outcome"]
+            if rollout["outcome"] == "in progress" and rollout["partition"] is not None:
+                state += f", partition {rollout['partition']}"
+        table.add_row(
+            f"{key[0]}/{key[1]}",
+            f"{status.get('replicas', 0)}/{spec_replicas}",
+            str(status.get("updatedReplicas", 0)),
+            str(status.get("readyReplicas", 0)),
+            str(status.get("updatedReadyReplicas", 0)),
+            described,
+            state,
+        )
+    console.print(table)
+    if trail_error:
+        console.print(f"[yellow]rollouts not shown:[/] {trail_error}")
+    return 0
+
+
+def register(application: typer.Typer) -> None:
+    @application.command("status")
+    def status(
+        workload: Annotated[str | None, typer.Argument(help="<namespace>/<cloneset> (default: all)")] = None,
+    ) -> None:
+        """CloneSets with replicas/updated/ready counts and their latest rollout from the audit trail."""
+        try:
+            code = asyncio.run(show_status(Settings.from_env(), workload))
+        except client.ApiException as error:
+            console.print(f"[red]rollbook status:[/] the API server answered {error.status} {error.reason}")
+            raise typer.Exit(1) from None
+        except OSError as error:
+            console.print(f"[red]rollbook status:[/] cannot reach the cluster: {error}")
+            raise typer.Exit(1) from None
+        raise typer.Exit(code)

@@ -1,0 +1,134 @@
+"""Checkpoints of the global hash chain, kept where a database superuser cannot rewrite them silently.
+
+A checkpoint is (global_position, chain_hash at that position). It is written to three places: the
+``event_checkpoints`` table (convenient, but inside the attacker's reach), a JetStream stream created with
+deny_delete and deny_purge (``<stream_name>_CHECKPOINTS`` on subject ``<prefix>-checkpoints``), and, when
+configured, an append-only JSON-lines file. ``rollbook audit verify`` compares the chain stored in the
+database with every checkpoint it can read; one the database no longer agrees with means the history up to
+it was rewritten (docs/replay.md, "Threat model").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from datetime import UTC, datetime
+from pathlib import Path
+
+import msgspec
+import nats.errors
+import nats.js.errors
+import structlog
+from nats.js.api import DeliverPolicy, StorageType, StreamConfig
+
+from services.domain.bus import Bus
+from services.domain.settings import Settings
+from services.domain.store import EventStore
+
+log = structlog.get_logger("checkpoints")
+
+
+class Checkpoint(msgspec.Struct, frozen=True, kw_only=True):
+    global_position: int
+    chain_hash: str  # hex
+    taken_at: datetime
+
+
+_encoder = msgspec.json.Encoder()
+_decoder = msgspec.json.Decoder(Checkpoint)
+
+
+def checkpoint_stream(bus: Bus) -> str:
+    return f"{bus.stream}_CHECKPOINTS"
+
+
+def checkpoint_subject(bus: Bus) -> str:
+    return f"{bus.prefix}-checkpoints"
+
+
+async def ensure_checkpoint_stream(bus: Bus) -> None:
+    config = StreamConfig(
+        name=checkpoint_stream(bus),
+        subjects=[checkpoint_subject(bus)],
+        storage=StorageType.FILE,
+        deny_delete=True,  # messages cannot be deleted or the stream purged through the API
+        deny_purge=True,
+    )
+    try:
+        await bus.js.add_stream(config)
+    except nats.js.errors.BadRequestError as error:
+        if error.err_code != 10058:  # already exists with another config: keep it as it is
+            raise
+
+
+async def take_checkpoint(
+    store: EventStore, *, bus: Bus | None = None, file: Path | None = None
+) -> Checkpoint | None:
+    """Checkpoint the head of the log: in the database, then on the bus and in the file if given.
+    None for an empty log."""
+    taken = await store.write_checkpoint()
+    if taken is None:
+        return None
+    checkpoint = Checkpoint(global_position=taken[0], chain_hash=taken[1].hex(), taken_at=datetime.now(UTC))
+    data = _encoder.encode(checkpoint)
+    if bus is not None:
+        await ensure_checkpoint_stream(bus)
+        await bus.js.publish(checkpoint_subject(bus), data, stream=checkpoint_stream(bus))
+    if file is not None:
+        with file.open("ab") as out:
+            out.write(data + b"\n")
+    return checkpoint
+
+
+async def published_checkpoints(bus: Bus, *, timeout: float = 10.0) -> list[Checkpoint]:  # noqa: ASYNC109
+    """Every checkpoint in the JetStream checkpoint stream, oldest first (empty if there is none). Read
+    with an ephemeral ordered consumer: one subscription, not one request per checkpoint."""
+    try:
+        info = await bus.js.stream_info(checkpoint_stream(bus))
+    except nats.js.errors.NotFoundError:
+        return []
+    last = info.state.last_seq
+    found: list[Checkpoint] = []
+    if not info.state.messages:
+        return found
+    subscription = await bus.js.subscribe(
+        checkpoint_subject(bus),
+        stream=checkpoint_stream(bus),
+        ordered_consumer=True,
+        deliver_policy=DeliverPolicy.ALL,
+    )
+    try:
+        while True:
+            message = await subscription.next_msg(timeout=timeout)
+            if message.data:
+                found.append(_decoder.decode(message.data))
+            if message.metadata.sequence.stream >= last:
+                return found
+    finally:
+        await subscription.unsubscribe()
+
+
+def file_checkpoints(path: Path) -> list[Checkpoint]:
+    if not path.exists():
+        return []
+    return [_decoder.decode(line) for line in path.read_bytes().splitlines() if line.strip()]
+
+
+async def checkpoint_loop(store: EventStore, bus: Bus, settings: Settings, stopping: asyncio.Event) -> None:
+    """Every ``settings.checkpoint_interval`` seconds, checkpoint the head if it moved (the auditor runs
+    this). A failure is logged and retried at the next tick: checkpoints are evidence, not a dependency."""
+    if settings.checkpoint_interval <= 0:
+        return
+    file = Path(settings.checkpoint_file) if settings.checkpoint_file else None
+    last = -1
+    while not stopping.is_set():
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stopping.wait(), settings.checkpoint_interval)
+        try:
+            if await store.head_position() != last:
+                taken = await take_checkpoint(store, bus=bus, file=file)
+                if taken is not None:
+                    last = taken.global_position
+                    log.info("checkpoint", position=taken.global_position, chain_hash=taken.chain_hash)
+        except Exception as error:  # noqa: BLE001 - keep the auditor running; the next tick retries
+            log.warning("checkpoint_failed", error=repr(error))

@@ -1,0 +1,228 @@
+"""The event hash chain, recomputed in Python from raw column values (the database computes it in the
+``events_chain`` trigger, migrations/versions/0004_event_hash_chain.py; the two must agree byte for byte).
+
+Pure: no I/O. ``ChainVerifier`` walks rows in global order and reports every break it can name; the store
+reads feed it (services/replay/audit.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+ZERO_HASH = bytes(32)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+_SEPARATOR = "\x1f"
+
+# The raw columns the chain covers, in the order ChainVerifier.feed takes them.
+CHAIN_COLUMNS = (
+    "global_position, event_id, stream, stream_version, type, schema_version, occurred_at, recorded_at,"
+    " causation_id, correlation_id, payload::text, stream_hash, chain_hash"
+)
+
+
+def micros(moment: datetime) -> int:
+    return (moment - _EPOCH) // _MICROSECOND
+
+
+def content_bytes(
+    event_id: uuid.UUID,
+    stream: str,
+    stream_version: int,
+    type_: str,
+    schema_version: int,
+    occurred_at: datetime,
+    recorded_at: datetime,
+    causation_id: uuid.UUID | None,
+    correlation_id: str | None,
+    payload_text: str,
+) -> bytes:
+    return _SEPARATOR.join(
+        (
+            str(event_id),
+            stream,
+            str(stream_version),
+            type_,
+            str(schema_version),
+            str(micros(occurred_at)),
+            str(micros(recorded_at)),
+            "" if causation_id is None else str(causation_id),
+            correlation_id or "",
+            payload_text,
+        )
+    ).encode()
+
+
+def stream_hash(previous: bytes, content: bytes) -> bytes:
+    return hashlib.sha256(previous + content).digest()
+
+
+def chain_hash(previous: bytes, global_position: int, stream_hash_: bytes) -> bytes:
+    return hashlib.sha256(previous + global_position.to_bytes(8, "big", signed=True) + stream_hash_).digest()
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One break in the record, named as precisely as the evidence allows."""
+
+    kind: str  # edited | removed | reordered | chain-broken | checkpoint-mismatch | checkpoint-missing-row
+    global_position: int | None
+    stream: str | None
+    stream_version: int | None
+    event_id: str | None
+    detail: str
+
+    def describe(self) -> str:
+        where = []
+        if self.global_position is not None:
+            where.append(f"position {self.global_position}")
+        if self.stream is not None:
+            where.append(f"stream {self.stream} v{self.stream_version}")
+        if self.event_id is not None:
+            where.append(f"event {self.event_id}")
+        return f"{self.kind.upper()}: {', '.join(where)}: {self.detail}"
+
+
+@dataclass
+class _StreamTip:
+    version: int  # highest version seen
+    stored_hash: bytes  # stored stream_hash of that version
+    position: int
+    missing: dict[int, int] = field(default_factory=dict)  # version skipped -> position where it was noticed
+
+
+@dataclass
+class ChainVerifier:
+    """Feed rows in global order (``feed``), then ``finish``. ``findings`` lists every break found."""
+
+    findings: list[Finding] = field(default_factory=list)
+    rows: int = 0
+    last_position: int = 0
+    last_chain: bytes = ZERO_HASH
+    chain_at: dict[int, bytes] = field(default_factory=dict)  # position -> stored chain hash, for checkpoints
+    wanted_positions: set[int] = field(default_factory=set)
+    _tips: dict[str, _StreamTip] = field(default_factory=dict)
+
+    def feed(
+        self,
+        global_position: int,
+        event_id: uuid.UUID,
+        stream: str,
+        stream_version: int,
+        type_: str,
+        schema_version: int,
+        occurred_at: datetime,
+        recorded_at: datetime,
+        causation_id: uuid.UUID | None,
+        correlation_id: str | None,
+        payload_text: str,
+        stored_stream_hash: bytes | None,
+        stored_chain_hash: bytes | None,
+    ) -> None:
+        self.rows += 1
+        content = content_bytes(
+            event_id,
+            stream,
+            stream_version,
+            type_,
+            schema_version,
+            occurred_at,
+            recorded_at,
+            causation_id,
+            correlation_id,
+            payload_text,
+        )
+        stored_stream = bytes(stored_stream_hash) if stored_stream_hash is not None else b""
+        stored_chain = bytes(stored_chain_hash) if stored_chain_hash is not None else b""
+        flagged = len(self.findings)
+
+        def finding(kind: str, detail: str) -> None:
+            self.findings.append(
+                Finding(kind, global_position, stream, stream_version, str(event_id), detail)
+            )
+
+        tip = self._tips.get(stream)
+        if tip is None:
+            tip = self._tips[stream] = _StreamTip(0, ZERO_HASH, 0)
+        if stream_version <= tip.version:
+            noticed = tip.missing.pop(stream_version, None)
+            if noticed is not None:
+                finding(
+                    "reordered",
+                    f"stream version {stream_version} is stored after version {tip.version}"
+                    f" (which sits at position {noticed} or later): rows were moved",
+                )
+            else:
+                finding("edited", f"stream version {stream_version} appears twice in the stream")
+        else:
+            if stream_version > tip.version + 1:
+                for version in range(tip.version + 1, stream_version):
+                    tip.missing[version] = global_position
+            elif stream_hash(tip.stored_hash, content) != stored_stream:
+                finding("edited", f"content does not match its stored hash ({type_})")
+            tip.version = stream_version
+            tip.stored_hash = stored_stream
+            tip.position = global_position
+        recomputed_chain = chain_hash(self.last_chain, global_position, stored_stream)
+        if recomputed_chain != stored_chain and len(self.findings) == flagged:
+            finding(
+                "chain-broken",
+                f"the global chain does not continue from position {self.last_position}: an event"
+                " between them was removed, or rows were moved or their hashes rewritten",
+            )
+        # Continue from what is stored, so one break is reported once and later rows are judged alone.
+        self.last_chain = stored_chain
+        self.last_position = global_position
+        if global_position in self.wanted_positions:
+            self.chain_at[global_position] = stored_chain
+
+    def finish(self) -> list[Finding]:
+        """Report stream versions that never turned up (removed), then return every finding."""
+        for stream, tip in self._tips.items():
+            for version, position in sorted(tip.missing.items()):
+                self.findings.append(
+                    Finding(
+                        "removed",
+                        position,
+                        stream,
+                        version,
+                        None,
+                        f"stream version {version} is missing (noticed at position {position}):"
+                        " the event was deleted",
+                    )
+                )
+            tip.missing.clear()
+        self.findings.sort(key=lambda f: f.global_position or 0)
+        return self.findings
+
+    def check_checkpoint(self, position: int, expected_chain: bytes, source: str) -> None:
+        """Compare a checkpoint kept elsewhere with the chain hash stored at its position (call after the
+        rows up to ``position`` were fed with ``position`` in ``wanted_positions``)."""
+        stored = self.chain_at.get(position)
+        if stored is None:
+            self.findings.append(
+                Finding(
+                    "checkpoint-missing-row",
+                    position,
+                    None,
+                    None,
+                    None,
+                    f"checkpoint from {source} names position {position}, which is no longer stored"
+                    f" (events removed; the log now ends at {self.last_position})",
+                )
+            )
+        elif stored != expected_chain:
+            self.findings.append(
+                Finding(
+                    "checkpoint-mismatch",
+                    position,
+                    None,
+                    None,
+                    None,
+                    f"chain hash at this position differs from the checkpoint kept in {source}:"
+                    " the history up to here was rewritten (hashes recomputed after a change)",
+                )
+            )

@@ -1,0 +1,299 @@
+"""A model of a cluster carrying out plans on a virtual clock, with per-action-kind delays: what-if re-plans
+against it, and the replay benchmark generates realistic histories with it (nothing here talks to
+Kubernetes). Pods are plain dicts shaped as the API returns them, so the real planner reads them.
+
+- An action takes its kind's ``effect`` delay to be applied (the executor and API server); applied, it
+  carries its action id in the ``rollbook.io/action-id`` annotation, as the executor writes it.
+- A new pod starts after the ``createPod`` ready delay; an in-place update restarts the changed containers
+  and the pod is ready again after the ``updateInPlace`` ready delay; Ready follows the readiness gates.
+"""
+
+from __future__ import annotations
+
+import copy
+import heapq
+from datetime import datetime, timedelta
+from typing import Any
+
+import msgspec
+
+from services.domain.streams import ACTION_ID_ANNOTATION
+
+DEFAULT_EFFECT_SECONDS = 0.5
+DEFAULT_READY_SECONDS = 2.0
+
+
+def conditions_of(pod: dict[str, Any]) -> dict[str, str]:
+    return {c.get("type", ""): c.get("status", "") for c in (pod.get("status") or {}).get("conditions") or []}
+
+
+def available(pod: dict[str, Any]) -> bool:
+    conditions = conditions_of(pod)
+    return (
+        conditions.get("Ready") == "True"
+        and conditions.get("InPlaceUpdateReady") != "False"
+        and not (pod.get("metadata") or {}).get("deletionTimestamp")
+    )
+
+
+def apply_overrides(cloneset: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """The CloneSet with fields under spec.updateStrategy replaced (dotted paths)."""
+    result = copy.deepcopy(cloneset)
+    strategy = result.setdefault("spec", {}).setdefault("updateStrategy", {})
+    for path, value in overrides.items():
+        target = strategy
+        parts = path.split(".")
+        for part in parts[:-1]:
+            target = target.setdefault(part, {})
+        target[parts[-1]] = value
+    return result
+
+
+def _merge(target: dict[str, Any], patch: dict[str, Any]) -> None:
+    """The strategic merge of the simple patches the planner writes (containers merged by name)."""
+    for key, value in patch.items():
+        if value is None:
+            target.pop(key, None)
+        elif key == "containers" and isinstance(value, list):
+            by_name = {c.get("name"): c for c in target.get("containers", [])}
+            for entry in value:
+                container = by_name.get(entry.get("name"))
+                if container is None:
+                    target.setdefault("containers", []).append(copy.deepcopy(entry))
+                else:
+                    _merge(container, entry)
+        elif isinstance(value, dict) and isinstance(target.get(key), dict):
+            _merge(target[key], value)
+        else:
+            target[key] = copy.deepcopy(value)
+
+
+def _set_condition(pod: dict[str, Any], condition: dict[str, Any]) -> None:
+    conditions = pod.setdefault("status", {}).setdefault("conditions", [])
+    for index, existing in enumerate(conditions):
+        if existing.get("type") == condition.get("type"):
+            conditions[index] = dict(condition)
+            return
+    conditions.append(dict(condition))
+
+
+def _iso(moment: float, t0: datetime) -> str:
+    return (t0 + timedelta(seconds=moment)).isoformat().replace("+00:00", "Z")
+
+
+class ClusterModel:
+    def __init__(
+        self,
+        cloneset: dict[str, Any],
+        *,
+        t0: datetime,
+        pods: dict[str, dict[str, Any]] | None = None,
+        pvcs: dict[str, dict[str, Any]] | None = None,
+        revisions: dict[str, dict[str, Any]] | None = None,
+        timings: dict[str, dict[str, float]] | None = None,
+        overrides: dict[str, Any] | None = None,
+        uid_prefix: str = "whatif",
+    ) -> None:
+        self.t0 = t0
+        self.uid_prefix = uid_prefix  # new objects get uids <prefix>-<n>
+        self.overrides = overrides or {}
+        self.cloneset = apply_overrides(cloneset, self.overrides)
+        self.pods = copy.deepcopy(pods or {})
+        self.pvcs = copy.deepcopy(pvcs or {})
+        self.revisions = copy.deepcopy(revisions or {})
+        self.timings = timings or {}
+        self.applied: list[str] = []  # action ids applied since the caller last cleared it
+        self.now = 0.0
+        self.serial = 0
+        self.queue: list[tuple[float, int, str, Any]] = []  # (time, seq, what, data)
+        self.in_flight = 0
+        self.restarting: set[str] = set()
+
+    def schedule_spec(self, offset: float, cloneset: dict[str, Any]) -> None:
+        """A spec change (the CloneSet as observed) at ``offset`` seconds; the overrides apply on top."""
+        self._at(max(offset, 0.0), "spec", cloneset)
+
+    def schedule_requeue(self, offset: float) -> None:
+        """Wake the caller at ``offset`` seconds (``step`` returns "requeue" then)."""
+        self._at(offset, "requeue", None)
+
+    def moment(self) -> datetime:
+        return self.t0 + timedelta(seconds=self.now)
+
+    def _at(self, moment: float, what: str, data: Any) -> None:
+        self.serial += 1
+        heapq.heappush(self.queue, (moment, self.serial, what, data))
+
+    def delay(self, kind: str, part: str) -> float:
+        default = DEFAULT_EFFECT_SECONDS if part == "effect" else DEFAULT_READY_SECONDS
+        return self.timings.get(kind, {}).get(part, default)
+
+    def plan_input(self) -> bytes:
+        return msgspec.json.encode(
+            {
+                "cloneSet": self.cloneset,
+                "pods": [self.pods[n] for n in sorted(self.pods)],
+                "pvcs": [self.pvcs[n] for n in sorted(self.pvcs)],
+                "revisions": sorted(self.revisions.values(), key=lambda r: r.get("revision", 0)),
+                "now": _iso(self.now, self.t0),
+            }
+        )
+
+    def apply_plan(self, plan: dict[str, Any], action_ids: list[str] | None = None) -> list[dict[str, Any]]:
+        for record in plan.get("revisions") or []:
+            self.revisions[record["metadata"]["name"]] = record
+        for name in plan.get("revisionsToDelete") or []:
+            self.revisions.pop(name, None)
+        if plan.get("podsToDelete") is not None:
+            self.cloneset["spec"].setdefault("scaleStrategy", {})["podsToDelete"] = plan["podsToDelete"]
+        if plan.get("status") is not None:
+            self.cloneset["status"] = plan["status"]
+        actions = list(plan.get("actions") or [])
+        for index, action in enumerate(actions):
+            self.in_flight += 1
+            action_id = action_ids[index] if action_ids else None
+            self._at(
+                self.now + self.delay(str(action.get("action")), "effect"), "effect", (action, action_id)
+            )
+        if plan.get("requeueAfterSeconds"):
+            self._at(self.now + float(plan["requeueAfterSeconds"]), "requeue", None)
+        return actions
+
+    def effect(self, action: dict[str, Any], action_id: str | None = None) -> None:
+        self.in_flight -= 1
+        if action_id is not None:
+            self.applied.append(action_id)
+        kind = action.get("action")
+        pod_name = str(action.get("pod", ""))
+        pod = self.pods.get(pod_name)
+        if kind == "createPVC":
+            claim = copy.deepcopy(action["object"])
+            claim.setdefault("metadata", {})["uid"] = f"{self.uid_prefix}-pvc-{self._next()}"
+            claim["status"] = {"phase": "Bound"}
+            self.pvcs[str(action["pvc"])] = claim
+            self._annotate(claim, action_id)
+        elif kind == "createPod":
+            created = copy.deepcopy(action["object"])
+            metadata = created.setdefault("metadata", {})
+            metadata["uid"] = f"{self.uid_prefix}-{self._next()}"
+            metadata["creationTimestamp"] = _iso(self.now, self.t0)
+            created["status"] = {"phase": "Pending", "conditions": []}
+            self.pods[pod_name] = created
+            self._annotate(created, action_id)
+            self._at(self.now + self.delay("createPod", "ready"), "start", pod_name)
+        elif kind == "deletePod":
+            self.pods.pop(pod_name, None)
+            if action.get("withPVCs"):
+                for claim in action.get("pvcs") or []:
+                    self.pvcs.pop(claim, None)
+        elif kind == "deletePVC":
+            self.pvcs.pop(str(action.get("pvc")), None)
+        elif pod is not None and kind in ("recreatePod", "updateInPlace"):
+            _merge(pod, action.get("patch") or {})
+            self._annotate(pod, action_id)
+            if kind == "updateInPlace":
+                self.restarting.add(pod_name)
+                self._set_ready(pod, False)
+                self._at(self.now + self.delay("updateInPlace", "ready"), "restart", pod_name)
+        elif pod is not None and kind in ("markNotReady", "markReady"):
+            if action.get("patch"):
+                _merge(pod, action["patch"])
+            _set_condition(pod, action["condition"])
+            self._annotate(pod, action_id)
+
+    @staticmethod
+    def _annotate(obj: dict[str, Any], action_id: str | None) -> None:
+        if action_id is not None:
+            obj.setdefault("metadata", {}).setdefault("annotations", {})[ACTION_ID_ANNOTATION] = action_id
+
+    def step(self) -> str | None:
+        """Carry out the next scheduled event (advancing the clock); its kind, or None when idle."""
+        if not self.queue:
+            return None
+        moment, _, what, data = heapq.heappop(self.queue)
+        self.now = max(self.now, moment)
+        if what == "effect":
+            self.effect(*data)
+        elif what == "start":
+            self.start(data)
+        elif what == "restart":
+            self.restart(data)
+        elif what == "spec":
+            spec = copy.deepcopy(data.get("spec") or {})
+            status = self.cloneset.get("status")
+            self.cloneset = apply_overrides({**data, "spec": spec}, self.overrides)
+            if status is not None:
+                self.cloneset["status"] = status
+        self.kubelet()
+        return what
+
+    def busy(self) -> bool:
+        """Actions or kubelet work still scheduled (not requeues or spec changes)."""
+        return any(what in ("effect", "start", "restart") for _, _, what, _ in self.queue)
+
+    def _next(self) -> int:
+        self.serial += 1
+        return self.serial
+
+    def _set_ready(self, pod: dict[str, Any], ready: bool) -> None:
+        _set_condition(
+            pod,
+            {
+                "type": "Ready",
+                "status": "True" if ready else "False",
+                "lastTransitionTime": _iso(self.now, self.t0),
+            },
+        )
+
+    def start(self, pod_name: str) -> None:
+        pod = self.pods.get(pod_name)
+        if pod is None:
+            return
+        pod.setdefault("spec", {}).setdefault("nodeName", f"node-{self._next() % 3}")
+        status = pod.setdefault("status", {})
+        status["phase"] = "Running"
+        status["podIP"] = f"10.0.0.{self._next() % 250}"
+        status["containerStatuses"] = [
+            {
+                "name": c.get("name"),
+                "image": c.get("image"),
+                "imageID": f"sha256:{c.get('image')}",
+                "containerID": f"whatif://{self._next()}",
+                "ready": True,
+                "restartCount": 0,
+                "started": True,
+            }
+            for c in pod["spec"].get("containers") or []
+        ]
+        self._ready_if_gates(pod)
+
+    def restart(self, pod_name: str) -> None:
+        pod = self.pods.get(pod_name)
+        if pod is None:
+            return
+        by_name = {c.get("name"): c for c in (pod.get("status") or {}).get("containerStatuses") or []}
+        for container in (pod.get("spec") or {}).get("containers") or []:
+            status = by_name.get(container.get("name"))
+            if status is not None and status.get("image") != container.get("image"):
+                status.update(
+                    image=container.get("image"),
+                    imageID=f"sha256:{container.get('image')}",
+                    containerID=f"whatif://{self._next()}",
+                    restartCount=int(status.get("restartCount", 0)) + 1,
+                )
+        self._ready_if_gates(pod)
+
+    def _ready_if_gates(self, pod: dict[str, Any]) -> None:
+        self.restarting.discard(str((pod.get("metadata") or {}).get("name")))
+        self.kubelet()
+
+    def kubelet(self) -> None:
+        """Ready follows the readiness gates for running pods that are not restarting containers."""
+        for name, pod in self.pods.items():
+            if name in self.restarting or not (pod.get("status") or {}).get("containerStatuses"):
+                continue
+            conditions = conditions_of(pod)
+            gates = [g.get("conditionType") for g in (pod.get("spec") or {}).get("readinessGates") or []]
+            ready = all(conditions.get(g) == "True" for g in gates)
+            if (conditions.get("Ready") == "True") != ready:
+                self._set_ready(pod, ready)

@@ -1,0 +1,185 @@
+"""A workload's history recorded through the planner's own code path, without services or a cluster: the
+watcher's observations (diffs of the cluster model's objects), the planner's rounds (``WorkloadState``,
+``plan_json``, ``decisions_for``, ``round_envelopes``, the same expectations rule), the executors'
+outcomes and the requeue timers. What it produces verifies clean; the replay benchmark and tests use it.
+
+    events = WorkloadSimulation("team-a", "web", replicas=4, start=T0).run()
+"""
+
+from __future__ import annotations
+
+import copy
+import uuid
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+import msgspec
+
+from services.domain.events import (
+    Envelope,
+    ObjectObserved,
+    PodActionRequested,
+    PodActionSucceeded,
+    RequeueDue,
+    RequeueScheduled,
+    new_event,
+)
+from services.domain.streams import actions_stream, decisions_stream, derived_id, observed_stream
+from services.planner.service import decide, decisions_for, round_envelopes
+from services.planner.workload_state import WorkloadState, encode_input
+from services.replay.cluster_model import ClusterModel
+
+T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+TIMINGS = {
+    "createPod": {"effect": 0.2, "ready": 3.0},
+    "updateInPlace": {"effect": 0.2, "ready": 2.0},
+    "markNotReady": {"effect": 0.1},
+    "markReady": {"effect": 0.1},
+}
+
+
+def base_cloneset(name: str, namespace: str, replicas: int, strategy: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": "apps.kruise.io/v1alpha1",
+        "kind": "CloneSet",
+        "metadata": {"name": name, "namespace": namespace, "uid": "", "generation": 1},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {"containers": [{"name": "main", "image": "nginx:alpine"}]},
+            },
+            "updateStrategy": strategy,
+        },
+    }
+
+
+class WorkloadSimulation:
+    """One workload through the planner's code path and the cluster model: every event as recorded."""
+
+    def __init__(
+        self,
+        namespace: str,
+        name: str,
+        replicas: int,
+        start: datetime,
+        strategy: dict[str, Any] | None = None,
+    ) -> None:
+        self.namespace, self.name = namespace, name
+        v1 = base_cloneset(
+            name, namespace, replicas, strategy or {"type": "InPlaceIfPossible", "maxUnavailable": 1}
+        )
+        v1["metadata"]["uid"] = str(uuid.uuid5(uuid.NAMESPACE_URL, f"{namespace}/{name}"))
+        v2 = copy.deepcopy(v1)
+        v2["spec"]["template"]["spec"]["containers"][0]["image"] = "nginx:mainline"
+        v2["metadata"]["generation"] = 2
+        self.model = ClusterModel(v1, t0=start, timings=TIMINGS, uid_prefix=v1["metadata"]["uid"])
+        self.model.schedule_spec(30.0, v2)
+        self.state = WorkloadState(namespace, name)
+        self.events: list[Envelope] = []
+        self.versions: dict[str, int] = {}
+        self.emitted: dict[tuple[str, str], bytes] = {}  # (kind, name) -> the object as last observed
+        self.resource_version = 0
+
+    def emit(self, payload: Any, stream: str, *, at: datetime, **ids: Any) -> Envelope:
+        version = self.versions.get(stream, 0) + 1
+        self.versions[stream] = version
+        envelope = new_event(payload, stream=stream, stream_version=version, occurred_at=at, **ids)
+        self.events.append(envelope)
+        self.state.fold(envelope)
+        return envelope
+
+    def observe(self) -> None:
+        model, now = self.model, self.model.moment()
+        current: dict[tuple[str, str], dict[str, Any]] = {("CloneSet", self.name): model.cloneset}
+        current.update({("Pod", n): p for n, p in model.pods.items()})
+        current.update({("PersistentVolumeClaim", n): p for n, p in model.pvcs.items()})
+        for key in sorted(set(self.emitted) | set(current)):
+            obj = current.get(key)
+            before = self.emitted.get(key)
+            if obj is not None and before is not None and msgspec.json.encode(obj) == before:
+                continue
+            self.resource_version += 1
+            kind, name = key
+            change: Literal["ADDED", "MODIFIED", "DELETED"] = (
+                "DELETED" if obj is None else "ADDED" if before is None else "MODIFIED"
+            )
+            shown = copy.deepcopy(obj) if obj is not None else msgspec.json.decode(before or b"{}")
+            shown.setdefault("metadata", {})["resourceVersion"] = str(self.resource_version)
+            uid = str(shown["metadata"].get("uid", ""))
+            self.emit(
+                ObjectObserved(
+                    kind=kind,
+                    namespace=self.namespace,
+                    name=name,
+                    uid=uid,
+                    resource_version=str(self.resource_version),
+                    change=change,
+                    object=shown,
+                ),
+                observed_stream(self.namespace, self.name),
+                at=now,
+                event_id=derived_id(uid, self.resource_version, change),
+            )
+            if obj is None:
+                self.emitted.pop(key, None)
+            else:
+                self.emitted[key] = msgspec.json.encode(obj)
+
+    def outcomes(self) -> None:
+        for action_id in self.model.applied:
+            self.emit(
+                PodActionSucceeded(action_id=action_id),
+                actions_stream(self.namespace, self.name),
+                at=self.model.moment(),
+                event_id=derived_id("outcome", action_id),
+            )
+        self.model.applied.clear()
+
+    def plan_round(self) -> None:
+        state = self.state
+        if state.cloneset is None or state.now is None or state.pending():
+            return
+        data, digest = encode_input(state.plan_input())
+        plan = decide(data)
+        decisions = decisions_for(state, plan)
+        if not decisions:
+            return
+        envelopes = round_envelopes(state, digest, plan, decisions)
+        for envelope in envelopes:
+            self.events.append(envelope)
+            state.fold(envelope)
+        self.versions[envelopes[0].stream] = envelopes[-1].stream_version
+        requests = [e.payload for e in envelopes if isinstance(e.payload, PodActionRequested)]
+        ids = [r.action_id for r in requests if r.action != "setPodsToDelete"]
+        self.model.apply_plan({**plan, "requeueAfterSeconds": None}, ids)
+        for envelope in envelopes:
+            if isinstance(envelope.payload, RequeueScheduled):
+                offset = (envelope.payload.due_at - self.model.t0).total_seconds()
+                self.model.schedule_requeue(offset)
+
+    def fire_timers(self) -> None:
+        now = self.model.moment()
+        for scheduled, due in sorted(self.state.schedules.items(), key=lambda item: item[1]):
+            if due <= now:
+                self.emit(
+                    RequeueDue(due_at=due, scheduled_by=uuid.UUID(scheduled)),
+                    decisions_stream(self.namespace, self.name),
+                    at=due,
+                    event_id=derived_id("requeue-due", scheduled),
+                )
+
+    def run(self, limit: int = 2000) -> list[Envelope]:
+        self.observe()
+        self.plan_round()
+        while len(self.events) < limit:
+            what = self.model.step()
+            if what is None:
+                break
+            self.observe()
+            self.outcomes()
+            if what == "requeue":
+                self.fire_timers()
+            self.plan_round()
+        return self.events

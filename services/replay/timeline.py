@@ -1,0 +1,135 @@
+"""Time travel over a workload's record: its state rebuilt from the event store alone, as it was after
+each event (``rollbook replay``). Pure: events in, states out; the planner's own fold
+(services/planner/workload_state.py) is the one fold, so what replay shows is what the planner saw."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from services.domain.events import ObjectObserved, PodActionFailed, PodActionRequested, PodActionSucceeded
+from services.domain.store import StoredEvent
+from services.planner.names import REVISION_LABEL
+from services.planner.workload_state import WorkloadState
+
+
+@dataclass(frozen=True)
+class Step:
+    """The state right after one event."""
+
+    event: StoredEvent
+    state: WorkloadState
+
+
+def fold_timeline(namespace: str, name: str, events: Iterable[StoredEvent]) -> Iterator[Step]:
+    """Fold events in global order, yielding after each one. The state object is shared and mutated:
+    summarise it (``summarise``) before asking for the next step."""
+    state = WorkloadState(namespace, name)
+    for stored in events:
+        state.fold(stored.envelope)
+        yield Step(stored, state)
+
+
+def state_at(
+    namespace: str,
+    name: str,
+    events: Iterable[StoredEvent],
+    *,
+    at_time: datetime | None = None,
+    at_position: int | None = None,
+) -> tuple[WorkloadState, StoredEvent | None]:
+    """The state after the last event recorded at or before ``at_time`` (recorded_at) and/or at or below
+    ``at_position`` (global position); with neither, after the last event."""
+    state = WorkloadState(namespace, name)
+    last: StoredEvent | None = None
+    for stored in events:
+        if at_position is not None and stored.global_position > at_position:
+            break
+        if at_time is not None and stored.recorded_at > at_time:
+            break
+        state.fold(stored.envelope)
+        last = stored
+    return state, last
+
+
+def _condition(pod: dict[str, Any], kind: str) -> str | None:
+    for condition in (pod.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == kind:
+            return str(condition.get("status"))
+    return None
+
+
+def pod_summary(pod: dict[str, Any]) -> dict[str, Any]:
+    metadata = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    return {
+        "uid": metadata.get("uid"),
+        "revision": (metadata.get("labels") or {}).get(REVISION_LABEL),
+        "images": [c.get("image") for c in spec.get("containers") or []],
+        "phase": (pod.get("status") or {}).get("phase"),
+        "ready": _condition(pod, "Ready") == "True",
+        "inPlaceUpdateReady": _condition(pod, "InPlaceUpdateReady"),
+        "terminating": bool(metadata.get("deletionTimestamp")),
+    }
+
+
+def summarise(state: WorkloadState) -> dict[str, Any]:
+    """A JSON-able picture of the workload as the planner knew it."""
+    cloneset = state.cloneset or {}
+    spec = cloneset.get("spec") or {}
+    failed = {a for a, outcome in state.outcomes.items() if outcome == "failed"}
+    return {
+        "workload": f"{state.namespace}/{state.name}",
+        "through": state.through(),
+        "now": state.now.isoformat() if state.now else None,
+        "exists": state.cloneset is not None,
+        "generation": (cloneset.get("metadata") or {}).get("generation"),
+        "replicas": spec.get("replicas"),
+        "updateStrategy": spec.get("updateStrategy"),
+        "images": [
+            c.get("image") for c in ((spec.get("template") or {}).get("spec") or {}).get("containers") or []
+        ],
+        "updateRevision": state.update_revision,
+        "activeRollout": state.active_rollout,
+        "revisions": sorted(state.revisions),
+        "pods": {name: pod_summary(pod) for name, pod in sorted(state.pods.items())},
+        "pvcs": sorted(state.pvcs),
+        "actions": {
+            "requested": len(state.requested),
+            "succeeded": sum(1 for o in state.outcomes.values() if o == "succeeded"),
+            "failed": sorted(failed),
+            "pending": sorted(p.event.action_id for p in state.pending()),
+        },
+        "status": state.last_status,
+    }
+
+
+def one_line(step: Step) -> str:
+    """One line per event: what happened, and the workload right after it."""
+    stored, state = step.event, step.state
+    envelope = stored.envelope
+    payload = envelope.payload
+    stream_kind = envelope.stream.rsplit("/", 1)[-1] if envelope.stream.count("/") > 2 else "decisions"
+    what = envelope.type
+    if isinstance(payload, PodActionRequested):
+        what += f" {payload.action} {payload.pod}"
+    elif isinstance(payload, PodActionFailed):
+        what += f" {payload.action_id[:8]} ({payload.reason}, retryable={payload.retryable})"
+    elif isinstance(payload, PodActionSucceeded):
+        what += f" {payload.action_id[:8]}"
+    elif isinstance(payload, ObjectObserved):
+        what += f" {payload.kind} {payload.name} {payload.change}"
+    ready = sum(1 for p in state.pods.values() if pod_summary(p)["ready"])
+    updated = sum(
+        1
+        for p in state.pods.values()
+        if state.update_revision
+        and (p.get("metadata") or {}).get("labels", {}).get(REVISION_LABEL) == state.update_revision
+    )
+    return (
+        f"{stored.global_position:>8} {stored.recorded_at.isoformat(timespec='milliseconds')}"
+        f" {stream_kind:<9} v{envelope.stream_version:<5} {what}"
+        f"  | pods={len(state.pods)} ready={ready} updated={updated} pending={len(state.pending())}"
+    )

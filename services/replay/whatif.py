@@ -1,0 +1,331 @@
+"""What-if: re-plan a recorded rollout with another update strategy against a model of the cluster driven
+by the rollout's recorded pod timings, and measure both (docs/replay.md, "what-if").
+
+Pure: recorded events in, two ``RolloutMetrics`` out; nothing is written anywhere.
+
+- **Start**: the workload as the planner knew it just before the round that started the rollout.
+- **Spec changes**: every later spec change the record holds (say partition 2 -> 0 an hour later) happens
+  in the model at the same offset from the start, with the overrides applied on top, so a what-if of a
+  rollout that an operator drove step by step still sees those steps.
+- **Timings**: for each action kind, the median recorded delay from request to the action being seen in
+  effect, and from then to the pod being available again (create, in-place update, recreate). Kinds the
+  record never saw use ``DEFAULT_EFFECT_SECONDS`` / ``DEFAULT_READY_SECONDS``.
+- **Planner**: the real decision function (``plan_json``); like the service, it does not plan again while
+  an action it requested is not yet in effect.
+- **Kubelet**: a pod whose container images changed restarts them and is unavailable until ready again
+  (the recorded ready delay); a new pod starts and becomes ready after the recorded create delay.
+"""
+
+from __future__ import annotations
+
+import copy
+import statistics
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+import msgspec
+
+from services.domain.events import (
+    ObjectObserved,
+    PodActionRequested,
+    RolloutCompleted,
+    RolloutStarted,
+    RoundPlanned,
+)
+from services.domain.store import StoredEvent
+from services.domain.streams import ACTION_ID_ANNOTATION, WORKLOAD_KIND
+from services.planner.names import REVISION_LABEL
+from services.planner.plan import plan_json
+from services.planner.workload_state import WorkloadState
+from services.replay.cluster_model import (
+    ClusterModel,
+    available,
+)
+
+MAX_ROUNDS = 10_000
+_plan_decoder = msgspec.json.Decoder(dict[str, Any])
+
+
+class WhatIfError(ValueError):
+    """The rollout cannot be re-planned (not in the log, bad override)."""
+
+
+@dataclass
+class RolloutMetrics:
+    steps: int = 0  # rounds that requested pod actions
+    actions: int = 0
+    pods_touched: set[str] = field(default_factory=set)
+    max_unavailable: int = 0  # most pods unavailable at one moment
+    longest_unavailable_seconds: float = 0.0  # longest stretch one pod was unavailable
+    # start to every pod updated and available (after RolloutCompleted in the record), or the record's end
+    duration_seconds: float = 0.0
+    completed: bool = False
+    _down_since: dict[str, float] = field(default_factory=dict)
+
+    def observe(self, moment: float, pods: dict[str, dict[str, Any]]) -> None:
+        down = {name for name, pod in pods.items() if not available(pod)}
+        self.max_unavailable = max(self.max_unavailable, len(down))
+        for name in down:
+            self._down_since.setdefault(name, moment)
+        for name in list(self._down_since):
+            if name not in down:
+                self.longest_unavailable_seconds = max(
+                    self.longest_unavailable_seconds, moment - self._down_since.pop(name)
+                )
+
+    def close(self, moment: float) -> None:
+        for since in self._down_since.values():
+            self.longest_unavailable_seconds = max(self.longest_unavailable_seconds, moment - since)
+        self._down_since.clear()
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "steps": self.steps,
+            "actions": self.actions,
+            "podsTouched": len(self.pods_touched),
+            "maxUnavailable": self.max_unavailable,
+            "longestUnavailableSeconds": round(self.longest_unavailable_seconds, 3),
+            "durationSeconds": round(self.duration_seconds, 3),
+            "completed": self.completed,
+        }
+
+
+@dataclass
+class WhatIfResult:
+    rollout_id: str
+    overrides: dict[str, Any]
+    recorded: RolloutMetrics
+    replanned: RolloutMetrics
+    timings: dict[str, dict[str, float]]
+
+
+def _containers_current(pod: dict[str, Any]) -> bool:
+    """Every container runs the image its spec asks for and is ready (the kubelet's part is done)."""
+    statuses = {c.get("name"): c for c in (pod.get("status") or {}).get("containerStatuses") or []}
+    containers = (pod.get("spec") or {}).get("containers") or []
+    return bool(containers) and all(
+        (status := statuses.get(c.get("name"))) is not None
+        and status.get("image") == c.get("image")
+        and status.get("ready") is True
+        for c in containers
+    )
+
+
+def parse_overrides(pairs: Iterable[str]) -> dict[str, Any]:
+    """``updateStrategy.partition=0`` / ``maxUnavailable=100%`` -> {"partition": 0, "maxUnavailable": "100%"}
+    (paths under spec.updateStrategy; numbers become ints, anything else stays a string)."""
+    overrides: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key:
+            raise WhatIfError(f"--set takes path=value, got {pair!r}")
+        path = key.removeprefix("spec.").removeprefix("updateStrategy.")
+        if not path or any(not part for part in path.split(".")):
+            raise WhatIfError(f"bad path in --set {pair!r}")
+        value: Any = int(raw) if raw.lstrip("-").isdigit() else raw
+        overrides[path] = value
+    return overrides
+
+
+# --- the record ------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Recorded:
+    start: StoredEvent  # the RoundPlanned that started the rollout
+    state: WorkloadState  # folded up to that round's inputs
+    spec_changes: list[tuple[float, dict[str, Any]]]  # (seconds after start, CloneSet object)
+    metrics: RolloutMetrics
+    timings: dict[str, dict[str, float]]
+
+
+def _all_updated(pods: dict[str, dict[str, Any]], target_hash: str, replicas: int) -> bool:
+    """Every pod at the rollout's revision and available (the end of a rollout, in both columns)."""
+    return len(pods) == replicas and all(
+        ((pod.get("metadata") or {}).get("labels") or {}).get(REVISION_LABEL, "").endswith(target_hash)
+        and available(pod)
+        for pod in pods.values()
+    )
+
+
+def _seconds(later: datetime, earlier: datetime) -> float:
+    return (later - earlier) / timedelta(seconds=1)
+
+
+def read_record(namespace: str, name: str, events: list[StoredEvent], rollout_id: str) -> _Recorded:
+    """The rollout as recorded: its starting state, later spec changes, timings and metrics."""
+    started = next(
+        (
+            e
+            for e in events
+            if isinstance(e.envelope.payload, RolloutStarted) and e.envelope.payload.rollout_id == rollout_id
+        ),
+        None,
+    )
+    if started is None:
+        raise WhatIfError(f"rollout {rollout_id!r} has no RolloutStarted in the log")
+    round_event = next((e for e in events if e.envelope.event_id == started.envelope.causation_id), None)
+    if round_event is None or not isinstance(round_event.envelope.payload, RoundPlanned):
+        raise WhatIfError(f"rollout {rollout_id!r}: the round that started it is not in the log")
+    through = round_event.envelope.payload.through
+    state = WorkloadState(namespace, name)
+    for stored in events:
+        if stored.global_position >= round_event.global_position:
+            break
+        if stored.envelope.stream_version <= through.get(stored.envelope.stream, 0):
+            state.fold(stored.envelope)
+    t0 = round_event.envelope.payload.now
+
+    completed = False  # RolloutCompleted(succeeded) seen
+    done_at: datetime | None = None  # ... and then every pod updated and available: the model's end too
+    target_hash = rollout_id.rsplit("@", 1)[-1].rsplit("-", 1)[-1]
+    replicas = int(((state.cloneset or {}).get("spec") or {}).get("replicas", 1) or 0)
+    spec_changes: list[tuple[float, dict[str, Any]]] = []
+    last_spec = (state.cloneset or {}).get("spec")
+    metrics = RolloutMetrics()
+    pods = {n: copy.deepcopy(p) for n, p in state.pods.items()}
+    requested: dict[str, tuple[str, datetime, str]] = {}  # action id -> (kind, at, pod)
+    effect_at: dict[str, datetime] = {}
+    awaiting_ready: dict[str, tuple[str, str, datetime]] = {}  # pod -> (action kind, uid, in effect at)
+    delays: dict[str, dict[str, list[float]]] = {}
+    round_actions: dict[str, int] = {}
+    last_moment = t0
+    for stored in events:
+        if stored.global_position <= round_event.global_position:
+            continue
+        envelope = stored.envelope
+        payload = envelope.payload
+        moment = envelope.occurred_at
+        if done_at is not None:
+            break
+        if isinstance(payload, PodActionRequested) and payload.rollout_id == rollout_id:
+            metrics.actions += 1
+            metrics.pods_touched.add(payload.pod)
+            round_actions[str(envelope.causation_id)] = 1
+            requested[payload.action_id] = (payload.action, moment, payload.pod)
+        elif isinstance(payload, RolloutCompleted) and payload.rollout_id == rollout_id:
+            metrics.completed = completed = payload.outcome == "succeeded"
+            if not completed:  # superseded or failed: it ends here
+                done_at = moment
+        elif isinstance(payload, ObjectObserved):
+            last_moment = max(last_moment, moment)
+            if payload.kind == WORKLOAD_KIND:
+                spec = payload.object.get("spec")
+                if payload.change != "DELETED" and spec != last_spec:
+                    spec_changes.append((_seconds(moment, t0), payload.object))
+                    last_spec = spec
+                    replicas = int((spec or {}).get("replicas", 1) or 0)
+                continue
+            if payload.kind != "Pod":
+                continue
+            if payload.change == "DELETED":
+                pods.pop(payload.name, None)
+                for action_id, (kind, at, pod) in requested.items():
+                    if (
+                        pod == payload.name
+                        and kind in ("deletePod", "recreatePod")
+                        and action_id not in effect_at
+                    ):
+                        effect_at[action_id] = moment
+                        delays.setdefault(kind, {}).setdefault("effect", []).append(_seconds(moment, at))
+            else:
+                pods[payload.name] = payload.object
+                metadata = payload.object.get("metadata") or {}
+                action_id = str((metadata.get("annotations") or {}).get(ACTION_ID_ANNOTATION, ""))
+                if action_id in requested and action_id not in effect_at:
+                    kind, at, _ = requested[action_id]
+                    effect_at[action_id] = moment
+                    delays.setdefault(kind, {}).setdefault("effect", []).append(_seconds(moment, at))
+                    if kind in ("createPod", "updateInPlace"):
+                        # Ready again is followed by pod (uid), not action id: later actions re-annotate it.
+                        awaiting_ready[payload.name] = (kind, str(metadata.get("uid", "")), moment)
+                waiting = awaiting_ready.get(payload.name)
+                if (
+                    waiting is not None
+                    and waiting[1] == str(metadata.get("uid", ""))
+                    and _containers_current(payload.object)
+                ):
+                    kind, _, since = awaiting_ready.pop(payload.name)
+                    delays.setdefault(kind, {}).setdefault("ready", []).append(_seconds(moment, since))
+            metrics.observe(_seconds(moment, t0), pods)
+            if completed and _all_updated(pods, target_hash, replicas):
+                done_at = moment
+    metrics.steps = len(round_actions)
+    end = done_at or last_moment
+    metrics.duration_seconds = _seconds(end, t0)
+    metrics.close(metrics.duration_seconds)
+    timings = {
+        kind: {part: statistics.median(values) for part, values in parts.items() if values}
+        for kind, parts in delays.items()
+    }
+    return _Recorded(round_event, state, spec_changes, metrics, timings)
+
+
+# --- the model -------------------------------------------------------------------------------------
+
+
+def _replan(model: ClusterModel) -> RolloutMetrics:
+    """Plan, carry out, repeat: like the planner service, no new round while an action is in flight."""
+    metrics = RolloutMetrics()
+    metrics.observe(0.0, model.pods)
+    for _ in range(MAX_ROUNDS):
+        if model.in_flight == 0:
+            plan = _plan_decoder.decode(plan_json(model.plan_input()))
+            if plan.get("rejected"):
+                raise WhatIfError(f"the planner rejects the overridden spec: {plan['rejected']}")
+            actions = model.apply_plan(plan)
+            if actions:
+                metrics.steps += 1
+                metrics.actions += len(actions)
+                metrics.pods_touched.update(
+                    str(a.get("pod")) for a in actions if a.get("action") != "createPVC"
+                )
+            if _done(model, plan):
+                metrics.completed = True
+                break
+        if model.step() is None:
+            break
+        metrics.observe(model.now, model.pods)
+    metrics.duration_seconds = model.now
+    metrics.close(model.now)
+    return metrics
+
+
+def _done(model: ClusterModel, plan: dict[str, Any]) -> bool:
+    if plan.get("actions") or model.busy() or any(what == "spec" for _, _, what, _ in model.queue):
+        return False
+    replicas = int((model.cloneset.get("spec") or {}).get("replicas", 1) or 0)
+    hash_part = str(plan.get("updateRevision") or "").rsplit("-", 1)[-1]
+    expected = plan.get("expectedUpdatedReplicas")
+    if expected is not None and int(expected) < replicas:  # a partition holds some pods back: enough updated
+        updated = sum(
+            1
+            for pod in model.pods.values()
+            if ((pod.get("metadata") or {}).get("labels") or {}).get(REVISION_LABEL, "").endswith(hash_part)
+            and available(pod)
+        )
+        return updated >= int(expected) and all(available(p) for p in model.pods.values())
+    return _all_updated(model.pods, hash_part, replicas)
+
+
+def what_if(
+    namespace: str, name: str, events: list[StoredEvent], rollout_id: str, overrides: dict[str, Any]
+) -> WhatIfResult:
+    recorded = read_record(namespace, name, events, rollout_id)
+    state = recorded.state
+    assert state.cloneset is not None and state.now is not None
+    model = ClusterModel(
+        state.cloneset,
+        t0=state.now,
+        pods=state.pods,
+        pvcs=state.pvcs,
+        revisions=state.revisions,
+        timings=recorded.timings,
+        overrides=overrides,
+    )
+    for offset, obj in recorded.spec_changes:
+        model.schedule_spec(offset, obj)
+    replanned = _replan(model)
+    return WhatIfResult(rollout_id, overrides, recorded.metrics, replanned, recorded.timings)

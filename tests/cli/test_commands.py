@@ -1,0 +1,136 @@
+"""`rollbook apply`, `rollbook status` and `rollbook history` as a user runs them: a subprocess talking HTTP
+to a simcluster and SQL to Postgres."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from services.domain.store import EventStore
+from services.simcluster import SimCluster
+from tests.domain.audit_helpers import Trail
+from tests.e2e.cluster import Cluster
+from tests.plugins.simcluster import api_client_for
+
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SEED = REPO_ROOT / "tests" / "fixtures" / "seed"
+
+
+async def rollbook(*args: str, **env: str) -> tuple[int, str]:
+    """Run the CLI without blocking the loop the simcluster serves on; returns (exit code, output)."""
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("ROLLBOOK_")}
+    environment.update(COLUMNS="200", **env)
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "services.cli.main", *args,
+        cwd=REPO_ROOT, env=environment, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )  # fmt: skip
+    output, _ = await asyncio.wait_for(process.communicate(), 60)
+    return int(process.returncode or 0), output.decode()
+
+
+async def test_apply_creates_then_updates_the_seed_manifests(simcluster: SimCluster, tmp_path: Path) -> None:
+    kubeconfig = str(simcluster.kubeconfig_path)
+    namespace = tmp_path / "ops.yaml"
+    namespace.write_text("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: ops\n")
+    code, output = await rollbook(
+        "apply", "-f", str(namespace), "-f", str(SEED / "cloneset-sample-data.yaml"),
+        "-f", str(SEED / "cloneset-sample.yaml"), "-f", str(SEED / "sidecarset-test-sidecarset.yaml"),
+        ROLLBOOK_KUBECONFIG=kubeconfig,
+    )  # fmt: skip
+    assert code == 0, output
+    assert output.splitlines() == [
+        "Namespace ops created",
+        "CloneSet ops/sample-data created",
+        "CloneSet default/sample created",
+        "SidecarSet test-sidecarset created",  # cluster-scoped
+    ]
+    changed = tmp_path / "sample.yaml"
+    changed.write_text((SEED / "cloneset-sample.yaml").read_text().replace("replicas: 5", "replicas: 7"))
+    code, output = await rollbook("apply", "-f", str(changed), ROLLBOOK_KUBECONFIG=kubeconfig)
+    assert (code, output.strip()) == (0, "CloneSet default/sample configured")
+    async with await api_client_for(simcluster) as api:
+        sample = await Cluster(api).cloneset("sample")
+    assert sample["spec"]["replicas"] == 7
+    assert sample["spec"]["template"]["spec"]["containers"][0]["image"] == "nginx:alpine"
+
+
+async def test_apply_refuses_bad_input_with_a_clear_message(simcluster: SimCluster, tmp_path: Path) -> None:
+    kubeconfig = str(simcluster.kubeconfig_path)
+    unknown = tmp_path / "unknown.yaml"
+    unknown.write_text("apiVersion: example.com/v1\nkind: Gadget\nmetadata:\n  name: g\n")
+    code, output = await rollbook("apply", "-f", str(unknown), ROLLBOOK_KUBECONFIG=kubeconfig)
+    assert code == 1 and "the cluster does not serve Gadget in example.com/v1" in output
+    nameless = tmp_path / "nameless.yaml"
+    nameless.write_text("apiVersion: v1\nkind: Namespace\nmetadata: {}\n")
+    code, output = await rollbook("apply", "-f", str(nameless), ROLLBOOK_KUBECONFIG=kubeconfig)
+    assert code == 1 and "document 1: missing metadata.name" in output
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("kind: [unclosed\n")
+    code, output = await rollbook("apply", "-f", str(broken), ROLLBOOK_KUBECONFIG=kubeconfig)
+    assert code == 1 and "not valid YAML" in output
+    invalid = tmp_path / "invalid.yaml"
+    invalid.write_text(
+        "apiVersion: apps.kruise.io/v1alpha1\nkind: CloneSet\nmetadata:\n  name: bad\nspec:\n  replicas: -1\n"
+    )
+    code, output = await rollbook("apply", "-f", str(invalid), ROLLBOOK_KUBECONFIG=kubeconfig)
+    assert code == 1 and "CloneSet default/bad: the API server refused it: 422" in output, output
+
+
+async def test_history_prints_rollouts_and_pod_actions_from_sql(
+    event_store: EventStore, database_url: str
+) -> None:
+    trail = Trail(event_store)
+    await trail.three_ready_pods()
+    await trail.start_rollout(10)
+    for index in range(3):
+        await trail.update_in_place(f"web-{index}", 10 + 5 * index)
+    await trail.complete(30)
+    code, output = await rollbook("history", f"{trail.namespace}/web", ROLLBOOK_DATABASE_URL=database_url)
+    assert code == 0, output
+    assert "111 → 222" in output and "InPlaceIfPossible" in output and "20.00s" in output
+    assert [line.split("│")[2].strip() for line in output.splitlines() if "updateInPlace" in line] == [
+        "web-0", "web-1", "web-2",
+    ]  # fmt: skip
+    assert "3.20s" in output  # markNotReady requested → markReady done, per pod
+
+    code, output = await rollbook("history", f"{trail.namespace}/nothing", ROLLBOOK_DATABASE_URL=database_url)
+    assert code == 1 and "no rollouts or pod actions recorded" in output
+
+
+async def test_status_shows_counts_and_the_latest_rollout(
+    simcluster: SimCluster, event_store: EventStore, database_url: str
+) -> None:
+    trail = Trail(event_store, name="sample")
+    await trail.start_rollout(10)  # in progress: no RolloutCompleted
+    async with await api_client_for(simcluster) as api:
+        cluster = Cluster(api, namespace=trail.namespace)
+        await cluster.core.create_namespace({"metadata": {"name": trail.namespace}})
+        await cluster.create_cloneset(
+            {
+                "apiVersion": "apps.kruise.io/v1alpha1",
+                "kind": "CloneSet",
+                "metadata": {"name": "sample"},
+                "spec": {
+                    "replicas": 2,
+                    "selector": {"matchLabels": {"app": "s"}},
+                    "template": {
+                        "metadata": {"labels": {"app": "s"}},
+                        "spec": {"containers": [{"name": "c", "image": "nginx"}]},
+                    },
+                },
+            }
+        )
+    code, output = await rollbook(
+        "status", ROLLBOOK_KUBECONFIG=str(simcluster.kubeconfig_path), ROLLBOOK_DATABASE_URL=database_url
+    )
+    assert code == 0, output
+    row = next(line for line in output.splitlines() if f"{trail.namespace}/sample" in line)
+    cells = [c.strip() for c in row.split("│")[1:-1]]
+    assert cells[1] == "0/2"  # no controller ran: the status counts nothing yet
+    assert trail.rollout in cells[5] and cells[6] == "in progress, partition 0"
