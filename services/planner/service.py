@@ -47,6 +47,7 @@ from services.domain.sidecarset_streams import is_sidecarset_stream
 from services.domain.store import ConcurrencyError, EventStore
 from services.domain.streams import WORKLOAD_KIND, decisions_stream, derived_id, rollout_id, workload_of
 from services.planner import rounds
+from services.planner.progress import rollout_progress
 from services.planner.sidecarset_service import SidecarSetPlanner
 from services.planner.workload_state import EXPECTATION_TIMEOUT, WorkloadState, encode_input
 
@@ -296,12 +297,13 @@ def decisions_for(state: WorkloadState, plan: dict[str, Any]) -> list[Event]:
         )
     status_now = status or state.last_status or {}
     started_now = any(isinstance(d, RolloutStarted) for d in decisions)
+    # Complete means every desired pod is on the update revision AND ready again: an in-place updated pod
+    # that has not come back is still part of the rollout.
     if (
         (state.active_rollout or started_now)
         and update
         and update == current
-        and status_now.get("updatedReplicas") == replicas
-        and status_now.get("replicas") == replicas
+        and rollout_progress(state.cloneset or {}, status_now).complete
         and not plan.get("actions")
     ):
         decisions.append(

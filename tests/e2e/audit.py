@@ -87,6 +87,17 @@ async def min_available_during_rollout(database_url: str, namespace: str, name: 
     return min(during)
 
 
+async def available_at_completion(database_url: str, namespace: str, name: str, revision: str) -> int:
+    """How many pods were available (as observed) when the rollout to ``revision`` was recorded complete."""
+    window = (await fetch(database_url, ROLLOUT_WINDOW_SQL, f"CloneSet/{namespace}/{name}", revision))[0]
+    end = window[1]
+    assert end is not None, f"rollout to {revision} not completed"
+    rows = await fetch(database_url, AVAILABILITY_SQL, f"CloneSet/{namespace}/{name}/observed")
+    before = [r["available"] for r in rows if r["pos"] <= end]
+    assert before, "no pod observation before the completion"
+    return int(before[-1])
+
+
 async def action_terminals(database_url: str) -> list[asyncpg.Record]:
     return await fetch(database_url, TERMINALS_SQL)
 

@@ -6,21 +6,31 @@ from collections import Counter
 from typing import Any
 
 import pytest
+import pytest_asyncio
 
 from services.domain.bus import Bus
 from services.domain.store import EventStore
 from services.planner.replay import replay_workload
+from services.simcluster import SimCluster, SimConfig, Timing
 from tests.e2e.audit import (
     action_terminals,
+    available_at_completion,
     created_uids,
     min_available_during_rollout,
     published_event_ids,
     stored_event_ids,
 )
 from tests.e2e.cluster import Cluster, image_of, is_ready, seed_cloneset, with_image
+from tests.plugins.simcluster import MakeSimCluster
 from tests.plugins.stack import Stack, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="session")]
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def simcluster(make_simcluster: MakeSimCluster) -> SimCluster:
+    # Readiness lags a container (re)start, as on a real node: completion must wait for it.
+    return await make_simcluster(SimConfig(timing=Timing(ready=0.4)))
 
 NAME = "sample-data"
 
@@ -96,6 +106,8 @@ async def test_two_executors_in_place_rollout_audit_trail(stack: Stack, cluster:
     revision = status["updateRevision"]
     await wait_for(lambda: _completed(database_url, revision), within=20, what="RolloutCompleted recorded")
     assert await min_available_during_rollout(database_url, "default", NAME, revision) >= 5 - 2
+    # Complete means updated and back in service: never recorded while an updated pod is still restarting.
+    assert await available_at_completion(database_url, "default", NAME, revision) == 5
     await assert_trail_consistent(stack, database_url)
     assert stack.dead() == []
 
