@@ -1,10 +1,13 @@
-"""Mutating admission webhooks: registered MutatingWebhookConfigurations are called with an AdmissionReview
-v1 over HTTP(S) and their JSONPatch is applied; `failurePolicy`, `timeoutSeconds`, rules, namespace and
+"""Admission webhooks, as the API server calls them. Registered MutatingWebhookConfigurations are called
+one after the other with an AdmissionReview v1 over HTTP(S) and their JSONPatch is applied; then every
+matching ValidatingWebhookConfiguration webhook is called (concurrently, as kube-apiserver does) on the
+mutated object, and any denial refuses the write. `failurePolicy`, `timeoutSeconds`, rules, namespace and
 object selectors are honoured. Only `clientConfig.url` can be reached (there are no Services to route to).
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import ssl
 import uuid
@@ -15,7 +18,7 @@ import jsonpatch
 
 from ..domain.labels import matches
 from .errors import ApiError
-from .resources import MUTATING_WEBHOOKS, NAMESPACES, ResourceType
+from .resources import MUTATING_WEBHOOKS, NAMESPACES, VALIDATING_WEBHOOKS, ResourceType
 from .store import Store
 
 
@@ -43,14 +46,18 @@ class Admission:
         if self._session is not None:
             await self._session.close()
 
-    def _webhooks_for(self, rt: ResourceType, operation: str, obj: dict[str, Any]) -> list[dict[str, Any]]:
+    def _webhooks_for(
+        self, configurations: ResourceType, rt: ResourceType, operation: str, obj: dict[str, Any]
+    ) -> list[dict[str, Any]]:
+        """The webhooks of every ``configurations`` object (mutating or validating) that this request
+        matches, in configuration-name order."""
         chosen = []
         namespace = (obj.get("metadata") or {}).get("namespace", "")
         ns_obj = self.store.find(NAMESPACES, "", namespace) if namespace else None
         ns_labels = ((ns_obj or {}).get("metadata") or {}).get("labels") or {}
         labels = (obj.get("metadata") or {}).get("labels") or {}
         for config in sorted(
-            self.store.objects[MUTATING_WEBHOOKS].values(), key=lambda c: c["metadata"]["name"]
+            self.store.objects[configurations].values(), key=lambda c: c["metadata"]["name"]
         ):
             for hook in config.get("webhooks") or []:
                 if not any(_rule_matches(rule, rt, operation) for rule in hook.get("rules") or []):
@@ -70,18 +77,59 @@ class Admission:
         old: dict[str, Any] | None,
         namespace: str,
     ) -> dict[str, Any]:
-        for hook in self._webhooks_for(rt, operation, obj):
+        """Run the mutating webhooks in turn; each sees the previous one's result."""
+        for hook in self._webhooks_for(MUTATING_WEBHOOKS, rt, operation, obj):
+            answer = await self._review_honouring_policy(hook, rt, operation, obj, old, namespace)
+            if answer is None or not answer.get("patch"):
+                continue
             try:
-                obj = await self._call(hook, rt, operation, obj, old, namespace)
-            except ApiError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - any failure to reach or understand the webhook
+                obj = _apply_patch(answer, obj)
+            except Exception as exc:  # noqa: BLE001 - a patch we cannot apply is a failed call
                 if hook.get("failurePolicy", "Fail") == "Ignore":
                     continue
-                raise ApiError(
-                    500, f'Internal error occurred: failed calling webhook "{hook.get("name")}": {exc}'
-                ) from exc
+                raise _call_failed(hook, str(exc)) from exc
         return obj
+
+    async def validate(
+        self,
+        rt: ResourceType,
+        operation: str,
+        obj: dict[str, Any],
+        old: dict[str, Any] | None,
+        namespace: str,
+    ) -> None:
+        """Run the validating webhooks concurrently on the (mutated) object; the first refusal, in
+        configuration order, refuses the write. A patch in a validating answer is ignored."""
+        hooks = self._webhooks_for(VALIDATING_WEBHOOKS, rt, operation, obj)
+        if not hooks:
+            return
+        outcomes = await asyncio.gather(
+            *(self._review_honouring_policy(hook, rt, operation, obj, old, namespace) for hook in hooks),
+            return_exceptions=True,
+        )
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
+
+    async def _review_honouring_policy(
+        self,
+        hook: dict[str, Any],
+        rt: ResourceType,
+        operation: str,
+        obj: dict[str, Any],
+        old: dict[str, Any] | None,
+        namespace: str,
+    ) -> dict[str, Any] | None:
+        """The webhook's allowing answer; None when it could not be called and its failurePolicy is
+        Ignore. A denial is an ApiError whatever the policy (the webhook did answer)."""
+        try:
+            return await self._call(hook, rt, operation, obj, old, namespace)
+        except ApiError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - any failure to reach or understand the webhook
+            if hook.get("failurePolicy", "Fail") == "Ignore":
+                return None
+            raise _call_failed(hook, str(exc)) from exc
 
     async def _call(
         self,
@@ -119,7 +167,10 @@ class Admission:
                 "object": obj,
                 "oldObject": old,
                 "dryRun": False,
-                "options": {"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1"},
+                "options": {
+                    "kind": "CreateOptions" if operation == "CREATE" else "UpdateOptions",
+                    "apiVersion": "meta.k8s.io/v1",
+                },
             },
         }
         if self._session is None:
@@ -140,9 +191,16 @@ class Admission:
                 f'admission webhook "{hook.get("name")}" denied the request: {message}',
                 status.get("reason") or "Forbidden",
             )
-        if answer.get("patch"):
-            if answer.get("patchType", "JSONPatch") != "JSONPatch":
-                raise RuntimeError(f"unsupported patchType {answer.get('patchType')!r}")
-            operations = jsonpatch.JsonPatch.from_string(base64.b64decode(answer["patch"]).decode())
-            obj = operations.apply(obj)
-        return obj
+        return dict(answer)
+
+
+def _apply_patch(answer: dict[str, Any], obj: dict[str, Any]) -> dict[str, Any]:
+    if answer.get("patchType", "JSONPatch") != "JSONPatch":
+        raise ValueError(f"unsupported patchType {answer.get('patchType')!r}")
+    operations = jsonpatch.JsonPatch.from_string(base64.b64decode(answer["patch"]).decode())
+    patched: dict[str, Any] = operations.apply(obj)
+    return patched
+
+
+def _call_failed(hook: dict[str, Any], reason: str) -> ApiError:
+    return ApiError(500, f'Internal error occurred: failed calling webhook "{hook.get("name")}": {reason}')

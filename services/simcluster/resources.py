@@ -64,6 +64,13 @@ MUTATING_WEBHOOKS = ResourceType(
     "MutatingWebhookConfiguration",
     False,
 )
+VALIDATING_WEBHOOKS = ResourceType(
+    "admissionregistration.k8s.io",
+    "v1",
+    "validatingwebhookconfigurations",
+    "ValidatingWebhookConfiguration",
+    False,
+)
 LEASES = ResourceType("coordination.k8s.io", "v1", "leases", "Lease", True)
 
 ALL: tuple[ResourceType, ...] = (
@@ -75,6 +82,7 @@ ALL: tuple[ResourceType, ...] = (
     CLONESETS,
     SIDECARSETS,
     MUTATING_WEBHOOKS,
+    VALIDATING_WEBHOOKS,
     LEASES,
 )
 

@@ -251,7 +251,9 @@ class ApiServer:
             body = await self._body(request)
             ensure_kind(rt, body)
             if not sub:
-                body = await self.admission.mutate(rt, "UPDATE", body, self.store.get(rt, ns, name), ns)
+                old = self.store.get(rt, ns, name)
+                body = await self.admission.mutate(rt, "UPDATE", body, old, ns)
+                await self.admission.validate(rt, "UPDATE", body, old, ns)
             return _json(
                 self.store.update(
                     rt, ns, name, body, subresource=sub or None, require_resource_version=rt.custom
@@ -380,6 +382,7 @@ class ApiServer:
         if rt.namespaced:
             body.setdefault("metadata", {}).setdefault("namespace", ns)
         body = await self.admission.mutate(rt, "CREATE", body, None, ns)
+        await self.admission.validate(rt, "CREATE", body, None, ns)
         if rt is NAMESPACES:
             body["status"] = {"phase": "Active"}
         return _json(self.store.create(rt, ns, body), 201)
@@ -393,6 +396,7 @@ class ApiServer:
         patched = patch.apply_patch(content_type, deep_copy(old), body, rt.custom)
         if not sub:
             patched = await self.admission.mutate(rt, "UPDATE", patched, old, ns)
+            await self.admission.validate(rt, "UPDATE", patched, old, ns)
         return _json(self.store.update(rt, ns, name, patched, subresource=sub or None))
 
     async def _delete_options(self, request: web.Request) -> dict[str, Any]:
