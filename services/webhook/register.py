@@ -177,8 +177,9 @@ async def register(
     except ApiException as err:
         if err.status != 404:
             raise
-        # An API server without ValidatingWebhookConfigurations (a minimal simulator): injection still
-        # works; SidecarSet conflicts are then only caught by `rollbook inject` and the planner.
+        # An API server that does not serve ValidatingWebhookConfigurations (simcluster and every real
+        # cluster do): injection still works; SidecarSet conflicts are then only caught by
+        # `rollbook inject` and the planner. Loud, because conflicting SidecarSets can now be applied.
         log.warning("validating_webhook_not_registered", reason="ValidatingWebhookConfiguration not served")
 
 

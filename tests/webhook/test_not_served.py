@@ -4,6 +4,7 @@ unchanged, instead of failing its start after the sync timeout."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import aiohttp
@@ -14,7 +15,7 @@ from services.simcluster import SimCluster, SimConfig
 from services.webhook.recorder import LogSink
 from services.webhook.service import WebhookOptions, run_webhook
 from tests.plugins.simcluster import MakeSimCluster, api_client_for
-from tests.webhook.test_injection_rules import seed_pod
+from tests.webhook.test_injection_rules import seed_pod, seed_sidecarset
 
 
 async def test_webhook_starts_without_sidecarset_crd(make_simcluster: MakeSimCluster, tmp_path: Path) -> None:
@@ -36,3 +37,29 @@ async def test_webhook_starts_without_sidecarset_crd(make_simcluster: MakeSimClu
         async with await api_client_for(sim) as api:  # the pod webhook is registered and answers
             created = await client.CoreV1Api(api).create_namespaced_pod("default", body=seed_pod())
         assert [c.name for c in created.spec.containers] == ["app"]
+
+
+async def test_webhook_starts_where_validating_configurations_are_not_served(
+    make_simcluster: MakeSimCluster, tmp_path: Path
+) -> None:
+    """Registration tolerates an API server without ValidatingWebhookConfigurations (404): the mutating
+    configuration is still registered and pods are still injected."""
+    sim: SimCluster = await make_simcluster(
+        SimConfig(disabled_resources=("validatingwebhookconfigurations",))
+    )
+    settings = Settings(kubeconfig=str(sim.kubeconfig_path), data_dir=str(tmp_path))
+    options = WebhookOptions(cert_dir=tmp_path / "tls", sync_timeout_seconds=10.0)
+    async with run_webhook(settings, options, LogSink()), await api_client_for(sim) as api:
+        await client.CustomObjectsApi(api).create_cluster_custom_object(
+            "apps.kruise.io", "v1alpha1", "sidecarsets", body=seed_sidecarset()
+        )
+        for _ in range(
+            1000
+        ):  # the webhook's watch sees the SidecarSet within a few ms; 10 s on a loaded host
+            created = await client.CoreV1Api(api).create_namespaced_pod(
+                "default", body={**seed_pod(), "metadata": {"generateName": "p-", "labels": {"app": "x"}}}
+            )
+            if len(created.spec.containers) > 1:
+                break
+            await asyncio.sleep(0.01)
+        assert [c.name for c in created.spec.containers] == ["tools", "app"]
