@@ -184,13 +184,15 @@ class Admission:
         if answer.get("uid") != request_uid:
             raise RuntimeError("webhook response uid does not match the request uid")
         if not answer.get("allowed"):
+            # As kube-apiserver's webhook ToStatusErr: a code below 400 becomes 403; the message is the
+            # webhook's, else its reason, else "without explanation".
             status = answer.get("status") or {}
-            message = status.get("message") or "denied"
-            raise ApiError(
-                int(status.get("code") or 403),
-                f'admission webhook "{hook.get("name")}" denied the request: {message}',
-                status.get("reason") or "Forbidden",
-            )
+            code = int(status.get("code") or 0)
+            code = code if code >= 400 else 403
+            denied = f'admission webhook "{hook.get("name")}" denied the request'
+            explanation = status.get("message") or status.get("reason")
+            message = f"{denied}: {explanation}" if explanation else f"{denied} without explanation"
+            raise ApiError(code, message, status.get("reason") or ("Forbidden" if code == 403 else None))
         return dict(answer)
 
 

@@ -32,8 +32,12 @@ async def validator() -> AsyncIterator[tuple[str, Reviews]]:
         review = await request.json()
         reviews.append(review["request"])
         labels = (review["request"]["object"].get("metadata") or {}).get("labels") or {}
-        answer: dict[str, Any] = {"uid": review["request"]["uid"], "allowed": labels.get("verdict") != "deny"}
-        if not answer["allowed"]:
+        verdict = labels.get("verdict")
+        answer: dict[str, Any] = {
+            "uid": review["request"]["uid"],
+            "allowed": verdict not in ("deny", "silent"),
+        }
+        if verdict == "deny":
             answer["status"] = {"message": f"{review['request']['name']} is labelled deny"}
             if "code" in labels:
                 answer["status"]["code"] = int(labels["code"])
@@ -133,6 +137,14 @@ async def test_denial_is_refused_with_the_webhooks_message_and_nothing_is_stored
     with pytest.raises(ApiException) as caught:
         await core.create_namespaced_pod("default", pod_manifest("coded", {"verdict": "deny", "code": "422"}))
     assert caught.value.status == 422  # the webhook's own status.code
+
+    with pytest.raises(ApiException) as caught:
+        await core.create_namespaced_pod("default", pod_manifest("silent", {"verdict": "silent"}))
+    assert caught.value.status == 403
+    assert (
+        status_of(caught)["message"]
+        == 'admission webhook "guard.rollbook.dev" denied the request without explanation'
+    )
 
     allowed = await core.create_namespaced_pod("default", pod_manifest("good", {"verdict": "allow"}))
     assert allowed.metadata.name == "good"
