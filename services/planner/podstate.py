@@ -101,6 +101,8 @@ class PodView:
         "specified_delete",
         "_normal_running",
         "_ready_since_text",
+        "_created_text",
+        "_statuses",
         "_ready_since",
         "_created",
         "_restarts",
@@ -109,19 +111,22 @@ class PodView:
     )
 
     def __init__(self, pod: dict[str, Any]) -> None:
+        # Hot path (every pod, every round): locals first, each attribute stored once.
         metadata = pod["metadata"]
         status = pod.get("status") or {}
         labels = metadata.get("labels") or {}
-        self.obj = pod
-        self.name: str = metadata["name"]
-        if type(self.name) is not str:
+        annotations = metadata.get("annotations") or {}
+        name = metadata["name"]
+        if type(name) is not str:
             raise TypeError("pod name must be a string")
-        self.labels: dict[str, str] = labels
-        self.annotations: dict[str, str] = metadata.get("annotations") or {}
-        if type(labels) is not dict or type(self.annotations) is not dict:
+        if type(labels) is not dict or type(annotations) is not dict:
             raise TypeError("labels and annotations must be maps")
+        self.obj = pod
+        self.name: str = name
+        self.labels: dict[str, str] = labels
+        self.annotations: dict[str, str] = annotations
         self.instance_id: str = labels.get(INSTANCE_ID_LABEL, "")
-        self.revision_hash: str = labels.get(REVISION_LABEL, "").rsplit("-", 1)[-1]
+        self.revision_hash: str = labels.get(REVISION_LABEL, "").rpartition("-")[2]
         self.node: str = (pod.get("spec") or {}).get("nodeName") or ""
         phase = status.get("phase") or ""
         self.phase: str = phase
@@ -140,15 +145,16 @@ class PodView:
                 inplace_ready = condition.get("status") == "True"
         self.ready: bool = ready
         self.inplace_ready: bool | None = inplace_ready  # None when the condition is absent
-        self.lifecycle: str = labels.get(LIFECYCLE_STATE_LABEL, "")
+        lifecycle = labels.get(LIFECYCLE_STATE_LABEL, "")
+        self.lifecycle: str = lifecycle
         self.specified_delete: bool = SPECIFIED_DELETE_LABEL in labels
         self._normal_running = (
-            ready
-            and phase == "Running"
-            and inplace_ready is not False
-            and self.lifecycle in _NORMAL_LIFECYCLE
+            ready and phase == "Running" and inplace_ready is not False and lifecycle in _NORMAL_LIFECYCLE
         )
         self._ready_since_text = ready_since_text
+        # Read now, parsed later: the metadata is in the CPU cache now, and may not be when sorting.
+        self._created_text = metadata.get("creationTimestamp")
+        self._statuses = status.get("containerStatuses")
         self._ready_since: Any = _UNSET
         self._created: Any = _UNSET
         self._restarts: Any = _UNSET
@@ -169,13 +175,13 @@ class PodView:
     @property
     def created(self) -> float | None:
         if self._created is _UNSET:
-            self._created = parse_time((self.obj.get("metadata") or {}).get("creationTimestamp"))
+            self._created = parse_time(self._created_text)
         return self._created  # type: ignore[no-any-return]
 
     @property
     def restarts(self) -> int:
         if self._restarts is _UNSET:
-            statuses = (self.obj.get("status") or {}).get("containerStatuses")
+            statuses = self._statuses
             if not statuses:
                 self._restarts = 0
             elif len(statuses) == 1:  # the usual pod: skip the loop
@@ -258,7 +264,7 @@ class PodView:
             recency = -since if since else _MINUS_INF
         created = self._created
         if created is _UNSET:
-            created = self._created = parse_time(self.obj["metadata"].get("creationTimestamp"))
+            created = self._created = parse_time(self._created_text)
         restarts = self._restarts
         if restarts is _UNSET:
             restarts = self.restarts

@@ -134,14 +134,15 @@ def _priority_key(strategy: dict[str, Any] | None) -> Any:
 def candidates(ctx: Context, wanted: int | None = None) -> list[PodView]:
     """Old pods that may be updated, in OpenKruise's order (G-4, then priorityStrategy), first ``wanted``."""
     named = set(ctx.spec.pods_to_delete)
+    update_hash = ctx.update_hash
     pods = [
         p
         for p in ctx.pods
-        if not ctx.is_updated(p)
-        and not p.pre_deleting
-        and p.inplace_grace is None
+        if p.revision_hash != update_hash
+        and p.lifecycle != "PreparingDelete"
         and not p.specified_delete
         and p.name not in named
+        and p.inplace_grace is None
     ]
     priority = _priority_key(ctx.spec.priority_strategy)
     # The priority re-sort is stable over the G-4 order, i.e. one sort on (priority, G-4 key).
@@ -158,9 +159,10 @@ def update_step(ctx: Context, classes: Classes, diffs: Diffs) -> StepResult:
         return result
     spec = ctx.spec
     limit = diffs.update_max_unavailable
-    unavailable = sum(1 for p in ctx.pods if not p.cs_available(spec.min_ready_seconds, ctx.now))
+    min_ready, now = spec.min_ready_seconds, ctx.now
+    unavailable = len(ctx.pods) - sum(p.cs_available(min_ready, now) for p in ctx.pods)
     # Pods at the target that are not available yet, plus old pods already on their way there.
-    busy = sum(1 for p in classes.new if not p.cs_available(spec.min_ready_seconds, ctx.now))
+    busy = len(classes.new) - sum(p.cs_available(min_ready, now) for p in classes.new)
     busy += classes.in_flight_old
     chosen: list[PodView] = []
     # The walk stops after at most `limit` available candidates; unavailable ones cost nothing.
