@@ -79,8 +79,7 @@ def _plan(request: PlanInput) -> Plan:
     revisions.prune_history(
         revision_plan, spec.revision_history_limit, {p.revision_hash for p in ctx.all_pods}
     )
-    active_names = {p.name for p in ctx.pods}
-    kept_names = [n for n in spec.pods_to_delete if n in active_names]
+    kept_names = _still_active(ctx, spec.pods_to_delete)
     reported = status.compute(ctx)
     return Plan(
         update_revision=revision_plan.update.name,
@@ -183,6 +182,14 @@ def _infer_current(recorded: list[revisions.Revision], pods: list[dict[str, Any]
         return None
     numbers = {r.name: r.number for r in recorded}
     return max(counts, key=lambda name: (counts[name], numbers[name]))
+
+
+def _still_active(ctx: Context, names: list[str]) -> list[str]:
+    """The names of scaleStrategy.podsToDelete that are still active pods."""
+    if not names:
+        return names
+    active_names = {p.name for p in ctx.pods}
+    return [n for n in names if n in active_names]
 
 
 def _min_ready_requeue(ctx: Context) -> list[int]:

@@ -175,12 +175,37 @@ def update_step(ctx: Context, classes: Classes, diffs: Diffs) -> StepResult:
                 break
             unavailable += 1
         chosen.append(pod)
+    shared = _SharedPayloads.of(ctx)
     for pod in chosen:
-        _update_pod(ctx, pod, result)
+        _update_pod(ctx, pod, shared, result)
     return result
 
 
-def _update_pod(ctx: Context, pod: PodView, result: StepResult) -> None:
+@dataclass(frozen=True, slots=True)
+class _SharedPayloads:
+    """Payloads identical for every pod updated in a round, built once and shared by their actions
+    (action payloads are immutable values; the encoded plan is the same bytes)."""
+
+    recreate_patch: dict[str, Any]
+    not_ready: dict[str, Any]
+    grace_patch: dict[str, Any] | None
+
+    @classmethod
+    def of(cls, ctx: Context) -> _SharedPayloads:
+        grace_seconds = ctx.spec.grace_period_seconds
+        grace = None
+        if grace_seconds > 0:
+            grace = inplace.grace_patch(
+                ctx.revisions.update.name, grace_seconds, format_time_precise(ctx.now)
+            )
+        return cls(
+            recreate_patch={"metadata": {"labels": {SPECIFIED_DELETE_LABEL: "true"}}},
+            not_ready=inplace.condition(False, "StartInPlaceUpdate", ctx.now_text),
+            grace_patch=grace,
+        )
+
+
+def _update_pod(ctx: Context, pod: PodView, shared: _SharedPayloads, result: StepResult) -> None:
     spec = ctx.spec
     update = ctx.revisions.update
     change = None if spec.update_type == RECREATE else ctx.change_for(pod)
@@ -189,7 +214,7 @@ def _update_pod(ctx: Context, pod: PodView, result: StepResult) -> None:
             RecreatePod(
                 pod=pod.name,
                 revision=update.name,
-                patch={"metadata": {"labels": {SPECIFIED_DELETE_LABEL: "true"}}},
+                patch=shared.recreate_patch,
                 reason="recreate update"
                 if spec.update_type == RECREATE
                 else "change cannot be applied in place",
@@ -199,22 +224,19 @@ def _update_pod(ctx: Context, pod: PodView, result: StepResult) -> None:
     if change.kind < inplace.REBUILD:
         result.actions.append(_update_in_place(ctx, pod, change, "in-place update, no container restart"))
         return
-    not_ready = inplace.condition(False, "StartInPlaceUpdate", ctx.now_text)
-    if spec.grace_period_seconds > 0:
+    if shared.grace_patch is not None:
         result.actions.append(
             MarkNotReady(
                 pod=pod.name,
-                condition=not_ready,
+                condition=shared.not_ready,
                 revision=update.name,
-                patch=inplace.grace_patch(
-                    update.name, spec.grace_period_seconds, format_time_precise(ctx.now)
-                ),
+                patch=shared.grace_patch,
                 reason=f"in-place update after a {spec.grace_period_seconds}s grace period",
             )
         )
         result.requeue.append(spec.grace_period_seconds)
         return
     result.actions.append(
-        MarkNotReady(pod=pod.name, condition=not_ready, revision=update.name, reason="in-place update")
+        MarkNotReady(pod=pod.name, condition=shared.not_ready, revision=update.name, reason="in-place update")
     )
     result.actions.append(_update_in_place(ctx, pod, change, "in-place update"))
