@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from services.planner.context import Context
+from services.planner.names import INPLACE_GRACE_ANNOTATION
 from services.planner.podstate import PodView
 from services.planner.spec import RECREATE
 
@@ -27,6 +28,8 @@ class Classes:
     unavailable: int  # active, not toDelete, not available
     in_flight_old: int  # old pods marked for recreation or waiting for an in-place grace period
     needs_recreate_old: int  # old pods (not toDelete) whose update will recreate them
+    unavailable_all: int = 0  # active pods not available, whatever their state (the update budget)
+    unavailable_new: int = 0  # pods at the update revision not available yet
 
 
 @dataclass(slots=True)
@@ -49,7 +52,7 @@ def classify_pods(ctx: Context) -> Classes:
     new: list[PodView] = []
     old: list[PodView] = []
     to_delete: list[PodView] = []
-    del_new = del_old = pre = unavailable = in_flight = recreate = 0
+    del_new = del_old = pre = unavailable = in_flight = recreate = unavailable_all = unavailable_new = 0
     update_hash = ctx.update_hash
     min_ready, now = spec.min_ready_seconds, ctx.now
     recreate_all = spec.update_type == RECREATE
@@ -57,7 +60,13 @@ def classify_pods(ctx: Context) -> Classes:
     recreates: dict[str, bool] = {}
     for pod in ctx.pods:
         updated = pod.revision_hash == update_hash
-        (new if updated else old).append(pod)
+        available = pod.cs_available(min_ready, now)
+        if updated:
+            new.append(pod)
+            unavailable_new += not available
+        else:
+            old.append(pod)
+        unavailable_all += not available
         if pod.lifecycle == "PreparingDelete":
             pre += 1
             continue
@@ -69,10 +78,11 @@ def classify_pods(ctx: Context) -> Classes:
                 del_old += 1
                 in_flight += 1
             continue
-        if not pod.cs_available(min_ready, now):
+        if not available:
             unavailable += 1
         if not updated:
-            grace = pod.inplace_grace
+            # Most pods have no grace annotation: skip parsing it (a lazy view property) for them.
+            grace = pod.inplace_grace if INPLACE_GRACE_ANNOTATION in pod.annotations else None
             if grace is not None and str(grace.get("revision", "")).rsplit("-", 1)[-1] == update_hash:
                 in_flight += 1
             elif recreate_all:
@@ -83,7 +93,19 @@ def classify_pods(ctx: Context) -> Classes:
                     change = ctx.change_for(pod)
                     needs = recreates[pod.revision_hash] = change is None or not change.in_place
                 recreate += needs
-    return Classes(new, old, to_delete, del_new, del_old, pre, unavailable, in_flight, recreate)
+    return Classes(
+        new,
+        old,
+        to_delete,
+        del_new,
+        del_old,
+        pre,
+        unavailable,
+        in_flight,
+        recreate,
+        unavailable_all,
+        unavailable_new,
+    )
 
 
 def calculate(ctx: Context, classes: Classes) -> Diffs:

@@ -159,11 +159,9 @@ def update_step(ctx: Context, classes: Classes, diffs: Diffs) -> StepResult:
         return result
     spec = ctx.spec
     limit = diffs.update_max_unavailable
-    min_ready, now = spec.min_ready_seconds, ctx.now
-    unavailable = len(ctx.pods) - sum(p.cs_available(min_ready, now) for p in ctx.pods)
+    unavailable = classes.unavailable_all
     # Pods at the target that are not available yet, plus old pods already on their way there.
-    busy = len(classes.new) - sum(p.cs_available(min_ready, now) for p in classes.new)
-    busy += classes.in_flight_old
+    busy = classes.unavailable_new + classes.in_flight_old
     chosen: list[PodView] = []
     # The walk stops after at most `limit` available candidates; unavailable ones cost nothing.
     wanted = min(diffs.update_num, unavailable + limit + 1)
