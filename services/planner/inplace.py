@@ -156,6 +156,18 @@ def container_patch(change: Change, old_containers: list[Any]) -> list[dict[str,
     return entries
 
 
+def _statuses_of(pod: dict[str, Any], names: list[str]) -> dict[str, dict[str, Any]]:
+    """The container statuses of the named containers (the last one wins, as in ``container_statuses``)."""
+    if not names:
+        return {}
+    found = {}
+    for status in (pod.get("status") or {}).get("containerStatuses") or ():
+        name = status.get("name", "")
+        if name in names:
+            found[name] = status
+    return found
+
+
 def update_patch(
     pod: dict[str, Any],
     change: Change,
@@ -165,7 +177,7 @@ def update_patch(
     now_text: str,
 ) -> dict[str, Any]:
     """The strategic merge patch that moves ``pod`` in place to the target revision."""
-    statuses = container_statuses(pod)
+    statuses = _statuses_of(pod, change.restart)
     last_statuses = {}
     for name in change.restart:
         status = statuses.get(name) or {}

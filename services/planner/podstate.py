@@ -267,7 +267,11 @@ class PodView:
             created = self._created = parse_time(self._created_text)
         restarts = self._restarts
         if restarts is _UNSET:
-            restarts = self.restarts
+            statuses = self._statuses
+            if statuses and len(statuses) == 1:  # the usual pod, inline
+                restarts = self._restarts = int(max(statuses[0].get("restartCount") or 0, 0))
+            else:
+                restarts = self.restarts
         return (
             (6 if self.node else 0) + 2 * _PHASE_RANK.get(self.phase, 0) + (1 if ready else 0),
             recency,

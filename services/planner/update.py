@@ -93,7 +93,9 @@ def _refresh_grace(ctx: Context, pod: PodView, grace: dict[str, Any], result: St
 def _update_in_place(ctx: Context, pod: PodView, change: inplace.Change, reason: str) -> UpdateInPlace:
     update = ctx.revisions.update
     revision = ctx.revisions.by_hash[pod.revision_hash]
-    patch = inplace.update_patch(pod.obj, change, revision.template, update.name, update.hash, ctx.now_text)
+    patch = inplace.update_patch(
+        pod.obj, change, revision.template, update.name, ctx.update_hash, ctx.now_text
+    )
     return UpdateInPlace(
         pod=pod.name,
         revision=update.name,
