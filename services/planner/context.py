@@ -24,6 +24,15 @@ def owned_by(obj: dict[str, Any], spec: CloneSetSpec) -> bool | None:
     return None
 
 
+def _controlled_by_uid(obj: dict[str, Any], uid: str) -> bool:
+    """Fast path of ``owned_by`` for the usual pod: one owner reference, the controller, with our uid."""
+    refs = obj["metadata"].get("ownerReferences")
+    if not uid or not refs or len(refs) != 1:
+        return False
+    ref = refs[0]
+    return bool(ref.get("controller")) and ref.get("uid") == uid
+
+
 def _is_our_claim(pvc: dict[str, Any], spec: CloneSetSpec) -> bool:
     """Owned by this CloneSet; or without owner but named and labelled as one of its claims."""
     metadata = pvc.get("metadata") or {}
@@ -62,6 +71,7 @@ class Context:
         cloneset_status: dict[str, Any],
     ) -> Context:
         views = []
+        uid = spec.uid
         selector = spec.selector
         # Hot path: a matchLabels-only selector (the usual case) is checked inline.
         match_labels = tuple((selector.get("matchLabels") or {}).items())
@@ -70,7 +80,7 @@ class Context:
             view = PodView(pod)
             # Ours: controlled by this CloneSet, or an orphan (OpenKruise adopts those), and matching the
             # selector (OpenKruise releases owned pods that stopped matching; rollbook leaves them alone).
-            if owned_by(pod, spec) is False:
+            if not _controlled_by_uid(pod, uid) and owned_by(pod, spec) is False:
                 continue
             labels = view.labels
             if plain is None:
