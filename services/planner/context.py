@@ -17,10 +17,20 @@ def owned_by(obj: dict[str, Any], spec: CloneSetSpec) -> bool | None:
     """True/False when the object has a controller owner (this CloneSet or not); None when it has none."""
     for ref in obj["metadata"].get("ownerReferences") or ():
         if ref.get("controller"):
-            if spec.uid and ref.get("uid"):
-                return bool(ref.get("uid") == spec.uid)
+            uid = ref.get("uid")
+            if uid and spec.uid:
+                return bool(uid == spec.uid)
             return bool(ref.get("kind") == CLONESET_KIND and ref.get("name") == spec.name)
     return None
+
+
+def _controlled_by_uid(obj: dict[str, Any], uid: str) -> bool:
+    """Fast path of ``owned_by`` for the usual pod: one owner reference, the controller, with our uid."""
+    refs = obj["metadata"].get("ownerReferences")
+    if not uid or not refs or len(refs) != 1:
+        return False
+    ref = refs[0]
+    return bool(ref.get("controller")) and ref.get("uid") == uid
 
 
 def _is_our_claim(pvc: dict[str, Any], spec: CloneSetSpec) -> bool:
@@ -61,21 +71,26 @@ class Context:
         cloneset_status: dict[str, Any],
     ) -> Context:
         views = []
+        uid = spec.uid
         selector = spec.selector
         # Hot path: a matchLabels-only selector (the usual case) is checked inline.
-        match_labels = list((selector.get("matchLabels") or {}).items())
+        match_labels = tuple((selector.get("matchLabels") or {}).items())
         plain = None if selector.get("matchExpressions") else match_labels
         for pod in pods:
             view = PodView(pod)
             # Ours: controlled by this CloneSet, or an orphan (OpenKruise adopts those), and matching the
             # selector (OpenKruise releases owned pods that stopped matching; rollbook leaves them alone).
-            if owned_by(pod, spec) is False:
+            if not _controlled_by_uid(pod, uid) and owned_by(pod, spec) is False:
                 continue
             labels = view.labels
-            if plain is not None:
-                if all(labels.get(key) == value for key, value in plain):
+            if plain is None:
+                if selectors.matches(selector, labels):
                     views.append(view)
-            elif selectors.matches(selector, labels):
+                continue
+            for key, value in plain:
+                if labels.get(key) != value:
+                    break
+            else:
                 views.append(view)
         owned_pvcs = [p for p in pvcs if _is_our_claim(p, spec)]
         active = [v for v in views if v.active]

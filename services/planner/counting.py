@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from services.planner.context import Context
+from services.planner.names import INPLACE_GRACE_ANNOTATION
 from services.planner.podstate import PodView
 from services.planner.spec import RECREATE
 
@@ -27,6 +28,8 @@ class Classes:
     unavailable: int  # active, not toDelete, not available
     in_flight_old: int  # old pods marked for recreation or waiting for an in-place grace period
     needs_recreate_old: int  # old pods (not toDelete) whose update will recreate them
+    unavailable_all: int = 0  # active pods not available, whatever their state (the update budget)
+    unavailable_new: int = 0  # pods at the update revision not available yet
 
 
 @dataclass(slots=True)
@@ -49,42 +52,59 @@ def classify_pods(ctx: Context) -> Classes:
     new: list[PodView] = []
     old: list[PodView] = []
     to_delete: list[PodView] = []
-    counts = {"del_new": 0, "del_old": 0, "pre": 0, "unavail": 0, "flight": 0, "recreate": 0}
+    del_new = del_old = pre = unavailable = in_flight = recreate = unavailable_all = unavailable_new = 0
     update_hash = ctx.update_hash
+    min_ready, now = spec.min_ready_seconds, ctx.now
+    recreate_all = spec.update_type == RECREATE
+    # Whether an old revision's change is in place, per revision (a rollout has very few revisions).
+    recreates: dict[str, bool] = {}
     for pod in ctx.pods:
         updated = pod.revision_hash == update_hash
-        (new if updated else old).append(pod)
-        if pod.pre_deleting:
-            counts["pre"] += 1
+        available = pod.cs_available(min_ready, now)
+        if updated:
+            new.append(pod)
+            unavailable_new += not available
+        else:
+            old.append(pod)
+        unavailable_all += not available
+        if pod.lifecycle == "PreparingDelete":
+            pre += 1
             continue
-        if pod.name in named or pod.specified_delete:
+        if pod.specified_delete or pod.name in named:
             to_delete.append(pod)
-            counts["del_new" if updated else "del_old"] += 1
-            if not updated:
-                counts["flight"] += 1
-            continue
-        if not pod.cs_available(spec.min_ready_seconds, ctx.now):
-            counts["unavail"] += 1
-        if not updated:
-            grace = pod.inplace_grace
-            if grace is not None and str(grace.get("revision", "")).rsplit("-", 1)[-1] == ctx.update_hash:
-                counts["flight"] += 1
-            elif spec.update_type == RECREATE:
-                counts["recreate"] += 1
+            if updated:
+                del_new += 1
             else:
-                change = ctx.change_for(pod)
-                if change is None or not change.in_place:
-                    counts["recreate"] += 1
+                del_old += 1
+                in_flight += 1
+            continue
+        if not available:
+            unavailable += 1
+        if not updated:
+            # Most pods have no grace annotation: skip parsing it (a lazy view property) for them.
+            grace = pod.inplace_grace if INPLACE_GRACE_ANNOTATION in pod.annotations else None
+            if grace is not None and str(grace.get("revision", "")).rsplit("-", 1)[-1] == update_hash:
+                in_flight += 1
+            elif recreate_all:
+                recreate += 1
+            else:
+                needs = recreates.get(pod.revision_hash)
+                if needs is None:
+                    change = ctx.change_for(pod)
+                    needs = recreates[pod.revision_hash] = change is None or not change.in_place
+                recreate += needs
     return Classes(
         new,
         old,
         to_delete,
-        counts["del_new"],
-        counts["del_old"],
-        counts["pre"],
-        counts["unavail"],
-        counts["flight"],
-        counts["recreate"],
+        del_new,
+        del_old,
+        pre,
+        unavailable,
+        in_flight,
+        recreate,
+        unavailable_all,
+        unavailable_new,
     )
 
 

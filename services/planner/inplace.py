@@ -45,6 +45,7 @@ class Change:
     volumes: list[Any] | None = None  # new pod volumes (extended mode), when they changed
     removed_volumes: list[str] = field(default_factory=list)
     spec_patch: dict[str, Any] | None = None  # built once per change, shared by every pod it applies to
+    labels_patch: dict[str, str | None] | None = None  # likewise (a change has one target revision)
 
     @property
     def in_place(self) -> bool:
@@ -155,6 +156,18 @@ def container_patch(change: Change, old_containers: list[Any]) -> list[dict[str,
     return entries
 
 
+def _statuses_of(pod: dict[str, Any], names: list[str]) -> dict[str, dict[str, Any]]:
+    """The container statuses of the named containers (the last one wins, as in ``container_statuses``)."""
+    if not names:
+        return {}
+    found = {}
+    for status in (pod.get("status") or {}).get("containerStatuses") or ():
+        name = status.get("name", "")
+        if name in names:
+            found[name] = status
+    return found
+
+
 def update_patch(
     pod: dict[str, Any],
     change: Change,
@@ -164,7 +177,7 @@ def update_patch(
     now_text: str,
 ) -> dict[str, Any]:
     """The strategic merge patch that moves ``pod`` in place to the target revision."""
-    statuses = container_statuses(pod)
+    statuses = _statuses_of(pod, change.restart)
     last_statuses = {}
     for name in change.restart:
         status = statuses.get(name) or {}
@@ -178,13 +191,16 @@ def update_patch(
         "updateImages": any("image" in c for c in change.containers.values()),
         "lastContainerStatuses": last_statuses,
     }
-    labels: dict[str, str | None] = dict(change.labels)
-    labels[REVISION_LABEL] = revision_hash
-    labels[POD_TEMPLATE_HASH_LABEL] = revision_hash
+    if change.labels_patch is None or change.labels_patch[REVISION_LABEL] != revision_hash:
+        labels: dict[str, str | None] = dict(change.labels)
+        labels[REVISION_LABEL] = revision_hash
+        labels[POD_TEMPLATE_HASH_LABEL] = revision_hash
+        change.labels_patch = labels
     annotations: dict[str, str | None] = dict(change.annotations)
     annotations[INPLACE_STATE_ANNOTATION] = _dump(state)
     annotations[INPLACE_GRACE_ANNOTATION] = None
-    patch: dict[str, Any] = {"metadata": {"labels": labels, "annotations": annotations}}
+    # The labels and spec parts are the same for every pod of this change: built once, shared.
+    patch: dict[str, Any] = {"metadata": {"labels": change.labels_patch, "annotations": annotations}}
     if change.spec_patch is None:
         spec: dict[str, Any] = {}
         entries = container_patch(change, (old_template.get("spec") or {}).get("containers") or [])

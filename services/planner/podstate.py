@@ -5,6 +5,7 @@ Each pod is read once into a ``PodView``; everything later works on views.
 
 from __future__ import annotations
 
+import functools
 import json
 from datetime import UTC, datetime
 from typing import Any
@@ -30,6 +31,13 @@ def parse_time(value: Any) -> float | None:
     """RFC 3339 to epoch seconds; None when absent or malformed."""
     if not isinstance(value, str) or not value:
         return None
+    return _parse_text(value)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_text(value: str) -> float | None:
+    # Memoised: pods created or made ready in one burst share their (whole-second) timestamps, and every
+    # round reads the same pods again.
     try:
         moment = datetime.fromisoformat(value)
     except ValueError:
@@ -93,6 +101,8 @@ class PodView:
         "specified_delete",
         "_normal_running",
         "_ready_since_text",
+        "_created_text",
+        "_statuses",
         "_ready_since",
         "_created",
         "_restarts",
@@ -101,19 +111,22 @@ class PodView:
     )
 
     def __init__(self, pod: dict[str, Any]) -> None:
+        # Hot path (every pod, every round): locals first, each attribute stored once.
         metadata = pod["metadata"]
         status = pod.get("status") or {}
         labels = metadata.get("labels") or {}
-        self.obj = pod
-        self.name: str = metadata["name"]
-        if type(self.name) is not str:
+        annotations = metadata.get("annotations") or {}
+        name = metadata["name"]
+        if type(name) is not str:
             raise TypeError("pod name must be a string")
-        self.labels: dict[str, str] = labels
-        self.annotations: dict[str, str] = metadata.get("annotations") or {}
-        if type(labels) is not dict or type(self.annotations) is not dict:
+        if type(labels) is not dict or type(annotations) is not dict:
             raise TypeError("labels and annotations must be maps")
+        self.obj = pod
+        self.name: str = name
+        self.labels: dict[str, str] = labels
+        self.annotations: dict[str, str] = annotations
         self.instance_id: str = labels.get(INSTANCE_ID_LABEL, "")
-        self.revision_hash: str = labels.get(REVISION_LABEL, "").rsplit("-", 1)[-1]
+        self.revision_hash: str = labels.get(REVISION_LABEL, "").rpartition("-")[2]
         self.node: str = (pod.get("spec") or {}).get("nodeName") or ""
         phase = status.get("phase") or ""
         self.phase: str = phase
@@ -132,15 +145,16 @@ class PodView:
                 inplace_ready = condition.get("status") == "True"
         self.ready: bool = ready
         self.inplace_ready: bool | None = inplace_ready  # None when the condition is absent
-        self.lifecycle: str = labels.get(LIFECYCLE_STATE_LABEL, "")
+        lifecycle = labels.get(LIFECYCLE_STATE_LABEL, "")
+        self.lifecycle: str = lifecycle
         self.specified_delete: bool = SPECIFIED_DELETE_LABEL in labels
         self._normal_running = (
-            ready
-            and phase == "Running"
-            and inplace_ready is not False
-            and self.lifecycle in _NORMAL_LIFECYCLE
+            ready and phase == "Running" and inplace_ready is not False and lifecycle in _NORMAL_LIFECYCLE
         )
         self._ready_since_text = ready_since_text
+        # Read now, parsed later: the metadata is in the CPU cache now, and may not be when sorting.
+        self._created_text = metadata.get("creationTimestamp")
+        self._statuses = status.get("containerStatuses")
         self._ready_since: Any = _UNSET
         self._created: Any = _UNSET
         self._restarts: Any = _UNSET
@@ -161,18 +175,19 @@ class PodView:
     @property
     def created(self) -> float | None:
         if self._created is _UNSET:
-            self._created = parse_time((self.obj.get("metadata") or {}).get("creationTimestamp"))
+            self._created = parse_time(self._created_text)
         return self._created  # type: ignore[no-any-return]
 
     @property
     def restarts(self) -> int:
         if self._restarts is _UNSET:
-            most = 0
-            for container in (self.obj.get("status") or {}).get("containerStatuses") or ():
-                count = container.get("restartCount") or 0
-                if count > most:
-                    most = count
-            self._restarts = int(most)
+            statuses = self._statuses
+            if not statuses:
+                self._restarts = 0
+            elif len(statuses) == 1:  # the usual pod: skip the loop
+                self._restarts = int(max(statuses[0].get("restartCount") or 0, 0))
+            else:
+                self._restarts = int(max(0, *(c.get("restartCount") or 0 for c in statuses)))
         return self._restarts  # type: ignore[no-any-return]
 
     @property
@@ -235,20 +250,32 @@ class PodView:
         return -(self.created if self.created else float("inf"))
 
     def active_order_key(self) -> tuple[Any, ...]:
-        """G-4 "least valuable first" (update candidates); the pod name breaks full ties (determinism)."""
-        # Hot path (every update candidate, every round): the helpers are inlined.
+        """G-4 "least valuable first" (update candidates); the pod name breaks full ties (determinism).
+
+        Hot path (every update candidate, every round): the lazy fields are read inline, and the three
+        small leading criteria (scheduled, phase, ready) are packed into one int (same order, fewer tuple
+        element comparisons while sorting)."""
         ready = self.ready
         recency = 0.0
         if ready:
-            since = self.ready_since
+            since = self._ready_since
+            if since is _UNSET:
+                since = self._ready_since = parse_time(self._ready_since_text)
             recency = -since if since else _MINUS_INF
-        created = self.created
+        created = self._created
+        if created is _UNSET:
+            created = self._created = parse_time(self._created_text)
+        restarts = self._restarts
+        if restarts is _UNSET:
+            statuses = self._statuses
+            if statuses and len(statuses) == 1:  # the usual pod, inline
+                restarts = self._restarts = int(max(statuses[0].get("restartCount") or 0, 0))
+            else:
+                restarts = self.restarts
         return (
-            1 if self.node else 0,
-            _PHASE_RANK.get(self.phase, 0),
-            1 if ready else 0,
+            (6 if self.node else 0) + 2 * _PHASE_RANK.get(self.phase, 0) + (1 if ready else 0),
             recency,
-            -self.restarts,
+            -restarts,
             -created if created else _MINUS_INF,
             self.name,
         )

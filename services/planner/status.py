@@ -52,13 +52,14 @@ def compute(ctx: Context) -> dict[str, Any]:
     min_ready, now = spec.min_ready_seconds, ctx.now
     replicas = ready = available = updated = updated_ready = updated_available = 0
     all_updated = True
+    update_hash = ctx.update_hash
     for pod in ctx.pods:
         replicas += 1
         is_ready = pod.counts_ready()
         is_available = pod.cs_available(min_ready, now)
         ready += is_ready
         available += is_available
-        if ctx.is_updated(pod):
+        if pod.revision_hash == update_hash:
             updated += 1
             updated_ready += is_ready
             updated_available += is_available

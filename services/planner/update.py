@@ -93,7 +93,9 @@ def _refresh_grace(ctx: Context, pod: PodView, grace: dict[str, Any], result: St
 def _update_in_place(ctx: Context, pod: PodView, change: inplace.Change, reason: str) -> UpdateInPlace:
     update = ctx.revisions.update
     revision = ctx.revisions.by_hash[pod.revision_hash]
-    patch = inplace.update_patch(pod.obj, change, revision.template, update.name, update.hash, ctx.now_text)
+    patch = inplace.update_patch(
+        pod.obj, change, revision.template, update.name, ctx.update_hash, ctx.now_text
+    )
     return UpdateInPlace(
         pod=pod.name,
         revision=update.name,
@@ -134,14 +136,15 @@ def _priority_key(strategy: dict[str, Any] | None) -> Any:
 def candidates(ctx: Context, wanted: int | None = None) -> list[PodView]:
     """Old pods that may be updated, in OpenKruise's order (G-4, then priorityStrategy), first ``wanted``."""
     named = set(ctx.spec.pods_to_delete)
+    update_hash = ctx.update_hash
     pods = [
         p
         for p in ctx.pods
-        if not ctx.is_updated(p)
-        and not p.pre_deleting
-        and p.inplace_grace is None
+        if p.revision_hash != update_hash
+        and p.lifecycle != "PreparingDelete"
         and not p.specified_delete
         and p.name not in named
+        and p.inplace_grace is None
     ]
     priority = _priority_key(ctx.spec.priority_strategy)
     # The priority re-sort is stable over the G-4 order, i.e. one sort on (priority, G-4 key).
@@ -158,10 +161,9 @@ def update_step(ctx: Context, classes: Classes, diffs: Diffs) -> StepResult:
         return result
     spec = ctx.spec
     limit = diffs.update_max_unavailable
-    unavailable = sum(1 for p in ctx.pods if not p.cs_available(spec.min_ready_seconds, ctx.now))
+    unavailable = classes.unavailable_all
     # Pods at the target that are not available yet, plus old pods already on their way there.
-    busy = sum(1 for p in classes.new if not p.cs_available(spec.min_ready_seconds, ctx.now))
-    busy += classes.in_flight_old
+    busy = classes.unavailable_new + classes.in_flight_old
     chosen: list[PodView] = []
     # The walk stops after at most `limit` available candidates; unavailable ones cost nothing.
     wanted = min(diffs.update_num, unavailable + limit + 1)
@@ -173,12 +175,37 @@ def update_step(ctx: Context, classes: Classes, diffs: Diffs) -> StepResult:
                 break
             unavailable += 1
         chosen.append(pod)
+    shared = _SharedPayloads.of(ctx)
     for pod in chosen:
-        _update_pod(ctx, pod, result)
+        _update_pod(ctx, pod, shared, result)
     return result
 
 
-def _update_pod(ctx: Context, pod: PodView, result: StepResult) -> None:
+@dataclass(frozen=True, slots=True)
+class _SharedPayloads:
+    """Payloads identical for every pod updated in a round, built once and shared by their actions
+    (action payloads are immutable values; the encoded plan is the same bytes)."""
+
+    recreate_patch: dict[str, Any]
+    not_ready: dict[str, Any]
+    grace_patch: dict[str, Any] | None
+
+    @classmethod
+    def of(cls, ctx: Context) -> _SharedPayloads:
+        grace_seconds = ctx.spec.grace_period_seconds
+        grace = None
+        if grace_seconds > 0:
+            grace = inplace.grace_patch(
+                ctx.revisions.update.name, grace_seconds, format_time_precise(ctx.now)
+            )
+        return cls(
+            recreate_patch={"metadata": {"labels": {SPECIFIED_DELETE_LABEL: "true"}}},
+            not_ready=inplace.condition(False, "StartInPlaceUpdate", ctx.now_text),
+            grace_patch=grace,
+        )
+
+
+def _update_pod(ctx: Context, pod: PodView, shared: _SharedPayloads, result: StepResult) -> None:
     spec = ctx.spec
     update = ctx.revisions.update
     change = None if spec.update_type == RECREATE else ctx.change_for(pod)
@@ -187,7 +214,7 @@ def _update_pod(ctx: Context, pod: PodView, result: StepResult) -> None:
             RecreatePod(
                 pod=pod.name,
                 revision=update.name,
-                patch={"metadata": {"labels": {SPECIFIED_DELETE_LABEL: "true"}}},
+                patch=shared.recreate_patch,
                 reason="recreate update"
                 if spec.update_type == RECREATE
                 else "change cannot be applied in place",
@@ -197,22 +224,19 @@ def _update_pod(ctx: Context, pod: PodView, result: StepResult) -> None:
     if change.kind < inplace.REBUILD:
         result.actions.append(_update_in_place(ctx, pod, change, "in-place update, no container restart"))
         return
-    not_ready = inplace.condition(False, "StartInPlaceUpdate", ctx.now_text)
-    if spec.grace_period_seconds > 0:
+    if shared.grace_patch is not None:
         result.actions.append(
             MarkNotReady(
                 pod=pod.name,
-                condition=not_ready,
+                condition=shared.not_ready,
                 revision=update.name,
-                patch=inplace.grace_patch(
-                    update.name, spec.grace_period_seconds, format_time_precise(ctx.now)
-                ),
+                patch=shared.grace_patch,
                 reason=f"in-place update after a {spec.grace_period_seconds}s grace period",
             )
         )
         result.requeue.append(spec.grace_period_seconds)
         return
     result.actions.append(
-        MarkNotReady(pod=pod.name, condition=not_ready, revision=update.name, reason="in-place update")
+        MarkNotReady(pod=pod.name, condition=shared.not_ready, revision=update.name, reason="in-place update")
     )
     result.actions.append(_update_in_place(ctx, pod, change, "in-place update"))
