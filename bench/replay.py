@@ -37,7 +37,7 @@ from services.domain.store import EventStore
 from services.domain.streams import workload_of
 from services.planner.workload_state import WorkloadState
 from services.replay.audit import audit_log
-from services.replay.operations import cyclic_gc_paused, verify_all
+from services.replay.operations import PAGE_SIZE, cyclic_gc_paused, verify_all
 from services.replay.simulation import T0, WorkloadSimulation
 
 
@@ -60,7 +60,7 @@ async def replay(store: EventStore) -> tuple[int, int]:
     states: dict[str, WorkloadState] = {}  # stream -> its workload's state (three streams share one)
     workloads: dict[tuple[str, str], WorkloadState] = {}
     count = 0
-    async for batch in store.read_all_batches(0, 5000):
+    async for batch in store.read_all_batches(0, PAGE_SIZE):
         for stored in batch:
             envelope = stored.envelope
             state = states.get(envelope.stream)

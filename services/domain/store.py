@@ -244,6 +244,34 @@ def _columns(events: Sequence[Envelope]) -> tuple[list[Any], ...]:
     )
 
 
+def _rows_to_stored(rows: Sequence[asyncpg.Record], decoder: PayloadDecoder) -> list[StoredEvent]:
+    """``_row_to_stored`` for a page, with the current-version check inlined: replay spends most of its
+    time here, and the per-row function calls were a tenth of it."""
+    versions = decoder.versions
+    current = decoder.decode_current
+    upcast = decoder.decode
+    return [
+        StoredEvent(
+            row[0],
+            row[1],
+            Envelope(
+                event_id=row[2],
+                stream=row[3],
+                stream_version=row[4],
+                type=row[5],
+                schema_version=row[6],
+                occurred_at=row[7],
+                causation_id=row[8],
+                correlation_id=row[9],
+                payload=(
+                    current(row[10]) if versions.get(row[5], 1) == row[6] else upcast(row[5], row[6], row[10])
+                ),
+            ),
+        )
+        for row in rows
+    ]
+
+
 def _check_consecutive(events: Sequence[Envelope], expected_version: int | None) -> str:
     if not events:
         raise ValueError("append needs at least one event")
@@ -539,17 +567,17 @@ class EventStore:
 
     async def read_stream(self, stream: str, from_version: int = 1) -> list[StoredEvent]:
         rows = await self._fetch(_READ_STREAM_SQL, stream, from_version)
-        return [_row_to_stored(row, self.decoder) for row in rows]
+        return _rows_to_stored(rows, self.decoder)
 
     async def read_correlation(self, correlation_id: str) -> list[StoredEvent]:
         """Every event of one rollout (correlation id), in global order."""
         rows = await self._fetch(_READ_CORRELATION_SQL, correlation_id)
-        return [_row_to_stored(row, self.decoder) for row in rows]
+        return _rows_to_stored(rows, self.decoder)
 
     async def read_batch(self, from_position: int = 0, limit: int = 1000) -> list[StoredEvent]:
         """Up to ``limit`` events with global_position > ``from_position``, in order (one poll)."""
         rows = await self._fetch(_READ_ALL_SQL, from_position, limit)
-        return [_row_to_stored(row, self.decoder) for row in rows]
+        return _rows_to_stored(rows, self.decoder)
 
     async def read_all_batches(
         self, from_position: int = 0, batch_size: int = 2000

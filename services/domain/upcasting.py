@@ -54,6 +54,9 @@ class PayloadDecoder:
         self.versions = dict(versions)
         self.upcasters = UPCASTERS if upcasters is None else dict(upcasters)
         self._decoder: msgspec.json.Decoder[Any] = msgspec.json.Decoder(union)
+        # The payload of a row at its type's current version (``versions.get(type, 1)``): one msgspec
+        # decode, no upcasting. Bulk readers check the version themselves and call this directly.
+        self.decode_current: Callable[[bytes | str], Any] = self._decoder.decode
         self._convert_type = union
         self._raw = msgspec.json.Decoder(dict[str, Any])
 

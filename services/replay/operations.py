@@ -27,6 +27,12 @@ from services.replay.whatif import WhatIfResult, what_if
 
 T = TypeVar("T")
 
+# Rows per page read from the store. Small pages keep a page's rows, envelopes and payloads in the CPU
+# cache while they are decoded and folded: measured on the replay benchmark, 500-row pages cost ~6 µs of
+# CPU per event against ~10 µs with 5000-row pages (the extra round trips are ~0.1 µs per event), and
+# the next page (~0.7 MB) fits the socket buffer, so Postgres produces it while this one is folded.
+PAGE_SIZE = 500
+
 
 @contextmanager
 def cyclic_gc_paused() -> Iterator[None]:
@@ -115,7 +121,7 @@ async def verify_target(store: EventStore, target: str, decide: Decide = planner
 
 
 async def verify_all(
-    store: EventStore, decide: Decide = planner_decide, batch_size: int = 5000
+    store: EventStore, decide: Decide = planner_decide, batch_size: int = PAGE_SIZE
 ) -> list[VerifyReport]:
     """Every workload in one pass over the log in global order (memory: the inputs between two rounds of
     each workload)."""
