@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from dataclasses import dataclass
 
-from services.domain.bus import Bus, Handler
+from services.domain.bus import Bus, Consumer, Handler
 from services.domain.metrics import CONSUMER_ACK_PENDING, CONSUMER_LAG
 from services.domain.runtime import ServiceRuntime, run_until_stopped
 
@@ -25,6 +26,30 @@ async def report_consumer_lag(bus: Bus, runtime: ServiceRuntime, service: str, d
         await asyncio.sleep(LAG_INTERVAL_SECONDS)
 
 
+@dataclass(frozen=True)
+class ConsumerSpec:
+    """One durable consumer a service runs: its event types, handler and delivery settings.
+    ``ordered`` allows one unacknowledged message at a time across every process sharing the durable, so
+    its messages are handled strictly in stream order (see ``Bus.consumer``)."""
+
+    durable: str
+    event_types: Sequence[str]
+    handler: Handler
+    batch: int
+    ack_wait: float
+    ordered: bool = False
+
+    def consumer(self, bus: Bus) -> Consumer:
+        return bus.consumer(
+            self.durable,
+            [bus.event_filter(event_type=t) for t in self.event_types],
+            self.handler,
+            batch=self.batch,
+            ack_wait=self.ack_wait,
+            ordered=self.ordered,
+        )
+
+
 async def serve_consumer(
     runtime: ServiceRuntime,
     bus: Bus,
@@ -36,18 +61,31 @@ async def serve_consumer(
     batch: int,
     ack_wait: float,
 ) -> None:
-    """Consume ``event_types`` on the durable ``durable`` until SIGTERM or a crash of the consumer; ready
-    once the consumer runs. On the way out the message in hand finishes and the rest of the fetched batch
-    goes back to the bus."""
+    """``serve_consumers`` with a single consumer."""
+    spec = ConsumerSpec(durable, event_types, handler, batch=batch, ack_wait=ack_wait)
+    await serve_consumers(runtime, bus, service=service, consumers=[spec])
+
+
+async def serve_consumers(
+    runtime: ServiceRuntime, bus: Bus, *, service: str, consumers: Sequence[ConsumerSpec]
+) -> None:
+    """Run ``consumers`` until SIGTERM or a crash of any of them; ready once they all run. On the way out
+    each finishes the message in hand and hands the rest of its fetched batch back to the bus."""
     await bus.ensure_stream()
-    filters = [bus.event_filter(event_type=t) for t in event_types]
-    consumer = bus.consumer(durable, filters, handler, batch=batch, ack_wait=ack_wait)
-    task = asyncio.create_task(consumer.run(), name=f"{service}-consumer")
-    lag = asyncio.create_task(report_consumer_lag(bus, runtime, service, durable))
+    running = [spec.consumer(bus) for spec in consumers]
+    tasks = [
+        asyncio.create_task(consumer.run(), name=f"{service}-{spec.durable}")
+        for consumer, spec in zip(running, consumers, strict=True)
+    ]
+    tasks += [
+        asyncio.create_task(report_consumer_lag(bus, runtime, service, spec.durable)) for spec in consumers
+    ]
     runtime.set_ready()
     try:
-        await run_until_stopped(runtime, task)
+        await run_until_stopped(runtime, *tasks[: len(running)])
     finally:
-        consumer.stop()
-        lag.cancel()
-        await asyncio.gather(task, lag, return_exceptions=True)
+        for consumer in running:
+            consumer.stop()
+        for task in tasks[len(running) :]:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

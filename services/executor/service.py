@@ -10,8 +10,9 @@ and reports every outcome as an event (docs/services.md, "executor").
 - The terminal event (PodActionSucceeded or PodActionFailed) has a deterministic id derived from the
   action id, so it is stored once whoever writes it. A failure that may pass (API unavailable) is
   retried by the bus; on the last delivery it is reported failed with retryable=true instead.
-- CloneSet status goes through the status subresource; an older StatusPlanned than one already
-  written is skipped.
+- CloneSet and SidecarSet status goes through the status subresource, from a second durable,
+  ``executor-status``, that is ordered: one status write in flight at a time across every executor, so
+  statuses land in the order they were planned.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from sqlalchemy import select
 
 from services.domain import kube
 from services.domain.bus import Bus
-from services.domain.consumer_service import serve_consumer
+from services.domain.consumer_service import ConsumerSpec, serve_consumers
 from services.domain.events import (
     Envelope,
     PodActionFailed,
@@ -63,7 +64,13 @@ DURABLE = "executor"
 # An action takes one or two API calls; an action held by a crashed executor is handed to another after
 # this (a slow one still running then is harmless: the action id on the object makes it apply once).
 ACK_WAIT = 10.0
-INPUT_TYPES = ("PodActionRequested", "StatusPlanned")
+INPUT_TYPES = ("PodActionRequested",)
+# Status writes replace the whole status, so they must land in the order they were planned: executors
+# share an ordered durable for them (one write in flight at a time across all executors). On the shared
+# action durable two executors could write a workload's statuses N and N+1 in the wrong order, and the
+# CloneSet would keep reporting the older one, since the planner does not plan an unchanged status again.
+STATUS_DURABLE = "executor-status"
+STATUS_TYPES = ("StatusPlanned",)
 
 
 def outcome_id(action_id: str) -> Any:
@@ -100,9 +107,15 @@ class Executor:
         self.core = client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)
         self.name = f"{socket.gethostname()}/{os.getpid()}"
-        self._status_versions: dict[str, int] = {}
 
     # --- bus -----------------------------------------------------------------------------------------
+
+    def consumers(self) -> list[ConsumerSpec]:
+        """The pod actions, shared out among executors, and the status writes, in order."""
+        return [
+            ConsumerSpec(DURABLE, INPUT_TYPES, self.handle, batch=8, ack_wait=ACK_WAIT),
+            ConsumerSpec(STATUS_DURABLE, STATUS_TYPES, self.handle, batch=1, ack_wait=ACK_WAIT, ordered=True),
+        ]
 
     async def handle(self, envelope: Envelope, msg: Msg) -> None:
         EVENTS_HANDLED.labels("executor", envelope.type).inc()
@@ -303,14 +316,10 @@ class Executor:
     # --- status --------------------------------------------------------------------------------------
 
     async def write_status(self, envelope: Envelope, planned: StatusPlanned) -> None:
-        key = envelope.stream
-        if self._status_versions.get(key, 0) > envelope.stream_version:
-            return  # a newer status was written already (this one is a late redelivery)
+        # Statuses arrive in planned order (the ordered STATUS_DURABLE), so each one is simply written.
         if sidecarset_of(envelope.stream) is not None:
             if not await write_sidecarset_status(self.custom, planned):
                 log.info("status_target_gone", name=planned.name)
-                return
-            self._status_versions[key] = envelope.stream_version
             return
         try:
             await self.custom.patch_namespaced_custom_object_status(
@@ -327,7 +336,6 @@ class Executor:
                 log.info("status_target_gone", name=planned.name)
                 return
             raise
-        self._status_versions[key] = envelope.stream_version
 
     # --- outcomes ------------------------------------------------------------------------------------
 
@@ -394,16 +402,7 @@ async def run(settings: Settings) -> None:
         api = await kube.api_client(settings)
         try:
             executor = Executor(settings, store, api)
-            await serve_consumer(
-                runtime,
-                bus,
-                service="executor",
-                durable=DURABLE,
-                event_types=INPUT_TYPES,
-                handler=executor.handle,
-                batch=8,
-                ack_wait=ACK_WAIT,
-            )
+            await serve_consumers(runtime, bus, service="executor", consumers=executor.consumers())
         finally:
             await api.close()
             await bus.close()

@@ -197,18 +197,26 @@ async def e2e_database(server_url: str) -> AsyncIterator[str]:
         await upgrade_async(url)
         yield url
     finally:
-        for attempt in range(3):
+        if os.environ.get("ROLLBOOK_TEST_KEEP_DATABASES"):
+            # Debugging a failed end-to-end run: keep its event store to query afterwards.
+            print(f"kept test database {name}", file=sys.stderr)
+        else:
+            await _drop_database(server_url, name)
+
+
+async def _drop_database(server_url: str, name: str) -> None:
+    for attempt in range(3):
+        try:
+            admin = await asyncpg.connect(asyncpg_url(server_url))
             try:
-                admin = await asyncpg.connect(asyncpg_url(server_url))
-                try:
-                    await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-                finally:
-                    await admin.close()
-                break
-            except (asyncpg.PostgresConnectionError, asyncpg.InterfaceError, OSError):
-                if attempt == 2:
-                    raise
-                await asyncio.sleep(0.5)
+                await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            finally:
+                await admin.close()
+            break
+        except (asyncpg.PostgresConnectionError, asyncpg.InterfaceError, OSError):
+            if attempt == 2:
+                raise
+            await asyncio.sleep(0.5)
 
 
 @pytest_asyncio.fixture(loop_scope="session")

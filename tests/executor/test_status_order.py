@@ -1,0 +1,110 @@
+"""Status writes land in the order they were planned, however many executors share the work.
+
+A status write replaces the workload's status, and the planner does not plan an unchanged status again:
+if two executors wrote a workload's statuses N and N+1 in the wrong order, the CloneSet would report the
+older one for good (a rollout that never looks finished)."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+import msgspec
+import nats.js.errors
+import pytest
+from kubernetes_asyncio import client
+
+from services.domain.bus import Bus
+from services.domain.events import Envelope, StatusPlanned, new_event
+from services.domain.settings import Settings
+from services.domain.store import EventStore
+from services.domain.streams import decisions_stream
+from services.executor.service import Executor
+from tests.plugins.stack import wait_for
+
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+
+GROUP, VERSION, PLURAL = "apps.kruise.io", "v1alpha1", "clonesets"
+STATUSES = 30
+
+
+class RecordingExecutor(Executor):
+    """An executor whose API calls take a random while, and which records each status it wrote."""
+
+    def __init__(self, *args: Any, written: list[int], rng: random.Random) -> None:
+        super().__init__(*args)
+        self.written = written
+        self.rng = rng
+
+    async def write_status(self, envelope: Envelope, planned: StatusPlanned) -> None:
+        await asyncio.sleep(self.rng.uniform(0, 0.02))  # a slow API server, unevenly slow
+        await super().write_status(envelope, planned)
+        self.written.append(envelope.stream_version)
+
+
+async def test_two_executors_write_statuses_in_planned_order(
+    settings: Settings, event_store: EventStore, k8s_client: client.ApiClient
+) -> None:
+    suffix = uuid.uuid4().hex[:10]
+    own = msgspec.structs.replace(settings, stream_name=f"RBORDER_{suffix}", subject_prefix=f"rborder{suffix}")
+    custom = client.CustomObjectsApi(k8s_client)
+    await custom.create_namespaced_custom_object(
+        GROUP,
+        VERSION,
+        "default",
+        PLURAL,
+        {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "CloneSet",
+            "metadata": {"name": "ordered"},
+            "spec": {
+                "replicas": 0,
+                "selector": {"matchLabels": {"app": "ordered"}},
+                "template": {
+                    "metadata": {"labels": {"app": "ordered"}},
+                    "spec": {"containers": [{"name": "app", "image": "nginx:alpine"}]},
+                },
+            },
+        },
+    )
+    bus = await Bus.connect(own, name="rollbook-test-status-order")
+    await bus.ensure_stream()
+    written: list[int] = []
+    executors = [
+        RecordingExecutor(own, event_store, k8s_client, written=written, rng=random.Random(seed))
+        for seed in (1, 2)
+    ]
+    consumers = [spec.consumer(bus) for executor in executors for spec in executor.consumers()]
+    tasks = [asyncio.create_task(c.run()) for c in consumers]
+    try:
+        stream = decisions_stream("default", "ordered")
+        now = datetime.now(UTC)
+        await bus.publish_many(
+            new_event(
+                StatusPlanned(kind="CloneSet", namespace="default", name="ordered", status={"replicas": n}),
+                stream=stream,
+                stream_version=n,
+                occurred_at=now,
+            )
+            for n in range(1, STATUSES + 1)
+        )
+
+        async def all_written() -> bool:
+            return len(written) >= STATUSES
+
+        await wait_for(all_written, within=30, what=f"{STATUSES} status writes")
+        assert written == list(range(1, STATUSES + 1))
+        cloneset: Any = await custom.get_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, "ordered")
+        assert cloneset["status"]["replicas"] == STATUSES
+    finally:
+        for consumer in consumers:
+            consumer.stop()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        try:
+            await bus.js.delete_stream(own.stream_name)
+        except nats.js.errors.NotFoundError:
+            pass
+        await bus.close()
