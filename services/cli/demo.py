@@ -24,7 +24,6 @@ import logging
 import os
 import shutil
 import signal
-import socket
 import sys
 import time
 import uuid
@@ -49,7 +48,7 @@ from services.cli.services import SERVICES, settings_env
 from services.domain import audit_queries
 from services.domain.database import asyncpg_url, upgrade_async
 from services.domain.kube import api_client
-from services.domain.runtime import PORT_OFFSETS
+from services.domain.runtime import logged_port
 from services.domain.settings import Settings
 from services.simcluster import SimCluster, SimConfig, Timing
 
@@ -113,29 +112,33 @@ class ServiceProcesses:
     async def start(self) -> None:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         pythonpath = os.pathsep.join(p for p in (PACKAGE_ROOT, os.environ.get("PYTHONPATH", "")) if p)
+        starts: dict[str, int] = {}
         for service in SERVICES:
-            port = _free_port()
             env = {
                 **os.environ,
                 **settings_env(self.settings),
-                "ROLLBOOK_HTTP_PORT": str(port - PORT_OFFSETS[service]),
+                "ROLLBOOK_HTTP_PORT": "0",  # an OS-chosen port, read back from the service's log
                 "PYTHONPATH": pythonpath,
             }
             with (self.log_dir / f"{service}.log").open("ab") as log_file:
+                starts[service] = log_file.tell()
                 process = await asyncio.create_subprocess_exec(
                     sys.executable, "-m", "services.cli.main", service,
                     env=env, stdout=log_file, stderr=log_file, stdin=asyncio.subprocess.DEVNULL,
                 )  # fmt: skip
-            self.processes[service] = (process, port)
+            self.processes[service] = (process, 0)
         deadline = time.monotonic() + SERVICE_READY_TIMEOUT
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as session:
-            for service, (process, port) in self.processes.items():
-                while not await _ready(session, port):
+            for service, (process, _) in list(self.processes.items()):
+                port = 0
+                while not port or not await _ready(session, port):
                     if process.returncode is not None:
                         raise DemoFailed(f"{service} exited with {process.returncode} while starting")
                     if time.monotonic() > deadline:
                         raise DemoFailed(f"{service} not ready after {SERVICE_READY_TIMEOUT:.0f}s")
+                    port = port or logged_port(self.log_dir / f"{service}.log", starts[service]) or 0
                     await asyncio.sleep(0.1)
+                self.processes[service] = (process, port)
 
     def dead(self) -> list[str]:
         return [s for s, (p, _) in self.processes.items() if p.returncode is not None]
@@ -171,12 +174,6 @@ async def _ready(session: aiohttp.ClientSession, port: int) -> bool:
             return response.status == 200
     except (aiohttp.ClientError, TimeoutError):
         return False
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 # --- watching CloneSets ------------------------------------------------------------------------------

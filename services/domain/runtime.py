@@ -17,11 +17,13 @@ text format. Extra routes (the auditor's history) are added with ``runtime.app.r
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import signal
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
@@ -34,6 +36,28 @@ from services.domain.settings import Settings
 # Each service's HTTP port is settings.http_port + its offset, so `rollbook up` can run all four with one
 # base port; http_port 0 lets the OS pick (the chosen port is logged as "http_listening").
 PORT_OFFSETS = {"watcher": 0, "planner": 1, "executor": 2, "auditor": 3}
+
+
+def logged_port(log_path: Path, start: int = 0) -> int | None:
+    """The port a service process reported in its ``http_listening`` log line, reading its JSON-lines log
+    from byte ``start`` (the file's size before the process started); None until it has. Starting
+    services on port 0 and reading the port back avoids the race of picking a free port for a child
+    process, which another process can take before the child binds it."""
+    try:
+        with log_path.open("rb") as log_file:
+            log_file.seek(start)
+            for line in log_file:
+                if b'"http_listening"' not in line:
+                    continue
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    continue
+                if record.get("event") == "http_listening":
+                    return int(record["port"])
+    except FileNotFoundError:
+        return None
+    return None
 
 
 def configure_logging(settings: Settings, service: str) -> None:

@@ -34,7 +34,7 @@ import pytest_asyncio
 from services.cli.services import settings_env
 from services.domain.bus import Bus
 from services.domain.database import asyncpg_url, upgrade_async
-from services.domain.runtime import PORT_OFFSETS
+from services.domain.runtime import logged_port
 from services.domain.settings import Settings
 from services.simcluster import SimCluster
 from tests.plugins.database import with_database
@@ -54,11 +54,13 @@ class ServiceProcess:
     name: str
     service: str
     process: asyncio.subprocess.Process
-    port: int
     log_path: Path
+    log_start: int  # the log file's size when the process started (restarts append to the same file)
+    port: int = 0  # the OS-chosen HTTP port, read back from the "http_listening" log line
 
     @property
     def base_url(self) -> str:
+        assert self.port, f"{self.name} has not reported its HTTP port yet"
         return f"http://127.0.0.1:{self.port}"
 
 
@@ -76,11 +78,11 @@ class Stack:
             label = name or service
             if label in self.processes:
                 raise RuntimeError(f"{label} is already running")
-            port = free_port()
-            base = port - PORT_OFFSETS[service]
-            env = {**os.environ, **settings_env(self.settings), "ROLLBOOK_HTTP_PORT": str(base)}
+            # Port 0: the service binds an OS-chosen port and logs it (no free-port race between tests).
+            env = {**os.environ, **settings_env(self.settings), "ROLLBOOK_HTTP_PORT": "0"}
             log_path = self.log_dir / f"{label}.log"
             log_file = log_path.open("ab")
+            log_start = log_file.tell()
             process = await asyncio.create_subprocess_exec(
                 sys.executable,
                 "-m",
@@ -92,7 +94,7 @@ class Stack:
                 stderr=log_file,
             )
             log_file.close()
-            proc = ServiceProcess(label, service, process, port, log_path)
+            proc = ServiceProcess(label, service, process, log_path, log_start)
             self.processes[label] = proc
             started.append(proc)
         for proc in started:
@@ -106,6 +108,11 @@ class Stack:
                     raise AssertionError(
                         f"{proc.name} exited with {proc.process.returncode}:\n{self.tail(proc.name)}"
                     )
+                if not proc.port:
+                    proc.port = logged_port(proc.log_path, proc.log_start) or 0
+                    if not proc.port:
+                        await asyncio.sleep(0.05)
+                        continue
                 try:
                     async with session.get(proc.base_url + "/readyz") as response:
                         if response.status == 200:
