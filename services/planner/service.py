@@ -36,6 +36,8 @@ from services.domain.events import (
     RevisionCreated,
     RevisionsPruned,
     RolloutCompleted,
+    RolloutPaused,
+    RolloutResumed,
     RolloutStarted,
     SpecRejected,
     StatusPlanned,
@@ -309,12 +311,41 @@ def decisions_for(state: WorkloadState, plan: dict[str, Any]) -> list[Event]:
         decisions.append(
             RolloutCompleted(rollout_id=rollout_id(state.namespace, state.name, update), revision=update)
         )
+    decisions.extend(_pause_transition(state, decisions, plan, status_now))
     requeue = plan.get("requeueAfterSeconds")
     if requeue and (decisions or not state.schedules):
         due = now + timedelta(seconds=float(requeue))
         if due not in state.schedules.values():
             decisions.append(RequeueScheduled(due_at=due, reason="grace"))
     return decisions
+
+
+def _pause_transition(
+    state: WorkloadState, decisions: list[Event], plan: dict[str, Any], status: dict[str, Any]
+) -> list[Event]:
+    """``RolloutPaused`` when the active rollout stops on purpose (``updateStrategy.paused``, or a canary
+    step done: the pods the partition allows are updated and ready, and the rest wait for the partition to
+    be lowered); ``RolloutResumed`` when it moves again. Pure: the replay calls it through decisions_for."""
+    active, paused = state.active_rollout, state.paused
+    for decision in decisions:  # this round's own rollout transitions come first
+        if isinstance(decision, RolloutStarted):
+            active, paused = decision.rollout_id, False
+        elif isinstance(decision, RolloutCompleted) and decision.rollout_id == active:
+            active, paused = None, False
+    if active is None:
+        return []
+    progress = rollout_progress(state.cloneset or {}, status)
+    reason = None
+    if progress.paused:
+        reason = "updateStrategy.paused"
+    elif progress.partition_reached and not progress.complete and not plan.get("actions"):
+        partition = int(plan.get("partition") or 0)
+        reason = f"partition {partition} reached: the pods it allows are updated and ready"
+    if reason is not None and not paused:
+        return [RolloutPaused(rollout_id=active, reason=reason)]
+    if reason is None and paused:
+        return [RolloutResumed(rollout_id=active)]
+    return []
 
 
 def _action(

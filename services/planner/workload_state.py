@@ -27,6 +27,8 @@ from services.domain.events import (
     RevisionCreated,
     RevisionsPruned,
     RolloutCompleted,
+    RolloutPaused,
+    RolloutResumed,
     RolloutStarted,
     SpecRejected,
     StatusPlanned,
@@ -74,6 +76,7 @@ class WorkloadState:
     last_status: dict[str, Any] | None = None
     update_revision: str | None = None
     active_rollout: str | None = None
+    paused: bool = False  # the active rollout is halted (RolloutPaused without a RolloutResumed since)
     last_step: tuple[Any, ...] | None = None
     last_rejection: tuple[Any, ...] | None = None
     schedules: dict[str, datetime] = field(default_factory=dict)  # RequeueScheduled id -> due, not yet fired
@@ -117,10 +120,16 @@ class WorkloadState:
         elif isinstance(payload, RolloutStarted):
             self.active_rollout = payload.rollout_id
             self.update_revision = payload.to_revision
+            self.paused = False
         elif isinstance(payload, RolloutCompleted):
             if self.active_rollout == payload.rollout_id:
                 self.active_rollout = None
+                self.paused = False
             self.update_revision = payload.revision
+        elif isinstance(payload, RolloutPaused):
+            self.paused = True
+        elif isinstance(payload, RolloutResumed):
+            self.paused = False
         elif isinstance(payload, PartitionStepPlanned):
             self.last_step = _step_key(payload)
         elif isinstance(payload, SpecRejected):
