@@ -210,8 +210,14 @@ class LeaderElector:
         self.runtime.set_ready(False, "starting as the leader")
         working = asyncio.create_task(work(), name=f"{self.service}-work")
         watchdog = asyncio.create_task(self._watch_renewals())
-        await asyncio.wait([working, election, watchdog], return_when=asyncio.FIRST_COMPLETED)
-        watchdog.cancel()
+        try:
+            await asyncio.wait([working, election, watchdog], return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            working.cancel()
+            await asyncio.gather(working, return_exceptions=True)
+            raise
+        finally:
+            watchdog.cancel()
         if working.done():
             working.result()  # the work's error, if any (the Lease is released on the way out)
             return
