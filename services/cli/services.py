@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable
 import typer
 
 from services.cli.runtime import run_command
+from services.domain.leader import LeadershipLost
 from services.domain.settings import Settings
 
 SERVICES = ("watcher", "planner", "executor", "auditor")
@@ -34,7 +35,10 @@ def _service_body(service: str) -> Callable[[Settings], Awaitable[int | None]]:
             from services.executor.service import run
         else:
             from services.auditor.service import run
-        await run(settings)
+        try:
+            await run(settings)
+        except LeadershipLost:
+            return 1  # logged as leader_lost; the supervisor starts us again as a candidate
         return 0
 
     return body

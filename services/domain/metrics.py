@@ -40,6 +40,11 @@ KIND_SERVED = Gauge(
     "1 while the API server serves a kind the service watches, 0 while it answers 404 (CRD not installed)",
     ["service", "kind"],
 )
+LEADER = Gauge(
+    "rollbook_leader",
+    "1 while this process holds its service's leader Lease (or leader election is off), 0 on standby",
+    ["service"],
+)
 WATCH_RESTARTS = Counter(
     "rollbook_watch_restarts_total", "Watch streams restarted, by kind and reason", ["kind", "reason"]
 )

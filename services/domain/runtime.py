@@ -107,10 +107,11 @@ class ServiceRuntime:
         self._ready = ready
         self._not_ready_reason = reason
 
-    def request_stop(self) -> None:
+    def request_stop(self, reason: str = "signal") -> None:
+        """Begin the clean shutdown: readiness 503, then every loop waiting on ``stopping`` winds down."""
         if not self.stopping.is_set():
-            self.log.info("stopping", reason="signal")
-            self.set_ready(False, "shutting down")
+            self.log.info("stopping", reason=reason)
+            self.set_ready(False, "shutting down" if reason == "signal" else f"shutting down: {reason}")
             self.stopping.set()
 
     async def __aenter__(self) -> ServiceRuntime:

@@ -50,6 +50,18 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     checkpoint_file: str = ""
     # Python log level: DEBUG, INFO, WARNING, ERROR.
     log_level: str = "INFO"
+    # Run the planner's and the watcher's work only while holding their Lease (rollbook-planner,
+    # rollbook-watcher; services/domain/leader.py), so several replicas of each can run: one works, the
+    # others stand by. Turn it off only where exactly one of each runs and no Lease API is reachable.
+    leader_election: bool = True
+    # Namespace of those Leases.
+    leader_election_namespace: str = "default"
+    # Whole seconds a standby waits after the holder's last renewal before it takes the Lease over.
+    leader_lease_duration: int = 15
+    # Seconds the holder keeps trying to renew before it gives up and stops working (< lease duration).
+    leader_renew_deadline: float = 10.0
+    # Seconds between the holder's renewals and between a standby's attempts to acquire (>= 1).
+    leader_retry_period: float = 2.0
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:

@@ -42,6 +42,7 @@ from services.domain.events import (
     SpecRejected,
     StatusPlanned,
 )
+from services.domain.leader import run_while_leading
 from services.domain.metrics import EVENTS_HANDLED, PLANNING_SECONDS
 from services.domain.runtime import ServiceRuntime, configure_logging
 from services.domain.settings import Settings
@@ -384,17 +385,23 @@ async def run(settings: Settings) -> None:
         store = await EventStore.connect(settings.database_url)
         bus = await Bus.connect(settings, name="rollbook-planner")
         try:
-            planner = Planner(settings, store)
-            await serve_consumer(
-                runtime,
-                bus,
-                service="planner",
-                durable=DURABLE,
-                event_types=INPUT_TYPES,
-                handler=planner.handle,
-                batch=64,
-                ack_wait=ACK_WAIT,
-            )
+
+            async def work() -> None:
+                # A fresh Planner per leadership: its state is rebuilt from the store on first sight.
+                planner = Planner(settings, store)
+                await serve_consumer(
+                    runtime,
+                    bus,
+                    service="planner",
+                    durable=DURABLE,
+                    event_types=INPUT_TYPES,
+                    handler=planner.handle,
+                    batch=64,
+                    ack_wait=ACK_WAIT,
+                )
+
+            # One planner plans at a time (the decisions streams have a single writer); others stand by.
+            await run_while_leading(runtime, settings, "planner", work)
         finally:
             await bus.close()
             await store.close()

@@ -16,6 +16,10 @@ class FaultConfig:
     watch_cut_after_events: int = 0  # end every watch stream after this many events (0: never)
     retry_after_seconds: int = 1  # Retry-After sent with 429
     seed: int = 0
+    # Resources (plural) whose writes are never failed. Leases by default: a planner or watcher whose Lease
+    # renewals fail past its renew deadline stops and exits by design (docs/services.md, "Running several
+    # replicas"), which write errors meant for the controllers' own writes should not trigger.
+    spared_resources: tuple[str, ...] = ("leases",)
 
 
 class Faults:
@@ -28,10 +32,10 @@ class Faults:
         self.config = config
         self.rng = random.Random(config.seed)
 
-    def write_error(self) -> int | None:
-        """The HTTP status to fail this write with, or None to let it through."""
+    def write_error(self, path: str = "") -> int | None:
+        """The HTTP status to fail this write (to the API ``path``) with, or None to let it through."""
         rate = self.config.write_error_rate
-        if rate <= 0 or self.rng.random() >= rate:
+        if rate <= 0 or resource_of(path) in self.config.spared_resources or self.rng.random() >= rate:
             return None
         self.injected_errors += 1
         return self.rng.choice(self.config.write_error_codes)
@@ -39,3 +43,13 @@ class Faults:
     def latency(self) -> float:
         jitter = self.config.latency_jitter_seconds
         return self.config.latency_seconds + (self.rng.random() * jitter if jitter > 0 else 0.0)
+
+
+def resource_of(path: str) -> str:
+    """The resource (plural) an API path names: ``/api/v1/namespaces/ns/pods/x`` -> ``pods``,
+    ``/apis/coordination.k8s.io/v1/namespaces/ns/leases/x`` -> ``leases``, ``/api/v1/nodes`` -> ``nodes``."""
+    parts = [p for p in path.split("/") if p]
+    rest = parts[2:] if parts[:1] == ["api"] else parts[3:]
+    if len(rest) >= 3 and rest[0] == "namespaces":
+        return rest[2]
+    return rest[0] if rest else ""

@@ -79,7 +79,7 @@ class ApiServer:
         if delay > 0:
             await asyncio.sleep(delay)
         if request.method in _WRITE_METHODS and request.path.startswith(("/api/", "/apis/")):
-            code = self.faults.write_error()
+            code = self.faults.write_error(request.path)
             if code is not None:
                 return _error_response(ApiError(code, f"simcluster: injected fault ({code})"))
         try:

@@ -27,6 +27,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from services.domain import kube
 from services.domain.events import Envelope, ObjectObserved
+from services.domain.leader import run_while_leading
 from services.domain.metrics import EVENTS_APPENDED, KIND_SERVED, OBSERVATIONS, WATCH_RESTARTS
 from services.domain.runtime import ServiceRuntime, configure_logging, run_until_stopped
 from services.domain.settings import Settings
@@ -339,23 +340,32 @@ async def run(settings: Settings) -> None:
         store = await EventStore.connect(settings.database_url)
         api = await kube.api_client(settings)
         try:
-            watcher = Watcher(settings, store, api)
-            await watcher.rebuild()
-            tasks = [asyncio.create_task(watcher.run_kind(k), name=f"watch-{k.kind}") for k in watcher.kinds]
-            runtime.add_detail("kinds_not_served", watcher.not_served)
-            ready = asyncio.create_task(_mark_ready(runtime, watcher))
-            try:
-                await run_until_stopped(runtime, *tasks)
-            finally:
-                ready.cancel()
-                # Let an append in progress finish (it is one transaction), then stop the watches.
-                async with watcher._emit_lock:
-                    for task in tasks:
-                        task.cancel()
-                await asyncio.gather(*tasks, return_exceptions=True)
+            # One watcher publishes at a time; others stand by (docs/services.md, "Running several replicas").
+            await run_while_leading(
+                runtime, settings, "watcher", lambda: watch_until_stopped(runtime, store, api)
+            )
         finally:
             await api.close()
             await store.close()
+
+
+async def watch_until_stopped(runtime: ServiceRuntime, store: EventStore, api: client.ApiClient) -> None:
+    """The watcher's work: rebuild the cache from the store (so it starts from what the store holds now,
+    also after standing by), then watch every kind until the service stops."""
+    watcher = Watcher(runtime.settings, store, api)
+    await watcher.rebuild()
+    tasks = [asyncio.create_task(watcher.run_kind(k), name=f"watch-{k.kind}") for k in watcher.kinds]
+    runtime.add_detail("kinds_not_served", watcher.not_served)
+    ready = asyncio.create_task(_mark_ready(runtime, watcher))
+    try:
+        await run_until_stopped(runtime, *tasks)
+    finally:
+        ready.cancel()
+        # Let an append in progress finish (it is one transaction), then stop the watches.
+        async with watcher._emit_lock:
+            for task in tasks:
+                task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 async def _mark_ready(runtime: ServiceRuntime, watcher: Watcher) -> None:

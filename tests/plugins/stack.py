@@ -238,6 +238,11 @@ async def stack_settings(server_urls: ServerUrls, simcluster: SimCluster) -> Asy
             subject_prefix=f"rbe2e{suffix}",
             max_deliver=5,
             log_level="INFO",
+            # Leader election on, as by default, with short Leases: a planner or watcher restarted after a
+            # SIGKILL waits for its predecessor's Lease to expire (4 s here, 15 s by default).
+            leader_lease_duration=4,
+            leader_renew_deadline=3.0,
+            leader_retry_period=1.0,
         )
         try:
             yield settings

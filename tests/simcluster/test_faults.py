@@ -64,3 +64,26 @@ async def test_watch_streams_are_cut_after_n_events(make_simcluster: MakeSimClus
             e async for e in watch.Watch().stream(core.list_namespaced_pod, "default", timeout_seconds=5)
         ]
         assert len(events) == 3  # the server ended the stream early
+
+
+@pytest.mark.parametrize(
+    ("spared", "lease_writes_fail"), [(FaultConfig().spared_resources, False), ((), True)]
+)
+async def test_write_errors_spare_leases_unless_told_otherwise(
+    make_simcluster: MakeSimCluster, spared: tuple[str, ...], lease_writes_fail: bool
+) -> None:
+    """Leader election Leases are spared by default, so write errors aimed at the controllers' writes do
+    not also end the planner's and watcher's leadership."""
+    faults = FaultConfig(write_error_rate=1.0, spared_resources=spared)
+    sim = await make_simcluster(SimConfig(faults=faults, kubelet=False))
+    async with await api_client_for(sim) as api_client:
+        with pytest.raises(ApiException):
+            await client.CoreV1Api(api_client).create_namespaced_pod("default", pod_manifest("p"))
+        leases = client.CoordinationV1Api(api_client)
+        body = {"metadata": {"name": "rollbook-planner"}, "spec": {"holderIdentity": "a"}}
+        try:
+            await leases.create_namespaced_lease("default", body)
+            failed = False
+        except ApiException:
+            failed = True
+    assert failed is lease_writes_fail

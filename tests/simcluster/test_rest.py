@@ -308,3 +308,35 @@ async def test_discovery_lists_served_resources(k8s_client: client.ApiClient, si
         "default", {"metadata": {"name": "leader"}, "spec": {"holderIdentity": "a"}}
     )
     assert lease.spec.holder_identity == "a"
+
+
+async def test_lease_semantics_a_leader_election_relies_on(k8s_client: client.ApiClient) -> None:
+    """What services/domain/leader.py needs of coordination.k8s.io/v1 Leases: 404 (as a Status with its
+    code) before the first candidate creates it, 409 for the second create, 409 for an update carrying a
+    resourceVersion someone else already moved past, and PUT replacing the spec (a release drops
+    holderIdentity)."""
+    leases = client.CoordinationV1Api(k8s_client)
+    with pytest.raises(ApiException) as missing:
+        await leases.read_namespaced_lease("election", "default")
+    assert missing.value.status == 404 and json.loads(missing.value.body)["code"] == 404
+    spec = {"holderIdentity": "a", "leaseDurationSeconds": 15, "renewTime": "2026-01-01T00:00:00.000001Z"}
+    await leases.create_namespaced_lease("default", {"metadata": {"name": "election"}, "spec": spec})
+    with pytest.raises(ApiException) as exists:
+        await leases.create_namespaced_lease("default", {"metadata": {"name": "election"}, "spec": spec})
+    assert exists.value.status == 409
+
+    read_by_a = await leases.read_namespaced_lease("election", "default")
+    read_by_b = await leases.read_namespaced_lease("election", "default")
+    read_by_b.spec.holder_identity = "b"
+    taken = await leases.replace_namespaced_lease("election", "default", read_by_b)
+    assert taken.spec.holder_identity == "b"
+    assert taken.metadata.resource_version != read_by_a.metadata.resource_version
+    read_by_a.spec.renew_time = "2026-01-01T00:00:01.000001Z"
+    with pytest.raises(ApiException) as conflict:
+        await leases.replace_namespaced_lease("election", "default", read_by_a)
+    assert conflict.value.status == 409
+
+    taken.spec = client.V1LeaseSpec(lease_duration_seconds=1)
+    released = await leases.replace_namespaced_lease("election", "default", taken)
+    assert released.spec.holder_identity is None
+    assert released.spec.lease_duration_seconds == 1

@@ -48,7 +48,7 @@ async def test_watcher_ready_without_sidecarset_crd(
 
     ready = await watcher_stack.get_json("watcher", "/readyz")
     assert ready["status"] == "ready"
-    assert ready["details"] == {"kinds_not_served": ["SidecarSet"]}
+    assert ready["details"]["kinds_not_served"] == ["SidecarSet"]
     metrics = await watcher_stack.get_text("watcher", "/metrics")
     assert 'rollbook_kind_served{kind="SidecarSet",service="watcher"} 0.0' in metrics
     assert 'rollbook_kind_served{kind="CloneSet",service="watcher"} 1.0' in metrics

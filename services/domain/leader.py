@@ -1,0 +1,306 @@
+"""Leader election for the services that must work one at a time (planner, watcher): a process does the
+service's work only while it holds the service's ``coordination.k8s.io/v1`` Lease (``rollbook-planner``,
+``rollbook-watcher``), so several replicas can run and the others stand by (docs/services.md, "Running
+several replicas").
+
+    await run_while_leading(runtime, settings, "planner", work)   # work: the service's loop
+
+The election is kubernetes-asyncio's ``leaderelection`` (``LeaderElection`` on a ``LeaseLock``): a
+candidate creates the Lease or, once the holder has not renewed it for ``leader_lease_duration`` seconds
+of the candidate's own clock, takes it over with an update carrying the resourceVersion it read (a
+conflict means someone else won); the holder renews every ``leader_retry_period`` seconds. Around it this
+module adds what the library leaves out:
+
+- **Errors are failed attempts.** The library counts only an ``ApiException`` as one; a refused
+  connection or a timeout would escape its loop. Here any error is a failed attempt, retried.
+- **A renewal deadline that cannot hang.** The library makes its API calls without a timeout, so one
+  hung renewal would keep the holder working after its Lease expired and a standby took over. A watchdog
+  declares the leadership lost once no renewal succeeded for ``leader_renew_deadline`` seconds (measured
+  from when the last successful renewal was sent), which is before any standby may take over.
+- **Lost means stop, then exit.** On loss the work is asked to stop (the clean shutdown path: consumers
+  stop fetching, the message or append in hand finishes), cancelled if it has not stopped within half of
+  ``lease_duration - renew_deadline``, and ``LeadershipLost`` is raised: the process exits 1 and its
+  supervisor (``rollbook up``, Kubernetes, Compose) starts it again as a candidate, as controller-runtime
+  does. Re-entering the election in-process would have to prove every piece of the old leader's state
+  gone; a fresh process proves it.
+- **Release on a clean stop** (client-go's ``ReleaseOnCancel``): after the work stopped on SIGTERM, or
+  ended with an error, the holder clears ``holderIdentity`` so a standby takes over on its next attempt
+  instead of waiting for the Lease to expire.
+
+A process's identity is ``<hostname>/<pid>/<random>``: the hostname and pid name it for an operator,
+the random part keeps two containers that share a hostname (Compose's ``network_mode: service:…``) and
+both run as pid 1 from claiming the same Lease as the same holder.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable, Coroutine
+from datetime import UTC, datetime
+from typing import Any
+
+import structlog
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+from kubernetes_asyncio.leaderelection.electionconfig import Config
+from kubernetes_asyncio.leaderelection.leaderelection import LeaderElection
+from kubernetes_asyncio.leaderelection.resourcelock.leaselock import LeaseLock
+
+from services.domain import kube
+from services.domain.metrics import LEADER
+from services.domain.runtime import ServiceRuntime
+from services.domain.settings import Settings
+
+log = structlog.get_logger("leader")
+
+Work = Callable[[], Coroutine[Any, Any, None]]
+
+
+class LeadershipLost(Exception):
+    """The Lease was not renewed in time, or another process holds it: the work was stopped."""
+
+
+def lease_name(service: str) -> str:
+    return f"rollbook-{service}"
+
+
+def candidate_identity() -> str:
+    return f"{socket.gethostname()}/{os.getpid()}/{uuid.uuid4().hex[:8]}"
+
+
+class _Lock(LeaseLock):
+    """The library's Lease lock, remembering why the last read failed (anything but 404 means this process
+    cannot currently take the Lease over: it is reported in /readyz)."""
+
+    last_error: str | None = None
+
+    async def get(self, name: str, namespace: str) -> Any:
+        found, record = await super().get(name, namespace)
+        if found or (isinstance(record, ApiException) and record.status == 404):
+            self.last_error = None
+        elif isinstance(record, ApiException):
+            self.last_error = f"reading Lease {namespace}/{name}: HTTP {record.status} {record.reason}"
+        return found, record
+
+
+class _Election(LeaderElection):
+    """The library's elector with any error counted as a failed attempt, the time the last successful
+    acquire/renew was sent (for the watchdog), and holder changes logged."""
+
+    def __init__(self, config: Config, lock: _Lock, on_attempt: Callable[[bool, str | None], None]) -> None:
+        super().__init__(config)
+        self.lock = lock
+        self.renewed_at: float | None = None  # time.monotonic() when the last successful write was sent
+        self.holder: str | None = None
+        self._on_attempt = on_attempt
+
+    async def try_acquire_or_renew(self) -> bool:
+        sent = time.monotonic()
+        error: str | None
+        try:
+            held = await super().try_acquire_or_renew()
+            error = self.lock.last_error
+        except Exception as failure:  # connection refused, timeout, a body that is not JSON: retried
+            held, error = False, repr(failure)
+        if held:
+            self.renewed_at = sent
+        record = self.observed_record
+        holder = record.holder_identity if record is not None else None
+        if holder != self.holder:
+            log.info("leader_changed", lease=f"{self.lock.namespace}/{self.lock.name}", holder=holder)
+            self.holder = holder
+        if error is not None:
+            log.warning(
+                "leader_lease_unreachable", lease=f"{self.lock.namespace}/{self.lock.name}", error=error
+            )
+        self._on_attempt(held, error)
+        return held
+
+
+class LeaderElector:
+    """Campaign for ``rollbook-<service>`` and run the work while holding it (see the module docstring)."""
+
+    def __init__(
+        self, runtime: ServiceRuntime, settings: Settings, service: str, api: client.ApiClient
+    ) -> None:
+        self.runtime = runtime
+        self.settings = settings
+        self.service = service
+        self.api = api
+        self.identity = candidate_identity()
+        self.namespace = settings.leader_election_namespace
+        self.name = lease_name(service)
+        self.leading = False
+        self.lost = False
+        self._acquired = asyncio.Event()
+        lock = _Lock(self.name, self.namespace, self.identity, api)
+        config = Config(
+            lock,
+            lease_duration=settings.leader_lease_duration,
+            renew_deadline=settings.leader_renew_deadline,
+            retry_period=settings.leader_retry_period,
+            onstarted_leading=self._started_leading,
+            onstopped_leading=self._stopped_leading,
+        )
+        self.election = _Election(config, lock, self._attempted)
+
+    @property
+    def lease(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    def detail(self) -> dict[str, Any]:
+        """``details.leader`` of /readyz."""
+        return {
+            "lease": self.lease,
+            "identity": self.identity,
+            "leading": self.leading,
+            "holder": self.election.holder,
+        }
+
+    async def _started_leading(self) -> None:
+        self._acquired.set()
+
+    async def _stopped_leading(self) -> None:
+        pass  # the watchdog and the end of the election task tell run() the Lease is lost
+
+    def _attempted(self, held: bool, error: str | None) -> None:
+        # A standby is ready while it can take over (it reaches the Lease); the leader's readiness is its
+        # work's.
+        if held or self.leading or self.lost or self.runtime.stopping.is_set():
+            return
+        if error is None:
+            self.runtime.set_ready()
+        else:
+            self.runtime.set_ready(False, f"cannot reach the leader Lease {self.lease}: {error}")
+
+    async def run(self, work: Work) -> None:
+        """Stand by until the Lease is ours, then run ``work`` until it ends (SIGTERM) or the Lease is lost
+        (``LeadershipLost``); a clean end, or an error of the work, releases the Lease."""
+        LEADER.labels(self.service).set(0)
+        self.runtime.set_ready(False, f"waiting for the leader Lease {self.lease}")
+        log.info("leader_election_started", lease=self.lease, identity=self.identity)
+        election = asyncio.create_task(self.election.run(), name=f"{self.service}-election")
+        stopping = asyncio.create_task(self.runtime.stopping.wait())
+        acquired = asyncio.create_task(self._acquired.wait())
+        try:
+            await asyncio.wait([election, stopping, acquired], return_when=asyncio.FIRST_COMPLETED)
+            if self._acquired.is_set() and not self.runtime.stopping.is_set():
+                await self._lead(work, election)
+            elif election.done():
+                election.result()  # an error of the election itself
+                raise RuntimeError("the leader election ended before acquiring the Lease")
+        finally:
+            stopping.cancel()
+            acquired.cancel()
+            election.cancel()
+            await asyncio.gather(election, return_exceptions=True)
+            self.leading = False
+            LEADER.labels(self.service).set(0)
+            if not self.lost and self.election.renewed_at is not None:
+                await self.release()
+
+    async def _lead(self, work: Work, election: asyncio.Task[None]) -> None:
+        self.leading = True
+        LEADER.labels(self.service).set(1)
+        log.info("leader_acquired", lease=self.lease, identity=self.identity)
+        self.runtime.set_ready(False, "starting as the leader")
+        working = asyncio.create_task(work(), name=f"{self.service}-work")
+        watchdog = asyncio.create_task(self._watch_renewals())
+        try:
+            await asyncio.wait([working, election, watchdog], return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            working.cancel()
+            await asyncio.gather(working, return_exceptions=True)
+            raise
+        finally:
+            watchdog.cancel()
+        if working.done():
+            working.result()  # the work's error, if any (the Lease is released on the way out)
+            return
+        self.lost = True
+        self.leading = False
+        LEADER.labels(self.service).set(0)
+        log.error(
+            "leader_lost",
+            lease=self.lease,
+            identity=self.identity,
+            holder=self.election.holder,
+            detail=f"not renewed within {self.settings.leader_renew_deadline:g}s: stopping the work, exiting",
+        )
+        self.runtime.request_stop("leader Lease lost")
+        grace = max(self.settings.leader_lease_duration - self.settings.leader_renew_deadline, 0.0) / 2
+        try:
+            await asyncio.wait_for(working, grace)  # cancels the work if it has not stopped by then
+        except TimeoutError:
+            log.warning("leader_work_cancelled", grace_seconds=grace)
+        except Exception as error:  # the work failed while stopping: we exit with LeadershipLost anyway
+            log.warning("leader_work_failed_while_stopping", error=repr(error))
+        raise LeadershipLost(f"{self.identity} lost the Lease {self.lease}")
+
+    async def _watch_renewals(self) -> None:
+        """Return once no renewal succeeded for ``leader_renew_deadline`` seconds."""
+        while True:
+            renewed = self.election.renewed_at
+            assert renewed is not None
+            left = renewed + self.settings.leader_renew_deadline - time.monotonic()
+            if left <= 0:
+                return
+            await asyncio.sleep(left)
+
+    async def release(self) -> None:
+        """Clear ``holderIdentity`` if we still hold the Lease: a standby takes over at its next attempt."""
+        leases = client.CoordinationV1Api(self.api)
+        timeout = self.settings.leader_renew_deadline
+        for _ in range(3):
+            try:
+                lease = await leases.read_namespaced_lease(
+                    self.name, self.namespace, _request_timeout=timeout
+                )
+                spec = lease.spec
+                if spec is None or spec.holder_identity != self.identity:
+                    return
+                now = datetime.now(UTC)
+                lease.spec = client.V1LeaseSpec(  # no holderIdentity: free to take
+                    lease_duration_seconds=1,
+                    acquire_time=now,
+                    renew_time=now,
+                    lease_transitions=spec.lease_transitions,
+                )
+                await leases.replace_namespaced_lease(
+                    self.name, self.namespace, lease, _request_timeout=timeout
+                )
+            except ApiException as error:
+                if error.status == 409:
+                    continue  # a renewal in flight landed first: read again
+                log.warning(
+                    "leader_release_failed", lease=self.lease, status=error.status, reason=error.reason
+                )
+                return
+            except Exception as error:  # unreachable: the Lease simply expires
+                log.warning("leader_release_failed", lease=self.lease, error=repr(error))
+                return
+            log.info("leader_released", lease=self.lease, identity=self.identity)
+            return
+
+
+async def run_while_leading(runtime: ServiceRuntime, settings: Settings, service: str, work: Work) -> None:
+    """Run ``work`` only while this process holds ``rollbook-<service>``; with ``leader_election`` off,
+    simply run it."""
+    if not settings.leader_election:
+        LEADER.labels(service).set(1)
+        try:
+            await work()
+        finally:
+            LEADER.labels(service).set(0)
+        return
+    api = await kube.api_client(settings)
+    try:
+        elector = LeaderElector(runtime, settings, service, api)
+        runtime.add_detail("leader", elector.detail)
+        await elector.run(work)
+    finally:
+        await api.close()

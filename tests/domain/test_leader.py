@@ -1,0 +1,152 @@
+"""Leader election (services/domain/leader.py) in one process against a simcluster over HTTP: the first
+candidate works at once, a second stands by (ready) until the first releases its Lease on a clean stop,
+and a leader that cannot renew (its renewals hang, or someone else took the Lease) stops its work and
+raises LeadershipLost instead of working on without the Lease."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from services.domain.leader import LeadershipLost, run_while_leading
+from services.domain.runtime import ServiceRuntime
+from services.domain.settings import Settings
+from services.simcluster import SimCluster
+from services.simcluster.faults import FaultConfig
+from tests.plugins.stack import wait_for
+
+LEASE = "rollbook-planner"
+
+
+class Candidate:
+    """One service process's election, in-process: its runtime, and a log of its work starting/stopping."""
+
+    def __init__(self, settings: Settings, name: str, log: list[str]) -> None:
+        self.name = name
+        self.runtime = ServiceRuntime(settings, "planner")
+        self.log = log
+
+        async def work() -> None:
+            log.append(f"{name} working")
+            await self.runtime.stopping.wait()
+            log.append(f"{name} stopped")
+
+        self.task = asyncio.create_task(run_while_leading(self.runtime, settings, "planner", work))
+
+    def detail(self) -> dict[str, Any]:
+        return dict(self.runtime._details["leader"]())
+
+    async def ready(self) -> bool:
+        response = await self.runtime._readyz(None)  # type: ignore[arg-type]
+        return response.status == 200
+
+
+@pytest_asyncio.fixture
+async def leases(k8s_client: client.ApiClient) -> client.CoordinationV1Api:
+    return client.CoordinationV1Api(k8s_client)
+
+
+@pytest_asyncio.fixture
+async def candidates() -> AsyncIterator[list[Candidate]]:
+    running: list[Candidate] = []
+    yield running
+    for candidate in running:
+        candidate.runtime.request_stop()
+    await asyncio.gather(*(c.task for c in running), return_exceptions=True)
+
+
+def election_settings(simcluster: SimCluster, **timing: Any) -> Settings:
+    return Settings(kubeconfig=str(simcluster.kubeconfig_path), **timing)
+
+
+async def holder(leases: client.CoordinationV1Api) -> str | None:
+    try:
+        lease = await leases.read_namespaced_lease(LEASE, "default")
+    except ApiException as error:
+        if error.status == 404:
+            return None
+        raise
+    return lease.spec.holder_identity if lease.spec else None
+
+
+async def test_one_candidate_works_the_other_stands_by_ready_until_the_lease_is_released(
+    simcluster: SimCluster, leases: client.CoordinationV1Api, candidates: list[Candidate]
+) -> None:
+    # A Lease of 60 s: the standby can only take over within the test's bound if the leader releases it.
+    settings = election_settings(
+        simcluster, leader_lease_duration=60, leader_renew_deadline=40.0, leader_retry_period=1.0
+    )
+    log: list[str] = []
+    first = Candidate(settings, "first", log)
+    candidates.append(first)
+    await wait_for(lambda: _async(log == ["first working"]), within=10, what="the first candidate working")
+    assert await holder(leases) == first.detail()["identity"]
+
+    second = Candidate(settings, "second", log)
+    candidates.append(second)
+    await wait_for(second.ready, within=10, what="the standby ready")
+    assert second.detail() == {
+        "lease": f"default/{LEASE}",
+        "identity": second.detail()["identity"],
+        "leading": False,
+        "holder": first.detail()["identity"],
+    }
+    assert first.detail()["leading"] is True
+    assert log == ["first working"]
+
+    first.runtime.request_stop()  # SIGTERM
+    await first.task  # a clean exit
+    await wait_for(
+        lambda: _async(log[-1] == "second working"), within=20, what="the standby taking over at once"
+    )
+    assert log == ["first working", "first stopped", "second working"]
+    assert await holder(leases) == second.detail()["identity"]
+    assert second.detail()["leading"] is True
+
+
+async def test_a_leader_whose_renewals_hang_stops_its_work_and_exits(
+    simcluster: SimCluster, candidates: list[Candidate]
+) -> None:
+    settings = election_settings(
+        simcluster, leader_lease_duration=4, leader_renew_deadline=2.0, leader_retry_period=1.0
+    )
+    log: list[str] = []
+    leader = Candidate(settings, "leader", log)
+    candidates.append(leader)
+    await wait_for(lambda: _async(log == ["leader working"]), within=10, what="the leader working")
+    # The API server stops answering in time: each renewal would hang for a minute.
+    simcluster.set_faults(FaultConfig(latency_seconds=60.0))
+    with pytest.raises(LeadershipLost):
+        await asyncio.wait_for(leader.task, 30)
+    assert log == ["leader working", "leader stopped"]
+    assert leader.detail()["leading"] is False
+    assert not await leader.ready()
+
+
+async def test_a_leader_whose_lease_was_taken_stops_its_work_and_exits(
+    simcluster: SimCluster, leases: client.CoordinationV1Api, candidates: list[Candidate]
+) -> None:
+    settings = election_settings(
+        simcluster, leader_lease_duration=4, leader_renew_deadline=2.0, leader_retry_period=1.0
+    )
+    log: list[str] = []
+    leader = Candidate(settings, "leader", log)
+    candidates.append(leader)
+    await wait_for(lambda: _async(log == ["leader working"]), within=10, what="the leader working")
+    lease = await leases.read_namespaced_lease(LEASE, "default")
+    lease.spec.holder_identity = "another-host/1/0"
+    await leases.replace_namespaced_lease(LEASE, "default", lease)
+    with pytest.raises(LeadershipLost):
+        await asyncio.wait_for(leader.task, 30)
+    assert log == ["leader working", "leader stopped"]
+    assert await holder(leases) == "another-host/1/0"  # not released: it is not ours
+
+
+async def _async(value: bool) -> bool:
+    return value

@@ -1,0 +1,138 @@
+"""Two planners and two watchers on one stack (docs/services.md, "Running several replicas"): one of each
+holds its Lease and works, the other stands by ready; SIGTERM to a leader hands its Lease to the standby,
+and the rollout completes with a consistent audit trail either way."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import pytest
+from kubernetes_asyncio import client
+
+from tests.e2e.audit import fetch
+from tests.e2e.cluster import Cluster, seed_cloneset, with_image
+from tests.e2e.test_audit_trail import NAME, all_on, assert_trail_consistent
+from tests.plugins.stack import Stack, wait_for
+
+pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="session")]
+
+STRATEGY = {
+    "type": "InPlaceIfPossible",
+    "maxUnavailable": 1,
+    "inPlaceUpdateStrategy": {"gracePeriodSeconds": 1},
+}
+
+
+async def start_pairs(stack: Stack) -> None:
+    await stack.start("auditor", "executor")
+    # Each pair starts at once: both race to create the Lease.
+    await asyncio.gather(stack.start("watcher"), stack.start("watcher", name="watcher-2"))
+    await asyncio.gather(stack.start("planner"), stack.start("planner", name="planner-2"))
+
+
+async def holder_pid(k8s_client: client.ApiClient, service: str) -> int | None:
+    """The pid in the holderIdentity (<hostname>/<pid>/<random>) of rollbook-<service>."""
+    lease = await client.CoordinationV1Api(k8s_client).read_namespaced_lease(f"rollbook-{service}", "default")
+    identity = lease.spec.holder_identity if lease.spec else None
+    return int(identity.split("/")[-2]) if identity else None
+
+
+async def leader_and_standby(stack: Stack, k8s_client: client.ApiClient, service: str) -> tuple[str, str]:
+    """Process names (e.g. "planner", "planner-2") of the Lease holder and of the other one."""
+    pid = await holder_pid(k8s_client, service)
+    names = [service, f"{service}-2"]
+    leaders = [n for n in names if stack.processes[n].process.pid == pid]
+    assert len(leaders) == 1, f"the {service} Lease names pid {pid}, none of {names}"
+    return leaders[0], next(n for n in names if n != leaders[0])
+
+
+def logged(stack: Stack, name: str, event: str) -> int:
+    """How many JSON log lines of process ``name`` have this event."""
+    count = 0
+    for line in (stack.log_dir / f"{name}.log").read_text(errors="replace").splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        count += isinstance(record, dict) and record.get("event") == event
+    return count
+
+
+async def leader_gauge(stack: Stack, name: str, service: str) -> float:
+    metrics = await stack.get_text(name, "/metrics")
+    prefix = f'rollbook_leader{{service="{service}"}} '
+    return float(next(line for line in metrics.splitlines() if line.startswith(prefix))[len(prefix) :])
+
+
+async def outcomes(database_url: str) -> int:
+    rows = await fetch(database_url, "SELECT count(*) FROM events WHERE type = 'PodActionSucceeded'")
+    return int(rows[0][0])
+
+
+async def test_one_planner_and_one_watcher_of_two_work(
+    stack: Stack, cluster: Cluster, k8s_client: client.ApiClient
+) -> None:
+    await start_pairs(stack)
+    seed = seed_cloneset("cloneset-sample-data.yaml", updateStrategy=STRATEGY)
+    await cluster.create_cloneset(seed)
+    await wait_for(lambda: all_on(cluster, "nginx:alpine"), within=60, what="5 ready pods")
+    await cluster.patch_cloneset(NAME, with_image(seed, "nginx:mainline"))
+    await wait_for(lambda: all_on(cluster, "nginx:mainline"), within=90, what="rollout done")
+
+    for service, acted in (("planner", "planned"), ("watcher", "observed")):
+        leader, standby = await leader_and_standby(stack, k8s_client, service)
+        assert logged(stack, leader, acted) > 0
+        assert logged(stack, standby, acted) == 0, f"the standby {service} {acted} too"
+        assert logged(stack, leader, "leader_acquired") == 1
+        assert logged(stack, standby, "leader_acquired") == 0
+        assert await leader_gauge(stack, leader, service) == 1.0
+        assert await leader_gauge(stack, standby, service) == 0.0
+        ready = await stack.get_json(standby, "/readyz")  # 200: a standby is ready (able to take over)
+        assert ready["details"]["leader"]["leading"] is False
+        assert int(ready["details"]["leader"]["holder"].split("/")[-2]) == stack.processes[leader].process.pid
+    await assert_trail_consistent(stack, stack.settings.database_url)
+    assert stack.dead() == []
+
+
+async def test_sigterm_to_the_leaders_mid_rollout_hands_over_to_the_standbys(
+    stack: Stack, cluster: Cluster, k8s_client: client.ApiClient
+) -> None:
+    await start_pairs(stack)
+    seed = seed_cloneset("cloneset-sample-data.yaml", updateStrategy=STRATEGY)
+    await cluster.create_cloneset(seed)
+    await wait_for(lambda: all_on(cluster, "nginx:alpine"), within=60, what="5 ready pods")
+    database_url = stack.settings.database_url
+    before = await outcomes(database_url)
+    await cluster.patch_cloneset(NAME, with_image(seed, "nginx:mainline"))
+
+    async def progressed() -> bool:
+        return await outcomes(database_url) > before
+
+    await wait_for(progressed, within=60, what="rollout progress before stopping the leaders")
+    new_leaders: dict[str, str] = {}
+    for service in ("planner", "watcher"):
+        leader, standby = await leader_and_standby(stack, k8s_client, service)
+        standby_pid = stack.processes[standby].process.pid
+        sent = time.monotonic()
+        assert await stack.stop(leader) == 0, f"the leading {service} did not exit cleanly on SIGTERM"
+
+        async def taken_over(service: str = service, standby_pid: int = standby_pid) -> bool:
+            return await holder_pid(k8s_client, service) == standby_pid
+
+        await wait_for(taken_over, within=15, interval=0.05, what=f"the standby {service} holding the Lease")
+        print(
+            f"{service} failover (SIGTERM to the standby holding the Lease): {time.monotonic() - sent:.2f}s"
+        )
+        assert logged(stack, leader, "leader_released") == 1
+        assert logged(stack, standby, "leader_acquired") == 1
+        assert await leader_gauge(stack, standby, service) == 1.0
+        new_leaders[service] = standby
+
+    await wait_for(
+        lambda: all_on(cluster, "nginx:mainline"), within=90, what="rollout done after the handover"
+    )
+    assert logged(stack, new_leaders["planner"], "planned") > 0  # it took over the rollout
+    await assert_trail_consistent(stack, database_url)
+    assert stack.dead() == []
