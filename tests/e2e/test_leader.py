@@ -126,8 +126,15 @@ async def test_sigterm_to_the_leaders_mid_rollout_hands_over_to_the_standbys(
             f"{service} failover (SIGTERM to the standby holding the Lease): {time.monotonic() - sent:.2f}s"
         )
         assert logged(stack, leader, "leader_released") == 1
-        assert logged(stack, standby, "leader_acquired") == 1
-        assert await leader_gauge(stack, standby, service) == 1.0
+
+        async def reports_leading(standby: str = standby, service: str = service) -> bool:
+            # The Lease names the standby a moment before it logs and flags it: wait for both.
+            return (
+                logged(stack, standby, "leader_acquired") == 1
+                and await leader_gauge(stack, standby, service) == 1.0
+            )
+
+        await wait_for(reports_leading, within=10, what=f"the standby {service} reporting it leads")
         new_leaders[service] = standby
 
     await wait_for(
