@@ -49,7 +49,9 @@ async def test_two_executors_write_statuses_in_planned_order(
     settings: Settings, event_store: EventStore, k8s_client: client.ApiClient
 ) -> None:
     suffix = uuid.uuid4().hex[:10]
-    own = msgspec.structs.replace(settings, stream_name=f"RBORDER_{suffix}", subject_prefix=f"rborder{suffix}")
+    own = msgspec.structs.replace(
+        settings, stream_name=f"RBORDER_{suffix}", subject_prefix=f"rborder{suffix}"
+    )
     custom = client.CustomObjectsApi(k8s_client)
     await custom.create_namespaced_custom_object(
         GROUP,
@@ -97,7 +99,9 @@ async def test_two_executors_write_statuses_in_planned_order(
 
         await wait_for(all_written, within=30, what=f"{STATUSES} status writes")
         assert written == list(range(1, STATUSES + 1))
-        cloneset: Any = await custom.get_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, "ordered")
+        cloneset: Any = await custom.get_namespaced_custom_object(
+            GROUP, VERSION, "default", PLURAL, "ordered"
+        )
         assert cloneset["status"]["replicas"] == STATUSES
     finally:
         for consumer in consumers:
