@@ -74,6 +74,15 @@ async def test_a_rollout_one_pod_at_a_time_reads_back_as_one_row_per_view(
     assert {r["outcome"] for r in in_place} == {"succeeded"}
     every = await _rows(database_url, "SELECT action FROM pod_actions WHERE namespace = $1", trail.namespace)
     assert {r["action"] for r in every} == {"updateInPlace"}  # the mark steps belong to their update
+    # The grace period waited before each image patch (docs/sql.md's example query): 2 s in this trail.
+    grace = await _rows(
+        database_url,
+        "SELECT a.pod, patch.requested - a.requested AS waited FROM pod_actions a"
+        " JOIN action_outcomes patch USING (action_id) JOIN rollouts r ON r.rollout_id = a.rollout_id"
+        " WHERE a.action = 'updateInPlace' AND a.namespace = $1 ORDER BY a.position",
+        trail.namespace,
+    )
+    assert grace == [{"pod": f"web-{index}", "waited": timedelta(seconds=2)} for index in range(3)]
 
     connection = await asyncpg.connect(asyncpg_url(database_url))
     try:
