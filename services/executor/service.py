@@ -7,6 +7,10 @@ and reports every outcome as an event (docs/services.md, "executor").
   action's terminal event in the store and then at the object: an action already applied (a redelivery,
   or another executor's) is acknowledged and reported ``already_applied``, never repeated. Patches carry
   the resourceVersion they were computed from; a 409 Conflict means re-read and retry.
+- Taking an action (after the terminal-event check, before any API call), the executor appends
+  PodActionStarted to the stream its outcome goes to, so the trail shows how long the action waited on
+  the bus. Its id is derived from the action id as well: a redelivery, or a second executor taking the
+  same action, stores nothing new (the first taker's record stands).
 - The terminal event (PodActionSucceeded or PodActionFailed) has a deterministic id derived from the
   action id, so it is stored once whoever writes it. A failure that may pass (API unavailable) is
   retried by the bus; on the last delivery it is reported failed with retryable=true instead.
@@ -35,6 +39,7 @@ from services.domain.events import (
     Envelope,
     PodActionFailed,
     PodActionRequested,
+    PodActionStarted,
     PodActionSucceeded,
     StatusPlanned,
     new_event,
@@ -75,6 +80,10 @@ STATUS_TYPES = ("StatusPlanned",)
 
 def outcome_id(action_id: str) -> Any:
     return derived_id("outcome", action_id)
+
+
+def started_id(action_id: str) -> Any:
+    return derived_id("started", action_id)
 
 
 def _annotations(obj: dict[str, Any]) -> dict[str, Any]:
@@ -144,6 +153,7 @@ class Executor:
                 "action_already_reported", action=request.action, pod=request.pod, action_id=request.action_id
             )
             return
+        await self._report(envelope, PodActionStarted(action_id=request.action_id, executor=self.name))
         try:
             uid, already = await self.apply(request)
         except ActionFailed as failure:
@@ -362,7 +372,11 @@ class Executor:
             PodActionFailed(action_id=request.action_id, reason=failure.reason, retryable=failure.retryable),
         )
 
-    async def _report(self, envelope: Envelope, outcome: PodActionSucceeded | PodActionFailed) -> None:
+    async def _report(
+        self, envelope: Envelope, outcome: PodActionStarted | PodActionSucceeded | PodActionFailed
+    ) -> None:
+        """Append to the actions stream of the request's workload, with an id derived from the action id
+        (stored once, whoever writes it and however often)."""
         sidecarset = sidecarset_of(envelope.stream)
         stream = (
             sidecarset_actions_stream(sidecarset)
@@ -374,7 +388,11 @@ class Executor:
             stream=stream,
             stream_version=1,  # the store assigns the version: executors write this stream concurrently
             occurred_at=_now(),
-            event_id=outcome_id(outcome.action_id),
+            event_id=(
+                started_id(outcome.action_id)
+                if isinstance(outcome, PodActionStarted)
+                else outcome_id(outcome.action_id)
+            ),
             causation_id=envelope.event_id,
             correlation_id=envelope.correlation_id,
         )

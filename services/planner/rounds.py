@@ -13,7 +13,15 @@ from datetime import datetime
 from typing import Any, Protocol
 from uuid import UUID
 
-from services.domain.events import Envelope, Event, RequeueDue, RequeueScheduled, RoundPlanned, new_event
+from services.domain.events import (
+    Envelope,
+    Event,
+    PodActionStarted,
+    RequeueDue,
+    RequeueScheduled,
+    RoundPlanned,
+    new_event,
+)
 from services.domain.metrics import EVENTS_APPENDED
 from services.domain.store import EventStore
 from services.domain.streams import derived_id
@@ -126,12 +134,16 @@ def requeue_due(
 
 def advance(state: FoldedState, envelope: Envelope, decisions: str) -> bool:
     """The common head of a fold: False for an event already folded; otherwise record its version and,
-    for an input (any stream but the planner's own ``decisions``), move the round's ``now`` and cause."""
+    for an input (any stream but the planner's own ``decisions``), move the round's ``now`` and cause.
+
+    ``PodActionStarted`` (an executor took an action) sits in the actions stream but is no input: only
+    its version is recorded (so ``through`` covers it), the round's clock and cause stay as they were, and
+    nothing else folds it. Decisions are thus the same with or without it."""
     stream = envelope.stream
     if envelope.stream_version <= state.versions.get(stream, 0):
         return False
     state.versions[stream] = envelope.stream_version
-    if stream != decisions:
+    if stream != decisions and not isinstance(envelope.payload, PodActionStarted):
         state.last_input_id = envelope.event_id
         if state.now is None or envelope.occurred_at > state.now:
             state.now = envelope.occurred_at

@@ -32,6 +32,7 @@ from services.domain.events import (
     Event,
     PartitionStepPlanned,
     PodActionRequested,
+    PodActionStarted,
     RequeueScheduled,
     RevisionCreated,
     RevisionsPruned,
@@ -95,6 +96,11 @@ class Planner:
 
     async def handle(self, envelope: Envelope, msg: Msg) -> None:
         EVENTS_HANDLED.labels("planner", envelope.type).inc()
+        if isinstance(envelope.payload, PodActionStarted):
+            # No input (rounds.advance): the action's outcome, stored after it, wakes the workload. Our
+            # filter excludes it, but a server before NATS 2.10 ignores a consumer's several filter
+            # subjects and delivers every event type.
+            return
         if is_sidecarset_stream(envelope.stream):
             async with self._lock:
                 await self.sidecarsets.handle(envelope, msg)

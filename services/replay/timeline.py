@@ -9,7 +9,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from services.domain.events import ObjectObserved, PodActionFailed, PodActionRequested, PodActionSucceeded
+from services.domain.events import (
+    ObjectObserved,
+    PodActionFailed,
+    PodActionRequested,
+    PodActionStarted,
+    PodActionSucceeded,
+)
 from services.domain.store import StoredEvent
 from services.planner.names import REVISION_LABEL
 from services.planner.workload_state import WorkloadState
@@ -119,6 +125,8 @@ def one_line(step: Step) -> str:
         what += f" {payload.action_id[:8]} ({payload.reason}, retryable={payload.retryable})"
     elif isinstance(payload, PodActionSucceeded):
         what += f" {payload.action_id[:8]}"
+    elif isinstance(payload, PodActionStarted):
+        what += f" {payload.action_id[:8]} by {payload.executor}"
     elif isinstance(payload, ObjectObserved):
         what += f" {payload.kind} {payload.name} {payload.change}"
     ready = sum(1 for p in state.pods.values() if pod_summary(p)["ready"])

@@ -15,6 +15,7 @@ from services.domain.events import (
     PartitionStepPlanned,
     PodActionFailed,
     PodActionRequested,
+    PodActionStarted,
     PodActionSucceeded,
     RevisionCreated,
     RolloutCompleted,
@@ -94,6 +95,11 @@ class Trail:
             at,
         )
         return action_id
+
+    async def start(self, action_id: str, at: float, executor: str = "executor-a") -> None:
+        """An executor took the action (PodActionStarted, on the actions stream like its outcome)."""
+        payload = PodActionStarted(action_id=action_id, executor=executor)
+        await self._append(actions_stream(self.namespace, self.name), payload, at, self.rollout)
 
     async def succeed(self, action_id: str, at: float) -> None:
         await self._append(

@@ -74,6 +74,15 @@ async def test_a_rollout_one_pod_at_a_time_reads_back_as_one_row_per_view(
     assert {r["outcome"] for r in in_place} == {"succeeded"}
     every = await _rows(database_url, "SELECT action FROM pod_actions WHERE namespace = $1", trail.namespace)
     assert {r["action"] for r in every} == {"updateInPlace"}  # the mark steps belong to their update
+    # The grace period waited before each image patch (docs/sql.md's example query): 2 s in this trail.
+    grace = await _rows(
+        database_url,
+        "SELECT a.pod, patch.requested - a.requested AS waited FROM pod_actions a"
+        " JOIN action_outcomes patch USING (action_id) JOIN rollouts r ON r.rollout_id = a.rollout_id"
+        " WHERE a.action = 'updateInPlace' AND a.namespace = $1 ORDER BY a.position",
+        trail.namespace,
+    )
+    assert grace == [{"pod": f"web-{index}", "waited": timedelta(seconds=2)} for index in range(3)]
 
     connection = await asyncpg.connect(asyncpg_url(database_url))
     try:
@@ -192,7 +201,7 @@ async def test_an_in_place_update_whose_pod_never_came_back_is_pending(
     assert rows == [
         {
             "requested": T0 + timedelta(seconds=1),
-            "started": T0 + timedelta(seconds=3),
+            "started": T0 + timedelta(seconds=1),  # no PodActionStarted recorded: the request time
             "finished": None,
             "duration": None,
             "outcome": "pending",
@@ -226,6 +235,56 @@ async def test_an_in_place_update_takes_its_steps_from_its_own_rollout_only(
         }
     ]
     assert earlier != trail.rollout
+
+
+async def test_started_and_queued_say_when_an_executor_took_each_action(
+    event_store: EventStore, database_url: str
+) -> None:
+    trail = Trail(event_store)
+    create = await trail.request("createPod", "web-3", 1)
+    await trail.start(create, 1.25)
+    await trail.start(create, 1.5, executor="executor-b")  # a second take: the first one counts
+    await trail.succeed(create, 1.6)
+    # An in-place update is one row from markNotReady to markReady: it started when an executor took the
+    # markNotReady (the pod leaving service), not when it took the later image patch.
+    mark = await trail.request("markNotReady", "web-0", 10)
+    await trail.start(mark, 10.75)
+    await trail.succeed(mark, 10.8)
+    update = await trail.request("updateInPlace", "web-0", 12)
+    await trail.start(update, 12.5)
+    await trail.succeed(update, 12.6)
+    ready = await trail.request("markReady", "web-0", 13.1)
+    await trail.start(ready, 13.2)
+    await trail.succeed(ready, 13.3)
+    old = await trail.request("deletePod", "web-1", 20)  # recorded before executors wrote PodActionStarted
+    await trail.succeed(old, 20.1)
+
+    # Which pod actions waited longest on the bus during the rollout (docs/sql.md)?
+    rows = await _rows(
+        database_url,
+        "SELECT action, pod, requested, started, queued, finished, duration FROM pod_actions"
+        " WHERE rollout_id = $1 ORDER BY queued DESC, position",
+        trail.rollout,
+    )
+    assert rows == [
+        {
+            "action": "updateInPlace", "pod": "web-0", "requested": _seconds(10), "started": _seconds(10.75),
+            "queued": timedelta(seconds=0.75), "finished": _seconds(13.3), "duration": timedelta(seconds=3.3),
+        },
+        {
+            "action": "createPod", "pod": "web-3", "requested": _seconds(1), "started": _seconds(1.25),
+            "queued": timedelta(seconds=0.25), "finished": _seconds(1.6), "duration": timedelta(seconds=0.6),
+        },
+        {
+            "action": "deletePod", "pod": "web-1", "requested": _seconds(20), "started": _seconds(20),
+            "queued": timedelta(0), "finished": _seconds(20.1), "duration": timedelta(seconds=0.1),
+        },
+    ]  # fmt: skip
+    # PodActionStarted is no terminal event: every action still has exactly one.
+    unsound = await _rows(
+        database_url, "SELECT * FROM actions_without_one_terminal WHERE namespace = $1", trail.namespace
+    )
+    assert unsound == []
 
 
 def _seconds(at: float) -> Any:

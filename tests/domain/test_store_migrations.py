@@ -96,3 +96,17 @@ async def test_downgrading_the_sidecarset_views_restores_the_0002_views_exactly(
         assert all("kind" in definition for definition, _ in upgraded.values())
         _alembic(url, "downgrade", "0002_audit_views")
         assert await _views(url) == original
+
+
+async def test_downgrading_pod_action_started_restores_the_0003_pod_actions_exactly(
+    server_urls: ServerUrls,
+) -> None:
+    async with fresh_database(server_urls.database_url, prefix="rollbook_migrations") as url:
+        _alembic(url, "upgrade", "0004_event_hash_chain")
+        original = await _views(url)
+        _alembic(url, "upgrade", "0005_pod_action_started")
+        upgraded = await _views(url)
+        assert {name for name in upgraded if upgraded[name] != original[name]} == {"pod_actions"}
+        assert "PodActionStarted" in upgraded["pod_actions"][0] and "queued" in upgraded["pod_actions"][0]
+        _alembic(url, "downgrade", "0004_event_hash_chain")
+        assert await _views(url) == original

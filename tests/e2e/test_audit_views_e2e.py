@@ -92,6 +92,39 @@ async def test_views_answer_the_rollout_questions_from_the_services_trail(
     for u in updates:
         assert u["requested"] <= u["started"] <= u["finished"], u
         assert timedelta(0) < u["duration"] == u["finished"] - u["requested"] < timedelta(seconds=30)
+    # When each action waited on the bus: every row started (an executor took its first step) between
+    # its request and its end, and every action executed was taken exactly once, before its outcome.
+    every = await query(
+        database_url,
+        "SELECT action, pod, requested, started, queued, finished FROM pod_actions WHERE workload = $1",
+        NAME,
+    )
+    assert len(every) > len(updates)  # the creates of the scale-up as well
+    for a in every:
+        assert a["requested"] <= a["started"] <= a["finished"], a
+        assert a["queued"] == a["started"] - a["requested"], a
+    taken = await query(
+        database_url,
+        "SELECT a.action_id, a.action, a.terminal_events, count(s.event_id) AS started_events,"
+        " min(s.global_position) AS started_at,"
+        " (SELECT min(o.global_position) FROM events AS o WHERE o.type IN ('PodActionSucceeded',"
+        "  'PodActionFailed') AND o.payload->>'action_id' = a.action_id) AS finished_at"
+        " FROM action_outcomes AS a LEFT JOIN events AS s"
+        " ON s.type = 'PodActionStarted' AND s.payload->>'action_id' = a.action_id"
+        " WHERE a.workload = $1 GROUP BY a.action_id, a.action, a.terminal_events",
+        NAME,
+    )
+    assert {"markNotReady", "updateInPlace", "markReady", "createPod"} <= {t["action"] for t in taken}
+    for t in taken:
+        assert (t["terminal_events"], t["started_events"]) == (1, 1), t
+        assert t["started_at"] < t["finished_at"], t
+    orphans = await query(
+        database_url,
+        "SELECT s.event_id FROM events AS s WHERE s.type = 'PodActionStarted' AND NOT EXISTS"
+        " (SELECT 1 FROM events AS r WHERE r.type = 'PodActionRequested'"
+        "  AND r.payload->>'action_id' = s.payload->>'action_id')",
+    )
+    assert orphans == []
     recreated = await query(
         database_url,
         "SELECT pod FROM pod_actions WHERE rollout_id = $1 AND update_kind = 'recreate'",

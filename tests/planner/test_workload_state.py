@@ -12,6 +12,7 @@ from services.domain.events import (
     ObjectObserved,
     PodActionFailed,
     PodActionRequested,
+    PodActionStarted,
     PodActionSucceeded,
     new_event,
 )
@@ -134,6 +135,25 @@ def test_the_fold_does_not_depend_on_how_streams_interleave() -> None:
     assert len(results) == 1
     ((_, pending, _),) = results
     assert pending == ("d1",)
+
+
+def test_an_executor_taking_an_action_is_no_planner_input() -> None:
+    log = Log()
+    events = [
+        log.observe("CloneSet", NAME, "cs", at=T0),
+        log.request("a1", "createPod", "web-x", at=T0),
+        log.observe("Pod", "web-x", "u1", action="a1", at=T0 + timedelta(seconds=1)),
+        log.outcome(PodActionSucceeded(action_id="a1"), at=T0 + timedelta(seconds=2)),
+    ]
+    without = folded(events)
+    started = log.outcome(PodActionStarted(action_id="a1", executor="e"), at=T0 + timedelta(seconds=3))
+    taken = folded([*events, started])
+    # Folded (a round's ``through`` covers it, so replay reads the same versions) but changing nothing
+    # the planner decides on: not the input, not the round's clock, not its cause.
+    assert taken.through()[actions_stream(NS, NAME)] == without.through()[actions_stream(NS, NAME)] + 1
+    assert encode_input(taken.plan_input()) == encode_input(without.plan_input())
+    assert (taken.now, taken.last_input_id) == (without.now, without.last_input_id)
+    assert taken.pending() == without.pending() == []
 
 
 def _round_robin(streams: list[list[Envelope]]) -> list[Envelope]:

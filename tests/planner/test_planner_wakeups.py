@@ -1,0 +1,35 @@
+"""What wakes the planner service: an executor taking an action (PodActionStarted) does not. It is no
+planner input (the action's outcome, stored after it, wakes the workload), and a NATS server before 2.10
+delivers it to the planner anyway (it ignores a consumer's several filter subjects)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import cast
+
+import pytest
+from nats.aio.msg import Msg
+
+from services.domain.events import PodActionStarted, new_event
+from services.domain.settings import Settings
+from services.domain.sidecarset_streams import actions_stream as sidecarset_actions_stream
+from services.domain.store import EventStore
+from services.domain.streams import actions_stream
+from services.planner.service import Planner
+
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+
+
+async def test_an_executor_taking_an_action_does_not_wake_the_planner(
+    settings: Settings, event_store: EventStore
+) -> None:
+    planner = Planner(settings, event_store)
+    for stream in (actions_stream("default", "web"), sidecarset_actions_stream("sidecars")):
+        taken = new_event(
+            PodActionStarted(action_id="a-1", executor="executor-a"),
+            stream=stream,
+            stream_version=1,
+            occurred_at=datetime.now(UTC),
+        )
+        await planner.handle(taken, cast(Msg, None))  # acknowledged, nothing to do
+    assert planner.workloads == {} and planner.sidecarsets.states == {}
