@@ -107,6 +107,7 @@ class ConsumerStats:
     handled: int = 0  # handler returned, message acked
     retried: int = 0  # handler raised, message nak'ed for a later delivery
     dead_lettered: int = 0
+    filtered: int = 0  # outside the filter subjects (a server < 2.10 ignores several filters): acked unread
 
 
 class Bus:
@@ -309,6 +310,17 @@ class Bus:
         return letters
 
 
+def subject_matches(pattern: str, subject: str) -> bool:
+    """NATS subject matching: ``*`` matches one token, a final ``>`` one or more."""
+    wanted, tokens = pattern.split("."), subject.split(".")
+    for index, token in enumerate(wanted):
+        if token == ">":
+            return len(tokens) > index
+        if index >= len(tokens) or (token != "*" and token != tokens[index]):
+            return False
+    return len(tokens) == len(wanted)
+
+
 @dataclass
 class Consumer:
     """Runs one durable pull consumer. Use ``Bus.consumer`` to build it."""
@@ -391,6 +403,14 @@ class Consumer:
             log.exception("could not settle message on %s (consumer %s)", msg.subject, self.durable)
 
     async def _handle(self, msg: Msg) -> None:
+        if len(self.filter_subjects) > 1 and not any(
+            subject_matches(pattern, msg.subject) for pattern in self.filter_subjects
+        ):
+            # NATS before 2.10 ignores a consumer's several filter subjects and delivers the whole stream;
+            # the handler still sees only what it asked for.
+            await msg.ack()
+            self.stats.filtered += 1
+            return
         deliveries = msg.metadata.num_delivered
         max_deliver = self.bus.settings.max_deliver
         try:

@@ -7,9 +7,9 @@ import uuid
 
 from nats.aio.msg import Msg
 
-from services.domain.bus import Bus
-from services.domain.events import Envelope, encode
-from tests.domain.bus_helpers import eventually, paused, unique
+from services.domain.bus import Bus, subject_matches
+from services.domain.events import Envelope, RolloutResumed, encode, new_event
+from tests.domain.bus_helpers import T0, eventually, paused, unique
 
 
 async def test_republished_event_id_is_dropped_by_jetstream(bus: Bus) -> None:
@@ -204,3 +204,57 @@ async def test_stop_returns_promptly_and_leaves_unhandled_messages_for_others(bu
     successor.stop()
     await task
     assert sorted(rest) == list(range(6, 21))
+
+
+def test_subject_matching_follows_nats_wildcards() -> None:
+    assert subject_matches("a.*.c", "a.b.c")
+    assert not subject_matches("a.*.c", "a.b.d")
+    assert not subject_matches("a.*", "a.b.c")
+    assert subject_matches("a.>", "a.b.c")
+    assert not subject_matches("a.>", "a")
+    assert not subject_matches("a.b", "a.b.c")
+
+
+async def test_a_consumer_with_several_filters_hands_over_only_those_events(bus: Bus) -> None:
+    # The machine's NATS 2.9 ignores several filter subjects and delivers everything; 2.10+ filters.
+    name = unique("several")
+    stream = f"CloneSet/default/{name}"
+    resumed = new_event(RolloutResumed(rollout_id="r1"), stream=stream, stream_version=2, occurred_at=T0)
+    await bus.publish_many([paused(stream, 1), resumed, paused(stream, 3)])
+    seen: list[str] = []
+
+    async def handle(envelope: Envelope, msg: Msg) -> None:
+        seen.append(envelope.type)
+
+    filters = [bus.event_filter(event_type=t, name=name) for t in ("RolloutPaused", "RevisionsPruned")]
+    consumer = bus.consumer(unique("several"), filters, handle)
+    task = asyncio.create_task(consumer.run())
+    await eventually(lambda: len(seen) >= 2, what="the two paused events")
+    await asyncio.sleep(0.3)  # the resumption would be handed over by now
+    consumer.stop()
+    await task
+    assert seen == ["RolloutPaused", "RolloutPaused"]
+
+
+class _Delivered:
+    """A delivered message as the consumer sees it, outside the filters (what NATS < 2.10 hands over)."""
+
+    def __init__(self, subject: str) -> None:
+        self.subject = subject
+        self.acked = False
+
+    async def ack(self) -> None:
+        self.acked = True
+
+
+async def test_events_outside_several_filters_are_acked_without_reaching_the_handler(bus: Bus) -> None:
+    handled: list[Envelope] = []
+
+    async def handle(envelope: Envelope, msg: Msg) -> None:
+        handled.append(envelope)
+
+    filters = [bus.event_filter(event_type=t) for t in ("RolloutPaused", "RevisionsPruned")]
+    consumer = bus.consumer(unique("outside"), filters, handle)
+    stray = _Delivered(bus.subject_for(paused("CloneSet/default/web", 1)).replace("RolloutPaused", "Other"))
+    await consumer._handle(stray)  # type: ignore[arg-type]
+    assert stray.acked and handled == [] and consumer.stats.filtered == 1
