@@ -114,13 +114,15 @@ class WorkloadState:
             self._fold_observed(payload)
         elif isinstance(payload, PodActionSucceeded):
             self.outcomes[payload.action_id] = "succeeded"
-            self.outcome_log[payload.action_id] = Outcome(
-                envelope.stream_version, envelope.occurred_at, False, ""
+            # The first outcome only (there is one per action), so the log stays in stream order.
+            self.outcome_log.setdefault(
+                payload.action_id, Outcome(envelope.stream_version, envelope.occurred_at, False, "")
             )
         elif isinstance(payload, PodActionFailed):
             self.outcomes[payload.action_id] = "failed"
-            self.outcome_log[payload.action_id] = Outcome(
-                envelope.stream_version, envelope.occurred_at, True, payload.reason
+            self.outcome_log.setdefault(
+                payload.action_id,
+                Outcome(envelope.stream_version, envelope.occurred_at, True, payload.reason),
             )
         elif isinstance(payload, PodActionRequested):
             self.requested[payload.action_id] = Requested(payload, envelope.occurred_at)
