@@ -18,10 +18,12 @@ import typer
 
 from services.domain.embedded import resolved_settings
 from services.domain.settings import Settings
+from services.domain.sidecarset_streams import SIDECARSET_KIND
 from services.domain.store import EventStore
+from services.domain.streams import WORKLOAD_KIND
 from services.domain.upcasting import UpcastError
 from services.replay.reads import TargetError
-from services.replay.verify import Decide
+from services.replay.verify import Decide, VerifyReport
 from services.replay.whatif import WhatIfError, parse_overrides
 
 T = TypeVar("T")
@@ -65,6 +67,16 @@ def load_decide(spec: str) -> Decide:
     if not callable(decide):
         raise typer.BadParameter(f"{spec} is not a callable")
     return decide  # type: ignore[no-any-return]
+
+
+def kind_counts(reports: list[VerifyReport]) -> str:
+    """One line with how many workloads of each kind were verified and how many diverged."""
+    parts = []
+    for kind in (WORKLOAD_KIND, SIDECARSET_KIND):
+        mine = [r for r in reports if r.kind == kind]
+        diverged = sum(1 for r in mine if r.divergence is not None)
+        parts.append(f"{kind}: {len(mine)} verified, {diverged} diverged")
+    return "; ".join(parts)
 
 
 def register(app: typer.Typer) -> None:
@@ -121,16 +133,21 @@ def register(app: typer.Typer) -> None:
     @app.command("verify")
     def verify_command(
         target: str | None = typer.Argument(None, help="<namespace>/<name> or a rollout id; omit with --all"),
-        all_workloads: bool = typer.Option(False, "--all", help="verify every workload in the log"),
+        all_workloads: bool = typer.Option(
+            False, "--all", help="verify every workload in the log: every CloneSet and every SidecarSet"
+        ),
         decide: str | None = typer.Option(
             None,
             "--decide",
-            help="package.module:function to use as the decision function (default: the planner's)",
+            help="package.module:function to use as the CloneSets' decision function (default: the"
+            " planner's); SidecarSets are always replayed with the SidecarSet planner",
         ),
         as_json: bool = typer.Option(False, "--json", help="one JSON report per workload (for CI)"),
     ) -> None:
         """Feed the recorded observations back into the planner and compare every decision with the record.
-        Exit 1 at the first divergence (printed with both sides)."""
+        A target is a CloneSet (use `rollbook sidecarset verify NAME` for one SidecarSet); --all verifies
+        every CloneSet and SidecarSet in the log and prints how many of each kind were verified. Exit 1 if
+        any workload diverges (its first divergence is printed with both sides)."""
         from services.planner.service import decide as planner_decide
         from services.replay.operations import verify_all, verify_target
 
@@ -152,14 +169,19 @@ def register(app: typer.Typer) -> None:
             return
         for report in reports:
             if report.divergence is None:
+                shown = (
+                    report.workload if report.kind == WORKLOAD_KIND else f"{report.kind} {report.workload}"
+                )
                 typer.echo(
-                    f"OK {report.workload}: {report.rounds} rounds, {report.decisions} decisions,"
+                    f"OK {shown}: {report.rounds} rounds, {report.decisions} decisions,"
                     f" {report.events} events"
                 )
             else:
                 typer.echo(report.divergence.describe())
         if not reports:
             typer.echo("no workloads in the log")
+        elif all_workloads:
+            typer.echo(kind_counts(reports))
         if diverged:
             raise typer.Exit(1)
 

@@ -53,6 +53,7 @@ from services.domain.streams import WORKLOAD_KIND, decisions_stream, derived_id,
 from services.planner import rounds
 from services.planner.progress import rollout_progress
 from services.planner.sidecarset_service import SidecarSetPlanner
+from services.planner.status import failure_conditions, with_failure_conditions
 from services.planner.workload_state import EXPECTATION_TIMEOUT, WorkloadState, encode_input
 
 log = structlog.get_logger("planner")
@@ -300,6 +301,11 @@ def decisions_for(state: WorkloadState, plan: dict[str, Any]) -> list[Event]:
             )
         )
     status = plan.get("status")
+    if status is not None:
+        # FailedScale / FailedUpdate come from the executors' outcomes, which the pure planner never sees.
+        previous = (state.last_status or {}).get("conditions") or []
+        failed = failure_conditions(previous, state.outcomes_since_last_round())
+        status = with_failure_conditions(status, failed)
     if status is not None and status != state.last_status:
         decisions.append(
             StatusPlanned(kind="CloneSet", namespace=state.namespace, name=state.name, status=status)

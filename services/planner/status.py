@@ -2,10 +2,105 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from services.planner.context import Context
 from services.planner.names import REJECTED_CONDITION
+
+# OpenKruise's CloneSet conditions for a failed scale / update step (docs/plan.md, "Status"). The pure
+# planner never sees action outcomes; the planner service adds these to the status it plans.
+FAILED_SCALE = "FailedScale"
+FAILED_UPDATE = "FailedUpdate"
+# Which executor actions are a scale step and which an update step, as OpenKruise splits its sync into
+# Scale (create/delete pods and their PVCs) and Update (in-place update, specified-delete patch for a
+# recreate, InPlaceUpdateReady condition writes). setPodsToDelete (OpenKruise's truncatePodsToDelete)
+# only logs there, so it sets neither condition.
+ACTION_CLASSES: dict[str, str] = {
+    "createPVC": FAILED_SCALE,
+    "createPod": FAILED_SCALE,
+    "deletePod": FAILED_SCALE,
+    "deletePVC": FAILED_SCALE,
+    "updateInPlace": FAILED_UPDATE,
+    "recreatePod": FAILED_UPDATE,
+    "markNotReady": FAILED_UPDATE,
+    "markReady": FAILED_UPDATE,
+}
+FAILURE_CONDITIONS = (FAILED_SCALE, FAILED_UPDATE)
+
+
+@dataclass(frozen=True)
+class ActionOutcome:
+    """A pod action's terminal outcome as the planner folded it (PodActionSucceeded / PodActionFailed)."""
+
+    action: str  # createPod, updateInPlace, ...
+    target: str  # the pod (or PVC) acted on
+    failed: bool
+    at: datetime  # the outcome event's occurred_at
+    reason: str = ""  # the executor's message, for a failure
+
+
+def condition_time(moment: datetime) -> str:
+    """Whole seconds in UTC, as Kubernetes writes condition times."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def failure_conditions(previous: Sequence[Any], outcomes: Sequence[ActionOutcome]) -> list[dict[str, Any]]:
+    """The FailedScale / FailedUpdate conditions to report (in that order), from the ones planned last
+    (``previous``, any list of conditions) and the outcomes that arrived since (in arrival order).
+
+    Per class: any failure among the new outcomes makes the condition True with the latest failure's
+    message (lastTransitionTime kept while it stays True, else the first new failure's time); new
+    outcomes that all succeeded turn a True condition False (at the first success's time); no new
+    outcome of the class keeps the previous condition as it was. A class that never failed reports none.
+    """
+    before = {
+        c.get("type"): c for c in previous if isinstance(c, dict) and c.get("type") in FAILURE_CONDITIONS
+    }
+    result: list[dict[str, Any]] = []
+    for kind in FAILURE_CONDITIONS:
+        old = before.get(kind)
+        mine = [o for o in outcomes if ACTION_CLASSES.get(o.action) == kind]
+        failures = [o for o in mine if o.failed]
+        was_true = old is not None and old.get("status") == "True"
+        condition: dict[str, Any] | None = old
+        if failures:
+            last = failures[-1]
+            since = old.get("lastTransitionTime") if was_true and old else condition_time(failures[0].at)
+            condition = {
+                "type": kind,
+                "status": "True",
+                "reason": _reason(last.action, "Failed"),
+                "message": f"{last.action} {last.target}: {last.reason}",
+                "lastTransitionTime": since,
+            }
+        elif mine and was_true:
+            first = mine[0]
+            condition = {
+                "type": kind,
+                "status": "False",
+                "reason": _reason(first.action, "Succeeded"),
+                "message": f"{first.action} {first.target} succeeded",
+                "lastTransitionTime": condition_time(first.at),
+            }
+        if condition is not None:
+            result.append(condition)
+    return result
+
+
+def with_failure_conditions(status: dict[str, Any], failed: list[dict[str, Any]]) -> dict[str, Any]:
+    """``status`` with its FailedScale / FailedUpdate conditions replaced by ``failed`` (after the others)."""
+    current = status.get("conditions") or []
+    kept = [c for c in current if not (isinstance(c, dict) and c.get("type") in FAILURE_CONDITIONS)]
+    if not failed and len(kept) == len(current):
+        return status
+    return {**status, "conditions": kept + failed}
+
+
+def _reason(action: str, outcome: str) -> str:
+    return f"{action[:1].upper()}{action[1:]}{outcome}"
 
 
 def label_selector_string(selector: dict[str, Any]) -> str:

@@ -30,6 +30,7 @@ from services.domain.events import (
     RolloutPaused,
     RolloutResumed,
     RolloutStarted,
+    RoundPlanned,
     SpecRejected,
     StatusPlanned,
 )
@@ -41,6 +42,7 @@ from services.domain.streams import (
     observed_stream,
 )
 from services.planner import rounds
+from services.planner.status import ActionOutcome
 
 INSTANCE_ID_LABEL = "apps.kruise.io/cloneset-instance-id"
 
@@ -55,6 +57,16 @@ _canonical = msgspec.json.Encoder(order="sorted")
 class Requested:
     event: PodActionRequested
     requested_at: datetime
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A terminal outcome's details: where it is in the actions stream, when, and why it failed."""
+
+    version: int  # in the actions stream
+    at: datetime  # occurred_at
+    failed: bool
+    reason: str
 
 
 @dataclass
@@ -72,6 +84,7 @@ class WorkloadState:
     gone_uids: set[str] = field(default_factory=set)
     requested: dict[str, Requested] = field(default_factory=dict)
     outcomes: dict[str, str] = field(default_factory=dict)  # action id -> succeeded | failed
+    outcome_log: dict[str, Outcome] = field(default_factory=dict)  # action id -> details, stream order
     # the planner's own record
     last_status: dict[str, Any] | None = None
     update_revision: str | None = None
@@ -81,6 +94,7 @@ class WorkloadState:
     last_rejection: tuple[Any, ...] | None = None
     schedules: dict[str, datetime] = field(default_factory=dict)  # RequeueScheduled id -> due, not yet fired
     last_input_id: Any = None
+    round_through: dict[str, int] = field(default_factory=dict)  # ``through`` of the last round folded
 
     @property
     def streams(self) -> tuple[str, str, str]:
@@ -103,8 +117,16 @@ class WorkloadState:
             self._fold_observed(payload)
         elif isinstance(payload, PodActionSucceeded):
             self.outcomes[payload.action_id] = "succeeded"
+            # The first outcome only (there is one per action), so the log stays in stream order.
+            self.outcome_log.setdefault(
+                payload.action_id, Outcome(envelope.stream_version, envelope.occurred_at, False, "")
+            )
         elif isinstance(payload, PodActionFailed):
             self.outcomes[payload.action_id] = "failed"
+            self.outcome_log.setdefault(
+                payload.action_id,
+                Outcome(envelope.stream_version, envelope.occurred_at, True, payload.reason),
+            )
         elif isinstance(payload, PodActionRequested):
             self.requested[payload.action_id] = Requested(payload, envelope.occurred_at)
         elif isinstance(payload, RevisionCreated):
@@ -115,6 +137,8 @@ class WorkloadState:
         elif isinstance(payload, RevisionsPruned):
             for name in payload.names:
                 self.revisions.pop(name, None)
+        elif isinstance(payload, RoundPlanned):
+            self.round_through = payload.through
         elif isinstance(payload, StatusPlanned):
             self.last_status = payload.status
         elif isinstance(payload, RolloutStarted):
@@ -238,6 +262,26 @@ class WorkloadState:
                 continue
             result.append(requested)
         return result
+
+    def outcomes_since_last_round(self) -> list[ActionOutcome]:
+        """Terminal outcomes folded after the last recorded round's ``through`` (actions stream order):
+        what the failure conditions of this round's status react to. A function of the folded state."""
+        seen = self.round_through.get(actions_stream(self.namespace, self.name), 0)
+        fresh: list[ActionOutcome] = []
+        for action_id in reversed(self.outcome_log):
+            outcome = self.outcome_log[action_id]
+            if outcome.version <= seen:
+                break
+            requested = self.requested.get(action_id)
+            if requested is None:
+                continue  # an outcome without its request (not ours): nothing to attribute it to
+            event = requested.event
+            target = event.pod
+            if event.action in ("createPVC", "deletePVC"):
+                target = str(event.details.get("pvc") or target)
+            fresh.append(ActionOutcome(event.action, target, outcome.failed, outcome.at, outcome.reason))
+        fresh.reverse()
+        return fresh
 
     # --- the decision function's input ---------------------------------------------------------------
 

@@ -5,7 +5,7 @@
     records = await replay_records(store, "default/sample")                    # the same, as dicts
     summary, last = await replay_at(store, "default/sample", at_time=..., at_position=...)
     report = await verify_target(store, "default/sample@sample-7656fc4998", decide=...)
-    reports = await verify_all(store, decide=...)                               # one pass over the log
+    reports = await verify_all(store, decide=...)               # every CloneSet and SidecarSet, one pass
     result = await what_if_rollout(store, "default/sample@sample-7656fc4998", {"partition": 0})
 """
 
@@ -17,9 +17,18 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, TypeVar
 
+from services.domain.events import Envelope, RoundPlanned
+from services.domain.sidecarset_streams import (
+    SIDECARSET_KIND,
+    actions_stream,
+    decisions_stream,
+    observed_stream,
+    sidecarset_of,
+)
 from services.domain.store import EventStore, StoredEvent
 from services.domain.streams import workload_of
 from services.planner.service import decide as planner_decide
+from services.planner.sidecarset_replay import verify_sidecarset
 from services.replay.reads import TargetError, parse_target, rollout_span, workload_events
 from services.replay.timeline import Step, fold_timeline, one_line, state_at, summarise
 from services.replay.verify import Decide, VerifyReport, WorkloadVerifier
@@ -123,36 +132,82 @@ async def verify_target(store: EventStore, target: str, decide: Decide = planner
 async def verify_all(
     store: EventStore, decide: Decide = planner_decide, batch_size: int = PAGE_SIZE
 ) -> list[VerifyReport]:
-    """Every workload in one pass over the log in global order (memory: the inputs between two rounds of
-    each workload)."""
-    verifiers: dict[str, WorkloadVerifier] = {}
+    """Every workload of every kind in one pass over the log in global order: CloneSets (with ``decide``)
+    then SidecarSets (with the SidecarSet planner), each sorted by name. Memory: the inputs between two
+    rounds of each CloneSet; a SidecarSet's three streams are kept until the end of the pass (SidecarSets
+    are few and their rounds small)."""
     with cyclic_gc_paused():
-        return await _verify_all(store, decide, batch_size, verifiers)
+        return await _verify_all(store, decide, batch_size)
 
 
-async def _verify_all(
-    store: EventStore, decide: Decide, batch_size: int, verifiers: dict[str, WorkloadVerifier]
-) -> list[VerifyReport]:
-    by_stream: dict[str, WorkloadVerifier | None] = {}  # stream -> its workload's verifier (None: not ours)
+class _SidecarSetRecord:
+    """The verified streams of one SidecarSet, collected during the pass (its injections stream is not
+    planned, so not verified)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.streams: dict[str, list[Envelope]] = {
+            observed_stream(name): [],
+            actions_stream(name): [],
+            decisions_stream(name): [],
+        }
+
+    def feed(self, envelope: Envelope) -> None:
+        self.streams[envelope.stream].append(envelope)
+
+    def finish(self) -> VerifyReport:
+        observed, actions, decisions = self.streams.values()
+        replay = verify_sidecarset(self.name, observed, actions, decisions)
+        rounds = {e.event_id for e in decisions if isinstance(e.payload, RoundPlanned)}
+        return VerifyReport(
+            self.name,
+            events=len(observed) + len(actions) + len(decisions),
+            rounds=replay.rounds,
+            decisions=sum(1 for e in decisions if e.causation_id in rounds),
+            divergence=replay.divergence,
+            kind=SIDECARSET_KIND,
+        )
+
+
+async def _verify_all(store: EventStore, decide: Decide, batch_size: int) -> list[VerifyReport]:
+    verifiers: dict[str, WorkloadVerifier] = {}
+    sidecarsets: dict[str, _SidecarSetRecord] = {}
+    # stream -> what it feeds (None: nothing planned to verify, e.g. a SidecarSet's injections)
+    by_stream: dict[str, WorkloadVerifier | _SidecarSetRecord | None] = {}
     async for batch in store.read_all_batches(0, batch_size):
         for stored in batch:
             envelope = stored.envelope
             try:
-                verifier = by_stream[envelope.stream]
+                target = by_stream[envelope.stream]
             except KeyError:
-                verifier = by_stream[envelope.stream] = _verifier_for(envelope.stream, verifiers, decide)
-            if verifier is not None:
-                verifier.feed(envelope)
-    return [verifiers[key].finish() for key in sorted(verifiers)]
+                target = by_stream[envelope.stream] = _target_for(
+                    envelope.stream, verifiers, sidecarsets, decide
+                )
+            if target is not None:
+                target.feed(envelope)
+    return [verifiers[key].finish() for key in sorted(verifiers)] + [
+        sidecarsets[name].finish() for name in sorted(sidecarsets)
+    ]
 
 
-def _verifier_for(
-    stream: str, verifiers: dict[str, WorkloadVerifier], decide: Decide
-) -> WorkloadVerifier | None:
+def _target_for(
+    stream: str,
+    verifiers: dict[str, WorkloadVerifier],
+    sidecarsets: dict[str, _SidecarSetRecord],
+    decide: Decide,
+) -> WorkloadVerifier | _SidecarSetRecord | None:
+    name = sidecarset_of(stream)
+    if name is not None:
+        if stream not in (observed_stream(name), actions_stream(name), decisions_stream(name)):
+            return None  # the webhook's injections: recorded, not planned
+        record = sidecarsets.get(name)
+        if record is None:
+            record = sidecarsets[name] = _SidecarSetRecord(name)
+        return record
     try:
         namespace, name = workload_of(stream)
     except ValueError:
-        return None  # not a CloneSet stream (SidecarSet events, ...): nothing planned to verify
+        return None  # neither a CloneSet nor a SidecarSet stream: nothing planned to verify
     key = f"{namespace}/{name}"
     verifier = verifiers.get(key)
     if verifier is None:

@@ -23,9 +23,10 @@ from typing import Any
 import msgspec
 
 from services.domain.events import Envelope, RoundPlanned
-from services.domain.streams import actions_stream, decisions_stream, observed_stream
+from services.domain.streams import WORKLOAD_KIND, actions_stream, decisions_stream, observed_stream
 from services.planner.service import decide as planner_decide
 from services.planner.service import decisions_for, round_envelopes
+from services.planner.sidecarset_replay import SidecarSetDivergence
 from services.planner.workload_state import WorkloadState, encode_input
 
 Decide = Callable[[bytes], dict[str, Any]]
@@ -57,11 +58,12 @@ class Divergence:
 
 @dataclass
 class VerifyReport:
-    workload: str
+    workload: str  # <namespace>/<name> for a CloneSet, the name for a SidecarSet (cluster-scoped)
     events: int = 0
     rounds: int = 0
     decisions: int = 0
-    divergence: Divergence | None = None
+    divergence: Divergence | SidecarSetDivergence | None = None
+    kind: str = WORKLOAD_KIND
 
     @property
     def clean(self) -> bool:

@@ -15,9 +15,10 @@ import msgspec
 import pytest
 
 from services.domain.database import asyncpg_url
-from services.domain.events import PartitionStepPlanned, PodActionFailed, PodActionRequested
+from services.domain.events import PartitionStepPlanned, PodActionFailed, PodActionRequested, StatusPlanned
 from services.domain.store import EventStore
 from services.planner.plan import plan_json
+from services.planner.status import ACTION_CLASSES, FAILURE_CONDITIONS, condition_time
 from services.replay.operations import replay_at, verify_all, verify_target, what_if_rollout
 from services.replay.reads import workload_events
 from services.simcluster import SimCluster
@@ -119,6 +120,13 @@ async def test_record_replay_verify_and_what_if(
             )
 
         await wait_for(completed, within=30, what="RolloutCompleted recorded")
+
+        async def failures_cleared() -> bool:
+            conditions = ((await cluster.cloneset(NAME)).get("status") or {}).get("conditions") or []
+            mine = [c for c in conditions if c["type"] in FAILURE_CONDITIONS]
+            return bool(mine) and all(c["status"] == "False" for c in mine)
+
+        await wait_for(failures_cleared, within=30, what="FailedScale/FailedUpdate False on the CloneSet")
         await stack.stop_all()  # everything below reads the event store alone
 
         stored = await workload_events(store, "default", NAME)
@@ -132,6 +140,23 @@ async def test_record_replay_verify_and_what_if(
         retried = {(requests[a].action, requests[a].pod) for a in failed}
         assert any((r.action, r.pod) in retried and a not in failed for a, r in requests.items()), (
             "a failed pod action was never retried"
+        )
+
+        # --- the CloneSet's status reported the failure, then its retry succeeding ---------------------
+        kinds = {ACTION_CLASSES[requests[a].action] for a in failed if requests[a].action in ACTION_CLASSES}
+        assert kinds
+        failed_at = {condition_time(e.occurred_at) for e in events if isinstance(e.payload, PodActionFailed)}
+        planned = [e.payload.status for e in events if isinstance(e.payload, StatusPlanned)]
+        for kind in kinds:
+            shown = [c for status in planned for c in status.get("conditions") or [] if c["type"] == kind]
+            failing = [c for c in shown if c["status"] == "True"]
+            assert failing, f"no planned status carried {kind}: {shown}"
+            assert all("HTTP 422" in c["message"] for c in failing), failing
+            assert {c["lastTransitionTime"] for c in failing} <= failed_at
+            assert shown[-1]["status"] == "False", f"{kind} never cleared after the retry: {shown[-1]}"
+        written = (await cluster.cloneset(NAME))["status"].get("conditions") or []
+        assert {c["type"]: c["status"] for c in written if c["type"] in kinds} == dict.fromkeys(
+            kinds, "False"
         )
 
         # --- replay reproduces the state the cluster reached -------------------------------------------

@@ -1,0 +1,143 @@
+"""`rollbook verify --all` verifies every workload kind in the log: a CloneSet history and a SidecarSet
+rollout recorded through their planners' own code paths into one store; an edited SidecarSet decision is
+reported as a divergence (exit 1), as an edited CloneSet one is."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from typing import Any
+
+import asyncpg
+import msgspec
+import pytest
+
+from services.domain.database import asyncpg_url, upgrade_async
+from services.domain.events import Event, ObjectObserved, new_event
+from services.domain.sidecarset_streams import SIDECARSET_KIND, decisions_stream, observed_stream
+from services.domain.store import EventStore
+from services.planner.sidecarset_service import SidecarSetPlanner, SidecarSetState
+from services.replay.operations import verify_all
+from services.replay.simulation import T0, WorkloadSimulation
+from tests.planner.test_sidecarset_upgrade import NEW, OLD, pod, sidecarset
+from tests.plugins.database import fresh_database
+from tests.plugins.servers import ServerUrls
+from tests.plugins.stack import REPO_ROOT
+
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+
+SIDECARSET = "test-sidecarset"
+
+
+async def observe(store: EventStore, obj: dict[str, Any], seconds: float) -> None:
+    metadata = obj["metadata"]
+    kind = obj["kind"]
+    payload: Event = ObjectObserved(
+        kind=kind,
+        namespace=metadata.get("namespace", ""),
+        name=metadata["name"],
+        uid=metadata.get("uid") or f"uid-{metadata['name']}",
+        resource_version=str(seconds),
+        change="MODIFIED",
+        object=obj,
+    )
+    stream = observed_stream(SIDECARSET)
+    version = (await store.stream_version(stream)) + 1
+    event = new_event(
+        payload, stream=stream, stream_version=version, occurred_at=T0 + timedelta(seconds=seconds)
+    )
+    await store.append([event], expected_version=version - 1)
+
+
+async def record_sidecarset_rollout(store: EventStore) -> None:
+    """The SidecarSet planner's rounds over a SidecarSet seen at the old image, then changed to a new one
+    (a partitioned step upgrading one of two pods)."""
+    planner = SidecarSetPlanner(store)
+    state = planner.states[SIDECARSET] = SidecarSetState(SIDECARSET)
+    for seconds, obj in enumerate([pod("a"), pod("b", age=1), sidecarset(OLD)], start=1):
+        await observe(store, obj, seconds)
+    await planner.plan_round(state)
+    await observe(store, sidecarset(NEW, partition=1), 10)
+    await planner.plan_round(state)
+
+
+@pytest.fixture
+async def database(server_urls: ServerUrls) -> AsyncIterator[str]:
+    async with fresh_database(server_urls.database_url, prefix="rollbook_verify_kinds") as url:
+        await upgrade_async(url)
+        store = await EventStore.connect(url)
+        try:
+            await store.import_events(WorkloadSimulation("team-a", "web", replicas=2, start=T0).run())
+            await record_sidecarset_rollout(store)
+        finally:
+            await store.close()
+        yield url
+
+
+async def rollbook(database_url: str, *args: str) -> tuple[int, str]:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "services.cli.main",
+        *args,
+        cwd=REPO_ROOT,
+        env={**os.environ, "ROLLBOOK_DATABASE_URL": database_url},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    output, _ = await process.communicate()
+    return await process.wait(), output.decode()
+
+
+async def edit_partition_step(database_url: str) -> None:
+    """A superuser edits the SidecarSet's recorded partition step (guard triggers off)."""
+    conn = await asyncpg.connect(asyncpg_url(database_url))
+    try:
+        async with conn.transaction():
+            await conn.execute("SET session_replication_role = replica")
+            changed = await conn.execute(
+                "UPDATE events SET payload = jsonb_set(payload, '{partition}', '0')"
+                " WHERE stream = $1 AND type = 'PartitionStepPlanned'",
+                decisions_stream(SIDECARSET),
+            )
+            assert changed == "UPDATE 1"
+    finally:
+        await conn.close()
+
+
+async def test_verify_all_covers_sidecarsets_and_reports_their_divergence(database: str) -> None:
+    store = await EventStore.connect(database)
+    try:
+        reports = await verify_all(store)
+    finally:
+        await store.close()
+    assert [(r.kind, r.workload, r.divergence) for r in reports] == [
+        ("CloneSet", "team-a/web", None),
+        (SIDECARSET_KIND, SIDECARSET, None),
+    ]
+    sidecar = reports[1]
+    assert sidecar.rounds == 2 and sidecar.decisions == 8 and sidecar.events > sidecar.decisions
+
+    code, output = await rollbook(database, "verify", "--all")
+    assert code == 0, output
+    assert "OK team-a/web:" in output
+    assert f"OK SidecarSet {SIDECARSET}: 2 rounds" in output
+    assert "CloneSet: 1 verified, 0 diverged; SidecarSet: 1 verified, 0 diverged" in output
+
+    await edit_partition_step(database)
+    code, output = await rollbook(database, "verify", "--all")
+    assert code == 1, output
+    assert f"DIVERGENCE in SidecarSet {SIDECARSET}" in output and "partition" in output
+    assert "OK team-a/web:" in output  # the CloneSet is still verified, and clean
+    assert "CloneSet: 1 verified, 0 diverged; SidecarSet: 1 verified, 1 diverged" in output
+    code, output = await rollbook(database, "verify", "--all", "--json")
+    assert code == 1
+    by_kind = {r["kind"]: r for r in msgspec.json.decode(output)}
+    assert by_kind["CloneSet"]["divergence"] is None
+    divergence = by_kind[SIDECARSET_KIND]["divergence"]
+    # The second round's third decision: RevisionCreated, RolloutStarted, PartitionStepPlanned.
+    assert divergence["field"] == "decisions[2]"
+    assert (divergence["recorded"]["partition"], divergence["replayed"]["partition"]) == (0, 1)
