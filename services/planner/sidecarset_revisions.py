@@ -124,10 +124,13 @@ def plan_revision(
     in_use: set[str],
 ) -> RevisionDecision:
     """Register the SidecarSet's latest revision and truncate the history (pure)."""
-    revisions = read_revisions(recorded)
+    records = list(recorded)
+    revisions = read_revisions(records)
     data = revision_data(sidecarset.spec)
     key = canonical_json(data)
-    next_number = (revisions[-1].number + 1) if revisions else 1
+    # Numbers of records without data (written before revisions carried it) still count.
+    numbers = [r.get("revision") for r in records if isinstance(r, Mapping)]
+    next_number = max((n for n in numbers if isinstance(n, int)), default=0) + 1
     equal = [r for r in revisions if r.key == key]
     record: SidecarSetRevision | None = None
     if equal and equal[-1] is revisions[-1]:

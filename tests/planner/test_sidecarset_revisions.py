@@ -276,3 +276,11 @@ def test_decisions_record_prune_and_report_revisions_and_replay_reproduces_them(
     ]
     divergence = verify_sidecarset(NAME, recorder.observed, [], tampered).divergence
     assert divergence is not None and divergence.recorded["revision"] == 7
+
+
+def test_records_without_data_still_count_for_the_next_number() -> None:
+    """Revisions recorded before they carried their data (name and number only) are not reused, but the
+    next revision is numbered after them."""
+    legacy = [{"metadata": {"name": f"{NAME}-2wcfbwz492"}, "revision": 3}]
+    decision = plan_revision(ss.parse_sidecarset(sidecarset(OLD)), legacy, 0, set())
+    assert decision.record is not None and decision.latest.number == 4
