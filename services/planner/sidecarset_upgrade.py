@@ -62,7 +62,7 @@ class PodAssessment:
 class SidecarSetRound:
     sidecarset: str
     revision: str  # the SidecarSet's kruise.io/sidecarset-hash
-    revision_name: str
+    revision_name: str  # the rollout's target (hash-based); the recorded revision is revisions.latest
     update_type: str  # RollingUpdate | NotUpdate
     paused: bool
     matched: list[PodAssessment]
