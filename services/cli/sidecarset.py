@@ -31,6 +31,9 @@ def round_json(result: SidecarSetRound) -> dict[str, Any]:
     return {
         "sidecarSet": result.sidecarset,
         "revision": result.revision_name,
+        "latestRevision": result.revisions.latest.name,
+        "revisionRecorded": result.revisions.record is not None,
+        "revisionsPruned": result.revisions.pruned,
         "updateType": result.update_type,
         "paused": result.paused,
         "partition": result.partition,
@@ -48,13 +51,17 @@ def round_json(result: SidecarSetRound) -> dict[str, Any]:
 
 @sidecarset_app.command("plan")
 def plan_command(
-    file: str = typer.Option(..., "-f", "--file", help="state JSON {sidecarSet, pods, now}; - for stdin"),
+    file: str = typer.Option(
+        ..., "-f", "--file", help="state JSON {sidecarSet, pods, now[, revisions]}; - for stdin"
+    ),
 ) -> None:
     """Decide one upgrade round for a SidecarSet and print it as JSON (exit 2 for an invalid SidecarSet)."""
     data = json.loads(sys.stdin.read() if file == "-" else Path(file).read_text())
     now = datetime.fromisoformat(str(data["now"]).replace("Z", "+00:00"))
     try:
-        result = plan_sidecarset(data["sidecarSet"], data.get("pods") or [], now)
+        result = plan_sidecarset(
+            data["sidecarSet"], data.get("pods") or [], now, revisions=data.get("revisions") or []
+        )
     except SidecarSetError as error:
         typer.echo(f"invalid SidecarSet: {error}", err=True)
         raise typer.Exit(2) from None

@@ -66,5 +66,7 @@ def rollout_id(name: str, revision: str) -> str:
 
 
 def revision_name(name: str, sidecarset_hash: str) -> str:
-    """A readable name for one SidecarSet revision (its hash is 64 characters)."""
+    """The name a SidecarSet rollout targets: the SidecarSet hash (64 characters) cut to 10. Rollouts are
+    keyed by the hash the pods must reach; the recorded revisions (``status.latestRevision``) have
+    OpenKruise's ControllerRevision names (``services.planner.sidecarset_revisions``)."""
     return f"{name}-{sidecarset_hash[:10]}"

@@ -32,6 +32,7 @@ from services.domain.events import (
     RequeueDue,
     RequeueScheduled,
     RevisionCreated,
+    RevisionsPruned,
     RolloutCompleted,
     RolloutPaused,
     RolloutResumed,
@@ -55,6 +56,7 @@ from services.domain.sidecarset_streams import (
 from services.domain.store import ConcurrencyError, EventStore
 from services.domain.streams import derived_id
 from services.planner import rounds
+from services.planner.sidecarset_revisions import revision_object
 from services.planner.sidecarset_upgrade import SidecarSetRound, plan_sidecarset
 from services.planner.workload_state import EXPECTATION_TIMEOUT
 
@@ -83,7 +85,7 @@ class SidecarSetState:
     requested: dict[str, tuple[PodActionRequested, datetime]] = field(default_factory=dict)
     outcomes: dict[str, str] = field(default_factory=dict)
     # the planner's own record
-    revisions: set[str] = field(default_factory=set)
+    revisions: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> ControllerRevision-shaped
     update_revision: str | None = None
     active_rollout: str | None = None
     paused: bool = False
@@ -113,7 +115,10 @@ class SidecarSetState:
             case PodActionRequested():
                 self.requested[payload.action_id] = (payload, envelope.occurred_at)
             case RevisionCreated():
-                self.revisions.add(payload.name)
+                self.record_revision(payload)
+            case RevisionsPruned():
+                for name in payload.names:
+                    self.revisions.pop(name, None)
             case RolloutStarted():
                 self.active_rollout = payload.rollout_id
                 self.update_revision = payload.to_revision
@@ -139,6 +144,20 @@ class SidecarSetState:
                 self.schedules.pop(str(payload.scheduled_by), None)
                 if self.now is None or payload.due_at > self.now:
                     self.now = payload.due_at
+
+    def record_revision(self, created: RevisionCreated) -> None:
+        """A recorded revision, kept as the ControllerRevision the round built (a re-numbering replaces it).
+        A record without the object (written before revisions carried their data) keeps the name and number
+        only, so the next round records the SidecarSet's revision afresh."""
+        self.revisions[created.name] = created.object or {
+            "metadata": {"name": created.name},
+            "revision": created.revision,
+        }
+
+    def collision_count(self) -> int:
+        """The collision count last planned into the status (OpenKruise reads it back from the status)."""
+        value = (self.last_status or {}).get("collisionCount")
+        return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
     def _fold_observed(self, observed: ObjectObserved) -> None:
         obj = observed.object
@@ -196,7 +215,13 @@ def _step_key(step: PartitionStepPlanned) -> tuple[Any, ...]:
 def round_of(state: SidecarSetState) -> SidecarSetRound | SidecarSetError:
     assert state.sidecarset is not None and state.now is not None
     try:
-        return plan_sidecarset(state.sidecarset, state.pods.values(), state.now)
+        return plan_sidecarset(
+            state.sidecarset,
+            state.pods.values(),
+            state.now,
+            revisions=[state.revisions[name] for name in sorted(state.revisions)],
+            collision_count=state.collision_count(),
+        )
     except SidecarSetError as error:
         return error
 
@@ -213,15 +238,20 @@ def decisions_for(state: SidecarSetState, result: SidecarSetRound | SidecarSetEr
     decisions: list[Event] = []
     target = result.revision_name
     rollout = rollout_id(state.name, target)
-    if target not in state.revisions:
+    recorded = result.revisions.record
+    if recorded is not None:
+        spec = recorded.data.get("spec") or {}
         decisions.append(
             RevisionCreated(
-                name=target,
-                revision=len(state.revisions) + 1,
+                name=recorded.name,
+                revision=recorded.number,
                 hash=result.revision,
-                template={"containers": result.containers},
+                template={k: v for k, v in spec.items() if k != "$patch" and v is not None},
+                object=revision_object(state.name, recorded),
             )
         )
+    if result.revisions.pruned:
+        decisions.append(RevisionsPruned(names=result.revisions.pruned))
     active = state.active_rollout
     paused = state.paused
     if target != state.update_revision:

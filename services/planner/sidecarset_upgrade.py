@@ -29,6 +29,7 @@ from services.domain import sidecarset as ss
 from services.domain.sidecarset_streams import INPLACE_STATE_ANNOTATION, revision_name
 from services.planner import intorpercent
 from services.planner.podstate import PodView
+from services.planner.sidecarset_revisions import RevisionDecision, plan_revision, revisions_in_use
 from services.planner.update import _priority_key
 
 
@@ -61,7 +62,7 @@ class PodAssessment:
 class SidecarSetRound:
     sidecarset: str
     revision: str  # the SidecarSet's kruise.io/sidecarset-hash
-    revision_name: str
+    revision_name: str  # the rollout's target (hash-based); the recorded revision is revisions.latest
     update_type: str  # RollingUpdate | NotUpdate
     paused: bool
     matched: list[PodAssessment]
@@ -72,6 +73,7 @@ class SidecarSetRound:
     upgrades: list[PodUpgrade]
     not_upgradable: list[str]  # not updated, and only recreation can give them the new spec
     status: dict[str, Any]
+    revisions: RevisionDecision  # the latest revision (status.latestRevision), what to record and prune
     strategy: dict[str, Any] = field(default_factory=dict)
     containers: list[dict[str, Any]] = field(default_factory=list)  # the defaulted sidecar containers
 
@@ -170,11 +172,15 @@ def _assess(sidecarset: ss.SidecarSet, pod: Mapping[str, Any]) -> PodAssessment:
     )
 
 
-def upgrade_patch(sidecarset: ss.SidecarSet, pod: Mapping[str, Any], now: datetime) -> PodUpgrade:
+def upgrade_patch(
+    sidecarset: ss.SidecarSet, pod: Mapping[str, Any], now: datetime, controller_revision: str | None = None
+) -> PodUpgrade:
     """The strategic merge patch upgrading ``pod`` to the SidecarSet's images: sidecar images by container
     name, the pod's ``kruise.io/sidecarset-hash`` entry for this SidecarSet (others kept), and the in-place
     state recording the image ids the sidecars run now (completion = they change). The without-image hash
-    annotation is left alone (OpenKruise writes it at injection only)."""
+    annotation is left alone (OpenKruise writes it at injection only). The entry's ``controllerRevision``
+    is ``controller_revision`` (this round's latest revision), else the SidecarSet's
+    ``status.latestRevision``."""
     metadata = pod.get("metadata") or {}
     stamp = _format_time(now)
     by_name = {c.get("name"): c for c in (pod.get("spec") or {}).get("containers") or ()}
@@ -188,8 +194,9 @@ def upgrade_patch(sidecarset: ss.SidecarSet, pod: Mapping[str, Any], now: dateti
     entry: dict[str, Any] = dict(previous) if isinstance(previous, dict) else {}
     entry.update({"updateTimestamp": stamp, "hash": sidecarset.hash, "sidecarSetName": sidecarset.name})
     entry.setdefault("sidecarList", sorted(c["name"] for c in sidecarset.containers))
-    if sidecarset.controller_revision:
-        entry["controllerRevision"] = sidecarset.controller_revision
+    revision = sidecarset.controller_revision if controller_revision is None else controller_revision
+    if revision:
+        entry["controllerRevision"] = revision
     hashes[sidecarset.name] = entry
     statuses = _container_statuses(pod)
     states = _json_annotation(pod, INPLACE_STATE_ANNOTATION)
@@ -222,11 +229,20 @@ def upgrade_patch(sidecarset: ss.SidecarSet, pod: Mapping[str, Any], now: dateti
 
 
 def plan_sidecarset(
-    sidecarset_obj: Mapping[str, Any], pods: Iterable[Mapping[str, Any]], now: datetime
+    sidecarset_obj: Mapping[str, Any],
+    pods: Iterable[Mapping[str, Any]],
+    now: datetime,
+    revisions: Iterable[Mapping[str, Any]] = (),
+    collision_count: int = 0,
 ) -> SidecarSetRound:
-    """This round of the SidecarSet's rolling in-place upgrade. Raises ``SidecarSetError`` for an invalid
-    SidecarSet (the caller reports it; nothing is upgraded)."""
+    """This round of the SidecarSet's rolling in-place upgrade. ``revisions`` are the recorded revisions
+    (ControllerRevision-shaped, ``services.planner.sidecarset_revisions``): the round registers the latest
+    one, names it in the status (``latestRevision``) and in the upgraded pods' annotations, and prunes the
+    history. Raises ``SidecarSetError`` for an invalid SidecarSet (the caller reports it; nothing is
+    upgraded)."""
     sidecarset = ss.parse_sidecarset(sidecarset_obj)
+    pods = list(pods)
+    revision = plan_revision(sidecarset, revisions, collision_count, revisions_in_use(sidecarset, pods))
     strategy: dict[str, Any] = sidecarset.spec.get("updateStrategy") or {}
     update_type = str(strategy.get("type") or "RollingUpdate")
     paused = bool(strategy.get("paused"))
@@ -266,7 +282,7 @@ def plan_sidecarset(
                 if busy >= max_unavailable:
                     break  # as OpenKruise's calculateUpgradeCount: the walk stops at the first blocked pod
                 busy += 1
-            upgrades.append(upgrade_patch(sidecarset, by_key[key], now))
+            upgrades.append(upgrade_patch(sidecarset, by_key[key], now, revision.latest.name))
     not_upgradable = sorted(a.key for a in assessed.values() if not a.updated and not a.upgradable)
     ready = [a for a in assessed.values() if a.upgrade_complete and a.running_ready]
     status = {
@@ -275,6 +291,8 @@ def plan_sidecarset(
         "readyPods": len(ready),
         "updatedReadyPods": sum(1 for a in ready if a.updated),
         "observedGeneration": int((sidecarset_obj.get("metadata") or {}).get("generation") or 0),
+        "latestRevision": revision.latest.name,
+        "collisionCount": revision.collision_count,
     }
     return SidecarSetRound(
         sidecarset=sidecarset.name,
@@ -290,6 +308,7 @@ def plan_sidecarset(
         upgrades=upgrades,
         not_upgradable=not_upgradable,
         status=status,
+        revisions=revision,
         strategy=strategy,
         containers=sidecarset.containers,
     )

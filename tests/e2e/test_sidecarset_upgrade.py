@@ -25,6 +25,7 @@ import yaml
 from kubernetes_asyncio import client
 
 from services.domain import audit_queries
+from services.domain import sidecarset as ss
 from services.domain.bus import Bus
 from services.domain.database import asyncpg_url
 from services.domain.events import (
@@ -32,6 +33,7 @@ from services.domain.events import (
     PartitionStepPlanned,
     PodActionRequested,
     PodActionSucceeded,
+    RevisionCreated,
     RolloutCompleted,
     RolloutPaused,
     RolloutResumed,
@@ -157,10 +159,13 @@ async def test_paused_then_partition_50_percent_upgrades_two_pods_one_at_a_time(
         )
         return cast(dict[str, Any], obj)
 
-    async def status_is(**expected: int) -> dict[str, Any] | None:
+    async def status_is(**expected: Any) -> dict[str, Any] | None:
         obj = await status()
         current = obj.get("status") or {}
         return obj if all(current.get(k) == v for k, v in expected.items()) else None
+
+    def revisions_recorded(events: list[Any]) -> list[RevisionCreated]:
+        return [e for e in events if isinstance(e, RevisionCreated)]
 
     await wait_for(
         lambda: status_is(matchedPods=4, updatedPods=4, readyPods=4, updatedReadyPods=4),
@@ -190,6 +195,13 @@ async def test_paused_then_partition_50_percent_upgrades_two_pods_one_at_a_time(
     assert not [d for d in decisions if isinstance(d, PodActionRequested)]
     assert any(isinstance(d, RolloutStarted) for d in decisions)
     assert any(isinstance(d, RolloutPaused) and d.reason == "updateStrategy.paused" for d in decisions)
+    # The image change recorded the SidecarSet's second revision; the status names it (OpenKruise's
+    # status.latestRevision), written by the executor with the round that recorded it.
+    revisions = revisions_recorded(decisions)
+    assert [r.revision for r in revisions] == [1, 2] and revisions[0].name != revisions[1].name
+    latest = revisions[1].name
+    assert latest.startswith(f"{NAME}-") and revisions[1].template["containers"][0]["image"] == NEW_IMAGE
+    await wait_for(lambda: status_is(latestRevision=latest), what="status.latestRevision = revision 2")
 
     # Unpause with partition 50%: exactly two of the four pods are upgraded.
     await custom.patch_cluster_custom_object(
@@ -217,12 +229,16 @@ async def test_paused_then_partition_50_percent_upgrades_two_pods_one_at_a_time(
         assert spec_image(pod, "app") == "nginx:1.15.1"
         assert container(pod, "tools")["restartCount"] == (1 if name in upgraded else 0)
         assert container(pod, "tools")["image"] == (NEW_IMAGE if name in upgraded else OLD_IMAGE)
-    assert (await status())["status"]["updatedPods"] == 2
+        if name in upgraded:  # the upgrade rewrote the pod's entry: it names the revision it now runs
+            assert ss.pod_sidecar_revisions(pod)[NAME].controller_revision == latest
+    current = (await status())["status"]
+    assert current["updatedPods"] == 2 and current["latestRevision"] == latest
 
     # The audit trail: the step, two in-place actions with one success each, one pod at a time.
     decided = await store.read_stream(decisions_stream(NAME))
     payloads = [s.envelope.payload for s in decided]
     assert any(isinstance(d, RolloutResumed) for d in payloads)
+    assert revisions_recorded(payloads) == revisions  # a strategy change records no revision
     steps = [d for d in payloads if isinstance(d, PartitionStepPlanned)]
     assert steps and (steps[-1].partition, steps[-1].replicas, steps[-1].expected_updated) == (2, 4, 2)
     assert steps[-1].max_unavailable == 1
@@ -320,6 +336,25 @@ async def test_paused_then_partition_50_percent_upgrades_two_pods_one_at_a_time(
     )
     out, _ = await process.communicate()
     assert process.returncode == 0 and out.decode().startswith("OK:"), out
+
+    # A pod created now is injected from the SidecarSet whose status names the second revision, and its
+    # kruise.io/sidecarset-hash entry records that revision (SS-7's controllerRevision).
+    await wait_for(
+        lambda: _async(
+            any(
+                s.name == NAME and s.controller_revision == latest
+                for s in webhook.state.sidecarsets.snapshot()
+            )
+        ),
+        what="the webhook to see status.latestRevision",
+    )
+    late = seed("pod-test-pod.yaml")
+    late["metadata"]["name"] = "test-pod-late"
+    created = await core.create_namespaced_pod("default", body=cast(Any, late))
+    entry = json.loads(created.metadata.annotations[ss.HASH_ANNOTATION])[NAME]
+    assert entry["controllerRevision"] == latest
+    assert entry["hash"] == ss.parse_sidecarset(await status()).hash
+    assert next(c.image for c in created.spec.containers if c.name == "tools") == NEW_IMAGE
 
 
 def max_unavailable_at_once(observed: list[StoredEvent]) -> int:

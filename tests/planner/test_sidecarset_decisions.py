@@ -9,6 +9,7 @@ from services.domain.events import (
     PartitionStepPlanned,
     PodActionRequested,
     RevisionCreated,
+    RevisionsPruned,
     RolloutCompleted,
     RolloutPaused,
     RolloutResumed,
@@ -31,7 +32,10 @@ def replay(state: SidecarSetState, events: list[Any]) -> None:
     """Record decisions as the fold would (the parts decisions_for reads)."""
     for event in events:
         if isinstance(event, RevisionCreated):
-            state.revisions.add(event.name)
+            state.record_revision(event)
+        elif isinstance(event, RevisionsPruned):
+            for name in event.names:
+                state.revisions.pop(name, None)
         elif isinstance(event, RolloutStarted):
             state.active_rollout, state.update_revision, state.paused = (
                 event.rollout_id,

@@ -138,6 +138,8 @@ def test_worked_example_four_pods_partition_50_percent_max_unavailable_1() -> No
         "readyPods": 4,
         "updatedReadyPods": 2,
         "observedGeneration": 3,
+        "latestRevision": done.revisions.latest.name,
+        "collisionCount": 0,
     }
 
 

@@ -1,0 +1,184 @@
+"""SidecarSet revisions as pure functions: OpenKruise's ControllerRevisions of a SidecarSet
+(``pkg/controller/sidecarset/sidecarset_processor.go`` ``registerLatestRevision`` / ``truncateHistory``,
+``pkg/control/sidecarcontrol/history_control.go``), recorded by rollbook as ``RevisionCreated`` /
+``RevisionsPruned`` events on the SidecarSet's decisions stream (docs/sidecarset.md, "Revisions").
+
+- A revision's data is ``{"spec": {"$patch": "replace", "containers", "initContainers", "volumes",
+  "imagePullSecrets", "patchPodMetadata"}}`` of the defaulted spec (absent fields as null, as Go encodes
+  them): any change to one of these fields records a new revision; selector, strategies, scope do not.
+- Name ``<sidecarset>-<hash>``: the Kubernetes ``controller/history`` form, hash = SafeEncode of the
+  decimal FNV-1 32 of the canonical data (the collision count appended when non-zero), the same helpers as
+  the CloneSet's (``services/planner/revisions.py``).
+- Number: one more than the highest recorded. Data equal to the latest revision: nothing new. Equal to an
+  older revision (a rollback): that revision is re-numbered (same name, highest number + 1).
+- History: at most ``max(1, spec.revisionHistoryLimit)`` (default 10) revisions, counting the latest;
+  beyond that the oldest are dropped, except the latest and any a pod still names in its
+  ``kruise.io/sidecarset-hash`` ``controllerRevision`` (or ``injectionStrategy.revision.revisionName``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from services.domain import sidecarset as ss
+from services.planner.revisions import canonical_json, fnv1_32, safe_encode
+
+REVISION_FIELDS = ("containers", "initContainers", "volumes", "imagePullSecrets", "patchPodMetadata")
+# OpenKruise's label selecting a SidecarSet's ControllerRevisions (sidecarcontrol.SidecarSetKindName).
+SIDECARSET_NAME_LABEL = "kruise.io/sidecarset-name"
+DEFAULT_HISTORY_LIMIT = 10
+NAME_PREFIX_LIMIT = 223
+
+
+def revision_data(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """What a SidecarSet revision stores (OpenKruise's ``copySidecarSetSpecRevision``)."""
+    return {"spec": {"$patch": "replace", **{name: spec.get(name) for name in REVISION_FIELDS}}}
+
+
+def revision_hash(data: Mapping[str, Any], collision_count: int = 0) -> str:
+    raw = canonical_json(data)
+    if collision_count:
+        raw += str(collision_count).encode()
+    return safe_encode(str(fnv1_32(raw)))
+
+
+def revision_name(sidecarset: str, hash_: str) -> str:
+    return f"{sidecarset[:NAME_PREFIX_LIMIT]}-{hash_}"
+
+
+@dataclass(frozen=True, slots=True)
+class SidecarSetRevision:
+    name: str
+    number: int
+    data: dict[str, Any]
+    key: bytes  # canonical JSON of data, for equality
+    sidecarset_hash: str = ""  # the SidecarSet's kruise.io/sidecarset-hash at this revision
+    sidecarset_hash_without_image: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class RevisionDecision:
+    """This round's revision record: the latest revision (what ``status.latestRevision`` names), the one to
+    record (new, or re-numbered for a rollback; None when the latest is already recorded), the names to
+    prune, and the collision count to report."""
+
+    latest: SidecarSetRevision
+    record: SidecarSetRevision | None
+    pruned: list[str] = field(default_factory=list)
+    collision_count: int = 0
+
+
+def read_revisions(records: Iterable[Mapping[str, Any]]) -> list[SidecarSetRevision]:
+    """Recorded revisions (ControllerRevision-shaped), lowest number first; malformed records are skipped."""
+    result = []
+    for record in records:
+        if not isinstance(record, Mapping):
+            continue
+        metadata = record.get("metadata") or {}
+        name = metadata.get("name")
+        number = record.get("revision")
+        data = record.get("data")
+        if not isinstance(name, str) or not isinstance(number, int) or not isinstance(data, dict):
+            continue
+        annotations = metadata.get("annotations") or {}
+        result.append(
+            SidecarSetRevision(
+                name,
+                number,
+                data,
+                canonical_json(data),
+                str(annotations.get(ss.HASH_ANNOTATION) or ""),
+                str(annotations.get(ss.HASH_WITHOUT_IMAGE_ANNOTATION) or ""),
+            )
+        )
+    result.sort(key=lambda r: (r.number, r.name))
+    return result
+
+
+def history_limit(spec: Mapping[str, Any]) -> int:
+    value = spec.get("revisionHistoryLimit")
+    if isinstance(value, bool) or not isinstance(value, int):
+        return DEFAULT_HISTORY_LIMIT
+    return max(1, value)
+
+
+def revisions_in_use(sidecarset: ss.SidecarSet, pods: Iterable[Mapping[str, Any]]) -> set[str]:
+    """Revision names a pod records for this SidecarSet, plus the one ``injectionStrategy`` pins."""
+    names = set()
+    for pod in pods:
+        recorded = ss.pod_sidecar_revisions(pod).get(sidecarset.name)
+        if recorded is not None and recorded.controller_revision:
+            names.add(recorded.controller_revision)
+    pinned = ((sidecarset.spec.get("injectionStrategy") or {}).get("revision") or {}).get("revisionName")
+    if isinstance(pinned, str) and pinned:
+        names.add(pinned)
+    return names
+
+
+def plan_revision(
+    sidecarset: ss.SidecarSet,
+    recorded: Iterable[Mapping[str, Any]],
+    collision_count: int,
+    in_use: set[str],
+) -> RevisionDecision:
+    """Register the SidecarSet's latest revision and truncate the history (pure)."""
+    records = list(recorded)
+    revisions = read_revisions(records)
+    data = revision_data(sidecarset.spec)
+    key = canonical_json(data)
+    # Numbers of records without data (written before revisions carried it) still count.
+    numbers = [r.get("revision") for r in records if isinstance(r, Mapping)]
+    next_number = max((n for n in numbers if isinstance(n, int)), default=0) + 1
+    equal = [r for r in revisions if r.key == key]
+    record: SidecarSetRevision | None = None
+    if equal and equal[-1] is revisions[-1]:
+        latest = revisions[-1]
+    elif equal:  # a rollback: the equal revision becomes the newest
+        old = equal[-1]
+        latest = record = SidecarSetRevision(
+            old.name, next_number, old.data, old.key, sidecarset.hash, sidecarset.hash_without_image
+        )
+        revisions = [r for r in revisions if r.name != old.name] + [latest]
+    else:
+        by_name = {r.name: r for r in revisions}
+        while True:
+            name = revision_name(sidecarset.name, revision_hash(data, collision_count))
+            clash = by_name.get(name)
+            if clash is None or clash.key == key:
+                break
+            collision_count += 1
+        latest = record = SidecarSetRevision(
+            name, next_number, data, key, sidecarset.hash, sidecarset.hash_without_image
+        )
+        revisions = [r for r in revisions if r.name != name] + [latest]
+    excess = len(revisions) - history_limit(sidecarset.spec)
+    pruned = []
+    for revision in revisions[:-1]:
+        if excess <= 0:
+            break
+        if revision.name not in in_use:
+            pruned.append(revision.name)
+            excess -= 1
+    return RevisionDecision(latest, record, pruned, collision_count)
+
+
+def revision_object(sidecarset: str, revision: SidecarSetRevision) -> dict[str, Any]:
+    """The revision as a ControllerRevision-shaped object (what the fold keeps and later rounds read):
+    labelled with the SidecarSet's name, its two hashes as annotations, as OpenKruise's ``NewRevision``."""
+    annotations = {
+        ss.HASH_ANNOTATION: revision.sidecarset_hash,
+        ss.HASH_WITHOUT_IMAGE_ANNOTATION: revision.sidecarset_hash_without_image,
+    }
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "ControllerRevision",
+        "metadata": {
+            "name": revision.name,
+            "labels": {SIDECARSET_NAME_LABEL: sidecarset},
+            "annotations": annotations,
+        },
+        "revision": revision.number,
+        "data": revision.data,
+    }
