@@ -34,6 +34,7 @@ RUNS: dict[str, tuple[list[str], list[str]]] = {
             rf"\| append_many-1000 +\| +{NUMBER} \| copy-10000",
             rf"\| import-10000 +\| +{NUMBER} \| copy-10000",
             rf"\| append_many-100 +\| +{NUMBER} \| copy-100 ",
+            rf"\| append_many-1000 +\| +(?:{NUMBER}|n/a) \| +{NUMBER} \|",  # CPU per event
             rf"\| store\.read_all +\| +{NUMBER} \| cursor\+decode",
             rf"\| cursor\+decode +\| +{NUMBER} \| cursor-nodecode",
         ],
