@@ -116,9 +116,10 @@ def fresh_applications(metrics_text: str) -> Counter[str]:
 
 async def assert_applied_once(stack: Stack, executors: list[str], database_url: str) -> None:
     """No action was carried out twice: across the executors (none restarted, so their counters cover the
-    whole run), the applications that found no action id on the object (already_applied=false) are
-    exactly one per succeeded action, per action type. An executor repeating another's work counts one
-    more; a redelivery that finds the action already done counts as already_applied=true."""
+    whole run), the applications that found no action id on the object (already_applied=false) are at most
+    one per succeeded action, per action type. An executor repeating another's work counts one more; a
+    redelivery that finds the action already done counts as already_applied=true. (Fewer is possible
+    without a double application: a create whose response was lost is found on the retry, "already".)"""
     succeeded = Counter(
         {r["action"]: int(r["actions"]) for r in await fetch(database_url, SUCCEEDED_BY_ACTION_SQL)}
     )
@@ -127,8 +128,13 @@ async def assert_applied_once(stack: Stack, executors: list[str], database_url: 
     for name in executors:
         per_executor[name] = fresh_applications(await stack.get_text(name, "/metrics"))
         applied += per_executor[name]
-    assert succeeded, "no succeeded actions recorded"
-    assert applied == succeeded, f"applied (already_applied=false) per executor: {per_executor}"
+    assert applied["updateInPlace"] > 0, f"no in-place update counted on /metrics: {per_executor}"
+    twice = {
+        action: applied[action] - succeeded[action]
+        for action in applied
+        if applied[action] > succeeded[action]
+    }
+    assert twice == {}, f"applied more often than succeeded: {twice}; per executor: {per_executor}"
 
 
 async def test_two_executors_in_place_rollout_audit_trail(stack: Stack, cluster: Cluster) -> None:
