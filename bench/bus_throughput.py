@@ -8,8 +8,8 @@ Runs on a scratch stream of its own, deleted afterwards. Prints events/s for eac
 
 from __future__ import annotations
 
+import argparse
 import asyncio
-import sys
 import time
 import uuid
 from datetime import UTC, datetime
@@ -79,4 +79,8 @@ async def main(n: int) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(int(sys.argv[1]) if len(sys.argv) > 1 else 50_000))
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("events", type=int, nargs="?", default=50_000, help="events to publish and consume")
+    asyncio.run(main(parser.parse_args().events))

@@ -12,13 +12,24 @@ Append cases (events/s; the table is emptied and CHECKPOINTed before every timed
 - append-100/1000:   store.append(batch, expected_version) - one stream, version-checked, idempotent
 - append_many-100/1000: store.append_many(batch) - idempotent (ON CONFLICT (event_id) DO NOTHING)
 - copy-1/100/1000/10000: raw asyncpg copy_records_to_table of the same rows, same rows per transaction,
-  into a table shaped like `events` (same columns, indexes and unique constraints; no triggers).
-  copy-10000 is the COPY ceiling.
+  into `bench_copy`, a table shaped like `events` (same columns, identity, indexes, unique and check
+  constraints) but with no triggers: no writer serialisation and no hash chain, so its stream_hash and
+  chain_hash columns are nullable and stay NULL. copy-10000 is the COPY ceiling: what Postgres can
+  ingest of these rows at most, without tamper evidence. The gap between it and the store's appends
+  therefore includes the hash chain (migration 0004), which every path into `events` must pay.
+- import-10000:      store.import_events(batch): COPY into `events` itself, 10,000 rows per transaction,
+  triggers on (serialised writers + per-row hash chain). Its gap to copy-10000 is the triggers' cost.
 Replay cases (read everything in global order and decode into StoredEvent/Envelope/payload structs):
 - store.read_all:    keyset pages (read_all_batches) + msgspec decode, what replay and catch-up use
 - cursor+decode:     raw server-side cursor, fetch(5000), the same decode per row: the ceiling
 - cursor-nodecode:   raw server-side cursor, no decode (transport + asyncpg Record only), for reference
 Each figure is the median of --rounds runs; cases take turns within a round.
+
+events/s swing with the machine's load (other work on a shared 2-core machine moved them 2x between runs).
+So each append case also reports CPU time per event, which load changes much less: "server" is the CPU
+time of this database's Postgres backends during the run (from /proc/<pid>/stat; shown as n/a when the
+server is not on this machine), "client" is this process's CPU time. Compare cases by those when the
+load average (printed) is above the core count.
 """
 
 from __future__ import annotations
@@ -26,6 +37,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import os
 import statistics
 import sys
 import time
@@ -100,10 +112,33 @@ def copy_records(events: list[Envelope]) -> list[tuple[object, ...]]:
     return list(zip(*_columns(events), strict=True))
 
 
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _process_cpu(pid: int) -> float | None:
+    """utime + stime of a local process in seconds, None when it cannot be read."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / _TICKS
+
+
 class Bench:
     def __init__(self, store: EventStore, conn: asyncpg.Connection) -> None:
         self.store = store
         self.conn = conn
+
+    async def server_cpu(self) -> dict[int, float] | None:
+        """CPU seconds so far of every backend connected to this database, or None if not readable."""
+        pids = await self.conn.fetch(
+            "SELECT pid FROM pg_stat_activity"
+            " WHERE datname = current_database() AND backend_type = 'client backend'"
+        )
+        times = {int(row[0]): _process_cpu(int(row[0])) for row in pids}
+        if any(t is None for t in times.values()):
+            return None
+        return {pid: t for pid, t in times.items() if t is not None}
 
     async def reset(self) -> None:
         # events is append-only; only this throwaway benchmark database lifts the guard to empty it.
@@ -127,11 +162,18 @@ class Bench:
             records = copy_records(events[start : start + size])
             await self.conn.copy_records_to_table("bench_copy", records=records, columns=COPY_COLUMNS)
 
+    async def import_events(self, events: list[Envelope], size: int) -> None:
+        for start in range(0, len(events), size):
+            await self.store.import_events(events[start : start + size])
+
     async def count(self, table: str) -> int:
         return int(await self.conn.fetchval(f"SELECT count(*) FROM {table}"))
 
 
-async def bench_append(bench: Bench, events: list[Envelope], singles: int, rounds: int) -> dict[str, float]:
+async def bench_append(
+    bench: Bench, events: list[Envelope], singles: int, rounds: int, cpu: dict[str, dict[str, list[float]]]
+) -> dict[str, float]:
+    """Median events/s per case; fills ``cpu[case]["server"|"client"]`` with CPU microseconds per event."""
     cases: dict[str, tuple[Callable[[], Awaitable[None]], str, int]] = {
         "append-1": (lambda: bench.append(events[:singles], 1), "events", singles),
         "copy-1": (lambda: bench.copy(events[:singles], 1), "bench_copy", singles),
@@ -141,13 +183,24 @@ async def bench_append(bench: Bench, events: list[Envelope], singles: int, round
         cases[f"append_many-{size}"] = (lambda s=size: bench.append_many(events, s), "events", len(events))  # type: ignore[misc]
         cases[f"copy-{size}"] = (lambda s=size: bench.copy(events, s), "bench_copy", len(events))  # type: ignore[misc]
     cases["copy-10000"] = (lambda: bench.copy(events, 10_000), "bench_copy", len(events))
+    cases["import-10000"] = (lambda: bench.import_events(events, 10_000), "events", len(events))
     results: dict[str, list[float]] = {name: [] for name in cases}
+    cpu.update({name: {"server": [], "client": []} for name in cases})
     for round_index in range(rounds):
         for name, (run, table, expected) in cases.items():
             await bench.reset()
+            server_before = await bench.server_cpu()
+            client_before = time.process_time()
             began = time.perf_counter()
             await run()
             elapsed = time.perf_counter() - began
+            client = time.process_time() - client_before
+            server_after = await bench.server_cpu()
+            if server_before is not None and server_after is not None:
+                # A backend the pool opened during the run started from zero.
+                server = sum(t - server_before.get(pid, 0.0) for pid, t in server_after.items())
+                cpu[name]["server"].append(server / expected * 1e6)
+            cpu[name]["client"].append(client / expected * 1e6)
             stored = await bench.count(table)
             if stored != expected:
                 raise SystemExit(f"{name}: {stored} rows stored, expected {expected}")
@@ -197,6 +250,21 @@ async def bench_replay(bench: Bench, events: list[Envelope], rounds: int) -> dic
     return {name: statistics.median(values) for name, values in results.items()}
 
 
+def load_average() -> str:
+    return f"{' '.join(f'{x:.2f}' for x in os.getloadavg())} ({os.cpu_count()} cores)"
+
+
+def print_cpu_table(cpu: dict[str, dict[str, list[float]]]) -> None:
+    def median(values: list[float]) -> str:
+        return f"{statistics.median(values):>10.1f}" if values else f"{'n/a':>10}"
+
+    print("\nAppend: CPU microseconds per event (median; server = this database's Postgres backends)")
+    print(f"| {'case':<18} | {'server':>10} | {'client':>10} |")
+    print(f"|{'-' * 20}|{'-' * 12}|{'-' * 12}|")
+    for name, values in cpu.items():
+        print(f"| {name:<18} | {median(values['server'])} | {median(values['client'])} |")
+
+
 def print_table(title: str, rows: list[tuple[str, float, str, float]]) -> None:
     print(f"\n{title}")
     header = ("case", "events/s", "ceiling (same run)", "ceiling/s", "ratio")
@@ -228,7 +296,13 @@ async def main() -> None:
         await upgrade_async(url)
         store = await EventStore.connect(url)
         conn = await asyncpg.connect(url)
+        # The ceiling table: events' shape without its triggers (LIKE copies none). The hash columns are
+        # filled only by the events_chain trigger (0004), so here they lose NOT NULL and stay NULL.
         await conn.execute("CREATE TABLE bench_copy (LIKE events INCLUDING ALL)")
+        await conn.execute(
+            "ALTER TABLE bench_copy ALTER COLUMN stream_hash DROP NOT NULL,"
+            " ALTER COLUMN chain_hash DROP NOT NULL"
+        )
         bench = Bench(store, conn)
         version = await conn.fetchval("SHOW server_version")
         print(f"Postgres {version}; {args.events:,} events per append run, {args.singles:,} single appends, "
@@ -238,7 +312,9 @@ async def main() -> None:
         # (a full collection over them takes ~0.3 s and would land at random inside timed runs).
         gc.collect()
         gc.freeze()
-        appends = await bench_append(bench, events[: args.events], args.singles, args.rounds)
+        print(f"load average before: {load_average()}")
+        cpu: dict[str, dict[str, list[float]]] = {}
+        appends = await bench_append(bench, events[: args.events], args.singles, args.rounds, cpu)
         replay = await bench_replay(bench, events[: args.replay_events], args.rounds)
     finally:
         if conn is not None:
@@ -252,7 +328,8 @@ async def main() -> None:
     print_table(
         "Append (ratio to the COPY ceiling, copy-10000)",
         [(case, appends[case], "copy-10000", ceiling)
-         for case in ("append-1", "append-100", "append-1000", "append_many-100", "append_many-1000")],
+         for case in ("append-1", "append-100", "append-1000", "append_many-100", "append_many-1000",
+                      "import-10000")],
     )
     print_table(
         "Append (ratio to COPY with the same rows per transaction)",
@@ -260,11 +337,13 @@ async def main() -> None:
         + [(f"append_many-{n}", appends[f"append_many-{n}"], f"copy-{n}", appends[f"copy-{n}"])
            for n in (100, 1000)],
     )
+    print_cpu_table(cpu)
     print_table(
         "Replay: read everything in order + msgspec decode",
         [("store.read_all", replay["store.read_all"], "cursor+decode", replay["cursor+decode"]),
          ("cursor+decode", replay["cursor+decode"], "cursor-nodecode", replay["cursor-nodecode"])],
     )
+    print(f"\nload average after: {load_average()}")
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ service adds per round.
 
 from __future__ import annotations
 
+import argparse
 import copy
 import hashlib
 import statistics
@@ -21,6 +22,8 @@ from typing import Any
 
 import msgspec
 import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from a checkout
 
 from services.domain import sidecarset as ss
 from services.planner.sidecarset_upgrade import plan_sidecarset
@@ -93,7 +96,11 @@ def measure(count: int) -> None:
 
 
 def main() -> None:
-    for count in [int(a) for a in sys.argv[1:]] or [100, 1000, 5000]:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("counts", type=int, nargs="*", default=[100, 1000, 5000], help="matched pods")
+    for count in parser.parse_args().counts:
         measure(count)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import sys
 import tempfile
 import time
 import uuid
@@ -20,6 +21,8 @@ from typing import Any
 
 import aiohttp
 import structlog
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from a checkout
 
 from services.domain import sidecarset as ss
 from services.webhook.cache import NamespaceLabels, SidecarSetCache

@@ -495,8 +495,8 @@ class EventStore:
     async def _append_many(self, events: Sequence[Envelope]) -> int:
         async with self._driver() as conn:
             try:
-                async with conn.transaction():
-                    rows = await conn.fetch(_INSERT_SQL, *_columns(events))
+                # One autocommitted statement is all or nothing already: no BEGIN/COMMIT round trips.
+                rows = await conn.fetch(_INSERT_SQL, *_columns(events))
             except asyncpg.UniqueViolationError as error:
                 raise await self._slot_conflict(conn, events) from error
         return len(rows)

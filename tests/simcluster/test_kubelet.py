@@ -146,10 +146,19 @@ async def test_extended_inplace_accepts_env_and_restarts_container(make_simclust
                 }
             },
         )
-        await asyncio.sleep(0.05)
-        probed = await core.read_namespaced_pod("envext", "default")
-        assert probed.status.container_statuses[0].restart_count == 2 and is_ready(probed)
-        assert probed.status.container_statuses[1].restart_count == 0
+        # A correct kubelet writes nothing for it (an unchanged status is not written), so there is no
+        # event to wait for. Instead a second change that must show: the other container's image. The
+        # kubelet decides restarts from the pod as it is when it looks, so once the "log" container has
+        # restarted, the kubelet has weighed the probe change too; a restart of "app" for it would be done.
+        await core.patch_namespaced_pod(
+            "envext", "default", {"spec": {"containers": [{"name": "log", "image": "fluentd:1.1"}]}}
+        )
+        probed = await wait_until(
+            lambda: core.read_namespaced_pod("envext", "default"),
+            lambda p: is_ready(p) and p.status.container_statuses[1].restart_count == 1,
+        )
+        assert probed.status.container_statuses[0].restart_count == 2
+        assert probed.spec.containers[0].readiness_probe.period_seconds == 3
         # Resources are still immutable (the seed's "Static": needs a new pod).
         with pytest.raises(ApiException) as caught:
             await core.patch_namespaced_pod(

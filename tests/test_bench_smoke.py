@@ -1,0 +1,153 @@
+"""Every benchmark in bench/ still runs: each script at the smallest sizes that still go through all of its
+code, against this session's Postgres and NATS, must exit 0 and print its figures. Not a timed test: no
+speed is asserted (the figures are only checked to be there); bench/ is where speed is measured.
+
+bench/eventstore.py crashed for a while after migration 0004 (its COPY table inherited NOT NULL hash
+columns) and nobody noticed; this keeps that from happening again. A new script in bench/ must be added
+to RUNS or SKIPPED below (test_every_bench_script_is_covered).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.plugins.servers import ServerUrls
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+BENCH = REPO_ROOT / "bench"
+NUMBER = r"[\d,]+(?:\.\d+)?"
+
+# script -> (smallest arguments that still exercise every case, patterns that must be in the output)
+RUNS: dict[str, tuple[list[str], list[str]]] = {
+    "eventstore.py": (
+        # 1,000 events: every batch size (1, 100, 1000, and the 10,000 case as one batch) and every case runs.
+        ["--events", "1000", "--singles", "3", "--replay-events", "500", "--rounds", "1"],
+        [
+            rf"\| append-1 +\| +{NUMBER} \| copy-10000",
+            rf"\| append-1000 +\| +{NUMBER} \| copy-10000",
+            rf"\| append_many-1000 +\| +{NUMBER} \| copy-10000",
+            rf"\| import-10000 +\| +{NUMBER} \| copy-10000",
+            rf"\| append_many-100 +\| +{NUMBER} \| copy-100 ",
+            rf"\| append_many-1000 +\| +(?:{NUMBER}|n/a) \| +{NUMBER} \|",  # CPU per event
+            rf"\| store\.read_all +\| +{NUMBER} \| cursor\+decode",
+            rf"\| cursor\+decode +\| +{NUMBER} \| cursor-nodecode",
+        ],
+    ),
+    "replay.py": (
+        ["--events", "300", "--replicas", "3"],
+        [
+            rf"replay: \d+ events, \d+ workloads in {NUMBER}s: {NUMBER} events/s",
+            rf"verify: \d+ events, \d+ rounds, \d+ workloads in {NUMBER}s: {NUMBER} events/s.*divergences: 0",
+            rf"audit verify \(hash chain\): \d+ events in {NUMBER}s: {NUMBER} events/s.*findings: 0",
+        ],
+    ),
+    "audit_views.py": (
+        ["--workloads", "2", "--pods", "3", "--rollouts", "2"],
+        [
+            rf"{NUMBER} ms +pods updated in place in one rollout, with durations \(3 rows\)",
+            rf"{NUMBER} ms +check: actions without exactly one terminal event \(whole log\) \(count 0\)",
+            rf"{NUMBER} ms +check: maxUnavailable exceeded \(whole log\) \(count 0\)",
+        ],
+    ),
+    "bus_throughput.py": (
+        ["20"],
+        [rf"publish_many +20 events +{NUMBER} events/s", rf"consume \(ack\) +20 events +{NUMBER} events/s"],
+    ),
+    "planner.py": (
+        ["--sizes", "50", "--repeat", "1"],
+        [rf"50 ReCreate +{NUMBER} +{NUMBER}", rf"50 InPlaceIfPossible +{NUMBER} +{NUMBER}"],
+    ),
+    "sidecarset_round.py": (
+        ["10"],
+        [rf"10 matched pods: plan_sidecarset p50 +{NUMBER} ms +p99 +{NUMBER} ms"],
+    ),
+    "simcluster.py": (
+        ["--pods", "20", "--watchers", "2", "--concurrency", "4"],
+        [
+            rf"create +20 pods \(4 concurrent\): {NUMBER} s",
+            r"watch +2 watchers each saw all 20 ADDED",
+            rf"list +20 pods .*median of \d+: response read {NUMBER} ms",
+        ],
+    ),
+    "webhook_admission.py": (
+        ["--requests", "20", "--concurrency", "2", "--sidecarsets", "3"],
+        [
+            rf"HTTPS selected pod \(injected\) n= +20 +p50= +{NUMBER} ms",
+            rf"HTTPS unselected pod \(no patch\) n= +20 +p50= +{NUMBER} ms",
+            r"SidecarInjected events recorded: 20",
+        ],
+    ),
+    "services_rollout.py": (
+        # 2 replicas, maxUnavailable 1: both phases, two rollout steps; 7-10 s (four service processes start).
+        ["--replicas", "2", "--max-unavailable", "1", "--executors", "1"],
+        [
+            rf"scale 0->2: +{NUMBER} s",
+            rf"in-place rollout: +{NUMBER} s",
+            r"events stored: +\d+ .*PodActionSucceeded",
+            rf"planning calls: +\d+ +mean {NUMBER} ms",
+        ],
+    ),
+}
+
+SKIPPED: dict[str, str] = {
+    # One run is a whole `rollbook demo` (~30 s on the 2-core machine, 60 s goal): too long for a smoke run,
+    # and the demo command itself is tested by tests/cli/test_demo.py. Its --help is still checked below.
+    "demo.py": "one run is a whole `rollbook demo` (about 30 s); tests/cli/test_demo.py tests the demo",
+}
+
+# Generous: only against a hang on a loaded machine. These runs take 0.2-10 s each; no speed is asserted.
+HANG_TIMEOUT = 180.0
+
+
+def bench_scripts() -> list[str]:
+    return sorted(p.name for p in BENCH.glob("*.py") if p.name != "__init__.py")
+
+
+async def run_script(script: str, args: list[str], server_urls: ServerUrls | None) -> tuple[int, str]:
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), COLUMNS="200")
+    if server_urls is not None:
+        env.update(ROLLBOOK_DATABASE_URL=server_urls.database_url, ROLLBOOK_NATS_URL=server_urls.nats_url)
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, str(BENCH / script), *args,
+        cwd=REPO_ROOT, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        output, _ = await asyncio.wait_for(process.communicate(), HANG_TIMEOUT)
+    except TimeoutError:
+        process.kill()
+        await process.wait()
+        raise
+    return process.returncode or 0, output.decode(errors="replace")
+
+
+def test_every_bench_script_is_covered() -> None:
+    scripts = bench_scripts()
+    assert scripts, "no bench scripts found"
+    uncovered = [s for s in scripts if s not in RUNS and s not in SKIPPED]
+    assert not uncovered, f"add these bench scripts to RUNS (or SKIPPED, with the reason): {uncovered}"
+    assert not (set(RUNS) | set(SKIPPED)) - set(scripts), "RUNS/SKIPPED name scripts that no longer exist"
+
+
+@pytest.mark.parametrize("script", bench_scripts())
+async def test_bench_help(script: str) -> None:
+    code, output = await run_script(script, ["--help"], None)
+    assert code == 0, output
+    assert "usage:" in output, output
+
+
+@pytest.mark.parametrize("script", bench_scripts())
+async def test_bench_runs_and_prints_figures(script: str, server_urls: ServerUrls) -> None:
+    if script in SKIPPED:
+        pytest.skip(SKIPPED[script])
+    assert script in RUNS, f"bench/{script} has no smoke run: add it to RUNS (or SKIPPED, with the reason)"
+    args, patterns = RUNS[script]
+    code, output = await run_script(script, args, server_urls)
+    assert code == 0, f"bench/{script} {' '.join(args)} exited {code}:\n{output}"
+    missing = [p for p in patterns if not re.search(p, output)]
+    assert not missing, f"bench/{script} did not print {missing}:\n{output}"
