@@ -54,7 +54,7 @@ async def main(args: argparse.Namespace) -> None:
                 kubeconfig=str(sim.kubeconfig_path),
                 stream_name=f"RBBENCH_{suffix}",
                 subject_prefix=f"rbbench{suffix}",
-                log_level="WARNING",
+                log_level="INFO",  # the stack reads each OS-chosen port from the http_listening line
             )
             with tempfile.TemporaryDirectory() as logs:
                 stack = Stack(settings, Path(logs))

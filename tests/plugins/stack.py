@@ -120,7 +120,8 @@ class Stack:
                 except aiohttp.ClientError:
                     pass
                 await asyncio.sleep(0.1)
-        raise AssertionError(f"{proc.name} not ready after {timeout}s:\n{self.tail(proc.name)}")
+        unknown_port = "" if proc.port else " (it never logged http_listening: is the log level above INFO?)"
+        raise AssertionError(f"{proc.name} not ready after {timeout}s{unknown_port}:\n{self.tail(proc.name)}")
 
     async def stop(self, name: str, timeout: float = 20.0) -> int:  # noqa: ASYNC109
         """SIGTERM, then wait for a clean exit; returns the exit code."""

@@ -1,4 +1,4 @@
-"""The hash-chain trigger of migration 0005 (one lookup per row when the previous row in global order is
+"""The hash-chain trigger of migration 0006 (one lookup per row when the previous row in global order is
 the stream's previous version) writes exactly the chain `audit verify` recomputes, for every shape of
 insert: one-stream batches, interleaved streams, version gaps, rows skipped by ON CONFLICT, COPY; and the
 chain stays verifiable across the upgrade from 0004 and the downgrade back to it."""
@@ -91,7 +91,7 @@ async def test_the_chain_stays_verifiable_across_upgrade_and_downgrade(server_ur
         finally:
             await store.close()
 
-        await asyncio.to_thread(upgrade, url, "0005_fast_hash_chain")
+        await asyncio.to_thread(upgrade, url, "0006_fast_hash_chain")
         assert await trigger_source(url) != before
         store = await EventStore.connect(url)
         try:

@@ -1,7 +1,7 @@
 """The hash-chain trigger with one index lookup per row instead of two, when it can; same hashes.
 
-Revision ID: 0005_fast_hash_chain
-Revises: 0004_event_hash_chain
+Revision ID: 0006_fast_hash_chain
+Revises: 0005_pod_action_started
 Create Date: 2026-11-30
 
 0004's ``events_chain()`` runs two queries per inserted row: the stream's previous row (for stream_hash)
@@ -28,8 +28,8 @@ from collections.abc import Sequence
 
 from alembic import op
 
-revision: str = "0005_fast_hash_chain"
-down_revision: str | None = "0004_event_hash_chain"
+revision: str = "0006_fast_hash_chain"
+down_revision: str | None = "0005_pod_action_started"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
