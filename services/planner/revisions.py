@@ -9,6 +9,7 @@ characters. The revision name is ``<cloneset name truncated to 223>-<hash>``; po
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,11 +45,29 @@ def safe_encode(text: str) -> str:
     return "".join(SAFE_ALPHABET[ord(ch) % len(SAFE_ALPHABET)] for ch in text)
 
 
-def template_hash(template: dict[str, Any], collision_count: int = 0) -> str:
-    data = canonical_json(revision_data(template))
+def data_hash(data: Any, collision_count: int = 0) -> str:
+    """FNV-1 of the canonical JSON of a revision's data, salted with a non-zero collision count."""
+    raw = canonical_json(data)
     if collision_count:
-        data += str(collision_count).encode()
-    return safe_encode(str(fnv1_32(data)))
+        raw += str(collision_count).encode()
+    return safe_encode(str(fnv1_32(raw)))
+
+
+def template_hash(template: dict[str, Any], collision_count: int = 0) -> str:
+    return data_hash(revision_data(template), collision_count)
+
+
+def unclaimed_revision_name(
+    owner: str, data: Any, key: bytes | str, taken: Mapping[str, Any], collision_count: int
+) -> tuple[str, int]:
+    """``<owner>-<hash>`` for ``data`` (whose canonical form is ``key``), the collision count raised while
+    the name belongs to other data (``taken``: name -> key), as Kubernetes does; returns the name and
+    the count."""
+    while True:
+        name = revision_name(owner, data_hash(data, collision_count))
+        if taken.get(name, key) == key:
+            return name, collision_count
+        collision_count += 1
 
 
 def revision_data(template: dict[str, Any]) -> dict[str, Any]:
@@ -122,13 +141,10 @@ def plan_revisions(
             update = Revision(update.name, max_number + 1, update.template, key)
             to_record.append(update)
     else:
-        names = {r.name: r for r in recorded}
-        while True:
-            name = revision_name(spec.name, template_hash(template, collision_count))
-            clash = names.get(name)
-            if clash is None or clash.template_key == key:
-                break
-            collision_count += 1
+        taken = {r.name: r.template_key for r in recorded}
+        name, collision_count = unclaimed_revision_name(
+            spec.name, revision_data(template), key, taken, collision_count
+        )
         update = Revision(name, max_number + 1, template, key)
         to_record.append(update)
     latest = {r.name: r for r in recorded}

@@ -23,29 +23,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from services.domain import sidecarset as ss
-from services.planner.revisions import canonical_json, fnv1_32, safe_encode
+from services.planner.revisions import canonical_json, unclaimed_revision_name
 
 REVISION_FIELDS = ("containers", "initContainers", "volumes", "imagePullSecrets", "patchPodMetadata")
 # OpenKruise's label selecting a SidecarSet's ControllerRevisions (sidecarcontrol.SidecarSetKindName).
 SIDECARSET_NAME_LABEL = "kruise.io/sidecarset-name"
 DEFAULT_HISTORY_LIMIT = 10
-NAME_PREFIX_LIMIT = 223
 
 
 def revision_data(spec: Mapping[str, Any]) -> dict[str, Any]:
     """What a SidecarSet revision stores (OpenKruise's ``copySidecarSetSpecRevision``)."""
     return {"spec": {"$patch": "replace", **{name: spec.get(name) for name in REVISION_FIELDS}}}
-
-
-def revision_hash(data: Mapping[str, Any], collision_count: int = 0) -> str:
-    raw = canonical_json(data)
-    if collision_count:
-        raw += str(collision_count).encode()
-    return safe_encode(str(fnv1_32(raw)))
-
-
-def revision_name(sidecarset: str, hash_: str) -> str:
-    return f"{sidecarset[:NAME_PREFIX_LIMIT]}-{hash_}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,13 +130,8 @@ def plan_revision(
         )
         revisions = [r for r in revisions if r.name != old.name] + [latest]
     else:
-        by_name = {r.name: r for r in revisions}
-        while True:
-            name = revision_name(sidecarset.name, revision_hash(data, collision_count))
-            clash = by_name.get(name)
-            if clash is None or clash.key == key:
-                break
-            collision_count += 1
+        taken = {r.name: r.key for r in revisions}
+        name, collision_count = unclaimed_revision_name(sidecarset.name, data, key, taken, collision_count)
         latest = record = SidecarSetRevision(
             name, next_number, data, key, sidecarset.hash, sidecarset.hash_without_image
         )
