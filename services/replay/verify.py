@@ -142,13 +142,11 @@ class WorkloadVerifier:
     """Streaming verification of one workload: ``feed`` its events in global order (inputs and decisions
     interleaved, as stored), then ``finish``. Memory holds only inputs not yet folded by a round."""
 
-    def __init__(
-        self, namespace: str, name: str, decide: Decide = planner_decide, rules: int = RULES_VERSION
-    ) -> None:
+    def __init__(self, namespace: str, name: str, decide: Decide = planner_decide) -> None:
         self.namespace = namespace
         self.name = name
         self.decide = decide
-        self.report = VerifyReport(f"{namespace}/{name}", rules=rules)
+        self.report = VerifyReport(f"{namespace}/{name}")
         self.state = WorkloadState(namespace, name)
         self.decisions_stream = decisions_stream(namespace, name)
         self._pending_inputs: dict[str, deque[Envelope]] = {
