@@ -31,7 +31,7 @@ _json = msgspec.json.Encoder(order="sorted")
 
 
 def _print_json(value: Any) -> None:
-    encoded = _json.encode(msgspec.to_builtins(value, enc_hook=str))
+    encoded = _json.encode(msgspec.to_builtins(value, enc_hook=str, str_keys=True))
     sys.stdout.buffer.write(msgspec.json.format(encoded, indent=2) + b"\n")
     sys.stdout.flush()
 
@@ -70,13 +70,24 @@ def load_decide(spec: str) -> Decide:
 
 
 def kind_counts(reports: list[VerifyReport]) -> str:
-    """One line with how many workloads of each kind were verified and how many diverged."""
+    """One line with how many workloads of each kind were verified and how many diverged (and, when
+    any, how many have rounds recorded by other planner rules)."""
     parts = []
     for kind in (WORKLOAD_KIND, SIDECARSET_KIND):
         mine = [r for r in reports if r.kind == kind]
         diverged = sum(1 for r in mine if r.divergence is not None)
-        parts.append(f"{kind}: {len(mine)} verified, {diverged} diverged")
+        part = f"{kind}: {len(mine)} verified, {diverged} diverged"
+        older = sum(1 for r in mine if r.unverifiable)
+        if older:
+            part += f", {older} with rounds not re-verifiable"
+        parts.append(part)
     return "; ".join(parts)
+
+
+UNVERIFIABLE_NOTE = (
+    "rounds recorded by other planner rules are not re-run (their decisions are folded as recorded);"
+    " `rollbook audit verify` still checks that they are unaltered"
+)
 
 
 def register(app: typer.Typer) -> None:
@@ -143,11 +154,18 @@ def register(app: typer.Typer) -> None:
             " planner's); SidecarSets are always replayed with the SidecarSet planner",
         ),
         as_json: bool = typer.Option(False, "--json", help="one JSON report per workload (for CI)"),
+        strict: bool = typer.Option(
+            False,
+            "--strict",
+            help="also exit 1 when rounds were recorded by other planner rules (not re-verifiable)",
+        ),
     ) -> None:
         """Feed the recorded observations back into the planner and compare every decision with the record.
         A target is a CloneSet (use `rollbook sidecarset verify NAME` for one SidecarSet); --all verifies
         every CloneSet and SidecarSet in the log and prints how many of each kind were verified. Exit 1 if
-        any workload diverges (its first divergence is printed with both sides)."""
+        any workload diverges (its first divergence is printed with both sides). Rounds recorded by other
+        planner rules (an older rollbook) are not re-run: reported as not re-verifiable, exit 0 unless
+        --strict."""
         from services.planner.service import decide as planner_decide
         from services.replay.operations import verify_all, verify_target
 
@@ -161,28 +179,32 @@ def register(app: typer.Typer) -> None:
             return await verify_all(store, decision)
 
         reports = _with_store(work)
-        diverged = any(r.divergence is not None for r in reports)
+        failed = any(r.divergence is not None for r in reports) or (
+            strict and any(r.unverifiable for r in reports)
+        )
         if as_json:
             _print_json([dataclasses.asdict(r) for r in reports])
-            if diverged:
+            if failed:
                 raise typer.Exit(1)
             return
         for report in reports:
+            shown = report.workload if report.kind == WORKLOAD_KIND else f"{report.kind} {report.workload}"
             if report.divergence is None:
-                shown = (
-                    report.workload if report.kind == WORKLOAD_KIND else f"{report.kind} {report.workload}"
-                )
                 typer.echo(
                     f"OK {shown}: {report.rounds} rounds, {report.decisions} decisions,"
                     f" {report.events} events"
                 )
             else:
                 typer.echo(report.divergence.describe())
+            for line in report.describe_skipped():
+                typer.echo(f"NOT RE-VERIFIABLE {shown}: {line}")
         if not reports:
             typer.echo("no workloads in the log")
         elif all_workloads:
             typer.echo(kind_counts(reports))
-        if diverged:
+        if any(r.unverifiable for r in reports):
+            typer.echo(f"note: {UNVERIFIABLE_NOTE}{'' if strict else '; --strict makes them fail verify'}")
+        if failed:
             raise typer.Exit(1)
 
     @app.command("what-if")

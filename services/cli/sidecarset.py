@@ -16,6 +16,7 @@ from services.domain.sidecarset import SidecarSetError
 from services.domain.sidecarset_streams import actions_stream, decisions_stream, observed_stream
 from services.domain.store import EventStore
 from services.planner.sidecarset_replay import verify_sidecarset
+from services.planner.sidecarset_service import RULES_VERSION
 from services.planner.sidecarset_upgrade import SidecarSetRound, plan_sidecarset
 
 sidecarset_app = typer.Typer(
@@ -69,8 +70,15 @@ def plan_command(
 
 
 @sidecarset_app.command("verify")
-def verify_command(name: str = typer.Argument(..., help="SidecarSet name")) -> None:
-    """Replay every recorded round of SidecarSet NAME from the event store; exit 1 at a divergence."""
+def verify_command(
+    name: str = typer.Argument(..., help="SidecarSet name"),
+    strict: bool = typer.Option(
+        False, "--strict", help="also exit 1 when rounds were recorded by other planner rules"
+    ),
+) -> None:
+    """Replay every recorded round of SidecarSet NAME from the event store; exit 1 at a divergence. Rounds
+    recorded by other planner rules (an older rollbook) are reported as not re-verifiable, exit 0 unless
+    --strict."""
     from services.cli.runtime import run_command
 
     async def body(settings: Settings) -> int:
@@ -83,10 +91,16 @@ def verify_command(name: str = typer.Argument(..., help="SidecarSet name")) -> N
         finally:
             await store.close()
         report = verify_sidecarset(name, *streams)
+        for version, count in sorted(report.skipped.items()):
+            typer.echo(
+                f"NOT RE-VERIFIABLE SidecarSet {name}: {count} round{'s' if count != 1 else ''} recorded by"
+                f" planner rules v{version}, this rollbook has v{RULES_VERSION}: not re-verifiable"
+                " (`rollbook audit verify` still checks that they are unaltered)"
+            )
         if report.divergence is not None:
             typer.echo(report.divergence.describe())
             return 1
         typer.echo(f"OK: {report.rounds} rounds of SidecarSet {name} replayed, every decision identical")
-        return 0
+        return 1 if strict and report.skipped else 0
 
     raise typer.Exit(run_command(body))

@@ -3,7 +3,9 @@
 For every ``RoundPlanned`` of ``CloneSet/<ns>/<name>``: fold the workload's three streams up to the
 round's ``through`` versions, rebuild the planner input (its SHA-256 must match ``input_sha256``), run the
 pure decision function, derive the decision events and compare them with the recorded ones (the events
-whose causation is the round), field by field. Any difference is a ``Divergence``.
+whose causation is the round), field by field. Any difference is a ``Divergence``. Rounds recorded by
+other planner rules (``RoundPlanned.rules`` != ``RULES_VERSION``) are not compared, only counted in
+``skipped`` (docs/replay.md, "Upgrading rollbook").
 
     divergences = await replay_workload(store, "default", "sample")
 """
@@ -17,7 +19,7 @@ import msgspec
 
 from services.domain.events import Envelope, RoundPlanned
 from services.domain.store import EventStore
-from services.planner.service import decide, decisions_for
+from services.planner.service import RULES_VERSION, decide, decisions_for
 from services.planner.workload_state import WorkloadState, encode_input
 
 
@@ -35,6 +37,7 @@ class ReplayReport:
     rounds: int
     decisions: int
     divergences: list[Divergence]
+    skipped: int = 0  # rounds recorded by other planner rules: not re-verifiable
 
 
 def _comparable(payload: Any) -> Any:
@@ -47,10 +50,13 @@ async def replay_workload(store: EventStore, namespace: str, name: str) -> Repla
     decisions_stream = shell.streams[2]
     recorded_stream = streams[decisions_stream]
     divergences: list[Divergence] = []
-    rounds = decisions = 0
+    rounds = decisions = skipped = 0
     for envelope in recorded_stream:
         payload = envelope.payload
         if not isinstance(payload, RoundPlanned):
+            continue
+        if payload.rules != RULES_VERSION:
+            skipped += 1
             continue
         rounds += 1
         state = WorkloadState(namespace, name)
@@ -72,7 +78,7 @@ async def replay_workload(store: EventStore, namespace: str, name: str) -> Repla
         decisions += len(recorded)
         if replayed != recorded:
             divergences.append(Divergence(round_id, envelope.stream_version, "decisions", recorded, replayed))
-    return ReplayReport(rounds, decisions, divergences)
+    return ReplayReport(rounds, decisions, divergences, skipped)
 
 
 def _caused_by(stream: list[Envelope], round_event: Envelope) -> list[Envelope]:

@@ -69,14 +69,16 @@ def round_envelopes(
     input_sha256: str,
     decisions: Sequence[Event],
     correlation_id: str | None,
+    rules: int,
 ) -> list[Envelope]:
-    """``RoundPlanned`` naming exactly what was folded, then the decisions, numbered from the stream's
-    version; decision ids are ``uuid5(round, index)`` so a re-run stores nothing twice."""
+    """``RoundPlanned`` naming exactly what was folded and the planner ``rules`` that decided, then the
+    decisions, numbered from the stream's version; decision ids are ``uuid5(round, index)`` so a re-run
+    stores nothing twice (``rules`` is in no id)."""
     assert state.now is not None
     base = state.versions.get(stream, 0)
     envelopes = [
         new_event(
-            RoundPlanned(through=state.through(), now=state.now, input_sha256=input_sha256),
+            RoundPlanned(through=state.through(), now=state.now, input_sha256=input_sha256, rules=rules),
             stream=stream,
             stream_version=base + 1,
             occurred_at=state.now,

@@ -59,6 +59,12 @@ from services.planner.workload_state import EXPECTATION_TIMEOUT, WorkloadState, 
 log = structlog.get_logger("planner")
 
 DURABLE = "planner"
+# The version of the CloneSet planner's rules, written on every RoundPlanned (``rules``). Bump it with any
+# change to what decisions a given input produces (plan.py and what it calls, decisions_for, the round's
+# events), so ``rollbook verify`` reports rounds decided by other rules as not re-verifiable instead of as
+# divergences (docs/replay.md, "Upgrading rollbook"). 1: rounds recorded before rules were versioned.
+# 2: RolloutPaused/RolloutResumed, FailedScale/FailedUpdate conditions.
+RULES_VERSION = 2
 # A round takes milliseconds; a wake-up lost with a crashed planner comes back after this.
 ACK_WAIT = 10.0
 INPUT_TYPES = ("ObjectObserved", "PodActionSucceeded", "PodActionFailed", "RequeueScheduled")
@@ -206,6 +212,7 @@ def round_envelopes(
         input_sha256=input_sha256,
         decisions=decisions,
         correlation_id=correlation,
+        rules=RULES_VERSION,
     )
 
 

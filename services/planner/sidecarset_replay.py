@@ -2,7 +2,9 @@
 ``through``, check the input hash, decide again, compare every decision with the recorded one.
 
 Pure: the caller reads the three streams (observed, actions, decisions) and passes the envelopes. One pass:
-``through`` only grows from round to round, so inputs are folded once, in order.
+``through`` only grows from round to round, so inputs are folded once, in order. Rounds recorded by other
+SidecarSet planner rules (``RoundPlanned.rules`` != ``RULES_VERSION``) are folded, not compared, and
+counted in ``skipped`` (docs/replay.md, "Upgrading rollbook").
 """
 
 from __future__ import annotations
@@ -10,14 +12,14 @@ from __future__ import annotations
 import hashlib
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
 
 from services.domain.events import Envelope, RoundPlanned
 from services.domain.sidecarset_streams import actions_stream, observed_stream
-from services.planner.sidecarset_service import SidecarSetState, decisions_for, round_of
+from services.planner.sidecarset_service import RULES_VERSION, SidecarSetState, decisions_for, round_of
 
 _canonical = msgspec.json.Encoder(order="sorted")
 
@@ -44,8 +46,10 @@ class SidecarSetDivergence:
 @dataclass(frozen=True)
 class SidecarSetReplay:
     sidecarset: str
-    rounds: int
+    rounds: int  # compared
     divergence: SidecarSetDivergence | None
+    # recorded rules version -> rounds recorded by it, not compared (not re-verifiable with these rules)
+    skipped: dict[int, int] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -66,20 +70,24 @@ def verify_sidecarset(
     state = SidecarSetState(name)
     inputs = {observed_stream(name): deque(observed), actions_stream(name): deque(actions)}
     rounds = 0
+    skipped: dict[int, int] = {}
     ordered = sorted(decisions, key=lambda e: e.stream_version)
     for index, envelope in enumerate(ordered):
         payload = envelope.payload
         if isinstance(payload, RoundPlanned):
-            rounds += 1
             for stream, waiting in inputs.items():
                 limit = payload.through.get(stream, 0)
                 while waiting and waiting[0].stream_version <= limit:
                     state.fold(waiting.popleft())
-            divergence = _check_round(state, envelope, payload, ordered[index + 1 :])
-            if divergence is not None:
-                return SidecarSetReplay(name, rounds, divergence)
+            if payload.rules != RULES_VERSION:
+                skipped[payload.rules] = skipped.get(payload.rules, 0) + 1
+            else:
+                rounds += 1
+                divergence = _check_round(state, envelope, payload, ordered[index + 1 :])
+                if divergence is not None:
+                    return SidecarSetReplay(name, rounds, divergence, skipped)
         state.fold(envelope)
-    return SidecarSetReplay(name, rounds, None)
+    return SidecarSetReplay(name, rounds, None, skipped)
 
 
 def _check_round(

@@ -64,6 +64,13 @@ log = structlog.get_logger("planner")
 
 _canonical = msgspec.json.Encoder(order="sorted")
 
+# The version of the SidecarSet planner's rules, written on every RoundPlanned (``rules``). Bump it with
+# any change to what decisions a given input produces (sidecarset_upgrade.py, sidecarset_revisions.py,
+# decisions_for), so ``rollbook verify`` reports rounds decided by other rules as not re-verifiable
+# instead of as divergences (docs/replay.md, "Upgrading rollbook"). 1: rounds recorded before rules were
+# versioned. 2: SidecarSet revisions (RevisionCreated / RevisionsPruned).
+RULES_VERSION = 2
+
 
 def _key(obj: dict[str, Any]) -> str:
     metadata = obj.get("metadata") or {}
@@ -393,6 +400,7 @@ class SidecarSetPlanner:
             input_sha256=digest,
             decisions=decisions,
             correlation_id=correlation,
+            rules=RULES_VERSION,
         )
         await rounds.append(self.store, state, envelopes)
         log.info(

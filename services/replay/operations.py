@@ -29,6 +29,7 @@ from services.domain.store import EventStore, StoredEvent
 from services.domain.streams import workload_of
 from services.planner.service import decide as planner_decide
 from services.planner.sidecarset_replay import verify_sidecarset
+from services.planner.sidecarset_service import RULES_VERSION as SIDECARSET_RULES_VERSION
 from services.replay.reads import TargetError, parse_target, rollout_span, workload_events
 from services.replay.timeline import Step, fold_timeline, one_line, state_at, summarise
 from services.replay.verify import Decide, VerifyReport, WorkloadVerifier
@@ -158,7 +159,11 @@ class _SidecarSetRecord:
     def finish(self) -> VerifyReport:
         observed, actions, decisions = self.streams.values()
         replay = verify_sidecarset(self.name, observed, actions, decisions)
-        rounds = {e.event_id for e in decisions if isinstance(e.payload, RoundPlanned)}
+        rounds = {
+            e.event_id
+            for e in decisions
+            if isinstance(e.payload, RoundPlanned) and e.payload.rules == SIDECARSET_RULES_VERSION
+        }
         return VerifyReport(
             self.name,
             events=len(observed) + len(actions) + len(decisions),
@@ -166,6 +171,8 @@ class _SidecarSetRecord:
             decisions=sum(1 for e in decisions if e.causation_id in rounds),
             divergence=replay.divergence,
             kind=SIDECARSET_KIND,
+            rules=SIDECARSET_RULES_VERSION,
+            skipped=replay.skipped,
         )
 
 

@@ -7,6 +7,11 @@ before it (the planner folded them first) and its decisions right after it (one 
 is checked with one decision call when its last decision has been seen; inputs wait in a queue until a
 round's ``through`` folds them. One pass, memory bounded by the inputs between two rounds.
 
+Rounds recorded by other planner rules than this code's (``RoundPlanned.rules`` != ``RULES_VERSION``, e.g.
+by the rollbook release before an upgrade) are not compared: re-running today's rules on them would report
+every rule change as a divergence. They are counted per rules version in ``VerifyReport.skipped``; their
+inputs and decisions are folded as recorded, so the rounds after them are verified as usual.
+
 The decision function is injectable (``decide``): by default the planner's own (``plan_json``); a test or an
 operator evaluating a planner change passes another and sees the first round where it would have decided
 differently.
@@ -16,7 +21,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -24,8 +29,8 @@ import msgspec
 
 from services.domain.events import Envelope, RoundPlanned
 from services.domain.streams import WORKLOAD_KIND, actions_stream, decisions_stream, observed_stream
+from services.planner.service import RULES_VERSION, decisions_for, round_envelopes
 from services.planner.service import decide as planner_decide
-from services.planner.service import decisions_for, round_envelopes
 from services.planner.sidecarset_replay import SidecarSetDivergence
 from services.planner.workload_state import WorkloadState, encode_input
 
@@ -64,10 +69,26 @@ class VerifyReport:
     decisions: int = 0
     divergence: Divergence | SidecarSetDivergence | None = None
     kind: str = WORKLOAD_KIND
+    rules: int = RULES_VERSION  # this code's planner rules for the kind
+    # recorded rules version -> rounds recorded by it, not compared (not re-verifiable with these rules)
+    skipped: dict[int, int] = field(default_factory=dict)
 
     @property
     def clean(self) -> bool:
         return self.divergence is None
+
+    @property
+    def unverifiable(self) -> int:
+        """Rounds not compared because other planner rules recorded them."""
+        return sum(self.skipped.values())
+
+    def describe_skipped(self) -> list[str]:
+        """One line per recorded rules version that could not be re-verified."""
+        return [
+            f"{count} round{'s' if count != 1 else ''} recorded by planner rules v{version}, this rollbook"
+            f" has v{self.rules}: not re-verifiable"
+            for version, count in sorted(self.skipped.items())
+        ]
 
 
 def _show(value: Any) -> str:
@@ -134,6 +155,7 @@ class WorkloadVerifier:
         }
         self._recorded: list[Envelope] = []  # the open round: RoundPlanned + its decisions so far
         self._replayed: list[Envelope] = []
+        self._skipping = False  # the open round was recorded by other rules: fold it, do not compare
 
     @property
     def done(self) -> bool:
@@ -190,9 +212,14 @@ class WorkloadVerifier:
 
     def _open_round(self, recorded_round: Envelope, payload: RoundPlanned) -> None:
         state = self.state
-        self.report.rounds += 1
         self._recorded = [recorded_round]
         self._replayed = []
+        self._skipping = payload.rules != self.report.rules
+        if self._skipping:
+            skipped = self.report.skipped
+            skipped[payload.rules] = skipped.get(payload.rules, 0) + 1
+        else:
+            self.report.rounds += 1
         version = recorded_round.stream_version
         missing = self._fold_inputs_to(payload.through)
         if missing is not None:
@@ -220,6 +247,9 @@ class WorkloadVerifier:
                     f"{folded} (events missing from the log)",
                 )
                 return
+        if self._skipping:
+            # Whether it may decide (pending), its input and its decisions belong to the recording rules.
+            return
         pending = state.pending()
         if pending:
             self._diverged(
@@ -245,7 +275,8 @@ class WorkloadVerifier:
         if not recorded or self.report.divergence is not None:
             return
         version = recorded[0].stream_version
-        for position in range(max(len(recorded), len(replayed))):
+        compared = 0 if self._skipping else max(len(recorded), len(replayed))
+        for position in range(compared):
             rec = recorded[position] if position < len(recorded) else None
             rep = replayed[position] if position < len(replayed) else None
             if rec is None or rep is None:
@@ -271,7 +302,8 @@ class WorkloadVerifier:
                 found = ("(envelope)", repr(rec), repr(rep))
             self._diverged(rec, rec.stream_version, *found)
             return
-        self.report.decisions += len(recorded) - 1
+        if not self._skipping:
+            self.report.decisions += len(recorded) - 1
         for envelope in recorded:
             self.state.fold(envelope)
         self._recorded = []

@@ -32,7 +32,7 @@ from services.planner.sidecarset_revisions import (
     revision_object,
     revisions_in_use,
 )
-from services.planner.sidecarset_service import SidecarSetState, decisions_for, round_of
+from services.planner.sidecarset_service import RULES_VERSION, SidecarSetState, decisions_for, round_of
 from services.planner.sidecarset_upgrade import plan_sidecarset
 from tests.planner.test_sidecarset_upgrade import NEW, NOW, OLD, apply, pod, sidecarset
 
@@ -219,6 +219,7 @@ class Recorder:
                 input_sha256=digest.hexdigest(),
                 decisions=decisions,
                 correlation_id=None,
+                rules=RULES_VERSION,
             )
             for envelope in envelopes:
                 self.state.fold(envelope)

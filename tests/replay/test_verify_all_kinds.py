@@ -19,6 +19,9 @@ from services.domain.database import asyncpg_url, upgrade_async
 from services.domain.events import Event, ObjectObserved, new_event
 from services.domain.sidecarset_streams import SIDECARSET_KIND, decisions_stream, observed_stream
 from services.domain.store import EventStore
+from services.domain.streams import decisions_stream as cloneset_decisions_stream
+from services.planner.service import RULES_VERSION as CLONESET_RULES
+from services.planner.sidecarset_service import RULES_VERSION as SIDECARSET_RULES
 from services.planner.sidecarset_service import SidecarSetPlanner, SidecarSetState
 from services.replay.operations import verify_all
 from services.replay.simulation import T0, WorkloadSimulation
@@ -141,3 +144,66 @@ async def test_verify_all_covers_sidecarsets_and_reports_their_divergence(databa
     # The second round's third decision: RevisionCreated, RolloutStarted, PartitionStepPlanned.
     assert divergence["field"] == "decisions[2]"
     assert (divergence["recorded"]["partition"], divergence["replayed"]["partition"]) == (0, 1)
+
+
+async def forget_rules(database_url: str, cloneset_rounds: int) -> int:
+    """Make the store look as if an older rollbook (planner rules before versioning) recorded the
+    SidecarSet's rounds and the CloneSet's first ``cloneset_rounds`` rounds: their stored RoundPlanned
+    payloads lose the ``rules`` field (a superuser edit, guard triggers off). Returns the CloneSet's
+    number of rounds."""
+    conn = await asyncpg.connect(asyncpg_url(database_url))
+    try:
+        async with conn.transaction():
+            await conn.execute("SET session_replication_role = replica")
+            versions = await conn.fetch(
+                "SELECT stream_version FROM events WHERE stream = $1 AND type = 'RoundPlanned'"
+                " ORDER BY stream_version",
+                cloneset_decisions_stream("team-a", "web"),
+            )
+            changed = await conn.execute(
+                "UPDATE events SET payload = payload - 'rules' WHERE type = 'RoundPlanned'"
+                " AND (stream = $1 OR (stream = $2 AND stream_version <= $3))",
+                decisions_stream(SIDECARSET),
+                cloneset_decisions_stream("team-a", "web"),
+                versions[cloneset_rounds - 1]["stream_version"],
+            )
+            assert changed == f"UPDATE {cloneset_rounds + 2}"
+            return len(versions)
+    finally:
+        await conn.close()
+
+
+async def test_rounds_recorded_by_older_planner_rules_are_reported_not_re_verifiable(database: str) -> None:
+    total = await forget_rules(database, cloneset_rounds=3)
+    code, output = await rollbook(database, "verify", "--all")
+    assert code == 0, output
+    assert f"OK team-a/web: {total - 3} rounds" in output
+    assert (
+        f"NOT RE-VERIFIABLE team-a/web: 3 rounds recorded by planner rules v1, this rollbook has"
+        f" v{CLONESET_RULES}: not re-verifiable"
+    ) in output
+    assert f"OK SidecarSet {SIDECARSET}: 0 rounds, 0 decisions" in output
+    assert (
+        f"NOT RE-VERIFIABLE SidecarSet {SIDECARSET}: 2 rounds recorded by planner rules v1, this rollbook"
+        f" has v{SIDECARSET_RULES}: not re-verifiable"
+    ) in output
+    assert "rollbook audit verify" in output
+    assert (
+        "CloneSet: 1 verified, 0 diverged, 1 with rounds not re-verifiable;"
+        " SidecarSet: 1 verified, 0 diverged, 1 with rounds not re-verifiable"
+    ) in output
+
+    code, output = await rollbook(database, "verify", "--all", "--strict")
+    assert code == 1 and "NOT RE-VERIFIABLE team-a/web: 3 rounds" in output, output
+    code, output = await rollbook(database, "verify", "--all", "--json", "--strict")
+    assert code == 1, output
+    skipped = {(r["kind"], r["workload"]): r["skipped"] for r in msgspec.json.decode(output)}
+    assert skipped == {("CloneSet", "team-a/web"): {"1": 3}, (SIDECARSET_KIND, SIDECARSET): {"1": 2}}
+    code, output = await rollbook(database, "sidecarset", "verify", SIDECARSET)
+    assert code == 0 and "NOT RE-VERIFIABLE" in output and "2 rounds recorded by planner rules v1" in output
+    code, output = await rollbook(database, "sidecarset", "verify", SIDECARSET, "--strict")
+    assert code == 1, output
+
+    # What verify cannot re-run, the hash chain still covers: the edited rounds are named.
+    code, output = await rollbook(database, "audit", "verify", "--no-bus")
+    assert code == 1 and "TAMPERED: 5 finding(s)" in output, output
