@@ -64,6 +64,7 @@ DURABLE = "planner"
 # events), so ``rollbook verify`` reports rounds decided by other rules as not re-verifiable instead of as
 # divergences (docs/replay.md, "Upgrading rollbook"). 1: rounds recorded before rules were versioned.
 # 2: RolloutPaused/RolloutResumed, FailedScale/FailedUpdate conditions.
+# tests/planner/test_rules_fingerprint.py fails when the decisions change and this does not.
 RULES_VERSION = 2
 # A round takes milliseconds; a wake-up lost with a crashed planner comes back after this.
 ACK_WAIT = 10.0

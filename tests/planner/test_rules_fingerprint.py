@@ -1,0 +1,63 @@
+"""The CloneSet planner's RULES_VERSION changes whenever its decisions do.
+
+`rollbook verify` re-runs only the rounds recorded under the running planner's rules and reports the rest
+as not re-verifiable (docs/replay.md, "Upgrading rollbook"). That is only honest if every change to what
+the planner decides for a given input bumps ``RULES_VERSION``: a change without a bump would turn every
+round recorded before it into a false divergence. So the decisions of two scripted rollouts are
+fingerprinted, one fingerprint per rules version.
+
+When this test fails: if the planner now decides differently on purpose, bump ``RULES_VERSION`` in
+services/planner/service.py and add the new fingerprint below; if only the cluster model of
+services/replay/simulation.py changed (timings, object shapes), replace the current version's fingerprint.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import UTC, datetime
+
+import msgspec
+
+from services.domain.events import RoundPlanned
+from services.domain.streams import decisions_stream
+from services.planner.service import RULES_VERSION
+from services.replay.simulation import WorkloadSimulation
+
+FINGERPRINTS = {
+    2: "2f643260948f9f356306cac14fe171ea5d7eeaea516b34f5559cda5d12ce1af9",
+}
+START = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+STRATEGIES = (
+    # in place with a canary step left standing (partition 2): RolloutPaused, partition steps, grace
+    {"type": "InPlaceIfPossible", "maxUnavailable": 2, "partition": 2},
+    # recreation with a surge pod
+    {"type": "ReCreate", "maxUnavailable": 1, "maxSurge": 1},
+)
+
+
+def decisions_fingerprint() -> tuple[str, dict[str, int]]:
+    digest = hashlib.sha256()
+    counts: dict[str, int] = {}
+    stream = decisions_stream("team-a", "web")
+    for strategy in STRATEGIES:
+        for envelope in WorkloadSimulation("team-a", "web", replicas=5, start=START, strategy=strategy).run():
+            # RoundPlanned records the inputs (and the rules version itself), not decisions.
+            if envelope.stream == stream and not isinstance(envelope.payload, RoundPlanned):
+                digest.update(envelope.type.encode() + msgspec.json.encode(envelope.payload))
+                counts[envelope.type] = counts.get(envelope.type, 0) + 1
+    return digest.hexdigest(), counts
+
+
+def test_the_decisions_match_the_fingerprint_of_the_current_rules_version() -> None:
+    fingerprint, counts = decisions_fingerprint()
+    assert counts.get("RolloutPaused") and counts.get("PodActionRequested")  # the script exercises them
+    assert RULES_VERSION in FINGERPRINTS, f"record the fingerprint of rules v{RULES_VERSION}: {fingerprint}"
+    assert fingerprint == FINGERPRINTS[RULES_VERSION], (
+        f"the planner decides differently from rules v{RULES_VERSION} (new fingerprint {fingerprint}): "
+        "bump RULES_VERSION and record it, or re-record if only the simulation changed (module doc)"
+    )
+
+
+def test_every_rules_version_has_its_own_fingerprint() -> None:
+    # A bump that reuses the previous fingerprint was not needed; a changed one must not reuse a version.
+    assert len(set(FINGERPRINTS.values())) == len(FINGERPRINTS)
