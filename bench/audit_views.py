@@ -23,8 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script 
 
 import asyncpg  # noqa: E402
 
-from services.domain.database import asyncpg_url, upgrade_async  # noqa: E402
-from services.domain.settings import Settings  # noqa: E402
+from services.infra.database import asyncpg_url, upgrade_async  # noqa: E402
+from services.infra.settings import Settings  # noqa: E402
 
 # One statement per event kind, set-based (generate_series), so building a million rows takes seconds.
 # w = workload, r = rollout, p = pod; every workload's events are in its own streams.

@@ -17,9 +17,9 @@ from datetime import UTC, datetime
 import msgspec
 from nats.aio.msg import Msg
 
-from services.domain.bus import Bus
-from services.domain.embedded import resolved_settings
-from services.domain.events import Envelope, PodActionRequested, new_event
+from services.infra.bus import Bus
+from services.infra.embedded import resolved_settings
+from services.model.events import Envelope, PodActionRequested, new_event
 
 
 def events(n: int) -> list[Envelope]:

@@ -1,4 +1,4 @@
-"""Event store benchmark: append and replay throughput of services.domain.store.EventStore, each printed
+"""Event store benchmark: append and replay throughput of services.infra.store.EventStore, each printed
 beside the raw asyncpg ceiling measured in the same run (not a test; prints figures).
 
     /work/venv/bin/python bench/eventstore.py [--events N] [--singles N] [--replay-events N] [--rounds R]
@@ -50,10 +50,10 @@ import asyncpg
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from a checkout
 
-from services.domain.database import asyncpg_url, upgrade_async
-from services.domain.events import Envelope, PodActionRequested, new_event
-from services.domain.settings import Settings
-from services.domain.store import EventStore, _columns, _row_to_stored
+from services.infra.database import asyncpg_url, upgrade_async
+from services.infra.settings import Settings
+from services.infra.store import EventStore, _columns, _row_to_stored
+from services.model.events import Envelope, PodActionRequested, new_event
 
 STREAM_LENGTH = 1000  # events per stream: batches of up to 1,000 are one stream, consecutive versions
 COPY_COLUMNS = [

@@ -30,11 +30,11 @@ import asyncpg
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from a checkout
 
-from services.domain.database import asyncpg_url, upgrade_async
-from services.domain.events import Envelope
-from services.domain.settings import Settings
-from services.domain.store import EventStore
-from services.domain.streams import workload_of
+from services.infra.database import asyncpg_url, upgrade_async
+from services.infra.settings import Settings
+from services.infra.store import EventStore
+from services.model.events import Envelope
+from services.model.streams import workload_of
 from services.planner.workload_state import WorkloadState
 from services.replay.audit import audit_log
 from services.replay.operations import PAGE_SIZE, cyclic_gc_paused, verify_all

@@ -27,9 +27,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script 
 import asyncpg  # noqa: E402
 from kubernetes_asyncio import config  # noqa: E402
 
-from services.domain.bus import Bus  # noqa: E402
-from services.domain.database import asyncpg_url, upgrade_async  # noqa: E402
-from services.domain.settings import Settings  # noqa: E402
+from services.infra.bus import Bus  # noqa: E402
+from services.infra.database import asyncpg_url, upgrade_async  # noqa: E402
+from services.infra.settings import Settings  # noqa: E402
 from services.simcluster import SimCluster, SimConfig  # noqa: E402
 from tests.e2e.cluster import Cluster, image_of, is_ready, seed_cloneset, with_image  # noqa: E402
 from tests.plugins.database import with_database  # noqa: E402

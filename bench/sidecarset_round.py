@@ -25,7 +25,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from a checkout
 
-from services.domain import sidecarset as ss
+from services.model import sidecarset as ss
 from services.planner.sidecarset_upgrade import plan_sidecarset
 
 SEED = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "seed" / "sidecarset-test-sidecarset.yaml"

@@ -24,7 +24,7 @@ import structlog
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from a checkout
 
-from services.domain import sidecarset as ss
+from services.model import sidecarset as ss
 from services.webhook.cache import NamespaceLabels, SidecarSetCache
 from services.webhook.recorder import InjectionRecorder, MemorySink
 from services.webhook.server import WebhookState, start_server

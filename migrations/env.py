@@ -1,7 +1,7 @@
 """Alembic environment: async engine (asyncpg), online migrations only.
 
 The database URL comes from, in order: ``alembic -x url=postgresql://...``, the config attribute
-``database_url`` (set by services.domain.database.alembic_config for tests and embedded mode), and
+``database_url`` (set by services.infra.database.alembic_config for tests and embedded mode), and
 finally ``Settings.from_env().database_url`` (ROLLBOOK_DATABASE_URL).
 """
 
@@ -14,8 +14,8 @@ from sqlalchemy import pool
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from services.domain.database import sqlalchemy_url
-from services.domain.settings import Settings
+from services.infra.database import sqlalchemy_url
+from services.infra.settings import Settings
 
 config = context.config
 

@@ -1,5 +1,5 @@
 """Print the README's configuration table from the Settings class: one row per field, its environment
-variable, its default and the comment above it in services/domain/settings.py.
+variable, its default and the comment above it in services/infra/settings.py.
 
     python scripts/settings_table.py        # tests/test_readme.py checks README.md holds this output
 """
@@ -11,8 +11,8 @@ import inspect
 
 import msgspec
 
-from services.domain import settings as settings_module
-from services.domain.settings import Settings
+from services.infra import settings as settings_module
+from services.infra.settings import Settings
 
 
 def field_comments() -> dict[str, str]:

@@ -9,6 +9,8 @@ Fixtures live in plugin modules under tests/plugins/, one per concern:
 - stack.py: `stack_settings`, `stack` (the four services as subprocesses), `wait_for`
 """
 
+import pytest
+
 pytest_plugins: list[str] = [
     "tests.plugins.servers",
     "tests.plugins.database",
@@ -16,3 +18,16 @@ pytest_plugins: list[str] = [
     "tests.plugins.simcluster",
     "tests.plugins.stack",
 ]
+
+# Fixtures that reach a server (Postgres, NATS, simcluster or the services). A test whose fixture closure
+# has none of them, and that is not marked `servers` (it starts a server itself), is marked `pure`:
+# `scripts/test -m pure` runs the fast lane with nothing running.
+SERVER_FIXTURES = frozenset({"server_urls", "make_simcluster", "stack", "server_data_dir"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if fixtures & SERVER_FIXTURES or item.get_closest_marker("servers") or item.get_closest_marker("e2e"):
+            continue
+        item.add_marker(pytest.mark.pure)

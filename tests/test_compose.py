@@ -18,8 +18,8 @@ from typer.testing import CliRunner
 
 from services.cli.main import app
 from services.cli.services import SERVICES
-from services.domain.runtime import PORT_OFFSETS
-from services.domain.settings import Settings
+from services.infra.runtime import PORT_OFFSETS
+from services.infra.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE = ROOT / "docker-compose.yml"

@@ -5,7 +5,7 @@ Revision ID: 0004_event_hash_chain
 Revises: 0003_sidecarset_audit_views
 Create Date: 2026-11-30
 
-How the hashes are computed (services/domain/hashchain.py recomputes exactly this in Python, from the raw
+How the hashes are computed (services/model/hashchain.py recomputes exactly this in Python, from the raw
 columns, to verify; docs/replay.md):
 
     content      = UTF-8 of the columns joined by U+001F: event_id, stream, stream_version, type,

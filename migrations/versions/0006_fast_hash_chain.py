@@ -15,7 +15,7 @@ takes its stream_hash as the previous one of the stream when it is that stream a
 Correct because versions are integers: if (stream, v-1) exists it is the stream's highest version below v,
 which is what 0004's query returns. In every other case (another stream was written in between, or the
 versions have a gap) it asks the index as before. The hashes are exactly those of 0004
-(services/domain/hashchain.py verifies both alike): nothing is re-chained, no data changes.
+(services/model/hashchain.py verifies both alike): nothing is re-chained, no data changes.
 
 Rows skipped by ON CONFLICT DO NOTHING pass through the trigger too but are never inserted; both lookups
 read the table (rows inserted earlier in the same statement are visible to them), so a skipped row is

@@ -27,20 +27,20 @@ import structlog
 from aiohttp import web
 from nats.aio.msg import Msg
 
-from services.domain.bus import MSG_ID, Bus
-from services.domain.checkpoints import checkpoint_loop
-from services.domain.consumer_service import report_consumer_lag
-from services.domain.events import Envelope, encode
-from services.domain.metrics import (
+from services.infra.bus import MSG_ID, Bus
+from services.infra.checkpoints import checkpoint_loop
+from services.infra.consumer_service import report_consumer_lag
+from services.infra.metrics import (
     AUDIT_INGESTED,
     EVENTS_HANDLED,
     RELAY_POSITION,
     RELAY_PUBLISHED,
 )
-from services.domain.runtime import ServiceRuntime, configure_logging, run_until_stopped
-from services.domain.settings import Settings
-from services.domain.store import ConcurrencyError, EventStore, StoredEvent
-from services.domain.streams import workload_stream
+from services.infra.runtime import ServiceRuntime, configure_logging, run_until_stopped
+from services.infra.settings import Settings
+from services.infra.store import ConcurrencyError, EventStore, StoredEvent
+from services.model.events import Envelope, encode
+from services.model.streams import workload_stream
 
 log = structlog.get_logger("auditor")
 

@@ -22,8 +22,8 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.dynamic import DynamicClient
 from kubernetes_asyncio.dynamic.exceptions import ResourceNotFoundError
 
-from services.domain.kube import api_client
-from services.domain.settings import Settings
+from services.infra.kube import api_client
+from services.infra.settings import Settings
 
 
 class ManifestError(ValueError):

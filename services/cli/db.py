@@ -14,8 +14,8 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from services.cli.runtime import run_command
-from services.domain.database import downgrade, sqlalchemy_url, upgrade
-from services.domain.settings import Settings
+from services.infra.database import downgrade, sqlalchemy_url, upgrade
+from services.infra.settings import Settings
 
 db_app = typer.Typer(name="db", help="Event store schema: apply, inspect or revert migrations.")
 

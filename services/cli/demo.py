@@ -45,11 +45,11 @@ from rich.table import Table
 from services.cli.apply import apply_documents, load_documents
 from services.cli.runtime import run_command
 from services.cli.services import SERVICES, settings_env
-from services.domain import audit_queries
-from services.domain.database import asyncpg_url, upgrade_async
-from services.domain.kube import api_client
-from services.domain.runtime import logged_port
-from services.domain.settings import Settings
+from services.infra import audit_queries
+from services.infra.database import asyncpg_url, upgrade_async
+from services.infra.kube import api_client
+from services.infra.runtime import logged_port
+from services.infra.settings import Settings
 from services.simcluster import SimCluster, SimConfig, Timing
 
 GROUP, VERSION, PLURAL = "apps.kruise.io", "v1alpha1", "clonesets"
@@ -316,7 +316,7 @@ async def _demo(
 
 async def _delete_stream(settings: Settings) -> None:
     """The demo's JetStream stream on a shared NATS server is not worth keeping (the trail is in SQL)."""
-    from services.domain.bus import Bus
+    from services.infra.bus import Bus
 
     bus = await Bus.connect(settings, name="rollbook-demo-cleanup")
     try:
@@ -479,7 +479,7 @@ def register(application: typer.Typer) -> None:
         clock = Clock()
         base = Settings.from_env()
         # The steps say what the embedded-server module logs at INFO; its warnings and errors still show.
-        logging.getLogger("services.domain.embedded").setLevel(logging.WARNING)
+        logging.getLogger("services.infra.embedded").setLevel(logging.WARNING)
         run_dir = base.data_path / "demo"
         suffix = uuid.uuid4().hex[:8]
         try:

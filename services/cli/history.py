@@ -20,10 +20,10 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from services.domain import audit_queries
-from services.domain.database import asyncpg_url
-from services.domain.embedded import EMBEDDED_DATABASE, EmbeddedError, resolved_settings
-from services.domain.settings import Settings
+from services.infra import audit_queries
+from services.infra.database import asyncpg_url
+from services.infra.embedded import EMBEDDED_DATABASE, EmbeddedError, resolved_settings
+from services.infra.settings import Settings
 
 console = Console()
 

@@ -24,9 +24,9 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.config.config_exception import ConfigException
 
-from services.domain import kube
-from services.domain import sidecarset as ss
-from services.domain.settings import Settings
+from services.infra import kube
+from services.infra.settings import Settings
+from services.model import sidecarset as ss
 from services.webhook import admission
 
 

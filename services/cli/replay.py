@@ -16,12 +16,12 @@ import asyncpg
 import msgspec
 import typer
 
-from services.domain.embedded import resolved_settings
-from services.domain.settings import Settings
-from services.domain.sidecarset_streams import SIDECARSET_KIND
-from services.domain.store import EventStore
-from services.domain.streams import WORKLOAD_KIND
-from services.domain.upcasting import UpcastError
+from services.infra.embedded import resolved_settings
+from services.infra.settings import Settings
+from services.infra.store import EventStore
+from services.model.sidecarset_streams import SIDECARSET_KIND
+from services.model.streams import WORKLOAD_KIND
+from services.model.upcasting import UpcastError
 from services.replay.reads import TargetError
 from services.replay.verify import Decide, VerifyReport
 from services.replay.whatif import WhatIfError, parse_overrides
@@ -267,7 +267,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Recompute every event's hash chain and compare it with the stored hashes and the checkpoints kept
         outside the database. Exit 1 naming every edited, removed or reordered event."""
-        from services.domain.checkpoints import Checkpoint, file_checkpoints, published_checkpoints
+        from services.infra.checkpoints import Checkpoint, file_checkpoints, published_checkpoints
         from services.replay.audit import audit_log
 
         async def work(store: EventStore, settings: Settings) -> Any:
@@ -275,7 +275,7 @@ def register(app: typer.Typer) -> None:
             if checkpoint_file is not None:
                 given += [(str(checkpoint_file), cp) for cp in file_checkpoints(checkpoint_file)]
             if bus and settings.nats_url:
-                from services.domain.bus import Bus
+                from services.infra.bus import Bus
 
                 connection = await Bus.connect(settings, name="rollbook-audit")
                 try:
@@ -304,11 +304,11 @@ def register(app: typer.Typer) -> None:
         ),
     ) -> None:
         """Record the chain hash at the head of the log (database, JetStream, file)."""
-        from services.domain.checkpoints import take_checkpoint
+        from services.infra.checkpoints import take_checkpoint
 
         async def work(store: EventStore, settings: Settings) -> Any:
             if bus and settings.nats_url:
-                from services.domain.bus import Bus
+                from services.infra.bus import Bus
 
                 connection = await Bus.connect(settings, name="rollbook-audit")
                 try:

@@ -16,8 +16,8 @@ import logging
 import signal
 from collections.abc import Awaitable, Callable
 
-from services.domain.embedded import EmbeddedError, resolved_settings
-from services.domain.settings import Settings
+from services.infra.embedded import EmbeddedError, resolved_settings
+from services.infra.settings import Settings
 
 log = logging.getLogger(__name__)
 

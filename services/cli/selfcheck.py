@@ -23,11 +23,11 @@ import typer
 from nats.aio.msg import Msg
 
 from services.cli.runtime import run_command
-from services.domain.bus import Bus
-from services.domain.database import asyncpg_url, upgrade_async
-from services.domain.events import Envelope, RolloutPaused, new_event
-from services.domain.settings import Settings
-from services.domain.store import EventStore
+from services.infra.bus import Bus
+from services.infra.database import asyncpg_url, upgrade_async
+from services.infra.settings import Settings
+from services.infra.store import EventStore
+from services.model.events import Envelope, RolloutPaused, new_event
 
 
 class CheckFailed(Exception):
@@ -121,7 +121,7 @@ async def _check_bus(settings: Settings) -> str:
         max_deliver=2,
     )
     bus = await Bus.connect(scratch, name="rollbook-selfcheck")
-    bus_log = logging.getLogger("services.domain.bus")
+    bus_log = logging.getLogger("services.infra.bus")
     level = bus_log.level
     bus_log.setLevel(logging.CRITICAL)  # the poison message below is dead-lettered on purpose: no alarm
     try:

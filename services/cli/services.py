@@ -17,8 +17,8 @@ from collections.abc import Awaitable, Callable
 import typer
 
 from services.cli.runtime import run_command
-from services.domain.leader import LeadershipLost
-from services.domain.settings import Settings
+from services.infra.leader import LeadershipLost
+from services.infra.settings import Settings
 
 SERVICES = ("watcher", "planner", "executor", "auditor")
 _RESTART_DELAY = 1.0

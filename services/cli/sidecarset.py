@@ -11,10 +11,10 @@ from typing import Any
 
 import typer
 
-from services.domain.settings import Settings
-from services.domain.sidecarset import SidecarSetError
-from services.domain.sidecarset_streams import actions_stream, decisions_stream, observed_stream
-from services.domain.store import EventStore
+from services.infra.settings import Settings
+from services.infra.store import EventStore
+from services.model.sidecarset import SidecarSetError
+from services.model.sidecarset_streams import actions_stream, decisions_stream, observed_stream
 from services.planner.sidecarset_replay import verify_sidecarset
 from services.planner.sidecarset_service import RULES_VERSION
 from services.planner.sidecarset_upgrade import SidecarSetRound, plan_sidecarset

@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from services.domain.settings import Settings
+from services.infra.settings import Settings
 from services.simcluster import FaultConfig, NodeConfig, SimCluster, SimConfig, Timing
 
 

@@ -18,10 +18,10 @@ from kubernetes_asyncio import client
 from rich.table import Table
 
 from services.cli.history import QueryError, clock, connect, console, parse_workload
-from services.domain import audit_queries
-from services.domain.kube import api_client
-from services.domain.settings import Settings
-from services.domain.streams import CLONESET_GROUP, CLONESET_PLURAL, CLONESET_VERSION
+from services.infra import audit_queries
+from services.infra.kube import api_client
+from services.infra.settings import Settings
+from services.model.streams import CLONESET_GROUP, CLONESET_PLURAL, CLONESET_VERSION
 
 
 async def list_clonesets(settings: Settings, namespace: str | None, name: str | None) -> list[dict[str, Any]]:

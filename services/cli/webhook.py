@@ -11,9 +11,9 @@ import yaml
 from kubernetes_asyncio.config.config_exception import ConfigException
 
 from services.cli.runtime import CommandBody, run_command
-from services.domain.bus import Bus
-from services.domain.settings import Settings
-from services.domain.store import EventStore
+from services.infra.bus import Bus
+from services.infra.settings import Settings
+from services.infra.store import EventStore
 from services.webhook import register as registration
 from services.webhook.recorder import EventSink, LogSink
 from services.webhook.service import WebhookOptions, run_webhook

@@ -8,8 +8,8 @@ from typing import Any
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from services.domain import kube
-from services.domain.events import PodActionRequested
+from services.infra import kube
+from services.model.events import PodActionRequested
 
 MERGE_PATCH = "application/merge-patch+json"
 # A patch computed from a resourceVersion someone else changed is re-read and retried this many times.

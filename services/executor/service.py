@@ -32,10 +32,17 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from nats.aio.msg import Msg
 from sqlalchemy import select
 
-from services.domain import kube
-from services.domain.bus import Bus
-from services.domain.consumer_service import ConsumerSpec, serve_consumers
-from services.domain.events import (
+from services.executor.pods import CONFLICT_RETRIES, MERGE_PATCH, ActionFailed, read_target_pod
+from services.executor.sidecarset import apply_sidecar_upgrade, write_sidecarset_status
+from services.infra import kube
+from services.infra.bus import Bus
+from services.infra.consumer_service import ConsumerSpec, serve_consumers
+from services.infra.metrics import ACTIONS_APPLIED, ACTIONS_FAILED, EVENTS_APPENDED, EVENTS_HANDLED
+from services.infra.runtime import ServiceRuntime, configure_logging
+from services.infra.settings import Settings
+from services.infra.store import EventStore
+from services.infra.store_schema import events_table
+from services.model.events import (
     Envelope,
     PodActionFailed,
     PodActionRequested,
@@ -44,14 +51,9 @@ from services.domain.events import (
     StatusPlanned,
     new_event,
 )
-from services.domain.metrics import ACTIONS_APPLIED, ACTIONS_FAILED, EVENTS_APPENDED, EVENTS_HANDLED
-from services.domain.runtime import ServiceRuntime, configure_logging
-from services.domain.settings import Settings
-from services.domain.sidecarset_streams import UPDATE_SIDECAR_ACTION, sidecarset_of
-from services.domain.sidecarset_streams import actions_stream as sidecarset_actions_stream
-from services.domain.store import EventStore
-from services.domain.store_schema import events_table
-from services.domain.streams import (
+from services.model.sidecarset_streams import UPDATE_SIDECAR_ACTION, sidecarset_of
+from services.model.sidecarset_streams import actions_stream as sidecarset_actions_stream
+from services.model.streams import (
     ACTION_ID_ANNOTATION,
     CLONESET_GROUP,
     CLONESET_PLURAL,
@@ -60,8 +62,6 @@ from services.domain.streams import (
     derived_id,
     workload_of,
 )
-from services.executor.pods import CONFLICT_RETRIES, MERGE_PATCH, ActionFailed, read_target_pod
-from services.executor.sidecarset import apply_sidecar_upgrade, write_sidecarset_status
 
 log = structlog.get_logger("executor")
 

@@ -22,16 +22,16 @@ from typing import Any
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from services.domain.events import PodActionRequested, StatusPlanned
-from services.domain.sidecarset import HASH_ANNOTATION, json_object
-from services.domain.sidecarset_streams import (
+from services.executor.pods import CONFLICT_RETRIES, MERGE_PATCH, ActionFailed, read_target_pod
+from services.model.events import PodActionRequested, StatusPlanned
+from services.model.sidecarset import HASH_ANNOTATION, json_object
+from services.model.sidecarset_streams import (
     INPLACE_STATE_ANNOTATION,
     SIDECARSET_ACTION_ANNOTATION,
     SIDECARSET_GROUP,
     SIDECARSET_PLURAL,
     SIDECARSET_VERSION,
 )
-from services.executor.pods import CONFLICT_RETRIES, MERGE_PATCH, ActionFailed, read_target_pod
 
 # The per-SidecarSet JSON annotations whose other entries must survive the patch.
 _KEYED_ANNOTATIONS = (HASH_ANNOTATION, INPLACE_STATE_ANNOTATION)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from services.domain import labels as selectors
+from services.model import labels as selectors
 from services.planner.inplace import Change, classify
 from services.planner.names import CLONESET_KIND, INSTANCE_ID_LABEL
 from services.planner.podstate import PodView

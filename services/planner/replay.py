@@ -17,8 +17,8 @@ from typing import Any
 
 import msgspec
 
-from services.domain.events import Envelope, RoundPlanned
-from services.domain.store import EventStore
+from services.infra.store import EventStore
+from services.model.events import Envelope, RoundPlanned
 from services.planner.service import RULES_VERSION, decide, decisions_for
 from services.planner.workload_state import WorkloadState, encode_input
 

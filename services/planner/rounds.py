@@ -13,7 +13,9 @@ from datetime import datetime
 from typing import Any, Protocol
 from uuid import UUID
 
-from services.domain.events import (
+from services.infra.metrics import EVENTS_APPENDED
+from services.infra.store import EventStore
+from services.model.events import (
     Envelope,
     Event,
     PodActionStarted,
@@ -22,9 +24,7 @@ from services.domain.events import (
     RoundPlanned,
     new_event,
 )
-from services.domain.metrics import EVENTS_APPENDED
-from services.domain.store import EventStore
-from services.domain.streams import derived_id
+from services.model.streams import derived_id
 
 
 class FoldedState(Protocol):

@@ -25,9 +25,14 @@ import msgspec
 import structlog
 from nats.aio.msg import Msg
 
-from services.domain.bus import Bus
-from services.domain.consumer_service import serve_consumer
-from services.domain.events import (
+from services.infra.bus import Bus
+from services.infra.consumer_service import serve_consumer
+from services.infra.leader import run_while_leading
+from services.infra.metrics import EVENTS_HANDLED, PLANNING_SECONDS
+from services.infra.runtime import ServiceRuntime, configure_logging
+from services.infra.settings import Settings
+from services.infra.store import ConcurrencyError, EventStore
+from services.model.events import (
     Envelope,
     Event,
     PartitionStepPlanned,
@@ -43,13 +48,8 @@ from services.domain.events import (
     SpecRejected,
     StatusPlanned,
 )
-from services.domain.leader import run_while_leading
-from services.domain.metrics import EVENTS_HANDLED, PLANNING_SECONDS
-from services.domain.runtime import ServiceRuntime, configure_logging
-from services.domain.settings import Settings
-from services.domain.sidecarset_streams import is_sidecarset_stream
-from services.domain.store import ConcurrencyError, EventStore
-from services.domain.streams import WORKLOAD_KIND, decisions_stream, derived_id, rollout_id, workload_of
+from services.model.sidecarset_streams import is_sidecarset_stream
+from services.model.streams import WORKLOAD_KIND, decisions_stream, derived_id, rollout_id, workload_of
 from services.planner import rounds
 from services.planner.progress import rollout_progress
 from services.planner.sidecarset_service import SidecarSetPlanner

@@ -17,8 +17,8 @@ from typing import Any
 
 import msgspec
 
-from services.domain.events import Envelope, RoundPlanned
-from services.domain.sidecarset_streams import actions_stream, observed_stream
+from services.model.events import Envelope, RoundPlanned
+from services.model.sidecarset_streams import actions_stream, observed_stream
 from services.planner.sidecarset_service import RULES_VERSION, SidecarSetState, decisions_for, round_of
 
 _canonical = msgspec.json.Encoder(order="sorted")

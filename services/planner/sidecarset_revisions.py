@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from services.domain import sidecarset as ss
+from services.model import sidecarset as ss
 from services.planner.revisions import canonical_json, unclaimed_revision_name
 
 REVISION_FIELDS = ("containers", "initContainers", "volumes", "imagePullSecrets", "patchPodMetadata")

@@ -21,7 +21,9 @@ import msgspec
 import structlog
 from nats.aio.msg import Msg
 
-from services.domain.events import (
+from services.infra.metrics import PLANNING_SECONDS
+from services.infra.store import ConcurrencyError, EventStore
+from services.model.events import (
     Envelope,
     Event,
     ObjectObserved,
@@ -40,9 +42,8 @@ from services.domain.events import (
     SpecRejected,
     StatusPlanned,
 )
-from services.domain.metrics import PLANNING_SECONDS
-from services.domain.sidecarset import SidecarSetError
-from services.domain.sidecarset_streams import (
+from services.model.sidecarset import SidecarSetError
+from services.model.sidecarset_streams import (
     SIDECARSET_ACTION_ANNOTATION,
     SIDECARSET_KIND,
     UPDATE_SIDECAR_ACTION,
@@ -53,8 +54,7 @@ from services.domain.sidecarset_streams import (
     rollout_id,
     sidecarset_of,
 )
-from services.domain.store import ConcurrencyError, EventStore
-from services.domain.streams import derived_id
+from services.model.streams import derived_id
 from services.planner import rounds
 from services.planner.sidecarset_revisions import revision_object
 from services.planner.sidecarset_upgrade import SidecarSetRound, plan_sidecarset

@@ -24,10 +24,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from services.domain import labels
-from services.domain import sidecarset as ss
-from services.domain.sidecarset_streams import INPLACE_STATE_ANNOTATION, revision_name
-from services.planner import intorpercent
+from services.model import intorpercent, labels
+from services.model import sidecarset as ss
+from services.model.sidecarset_streams import INPLACE_STATE_ANNOTATION, revision_name
 from services.planner.podstate import PodView
 from services.planner.sidecarset_revisions import RevisionDecision, plan_revision, revisions_in_use
 from services.planner.update import _priority_key

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from services.planner import intorpercent
+from services.model import intorpercent
 from services.planner.names import INPLACE_MODE_ANNOTATION, INPLACE_MODE_EXTENDED
 
 RECREATE = "ReCreate"

@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from services.domain import labels as selectors
+from services.model import labels as selectors
 from services.planner import inplace
 from services.planner.context import Context
 from services.planner.counting import Classes, Diffs

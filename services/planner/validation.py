@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from services.domain import labels as selectors
-from services.planner import intorpercent
+from services.model import intorpercent
+from services.model import labels as selectors
 from services.planner.spec import IN_PLACE_ONLY, UPDATE_TYPES
 
 _INT_FIELDS_NON_NEGATIVE = ("minReadySeconds", "revisionHistoryLimit")

@@ -15,7 +15,7 @@ from typing import Any
 
 import msgspec
 
-from services.domain.events import (
+from services.model.events import (
     Envelope,
     ObjectObserved,
     PartitionStepPlanned,
@@ -34,7 +34,7 @@ from services.domain.events import (
     SpecRejected,
     StatusPlanned,
 )
-from services.domain.streams import (
+from services.model.streams import (
     ACTION_ID_ANNOTATION,
     WORKLOAD_KIND,
     actions_stream,

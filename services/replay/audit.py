@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from services.domain.checkpoints import Checkpoint
-from services.domain.hashchain import ChainVerifier, Finding
-from services.domain.store import EventStore
+from services.infra.checkpoints import Checkpoint
+from services.infra.store import EventStore
+from services.model.hashchain import ChainVerifier, Finding
 
 
 @dataclass

@@ -17,7 +17,7 @@ from typing import Any
 
 import msgspec
 
-from services.domain.streams import ACTION_ID_ANNOTATION
+from services.model.streams import ACTION_ID_ANNOTATION
 
 DEFAULT_EFFECT_SECONDS = 0.5
 DEFAULT_READY_SECONDS = 2.0

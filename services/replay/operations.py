@@ -17,16 +17,16 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, TypeVar
 
-from services.domain.events import Envelope, RoundPlanned
-from services.domain.sidecarset_streams import (
+from services.infra.store import EventStore, StoredEvent
+from services.model.events import Envelope, RoundPlanned
+from services.model.sidecarset_streams import (
     SIDECARSET_KIND,
     actions_stream,
     decisions_stream,
     observed_stream,
     sidecarset_of,
 )
-from services.domain.store import EventStore, StoredEvent
-from services.domain.streams import workload_of
+from services.model.streams import workload_of
 from services.planner.service import decide as planner_decide
 from services.planner.sidecarset_replay import verify_sidecarset
 from services.planner.sidecarset_service import RULES_VERSION as SIDECARSET_RULES_VERSION

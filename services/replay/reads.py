@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import heapq
 
-from services.domain.store import EventStore, StoredEvent
-from services.domain.streams import actions_stream, decisions_stream, observed_stream
+from services.infra.store import EventStore, StoredEvent
+from services.model.streams import actions_stream, decisions_stream, observed_stream
 
 
 class TargetError(ValueError):

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from services.domain.events import (
+from services.model.events import (
     Envelope,
     ObjectObserved,
     PodActionRequested,
@@ -24,7 +24,7 @@ from services.domain.events import (
     RequeueScheduled,
     new_event,
 )
-from services.domain.streams import actions_stream, decisions_stream, derived_id, observed_stream
+from services.model.streams import actions_stream, decisions_stream, derived_id, observed_stream
 from services.planner.service import decide, decisions_for, round_envelopes
 from services.planner.workload_state import WorkloadState, encode_input
 from services.replay.cluster_model import ClusterModel

@@ -9,14 +9,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from services.domain.events import (
+from services.infra.store import StoredEvent
+from services.model.events import (
     ObjectObserved,
     PodActionFailed,
     PodActionRequested,
     PodActionStarted,
     PodActionSucceeded,
 )
-from services.domain.store import StoredEvent
 from services.planner.names import REVISION_LABEL
 from services.planner.workload_state import WorkloadState
 

@@ -27,8 +27,8 @@ from typing import Any
 
 import msgspec
 
-from services.domain.events import Envelope, RoundPlanned
-from services.domain.streams import WORKLOAD_KIND, actions_stream, decisions_stream, observed_stream
+from services.model.events import Envelope, RoundPlanned
+from services.model.streams import WORKLOAD_KIND, actions_stream, decisions_stream, observed_stream
 from services.planner.service import RULES_VERSION, decisions_for, round_envelopes
 from services.planner.service import decide as planner_decide
 from services.planner.sidecarset_replay import SidecarSetDivergence

@@ -27,15 +27,15 @@ from typing import Any
 
 import msgspec
 
-from services.domain.events import (
+from services.infra.store import StoredEvent
+from services.model.events import (
     ObjectObserved,
     PodActionRequested,
     RolloutCompleted,
     RolloutStarted,
     RoundPlanned,
 )
-from services.domain.store import StoredEvent
-from services.domain.streams import ACTION_ID_ANNOTATION, WORKLOAD_KIND
+from services.model.streams import ACTION_ID_ANNOTATION, WORKLOAD_KIND
 from services.planner.names import REVISION_LABEL
 from services.planner.plan import plan_json
 from services.planner.workload_state import WorkloadState

@@ -16,7 +16,8 @@ from typing import Any
 import aiohttp
 import jsonpatch
 
-from ..domain.labels import matches
+from services.model.labels import matches
+
 from .errors import ApiError
 from .resources import MUTATING_WEBHOOKS, NAMESPACES, VALIDATING_WEBHOOKS, ResourceType
 from .store import Store

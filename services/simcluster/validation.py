@@ -10,7 +10,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ..domain.labels import SelectorError, matches, validate_selector
+from services.model.labels import SelectorError, matches, validate_selector
+
 from .errors import ApiError, invalid
 from .resources import CLONESETS, PODS, ResourceType
 

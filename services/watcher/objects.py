@@ -7,8 +7,8 @@ import copy
 from datetime import UTC, datetime
 from typing import Any
 
-from services.domain.events import Envelope, ObjectObserved, new_event
-from services.domain.streams import derived_id
+from services.model.events import Envelope, ObjectObserved, new_event
+from services.model.streams import derived_id
 
 
 def comparable(obj: dict[str, Any]) -> dict[str, Any]:

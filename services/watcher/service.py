@@ -25,21 +25,21 @@ import structlog
 from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from services.domain import kube
-from services.domain.events import Envelope, ObjectObserved
-from services.domain.leader import run_while_leading
-from services.domain.metrics import EVENTS_APPENDED, KIND_SERVED, OBSERVATIONS, WATCH_RESTARTS
-from services.domain.runtime import ServiceRuntime, configure_logging, run_until_stopped
-from services.domain.settings import Settings
-from services.domain.sidecarset_streams import (
+from services.infra import kube
+from services.infra.leader import run_while_leading
+from services.infra.metrics import EVENTS_APPENDED, KIND_SERVED, OBSERVATIONS, WATCH_RESTARTS
+from services.infra.runtime import ServiceRuntime, configure_logging, run_until_stopped
+from services.infra.settings import Settings
+from services.infra.store import EventStore
+from services.model.events import Envelope, ObjectObserved
+from services.model.sidecarset_streams import (
     SIDECARSET_GROUP,
     SIDECARSET_KIND,
     SIDECARSET_PLURAL,
     SIDECARSET_VERSION,
     is_sidecarset_stream,
 )
-from services.domain.store import EventStore
-from services.domain.streams import (
+from services.model.streams import (
     CLONESET_GROUP,
     CLONESET_PLURAL,
     CLONESET_VERSION,

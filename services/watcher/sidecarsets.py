@@ -16,9 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from services.domain.events import Envelope, ObjectObserved
-from services.domain.sidecarset import injected_sidecarsets, pod_sidecar_revisions
-from services.domain.sidecarset_streams import (
+from services.model.events import Envelope, ObjectObserved
+from services.model.sidecarset import injected_sidecarsets, pod_sidecar_revisions
+from services.model.sidecarset_streams import (
     SIDECARSET_KIND,
     observed_stream,
     revision_name,

@@ -9,5 +9,5 @@
 - ``tls``: the self-signed CA and serving certificate made at start when none is given.
 - ``service``: ``run_webhook(settings, options, sink)`` wires it all together.
 
-The injection rules themselves are in ``services.domain.sidecarset`` (pure, shared with the planner).
+The injection rules themselves are in ``services.model.sidecarset`` (pure, shared with the planner).
 """

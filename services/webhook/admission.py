@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from services.domain import sidecarset as ss
+from services.model import sidecarset as ss
 
 REVIEW_API_VERSION = "admission.k8s.io/v1"
 

@@ -20,8 +20,8 @@ import structlog
 from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from services.domain import kube
-from services.domain import sidecarset as ss
+from services.infra import kube
+from services.model import sidecarset as ss
 
 log = structlog.get_logger("rollbook.webhook.cache")
 

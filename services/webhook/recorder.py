@@ -22,8 +22,8 @@ from typing import Protocol
 
 import structlog
 
-from services.domain import events
-from services.domain import sidecarset as ss
+from services.model import events
+from services.model import sidecarset as ss
 
 log = structlog.get_logger("rollbook.webhook.recorder")
 

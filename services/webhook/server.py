@@ -15,7 +15,7 @@ import prometheus_client
 import structlog
 from aiohttp import web
 
-from services.domain import sidecarset as ss
+from services.model import sidecarset as ss
 from services.webhook import admission
 from services.webhook.cache import NamespaceLabels, SidecarSetCache
 from services.webhook.recorder import InjectionRecorder, injection_events

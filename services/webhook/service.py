@@ -11,8 +11,8 @@ from pathlib import Path
 import structlog
 from kubernetes_asyncio import client
 
-from services.domain import kube
-from services.domain.settings import Settings
+from services.infra import kube
+from services.infra.settings import Settings
 from services.webhook import register as registration
 from services.webhook.cache import (
     NamespaceLabels,

@@ -13,9 +13,9 @@ from __future__ import annotations
 import uuid
 from collections.abc import Awaitable, Callable
 
-from services.domain.bus import Bus
-from services.domain.events import Envelope, new_event
-from services.domain.store import EventStore
+from services.infra.bus import Bus
+from services.infra.store import EventStore
+from services.model.events import Envelope, new_event
 from services.webhook.recorder import PendingEvent
 
 StoreFactory = Callable[[], Awaitable[EventStore]]

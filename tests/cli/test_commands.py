@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from services.domain.store import EventStore
+from services.infra.store import EventStore
 from services.simcluster import SimCluster
-from tests.domain.audit_helpers import Trail
 from tests.e2e.cluster import Cluster
+from tests.infra.audit_helpers import Trail
 from tests.plugins.simcluster import api_client_for
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")

@@ -8,7 +8,7 @@ import sys
 
 from alembic.script import ScriptDirectory
 
-from services.domain.database import REPO_ROOT, alembic_config
+from services.infra.database import REPO_ROOT, alembic_config
 from tests.plugins.database import fresh_database
 from tests.plugins.servers import ServerUrls
 

@@ -13,7 +13,7 @@ import pytest
 from kubernetes_asyncio import client
 
 from services.cli.demo import DemoFailed, ServiceProcesses, Workload, follow, ready_at
-from services.domain.settings import Settings
+from services.infra.settings import Settings
 from services.simcluster import SimCluster
 from tests.e2e.cluster import Cluster, seed_cloneset
 
@@ -38,6 +38,7 @@ def processes_using(data_dir: Path) -> list[str]:
 
 
 @pytest.mark.slow
+@pytest.mark.servers  # the whole demo: embedded Postgres, NATS, simcluster and the services
 def test_demo_runs_everything_and_leaves_nothing_running(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("ROLLBOOK_")}
     env.update(ROLLBOOK_DATA_DIR=str(tmp_path / "data"), COLUMNS="160")

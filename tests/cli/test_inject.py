@@ -10,7 +10,7 @@ import yaml
 from typer.testing import CliRunner
 
 from services.cli.main import app
-from services.domain import sidecarset as ss
+from services.model import sidecarset as ss
 
 SEED = Path(__file__).parents[1] / "fixtures" / "seed"
 POD = str(SEED / "pod-test-pod.yaml")

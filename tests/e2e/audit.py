@@ -8,8 +8,8 @@ import asyncpg
 import nats.errors
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
-from services.domain.bus import MSG_ID, Bus
-from services.domain.database import asyncpg_url
+from services.infra.bus import MSG_ID, Bus
+from services.infra.database import asyncpg_url
 
 # Per workload: after each observation of one of its pods, how many of its pods were available (Ready
 # and not terminating), folding every pod's latest observation up to that moment.

@@ -9,8 +9,8 @@ import pytest
 import pytest_asyncio
 from prometheus_client.parser import text_string_to_metric_families
 
-from services.domain.bus import Bus
-from services.domain.store import EventStore
+from services.infra.bus import Bus
+from services.infra.store import EventStore
 from services.planner.replay import replay_workload
 from services.simcluster import SimCluster, SimConfig, Timing
 from tests.e2e.audit import (

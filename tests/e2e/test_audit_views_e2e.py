@@ -9,8 +9,8 @@ from typing import Any
 import asyncpg
 import pytest
 
-from services.domain import audit_queries
-from services.domain.database import asyncpg_url
+from services.infra import audit_queries
+from services.infra.database import asyncpg_url
 from tests.e2e.cluster import Cluster, image_of, is_ready, seed_cloneset, with_image
 from tests.plugins.stack import Stack, wait_for
 

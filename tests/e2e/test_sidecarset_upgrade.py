@@ -24,11 +24,13 @@ import pytest_asyncio
 import yaml
 from kubernetes_asyncio import client
 
-from services.domain import audit_queries
-from services.domain import sidecarset as ss
-from services.domain.bus import Bus
-from services.domain.database import asyncpg_url
-from services.domain.events import (
+from services.infra import audit_queries
+from services.infra.bus import Bus
+from services.infra.database import asyncpg_url
+from services.infra.settings import Settings
+from services.infra.store import EventStore, StoredEvent
+from services.model import sidecarset as ss
+from services.model.events import (
     ObjectObserved,
     PartitionStepPlanned,
     PodActionRequested,
@@ -39,8 +41,7 @@ from services.domain.events import (
     RolloutResumed,
     RolloutStarted,
 )
-from services.domain.settings import Settings
-from services.domain.sidecarset_streams import (
+from services.model.sidecarset_streams import (
     SIDECARSET_GROUP,
     SIDECARSET_PLURAL,
     SIDECARSET_VERSION,
@@ -49,8 +50,7 @@ from services.domain.sidecarset_streams import (
     decisions_stream,
     observed_stream,
 )
-from services.domain.store import EventStore, StoredEvent
-from services.domain.streams import decisions_stream as cloneset_decisions_stream
+from services.model.streams import decisions_stream as cloneset_decisions_stream
 from services.planner.sidecarset_replay import verify_sidecarset
 from services.simcluster import SimCluster, SimConfig
 from services.simcluster.kubelet import Timing

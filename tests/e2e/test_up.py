@@ -11,8 +11,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from services.domain.runtime import PORT_OFFSETS
-from services.domain.settings import Settings
+from services.infra.runtime import PORT_OFFSETS
+from services.infra.settings import Settings
 from tests.e2e.cluster import Cluster, is_ready, seed_cloneset
 from tests.plugins.stack import REPO_ROOT, free_port, settings_env, wait_for
 

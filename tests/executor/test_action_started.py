@@ -10,16 +10,16 @@ import pytest
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from services.domain.events import (
+from services.executor.service import Executor
+from services.infra.settings import Settings
+from services.infra.store import EventStore
+from services.model.events import (
     PodActionRequested,
     PodActionStarted,
     PodActionSucceeded,
     new_event,
 )
-from services.domain.settings import Settings
-from services.domain.store import EventStore
-from services.domain.streams import actions_stream, decisions_stream, derived_id
-from services.executor.service import Executor
+from services.model.streams import actions_stream, decisions_stream, derived_id
 from services.simcluster import SimCluster
 from services.simcluster.faults import FaultConfig
 

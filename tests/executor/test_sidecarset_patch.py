@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from services.domain.sidecarset import HASH_ANNOTATION
-from services.domain.sidecarset_streams import INPLACE_STATE_ANNOTATION
 from services.executor.sidecarset import merged_patch
+from services.model.sidecarset import HASH_ANNOTATION
+from services.model.sidecarset_streams import INPLACE_STATE_ANNOTATION
 
 
 def test_only_this_sidecarsets_entries_come_from_the_plan() -> None:

@@ -12,11 +12,11 @@ from typing import Any, cast
 import pytest
 from kubernetes_asyncio import client
 
-from services.domain import sidecarset as ss
-from services.domain.events import PodActionRequested
-from services.domain.sidecarset_streams import SIDECARSET_ACTION_ANNOTATION, UPDATE_SIDECAR_ACTION
 from services.executor.pods import ActionFailed
 from services.executor.sidecarset import apply_sidecar_upgrade
+from services.model import sidecarset as ss
+from services.model.events import PodActionRequested
+from services.model.sidecarset_streams import SIDECARSET_ACTION_ANNOTATION, UPDATE_SIDECAR_ACTION
 from services.planner.sidecarset_upgrade import plan_sidecarset
 from tests.planner.test_sidecarset_upgrade import NEW, OLD, sidecarset
 

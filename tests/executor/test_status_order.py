@@ -17,12 +17,12 @@ import nats.js.errors
 import pytest
 from kubernetes_asyncio import client
 
-from services.domain.bus import Bus
-from services.domain.events import Envelope, StatusPlanned, new_event
-from services.domain.settings import Settings
-from services.domain.store import EventStore
-from services.domain.streams import decisions_stream
 from services.executor.service import Executor
+from services.infra.bus import Bus
+from services.infra.settings import Settings
+from services.infra.store import EventStore
+from services.model.events import Envelope, StatusPlanned, new_event
+from services.model.streams import decisions_stream
 from tests.plugins.stack import wait_for
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from services.domain.events import PodActionFailed, PodActionSucceeded, RoundPlanned, StatusPlanned
-from services.domain.streams import actions_stream, decisions_stream, observed_stream
+from services.model.events import PodActionFailed, PodActionSucceeded, RoundPlanned, StatusPlanned
+from services.model.streams import actions_stream, decisions_stream, observed_stream
 from services.planner.service import decisions_for
 from services.planner.status import (
     FAILED_SCALE,

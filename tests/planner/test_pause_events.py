@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from services.domain.events import Event, RolloutPaused, RolloutResumed, RolloutStarted
+from services.model.events import Event, RolloutPaused, RolloutResumed, RolloutStarted
 from services.planner.service import decisions_for
 from services.planner.workload_state import WorkloadState
 

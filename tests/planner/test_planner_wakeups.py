@@ -10,11 +10,11 @@ from typing import cast
 import pytest
 from nats.aio.msg import Msg
 
-from services.domain.events import PodActionStarted, new_event
-from services.domain.settings import Settings
-from services.domain.sidecarset_streams import actions_stream as sidecarset_actions_stream
-from services.domain.store import EventStore
-from services.domain.streams import actions_stream
+from services.infra.settings import Settings
+from services.infra.store import EventStore
+from services.model.events import PodActionStarted, new_event
+from services.model.sidecarset_streams import actions_stream as sidecarset_actions_stream
+from services.model.streams import actions_stream
 from services.planner.service import Planner
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")

@@ -8,7 +8,8 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from services.planner import intorpercent, model
+from services.model import intorpercent
+from services.planner import model
 from services.planner.plan import encode_plan, plan
 from tests.planner.builders import cloneset, revision_record, running_pod, with_image
 from tests.planner.simulate import Cluster

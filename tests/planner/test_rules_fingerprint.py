@@ -18,8 +18,8 @@ from datetime import UTC, datetime
 
 import msgspec
 
-from services.domain.events import RoundPlanned
-from services.domain.streams import decisions_stream
+from services.model.events import RoundPlanned
+from services.model.streams import decisions_stream
 from services.planner.service import RULES_VERSION
 from services.replay.simulation import WorkloadSimulation
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from services.domain.events import (
+from services.model.events import (
     PartitionStepPlanned,
     PodActionRequested,
     RevisionCreated,
@@ -17,7 +17,7 @@ from services.domain.events import (
     SpecRejected,
     StatusPlanned,
 )
-from services.domain.sidecarset_streams import UPDATE_SIDECAR_ACTION
+from services.model.sidecarset_streams import UPDATE_SIDECAR_ACTION
 from services.planner.sidecarset_service import SidecarSetState, decisions_for, round_of
 from tests.planner.test_sidecarset_upgrade import NEW, NOW, OLD, pod, sidecarset
 

@@ -13,8 +13,8 @@ from typing import Any
 import msgspec
 import pytest
 
-from services.domain import sidecarset as ss
-from services.domain.events import (
+from services.model import sidecarset as ss
+from services.model.events import (
     Envelope,
     ObjectObserved,
     RevisionCreated,
@@ -22,7 +22,7 @@ from services.domain.events import (
     StatusPlanned,
     new_event,
 )
-from services.domain.sidecarset_streams import SIDECARSET_KIND, decisions_stream, observed_stream
+from services.model.sidecarset_streams import SIDECARSET_KIND, decisions_stream, observed_stream
 from services.planner import rounds
 from services.planner.sidecarset_replay import verify_sidecarset
 from services.planner.sidecarset_revisions import (

@@ -14,8 +14,8 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.domain import sidecarset as ss
-from services.domain.sidecarset_streams import INPLACE_STATE_ANNOTATION
+from services.model import sidecarset as ss
+from services.model.sidecarset_streams import INPLACE_STATE_ANNOTATION
 from services.planner.sidecarset_upgrade import plan_sidecarset, upgrade_complete
 from tests.e2e.cluster import SEED
 

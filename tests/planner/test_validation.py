@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from services.planner import intorpercent
+from services.model import intorpercent
 from services.planner.plan import plan, plan_json
 from tests.planner.builders import IDS, cloneset, plan_input, running_pod
 

@@ -6,7 +6,7 @@ import itertools
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from services.domain.events import (
+from services.model.events import (
     Envelope,
     Event,
     ObjectObserved,
@@ -16,7 +16,7 @@ from services.domain.events import (
     PodActionSucceeded,
     new_event,
 )
-from services.domain.streams import ACTION_ID_ANNOTATION, actions_stream, decisions_stream, observed_stream
+from services.model.streams import ACTION_ID_ANNOTATION, actions_stream, decisions_stream, observed_stream
 from services.planner.workload_state import EXPECTATION_TIMEOUT, WorkloadState, encode_input
 
 NS, NAME = "default", "web"

@@ -14,8 +14,8 @@ from urllib.parse import urlsplit, urlunsplit
 import asyncpg
 import pytest
 
-from services.domain.database import asyncpg_url, upgrade_async
-from services.domain.store import EventStore
+from services.infra.database import asyncpg_url, upgrade_async
+from services.infra.store import EventStore
 from tests.plugins.servers import ServerUrls
 
 

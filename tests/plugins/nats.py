@@ -8,8 +8,8 @@ from collections.abc import AsyncIterator
 import nats.js.errors
 import pytest_asyncio
 
-from services.domain.bus import Bus
-from services.domain.settings import Settings
+from services.infra.bus import Bus
+from services.infra.settings import Settings
 from tests.plugins.servers import ServerUrls
 
 

@@ -1,7 +1,7 @@
 """Which Postgres and NATS servers the tests use.
 
 ROLLBOOK_DATABASE_URL / ROLLBOOK_NATS_URL when set (CI sets them to the machine's servers); otherwise
-embedded servers (services.domain.embedded) started once for the session and stopped at its end.
+embedded servers (services.infra.embedded) started once for the session and stopped at its end.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from services.domain.embedded import EmbeddedServers
-from services.domain.settings import Settings
+from services.infra.embedded import EmbeddedServers
+from services.infra.settings import Settings
 
 
 @dataclass(frozen=True)

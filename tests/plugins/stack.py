@@ -32,10 +32,10 @@ import pytest
 import pytest_asyncio
 
 from services.cli.services import settings_env
-from services.domain.bus import Bus
-from services.domain.database import asyncpg_url, upgrade_async
-from services.domain.runtime import logged_port
-from services.domain.settings import Settings
+from services.infra.bus import Bus
+from services.infra.database import asyncpg_url, upgrade_async
+from services.infra.runtime import logged_port
+from services.infra.settings import Settings
 from services.simcluster import SimCluster
 from tests.plugins.database import with_database
 from tests.plugins.servers import ServerUrls

@@ -12,9 +12,9 @@ from datetime import UTC, datetime
 import asyncpg
 import pytest
 
-from services.domain.database import asyncpg_url, downgrade, upgrade, upgrade_async
-from services.domain.events import Envelope, PodActionSucceeded, new_event
-from services.domain.store import EventStore
+from services.infra.database import asyncpg_url, downgrade, upgrade, upgrade_async
+from services.infra.store import EventStore
+from services.model.events import Envelope, PodActionSucceeded, new_event
 from services.replay.audit import audit_log
 from tests.plugins.database import fresh_database
 from tests.plugins.servers import ServerUrls

@@ -14,9 +14,9 @@ import asyncpg
 import msgspec
 import pytest
 
-from services.domain.database import asyncpg_url
-from services.domain.events import PartitionStepPlanned, PodActionFailed, PodActionRequested, StatusPlanned
-from services.domain.store import EventStore
+from services.infra.database import asyncpg_url
+from services.infra.store import EventStore
+from services.model.events import PartitionStepPlanned, PodActionFailed, PodActionRequested, StatusPlanned
 from services.planner.plan import plan_json
 from services.planner.status import ACTION_CLASSES, FAILURE_CONDITIONS, condition_time
 from services.replay.operations import replay_at, verify_all, verify_target, what_if_rollout

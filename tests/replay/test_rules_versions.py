@@ -10,8 +10,8 @@ from typing import Any
 import msgspec
 import pytest
 
-from services.domain.events import Envelope, PodActionRequested, RoundPlanned, encode
-from services.domain.upcasting import DEFAULT_DECODER
+from services.model.events import Envelope, PodActionRequested, RoundPlanned, encode
+from services.model.upcasting import DEFAULT_DECODER
 from services.planner.service import RULES_VERSION, decide
 from services.replay.simulation import WorkloadSimulation
 from services.replay.verify import verify_workload

@@ -15,17 +15,17 @@ import msgspec
 import nats.js.errors
 import pytest
 
-from services.domain.bus import Bus
-from services.domain.checkpoints import (
+from services.infra.bus import Bus
+from services.infra.checkpoints import (
     checkpoint_loop,
     checkpoint_stream,
     file_checkpoints,
     published_checkpoints,
     take_checkpoint,
 )
-from services.domain.database import asyncpg_url, upgrade, upgrade_async
-from services.domain.events import PodActionFailed, PodActionSucceeded, new_event
-from services.domain.store import EventStore
+from services.infra.database import asyncpg_url, upgrade, upgrade_async
+from services.infra.store import EventStore
+from services.model.events import PodActionFailed, PodActionSucceeded, new_event
 from services.replay.audit import audit_log
 from tests.plugins.database import fresh_database
 from tests.plugins.servers import ServerUrls

@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from services.domain.database import upgrade_async
-from services.domain.events import EVENT_TYPES, SCHEMA_VERSIONS, ObjectObserved, PodActionFailed, new_event
-from services.domain.store import EventStore
-from services.domain.streams import actions_stream, observed_stream
-from services.domain.upcasting import PayloadDecoder, UpcastError
+from services.infra.database import upgrade_async
+from services.infra.store import EventStore
+from services.model.events import EVENT_TYPES, SCHEMA_VERSIONS, ObjectObserved, PodActionFailed, new_event
+from services.model.streams import actions_stream, observed_stream
+from services.model.upcasting import PayloadDecoder, UpcastError
 from services.replay.reads import workload_events
 from services.replay.timeline import state_at
 from tests.plugins.database import fresh_database

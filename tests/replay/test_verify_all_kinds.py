@@ -15,11 +15,11 @@ import asyncpg
 import msgspec
 import pytest
 
-from services.domain.database import asyncpg_url, upgrade_async
-from services.domain.events import Event, ObjectObserved, new_event
-from services.domain.sidecarset_streams import SIDECARSET_KIND, decisions_stream, observed_stream
-from services.domain.store import EventStore
-from services.domain.streams import decisions_stream as cloneset_decisions_stream
+from services.infra.database import asyncpg_url, upgrade_async
+from services.infra.store import EventStore
+from services.model.events import Event, ObjectObserved, new_event
+from services.model.sidecarset_streams import SIDECARSET_KIND, decisions_stream, observed_stream
+from services.model.streams import decisions_stream as cloneset_decisions_stream
 from services.planner.service import RULES_VERSION as CLONESET_RULES
 from services.planner.sidecarset_service import RULES_VERSION as SIDECARSET_RULES
 from services.planner.sidecarset_service import SidecarSetPlanner, SidecarSetState

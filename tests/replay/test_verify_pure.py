@@ -9,8 +9,8 @@ from typing import Any
 import msgspec
 import pytest
 
-from services.domain.events import Envelope, ObjectObserved, PodActionRequested, RolloutStarted
-from services.domain.store import StoredEvent
+from services.infra.store import StoredEvent
+from services.model.events import Envelope, ObjectObserved, PodActionRequested, RolloutStarted
 from services.planner.service import decide
 from services.replay.simulation import WorkloadSimulation
 from services.replay.timeline import state_at

@@ -311,7 +311,7 @@ async def test_discovery_lists_served_resources(k8s_client: client.ApiClient, si
 
 
 async def test_lease_semantics_a_leader_election_relies_on(k8s_client: client.ApiClient) -> None:
-    """What services/domain/leader.py needs of coordination.k8s.io/v1 Leases: 404 (as a Status with its
+    """What services/infra/leader.py needs of coordination.k8s.io/v1 Leases: 404 (as a Status with its
     code) before the first candidate creates it, 409 for the second create, 409 for an update carrying a
     resourceVersion someone else already moved past, and PUT replacing the spec (a release drops
     holderIdentity)."""

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest_asyncio
 from kubernetes_asyncio import client
 
-from services.domain.settings import Settings
-from services.domain.store import EventStore
-from services.domain.streams import observed_stream
+from services.infra.settings import Settings
+from services.infra.store import EventStore
+from services.model.streams import observed_stream
 from services.simcluster import SimCluster, SimConfig
 from tests.plugins.servers import ServerUrls
 from tests.plugins.simcluster import MakeSimCluster, api_client_for

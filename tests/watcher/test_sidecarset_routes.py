@@ -6,9 +6,9 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from services.domain.events import ObjectObserved
-from services.domain.sidecarset import INJECTED_LIST_ANNOTATION
-from services.domain.sidecarset_streams import observed_stream
+from services.model.events import ObjectObserved
+from services.model.sidecarset import INJECTED_LIST_ANNOTATION
+from services.model.sidecarset_streams import observed_stream
 from services.watcher.sidecarsets import SidecarSetRoutes
 
 

@@ -15,9 +15,9 @@ from typing import Any, cast
 import pytest
 from kubernetes_asyncio import client
 
-from services.domain import sidecarset as ss
-from services.domain.settings import Settings
-from services.domain.store import EventStore
+from services.infra.settings import Settings
+from services.infra.store import EventStore
+from services.model import sidecarset as ss
 from services.simcluster import SimCluster
 from services.webhook.service import RunningWebhook, WebhookOptions, run_webhook
 from services.webhook.sinks import EventStoreSink

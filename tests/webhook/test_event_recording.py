@@ -8,10 +8,10 @@ from datetime import UTC, datetime
 
 import msgspec
 
-from services.domain import events
-from services.domain import sidecarset as ss
-from services.domain.bus import Bus
-from services.domain.store import EventStore
+from services.infra.bus import Bus
+from services.infra.store import EventStore
+from services.model import events
+from services.model import sidecarset as ss
 from services.webhook.recorder import InjectionRecorder, injection_events
 from services.webhook.sinks import EventStoreSink
 from tests.webhook.test_injection_rules import container, make_sidecarset, pod, seed_pod, seed_sidecarset

@@ -9,7 +9,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.domain import sidecarset as ss
+from services.model import sidecarset as ss
 
 NOW = datetime(2026, 11, 30, tzinfo=UTC)
 NAMES = st.sampled_from(["a", "b", "c", "d", "e", "f", "g", "h"])

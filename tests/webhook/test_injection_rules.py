@@ -1,4 +1,4 @@
-"""Injection rules of services.domain.sidecarset, one table row per rule, starting from the seed's YAML."""
+"""Injection rules of services.model.sidecarset, one table row per rule, starting from the seed's YAML."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from services.domain import sidecarset as ss
+from services.model import sidecarset as ss
 
 SEED = Path(__file__).parents[1] / "fixtures" / "seed"
 NOW = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)

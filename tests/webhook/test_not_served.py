@@ -10,7 +10,7 @@ from pathlib import Path
 import aiohttp
 from kubernetes_asyncio import client
 
-from services.domain.settings import Settings
+from services.infra.settings import Settings
 from services.simcluster import SimCluster, SimConfig
 from services.webhook.recorder import LogSink
 from services.webhook.service import WebhookOptions, run_webhook

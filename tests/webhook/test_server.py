@@ -15,7 +15,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from services.domain import sidecarset as ss
+from services.model import sidecarset as ss
 from services.webhook.cache import NamespaceLabels, SidecarSetCache
 from services.webhook.recorder import InjectionRecorder, PendingEvent
 from services.webhook.server import RunningServer, WebhookState, start_server

@@ -14,10 +14,10 @@ from typing import Any
 import asyncpg
 import pytest
 
-from services.domain import audit_queries
-from services.domain.database import asyncpg_url
-from services.domain.store import EventStore
-from tests.domain.audit_helpers import NEW, OLD, SIDECAR_NEW, T0, SidecarSetTrail, Trail
+from services.infra import audit_queries
+from services.infra.database import asyncpg_url
+from services.infra.store import EventStore
+from tests.infra.audit_helpers import NEW, OLD, SIDECAR_NEW, T0, SidecarSetTrail, Trail
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 

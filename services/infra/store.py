@@ -66,11 +66,11 @@ from sqlalchemy import Select, func, select
 from sqlalchemy.exc import DBAPIError, ProgrammingError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from services.domain.database import sqlalchemy_url
-from services.domain.events import Envelope
-from services.domain.hashchain import CHAIN_COLUMNS
-from services.domain.store_schema import events_table
-from services.domain.upcasting import DEFAULT_DECODER, PayloadDecoder
+from services.infra.database import sqlalchemy_url
+from services.infra.store_schema import events_table
+from services.model.events import Envelope
+from services.model.hashchain import CHAIN_COLUMNS
+from services.model.upcasting import DEFAULT_DECODER, PayloadDecoder
 
 __all__ = ["AppendResult", "ConcurrencyError", "EventStore", "StoredEvent"]
 
@@ -211,7 +211,7 @@ _UNCHECKED_RETRIES = 20
 
 def _row_to_stored(row: asyncpg.Record, decoder: PayloadDecoder = DEFAULT_DECODER) -> StoredEvent:
     """Rows are read through the upcasting decoder: an event stored with an older schema_version is
-    upcast to the current shape (services/domain/upcasting.py)."""
+    upcast to the current shape (services/model/upcasting.py)."""
     return StoredEvent(
         row[0],
         row[1],
@@ -321,7 +321,7 @@ class EventStore:
             if "events" in str(error) and "does not exist" in str(error):
                 raise RuntimeError(
                     "the database has no events table: run the migrations first"
-                    " (alembic -x url=... upgrade head, or services.domain.database.upgrade(url))"
+                    " (alembic -x url=... upgrade head, or services.infra.database.upgrade(url))"
                 ) from error
             raise
         except BaseException:
@@ -625,7 +625,7 @@ class EventStore:
         self, from_position: int = 0, batch_size: int = 5000
     ) -> AsyncIterator[list[asyncpg.Record]]:
         """Raw rows for hash-chain verification, in global order: the columns of
-        ``services.domain.hashchain.CHAIN_COLUMNS`` (payload as stored text, hashes as bytes)."""
+        ``services.model.hashchain.CHAIN_COLUMNS`` (payload as stored text, hashes as bytes)."""
         position = from_position
         while True:
             rows = await self._fetch(_READ_CHAIN_SQL, position, batch_size)

@@ -1,7 +1,7 @@
 """The one settings object. Every service and command reads configuration from here, nowhere else.
 
 Values come from environment variables prefixed ``ROLLBOOK_``. An empty database or NATS URL means
-"start the embedded server" (see ``services.domain.embedded``).
+"start the embedded server" (see ``services.infra.embedded``).
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # Python log level: DEBUG, INFO, WARNING, ERROR.
     log_level: str = "INFO"
     # Run the planner's and the watcher's work only while holding their Lease (rollbook-planner,
-    # rollbook-watcher; services/domain/leader.py), so several replicas of each can run: one works, the
+    # rollbook-watcher; services/infra/leader.py), so several replicas of each can run: one works, the
     # others stand by. Turn it off only where exactly one of each runs and no Lease API is reachable.
     leader_election: bool = True
     # Namespace of those Leases.

@@ -7,9 +7,9 @@ import asyncio
 import asyncpg
 import pytest
 
-from services.domain.database import asyncpg_url
-from services.domain.store import ConcurrencyError, EventStore
-from tests.domain.store_helpers import batch, pod_action, unique_stream
+from services.infra.database import asyncpg_url
+from services.infra.store import ConcurrencyError, EventStore
+from tests.infra.store_helpers import batch, pod_action, unique_stream
 
 
 async def test_appended_events_read_back_identical(event_store: EventStore) -> None:

@@ -21,9 +21,9 @@ import nats.js.errors
 import structlog
 from nats.js.api import DeliverPolicy, StorageType, StreamConfig
 
-from services.domain.bus import Bus
-from services.domain.settings import Settings
-from services.domain.store import EventStore
+from services.infra.bus import Bus
+from services.infra.settings import Settings
+from services.infra.store import EventStore
 
 log = structlog.get_logger("checkpoints")
 

@@ -7,9 +7,9 @@ import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from services.domain.bus import Bus, Consumer, Handler
-from services.domain.metrics import CONSUMER_ACK_PENDING, CONSUMER_LAG
-from services.domain.runtime import ServiceRuntime, run_until_stopped
+from services.infra.bus import Bus, Consumer, Handler
+from services.infra.metrics import CONSUMER_ACK_PENDING, CONSUMER_LAG
+from services.infra.runtime import ServiceRuntime, run_until_stopped
 
 LAG_INTERVAL_SECONDS = 2.0
 

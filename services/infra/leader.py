@@ -50,10 +50,10 @@ from kubernetes_asyncio.leaderelection.electionconfig import Config
 from kubernetes_asyncio.leaderelection.leaderelection import LeaderElection
 from kubernetes_asyncio.leaderelection.resourcelock.leaselock import LeaseLock
 
-from services.domain import kube
-from services.domain.metrics import LEADER
-from services.domain.runtime import ServiceRuntime
-from services.domain.settings import Settings
+from services.infra import kube
+from services.infra.metrics import LEADER
+from services.infra.runtime import ServiceRuntime
+from services.infra.settings import Settings
 
 log = structlog.get_logger("leader")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime
 
-from services.domain.events import Envelope, PodActionRequested, new_event
+from services.model.events import Envelope, PodActionRequested, new_event
 
 
 def unique_stream(label: str = "CloneSet") -> str:

@@ -195,7 +195,7 @@ Event = (
 EVENT_TYPES: dict[str, type[_Event]] = {cls.__name__: cls for cls in Event.__args__}  # type: ignore[attr-defined]
 
 # The current schema_version of each event type. Raise a type's entry when its Struct changes shape, and
-# register an upcaster from the old version in services/domain/upcasting.py (old rows are read through it).
+# register an upcaster from the old version in services/model/upcasting.py (old rows are read through it).
 SCHEMA_VERSIONS: dict[str, int] = dict.fromkeys(EVENT_TYPES, SCHEMA_VERSION)
 
 

@@ -8,8 +8,8 @@ import asyncio
 import random
 import uuid
 
-from services.domain.store import EventStore
-from tests.domain.store_helpers import batch, unique_stream
+from services.infra.store import EventStore
+from tests.infra.store_helpers import batch, unique_stream
 
 WRITERS = 8
 APPENDS_PER_WRITER = 40

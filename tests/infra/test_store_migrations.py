@@ -10,9 +10,9 @@ import sys
 import asyncpg
 import pytest
 
-from services.domain.database import REPO_ROOT, asyncpg_url
-from services.domain.store import EventStore
-from services.domain.store_schema import events_table
+from services.infra.database import REPO_ROOT, asyncpg_url
+from services.infra.store import EventStore
+from services.infra.store_schema import events_table
 from tests.plugins.database import fresh_database
 from tests.plugins.servers import ServerUrls
 

@@ -31,7 +31,7 @@ import structlog
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
-from services.domain.settings import Settings
+from services.infra.settings import Settings
 
 # Each service's HTTP port is settings.http_port + its offset, so `rollbook up` can run all four with one
 # base port; http_port 0 lets the OS pick (the chosen port is logged as "http_listening").

@@ -8,7 +8,7 @@ import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-from services.domain.events import Envelope, RolloutPaused, new_event
+from services.model.events import Envelope, RolloutPaused, new_event
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

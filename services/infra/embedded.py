@@ -37,7 +37,7 @@ import asyncpg
 import msgspec
 import psutil
 
-from services.domain.settings import Settings
+from services.infra.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -214,8 +214,8 @@ async def resolved_settings(
 
 
 def run_migrations(database_url: str) -> None:
-    """Upgrade the database to the newest Alembic revision (services.domain.database.upgrade)."""
-    from services.domain.database import upgrade
+    """Upgrade the database to the newest Alembic revision (services.infra.database.upgrade)."""
+    from services.infra.database import upgrade
 
     upgrade(database_url)
 

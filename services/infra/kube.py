@@ -10,7 +10,7 @@ from typing import Any
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from services.domain.settings import Settings
+from services.infra.settings import Settings
 
 
 async def api_client(settings: Settings) -> client.ApiClient:

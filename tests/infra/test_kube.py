@@ -1,4 +1,4 @@
-"""services.domain.kube.raw_json over HTTP (simcluster): an error answer is an ApiException, as for a
+"""services.infra.kube.raw_json over HTTP (simcluster): an error answer is an ApiException, as for a
 preloaded call, never a Status body mistaken for an object or an empty list."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from services.domain import kube
+from services.infra import kube
 from services.simcluster import SimCluster, SimConfig
 from tests.plugins.simcluster import MakeSimCluster, api_client_for
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services.domain.bus import Bus, decode_token, encode_token
-from services.domain.settings import Settings
-from tests.domain.bus_helpers import paused
+from services.infra.bus import Bus, decode_token, encode_token
+from services.infra.settings import Settings
+from tests.infra.bus_helpers import paused
 
 
 def offline_bus(**overrides: object) -> Bus:

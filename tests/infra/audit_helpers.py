@@ -8,8 +8,9 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from services.domain import sidecarset_streams
-from services.domain.events import (
+from services.infra.store import EventStore
+from services.model import sidecarset_streams
+from services.model.events import (
     Event,
     ObjectObserved,
     PartitionStepPlanned,
@@ -22,14 +23,13 @@ from services.domain.events import (
     RolloutStarted,
     new_event,
 )
-from services.domain.sidecarset_streams import (
+from services.model.sidecarset_streams import (
     INPLACE_STATE_ANNOTATION,
     SIDECARSET_ACTION_ANNOTATION,
     SIDECARSET_KIND,
     UPDATE_SIDECAR_ACTION,
 )
-from services.domain.store import EventStore
-from services.domain.streams import actions_stream, decisions_stream, observed_stream
+from services.model.streams import actions_stream, decisions_stream, observed_stream
 
 T0 = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
 OLD, NEW = "web-111", "web-222"

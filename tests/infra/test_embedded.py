@@ -13,11 +13,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-from services.domain.bus import Bus
-from services.domain.embedded import EmbeddedError, EmbeddedServers
-from services.domain.settings import Settings
-from services.domain.store import EventStore
-from tests.domain.bus_helpers import eventually, paused
+from services.infra.bus import Bus
+from services.infra.embedded import EmbeddedError, EmbeddedServers
+from services.infra.settings import Settings
+from services.infra.store import EventStore
+from tests.infra.bus_helpers import eventually, paused
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
@@ -86,8 +86,8 @@ def test_servers_of_a_killed_run_go_away_and_the_next_run_starts(server_data_dir
     """kill -9 of the rollbook process must not leave servers running, nor block the next start."""
     script = (
         "import asyncio, sys\n"
-        "from services.domain.embedded import EmbeddedServers\n"
-        "from services.domain.settings import Settings\n"
+        "from services.infra.embedded import EmbeddedServers\n"
+        "from services.infra.settings import Settings\n"
         "async def main():\n"
         f"    s = EmbeddedServers(Settings(data_dir={str(server_data_dir)!r}), migrate=False)\n"
         "    await s.start()\n"

@@ -1,4 +1,4 @@
-"""Leader election (services/domain/leader.py) in one process against a simcluster over HTTP: the first
+"""Leader election (services/infra/leader.py) in one process against a simcluster over HTTP: the first
 candidate works at once, a second stands by (ready) until the first releases its Lease on a clean stop,
 and a leader that cannot renew (its renewals hang, or someone else took the Lease) stops its work and
 raises LeadershipLost instead of working on without the Lease."""
@@ -14,9 +14,9 @@ import pytest_asyncio
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from services.domain.leader import LeadershipLost, run_while_leading
-from services.domain.runtime import ServiceRuntime
-from services.domain.settings import Settings
+from services.infra.leader import LeadershipLost, run_while_leading
+from services.infra.runtime import ServiceRuntime
+from services.infra.settings import Settings
 from services.simcluster import SimCluster
 from services.simcluster.faults import FaultConfig
 from tests.plugins.stack import wait_for

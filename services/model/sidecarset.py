@@ -19,7 +19,7 @@ from typing import Any
 
 import jsonpatch
 
-from services.domain import labels
+from services.model import labels
 
 API_VERSION = "apps.kruise.io/v1alpha1"
 KIND = "SidecarSet"

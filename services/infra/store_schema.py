@@ -1,7 +1,7 @@
 """SQLAlchemy Core description of the ``events`` table, for queries written with Core.
 
 The schema itself is owned by Alembic (migrations/versions/); this mirrors it and must be
-kept in step with it (tests/domain/test_store_migrations.py compares the two).
+kept in step with it (tests/infra/test_store_migrations.py compares the two).
 """
 
 from __future__ import annotations

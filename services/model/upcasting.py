@@ -7,7 +7,7 @@ chains them up to the type's current version, then decodes into the current Stru
 rewritten: the store keeps what was recorded (the hash chain covers it), and the reader adapts it.
 
 Adding a version of an event type:
-  1. change the Struct in services/domain/events.py and raise its entry in ``SCHEMA_VERSIONS`` there;
+  1. change the Struct in services/model/events.py and raise its entry in ``SCHEMA_VERSIONS`` there;
   2. register ``@upcaster("TypeName", from_version=N)`` here for the N -> N+1 step;
   3. add a test that stores a version-N row and reads it (tests/replay/test_upcasting.py shows how).
 """
@@ -19,7 +19,7 @@ from typing import Any
 
 import msgspec
 
-from services.domain.events import SCHEMA_VERSIONS, Event
+from services.model.events import SCHEMA_VERSIONS, Event
 
 Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
 

@@ -30,8 +30,8 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StorageType, StreamConfig
 
-from services.domain.events import Envelope, decode, encode
-from services.domain.settings import Settings
+from services.infra.settings import Settings
+from services.model.events import Envelope, decode, encode
 
 log = logging.getLogger(__name__)
 
@@ -124,10 +124,10 @@ class Bus:
 
     @classmethod
     async def connect(cls, settings: Settings, *, name: str = "rollbook") -> Bus:
-        """Connect to settings.nats_url (must be set: see services.domain.embedded.resolved_settings)."""
+        """Connect to settings.nats_url (must be set: see services.infra.embedded.resolved_settings)."""
         if not settings.nats_url:
             raise ValueError(
-                "Bus.connect needs a NATS URL; start embedded servers first (services.domain.embedded)"
+                "Bus.connect needs a NATS URL; start embedded servers first (services.infra.embedded)"
             )
         nc = await nats.connect(
             settings.nats_url,

@@ -7,9 +7,9 @@ import uuid
 
 from nats.aio.msg import Msg
 
-from services.domain.bus import Bus, subject_matches
-from services.domain.events import Envelope, RolloutResumed, encode, new_event
-from tests.domain.bus_helpers import T0, eventually, paused, unique
+from services.infra.bus import Bus, subject_matches
+from services.model.events import Envelope, RolloutResumed, encode, new_event
+from tests.infra.bus_helpers import T0, eventually, paused, unique
 
 
 async def test_republished_event_id_is_dropped_by_jetstream(bus: Bus) -> None:

@@ -1,6 +1,6 @@
 import pytest
 
-from services.domain.labels import SelectorError, matches, validate_selector
+from services.model.labels import SelectorError, matches, validate_selector
 
 
 @pytest.mark.parametrize(
