@@ -417,6 +417,7 @@ async def run(settings: Settings) -> None:
     async with ServiceRuntime(settings, "executor") as runtime:
         store = await EventStore.connect(settings.database_url)
         bus = await Bus.connect(settings, name="rollbook-executor")
+        bus.bodies = store.read_event  # events larger than a bus message are read from the store
         api = await kube.api_client(settings)
         try:
             executor = Executor(settings, store, api)

@@ -48,6 +48,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     checkpoint_interval: float = 60.0
     # Append-only JSON-lines file the auditor also writes checkpoints to (empty: none). docs/replay.md.
     checkpoint_file: str = ""
+    # Largest event the watcher stores, in bytes (the encoded ObjectObserved). An object beyond it is
+    # recorded as ObservationRejected instead. Events larger than a NATS message (max_payload, 1 MiB by
+    # default) still travel: the bus carries a reference and consumers read them from the store.
+    max_event_bytes: int = 8 * 1024 * 1024
     # Python log level: DEBUG, INFO, WARNING, ERROR.
     log_level: str = "INFO"
     # Run the planner's and the watcher's work only while holding their Lease (rollbook-planner,
