@@ -118,9 +118,8 @@ def test_rounds_of_newer_rules_are_not_re_verifiable_either(history: list[Envelo
     report = verify_workload("team-a", "web", with_rules(history, RULES_VERSION + 1))
     assert report.clean and report.rounds == 0
     assert report.skipped == {RULES_VERSION + 1: round_count(history)}
-    assert (
-        f"planner rules v{RULES_VERSION + 1}, this rollbook has v{RULES_VERSION}"
-        in (report.describe_skipped()[0])
+    assert f"planner rules v{RULES_VERSION + 1}, this rollbook has v{RULES_VERSION}" in (
+        report.describe_skipped()[0]
     )
 
 
