@@ -89,6 +89,21 @@ def _plain_metavars(command: Any) -> None:
         _plain_metavars(sub)
 
 
+def command_paths() -> list[str]:
+    """Every command and group as typed after `rollbook` ("verify", "audit verify", ...)."""
+    from typer.main import get_command
+
+    paths: list[str] = []
+
+    def walk(command: Any, prefix: str) -> None:
+        for name, sub in sorted(getattr(command, "commands", {}).items()):
+            paths.append(f"{prefix}{name}")
+            walk(sub, f"{prefix}{name} ")
+
+    walk(get_command(app), "")
+    return paths
+
+
 def main() -> None:
     from typer.main import get_command
 
