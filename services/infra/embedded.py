@@ -38,11 +38,11 @@ import msgspec
 import psutil
 
 from services.infra.settings import Settings
+from services.infra.stack import EMBEDDED_DATABASE
 
 log = logging.getLogger(__name__)
 
 POSTGRES_SYSTEM_USER = "rollbook-pg"
-EMBEDDED_DATABASE = "rollbook"
 START_TIMEOUT = 60.0
 STOP_TIMEOUT = 30.0
 

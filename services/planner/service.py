@@ -27,6 +27,7 @@ from nats.aio.msg import Msg
 
 from services.infra.bus import Bus
 from services.infra.consumer_service import serve_consumer
+from services.infra.kruise import resolve_selection
 from services.infra.leader import run_while_leading
 from services.infra.metrics import EVENTS_HANDLED, PLANNING_SECONDS
 from services.infra.runtime import ServiceRuntime, configure_logging
@@ -48,6 +49,7 @@ from services.model.events import (
     SpecRejected,
     StatusPlanned,
 )
+from services.model.management import Selection
 from services.model.sidecarset_streams import is_sidecarset_stream
 from services.model.streams import WORKLOAD_KIND, decisions_stream, derived_id, rollout_id, workload_of
 from services.planner import rounds
@@ -80,11 +82,13 @@ def decide(plan_input: bytes) -> dict[str, Any]:
 
 
 class Planner:
-    def __init__(self, settings: Settings, store: EventStore) -> None:
+    def __init__(self, settings: Settings, store: EventStore, selection: Selection | None = None) -> None:
         self.settings = settings
         self.store = store
+        # Which objects we plan for (services/model/management.py); the others are only observed.
+        self.selection = selection or Selection.parse(settings.manage, settings.manage_namespaces)
         self.workloads: dict[str, WorkloadState] = {}
-        self.sidecarsets = SidecarSetPlanner(store)  # SidecarSet in-place upgrades (docs/sidecarset.md)
+        self.sidecarsets = SidecarSetPlanner(store, self.selection)  # in-place upgrades (docs/sidecarset.md)
         self._lock = asyncio.Lock()
 
     # --- state ---------------------------------------------------------------------------------------
@@ -163,7 +167,7 @@ class Planner:
             PLANNING_SECONDS.observe(time.perf_counter() - started)
 
     async def _decide(self, state: WorkloadState) -> None:
-        if state.cloneset is None or state.now is None:
+        if state.cloneset is None or state.now is None or not self.selection.manages(state.cloneset):
             return
         pending = state.pending()
         if pending:
@@ -406,10 +410,11 @@ async def run(settings: Settings) -> None:
         bus = await Bus.connect(settings, name="rollbook-planner")
         bus.bodies = store.read_event  # events larger than a bus message are read from the store
         try:
+            selection = await resolve_selection(settings, "planner")
 
             async def work() -> None:
                 # A fresh Planner per leadership: its state is rebuilt from the store on first sight.
-                planner = Planner(settings, store)
+                planner = Planner(settings, store, selection)
                 await serve_consumer(
                     runtime,
                     bus,
