@@ -80,6 +80,11 @@ _TOKEN_SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz01
 _EMPTY_TOKEN = "%"
 
 
+def nats_servers(nats_url: str) -> list[str]:
+    """The servers of ``settings.nats_url``: one URL, or a cluster's, comma-separated."""
+    return [url.strip() for url in nats_url.split(",") if url.strip()]
+
+
 @functools.lru_cache(maxsize=65536)  # names and types repeat: publishing stays cheap per event
 def encode_token(value: str) -> str:
     """Escape a value into one NATS subject token, reversibly (``web.v2`` -> ``web%2Ev2``, empty -> ``%``)."""
@@ -156,7 +161,7 @@ class Bus:
                 "Bus.connect needs a NATS URL; start embedded servers first (services.infra.embedded)"
             )
         nc = await nats.connect(
-            settings.nats_url,
+            nats_servers(settings.nats_url),
             name=name,
             max_reconnect_attempts=-1,
             reconnect_time_wait=0.5,
@@ -176,6 +181,7 @@ class Bus:
             subjects=[f"{self.prefix}.>"],
             storage=StorageType.FILE,
             duplicate_window=float(self.settings.bus_dedup_window),
+            num_replicas=self.settings.bus_replicas,
         )
         try:
             await self.js.add_stream(config)
