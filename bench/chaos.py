@@ -203,10 +203,15 @@ class Chaos:
 
         started = time.monotonic()
         await self.cluster.patch_cloneset(name, with_image(seed, "nginx:mainline"))
-        updated_sql = "SELECT count(*) FROM events WHERE stream = $1 AND type = 'PodActionSucceeded'"
+        updated_sql = (
+            "SELECT count(*) FROM events WHERE stream = $1 AND type = 'PodActionSucceeded'"
+            " AND payload->>'action_id' IN (SELECT payload->>'action_id' FROM events WHERE stream = $2"
+            " AND type = 'PodActionRequested' AND payload->>'action' = 'updateInPlace')"
+        )
+        decisions = f"CloneSet/default/{name}"
 
         async def struck() -> bool:
-            return await count(self.database_url, updated_sql, actions) >= strike_after
+            return await count(self.database_url, updated_sql, actions, decisions) >= strike_after
 
         await poll(struck, args.timeout, interval=0.05)
         extra: list[str] = []
@@ -239,6 +244,8 @@ class Chaos:
         except AssertionError as error:
             result.notes.append(f"availability unknown: {error}")
         await self.check_trail(name, result)
+        if self.args.log_dir:
+            await self.dump_events(name, Path(self.args.log_dir) / f"trial-{index}-{fault}.tsv")
         result.service_restarts = self.supervisor.restarts - restarts_before
         return result
 
@@ -292,6 +299,20 @@ class Chaos:
         for node, process in enumerate(self.nats.processes):
             if process is None:
                 await self.nats.start_node(node)
+
+    async def dump_events(self, name: str, path: Path) -> None:
+        """The trial's events, one line each, for a look at what a slow trial waited on."""
+        conn = await asyncpg.connect(asyncpg_url(self.database_url))
+        try:
+            rows = await conn.fetch(
+                "SELECT global_position, recorded_at, stream, type, payload->>'action', payload->>'pod',"
+                " payload->>'action_id' FROM events WHERE stream LIKE $1 ORDER BY global_position",
+                f"CloneSet/default/{name}%",
+            )
+        finally:
+            await conn.close()
+        text = "".join("\t".join(str(v) for v in row) + "\n" for row in rows)
+        await asyncio.to_thread(path.write_text, text)
 
     async def check_trail(self, name: str, result: Trial) -> None:
         store = await EventStore.connect(self.database_url)
@@ -371,8 +392,10 @@ async def main(args: argparse.Namespace) -> int:
                         subject_prefix=f"rbchaos{suffix}",
                         checkpoint_interval=2.0,
                         log_level="INFO",
-                        leader_lease_duration=4,
-                        leader_renew_deadline=3.0,
+                        # Short Leases, so a killed planner or watcher is replaced in seconds, with room for
+                        # renewals delayed by a loaded machine.
+                        leader_lease_duration=8,
+                        leader_renew_deadline=6.0,
                         leader_retry_period=1.0,
                     )
                     log_dir = Path(args.log_dir) if args.log_dir else root / "logs"
@@ -394,7 +417,7 @@ async def run(
     pg: EmbeddedServers,
     faults: list[str],
 ) -> int:
-    await stack.start(*SERVICES)
+    await stack.start(*SERVICES, ready_timeout=120)  # four interpreters starting on a busy machine
     chaos = Chaos(args, stack, sim, cluster, pg)
     supervising = asyncio.create_task(chaos.supervisor.run())
     trials: list[Trial] = []

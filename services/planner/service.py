@@ -90,6 +90,7 @@ class Planner:
         self.workloads: dict[str, WorkloadState] = {}
         self.sidecarsets = SidecarSetPlanner(store, self.selection)  # in-place upgrades (docs/sidecarset.md)
         self._lock = asyncio.Lock()
+        self._undecided: set[str] = set()  # workloads whose last round stopped between fold and decide
 
     # --- state ---------------------------------------------------------------------------------------
 
@@ -151,16 +152,22 @@ class Planner:
 
     async def plan_round(self, state: WorkloadState, *, force: bool = False) -> None:
         started = time.perf_counter()
+        key = f"{state.namespace}/{state.name}"
+        # A round interrupted after folding (the store went away mid-round) must still decide when the
+        # handler is tried again, although that catch-up then finds nothing new to fold.
+        interrupted = key in self._undecided
+        self._undecided.add(key)
         try:
             folded = await self.catch_up(state)
-            if not folded and not force:
+            if not folded and not force and not interrupted:
+                self._undecided.discard(key)
                 return
             await self._decide(state)
+            self._undecided.discard(key)
         except ConcurrencyError as error:
             # Someone else wrote our decisions stream (a second planner during a hand-over): start over
             # from the store; the next wake-up plans on the fresh state.
             log.warning("decisions_stream_moved", error=str(error))
-            key = f"{state.namespace}/{state.name}"
             self.workloads.pop(key, None)
             raise
         finally:
