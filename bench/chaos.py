@@ -20,8 +20,9 @@ Columns: finished (rollouts done within the timeout), restarts/pod (most contain
 1 = updated in place once), lost PG/JS (events stored but never published / published but not stored),
 dup (pods updated more than once or replaced), breach (trials where availability fell below replicas -
 maxUnavailable), verify and audit (`rollbook verify` / `rollbook audit verify` clean), recovery (seconds
-from the fault's end until every service is healthy and ready again, worst trial), rollout (mean seconds
-from the image change to the last pod ready), restarts (service processes that exited and were started).
+from the fault's end until every service is healthy and ready and the rollout moves again, worst trial),
+rollout (mean seconds from the image change to the last pod ready), restarts (service processes that
+exited and were started).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import contextlib
 import copy
 import os
 import random
+import signal
 import statistics
 import sys
 import tempfile
@@ -216,14 +218,22 @@ class Chaos:
         await poll(struck, args.timeout, interval=0.05)
         extra: list[str] = []
         fault_end = await self.inject(fault, name, seed, extra)
-        recovered = await poll(lambda: healthy(self.stack), 120, interval=0.1)
-        result.recovery_s = (time.monotonic() - fault_end) if recovered else float("inf")
-
         wanted = [self.all_on(name, "nginx:mainline", replicas)]
         wanted += [self.all_on(big, "nginx:alpine", 2) for big in extra]
 
         async def all_done() -> bool:
             return all([await check() for check in wanted])
+
+        # Recovered: every service healthy and ready, and the rollout moving again (one more pod updated
+        # after the fault ended, or the rollout done).
+        updated_at_end = await count(self.database_url, updated_sql, actions, decisions)
+
+        async def recovered() -> bool:
+            moving = await count(self.database_url, updated_sql, actions, decisions) > updated_at_end
+            return (moving or await all_done()) and await healthy(self.stack)
+
+        back = await poll(recovered, args.timeout, interval=0.1)
+        result.recovery_s = (time.monotonic() - fault_end) if back else float("inf")
 
         result.finished = bool(await poll(all_done, args.timeout, interval=0.1))
         result.rollout_s = time.monotonic() - started
@@ -359,11 +369,16 @@ def table(trials: list[Trial], faults: list[str]) -> list[str]:
 
 
 async def main(args: argparse.Namespace) -> int:
-    faults = list(FAULTS) if args.faults == "all" else args.faults.split(",")
+    faults = list(FAULTS) if args.faults == "all" else list(dict.fromkeys(args.faults.split(",")))
     unknown = set(faults) - set(FAULTS)
     if unknown:
         print(f"unknown fault(s): {', '.join(sorted(unknown))}; known: {', '.join(FAULTS)}", file=sys.stderr)
         return 2
+    # SIGTERM/SIGINT cancel the run, so that every server and service started here is stopped.
+    current = asyncio.current_task()
+    assert current is not None
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        asyncio.get_running_loop().add_signal_handler(signum, current.cancel)
     with tempfile.TemporaryDirectory(prefix="rollbook-chaos-") as scratch:
         root = Path(scratch)
         (root / "nats").mkdir()
