@@ -34,3 +34,11 @@ def test_every_import_contract_is_kept() -> None:
 def test_no_contract_is_papered_over() -> None:
     # A violation is fixed by moving code to the layer it belongs to, never by an exception list.
     assert [c["id"] for c in contracts() if c.get("ignore_imports")] == []
+
+
+def test_every_planner_module_but_the_service_loop_is_held_pure() -> None:
+    # A new module of decision code is checked from the start: it must be listed in the contract.
+    [contract] = [c for c in contracts() if c["id"] == "planner-decisions-pure"]
+    planner = REPO_ROOT / "services" / "planner"
+    modules = {f"services.planner.{p.stem}" for p in planner.glob("*.py") if p.stem != "__init__"}
+    assert sorted(modules - {"services.planner.service"}) == sorted(contract["source_modules"])  # type: ignore[arg-type]

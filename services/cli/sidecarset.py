@@ -14,9 +14,7 @@ import typer
 from services.infra.settings import Settings
 from services.infra.store import EventStore
 from services.model.sidecarset import SidecarSetError
-from services.model.sidecarset_streams import actions_stream, decisions_stream, observed_stream
-from services.planner.sidecarset_replay import verify_sidecarset
-from services.planner.sidecarset_service import RULES_VERSION
+from services.planner.sidecarset_decisions import RULES_VERSION
 from services.planner.sidecarset_upgrade import SidecarSetRound, plan_sidecarset
 
 sidecarset_app = typer.Typer(
@@ -82,15 +80,13 @@ def verify_command(
     from services.cli.runtime import run_command
 
     async def body(settings: Settings) -> int:
+        from services.replay.operations import verify_sidecarset
+
         store = await EventStore.connect(settings.database_url)
         try:
-            streams = [
-                [s.envelope for s in await store.read_stream(stream)]
-                for stream in (observed_stream(name), actions_stream(name), decisions_stream(name))
-            ]
+            report = await verify_sidecarset(store, name)
         finally:
             await store.close()
-        report = verify_sidecarset(name, *streams)
         for version, count in sorted(report.skipped.items()):
             typer.echo(
                 f"NOT RE-VERIFIABLE SidecarSet {name}: {count} round{'s' if count != 1 else ''} recorded by"

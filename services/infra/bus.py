@@ -35,7 +35,16 @@ from services.model.events import Envelope, decode, encode
 
 log = logging.getLogger(__name__)
 
-Handler = Callable[[Envelope, Msg], Awaitable[None]]
+
+class Deferred:
+    """What a handler returns when it settles the message itself, later: it acks the message once the work
+    the message asked for is done, or naks it to have it redelivered (the planner: a wake-up is acked when
+    the round that covers it has been appended, so a crash before that redelivers it)."""
+
+
+DEFERRED = Deferred()
+
+Handler = Callable[[Envelope, Msg], Awaitable[Deferred | None]]
 
 # Headers a dead letter carries besides the original bytes.
 DLQ_REASON = "Rollbook-Dlq-Reason"
@@ -104,7 +113,7 @@ class DeadLetter:
 
 @dataclass
 class ConsumerStats:
-    handled: int = 0  # handler returned, message acked
+    handled: int = 0  # handler returned, message acked (or to be settled by the handler: DEFERRED)
     retried: int = 0  # handler raised, message nak'ed for a later delivery
     dead_lettered: int = 0
     filtered: int = 0  # outside the filter subjects (a server < 2.10 ignores several filters): acked unread
@@ -424,7 +433,7 @@ class Consumer:
             await self._dead_letter(msg, f"delivered {deliveries} times without being settled")
             return
         try:
-            await self.handler(envelope, msg)
+            outcome = await self.handler(envelope, msg)
         except Exception as error:
             reason = f"handler failed on delivery {deliveries}: {type(error).__name__}: {error}"
             if deliveries >= max_deliver:
@@ -435,7 +444,7 @@ class Consumer:
                 self.stats.retried += 1
                 await msg.nak(delay=delay)
             return
-        if not msg.is_acked:  # the handler may settle the message itself
+        if outcome is not DEFERRED and not msg.is_acked:  # the handler may settle the message itself
             await msg.ack()
         self.stats.handled += 1
 
