@@ -66,8 +66,10 @@ DURABLE = "planner"
 # events), so ``rollbook verify`` reports rounds decided by other rules as not re-verifiable instead of as
 # divergences (docs/replay.md, "Upgrading rollbook"). 1: rounds recorded before rules were versioned.
 # 2: RolloutPaused/RolloutResumed, FailedScale/FailedUpdate conditions.
+# 3: OpenKruise's in-place annotations (grace record = UpdateSpec, revision labels moved when the update
+#    starts), the lifecycle.apps.kruise.io/state label (PreparingNormal/Normal/Updating/Updated), patchPod.
 # tests/planner/test_rules_fingerprint.py fails when the decisions change and this does not.
-RULES_VERSION = 2
+RULES_VERSION = 3
 # A round takes milliseconds; a wake-up lost with a crashed planner comes back after this.
 ACK_WAIT = 10.0
 INPUT_TYPES = ("ObjectObserved", "PodActionSucceeded", "PodActionFailed", "RequeueScheduled")
@@ -389,7 +391,7 @@ def _action(
             }
     elif kind == "deletePVC":
         details["uid"] = state.uid_of("PersistentVolumeClaim", str(action.get("pvc")))
-    elif kind in ("updateInPlace", "recreatePod", "markNotReady", "markReady"):
+    elif kind in ("updateInPlace", "recreatePod", "markNotReady", "markReady", "patchPod"):
         details["uid"] = state.uid_of("Pod", pod)
     revision = action.get("revision") or None
     return PodActionRequested(
