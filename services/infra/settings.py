@@ -62,6 +62,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     leader_renew_deadline: float = 10.0
     # Seconds between the holder's renewals and between a standby's attempts to acquire (>= 1).
     leader_retry_period: float = 2.0
+    # Shadow mode (`rollbook up --shadow`): act on nothing; the planner records, for every CloneSet, the pod
+    # actions its real controller took and what rollbook would have done (docs/shadow.md). One CloneSet
+    # alone: label it rollbook.io/manage=shadow.
+    shadow: bool = False
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:

@@ -48,10 +48,12 @@ from services.model.events import (
     SpecRejected,
     StatusPlanned,
 )
+from services.model.shadow import shadowed
 from services.model.sidecarset_streams import is_sidecarset_stream
 from services.model.streams import WORKLOAD_KIND, decisions_stream, derived_id, rollout_id, workload_of
 from services.planner import rounds
 from services.planner.progress import rollout_progress
+from services.planner.shadow_service import ShadowRecorder
 from services.planner.sidecarset_service import SidecarSetPlanner
 from services.planner.status import failure_conditions, with_failure_conditions
 from services.planner.workload_state import EXPECTATION_TIMEOUT, WorkloadState, encode_input
@@ -85,6 +87,8 @@ class Planner:
         self.store = store
         self.workloads: dict[str, WorkloadState] = {}
         self.sidecarsets = SidecarSetPlanner(store)  # SidecarSet in-place upgrades (docs/sidecarset.md)
+        # CloneSets rollbook only observes (docs/shadow.md): all of them in shadow mode, else those labelled.
+        self.shadow = ShadowRecorder(store, shadow_all=settings.shadow, rules=RULES_VERSION)
         self._lock = asyncio.Lock()
 
     # --- state ---------------------------------------------------------------------------------------
@@ -110,6 +114,8 @@ class Planner:
             # subjects and delivers every event type.
             return
         if is_sidecarset_stream(envelope.stream):
+            if self.settings.shadow:
+                return  # shadow mode acts on nothing
             async with self._lock:
                 await self.sidecarsets.handle(envelope, msg)
             return
@@ -121,6 +127,9 @@ class Planner:
         )
         try:
             async with self._lock:
+                if self.settings.shadow:
+                    await self.shadow.record(namespace, name)
+                    return
                 state = self.state_of(namespace, name)
                 payload = envelope.payload
                 if isinstance(payload, RequeueScheduled):
@@ -164,6 +173,9 @@ class Planner:
 
     async def _decide(self, state: WorkloadState) -> None:
         if state.cloneset is None or state.now is None:
+            return
+        if shadowed(state.cloneset, shadow_all=False):  # labelled rollbook.io/manage=shadow
+            await self.shadow.record(state.namespace, state.name)
             return
         pending = state.pending()
         if pending:
