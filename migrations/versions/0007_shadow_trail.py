@@ -155,7 +155,7 @@ COMMENTS = {
     "rollouts": "one row per rollout: kind, workload, from/to revision, strategy, started, finished, outcome,"
     " driven_by (rollbook | observed)",
     "partition_steps": "one row per partition step planned (rollbook) or observed (shadow)",
-    "pod_actions": "pod actions as an operator sees them, those rollbook took and those it observed (driven_by)",
+    "pod_actions": "pod actions as an operator sees them, taken by rollbook or observed (driven_by)",
     "shadow_agreement": "each observed pod action compared with what rollbook would have done",
 }
 

@@ -197,11 +197,11 @@ class ShadowTrail:
     # --- pods ----------------------------------------------------------------------------------------
 
     def _unavailable(self) -> int:
+        """Desired pods not in service: missing, terminating, not Ready, or marked InPlaceUpdateReady=False
+        (out of service by its readiness gate even before the kubelet turns Ready False)."""
         replicas = int(((self.state.cloneset or {}).get("spec") or {}).get("replicas", 1) or 0)
-        available = sum(
-            1 for pod in self.state.pods.values() if pod_view(pod).ready and not pod_view(pod).terminating
-        )
-        return max(replicas - available, 0)
+        views = [pod_view(pod) for pod in self.state.pods.values()]
+        return max(replicas - sum(1 for v in views if v.in_service and not v.terminating), 0)
 
     def _pod_events(
         self, envelope: Envelope, observed: ObjectObserved, before: PodView | None, after: PodView | None
