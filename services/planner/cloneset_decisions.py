@@ -37,8 +37,10 @@ from services.planner.workload_state import WorkloadState
 # events), so ``rollbook verify`` reports rounds decided by other rules as not re-verifiable instead of as
 # divergences (docs/replay.md, "Upgrading rollbook"). 1: rounds recorded before rules were versioned.
 # 2: RolloutPaused/RolloutResumed, FailedScale/FailedUpdate conditions.
+# 3: OpenKruise's in-place annotations (grace record = UpdateSpec, revision labels moved when the update
+#    starts), the lifecycle.apps.kruise.io/state label (PreparingNormal/Normal/Updating/Updated), patchPod.
 # tests/planner/test_rules_fingerprint.py fails when the decisions change and this does not.
-RULES_VERSION = 2
+RULES_VERSION = 3
 
 _output_decoder = msgspec.json.Decoder(dict[str, Any])
 
@@ -217,7 +219,7 @@ def _action(
             }
     elif kind == "deletePVC":
         details["uid"] = state.uid_of("PersistentVolumeClaim", str(action.get("pvc")))
-    elif kind in ("updateInPlace", "recreatePod", "markNotReady", "markReady"):
+    elif kind in ("updateInPlace", "recreatePod", "markNotReady", "markReady", "patchPod"):
         details["uid"] = state.uid_of("Pod", pod)
     revision = action.get("revision") or None
     return PodActionRequested(

@@ -53,6 +53,10 @@ class KindPlanner(Protocol[S]):
 
     def decisions_stream(self, state: S) -> str: ...
 
+    def workload_object(self, state: S) -> dict[str, Any] | None:
+        """The workload's object as last observed (None: not observed, or deleted)."""
+        ...
+
     def ready(self, state: S) -> bool:
         """The workload is observed and has a clock: there is something to decide about."""
         ...
@@ -159,8 +163,11 @@ class CloneSetPlanner:
     def decisions_stream(self, state: WorkloadState) -> str:
         return state.streams[2]
 
+    def workload_object(self, state: WorkloadState) -> dict[str, Any] | None:
+        return state.cloneset
+
     def ready(self, state: WorkloadState) -> bool:
-        return state.cloneset is not None and state.now is not None
+        return self.workload_object(state) is not None and state.now is not None
 
     def blocked_until(self, state: WorkloadState) -> datetime | None:
         pending = state.pending()
@@ -207,8 +214,11 @@ class SidecarSetPlanner:
     def decisions_stream(self, state: SidecarSetState) -> str:
         return state.streams[2]
 
+    def workload_object(self, state: SidecarSetState) -> dict[str, Any] | None:
+        return state.sidecarset
+
     def ready(self, state: SidecarSetState) -> bool:
-        return state.sidecarset is not None and state.now is not None
+        return self.workload_object(state) is not None and state.now is not None
 
     def blocked_until(self, state: SidecarSetState) -> datetime | None:
         pending = state.pending()

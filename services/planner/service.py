@@ -31,14 +31,20 @@ from nats.aio.msg import Msg
 
 from services.infra.bus import DEFERRED, Bus, Deferred
 from services.infra.consumer_service import serve_consumer
+from services.infra.kruise import resolve_selection
 from services.infra.leader import run_while_leading
 from services.infra.metrics import EVENTS_APPENDED, EVENTS_HANDLED, PLANNING_SECONDS
+from services.infra.retry import retry_until_stopped
 from services.infra.runtime import ServiceRuntime, configure_logging
 from services.infra.settings import Settings
 from services.infra.store import ConcurrencyError, EventStore
 from services.model.events import Envelope, PodActionRequested, PodActionStarted, RequeueScheduled
+from services.model.management import Selection
+from services.model.shadow import shadowed
 from services.planner import rounds
-from services.planner.kinds import KINDS, KindPlanner, Round, Wait, kind_for_stream, next_step
+from services.planner.cloneset_decisions import RULES_VERSION as CLONESET_RULES_VERSION
+from services.planner.kinds import CLONESET, KINDS, KindPlanner, Round, Wait, kind_for_stream, next_step
+from services.planner.shadow_service import ShadowRecorder
 
 log = structlog.get_logger("planner")
 
@@ -87,10 +93,23 @@ class Workload:
 
 
 class Planner:
-    def __init__(self, settings: Settings, store: EventStore, kinds: tuple[KindPlanner[Any], ...] = KINDS):
+    def __init__(
+        self,
+        settings: Settings,
+        store: EventStore,
+        selection: Selection | None = None,
+        *,
+        kinds: tuple[KindPlanner[Any], ...] = KINDS,
+        stopping: asyncio.Event | None = None,
+    ) -> None:
         self.settings = settings
         self.store = store
         self.kinds = kinds
+        self.stopping = stopping  # set when the process stops: rounds waiting out an outage give up
+        # Which objects we plan for (services/model/management.py); the others are only observed.
+        self.selection = selection or Selection.parse(settings.manage, settings.manage_namespaces)
+        # CloneSets rollbook only observes (docs/shadow.md): all of them in shadow mode, else those labelled.
+        self.shadow = ShadowRecorder(store, shadow_all=settings.shadow, rules=CLONESET_RULES_VERSION)
         self.workloads: dict[tuple[str, str], Workload] = {}  # (kind, key) -> workload
 
     def workload(self, kind: KindPlanner[Any], key: str) -> Workload:
@@ -113,6 +132,8 @@ class Planner:
         kind = kind_for_stream(envelope.stream, self.kinds)
         if kind is None:
             return None  # not a planned workload's event (e.g. an observation of another kind)
+        if self.settings.shadow and kind is not CLONESET:
+            return None  # shadow mode acts on nothing; only CloneSets have a shadow trail
         key = kind.workload_of(envelope.stream)
         assert key is not None
         workload = self.workload(kind, key)
@@ -144,7 +165,7 @@ class Planner:
                 timers, workload.timers = workload.timers, []
                 forced, workload.forced = workload.forced, False
                 try:
-                    await self.plan_round(workload, timers=timers, force=forced)
+                    await self._round_waiting_out_outages(workload, waiting, timers, forced)
                 except Exception as error:
                     # The wake-ups come back from the bus (after ack_wait at worst) and plan again.
                     log.warning(
@@ -158,6 +179,31 @@ class Planner:
                 await _settle(waiting, ok=True)
         finally:
             workload.task = None
+
+    async def _round_waiting_out_outages(
+        self,
+        workload: Workload,
+        waiting: list[Msg],
+        timers: list[tuple[Envelope, RequeueScheduled]],
+        forced: bool,
+    ) -> None:
+        """One round; while Postgres or NATS is unreachable it is retried here (its wake-ups kept in
+        progress) instead of spending their deliveries: an outage is not the wake-ups' fault."""
+        attempts = 0
+
+        async def attempt() -> None:
+            nonlocal attempts
+            attempts += 1
+            # A retry may find everything folded by the failed attempt: it must still plan.
+            await self.plan_round(workload, timers=timers, force=forced or attempts > 1)
+
+        def still_working(error: BaseException, attempt_number: int) -> None:
+            for msg in waiting:
+                asyncio.ensure_future(_quietly(msg.in_progress()))
+
+        await retry_until_stopped(
+            attempt, what="planner round", stopping=self.stopping, on_retry=still_working
+        )
 
     async def close(self) -> None:
         """Stop every workload's task; their unsettled wake-ups come back from the bus."""
@@ -180,6 +226,9 @@ class Planner:
         started = time.perf_counter()
         structlog.contextvars.bind_contextvars(workload=f"{kind.kind}/{workload.key}")
         try:
+            if self.settings.shadow:  # every CloneSet is shadowed: its shadow trail only, no state
+                await self.shadow.record(*workload.key.split("/", 1))
+                return
             folded = await catch_up(self.store, state)
             for timer_event, timer in timers or []:
                 due = rounds.requeue_due(state, kind.decisions_stream(state), timer_event, timer)
@@ -187,6 +236,13 @@ class Planner:
                     await append(self.store, state, [due])
             if not folded and not force:
                 return
+            observed = kind.workload_object(state)
+            if observed is not None and state.now is not None:
+                if kind is CLONESET and shadowed(observed, shadow_all=False):  # rollbook.io/manage=shadow
+                    await self.shadow.record(*workload.key.split("/", 1))
+                    return
+                if not self.selection.manages(observed):
+                    return  # observed, not managed: no round, no decision
             step = next_step(kind, state)
             if isinstance(step, Wait):
                 if step.timer is not None:
@@ -216,6 +272,13 @@ class Planner:
             PLANNING_SECONDS.observe(time.perf_counter() - started)
 
 
+async def _quietly(work: Any) -> None:
+    try:
+        await work
+    except Exception:  # telling JetStream we still work on it is best effort
+        log.debug("in_progress_failed", exc_info=True)
+
+
 async def _settle(messages: list[Msg], *, ok: bool) -> None:
     for msg in messages:
         try:
@@ -233,10 +296,11 @@ async def run(settings: Settings) -> None:
         store = await EventStore.connect(settings.database_url)
         bus = await Bus.connect(settings, name="rollbook-planner")
         try:
+            selection = await resolve_selection(settings, "planner")
 
             async def work() -> None:
                 # A fresh Planner per leadership: its state is rebuilt from the store on first sight.
-                planner = Planner(settings, store)
+                planner = Planner(settings, store, selection, stopping=runtime.stopping)
                 try:
                     await serve_consumer(
                         runtime,

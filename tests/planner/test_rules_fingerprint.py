@@ -24,9 +24,10 @@ from services.planner.cloneset_decisions import RULES_VERSION
 from services.replay.simulation import WorkloadSimulation
 
 FINGERPRINTS = {
-    # re-recorded when the simulation started writing expectation timers (next_step): same decisions,
-    # tests/replay/test_recorded_trails.py verifies the trails recorded before
-    2: "83f7a9c97f92e99311c4a3288a0c7934a6ad455a95ec08469fa7bed8bb1a7d03",
+    2: "2f643260948f9f356306cac14fe171ea5d7eeaea516b34f5559cda5d12ce1af9",
+    # v3 re-recorded when the simulation started writing expectation timers (next_step): the decisions
+    # are the same, tests/replay/test_recorded_trails.py verifies the trails recorded before
+    3: "0757a746a3c5caa540f3c0be32da984a9be00907bdf4cc822a24eccc71e779b7",
 }
 START = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 STRATEGIES = (
