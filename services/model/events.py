@@ -35,6 +35,22 @@ class ObjectObserved(_Event, frozen=True, kw_only=True):
     object: dict[str, Any]  # the object exactly as the API returned it
 
 
+class ObservationRejected(_Event, frozen=True, kw_only=True):
+    """The watcher saw an object whose observation would exceed the event ceiling
+    (``settings.max_event_bytes``): it stores this instead, so the refusal is on record and the
+    services go on. The object is not observed until a change brings it under the ceiling."""
+
+    kind: str
+    namespace: str
+    name: str
+    uid: str
+    resource_version: str
+    change: Literal["ADDED", "MODIFIED", "DELETED"]
+    size_bytes: int  # of the observation that was refused
+    limit_bytes: int
+    reason: str
+
+
 # --- decisions (planner) ----------------------------------------------------------------------------
 
 
@@ -226,6 +242,7 @@ class SidecarInjected(_Event, frozen=True, kw_only=True):
 
 Event = (
     ObjectObserved
+    | ObservationRejected
     | RevisionCreated
     | RevisionsPruned
     | RolloutStarted
