@@ -14,11 +14,13 @@ from types import TracebackType
 from aiohttp import web
 
 from .admission import Admission
+from .crds import CrdController
 from .faults import FaultConfig, Faults
 from .gc import GarbageCollector
 from .kubeconfig import write_kubeconfig
 from .kubelet import Kubelet, NodeConfig, Timing
 from .namespaces import NamespaceController
+from .plugins import ClusterIPs
 from .resources import NAMESPACES
 from .server import ApiServer
 from .store import Store
@@ -90,6 +92,8 @@ class SimCluster:
             bookmark_interval=cfg.bookmark_interval,
             disabled_resources=cfg.disabled_resources,
         )
+        self.store.create_hooks.append(ClusterIPs())
+        self.crds = CrdController(self.store, self.api.serve, self.api.stop_serving)
         self._runner: web.AppRunner | None = None
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         self.url = ""
