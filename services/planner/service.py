@@ -50,10 +50,12 @@ from services.model.events import (
     StatusPlanned,
 )
 from services.model.management import Selection
+from services.model.shadow import shadowed
 from services.model.sidecarset_streams import is_sidecarset_stream
 from services.model.streams import WORKLOAD_KIND, decisions_stream, derived_id, rollout_id, workload_of
 from services.planner import rounds
 from services.planner.progress import rollout_progress
+from services.planner.shadow_service import ShadowRecorder
 from services.planner.sidecarset_service import SidecarSetPlanner
 from services.planner.status import failure_conditions, with_failure_conditions
 from services.planner.workload_state import EXPECTATION_TIMEOUT, WorkloadState, encode_input
@@ -66,8 +68,10 @@ DURABLE = "planner"
 # events), so ``rollbook verify`` reports rounds decided by other rules as not re-verifiable instead of as
 # divergences (docs/replay.md, "Upgrading rollbook"). 1: rounds recorded before rules were versioned.
 # 2: RolloutPaused/RolloutResumed, FailedScale/FailedUpdate conditions.
+# 3: OpenKruise's in-place annotations (grace record = UpdateSpec, revision labels moved when the update
+#    starts), the lifecycle.apps.kruise.io/state label (PreparingNormal/Normal/Updating/Updated), patchPod.
 # tests/planner/test_rules_fingerprint.py fails when the decisions change and this does not.
-RULES_VERSION = 2
+RULES_VERSION = 3
 # A round takes milliseconds; a wake-up lost with a crashed planner comes back after this.
 ACK_WAIT = 10.0
 INPUT_TYPES = ("ObjectObserved", "PodActionSucceeded", "PodActionFailed", "RequeueScheduled")
@@ -89,6 +93,8 @@ class Planner:
         self.selection = selection or Selection.parse(settings.manage, settings.manage_namespaces)
         self.workloads: dict[str, WorkloadState] = {}
         self.sidecarsets = SidecarSetPlanner(store, self.selection)  # in-place upgrades (docs/sidecarset.md)
+        # CloneSets rollbook only observes (docs/shadow.md): all of them in shadow mode, else those labelled.
+        self.shadow = ShadowRecorder(store, shadow_all=settings.shadow, rules=RULES_VERSION)
         self._lock = asyncio.Lock()
 
     # --- state ---------------------------------------------------------------------------------------
@@ -114,6 +120,8 @@ class Planner:
             # subjects and delivers every event type.
             return
         if is_sidecarset_stream(envelope.stream):
+            if self.settings.shadow:
+                return  # shadow mode acts on nothing
             async with self._lock:
                 await self.sidecarsets.handle(envelope, msg)
             return
@@ -125,6 +133,9 @@ class Planner:
         )
         try:
             async with self._lock:
+                if self.settings.shadow:
+                    await self.shadow.record(namespace, name)
+                    return
                 state = self.state_of(namespace, name)
                 payload = envelope.payload
                 if isinstance(payload, RequeueScheduled):
@@ -167,7 +178,12 @@ class Planner:
             PLANNING_SECONDS.observe(time.perf_counter() - started)
 
     async def _decide(self, state: WorkloadState) -> None:
-        if state.cloneset is None or state.now is None or not self.selection.manages(state.cloneset):
+        if state.cloneset is None or state.now is None:
+            return
+        if shadowed(state.cloneset, shadow_all=False):  # labelled rollbook.io/manage=shadow
+            await self.shadow.record(state.namespace, state.name)
+            return
+        if not self.selection.manages(state.cloneset):
             return
         pending = state.pending()
         if pending:
@@ -389,7 +405,7 @@ def _action(
             }
     elif kind == "deletePVC":
         details["uid"] = state.uid_of("PersistentVolumeClaim", str(action.get("pvc")))
-    elif kind in ("updateInPlace", "recreatePod", "markNotReady", "markReady"):
+    elif kind in ("updateInPlace", "recreatePod", "markNotReady", "markReady", "patchPod"):
         details["uid"] = state.uid_of("Pod", pod)
     revision = action.get("revision") or None
     return PodActionRequested(
