@@ -38,6 +38,8 @@ from services.model.events import (
     PartitionStepPlanned,
     PodActionRequested,
     PodActionStarted,
+    PodHookHeld,
+    PodHookReleased,
     RequeueScheduled,
     RevisionCreated,
     RevisionsPruned,
@@ -298,6 +300,8 @@ def decisions_for(state: WorkloadState, plan: dict[str, Any]) -> list[Event]:
     round_key = derived_id("round", *sorted(state.through().items()))
     for index, action in enumerate(plan.get("actions") or []):
         decisions.append(_action(state, action, round_key, index, update))
+    if not rejected:
+        decisions.extend(_hook_transitions(state, plan, now))
     pods_to_delete = plan.get("podsToDelete")
     if pods_to_delete is not None:
         decisions.append(
@@ -341,6 +345,32 @@ def decisions_for(state: WorkloadState, plan: dict[str, Any]) -> list[Event]:
         if due not in state.schedules.values():
             decisions.append(RequeueScheduled(due_at=due, reason="grace"))
     return decisions
+
+
+def _hook_transitions(state: WorkloadState, plan: dict[str, Any], now: datetime) -> list[Event]:
+    """``PodHookReleased`` for each pod a lifecycle hook no longer holds (released, moved on, or gone),
+    with how long it held it, then ``PodHookHeld`` for each pod newly held (plan ``hookHolds``)."""
+    holds = {
+        (str(h.get("pod")), str(h.get("hook"))): str(h.get("state")) for h in plan.get("hookHolds") or []
+    }
+    events: list[Event] = []
+    for key in sorted(state.hook_holds):
+        held_state, since = state.hook_holds[key]
+        if holds.get(key) != held_state:
+            events.append(
+                PodHookReleased(
+                    pod=key[0],
+                    hook=key[1],  # type: ignore[arg-type]
+                    state=held_state,
+                    held_since=since,
+                    held_seconds=max((now - since).total_seconds(), 0.0),
+                )
+            )
+    for key in sorted(holds):
+        previous = state.hook_holds.get(key)
+        if previous is None or previous[0] != holds[key]:
+            events.append(PodHookHeld(pod=key[0], hook=key[1], state=holds[key]))  # type: ignore[arg-type]
+    return events
 
 
 def _pause_transition(
