@@ -1,7 +1,7 @@
 """``hook_waits``: how long each CloneSet lifecycle hook held each pod (columns and examples in docs/sql.md).
 
-Revision ID: 0007_parity_hook_waits
-Revises: 0006_fast_hash_chain
+Revision ID: 0008_parity_hook_waits
+Revises: 0007_shadow_trail
 Create Date: 2026-12-01
 
 The planner appends ``PodHookHeld`` to a CloneSet's decisions stream in the round that first sees a pod
@@ -17,8 +17,8 @@ from collections.abc import Sequence
 
 from alembic import op
 
-revision: str = "0007_parity_hook_waits"
-down_revision: str | None = "0006_fast_hash_chain"
+revision: str = "0008_parity_hook_waits"
+down_revision: str | None = "0007_shadow_trail"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
