@@ -33,6 +33,7 @@ from services.infra.metrics import EVENTS_HANDLED, PLANNING_SECONDS
 from services.infra.runtime import ServiceRuntime, configure_logging
 from services.infra.settings import Settings
 from services.infra.store import ConcurrencyError, EventStore
+from services.model.cloneset import desired_replicas
 from services.model.events import (
     Envelope,
     Event,
@@ -72,8 +73,10 @@ DURABLE = "planner"
 # 2: RolloutPaused/RolloutResumed, FailedScale/FailedUpdate conditions.
 # 3: OpenKruise's in-place annotations (grace record = UpdateSpec, revision labels moved when the update
 #    starts), the lifecycle.apps.kruise.io/state label (PreparingNormal/Normal/Updating/Updated), patchPod.
+# 4: lifecycle hooks (PreparingDelete/PreparingUpdate/preNormal waits, PodHookHeld/PodHookReleased), and
+#    replicas: null resolved as 1 everywhere (services/model/cloneset.py).
 # tests/planner/test_rules_fingerprint.py fails when the decisions change and this does not.
-RULES_VERSION = 3
+RULES_VERSION = 4
 # A round takes milliseconds; a wake-up lost with a crashed planner comes back after this.
 ACK_WAIT = 10.0
 INPUT_TYPES = ("ObjectObserved", "PodActionSucceeded", "PodActionFailed", "RequeueScheduled")
@@ -271,7 +274,7 @@ def decisions_for(state: WorkloadState, plan: dict[str, Any]) -> list[Event]:
         decisions.append(RevisionsPruned(names=pruned))
     update = plan.get("updateRevision")
     current = plan.get("currentRevision")
-    replicas = int(((state.cloneset or {}).get("spec") or {}).get("replicas", 1) or 0)
+    replicas = desired_replicas(state.cloneset)
     strategy = ((state.cloneset or {}).get("spec") or {}).get("updateStrategy") or {}
     if update and update != state.update_revision:
         if state.active_rollout:

@@ -26,13 +26,17 @@ from services.replay.simulation import WorkloadSimulation
 FINGERPRINTS = {
     2: "2f643260948f9f356306cac14fe171ea5d7eeaea516b34f5559cda5d12ce1af9",
     3: "893105bbdd213ef157babcc240b0fc8bcf15a8c5faacb5b76d1ae648ddea58bf",
+    4: "a3ed8f29d07d74047dd834071eb3390321dc7321ceaf21e74b8aeb6fe572f87b",
 }
 START = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
-STRATEGIES = (
+SCRIPTS: tuple[tuple[int | None, dict[str, object]], ...] = (
     # in place with a canary step left standing (partition 2): RolloutPaused, partition steps, grace
-    {"type": "InPlaceIfPossible", "maxUnavailable": 2, "partition": 2},
+    (5, {"type": "InPlaceIfPossible", "maxUnavailable": 2, "partition": 2}),
     # recreation with a surge pod
-    {"type": "ReCreate", "maxUnavailable": 1, "maxSurge": 1},
+    (5, {"type": "ReCreate", "maxUnavailable": 1, "maxSurge": 1}),
+    # replicas: null (the default 1) in place (added with rules v4; earlier entries fingerprint the
+    # first two scripts only)
+    (None, {"type": "InPlaceIfPossible"}),
 )
 
 
@@ -40,8 +44,9 @@ def decisions_fingerprint() -> tuple[str, dict[str, int]]:
     digest = hashlib.sha256()
     counts: dict[str, int] = {}
     stream = decisions_stream("team-a", "web")
-    for strategy in STRATEGIES:
-        for envelope in WorkloadSimulation("team-a", "web", replicas=5, start=START, strategy=strategy).run():
+    for replicas, strategy in SCRIPTS:
+        simulation = WorkloadSimulation("team-a", "web", replicas=replicas, start=START, strategy=strategy)
+        for envelope in simulation.run():
             # RoundPlanned records the inputs (and the rules version itself), not decisions.
             if envelope.stream == stream and not isinstance(envelope.payload, RoundPlanned):
                 digest.update(envelope.type.encode() + msgspec.json.encode(envelope.payload))
