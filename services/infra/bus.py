@@ -37,7 +37,16 @@ from services.model.events import Envelope, decode, encode
 
 log = logging.getLogger(__name__)
 
-Handler = Callable[[Envelope, Msg], Awaitable[None]]
+
+class Deferred:
+    """What a handler returns when it settles the message itself, later: it acks the message once the work
+    the message asked for is done, or naks it to have it redelivered (the planner: a wake-up is acked when
+    the round that covers it has been appended, so a crash before that redelivers it)."""
+
+
+DEFERRED = Deferred()
+
+Handler = Callable[[Envelope, Msg], Awaitable[Deferred | None]]
 # Reads the body of an event carried by reference: EventStore.read_event.
 BodyReader = Callable[[uuid.UUID], Awaitable[Envelope | None]]
 
@@ -133,7 +142,7 @@ class DeadLetter:
 
 @dataclass
 class ConsumerStats:
-    handled: int = 0  # handler returned, message acked
+    handled: int = 0  # handler returned, message acked (or to be settled by the handler: DEFERRED)
     retried: int = 0  # handler raised, message nak'ed for a later delivery
     dead_lettered: int = 0
     filtered: int = 0  # outside the filter subjects (a server < 2.10 ignores several filters): acked unread
@@ -488,7 +497,7 @@ class Consumer:
             await self._dead_letter(msg, f"delivered {deliveries} times without being settled")
             return
         try:
-            await self._handle_waiting_out_outages(envelope, msg)
+            outcome = await self._handle_waiting_out_outages(envelope, msg)
         except Stopped:
             await msg.nak()  # stopping while the store is still down: the next process handles it
             return
@@ -502,7 +511,7 @@ class Consumer:
                 self.stats.retried += 1
                 await msg.nak(delay=delay)
             return
-        if not msg.is_acked:  # the handler may settle the message itself
+        if outcome is not DEFERRED and not msg.is_acked:  # the handler may settle the message itself
             await msg.ack()
         self.stats.handled += 1
 
@@ -531,20 +540,20 @@ class Consumer:
             await self._dead_letter(msg, f"referenced event {reference.event_id} is not in the event store")
         return envelope
 
-    async def _handle_waiting_out_outages(self, envelope: Envelope, msg: Msg) -> None:
+    async def _handle_waiting_out_outages(self, envelope: Envelope, msg: Msg) -> Deferred | None:
         """Run the handler; while it fails because the store or the bus is unreachable (a restart, a
         connection lost mid-batch), retry it here with backoff, telling JetStream the message is still in
         progress, instead of spending its deliveries toward the dead-letter subject: an outage is not the
         message's fault, and every other message would fail the same way meanwhile."""
 
-        async def attempt() -> None:
-            await self.handler(envelope, msg)
+        async def attempt() -> Deferred | None:
+            return await self.handler(envelope, msg)
 
         def still_working(error: BaseException, attempt_number: int) -> None:
             self.stats.retried += 1
             self._in_progress = asyncio.ensure_future(_quietly(msg.in_progress()))
 
-        await retry_until_stopped(
+        return await retry_until_stopped(
             attempt, what=f"consumer {self.durable}", stopping=self._stopping, on_retry=still_working
         )
 

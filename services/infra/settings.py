@@ -78,6 +78,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     manage: str = "all"
     # Namespaces (comma-separated) whose CloneSets count as opted in when manage is labelled.
     manage_namespaces: str = ""
+    # Shadow mode (`rollbook up --shadow`): act on nothing; the planner records, for every CloneSet, the pod
+    # actions its real controller took and what rollbook would have done (docs/shadow.md). One CloneSet
+    # alone: label it rollbook.io/manage=shadow.
+    shadow: bool = False
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:

@@ -25,6 +25,8 @@ from typing import Any
 MANAGE_LABEL = "rollbook.io/manage"
 OPT_IN = "true"
 OPT_OUT = "false"
+# Someone else drives the object; rollbook only records it (shadow mode, docs/shadow.md).
+SHADOW = "shadow"
 
 
 class ManageMode(StrEnum):
@@ -72,11 +74,13 @@ class Selection:
         value = labels.get(MANAGE_LABEL)
         if value == OPT_OUT:
             return Verdict(False, f"labelled {MANAGE_LABEL}={OPT_OUT}")
+        if value == SHADOW:
+            return Verdict(False, f"labelled {MANAGE_LABEL}={SHADOW}: recorded, never acted on")
         if value == OPT_IN:
             return Verdict(True, f"labelled {MANAGE_LABEL}={OPT_IN}")
         ignored = ""
         if value is not None:
-            ignored = f" ({MANAGE_LABEL}={value!r} is neither {OPT_IN} nor {OPT_OUT})"
+            ignored = f" ({MANAGE_LABEL}={value!r} is none of {OPT_IN}, {OPT_OUT}, {SHADOW})"
         if self.mode is ManageMode.ALL:
             return Verdict(True, f"ROLLBOOK_MANAGE=all{ignored}")
         namespace = metadata.get("namespace") or ""

@@ -45,15 +45,17 @@ def sidecarset(label: str | None = None) -> dict[str, Any]:
         (LABELLED, cloneset(label="true"), True, "labelled rollbook.io/manage=true"),
         (LABELLED, sidecarset(), False, "ROLLBOOK_MANAGE=labelled and not labelled rollbook.io/manage=true"),
         (LABELLED, sidecarset(label="true"), True, "labelled rollbook.io/manage=true"),
+        # Someone else drives it: recorded (shadow mode), never acted on, whatever the mode.
+        (ALL, cloneset(label="shadow"), False, "labelled rollbook.io/manage=shadow"),
         (LABELLED_TEAM, cloneset("team-a"), True, "namespace team-a is in ROLLBOOK_MANAGE_NAMESPACES"),
         (LABELLED_TEAM, cloneset("team-b"), False, "not labelled"),
         # The object's own opt-out wins over its namespace's opt-in.
         (LABELLED_TEAM, cloneset("team-a", label="false"), False, "labelled rollbook.io/manage=false"),
         # A cluster-scoped SidecarSet is in no namespace: only its label counts.
         (LABELLED_TEAM, sidecarset(), False, "not labelled"),
-        # A value that is neither true nor false counts as absent, and the verdict says so.
-        (LABELLED, cloneset(label="yes"), False, "'yes' is neither true nor false"),
-        (ALL, cloneset(label="True"), True, "'True' is neither true nor false"),
+        # A value that is none of true, false, shadow counts as absent, and the verdict says so.
+        (LABELLED, cloneset(label="yes"), False, "'yes' is none of true, false, shadow"),
+        (ALL, cloneset(label="True"), True, "'True' is none of true, false, shadow"),
     ],
 )
 def test_verdict(selection: Selection, obj: dict[str, Any], managed: bool, reason: str) -> None:
