@@ -57,7 +57,6 @@ from services.infra.embedded import EmbeddedServers  # noqa: E402
 from services.infra.nats_cluster import EmbeddedNatsCluster  # noqa: E402
 from services.infra.settings import Settings  # noqa: E402
 from services.infra.store import EventStore  # noqa: E402
-from services.planner.service import decide  # noqa: E402
 from services.replay.audit import audit_log  # noqa: E402
 from services.replay.operations import verify_target  # noqa: E402
 from services.simcluster import FaultConfig, SimCluster, SimConfig, Timing  # noqa: E402
@@ -337,7 +336,7 @@ class Chaos:
                 return not result.lost_in_bus and not result.lost_in_store
 
             await poll(relayed, 30, interval=0.5)
-            report = await verify_target(store, f"default/{name}", decide)
+            report = await verify_target(store, f"default/{name}")
             result.verify_ok = report.divergence is None
             checkpoints = [("JetStream", cp) for cp in await published_checkpoints(bus)]
             result.audit_ok = (await audit_log(store, checkpoints)).clean
