@@ -329,8 +329,9 @@ class Chaos:
         try:
 
             async def relayed() -> bool:
-                stored = {str(e.envelope.event_id) async for e in store.read_all()}
+                # Published first: an event stored and relayed between the two reads is then in both.
                 published = set(await published_event_ids(bus))
+                stored = {str(e.envelope.event_id) async for e in store.read_all()}
                 result.lost_in_bus = len(stored - published)
                 result.lost_in_store = len(published - stored)
                 return not result.lost_in_bus and not result.lost_in_store
