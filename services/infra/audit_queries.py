@@ -81,3 +81,14 @@ async def max_unavailable_exceeded(connection: asyncpg.Connection) -> list[async
 async def actions_without_one_terminal(connection: asyncpg.Connection) -> list[asyncpg.Record]:
     """Requested actions with zero or several terminal events; empty means every action ended once."""
     return list(await connection.fetch("SELECT * FROM actions_without_one_terminal"))
+
+
+LATEST_MAX_UNAVAILABLE_SQL = """
+SELECT max_unavailable FROM partition_steps WHERE rollout_id = $1 ORDER BY position DESC LIMIT 1
+"""
+
+
+async def latest_max_unavailable(connection: asyncpg.Connection, rollout_id: str) -> int | None:
+    """maxUnavailable (resolved to a pod count) of the rollout's latest partition step."""
+    value = await connection.fetchval(LATEST_MAX_UNAVAILABLE_SQL, rollout_id)
+    return None if value is None else int(value)
