@@ -87,8 +87,9 @@ async def show_history(settings: Settings, namespace: str, name: str, rollout: s
     for column in ("from → to revision", "strategy", "started", "took", "outcome"):
         table.add_column(column, overflow="fold")
     for r in rollouts:
+        strategy = r["strategy_type"] + (" (observed)" if r["driven_by"] == "observed" else "")  # shadow mode
         table.add_row(
-            f"{short(r['from_revision'], name)} → {short(r['to_revision'], name)}", r["strategy_type"],
+            f"{short(r['from_revision'], name)} → {short(r['to_revision'], name)}", strategy,
             clock(r["started"]), seconds(r["duration"]), r["outcome"],
         )  # fmt: skip
     console().print(table)

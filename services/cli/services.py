@@ -84,12 +84,17 @@ async def _supervise(service: str, env: dict[str, str], stopping: asyncio.Event)
         await asyncio.sleep(_RESTART_DELAY)
 
 
+def services_for(settings: Settings) -> tuple[str, ...]:
+    """The services `up` runs: all four, or in shadow mode all but the executor (nothing is acted on)."""
+    return tuple(s for s in SERVICES if not (settings.shadow and s == "executor"))
+
+
 async def _up(settings: Settings) -> int:
     import asyncio
 
     env = {**os.environ, **settings_env(settings)}
     stopping = asyncio.Event()
-    tasks = [asyncio.create_task(_supervise(s, env, stopping)) for s in SERVICES]
+    tasks = [asyncio.create_task(_supervise(s, env, stopping)) for s in services_for(settings)]
     try:
         # asyncio.wait, not gather: cancelling us must not cancel the supervisors, which stop the children.
         await asyncio.wait(tasks)
@@ -117,6 +122,18 @@ def register(app: typer.Typer) -> None:
         app.command(service)(command)
 
     @app.command("up")
-    def up() -> None:
+    def up(
+        shadow: bool = typer.Option(
+            False,
+            "--shadow",
+            help="Act on nothing: run watcher, planner and auditor only, and record for every CloneSet what"
+            " its own controller did and what rollbook would have done (ROLLBOOK_SHADOW; docs/shadow.md).",
+        ),
+    ) -> None:
         """Run all four services as child processes (embedded Postgres/NATS when their URLs are empty)."""
-        raise typer.Exit(run_command(_up))
+        import msgspec
+
+        settings = Settings.from_env()
+        if shadow:
+            settings = msgspec.structs.replace(settings, shadow=True)
+        raise typer.Exit(run_command(_up, settings=settings))

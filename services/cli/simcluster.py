@@ -34,6 +34,12 @@ def simcluster(
         ),
     ] = None,
     write_error_rate: Annotated[float, typer.Option(help="Share of writes failed with 500/429.")] = 0.0,
+    lost_response_rate: Annotated[
+        float,
+        typer.Option(
+            help="Share of writes that commit but whose answer is lost (500, 504 or a cut connection)."
+        ),
+    ] = 0.0,
     latency: Annotated[float, typer.Option(help="Seconds added to every API request.")] = 0.0,
     failing_image: Annotated[
         list[str] | None, typer.Option(help="Image pattern (e.g. '*:broken') whose pull fails; repeatable.")
@@ -58,7 +64,12 @@ def simcluster(
         ),
         timing=Timing() if instant else Timing.realistic(),
         extended_inplace=settings.extended_inplace if extended_inplace is None else extended_inplace,
-        faults=FaultConfig(write_error_rate=write_error_rate, latency_seconds=latency, seed=seed),
+        faults=FaultConfig(
+            write_error_rate=write_error_rate,
+            lost_response_rate=lost_response_rate,
+            latency_seconds=latency,
+            seed=seed,
+        ),
         kubeconfig_path=str(target),
         failing_images=tuple(failing_image or ()),
         crashing_images=tuple(crashing_image or ()),

@@ -55,3 +55,11 @@ AUDIT_INGESTED = Counter(
     "Events the auditor saw on the bus, by outcome (stored, present, conflict)",
     ["outcome"],
 )
+RETRIES = Counter(
+    "rollbook_retries_total",
+    "Attempts retried after a transient error (database or bus unreachable), by what was retried",
+    ["what"],
+)
+TASK_FAILURES = Counter(
+    "rollbook_task_failures_total", "Background tasks of a service that ended with an error", ["task"]
+)

@@ -62,6 +62,17 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     leader_renew_deadline: float = 10.0
     # Seconds between the holder's renewals and between a standby's attempts to acquire (>= 1).
     leader_retry_period: float = 2.0
+    # Which CloneSets and SidecarSets rollbook acts on: all (every one not labelled rollbook.io/manage=false;
+    # a cluster where rollbook is the only CloneSet controller) or labelled (only those labelled
+    # rollbook.io/manage=true, plus CloneSets in manage_namespaces). all is refused, as labelled, when
+    # kruise-manager is found at start. docs/install.md, "Which objects rollbook manages".
+    manage: str = "all"
+    # Namespaces (comma-separated) whose CloneSets count as opted in when manage is labelled.
+    manage_namespaces: str = ""
+    # Shadow mode (`rollbook up --shadow`): act on nothing; the planner records, for every CloneSet, the pod
+    # actions its real controller took and what rollbook would have done (docs/shadow.md). One CloneSet
+    # alone: label it rollbook.io/manage=shadow.
+    shadow: bool = False
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:

@@ -14,9 +14,11 @@ from services.model.availability import pod_available, revision_hash, unavailabl
 from services.model.events import (
     ObjectObserved,
     PodActionFailed,
+    PodActionObserved,
     PodActionRequested,
     PodActionStarted,
     PodActionSucceeded,
+    ShadowCompared,
 )
 from services.planner.names import REVISION_LABEL
 from services.planner.workload_state import WorkloadState
@@ -133,6 +135,10 @@ def one_line(step: Step) -> str:
         what += f" {payload.action_id[:8]} by {payload.executor}"
     elif isinstance(payload, ObjectObserved):
         what += f" {payload.kind} {payload.name} {payload.change}"
+    elif isinstance(payload, PodActionObserved):
+        what += f" {payload.action} {payload.pod}"
+    elif isinstance(payload, ShadowCompared):
+        what += f" {payload.action} {payload.pod}: {payload.verdict}"
     ready = sum(1 for p in state.pods.values() if pod_summary(p)["ready"])
     replicas = int(((state.cloneset or {}).get("spec") or {}).get("replicas", 1) or 0)
     return (
