@@ -137,13 +137,14 @@ def render(view: RolloutView, result: Outcome | None) -> RenderableType:
         + ("" if view.observed_generation >= view.generation else f" (status at {view.observed_generation})")
     )
     tree = Tree(head)
-    if view.rejected:
+    if view.rejected:  # the planner acts on nothing until the spec is fixed: nothing else to say
         tree.add(f"[red]rejected:[/] {view.rejected}")
-    tree.add(
-        f"partition {view.partition} (pods kept at old revisions)  maxUnavailable"
-        f" {view.unavailable} in use of {view.max_unavailable} allowed"
-        + ("  [yellow]paused[/]" if view.paused else "")
-    )
+    else:
+        tree.add(
+            f"partition {view.partition} (pods kept at old revisions)  maxUnavailable"
+            f" {view.unavailable} in use of {view.max_unavailable} allowed"
+            + ("  [yellow]paused[/]" if view.paused else "")
+        )
     if view.rollout_id:
         tree.add(f"rollout {view.rollout_id}: {view.rollout_outcome}")
     revisions = sorted(
