@@ -19,7 +19,7 @@ from typing import Any
 
 import jsonpatch
 
-from services.model import labels
+from services.model import intorpercent, labels
 
 API_VERSION = "apps.kruise.io/v1alpha1"
 KIND = "SidecarSet"
@@ -45,7 +45,6 @@ _SHARE_POLICIES = {"enabled", "disabled"}
 _UPGRADE_TYPES = {"ColdUpgrade", "HotUpgrade"}
 _UPDATE_TYPES = {"RollingUpdate", "NotUpdate"}
 _NAME_RE = re.compile(r"^[a-zA-Z0-9-]+$")
-_INT_OR_PERCENT_RE = re.compile(r"^\d+%$")
 # Fields of a SidecarContainer that are not Kubernetes container fields: dropped from the injected copy.
 _SIDECAR_ONLY_FIELDS = (
     "podInjectPolicy",
@@ -56,6 +55,10 @@ _SIDECAR_ONLY_FIELDS = (
     "resourcesPolicy",
 )
 _SUBPATH_VAR_RE = re.compile(r"\$\(([^)]+)\)")
+
+
+# updateStrategy.maxUnavailable of a RollingUpdate SidecarSet that sets none (OpenKruise's default).
+DEFAULT_MAX_UNAVAILABLE = 1
 
 
 class SidecarSetError(ValueError):
@@ -211,21 +214,19 @@ def _defaulted_spec(raw_spec: Mapping[str, Any]) -> dict[str, Any]:
     strategy.setdefault("type", "RollingUpdate")
     if strategy["type"] == "RollingUpdate":
         strategy.setdefault("partition", 0)
-        strategy.setdefault("maxUnavailable", 1)
+        strategy.setdefault("maxUnavailable", DEFAULT_MAX_UNAVAILABLE)
     spec.setdefault("revisionHistoryLimit", 10)
     return spec
 
 
 def _validate_int_or_percent(value: Any, where: str) -> None:
-    if isinstance(value, bool):
-        raise SidecarSetError(where, f"must be a non-negative integer or 'N%', got {value!r}")
-    if isinstance(value, int):
-        if value < 0:
-            raise SidecarSetError(where, f"must not be negative, got {value}")
-        return
-    if isinstance(value, str) and _INT_OR_PERCENT_RE.match(value):
-        return
-    raise SidecarSetError(where, f"must be a non-negative integer or 'N%', got {value!r}")
+    """The Kruise int-or-percent parser, as for CloneSets: decimal percents such as "12.5%" are accepted."""
+    try:
+        number, _ = intorpercent.parse(value)
+    except intorpercent.IntOrPercentError as error:
+        raise SidecarSetError(where, str(error)) from None
+    if number < 0:
+        raise SidecarSetError(where, f"must not be negative, got {value!r}")
 
 
 def _validate_container(container: Mapping[str, Any], where: str, *, init: bool) -> None:

@@ -27,7 +27,9 @@ UPDATE_SIDECAR_ACTION = "updateSidecarInPlace"
 SIDECARSET_ACTION_ANNOTATION = "rollbook.io/sidecarset-action-id"
 # OpenKruise's record of an in-place sidecar upgrade in progress (SS-8):
 # {<sidecarset>: {"revision", "updateTimestamp", "lastContainerStatuses": {<container>: {"imageID"}}}}
-INPLACE_STATE_ANNOTATION = "kruise.io/sidecarset-inplace-update-state"
+# Not the CloneSet in-place state (apps.kruise.io/inplace-update-state, services/planner/names.py): a
+# per-SidecarSet map of the sidecar upgrade state, OpenKruise's SidecarSetUpgradeSpec.
+SIDECARSET_INPLACE_STATE_ANNOTATION = "kruise.io/sidecarset-inplace-update-state"
 
 _PREFIX = f"{SIDECARSET_KIND}//"
 

@@ -26,7 +26,7 @@ from typing import Any
 
 from services.model import intorpercent, labels
 from services.model import sidecarset as ss
-from services.model.sidecarset_streams import INPLACE_STATE_ANNOTATION, revision_name
+from services.model.sidecarset_streams import SIDECARSET_INPLACE_STATE_ANNOTATION, revision_name
 from services.planner.podstate import PodView
 from services.planner.sidecarset_revisions import RevisionDecision, plan_revision, revisions_in_use
 from services.planner.update import _priority_key
@@ -130,7 +130,7 @@ def running_ready(pod: Mapping[str, Any]) -> bool:
 def upgrade_complete(sidecarset_name: str, pod: Mapping[str, Any]) -> bool:
     """The pod's last in-place sidecar upgrade by this SidecarSet has taken effect: every restarted
     sidecar runs a different image id than it did before (no record: nothing in progress)."""
-    state = _json_annotation(pod, INPLACE_STATE_ANNOTATION).get(sidecarset_name)
+    state = _json_annotation(pod, SIDECARSET_INPLACE_STATE_ANNOTATION).get(sidecarset_name)
     if not isinstance(state, dict):
         return True
     statuses = _container_statuses(pod)
@@ -145,7 +145,7 @@ def mid_upgrade(sidecarset_name: str, pod: Mapping[str, Any]) -> bool:
     """A sidecar of the pod's last in-place upgrade by this SidecarSet is ready but still runs the image id
     it ran before the patch: the kubelet has not restarted it yet, so another upgrade must wait. A sidecar
     that is not ready (crash-looping on a bad image, say) does not block: fixing forward is allowed."""
-    state = _json_annotation(pod, INPLACE_STATE_ANNOTATION).get(sidecarset_name)
+    state = _json_annotation(pod, SIDECARSET_INPLACE_STATE_ANNOTATION).get(sidecarset_name)
     if not isinstance(state, dict):
         return False
     statuses = _container_statuses(pod)
@@ -198,7 +198,7 @@ def upgrade_patch(
         entry["controllerRevision"] = revision
     hashes[sidecarset.name] = entry
     statuses = _container_statuses(pod)
-    states = _json_annotation(pod, INPLACE_STATE_ANNOTATION)
+    states = _json_annotation(pod, SIDECARSET_INPLACE_STATE_ANNOTATION)
     states[sidecarset.name] = {
         "revision": sidecarset.hash,
         "updateTimestamp": stamp,
@@ -210,7 +210,9 @@ def upgrade_patch(
         "metadata": {
             "annotations": {
                 ss.HASH_ANNOTATION: json.dumps(hashes, separators=(",", ":")),
-                INPLACE_STATE_ANNOTATION: json.dumps(states, separators=(",", ":"), sort_keys=True),
+                SIDECARSET_INPLACE_STATE_ANNOTATION: json.dumps(
+                    states, separators=(",", ":"), sort_keys=True
+                ),
             }
         }
     }
@@ -249,11 +251,10 @@ def plan_sidecarset(
     assessed = {key: _assess(sidecarset, by_key[key]) for key in sorted(by_key)}
     total = len(by_key)
     partition = intorpercent.partition_count(strategy.get("partition"), total)
-    max_unavailable = intorpercent.scaled(
-        strategy.get("maxUnavailable", 1) if strategy.get("maxUnavailable") is not None else 1,
-        total,
-        round_up=True,
-    )
+    raw_unavailable = strategy.get("maxUnavailable")
+    if raw_unavailable is None:
+        raw_unavailable = ss.DEFAULT_MAX_UNAVAILABLE
+    max_unavailable = intorpercent.scaled(raw_unavailable, total, round_up=True)
     update_selector = strategy.get("selector")
 
     def candidate(key: str) -> bool:

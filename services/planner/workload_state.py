@@ -39,10 +39,9 @@ from services.model.streams import (
     observed_stream,
 )
 from services.planner import rounds
+from services.planner.names import INSTANCE_ID_LABEL
 from services.planner.rounds import EXPECTATION_TIMEOUT
 from services.planner.status import ActionOutcome
-
-INSTANCE_ID_LABEL = "apps.kruise.io/cloneset-instance-id"
 
 
 @dataclass

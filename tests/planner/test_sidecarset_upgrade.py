@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from services.model import sidecarset as ss
-from services.model.sidecarset_streams import INPLACE_STATE_ANNOTATION
+from services.model.sidecarset_streams import SIDECARSET_INPLACE_STATE_ANNOTATION
 from services.planner.sidecarset_upgrade import plan_sidecarset, upgrade_complete
 from tests.e2e.cluster import SEED
 
@@ -250,11 +250,12 @@ def test_patch_touches_only_sidecar_images_and_this_sidecarsets_entries() -> Non
     patch = result.upgrades[0].patch
     assert patch["spec"] == {"containers": [{"name": "tools", "image": NEW}]}
     annotations = patch["metadata"]["annotations"]
-    assert set(annotations) == {ss.HASH_ANNOTATION, INPLACE_STATE_ANNOTATION}  # without-image hash untouched
+    # The without-image hash is untouched.
+    assert set(annotations) == {ss.HASH_ANNOTATION, SIDECARSET_INPLACE_STATE_ANNOTATION}
     hashes = json.loads(annotations[ss.HASH_ANNOTATION])
     assert hashes["test-sidecarset"]["hash"] == ss.parse_sidecarset(sidecarset(NEW)).hash
     assert hashes["logging"] == json.loads(both["metadata"]["annotations"][ss.HASH_ANNOTATION])["logging"]
-    state = json.loads(annotations[INPLACE_STATE_ANNOTATION])["test-sidecarset"]
+    state = json.loads(annotations[SIDECARSET_INPLACE_STATE_ANNOTATION])["test-sidecarset"]
     assert state["lastContainerStatuses"] == {"tools": {"imageID": image_id(OLD)}}
 
 
