@@ -1,4 +1,4 @@
-"""The counting core shared by scale and update (semantics CS-10..CS-12, ``calculateDiffsWithExpectation``).
+"""The counting core shared by scale and update (OpenKruise's ``calculateDiffsWithExpectation``).
 
 Two rollbook changes, both documented in docs/plan.md:
 - update surge is only spent on pods that will be recreated: an in-place change needs no extra pod

@@ -1,4 +1,4 @@
-"""The scale step (semantics CS-8, CS-13..CS-16, CS-20): create, delete named pods, scale in."""
+"""The scale step: create, delete named pods, scale in."""
 
 from __future__ import annotations
 
@@ -67,7 +67,7 @@ def _orphan_ids(ctx: Context) -> set[str]:
 
 
 def _instance_ids(ctx: Context, count: int) -> list[str]:
-    """CS-8: ids of owned PVCs no pod uses come first (sorted), then fresh deterministic ids."""
+    """Instance ids: ids of owned PVCs no pod uses come first (sorted), then fresh deterministic ids."""
     ids: list[str] = []
     if not ctx.spec.disable_pvc_reuse:
         live_pvcs = [p for p in ctx.pvcs if not (p.get("metadata") or {}).get("deletionTimestamp")]
@@ -104,7 +104,8 @@ def _spread_ranks(ctx: Context, group: list[PodView]) -> dict[str, int]:
 
 
 def choose_scale_in(ctx: Context, classes: Classes, count: int, from_old: int) -> list[PodView]:
-    """CS-16: ``from_old`` pods from the old revision first, the rest from the new, each group in order."""
+    """Scale-in order: ``from_old`` pods from the old revision first, the rest from the new, each group
+    in order."""
     chosen: list[PodView] = []
     for group, want in ((classes.old, min(from_old, count)), (classes.new, count - min(from_old, count))):
         if want <= 0:
@@ -120,7 +121,7 @@ def choose_scale_in(ctx: Context, classes: Classes, count: int, from_old: int) -
 
 
 def _delete(ctx: Context, chosen: list[PodView], ready_limit: int, reason: str) -> list[Action]:
-    """Delete pods with their PVCs; a ready pod only while the ready limit lasts (CS-13 step 2)."""
+    """Delete pods with their PVCs; a ready pod only while the ready limit lasts."""
     pvcs = ctx.pvcs_by_instance()
     actions: list[Action] = []
     for pod in chosen:
@@ -136,7 +137,7 @@ def _delete(ctx: Context, chosen: list[PodView], ready_limit: int, reason: str) 
 
 
 def orphan_pvc_cleanup(ctx: Context) -> list[Action]:
-    """With disablePVCReuse, PVCs whose instance id no active pod uses are deleted (CS-20)."""
+    """With disablePVCReuse, PVCs whose instance id no active pod uses are deleted."""
     if not ctx.spec.disable_pvc_reuse:
         return []
     used = {p.instance_id for p in ctx.pods}

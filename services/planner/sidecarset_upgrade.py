@@ -1,7 +1,7 @@
 """SidecarSet in-place upgrades as a pure decision: SidecarSet + pods + now -> this round's upgrades.
 
-Rules SS-8 and SS-10 of /work/shared/design/openkruise-semantics.md (OpenKruise's
-``pkg/controller/sidecarset/sidecarset_processor.go`` and ``sidecarset_strategy.go``), rollbook's choices
+OpenKruise's rules (``pkg/controller/sidecarset/sidecarset_processor.go`` and
+``sidecarset_strategy.go``), rollbook's choices
 in docs/sidecarset.md ("Upgrade in place"). No I/O and no wall clock: ``now`` only stamps annotations, so
 the same input always gives the same round.
 
@@ -10,8 +10,9 @@ the same input always gives the same round.
 - updated: the pod's recorded hash is the SidecarSet's; upgradable: the recorded without-image hash is
   the SidecarSet's (only image changes roll to running pods);
 - candidates W: not updated, upgradable, selected by ``updateStrategy.selector``, not mid-upgrade (a
-  ready sidecar the last upgrade has not restarted yet); in G-4 order, then priorityStrategy;
-- partition P over |M| (G-2); ``n = |W| - P`` candidates at most; maxUnavailable U over |M| (rounded
+  ready sidecar the last upgrade has not restarted yet); least valuable first (unscheduled, pending,
+  not ready, most recently ready, most restarts, newest), then priorityStrategy;
+- partition P over |M|; ``n = |W| - P`` candidates at most; maxUnavailable U over |M| (rounded
   up, default 1): a not-ready candidate is taken for free, a ready one while busy < U; the walk stops at
   the first ready candidate that would exceed U.
 """
@@ -103,7 +104,7 @@ def _container_statuses(pod: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def is_matched(sidecarset: ss.SidecarSet, pod: Mapping[str, Any]) -> bool:
-    """Whether ``pod`` is in M (SS-8): active, in scope, selected, injected by it, sidecars still there.
+    """Whether ``pod`` is in M: active, in scope, selected, injected by it, sidecars still there.
 
     The injected-list is the record of scope: a namespaceSelector is evaluated at injection only (the
     planner does not watch Namespaces), which is what the annotation says happened.
@@ -266,7 +267,8 @@ def plan_sidecarset(
 
     views = [(PodView(dict(by_key[key])), key) for key in assessed if candidate(key)]
     priority = _priority_key(strategy.get("priorityStrategy"))
-    # G-4 (the pod name, then the namespace, break full ties: deterministic), then priorityStrategy.
+    # Least valuable first (the pod name, then the namespace, break full ties: deterministic), then
+    # priorityStrategy.
     if priority is None:
         views.sort(key=lambda vk: (vk[0].active_order_key(), vk[1]))
     else:

@@ -1,4 +1,4 @@
-"""CloneSet validation (semantics CS-2): every problem is a (field, reason) rejection, never an exception."""
+"""CloneSet validation: every problem is a (field, reason) rejection, never an exception."""
 
 from __future__ import annotations
 

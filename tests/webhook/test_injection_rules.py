@@ -107,7 +107,7 @@ def test_pod_inject_policy(policy: str | None, expected: list[str]) -> None:
 
 
 def test_init_containers_sorted_by_name_and_placed_by_policy() -> None:
-    # OpenKruise's TestInjectInitContainerSort-style example (SS-6).
+    # OpenKruise's TestInjectInitContainerSort-style example.
     s1 = make_sidecarset(
         "sidecarset1",
         initContainers=[container("init-2"), container("init-1")],
