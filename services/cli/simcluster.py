@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import signal
 from pathlib import Path
@@ -11,7 +10,6 @@ from typing import Annotated
 import typer
 
 from services.infra.settings import Settings
-from services.simcluster import FaultConfig, NodeConfig, SimCluster, SimConfig, Timing
 
 
 def register(app: typer.Typer) -> None:
@@ -54,6 +52,10 @@ def simcluster(
     ] = False,
 ) -> None:
     """Start simcluster: a Kubernetes API server with simulated scheduler and kubelet, for laptops and CI."""
+    import asyncio
+
+    from services.simcluster import FaultConfig, NodeConfig, SimCluster, SimConfig, Timing
+
     settings = Settings.from_env()
     target = kubeconfig or settings.data_path / "simcluster" / "kubeconfig"
     cpu_millis = int(node_cpu[:-1]) if node_cpu.endswith("m") else int(float(node_cpu) * 1000)

@@ -35,6 +35,22 @@ class ObjectObserved(_Event, frozen=True, kw_only=True):
     object: dict[str, Any]  # the object exactly as the API returned it
 
 
+class ObservationRejected(_Event, frozen=True, kw_only=True):
+    """The watcher saw an object whose observation would exceed the event ceiling
+    (``settings.max_event_bytes``): it stores this instead, so the refusal is on record and the
+    services go on. The object is not observed until a change brings it under the ceiling."""
+
+    kind: str
+    namespace: str
+    name: str
+    uid: str
+    resource_version: str
+    change: Literal["ADDED", "MODIFIED", "DELETED"]
+    size_bytes: int  # of the observation that was refused
+    limit_bytes: int
+    reason: str
+
+
 # --- decisions (planner) ----------------------------------------------------------------------------
 
 
@@ -128,8 +144,8 @@ class RoundPlanned(_Event, frozen=True, kw_only=True):
     now: datetime  # the round's clock: the latest occurred_at (or due_at) among the folded inputs
     input_sha256: str  # of the canonical planner input JSON
     # The planner rules that decided the round: the deciding planner's RULES_VERSION (CloneSet:
-    # services/planner/service.py, SidecarSet: services/planner/sidecarset_service.py). A round stored
-    # before rules were versioned has no field and reads as 1. Additive with a default, so no
+    # services/planner/cloneset_decisions.py, SidecarSet: services/planner/sidecarset_decisions.py).
+    # A round stored before rules were versioned has no field and reads as 1. Additive with a default, so no
     # schema_version bump: old rows decode as they are, and an older reader ignores the field.
     rules: int = 1
 
@@ -160,6 +176,59 @@ class PodActionFailed(_Event, frozen=True, kw_only=True):
     retryable: bool = False
 
 
+# --- shadow mode (planner: a CloneSet rollbook observes but does not drive; docs/shadow.md) ---------
+
+
+class PodActionObserved(_Event, frozen=True, kw_only=True):
+    """A pod action someone else took (OpenKruise, a person with kubectl), derived from two consecutive
+    observations of the pod. On ``CloneSet/<ns>/<name>/shadow``; nothing executes it."""
+
+    action_id: str  # deterministic: derived from the observation that showed it
+    action: str  # createPod, recreatePod, deletePod, updateInPlace, becameReady
+    namespace: str
+    pod: str
+    pod_uid: str
+    observation: uuid.UUID  # the ObjectObserved event that showed it
+    started_at: datetime  # when the pod first showed it (an in-place update: when it left service)
+    rollout_id: str | None = None
+    revision: str | None = None  # the pod's revision label after the action
+    from_revision: str | None = None  # ... and before it (updateInPlace)
+    completes: str | None = None  # becameReady: the action id of the create/update it completes
+    details: dict[str, Any] = {}  # images before and after
+
+
+class ShadowPlanned(_Event, frozen=True, kw_only=True):
+    """What rollbook would have done on an observed state of a CloneSet it does not drive. Recorded when
+    the decision changes (the same decision on later states is not repeated); never executed."""
+
+    through: int  # version of the workload's observed stream the state folds
+    now: datetime
+    update_revision: str | None = None  # rollbook's name for the template's revision
+    partition: int | None = None
+    max_unavailable: int = 0
+    max_surge: int = 0
+    actions: list[dict[str, Any]] = []  # [{action, pod, revision}], the plan's pod actions
+    rejected: dict[str, Any] | None = None  # the spec rollbook would have rejected, and why
+    rules: int = 1  # the planner rules that decided (RoundPlanned.rules)
+
+
+class ShadowCompared(_Event, frozen=True, kw_only=True):
+    """One observed pod action compared with rollbook's decision on the state the controller acted on
+    (docs/shadow.md, "Agreement")."""
+
+    action_id: str  # the PodActionObserved
+    action: str
+    pod: str
+    verdict: Literal["agree", "differ", "unknown"]
+    reason: str
+    rollout_id: str | None = None
+    decision: uuid.UUID | None = None  # the ShadowPlanned compared with (None: rollbook had no decision)
+    rollbook: list[dict[str, Any]] = []  # rollbook's pod actions in that decision
+    unavailable: int = 0  # pods unavailable once the controller acted
+    max_unavailable: int | None = None  # the rollout's resolved maxUnavailable
+    pattern: str | None = None  # a known way to differ: "above maxUnavailable", "surge thrash"
+
+
 # --- SidecarSet (webhook) ---------------------------------------------------------------------------
 
 
@@ -173,6 +242,7 @@ class SidecarInjected(_Event, frozen=True, kw_only=True):
 
 Event = (
     ObjectObserved
+    | ObservationRejected
     | RevisionCreated
     | RevisionsPruned
     | RolloutStarted
@@ -190,6 +260,9 @@ Event = (
     | PodActionSucceeded
     | PodActionFailed
     | SidecarInjected
+    | PodActionObserved
+    | ShadowPlanned
+    | ShadowCompared
 )
 
 EVENT_TYPES: dict[str, type[_Event]] = {cls.__name__: cls for cls in Event.__args__}  # type: ignore[attr-defined]
