@@ -475,7 +475,7 @@ class ApiServer:
         if rt is NAMESPACES:
             body["status"] = {"phase": "Active"}
         body = await self._admit(rt, "CREATE", body, None, ns)
-        return _json(self.store.create(rt, ns, body), 201)
+        return _json(self.store.create(rt, ns, body, defaulted=True), 201)
 
     async def _admit(self, rt: ResourceType, operation: str, body: Obj, old: Obj | None, ns: str) -> Obj:
         """What kube-apiserver does between decoding a write and storing it: defaulting, the compiled-in
@@ -486,10 +486,11 @@ class ApiServer:
             check_namespace(rt, ns, meta.get("name") or "", lambda n: self.store.find(NAMESPACES, "", n))
         if rt is PODS:
             admit_pod(operation, body, self.store.rng, self._service_account_lookup(), old)
-        body = await self.admission.mutate(rt, operation, body, old, ns)
-        apply_defaults(rt, body, old)
-        await self.admission.validate(rt, operation, body, old, ns)
-        return body
+        mutated = await self.admission.mutate(rt, operation, body, old, ns)
+        if mutated is not body:
+            apply_defaults(rt, mutated, old)  # what a webhook added is defaulted too
+        await self.admission.validate(rt, operation, mutated, old, ns)
+        return mutated
 
     def _service_account_lookup(self) -> Callable[[str, str], Obj | None] | None:
         """How the ServiceAccount plugin finds a pod's account; None when ServiceAccounts are not served."""
