@@ -71,15 +71,27 @@ class Stack:
     processes: dict[str, ServiceProcess] = field(default_factory=dict)
     exited: list[ServiceProcess] = field(default_factory=list)
 
-    async def start(self, *services: str, name: str | None = None, ready_timeout: float = 30.0) -> None:
-        """Start each service and wait until its /readyz answers 200."""
+    async def start(
+        self,
+        *services: str,
+        name: str | None = None,
+        ready_timeout: float = 30.0,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        """Start each service and wait until its /readyz answers 200. ``env`` adds to (or overrides) the
+        stack's settings for these services, e.g. a kubeconfig of their own."""
         started = []
         for service in services:
             label = name or service
             if label in self.processes:
                 raise RuntimeError(f"{label} is already running")
             # Port 0: the service binds an OS-chosen port and logs it (no free-port race between tests).
-            env = {**os.environ, **settings_env(self.settings), "ROLLBOOK_HTTP_PORT": "0"}
+            process_env = {
+                **os.environ,
+                **settings_env(self.settings),
+                "ROLLBOOK_HTTP_PORT": "0",
+                **(env or {}),
+            }
             log_path = self.log_dir / f"{label}.log"
             log_file = log_path.open("ab")
             log_start = log_file.tell()
@@ -89,7 +101,7 @@ class Stack:
                 "services.cli.main",
                 service,
                 cwd=REPO_ROOT,
-                env=env,
+                env=process_env,
                 stdout=log_file,
                 stderr=log_file,
             )
