@@ -150,6 +150,25 @@ class RoundPlanned(_Event, frozen=True, kw_only=True):
     rules: int = 1
 
 
+class PodHookHeld(_Event, frozen=True, kw_only=True):
+    """A CloneSet lifecycle hook started holding a pod: the round that first saw it waiting in ``state``
+    (PreparingDelete: preDelete; PreparingUpdate or Updated: inPlaceUpdate; PreparingNormal: preNormal)."""
+
+    pod: str
+    hook: Literal["preDelete", "inPlaceUpdate", "preNormal"]
+    state: str  # the pod's lifecycle.apps.kruise.io/state
+
+
+class PodHookReleased(_Event, frozen=True, kw_only=True):
+    """The hook no longer holds the pod (released, or the pod is gone): how long it held it."""
+
+    pod: str
+    hook: Literal["preDelete", "inPlaceUpdate", "preNormal"]
+    state: str  # the state it was held in
+    held_since: datetime  # the PodHookHeld round's time
+    held_seconds: float
+
+
 class SpecRejected(_Event, frozen=True, kw_only=True):
     field: str
     reason: str
@@ -256,6 +275,8 @@ Event = (
     | RequeueDue
     | RoundPlanned
     | SpecRejected
+    | PodHookHeld
+    | PodHookReleased
     | PodActionStarted
     | PodActionSucceeded
     | PodActionFailed

@@ -6,15 +6,18 @@ planner service appends what this returns; replay, verify and the simulation cal
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import msgspec
 
+from services.model.cloneset import desired_replicas
 from services.model.events import (
     Event,
     PartitionStepPlanned,
     PodActionRequested,
+    PodHookHeld,
+    PodHookReleased,
     RequeueScheduled,
     RevisionCreated,
     RevisionsPruned,
@@ -39,8 +42,10 @@ from services.planner.workload_state import WorkloadState
 # 2: RolloutPaused/RolloutResumed, FailedScale/FailedUpdate conditions.
 # 3: OpenKruise's in-place annotations (grace record = UpdateSpec, revision labels moved when the update
 #    starts), the lifecycle.apps.kruise.io/state label (PreparingNormal/Normal/Updating/Updated), patchPod.
+# 4: lifecycle hooks (PreparingDelete/PreparingUpdate/preNormal waits, PodHookHeld/PodHookReleased), and
+#    replicas: null resolved as 1 everywhere (services/model/cloneset.py).
 # tests/planner/test_rules_fingerprint.py fails when the decisions change and this does not.
-RULES_VERSION = 3
+RULES_VERSION = 4
 
 _output_decoder = msgspec.json.Decoder(dict[str, Any])
 
@@ -91,7 +96,7 @@ def decisions_for(state: WorkloadState, plan: dict[str, Any]) -> list[Event]:
         decisions.append(RevisionsPruned(names=pruned))
     update = plan.get("updateRevision")
     current = plan.get("currentRevision")
-    replicas = int(((state.cloneset or {}).get("spec") or {}).get("replicas", 1) or 0)
+    replicas = desired_replicas(state.cloneset)
     strategy = ((state.cloneset or {}).get("spec") or {}).get("updateStrategy") or {}
     if update and update != state.update_revision:
         if state.active_rollout:
@@ -130,6 +135,8 @@ def decisions_for(state: WorkloadState, plan: dict[str, Any]) -> list[Event]:
     round_key = derived_id("round", *sorted(state.through().items()))
     for index, action in enumerate(plan.get("actions") or []):
         decisions.append(_action(state, action, round_key, index, update))
+    if not rejected:
+        decisions.extend(_hook_transitions(state, plan, now))
     pods_to_delete = plan.get("podsToDelete")
     if pods_to_delete is not None:
         decisions.append(
@@ -173,6 +180,32 @@ def decisions_for(state: WorkloadState, plan: dict[str, Any]) -> list[Event]:
         if due not in state.schedules.values():
             decisions.append(RequeueScheduled(due_at=due, reason="grace"))
     return decisions
+
+
+def _hook_transitions(state: WorkloadState, plan: dict[str, Any], now: datetime) -> list[Event]:
+    """``PodHookReleased`` for each pod a lifecycle hook no longer holds (released, moved on, or gone),
+    with how long it held it, then ``PodHookHeld`` for each pod newly held (plan ``hookHolds``)."""
+    holds = {
+        (str(h.get("pod")), str(h.get("hook"))): str(h.get("state")) for h in plan.get("hookHolds") or []
+    }
+    events: list[Event] = []
+    for key in sorted(state.hook_holds):
+        held_state, since = state.hook_holds[key]
+        if holds.get(key) != held_state:
+            events.append(
+                PodHookReleased(
+                    pod=key[0],
+                    hook=key[1],  # type: ignore[arg-type]
+                    state=held_state,
+                    held_since=since,
+                    held_seconds=max((now - since).total_seconds(), 0.0),
+                )
+            )
+    for key in sorted(holds):
+        previous = state.hook_holds.get(key)
+        if previous is None or previous[0] != holds[key]:
+            events.append(PodHookHeld(pod=key[0], hook=key[1], state=holds[key]))  # type: ignore[arg-type]
+    return events
 
 
 def pause_transition(
