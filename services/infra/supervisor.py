@@ -83,6 +83,7 @@ class Child:
     log_path: Path
     log_start: int  # the log's size when the process started (a restart appends to the same file)
     port: int = 0  # its HTTP port, read back from the log; 0 until it has logged it
+    env: Mapping[str, str] = field(default_factory=dict)  # its own variables beside the supervisor's
 
     @property
     def base_url(self) -> str:
@@ -122,18 +123,24 @@ class Supervisor:
     # --- starting --------------------------------------------------------------------------------------
 
     async def start(
-        self, *services: str, name: str | None = None, ready_timeout: float = READY_TIMEOUT
+        self,
+        *services: str,
+        name: str | None = None,
+        ready_timeout: float = READY_TIMEOUT,
+        env: Mapping[str, str] | None = None,
     ) -> None:
-        """Start each service (``name`` renames a single one) and wait until each answers ``/readyz``."""
-        started = [await self._spawn(service, name or service) for service in services]
+        """Start each service (``name`` renames a single one) and wait until each answers ``/readyz``.
+        ``env`` adds to (or overrides) the settings for these services alone, e.g. a kubeconfig of their
+        own; a restart keeps it."""
+        started = [await self._spawn(service, name or service, env or {}) for service in services]
         for child in started:  # one after the other: each has ``ready_timeout`` once the one before is ready
             await self._wait_ready(child, ready_timeout)
 
-    async def _spawn(self, service: str, name: str) -> Child:
+    async def _spawn(self, service: str, name: str, own_env: Mapping[str, str]) -> Child:
         if name in self.children:
             raise ServiceFailed(f"{name} is already running")
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, **settings_env(self.settings), **self.env}
+        env = {**os.environ, **settings_env(self.settings), **self.env, **own_env}
         if not self.settings.http_port:
             env["ROLLBOOK_HTTP_PORT"] = "0"  # an OS-chosen port, read back from the child's log
         log_path = self.log_dir / f"{name}.log"
@@ -151,7 +158,7 @@ class Supervisor:
                 stderr=log_file,
                 preexec_fn=_DIE_WITH_PARENT,
             )
-        child = Child(name, service, process, log_path, log_start)
+        child = Child(name, service, process, log_path, log_start, env=dict(own_env))
         self.children[name] = child
         return child
 
@@ -190,7 +197,7 @@ class Supervisor:
                     flush=True,
                 )
                 await asyncio.sleep(restart_delay)
-                await self._spawn(child.service, name)
+                await self._spawn(child.service, name, child.env)
             await asyncio.sleep(_POLL * 5)
 
     # --- stopping --------------------------------------------------------------------------------------
