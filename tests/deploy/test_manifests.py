@@ -36,6 +36,7 @@ from tests.deploy.manifests import (
 from tests.test_compose import assert_real_rollbook_command
 
 INSTALL_DOC = ROOT / "docs" / "install.md"
+VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
 KUBERNETES_VERSION = "1.30"  # the oldest Kubernetes release still maintained upstream when this was written
 # Kinds of operators the install relies on; kubernetes-validate knows only Kubernetes' own.
 THIRD_PARTY = {("cert-manager.io/v1", "Issuer"), ("cert-manager.io/v1", "Certificate")}
@@ -121,7 +122,7 @@ def test_every_service_runs_locked_down_with_probes_and_resources(service: str) 
     assert spec["livenessProbe"]["httpGet"]["path"] == "/healthz"
     assert spec["readinessProbe"]["httpGet"]["path"] == "/readyz"
     assert spec["resources"]["requests"]["cpu"] and spec["resources"]["limits"]["memory"]
-    assert spec["image"] == "rollbook:0.1.0"
+    assert spec["image"] == f"rollbook:{VERSION}"  # the image of this version unless an overlay says
 
 
 @pytest.mark.parametrize("service", SERVICES)
@@ -178,9 +179,8 @@ def test_the_webhook_serves_tls_and_registers_nothing_itself() -> None:
 
 
 def test_the_migration_job_runs_alembic_once_per_version() -> None:
-    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
     [job] = of_kind(render("standalone"), "Job")
-    assert job["metadata"]["name"] == f"rollbook-migrate-{version}"
+    assert job["metadata"]["name"] == f"rollbook-migrate-{VERSION}"
     [spec] = job["spec"]["template"]["spec"]["containers"]
     assert spec["command"] == ["alembic", "upgrade", "head"]
     assert {"secretRef": {"name": "rollbook-connections"}} in spec["envFrom"]
