@@ -24,7 +24,6 @@ trail recorded.
 
 from __future__ import annotations
 
-import copy
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -408,8 +407,9 @@ def _with_aliases(plan_input: dict[str, Any], aliases: dict[str, str]) -> dict[s
         labels = (pod.get("metadata") or {}).get("labels") or {}
         ours = aliases.get(revision_key(labels.get(REVISION_LABEL)))
         if ours is not None and labels.get(REVISION_LABEL) != ours:
-            pod = copy.deepcopy(pod)
-            pod["metadata"]["labels"][REVISION_LABEL] = ours
+            # Shallow copies down to the label: the folded pod itself stays as observed.
+            metadata = pod["metadata"]
+            pod = {**pod, "metadata": {**metadata, "labels": {**labels, REVISION_LABEL: ours}}}
         pods.append(pod)
     result["pods"] = pods
     cloneset = plan_input["cloneSet"]
