@@ -87,6 +87,15 @@ RUNS: dict[str, tuple[list[str], list[str]]] = {
             r"SidecarInjected events recorded: 20",
         ],
     ),
+    "cli_startup.py": (
+        ["--repeat", "1"],
+        [
+            rf"python -c pass \(ceiling\) +{NUMBER} +{NUMBER} +1\.0 +{NUMBER}",
+            rf"--help +{NUMBER} +{NUMBER} +{NUMBER} +{NUMBER} +{NUMBER}  none",
+            rf"plan -f state\.json +{NUMBER} +{NUMBER} +{NUMBER} +{NUMBER} +{NUMBER}  none",
+            rf"inject -f pod\.yaml +{NUMBER} +{NUMBER} +{NUMBER} +{NUMBER} +{NUMBER}  none",
+        ],
+    ),
     "services_rollout.py": (
         # 2 replicas, maxUnavailable 1: both phases, two rollout steps; 7-10 s (four service processes start).
         ["--replicas", "2", "--max-unavailable", "1", "--executors", "1"],

@@ -8,17 +8,19 @@ finish their in-flight work. docker-compose and the demo mirror this: one contai
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import sys
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
 import typer
 
 from services.cli.runtime import run_command
-from services.infra.leader import LeadershipLost
 from services.infra.settings import Settings
+
+if TYPE_CHECKING:
+    import asyncio
 
 SERVICES = ("watcher", "planner", "executor", "auditor")
 _RESTART_DELAY = 1.0
@@ -27,6 +29,8 @@ _STOP_TIMEOUT = 20.0
 
 def _service_body(service: str) -> Callable[[Settings], Awaitable[int | None]]:
     async def body(settings: Settings) -> int:
+        from services.infra.leader import LeadershipLost
+
         if service == "watcher":
             from services.watcher.service import run
         elif service == "planner":
@@ -56,6 +60,8 @@ def settings_env(settings: Settings) -> dict[str, str]:
 
 
 async def _supervise(service: str, env: dict[str, str], stopping: asyncio.Event) -> None:
+    import asyncio
+
     while not stopping.is_set():
         process = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "services.cli.main", service, env=env
@@ -84,6 +90,8 @@ def services_for(settings: Settings) -> tuple[str, ...]:
 
 
 async def _up(settings: Settings) -> int:
+    import asyncio
+
     env = {**os.environ, **settings_env(settings)}
     stopping = asyncio.Event()
     tasks = [asyncio.create_task(_supervise(s, env, stopping)) for s in services_for(settings)]

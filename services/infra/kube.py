@@ -5,6 +5,7 @@ and a real cluster."""
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 from kubernetes_asyncio import client, config
@@ -16,13 +17,25 @@ from services.infra.settings import Settings
 async def api_client(settings: Settings) -> client.ApiClient:
     configuration = client.Configuration()
     if settings.kubeconfig:
+        _check_exists(settings.kubeconfig, "the kubeconfig {} does not exist")
         await config.load_kube_config(config_file=settings.kubeconfig, client_configuration=configuration)
     else:
         try:
             config.load_incluster_config(client_configuration=configuration)
         except config.ConfigException:
+            _check_exists(
+                config.KUBE_CONFIG_DEFAULT_LOCATION,
+                "not in a cluster, ROLLBOOK_KUBECONFIG is empty and {} does not exist",
+            )
             await config.load_kube_config(client_configuration=configuration)
     return client.ApiClient(configuration)
+
+
+def _check_exists(path: str, message: str) -> None:
+    """A missing kubeconfig named plainly (kubernetes-asyncio logs a warning, then fails on an empty one)."""
+    full = os.path.expanduser(path)
+    if not os.path.exists(full):
+        raise config.ConfigException(message.format(full))
 
 
 async def raw_json(response: Any) -> dict[str, Any]:

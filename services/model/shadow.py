@@ -13,8 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-MANAGE_LABEL = "rollbook.io/manage"
-SHADOW = "shadow"
+from services.model.management import MANAGE_LABEL, SHADOW
 
 
 def shadowed(cloneset: Mapping[str, Any] | None, *, shadow_all: bool) -> bool:

@@ -1,9 +1,10 @@
-"""The counting core shared by scale and update (semantics CS-10..CS-12, ``calculateDiffsWithExpectation``).
+"""The counting core shared by scale and update (OpenKruise pkg/controller/cloneset/sync/
+cloneset_sync_utils.go ``calculateDiffsWithExpectation``).
 
 Two rollbook changes, both documented in docs/plan.md:
 - update surge is only spent on pods that will be recreated: an in-place change needs no extra pod
   (OpenKruise bug kruise#2369), unless maxUnavailable is 0, where surge is the only budget in-place has;
-- old pods already on their way (marked for recreation, or waiting out an in-place grace period) are
+- old pods already on their way (marked for recreation) are
   subtracted from the update count, so a round never picks more pods than replicas - partition.
 """
 
@@ -12,7 +13,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from services.planner.context import Context
-from services.planner.names import INPLACE_GRACE_ANNOTATION
 from services.planner.podstate import PodView
 from services.planner.spec import RECREATE
 
@@ -26,7 +26,7 @@ class Classes:
     to_delete_old: int
     pre_deleting: int
     unavailable: int  # active, not toDelete, not available
-    in_flight_old: int  # old pods marked for recreation or waiting for an in-place grace period
+    in_flight_old: int  # old pods marked for recreation (toDelete)
     needs_recreate_old: int  # old pods (not toDelete) whose update will recreate them
     unavailable_all: int = 0  # active pods not available, whatever their state (the update budget)
     unavailable_new: int = 0  # pods at the update revision not available yet
@@ -81,11 +81,7 @@ def classify_pods(ctx: Context) -> Classes:
         if not available:
             unavailable += 1
         if not updated:
-            # Most pods have no grace annotation: skip parsing it (a lazy view property) for them.
-            grace = pod.inplace_grace if INPLACE_GRACE_ANNOTATION in pod.annotations else None
-            if grace is not None and str(grace.get("revision", "")).rsplit("-", 1)[-1] == update_hash:
-                in_flight += 1
-            elif recreate_all:
+            if recreate_all:
                 recreate += 1
             else:
                 needs = recreates.get(pod.revision_hash)
@@ -142,16 +138,21 @@ def calculate(ctx: Context, classes: Classes) -> Diffs:
 
     expected_total = replicas + diffs.use_surge
     expected_old = partition + diffs.use_surge_old
-    if expected_total > total:
-        diffs.scale_up_num = expected_total - total
-        diffs.scale_up_old = max(expected_old - len(classes.old), 0)
+    # excludePreparingDelete: PreparingDelete pods leave the pod counts of scale-up and scale-down only (a
+    # replacement is created while the hooked pod still waits); they still count as unavailable.
+    scale_total, scale_old = total, len(classes.old)
+    if spec.exclude_preparing_delete:
+        scale_total, scale_old = total - classes.pre_deleting, scale_old - old_pre
+    if expected_total > scale_total:
+        diffs.scale_up_num = expected_total - scale_total
+        diffs.scale_up_old = max(expected_old - scale_old, 0)
         limit = diffs.scale_up_num
         if spec.scale_max_unavailable is not None:
             limit = min(limit, max(spec.scale_max_unavailable - total_unavailable, 0))
         diffs.scale_up_limit = limit
-    if total - to_delete > expected_total:
-        diffs.scale_down_num = total - to_delete - expected_total
-        diffs.scale_down_old = max(len(classes.old) - classes.to_delete_old - expected_old, 0)
+    if scale_total - to_delete > expected_total:
+        diffs.scale_down_num = scale_total - to_delete - expected_total
+        diffs.scale_down_old = max(scale_old - classes.to_delete_old - expected_old, 0)
     if to_delete > 0 or diffs.scale_down_num > 0:
         diffs.delete_ready_limit = max(max_unavailable + (total - replicas) - total_unavailable, 0)
 

@@ -60,19 +60,41 @@ class UpdateInPlace(_Action, frozen=True, kw_only=True, tag="updateInPlace"):
 
 
 class MarkNotReady(_Action, frozen=True, kw_only=True, tag="markNotReady"):
-    condition: dict[str, Any]  # the InPlaceUpdateReady=False pod condition to write (status subresource)
+    # the pod condition to write (status subresource): InPlaceUpdateReady or KruisePodReady
+    condition: dict[str, Any]
     patch: dict[str, Any] | None = None  # metadata patch written with it (the grace-period record)
     revision: str = ""
 
 
 class MarkReady(_Action, frozen=True, kw_only=True, tag="markReady"):
-    condition: dict[str, Any]  # the InPlaceUpdateReady=True pod condition to write (status subresource)
+    # the pod condition to write (status subresource): InPlaceUpdateReady or KruisePodReady
+    condition: dict[str, Any]
     patch: dict[str, Any] | None = None
 
 
+class PatchPod(_Action, frozen=True, kw_only=True, tag="patchPod"):
+    patch: dict[str, Any]  # strategic merge patch of the pod's metadata (lifecycle state, grace record)
+
+
 Action = (
-    CreatePVC | CreatePod | DeletePod | DeletePVC | RecreatePod | UpdateInPlace | MarkNotReady | MarkReady
+    CreatePVC
+    | CreatePod
+    | DeletePod
+    | DeletePVC
+    | RecreatePod
+    | UpdateInPlace
+    | MarkNotReady
+    | MarkReady
+    | PatchPod
 )
+
+
+class HookHold(msgspec.Struct, frozen=True, kw_only=True):
+    """A pod a lifecycle hook holds this round (it waits for the hook to be released)."""
+
+    pod: str
+    hook: str  # preDelete | inPlaceUpdate | preNormal
+    state: str  # its lifecycle.apps.kruise.io/state
 
 
 class Rejection(msgspec.Struct, frozen=True, kw_only=True):
@@ -97,3 +119,4 @@ class Plan(msgspec.Struct, kw_only=True, rename="camel"):
     max_unavailable: int | None = None
     max_surge: int | None = None
     expected_updated_replicas: int | None = None
+    hook_holds: list[HookHold] = []  # pods held by a lifecycle hook, by pod name

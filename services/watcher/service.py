@@ -28,10 +28,11 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from services.infra import kube
 from services.infra.leader import run_while_leading
 from services.infra.metrics import EVENTS_APPENDED, KIND_SERVED, OBSERVATIONS, WATCH_RESTARTS
+from services.infra.retry import Stopped, retry_until_stopped
 from services.infra.runtime import ServiceRuntime, configure_logging, run_until_stopped
 from services.infra.settings import Settings
 from services.infra.store import EventStore
-from services.model.events import Envelope, ObjectObserved
+from services.model.events import Envelope, ObjectObserved, ObservationRejected
 from services.model.sidecarset_streams import (
     SIDECARSET_GROUP,
     SIDECARSET_KIND,
@@ -47,7 +48,7 @@ from services.model.streams import (
     observed_stream,
     rollout_id,
 )
-from services.watcher.objects import comparable, observation
+from services.watcher.objects import comparable, observation, within_ceiling
 from services.watcher.sidecarsets import SidecarSetRoutes
 
 log = structlog.get_logger("watcher")
@@ -135,6 +136,7 @@ class Watcher:
         # SidecarSets and the pods they injected into -> SidecarSet//<name>/observed (watcher/sidecarsets.py)
         self.sidecarsets = SidecarSetRoutes()
         self._emit_lock = asyncio.Lock()
+        self.stopping: asyncio.Event | None = None  # set by the service: ends retries on shutdown
 
     # --- start: rebuild what was already observed ----------------------------------------------------
 
@@ -201,12 +203,32 @@ class Watcher:
 
     async def _append(self, events: list[Envelope]) -> None:
         by_stream: dict[str, list[Envelope]] = {}
-        for event in events:
+        for observed in events:
+            event = within_ceiling(observed, self.settings.max_event_bytes)
+            if event is not observed:
+                rejected: ObservationRejected = event.payload  # type: ignore[assignment]
+                OBSERVATIONS.labels(rejected.kind, "rejected").inc()
+                log.error(
+                    "observation_rejected",
+                    stream=event.stream,
+                    kind=rejected.kind,
+                    name=rejected.name,
+                    size_bytes=rejected.size_bytes,
+                    limit_bytes=rejected.limit_bytes,
+                )
             by_stream.setdefault(event.stream, []).append(event)
         for stream, batch in by_stream.items():
-            result = await self.store.append(batch, expected_version=None)
+            # Held here (under the emit lock, the cache already updated) until the store takes it: a
+            # Postgres restart is waited out, never skipped, and the watch resumes where it was.
+            result = await retry_until_stopped(
+                lambda batch=batch: self.store.append(batch, expected_version=None),  # type: ignore[misc]
+                what="watcher_append",
+                stopping=self.stopping,
+            )
             for event in result.events:
                 EVENTS_APPENDED.labels("watcher", event.type).inc()
+                if not isinstance(event.payload, ObjectObserved):
+                    continue
                 log.info(
                     "observed",
                     stream=stream,
@@ -353,7 +375,11 @@ async def watch_until_stopped(runtime: ServiceRuntime, store: EventStore, api: c
     """The watcher's work: rebuild the cache from the store (so it starts from what the store holds now,
     also after standing by), then watch every kind until the service stops."""
     watcher = Watcher(runtime.settings, store, api)
-    await watcher.rebuild()
+    watcher.stopping = runtime.stopping
+    try:
+        await retry_until_stopped(watcher.rebuild, what="watcher_rebuild", stopping=runtime.stopping)
+    except Stopped:
+        return
     tasks = [asyncio.create_task(watcher.run_kind(k), name=f"watch-{k.kind}") for k in watcher.kinds]
     runtime.add_detail("kinds_not_served", watcher.not_served)
     ready = asyncio.create_task(_mark_ready(runtime, watcher))
