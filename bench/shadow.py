@@ -22,10 +22,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from services.model.events import Envelope  # noqa: E402
+from services.planner.cloneset_decisions import RULES_VERSION  # noqa: E402
 from services.planner.plan import plan_json  # noqa: E402
-from services.planner.service import RULES_VERSION  # noqa: E402
+from services.planner.rounds import encode_input  # noqa: E402
 from services.planner.shadow_trail import ShadowTrail  # noqa: E402
-from services.planner.workload_state import WorkloadState, encode_input  # noqa: E402
+from services.planner.workload_state import WorkloadState  # noqa: E402
 from tests.planner.kruise_observations import KruiseLog  # noqa: E402
 
 ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
