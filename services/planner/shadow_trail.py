@@ -31,6 +31,7 @@ from typing import Any
 
 import msgspec
 
+from services.model.availability import unavailable
 from services.model.cloneset import desired_replicas
 from services.model.events import (
     Envelope,
@@ -198,11 +199,9 @@ class ShadowTrail:
     # --- pods ----------------------------------------------------------------------------------------
 
     def _unavailable(self) -> int:
-        """Desired pods not in service: missing, terminating, not Ready, or marked InPlaceUpdateReady=False
-        (out of service by its readiness gate even before the kubelet turns Ready False)."""
-        replicas = desired_replicas(self.state.cloneset)
-        views = [pod_view(pod) for pod in self.state.pods.values()]
-        return max(replicas - sum(1 for v in views if v.in_service and not v.terminating), 0)
+        """Desired pods not available (services/model/availability.py: missing, terminating, not Ready, or
+        InPlaceUpdateReady=False, out of service by its readiness gate before the kubelet turns Ready)."""
+        return unavailable(desired_replicas(self.state.cloneset), self.state.pods.values())
 
     def _pod_events(
         self, envelope: Envelope, observed: ObjectObserved, before: PodView | None, after: PodView | None
