@@ -80,7 +80,9 @@ def _plan(request: PlanInput) -> Plan:
         revision_plan, spec.revision_history_limit, {p.revision_hash for p in ctx.all_pods}
     )
     kept_names = _still_active(ctx, spec.pods_to_delete)
-    reported = status.compute(ctx)
+    reported, deadline_requeue = status.compute(ctx)
+    if deadline_requeue is not None:
+        requeue.append(deadline_requeue)
     return Plan(
         update_revision=revision_plan.update.name,
         current_revision=reported["currentRevision"],

@@ -47,6 +47,7 @@ from services.model.events import (
     RevisionsPruned,
     RolloutCompleted,
     RolloutPaused,
+    RolloutProgressDeadlineExceeded,
     RolloutResumed,
     RolloutStarted,
     SpecRejected,
@@ -56,7 +57,7 @@ from services.model.management import Selection
 from services.model.shadow import shadowed
 from services.model.sidecarset_streams import is_sidecarset_stream
 from services.model.streams import WORKLOAD_KIND, decisions_stream, derived_id, rollout_id, workload_of
-from services.planner import rounds
+from services.planner import progress_deadline, rounds
 from services.planner.progress import rollout_progress
 from services.planner.shadow_service import ShadowRecorder
 from services.planner.sidecarset_service import SidecarSetPlanner
@@ -74,7 +75,8 @@ DURABLE = "planner"
 # 3: OpenKruise's in-place annotations (grace record = UpdateSpec, revision labels moved when the update
 #    starts), the lifecycle.apps.kruise.io/state label (PreparingNormal/Normal/Updating/Updated), patchPod.
 # 4: lifecycle hooks (PreparingDelete/PreparingUpdate/preNormal waits, PodHookHeld/PodHookReleased), and
-#    replicas: null resolved as 1 everywhere (services/model/cloneset.py).
+#    replicas: null resolved as 1 everywhere (services/model/cloneset.py), the Progressing condition
+#    (progressDeadlineSeconds) and RolloutProgressDeadlineExceeded.
 # tests/planner/test_rules_fingerprint.py fails when the decisions change and this does not.
 RULES_VERSION = 4
 # A round takes milliseconds; a wake-up lost with a crashed planner comes back after this.
@@ -345,6 +347,9 @@ def decisions_for(state: WorkloadState, plan: dict[str, Any]) -> list[Event]:
         decisions.append(
             StatusPlanned(kind="CloneSet", namespace=state.namespace, name=state.name, status=status)
         )
+    deadline_event = _deadline_exceeded(state, status, update)
+    if deadline_event is not None:
+        decisions.append(deadline_event)
     status_now = status or state.last_status or {}
     started_now = any(isinstance(d, RolloutStarted) for d in decisions)
     # Complete means every desired pod is on the update revision AND ready again: an in-place updated pod
@@ -366,6 +371,30 @@ def decisions_for(state: WorkloadState, plan: dict[str, Any]) -> list[Event]:
         if due not in state.schedules.values():
             decisions.append(RequeueScheduled(due_at=due, reason="grace"))
     return decisions
+
+
+def _deadline_exceeded(
+    state: WorkloadState, status: dict[str, Any] | None, update: str | None
+) -> RolloutProgressDeadlineExceeded | None:
+    """The round whose planned status first says ProgressDeadlineExceeded records it as a rollout event."""
+    now_exceeded = progress_deadline.exceeded(status)
+    if now_exceeded is None or progress_deadline.exceeded(state.last_status) is not None:
+        return None
+    spec = (state.cloneset or {}).get("spec") or {}
+    previous = next(
+        (
+            c
+            for c in (state.last_status or {}).get("conditions") or ()
+            if isinstance(c, dict) and c.get("type") == progress_deadline.PROGRESSING
+        ),
+        None,
+    )
+    return RolloutProgressDeadlineExceeded(
+        rollout_id=state.active_rollout,
+        revision=str(update or (status or {}).get("updateRevision") or ""),
+        progress_deadline_seconds=int(spec.get("progressDeadlineSeconds") or 0),
+        progressing_since=str((previous or {}).get("lastUpdateTime") or now_exceeded.get("lastUpdateTime")),
+    )
 
 
 def _hook_transitions(state: WorkloadState, plan: dict[str, Any], now: datetime) -> list[Event]:

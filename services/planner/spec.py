@@ -48,6 +48,7 @@ class CloneSetSpec:
     extended_inplace: bool
     priority_strategy: dict[str, Any] | None
     lifecycle: Lifecycle | None = None
+    progress_deadline_seconds: int | None = None
     exclude_preparing_delete: bool = False
 
 
@@ -97,5 +98,8 @@ def resolve(cloneset: dict[str, Any]) -> CloneSetSpec:
         extended_inplace=annotations.get(INPLACE_MODE_ANNOTATION) == INPLACE_MODE_EXTENDED,
         priority_strategy=strategy.get("priorityStrategy"),
         lifecycle=read_lifecycle(spec.get("lifecycle")),
+        progress_deadline_seconds=(
+            None if spec.get("progressDeadlineSeconds") is None else int(spec["progressDeadlineSeconds"])
+        ),
         exclude_preparing_delete=(metadata.get("labels") or {}).get(EXCLUDE_PREPARING_DELETE_LABEL) == "true",
     )
