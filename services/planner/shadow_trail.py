@@ -50,8 +50,9 @@ from services.model.streams import WORKLOAD_KIND, derived_id, observed_stream, r
 from services.planner.names import REVISION_LABEL
 from services.planner.observed_actions import Change, PodView, changes, pod_view
 from services.planner.plan import plan_json
+from services.planner.rounds import encode_input
 from services.planner.shadow_compare import Intent, compare, observed_intent, revision_key, rollbook_intents
-from services.planner.workload_state import WorkloadState, encode_input
+from services.planner.workload_state import WorkloadState
 
 _plan_decoder = msgspec.json.Decoder(dict[str, Any])
 

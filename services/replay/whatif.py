@@ -242,6 +242,10 @@ def read_record(namespace: str, name: str, events: list[StoredEvent], rollout_id
             metrics.completed = completed = payload.outcome == "succeeded"
             if not completed:  # superseded or failed: it ends here
                 done_at = moment
+            elif _all_updated(pods, target_hash, replicas):
+                # Completed with every pod already observed updated: it ends here, not at whatever the
+                # log observes next (a later status write, a timer firing).
+                done_at = moment
         elif isinstance(payload, ObjectObserved):
             last_moment = max(last_moment, moment)
             if payload.kind == WORKLOAD_KIND:

@@ -11,8 +11,8 @@ from typing import Any
 
 from services.model.events import PodHookHeld, PodHookReleased
 from services.planner import model
+from services.planner.cloneset_decisions import _hook_transitions
 from services.planner.plan import plan
-from services.planner.service import _hook_transitions
 from services.planner.workload_state import WorkloadState
 from tests.planner.builders import IDS, cloneset, plan_input, revision_record, running_pod, with_image
 from tests.planner.simulate import Cluster

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 from services.model.events import RolloutProgressDeadlineExceeded
+from services.planner.cloneset_decisions import _deadline_exceeded
 from services.planner.plan import plan
 from services.planner.podstate import parse_time
 from services.planner.progress_deadline import progressing
-from services.planner.service import _deadline_exceeded
 from services.planner.workload_state import WorkloadState
 from tests.planner.builders import IDS, cloneset, plan_input, revision_record, running_pod, with_image
 

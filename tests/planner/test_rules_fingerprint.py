@@ -7,7 +7,7 @@ round recorded before it into a false divergence. So the decisions of two script
 fingerprinted, one fingerprint per rules version.
 
 When this test fails: if the planner now decides differently on purpose, bump ``RULES_VERSION`` in
-services/planner/service.py and add the new fingerprint below; if only the cluster model of
+services/planner/cloneset_decisions.py and add the new fingerprint below; if only the cluster model of
 services/replay/simulation.py changed (timings, object shapes), replace the current version's fingerprint.
 """
 
@@ -20,13 +20,15 @@ import msgspec
 
 from services.model.events import RoundPlanned
 from services.model.streams import decisions_stream
-from services.planner.service import RULES_VERSION
+from services.planner.cloneset_decisions import RULES_VERSION
 from services.replay.simulation import WorkloadSimulation
 
 FINGERPRINTS = {
     2: "2f643260948f9f356306cac14fe171ea5d7eeaea516b34f5559cda5d12ce1af9",
-    3: "893105bbdd213ef157babcc240b0fc8bcf15a8c5faacb5b76d1ae648ddea58bf",
-    4: "a3ed8f29d07d74047dd834071eb3390321dc7321ceaf21e74b8aeb6fe572f87b",
+    # v3 re-recorded when the simulation started writing expectation timers (next_step): the decisions
+    # are the same, tests/replay/test_recorded_trails.py verifies the trails recorded before
+    3: "0757a746a3c5caa540f3c0be32da984a9be00907bdf4cc822a24eccc71e779b7",
+    4: "c4dd0787c916b4486427aacd05af36fc0b570e90c7fa6d7b4ca687ef390871e2",
 }
 START = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 SCRIPTS: tuple[tuple[int | None, dict[str, object]], ...] = (
