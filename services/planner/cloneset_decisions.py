@@ -12,6 +12,7 @@ from typing import Any
 import msgspec
 
 from services.model.cloneset import desired_replicas
+from services.model.cloneset_conversion import ConversionError, as_v1alpha1
 from services.model.events import (
     Event,
     PartitionStepPlanned,
@@ -99,7 +100,7 @@ def decisions_for(state: WorkloadState, plan: dict[str, Any]) -> list[Event]:
     update = plan.get("updateRevision")
     current = plan.get("currentRevision")
     replicas = desired_replicas(state.cloneset)
-    strategy = ((state.cloneset or {}).get("spec") or {}).get("updateStrategy") or {}
+    strategy = (_planned_shape(state.cloneset).get("spec") or {}).get("updateStrategy") or {}
     if update and update != state.update_revision:
         if state.active_rollout:
             decisions.append(
@@ -185,6 +186,14 @@ def decisions_for(state: WorkloadState, plan: dict[str, Any]) -> list[Event]:
         if due not in state.schedules.values():
             decisions.append(RequeueScheduled(due_at=due, reason="grace"))
     return decisions
+
+
+def _planned_shape(cloneset: dict[str, Any] | None) -> dict[str, Any]:
+    """The CloneSet in the v1alpha1 shape the planner plans on (a v1beta1 object converted)."""
+    try:
+        return as_v1alpha1(cloneset or {})
+    except ConversionError:
+        return cloneset or {}
 
 
 def _deadline_exceeded(
