@@ -44,11 +44,12 @@ from services.planner.workload_state import WorkloadState
 # 2: RolloutPaused/RolloutResumed, FailedScale/FailedUpdate conditions.
 # 3: OpenKruise's in-place annotations (grace record = UpdateSpec, revision labels moved when the update
 #    starts), the lifecycle.apps.kruise.io/state label (PreparingNormal/Normal/Updating/Updated), patchPod.
-# 4: lifecycle hooks (PreparingDelete/PreparingUpdate/preNormal waits, PodHookHeld/PodHookReleased),
-#    replicas: null resolved as 1 everywhere (services/model/cloneset.py), the Progressing condition
-#    (progressDeadlineSeconds) and RolloutProgressDeadlineExceeded.
+# 4: lifecycle hooks (PreparingDelete/PreparingUpdate/preNormal waits, PodHookHeld/PodHookReleased), and
+#    replicas: null resolved as 1 everywhere (services/model/cloneset.py).
+# 5: the Progressing condition (progressDeadlineSeconds) and RolloutProgressDeadlineExceeded; CloneSet
+#    apps.kruise.io/v1beta1 input and the OnDelete update type.
 # tests/planner/test_rules_fingerprint.py fails when the decisions change and this does not.
-RULES_VERSION = 4
+RULES_VERSION = 5
 
 _output_decoder = msgspec.json.Decoder(dict[str, Any])
 

@@ -1,7 +1,7 @@
 """``progress_deadlines``: every CloneSet rollout whose progress deadline passed (docs/sql.md).
 
-Revision ID: 0009_parity_progress_deadline
-Revises: 0008_parity_hook_waits
+Revision ID: 0010_parity_progress_deadline
+Revises: 0009_operator_inplace_unavail
 Create Date: 2026-12-01
 
 The planner appends ``RolloutProgressDeadlineExceeded`` to a CloneSet's decisions stream in the round
@@ -15,8 +15,8 @@ from collections.abc import Sequence
 
 from alembic import op
 
-revision: str = "0009_parity_progress_deadline"
-down_revision: str | None = "0008_parity_hook_waits"
+revision: str = "0010_parity_progress_deadline"
+down_revision: str | None = "0009_operator_inplace_unavail"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
