@@ -74,6 +74,15 @@ def _validate_spec(spec: dict[str, Any]) -> Invalid | None:
     problem = _validate_lifecycle(spec.get("lifecycle"))
     if problem:
         return problem
+    deadline = spec.get("progressDeadlineSeconds")
+    if deadline is not None:
+        # validation.go: >= 0 and greater than minReadySeconds, unless it is MaxInt32 ("no deadline").
+        if not _is_int(deadline) or deadline < 0:
+            return Invalid(
+                "spec.progressDeadlineSeconds", f"must be a non-negative integer, got {deadline!r}"
+            )
+        if deadline != 2**31 - 1 and deadline <= int(spec.get("minReadySeconds") or 0):
+            return Invalid("spec.progressDeadlineSeconds", "must be greater than minReadySeconds")
     return _validate_claim_templates(spec)
 
 

@@ -31,6 +31,7 @@ FINGERPRINTS = {
     3: "0757a746a3c5caa540f3c0be32da984a9be00907bdf4cc822a24eccc71e779b7",
     # v4 (lifecycle hooks, replicas: null) recorded on the simulation with expectation timers
     4: "c4dd0787c916b4486427aacd05af36fc0b570e90c7fa6d7b4ca687ef390871e2",
+    5: "fcb057b8dd64413bb44496ef0dd09fdcb61ab53da759d0529e329e53e875a3d6",
 }
 START = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 SCRIPTS: tuple[tuple[int | None, dict[str, object]], ...] = (
@@ -41,6 +42,8 @@ SCRIPTS: tuple[tuple[int | None, dict[str, object]], ...] = (
     # replicas: null (the default 1) in place (added with rules v4; earlier entries fingerprint the
     # first two scripts only)
     (None, {"type": "InPlaceIfPossible"}),
+    # OnDelete: nothing is updated (added with rules v5; earlier entries fingerprint the scripts before it)
+    (3, {"type": "OnDelete"}),
 )
 
 
