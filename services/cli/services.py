@@ -12,6 +12,7 @@ import os
 import signal
 import sys
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
@@ -59,13 +60,18 @@ def settings_env(settings: Settings) -> dict[str, str]:
     return env
 
 
-async def _supervise(service: str, env: dict[str, str], stopping: asyncio.Event) -> None:
+async def _supervise(
+    service: str, env: dict[str, str], stopping: asyncio.Event, log: Path, starts: dict[str, int]
+) -> None:
     import asyncio
 
     while not stopping.is_set():
-        process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "services.cli.main", service, env=env
-        )
+        with log.open("ab") as log_file:  # the child keeps its own descriptor
+            starts.setdefault(service, log_file.tell())
+            process = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "services.cli.main", service,
+                env=env, stdout=log_file, stderr=log_file, stdin=asyncio.subprocess.DEVNULL,
+            )  # fmt: skip
         waiter = asyncio.create_task(process.wait())
         stop = asyncio.create_task(stopping.wait())
         await asyncio.wait([waiter, stop], return_when=asyncio.FIRST_COMPLETED)
@@ -80,7 +86,8 @@ async def _supervise(service: str, env: dict[str, str], stopping: asyncio.Event)
             stop.cancel()
             return
         stop.cancel()
-        print(f"rollbook up: {service} exited with {process.returncode}; restarting", file=sys.stderr)
+        code = process.returncode
+        print(f"rollbook up: {service} exited with {code}; restarting (log: {log})", file=sys.stderr)
         await asyncio.sleep(_RESTART_DELAY)
 
 
@@ -91,10 +98,27 @@ def services_for(settings: Settings) -> tuple[str, ...]:
 
 async def _up(settings: Settings) -> int:
     import asyncio
+    import logging
+    import time
 
+    from services.cli.up_summary import log_dir, log_path, summary, wait_ready
+
+    started = time.monotonic()
+    logging.getLogger("services.infra.embedded").setLevel(logging.WARNING)  # the summary says it all
     env = {**os.environ, **settings_env(settings)}
     stopping = asyncio.Event()
-    tasks = [asyncio.create_task(_supervise(s, env, stopping)) for s in services_for(settings)]
+    services = services_for(settings)
+    log_dir(settings).mkdir(parents=True, exist_ok=True)
+    starts: dict[str, int] = {}
+    tasks = [
+        asyncio.create_task(_supervise(s, env, stopping, log_path(settings, s), starts)) for s in services
+    ]
+
+    async def announce() -> None:
+        ready = await wait_ready(settings, services, starts)
+        print(summary(settings, ready, started) if isinstance(ready, dict) else ready, flush=True)
+
+    announcer = asyncio.create_task(announce())
     try:
         # asyncio.wait, not gather: cancelling us must not cancel the supervisors, which stop the children.
         await asyncio.wait(tasks)
@@ -102,6 +126,7 @@ async def _up(settings: Settings) -> int:
         # SIGTERM/SIGINT (run_command cancels us): the normal way to stop. Stop the children cleanly;
         # exit 0 once they all have.
         stopping.set()
+        announcer.cancel()
         results = await asyncio.gather(*tasks, return_exceptions=True)
         return 1 if any(isinstance(r, BaseException) for r in results) else 0
     return 0
