@@ -98,13 +98,11 @@ def services_for(settings: Settings) -> tuple[str, ...]:
 
 async def _up(settings: Settings) -> int:
     import asyncio
-    import logging
     import time
 
     from services.cli.up_summary import log_dir, log_path, summary, wait_ready
 
     started = time.monotonic()
-    logging.getLogger("services.infra.embedded").setLevel(logging.WARNING)  # the summary says it all
     env = {**os.environ, **settings_env(settings)}
     stopping = asyncio.Event()
     services = services_for(settings)
@@ -156,9 +154,13 @@ def register(app: typer.Typer) -> None:
         ),
     ) -> None:
         """Run all four services as child processes (embedded Postgres/NATS when their URLs are empty)."""
+        import logging
+
         import msgspec
 
         settings = Settings.from_env()
         if shadow:
             settings = msgspec.structs.replace(settings, shadow=True)
+        # The ready summary names the servers; their start-up lines would only repeat it.
+        logging.getLogger("services.infra.embedded").setLevel(logging.WARNING)
         raise typer.Exit(run_command(_up, settings=settings))
