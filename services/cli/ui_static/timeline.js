@@ -51,14 +51,15 @@ function draw(data, width) {
     ...data.unavailability.map((u) => u.at)].filter(Boolean).map((t) => Date.parse(t));
   const t0 = Math.min(...times), t1 = Math.max(...times, t0 + 1000);
   const x = (t) => LEFT + ((Date.parse(t) - t0) / (t1 - t0)) * (width - LEFT - RIGHT);
-  const top = 24, rowsHeight = pods.length * ROW, chartTop = top + rowsHeight + 30;
+  const top = 22, rowsHeight = pods.length * ROW, chartTop = top + rowsHeight + 30;
   svg.setAttribute("width", width);
   svg.setAttribute("height", chartTop + CHART + 30);
   // time axis
   for (let i = 0; i <= 5; i++) {
     const t = t0 + ((t1 - t0) * i) / 5, px = LEFT + ((width - LEFT - RIGHT) * i) / 5;
     svg.appendChild(el("line", { x1: px, x2: px, y1: top - 6, y2: chartTop + CHART, stroke: "#eee" }));
-    svg.appendChild(el("text", { x: px, y: 12, "text-anchor": "middle" }, `+${((t - t0) / 1000).toFixed(1)}s`));
+    svg.appendChild(el("text", { x: px, y: chartTop + CHART + 16, "text-anchor": "middle" },
+      `+${((t - t0) / 1000).toFixed(1)}s`));
   }
   pods.forEach((pod, i) => {
     svg.appendChild(el("text", { x: LEFT - 6, y: top + i * ROW + 12, "text-anchor": "end", class: "pod-label" }, pod));
@@ -85,7 +86,9 @@ function draw(data, width) {
   const allowed = data.steps.length ? data.steps[data.steps.length - 1].max_unavailable : null;
   const most = Math.max(1, allowed || 0, ...data.unavailability.map((u) => u.unavailable));
   const y = (n) => chartTop + CHART - (n / most) * CHART;
-  svg.appendChild(el("text", { x: LEFT - 6, y: chartTop + 10, "text-anchor": "end" }, "unavailable pods"));
+  svg.appendChild(el("text", { x: LEFT - 6, y: chartTop + CHART / 2, "text-anchor": "end" }, "unavailable pods"));
+  svg.appendChild(el("text", { x: LEFT - 4, y: y(0) + 4, "text-anchor": "end" }, "0"));
+  svg.appendChild(el("text", { x: LEFT - 4, y: y(most) + 4, "text-anchor": "end" }, String(most)));
   svg.appendChild(el("line", { x1: LEFT, x2: width - RIGHT, y1: y(0), y2: y(0), stroke: "#999" }));
   let path = "", last = null;
   for (const u of data.unavailability) {
