@@ -31,6 +31,7 @@ import msgspec
 from services.infra.store import StoredEvent
 from services.model.availability import pod_available as available
 from services.model.availability import revision_hash, unavailable
+from services.model.cloneset import desired_replicas
 from services.model.events import (
     ObjectObserved,
     PodActionObserved,
@@ -197,7 +198,7 @@ def read_record(namespace: str, name: str, events: list[StoredEvent], rollout_id
     completed = False  # RolloutCompleted(succeeded) seen
     done_at: datetime | None = None  # ... and then every pod updated and available: the model's end too
     target_hash = revision_hash(rollout_id.rsplit("@", 1)[-1])
-    replicas = int(((state.cloneset or {}).get("spec") or {}).get("replicas", 1) or 0)
+    replicas = desired_replicas(state.cloneset)
     spec_changes: list[tuple[float, dict[str, Any]]] = []
     last_spec = (state.cloneset or {}).get("spec")
     metrics = RolloutMetrics()
@@ -243,6 +244,10 @@ def read_record(namespace: str, name: str, events: list[StoredEvent], rollout_id
             metrics.completed = completed = payload.outcome == "succeeded"
             if not completed:  # superseded or failed: it ends here
                 done_at = moment
+            elif _all_updated(pods, target_hash, replicas):
+                # Completed with every pod already observed updated: it ends here, not at whatever the
+                # log observes next (a later status write, a timer firing).
+                done_at = moment
         elif isinstance(payload, ObjectObserved):
             last_moment = max(last_moment, moment)
             if payload.kind == WORKLOAD_KIND:
@@ -250,7 +255,7 @@ def read_record(namespace: str, name: str, events: list[StoredEvent], rollout_id
                 if payload.change != "DELETED" and spec != last_spec:
                     spec_changes.append((_seconds(moment, t0), payload.object))
                     last_spec = spec
-                    replicas = int((spec or {}).get("replicas", 1) or 0)
+                    replicas = desired_replicas(payload.object)
                 continue
             if payload.kind != "Pod":
                 continue
@@ -303,7 +308,7 @@ def read_record(namespace: str, name: str, events: list[StoredEvent], rollout_id
 def _replan(model: ClusterModel) -> RolloutMetrics:
     """Plan, carry out, repeat: like the planner service, no new round while an action is in flight."""
     metrics = RolloutMetrics()
-    metrics.observe(0.0, model.pods, _replicas(model))
+    metrics.observe(0.0, model.pods, desired_replicas(model.cloneset))
     for _ in range(MAX_ROUNDS):
         if model.in_flight == 0:
             plan = _plan_decoder.decode(plan_json(model.plan_input()))
@@ -321,20 +326,16 @@ def _replan(model: ClusterModel) -> RolloutMetrics:
                 break
         if model.step() is None:
             break
-        metrics.observe(model.now, model.pods, _replicas(model))
+        metrics.observe(model.now, model.pods, desired_replicas(model.cloneset))
     metrics.duration_seconds = model.now
     metrics.close(model.now)
     return metrics
 
 
-def _replicas(model: ClusterModel) -> int:
-    return int((model.cloneset.get("spec") or {}).get("replicas", 1) or 0)
-
-
 def _done(model: ClusterModel, plan: dict[str, Any]) -> bool:
     if plan.get("actions") or model.busy() or any(what == "spec" for _, _, what, _ in model.queue):
         return False
-    replicas = _replicas(model)
+    replicas = desired_replicas(model.cloneset)
     hash_part = revision_hash(plan.get("updateRevision"))
     expected = plan.get("expectedUpdatedReplicas")
     if expected is not None and int(expected) < replicas:  # a partition holds some pods back: enough updated

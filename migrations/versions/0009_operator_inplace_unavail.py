@@ -1,7 +1,7 @@
 """``unavailability``: a pod whose InPlaceUpdateReady condition is False is unavailable, as everywhere else.
 
-Revision ID: 0008_operator_inplace_unavail
-Revises: 0007_shadow_trail
+Revision ID: 0009_operator_inplace_unavail
+Revises: 0008_parity_hook_waits
 Create Date: 2026-12-01
 
 One definition of "unavailable" for the views, ``rollbook replay`` and ``rollbook what-if``
@@ -21,8 +21,8 @@ from pathlib import Path
 
 from alembic import op
 
-revision: str = "0008_operator_inplace_unavail"
-down_revision: str | None = "0007_shadow_trail"
+revision: str = "0009_operator_inplace_unavail"
+down_revision: str | None = "0008_parity_hook_waits"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
