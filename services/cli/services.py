@@ -10,7 +10,6 @@ test stack run the services through the same supervisor; docker-compose runs one
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
@@ -20,7 +19,7 @@ from services.cli.runtime import run_command
 from services.infra.settings import Settings
 
 if TYPE_CHECKING:
-    from services.infra.supervisor import Supervisor
+    pass
 
 SERVICES = ("watcher", "planner", "executor", "auditor")
 
@@ -53,14 +52,19 @@ def services_for(settings: Settings) -> tuple[str, ...]:
 
 async def _up(settings: Settings) -> int:
     import asyncio
-    from pathlib import Path
+    import time
 
+    from services.cli.up_summary import log_dir, summary
     from services.infra.supervisor import Supervisor
 
-    supervisor = Supervisor(settings, Path(settings.data_dir) / "logs", echo=sys.stderr)
+    started = time.monotonic()
+    # The services log to files (no echo): `up` itself says one summary once all are ready, then only what
+    # needs attention (a service that exits and is restarted).
+    supervisor = Supervisor(settings, log_dir(settings))
     async with supervisor:
         await supervisor.start(*services_for(settings))
-        report_running(supervisor)
+        ports = {name: child.port for name, child in supervisor.children.items()}
+        print(summary(settings, ports, started), flush=True)
         try:
             await supervisor.keep_running()
         except asyncio.CancelledError:
@@ -69,16 +73,6 @@ async def _up(settings: Settings) -> int:
             codes = await supervisor.stop_all()
             return 0 if all(code == 0 for code in codes.values()) else 1
     return 0
-
-
-def report_running(supervisor: Supervisor) -> None:
-    """What `rollbook up` prints once every service is ready: each one's HTTP address and log."""
-    for child in supervisor.children.values():
-        print(
-            f"rollbook up: {child.name} ready on {child.base_url} (log {child.log_path})",
-            file=sys.stderr,
-            flush=True,
-        )
 
 
 def register(app: typer.Typer) -> None:
