@@ -63,6 +63,10 @@ RUNS: dict[str, tuple[list[str], list[str]]] = {
         ["--sizes", "50", "--repeat", "1"],
         [rf"50 ReCreate +{NUMBER} +{NUMBER}", rf"50 InPlaceIfPossible +{NUMBER} +{NUMBER}"],
     ),
+    "shadow.py": (
+        ["--pods", "3", "--repeat", "1"],
+        [rf" +3 +\d+ +\d+ +{NUMBER} +{NUMBER} +{NUMBER} +{NUMBER}"],
+    ),
     "sidecarset_round.py": (
         ["10"],
         [rf"10 matched pods: plan_sidecarset p50 +{NUMBER} ms +p99 +{NUMBER} ms"],
