@@ -40,7 +40,7 @@ class CloneSetSpec:
     update_type: str
     paused: bool
     partition: int  # resolved: pods kept at the old revision
-    max_unavailable: int  # resolved (CS-10 rounding)
+    max_unavailable: int  # resolved (rounded up, down when maxSurge > 0)
     max_surge: int  # resolved; 0 while paused
     scale_max_unavailable: int | None  # None = unlimited
     grace_period_seconds: int

@@ -1,4 +1,4 @@
-"""The status the CloneSet should report (semantics CS-22)."""
+"""The status the CloneSet should report."""
 
 from __future__ import annotations
 

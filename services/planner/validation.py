@@ -1,4 +1,4 @@
-"""CloneSet validation (semantics CS-2): every problem is a (field, reason) rejection, never an exception."""
+"""CloneSet validation: every problem is a (field, reason) rejection, never an exception."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 from services.model import intorpercent
 from services.model import labels as selectors
-from services.planner.spec import IN_PLACE_ONLY, UPDATE_TYPES
+from services.planner.spec import DEFAULT_MAX_UNAVAILABLE, IN_PLACE_ONLY, UPDATE_TYPES
 
 _INT_FIELDS_NON_NEGATIVE = ("minReadySeconds", "revisionHistoryLimit")
 
@@ -250,7 +250,7 @@ def _validate_update_strategy(spec: dict[str, Any], replicas: int) -> Invalid | 
         return Invalid("spec.updateStrategy.maxSurge", "can not use maxSurge with strategy type InPlaceOnly")
     max_unavailable = resolved.get("maxUnavailable")
     if "maxUnavailable" not in strategy:
-        max_unavailable = intorpercent.scaled("20%", replicas, round_up=True)
+        max_unavailable = intorpercent.scaled(DEFAULT_MAX_UNAVAILABLE, replicas, round_up=True)
     if replicas > 0 and (max_unavailable or 0) < 1 and max_surge < 1:
         return Invalid("spec.updateStrategy.maxUnavailable", "maxUnavailable and maxSurge can not both be 0")
     paused = strategy.get("paused")

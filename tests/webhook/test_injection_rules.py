@@ -107,7 +107,7 @@ def test_pod_inject_policy(policy: str | None, expected: list[str]) -> None:
 
 
 def test_init_containers_sorted_by_name_and_placed_by_policy() -> None:
-    # OpenKruise's TestInjectInitContainerSort-style example (SS-6).
+    # OpenKruise's TestInjectInitContainerSort-style example.
     s1 = make_sidecarset(
         "sidecarset1",
         initContainers=[container("init-2"), container("init-1")],
@@ -486,7 +486,8 @@ def test_json_patch_applied_gives_the_injected_pod() -> None:
             lambda o: o["spec"]["containers"][0].update(shareVolumePolicy={"type": "yes"}),
             "spec.containers[0].shareVolumePolicy.type",
         ),
-        (lambda o: o["spec"]["updateStrategy"].update(partition="12.5%"), "spec.updateStrategy.partition"),
+        (lambda o: o["spec"]["updateStrategy"].update(partition="12.5"), "spec.updateStrategy.partition"),
+        (lambda o: o["spec"]["updateStrategy"].update(partition="-5%"), "spec.updateStrategy.partition"),
         (
             lambda o: o["spec"]["updateStrategy"].update(maxUnavailable=-1),
             "spec.updateStrategy.maxUnavailable",
@@ -504,6 +505,15 @@ def test_invalid_sidecarset_names_the_field(mutate: Any, field: str) -> None:
     with pytest.raises(ss.SidecarSetError) as err:
         ss.parse_sidecarset(obj)
     assert err.value.field == field
+
+
+@pytest.mark.parametrize("value", ["12.5%", "0.5%", "100%", 3])
+def test_partition_and_max_unavailable_take_decimal_percents_as_for_clonesets(value: Any) -> None:
+    # The Kruise int-or-percent parser (services/model/intorpercent.py), never a silent 0.
+    obj = seed_sidecarset()
+    obj["spec"]["updateStrategy"].update(partition=value, maxUnavailable=value)
+    strategy = ss.parse_sidecarset(obj).spec["updateStrategy"]
+    assert (strategy["partition"], strategy["maxUnavailable"]) == (value, value)
 
 
 def test_seed_sidecarset_is_valid_unchanged() -> None:
