@@ -59,10 +59,11 @@ async def _up(settings: Settings) -> int:
 
     supervisor = Supervisor(settings, Path(settings.data_dir) / "logs", echo=sys.stderr)
     async with supervisor:
-        await supervisor.start(*services_for(settings))
-        report_running(supervisor)
+        names = await supervisor.spawn(*services_for(settings))
         try:
-            await supervisor.keep_running()
+            # A child that dies, even while starting (a planner that lost its Lease exits 1 to stand
+            # again), is started again; each is reported once ready.
+            await asyncio.gather(supervisor.keep_running(), report_running(supervisor, names))
         except asyncio.CancelledError:
             # SIGTERM/SIGINT (run_command cancels us): the normal way to stop. Stop the children cleanly;
             # exit 0 once they all have.
@@ -71,9 +72,10 @@ async def _up(settings: Settings) -> int:
     return 0
 
 
-def report_running(supervisor: Supervisor) -> None:
-    """What `rollbook up` prints once every service is ready: each one's HTTP address and log."""
-    for child in supervisor.children.values():
+async def report_running(supervisor: Supervisor, names: list[str]) -> None:
+    """What `rollbook up` prints as each service becomes ready: its HTTP address and its log."""
+    for name in names:
+        child = await supervisor.wait_ready(name, timeout=None, follow_restarts=True)
         print(
             f"rollbook up: {child.name} ready on {child.base_url} (log {child.log_path})",
             file=sys.stderr,

@@ -124,10 +124,15 @@ class Supervisor:
     async def start(
         self, *services: str, name: str | None = None, ready_timeout: float = READY_TIMEOUT
     ) -> None:
-        """Start each service (``name`` renames a single one) and wait until each answers ``/readyz``."""
-        started = [await self._spawn(service, name or service) for service in services]
-        for child in started:  # one after the other: each has ``ready_timeout`` once the one before is ready
-            await self._wait_ready(child, ready_timeout)
+        """Start each service (``name`` renames a single one) and wait until each answers ``/readyz``; a
+        child that exits meanwhile, or is not ready in time, raises ``ServiceFailed``."""
+        names = await self.spawn(*services, name=name)
+        for child_name in names:  # one after the other: each has ``ready_timeout`` after the one before
+            await self.wait_ready(child_name, ready_timeout)
+
+    async def spawn(self, *services: str, name: str | None = None) -> list[str]:
+        """Start each service without waiting; the children's names."""
+        return [(await self._spawn(service, name or service)).name for service in services]
 
     async def _spawn(self, service: str, name: str) -> Child:
         if name in self.children:
@@ -155,28 +160,39 @@ class Supervisor:
         self.children[name] = child
         return child
 
-    async def _wait_ready(self, child: Child, timeout: float) -> None:  # noqa: ASYNC109
+    async def wait_ready(
+        self,
+        name: str,
+        timeout: float | None = READY_TIMEOUT,  # noqa: ASYNC109 - the deadline is checked between polls
+        *,
+        follow_restarts: bool = False,
+    ) -> Child:
+        """Wait until the child ``name`` answers ``/readyz``; ``ServiceFailed`` if it exits first (unless
+        ``follow_restarts``: then its restart by ``keep_running`` is waited for) or after ``timeout``."""
         import aiohttp
 
-        deadline = time.monotonic() + timeout
+        deadline = None if timeout is None else time.monotonic() + timeout
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as session:
-            while time.monotonic() < deadline:
-                if child.process.returncode is not None:
-                    raise ServiceFailed(
-                        f"{child.name} exited with {child.process.returncode} while starting:\n"
-                        + self.tail(child.name)
-                    )
+            while deadline is None or time.monotonic() < deadline:
+                child = self.children.get(name)
+                if child is None or child.process.returncode is not None:
+                    if not follow_restarts:
+                        how = "is gone" if child is None else f"exited with {child.process.returncode}"
+                        raise ServiceFailed(f"{name} {how} while starting:\n{self.tail(name)}")
+                    await asyncio.sleep(_POLL)
+                    continue
                 child.port = child.port or logged_port(child.log_path, child.log_start) or 0
                 if child.port:
                     try:
                         async with session.get(child.base_url + "/readyz") as response:
                             if response.status == 200:
-                                return
+                                return child
                     except (aiohttp.ClientError, TimeoutError):
                         pass
                 await asyncio.sleep(_POLL)
-        unknown = "" if child.port else " (it never logged http_listening: is the log level above INFO?)"
-        raise ServiceFailed(f"{child.name} not ready after {timeout:.0f}s{unknown}:\n{self.tail(child.name)}")
+        child = self.children.get(name)
+        unknown = "" if child and child.port else " (it never logged http_listening: log level above INFO?)"
+        raise ServiceFailed(f"{name} not ready after {timeout:.0f}s{unknown}:\n{self.tail(name)}")
 
     async def keep_running(self, restart_delay: float = RESTART_DELAY) -> None:
         """Restart every child that exits, until cancelled (`rollbook up` runs this until SIGTERM/SIGINT)."""
