@@ -2,15 +2,14 @@
 
 `up` resolves the settings once (starting embedded Postgres/NATS for empty URLs), then runs each service
 through the one supervisor (services/infra/supervisor.py): a child process with the resolved URLs in its
-environment and its log in `<data_dir>/logs/<service>.log` (copied to stderr), on an OS-chosen HTTP port
-read back from its log; it waits until all are ready, restarts a child that dies, and on SIGTERM/SIGINT
+environment and its log in `<data_dir>/logs/<service>.log`, on an OS-chosen HTTP port read back from its
+log; it prints one summary once all are ready, restarts a child that dies, and on SIGTERM/SIGINT
 (or any error) stops every child and waits for them to finish their in-flight work. The demo and the
 test stack run the services through the same supervisor; docker-compose runs one container per service.
 """
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
@@ -53,17 +52,23 @@ def services_for(settings: Settings) -> tuple[str, ...]:
 
 async def _up(settings: Settings) -> int:
     import asyncio
-    from pathlib import Path
+    import time
 
+    from services.cli.up_summary import log_dir
     from services.infra.supervisor import Supervisor
 
-    supervisor = Supervisor(settings, Path(settings.data_dir) / "logs", echo=sys.stderr)
+    started = time.monotonic()
+    # The services log to files (no echo): `up` itself says one summary once all are ready, then only what
+    # needs attention (a service that exits and is restarted).
+    supervisor = Supervisor(settings, log_dir(settings))
     async with supervisor:
         names = await supervisor.spawn(*services_for(settings))
         try:
             # A child that dies, even while starting (a planner that lost its Lease exits 1 to stand
-            # again), is started again; each is reported once ready.
-            await asyncio.gather(supervisor.keep_running(), report_running(supervisor, names))
+            # again), is started again; the summary comes once all are ready.
+            await asyncio.gather(
+                supervisor.keep_running(), report_ready(supervisor, names, settings, started)
+            )
         except asyncio.CancelledError:
             # SIGTERM/SIGINT (run_command cancels us): the normal way to stop. Stop the children cleanly;
             # exit 0 once they all have.
@@ -72,15 +77,15 @@ async def _up(settings: Settings) -> int:
     return 0
 
 
-async def report_running(supervisor: Supervisor, names: list[str]) -> None:
-    """What `rollbook up` prints as each service becomes ready: its HTTP address and its log."""
+async def report_ready(supervisor: Supervisor, names: list[str], settings: Settings, started: float) -> None:
+    """Once every service is ready (one that died while starting is started again and waited for), the
+    summary: each service's endpoints, the stack's URLs, where the logs are."""
+    from services.cli.up_summary import summary
+
+    ports: dict[str, int] = {}
     for name in names:
-        child = await supervisor.wait_ready(name, timeout=None, follow_restarts=True)
-        print(
-            f"rollbook up: {child.name} ready on {child.base_url} (log {child.log_path})",
-            file=sys.stderr,
-            flush=True,
-        )
+        ports[name] = (await supervisor.wait_ready(name, timeout=None, follow_restarts=True)).port
+    print(summary(settings, ports, started), flush=True)
 
 
 def register(app: typer.Typer) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import uuid
 import zlib
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -46,6 +47,22 @@ class Deferred:
 DEFERRED = Deferred()
 
 Handler = Callable[[Envelope, Msg], Awaitable[Deferred | None]]
+# Reads the body of an event carried by reference: EventStore.read_event.
+BodyReader = Callable[[uuid.UUID], Awaitable[Envelope | None]]
+
+
+class EventReference(msgspec.Struct, frozen=True, kw_only=True):
+    """What a message carries instead of an event larger than the bus's max_payload."""
+
+    event_id: uuid.UUID
+    stream: str
+    stream_version: int
+    type: str
+    size: int  # bytes of the encoded event
+
+
+_reference_encoder = msgspec.json.Encoder()
+_reference_decoder = msgspec.json.Decoder(EventReference)
 
 # Headers a dead letter carries besides the original bytes.
 DLQ_REASON = "Rollbook-Dlq-Reason"
@@ -55,6 +72,12 @@ DLQ_DELIVERIES = "Rollbook-Dlq-Deliveries"
 DLQ_CONSUMER = "Rollbook-Dlq-Consumer"
 DLQ_MSG_ID = "Rollbook-Dlq-Msg-Id"
 MSG_ID = "Nats-Msg-Id"
+# An event too large for one bus message travels by reference: this header says its body is in the
+# event store, and the message carries an EventReference (docs/bus.md, "Events larger than a message").
+BODY_HEADER = "Rollbook-Body"
+BODY_IN_STORE = "store"
+# Bytes of a message's max_payload kept for its headers (subject, Nats-Msg-Id, position, expected stream).
+HEADER_ALLOWANCE = 4096
 
 # Retry delays (seconds) after the 1st, 2nd, ... failed delivery; the last one repeats.
 DEFAULT_RETRY_BACKOFF: tuple[float, ...] = (0.5, 2.0, 5.0, 15.0, 30.0)
@@ -64,6 +87,11 @@ _MAX_HEADER_CHARS = 2000
 _TOKEN_SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
 # A token cannot be empty (cluster-scoped objects have no namespace); a lone % is unambiguous.
 _EMPTY_TOKEN = "%"
+
+
+def nats_servers(nats_url: str) -> list[str]:
+    """The servers of ``settings.nats_url``: one URL, or a cluster's, comma-separated."""
+    return [url.strip() for url in nats_url.split(",") if url.strip()]
 
 
 @functools.lru_cache(maxsize=65536)  # names and types repeat: publishing stays cheap per event
@@ -129,6 +157,8 @@ class Bus:
         self.js = js
         self.prefix = settings.subject_prefix
         self.stream = settings.stream_name
+        # Set by a service that consumes: where bodies of events carried by reference are read from.
+        self.bodies: BodyReader | None = None
 
     # --- connection -----------------------------------------------------------------------------------
 
@@ -140,7 +170,7 @@ class Bus:
                 "Bus.connect needs a NATS URL; start embedded servers first (services.infra.embedded)"
             )
         nc = await nats.connect(
-            settings.nats_url,
+            nats_servers(settings.nats_url),
             name=name,
             max_reconnect_attempts=-1,
             reconnect_time_wait=0.5,
@@ -160,6 +190,7 @@ class Bus:
             subjects=[f"{self.prefix}.>"],
             storage=StorageType.FILE,
             duplicate_window=float(self.settings.bus_dedup_window),
+            num_replicas=self.settings.bus_replicas,
         )
         try:
             await self.js.add_stream(config)
@@ -212,14 +243,33 @@ class Bus:
 
     # --- publishing -----------------------------------------------------------------------------------
 
+    def event_message(self, envelope: Envelope) -> tuple[bytes, dict[str, str]]:
+        """The bytes and headers of the message carrying ``envelope``: the encoded event, or, when it is
+        larger than the server's max_payload (less ``HEADER_ALLOWANCE``), an ``EventReference`` with
+        ``Rollbook-Body: store``: the event itself is in the store, consumers read it from there."""
+        data = encode(envelope)
+        headers = {MSG_ID: str(envelope.event_id)}
+        if len(data) + HEADER_ALLOWANCE > self.nc.max_payload:
+            reference = EventReference(
+                event_id=envelope.event_id,
+                stream=envelope.stream,
+                stream_version=envelope.stream_version,
+                type=envelope.type,
+                size=len(data),
+            )
+            data = _reference_encoder.encode(reference)
+            headers[BODY_HEADER] = BODY_IN_STORE
+        return data, headers
+
     async def publish(self, envelope: Envelope, *, partition_key: str | None = None) -> bool:
         """Publish one event and wait for JetStream's ack. Returns True when it was a duplicate (an event with
         this event_id was already stored within the dedup window) and so was dropped by the server."""
+        data, headers = self.event_message(envelope)
         ack = await self.js.publish(
             self.subject_for(envelope, partition_key=partition_key),
-            encode(envelope),
+            data,
             stream=self.stream,
-            headers={MSG_ID: str(envelope.event_id)},
+            headers=headers,
         )
         return bool(ack.duplicate)
 
@@ -232,11 +282,9 @@ class Bus:
         sent: list[tuple[str, asyncio.Future[nats.js.api.PubAck]]] = []
         for envelope in envelopes:
             key = partition_key(envelope) if partition_key else None
+            data, headers = self.event_message(envelope)
             future = await self.js.publish_async(
-                self.subject_for(envelope, partition_key=key),
-                encode(envelope),
-                stream=self.stream,
-                headers={MSG_ID: str(envelope.event_id)},
+                self.subject_for(envelope, partition_key=key), data, stream=self.stream, headers=headers
             )
             sent.append((str(envelope.event_id), future))
         results = await asyncio.gather(*(f for _, f in sent), return_exceptions=True)
@@ -433,7 +481,13 @@ class Consumer:
         deliveries = msg.metadata.num_delivered
         max_deliver = self.bus.settings.max_deliver
         try:
-            envelope = decode(msg.data)
+            if (msg.headers or {}).get(BODY_HEADER) == BODY_IN_STORE:
+                found = await self._read_referenced(msg)
+                if found is None:
+                    return  # dead-lettered with the reason, or given back because we stop
+                envelope = found
+            else:
+                envelope = decode(msg.data)
         except (msgspec.DecodeError, msgspec.ValidationError) as error:
             # Undecodable bytes never become decodable: dead-letter on the first delivery.
             await self._dead_letter(msg, f"undecodable: {error}")
@@ -460,6 +514,31 @@ class Consumer:
         if outcome is not DEFERRED and not msg.is_acked:  # the handler may settle the message itself
             await msg.ack()
         self.stats.handled += 1
+
+    async def _read_referenced(self, msg: Msg) -> Envelope | None:
+        """The event a reference message stands for, read from the store (waiting out a store outage);
+        None when it was dead-lettered (no store to read from, or no such event) or given back."""
+        reference = _reference_decoder.decode(msg.data)
+        bodies = self.bus.bodies
+        if bodies is None:
+            await self._dead_letter(
+                msg,
+                f"event {reference.event_id} ({reference.size} bytes) is carried by reference to the event "
+                "store, and this consumer reads no store",
+            )
+            return None
+        try:
+            envelope = await retry_until_stopped(
+                lambda: bodies(reference.event_id),
+                what=f"consumer {self.durable} body",
+                stopping=self._stopping,
+            )
+        except Stopped:
+            await msg.nak()
+            return None
+        if envelope is None:
+            await self._dead_letter(msg, f"referenced event {reference.event_id} is not in the event store")
+        return envelope
 
     async def _handle_waiting_out_outages(self, envelope: Envelope, msg: Msg) -> Deferred | None:
         """Run the handler; while it fails because the store or the bus is unreachable (a restart, a

@@ -48,6 +48,7 @@ async def ensure_checkpoint_stream(bus: Bus) -> None:
         storage=StorageType.FILE,
         deny_delete=True,  # messages cannot be deleted or the stream purged through the API
         deny_purge=True,
+        num_replicas=bus.settings.bus_replicas,
     )
     try:
         await bus.js.add_stream(config)

@@ -26,7 +26,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import TextIO
 
 import msgspec
 
@@ -83,6 +82,7 @@ class Child:
     log_path: Path
     log_start: int  # the log's size when the process started (a restart appends to the same file)
     port: int = 0  # its HTTP port, read back from the log; 0 until it has logged it
+    env: Mapping[str, str] = field(default_factory=dict)  # its own variables beside the supervisor's
 
     @property
     def base_url(self) -> str:
@@ -96,17 +96,12 @@ class Supervisor:
     log_dir: Path
     env: Mapping[str, str] = field(default_factory=dict)  # extra variables for every child
     cwd: Path | None = None
-    echo: TextIO | None = None  # copy every child's log lines here as they are written (`rollbook up`)
     stop_timeout: float = STOP_TIMEOUT
     children: dict[str, Child] = field(default_factory=dict)
     exited: list[Child] = field(default_factory=list)  # stopped, killed or restarted, oldest first
-    _echo_task: asyncio.Task[None] | None = None
-    _echoed: dict[Path, int] = field(default_factory=dict)  # log -> bytes copied to ``echo``
 
     async def __aenter__(self) -> Supervisor:
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        if self.echo is not None:
-            self._echo_task = asyncio.create_task(self._echo_logs())
         return self
 
     async def __aexit__(
@@ -114,31 +109,35 @@ class Supervisor:
     ) -> None:
         # Shielded: a second Ctrl-C while the children finish their work must not leave them running.
         await asyncio.shield(self.stop_all())
-        if self._echo_task is not None:
-            self._echo_task.cancel()
-            await asyncio.gather(self._echo_task, return_exceptions=True)
-            self._copy_new_lines()
 
     # --- starting --------------------------------------------------------------------------------------
 
     async def start(
-        self, *services: str, name: str | None = None, ready_timeout: float = READY_TIMEOUT
+        self,
+        *services: str,
+        name: str | None = None,
+        ready_timeout: float = READY_TIMEOUT,
+        env: Mapping[str, str] | None = None,
     ) -> None:
         """Start each service (``name`` renames a single one) and wait until each answers ``/readyz``; a
-        child that exits meanwhile, or is not ready in time, raises ``ServiceFailed``."""
-        names = await self.spawn(*services, name=name)
+        child that exits meanwhile, or is not ready in time, raises ``ServiceFailed``. ``env`` adds to (or
+        overrides) the settings for these services alone, e.g. a kubeconfig of their own; a restart keeps
+        it."""
+        names = await self.spawn(*services, name=name, env=env)
         for child_name in names:  # one after the other: each has ``ready_timeout`` after the one before
             await self.wait_ready(child_name, ready_timeout)
 
-    async def spawn(self, *services: str, name: str | None = None) -> list[str]:
+    async def spawn(
+        self, *services: str, name: str | None = None, env: Mapping[str, str] | None = None
+    ) -> list[str]:
         """Start each service without waiting; the children's names."""
-        return [(await self._spawn(service, name or service)).name for service in services]
+        return [(await self._spawn(service, name or service, env or {})).name for service in services]
 
-    async def _spawn(self, service: str, name: str) -> Child:
+    async def _spawn(self, service: str, name: str, own_env: Mapping[str, str]) -> Child:
         if name in self.children:
             raise ServiceFailed(f"{name} is already running")
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, **settings_env(self.settings), **self.env}
+        env = {**os.environ, **settings_env(self.settings), **self.env, **own_env}
         if not self.settings.http_port:
             env["ROLLBOOK_HTTP_PORT"] = "0"  # an OS-chosen port, read back from the child's log
         log_path = self.log_dir / f"{name}.log"
@@ -156,7 +155,7 @@ class Supervisor:
                 stderr=log_file,
                 preexec_fn=_DIE_WITH_PARENT,
             )
-        child = Child(name, service, process, log_path, log_start)
+        child = Child(name, service, process, log_path, log_start, env=dict(own_env))
         self.children[name] = child
         return child
 
@@ -206,7 +205,7 @@ class Supervisor:
                     flush=True,
                 )
                 await asyncio.sleep(restart_delay)
-                await self._spawn(child.service, name)
+                await self._spawn(child.service, name, child.env)
             await asyncio.sleep(_POLL * 5)
 
     # --- stopping --------------------------------------------------------------------------------------
@@ -269,25 +268,3 @@ class Supervisor:
     def tails(self, lines: int = 8) -> str:
         names = dict.fromkeys([c.name for c in self.exited] + list(self.children))
         return "\n".join(f"--- {n} ({self.log_dir / f'{n}.log'}) ---\n{self.tail(n, lines)}" for n in names)
-
-    async def _echo_logs(self) -> None:
-        while True:
-            self._copy_new_lines()
-            await asyncio.sleep(_POLL * 2)
-
-    def _copy_new_lines(self) -> None:
-        """Copy the complete lines the children's logs gained since the last call to ``echo``."""
-        assert self.echo is not None
-        for child in [*self.exited, *self.children.values()]:
-            offset = self._echoed.get(child.log_path, child.log_start)
-            try:
-                with child.log_path.open("rb") as log_file:
-                    log_file.seek(offset)
-                    data = log_file.read()
-            except FileNotFoundError:
-                continue
-            complete = data[: data.rfind(b"\n") + 1]
-            if complete:
-                self.echo.write(complete.decode(errors="replace"))
-                self.echo.flush()
-            self._echoed[child.log_path] = offset + len(complete)

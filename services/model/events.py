@@ -35,6 +35,22 @@ class ObjectObserved(_Event, frozen=True, kw_only=True):
     object: dict[str, Any]  # the object exactly as the API returned it
 
 
+class ObservationRejected(_Event, frozen=True, kw_only=True):
+    """The watcher saw an object whose observation would exceed the event ceiling
+    (``settings.max_event_bytes``): it stores this instead, so the refusal is on record and the
+    services go on. The object is not observed until a change brings it under the ceiling."""
+
+    kind: str
+    namespace: str
+    name: str
+    uid: str
+    resource_version: str
+    change: Literal["ADDED", "MODIFIED", "DELETED"]
+    size_bytes: int  # of the observation that was refused
+    limit_bytes: int
+    reason: str
+
+
 # --- decisions (planner) ----------------------------------------------------------------------------
 
 
@@ -75,6 +91,16 @@ class RolloutCompleted(_Event, frozen=True, kw_only=True):
     rollout_id: str
     revision: str
     outcome: Literal["succeeded", "superseded", "failed"] = "succeeded"
+
+
+class RolloutProgressDeadlineExceeded(_Event, frozen=True, kw_only=True):
+    """The CloneSet's Progressing condition turned False/ProgressDeadlineExceeded: the rollout made no
+    progress within ``spec.progressDeadlineSeconds`` (informational: the rollout goes on)."""
+
+    rollout_id: str | None  # the active rollout, if any
+    revision: str  # the update revision
+    progress_deadline_seconds: int
+    progressing_since: str  # the Progressing condition's lastUpdateTime before it timed out
 
 
 class PartitionStepPlanned(_Event, frozen=True, kw_only=True):
@@ -132,6 +158,25 @@ class RoundPlanned(_Event, frozen=True, kw_only=True):
     # A round stored before rules were versioned has no field and reads as 1. Additive with a default, so no
     # schema_version bump: old rows decode as they are, and an older reader ignores the field.
     rules: int = 1
+
+
+class PodHookHeld(_Event, frozen=True, kw_only=True):
+    """A CloneSet lifecycle hook started holding a pod: the round that first saw it waiting in ``state``
+    (PreparingDelete: preDelete; PreparingUpdate or Updated: inPlaceUpdate; PreparingNormal: preNormal)."""
+
+    pod: str
+    hook: Literal["preDelete", "inPlaceUpdate", "preNormal"]
+    state: str  # the pod's lifecycle.apps.kruise.io/state
+
+
+class PodHookReleased(_Event, frozen=True, kw_only=True):
+    """The hook no longer holds the pod (released, or the pod is gone): how long it held it."""
+
+    pod: str
+    hook: Literal["preDelete", "inPlaceUpdate", "preNormal"]
+    state: str  # the state it was held in
+    held_since: datetime  # the PodHookHeld round's time
+    held_seconds: float
 
 
 class SpecRejected(_Event, frozen=True, kw_only=True):
@@ -226,12 +271,14 @@ class SidecarInjected(_Event, frozen=True, kw_only=True):
 
 Event = (
     ObjectObserved
+    | ObservationRejected
     | RevisionCreated
     | RevisionsPruned
     | RolloutStarted
     | RolloutPaused
     | RolloutResumed
     | RolloutCompleted
+    | RolloutProgressDeadlineExceeded
     | PartitionStepPlanned
     | PodActionRequested
     | StatusPlanned
@@ -239,6 +286,8 @@ Event = (
     | RequeueDue
     | RoundPlanned
     | SpecRejected
+    | PodHookHeld
+    | PodHookReleased
     | PodActionStarted
     | PodActionSucceeded
     | PodActionFailed

@@ -491,18 +491,17 @@ def _share_mounts(sidecar: dict[str, Any], app_containers: Sequence[Mapping[str,
                 sidecar.setdefault("volumeDevices", []).append(copy.deepcopy(device))
 
 
-def _build_sidecar(
-    spec_container: Mapping[str, Any], pod: Mapping[str, Any], *, init: bool
-) -> dict[str, Any]:
+def _build_sidecar(spec_container: Mapping[str, Any], pod: Mapping[str, Any]) -> dict[str, Any]:
     """The Kubernetes container a SidecarContainer becomes in ``pod``."""
     sidecar = copy.deepcopy(dict(spec_container))
     sidecar["env"] = list(sidecar.get("env") or [])
     _add_env(sidecar, {"name": INJECTED_ENV, "value": "true"})
     for env in transfer_envs(spec_container, pod):
         _add_env(sidecar, env)
-    if not init:
-        apps = [c for c in (pod.get("spec") or {}).get("containers") or [] if not _is_injected(c)]
-        _share_mounts(sidecar, apps)
+    # Init containers share too (OpenKruise buildSidecars: GetInjectedVolumeMountsAndEnvs and
+    # GetInjectedVolumeDevices for init containers as for containers); only the pod's containers are shared.
+    apps = [c for c in (pod.get("spec") or {}).get("containers") or [] if not _is_injected(c)]
+    _share_mounts(sidecar, apps)
     for key in _SIDECAR_ONLY_FIELDS:
         sidecar.pop(key, None)
     return sidecar
@@ -632,12 +631,13 @@ def inject(
     records: list[InjectionRecord] = []
     for ss in matched:
         ss_volumes = {v["name"]: v for v in ss.volumes}
-        built = [(c["podInjectPolicy"], _build_sidecar(c, pod, init=False)) for c in ss.containers]
-        built_init = [(c["podInjectPolicy"], _build_sidecar(c, pod, init=True)) for c in ss.init_containers]
+        built = [(c["podInjectPolicy"], _build_sidecar(c, pod)) for c in ss.containers]
+        built_init = [(c["podInjectPolicy"], _build_sidecar(c, pod)) for c in ss.init_containers]
         containers.extend(built)
         init_containers.extend(built_init)
-        # Only volumes the sidecars themselves mount are injected.
-        for spec_container in ss.containers + ss.init_containers:
+        # Only volumes the sidecars themselves mount are injected, in OpenKruise's order (buildSidecars):
+        # init containers first, then containers; per container its volumeMounts, then its volumeDevices.
+        for spec_container in ss.init_containers + ss.containers:
             own = list(spec_container.get("volumeMounts") or []) + list(
                 spec_container.get("volumeDevices") or []
             )
@@ -672,13 +672,15 @@ def inject(
                 volumes.append(volume)
                 names.add(volume["name"])
         spec["volumes"] = volumes
-    if pull_secrets:
-        secrets = list(spec.get("imagePullSecrets") or [])
-        secret_names = {s.get("name") for s in secrets}
-        for secret in pull_secrets:
-            if secret.get("name") not in secret_names:
-                secrets.append(secret)
-                secret_names.add(secret.get("name"))
+    # mergeSidecarSecrets: the pod's secrets, then the SidecarSets', each name once (the pod's own
+    # duplicates are dropped too).
+    secrets: list[dict[str, Any]] = []
+    secret_names: set[Any] = set()
+    for secret in list(spec.get("imagePullSecrets") or []) + pull_secrets:
+        if secret.get("name") not in secret_names:
+            secrets.append(secret)
+            secret_names.add(secret.get("name"))
+    if secrets or "imagePullSecrets" in spec:
         spec["imagePullSecrets"] = secrets
 
     annotations = metadata.setdefault("annotations", {})

@@ -6,27 +6,32 @@ planner service appends what this returns; replay, verify and the simulation cal
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import msgspec
 
+from services.model.cloneset import desired_replicas
+from services.model.cloneset_conversion import ConversionError, as_v1alpha1
 from services.model.events import (
     Event,
     PartitionStepPlanned,
     PodActionRequested,
+    PodHookHeld,
+    PodHookReleased,
     RequeueScheduled,
     RevisionCreated,
     RevisionsPruned,
     RolloutCompleted,
     RolloutPaused,
+    RolloutProgressDeadlineExceeded,
     RolloutResumed,
     RolloutStarted,
     SpecRejected,
     StatusPlanned,
 )
 from services.model.streams import derived_id, rollout_id
-from services.planner import rounds
+from services.planner import progress_deadline, rounds
 from services.planner.plan import plan_json
 from services.planner.progress import rollout_progress
 from services.planner.status import failure_conditions, with_failure_conditions
@@ -39,8 +44,12 @@ from services.planner.workload_state import WorkloadState
 # 2: RolloutPaused/RolloutResumed, FailedScale/FailedUpdate conditions.
 # 3: OpenKruise's in-place annotations (grace record = UpdateSpec, revision labels moved when the update
 #    starts), the lifecycle.apps.kruise.io/state label (PreparingNormal/Normal/Updating/Updated), patchPod.
+# 4: lifecycle hooks (PreparingDelete/PreparingUpdate/preNormal waits, PodHookHeld/PodHookReleased), and
+#    replicas: null resolved as 1 everywhere (services/model/cloneset.py).
+# 5: the Progressing condition (progressDeadlineSeconds) and RolloutProgressDeadlineExceeded; CloneSet
+#    apps.kruise.io/v1beta1 input and the OnDelete update type.
 # tests/planner/test_rules_fingerprint.py fails when the decisions change and this does not.
-RULES_VERSION = 3
+RULES_VERSION = 5
 
 _output_decoder = msgspec.json.Decoder(dict[str, Any])
 
@@ -91,8 +100,8 @@ def decisions_for(state: WorkloadState, plan: dict[str, Any]) -> list[Event]:
         decisions.append(RevisionsPruned(names=pruned))
     update = plan.get("updateRevision")
     current = plan.get("currentRevision")
-    replicas = int(((state.cloneset or {}).get("spec") or {}).get("replicas", 1) or 0)
-    strategy = ((state.cloneset or {}).get("spec") or {}).get("updateStrategy") or {}
+    replicas = desired_replicas(state.cloneset)
+    strategy = (_planned_shape(state.cloneset).get("spec") or {}).get("updateStrategy") or {}
     if update and update != state.update_revision:
         if state.active_rollout:
             decisions.append(
@@ -130,6 +139,8 @@ def decisions_for(state: WorkloadState, plan: dict[str, Any]) -> list[Event]:
     round_key = derived_id("round", *sorted(state.through().items()))
     for index, action in enumerate(plan.get("actions") or []):
         decisions.append(_action(state, action, round_key, index, update))
+    if not rejected:
+        decisions.extend(_hook_transitions(state, plan, now))
     pods_to_delete = plan.get("podsToDelete")
     if pods_to_delete is not None:
         decisions.append(
@@ -152,6 +163,9 @@ def decisions_for(state: WorkloadState, plan: dict[str, Any]) -> list[Event]:
         decisions.append(
             StatusPlanned(kind="CloneSet", namespace=state.namespace, name=state.name, status=status)
         )
+    deadline_event = _deadline_exceeded(state, status, update)
+    if deadline_event is not None:
+        decisions.append(deadline_event)
     status_now = status or state.last_status or {}
     started_now = any(isinstance(d, RolloutStarted) for d in decisions)
     # Complete means every desired pod is on the update revision AND ready again: an in-place updated pod
@@ -173,6 +187,64 @@ def decisions_for(state: WorkloadState, plan: dict[str, Any]) -> list[Event]:
         if due not in state.schedules.values():
             decisions.append(RequeueScheduled(due_at=due, reason="grace"))
     return decisions
+
+
+def _planned_shape(cloneset: dict[str, Any] | None) -> dict[str, Any]:
+    """The CloneSet in the v1alpha1 shape the planner plans on (a v1beta1 object converted)."""
+    try:
+        return as_v1alpha1(cloneset or {})
+    except ConversionError:
+        return cloneset or {}
+
+
+def _deadline_exceeded(
+    state: WorkloadState, status: dict[str, Any] | None, update: str | None
+) -> RolloutProgressDeadlineExceeded | None:
+    """The round whose planned status first says ProgressDeadlineExceeded records it as a rollout event."""
+    now_exceeded = progress_deadline.exceeded(status)
+    if now_exceeded is None or progress_deadline.exceeded(state.last_status) is not None:
+        return None
+    spec = (state.cloneset or {}).get("spec") or {}
+    previous = next(
+        (
+            c
+            for c in (state.last_status or {}).get("conditions") or ()
+            if isinstance(c, dict) and c.get("type") == progress_deadline.PROGRESSING
+        ),
+        None,
+    )
+    return RolloutProgressDeadlineExceeded(
+        rollout_id=state.active_rollout,
+        revision=str(update or (status or {}).get("updateRevision") or ""),
+        progress_deadline_seconds=int(spec.get("progressDeadlineSeconds") or 0),
+        progressing_since=str((previous or {}).get("lastUpdateTime") or now_exceeded.get("lastUpdateTime")),
+    )
+
+
+def _hook_transitions(state: WorkloadState, plan: dict[str, Any], now: datetime) -> list[Event]:
+    """``PodHookReleased`` for each pod a lifecycle hook no longer holds (released, moved on, or gone),
+    with how long it held it, then ``PodHookHeld`` for each pod newly held (plan ``hookHolds``)."""
+    holds = {
+        (str(h.get("pod")), str(h.get("hook"))): str(h.get("state")) for h in plan.get("hookHolds") or []
+    }
+    events: list[Event] = []
+    for key in sorted(state.hook_holds):
+        held_state, since = state.hook_holds[key]
+        if holds.get(key) != held_state:
+            events.append(
+                PodHookReleased(
+                    pod=key[0],
+                    hook=key[1],  # type: ignore[arg-type]
+                    state=held_state,
+                    held_since=since,
+                    held_seconds=max((now - since).total_seconds(), 0.0),
+                )
+            )
+    for key in sorted(holds):
+        previous = state.hook_holds.get(key)
+        if previous is None or previous[0] != holds[key]:
+            events.append(PodHookHeld(pod=key[0], hook=key[1], state=holds[key]))  # type: ignore[arg-type]
+    return events
 
 
 def pause_transition(

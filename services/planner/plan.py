@@ -15,9 +15,10 @@ from typing import Any
 
 import msgspec
 
-from services.planner import counting, revisions, scale, status, update, validation
+from services.model.cloneset_conversion import ConversionError, as_v1alpha1
+from services.planner import counting, lifecycle, revisions, scale, status, update, validation
 from services.planner.context import Context
-from services.planner.model import Action, Plan, PlanInput, Rejection
+from services.planner.model import Action, HookHold, Plan, PlanInput, Rejection
 from services.planner.names import REVISION_LABEL
 from services.planner.podstate import format_time
 from services.planner.spec import IN_PLACE_ONLY, resolve
@@ -35,7 +36,11 @@ def _plan(request: PlanInput) -> Plan:
     now_moment = request.now if request.now.tzinfo else request.now.replace(tzinfo=UTC)
     now = now_moment.timestamp()
     now_text = format_time(now)
-    cloneset = request.clone_set
+    try:
+        # apps.kruise.io/v1beta1 is converted to the v1alpha1 shape rollbook plans on.
+        cloneset = as_v1alpha1(request.clone_set)
+    except ConversionError as error:
+        return _rejected(request.clone_set, now_text, error.field, error.reason)
     problem = validation.validate(cloneset) or _validate_objects("pvcs", request.pvcs)
     if problem:
         return _rejected(cloneset, now_text, problem.field, problem.reason)
@@ -80,7 +85,9 @@ def _plan(request: PlanInput) -> Plan:
         revision_plan, spec.revision_history_limit, {p.revision_hash for p in ctx.all_pods}
     )
     kept_names = _still_active(ctx, spec.pods_to_delete)
-    reported = status.compute(ctx)
+    reported, deadline_requeue = status.compute(ctx)
+    if deadline_requeue is not None:
+        requeue.append(deadline_requeue)
     return Plan(
         update_revision=revision_plan.update.name,
         current_revision=reported["currentRevision"],
@@ -96,6 +103,7 @@ def _plan(request: PlanInput) -> Plan:
         max_unavailable=spec.max_unavailable,
         max_surge=spec.max_surge,
         expected_updated_replicas=spec.replicas - spec.partition,
+        hook_holds=_hook_holds(ctx),
     )
 
 
@@ -182,6 +190,27 @@ def _infer_current(recorded: list[revisions.Revision], pods: list[dict[str, Any]
         return None
     numbers = {r.name: r.number for r in recorded}
     return max(counts, key=lambda name: (counts[name], numbers[name]))
+
+
+def _hook_holds(ctx: Context) -> list[HookHold]:
+    """Pods a lifecycle hook holds, as observed this round (for the audit trail's hook waits)."""
+    spec_lifecycle = ctx.spec.lifecycle
+    if spec_lifecycle is None:
+        return []
+    holds = []
+    for pod in sorted(ctx.pods, key=lambda p: p.name):
+        if pod.lifecycle in ("", lifecycle.NORMAL, lifecycle.UPDATING):
+            continue
+        hook = lifecycle.holding_hook(
+            pod.lifecycle,
+            spec_lifecycle,
+            at_update_revision=ctx.is_updated(pod),
+            labels=pod.labels,
+            finalizers=pod.finalizers,
+        )
+        if hook is not None:
+            holds.append(HookHold(pod=pod.name, hook=hook, state=pod.lifecycle))
+    return holds
 
 
 def _still_active(ctx: Context, names: list[str]) -> list[str]:

@@ -295,6 +295,7 @@ async def run(settings: Settings) -> None:
     async with ServiceRuntime(settings, "planner") as runtime:
         store = await EventStore.connect(settings.database_url)
         bus = await Bus.connect(settings, name="rollbook-planner")
+        bus.bodies = store.read_event  # events larger than a bus message are read from the store
         try:
             selection = await resolve_selection(settings, "planner")
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from services.model import intorpercent
+from services.model.cloneset import desired_replicas
 from services.planner.lifecycle import Lifecycle, read_lifecycle
 from services.planner.names import (
     EXCLUDE_PREPARING_DELETE_LABEL,
@@ -17,7 +18,10 @@ from services.planner.names import (
 RECREATE = "ReCreate"
 IN_PLACE_IF_POSSIBLE = "InPlaceIfPossible"
 IN_PLACE_ONLY = "InPlaceOnly"
-UPDATE_TYPES = (RECREATE, IN_PLACE_IF_POSSIBLE, IN_PLACE_ONLY)
+# OnDelete: the new revision reaches a pod only when the pod is deleted (OpenKruise 1.9; admitted through
+# v1beta1 there, also accepted in v1alpha1 input by rollbook: docs/plan.md).
+ON_DELETE = "OnDelete"
+UPDATE_TYPES = (RECREATE, IN_PLACE_IF_POSSIBLE, IN_PLACE_ONLY, ON_DELETE)
 
 DEFAULT_MAX_UNAVAILABLE = "20%"
 DEFAULT_REVISION_HISTORY_LIMIT = 10
@@ -47,6 +51,7 @@ class CloneSetSpec:
     extended_inplace: bool
     priority_strategy: dict[str, Any] | None
     lifecycle: Lifecycle | None = None
+    progress_deadline_seconds: int | None = None
     exclude_preparing_delete: bool = False
 
 
@@ -55,8 +60,7 @@ def resolve(cloneset: dict[str, Any]) -> CloneSetSpec:
     spec = cloneset.get("spec") or {}
     strategy = spec.get("updateStrategy") or {}
     scale = spec.get("scaleStrategy") or {}
-    replicas = spec.get("replicas")
-    replicas = 1 if replicas is None else int(replicas)
+    replicas = desired_replicas(cloneset)
     paused = bool(strategy.get("paused", False))
     max_surge = intorpercent.scaled(strategy.get("maxSurge") or 0, replicas, round_up=True)
     if paused:
@@ -64,7 +68,12 @@ def resolve(cloneset: dict[str, Any]) -> CloneSetSpec:
     raw_unavailable = strategy.get("maxUnavailable")
     if raw_unavailable is None:
         raw_unavailable = DEFAULT_MAX_UNAVAILABLE
-    max_unavailable = intorpercent.scaled(raw_unavailable, replicas, round_up=max_surge == 0)
+    # OnDelete without an explicit maxUnavailable: OpenKruise has no rollingUpdate block then and rounds
+    # its default 20% down (calculateDiffsWithExpectation).
+    on_delete_default = strategy.get("type") == ON_DELETE and strategy.get("maxUnavailable") is None
+    max_unavailable = intorpercent.scaled(
+        raw_unavailable, replicas, round_up=max_surge == 0 and not on_delete_default
+    )
     raw_scale_unavailable = scale.get("maxUnavailable")
     scale_max_unavailable = (
         None
@@ -97,5 +106,8 @@ def resolve(cloneset: dict[str, Any]) -> CloneSetSpec:
         extended_inplace=annotations.get(INPLACE_MODE_ANNOTATION) == INPLACE_MODE_EXTENDED,
         priority_strategy=strategy.get("priorityStrategy"),
         lifecycle=read_lifecycle(spec.get("lifecycle")),
+        progress_deadline_seconds=(
+            None if spec.get("progressDeadlineSeconds") is None else int(spec["progressDeadlineSeconds"])
+        ),
         exclude_preparing_delete=(metadata.get("labels") or {}).get(EXCLUDE_PREPARING_DELETE_LABEL) == "true",
     )

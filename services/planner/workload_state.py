@@ -19,6 +19,8 @@ from services.model.events import (
     PodActionFailed,
     PodActionRequested,
     PodActionSucceeded,
+    PodHookHeld,
+    PodHookReleased,
     RequeueDue,
     RequeueScheduled,
     RevisionCreated,
@@ -86,6 +88,8 @@ class WorkloadState:
     schedules: dict[str, datetime] = field(default_factory=dict)  # RequeueScheduled id -> due, not yet fired
     last_input_id: Any = None
     round_through: dict[str, int] = field(default_factory=dict)  # ``through`` of the last round folded
+    # (pod, hook) -> (lifecycle state, since): pods a lifecycle hook holds (PodHookHeld not yet released)
+    hook_holds: dict[tuple[str, str], tuple[str, datetime]] = field(default_factory=dict)
 
     @property
     def streams(self) -> tuple[str, str, str]:
@@ -149,6 +153,10 @@ class WorkloadState:
             self.last_step = rounds.step_key(payload)
         elif isinstance(payload, SpecRejected):
             self.last_rejection = (payload.field, payload.reason)
+        elif isinstance(payload, PodHookHeld):
+            self.hook_holds[(payload.pod, payload.hook)] = (payload.state, envelope.occurred_at)
+        elif isinstance(payload, PodHookReleased):
+            self.hook_holds.pop((payload.pod, payload.hook), None)
         elif isinstance(payload, RequeueScheduled):
             self.schedules[str(envelope.event_id)] = payload.due_at
         elif isinstance(payload, RequeueDue):

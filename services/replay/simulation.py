@@ -40,7 +40,9 @@ TIMINGS = {
 }
 
 
-def base_cloneset(name: str, namespace: str, replicas: int, strategy: dict[str, Any]) -> dict[str, Any]:
+def base_cloneset(
+    name: str, namespace: str, replicas: int | None, strategy: dict[str, Any]
+) -> dict[str, Any]:
     return {
         "apiVersion": "apps.kruise.io/v1alpha1",
         "kind": "CloneSet",
@@ -64,7 +66,7 @@ class WorkloadSimulation:
         self,
         namespace: str,
         name: str,
-        replicas: int,
+        replicas: int | None,
         start: datetime,
         strategy: dict[str, Any] | None = None,
     ) -> None:

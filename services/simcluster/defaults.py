@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .resources import NAMESPACES, PODS, PVCS, ResourceType
+from .resources import NAMESPACES, PODS, PVCS, SERVICES, ResourceType
 
 Obj = dict[str, Any]
 
@@ -49,16 +49,9 @@ def apply_defaults(rt: ResourceType, obj: Obj, old: Obj | None) -> None:
         spec = obj.setdefault("spec", {})
         if isinstance(spec, dict):
             default_pod_spec(spec)
-        if old is None:
-            status = obj.setdefault("status", {})
-            status.setdefault("phase", "Pending")
-            if isinstance(spec, dict):
-                status.setdefault("qosClass", _qos_class(spec))
     elif rt is PVCS:
         spec = obj.setdefault("spec", {})
         spec.setdefault("volumeMode", "Filesystem")
-        if old is None:
-            obj.setdefault("status", {}).setdefault("phase", "Pending")
     elif rt is NAMESPACES:
         meta = obj.setdefault("metadata", {})
         if meta.get("name"):
@@ -67,8 +60,23 @@ def apply_defaults(rt: ResourceType, obj: Obj, old: Obj | None) -> None:
         spec = obj.setdefault("spec", {})
         if isinstance(spec, dict):
             spec.setdefault("finalizers", ["kubernetes"])
+    elif rt is SERVICES:
+        _service(obj)
     elif rt.kind in _BY_KIND and rt.group in ("apps", "batch"):
         _BY_KIND[rt.kind](obj)
+
+
+def initial_status(rt: ResourceType, obj: Obj) -> None:
+    """The status the registry gives a new pod or PVC (PrepareForCreate): whatever the client sent is
+    replaced; controllers fill in the rest."""
+    if rt is PODS:
+        spec = obj.get("spec")
+        status: Obj = {"phase": "Pending"}
+        if isinstance(spec, dict):
+            status["qosClass"] = _qos_class(spec)
+        obj["status"] = status
+    elif rt is PVCS:
+        obj["status"] = {"phase": "Pending"}
 
 
 def default_pod_spec(spec: Obj) -> None:
@@ -198,6 +206,24 @@ def _job(obj: Obj) -> None:
     spec.setdefault("completionMode", "NonIndexed")
     spec.setdefault("suspend", False)
     _template_defaults(spec)
+
+
+def _service(obj: Obj) -> None:
+    spec = obj.setdefault("spec", {})
+    spec.setdefault("type", "ClusterIP")
+    spec.setdefault("sessionAffinity", "None")
+    if spec["type"] != "ExternalName":
+        spec.setdefault("ipFamilyPolicy", "SingleStack")
+        spec.setdefault("ipFamilies", ["IPv4"])
+        spec.setdefault("internalTrafficPolicy", "Cluster")
+    ports = spec.get("ports")
+    if isinstance(ports, list):
+        spec["ports"] = [
+            dict(p, protocol=p.get("protocol") or "TCP", targetPort=p.get("targetPort", p.get("port")))
+            if isinstance(p, dict)
+            else p
+            for p in ports
+        ]
 
 
 _BY_KIND = {"Deployment": _deployment, "Job": _job}

@@ -11,13 +11,14 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
-from . import errors, patch, resources
+from . import errors, patch, rbac, resources
 from .admission import Admission
+from .auth import Auth
 from .defaults import apply_defaults
 from .errors import ApiError
 from .faults import Faults
 from .plugins import admit_pod, check_namespace
-from .resources import CLONESETS, NAMESPACES, PODS, ResourceType
+from .resources import NAMESPACES, PODS, SERVICE_ACCOUNTS, ResourceType
 from .selectors import parse_field_selector, parse_label_selector
 from .store import Store, Watcher, WatchEvent, deep_copy
 from .tables import PLAIN, Rendering, negotiate, partial, partial_list, to_table
@@ -36,10 +37,29 @@ SERVER_VERSION = {
     "platform": "linux/amd64",
 }
 _WRITE_METHODS = {"POST", "PUT", "PATCH", "DELETE"}
+USER_KEY = web.RequestKey("user", rbac.User)  # the authenticated user, when auth is on
 
 
 def _json(body: Any, status: int = 200) -> web.Response:
     return web.Response(body=msgspec.json.encode(body), status=status, content_type="application/json")
+
+
+def _path_get(obj: Obj, path: str) -> Any:
+    """The value at a CRD scale path such as ``.spec.replicas``."""
+    value: Any = obj
+    for part in path.strip(".").split("."):
+        if not isinstance(value, dict):
+            return None
+        value = value.get(part)
+    return value
+
+
+def _path_set(obj: Obj, path: str, value: Any) -> None:
+    parts = path.strip(".").split(".")
+    target = obj
+    for part in parts[:-1]:
+        target = target.setdefault(part, {})
+    target[parts[-1]] = value
 
 
 def _error_response(exc: ApiError) -> web.Response:
@@ -59,7 +79,9 @@ class ApiServer:
         bookmark_interval: float = 5.0,
         default_watch_timeout: float = 1800.0,
         disabled_resources: tuple[str, ...] = (),
+        auth: Auth | None = None,
     ) -> None:
+        self.auth = auth
         # Resources this server does not serve (a cluster without a CRD): 404 and absent from discovery.
         self.served = resources.served(disabled_resources)
         self._by_path = {r.key: r for r in self.served}
@@ -71,6 +93,17 @@ class ApiServer:
         self.app = web.Application(middlewares=[self._middleware], client_max_size=64 * 1024 * 1024)
         self.app.router.add_route("*", "/{tail:.*}", self._dispatch)
 
+    def serve(self, rt: ResourceType) -> None:
+        """Serve a resource defined at run time (a CRD established)."""
+        if rt not in self.served:
+            self.served = (*self.served, rt)
+        self._by_path[rt.key] = rt
+
+    def stop_serving(self, rt: ResourceType) -> None:
+        self.served = tuple(r for r in self.served if r is not rt)
+        if self._by_path.get(rt.key) is rt:
+            del self._by_path[rt.key]
+
     # ---- plumbing ----------------------------------------------------------------------------------
 
     @web.middleware
@@ -80,6 +113,14 @@ class ApiServer:
         delay = self.faults.latency()
         if delay > 0:
             await asyncio.sleep(delay)
+        if self.auth is not None:
+            try:
+                request[USER_KEY] = self.auth.authenticate(request.headers.get("Authorization", ""))
+                if not request.path.startswith(("/api/", "/apis/")):
+                    # Non-resource paths; resource requests (and their discovery) are checked once routed.
+                    self.auth.authorize(request[USER_KEY], rbac.Request("get", path=request.path))
+            except ApiError as exc:
+                return _error_response(exc)
         write = request.method in _WRITE_METHODS and request.path.startswith(("/api/", "/apis/"))
         if write:
             code = self.faults.write_error(request.path)
@@ -192,12 +233,12 @@ class ApiServer:
                     "categories": list(r.categories),
                 }
             )
-            if r is CLONESETS:
+            if r.scale is not None:
                 entries.append(
                     {
                         "name": f"{r.plural}/scale",
                         "singularName": "",
-                        "namespaced": True,
+                        "namespaced": r.namespaced,
                         "group": "autoscaling",
                         "version": "v1",
                         "kind": "Scale",
@@ -239,7 +280,7 @@ class ApiServer:
         sub = rest[2] if len(rest) > 2 else ""
         allowed = (
             (sub == "status" and rt.has_status)
-            or (sub == "scale" and rt is CLONESETS)
+            or (sub == "scale" and rt.scale is not None)
             or (sub == "log" and rt is PODS)
         )
         if sub and not allowed:
@@ -252,6 +293,17 @@ class ApiServer:
         rt, namespace, name, sub = self._route(group, version, rest)
         if rt.namespaced and name and namespace is None:
             raise errors.ApiError(404, "the server could not find the requested resource", "NotFound")
+        if self.auth is not None:
+            watching = request.query.get("watch", "").lower() in ("true", "1")
+            asked = rbac.Request(
+                rbac.verb_of(request.method, bool(name), watching),
+                rt.group,
+                rt.plural,
+                sub,
+                namespace or "",
+                name,
+            )
+            self.auth.authorize(request[USER_KEY], asked)
         ns = namespace or ""
         query = request.query
         if query.get("dryRun"):
@@ -299,11 +351,14 @@ class ApiServer:
         raise errors.ApiError(405, f"{method} is not supported here", "MethodNotAllowed")
 
     async def _scale(self, request: web.Request, rt: ResourceType, ns: str, name: str) -> web.Response:
-        """The CloneSet `scale` subresource (autoscaling/v1 Scale over spec.replicas), for `kubectl scale`."""
+        """The scale subresource (autoscaling/v1 Scale) over the resource's replicas paths, for `kubectl
+        scale` and autoscalers."""
+        assert rt.scale is not None
+        spec_path, status_path, selector_path = rt.scale
 
         def as_scale(obj: Obj) -> Obj:
             meta = obj["metadata"]
-            status = obj.get("status") or {}
+            replicas = _path_get(obj, spec_path)
             return {
                 "kind": "Scale",
                 "apiVersion": "autoscaling/v1",
@@ -312,10 +367,10 @@ class ApiServer:
                     for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
                     if k in meta
                 },
-                "spec": {"replicas": (obj.get("spec") or {}).get("replicas", 1)},
+                "spec": {"replicas": replicas if isinstance(replicas, int) else 1},
                 "status": {
-                    "replicas": status.get("replicas", 0),
-                    "selector": status.get("labelSelector", ""),
+                    "replicas": _path_get(obj, status_path) or 0,
+                    "selector": (_path_get(obj, selector_path) or "") if selector_path else "",
                 },
             }
 
@@ -340,7 +395,7 @@ class ApiServer:
                 [("spec.replicas", "FieldValueInvalid", "must be a non-negative integer")],
             )
         updated = deep_copy(current)
-        updated["spec"]["replicas"] = replicas
+        _path_set(updated, spec_path, replicas)
         updated["metadata"]["resourceVersion"] = (wanted.get("metadata") or {}).get("resourceVersion") or ""
         return _json(as_scale(self.store.update(rt, ns, name, updated)))
 
@@ -402,7 +457,12 @@ class ApiServer:
         if rendering.kind == "partial":
             return _json(partial_list(items, meta, rendering.version))
         return _json(
-            {"kind": f"{rt.kind}List", "apiVersion": rt.api_version, "metadata": meta, "items": items}
+            {
+                "kind": rt.list_kind or f"{rt.kind}List",
+                "apiVersion": rt.api_version,
+                "metadata": meta,
+                "items": items,
+            }
         )
 
     async def _create(self, request: web.Request, rt: ResourceType, ns: str) -> web.Response:
@@ -415,7 +475,7 @@ class ApiServer:
         if rt is NAMESPACES:
             body["status"] = {"phase": "Active"}
         body = await self._admit(rt, "CREATE", body, None, ns)
-        return _json(self.store.create(rt, ns, body), 201)
+        return _json(self.store.create(rt, ns, body, defaulted=True), 201)
 
     async def _admit(self, rt: ResourceType, operation: str, body: Obj, old: Obj | None, ns: str) -> Obj:
         """What kube-apiserver does between decoding a write and storing it: defaulting, the compiled-in
@@ -426,14 +486,17 @@ class ApiServer:
             check_namespace(rt, ns, meta.get("name") or "", lambda n: self.store.find(NAMESPACES, "", n))
         if rt is PODS:
             admit_pod(operation, body, self.store.rng, self._service_account_lookup(), old)
-        body = await self.admission.mutate(rt, operation, body, old, ns)
-        apply_defaults(rt, body, old)
-        await self.admission.validate(rt, operation, body, old, ns)
-        return body
+        mutated = await self.admission.mutate(rt, operation, body, old, ns)
+        if mutated is not body:
+            apply_defaults(rt, mutated, old)  # what a webhook added is defaulted too
+        await self.admission.validate(rt, operation, mutated, old, ns)
+        return mutated
 
     def _service_account_lookup(self) -> Callable[[str, str], Obj | None] | None:
         """How the ServiceAccount plugin finds a pod's account; None when ServiceAccounts are not served."""
-        return None
+        if SERVICE_ACCOUNTS not in self.served:
+            return None
+        return lambda namespace, name: self.store.find(SERVICE_ACCOUNTS, namespace, name)
 
     async def _patch(
         self, request: web.Request, rt: ResourceType, ns: str, name: str, sub: str
@@ -482,7 +545,7 @@ class ApiServer:
                 )
         return _json(
             {
-                "kind": f"{rt.kind}List",
+                "kind": rt.list_kind or f"{rt.kind}List",
                 "apiVersion": rt.api_version,
                 "metadata": {"resourceVersion": str(self.store.rv)},
                 "items": deleted,

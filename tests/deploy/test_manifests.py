@@ -5,17 +5,23 @@ PodDisruptionBudgets, several replicas, metrics, connection URLs from a Secret, 
 
 from __future__ import annotations
 
+import json
+import re
 import shlex
+import subprocess
 import tomllib
+from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
 import pytest
+import yaml
 
 from services.cli.services import SERVICES as ROLLBOOK_SERVICES
 from services.infra.runtime import PORT_OFFSETS
 from services.infra.settings import Settings
-from services.model.management import Selection
+from services.model import labels as label_selectors
+from services.model.management import MANAGE_LABEL, Selection
 from tests.deploy.manifests import (
     DEPLOY,
     NAMESPACE,
@@ -23,33 +29,41 @@ from tests.deploy.manifests import (
     ROOT,
     SERVICES,
     Manifest,
+    kubectl,
     named,
     of_kind,
     render,
 )
 from tests.test_compose import assert_real_rollbook_command
 
+INSTALL_DOC = ROOT / "docs" / "install.md"
+VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
 KUBERNETES_VERSION = "1.30"  # the oldest Kubernetes release still maintained upstream when this was written
 # Kinds of operators the install relies on; kubernetes-validate knows only Kubernetes' own.
 THIRD_PARTY = {("cert-manager.io/v1", "Issuer"), ("cert-manager.io/v1", "Certificate")}
 MONITORING = {("monitoring.coreos.com/v1", "ServiceMonitor")}
 
 
-@pytest.mark.parametrize("overlay", OVERLAYS)
-def test_every_rendered_object_is_valid(overlay: str) -> None:
-    unknown = THIRD_PARTY | (MONITORING if overlay == "monitoring" else set())
-    seen_unknown = set()
-    for manifest in render(overlay):
-        key = (manifest["apiVersion"], manifest["kind"])
-        if key in unknown:
-            seen_unknown.add(key)
-            assert manifest["metadata"]["namespace"] == NAMESPACE and manifest.get("spec"), manifest
-            continue
+def test_every_rendered_object_is_valid() -> None:
+    # Each distinct object once, whichever overlays render it (most are shared through deploy/base).
+    distinct: dict[str, tuple[Manifest, list[str]]] = {}
+    for overlay in OVERLAYS:
+        unknown = THIRD_PARTY | (MONITORING if overlay == "monitoring" else set())
+        kinds = {(m["apiVersion"], m["kind"]) for m in render(overlay)}
+        assert unknown <= kinds, f"deploy/{overlay} lacks {unknown - kinds}"
+        for manifest in render(overlay):
+            key = (manifest["apiVersion"], manifest["kind"])
+            if key in THIRD_PARTY | MONITORING:
+                assert key in unknown, f"{key} in deploy/{overlay}"
+                assert manifest["metadata"]["namespace"] == NAMESPACE and manifest.get("spec"), manifest
+                continue
+            text = json.dumps(manifest, sort_keys=True)
+            distinct.setdefault(text, (manifest, []))[1].append(overlay)
+    for manifest, overlays in distinct.values():
         try:
             kubernetes_validate.validate(manifest, KUBERNETES_VERSION, strict=True)
         except kubernetes_validate.ValidationError as error:
-            pytest.fail(f"{manifest['kind']} {manifest['metadata']['name']} in deploy/{overlay}: {error}")
-    assert seen_unknown == unknown
+            pytest.fail(f"{manifest['kind']} {manifest['metadata']['name']} in deploy/{overlays}: {error}")
 
 
 def test_validation_would_catch_a_misspelt_field() -> None:
@@ -109,7 +123,7 @@ def test_every_service_runs_locked_down_with_probes_and_resources(service: str) 
     assert spec["livenessProbe"]["httpGet"]["path"] == "/healthz"
     assert spec["readinessProbe"]["httpGet"]["path"] == "/readyz"
     assert spec["resources"]["requests"]["cpu"] and spec["resources"]["limits"]["memory"]
-    assert spec["image"] == "rollbook:0.1.0"
+    assert spec["image"] == f"rollbook:{VERSION}"  # the image of this version unless an overlay says
 
 
 @pytest.mark.parametrize("service", SERVICES)
@@ -166,9 +180,8 @@ def test_the_webhook_serves_tls_and_registers_nothing_itself() -> None:
 
 
 def test_the_migration_job_runs_alembic_once_per_version() -> None:
-    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
     [job] = of_kind(render("standalone"), "Job")
-    assert job["metadata"]["name"] == f"rollbook-migrate-{version}"
+    assert job["metadata"]["name"] == f"rollbook-migrate-{VERSION}"
     [spec] = job["spec"]["template"]["spec"]["containers"]
     assert spec["command"] == ["alembic", "upgrade", "head"]
     assert {"secretRef": {"name": "rollbook-connections"}} in spec["envFrom"]
@@ -203,7 +216,82 @@ def test_every_file_in_deploy_is_part_of_an_overlay() -> None:
     for directory in DEPLOY.rglob("kustomization.yaml"):
         text = directory.read_text()
         for path in directory.parent.glob("*.yaml"):
-            if path.name != "kustomization.yaml" and f"- {path.name}" in text:
+            if path.name != "kustomization.yaml" and (
+                f"- {path.name}" in text or f"path: {path.name}" in text
+            ):
                 rendered_files.add(path)
     every = {p for p in DEPLOY.rglob("*.yaml") if p.name != "kustomization.yaml"}
     assert every == rendered_files, sorted(str(p.relative_to(ROOT)) for p in every - rendered_files)
+
+
+def test_the_overlay_in_docs_install_renders_with_the_image_it_names(tmp_path: Path) -> None:
+    block = re.search(r"```yaml\n# my-rollbook/kustomization.yaml\n(.*?)```", INSTALL_DOC.read_text(), re.S)
+    assert block, "docs/install.md lost its example overlay"
+    version = subprocess.run([kubectl(), "version", "--client"], capture_output=True, text=True).stdout
+    found = re.search(r"Kustomize Version: v(\d+)", version)
+    if not found or int(found.group(1)) < 4:
+        pytest.skip("the example needs kubectl 1.21+ (kustomize v4+), as docs/install.md says")
+    (tmp_path / "deploy").symlink_to(DEPLOY)
+    (tmp_path / "my-rollbook").mkdir()
+    (tmp_path / "my-rollbook" / "kustomization.yaml").write_text(block.group(1))
+    result = subprocess.run(
+        [kubectl(), "kustomize", str(tmp_path / "my-rollbook")], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    manifests = [m for m in yaml.safe_load_all(result.stdout) if m]
+    images = {
+        c["image"]
+        for m in of_kind(manifests, "Deployment") + of_kind(manifests, "Job")
+        for c in m["spec"]["template"]["spec"]["containers"]
+    }
+    assert images == {"registry.example.com/rollbook:0.1.0"}
+    [config_map] = of_kind(manifests, "ConfigMap")
+    assert (
+        config_map["data"]["ROLLBOOK_MANAGE"] == "all" and config_map["data"]["ROLLBOOK_LOG_LEVEL"] == "INFO"
+    )
+
+
+@pytest.mark.parametrize(("overlay", "mode"), [("standalone", "all"), ("with-openkruise", "labelled")])
+def test_the_sidecarset_webhooks_are_sent_exactly_the_sidecarsets_rollbook_manages(
+    overlay: str, mode: str
+) -> None:
+    selection = Selection.parse(mode)
+    manifests = render(overlay)
+    hooks = [
+        hook
+        for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
+        for hook in named(manifests, kind, "rollbook-sidecarset")["webhooks"]
+        if hook["rules"][0]["resources"] == ["sidecarsets"]
+    ]
+    assert len(hooks) == 2
+    for value in (None, "true", "false", "shadow", "yes"):
+        labels = {"app": "x"} if value is None else {"app": "x", MANAGE_LABEL: value}
+        sidecarset = {"kind": "SidecarSet", "metadata": {"name": "s", "labels": labels}}
+        for hook in hooks:
+            sent = label_selectors.matches(hook["objectSelector"], labels)
+            assert sent == selection.manages(sidecarset), (overlay, hook["name"], value)
+
+
+# What kustomize v2.0.3 (kubectl 1.20, Debian's kubernetes-client, which .ci/run installs on a machine
+# without kubectl) understands; newer kustomize reads all of it too.
+KUSTOMIZE_V2_FIELDS = {
+    "apiVersion",
+    "kind",
+    "resources",
+    "bases",
+    "images",
+    "configMapGenerator",
+    "patchesJson6902",
+    "patchesStrategicMerge",
+}
+
+
+def test_the_kustomizations_stay_readable_by_kubectl_1_20() -> None:
+    for path in DEPLOY.rglob("kustomization.yaml"):
+        kustomization = yaml.safe_load(path.read_text())
+        where = path.relative_to(ROOT)
+        assert set(kustomization) <= KUSTOMIZE_V2_FIELDS, (where, set(kustomization) - KUSTOMIZE_V2_FIELDS)
+        for resource in kustomization.get("resources") or []:
+            assert (path.parent / resource).is_file(), f"{where}: directories go under bases: ({resource})"
+        for base in kustomization.get("bases") or []:
+            assert (path.parent / base / "kustomization.yaml").is_file(), (where, base)

@@ -29,13 +29,21 @@ FINGERPRINTS = {
     # v3 re-recorded when the simulation started writing expectation timers (next_step): the decisions
     # are the same, tests/replay/test_recorded_trails.py verifies the trails recorded before
     3: "0757a746a3c5caa540f3c0be32da984a9be00907bdf4cc822a24eccc71e779b7",
+    # v4 (lifecycle hooks, replicas: null) recorded on the simulation with expectation timers
+    4: "c4dd0787c916b4486427aacd05af36fc0b570e90c7fa6d7b4ca687ef390871e2",
+    5: "fcb057b8dd64413bb44496ef0dd09fdcb61ab53da759d0529e329e53e875a3d6",
 }
 START = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
-STRATEGIES = (
+SCRIPTS: tuple[tuple[int | None, dict[str, object]], ...] = (
     # in place with a canary step left standing (partition 2): RolloutPaused, partition steps, grace
-    {"type": "InPlaceIfPossible", "maxUnavailable": 2, "partition": 2},
+    (5, {"type": "InPlaceIfPossible", "maxUnavailable": 2, "partition": 2}),
     # recreation with a surge pod
-    {"type": "ReCreate", "maxUnavailable": 1, "maxSurge": 1},
+    (5, {"type": "ReCreate", "maxUnavailable": 1, "maxSurge": 1}),
+    # replicas: null (the default 1) in place (added with rules v4; earlier entries fingerprint the
+    # first two scripts only)
+    (None, {"type": "InPlaceIfPossible"}),
+    # OnDelete: nothing is updated (added with rules v5; earlier entries fingerprint the scripts before it)
+    (3, {"type": "OnDelete"}),
 )
 
 
@@ -43,8 +51,9 @@ def decisions_fingerprint() -> tuple[str, dict[str, int]]:
     digest = hashlib.sha256()
     counts: dict[str, int] = {}
     stream = decisions_stream("team-a", "web")
-    for strategy in STRATEGIES:
-        for envelope in WorkloadSimulation("team-a", "web", replicas=5, start=START, strategy=strategy).run():
+    for replicas, strategy in SCRIPTS:
+        simulation = WorkloadSimulation("team-a", "web", replicas=replicas, start=START, strategy=strategy)
+        for envelope in simulation.run():
             # RoundPlanned records the inputs (and the rules version itself), not decisions.
             if envelope.stream == stream and not isinstance(envelope.payload, RoundPlanned):
                 digest.update(envelope.type.encode() + msgspec.json.encode(envelope.payload))

@@ -18,7 +18,7 @@ import os
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,10 +46,17 @@ class Stack(Supervisor):
     """The services of one test, run by rollbook's own supervisor (services/infra/supervisor.py) with
     their logs in the test's tmp_path; plus reading their HTTP endpoints."""
 
-    async def start(self, *services: str, name: str | None = None, ready_timeout: float = 60.0) -> None:
-        """Start each service and wait until its /readyz answers 200 (AssertionError otherwise)."""
+    async def start(
+        self,
+        *services: str,
+        name: str | None = None,
+        ready_timeout: float = 60.0,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        """Start each service and wait until its /readyz answers 200 (AssertionError otherwise). ``env``
+        adds to (or overrides) the stack's settings for these services, e.g. a kubeconfig of their own."""
         try:
-            await super().start(*services, name=name, ready_timeout=ready_timeout)
+            await super().start(*services, name=name, ready_timeout=ready_timeout, env=env)
         except ServiceFailed as failure:
             raise AssertionError(str(failure)) from None
 

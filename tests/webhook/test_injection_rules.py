@@ -259,6 +259,53 @@ def test_image_pull_secrets_appended_without_duplicates() -> None:
     assert out["spec"]["imagePullSecrets"] == [{"name": "mine"}, {"name": "reg"}]
 
 
+def test_image_pull_secrets_deduplicated_across_pod_and_sidecarsets_as_openkruise() -> None:
+    # mergeSidecarSecrets: the pod's secrets (its own duplicates dropped), then each SidecarSet's,
+    # one per name.
+    a = make_sidecarset(
+        "a", containers=[container("a")], imagePullSecrets=[{"name": "reg"}, {"name": "mine"}]
+    )
+    b = make_sidecarset("b", containers=[container("b")], imagePullSecrets=[{"name": "reg"}, {"name": "b"}])
+    app_pod = pod([container("app")], imagePullSecrets=[{"name": "mine"}, {"name": "mine"}])
+    out = run(app_pod, a, b)
+    assert out["spec"]["imagePullSecrets"] == [{"name": "mine"}, {"name": "reg"}, {"name": "b"}]
+
+
+def test_share_volume_policy_on_init_containers_shares_the_app_mounts() -> None:
+    init = container(
+        "init-agent",
+        shareVolumePolicy={"type": "enabled"},
+        volumeMounts=[{"name": "own", "mountPath": "/own"}],
+    )
+    app = container("app", volumeMounts=[{"name": "data", "mountPath": "/data"}])
+    out = run(
+        pod([app]), make_sidecarset("s", initContainers=[init], volumes=[{"name": "own", "emptyDir": {}}])
+    )
+    (injected_init,) = out["spec"]["initContainers"]
+    assert [m["mountPath"] for m in injected_init["volumeMounts"]] == ["/own", "/data"]
+
+
+def test_volumes_appended_in_openkruise_order_init_containers_first_mounts_then_devices() -> None:
+    s = make_sidecarset(
+        "s",
+        containers=[
+            container(
+                "agent",
+                volumeMounts=[{"name": "c-mount", "mountPath": "/m"}],
+                volumeDevices=[{"name": "c-device", "devicePath": "/dev/x"}],
+            )
+        ],
+        initContainers=[container("init", volumeMounts=[{"name": "i-mount", "mountPath": "/i"}])],
+        volumes=[
+            {"name": "c-device", "persistentVolumeClaim": {"claimName": "blk"}},
+            {"name": "c-mount", "emptyDir": {}},
+            {"name": "i-mount", "emptyDir": {}},
+        ],
+    )
+    out = run(pod([container("app")], volumes=[{"name": "own", "emptyDir": {}}]), s)
+    assert names(out["spec"]["volumes"]) == ["own", "i-mount", "c-mount", "c-device"]
+
+
 # --- matching -----------------------------------------------------------------------------------------
 
 
