@@ -241,7 +241,7 @@ async def follow(
                 else:  # a log (CI): one line per workload whenever its progress or reason changes
                     text = "\n".join(progress_line(v) for v in views)
                     if text != last_text:
-                        terminal.print(text, markup=False, highlight=False)
+                        terminal.print(text, markup=False, highlight=False, soft_wrap=True)
                         last_text = text
                 if not views:
                     terminal.print("no CloneSets in the cluster")
