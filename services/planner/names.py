@@ -24,7 +24,7 @@ INPLACE_GRACE_ANNOTATION_OLD = "inplace-update-grace"
 # The readiness gate lifecycle hooks with markPodNotReady hold a pod unready through (apis/apps/pub).
 KRUISE_POD_READY_CONDITION = "KruisePodReady"
 
-# rollbook's switch for the extended in-place mode (seed 003): probes Dynamic, env/volumes Rebuild.
+# rollbook's switch for the extended in-place mode (docs/plan.md): probes Dynamic, env/volumes Rebuild.
 INPLACE_MODE_ANNOTATION = "rollbook.io/inplace-mode"
 INPLACE_MODE_EXTENDED = "extended"
 

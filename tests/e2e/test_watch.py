@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from services.cli.services import settings_env
+from services.infra.supervisor import settings_env
 from tests.e2e.cluster import Cluster, is_ready, seed_cloneset, with_image
 from tests.plugins.stack import Stack, wait_for
 
