@@ -83,6 +83,35 @@ RUNS: dict[str, tuple[list[str], list[str]]] = {
             r"SidecarInjected events recorded: 20",
         ],
     ),
+    "scale.py": (
+        # 6 pods, 2 CloneSets of 2 with 1 and 2 planners: every phase; ~50 s (simcluster, nats-server and
+        # four services start as processes).
+        [
+            "--replicas",
+            "6",
+            "--max-unavailable",
+            "2",
+            "--writers",
+            "2",
+            "--nodes",
+            "2",
+            "--small-clonesets",
+            "2",
+            "--small-replicas",
+            "2",
+            "--planners",
+            "1,2",
+        ],  # fmt: skip
+        [
+            rf"creates {NUMBER}/s, patches {NUMBER}/s, deletes {NUMBER}/s; load",
+            rf"scale 0->6: +{NUMBER} pods/s = +{NUMBER}% of raw creates",
+            rf"in-place rollout: +{NUMBER} pods/s = +{NUMBER}% of raw patches",
+            rf"ReCreate rollout: +{NUMBER} pods/s = +{NUMBER}% of raw delete\+create",
+            rf"planner peak memory: {NUMBER} MiB",
+            rf"1 planner\(s\): +{NUMBER} pods/s",
+            rf"2 planner\(s\): +{NUMBER} pods/s",
+        ],
+    ),
     "services_rollout.py": (
         # 2 replicas, maxUnavailable 1: both phases, two rollout steps; 7-10 s (four service processes start).
         ["--replicas", "2", "--max-unavailable", "1", "--executors", "1"],

@@ -2,6 +2,10 @@
 and reports every outcome as an event (docs/services.md, "executor").
 
 - All executors share the durable consumer ``executor``: JetStream hands each action to one of them.
+  Each executor carries out up to ``settings.executor_concurrency`` actions at once, one pod's actions
+  in order and never overlapping (``services.infra.keyed.KeyedRunner`` keyed by the pod). Across
+  executors the order holds too: an action first waits until the actions its round planned earlier for
+  the same pod have a terminal outcome (``earlier_actions_pending``).
 - Once in effect: every create or patch writes the action id in the ``rollbook.io/action-id`` annotation
   in the same API call; deletes carry a uid precondition. Before acting, the executor looks for the
   action's terminal event in the store and then at the object: an action already applied (a redelivery,
@@ -14,18 +18,23 @@ and reports every outcome as an event (docs/services.md, "executor").
 - The terminal event (PodActionSucceeded or PodActionFailed) has a deterministic id derived from the
   action id, so it is stored once whoever writes it. A failure that may pass (API unavailable) is
   retried by the bus; on the last delivery it is reported failed with retryable=true instead.
-- CloneSet and SidecarSet status goes through the status subresource, from a second durable,
-  ``executor-status``, that is ordered: one status write in flight at a time across every executor, so
-  statuses land in the order they were planned.
+- CloneSet and SidecarSet status goes through the status subresource, from ordered durables
+  ``executor-status-p<N>``, one per bus partition: one status write in flight at a time per partition
+  across every executor, so each workload's statuses land in the order they were planned, and
+  different partitions write in parallel.
 """
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import os
 import socket
+import time
+from collections.abc import Hashable
 from typing import Any
 
+import nats.js.errors
 import structlog
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
@@ -71,11 +80,36 @@ DURABLE = "executor"
 ACK_WAIT = 10.0
 INPUT_TYPES = ("PodActionRequested",)
 # Status writes replace the whole status, so they must land in the order they were planned: executors
-# share an ordered durable for them (one write in flight at a time across all executors). On the shared
-# action durable two executors could write a workload's statuses N and N+1 in the wrong order, and the
-# CloneSet would keep reporting the older one, since the planner does not plan an unchanged status again.
-STATUS_DURABLE = "executor-status"
+# share ordered durables for them, one per bus partition (a workload's events all share one partition),
+# so one write is in flight at a time per partition across all executors. On the shared action durable
+# two executors could write a workload's statuses N and N+1 in the wrong order, and the CloneSet would
+# keep reporting the older one, since the planner does not plan an unchanged status again.
+STATUS_DURABLE_PREFIX = "executor-status-p"
+# The single ordered status durable of earlier versions (all partitions, one write at a time in total).
+LEGACY_STATUS_DURABLE = "executor-status"
 STATUS_TYPES = ("StatusPlanned",)
+# How often an action waiting for an earlier action on its pod (taken by another executor) looks again,
+# and how long it waits before handing its message back to the bus (that one may have been lost with
+# its executor: it is redelivered after ACK_WAIT).
+EARLIER_ACTION_POLL = 0.02
+EARLIER_ACTION_WAIT = 2 * ACK_WAIT
+
+
+class EarlierActionPending(Exception):
+    """An action planned before this one for the same pod has no outcome yet; retried by the bus."""
+
+
+def status_durable(partition: int) -> str:
+    return f"{STATUS_DURABLE_PREFIX}{partition}"
+
+
+def pod_key(envelope: Envelope) -> Hashable:
+    """What a pod action must be ordered with: the pod (or the CloneSet, for setPodsToDelete)."""
+    payload = envelope.payload
+    if isinstance(payload, PodActionRequested):
+        kind = "CloneSet" if payload.action == "setPodsToDelete" else "Pod"
+        return (kind, payload.namespace, payload.pod)
+    return ("event", envelope.event_id)
 
 
 def outcome_id(action_id: str) -> Any:
@@ -120,11 +154,31 @@ class Executor:
     # --- bus -----------------------------------------------------------------------------------------
 
     def consumers(self) -> list[ConsumerSpec]:
-        """The pod actions, shared out among executors, and the status writes, in order."""
-        return [
-            ConsumerSpec(DURABLE, INPUT_TYPES, self.handle, batch=8, ack_wait=ACK_WAIT),
-            ConsumerSpec(STATUS_DURABLE, STATUS_TYPES, self.handle, batch=1, ack_wait=ACK_WAIT, ordered=True),
+        """The pod actions, shared out among executors, many at once; the status writes, in order per
+        partition."""
+        concurrency = max(1, self.settings.executor_concurrency)
+        actions = ConsumerSpec(
+            DURABLE,
+            INPUT_TYPES,
+            self.handle,
+            batch=min(concurrency, 64),
+            ack_wait=ACK_WAIT,
+            concurrency=concurrency,
+            order_key=pod_key,
+        )
+        statuses = [
+            ConsumerSpec(
+                status_durable(p),
+                STATUS_TYPES,
+                self.handle,
+                batch=1,
+                ack_wait=ACK_WAIT,
+                ordered=True,
+                partition=p,
+            )
+            for p in range(self.settings.bus_partitions)
         ]
+        return [actions, *statuses]
 
     async def handle(self, envelope: Envelope, msg: Msg) -> None:
         EVENTS_HANDLED.labels("executor", envelope.type).inc()
@@ -152,6 +206,13 @@ class Executor:
             log.info(
                 "action_already_reported", action=request.action, pod=request.pod, action_id=request.action_id
             )
+            return
+        try:
+            await self._wait_for_earlier_actions(envelope, request)
+        except EarlierActionPending as waiting:
+            if not last_try:
+                raise  # the bus hands it back later
+            await self._report_failure(envelope, request, ActionFailed(str(waiting), retryable=True))
             return
         await self._report(envelope, PodActionStarted(action_id=request.action_id, executor=self.name))
         try:
@@ -349,6 +410,43 @@ class Executor:
 
     # --- outcomes ------------------------------------------------------------------------------------
 
+    async def _wait_for_earlier_actions(self, envelope: Envelope, request: PodActionRequested) -> None:
+        """Hold this action until the actions its round planned before it for the same pod have a terminal
+        outcome (markNotReady before updateInPlace, a PVC before its pod), whichever executor took them."""
+        deadline = time.monotonic() + EARLIER_ACTION_WAIT
+        pending = await self.earlier_actions_pending(envelope, request)
+        while pending:
+            if time.monotonic() > deadline:
+                raise EarlierActionPending(f"earlier actions on {request.pod} have no outcome: {pending}")
+            await asyncio.sleep(EARLIER_ACTION_POLL)
+            pending = await self._without_outcome(pending)
+
+    async def earlier_actions_pending(self, envelope: Envelope, request: PodActionRequested) -> list[str]:
+        """Action ids of the same round, for the same pod, planned before this one, with no outcome yet.
+        A round is one append (RoundPlanned, then its decisions; each decision's causation is the round),
+        so they are the requests between the round's version and this one's."""
+        if envelope.causation_id is None:
+            return []
+        e = events_table.c
+        round_version = select(e.stream_version).where(e.event_id == envelope.causation_id).scalar_subquery()
+        statement = select(e.payload["action_id"].astext).where(
+            e.stream == envelope.stream,
+            e.stream_version > round_version,
+            e.stream_version < envelope.stream_version,
+            e.type == "PodActionRequested",
+            e.payload["pod"].astext == request.pod,
+        )
+        async with self.store.engine.connect() as connection:
+            earlier = [str(row[0]) for row in await connection.execute(statement)]
+        return await self._without_outcome(earlier) if earlier else []
+
+    async def _without_outcome(self, action_ids: list[str]) -> list[str]:
+        outcomes = {outcome_id(a): a for a in action_ids}
+        statement = select(events_table.c.event_id).where(events_table.c.event_id.in_(list(outcomes)))
+        async with self.store.engine.connect() as connection:
+            recorded = {row[0] for row in await connection.execute(statement)}
+        return [a for o, a in outcomes.items() if o not in recorded]
+
     async def _outcome_recorded(self, action_id: str) -> bool:
         statement = select(events_table.c.global_position).where(
             events_table.c.event_id == outcome_id(action_id)
@@ -420,6 +518,11 @@ async def run(settings: Settings) -> None:
         api = await kube.api_client(settings)
         try:
             executor = Executor(settings, store, api)
+            await bus.ensure_stream()
+            try:  # replaced by the partitioned status durables; left alone it would only pile up lag
+                await bus.js.delete_consumer(bus.stream, LEGACY_STATUS_DURABLE)
+            except nats.js.errors.NotFoundError:
+                pass
             await serve_consumers(runtime, bus, service="executor", consumers=executor.consumers())
         finally:
             await api.close()

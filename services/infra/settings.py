@@ -62,6 +62,15 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     leader_renew_deadline: float = 10.0
     # Seconds between the holder's renewals and between a standby's attempts to acquire (>= 1).
     leader_retry_period: float = 2.0
+    # Pod actions one executor carries out at once (different pods in parallel; one pod's in order).
+    # docs/performance.md.
+    executor_concurrency: int = 64
+    # Client-side rate limit of each process toward the Kubernetes API, as client-go's QPS: requests per
+    # second, shared by every request the process sends (leader election has its own). <= 0: no limit.
+    kube_api_qps: float = 100.0
+    # Requests the rate limit lets through at once after a quiet spell (client-go's Burst): the size of
+    # the token bucket that kube_api_qps refills. docs/performance.md.
+    kube_api_burst: int = 200
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
