@@ -8,9 +8,10 @@ WORKDIR /app
 COPY pyproject.toml README.md alembic.ini ./
 COPY services ./services
 COPY migrations ./migrations
-RUN pip install --no-cache-dir -e . && useradd --system --home-dir /var/lib/rollbook rollbook \
+# A fixed uid: Kubernetes' runAsNonRoot can only check a numeric user (deploy/ runs it as 10001).
+RUN pip install --no-cache-dir -e . && useradd --system --uid 10001 --home-dir /var/lib/rollbook rollbook \
     && mkdir -p /var/lib/rollbook/simcluster && chown -R rollbook /var/lib/rollbook
 
-USER rollbook
+USER 10001
 ENV ROLLBOOK_DATA_DIR=/var/lib/rollbook PYTHONUNBUFFERED=1
 CMD ["rollbook", "up"]

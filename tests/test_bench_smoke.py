@@ -101,7 +101,7 @@ RUNS: dict[str, tuple[list[str], list[str]]] = {
             "2",
             "--planners",
             "1,2",
-        ],  # fmt: skip
+        ],
         [
             rf"creates {NUMBER}/s, patches {NUMBER}/s, deletes {NUMBER}/s; load",
             rf"scale 0->6: +{NUMBER} pods/s = +{NUMBER}% of raw creates",
@@ -110,6 +110,15 @@ RUNS: dict[str, tuple[list[str], list[str]]] = {
             rf"planner peak memory: {NUMBER} MiB",
             rf"1 planner\(s\): +{NUMBER} pods/s",
             rf"2 planner\(s\): +{NUMBER} pods/s",
+        ],
+    ),
+    "cli_startup.py": (
+        ["--repeat", "1"],
+        [
+            rf"python -c pass \(ceiling\) +{NUMBER} +{NUMBER} +1\.0 +{NUMBER}",
+            rf"--help +{NUMBER} +{NUMBER} +{NUMBER} +{NUMBER} +{NUMBER}  none",
+            rf"plan -f state\.json +{NUMBER} +{NUMBER} +{NUMBER} +{NUMBER} +{NUMBER}  none",
+            rf"inject -f pod\.yaml +{NUMBER} +{NUMBER} +{NUMBER} +{NUMBER} +{NUMBER}  none",
         ],
     ),
     "services_rollout.py": (

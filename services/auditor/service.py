@@ -18,6 +18,7 @@ stored events as JSON, in global order.
 from __future__ import annotations
 
 import asyncio
+import random
 from typing import Any
 
 import msgspec
@@ -35,7 +36,9 @@ from services.infra.metrics import (
     EVENTS_HANDLED,
     RELAY_POSITION,
     RELAY_PUBLISHED,
+    RETRIES,
 )
+from services.infra.retry import Backoff, Stopped, is_transient, retry_until_stopped, wait_or_stop
 from services.infra.runtime import ServiceRuntime, configure_logging, run_until_stopped
 from services.infra.settings import Settings
 from services.infra.store import ConcurrencyError, EventStore, StoredEvent
@@ -49,6 +52,11 @@ DURABLE = "auditor"
 RELAY_BATCH = 500
 _POLL_MIN = 0.02
 _POLL_MAX = 0.1
+# Seconds to wait for JetStream's acks of one batch before publishing it again (nats-py's async publish
+# has no timeout of its own: a connection lost with publishes in flight would wait forever).
+PUBLISH_ACK_TIMEOUT = 10.0
+# Between attempts while the store or the bus is unreachable: 0.1 s doubling up to 5 s, jittered.
+RELAY_BACKOFF = Backoff(initial=0.1, maximum=5.0)
 _RESUME_SCAN = 1000  # messages to look back for a position header (dead letters carry none)
 _encoder = msgspec.json.Encoder()
 
@@ -65,6 +73,11 @@ class Relay:
         self.bus = bus
         self.position = 0
         self.caught_up = asyncio.Event()
+        self.retrying: str | None = None  # the error the relay is waiting out, None while it flows
+
+    def detail(self) -> dict[str, Any]:
+        """``details.relay`` of /readyz."""
+        return {"position": self.position, "retrying": self.retrying}
 
     async def resume_position(self) -> int:
         """The position carried by the newest relayed message in the stream (0 for an empty stream)."""
@@ -86,46 +99,83 @@ class Relay:
         return 0
 
     async def run(self, stopping: asyncio.Event) -> None:
-        self.position = await self.resume_position()
+        """Relay until ``stopping``. A store or bus that is unreachable (Postgres or NATS restarting, a
+        connection lost mid-batch) is waited out with bounded, jittered backoff, never given up on: the
+        position only moves past events JetStream acknowledged, so the batch in hand is published again
+        (deduplicated by event id) once both are back."""
+        try:
+            self.position = await retry_until_stopped(
+                self.resume_position, what="relay_resume", stopping=stopping
+            )
+        except Stopped:
+            return
         RELAY_POSITION.set(self.position)
         log.info("relay_resumed", position=self.position)
         delay = _POLL_MIN
+        failures = 0
         while not stopping.is_set():
-            batch = await self.store.read_batch(self.position, RELAY_BATCH)
-            if not batch:
-                self.caught_up.set()
-                # Nothing new: poll again soon, backing off while idle.
-                try:
-                    await asyncio.wait_for(stopping.wait(), timeout=delay)
-                except TimeoutError:
-                    pass
-                delay = min(delay * 2, _POLL_MAX)
+            try:
+                batch = await self.store.read_batch(self.position, RELAY_BATCH)
+                if batch:
+                    await self.publish(batch)
+            except Exception as error:
+                if not is_transient(error):
+                    raise
+                RETRIES.labels("relay").inc()
+                self.caught_up.clear()
+                wait = RELAY_BACKOFF.delay(failures, random.random())
+                log.warning("relay_retrying", position=self.position, delay=round(wait, 3), error=repr(error))
+                failures += 1
+                self.retrying = repr(error)
+                await wait_or_stop(stopping, wait)
                 continue
-            delay = _POLL_MIN
-            await self.publish(batch)
+            if failures:
+                log.info("relay_recovered", position=self.position, attempts=failures + 1)
+                failures = 0
+                self.retrying = None
+            if batch:
+                delay = _POLL_MIN
+                continue
+            self.caught_up.set()
+            # Nothing new: poll again soon, backing off while idle.
+            await wait_or_stop(stopping, delay)
+            delay = min(delay * 2, _POLL_MAX)
 
     async def publish(self, batch: list[StoredEvent]) -> None:
-        futures = []
-        for stored in batch:
-            envelope = stored.envelope
-            futures.append(
-                await self.bus.js.publish_async(
-                    self.bus.subject_for(envelope, partition_key=partition_key(envelope)),
-                    encode(envelope),
-                    stream=self.bus.stream,
-                    headers={MSG_ID: str(envelope.event_id), POSITION_HEADER: str(stored.global_position)},
+        """Publish ``batch`` pipelined and move the position over the prefix JetStream acknowledged.
+        Raises the first failure (after recording the acknowledged prefix); an ack that never comes (the
+        connection dropped with publishes in flight) counts as a failure after ``PUBLISH_ACK_TIMEOUT``."""
+        futures: list[asyncio.Future[Any]] = []
+        try:
+            for stored in batch:
+                envelope = stored.envelope
+                futures.append(
+                    await self.bus.js.publish_async(
+                        self.bus.subject_for(envelope, partition_key=partition_key(envelope)),
+                        encode(envelope),
+                        stream=self.bus.stream,
+                        headers={
+                            MSG_ID: str(envelope.event_id),
+                            POSITION_HEADER: str(stored.global_position),
+                        },
+                    )
                 )
-            )
-        results = await asyncio.gather(*futures, return_exceptions=True)
-        for stored, result in zip(batch, results, strict=True):
-            if isinstance(result, BaseException):
-                # Publish again from here on; what was stored after it is deduplicated by event id.
-                log.warning("relay_publish_failed", position=stored.global_position, error=repr(result))
-                await asyncio.sleep(0.5)
-                return
-            self.position = stored.global_position
-            RELAY_PUBLISHED.inc()
-        RELAY_POSITION.set(self.position)
+            done, _ = await asyncio.wait(futures, timeout=PUBLISH_ACK_TIMEOUT)
+        finally:
+            for future in futures:
+                future.cancel()  # an ack that never came: free its slot of the pending-publish window
+        try:
+            for stored, future in zip(batch, futures, strict=True):
+                if future not in done or future.cancelled():
+                    raise TimeoutError(f"no JetStream ack within {PUBLISH_ACK_TIMEOUT:g}s")
+                error = future.exception()
+                if error is not None:
+                    # Publish again from here on; what was stored after it is deduplicated by event id.
+                    raise error
+                self.position = stored.global_position
+                RELAY_PUBLISHED.inc()
+        finally:
+            RELAY_POSITION.set(self.position)
 
 
 class Audit:
@@ -201,6 +251,7 @@ async def run(settings: Settings) -> None:
         try:
             await bus.ensure_stream()
             relay = Relay(store, bus)
+            runtime.add_detail("relay", relay.detail)
             audit = Audit(store, bus)
             consumer = bus.consumer(DURABLE, bus.event_filter(), audit.handle, batch=256, ack_wait=60.0)
             relay_task = asyncio.create_task(relay.run(runtime.stopping), name="relay")

@@ -13,17 +13,16 @@ import sys
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import msgspec
 import typer
-import yaml
-from kubernetes_asyncio import client
-from kubernetes_asyncio.dynamic import DynamicClient
-from kubernetes_asyncio.dynamic.exceptions import ResourceNotFoundError
 
-from services.infra.kube import api_client
 from services.infra.settings import Settings
+
+if TYPE_CHECKING:  # imported where used: `rollbook --help` must not pay for kubernetes_asyncio
+    from kubernetes_asyncio import client
+    from kubernetes_asyncio.dynamic import DynamicClient
 
 
 class ManifestError(ValueError):
@@ -32,6 +31,8 @@ class ManifestError(ValueError):
 
 def load_documents(text: str, source: str = "<input>") -> list[dict[str, Any]]:
     """The non-empty YAML documents of ``text``, each checked to name apiVersion, kind and metadata.name."""
+    import yaml
+
     try:
         documents = [d for d in yaml.safe_load_all(text) if d is not None]
     except yaml.YAMLError as error:
@@ -52,6 +53,8 @@ async def apply_documents(
     api: client.ApiClient, documents: Iterable[dict[str, Any]], default_namespace: str = "default"
 ) -> list[str]:
     """Create or merge-patch each document in order; returns one line per object (`Kind ns/name created`)."""
+    from kubernetes_asyncio.dynamic import DynamicClient
+
     lines: list[str] = []
     with tempfile.TemporaryDirectory(prefix="rollbook-discovery-") as cache_dir:
         dynamic = await DynamicClient(api, cache_file=str(Path(cache_dir) / "discovery.json"))
@@ -61,6 +64,8 @@ async def apply_documents(
 
 
 async def _apply_one(dynamic: DynamicClient, document: dict[str, Any], default_namespace: str) -> str:
+    from kubernetes_asyncio.dynamic.exceptions import ResourceNotFoundError
+
     api_version, kind = document["apiVersion"], document["kind"]
     try:
         resource = await dynamic.resources.get(api_version=api_version, kind=kind)
@@ -110,6 +115,10 @@ def apply(
 ) -> None:
     """Create or update the objects of YAML files in the cluster of ROLLBOOK_KUBECONFIG."""
     import asyncio
+
+    from kubernetes_asyncio import client
+
+    from services.infra.kube import api_client
 
     settings = Settings.from_env()
     try:

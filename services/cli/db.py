@@ -1,20 +1,15 @@
 """`rollbook db`: the schema of the event store (Alembic migrations) on the configured Postgres.
 
-    rollbook db upgrade [--revision head]      apply migrations (what services do at start in embedded mode)
-    rollbook db current                        print the revision the database is at
-    rollbook db downgrade --revision REV --yes revert to REV ("base" drops the events table and every event)
+rollbook db upgrade [--revision head]      apply migrations (what services do at start in embedded mode)
+rollbook db current                        print the revision the database is at
+rollbook db downgrade --revision REV --yes revert to REV ("base" drops the events table and every event)
 """
 
 from __future__ import annotations
 
-import asyncio
-
 import typer
-from alembic.runtime.migration import MigrationContext
-from sqlalchemy.ext.asyncio import create_async_engine
 
 from services.cli.runtime import run_command
-from services.infra.database import downgrade, sqlalchemy_url, upgrade
 from services.infra.settings import Settings
 
 db_app = typer.Typer(name="db", help="Event store schema: apply, inspect or revert migrations.")
@@ -27,6 +22,10 @@ def register(app: typer.Typer) -> None:
 @db_app.command("upgrade")
 def upgrade_command(revision: str = typer.Option("head", help="target revision")) -> None:
     """Apply migrations up to REVISION (default: the newest)."""
+
+    import asyncio
+
+    from services.infra.database import upgrade
 
     async def body(settings: Settings) -> int:
         await asyncio.to_thread(upgrade, settings.database_url, revision)
@@ -53,10 +52,15 @@ def downgrade_command(
     yes: bool = typer.Option(False, "--yes", help="confirm: reverting can drop recorded events"),
 ) -> None:
     """Revert migrations down to REVISION. Reverting the first migration deletes every stored event."""
+    import asyncio
+
     if not yes:
-        typer.echo("refusing to downgrade without --yes: it can drop the events table and every event",
-                   err=True)
+        typer.echo(
+            "refusing to downgrade without --yes: it can drop the events table and every event", err=True
+        )
         raise typer.Exit(2)
+
+    from services.infra.database import downgrade
 
     async def body(settings: Settings) -> int:
         await asyncio.to_thread(downgrade, settings.database_url, revision)
@@ -67,6 +71,11 @@ def downgrade_command(
 
 
 async def _current(database_url: str) -> str | None:
+    from alembic.runtime.migration import MigrationContext
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    from services.infra.database import sqlalchemy_url
+
     engine = create_async_engine(sqlalchemy_url(database_url))
     try:
         async with engine.connect() as connection:

@@ -16,7 +16,6 @@ JetStream stream of its own (``rollbook_demo_<suffix>``), which it keeps for que
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import copy
 import fcntl
@@ -31,42 +30,47 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import aiohttp
-import asyncpg
 import msgspec
 import typer
-from kubernetes_asyncio import client
-from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from services.cli.apply import apply_documents, load_documents
 from services.cli.runtime import run_command
 from services.cli.services import SERVICES, settings_env
-from services.infra import audit_queries
-from services.infra.database import asyncpg_url, upgrade_async
-from services.infra.kube import api_client
-from services.infra.runtime import logged_port
+from services.cli.terminal import console
 from services.infra.settings import Settings
-from services.simcluster import SimCluster, SimConfig, Timing
+
+if TYPE_CHECKING:  # imported where used, so that `rollbook --help` does not pay for them
+    import asyncio
+
+    import aiohttp
+    from kubernetes_asyncio import client
+
+    from services.simcluster import Timing
 
 GROUP, VERSION, PLURAL = "apps.kruise.io", "v1alpha1", "clonesets"
 NEW_IMAGE = "nginx:mainline"
 GRACE_SECONDS = 2
 SCALED_REPLICAS = 6
+
+
 # A kubelet a little faster than Timing.realistic(): every step is visible, the demo stays under a minute.
-DEMO_TIMING = Timing(
-    schedule=0.05,
-    pull_cold=0.8,
-    pull_cached=0.3,
-    start=0.3,
-    ready=0.5,
-    terminate=0.5,
-    pvc_bind=0.3,
-    jitter=0.2,
-)
+def demo_timing() -> Timing:
+    from services.simcluster import Timing
+
+    return Timing(
+        schedule=0.05,
+        pull_cold=0.8,
+        pull_cached=0.3,
+        start=0.3,
+        ready=0.5,
+        terminate=0.5,
+        pvc_bind=0.3,
+        jitter=0.2,
+    )
+
+
 SERVICE_READY_TIMEOUT = 45.0
 STEP_TIMEOUT = 40.0
 STOP_TIMEOUT = 20.0
@@ -76,8 +80,6 @@ OPS_NAMESPACE = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "
 # The directory holding the `services` package: the children import it from there even when the demo was
 # started from a checkout that is not installed.
 PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
-
-console = Console()
 
 
 class DemoFailed(RuntimeError):
@@ -110,6 +112,8 @@ class ServiceProcesses:
     processes: dict[str, tuple[asyncio.subprocess.Process, int]] = field(default_factory=dict)
 
     async def start(self) -> None:
+        import asyncio
+
         self.log_dir.mkdir(parents=True, exist_ok=True)
         pythonpath = os.pathsep.join(p for p in (PACKAGE_ROOT, os.environ.get("PYTHONPATH", "")) if p)
         starts: dict[str, int] = {}
@@ -127,6 +131,10 @@ class ServiceProcesses:
                     env=env, stdout=log_file, stderr=log_file, stdin=asyncio.subprocess.DEVNULL,
                 )  # fmt: skip
             self.processes[service] = (process, 0)
+        import aiohttp
+
+        from services.infra.runtime import logged_port
+
         deadline = time.monotonic() + SERVICE_READY_TIMEOUT
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as session:
             for service, (process, _) in list(self.processes.items()):
@@ -145,6 +153,8 @@ class ServiceProcesses:
 
     async def stop(self) -> dict[str, int]:
         """SIGTERM every service, wait for each (SIGKILL after STOP_TIMEOUT); returns the exit codes."""
+        import asyncio
+
         for process, _ in self.processes.values():
             if process.returncode is None:
                 process.send_signal(signal.SIGTERM)
@@ -169,6 +179,8 @@ class ServiceProcesses:
 
 
 async def _ready(session: aiohttp.ClientSession, port: int) -> bool:
+    import aiohttp
+
     try:
         async with session.get(f"http://127.0.0.1:{port}/readyz") as response:
             return response.status == 200
@@ -222,6 +234,10 @@ async def follow(
     timeout: float = STEP_TIMEOUT,  # noqa: ASYNC109 - the deadline is checked between polls
 ) -> None:
     """A progress bar per CloneSet (``count``: which status count fills it) until each is done."""
+    import asyncio
+
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
     columns = (
         TextColumn("  {task.description:<24}"),
         BarColumn(bar_width=28),
@@ -230,7 +246,7 @@ async def follow(
     )
     deadline = time.monotonic() + timeout
     last: dict[Workload, dict[str, Any]] = {}
-    with Progress(*columns, console=console, transient=False) as progress:
+    with Progress(*columns, console=console(), transient=False) as progress:
         tasks = {w: progress.add_task(str(w), total=None, counts="") for w in targets}
         pending = set(targets)
         while pending:
@@ -274,7 +290,7 @@ class Clock:
 
     def step(self, text: str) -> None:
         now = time.monotonic()
-        console.print(
+        console().print(
             f"[green]✓[/] {text} [dim]({now - self.step_started:.1f}s, total {now - self.started:.1f}s)[/]"
         )
         self.step_started = now
@@ -283,11 +299,17 @@ class Clock:
 async def _demo(
     settings: Settings, clock: Clock, run_dir: Path, own_database: bool, shared_nats: bool
 ) -> int:
+    import asyncpg
+    from kubernetes_asyncio import client
+
+    from services.infra.kube import api_client
+    from services.simcluster import SimCluster, SimConfig
+
     clock.step("Postgres and NATS running, migrations applied")
     if own_database:
         settings = await _fresh_database(settings)
     services = ServiceProcesses(settings, run_dir / "logs")
-    sim_config = SimConfig(timing=DEMO_TIMING, kubeconfig_path=settings.kubeconfig, seed=7)
+    sim_config = SimConfig(timing=demo_timing(), kubeconfig_path=settings.kubeconfig, seed=7)
     async with SimCluster(sim_config) as sim:
         clock.step(f"simcluster listening on {sim.url}")
         try:
@@ -299,8 +321,8 @@ async def _demo(
                 await _summary(settings, clock)
         except (DemoFailed, client.ApiException, asyncpg.PostgresError, OSError) as failure:
             reason = failure if isinstance(failure, DemoFailed) else f"{type(failure).__name__}: {failure}"
-            console.print(f"[bold red]rollbook demo failed:[/] {reason}")
-            console.print(services.tails(), markup=False, highlight=False)
+            console().print(f"[bold red]rollbook demo failed:[/] {reason}")
+            console().print(services.tails(), markup=False, highlight=False)
             return 1
         finally:
             codes = await services.stop()
@@ -327,22 +349,24 @@ async def _delete_stream(settings: Settings) -> None:
 
 
 async def _scenario(api: client.ApiClient, services: ServiceProcesses, clock: Clock) -> None:
+    from kubernetes_asyncio import client
+
     custom = client.CustomObjectsApi(api)
     sample, sample_data = Workload("default", "sample"), Workload("ops", "sample-data")
     await apply_documents(api, [OPS_NAMESPACE])
     documents = [d for name in MANIFESTS for d in load_documents(manifest_text(name), name)]
     for line in await apply_documents(api, documents):
-        console.print(f"  {line}")
-    console.print("[bold]Create[/]: the seed's CloneSets, unchanged (sample-data with a PVC per pod)")
+        console().print(f"  {line}")
+    console().print("[bold]Create[/]: the seed's CloneSets, unchanged (sample-data with a PVC per pod)")
     await follow(custom, services, "create", {sample: ready_at(5), sample_data: ready_at(5)})
     clock.step("10 pods and 5 PVCs created and ready")
 
-    console.print(f"[bold]Scale[/]: sample 5 → {SCALED_REPLICAS}")
+    console().print(f"[bold]Scale[/]: sample 5 → {SCALED_REPLICAS}")
     await _merge_patch(custom, sample, {"spec": {"replicas": SCALED_REPLICAS}})
     await follow(custom, services, "scale", {sample: ready_at(SCALED_REPLICAS)})
     clock.step(f"sample scaled to {SCALED_REPLICAS}")
 
-    console.print(
+    console().print(
         f"[bold]Rollout[/]: image {NEW_IMAGE} in place, partition 2 (keep 2 pods at the old revision),"
         f" maxUnavailable 20%, grace period {GRACE_SECONDS}s"
     )
@@ -367,7 +391,7 @@ async def _scenario(api: client.ApiClient, services: ServiceProcesses, clock: Cl
     )  # fmt: skip
     clock.step("partition 2 reached: all but 2 pods of each CloneSet on the new image")
 
-    console.print("[bold]Rollout[/]: partition 0 (the rest)")
+    console().print("[bold]Rollout[/]: partition 0 (the rest)")
     for workload in (sample, sample_data):
         await _merge_patch(custom, workload, {"spec": {"updateStrategy": {"partition": 0}}})
     await follow(
@@ -385,6 +409,14 @@ async def _merge_patch(custom: client.CustomObjectsApi, workload: Workload, patc
 
 
 async def _summary(settings: Settings, clock: Clock) -> None:
+    import asyncio
+
+    import asyncpg
+    from rich.table import Table
+
+    from services.infra import audit_queries
+    from services.infra.database import asyncpg_url
+
     connection = await asyncpg.connect(asyncpg_url(settings.database_url))
     try:
         deadline = time.monotonic() + STEP_TIMEOUT
@@ -417,7 +449,7 @@ async def _summary(settings: Settings, clock: Clock) -> None:
             f"{(r['finished'] - r['started']).total_seconds():.1f}s",
             str(r["outcome"]),
         )
-    console.print(table)
+    console().print(table)
 
     pods = Table(
         title="pods updated in place (SELECT … FROM pod_actions WHERE in_place)", title_justify="left"
@@ -432,10 +464,10 @@ async def _summary(settings: Settings, clock: Clock) -> None:
             f"{p['duration'].total_seconds():.2f}s" if p["duration"] is not None else "-",
             str(p["outcome"]),
         )
-    console.print(pods)
+    console().print(pods)
     check = "[green]never exceeded[/]" if not exceeded else f"[red]EXCEEDED {list(map(dict, exceeded))}[/]"
-    console.print(f"maxUnavailable during every rollout: {check}")
-    console.print("every requested pod action has exactly one terminal event: [green]yes[/]")
+    console().print(f"maxUnavailable during every rollout: {check}")
+    console().print("every requested pod action has exactly one terminal event: [green]yes[/]")
     if exceeded:
         raise DemoFailed("the audit trail shows maxUnavailable exceeded")
 
@@ -446,6 +478,10 @@ def _short(revision: str, workload: str) -> str:
 
 async def _fresh_database(settings: Settings) -> Settings:
     """A database of the demo's own on the configured server, migrated."""
+    import asyncpg
+
+    from services.infra.database import asyncpg_url, upgrade_async
+
     base = asyncpg_url(settings.database_url)
     name = f"rollbook_demo_{uuid.uuid4().hex[:8]}"
     admin = await asyncpg.connect(base)
@@ -455,7 +491,7 @@ async def _fresh_database(settings: Settings) -> Settings:
         await admin.close()
     url = base.rsplit("/", 1)[0] + "/" + name
     await upgrade_async(url)
-    console.print(f"  audit trail kept in database {url}")
+    console().print(f"  audit trail kept in database {url}")
     return msgspec.structs.replace(settings, database_url=url)
 
 
@@ -497,7 +533,7 @@ def register(application: typer.Typer) -> None:
                     http_port=0,
                     log_level="INFO",
                 )
-                console.print(
+                console().print(
                     "[bold]rollbook demo[/]: "
                     + (
                         "starting embedded Postgres and NATS under " + str(run_dir)
@@ -512,13 +548,13 @@ def register(application: typer.Typer) -> None:
                     settings=settings,
                 )
         except DemoFailed as failure:
-            console.print(f"[bold red]rollbook demo failed:[/] {failure}")
+            console().print(f"[bold red]rollbook demo failed:[/] {failure}")
             raise typer.Exit(1) from None
         if code == 130:
-            console.print("[yellow]demo interrupted[/]: services, simcluster, NATS and Postgres stopped")
+            console().print("[yellow]demo interrupted[/]: services, simcluster, NATS and Postgres stopped")
         if code == 0:
             clock.step("Postgres and NATS stopped; nothing left running")
-            console.print(
+            console().print(
                 f"Done in {time.monotonic() - clock.started:.1f}s. Query the trail again with:\n"
                 f"  ROLLBOOK_DATA_DIR={run_dir} rollbook history ops/sample-data"
                 if embedded

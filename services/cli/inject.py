@@ -7,7 +7,6 @@ cluster would store. Like `istioctl kube-inject`, workloads with a pod template 
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 import sys
@@ -15,19 +14,14 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import aiohttp
 import typer
-import yaml
-from kubernetes_asyncio import client
-from kubernetes_asyncio.client.exceptions import ApiException
-from kubernetes_asyncio.config.config_exception import ConfigException
 
-from services.infra import kube
 from services.infra.settings import Settings
-from services.model import sidecarset as ss
-from services.webhook import admission
+
+if TYPE_CHECKING:  # imported where used: `rollbook --help` does not need them
+    from services.model import sidecarset as ss
 
 
 class OutputFormat(StrEnum):
@@ -41,6 +35,8 @@ class InjectError(Exception):
 
 
 def _read_documents(path: str) -> list[Any]:
+    import yaml
+
     try:
         text = sys.stdin.read() if path == "-" else Path(path).read_text()
     except OSError as err:
@@ -61,6 +57,8 @@ def _read_documents(path: str) -> list[Any]:
 def load_sidecarsets(paths: Iterable[str], existing: Iterable[ss.SidecarSet] = ()) -> list[ss.SidecarSet]:
     """Parse and validate SidecarSets as the validating webhook would, including conflicts between them
     and with ``existing`` ones (the cluster's), which a file's SidecarSet of the same name replaces."""
+    from services.model import sidecarset as ss
+
     accepted: list[ss.SidecarSet] = []
     files: set[str] = set()
     for path in paths:
@@ -90,6 +88,11 @@ def load_sidecarsets(paths: Iterable[str], existing: Iterable[ss.SidecarSet] = (
 
 async def cluster_state(settings: Settings) -> tuple[list[ss.SidecarSet], dict[str, dict[str, str]]]:
     """The cluster's valid SidecarSets and Namespace labels, read once, as the webhook's watch sees them."""
+    from kubernetes_asyncio import client
+
+    from services.infra import kube
+    from services.model import sidecarset as ss
+
     api = await kube.api_client(settings)
     try:
         custom = client.CustomObjectsApi(api)
@@ -119,6 +122,9 @@ def _admit(
     namespace_labels: Mapping[str, Mapping[str, str]] | None = None,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The webhook's answer for creating ``pod``, applied as the API server applies it."""
+    from services.model import sidecarset as ss
+    from services.webhook import admission
+
     request = admission.pod_review_request(pod, namespace=namespace)
     labels_of_namespace = (namespace_labels or {}).get(request["namespace"])
     excluded = frozenset(n.strip() for n in settings.sidecarset_excluded_namespaces.split(",") if n.strip())
@@ -176,6 +182,8 @@ def inject_document(
 
 
 def _dump(documents: list[Any], output: OutputFormat) -> str:
+    import yaml
+
     if output is OutputFormat.yaml:
         return yaml.safe_dump_all(documents, sort_keys=False, default_flow_style=False)
     payload = (
@@ -221,6 +229,8 @@ def inject_command(
     ] = None,
 ) -> None:
     """Print the pod as the SidecarSet webhook would admit it (same code path as the webhook)."""
+    import asyncio
+
     settings = Settings.from_env()
     now = timestamp.replace(tzinfo=timestamp.tzinfo or UTC) if timestamp else datetime.now(UTC)
     if not sidecarset_files and not from_cluster:
@@ -229,6 +239,10 @@ def inject_command(
     existing: list[ss.SidecarSet] = []
     namespace_labels: dict[str, dict[str, str]] = {}
     if from_cluster:
+        import aiohttp
+        from kubernetes_asyncio.client.exceptions import ApiException
+        from kubernetes_asyncio.config.config_exception import ConfigException
+
         try:
             existing, namespace_labels = asyncio.run(cluster_state(settings))
         except (ConfigException, ApiException, OSError, aiohttp.ClientError) as err:

@@ -7,8 +7,6 @@ from pathlib import Path
 
 import typer
 
-from services.planner.plan import plan_json
-
 
 def register(app: typer.Typer) -> None:
     @app.command("plan")
@@ -18,6 +16,8 @@ def register(app: typer.Typer) -> None:
         ),
     ) -> None:
         """Plan one reconcile round for a CloneSet and print the plan as JSON."""
+        from services.planner.plan import plan_json
+
         data = sys.stdin.buffer.read() if file == "-" else Path(file).read_bytes()
         sys.stdout.buffer.write(plan_json(data) + b"\n")
         sys.stdout.flush()

@@ -3,30 +3,25 @@ event store only: they work with the services stopped and the cluster gone."""
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import importlib
 import sys
-from collections.abc import Awaitable, Callable
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any
 
-import asyncpg
 import msgspec
 import typer
 
-from services.infra.embedded import resolved_settings
+from services.cli.runtime import run_with_store
 from services.infra.settings import Settings
-from services.infra.store import EventStore
 from services.model.sidecarset_streams import SIDECARSET_KIND
 from services.model.streams import WORKLOAD_KIND
-from services.model.upcasting import UpcastError
-from services.replay.reads import TargetError
-from services.replay.verify import Decide, VerifyReport
-from services.replay.whatif import WhatIfError, parse_overrides
 
-T = TypeVar("T")
+if TYPE_CHECKING:  # imported where used: the store pulls in SQLAlchemy, which `--help` does not need
+    from services.infra.store import EventStore
+    from services.replay.verify import Decide, VerifyReport
+
 _json = msgspec.json.Encoder(order="sorted")
 
 
@@ -34,28 +29,6 @@ def _print_json(value: Any) -> None:
     encoded = _json.encode(msgspec.to_builtins(value, enc_hook=str, str_keys=True))
     sys.stdout.buffer.write(msgspec.json.format(encoded, indent=2) + b"\n")
     sys.stdout.flush()
-
-
-def _with_store(work: Callable[[EventStore, Settings], Awaitable[T]]) -> T:
-    async def run() -> T:
-        async with resolved_settings(migrate=False) as settings:
-            store = await EventStore.connect(settings.database_url, pool_size=2)
-            try:
-                return await work(store, settings)
-            finally:
-                await store.close()
-
-    try:
-        return asyncio.run(run())
-    except (TargetError, WhatIfError, UpcastError) as error:
-        typer.echo(f"error: {error}", err=True)
-        raise typer.Exit(2) from None
-    except (asyncpg.UndefinedColumnError, asyncpg.UndefinedTableError) as error:
-        typer.echo(
-            f"error: {error}: the database schema is older than this code, run `rollbook db upgrade`",
-            err=True,
-        )
-        raise typer.Exit(2) from None
 
 
 def load_decide(spec: str) -> Decide:
@@ -122,15 +95,15 @@ def register(app: typer.Typer) -> None:
             if moment.tzinfo is None:
                 moment = moment.astimezone()  # a time without zone is local time
         if moment is None and position is None and as_json:
-            for record in _with_store(lambda store, _: replay_records(store, target)):
+            for record in run_with_store(lambda store, _: replay_records(store, target)):
                 sys.stdout.buffer.write(_json.encode(record) + b"\n")
             sys.stdout.flush()
             return
         if moment is None and position is None:
-            for line in _with_store(lambda store, _: replay_lines(store, target)):
+            for line in run_with_store(lambda store, _: replay_lines(store, target)):
                 typer.echo(line)
             return
-        summary, last = _with_store(
+        summary, last = run_with_store(
             lambda store, _: replay_at(store, target, at_time=moment, at_position=position)
         )
         _print_json(
@@ -178,7 +151,7 @@ def register(app: typer.Typer) -> None:
                 return [await verify_target(store, target, decision)]
             return await verify_all(store, decision)
 
-        reports = _with_store(work)
+        reports = run_with_store(work)
         failed = any(r.divergence is not None for r in reports) or (
             strict and any(r.unverifiable for r in reports)
         )
@@ -222,12 +195,13 @@ def register(app: typer.Typer) -> None:
         """Re-plan a recorded rollout with another strategy against a model driven by its recorded pod
         timings; print it beside what happened. Nothing is written."""
         from services.replay.operations import what_if_rollout
+        from services.replay.whatif import WhatIfError, parse_overrides
 
         try:
             parsed = parse_overrides(overrides or [])
         except WhatIfError as error:
             raise typer.BadParameter(str(error)) from None
-        result = _with_store(lambda store, _: what_if_rollout(store, rollout_id, parsed))
+        result = run_with_store(lambda store, _: what_if_rollout(store, rollout_id, parsed))
         recorded, replanned = result.recorded.as_dict(), result.replanned.as_dict()
         if as_json:
             _print_json(
@@ -284,7 +258,7 @@ def register(app: typer.Typer) -> None:
                     await connection.close()
             return await audit_log(store, given)
 
-        report = _with_store(work)
+        report = run_with_store(work, nats=bus)
         for finding in report.findings:
             typer.echo(finding.describe())
         if report.findings:
@@ -317,7 +291,7 @@ def register(app: typer.Typer) -> None:
                     await connection.close()
             return await take_checkpoint(store, file=checkpoint_file)
 
-        checkpoint = _with_store(work)
+        checkpoint = run_with_store(work, nats=bus)
         if checkpoint is None:
             typer.echo("the log is empty: nothing to checkpoint")
         else:

@@ -10,23 +10,31 @@ in-flight work in ``finally``/``except CancelledError`` before the embedded serv
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import signal
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, TypeVar
 
-from services.infra.embedded import EmbeddedError, resolved_settings
+from services.cli.errors import CommandError
 from services.infra.settings import Settings
+
+if TYPE_CHECKING:
+    from services.infra.store import EventStore
 
 log = logging.getLogger(__name__)
 
 CommandBody = Callable[[Settings], Awaitable[int | None]]
+T = TypeVar("T")
 
 
 def run_command(body: CommandBody, *, settings: Settings | None = None, migrate: bool = True) -> int:
     """Run ``body(resolved_settings)``; returns the process exit code (body's result, 0 for None, 130 when
     interrupted, 1 when embedded servers cannot start)."""
+    import asyncio
+
+    from services.infra.embedded import EmbeddedError
+
     settings = settings or Settings.from_env()
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -40,6 +48,10 @@ def run_command(body: CommandBody, *, settings: Settings | None = None, migrate:
 
 
 async def _run(body: CommandBody, settings: Settings, migrate: bool) -> int:
+    import asyncio
+
+    from services.infra.embedded import resolved_settings
+
     loop = asyncio.get_running_loop()
     current = asyncio.current_task()
     assert current is not None
@@ -67,3 +79,27 @@ async def _run(body: CommandBody, settings: Settings, migrate: bool) -> int:
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
+
+
+def run_with_store(work: Callable[[EventStore, Settings], Awaitable[T]], *, nats: bool = False) -> T:
+    """Run ``work`` on the event store of the stack (services/infra/stack.py: configured, else the one
+    `rollbook up` runs, else embedded for this command). A bad target is exit 2."""
+    import asyncio
+
+    from services.infra.stack import open_store, stack_settings
+    from services.model.upcasting import UpcastError
+    from services.replay.reads import TargetError
+    from services.replay.whatif import WhatIfError
+
+    async def run() -> T:
+        async with stack_settings(nats=nats) as settings:
+            store = await open_store(settings.database_url)
+            try:
+                return await work(store, settings)
+            finally:
+                await store.close()
+
+    try:
+        return asyncio.run(run())
+    except (TargetError, WhatIfError, UpcastError) as error:
+        raise CommandError(str(error), exit_code=2) from None

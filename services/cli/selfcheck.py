@@ -9,25 +9,24 @@ deleted afterwards.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit, urlunsplit
 
-import asyncpg
 import msgspec
 import typer
-from nats.aio.msg import Msg
 
 from services.cli.runtime import run_command
-from services.infra.bus import Bus
-from services.infra.database import asyncpg_url, upgrade_async
 from services.infra.settings import Settings
-from services.infra.store import EventStore
-from services.model.events import Envelope, RolloutPaused, new_event
+
+if TYPE_CHECKING:
+    from nats.aio.msg import Msg
+
+    from services.model.events import Envelope
 
 
 class CheckFailed(Exception):
@@ -63,6 +62,8 @@ async def _selfcheck(settings: Settings) -> int:
 
 
 def _sample_event(stream: str, version: int = 1) -> Envelope:
+    from services.model.events import RolloutPaused, new_event
+
     return new_event(
         RolloutPaused(rollout_id="selfcheck", reason="rollbook selfcheck"),
         stream=stream,
@@ -75,6 +76,11 @@ def _sample_event(stream: str, version: int = 1) -> Envelope:
 async def _check_store(settings: Settings) -> str:
     """Migrate a scratch database on the same server, append and read back through the EventStore, drop
     it. The real event log is append-only (and should hold only real events), so it is not written to."""
+    import asyncpg
+
+    from services.infra.database import asyncpg_url, upgrade_async
+    from services.infra.store import EventStore
+
     admin = await asyncpg.connect(asyncpg_url(settings.database_url))
     try:
         version = await admin.fetchval("SHOW server_version")
@@ -108,11 +114,17 @@ async def _check_store(settings: Settings) -> str:
 
 
 def _with_database(url: str, name: str) -> str:
+    from services.infra.database import asyncpg_url
+
     parts = urlsplit(asyncpg_url(url))
     return urlunsplit((parts.scheme, parts.netloc, "/" + name, parts.query, parts.fragment))
 
 
 async def _check_bus(settings: Settings) -> str:
+    import asyncio
+
+    from services.infra.bus import Bus
+
     suffix = uuid.uuid4().hex[:8]
     scratch = msgspec.structs.replace(
         settings,

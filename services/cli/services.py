@@ -8,17 +8,19 @@ finish their in-flight work. docker-compose and the demo mirror this: one contai
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import sys
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
 import typer
 
 from services.cli.runtime import run_command
-from services.infra.leader import LeadershipLost
 from services.infra.settings import Settings
+
+if TYPE_CHECKING:
+    import asyncio
 
 SERVICES = ("watcher", "planner", "executor", "auditor")
 _RESTART_DELAY = 1.0
@@ -27,6 +29,8 @@ _STOP_TIMEOUT = 20.0
 
 def _service_body(service: str) -> Callable[[Settings], Awaitable[int | None]]:
     async def body(settings: Settings) -> int:
+        from services.infra.leader import LeadershipLost
+
         if service == "watcher":
             from services.watcher.service import run
         elif service == "planner":
@@ -56,6 +60,8 @@ def settings_env(settings: Settings) -> dict[str, str]:
 
 
 async def _supervise(service: str, env: dict[str, str], stopping: asyncio.Event) -> None:
+    import asyncio
+
     while not stopping.is_set():
         process = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "services.cli.main", service, env=env
@@ -78,10 +84,17 @@ async def _supervise(service: str, env: dict[str, str], stopping: asyncio.Event)
         await asyncio.sleep(_RESTART_DELAY)
 
 
+def services_for(settings: Settings) -> tuple[str, ...]:
+    """The services `up` runs: all four, or in shadow mode all but the executor (nothing is acted on)."""
+    return tuple(s for s in SERVICES if not (settings.shadow and s == "executor"))
+
+
 async def _up(settings: Settings) -> int:
+    import asyncio
+
     env = {**os.environ, **settings_env(settings)}
     stopping = asyncio.Event()
-    tasks = [asyncio.create_task(_supervise(s, env, stopping)) for s in SERVICES]
+    tasks = [asyncio.create_task(_supervise(s, env, stopping)) for s in services_for(settings)]
     try:
         # asyncio.wait, not gather: cancelling us must not cancel the supervisors, which stop the children.
         await asyncio.wait(tasks)
@@ -109,6 +122,18 @@ def register(app: typer.Typer) -> None:
         app.command(service)(command)
 
     @app.command("up")
-    def up() -> None:
+    def up(
+        shadow: bool = typer.Option(
+            False,
+            "--shadow",
+            help="Act on nothing: run watcher, planner and auditor only, and record for every CloneSet what"
+            " its own controller did and what rollbook would have done (ROLLBOOK_SHADOW; docs/shadow.md).",
+        ),
+    ) -> None:
         """Run all four services as child processes (embedded Postgres/NATS when their URLs are empty)."""
-        raise typer.Exit(run_command(_up))
+        import msgspec
+
+        settings = Settings.from_env()
+        if shadow:
+            settings = msgspec.structs.replace(settings, shadow=True)
+        raise typer.Exit(run_command(_up, settings=settings))

@@ -7,17 +7,16 @@ import json
 import sys
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from services.infra.settings import Settings
-from services.infra.store import EventStore
-from services.model.sidecarset import SidecarSetError
 from services.model.sidecarset_streams import actions_stream, decisions_stream, observed_stream
-from services.planner.sidecarset_replay import verify_sidecarset
-from services.planner.sidecarset_service import RULES_VERSION
-from services.planner.sidecarset_upgrade import SidecarSetRound, plan_sidecarset
+
+if TYPE_CHECKING:
+    from services.infra.store import EventStore
+    from services.planner.sidecarset_upgrade import SidecarSetRound
 
 sidecarset_app = typer.Typer(
     name="sidecarset", help="SidecarSet in-place upgrades: plan a round, verify the record."
@@ -57,6 +56,9 @@ def plan_command(
     ),
 ) -> None:
     """Decide one upgrade round for a SidecarSet and print it as JSON (exit 2 for an invalid SidecarSet)."""
+    from services.model.sidecarset import SidecarSetError
+    from services.planner.sidecarset_upgrade import plan_sidecarset
+
     data = json.loads(sys.stdin.read() if file == "-" else Path(file).read_text())
     now = datetime.fromisoformat(str(data["now"]).replace("Z", "+00:00"))
     try:
@@ -79,18 +81,18 @@ def verify_command(
     """Replay every recorded round of SidecarSet NAME from the event store; exit 1 at a divergence. Rounds
     recorded by other planner rules (an older rollbook) are reported as not re-verifiable, exit 0 unless
     --strict."""
-    from services.cli.runtime import run_command
+    from services.cli.runtime import run_with_store
+    from services.planner.sidecarset_replay import verify_sidecarset
+    from services.planner.sidecarset_service import RULES_VERSION
 
-    async def body(settings: Settings) -> int:
-        store = await EventStore.connect(settings.database_url)
-        try:
-            streams = [
-                [s.envelope for s in await store.read_stream(stream)]
-                for stream in (observed_stream(name), actions_stream(name), decisions_stream(name))
-            ]
-        finally:
-            await store.close()
-        report = verify_sidecarset(name, *streams)
+    async def read(store: EventStore, _: Settings) -> list[list[Any]]:
+        return [
+            [s.envelope for s in await store.read_stream(stream)]
+            for stream in (observed_stream(name), actions_stream(name), decisions_stream(name))
+        ]
+
+    def body() -> int:
+        report = verify_sidecarset(name, *run_with_store(read))
         for version, count in sorted(report.skipped.items()):
             typer.echo(
                 f"NOT RE-VERIFIABLE SidecarSet {name}: {count} round{'s' if count != 1 else ''} recorded by"
@@ -103,4 +105,4 @@ def verify_command(
         typer.echo(f"OK: {report.rounds} rounds of SidecarSet {name} replayed, every decision identical")
         return 1 if strict and report.skipped else 0
 
-    raise typer.Exit(run_command(body))
+    raise typer.Exit(body())

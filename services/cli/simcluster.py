@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import signal
 from pathlib import Path
@@ -11,7 +10,6 @@ from typing import Annotated
 import typer
 
 from services.infra.settings import Settings
-from services.simcluster import FaultConfig, NodeConfig, SimCluster, SimConfig, Timing
 
 
 def register(app: typer.Typer) -> None:
@@ -36,6 +34,12 @@ def simcluster(
         ),
     ] = None,
     write_error_rate: Annotated[float, typer.Option(help="Share of writes failed with 500/429.")] = 0.0,
+    lost_response_rate: Annotated[
+        float,
+        typer.Option(
+            help="Share of writes that commit but whose answer is lost (500, 504 or a cut connection)."
+        ),
+    ] = 0.0,
     latency: Annotated[float, typer.Option(help="Seconds added to every API request.")] = 0.0,
     failing_image: Annotated[
         list[str] | None, typer.Option(help="Image pattern (e.g. '*:broken') whose pull fails; repeatable.")
@@ -45,6 +49,10 @@ def simcluster(
     ] = None,
 ) -> None:
     """Start simcluster: a Kubernetes API server with simulated scheduler and kubelet, for laptops and CI."""
+    import asyncio
+
+    from services.simcluster import FaultConfig, NodeConfig, SimCluster, SimConfig, Timing
+
     settings = Settings.from_env()
     target = kubeconfig or settings.data_path / "simcluster" / "kubeconfig"
     cpu_millis = int(node_cpu[:-1]) if node_cpu.endswith("m") else int(float(node_cpu) * 1000)
@@ -56,7 +64,12 @@ def simcluster(
         ),
         timing=Timing() if instant else Timing.realistic(),
         extended_inplace=settings.extended_inplace if extended_inplace is None else extended_inplace,
-        faults=FaultConfig(write_error_rate=write_error_rate, latency_seconds=latency, seed=seed),
+        faults=FaultConfig(
+            write_error_rate=write_error_rate,
+            lost_response_rate=lost_response_rate,
+            latency_seconds=latency,
+            seed=seed,
+        ),
         kubeconfig_path=str(target),
         failing_images=tuple(failing_image or ()),
         crashing_images=tuple(crashing_image or ()),

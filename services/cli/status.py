@@ -9,41 +9,60 @@ be reached the counts are still shown, with the reason the rollout column is emp
 
 from __future__ import annotations
 
-import asyncio
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import asyncpg
 import typer
-from kubernetes_asyncio import client
-from rich.table import Table
 
-from services.cli.history import QueryError, clock, connect, console, parse_workload
-from services.infra import audit_queries
-from services.infra.kube import api_client
+from services.cli.errors import CommandError
+from services.cli.history import QueryError, clock, connect, parse_workload
+from services.cli.terminal import console
 from services.infra.settings import Settings
 from services.model.streams import CLONESET_GROUP, CLONESET_PLURAL, CLONESET_VERSION
 
+if TYPE_CHECKING:
+    import asyncpg
+
 
 async def list_clonesets(settings: Settings, namespace: str | None, name: str | None) -> list[dict[str, Any]]:
+    from kubernetes_asyncio import client
+
+    from services.infra.kube import api_client
+
     api = await api_client(settings)
     async with api:
         custom = client.CustomObjectsApi(api)
-        if name is not None and namespace is not None:
-            return [
-                await custom.get_namespaced_custom_object(
-                    CLONESET_GROUP, CLONESET_VERSION, namespace, CLONESET_PLURAL, name
-                )
-            ]
-        listing = await custom.list_cluster_custom_object(CLONESET_GROUP, CLONESET_VERSION, CLONESET_PLURAL)
+        try:
+            if name is not None and namespace is not None:
+                return [
+                    await custom.get_namespaced_custom_object(
+                        CLONESET_GROUP, CLONESET_VERSION, namespace, CLONESET_PLURAL, name
+                    )
+                ]
+            listing = await custom.list_cluster_custom_object(
+                CLONESET_GROUP, CLONESET_VERSION, CLONESET_PLURAL
+            )
+        except client.ApiException as error:
+            if error.status == 404 and name is not None:
+                raise CommandError(f"CloneSet {namespace}/{name} not found") from None
+            raise
+        except OSError as error:
+            raise CommandError(
+                f"cannot reach the Kubernetes API server at {api.configuration.host}: {error}"
+            ) from None
         items: list[dict[str, Any]] = listing.get("items") or []
         return sorted(items, key=lambda c: (c["metadata"].get("namespace", ""), c["metadata"]["name"]))
 
 
 async def show_status(settings: Settings, workload: str | None) -> int:
+    import asyncpg
+    from rich.table import Table
+
+    from services.infra import audit_queries
+
     namespace, name = parse_workload(workload) if workload else (None, None)
     clonesets = await list_clonesets(settings, namespace, name)
     if not clonesets:
-        console.print("no CloneSets in the cluster")
+        console().print("no CloneSets in the cluster")
         return 0
     rollouts: dict[tuple[str, str], asyncpg.Record | None] = {}
     trail_error = ""
@@ -80,24 +99,18 @@ async def show_status(settings: Settings, workload: str | None) -> int:
             described,
             state,
         )
-    console.print(table)
+    console().print(table)
     if trail_error:
-        console.print(f"[yellow]rollouts not shown:[/] {trail_error}")
+        console().print(f"[yellow]rollouts not shown:[/] {trail_error}")
     return 0
 
 
 def register(application: typer.Typer) -> None:
+    import asyncio
+
     @application.command("status")
     def status(
         workload: Annotated[str | None, typer.Argument(help="<namespace>/<cloneset> (default: all)")] = None,
     ) -> None:
         """CloneSets with replicas/updated/ready counts and their latest rollout from the audit trail."""
-        try:
-            code = asyncio.run(show_status(Settings.from_env(), workload))
-        except client.ApiException as error:
-            console.print(f"[red]rollbook status:[/] the API server answered {error.status} {error.reason}")
-            raise typer.Exit(1) from None
-        except OSError as error:
-            console.print(f"[red]rollbook status:[/] cannot reach the cluster: {error}")
-            raise typer.Exit(1) from None
-        raise typer.Exit(code)
+        raise typer.Exit(asyncio.run(show_status(Settings.from_env(), workload)))

@@ -2,27 +2,30 @@
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-import yaml
-from kubernetes_asyncio.config.config_exception import ConfigException
 
 from services.cli.runtime import CommandBody, run_command
-from services.infra.bus import Bus
 from services.infra.settings import Settings
-from services.infra.store import EventStore
-from services.webhook import register as registration
-from services.webhook.recorder import EventSink, LogSink
-from services.webhook.service import WebhookOptions, run_webhook
-from services.webhook.sinks import EventStoreSink
-from services.webhook.tls import DEFAULT_HOSTS
+
+if TYPE_CHECKING:  # imported where used: `rollbook --help` must not pay for the webhook's dependencies
+    from services.webhook.service import WebhookOptions
 
 
 def _serve(options: WebhookOptions, record: str) -> CommandBody:
+    import asyncio
+
     async def serve(settings: Settings) -> int:
+        from kubernetes_asyncio.config.config_exception import ConfigException
+
+        from services.infra.bus import Bus
+        from services.infra.store import EventStore
+        from services.webhook.recorder import EventSink, LogSink
+        from services.webhook.service import run_webhook
+        from services.webhook.sinks import EventStoreSink
+
         sink: EventSink
         if record == "store":
             store_sink = EventStoreSink(
@@ -91,6 +94,9 @@ def webhook_command(
     """Run the SidecarSet injection webhook until interrupted."""
     if failure_policy not in ("Ignore", "Fail"):
         raise typer.BadParameter("must be Ignore or Fail", param_hint="--failure-policy")
+    from services.webhook.service import WebhookOptions
+    from services.webhook.tls import DEFAULT_HOSTS
+
     options = WebhookOptions(
         host=host,
         port=port,
@@ -124,6 +130,10 @@ def webhook_config_command(
     ] = "Ignore",
 ) -> None:
     """Print service-based webhook configurations for a real cluster (kubectl apply -f -)."""
+    import yaml
+
+    from services.webhook import register as registration
+
     ca_bundle = ca_file.read_bytes()
     documents = [
         registration.mutating_configuration(

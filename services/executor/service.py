@@ -290,7 +290,7 @@ class Executor:
                     self.core.delete_namespaced_persistent_volume_claim, pvc, namespace, details.get("uid")
                 )
                 return details.get("uid"), already
-            case "updateInPlace" | "recreatePod":
+            case "updateInPlace" | "recreatePod" | "patchPod":
                 return await self._patch_pod(request, details.get("patch") or {})
             case "markNotReady" | "markReady":
                 return await self._mark(request)

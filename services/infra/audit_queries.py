@@ -1,5 +1,5 @@
-"""Read-side queries over the audit views (migrations/versions/0002_audit_views.py and
-0003_sidecarset_audit_views.py, docs/sql.md).
+"""Read-side queries over the audit views (migrations/versions/0002_audit_views.py,
+0003_sidecarset_audit_views.py and 0007_shadow_trail.py, docs/sql.md).
 
 Plain SQL an operator could paste into psql; each function takes an open asyncpg connection. CloneSet and
 SidecarSet rollouts are both listed (column ``kind``); a SidecarSet's ``namespace`` is ``''`` (it is
@@ -12,7 +12,7 @@ import asyncpg
 
 ROLLOUTS_SQL = """
 SELECT rollout_id, kind, namespace, workload, from_revision, to_revision, strategy_type, replicas,
-       started, finished, duration, outcome
+       started, finished, duration, outcome, driven_by
 FROM rollouts
 WHERE ($1::text IS NULL OR namespace = $1) AND ($2::text IS NULL OR workload = $2)
   AND ($3::text IS NULL OR kind = $3)
@@ -29,7 +29,7 @@ ORDER BY position
 
 POD_ACTIONS_SQL = """
 SELECT rollout_id, kind, pod_namespace, pod, action, update_kind, requested, started, finished, duration,
-       outcome, reason
+       outcome, reason, driven_by
 FROM pod_actions
 WHERE namespace = $1 AND workload = $2
 ORDER BY position
@@ -81,3 +81,20 @@ async def max_unavailable_exceeded(connection: asyncpg.Connection) -> list[async
 async def actions_without_one_terminal(connection: asyncpg.Connection) -> list[asyncpg.Record]:
     """Requested actions with zero or several terminal events; empty means every action ended once."""
     return list(await connection.fetch("SELECT * FROM actions_without_one_terminal"))
+
+
+# Observed pod actions of a shadowed CloneSet with rollbook's verdict (docs/shadow.md), oldest first.
+SHADOW_AGREEMENT_SQL = """
+SELECT a.rollout_id, a.action, a.pod, a.revision, a.at, a.verdict, a.reason, a.pattern, a.unavailable,
+       a.max_unavailable, a.rollbook, r.outcome AS rollout_outcome, r.from_revision, r.to_revision
+FROM shadow_agreement AS a
+LEFT JOIN rollouts AS r ON r.rollout_id = a.rollout_id AND r.driven_by = 'observed'
+WHERE a.kind = 'CloneSet' AND a.namespace = $1 AND a.workload = $2
+ORDER BY a.position
+"""
+
+
+async def shadow_agreement(
+    connection: asyncpg.Connection, namespace: str, workload: str
+) -> list[asyncpg.Record]:
+    return list(await connection.fetch(SHADOW_AGREEMENT_SQL, namespace, workload))

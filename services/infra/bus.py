@@ -31,6 +31,7 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StorageType, StreamConfig
 
 from services.infra.keyed import KeyedRunner
+from services.infra.retry import Stopped, retry_until_stopped
 from services.infra.settings import Settings
 from services.model.events import Envelope, decode, encode
 
@@ -322,6 +323,14 @@ class Bus:
         return letters
 
 
+async def _quietly(work: Awaitable[object]) -> None:
+    """Await ``work``, ignoring its failure (an in-progress signal while the bus itself is down)."""
+    try:
+        await work
+    except Exception:
+        log.debug("in-progress signal not sent", exc_info=True)
+
+
 def subject_matches(pattern: str, subject: str) -> bool:
     """NATS subject matching: ``*`` matches one token, a final ``>`` one or more."""
     wanted, tokens = pattern.split("."), subject.split(".")
@@ -350,6 +359,7 @@ class Consumer:
     order_key: OrderKey | None = None
     stats: ConsumerStats = field(default_factory=ConsumerStats)
     _stopping: asyncio.Event = field(default_factory=asyncio.Event)
+    _in_progress: asyncio.Future[None] | None = None
 
     def stop(self) -> None:
         """Stop fetching; the message being handled finishes, the rest of the batch goes back at once."""
@@ -469,7 +479,10 @@ class Consumer:
             await self._dead_letter(msg, f"delivered {deliveries} times without being settled")
             return
         try:
-            await self.handler(envelope, msg)
+            await self._handle_waiting_out_outages(envelope, msg)
+        except Stopped:
+            await msg.nak()  # stopping while the store is still down: the next process handles it
+            return
         except Exception as error:
             reason = f"handler failed on delivery {deliveries}: {type(error).__name__}: {error}"
             if deliveries >= max_deliver:
@@ -483,6 +496,23 @@ class Consumer:
         if not msg.is_acked:  # the handler may settle the message itself
             await msg.ack()
         self.stats.handled += 1
+
+    async def _handle_waiting_out_outages(self, envelope: Envelope, msg: Msg) -> None:
+        """Run the handler; while it fails because the store or the bus is unreachable (a restart, a
+        connection lost mid-batch), retry it here with backoff, telling JetStream the message is still in
+        progress, instead of spending its deliveries toward the dead-letter subject: an outage is not the
+        message's fault, and every other message would fail the same way meanwhile."""
+
+        async def attempt() -> None:
+            await self.handler(envelope, msg)
+
+        def still_working(error: BaseException, attempt_number: int) -> None:
+            self.stats.retried += 1
+            self._in_progress = asyncio.ensure_future(_quietly(msg.in_progress()))
+
+        await retry_until_stopped(
+            attempt, what=f"consumer {self.durable}", stopping=self._stopping, on_retry=still_working
+        )
 
     async def _dead_letter(self, msg: Msg, reason: str) -> None:
         meta = msg.metadata

@@ -38,11 +38,11 @@ import msgspec
 import psutil
 
 from services.infra.settings import Settings
+from services.infra.stack import EMBEDDED_DATABASE
 
 log = logging.getLogger(__name__)
 
 POSTGRES_SYSTEM_USER = "rollbook-pg"
-EMBEDDED_DATABASE = "rollbook"
 START_TIMEOUT = 60.0
 STOP_TIMEOUT = 30.0
 
@@ -65,6 +65,7 @@ class EmbeddedServers:
         self.postgres: subprocess.Popen[bytes] | None = None
         self.nats: subprocess.Popen[bytes] | None = None
         self._lock_file: IO[str] | None = None
+        self._postgres_port: int | None = None
         self.resolved: Settings | None = None
 
     @property
@@ -109,6 +110,21 @@ class EmbeddedServers:
             self._lock_file.close()  # releases the flock
             self._lock_file = None
 
+    async def stop_postgres(self, *, immediate: bool = False) -> None:
+        """Stop the embedded Postgres (``immediate``: SIGQUIT, as ``pg_ctl stop -m immediate``, no
+        checkpoint, crash recovery at the next start), keeping its data and port for ``start_postgres``.
+        For fault-injection tests and the chaos bench."""
+        if self.postgres is None:
+            raise EmbeddedError("no embedded postgres is running here")
+        await _terminate(self.postgres, signal.SIGQUIT if immediate else signal.SIGINT, "postgres")
+        self.postgres = None
+
+    async def start_postgres(self) -> None:
+        """Start the embedded Postgres again after ``stop_postgres``, on the same port and data."""
+        if self.postgres is not None or self._postgres_port is None:
+            raise EmbeddedError("start_postgres restarts a Postgres stopped with stop_postgres")
+        await self._start_postgres(self._postgres_port)
+
     # --- data dir lock ------------------------------------------------------------------------------------
 
     def _lock(self) -> None:
@@ -132,7 +148,7 @@ class EmbeddedServers:
 
     # --- Postgres -----------------------------------------------------------------------------------------
 
-    async def _start_postgres(self) -> str:
+    async def _start_postgres(self, port: int | None = None) -> str:
         bin_path = postgres_bin_path()
         pgdata = self.data_path / "postgres"
         run_as = _postgres_user()
@@ -146,7 +162,8 @@ class EmbeddedServers:
                 # Seen once on a busy machine, not reproduced: one more try on a clean directory.
                 log.warning("%s; retrying once", error)
                 await asyncio.to_thread(_initdb, bin_path, pgdata, run_as)
-        port = _free_port()
+        port = port or _free_port()
+        self._postgres_port = port
         log_path = self.data_path / "postgres.log"
         with log_path.open("ab") as log_file:
             if run_as:

@@ -10,6 +10,7 @@ it. Leader election asks for its own group, so a Lease renewal never queues behi
 from __future__ import annotations
 
 import json
+import os
 import time
 from typing import Any
 
@@ -59,13 +60,25 @@ class RateLimitedApiClient(client.ApiClient):  # type: ignore[misc]
 async def api_client(settings: Settings, *, group: str = API_GROUP) -> client.ApiClient:
     configuration = client.Configuration()
     if settings.kubeconfig:
+        _check_exists(settings.kubeconfig, "the kubeconfig {} does not exist")
         await config.load_kube_config(config_file=settings.kubeconfig, client_configuration=configuration)
     else:
         try:
             config.load_incluster_config(client_configuration=configuration)
         except config.ConfigException:
+            _check_exists(
+                config.KUBE_CONFIG_DEFAULT_LOCATION,
+                "not in a cluster, ROLLBOOK_KUBECONFIG is empty and {} does not exist",
+            )
             await config.load_kube_config(client_configuration=configuration)
     return RateLimitedApiClient(configuration, rate_limiter(settings, group), group)
+
+
+def _check_exists(path: str, message: str) -> None:
+    """A missing kubeconfig named plainly (kubernetes-asyncio logs a warning, then fails on an empty one)."""
+    full = os.path.expanduser(path)
+    if not os.path.exists(full):
+        raise config.ConfigException(message.format(full))
 
 
 async def raw_json(response: Any) -> dict[str, Any]:

@@ -69,3 +69,11 @@ KUBE_API_THROTTLED = Counter(
 KUBE_API_THROTTLED_REQUESTS = Counter(
     "rollbook_kube_api_throttled_requests_total", "Requests that had to wait for the rate limit", ["client"]
 )
+RETRIES = Counter(
+    "rollbook_retries_total",
+    "Attempts retried after a transient error (database or bus unreachable), by what was retried",
+    ["what"],
+)
+TASK_FAILURES = Counter(
+    "rollbook_task_failures_total", "Background tasks of a service that ended with an error", ["task"]
+)

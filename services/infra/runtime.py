@@ -9,9 +9,16 @@ Usage inside a service's ``run(settings)``::
         await runtime.stopping.wait()      # SIGTERM/SIGINT sets it
         ...stop consuming, finish in-flight work...
 
-``/healthz`` answers 200 while the process's loop runs; ``/readyz`` answers 200 once ``set_ready`` was
-called and until shutdown begins (503 otherwise, with the reason); ``/metrics`` is prometheus-client's
-text format. Extra routes (the auditor's history) are added with ``runtime.app.router`` before entering.
+``/healthz`` answers 200 while the process's loop runs and every task the service needs (the ones given
+to ``run_until_stopped``) is alive, 503 naming the dead task otherwise, so a liveness probe restarts a
+process that lost a part of itself; ``/readyz`` answers 200 once ``set_ready`` was called and until
+shutdown begins (503 otherwise, with the reason); ``/metrics`` is prometheus-client's text format. Extra
+routes (the auditor's history) are added with ``runtime.app.router`` before entering.
+
+A task that ends with an error stops the whole service: ``run_until_stopped`` begins the shutdown (so
+every loop waiting on ``stopping`` winds down) and re-raises, and the process exits non-zero for its
+supervisor to restart. Should that shutdown itself hang, the process exits anyway after
+``FAILED_EXIT_SECONDS``: a live process with a dead part is the one state not allowed.
 """
 
 from __future__ import annotations
@@ -31,11 +38,15 @@ import structlog
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
+from services.infra.metrics import TASK_FAILURES
 from services.infra.settings import Settings
 
 # Each service's HTTP port is settings.http_port + its offset, so `rollbook up` can run all four with one
 # base port; http_port 0 lets the OS pick (the chosen port is logged as "http_listening").
 PORT_OFFSETS = {"watcher": 0, "planner": 1, "executor": 2, "auditor": 3}
+# After a needed task died, seconds the clean shutdown may take before the process exits regardless.
+FAILED_EXIT_SECONDS = 30.0
+FAILED_EXIT_CODE = 70  # EX_SOFTWARE
 
 
 def logged_port(log_path: Path, start: int = 0) -> int | None:
@@ -97,11 +108,48 @@ class ServiceRuntime:
         self._not_ready_reason = "starting"
         self._runner: web.AppRunner | None = None
         self._details: dict[str, Callable[[], Any]] = {}
+        self._needed: list[asyncio.Task[Any]] = []
+        self.failed_task: str | None = None  # "name: error" of the needed task that died, if one did
+        self.failed_exit_seconds: float | None = FAILED_EXIT_SECONDS  # None: never force the exit
         self.log = structlog.get_logger(service)
 
     def add_detail(self, name: str, value: Callable[[], Any]) -> None:
         """Report ``value()`` under ``details.<name>`` in every /readyz answer (e.g. degraded parts)."""
         self._details[name] = value
+
+    def need(self, *tasks: asyncio.Task[Any]) -> None:
+        """The service cannot work without these tasks: /healthz fails once one of them has ended
+        while the service is not stopping."""
+        self._needed.extend(tasks)
+
+    def dead_tasks(self) -> list[str]:
+        """Needed tasks that have ended although the service is not stopping (with their error)."""
+        if self.stopping.is_set() and self.failed_task is None:
+            return []
+        dead = []
+        for task in self._needed:
+            if not task.done():
+                continue
+            error = None if task.cancelled() else task.exception()
+            if error is None and self.stopping.is_set():
+                continue  # it ended because we stop
+            dead.append(f"{task.get_name()}: {'cancelled' if error is None else repr(error)}")
+        return dead
+
+    def task_failed(self, task: asyncio.Task[Any], error: BaseException) -> None:
+        """A needed task ended with ``error``: record it, count it, begin the shutdown, and make sure
+        the process does not outlive its shutdown by more than ``failed_exit_seconds``."""
+        name = task.get_name()
+        TASK_FAILURES.labels(name).inc()
+        self.failed_task = f"{name}: {error!r}"
+        self.log.error("task_failed", task=name, error=repr(error))
+        self.request_stop(f"task {name} failed")
+        if self.failed_exit_seconds is not None:
+            asyncio.get_running_loop().call_later(self.failed_exit_seconds, self._exit_now, name)
+
+    def _exit_now(self, task: str) -> None:
+        self.log.error("forced_exit", task=task, after_seconds=self.failed_exit_seconds)
+        os._exit(FAILED_EXIT_CODE)
 
     def set_ready(self, ready: bool = True, reason: str = "") -> None:
         self._ready = ready
@@ -141,6 +189,10 @@ class ServiceRuntime:
         self.log.info("stopped")
 
     async def _healthz(self, request: web.Request) -> web.Response:
+        dead = self.dead_tasks()
+        if dead:
+            body = {"status": "failing", "service": self.service, "dead_tasks": dead}
+            return web.json_response(body, status=503)
         return web.json_response({"status": "ok", "service": self.service})
 
     async def _readyz(self, request: web.Request) -> web.Response:
@@ -158,13 +210,21 @@ class ServiceRuntime:
 
 async def run_until_stopped(runtime: ServiceRuntime, *tasks: asyncio.Task[Any]) -> None:
     """Wait for SIGTERM or for any task to end (a crash of one part stops the service: let the supervisor
-    restart it rather than run half a service); re-raise the first task error."""
+    restart it rather than run half a service). A task that failed begins the shutdown of every other
+    loop (``runtime.stopping``) and its error is re-raised, so the process exits non-zero."""
+    runtime.need(*tasks)
     stop_wait = asyncio.create_task(runtime.stopping.wait())
     done, _ = await asyncio.wait([stop_wait, *tasks], return_when=asyncio.FIRST_COMPLETED)
     stop_wait.cancel()
     for task in done:
-        if task is not stop_wait and not task.cancelled() and task.exception() is not None:
-            runtime.set_ready(False, "a task failed")
-            raise task.exception()  # type: ignore[misc]
+        if task is stop_wait:
+            continue
+        error = task.exception() if not task.cancelled() else asyncio.CancelledError(f"{task.get_name()}")
+        if error is None and not runtime.stopping.is_set():
+            error = RuntimeError(f"task {task.get_name()} ended while the service was running")
+        if error is not None:
+            runtime.task_failed(task, error)
+            runtime.set_ready(False, f"task {task.get_name()} failed")
+            raise error
     if not runtime.stopping.is_set():
         runtime.request_stop()

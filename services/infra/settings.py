@@ -71,6 +71,17 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # Requests the rate limit lets through at once after a quiet spell (client-go's Burst): the size of
     # the token bucket that kube_api_qps refills. docs/performance.md.
     kube_api_burst: int = 200
+    # Which CloneSets and SidecarSets rollbook acts on: all (every one not labelled rollbook.io/manage=false;
+    # a cluster where rollbook is the only CloneSet controller) or labelled (only those labelled
+    # rollbook.io/manage=true, plus CloneSets in manage_namespaces). all is refused, as labelled, when
+    # kruise-manager is found at start. docs/install.md, "Which objects rollbook manages".
+    manage: str = "all"
+    # Namespaces (comma-separated) whose CloneSets count as opted in when manage is labelled.
+    manage_namespaces: str = ""
+    # Shadow mode (`rollbook up --shadow`): act on nothing; the planner records, for every CloneSet, the pod
+    # actions its real controller took and what rollbook would have done (docs/shadow.md). One CloneSet
+    # alone: label it rollbook.io/manage=shadow.
+    shadow: bool = False
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:

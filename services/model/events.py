@@ -160,6 +160,59 @@ class PodActionFailed(_Event, frozen=True, kw_only=True):
     retryable: bool = False
 
 
+# --- shadow mode (planner: a CloneSet rollbook observes but does not drive; docs/shadow.md) ---------
+
+
+class PodActionObserved(_Event, frozen=True, kw_only=True):
+    """A pod action someone else took (OpenKruise, a person with kubectl), derived from two consecutive
+    observations of the pod. On ``CloneSet/<ns>/<name>/shadow``; nothing executes it."""
+
+    action_id: str  # deterministic: derived from the observation that showed it
+    action: str  # createPod, recreatePod, deletePod, updateInPlace, becameReady
+    namespace: str
+    pod: str
+    pod_uid: str
+    observation: uuid.UUID  # the ObjectObserved event that showed it
+    started_at: datetime  # when the pod first showed it (an in-place update: when it left service)
+    rollout_id: str | None = None
+    revision: str | None = None  # the pod's revision label after the action
+    from_revision: str | None = None  # ... and before it (updateInPlace)
+    completes: str | None = None  # becameReady: the action id of the create/update it completes
+    details: dict[str, Any] = {}  # images before and after
+
+
+class ShadowPlanned(_Event, frozen=True, kw_only=True):
+    """What rollbook would have done on an observed state of a CloneSet it does not drive. Recorded when
+    the decision changes (the same decision on later states is not repeated); never executed."""
+
+    through: int  # version of the workload's observed stream the state folds
+    now: datetime
+    update_revision: str | None = None  # rollbook's name for the template's revision
+    partition: int | None = None
+    max_unavailable: int = 0
+    max_surge: int = 0
+    actions: list[dict[str, Any]] = []  # [{action, pod, revision}], the plan's pod actions
+    rejected: dict[str, Any] | None = None  # the spec rollbook would have rejected, and why
+    rules: int = 1  # the planner rules that decided (RoundPlanned.rules)
+
+
+class ShadowCompared(_Event, frozen=True, kw_only=True):
+    """One observed pod action compared with rollbook's decision on the state the controller acted on
+    (docs/shadow.md, "Agreement")."""
+
+    action_id: str  # the PodActionObserved
+    action: str
+    pod: str
+    verdict: Literal["agree", "differ", "unknown"]
+    reason: str
+    rollout_id: str | None = None
+    decision: uuid.UUID | None = None  # the ShadowPlanned compared with (None: rollbook had no decision)
+    rollbook: list[dict[str, Any]] = []  # rollbook's pod actions in that decision
+    unavailable: int = 0  # pods unavailable once the controller acted
+    max_unavailable: int | None = None  # the rollout's resolved maxUnavailable
+    pattern: str | None = None  # a known way to differ: "above maxUnavailable", "surge thrash"
+
+
 # --- SidecarSet (webhook) ---------------------------------------------------------------------------
 
 
@@ -190,6 +243,9 @@ Event = (
     | PodActionSucceeded
     | PodActionFailed
     | SidecarInjected
+    | PodActionObserved
+    | ShadowPlanned
+    | ShadowCompared
 )
 
 EVENT_TYPES: dict[str, type[_Event]] = {cls.__name__: cls for cls in Event.__args__}  # type: ignore[attr-defined]

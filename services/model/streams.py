@@ -6,6 +6,9 @@ One CloneSet ``<ns>/<name>`` owns three event streams, each with a single kind o
 - ``CloneSet/<ns>/<name>``: the planner's rounds and decisions (one planner, expected_version);
 - ``CloneSet/<ns>/<name>/actions``: the executors' outcomes (any executor, store-assigned versions).
 
+A CloneSet in shadow mode (docs/shadow.md) has a fourth, ``CloneSet/<ns>/<name>/shadow`` (the planner):
+what its real controller did and what rollbook would have done.
+
 All three are published with the workload stream as partition key, so they share one bus partition.
 """
 
@@ -33,6 +36,12 @@ def observed_stream(namespace: str, name: str) -> str:
 
 def actions_stream(namespace: str, name: str) -> str:
     return f"{WORKLOAD_KIND}/{namespace}/{name}/actions"
+
+
+def shadow_stream(namespace: str, name: str) -> str:
+    """A CloneSet rollbook observes but does not drive: the pod actions observed, the rollouts observed and
+    what rollbook would have done (the planner, in shadow mode; docs/shadow.md)."""
+    return f"{WORKLOAD_KIND}/{namespace}/{name}/shadow"
 
 
 def workload_stream(stream: str) -> str:

@@ -1,4 +1,5 @@
-"""New pods and PVCs (semantics CS-7..CS-9) and deterministic instance ids."""
+"""New pods and PVCs (OpenKruise pkg/controller/cloneset/core/cloneset_core.go ``newVersionedPods``,
+sync/cloneset_scale.go ``createPods``) and deterministic instance ids."""
 
 from __future__ import annotations
 
@@ -7,11 +8,15 @@ import hashlib
 from collections.abc import Iterator
 from typing import Any
 
+from services.planner.lifecycle import PREPARING_NORMAL
 from services.planner.names import (
     CLONESET_API_VERSION,
     CLONESET_KIND,
     INPLACE_READY_CONDITION,
     INSTANCE_ID_LABEL,
+    KRUISE_POD_READY_CONDITION,
+    LIFECYCLE_STATE_LABEL,
+    LIFECYCLE_TIMESTAMP_ANNOTATION,
     POD_TEMPLATE_HASH_LABEL,
     REVISION_LABEL,
     SAFE_ALPHABET,
@@ -57,21 +62,27 @@ def id_seed(spec: CloneSetSpec, taken: set[str]) -> bytes:
     return hashlib.sha256(text.encode()).digest()
 
 
-def new_pod(spec: CloneSetSpec, revision: Revision, instance_id: str) -> dict[str, Any]:
+def new_pod(spec: CloneSetSpec, revision: Revision, instance_id: str, now_text: str = "") -> dict[str, Any]:
     template = copy.deepcopy(revision.template)
     template_meta = template.get("metadata") or {}
     labels = dict(template_meta.get("labels") or {})
     labels[INSTANCE_ID_LABEL] = instance_id
     labels[REVISION_LABEL] = revision.hash
     labels[POD_TEMPLATE_HASH_LABEL] = revision.hash
+    # Every new pod starts PreparingNormal; the refresh moves it to Normal once it is scheduled (or, with
+    # a preNormal hook, once the hook is satisfied).
+    labels[LIFECYCLE_STATE_LABEL] = PREPARING_NORMAL
     metadata: dict[str, Any] = {
         "name": pod_name(spec, instance_id),
         "generateName": f"{spec.name}-",
         "namespace": spec.namespace,
         "labels": labels,
     }
-    if template_meta.get("annotations"):
-        metadata["annotations"] = dict(template_meta["annotations"])
+    annotations = dict(template_meta.get("annotations") or {})
+    if now_text:
+        annotations[LIFECYCLE_TIMESTAMP_ANNOTATION] = now_text
+    if annotations:
+        metadata["annotations"] = annotations
     if template_meta.get("finalizers"):
         metadata["finalizers"] = list(template_meta["finalizers"])
     metadata["ownerReferences"] = [owner_reference(spec)]
@@ -79,6 +90,12 @@ def new_pod(spec: CloneSetSpec, revision: Revision, instance_id: str) -> dict[st
     gates = list(pod_spec.get("readinessGates") or [])
     if not any(g.get("conditionType") == INPLACE_READY_CONDITION for g in gates):
         gates.append({"conditionType": INPLACE_READY_CONDITION})
+    if _marks_not_ready(spec) and not any(
+        g.get("conditionType") == KRUISE_POD_READY_CONDITION for g in gates
+    ):
+        # OpenKruise's pod webhook adds this gate to every pod it owns; rollbook adds it only when a
+        # lifecycle hook needs it (markPodNotReady), so pods without hooks stay as they were.
+        gates.append({"conditionType": KRUISE_POD_READY_CONDITION})
     pod_spec["readinessGates"] = gates
     if spec.volume_claim_templates:
         claims = [
@@ -93,6 +110,13 @@ def new_pod(spec: CloneSetSpec, revision: Revision, instance_id: str) -> dict[st
             v for v in pod_spec.get("volumes") or [] if v.get("name") not in claim_names
         ]
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": pod_spec}
+
+
+def _marks_not_ready(spec: CloneSetSpec) -> bool:
+    hooks = spec.lifecycle
+    if hooks is None:
+        return False
+    return any(h is not None and h.mark_not_ready for h in (hooks.pre_delete, hooks.in_place_update))
 
 
 def new_pvcs(spec: CloneSetSpec, instance_id: str) -> list[dict[str, Any]]:

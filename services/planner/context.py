@@ -6,8 +6,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from services.model import labels as selectors
-from services.planner.inplace import Change, classify
-from services.planner.names import CLONESET_KIND, INSTANCE_ID_LABEL
+from services.planner.inplace import Change, classify, update_complete
+from services.planner.lifecycle import UPDATING
+from services.planner.names import (
+    CLONESET_KIND,
+    INPLACE_GRACE_ANNOTATION,
+    INPLACE_GRACE_ANNOTATION_OLD,
+    INSTANCE_ID_LABEL,
+)
 from services.planner.podstate import PodView
 from services.planner.revisions import RevisionPlan
 from services.planner.spec import CloneSetSpec
@@ -99,6 +105,21 @@ class Context:
 
     def is_updated(self, pod: PodView) -> bool:
         return pod.revision_hash == self.update_hash
+
+    def runs_update(self, pod: PodView) -> bool:
+        """At the update revision and running it: labelled with it, and no in-place update towards it still
+        pending (a grace period not over, or containers not restarted on the new images yet). OpenKruise
+        counts a pod as updated from the write that starts its in-place update; rollbook reports it updated
+        only once its containers run the update revision."""
+        if pod.revision_hash != self.update_hash:
+            return False
+        annotations = pod.annotations
+        if INPLACE_GRACE_ANNOTATION in annotations or INPLACE_GRACE_ANNOTATION_OLD in annotations:
+            return False
+        if pod.lifecycle == UPDATING or pod.inplace_ready is False:
+            state = pod.inplace_state
+            return state is None or update_complete(pod.obj, state)
+        return True
 
     def change_for(self, pod: PodView) -> Change | None:
         """The change from the pod's revision to the update revision; None when its revision is unknown."""

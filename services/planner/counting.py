@@ -3,7 +3,7 @@
 Two rollbook changes, both documented in docs/plan.md:
 - update surge is only spent on pods that will be recreated: an in-place change needs no extra pod
   (OpenKruise bug kruise#2369), unless maxUnavailable is 0, where surge is the only budget in-place has;
-- old pods already on their way (marked for recreation, or waiting out an in-place grace period) are
+- old pods already on their way (marked for recreation) are
   subtracted from the update count, so a round never picks more pods than replicas - partition.
 """
 
@@ -12,7 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from services.planner.context import Context
-from services.planner.names import INPLACE_GRACE_ANNOTATION
 from services.planner.podstate import PodView
 from services.planner.spec import RECREATE
 
@@ -26,7 +25,7 @@ class Classes:
     to_delete_old: int
     pre_deleting: int
     unavailable: int  # active, not toDelete, not available
-    in_flight_old: int  # old pods marked for recreation or waiting for an in-place grace period
+    in_flight_old: int  # old pods marked for recreation (toDelete)
     needs_recreate_old: int  # old pods (not toDelete) whose update will recreate them
     unavailable_all: int = 0  # active pods not available, whatever their state (the update budget)
     unavailable_new: int = 0  # pods at the update revision not available yet
@@ -81,11 +80,7 @@ def classify_pods(ctx: Context) -> Classes:
         if not available:
             unavailable += 1
         if not updated:
-            # Most pods have no grace annotation: skip parsing it (a lazy view property) for them.
-            grace = pod.inplace_grace if INPLACE_GRACE_ANNOTATION in pod.annotations else None
-            if grace is not None and str(grace.get("revision", "")).rsplit("-", 1)[-1] == update_hash:
-                in_flight += 1
-            elif recreate_all:
+            if recreate_all:
                 recreate += 1
             else:
                 needs = recreates.get(pod.revision_hash)

@@ -1,4 +1,5 @@
-"""Classify a template change and build the in-place patch (seed 003; semantics CS-19, CS-21).
+"""Classify a template change and build the in-place patches (seed 003; OpenKruise
+pkg/util/inplaceupdate/inplace_update.go and inplace_update_defaults.go).
 
 Classes, from mildest to hardest (the seed's vocabulary):
 - Dynamic: applied to the running pod with no container restart (template metadata; probes in extended mode);
@@ -11,15 +12,18 @@ CloneSet with the annotation ``rollbook.io/inplace-mode: extended`` and needs a 
 
 from __future__ import annotations
 
+import base64
+import binascii
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
-import msgspec
-
 from services.planner.names import (
     INPLACE_GRACE_ANNOTATION,
+    INPLACE_GRACE_ANNOTATION_OLD,
     INPLACE_READY_CONDITION,
     INPLACE_STATE_ANNOTATION,
+    INPLACE_STATE_ANNOTATION_OLD,
     POD_TEMPLATE_HASH_LABEL,
     REVISION_LABEL,
 )
@@ -45,7 +49,6 @@ class Change:
     volumes: list[Any] | None = None  # new pod volumes (extended mode), when they changed
     removed_volumes: list[str] = field(default_factory=list)
     spec_patch: dict[str, Any] | None = None  # built once per change, shared by every pod it applies to
-    labels_patch: dict[str, str | None] | None = None  # likewise (a change has one target revision)
 
     @property
     def in_place(self) -> bool:
@@ -123,12 +126,14 @@ def _classify_volumes(change: Change, old: list[Any], new: list[Any], new_spec: 
             change.restart.append(container["name"])
 
 
-_annotation_encoder = msgspec.json.Encoder(order="sorted")
-
-
 def _dump(value: Any) -> str:
-    """Annotation values: compact JSON with sorted keys (stable bytes for replay)."""
-    return _annotation_encoder.encode(value).decode()
+    """Compact JSON; maps are built in the order Go's encoding/json writes them (struct fields in
+    declaration order, map keys sorted), so the bytes match OpenKruise's for the same content."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def _sorted_map(value: dict[str, Any]) -> dict[str, Any]:
+    return {k: value[k] for k in sorted(value)}
 
 
 def container_patch(change: Change, old_containers: list[Any]) -> list[dict[str, Any]]:
@@ -156,60 +161,163 @@ def container_patch(change: Change, old_containers: list[Any]) -> list[dict[str,
     return entries
 
 
-def _statuses_of(pod: dict[str, Any], names: list[str]) -> dict[str, dict[str, Any]]:
-    """The container statuses of the named containers (the last one wins, as in ``container_statuses``)."""
-    if not names:
+# --- OpenKruise's two pod annotations (apis/apps/pub/inplace_update.go) ----------------------------------
+#
+# apps.kruise.io/inplace-update-grace holds the UpdateSpec of pkg/util/inplaceupdate/inplace_update.go:
+#   {"revision", "containerImages"?, "metaDataPatch"? (base64 of a strategic merge patch), "graceSeconds"}
+# apps.kruise.io/inplace-update-state holds InPlaceUpdateState:
+#   {"revision", "updateTimestamp", "lastContainerStatuses": null | {name: {"imageID"?}}, "updateImages"?,
+#    "containerBatchesRecord"?: [{"timestamp", "containers": [sorted names]}]}
+# rollbook's extended in-place mode adds one key to each, which OpenKruise ignores when it reads them:
+# "rollbookContainerPatch" (the env/probe/volumeMount part of the patch, grace) and "containerID" in a
+# lastContainerStatuses entry (a container restarted without an image change).
+
+EXTENDED_PATCH_KEY = "rollbookContainerPatch"
+
+
+def metadata_patch(change: Change) -> dict[str, Any] | None:
+    """The template-metadata part of a change as the strategic merge patch OpenKruise stores
+    (``CreateTwoWayMergePatch`` of the two templates' metadata); None when metadata did not change."""
+    metadata: dict[str, Any] = {}
+    if change.annotations:
+        metadata["annotations"] = _sorted_map(change.annotations)
+    if change.labels:
+        metadata["labels"] = _sorted_map(change.labels)
+    return {"metadata": metadata} if metadata else None
+
+
+def container_images(change: Change) -> dict[str, str]:
+    return {n: c["image"] for n, c in sorted(change.containers.items()) if c.get("image") is not None}
+
+
+def update_spec_json(change: Change, revision_name: str, grace_seconds: int, extended: bool) -> str:
+    """The grace annotation: what the round after the grace period applies."""
+    spec: dict[str, Any] = {"revision": revision_name}
+    images = container_images(change)
+    if images:
+        spec["containerImages"] = images
+    meta = metadata_patch(change)
+    if meta is not None:
+        spec["metaDataPatch"] = base64.b64encode(_dump(meta).encode()).decode()
+    spec["graceSeconds"] = grace_seconds
+    if extended:
+        extra = [
+            {k: v for k, v in entry.items() if k != "image"}
+            for entry in container_patch(change, [])
+            if set(entry) - {"name", "image"}
+        ]
+        if extra or change.volumes is not None:
+            spec[EXTENDED_PATCH_KEY] = {
+                "containers": extra,
+                "restart": sorted(change.restart),
+                **_volumes_patch(change),
+            }
+    return _dump(spec)
+
+
+def _volumes_patch(change: Change) -> dict[str, Any]:
+    if change.volumes is None:
         return {}
-    found = {}
-    for status in (pod.get("status") or {}).get("containerStatuses") or ():
-        name = status.get("name", "")
-        if name in names:
-            found[name] = status
-    return found
+    return {
+        "volumes": list(change.volumes) + [{"name": n, "$patch": "delete"} for n in change.removed_volumes]
+    }
 
 
-def update_patch(
+def read_json(value: Any) -> dict[str, Any] | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        parsed = json.loads(value)
+    except ValueError:
+        return None
+    return parsed if isinstance(parsed, dict) else None
+
+
+def _state(revision_name: str, update_timestamp: str, update_images: bool) -> dict[str, Any]:
+    state: dict[str, Any] = {
+        "revision": revision_name,
+        "updateTimestamp": update_timestamp,
+        "lastContainerStatuses": None,
+    }
+    if update_images:
+        state["updateImages"] = True
+    return state
+
+
+def _apply(
+    pod: dict[str, Any],
+    state: dict[str, Any],
+    images: dict[str, str],
+    restart_only: list[str],
+    now_text: str,
+) -> dict[str, Any]:
+    """Record in ``state`` what patching these images does (``defaultPatchUpdateSpecToPod``): the imageID
+    before, per container whose image changes and that has a status, and one batch record."""
+    statuses = {s.get("name", ""): s for s in (pod.get("status") or {}).get("containerStatuses") or ()}
+    last: dict[str, Any] = dict(state.get("lastContainerStatuses") or {})
+    for name in sorted(set(images) | set(restart_only)):
+        status = statuses.get(name)
+        if status is None:
+            continue
+        entry: dict[str, str] = {}
+        if status.get("imageID"):
+            entry["imageID"] = status["imageID"]
+        if name not in images and status.get("containerID"):
+            entry["containerID"] = status["containerID"]  # extended mode: restart without a new image
+        last[name] = entry
+    state["lastContainerStatuses"] = _sorted_map(last) if last else None
+    records = list(state.get("containerBatchesRecord") or [])
+    records.append({"timestamp": now_text, "containers": sorted(set(images) | set(restart_only))})
+    # Keys in InPlaceUpdateState's declaration order.
+    ordered: dict[str, Any] = {
+        k: state[k] for k in ("revision", "updateTimestamp", "lastContainerStatuses") if k in state
+    }
+    for key in ("updateEnvFromMetadata", "updateResources", "updateImages"):
+        if state.get(key):
+            ordered[key] = state[key]
+    ordered["containerBatchesRecord"] = records
+    return ordered
+
+
+def start_patch(
     pod: dict[str, Any],
     change: Change,
     old_template: dict[str, Any],
     revision_name: str,
     revision_hash: str,
     now_text: str,
+    lifecycle_patch: dict[str, Any],
+    grace_seconds: int,
+    extended: bool,
 ) -> dict[str, Any]:
-    """The strategic merge patch that moves ``pod`` in place to the target revision."""
-    statuses = _statuses_of(pod, change.restart)
-    last_statuses = {}
-    for name in change.restart:
-        status = statuses.get(name) or {}
-        last_statuses[name] = {
-            "imageID": status.get("imageID", ""),
-            "containerID": status.get("containerID", ""),
-        }
-    state = {
-        "revision": revision_name,
-        "updateTimestamp": now_text,
-        "updateImages": any("image" in c for c in change.containers.values()),
-        "lastContainerStatuses": last_statuses,
-    }
-    if change.labels_patch is None or change.labels_patch[REVISION_LABEL] != revision_hash:
-        labels: dict[str, str | None] = dict(change.labels)
-        labels[REVISION_LABEL] = revision_hash
-        labels[POD_TEMPLATE_HASH_LABEL] = revision_hash
-        change.labels_patch = labels
-    annotations: dict[str, str | None] = dict(change.annotations)
-    annotations[INPLACE_STATE_ANNOTATION] = _dump(state)
+    """The one pod write that starts an in-place update (``updatePodInPlace``): revision labels to the
+    target, lifecycle ``Updating``, the state annotation; then with no grace period the images and the
+    template metadata in the same write, with one the grace annotation instead (images untouched)."""
+    labels: dict[str, str | None] = {REVISION_LABEL: revision_hash, POD_TEMPLATE_HASH_LABEL: revision_hash}
+    labels.update(lifecycle_patch["metadata"]["labels"])
+    annotations: dict[str, str | None] = dict(lifecycle_patch["metadata"]["annotations"])
+    state = _state(revision_name, now_text, bool(container_images(change)))
+    annotations[INPLACE_STATE_ANNOTATION_OLD] = None
+    patch: dict[str, Any] = {"metadata": {"labels": labels, "annotations": annotations}}
+    if grace_seconds > 0:
+        annotations[INPLACE_STATE_ANNOTATION] = _dump(state)
+        annotations[INPLACE_GRACE_ANNOTATION] = update_spec_json(
+            change, revision_name, grace_seconds, extended
+        )
+        return patch
+    labels.update(change.labels)
+    annotations.update(change.annotations)
+    images = container_images(change)
+    restart_only = [n for n in change.restart if n not in images]
+    annotations[INPLACE_STATE_ANNOTATION] = _dump(_apply(pod, state, images, restart_only, now_text))
     annotations[INPLACE_GRACE_ANNOTATION] = None
-    # The labels and spec parts are the same for every pod of this change: built once, shared.
-    patch: dict[str, Any] = {"metadata": {"labels": change.labels_patch, "annotations": annotations}}
+    annotations[INPLACE_GRACE_ANNOTATION_OLD] = None
     if change.spec_patch is None:
         spec: dict[str, Any] = {}
         entries = container_patch(change, (old_template.get("spec") or {}).get("containers") or [])
         if entries:
             spec["containers"] = entries
-        if change.volumes is not None:
-            spec["volumes"] = list(change.volumes) + [
-                {"name": n, "$patch": "delete"} for n in change.removed_volumes
-            ]
+        spec.update(_volumes_patch(change))
         change.spec_patch = spec
     if change.spec_patch:
         # Shared between the pods of this round: action payloads are immutable values.
@@ -217,13 +325,63 @@ def update_patch(
     return patch
 
 
-def grace_patch(revision_name: str, grace_seconds: int, now_text: str) -> dict[str, Any]:
-    grace = {"revision": revision_name, "graceSeconds": grace_seconds, "markedAt": now_text}
-    return {"metadata": {"annotations": {INPLACE_GRACE_ANNOTATION: _dump(grace)}}}
+def grace_expiry_patch(
+    pod: dict[str, Any], update_spec: dict[str, Any], state: dict[str, Any], now_text: str
+) -> dict[str, Any]:
+    """The write after the grace period (``finishGracePeriod``): what the grace annotation recorded —
+    images, template metadata — applied, the state completed (``updateTimestamp`` kept), grace removed."""
+    images = update_spec.get("containerImages") or {}
+    images = {str(k): str(v) for k, v in images.items()} if isinstance(images, dict) else {}
+    raw_extra = update_spec.get(EXTENDED_PATCH_KEY)
+    extra: dict[str, Any] = raw_extra if isinstance(raw_extra, dict) else {}
+    extra_containers = [c for c in extra.get("containers") or [] if isinstance(c, dict) and c.get("name")]
+    labels: dict[str, Any] = {}
+    annotations: dict[str, Any] = {}
+    meta = _decode_metadata_patch(update_spec.get("metaDataPatch"))
+    if meta is not None:
+        labels.update(meta.get("labels") or {})
+        annotations.update(meta.get("annotations") or {})
+    restart_only = sorted({str(n) for n in extra.get("restart") or []} - set(images))
+    annotations[INPLACE_STATE_ANNOTATION] = _dump(_apply(pod, dict(state), images, restart_only, now_text))
+    annotations[INPLACE_STATE_ANNOTATION_OLD] = None
+    annotations[INPLACE_GRACE_ANNOTATION] = None
+    annotations[INPLACE_GRACE_ANNOTATION_OLD] = None
+    metadata: dict[str, Any] = {"annotations": annotations}
+    if labels:
+        metadata["labels"] = labels
+    patch: dict[str, Any] = {"metadata": metadata}
+    by_name: dict[str, dict[str, Any]] = {n: {"name": n, "image": i} for n, i in sorted(images.items())}
+    for entry in extra_containers:
+        by_name.setdefault(entry["name"], {"name": entry["name"]}).update(
+            {k: v for k, v in entry.items() if k != "name"}
+        )
+    spec: dict[str, Any] = {}
+    if by_name:
+        spec["containers"] = list(by_name.values())
+    if extra.get("volumes") is not None:
+        spec["volumes"] = extra["volumes"]
+    if spec:
+        patch["spec"] = spec
+    return patch
 
 
-def clear_grace_patch() -> dict[str, Any]:
-    return {"metadata": {"annotations": {INPLACE_GRACE_ANNOTATION: None}}}
+def _decode_metadata_patch(value: Any) -> dict[str, Any] | None:
+    """``metaDataPatch`` is a Go byte slice: base64 in JSON. A plain JSON object is accepted too."""
+    if isinstance(value, dict):
+        return value.get("metadata") if isinstance(value.get("metadata"), dict) else None
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        decoded = json.loads(base64.b64decode(value, validate=True))
+    except (ValueError, binascii.Error):
+        return None
+    metadata = decoded.get("metadata") if isinstance(decoded, dict) else None
+    return metadata if isinstance(metadata, dict) else None
+
+
+def drop_grace_patch() -> dict[str, Any]:
+    """The pod's revision no longer matches the grace record: only the record goes."""
+    return {"metadata": {"annotations": {INPLACE_GRACE_ANNOTATION: None, INPLACE_GRACE_ANNOTATION_OLD: None}}}
 
 
 def condition(ready: bool, reason: str, now_text: str) -> dict[str, Any]:
@@ -235,8 +393,19 @@ def condition(ready: bool, reason: str, now_text: str) -> dict[str, Any]:
     }
 
 
+def _with_tag(image: Any) -> str:
+    text = str(image or "")
+    return text if ":" in text.rsplit("/", 1)[-1] or "@" in text else f"{text}:latest"
+
+
 def update_complete(pod: dict[str, Any], state: dict[str, Any]) -> bool:
-    """CS-21 step 4: every restarted container reports a new image id or a new container id."""
+    """``DefaultCheckInPlaceUpdateCompleted``: no later batch pending, and every container recorded in
+    ``lastContainerStatuses`` has a status whose imageID changed, or is unchanged while its image already
+    equals the spec image (a spec image without a tag compared as ``:latest``). An entry with a
+    ``containerID`` (extended mode) is complete once the container was restarted."""
+    for key in ("nextContainerImages", "nextContainerRefMetadata", "nextContainerResources"):
+        if state.get(key):
+            return False
     recorded = state.get("lastContainerStatuses") or {}
     if not isinstance(recorded, dict):
         return True
@@ -247,18 +416,14 @@ def update_complete(pod: dict[str, Any], state: dict[str, Any]) -> bool:
         if now_status is None:
             return False
         before = before if isinstance(before, dict) else {}
-        old_image_id, old_container_id = before.get("imageID", ""), before.get("containerID", "")
-        new_image_id, new_container_id = now_status.get("imageID", ""), now_status.get("containerID", "")
-        if old_image_id and new_image_id and new_image_id != old_image_id:
+        old_container_id = before.get("containerID")
+        if old_container_id:
+            if now_status.get("containerID") and now_status.get("containerID") != old_container_id:
+                continue
+            return False
+        if now_status.get("imageID", "") != before.get("imageID", ""):
             continue
-        if old_container_id and new_container_id and new_container_id != old_container_id:
-            continue
-        if (
-            not old_image_id
-            and not old_container_id
-            and new_container_id
-            and now_status.get("image") == spec_images.get(name)
-        ):
+        if _with_tag(now_status.get("image")) == _with_tag(spec_images.get(name)):
             continue
         return False
     return True

@@ -60,18 +60,32 @@ class UpdateInPlace(_Action, frozen=True, kw_only=True, tag="updateInPlace"):
 
 
 class MarkNotReady(_Action, frozen=True, kw_only=True, tag="markNotReady"):
-    condition: dict[str, Any]  # the InPlaceUpdateReady=False pod condition to write (status subresource)
+    # the pod condition to write (status subresource): InPlaceUpdateReady or KruisePodReady
+    condition: dict[str, Any]
     patch: dict[str, Any] | None = None  # metadata patch written with it (the grace-period record)
     revision: str = ""
 
 
 class MarkReady(_Action, frozen=True, kw_only=True, tag="markReady"):
-    condition: dict[str, Any]  # the InPlaceUpdateReady=True pod condition to write (status subresource)
+    # the pod condition to write (status subresource): InPlaceUpdateReady or KruisePodReady
+    condition: dict[str, Any]
     patch: dict[str, Any] | None = None
 
 
+class PatchPod(_Action, frozen=True, kw_only=True, tag="patchPod"):
+    patch: dict[str, Any]  # strategic merge patch of the pod's metadata (lifecycle state, grace record)
+
+
 Action = (
-    CreatePVC | CreatePod | DeletePod | DeletePVC | RecreatePod | UpdateInPlace | MarkNotReady | MarkReady
+    CreatePVC
+    | CreatePod
+    | DeletePod
+    | DeletePVC
+    | RecreatePod
+    | UpdateInPlace
+    | MarkNotReady
+    | MarkReady
+    | PatchPod
 )
 
 

@@ -8,11 +8,19 @@ REVISION_HASH_LABEL = "controller.kubernetes.io/hash"  # on ControllerRevisions
 INSTANCE_ID_LABEL = "apps.kruise.io/cloneset-instance-id"
 SPECIFIED_DELETE_LABEL = "apps.kruise.io/specified-delete"
 LIFECYCLE_STATE_LABEL = "lifecycle.apps.kruise.io/state"
+LIFECYCLE_TIMESTAMP_ANNOTATION = "lifecycle.apps.kruise.io/timestamp"
+# The CloneSet label switching excludePreparingDelete on in v1alpha1 (v1beta1: a scaleStrategy field).
+EXCLUDE_PREPARING_DELETE_LABEL = "apps.kruise.io/cloneset-scaling-exclude-preparing-delete"
 DELETION_COST_ANNOTATION = "controller.kubernetes.io/pod-deletion-cost"
 
 INPLACE_STATE_ANNOTATION = "apps.kruise.io/inplace-update-state"
 INPLACE_GRACE_ANNOTATION = "apps.kruise.io/inplace-update-grace"
 INPLACE_READY_CONDITION = "InPlaceUpdateReady"
+# Legacy keys OpenKruise still reads and removes on its next write.
+INPLACE_STATE_ANNOTATION_OLD = "inplace-update-state"
+INPLACE_GRACE_ANNOTATION_OLD = "inplace-update-grace"
+# The readiness gate lifecycle hooks with markPodNotReady hold a pod unready through (apis/apps/pub).
+KRUISE_POD_READY_CONDITION = "KruisePodReady"
 
 # rollbook's switch for the extended in-place mode (seed 003): probes Dynamic, env/volumes Rebuild.
 INPLACE_MODE_ANNOTATION = "rollbook.io/inplace-mode"

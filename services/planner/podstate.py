@@ -1,4 +1,5 @@
-"""What the planner reads from a pod: readiness, availability, revision, order (semantics G-3, G-4, CS-11).
+"""What the planner reads from a pod: readiness, availability, revision, order (Kubernetes' pod readiness
+helpers and ``controller.ActivePods`` order; OpenKruise pkg/controller/cloneset/sync/cloneset_sync_utils.go).
 
 Each pod is read once into a ``PodView``; everything later works on views.
 """
@@ -13,18 +14,20 @@ from typing import Any
 from services.planner.names import (
     DELETION_COST_ANNOTATION,
     INPLACE_GRACE_ANNOTATION,
+    INPLACE_GRACE_ANNOTATION_OLD,
     INPLACE_READY_CONDITION,
     INPLACE_STATE_ANNOTATION,
+    INPLACE_STATE_ANNOTATION_OLD,
     INSTANCE_ID_LABEL,
+    KRUISE_POD_READY_CONDITION,
     LIFECYCLE_STATE_LABEL,
     REVISION_LABEL,
     SPECIFIED_DELETE_LABEL,
 )
 
 _PHASE_RANK = {"Pending": 0, "Unknown": 1, "Running": 2}
-# Lifecycle states in which a pod may count as available. rollbook has no lifecycle hooks and never writes
-# the label; pods coming from OpenKruise keep theirs, and PreparingDelete/Updating/PreparingUpdate are busy.
-_NORMAL_LIFECYCLE = {"", "Normal", "PreparingNormal"}
+# Lifecycle states in which a pod may count as available (OpenKruise's IsPodAvailable: empty or Normal).
+_NORMAL_LIFECYCLE = frozenset({"", "Normal"})
 
 
 def parse_time(value: Any) -> float | None:
@@ -196,13 +199,30 @@ class PodView:
 
     @property
     def has_inplace_gate(self) -> bool:
+        return self.has_gate(INPLACE_READY_CONDITION)
+
+    def has_gate(self, condition_type: str) -> bool:
         gates = (self.obj.get("spec") or {}).get("readinessGates") or ()
-        return any(g.get("conditionType") == INPLACE_READY_CONDITION for g in gates)
+        return any(g.get("conditionType") == condition_type for g in gates)
+
+    def condition(self, condition_type: str) -> dict[str, Any] | None:
+        for condition in (self.obj.get("status") or {}).get("conditions") or ():
+            if condition.get("type") == condition_type:
+                return condition  # type: ignore[no-any-return]
+        return None
+
+    @property
+    def kruise_pod_ready(self) -> dict[str, Any] | None:
+        return self.condition(KRUISE_POD_READY_CONDITION)
+
+    @property
+    def finalizers(self) -> list[str]:
+        return list(self.obj["metadata"].get("finalizers") or ())
 
     # --- readiness vocabulary -------------------------------------------------------------------------
 
     def available(self, min_ready_seconds: int, now: float) -> bool:
-        """G-3: ready, and ready for longer than minReadySeconds (strictly)."""
+        """Ready, and ready for longer than minReadySeconds (strictly)."""
         if not self.ready:
             return False
         if min_ready_seconds == 0:
@@ -210,7 +230,8 @@ class PodView:
         return self.ready_since is not None and self.ready_since + min_ready_seconds < now
 
     def cs_available(self, min_ready_seconds: int, now: float) -> bool:
-        """CS-11: normal lifecycle, Running, available and InPlaceUpdateReady not False."""
+        """Lifecycle empty or Normal, Running, available and InPlaceUpdateReady not False (OpenKruise's
+        ``IsPodAvailable``, pkg/controller/cloneset/sync/cloneset_sync_utils.go)."""
         if not self._normal_running:
             return False
         if min_ready_seconds == 0:
@@ -219,7 +240,7 @@ class PodView:
         return since is not None and since + min_ready_seconds < now
 
     def counts_ready(self) -> bool:
-        """CS-22 readyReplicas: Running, Ready and InPlaceUpdateReady not False."""
+        """status.readyReplicas: Running, Ready and InPlaceUpdateReady not False (lifecycle ignored)."""
         return self.phase == "Running" and self.ready and self.inplace_ready is not False
 
     @property
@@ -229,13 +250,17 @@ class PodView:
     @property
     def inplace_state(self) -> dict[str, Any] | None:
         if self._state is _UNSET:
-            self._state = _json_annotation(self.annotations.get(INPLACE_STATE_ANNOTATION))
+            annotations = self.annotations
+            value = annotations.get(INPLACE_STATE_ANNOTATION, annotations.get(INPLACE_STATE_ANNOTATION_OLD))
+            self._state = _json_annotation(value)
         return self._state  # type: ignore[no-any-return]
 
     @property
     def inplace_grace(self) -> dict[str, Any] | None:
         if self._grace is _UNSET:
-            self._grace = _json_annotation(self.annotations.get(INPLACE_GRACE_ANNOTATION))
+            annotations = self.annotations
+            value = annotations.get(INPLACE_GRACE_ANNOTATION, annotations.get(INPLACE_GRACE_ANNOTATION_OLD))
+            self._grace = _json_annotation(value)
         return self._grace  # type: ignore[no-any-return]
 
     # --- orderings ------------------------------------------------------------------------------------
@@ -250,7 +275,8 @@ class PodView:
         return -(self.created if self.created else float("inf"))
 
     def active_order_key(self) -> tuple[Any, ...]:
-        """G-4 "least valuable first" (update candidates); the pod name breaks full ties (determinism).
+        """Kubernetes' "least valuable first" (``controller.ActivePods``), for update candidates; the pod
+        name breaks full ties (determinism).
 
         Hot path (every update candidate, every round): the lazy fields are read inline, and the three
         small leading criteria (scheduled, phase, ready) are packed into one int (same order, fewer tuple
@@ -281,7 +307,7 @@ class PodView:
         )
 
     def scale_in_key(self, min_ready_seconds: int, now: float, spread_rank: int) -> tuple[Any, ...]:
-        """CS-16 scale-in order: the first pods of this order are deleted first."""
+        """Scale-in order (OpenKruise pkg/controller/cloneset/utils/pod_sorter.go): first = deleted first."""
         return (
             1 if self.node else 0,
             _PHASE_RANK.get(self.phase, 0),

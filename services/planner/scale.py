@@ -39,7 +39,7 @@ def _create(ctx: Context, count: int, at_current: int) -> list[Action]:
     orphan_ids = _orphan_ids(ctx)
     for index, instance_id in enumerate(ids):
         revision = ctx.revisions.current if index < at_current else ctx.revisions.update
-        pod = new_pod(spec, revision, instance_id)
+        pod = new_pod(spec, revision, instance_id, ctx.now_text)
         name = pod["metadata"]["name"]
         for claim in new_pvcs(spec, instance_id):
             if claim["metadata"]["name"] not in existing_pvcs:

@@ -27,6 +27,7 @@ from nats.aio.msg import Msg
 
 from services.infra.bus import Bus
 from services.infra.consumer_service import serve_consumer
+from services.infra.kruise import resolve_selection
 from services.infra.leader import run_while_leading
 from services.infra.metrics import EVENTS_HANDLED, PLANNING_SECONDS
 from services.infra.runtime import ServiceRuntime, configure_logging
@@ -48,10 +49,13 @@ from services.model.events import (
     SpecRejected,
     StatusPlanned,
 )
+from services.model.management import Selection
+from services.model.shadow import shadowed
 from services.model.sidecarset_streams import is_sidecarset_stream
 from services.model.streams import WORKLOAD_KIND, decisions_stream, derived_id, rollout_id, workload_of
 from services.planner import rounds
 from services.planner.progress import rollout_progress
+from services.planner.shadow_service import ShadowRecorder
 from services.planner.sidecarset_service import SidecarSetPlanner
 from services.planner.status import failure_conditions, with_failure_conditions
 from services.planner.workload_state import EXPECTATION_TIMEOUT, WorkloadState, encode_input
@@ -64,8 +68,10 @@ DURABLE = "planner"
 # events), so ``rollbook verify`` reports rounds decided by other rules as not re-verifiable instead of as
 # divergences (docs/replay.md, "Upgrading rollbook"). 1: rounds recorded before rules were versioned.
 # 2: RolloutPaused/RolloutResumed, FailedScale/FailedUpdate conditions.
+# 3: OpenKruise's in-place annotations (grace record = UpdateSpec, revision labels moved when the update
+#    starts), the lifecycle.apps.kruise.io/state label (PreparingNormal/Normal/Updating/Updated), patchPod.
 # tests/planner/test_rules_fingerprint.py fails when the decisions change and this does not.
-RULES_VERSION = 2
+RULES_VERSION = 3
 # A round takes milliseconds; a wake-up lost with a crashed planner comes back after this.
 ACK_WAIT = 10.0
 INPUT_TYPES = ("ObjectObserved", "PodActionSucceeded", "PodActionFailed", "RequeueScheduled")
@@ -80,11 +86,15 @@ def decide(plan_input: bytes) -> dict[str, Any]:
 
 
 class Planner:
-    def __init__(self, settings: Settings, store: EventStore) -> None:
+    def __init__(self, settings: Settings, store: EventStore, selection: Selection | None = None) -> None:
         self.settings = settings
         self.store = store
+        # Which objects we plan for (services/model/management.py); the others are only observed.
+        self.selection = selection or Selection.parse(settings.manage, settings.manage_namespaces)
         self.workloads: dict[str, WorkloadState] = {}
-        self.sidecarsets = SidecarSetPlanner(store)  # SidecarSet in-place upgrades (docs/sidecarset.md)
+        self.sidecarsets = SidecarSetPlanner(store, self.selection)  # in-place upgrades (docs/sidecarset.md)
+        # CloneSets rollbook only observes (docs/shadow.md): all of them in shadow mode, else those labelled.
+        self.shadow = ShadowRecorder(store, shadow_all=settings.shadow, rules=RULES_VERSION)
         self._lock = asyncio.Lock()
 
     # --- state ---------------------------------------------------------------------------------------
@@ -110,6 +120,8 @@ class Planner:
             # subjects and delivers every event type.
             return
         if is_sidecarset_stream(envelope.stream):
+            if self.settings.shadow:
+                return  # shadow mode acts on nothing
             async with self._lock:
                 await self.sidecarsets.handle(envelope, msg)
             return
@@ -121,6 +133,9 @@ class Planner:
         )
         try:
             async with self._lock:
+                if self.settings.shadow:
+                    await self.shadow.record(namespace, name)
+                    return
                 state = self.state_of(namespace, name)
                 payload = envelope.payload
                 if isinstance(payload, RequeueScheduled):
@@ -164,6 +179,11 @@ class Planner:
 
     async def _decide(self, state: WorkloadState) -> None:
         if state.cloneset is None or state.now is None:
+            return
+        if shadowed(state.cloneset, shadow_all=False):  # labelled rollbook.io/manage=shadow
+            await self.shadow.record(state.namespace, state.name)
+            return
+        if not self.selection.manages(state.cloneset):
             return
         pending = state.pending()
         if pending:
@@ -385,7 +405,7 @@ def _action(
             }
     elif kind == "deletePVC":
         details["uid"] = state.uid_of("PersistentVolumeClaim", str(action.get("pvc")))
-    elif kind in ("updateInPlace", "recreatePod", "markNotReady", "markReady"):
+    elif kind in ("updateInPlace", "recreatePod", "markNotReady", "markReady", "patchPod"):
         details["uid"] = state.uid_of("Pod", pod)
     revision = action.get("revision") or None
     return PodActionRequested(
@@ -405,10 +425,11 @@ async def run(settings: Settings) -> None:
         store = await EventStore.connect(settings.database_url)
         bus = await Bus.connect(settings, name="rollbook-planner")
         try:
+            selection = await resolve_selection(settings, "planner")
 
             async def work() -> None:
                 # A fresh Planner per leadership: its state is rebuilt from the store on first sight.
-                planner = Planner(settings, store)
+                planner = Planner(settings, store, selection)
                 await serve_consumer(
                     runtime,
                     bus,

@@ -42,6 +42,7 @@ from services.model.events import (
     SpecRejected,
     StatusPlanned,
 )
+from services.model.management import Selection
 from services.model.sidecarset import SidecarSetError
 from services.model.sidecarset_streams import (
     SIDECARSET_ACTION_ANNOTATION,
@@ -329,8 +330,9 @@ def decisions_for(state: SidecarSetState, result: SidecarSetRound | SidecarSetEr
 class SidecarSetPlanner:
     """Plans every SidecarSet; called by the planner service for messages of SidecarSet streams."""
 
-    def __init__(self, store: EventStore) -> None:
+    def __init__(self, store: EventStore, selection: Selection | None = None) -> None:
         self.store = store
+        self.selection = selection or Selection()  # which SidecarSets we plan for (model/management.py)
         self.states: dict[str, SidecarSetState] = {}
 
     async def handle(self, envelope: Envelope, msg: Msg) -> None:
@@ -378,7 +380,7 @@ class SidecarSetPlanner:
             PLANNING_SECONDS.observe(time.perf_counter() - started)
 
     async def _decide(self, state: SidecarSetState) -> None:
-        if state.sidecarset is None or state.now is None:
+        if state.sidecarset is None or state.now is None or not self.selection.manages(state.sidecarset):
             return
         pending = state.pending()
         if pending:

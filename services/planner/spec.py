@@ -1,4 +1,5 @@
-"""A typed, defaulted view of the CloneSet spec (semantics CS-1). Built only after validation passed."""
+"""A typed, defaulted view of the CloneSet spec (OpenKruise apis/apps/defaults/v1alpha1.go
+``SetDefaultsCloneSet``). Built only after validation passed."""
 
 from __future__ import annotations
 
@@ -6,7 +7,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from services.model import intorpercent
-from services.planner.names import INPLACE_MODE_ANNOTATION, INPLACE_MODE_EXTENDED
+from services.planner.lifecycle import Lifecycle, read_lifecycle
+from services.planner.names import (
+    EXCLUDE_PREPARING_DELETE_LABEL,
+    INPLACE_MODE_ANNOTATION,
+    INPLACE_MODE_EXTENDED,
+)
 
 RECREATE = "ReCreate"
 IN_PLACE_IF_POSSIBLE = "InPlaceIfPossible"
@@ -40,6 +46,8 @@ class CloneSetSpec:
     disable_pvc_reuse: bool
     extended_inplace: bool
     priority_strategy: dict[str, Any] | None
+    lifecycle: Lifecycle | None = None
+    exclude_preparing_delete: bool = False
 
 
 def resolve(cloneset: dict[str, Any]) -> CloneSetSpec:
@@ -88,4 +96,6 @@ def resolve(cloneset: dict[str, Any]) -> CloneSetSpec:
         disable_pvc_reuse=bool(scale.get("disablePVCReuse", False)),
         extended_inplace=annotations.get(INPLACE_MODE_ANNOTATION) == INPLACE_MODE_EXTENDED,
         priority_strategy=strategy.get("priorityStrategy"),
+        lifecycle=read_lifecycle(spec.get("lifecycle")),
+        exclude_preparing_delete=(metadata.get("labels") or {}).get(EXCLUDE_PREPARING_DELETE_LABEL) == "true",
     )

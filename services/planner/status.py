@@ -16,8 +16,8 @@ FAILED_SCALE = "FailedScale"
 FAILED_UPDATE = "FailedUpdate"
 # Which executor actions are a scale step and which an update step, as OpenKruise splits its sync into
 # Scale (create/delete pods and their PVCs) and Update (in-place update, specified-delete patch for a
-# recreate, InPlaceUpdateReady condition writes). setPodsToDelete (OpenKruise's truncatePodsToDelete)
-# only logs there, so it sets neither condition.
+# recreate, InPlaceUpdateReady condition writes, lifecycle label moves). setPodsToDelete (OpenKruise's
+# truncatePodsToDelete) only logs there, so it sets neither condition.
 ACTION_CLASSES: dict[str, str] = {
     "createPVC": FAILED_SCALE,
     "createPod": FAILED_SCALE,
@@ -27,6 +27,7 @@ ACTION_CLASSES: dict[str, str] = {
     "recreatePod": FAILED_UPDATE,
     "markNotReady": FAILED_UPDATE,
     "markReady": FAILED_UPDATE,
+    "patchPod": FAILED_UPDATE,
 }
 FAILURE_CONDITIONS = (FAILED_SCALE, FAILED_UPDATE)
 
@@ -154,7 +155,7 @@ def compute(ctx: Context) -> dict[str, Any]:
         is_available = pod.cs_available(min_ready, now)
         ready += is_ready
         available += is_available
-        if pod.revision_hash == update_hash:
+        if pod.revision_hash == update_hash and ctx.runs_update(pod):
             updated += 1
             updated_ready += is_ready
             updated_available += is_available

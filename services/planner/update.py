@@ -1,4 +1,5 @@
-"""The update step (semantics CS-17..CS-21): refresh in-place states, pick candidates, apply the budget."""
+"""The update step (OpenKruise pkg/controller/cloneset/sync/cloneset_update.go): refresh in-place states and
+lifecycle labels, pick candidates, apply the budget, start in-place updates or mark pods for recreation."""
 
 from __future__ import annotations
 
@@ -9,12 +10,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from services.model import labels as selectors
-from services.planner import inplace
+from services.planner import inplace, lifecycle
 from services.planner.context import Context
 from services.planner.counting import Classes, Diffs
-from services.planner.model import Action, MarkNotReady, MarkReady, RecreatePod, UpdateInPlace
-from services.planner.names import INPLACE_GRACE_ANNOTATION, SPECIFIED_DELETE_LABEL
-from services.planner.podstate import PodView, format_time_precise, parse_time
+from services.planner.model import Action, MarkNotReady, MarkReady, PatchPod, RecreatePod, UpdateInPlace
+from services.planner.names import (
+    INPLACE_GRACE_ANNOTATION,
+    INPLACE_GRACE_ANNOTATION_OLD,
+    KRUISE_POD_READY_CONDITION,
+    SPECIFIED_DELETE_LABEL,
+)
+from services.planner.podstate import PodView, format_time, parse_time
 from services.planner.revisions import hash_part
 from services.planner.spec import RECREATE
 
@@ -25,85 +31,138 @@ _TRAILING_INT = re.compile(r"(\d+)$")
 class StepResult:
     actions: list[Action] = field(default_factory=list)
     requeue: list[int] = field(default_factory=list)
+    lifecycle_moved: bool = False  # a lifecycle label was patched: the update step ends with the refresh
+    refreshed: set[str] = field(default_factory=set)  # pods the refresh wrote to this round
 
 
 def refresh(ctx: Context) -> StepResult:
-    """Advance pods already in an in-place update: grace expiry, completion, readiness-gate init."""
+    """The per-pod refresh that opens the update step (OpenKruise ``refreshPodState`` and
+    ``inplaceupdate.Refresh``): grace periods run out, finished in-place updates get
+    ``InPlaceUpdateReady=True``, the lifecycle label moves. It runs even when paused."""
     result = StepResult()
-    # Only pods with in-place work or an unset readiness gate can need a refresh; most pods have neither.
+    spec = ctx.spec
+    watch_kruise_gate = _marks_not_ready(spec.lifecycle)
+    # Only pods with in-place work, an unset readiness condition or a lifecycle state to move can need a
+    # refresh; most pods (Normal, InPlaceUpdateReady True) have none of these.
     pending = [
-        p for p in ctx.pods if p.inplace_ready is not True or INPLACE_GRACE_ANNOTATION in p.annotations
+        p
+        for p in ctx.pods
+        if p.inplace_ready is not True
+        or p.lifecycle not in _SETTLED
+        or INPLACE_GRACE_ANNOTATION in p.annotations
+        or INPLACE_GRACE_ANNOTATION_OLD in p.annotations
+        or (watch_kruise_gate and p.kruise_pod_ready is None and p.has_gate(KRUISE_POD_READY_CONDITION))
     ]
     for pod in sorted(pending, key=lambda p: p.name):
-        grace = pod.inplace_grace
-        if grace is not None:
-            _refresh_grace(ctx, pod, grace, result)
-            continue
-        if pod.inplace_ready is False:
-            state = pod.inplace_state
-            if (
-                state
-                and hash_part(str(state.get("revision", ""))) == pod.revision_hash
-                and not inplace.update_complete(pod.obj, state)
-            ):
-                continue  # the kubelet is still recreating the container
-            reason = "InPlaceUpdateCompleted" if state else "Recovered"
-            result.actions.append(
-                MarkReady(
-                    pod=pod.name,
-                    condition=inplace.condition(True, reason, ctx.now_text),
-                    reason="in-place update finished" if state else "readiness gate reset",
-                )
-            )
-        elif pod.inplace_ready is None and pod.has_inplace_gate:
-            result.actions.append(
-                MarkReady(
-                    pod=pod.name,
-                    condition=inplace.condition(True, "PodCreated", ctx.now_text),
-                    reason="initialise the InPlaceUpdateReady readiness gate",
-                )
-            )
+        _refresh_pod(ctx, pod, result)
     return result
 
 
-def _refresh_grace(ctx: Context, pod: PodView, grace: dict[str, Any], result: StepResult) -> None:
-    update = ctx.revisions.update
-    change = ctx.change_for(pod)
-    pending = hash_part(str(grace.get("revision", ""))) == update.hash and not ctx.is_updated(pod)
-    if pending and change is not None and change.in_place:
-        marked = parse_time(grace.get("markedAt")) or ctx.now
-        seconds = grace.get("graceSeconds")
-        seconds = seconds if isinstance(seconds, int) else ctx.spec.grace_period_seconds
-        remaining = marked + seconds - ctx.now
-        if remaining > 0:
-            result.requeue.append(math.ceil(remaining))
-            return
-        result.actions.append(_update_in_place(ctx, pod, change, "grace period over"))
-        return
-    result.actions.append(
-        MarkReady(
-            pod=pod.name,
-            condition=inplace.condition(True, "InPlaceUpdateSuperseded", ctx.now_text),
-            patch=inplace.clear_grace_patch(),
-            reason="the pending in-place update no longer applies",
+_SETTLED = frozenset({"", lifecycle.NORMAL})
+
+
+def _marks_not_ready(spec_lifecycle: lifecycle.Lifecycle | None) -> bool:
+    if spec_lifecycle is None:
+        return False
+    hooks = (spec_lifecycle.pre_delete, spec_lifecycle.in_place_update)
+    return any(h is not None and h.mark_not_ready for h in hooks)
+
+
+def _refresh_pod(ctx: Context, pod: PodView, result: StepResult) -> None:
+    now_text = ctx.now_text
+    actions: list[Action] = []
+    grace = pod.inplace_grace
+    state = pod.inplace_state
+    complete = False
+    if grace is not None:
+        if hash_part(str(grace.get("revision", ""))) != pod.revision_hash:
+            # Someone moved the pod to another revision: the record no longer applies, the pod goes
+            # through candidate selection again.
+            actions.append(
+                PatchPod(
+                    pod=pod.name,
+                    patch=inplace.drop_grace_patch(),
+                    reason="the pending in-place update no longer matches the pod's revision",
+                )
+            )
+        elif state is not None:
+            started = parse_time(state.get("updateTimestamp"))
+            seconds = grace.get("graceSeconds")
+            seconds = seconds if isinstance(seconds, int) else 0
+            remaining = (started if started is not None else ctx.now) + seconds - ctx.now
+            if remaining > 0:
+                result.requeue.append(math.ceil(remaining))
+            else:
+                patch = inplace.grace_expiry_patch(pod.obj, grace, state, now_text)
+                images = (grace.get("containerImages") or {}) if isinstance(grace, dict) else {}
+                actions.append(
+                    UpdateInPlace(
+                        pod=pod.name,
+                        revision=str(grace.get("revision", "")),
+                        patch=patch,
+                        change=inplace.CLASS_NAMES[inplace.REBUILD],
+                        restart_containers=sorted(images) if isinstance(images, dict) else [],
+                        reason="grace period over",
+                    )
+                )
+    else:
+        complete = state is None or inplace.update_complete(pod.obj, state)
+        if complete and pod.inplace_ready is not True and pod.has_inplace_gate:
+            reason = "InPlaceUpdateCompleted" if state else "PodCreated"
+            actions.append(
+                MarkReady(
+                    pod=pod.name,
+                    condition=inplace.condition(True, reason, now_text),
+                    reason="in-place update finished"
+                    if state
+                    else "initialise the InPlaceUpdateReady readiness gate",
+                )
+            )
+    kruise_ready = pod.kruise_pod_ready
+    if (
+        kruise_ready is None
+        and _marks_not_ready(ctx.spec.lifecycle)
+        and pod.has_gate(KRUISE_POD_READY_CONDITION)
+    ):
+        # What OpenKruise's pod-readiness controller does for a pod whose KruisePodReady is unset.
+        kruise_ready = {"type": KRUISE_POD_READY_CONDITION, "status": "True", "lastTransitionTime": now_text}
+        actions.append(
+            MarkReady(
+                pod=pod.name, condition=kruise_ready, reason="initialise the KruisePodReady readiness gate"
+            )
         )
+    spec_lifecycle = ctx.spec.lifecycle
+    target = lifecycle.refreshed_state(
+        pod.lifecycle,
+        spec_lifecycle,
+        scheduled=bool(pod.node),
+        at_update_revision=ctx.is_updated(pod),
+        update_complete=complete,
+        labels=pod.labels,
+        finalizers=pod.finalizers,
     )
-
-
-def _update_in_place(ctx: Context, pod: PodView, change: inplace.Change, reason: str) -> UpdateInPlace:
-    update = ctx.revisions.update
-    revision = ctx.revisions.by_hash[pod.revision_hash]
-    patch = inplace.update_patch(
-        pod.obj, change, revision.template, update.name, ctx.update_hash, ctx.now_text
-    )
-    return UpdateInPlace(
-        pod=pod.name,
-        revision=update.name,
-        patch=patch,
-        change=inplace.CLASS_NAMES[change.kind],
-        restart_containers=list(change.restart),
-        reason=reason,
-    )
+    if target is not None:
+        move = lifecycle.state_patch(target, now_text)
+        why = f"lifecycle {pod.lifecycle or 'unset'} -> {target}"
+        hook = spec_lifecycle.in_place_update if spec_lifecycle is not None else None
+        removed = None
+        if target == lifecycle.UPDATED and hook is not None and hook.mark_not_ready:
+            if pod.has_gate(KRUISE_POD_READY_CONDITION):
+                removed = lifecycle.not_ready_key_removed(kruise_ready, lifecycle.PRE_UPDATE_KEY, now_text)
+        if removed is not None:
+            actions.append(MarkReady(pod=pod.name, condition=removed, patch=move, reason=why))
+        elif actions and isinstance(actions[-1], MarkReady) and actions[-1].patch is None:
+            last = actions.pop()
+            assert isinstance(last, MarkReady)
+            actions.append(
+                MarkReady(pod=pod.name, condition=last.condition, patch=move, reason=f"{last.reason}; {why}")
+            )
+        else:
+            actions.append(PatchPod(pod=pod.name, patch=move, reason=why))
+        result.lifecycle_moved = True
+    if actions:
+        result.actions.extend(actions)
+        result.refreshed.add(pod.name)
 
 
 def _priority_key(strategy: dict[str, Any] | None) -> Any:
@@ -133,22 +192,39 @@ def _priority_key(strategy: dict[str, Any] | None) -> Any:
     return None
 
 
-def candidates(ctx: Context, wanted: int | None = None) -> list[PodView]:
-    """Old pods that may be updated, in OpenKruise's order (G-4, then priorityStrategy), first ``wanted``."""
+def candidates(ctx: Context, wanted: int | None = None, skip: set[str] | None = None) -> list[PodView]:
+    """Old pods that may be updated, in OpenKruise's order (``SortUpdateIndexes``: the default order,
+    then priorityStrategy, then pods in PreparingUpdate first), first ``wanted``.
+
+    Skipped: pods in PreparingDelete, pods in a grace period (unless Updated), pods marked for deletion or
+    named in podsToDelete (already on their way), and ``skip`` (pods the refresh wrote to this round)."""
     named = set(ctx.spec.pods_to_delete)
     update_hash = ctx.update_hash
+    skip = skip or set()
     pods = [
         p
         for p in ctx.pods
         if p.revision_hash != update_hash
-        and p.lifecycle != "PreparingDelete"
+        and p.lifecycle != lifecycle.PREPARING_DELETE
         and not p.specified_delete
         and p.name not in named
-        and p.inplace_grace is None
+        and (p.lifecycle == lifecycle.UPDATED or p.inplace_grace is None)
+        and p.name not in skip
     ]
     priority = _priority_key(ctx.spec.priority_strategy)
-    # The priority re-sort is stable over the G-4 order, i.e. one sort on (priority, G-4 key).
-    key = PodView.active_order_key if priority is None else lambda p: (priority(p), p.active_order_key())
+    preparing_first = any(p.lifecycle == lifecycle.PREPARING_UPDATE for p in pods)
+    if priority is None and not preparing_first:
+        key: Any = PodView.active_order_key
+    else:
+        # The priority re-sort is stable over the default order, and so is "PreparingUpdate first": one
+        # sort on (PreparingUpdate, priority, default key).
+        def key(p: PodView) -> Any:
+            return (
+                0 if p.lifecycle == lifecycle.PREPARING_UPDATE else 1,
+                priority(p) if priority is not None else 0,
+                p.active_order_key(),
+            )
+
     if wanted is not None and wanted < len(pods) // 4:
         return heapq.nsmallest(wanted, pods, key=key)  # O(n log k): only the head of the order is walked
     pods.sort(key=key)
@@ -157,7 +233,7 @@ def candidates(ctx: Context, wanted: int | None = None) -> list[PodView]:
 
 def update_step(ctx: Context, classes: Classes, diffs: Diffs) -> StepResult:
     result = refresh(ctx)
-    if result.actions or ctx.spec.paused or diffs.update_num <= 0:
+    if result.lifecycle_moved or ctx.spec.paused or diffs.update_num <= 0:
         return result
     spec = ctx.spec
     limit = diffs.update_max_unavailable
@@ -167,7 +243,7 @@ def update_step(ctx: Context, classes: Classes, diffs: Diffs) -> StepResult:
     chosen: list[PodView] = []
     # The walk stops after at most `limit` available candidates; unavailable ones cost nothing.
     wanted = min(diffs.update_num, unavailable + limit + 1)
-    for pod in candidates(ctx, wanted):
+    for pod in candidates(ctx, wanted, result.refreshed):
         if busy + len(chosen) >= limit:
             break
         if pod.cs_available(spec.min_ready_seconds, ctx.now):
@@ -188,20 +264,14 @@ class _SharedPayloads:
 
     recreate_patch: dict[str, Any]
     not_ready: dict[str, Any]
-    grace_patch: dict[str, Any] | None
+    updating: dict[str, Any]
 
     @classmethod
     def of(cls, ctx: Context) -> _SharedPayloads:
-        grace_seconds = ctx.spec.grace_period_seconds
-        grace = None
-        if grace_seconds > 0:
-            grace = inplace.grace_patch(
-                ctx.revisions.update.name, grace_seconds, format_time_precise(ctx.now)
-            )
         return cls(
             recreate_patch={"metadata": {"labels": {SPECIFIED_DELETE_LABEL: "true"}}},
             not_ready=inplace.condition(False, "StartInPlaceUpdate", ctx.now_text),
-            grace_patch=grace,
+            updating=lifecycle.state_patch(lifecycle.UPDATING, ctx.now_text),
         )
 
 
@@ -210,6 +280,7 @@ def _update_pod(ctx: Context, pod: PodView, shared: _SharedPayloads, result: Ste
     update = ctx.revisions.update
     change = None if spec.update_type == RECREATE else ctx.change_for(pod)
     if change is None or not change.in_place:
+        # Recreation does not consult the lifecycle: the preDelete hook applies when the pod is deleted.
         result.actions.append(
             RecreatePod(
                 pod=pod.name,
@@ -221,22 +292,99 @@ def _update_pod(ctx: Context, pod: PodView, shared: _SharedPayloads, result: Ste
             )
         )
         return
-    if change.kind < inplace.REBUILD:
-        result.actions.append(_update_in_place(ctx, pod, change, "in-place update, no container restart"))
+    if not _released_for_in_place(ctx, pod, result):
         return
-    if shared.grace_patch is not None:
+    revision = ctx.revisions.by_hash[pod.revision_hash]
+    grace = spec.grace_period_seconds if change.kind >= inplace.REBUILD else 0
+    # With a grace period the start time is rounded up to the whole second it is written in, so the
+    # grace period measured from it is never cut short.
+    stamp = format_time(math.ceil(ctx.now)) if grace > 0 else ctx.now_text
+    patch = inplace.start_patch(
+        pod.obj,
+        change,
+        revision.template,
+        update.name,
+        ctx.update_hash,
+        stamp,
+        shared.updating,
+        grace,
+        spec.extended_inplace,
+    )
+    if change.kind < inplace.REBUILD:
+        result.actions.append(
+            UpdateInPlace(
+                pod=pod.name,
+                revision=update.name,
+                patch=patch,
+                change=inplace.CLASS_NAMES[change.kind],
+                reason="in-place update, no container restart",
+            )
+        )
+        return
+    if grace > 0:
         result.actions.append(
             MarkNotReady(
                 pod=pod.name,
                 condition=shared.not_ready,
                 revision=update.name,
-                patch=shared.grace_patch,
-                reason=f"in-place update after a {spec.grace_period_seconds}s grace period",
+                patch=patch,
+                reason=f"in-place update after a {grace}s grace period",
             )
         )
-        result.requeue.append(spec.grace_period_seconds)
+        result.requeue.append(grace)
         return
     result.actions.append(
         MarkNotReady(pod=pod.name, condition=shared.not_ready, revision=update.name, reason="in-place update")
     )
-    result.actions.append(_update_in_place(ctx, pod, change, "in-place update"))
+    result.actions.append(
+        UpdateInPlace(
+            pod=pod.name,
+            revision=update.name,
+            patch=patch,
+            change=inplace.CLASS_NAMES[change.kind],
+            restart_containers=list(change.restart),
+            reason="in-place update",
+        )
+    )
+
+
+def _released_for_in_place(ctx: Context, pod: PodView, result: StepResult) -> bool:
+    """The lifecycle gate before an in-place update (OpenKruise ``updatePod``): True when the pod may be
+    updated now; otherwise the move it needs is added to ``result`` (or it waits) and False."""
+    spec_lifecycle = ctx.spec.lifecycle
+    hook = spec_lifecycle.in_place_update if spec_lifecycle is not None else None
+    state = pod.lifecycle
+    held = spec_lifecycle is not None and lifecycle.hooked(hook, pod.labels, pod.finalizers)
+    if state in ("", lifecycle.PREPARING_NORMAL, lifecycle.NORMAL):
+        if held:
+            _enter_preparing_update(ctx, pod, result, None, "inPlaceUpdate hook holds the pod")
+            return False
+        return True
+    if state == lifecycle.UPDATED:
+        # Chosen again for a newer revision: back to PreparingUpdate, the hook's labels and finalizers put
+        # back in the same patch; it then waits for release like any PreparingUpdate pod.
+        if hook is not None:
+            _enter_preparing_update(
+                ctx, pod, result, hook, "updated pod chosen again: inPlaceUpdate hook re-armed"
+            )
+        return False
+    if state == lifecycle.PREPARING_UPDATE:
+        return not held  # still hooked: it waits, keeping its slot of the budget
+    return state == lifecycle.UPDATING  # any other state cannot be updated in place
+
+
+def _enter_preparing_update(
+    ctx: Context, pod: PodView, result: StepResult, handler: lifecycle.Hook | None, why: str
+) -> None:
+    hook = ctx.spec.lifecycle.in_place_update if ctx.spec.lifecycle is not None else None
+    move = lifecycle.state_patch(lifecycle.PREPARING_UPDATE, ctx.now_text, handler)
+    condition = None
+    if hook is not None and hook.mark_not_ready and pod.has_gate(KRUISE_POD_READY_CONDITION):
+        condition = lifecycle.not_ready_key_added(
+            pod.kruise_pod_ready, lifecycle.PRE_UPDATE_KEY, ctx.now_text
+        )
+    reason = f"lifecycle {pod.lifecycle or 'unset'} -> PreparingUpdate: {why}"
+    if condition is not None:
+        result.actions.append(MarkNotReady(pod=pod.name, condition=condition, patch=move, reason=reason))
+    else:
+        result.actions.append(PatchPod(pod=pod.name, patch=move, reason=reason))

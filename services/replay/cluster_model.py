@@ -62,6 +62,10 @@ def _merge(target: dict[str, Any], patch: dict[str, Any]) -> None:
                     target.setdefault("containers", []).append(copy.deepcopy(entry))
                 else:
                     _merge(container, entry)
+        elif key == "finalizers" and isinstance(value, list):
+            # Finalizers merge as a set (strategic merge patch, patchStrategy "merge").
+            existing = target.setdefault("finalizers", [])
+            existing.extend(f for f in value if f not in existing)
         elif isinstance(value, dict) and isinstance(target.get(key), dict):
             _merge(target[key], value)
         else:
@@ -188,7 +192,7 @@ class ClusterModel:
                     self.pvcs.pop(claim, None)
         elif kind == "deletePVC":
             self.pvcs.pop(str(action.get("pvc")), None)
-        elif pod is not None and kind in ("recreatePod", "updateInPlace"):
+        elif pod is not None and kind in ("recreatePod", "updateInPlace", "patchPod"):
             _merge(pod, action.get("patch") or {})
             self._annotate(pod, action_id)
             if kind == "updateInPlace":

@@ -5,7 +5,7 @@ from __future__ import annotations
 import heapq
 
 from services.infra.store import EventStore, StoredEvent
-from services.model.streams import actions_stream, decisions_stream, observed_stream
+from services.model.streams import actions_stream, decisions_stream, observed_stream, shadow_stream
 
 
 class TargetError(ValueError):
@@ -24,13 +24,15 @@ def parse_target(target: str) -> tuple[str, str, str | None]:
 
 
 async def workload_events(store: EventStore, namespace: str, name: str) -> list[StoredEvent]:
-    """Every event of the workload's three streams, in global order."""
+    """Every event of the workload's streams (observed, actions, decisions, and the shadow trail of a
+    CloneSet rollbook only shadows: docs/shadow.md), in global order."""
     streams = [
         await store.read_stream(stream)
         for stream in (
             observed_stream(namespace, name),
             actions_stream(namespace, name),
             decisions_stream(namespace, name),
+            shadow_stream(namespace, name),
         )
     ]
     return list(heapq.merge(*streams, key=lambda e: e.global_position))

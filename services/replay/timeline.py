@@ -13,9 +13,11 @@ from services.infra.store import StoredEvent
 from services.model.events import (
     ObjectObserved,
     PodActionFailed,
+    PodActionObserved,
     PodActionRequested,
     PodActionStarted,
     PodActionSucceeded,
+    ShadowCompared,
 )
 from services.planner.names import REVISION_LABEL
 from services.planner.workload_state import WorkloadState
@@ -129,6 +131,10 @@ def one_line(step: Step) -> str:
         what += f" {payload.action_id[:8]} by {payload.executor}"
     elif isinstance(payload, ObjectObserved):
         what += f" {payload.kind} {payload.name} {payload.change}"
+    elif isinstance(payload, PodActionObserved):
+        what += f" {payload.action} {payload.pod}"
+    elif isinstance(payload, ShadowCompared):
+        what += f" {payload.action} {payload.pod}: {payload.verdict}"
     ready = sum(1 for p in state.pods.values() if pod_summary(p)["ready"])
     updated = sum(
         1

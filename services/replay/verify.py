@@ -164,6 +164,8 @@ class WorkloadVerifier:
     def feed(self, envelope: Envelope) -> None:
         if self.report.divergence is not None:
             return
+        if envelope.stream != self.decisions_stream and envelope.stream not in self._pending_inputs:
+            return  # not an input of rollbook's rounds (the shadow trail of a shadowed CloneSet)
         self.report.events += 1
         if envelope.stream != self.decisions_stream:
             self._pending_inputs[envelope.stream].append(envelope)

@@ -3,7 +3,8 @@ by the rollout's recorded pod timings, and measure both (docs/replay.md, "what-i
 
 Pure: recorded events in, two ``RolloutMetrics`` out; nothing is written anywhere.
 
-- **Start**: the workload as the planner knew it just before the round that started the rollout.
+- **Start**: the workload as the planner knew it just before the round that started the rollout; for a
+  rollout observed in shadow mode (docs/shadow.md), as observed when its controller reported it.
 - **Spec changes**: every later spec change the record holds (say partition 2 -> 0 an hour later) happens
   in the model at the same offset from the start, with the overrides applied on top, so a what-if of a
   rollout that an operator drove step by step still sees those steps.
@@ -30,6 +31,7 @@ import msgspec
 from services.infra.store import StoredEvent
 from services.model.events import (
     ObjectObserved,
+    PodActionObserved,
     PodActionRequested,
     RolloutCompleted,
     RolloutStarted,
@@ -167,16 +169,28 @@ def read_record(namespace: str, name: str, events: list[StoredEvent], rollout_id
     if started is None:
         raise WhatIfError(f"rollout {rollout_id!r} has no RolloutStarted in the log")
     round_event = next((e for e in events if e.envelope.event_id == started.envelope.causation_id), None)
-    if round_event is None or not isinstance(round_event.envelope.payload, RoundPlanned):
+    if round_event is None:
         raise WhatIfError(f"rollout {rollout_id!r}: the round that started it is not in the log")
-    through = round_event.envelope.payload.through
+    cause = round_event.envelope.payload
+    if isinstance(cause, RoundPlanned):
+        # rollbook's rollout: the state the round that started it folded.
+        through, t0, last = cause.through, cause.now, round_event.global_position - 1
+    elif isinstance(cause, ObjectObserved):
+        # An observed rollout (shadow mode, docs/shadow.md): the state through the observation showing it.
+        envelope = round_event.envelope
+        through, t0, last = (
+            {envelope.stream: envelope.stream_version},
+            envelope.occurred_at,
+            round_event.global_position,
+        )
+    else:
+        raise WhatIfError(f"rollout {rollout_id!r}: the round that started it is not in the log")
     state = WorkloadState(namespace, name)
     for stored in events:
-        if stored.global_position >= round_event.global_position:
+        if stored.global_position > last:
             break
         if stored.envelope.stream_version <= through.get(stored.envelope.stream, 0):
             state.fold(stored.envelope)
-    t0 = round_event.envelope.payload.now
 
     completed = False  # RolloutCompleted(succeeded) seen
     done_at: datetime | None = None  # ... and then every pod updated and available: the model's end too
@@ -191,6 +205,7 @@ def read_record(namespace: str, name: str, events: list[StoredEvent], rollout_id
     awaiting_ready: dict[str, tuple[str, str, datetime]] = {}  # pod -> (action kind, uid, in effect at)
     delays: dict[str, dict[str, list[float]]] = {}
     round_actions: dict[str, int] = {}
+    observed_at: dict[str, tuple[str, datetime]] = {}  # observed action id -> (kind, when observed)
     last_moment = t0
     for stored in events:
         if stored.global_position <= round_event.global_position:
@@ -205,6 +220,23 @@ def read_record(namespace: str, name: str, events: list[StoredEvent], rollout_id
             metrics.pods_touched.add(payload.pod)
             round_actions[str(envelope.causation_id)] = 1
             requested[payload.action_id] = (payload.action, moment, payload.pod)
+        elif isinstance(payload, PodActionObserved) and payload.rollout_id == rollout_id:
+            # Someone else's action (shadow mode): in effect when observed, ready at its becameReady.
+            kind = "createPod" if payload.action == "recreatePod" else payload.action
+            if payload.action == "becameReady":
+                opened = observed_at.pop(payload.completes or "", None)
+                if opened is not None:
+                    delays.setdefault(opened[0], {}).setdefault("ready", []).append(
+                        _seconds(moment, opened[1])
+                    )
+            else:
+                metrics.actions += 1
+                metrics.pods_touched.add(payload.pod)
+                round_actions[str(envelope.causation_id)] = 1
+                delays.setdefault(kind, {}).setdefault("effect", []).append(
+                    _seconds(moment, payload.started_at)
+                )
+                observed_at[payload.action_id] = (kind, moment)
         elif isinstance(payload, RolloutCompleted) and payload.rollout_id == rollout_id:
             metrics.completed = completed = payload.outcome == "succeeded"
             if not completed:  # superseded or failed: it ends here

@@ -18,6 +18,7 @@ from .faults import FaultConfig, Faults
 from .gc import GarbageCollector
 from .kubeconfig import write_kubeconfig
 from .kubelet import Kubelet, NodeConfig, Timing
+from .namespaces import NamespaceController
 from .resources import NAMESPACES
 from .server import ApiServer
 from .store import Store
@@ -66,6 +67,7 @@ class SimCluster:
         self.faults = Faults(cfg.faults)
         self.admission = Admission(self.store)
         self.gc = GarbageCollector(self.store)
+        self.namespace_controller = NamespaceController(self.store)
         self.kubelet: Kubelet | None = (
             Kubelet(
                 self.store,
@@ -120,6 +122,7 @@ class SimCluster:
         if self.kubelet is not None:
             await self.kubelet.close()
         await self.gc.close()
+        await self.namespace_controller.close()
         await self.admission.close()
         if self._runner is not None:
             await self._runner.cleanup()

@@ -6,6 +6,8 @@ from typing import Any
 
 _REASON_BY_CODE = {
     400: "BadRequest",
+    401: "Unauthorized",
+    403: "Forbidden",
     404: "NotFound",
     405: "MethodNotAllowed",
     406: "NotAcceptable",
@@ -15,6 +17,7 @@ _REASON_BY_CODE = {
     422: "Invalid",
     429: "TooManyRequests",
     500: "InternalError",
+    504: "Timeout",
 }
 
 
@@ -58,11 +61,28 @@ def not_found(group: str, plural: str, name: str) -> ApiError:
     return ApiError(404, f'{qualified} "{name}" not found', "NotFound", _details(group, plural, name))
 
 
-def already_exists(group: str, plural: str, name: str) -> ApiError:
+def already_exists(group: str, plural: str, name: str, being_deleted: bool = False) -> ApiError:
+    """409 AlreadyExists; the registry prefixes "object is being deleted: " when the existing object
+    has a deletionTimestamp (a namespace still terminating, a pod held by a finalizer)."""
     qualified = f"{plural}.{group}" if group else plural
-    return ApiError(
-        409, f'{qualified} "{name}" already exists', "AlreadyExists", _details(group, plural, name)
+    message = f'{qualified} "{name}" already exists'
+    if being_deleted:
+        message = f"object is being deleted: {message}"
+    return ApiError(409, message, "AlreadyExists", _details(group, plural, name))
+
+
+def forbidden(
+    group: str, plural: str, name: str, reason: str, causes: list[dict[str, str]] | None = None
+) -> ApiError:
+    """403 as apimachinery's NewForbidden words it: `<resource> "<name>" is forbidden: <reason>`."""
+    qualified = f"{plural}.{group}" if group else plural
+    message = (
+        f'{qualified} "{name}" is forbidden: {reason}' if name else f"{qualified} is forbidden: {reason}"
     )
+    details = _details(group, plural, name)
+    if causes:
+        details["causes"] = causes
+    return ApiError(403, message, "Forbidden", details)
 
 
 def conflict(group: str, plural: str, name: str) -> ApiError:
@@ -77,8 +97,11 @@ def conflict(group: str, plural: str, name: str) -> ApiError:
 
 
 def invalid(group: str, kind: str, name: str, causes: list[tuple[str, str, str]]) -> ApiError:
-    """422 Invalid. ``causes`` holds (field, reason type e.g. FieldValueInvalid, message)."""
+    """422 Invalid. ``causes`` holds (field, reason type e.g. FieldValueInvalid, message). Several causes
+    are listed in brackets, as apimachinery's NewInvalid aggregates them."""
     summary = ", ".join(f"{field}: {message}" for field, _, message in causes)
+    if len(causes) > 1:
+        summary = f"[{summary}]"
     qualified = f"{kind}.{group}" if group else kind
     details = _details(group, kind, name)
     details["causes"] = [

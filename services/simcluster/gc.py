@@ -1,5 +1,9 @@
 """Garbage collector: dependents (by ownerReferences) follow their owner's deletion.
 
+A dependent whose owner does not exist (no object with that uid in the dependent's namespace, or
+cluster-scoped) is dangling, as kube-controller-manager's garbage collector finds it: with no other
+living owner it is deleted (Background), otherwise the dangling reference is removed.
+
 Background (the default): once the owner is gone, each dependent whose owners are all gone is deleted;
 a dependent that still has a living owner only loses the dead reference. Foreground: the owner carries
 the `foregroundDeletion` finalizer until its dependents are gone. Orphan is handled by the store at delete.
@@ -38,10 +42,38 @@ class GarbageCollector:
                 owner = self.store.by_uid(ref.get("uid", ""))
                 if owner is not None and FOREGROUND in (owner["metadata"].get("finalizers") or []):
                     self._spawn(self._finish_foreground(owner["metadata"]["uid"]))
-        elif meta.get("deletionTimestamp") and FOREGROUND in (meta.get("finalizers") or []):
+        else:
+            refs = meta.get("ownerReferences")
+            if refs and refs != ((event.prev or {}).get("metadata") or {}).get("ownerReferences"):
+                dangling = [r.get("uid", "") for r in refs if not self._owner_exists(r.get("uid", ""), meta)]
+                if dangling:
+                    self._spawn(self._collect_dangling(event.resource, meta["uid"], dangling))
+        if (
+            event.type != "DELETED"
+            and meta.get("deletionTimestamp")
+            and FOREGROUND in (meta.get("finalizers") or [])
+        ):
             prev_finalizers = ((event.prev or {}).get("metadata") or {}).get("finalizers") or []
             if FOREGROUND not in prev_finalizers:
                 self._spawn(self._foreground(meta["uid"]))
+
+    def _owner_exists(self, uid: str, dependent_meta: dict[str, Any]) -> bool:
+        owner = self.store.by_uid(uid)
+        if owner is None:
+            return False
+        owner_ns = owner["metadata"].get("namespace")
+        return not owner_ns or owner_ns == dependent_meta.get("namespace")
+
+    async def _collect_dangling(self, rt: ResourceType, uid: str, owner_uids: list[str]) -> None:
+        await asyncio.sleep(0)
+        dependent = self.store.by_uid(uid)
+        if dependent is None:
+            return
+        for owner_uid in owner_uids:
+            dependent = self.store.by_uid(uid)
+            if dependent is None or self._owner_exists(owner_uid, dependent["metadata"]):
+                continue
+            self._release_or_delete(rt, dependent, owner_uid, "Background")
 
     async def _collect(self, owner_uid: str) -> None:
         await asyncio.sleep(0)

@@ -13,12 +13,14 @@ from aiohttp import web
 
 from . import errors, patch, resources
 from .admission import Admission
+from .defaults import apply_defaults
 from .errors import ApiError
 from .faults import Faults
+from .plugins import admit_pod, check_namespace
 from .resources import CLONESETS, NAMESPACES, PODS, ResourceType
 from .selectors import parse_field_selector, parse_label_selector
 from .store import Store, Watcher, WatchEvent, deep_copy
-from .tables import to_table, wants_table
+from .tables import PLAIN, Rendering, negotiate, partial, partial_list, to_table
 from .validation import ensure_kind
 
 Obj = dict[str, Any]
@@ -78,14 +80,37 @@ class ApiServer:
         delay = self.faults.latency()
         if delay > 0:
             await asyncio.sleep(delay)
-        if request.method in _WRITE_METHODS and request.path.startswith(("/api/", "/apis/")):
+        write = request.method in _WRITE_METHODS and request.path.startswith(("/api/", "/apis/"))
+        if write:
             code = self.faults.write_error(request.path)
             if code is not None:
                 return _error_response(ApiError(code, f"simcluster: injected fault ({code})"))
         try:
-            return await handler(request)
+            response = await handler(request)
         except ApiError as exc:
             return _error_response(exc)
+        if write and response.status < 300:
+            lost = self.faults.lost_response(request.path)
+            if lost is not None:
+                return self._lose_response(request, lost)
+        return response
+
+    @staticmethod
+    def _lose_response(request: web.Request, mode: str) -> web.Response:
+        """The write is committed; the client learns nothing reliable about it."""
+        if mode == "reset":
+            if request.transport is not None:
+                request.transport.abort()  # connection cut: the client sees it close with no answer
+            return web.Response(status=500)
+        if mode == "timeout":
+            return _error_response(
+                ApiError(
+                    504,
+                    "Timeout: request did not complete within requested timeout - context deadline exceeded",
+                    "Timeout",
+                )
+            )
+        return _error_response(ApiError(500, "simcluster: injected fault after the write (500)"))
 
     def cut_watches(self) -> None:
         """End every open watch stream now, as a dropped connection would."""
@@ -237,10 +262,14 @@ class ApiServer:
         if sub == "log" and method == "GET":
             return self._log(rt, ns, name, query.get("container"))
         if method == "GET":
+            rendering = self._rendering(request)
             if name:
                 obj = self.store.get(rt, ns, name)
-                if wants_table(request.headers.get("Accept", "")):
-                    return _json(to_table(rt, [obj], {"resourceVersion": obj["metadata"]["resourceVersion"]}))
+                if rendering.kind == "table":
+                    meta = {"resourceVersion": obj["metadata"]["resourceVersion"]}
+                    return _json(to_table(rt, [obj], meta, rendering))
+                if rendering.kind == "partial":
+                    return _json(partial(obj, rendering.version))
                 return _json(obj)
             if query.get("watch", "").lower() in ("true", "1"):
                 return await self._watch(request, rt, namespace)
@@ -249,11 +278,12 @@ class ApiServer:
             return await self._create(request, rt, ns)
         if method == "PUT" and name:
             body = await self._body(request)
+            if not isinstance(body, dict):
+                raise errors.ApiError(400, "the request body must be an object")
             ensure_kind(rt, body)
             if not sub:
                 old = self.store.get(rt, ns, name)
-                body = await self.admission.mutate(rt, "UPDATE", body, old, ns)
-                await self.admission.validate(rt, "UPDATE", body, old, ns)
+                body = await self._admit(rt, "UPDATE", body, old, ns)
             return _json(
                 self.store.update(
                     rt, ns, name, body, subresource=sub or None, require_resource_version=rt.custom
@@ -263,8 +293,6 @@ class ApiServer:
             return await self._patch(request, rt, ns, name, sub)
         if method == "DELETE" and name and not sub:
             options = await self._delete_options(request)
-            if rt is NAMESPACES:
-                self._empty_namespace(name)
             return _json(self.store.delete(rt, ns, name, **options))
         if method == "DELETE" and not name:
             return await self._delete_collection(request, rt, namespace)
@@ -368,8 +396,11 @@ class ApiServer:
         if token:
             meta["continue"] = token
             meta["remainingItemCount"] = remaining
-        if wants_table(request.headers.get("Accept", "")):
-            return _json(to_table(rt, items, meta))
+        rendering = self._rendering(request)
+        if rendering.kind == "table":
+            return _json(to_table(rt, items, meta, rendering))
+        if rendering.kind == "partial":
+            return _json(partial_list(items, meta, rendering.version))
         return _json(
             {"kind": f"{rt.kind}List", "apiVersion": rt.api_version, "metadata": meta, "items": items}
         )
@@ -381,11 +412,28 @@ class ApiServer:
         ensure_kind(rt, body)
         if rt.namespaced:
             body.setdefault("metadata", {}).setdefault("namespace", ns)
-        body = await self.admission.mutate(rt, "CREATE", body, None, ns)
-        await self.admission.validate(rt, "CREATE", body, None, ns)
         if rt is NAMESPACES:
             body["status"] = {"phase": "Active"}
+        body = await self._admit(rt, "CREATE", body, None, ns)
         return _json(self.store.create(rt, ns, body), 201)
+
+    async def _admit(self, rt: ResourceType, operation: str, body: Obj, old: Obj | None, ns: str) -> Obj:
+        """What kube-apiserver does between decoding a write and storing it: defaulting, the compiled-in
+        admission plugins, the mutating webhooks (their result defaulted again), the validating webhooks."""
+        apply_defaults(rt, body, old)
+        if operation == "CREATE":
+            meta = body.get("metadata") or {}
+            check_namespace(rt, ns, meta.get("name") or "", lambda n: self.store.find(NAMESPACES, "", n))
+        if rt is PODS:
+            admit_pod(operation, body, self.store.rng, self._service_account_lookup(), old)
+        body = await self.admission.mutate(rt, operation, body, old, ns)
+        apply_defaults(rt, body, old)
+        await self.admission.validate(rt, operation, body, old, ns)
+        return body
+
+    def _service_account_lookup(self) -> Callable[[str, str], Obj | None] | None:
+        """How the ServiceAccount plugin finds a pod's account; None when ServiceAccounts are not served."""
+        return None
 
     async def _patch(
         self, request: web.Request, rt: ResourceType, ns: str, name: str, sub: str
@@ -395,8 +443,7 @@ class ApiServer:
         old = self.store.get(rt, ns, name)
         patched = patch.apply_patch(content_type, deep_copy(old), body, rt.custom)
         if not sub:
-            patched = await self.admission.mutate(rt, "UPDATE", patched, old, ns)
-            await self.admission.validate(rt, "UPDATE", patched, old, ns)
+            patched = await self._admit(rt, "UPDATE", patched, old, ns)
         return _json(self.store.update(rt, ns, name, patched, subresource=sub or None))
 
     async def _delete_options(self, request: web.Request) -> dict[str, Any]:
@@ -442,13 +489,6 @@ class ApiServer:
             }
         )
 
-    def _empty_namespace(self, namespace: str) -> None:
-        for rt in resources.ALL:
-            if rt.namespaced:
-                for obj in [o for (ns, _), o in self.store.objects[rt].items() if ns == namespace]:
-                    with contextlib.suppress(ApiError):
-                        self.store.delete(rt, namespace, obj["metadata"]["name"], grace_seconds=0)
-
     # ---- watch -------------------------------------------------------------------------------------
 
     async def _watch(
@@ -459,7 +499,7 @@ class ApiServer:
         bookmarks = query.get("allowWatchBookmarks", "").lower() in ("true", "1")
         timeout = float(query.get("timeoutSeconds") or self.default_watch_timeout)
         rv_param = query.get("resourceVersion") or ""
-        table = wants_table(request.headers.get("Accept", ""))
+        rendering = self._rendering(request)
         response = web.StreamResponse(headers={"Content-Type": "application/json"})
         response.enable_chunked_encoding()
         await response.prepare(request)
@@ -493,7 +533,7 @@ class ApiServer:
             for event in initial:
                 if cut_after and sent >= cut_after:
                     break
-                line = self._event_line(event, predicate, table)
+                line = self._event_line(event, predicate, rendering)
                 if line:
                     await response.write(line)
                     sent += 1
@@ -529,7 +569,7 @@ class ApiServer:
                     if queued is None:
                         stop = True
                         break
-                    line = self._event_line(queued, predicate, table)
+                    line = self._event_line(queued, predicate, rendering)
                     if line:
                         chunk += line
                         sent += 1
@@ -549,20 +589,36 @@ class ApiServer:
         return response
 
     @staticmethod
-    def _event_line(event: WatchEvent, predicate: Callable[[Obj], bool], table: bool = False) -> bytes | None:
-        """Selector-aware: an object entering the selection is ADDED, one leaving it is DELETED.
-        With ``table`` (kubectl get -w) each object is sent as a one-row Table, as the API server does."""
+    def _rendering(request: web.Request) -> Rendering:
+        return negotiate(request.headers.get("Accept", ""), request.query.get("includeObject"))
+
+    @staticmethod
+    def _event_line(
+        event: WatchEvent, predicate: Callable[[Obj], bool], rendering: Rendering = PLAIN
+    ) -> bytes | None:
+        """Selector-aware, as kube-apiserver's cacheWatcher.convertToWatchEvent: an object entering the
+        selection is ADDED; one leaving it is DELETED carrying its previous content (the state that was
+        selected) with the event's resourceVersion. Tables (kubectl get -w) and PartialObjectMetadata are
+        rendered per event."""
         now = predicate(event.obj)
         event_type: str | None = event.type if now else None
+        obj = event.obj
         if event.type == "MODIFIED" and event.prev is not None:
             before = predicate(event.prev)
             event_type = "MODIFIED" if now and before else "ADDED" if now else "DELETED" if before else None
+            if event_type == "DELETED":
+                rv = event.obj["metadata"].get("resourceVersion", "")
+                obj = dict(event.prev, metadata=dict(event.prev["metadata"], resourceVersion=rv))
         if event_type is None:
             return None
-        if table:
-            meta = {"resourceVersion": event.obj["metadata"].get("resourceVersion", "")}
-            rendered = to_table(event.resource, [event.obj], meta)
+        if rendering.kind == "table":
+            meta = {"resourceVersion": obj["metadata"].get("resourceVersion", "")}
+            rendered = to_table(event.resource, [obj], meta, rendering)
             return msgspec.json.encode({"type": event_type, "object": rendered}) + b"\n"
+        if rendering.kind == "partial":
+            return (
+                msgspec.json.encode({"type": event_type, "object": partial(obj, rendering.version)}) + b"\n"
+            )
         if event_type == event.type:
             return event.encoded()
-        return msgspec.json.encode({"type": event_type, "object": event.obj}) + b"\n"
+        return msgspec.json.encode({"type": event_type, "object": obj}) + b"\n"

@@ -22,6 +22,7 @@ import msgspec
 
 from . import errors
 from .defaults import apply_defaults
+from .plugins import check_namespace
 from .resources import ALL, NAMESPACES, PODS, PVCS, ResourceType
 from .validation import validate_create, validate_update
 
@@ -42,6 +43,14 @@ def deep_copy(obj: Any) -> Any:
 def key_of(obj: Obj) -> Key:
     meta = obj.get("metadata") or {}
     return (meta.get("namespace") or "", meta.get("name") or "")
+
+
+def _namespace_finalizers(rt: ResourceType, obj: Obj) -> list[str]:
+    """A namespace's spec.finalizers (``kubernetes``): they hold a deleted namespace until its
+    contents are gone, as metadata.finalizers hold any object."""
+    if rt is not NAMESPACES:
+        return []
+    return list((obj.get("spec") or {}).get("finalizers") or [])
 
 
 def _spec_part(obj: Obj) -> Obj:
@@ -243,8 +252,7 @@ class Store:
                     "the namespace of the provided object does not match the namespace sent on the request",
                 )
             meta["namespace"] = ns
-            if rt is not NAMESPACES and self.find(NAMESPACES, "", ns) is None:
-                raise errors.not_found("", "namespaces", ns)
+            check_namespace(rt, ns, meta.get("name") or "", lambda n: self.find(NAMESPACES, "", n))
         else:
             meta.pop("namespace", None)
         if not meta.get("name") and meta.get("generateName"):
@@ -260,8 +268,15 @@ class Store:
             hook(rt, obj)
         if validate:
             validate_create(rt, obj)
-        if key_of(obj) in self.objects[rt]:
-            raise errors.already_exists(rt.group, rt.plural, meta["name"])
+            if meta.get("resourceVersion"):
+                # The storage layer's ErrResourceVersionSetOnCreate, which reaches the client as a 500.
+                raise errors.ApiError(
+                    500, "Internal error occurred: resourceVersion should not be set on objects to be created"
+                )
+        existing = self.objects[rt].get(key_of(obj))
+        if existing is not None:
+            being_deleted = bool(existing["metadata"].get("deletionTimestamp"))
+            raise errors.already_exists(rt.group, rt.plural, meta["name"], being_deleted)
         for transient in ("resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds", "selfLink"):
             meta.pop(transient, None)
         meta["uid"] = str(uuid.UUID(int=self.rng.getrandbits(128), version=4))
@@ -285,6 +300,23 @@ class Store:
         """Replace an object (PUT semantics). A non-empty metadata.resourceVersion must match (else 409)."""
         old = self.get(rt, namespace, name)
         new_meta = new.get("metadata") or {}
+        if rt.namespaced and new_meta.get("namespace") not in (None, "", namespace):
+            raise errors.ApiError(
+                400, "the namespace of the provided object does not match the namespace sent on the request"
+            )
+        if new_meta.get("uid") and new_meta["uid"] != old["metadata"]["uid"]:
+            raise errors.invalid(
+                rt.group,
+                rt.kind,
+                name,
+                [
+                    (
+                        "metadata.uid",
+                        "FieldValueInvalid",
+                        f'Invalid value: "{new_meta["uid"]}": field is immutable',
+                    )
+                ],
+            )
         if new_meta.get("name") not in (None, name):
             raise errors.ApiError(
                 400,
@@ -322,6 +354,7 @@ class Store:
             meta.get("deletionTimestamp")
             and not meta.get("finalizers")
             and not meta.get("deletionGracePeriodSeconds")
+            and not _namespace_finalizers(rt, merged)
         ):
             # The last finalizer is gone and no graceful termination is pending (as the API server decides).
             return self._commit(rt, "DELETED", merged, old)
@@ -355,6 +388,9 @@ class Store:
             else:
                 meta.pop(fixed, None)
         new["metadata"] = meta
+        if rt is NAMESPACES:
+            # spec.finalizers change only through /finalize (the namespace controller), as in Kubernetes.
+            new["spec"] = dict(new.get("spec") or {}, finalizers=_namespace_finalizers(rt, old))
         if old_meta.get("deletionTimestamp"):
             added = set(meta.get("finalizers") or []) - set(old_meta.get("finalizers") or [])
             if added:
@@ -419,10 +455,15 @@ class Store:
         ):
             finalizers.append("foregroundDeletion")
         graceful = self.graceful_delete(rt, obj, grace_seconds)
+        held = _namespace_finalizers(rt, obj)
         if meta.get("deletionTimestamp"):
-            if not graceful and not finalizers:
+            if not graceful and not finalizers and not held:
                 return self._commit(rt, "DELETED", obj, obj)
             return obj
+        if held:
+            marked = dict(obj, status=dict(obj.get("status") or {}, phase="Terminating"))
+            marked["metadata"] = dict(meta, deletionTimestamp=now_iso(), deletionGracePeriodSeconds=0)
+            return self._commit(rt, "MODIFIED", marked, obj)
         if finalizers or graceful:
             grace = 0
             if graceful:
@@ -452,6 +493,23 @@ class Store:
                 self._commit(rt, "MODIFIED", held, current)
             return
         self._commit(rt, "DELETED", current, current)
+
+    def commit_namespace(self, new: Obj) -> None:
+        """The namespace controller's write (status, and spec.finalizers as its /finalize call does): the
+        namespace goes once it is being deleted and nothing holds it any more."""
+        old = self.objects[NAMESPACES].get(key_of(new))
+        if old is None or old["metadata"]["uid"] != new["metadata"]["uid"]:
+            return
+        new = dict(new, metadata=dict(new["metadata"], resourceVersion=old["metadata"]["resourceVersion"]))
+        done = (
+            new["metadata"].get("deletionTimestamp")
+            and not new["metadata"].get("finalizers")
+            and not _namespace_finalizers(NAMESPACES, new)
+        )
+        if done:
+            self._commit(NAMESPACES, "DELETED", new, old)
+        elif new != old:
+            self._commit(NAMESPACES, "MODIFIED", new, old)
 
     def orphan_dependents(self, owner_uid: str) -> None:
         for rt, dependent in self.dependents(owner_uid):

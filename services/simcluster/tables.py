@@ -5,9 +5,11 @@ OpenKruise CRDs' additionalPrinterColumns for CloneSets and SidecarSets."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from .errors import ApiError
 from .resources import CLONESETS, EVENTS, NAMESPACES, NODES, PODS, PVCS, SIDECARSETS, ResourceType
 
 Obj = dict[str, Any]
@@ -232,15 +234,87 @@ _DEFAULT: tuple[list[Column], Callable[[Obj], list[Any]]] = (
 )
 
 
-def wants_table(accept: str) -> bool:
-    return any("as=Table" in part for part in accept.split(","))
+@dataclass(frozen=True)
+class Rendering:
+    """How a response is shaped, negotiated from the Accept header: the plain object(s), a
+    ``meta.k8s.io`` Table (``include`` = the includeObject query: None, Metadata or Object), or
+    PartialObjectMetadata(List)."""
+
+    kind: str = "object"  # object | table | partial
+    version: str = "v1"  # meta.k8s.io version of a Table / PartialObjectMetadata
+    include: str = "Metadata"
 
 
-def to_table(rt: ResourceType, items: list[Obj], list_meta: dict[str, Any]) -> dict[str, Any]:
+PLAIN = Rendering()
+_META_VERSIONS = ("v1", "v1beta1")
+
+
+def negotiate(accept: str, include_object: str | None = None) -> Rendering:
+    """The first alternative of ``accept`` this server can produce (JSON only), as kube-apiserver's
+    content negotiation picks it; none at all is 406 NotAcceptable."""
+    if not accept.strip():
+        return PLAIN
+    include = include_object or "Metadata"
+    if include not in ("None", "Metadata", "Object"):
+        raise ApiError(
+            400, f"includeObject: Unsupported value: {include!r}: supported values: None, Metadata, Object"
+        )
+    for alternative in accept.split(","):
+        media, *raw_params = (p.strip() for p in alternative.split(";"))
+        if media not in ("application/json", "application/*", "*/*"):
+            continue
+        params = dict(p.split("=", 1) for p in raw_params if "=" in p)
+        wanted = params.get("as")
+        if wanted is None:
+            return PLAIN
+        if params.get("g") != "meta.k8s.io" or params.get("v") not in _META_VERSIONS:
+            continue
+        if wanted == "Table":
+            return Rendering("table", params["v"], include)
+        if wanted in ("PartialObjectMetadata", "PartialObjectMetadataList"):
+            return Rendering("partial", params["v"])
+    raise ApiError(
+        406,
+        "only the following media types are accepted: application/json, "
+        "application/json;as=Table;g=meta.k8s.io;v=v1, "
+        "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1",
+        "NotAcceptable",
+    )
+
+
+def partial(obj: Obj, version: str = "v1") -> Obj:
+    return {
+        "kind": "PartialObjectMetadata",
+        "apiVersion": f"meta.k8s.io/{version}",
+        "metadata": obj["metadata"],
+    }
+
+
+def partial_list(items: list[Obj], list_meta: dict[str, Any], version: str = "v1") -> Obj:
+    return {
+        "kind": "PartialObjectMetadataList",
+        "apiVersion": f"meta.k8s.io/{version}",
+        "metadata": list_meta,
+        "items": [partial(o, version) for o in items],
+    }
+
+
+def to_table(
+    rt: ResourceType, items: list[Obj], list_meta: dict[str, Any], rendering: Rendering = Rendering("table")
+) -> dict[str, Any]:
     columns, row_of = _COLUMNS.get(rt, _DEFAULT)
+
+    def row(obj: Obj) -> Obj:
+        out: Obj = {"cells": row_of(obj)}
+        if rendering.include == "Object":
+            out["object"] = obj
+        elif rendering.include == "Metadata":
+            out["object"] = partial(obj, rendering.version)
+        return out
+
     return {
         "kind": "Table",
-        "apiVersion": "meta.k8s.io/v1",
+        "apiVersion": f"meta.k8s.io/{rendering.version}",
         "metadata": list_meta,
         "columnDefinitions": [
             {
@@ -252,15 +326,5 @@ def to_table(rt: ResourceType, items: list[Obj], list_meta: dict[str, Any]) -> d
             }
             for name, typ, desc, priority in columns
         ],
-        "rows": [
-            {
-                "cells": row_of(obj),
-                "object": {
-                    "kind": "PartialObjectMetadata",
-                    "apiVersion": "meta.k8s.io/v1",
-                    "metadata": obj["metadata"],
-                },
-            }
-            for obj in items
-        ],
+        "rows": [row(obj) for obj in items],
     }

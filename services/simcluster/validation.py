@@ -1,4 +1,7 @@
-"""422 Invalid checks: object names, the pod and CloneSet basics, and pod spec immutability.
+"""422 Invalid checks as kube-apiserver words them: object names (RFC 1123 subdomain, namespaces an RFC
+1123 label), label keys and values, annotation size, container names, volume mounts naming a volume,
+requests not above limits, the pod and CloneSet basics, and pod spec immutability. Messages follow
+`k8s.io/apimachinery/pkg/util/validation` and `pkg/apis/core/validation`.
 
 Pod spec immutability is Kubernetes' rule: after creation only container/initContainer `image`,
 `activeDeadlineSeconds` and added tolerations may change. With ``extended_inplace`` (the second seed's
@@ -7,15 +10,45 @@ customised kubelet) container `env`, `envFrom`, `volumeMounts`, pod `volumes` an
 
 from __future__ import annotations
 
+import json
 import re
+from fractions import Fraction
 from typing import Any
 
 from services.model.labels import SelectorError, matches, validate_selector
 
 from .errors import ApiError, invalid
-from .resources import CLONESETS, PODS, ResourceType
+from .resources import CLONESETS, NAMESPACES, PODS, ResourceType
 
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_DNS_LABEL_FMT = "[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_DNS_SUBDOMAIN_FMT = _DNS_LABEL_FMT + "(\\." + _DNS_LABEL_FMT + ")*"
+_DNS_SUBDOMAIN = re.compile(f"^{_DNS_SUBDOMAIN_FMT}$")
+_DNS_LABEL = re.compile(f"^{_DNS_LABEL_FMT}$")
+_QUALIFIED_NAME_FMT = "([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]"
+_QUALIFIED_NAME = re.compile(f"^{_QUALIFIED_NAME_FMT}$")
+_LABEL_VALUE_FMT = "(" + _QUALIFIED_NAME_FMT + ")?"
+_LABEL_VALUE = re.compile(f"^{_LABEL_VALUE_FMT}$")
+_SUBDOMAIN_MESSAGE = (
+    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and "
+    "must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is "
+    f"'{_DNS_SUBDOMAIN_FMT}')"
+)
+_LABEL_MESSAGE = (
+    "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start "
+    "and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is "
+    f"'{_DNS_LABEL_FMT}')"
+)
+_NAME_PART_MESSAGE = (
+    "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an "
+    "alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is "
+    f"'{_QUALIFIED_NAME_FMT}')"
+)
+_LABEL_VALUE_MESSAGE = (
+    "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and "
+    "must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', "
+    f"regex used for validation is '{_LABEL_VALUE_FMT}')"
+)
+_ANNOTATIONS_LIMIT = 256 * 1024  # total bytes of keys and values
 _POD_STABLE_MESSAGE = (
     "pod updates may not change fields other than `spec.containers[*].image`, "
     "`spec.initContainers[*].image`, `spec.activeDeadlineSeconds`, `spec.tolerations` "
@@ -33,23 +66,106 @@ _EXTENDED_CONTAINER_FIELDS = (
 Cause = tuple[str, str, str]
 
 
+def _quote(value: Any) -> str:
+    """A value as Go's %q / field.Invalid prints it."""
+    return json.dumps(value) if isinstance(value, str) else str(value)
+
+
+def _bad(field: str, value: Any, detail: str) -> Cause:
+    return (field, "FieldValueInvalid", f"Invalid value: {_quote(value)}: {detail}")
+
+
+def name_causes(rt: ResourceType, name: str) -> list[Cause]:
+    """metadata.name: a namespace is an RFC 1123 label, every other kind served an RFC 1123 subdomain."""
+    if not name:
+        return [("metadata.name", "FieldValueRequired", "Required value: name or generateName is required")]
+    if rt is NAMESPACES:
+        return dns_label_causes("metadata.name", name)
+    causes = []
+    if len(name) > 253:
+        causes.append(_bad("metadata.name", name, "must be no more than 253 characters"))
+    if not _DNS_SUBDOMAIN.match(name):
+        causes.append(_bad("metadata.name", name, _SUBDOMAIN_MESSAGE))
+    return causes
+
+
+def dns_label_causes(field: str, value: str) -> list[Cause]:
+    causes = []
+    if len(value) > 63:
+        causes.append(_bad(field, value, "must be no more than 63 characters"))
+    if not _DNS_LABEL.match(value):
+        causes.append(_bad(field, value, _LABEL_MESSAGE))
+    return causes
+
+
+def qualified_name_problems(key: str) -> list[str]:
+    """IsQualifiedName: an optional DNS-subdomain prefix and '/', then a name part of at most 63."""
+    problems = []
+    prefix, slash, name = key.rpartition("/")
+    if slash and not prefix:
+        problems.append("prefix part must be non-empty")
+    elif slash:
+        if len(prefix) > 253:
+            problems.append("prefix part must be no more than 253 characters")
+        if not _DNS_SUBDOMAIN.match(prefix):
+            problems.append(f"prefix part {_SUBDOMAIN_MESSAGE}")
+    if prefix.count("/") > 0:
+        problems = [
+            "a qualified name must consist of alphanumeric characters, '-', '_' or '.', and must start and "
+            "end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used "
+            f"for validation is '{_QUALIFIED_NAME_FMT}') with an optional DNS subdomain prefix and '/' "
+            "(e.g. 'example.com/MyName')"
+        ]
+        return problems
+    if not name:
+        problems.append("name part must be non-empty")
+    else:
+        if len(name) > 63:
+            problems.append("name part must be no more than 63 characters")
+        if not _QUALIFIED_NAME.match(name):
+            problems.append(_NAME_PART_MESSAGE)
+    return problems
+
+
+def label_causes(labels: Any, field: str = "metadata.labels") -> list[Cause]:
+    causes: list[Cause] = []
+    if not isinstance(labels, dict):
+        return causes
+    for key, value in labels.items():
+        causes += [_bad(field, key, problem) for problem in qualified_name_problems(str(key))]
+        if not isinstance(value, str):
+            continue
+        if len(value) > 63:
+            causes.append(_bad(field, value, "must be no more than 63 characters"))
+        if not _LABEL_VALUE.match(value):
+            causes.append(_bad(field, value, _LABEL_VALUE_MESSAGE))
+    return causes
+
+
+def metadata_causes(meta: dict[str, Any]) -> list[Cause]:
+    causes = label_causes(meta.get("labels"))
+    annotations = meta.get("annotations")
+    if isinstance(annotations, dict):
+        for key in annotations:
+            causes += [
+                _bad("metadata.annotations", key, problem) for problem in qualified_name_problems(str(key))
+            ]
+        size = sum(len(str(k)) + len(str(v)) for k, v in annotations.items())
+        if size > _ANNOTATIONS_LIMIT:
+            causes.append(
+                (
+                    "metadata.annotations",
+                    "FieldValueTooLong",
+                    f"Too long: must have at most {_ANNOTATIONS_LIMIT} bytes",
+                )
+            )
+    return causes
+
+
 def validate_create(rt: ResourceType, obj: dict[str, Any]) -> None:
     meta = obj.get("metadata") or {}
     name = meta.get("name") or ""
-    causes: list[Cause] = []
-    if not name:
-        causes.append(
-            ("metadata.name", "FieldValueRequired", "Required value: name or generateName is required")
-        )
-    elif len(name) > 253 or not _DNS_SUBDOMAIN.match(name):
-        causes.append(
-            (
-                "metadata.name",
-                "FieldValueInvalid",
-                f"Invalid value: {name!r}: a lowercase RFC 1123 subdomain must consist of lower case "
-                "alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character",
-            )
-        )
+    causes = name_causes(rt, name) + metadata_causes(meta)
     if rt is PODS:
         causes += _pod_spec_causes(obj.get("spec") or {})
     if rt is CLONESETS:
@@ -62,7 +178,7 @@ def validate_update(
     rt: ResourceType, old: dict[str, Any], new: dict[str, Any], extended_inplace: bool
 ) -> None:
     name = (new.get("metadata") or {}).get("name", "")
-    causes: list[Cause] = []
+    causes: list[Cause] = metadata_causes(new.get("metadata") or {})
     if rt is PODS:
         causes += _pod_spec_causes(new.get("spec") or {})
         if not causes:
@@ -76,24 +192,116 @@ def validate_update(
         raise invalid(rt.group, rt.kind, name, causes)
 
 
+_SUFFIXES = {
+    "": Fraction(1),
+    "m": Fraction(1, 1000),
+    "k": Fraction(10**3),
+    "M": Fraction(10**6),
+    "G": Fraction(10**9),
+    "T": Fraction(10**12),
+    "P": Fraction(10**15),
+    "E": Fraction(10**18),
+    "Ki": Fraction(2**10),
+    "Mi": Fraction(2**20),
+    "Gi": Fraction(2**30),
+    "Ti": Fraction(2**40),
+    "Pi": Fraction(2**50),
+    "Ei": Fraction(2**60),
+}
+_QUANTITY = re.compile(r"^([+-]?[0-9.]+)([eE][+-]?[0-9]+|[numkMGTPE]i?|)$")
+
+
+def parse_quantity(value: Any) -> Fraction | None:
+    """A resource.Quantity's value (``500m``, ``1Gi``, ``2``, ``1e3``), or None when it is not one."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return Fraction(value)
+    if not isinstance(value, str):
+        return None
+    match = _QUANTITY.match(value.strip())
+    if match is None:
+        return None
+    try:
+        number = Fraction(match.group(1))
+    except ValueError:
+        return None
+    suffix = match.group(2)
+    if suffix[:1] in ("e", "E"):
+        return number * Fraction(10) ** int(suffix[1:])
+    if suffix == "n":
+        return number * Fraction(1, 10**9)
+    if suffix == "u":
+        return number * Fraction(1, 10**6)
+    scale = _SUFFIXES.get(suffix)
+    return None if scale is None else number * scale
+
+
+def _resource_causes(where: str, resources: Any) -> list[Cause]:
+    """Quantities must parse, and a request may not exceed the limit of the same resource."""
+    if not isinstance(resources, dict):
+        return []
+    causes: list[Cause] = []
+    parsed: dict[str, dict[str, Fraction]] = {"limits": {}, "requests": {}}
+    for part in ("limits", "requests"):
+        for resource, value in (resources.get(part) or {}).items():
+            quantity = parse_quantity(value)
+            if quantity is None:
+                causes.append(
+                    _bad(
+                        f"{where}.resources.{part}[{resource}]",
+                        value,
+                        "quantities must match the regular expression "
+                        "'^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'",
+                    )
+                )
+            else:
+                parsed[part][resource] = quantity
+    for resource, request in parsed["requests"].items():
+        limit = parsed["limits"].get(resource)
+        if limit is not None and request > limit:
+            causes.append(
+                _bad(
+                    f"{where}.resources.requests",
+                    resources["requests"][resource],
+                    f"must be less than or equal to {resource} limit of {resources['limits'][resource]}",
+                )
+            )
+    return causes
+
+
 def _pod_spec_causes(spec: dict[str, Any]) -> list[Cause]:
     causes: list[Cause] = []
     containers = spec.get("containers")
     if not isinstance(containers, list) or not containers:
         return [("spec.containers", "FieldValueRequired", "Required value")]
+    volumes = {v.get("name") for v in spec.get("volumes") or [] if isinstance(v, dict)}
     seen: set[str] = set()
     for field in ("initContainers", "containers"):
         for i, container in enumerate(spec.get(field) or []):
             where = f"spec.{field}[{i}]"
-            cname = container.get("name") if isinstance(container, dict) else None
+            if not isinstance(container, dict):
+                causes.append((where, "FieldValueInvalid", "Invalid value: must be an object"))
+                continue
+            cname = container.get("name")
             if not cname:
                 causes.append((f"{where}.name", "FieldValueRequired", "Required value"))
             elif cname in seen:
-                causes.append((f"{where}.name", "FieldValueDuplicate", f"Duplicate value: {cname!r}"))
+                causes.append((f"{where}.name", "FieldValueDuplicate", f"Duplicate value: {_quote(cname)}"))
             else:
                 seen.add(cname)
-            if isinstance(container, dict) and not container.get("image"):
+                causes += dns_label_causes(f"{where}.name", str(cname))
+            if not container.get("image"):
                 causes.append((f"{where}.image", "FieldValueRequired", "Required value"))
+            causes += _resource_causes(where, container.get("resources"))
+            for j, mount in enumerate(container.get("volumeMounts") or []):
+                mount_name = mount.get("name") if isinstance(mount, dict) else None
+                if mount_name not in volumes:
+                    causes.append(
+                        (
+                            f"{where}.volumeMounts[{j}].name",
+                            "FieldValueNotFound",
+                            f"Not found: {_quote(mount_name)}",
+                        )
+                    )
     return causes
 
 

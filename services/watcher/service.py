@@ -28,6 +28,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from services.infra import kube
 from services.infra.leader import run_while_leading
 from services.infra.metrics import EVENTS_APPENDED, KIND_SERVED, OBSERVATIONS, WATCH_RESTARTS
+from services.infra.retry import Stopped, retry_until_stopped
 from services.infra.runtime import ServiceRuntime, configure_logging, run_until_stopped
 from services.infra.settings import Settings
 from services.infra.store import EventStore
@@ -135,6 +136,7 @@ class Watcher:
         # SidecarSets and the pods they injected into -> SidecarSet//<name>/observed (watcher/sidecarsets.py)
         self.sidecarsets = SidecarSetRoutes()
         self._emit_lock = asyncio.Lock()
+        self.stopping: asyncio.Event | None = None  # set by the service: ends retries on shutdown
 
     # --- start: rebuild what was already observed ----------------------------------------------------
 
@@ -204,7 +206,13 @@ class Watcher:
         for event in events:
             by_stream.setdefault(event.stream, []).append(event)
         for stream, batch in by_stream.items():
-            result = await self.store.append(batch, expected_version=None)
+            # Held here (under the emit lock, the cache already updated) until the store takes it: a
+            # Postgres restart is waited out, never skipped, and the watch resumes where it was.
+            result = await retry_until_stopped(
+                lambda batch=batch: self.store.append(batch, expected_version=None),  # type: ignore[misc]
+                what="watcher_append",
+                stopping=self.stopping,
+            )
             for event in result.events:
                 EVENTS_APPENDED.labels("watcher", event.type).inc()
                 log.info(
@@ -353,7 +361,11 @@ async def watch_until_stopped(runtime: ServiceRuntime, store: EventStore, api: c
     """The watcher's work: rebuild the cache from the store (so it starts from what the store holds now,
     also after standing by), then watch every kind until the service stops."""
     watcher = Watcher(runtime.settings, store, api)
-    await watcher.rebuild()
+    watcher.stopping = runtime.stopping
+    try:
+        await retry_until_stopped(watcher.rebuild, what="watcher_rebuild", stopping=runtime.stopping)
+    except Stopped:
+        return
     tasks = [asyncio.create_task(watcher.run_kind(k), name=f"watch-{k.kind}") for k in watcher.kinds]
     runtime.add_detail("kinds_not_served", watcher.not_served)
     ready = asyncio.create_task(_mark_ready(runtime, watcher))

@@ -14,8 +14,10 @@ from datetime import datetime
 from typing import Any
 
 from services.model import sidecarset as ss
+from services.model.management import Selection
 
 REVIEW_API_VERSION = "admission.k8s.io/v1"
+ALL = Selection()  # every SidecarSet: rollbook alone on the cluster, `rollbook inject`
 
 
 class ReviewError(ValueError):
@@ -96,12 +98,17 @@ def review_pod(
     )
 
 
-def review_sidecarset(request: Mapping[str, Any], existing: Iterable[ss.SidecarSet]) -> dict[str, Any]:
-    """Refuse an invalid SidecarSet, or one whose containers clash with another SidecarSet's (SS-2)."""
+def review_sidecarset(
+    request: Mapping[str, Any], existing: Iterable[ss.SidecarSet], selection: Selection = ALL
+) -> dict[str, Any]:
+    """Refuse an invalid SidecarSet, or one whose containers clash with another SidecarSet's (SS-2).
+    A SidecarSet rollbook does not manage (``selection``) passes untouched: its controller judges it."""
     uid = str(request["uid"])
     if request.get("operation") not in ("CREATE", "UPDATE"):
         return _response(uid)
     obj = request.get("object")
+    if isinstance(obj, Mapping) and not selection.manages(obj):
+        return _response(uid)
     name = ((obj or {}).get("metadata") or {}).get("name", "") if isinstance(obj, Mapping) else ""
     try:
         candidate = ss.parse_sidecarset(obj or {})
@@ -116,13 +123,15 @@ def review_sidecarset(request: Mapping[str, Any], existing: Iterable[ss.SidecarS
     return _response(uid)
 
 
-def mutate_sidecarset(request: Mapping[str, Any]) -> dict[str, Any]:
+def mutate_sidecarset(request: Mapping[str, Any], selection: Selection = ALL) -> dict[str, Any]:
     """Write ``kruise.io/sidecarset-hash`` and ``-hash-without-image`` on a SidecarSet, as OpenKruise's
     SidecarSet webhook does, so ``kubectl get sidecarset -o yaml`` shows the revision pods are compared to.
     An invalid SidecarSet passes untouched: refusing it is the validating webhook's job."""
     uid = str(request["uid"])
     obj = request.get("object")
     if request.get("operation") not in ("CREATE", "UPDATE") or not isinstance(obj, Mapping):
+        return _response(uid)
+    if not selection.manages(obj):
         return _response(uid)
     try:
         parsed = ss.parse_sidecarset(obj)

@@ -22,6 +22,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from services.infra import kube
 from services.model import sidecarset as ss
+from services.model.management import Selection
 
 log = structlog.get_logger("rollbook.webhook.cache")
 
@@ -31,14 +32,19 @@ ListFunction = Callable[..., Awaitable[Any]]
 class SidecarSetCache:
     """The valid SidecarSets in the cluster, by name; invalid ones are kept aside with their error."""
 
-    def __init__(self) -> None:
+    def __init__(self, selection: Selection | None = None) -> None:
         self._items: dict[str, ss.SidecarSet] = {}
         self.invalid: dict[str, str] = {}
         self._snapshot: tuple[ss.SidecarSet, ...] = ()
+        # Only SidecarSets rollbook manages are injected (services/model/management.py); another
+        # controller (OpenKruise's webhook) injects the rest.
+        self.selection = selection or Selection()
+        self.unmanaged: set[str] = set()
 
     def replace(self, objects: list[dict[str, Any]]) -> None:
         self._items.clear()
         self.invalid.clear()
+        self.unmanaged.clear()
         for obj in objects:
             self._store(obj)
         self._snapshot = tuple(self._items.values())
@@ -48,12 +54,19 @@ class SidecarSetCache:
         if change == "DELETED":
             self._items.pop(name, None)
             self.invalid.pop(name, None)
+            self.unmanaged.discard(name)
         else:
             self._store(obj)
         self._snapshot = tuple(self._items.values())
 
     def _store(self, obj: Mapping[str, Any]) -> None:
         name = (obj.get("metadata") or {}).get("name", "")
+        if not self.selection.manages(obj):
+            self._items.pop(name, None)
+            self.invalid.pop(name, None)
+            self.unmanaged.add(name)
+            return
+        self.unmanaged.discard(name)
         try:
             parsed = ss.parse_sidecarset(obj)
         except ss.SidecarSetError as err:

@@ -4,7 +4,7 @@
 - ``ValidatingWebhookConfiguration``: SidecarSet CREATE/UPDATE -> /validate-sidecarset.
 
 ``client_config`` is either URL-based (simcluster, a webhook running outside the cluster) or
-service-based (a real cluster; see deploy/webhook/). Registration goes through kubernetes-asyncio's
+service-based (a real cluster; see deploy/base/webhook.yaml). Registration goes through kubernetes-asyncio's
 AdmissionregistrationV1Api: create, or replace when it exists.
 """
 

@@ -144,7 +144,7 @@ async def validate_sidecarset(request: web.Request) -> web.Response:
     except admission.ReviewError as err:
         state.metrics.reviews.labels("validate-sidecarset", "bad-request").inc()
         return _bad_request(str(err))
-    response = admission.review_sidecarset(review, state.sidecarsets.snapshot())
+    response = admission.review_sidecarset(review, state.sidecarsets.snapshot(), state.sidecarsets.selection)
     outcome = "allowed" if response["allowed"] else "refused"
     if not response["allowed"]:
         log.info("sidecarset_refused", uid=review["uid"], message=response["status"]["message"])
@@ -161,7 +161,7 @@ async def mutate_sidecarset(request: web.Request) -> web.Response:
     except admission.ReviewError as err:
         state.metrics.reviews.labels("mutate-sidecarset", "bad-request").inc()
         return _bad_request(str(err))
-    response = admission.mutate_sidecarset(review)
+    response = admission.mutate_sidecarset(review, state.sidecarsets.selection)
     state.metrics.reviews.labels("mutate-sidecarset", "patched" if "patch" in response else "unchanged").inc()
     state.metrics.latency.labels("mutate-sidecarset").observe(time.perf_counter() - started)
     return web.json_response(admission.review_envelope(response))

@@ -12,6 +12,7 @@ import structlog
 from kubernetes_asyncio import client
 
 from services.infra import kube
+from services.infra.kruise import resolve_selection
 from services.infra.settings import Settings
 from services.webhook import register as registration
 from services.webhook.cache import (
@@ -69,8 +70,9 @@ async def run_webhook(
     settings: Settings, options: WebhookOptions, sink: EventSink | None = None
 ) -> AsyncIterator[RunningWebhook]:
     """Start everything, wait for the caches, register; undo it all on exit."""
+    selection = await resolve_selection(settings, "webhook")
     api = await kube.api_client(settings)
-    sidecarsets, namespaces = SidecarSetCache(), NamespaceLabels()
+    sidecarsets, namespaces = SidecarSetCache(selection), NamespaceLabels()
     watches = [sidecarset_list_watch(api, sidecarsets), namespace_list_watch(api, namespaces)]
     tasks = [asyncio.create_task(w.run(), name=f"list-watch-{w.kind}") for w in watches]
     recorder = InjectionRecorder(sink or LogSink())

@@ -90,6 +90,7 @@ def running_pod(
     pod["metadata"]["creationTimestamp"] = created
     if phase != "Pending" or node:
         pod["spec"]["nodeName"] = node or f"node-{instance_id}"
+        pod["metadata"]["labels"]["lifecycle.apps.kruise.io/state"] = "Normal"
     conditions = [
         {"type": "Ready", "status": "True" if ready else "False", "lastTransitionTime": ready_since}
     ]

@@ -34,6 +34,10 @@ def _merge(target: dict[str, Any], patch: dict[str, Any]) -> None:
                             container.pop(k, None)
                         else:
                             container[k] = copy.deepcopy(v)
+        elif key == "finalizers" and isinstance(value, list):
+            # Finalizers merge as a set (strategic merge patch, patchStrategy "merge").
+            existing = target.setdefault("finalizers", [])
+            existing.extend(f for f in value if f not in existing)
         elif isinstance(value, dict) and isinstance(target.get(key), dict):
             _merge(target[key], value)
         else:
@@ -124,7 +128,7 @@ class Cluster:
                 self.pvcs.pop(name, None)
         elif isinstance(action, model.DeletePVC):
             self.pvcs.pop(action.pvc, None)
-        elif isinstance(action, model.RecreatePod | model.UpdateInPlace):
+        elif isinstance(action, model.RecreatePod | model.UpdateInPlace | model.PatchPod):
             _merge(self.pods[action.pod], action.patch)
         elif isinstance(action, model.MarkNotReady | model.MarkReady):
             pod = self.pods[action.pod]

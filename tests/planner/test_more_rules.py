@@ -75,7 +75,10 @@ def test_min_ready_seconds_delays_availability_and_asks_to_be_requeued() -> None
     assert _names(updated) == [f"sample-{IDS[0]}"]  # only the unavailable one, for free
 
 
-def test_template_change_during_grace_period_drops_the_pending_update() -> None:
+def test_template_change_during_grace_period_finishes_the_pending_update_first() -> None:
+    # OpenKruise (finishGracePeriod): the grace record is dropped only when the pod's revision label no
+    # longer matches it; a newer template leaves it alone, the pod finishes the update it started and is
+    # then updated again to the newer revision.
     strategy = {"type": "InPlaceIfPossible", "inPlaceUpdateStrategy": {"gracePeriodSeconds": 30}}
     v1 = cloneset(strategy=strategy)
     cluster = Cluster(v1)
@@ -86,15 +89,32 @@ def test_template_change_during_grace_period_drops_the_pending_update() -> None:
     marked = first.actions[0].pod
     cluster.cloneset = with_image(cluster.cloneset, "nginx:3")
     second = cluster.step()
-    assert [(type(a).__name__, a.pod) for a in second.actions] == [("MarkReady", marked)]
-    action = second.actions[0]
-    assert isinstance(action, model.MarkReady) and action.patch is not None
-    assert "apps.kruise.io/inplace-update-grace" not in cluster.pods[marked]["metadata"].get(
-        "annotations", {}
-    )
-    cluster.run()
+    assert all(a.pod != marked for a in second.actions)
+    assert "apps.kruise.io/inplace-update-grace" in cluster.pods[marked]["metadata"]["annotations"]
+    images_of_marked = []
+    for _ in range(200):
+        result = cluster.step()
+        images_of_marked.append(cluster.pods[marked]["spec"]["containers"][0]["image"])
+        if not result.actions and result.requeue_after_seconds is None and cluster.settled():
+            break
+    assert "nginx:2" in images_of_marked  # the started update was carried out
     images = {p["spec"]["containers"][0]["image"] for p in cluster.pods.values()}
     assert images == {"nginx:3"}
+
+
+def test_grace_record_dropped_when_the_pod_revision_no_longer_matches_it() -> None:
+    strategy = {"type": "InPlaceIfPossible", "inPlaceUpdateStrategy": {"gracePeriodSeconds": 30}}
+    v1 = cloneset(strategy=strategy, replicas=1)
+    cluster = Cluster(v1)
+    cluster.run()
+    cluster.cloneset = with_image(cluster.cloneset, "nginx:2")
+    first = cluster.step()
+    marked = first.actions[0].pod
+    # Someone else moved the pod's revision label away from the grace record.
+    cluster.pods[marked]["metadata"]["labels"]["controller-revision-hash"] = "someother"
+    second = cluster.step()
+    assert [(type(a).__name__, a.pod) for a in second.actions] == [("PatchPod", marked)]
+    assert "apps.kruise.io/inplace-update-grace" not in cluster.pods[marked]["metadata"]["annotations"]
 
 
 def test_recreate_update_replaces_pod_and_its_pvcs_with_a_new_id() -> None:

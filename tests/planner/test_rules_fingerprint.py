@@ -25,6 +25,7 @@ from services.replay.simulation import WorkloadSimulation
 
 FINGERPRINTS = {
     2: "2f643260948f9f356306cac14fe171ea5d7eeaea516b34f5559cda5d12ce1af9",
+    3: "893105bbdd213ef157babcc240b0fc8bcf15a8c5faacb5b76d1ae648ddea58bf",
 }
 START = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 STRATEGIES = (

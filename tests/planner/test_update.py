@@ -265,8 +265,9 @@ def test_rollback_reuses_and_renumbers_the_old_revision_and_history_is_pruned() 
 
 
 def test_grace_period_is_measured_to_the_microsecond_and_never_cut_short() -> None:
-    # Marked at 12:00:00.900; a whole-second record (12:00:00) would let the image patch go out at 12:00:02.0,
-    # 1.1 s into a 2 s grace period.
+    # Marked at 12:00:00.900. OpenKruise writes updateTimestamp in whole seconds; truncated (12:00:00) it
+    # would let the image patch go out at 12:00:02.0, 1.1 s into a 2 s grace period. rollbook rounds the
+    # start up to 12:00:01, so the patch goes out at 12:00:03, never early.
     v1 = cloneset(
         strategy={"type": "InPlaceIfPossible", "inPlaceUpdateStrategy": {"gracePeriodSeconds": 2}}, replicas=1
     )
@@ -278,10 +279,13 @@ def test_grace_period_is_measured_to_the_microsecond_and_never_cut_short() -> No
     assert isinstance(mark, model.MarkNotReady) and mark.patch is not None
     marked_pod = copy.deepcopy(pods[0])
     marked_pod["metadata"].setdefault("annotations", {}).update(mark.patch["metadata"]["annotations"])
+    marked_pod["metadata"]["labels"].update(mark.patch["metadata"]["labels"])
+    state = json.loads(marked_pod["metadata"]["annotations"]["apps.kruise.io/inplace-update-state"])
+    assert state["updateTimestamp"] == "2026-11-30T12:00:01Z"
     conditions = [c for c in marked_pod["status"]["conditions"] if c["type"] != "InPlaceUpdateReady"]
     marked_pod["status"]["conditions"] = [*conditions, mark.condition]
-    early = plan(plan_input(v2, [marked_pod], revs, now="2026-11-30T12:00:02.000000Z"))
+    early = plan(plan_input(v2, [marked_pod], revs, now="2026-11-30T12:00:02.900000Z"))
     assert [type(a).__name__ for a in early.actions] == []
     assert early.requeue_after_seconds == 1
-    due = plan(plan_input(v2, [marked_pod], revs, now="2026-11-30T12:00:02.900000Z"))
+    due = plan(plan_input(v2, [marked_pod], revs, now="2026-11-30T12:00:03.000000Z"))
     assert [type(a).__name__ for a in due.actions] == ["UpdateInPlace"]

@@ -54,3 +54,14 @@ async def server_urls() -> AsyncIterator[ServerUrls]:
         # Migrations are the database fixture's business (a fresh database per session), not the server's.
         async with EmbeddedServers(wanted, migrate=False) as resolved:
             yield ServerUrls(database_url=resolved.database_url, nats_url=resolved.nats_url)
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def restartable_postgres(server_data_dir: Path) -> AsyncIterator[EmbeddedServers]:
+    """An embedded Postgres of this test's own (never the machine's), which the test may stop
+    (``stop_postgres(immediate=True)``) and start again (``start_postgres()``); ``.resolved.database_url``
+    is a migrated database on it. NATS stays the session's server."""
+    nats_url = os.environ.get("ROLLBOOK_NATS_URL") or "nats://127.0.0.1:1"  # unused: only Postgres starts
+    servers = EmbeddedServers(Settings(nats_url=nats_url, data_dir=str(server_data_dir)), migrate=True)
+    async with servers:
+        yield servers

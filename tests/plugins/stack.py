@@ -227,34 +227,44 @@ async def _drop_database(server_url: str, name: str) -> None:
             await asyncio.sleep(0.5)
 
 
+@asynccontextmanager
+async def settings_for_stack(database_url: str, nats_url: str, kubeconfig: str) -> AsyncIterator[Settings]:
+    """Settings for one test's services on a migrated database: their own JetStream stream and subject
+    prefix (deleted afterwards), short leader Leases."""
+    suffix = uuid.uuid4().hex[:10]
+    settings = Settings(
+        database_url=database_url,
+        nats_url=nats_url,
+        kubeconfig=kubeconfig,
+        stream_name=f"RBE2E_{suffix}",
+        subject_prefix=f"rbe2e{suffix}",
+        max_deliver=5,
+        log_level="INFO",
+        # Leader election on, as by default, with short Leases: a planner or watcher restarted after a
+        # SIGKILL waits for its predecessor's Lease to expire (4 s here, 15 s by default).
+        leader_lease_duration=4,
+        leader_renew_deadline=3.0,
+        leader_retry_period=1.0,
+    )
+    try:
+        yield settings
+    finally:
+        bus = await Bus.connect(settings, name="rollbook-e2e-cleanup")
+        for stream in (settings.stream_name, f"{settings.stream_name}_CHECKPOINTS"):
+            try:
+                await bus.js.delete_stream(stream)
+            except nats.js.errors.NotFoundError:
+                pass
+        await bus.close()
+
+
 @pytest_asyncio.fixture(loop_scope="session")
 async def stack_settings(server_urls: ServerUrls, simcluster: SimCluster) -> AsyncIterator[Settings]:
-    suffix = uuid.uuid4().hex[:10]
     async with e2e_database(server_urls.database_url) as database_url:
-        settings = Settings(
-            database_url=database_url,
-            nats_url=server_urls.nats_url,
-            kubeconfig=str(simcluster.kubeconfig_path),
-            stream_name=f"RBE2E_{suffix}",
-            subject_prefix=f"rbe2e{suffix}",
-            max_deliver=5,
-            log_level="INFO",
-            # Leader election on, as by default, with short Leases: a planner or watcher restarted after a
-            # SIGKILL waits for its predecessor's Lease to expire (4 s here, 15 s by default).
-            leader_lease_duration=4,
-            leader_renew_deadline=3.0,
-            leader_retry_period=1.0,
-        )
-        try:
+        async with settings_for_stack(
+            database_url, server_urls.nats_url, str(simcluster.kubeconfig_path)
+        ) as settings:
             yield settings
-        finally:
-            bus = await Bus.connect(settings, name="rollbook-e2e-cleanup")
-            for stream in (settings.stream_name, f"{settings.stream_name}_CHECKPOINTS"):
-                try:
-                    await bus.js.delete_stream(stream)
-                except nats.js.errors.NotFoundError:
-                    pass
-            await bus.close()
 
 
 @pytest_asyncio.fixture(loop_scope="session")

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 import time
+from typing import Any
 
+import aiohttp
 import pytest
 from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from services.simcluster import FaultConfig, SimConfig
+from services.simcluster.resources import PODS
 
 from ..plugins.simcluster import MakeSimCluster, api_client_for
 from .helpers import pod_manifest
@@ -87,3 +90,55 @@ async def test_write_errors_spare_leases_unless_told_otherwise(
         except ApiException:
             failed = True
     assert failed is lease_writes_fail
+
+
+async def _lost(make_simcluster: MakeSimCluster, mode: str) -> Any:
+    return await make_simcluster(
+        SimConfig(faults=FaultConfig(lost_response_rate=1.0, lost_response_modes=(mode,)), kubelet=False)
+    )
+
+
+async def test_create_whose_answer_is_lost_commits_and_its_retry_is_already_exists(
+    make_simcluster: MakeSimCluster,
+) -> None:
+    sim = await _lost(make_simcluster, "error")
+    async with await api_client_for(sim) as api_client:
+        core = client.CoreV1Api(api_client)
+        with pytest.raises(ApiException) as first:
+            await core.create_namespaced_pod("default", pod_manifest("once"))
+        assert first.value.status == 500
+        with pytest.raises(ApiException) as retry:
+            await core.create_namespaced_pod("default", pod_manifest("once"))
+        assert retry.value.status == 409 and json.loads(retry.value.body)["reason"] == "AlreadyExists"
+        assert [p.metadata.name for p in (await core.list_namespaced_pod("default")).items] == ["once"]
+    assert sim.faults.lost_responses == 1  # the refused retry committed nothing: its 409 is answered
+
+
+async def test_patch_retried_after_a_timeout_lands_twice(make_simcluster: MakeSimCluster) -> None:
+    sim = await _lost(make_simcluster, "timeout")
+    sim.set_faults(FaultConfig())
+    async with await api_client_for(sim) as api_client:
+        core = client.CoreV1Api(api_client)
+        await core.create_namespaced_pod("default", pod_manifest("twice"))
+        await core.patch_namespaced_pod(
+            "twice", "default", [{"op": "add", "path": "/metadata/finalizers", "value": []}]
+        )
+        sim.set_faults(FaultConfig(lost_response_rate=1.0, lost_response_modes=("timeout",)))
+        add = [{"op": "add", "path": "/metadata/finalizers/-", "value": "example.com/x"}]
+        for _ in range(2):  # the client retries what it believes failed
+            with pytest.raises(ApiException) as timed_out:
+                await core.patch_namespaced_pod("twice", "default", add)
+            assert timed_out.value.status == 504
+            assert json.loads(timed_out.value.body)["reason"] == "Timeout"
+        sim.set_faults(FaultConfig())
+        pod = await core.read_namespaced_pod("twice", "default")
+        assert pod.metadata.finalizers == ["example.com/x", "example.com/x"]
+
+
+async def test_cut_connection_after_the_write(make_simcluster: MakeSimCluster) -> None:
+    sim = await _lost(make_simcluster, "reset")
+    async with await api_client_for(sim) as api_client:
+        core = client.CoreV1Api(api_client)
+        with pytest.raises(aiohttp.ClientError):
+            await core.create_namespaced_pod("default", pod_manifest("cut"))
+        assert sim.store.find(PODS, "default", "cut") is not None

@@ -156,6 +156,7 @@ async def test_kubectl_get_pods_shows_ready_and_restarts(
     events = rows(await kubectl("get", "events"))
     assert events[0] == ["LAST SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"]
     assert ["Normal", "Killing", "pod/test-pod", "Container app definition changed, will be restarted"] in [
-        row[1:] for row in events]
+        row[1:] for row in events
+    ]
     assert 'pod "test-pod" deleted' in await kubectl("delete", "pod", "test-pod")
     assert "No resources found" in await kubectl("get", "pods")

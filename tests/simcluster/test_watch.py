@@ -102,12 +102,17 @@ async def test_watch_respects_label_selector_and_reports_leaving(k8s_client: cli
     await core.create_namespaced_pod("wsel", pod_manifest("mine", {"app": "web"}))
     events = await collect(stream, 1)
     assert (events[0]["type"], events[0]["object"].metadata.name) == ("ADDED", "mine")
-    await core.patch_namespaced_pod("mine", "wsel", {"metadata": {"labels": {"app": "moved"}}})
+    moved = await core.patch_namespaced_pod("mine", "wsel", {"metadata": {"labels": {"app": "moved"}}})
     while True:
         event = (await collect(stream, 1))[0]
         if event["type"] != "MODIFIED":  # kubelet status updates arrive as MODIFIED first
             break
     assert (event["type"], event["object"].metadata.name) == ("DELETED", "mine")
+    # kube-apiserver's cacheWatcher.convertToWatchEvent (staging/src/k8s.io/apiserver/pkg/storage/cacher/
+    # cache_watcher.go): the DELETED event of an object leaving the selection carries its previous content,
+    # the one that matched, stamped with the resourceVersion of the change that moved it out.
+    assert event["object"].metadata.labels == {"app": "web"}
+    assert event["object"].metadata.resource_version == moved.metadata.resource_version
     await stream.close()
 
 

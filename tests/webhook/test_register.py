@@ -1,5 +1,5 @@
 """The webhook configurations: what registration sends, what `rollbook webhook-config` prints and what
-deploy/webhook/webhook.yaml ships must agree (rules, failure policy, namespace selector)."""
+deploy/base/webhook.yaml ships must agree (rules, failure policy, namespace selector)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from services.cli.main import app
 from services.webhook import register
 
-DEPLOY = Path(__file__).parents[2] / "deploy" / "webhook" / "webhook.yaml"
+DEPLOY = Path(__file__).parents[2] / "deploy" / "base" / "webhook.yaml"
 CA = b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
 
 

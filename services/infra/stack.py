@@ -1,0 +1,162 @@
+"""Where a command finds the stack: the one way every `rollbook` command that reads the store or the bus
+gets its URLs.
+
+For each of Postgres and NATS, in this order:
+
+1. the configured URL (``ROLLBOOK_DATABASE_URL`` / ``ROLLBOOK_NATS_URL``);
+2. the embedded server another rollbook process (``rollbook up``, the demo) runs on ``ROLLBOOK_DATA_DIR``:
+   Postgres through its ``postmaster.pid`` (line 4 is the port), nats-server through ``nats-server.pid``
+   and the ``-p PORT`` of its command line;
+3. else, only when the command needs it, the embedded server started for the length of the command
+   (``resolved_settings``), which is what holds the data dir's lock.
+
+Step 2 is what lets `replay`, `verify` or `status` run beside `rollbook up` instead of failing on the data
+dir's lock. ``rollbook stack`` prints what steps 1 and 2 find.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from services.infra.settings import Settings
+
+# The database the embedded Postgres serves rollbook from (services/infra/embedded.py creates it).
+EMBEDDED_DATABASE = "rollbook"
+# Stands in for a NATS URL a command never uses, so that resolving settings starts no nats-server.
+UNUSED_NATS_URL = "nats://unused.invalid:4222"
+
+
+@dataclass(frozen=True)
+class RunningStack:
+    """The URLs a command uses, and where each came from ("configured", "running", or "" when none)."""
+
+    database_url: str
+    nats_url: str
+    database_source: str
+    nats_source: str
+
+
+def running_postgres_url(data_path: Path) -> str | None:
+    """The URL of the embedded Postgres a rollbook process runs on ``data_path``, or None."""
+    pid_file = data_path / "postgres" / "postmaster.pid"
+    try:
+        lines = pid_file.read_text().splitlines()
+        pid, port = int(lines[0]), int(lines[3])
+    except (OSError, ValueError, IndexError):
+        return None
+    if not _alive(pid, "postgres"):
+        return None
+    return f"postgresql://postgres@127.0.0.1:{port}/{EMBEDDED_DATABASE}"
+
+
+def running_nats_url(data_path: Path) -> str | None:
+    """The URL of the embedded nats-server a rollbook process runs on ``data_path``, or None."""
+    import psutil
+
+    try:
+        process = psutil.Process(int((data_path / "nats-server.pid").read_text().strip()))
+        argv = process.cmdline()
+    except (OSError, ValueError, psutil.Error):
+        return None
+    if "-p" not in argv[:-1] or "nats-server" not in process.name():
+        return None
+    return f"nats://127.0.0.1:{argv[argv.index('-p') + 1]}"
+
+
+def _alive(pid: int, name: str) -> bool:
+    import psutil
+
+    try:
+        return name in psutil.Process(pid).name()
+    except psutil.Error:
+        return False
+
+
+def find_stack(settings: Settings) -> RunningStack:
+    """Configured URLs first, then the embedded servers running on the data dir (steps 1 and 2)."""
+    database_url, database_source = settings.database_url, "configured"
+    if not database_url:
+        database_url, database_source = running_postgres_url(settings.data_path) or "", "running"
+    nats_url, nats_source = settings.nats_url, "configured"
+    if not nats_url:
+        nats_url, nats_source = running_nats_url(settings.data_path) or "", "running"
+    return RunningStack(
+        database_url,
+        nats_url,
+        database_source if database_url else "",
+        nats_source if nats_url else "",
+    )
+
+
+@contextlib.asynccontextmanager
+async def stack_settings(settings: Settings | None = None, *, nats: bool = False) -> AsyncIterator[Settings]:
+    """Settings whose URLs reach the stack (module docstring). ``nats=False``: the command never uses the
+    bus, so no nats-server is started for it (its nats_url may then be a placeholder). Embedded servers
+    started here are stopped on exit. Never runs migrations: a read command must not change a schema."""
+    settings = settings or Settings.from_env()
+    found = find_stack(settings)
+    settings = msgspec.structs.replace(settings, database_url=found.database_url, nats_url=found.nats_url)
+    if not nats and not settings.nats_url:
+        settings = msgspec.structs.replace(settings, nats_url=UNUSED_NATS_URL)
+    if settings.database_url and settings.nats_url:
+        yield settings
+        return
+    from services.infra.embedded import resolved_settings
+
+    async with resolved_settings(settings, migrate=False) as resolved:
+        yield resolved
+
+
+class StackUnreachable(RuntimeError):
+    """A server of the stack does not answer; the message names it and its URL."""
+
+
+def redacted(url: str) -> str:
+    """The URL without its password, for messages."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    user = f"{parts.username}:***@" if parts.username else ""
+    return urlunsplit(parts._replace(netloc=f"{user}{host}{f':{parts.port}' if parts.port else ''}"))
+
+
+async def connect_database(database_url: str, *, connect_timeout: float = 10.0) -> Any:
+    """An asyncpg connection to ``database_url``; a server that does not answer is a StackUnreachable
+    naming it (not a connection traceback)."""
+    import asyncpg
+
+    from services.infra.database import asyncpg_url
+
+    try:
+        return await asyncpg.connect(asyncpg_url(database_url), timeout=connect_timeout)
+    except (OSError, TimeoutError, asyncpg.CannotConnectNowError) as error:
+        raise StackUnreachable(f"cannot reach Postgres at {redacted(database_url)}: {error}") from error
+    except asyncpg.InvalidCatalogNameError as error:
+        raise StackUnreachable(f"Postgres at {redacted(database_url)}: {error}") from error
+
+
+async def open_store(database_url: str, *, pool_size: int = 2) -> Any:
+    """The EventStore on ``database_url``; a server that does not answer, or a database without the event
+    store's schema, is a StackUnreachable naming it."""
+    from sqlalchemy.exc import DBAPIError
+
+    from services.infra.store import EventStore
+
+    where = f"Postgres at {redacted(database_url)}"
+    try:
+        return await EventStore.connect(database_url, pool_size=pool_size)
+    except (OSError, TimeoutError) as error:
+        raise StackUnreachable(f"cannot reach {where}: {error}") from error
+    except DBAPIError as error:
+        raise StackUnreachable(f"{where}: {error.orig or error}") from error
+    except RuntimeError as error:  # no events table
+        raise StackUnreachable(f"{where}: {error}; run `rollbook db upgrade`") from error

@@ -1,0 +1,64 @@
+"""The planner's shadow hook (docs/shadow.md): for a CloneSet rollbook does not drive, catch its shadow
+trail up with the workload's observations and append what it means to ``CloneSet/<ns>/<name>/shadow``.
+
+The trail (services/planner/shadow_trail.py) is pure and deterministic; this is its I/O. A trail is rebuilt
+from the observed stream on first sight (after a start or a leadership change) and only the events past
+the shadow stream's stored version are appended, with that version expected (the planner leader is its
+single writer), so a re-derived trail never stores anything twice.
+"""
+
+from __future__ import annotations
+
+import structlog
+
+from services.infra.metrics import EVENTS_APPENDED
+from services.infra.store import ConcurrencyError, EventStore
+from services.model.events import PodActionObserved, ShadowCompared
+from services.model.streams import observed_stream, shadow_stream
+from services.planner.shadow_trail import ShadowTrail
+
+log = structlog.get_logger("planner")
+
+
+class ShadowRecorder:
+    def __init__(self, store: EventStore, *, shadow_all: bool, rules: int) -> None:
+        self.store = store
+        self.shadow_all = shadow_all
+        self.rules = rules
+        self.trails: dict[str, ShadowTrail] = {}
+        self.stored: dict[str, int] = {}  # workload -> shadow stream version stored
+
+    async def record(self, namespace: str, name: str) -> int:
+        """Fold the workload's new observations into its trail and append the events they mean; returns
+        how many were appended."""
+        key = f"{namespace}/{name}"
+        trail = self.trails.get(key)
+        if trail is None:
+            trail = self.trails[key] = ShadowTrail(namespace, name, self.shadow_all, self.rules)
+            self.stored[key] = await self.store.stream_version(shadow_stream(namespace, name))
+        fresh = []
+        observed = await self.store.read_stream(observed_stream(namespace, name), trail.observed_version + 1)
+        for stored in observed:
+            fresh += [e for e in trail.step(stored.envelope) if e.stream_version > self.stored[key]]
+        if not fresh:
+            return 0
+        try:
+            await self.store.append(fresh, expected_version=self.stored[key])
+        except ConcurrencyError:
+            # Another planner wrote the trail (a hand-over): rebuild from the store on the next wake-up.
+            self.trails.pop(key, None)
+            raise
+        self.stored[key] = fresh[-1].stream_version
+        for envelope in fresh:
+            EVENTS_APPENDED.labels("planner", envelope.type).inc()
+        observed_actions = [e.payload for e in fresh if isinstance(e.payload, PodActionObserved)]
+        compared = [e.payload for e in fresh if isinstance(e.payload, ShadowCompared)]
+        differ = [c for c in compared if c.verdict == "differ"]
+        log.info(
+            "shadow_recorded",
+            workload=key,
+            events=len(fresh),
+            observed=[f"{a.action}:{a.pod}" for a in observed_actions],
+            differ=[f"{d.action}:{d.pod}: {d.reason}" for d in differ],
+        )
+        return len(fresh)

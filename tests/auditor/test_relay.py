@@ -1,0 +1,193 @@
+"""The auditor's relay (store -> bus): publishes every stored event once, in order, resumes where the
+bus says it stopped, and waits out a Postgres restart instead of giving up."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+
+import nats.js.errors
+import pytest
+import pytest_asyncio
+
+from services.auditor.service import POSITION_HEADER, Relay
+from services.infra.bus import Bus
+from services.infra.database import upgrade_async
+from services.infra.embedded import EmbeddedServers
+from services.infra.settings import Settings
+from services.infra.store import EventStore
+from tests.e2e.audit import published_event_ids
+from tests.infra.store_helpers import batch, unique_stream
+from tests.plugins.database import fresh_database
+from tests.plugins.servers import ServerUrls
+from tests.plugins.stack import wait_for
+
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+
+
+def relay_settings(database_url: str, nats_url: str) -> Settings:
+    suffix = uuid.uuid4().hex[:10]
+    return Settings(
+        database_url=database_url,
+        nats_url=nats_url,
+        stream_name=f"RBRELAY_{suffix}",
+        subject_prefix=f"rbrelay{suffix}",
+    )
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def own_bus(server_urls: ServerUrls) -> AsyncIterator[Bus]:
+    bus = await Bus.connect(relay_settings("", server_urls.nats_url), name="rollbook-relay-test")
+    await bus.ensure_stream()
+    try:
+        yield bus
+    finally:
+        try:
+            await bus.js.delete_stream(bus.stream)
+        except nats.js.errors.NotFoundError:
+            pass
+        await bus.close()
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def own_store(server_urls: ServerUrls) -> AsyncIterator[EventStore]:
+    """A store on a database of its own: the relay publishes everything in it."""
+    async with fresh_database(server_urls.database_url, "rollbook_relay") as url:
+        await upgrade_async(url)
+        store = await EventStore.connect(url)
+        try:
+            yield store
+        finally:
+            await store.close()
+
+
+async def stored_ids(store: EventStore) -> list[str]:
+    return [str(e.envelope.event_id) async for e in store.read_all()]
+
+
+async def relaying(relay: Relay) -> tuple[asyncio.Event, asyncio.Task[None]]:
+    stopping = asyncio.Event()
+    return stopping, asyncio.create_task(relay.run(stopping), name="relay")
+
+
+async def stop(stopping: asyncio.Event, task: asyncio.Task[None]) -> None:
+    stopping.set()
+    await asyncio.wait_for(task, 30)
+
+
+async def test_publishes_every_event_once_in_order_with_its_position(
+    own_store: EventStore, own_bus: Bus
+) -> None:
+    stream = unique_stream()
+    await own_store.append(batch(stream, 1, 30), expected_version=0)
+    relay = Relay(own_store, own_bus)
+    stopping, task = await relaying(relay)
+    try:
+        await wait_for(relay.caught_up.wait, within=30, what="the relay caught up")
+        assert await published_event_ids(own_bus) == await stored_ids(own_store)
+        last = await own_bus.js.get_last_msg(own_bus.stream, f"{own_bus.prefix}.ev.>")
+        assert int((last.headers or {})[POSITION_HEADER]) == await own_store.head_position()
+    finally:
+        await stop(stopping, task)
+
+
+async def test_resumes_after_a_restart_without_publishing_twice(own_store: EventStore, own_bus: Bus) -> None:
+    stream = unique_stream()
+    await own_store.append(batch(stream, 1, 10), expected_version=0)
+    first = Relay(own_store, own_bus)
+    stopping, task = await relaying(first)
+    await wait_for(first.caught_up.wait, within=30, what="the first relay caught up")
+    await stop(stopping, task)
+
+    await own_store.append(batch(stream, 11, 10), expected_version=10)
+    second = Relay(own_store, own_bus)
+    stopping, task = await relaying(second)
+    try:
+        await wait_for(second.caught_up.wait, within=30, what="the second relay caught up")
+        assert second.position == await own_store.head_position()
+        published = await published_event_ids(own_bus)
+        assert published == await stored_ids(own_store)  # each once, in store order
+    finally:
+        await stop(stopping, task)
+
+
+async def test_waits_out_a_postgres_restart_and_publishes_what_was_stored_around_it(
+    restartable_postgres: EmbeddedServers, server_urls: ServerUrls
+) -> None:
+    database_url = restartable_postgres.resolved.database_url  # type: ignore[union-attr]
+    store = await EventStore.connect(database_url)
+    bus = await Bus.connect(relay_settings(database_url, server_urls.nats_url), name="rollbook-relay-test")
+    await bus.ensure_stream()
+    relay = Relay(store, bus)
+    stopping, task = await relaying(relay)
+    try:
+        stream = unique_stream()
+        await store.append(batch(stream, 1, 20), expected_version=0)
+        await wait_for(lambda: _published(relay, store), within=30, what="the first 20 events relayed")
+
+        await restartable_postgres.stop_postgres(immediate=True)  # as pg_ctl stop -m immediate
+        await wait_for(lambda: _is_retrying(relay), within=30, what="the relay noticed the outage")
+        assert not task.done()
+        await restartable_postgres.start_postgres()
+
+        await store.append(batch(stream, 21, 20), expected_version=20)
+        await wait_for(lambda: _published(relay, store), within=60, what="the relay recovered")
+        assert relay.retrying is None
+        published = await published_event_ids(bus)
+        assert published == await stored_ids(store)
+        assert len(published) == 40
+        assert not task.done()
+    finally:
+        await stop(stopping, task)
+        try:
+            await bus.js.delete_stream(bus.stream)
+        finally:
+            await bus.close()
+            await store.close()
+
+
+async def _published(relay: Relay, store: EventStore) -> bool:
+    return relay.position > 0 and relay.position == await store.head_position()
+
+
+async def _is_retrying(relay: Relay) -> bool:
+    return relay.retrying is not None
+
+
+async def test_an_unacknowledged_publish_is_published_again(own_store: EventStore, own_bus: Bus) -> None:
+    """An ack lost with the connection: the relay does not move past it, and publishes it again
+    (deduplicated by event id) instead of waiting for it forever."""
+    stream = unique_stream()
+    await own_store.append(batch(stream, 1, 5), expected_version=0)
+    relay = Relay(own_store, own_bus)
+    relay.position = await own_store.head_position() - 5
+    events = await own_store.read_batch(relay.position, 5)
+    original = own_bus.js.publish_async
+    calls = 0
+
+    async def first_ack_never_comes(*args: object, **kwargs: object) -> asyncio.Future[object]:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            return asyncio.get_running_loop().create_future()  # never resolved
+        return await original(*args, **kwargs)  # type: ignore[arg-type]
+
+    own_bus.js.publish_async = first_ack_never_comes  # type: ignore[method-assign]
+    import services.auditor.service as auditor
+
+    saved, auditor.PUBLISH_ACK_TIMEOUT = auditor.PUBLISH_ACK_TIMEOUT, 0.5
+    try:
+        with pytest.raises(TimeoutError):
+            await relay.publish(events)
+        assert relay.position == events[0].global_position - 1  # nothing acknowledged yet
+        await relay.publish(events)
+        assert relay.position == events[-1].global_position
+    finally:
+        auditor.PUBLISH_ACK_TIMEOUT = saved
+        own_bus.js.publish_async = original  # type: ignore[method-assign]
+    ids = await published_event_ids(own_bus)
+    wanted = [str(e.envelope.event_id) for e in events]
+    # The four acknowledged at the first try, then the one whose ack never came; each stored once.
+    assert ids[-5:] == wanted[1:] + wanted[:1]
+    assert all(ids.count(event_id) == 1 for event_id in wanted)

@@ -1,0 +1,209 @@
+"""deploy/: every overlay renders with `kubectl kustomize`, every object is valid against the Kubernetes
+schemas (kubernetes-validate, strict: an unknown or misspelt field fails), and the workloads are what an
+operator of a production cluster expects: probes, resources, a locked-down securityContext,
+PodDisruptionBudgets, several replicas, metrics, connection URLs from a Secret, the migration Job."""
+
+from __future__ import annotations
+
+import shlex
+import tomllib
+from typing import Any
+
+import kubernetes_validate
+import pytest
+
+from services.cli.services import SERVICES as ROLLBOOK_SERVICES
+from services.infra.runtime import PORT_OFFSETS
+from services.infra.settings import Settings
+from services.model.management import Selection
+from tests.deploy.manifests import (
+    DEPLOY,
+    NAMESPACE,
+    OVERLAYS,
+    ROOT,
+    SERVICES,
+    Manifest,
+    named,
+    of_kind,
+    render,
+)
+from tests.test_compose import assert_real_rollbook_command
+
+KUBERNETES_VERSION = "1.30"  # the oldest Kubernetes release still maintained upstream when this was written
+# Kinds of operators the install relies on; kubernetes-validate knows only Kubernetes' own.
+THIRD_PARTY = {("cert-manager.io/v1", "Issuer"), ("cert-manager.io/v1", "Certificate")}
+MONITORING = {("monitoring.coreos.com/v1", "ServiceMonitor")}
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_every_rendered_object_is_valid(overlay: str) -> None:
+    unknown = THIRD_PARTY | (MONITORING if overlay == "monitoring" else set())
+    seen_unknown = set()
+    for manifest in render(overlay):
+        key = (manifest["apiVersion"], manifest["kind"])
+        if key in unknown:
+            seen_unknown.add(key)
+            assert manifest["metadata"]["namespace"] == NAMESPACE and manifest.get("spec"), manifest
+            continue
+        try:
+            kubernetes_validate.validate(manifest, KUBERNETES_VERSION, strict=True)
+        except kubernetes_validate.ValidationError as error:
+            pytest.fail(f"{manifest['kind']} {manifest['metadata']['name']} in deploy/{overlay}: {error}")
+    assert seen_unknown == unknown
+
+
+def test_validation_would_catch_a_misspelt_field() -> None:
+    deployment = named(render("standalone"), "Deployment", "rollbook-planner")
+    deployment["spec"]["template"]["spec"]["containers"][0]["readinesProbe"] = {}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(deployment, KUBERNETES_VERSION, strict=True)
+
+
+def test_the_standalone_overlay_installs_the_crds_and_the_openkruise_one_none() -> None:
+    crds = {m["metadata"]["name"] for m in of_kind(render("standalone"), "CustomResourceDefinition")}
+    assert crds == {"clonesets.apps.kruise.io", "sidecarsets.apps.kruise.io"}
+    # Beside OpenKruise: nothing that could replace its CRDs, in any form.
+    assert of_kind(render("with-openkruise"), "CustomResourceDefinition") == []
+    assert not (DEPLOY / "with-openkruise" / "crds").exists()
+
+
+def config(overlay: str) -> dict[str, str]:
+    [config_map] = [
+        m
+        for m in of_kind(render(overlay), "ConfigMap")
+        if m["metadata"]["name"].startswith("rollbook-config")
+    ]
+    data: dict[str, str] = config_map["data"]
+    return data
+
+
+@pytest.mark.parametrize(("overlay", "mode"), [("standalone", "all"), ("with-openkruise", "labelled")])
+def test_each_overlay_manages_what_its_cluster_needs(overlay: str, mode: str) -> None:
+    data = config(overlay)
+    assert data["ROLLBOOK_MANAGE"] == mode
+    # Every key is a real setting with a valid value: Settings parses them, and so does the selection.
+    settings = Settings.from_env(data)
+    Selection.parse(settings.manage, settings.manage_namespaces)
+    assert settings.http_host == "0.0.0.0"
+
+
+def deployment(name: str) -> Manifest:
+    return named(render("standalone"), "Deployment", f"rollbook-{name}")
+
+
+def container(name: str) -> dict[str, Any]:
+    [only] = deployment(name)["spec"]["template"]["spec"]["containers"]
+    return dict(only)
+
+
+@pytest.mark.parametrize("service", SERVICES)
+def test_every_service_runs_locked_down_with_probes_and_resources(service: str) -> None:
+    pod = deployment(service)["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == f"rollbook-{service}"
+    assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] != 0
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    spec = container(service)
+    assert spec["securityContext"]["allowPrivilegeEscalation"] is False
+    assert spec["securityContext"]["readOnlyRootFilesystem"] is True
+    assert spec["securityContext"]["capabilities"]["drop"] == ["ALL"]
+    assert spec["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert spec["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert spec["resources"]["requests"]["cpu"] and spec["resources"]["limits"]["memory"]
+    assert spec["image"] == "rollbook:0.1.0"
+
+
+@pytest.mark.parametrize("service", SERVICES)
+def test_every_service_has_two_replicas_a_pdb_and_scrape_annotations(service: str) -> None:
+    manifests = render("standalone")
+    workload = deployment(service)
+    assert workload["spec"]["replicas"] >= 2  # leader election keeps the extra planner/watcher standing by
+    budget = named(manifests, "PodDisruptionBudget", f"rollbook-{service}")
+    assert budget["spec"]["selector"] == workload["spec"]["selector"]
+    assert budget["spec"]["maxUnavailable"] == 1
+    annotations = workload["spec"]["template"]["metadata"]["annotations"]
+    ports = {p["containerPort"] for p in container(service)["ports"]}
+    assert annotations["prometheus.io/scrape"] == "true" and int(annotations["prometheus.io/port"]) in ports
+
+
+@pytest.mark.parametrize("service", ROLLBOOK_SERVICES)
+def test_the_four_services_run_their_rollbook_command_on_their_port(service: str) -> None:
+    spec = container(service)
+    assert spec["command"] == ["rollbook", service]
+    assert_real_rollbook_command(spec["command"])
+    data = config("standalone")
+    port = int(data["ROLLBOOK_HTTP_PORT"]) + PORT_OFFSETS[service]
+    assert [p["containerPort"] for p in spec["ports"]] == [port]
+    # The Leases live where the Role granting them is: the pod's own namespace.
+    [lease_namespace] = [e for e in spec["env"] if e["name"] == "ROLLBOOK_LEADER_ELECTION_NAMESPACE"]
+    assert lease_namespace["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
+
+
+@pytest.mark.parametrize("service", SERVICES)
+def test_connection_urls_come_from_the_secret(service: str) -> None:
+    sources = container(service)["envFrom"]
+    assert {"secretRef": {"name": "rollbook-connections"}} in sources
+    assert any(s.get("configMapRef", {}).get("name", "").startswith("rollbook-config") for s in sources)
+    # Nothing puts a URL in plain sight.
+    assert not any(
+        e["name"] in ("ROLLBOOK_DATABASE_URL", "ROLLBOOK_NATS_URL") for e in container(service).get("env", [])
+    )
+
+
+def test_the_webhook_serves_tls_and_registers_nothing_itself() -> None:
+    spec = container("webhook")
+    assert_real_rollbook_command(spec["command"])
+    assert "--no-register" in spec["command"]
+    assert spec["readinessProbe"]["httpGet"]["scheme"] == "HTTPS"
+    mounts = {m["name"]: m for m in spec["volumeMounts"]}
+    assert mounts["tls"]["readOnly"] is True
+    manifests = render("standalone")
+    service = named(manifests, "Service", "rollbook-webhook")
+    certificate = named(manifests, "Certificate", "rollbook-webhook")
+    assert f"rollbook-webhook.{NAMESPACE}.svc" in certificate["spec"]["dnsNames"]
+    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        for hook in named(manifests, kind, "rollbook-sidecarset")["webhooks"]:
+            assert hook["clientConfig"]["service"]["name"] == service["metadata"]["name"]
+
+
+def test_the_migration_job_runs_alembic_once_per_version() -> None:
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    [job] = of_kind(render("standalone"), "Job")
+    assert job["metadata"]["name"] == f"rollbook-migrate-{version}"
+    [spec] = job["spec"]["template"]["spec"]["containers"]
+    assert spec["command"] == ["alembic", "upgrade", "head"]
+    assert {"secretRef": {"name": "rollbook-connections"}} in spec["envFrom"]
+    # The image holds alembic.ini and migrations/ in the Job's working directory.
+    dockerfile = (ROOT / "Dockerfile").read_text().splitlines()
+    assert f"WORKDIR {spec['workingDir']}" in dockerfile
+    copied = [shlex.split(line)[1:-1] for line in dockerfile if line.startswith("COPY ")]
+    assert any("alembic.ini" in sources for sources in copied) and any("migrations" in s for s in copied)
+    assert spec["securityContext"]["readOnlyRootFilesystem"] is True
+
+
+def test_the_image_runs_as_the_user_the_manifests_name() -> None:
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    for service in SERVICES:
+        uid = deployment(service)["spec"]["template"]["spec"]["securityContext"]["runAsUser"]
+        assert f"--uid {uid}" in dockerfile and f"USER {uid}" in dockerfile
+
+
+def test_every_namespaced_object_is_in_rollbooks_namespace() -> None:
+    for manifest in render("monitoring"):
+        if manifest["kind"] in ("Namespace", "CustomResourceDefinition") or manifest["kind"].startswith(
+            "Cluster"
+        ):
+            continue
+        if manifest["kind"].endswith("WebhookConfiguration"):
+            continue
+        assert manifest["metadata"].get("namespace") == NAMESPACE, manifest["metadata"]
+
+
+def test_every_file_in_deploy_is_part_of_an_overlay() -> None:
+    rendered_files = set()
+    for directory in DEPLOY.rglob("kustomization.yaml"):
+        text = directory.read_text()
+        for path in directory.parent.glob("*.yaml"):
+            if path.name != "kustomization.yaml" and f"- {path.name}" in text:
+                rendered_files.add(path)
+    every = {p for p in DEPLOY.rglob("*.yaml") if p.name != "kustomization.yaml"}
+    assert every == rendered_files, sorted(str(p.relative_to(ROOT)) for p in every - rendered_files)

@@ -1,0 +1,128 @@
+"""Least privilege, checked against the code: the rules deploy/ grants each service's ServiceAccount are
+exactly the Kubernetes API calls that service's code can make (tests/deploy/apicalls.py reads them from
+the source). A new call without its rule fails here, and so does a rule no code needs."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import pytest
+
+from services.infra.kruise import KRUISE_DEPLOYMENT, KRUISE_MUTATING_WEBHOOK
+from services.infra.leader import lease_name
+from tests.deploy.apicalls import API_METHODS, Call, api_calls, custom_rbac_of, rbac_of
+from tests.deploy.manifests import NAMESPACE, Manifest, named, of_kind, render
+
+# What each service runs in its Deployment, and so which code it can reach.
+ENTRIES = {
+    "watcher": "services.watcher.service",
+    "planner": "services.planner.service",
+    "executor": "services.executor.service",
+    "auditor": "services.auditor.service",
+    "webhook": "services.cli.webhook",
+}
+# Code the deployed webhook never runs: it is started with --no-register (checked below), and its
+# configurations are in deploy/base/webhook.yaml instead.
+NOT_DEPLOYED = {"webhook": ("services.webhook.register",)}
+
+Permission = tuple[str, str, str, tuple[str, ...]]  # apiGroup, resource, verb, resourceNames (() = any)
+
+
+def resource_names(service: str, group: str, resource: str, verb: str) -> tuple[str, ...]:
+    """The objects a call reaches when they are known by name, so the rule can be limited to them."""
+    if (group, resource) == ("coordination.k8s.io", "leases") and verb in ("get", "update"):
+        return (lease_name(service),)
+    if (group, resource, verb) == ("apps", "deployments", "get"):
+        return (KRUISE_DEPLOYMENT,)
+    if (group, resource, verb) == ("admissionregistration.k8s.io", "mutatingwebhookconfigurations", "get"):
+        return (KRUISE_MUTATING_WEBHOOK,)
+    return ()
+
+
+def needed(service: str) -> dict[Permission, list[str]]:
+    """Every permission the service's code needs, with where in the code it needs it."""
+    permissions: dict[Permission, list[str]] = defaultdict(list)
+    skipped = NOT_DEPLOYED.get(service, ())
+    call: Call
+    for call in api_calls(ENTRIES[service]):
+        if call.module.startswith(skipped):
+            continue
+        custom = API_METHODS[call.method] == "*custom*"
+        group, resource, verb = custom_rbac_of(call) if custom else rbac_of(call.method)
+        verbs = [verb, "watch"] if call.watched else [verb]
+        for each in verbs:
+            names = resource_names(service, group, resource, each)
+            permissions[(group, resource, each, names)].append(f"{call.method} at {call.where}")
+    return permissions
+
+
+def granted(service: str, manifests: list[Manifest]) -> dict[Permission, str]:
+    """Every permission the service's ServiceAccount holds, with the role granting it."""
+    account = f"rollbook-{service}"
+    permissions: dict[Permission, str] = {}
+    for binding in of_kind(manifests, "RoleBinding") + of_kind(manifests, "ClusterRoleBinding"):
+        subjects = binding.get("subjects") or []
+        if not any(
+            s["kind"] == "ServiceAccount" and s["name"] == account and s["namespace"] == NAMESPACE
+            for s in subjects
+        ):
+            continue
+        role_ref = binding["roleRef"]
+        role = named(manifests, role_ref["kind"], role_ref["name"])
+        if binding["kind"] == "RoleBinding":
+            assert role["metadata"]["namespace"] == binding["metadata"]["namespace"]
+        for rule in role["rules"]:
+            for group in rule["apiGroups"]:
+                for resource in rule["resources"]:
+                    for verb in rule["verbs"]:
+                        key = (group, resource, verb, tuple(sorted(rule.get("resourceNames") or ())))
+                        permissions[key] = f"{role['kind']} {role['metadata']['name']}"
+    return permissions
+
+
+@pytest.mark.parametrize("service", sorted(ENTRIES))
+@pytest.mark.parametrize("overlay", ["standalone", "with-openkruise"])
+def test_each_service_is_granted_exactly_the_calls_its_code_makes(service: str, overlay: str) -> None:
+    manifests = render(overlay)
+    need = needed(service)
+    have = granted(service, manifests)
+    missing = {p: need[p] for p in need.keys() - have.keys()}
+    unused = {p: have[p] for p in have.keys() - need.keys()}
+    assert not missing, f"rollbook-{service} lacks rules for calls its code makes: {missing}"
+    assert not unused, f"rollbook-{service} holds rules no code of it uses: {unused}"
+
+
+def test_the_lease_rules_are_namespaced_to_where_the_leases_are() -> None:
+    manifests = render("standalone")
+    for service in ("watcher", "planner"):
+        for permission, source in granted(service, manifests).items():
+            if permission[1] == "leases":
+                assert source.startswith("Role "), (permission, source)
+
+
+def test_the_auditor_gets_no_token() -> None:
+    manifests = render("standalone")
+    assert needed("auditor") == {}
+    account = named(manifests, "ServiceAccount", "rollbook-auditor")
+    assert account["automountServiceAccountToken"] is False
+    pod = named(manifests, "Deployment", "rollbook-auditor")["spec"]["template"]["spec"]
+    assert pod["automountServiceAccountToken"] is False
+
+
+def test_the_deployed_webhook_runs_without_registering() -> None:
+    # Why services.webhook.register's calls need no rule: the Deployment turns registration off.
+    [container] = named(render("standalone"), "Deployment", "rollbook-webhook")["spec"]["template"]["spec"][
+        "containers"
+    ]
+    assert "--no-register" in container["command"]
+    register_calls = [c for c in api_calls(ENTRIES["webhook"]) if c.module == "services.webhook.register"]
+    assert register_calls, "the webhook's registration calls moved: update NOT_DEPLOYED"
+
+
+def test_the_scan_sees_calls_made_through_list_functions_and_the_leader_library() -> None:
+    # The scan is what this file trusts; these are calls it must not miss.
+    watcher = needed("watcher")
+    assert ("", "pods", "watch", ()) in watcher  # core.list_pod_for_all_namespaces passed to a watch
+    assert ("apps.kruise.io", "sidecarsets", "watch", ()) in watcher
+    assert ("coordination.k8s.io", "leases", "create", ()) in watcher  # kubernetes-asyncio's LeaseLock
+    assert ("apps.kruise.io", "sidecarsets", "list", ()) in needed("webhook")  # passed with args=(...)
