@@ -46,7 +46,13 @@ from services.executor.sidecarset import apply_sidecar_upgrade, write_sidecarset
 from services.infra import kube
 from services.infra.bus import Bus
 from services.infra.consumer_service import ConsumerSpec, serve_consumers
-from services.infra.metrics import ACTIONS_APPLIED, ACTIONS_FAILED, EVENTS_APPENDED, EVENTS_HANDLED
+from services.infra.metrics import (
+    ACTIONS_APPLIED,
+    ACTIONS_FAILED,
+    EVENTS_APPENDED,
+    EVENTS_HANDLED,
+    STATUS_WRITES,
+)
 from services.infra.runtime import ServiceRuntime, configure_logging
 from services.infra.settings import Settings
 from services.infra.store import EventStore
@@ -326,9 +332,14 @@ class Executor:
                 return True
             raise
 
-    async def _patch_pod(self, request: PodActionRequested, patch: dict[str, Any]) -> tuple[str | None, bool]:
+    async def _patch_pod(
+        self, request: PodActionRequested, patch: dict[str, Any], known: dict[str, Any] | None = None
+    ) -> tuple[str | None, bool]:
+        """Patch with the resourceVersion it was computed from; ``known`` is the pod as just returned by
+        the API (one read fewer), re-read after a conflict."""
         for _ in range(CONFLICT_RETRIES):
-            pod = await read_target_pod(self.core, request)
+            pod = known if known is not None else await read_target_pod(self.core, request)
+            known = None
             metadata = pod.get("metadata") or {}
             if _annotations(pod).get(ACTION_ID_ANNOTATION) == request.action_id:
                 return metadata.get("uid"), True
@@ -356,11 +367,17 @@ class Executor:
             return (pod.get("metadata") or {}).get("uid"), True
         condition = request.details.get("condition")
         if condition:
-            # Conditions merge by type (strategic merge patch), so only InPlaceUpdateReady changes.
-            await self.core.patch_namespaced_pod_status(
-                request.pod, request.namespace, {"status": {"conditions": [condition]}}
+            # Conditions merge by type (strategic merge patch), so only InPlaceUpdateReady changes. The
+            # answer is the pod as it now is: the metadata patch below starts from it.
+            pod = await kube.raw_json(
+                await self.core.patch_namespaced_pod_status(
+                    request.pod,
+                    request.namespace,
+                    {"status": {"conditions": [condition]}},
+                    _preload_content=False,
+                )
             )
-        return await self._patch_pod(request, request.details.get("patch") or {})
+        return await self._patch_pod(request, request.details.get("patch") or {}, known=pod)
 
     async def _set_pods_to_delete(self, request: PodActionRequested) -> tuple[str | None, bool]:
         name = request.pod
@@ -387,7 +404,12 @@ class Executor:
     # --- status --------------------------------------------------------------------------------------
 
     async def write_status(self, envelope: Envelope, planned: StatusPlanned) -> None:
-        # Statuses arrive in planned order (the ordered STATUS_DURABLE), so each one is simply written.
+        # Statuses arrive in planned order (the ordered status durables), so each one is simply written,
+        # unless a later one is planned already: that one follows on the same durable and replaces it.
+        if await self.status_superseded(envelope):
+            STATUS_WRITES.labels("superseded").inc()
+            return
+        STATUS_WRITES.labels("written").inc()
         if sidecarset_of(envelope.stream) is not None:
             if not await write_sidecarset_status(self.custom, planned):
                 log.info("status_target_gone", name=planned.name)
@@ -409,6 +431,21 @@ class Executor:
             raise
 
     # --- outcomes ------------------------------------------------------------------------------------
+
+    async def status_superseded(self, envelope: Envelope) -> bool:
+        """A later StatusPlanned of the same workload is in the store (so on its way to us, in order)."""
+        e = events_table.c
+        statement = (
+            select(e.global_position)
+            .where(
+                e.stream == envelope.stream,
+                e.stream_version > envelope.stream_version,
+                e.type == "StatusPlanned",
+            )
+            .limit(1)
+        )
+        async with self.store.engine.connect() as connection:
+            return (await connection.execute(statement)).first() is not None
 
     async def _wait_for_earlier_actions(self, envelope: Envelope, request: PodActionRequested) -> None:
         """Hold this action until the actions its round planned before it for the same pod have a terminal

@@ -55,6 +55,11 @@ AUDIT_INGESTED = Counter(
     "Events the auditor saw on the bus, by outcome (stored, present, conflict)",
     ["outcome"],
 )
+STATUS_WRITES = Counter(
+    "rollbook_status_writes_total",
+    "Planned workload statuses the executor wrote, or skipped because a later one was planned already",
+    ["outcome"],
+)
 KUBE_API_REQUESTS = Histogram(
     "rollbook_kube_api_request_seconds",
     "Kubernetes API requests by method, and their time (after any client-side throttling)",
