@@ -458,6 +458,11 @@ async def main(args: argparse.Namespace) -> None:
                 )
                 raw = await raw_rates(api, args.replicas, args.writers)
                 print("  " + ", ".join(f"{k} {v:.0f}/s" for k, v in raw.items()) + f"; {load()}", flush=True)
+                limits = service_settings(args)
+                print(
+                    f"services: {args.executors} executor(s), API rate limit {limits or 'default'}",
+                    flush=True,
+                )
                 stack = Stack(settings, workdir)
                 try:
                     await stack.start("auditor", "watcher", "planner", "executor", ready_timeout=60)
@@ -525,8 +530,10 @@ if __name__ == "__main__":
     parser.add_argument("--planners", default="1,2", help="planner counts for the many-CloneSets rollouts")
     parser.add_argument("--executors", type=int, default=1)
     parser.add_argument("--nodes", type=int, default=20, help="simulated nodes")
-    parser.add_argument("--api-qps", type=float, default=None, help="services' client-side API rate limit")
-    parser.add_argument("--api-burst", type=int, default=None)
+    parser.add_argument(
+        "--api-qps", type=float, default=5000.0, help="services' client-side API rate limit (0: none)"
+    )
+    parser.add_argument("--api-burst", type=int, default=5000)
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds one phase may take")
     parser.add_argument(
         "--database-url",
