@@ -39,7 +39,7 @@ import structlog
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 from nats.aio.msg import Msg
-from sqlalchemy import select
+from sqlalchemy import Text, cast, literal, select, union_all
 
 from services.executor.pods import CONFLICT_RETRIES, MERGE_PATCH, ActionFailed, read_target_pod
 from services.executor.sidecarset import apply_sidecar_upgrade, write_sidecarset_status
@@ -210,13 +210,14 @@ class Executor:
     async def execute(
         self, envelope: Envelope, request: PodActionRequested, *, last_try: bool = False
     ) -> None:
-        if await self._outcome_recorded(request.action_id):
+        reported, earlier = await self._before_acting(envelope, request)
+        if reported:
             log.info(
                 "action_already_reported", action=request.action, pod=request.pod, action_id=request.action_id
             )
             return
         try:
-            await self._wait_for_earlier_actions(envelope, request)
+            await self._wait_for_earlier_actions(request, await self._without_outcome(earlier))
         except EarlierActionPending as waiting:
             if not last_try:
                 raise  # the bus hands it back later
@@ -449,49 +450,55 @@ class Executor:
         async with self.store.engine.connect() as connection:
             return (await connection.execute(statement)).first() is not None
 
-    async def _wait_for_earlier_actions(self, envelope: Envelope, request: PodActionRequested) -> None:
-        """Hold this action until the actions its round planned before it for the same pod have a terminal
-        outcome (markNotReady before updateInPlace, a PVC before its pod), whichever executor took them."""
+    async def _wait_for_earlier_actions(self, request: PodActionRequested, pending: list[str]) -> None:
+        """Hold this action until the actions its round planned before it for the same pod (``pending``)
+        have a terminal outcome (markNotReady before updateInPlace, a PVC before its pod), whichever
+        executor took them."""
         deadline = time.monotonic() + EARLIER_ACTION_WAIT
-        pending = await self.earlier_actions_pending(envelope, request)
         while pending:
             if time.monotonic() > deadline:
                 raise EarlierActionPending(f"earlier actions on {request.pod} have no outcome: {pending}")
             await asyncio.sleep(EARLIER_ACTION_POLL)
             pending = await self._without_outcome(pending)
 
-    async def earlier_actions_pending(self, envelope: Envelope, request: PodActionRequested) -> list[str]:
-        """Action ids of the same round, for the same pod, planned before this one, with no outcome yet.
-        A round is one append (RoundPlanned, then its decisions; each decision's causation is the round),
-        so they are the requests between the round's version and this one's."""
-        if envelope.causation_id is None:
-            return []
+    async def _before_acting(self, envelope: Envelope, request: PodActionRequested) -> tuple[bool, list[str]]:
+        """One query: whether the action's terminal event is stored already, and the action ids its round
+        planned before it for the same pod. A round is one append (RoundPlanned, then its decisions, each
+        caused by the round), so those are the requests between the round's version and this one's."""
         e = events_table.c
-        round_version = select(e.stream_version).where(e.event_id == envelope.causation_id).scalar_subquery()
-        statement = select(e.payload["action_id"].astext).where(
-            e.stream == envelope.stream,
-            e.stream_version > round_version,
-            e.stream_version < envelope.stream_version,
-            e.type == "PodActionRequested",
-            e.payload["pod"].astext == request.pod,
+        own = select(literal("own"), cast(e.event_id, Text)).where(
+            e.event_id == outcome_id(request.action_id)
         )
+        if envelope.causation_id is None:
+            statement: Any = own
+        else:
+            round_version = (
+                select(e.stream_version).where(e.event_id == envelope.causation_id).scalar_subquery()
+            )
+            earlier = select(literal("earlier"), e.payload["action_id"].astext).where(
+                e.stream == envelope.stream,
+                e.stream_version > round_version,
+                e.stream_version < envelope.stream_version,
+                e.type == "PodActionRequested",
+                e.payload["pod"].astext == request.pod,
+            )
+            statement = union_all(own, earlier)
         async with self.store.engine.connect() as connection:
-            earlier = [str(row[0]) for row in await connection.execute(statement)]
-        return await self._without_outcome(earlier) if earlier else []
+            rows = list(await connection.execute(statement))
+        return any(r[0] == "own" for r in rows), [str(r[1]) for r in rows if r[0] == "earlier"]
+
+    async def earlier_actions_pending(self, envelope: Envelope, request: PodActionRequested) -> list[str]:
+        """Action ids of the same round, for the same pod, planned before this one, with no outcome yet."""
+        return await self._without_outcome((await self._before_acting(envelope, request))[1])
 
     async def _without_outcome(self, action_ids: list[str]) -> list[str]:
+        if not action_ids:
+            return []
         outcomes = {outcome_id(a): a for a in action_ids}
         statement = select(events_table.c.event_id).where(events_table.c.event_id.in_(list(outcomes)))
         async with self.store.engine.connect() as connection:
             recorded = {row[0] for row in await connection.execute(statement)}
         return [a for o, a in outcomes.items() if o not in recorded]
-
-    async def _outcome_recorded(self, action_id: str) -> bool:
-        statement = select(events_table.c.global_position).where(
-            events_table.c.event_id == outcome_id(action_id)
-        )
-        async with self.store.engine.connect() as connection:
-            return (await connection.execute(statement)).first() is not None
 
     async def _report_failure(
         self, envelope: Envelope, request: PodActionRequested, failure: ActionFailed
