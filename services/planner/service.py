@@ -26,7 +26,8 @@ import structlog
 from nats.aio.msg import Msg
 
 from services.infra.bus import Bus
-from services.infra.consumer_service import serve_consumer
+from services.infra.coalesce import Coalescer
+from services.infra.consumer_service import ConsumerSpec, serve_consumers
 from services.infra.kruise import resolve_selection
 from services.infra.leader import run_while_leading
 from services.infra.metrics import EVENTS_HANDLED, PLANNING_SECONDS
@@ -75,6 +76,8 @@ RULES_VERSION = 3
 # A round takes milliseconds; a wake-up lost with a crashed planner comes back after this.
 ACK_WAIT = 10.0
 INPUT_TYPES = ("ObjectObserved", "PodActionSucceeded", "PodActionFailed", "RequeueScheduled")
+# Wake-ups held at once, each waiting for the round that covers it (services/infra/coalesce.py).
+WAKE_UPS_IN_HAND = 512
 _output_decoder = msgspec.json.Decoder(dict[str, Any])
 
 
@@ -95,7 +98,10 @@ class Planner:
         self.sidecarsets = SidecarSetPlanner(store, self.selection)  # in-place upgrades (docs/sidecarset.md)
         # CloneSets rollbook only observes (docs/shadow.md): all of them in shadow mode, else those labelled.
         self.shadow = ShadowRecorder(store, shadow_all=settings.shadow, rules=RULES_VERSION)
-        self._lock = asyncio.Lock()
+        self._lock = asyncio.Lock()  # SidecarSets and shadow records: one at a time
+        # CloneSets: a burst of wake-ups for one workload is one round; workloads plan concurrently.
+        self._workload_locks: dict[str, asyncio.Lock] = {}
+        self.rounds: Coalescer[str] = Coalescer(self._round_of)
 
     # --- state ---------------------------------------------------------------------------------------
 
@@ -132,18 +138,31 @@ class Planner:
             correlation_id=envelope.correlation_id, workload=f"{namespace}/{name}"
         )
         try:
-            async with self._lock:
-                if self.settings.shadow:
+            if self.settings.shadow:
+                async with self._lock:
                     await self.shadow.record(namespace, name)
-                    return
-                state = self.state_of(namespace, name)
-                payload = envelope.payload
-                if isinstance(payload, RequeueScheduled):
-                    await self._on_timer(state, envelope, payload, msg)
-                    return
-                await self.plan_round(state)
+                return
+            key = f"{namespace}/{name}"
+            payload = envelope.payload
+            if isinstance(payload, RequeueScheduled):
+                async with self._workload_lock(key):
+                    await self._on_timer(self.state_of(namespace, name), envelope, payload, msg)
+                return
+            # Acknowledged once a round that started after this wake-up is done (it folded our event).
+            await self.rounds.request(key)
         finally:
             structlog.contextvars.unbind_contextvars("correlation_id", "workload")
+
+    def _workload_lock(self, key: str) -> asyncio.Lock:
+        lock = self._workload_locks.get(key)
+        if lock is None:
+            lock = self._workload_locks[key] = asyncio.Lock()
+        return lock
+
+    async def _round_of(self, key: str) -> None:
+        namespace, name = key.split("/", 1)
+        async with self._workload_lock(key):
+            await self.plan_round(self.state_of(namespace, name))
 
     async def _on_timer(
         self, state: WorkloadState, envelope: Envelope, timer: RequeueScheduled, msg: Msg
@@ -187,7 +206,7 @@ class Planner:
             return
         pending = state.pending()
         if pending:
-            await self._wake_at(state, min(p.requested_at for p in pending) + EXPECTATION_TIMEOUT)
+            await self._wake_at(state, min(state.expectation_deadline(p) for p in pending))
             return
         leaving = state.leaving_with_claims()
         if leaving:
@@ -430,16 +449,15 @@ async def run(settings: Settings) -> None:
             async def work() -> None:
                 # A fresh Planner per leadership: its state is rebuilt from the store on first sight.
                 planner = Planner(settings, store, selection)
-                await serve_consumer(
-                    runtime,
-                    bus,
-                    service="planner",
-                    durable=DURABLE,
-                    event_types=INPUT_TYPES,
-                    handler=planner.handle,
+                wake_ups = ConsumerSpec(
+                    DURABLE,
+                    INPUT_TYPES,
+                    planner.handle,
                     batch=64,
                     ack_wait=ACK_WAIT,
+                    concurrency=WAKE_UPS_IN_HAND,
                 )
+                await serve_consumers(runtime, bus, service="planner", consumers=[wake_ups])
 
             # One planner plans at a time (the decisions streams have a single writer); others stand by.
             await run_while_leading(runtime, settings, "planner", work)

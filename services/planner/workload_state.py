@@ -49,6 +49,11 @@ INSTANCE_ID_LABEL = "apps.kruise.io/cloneset-instance-id"
 # A requested action not seen in effect after this long no longer blocks planning (OpenKruise's
 # expectations time out the same way, so a lost watch event cannot wedge a workload).
 EXPECTATION_TIMEOUT = timedelta(seconds=60)
+# That timeout starts when the action took effect (its outcome), not when it was requested: an action no
+# executor has reported on yet is still on its way (queued behind a thousand others, the API rate limit,
+# a slow API server), and timing it out would make the planner request the same pods again. Only an
+# action with no outcome at all for this long stops blocking (its message was dead-lettered unsettled).
+UNREPORTED_TIMEOUT = 10 * EXPECTATION_TIMEOUT
 
 _canonical = msgspec.json.Encoder(order="sorted")
 
@@ -258,10 +263,17 @@ class WorkloadState:
                 continue
             if self.in_effect(requested.event):
                 continue
-            if self.now is not None and self.now - requested.requested_at >= EXPECTATION_TIMEOUT:
+            if self.now is not None and self.now >= self.expectation_deadline(requested):
                 continue
             result.append(requested)
         return result
+
+    def expectation_deadline(self, requested: Requested) -> datetime:
+        """When a requested action not seen in effect stops blocking planning (round time)."""
+        outcome = self.outcome_log.get(requested.event.action_id)
+        if outcome is None:
+            return requested.requested_at + UNREPORTED_TIMEOUT
+        return max(requested.requested_at, outcome.at) + EXPECTATION_TIMEOUT
 
     def outcomes_since_last_round(self) -> list[ActionOutcome]:
         """Terminal outcomes folded after the last recorded round's ``through`` (actions stream order):
