@@ -367,20 +367,26 @@ class Bench:
             GROUP, VERSION, NAMESPACE, PLURAL, cloneset(BIG, 0, self.args.max_unavailable, IMAGES[0])
         )
         await self.clonesets.until(lambda objs: settled(objs.get(BIG), 0), self.args.timeout, "create")
+        phases = self.args.phases.split(",")
         scale = await self.phase(
             f"scale 0->{n}", [BIG], n, lambda: self.patch_all([BIG], {"spec": {"replicas": n}})
-        )
-        inplace = await self.phase(
-            "in-place rollout", [BIG], n, lambda: self.patch_all([BIG], image_patch(IMAGES[1]))
-        )
-        recreate = await self.phase(
-            "ReCreate rollout", [BIG], n, lambda: self.patch_all([BIG], image_patch(IMAGES[2], "ReCreate"))
         )
         planner = next(p for p in self.stack.processes.values() if p.service == "planner")
         pair = 1 / (1 / self.raw["creates"] + 1 / self.raw["deletes"])
         print(f"  scale 0->{n}:       {self.ratio(n / scale, self.raw['creates'], 'creates')}; {load()}")
-        print(f"  in-place rollout:  {self.ratio(n / inplace, self.raw['patches'], 'patches')}; {load()}")
-        print(f"  ReCreate rollout:  {self.ratio(n / recreate, pair, 'delete+create')}; {load()}")
+        if "inplace" in phases:
+            inplace = await self.phase(
+                "in-place rollout", [BIG], n, lambda: self.patch_all([BIG], image_patch(IMAGES[1]))
+            )
+            print(f"  in-place rollout:  {self.ratio(n / inplace, self.raw['patches'], 'patches')}; {load()}")
+        if "recreate" in phases:
+            recreate = await self.phase(
+                "ReCreate rollout",
+                [BIG],
+                n,
+                lambda: self.patch_all([BIG], image_patch(IMAGES[2], "ReCreate")),
+            )
+            print(f"  ReCreate rollout:  {self.ratio(n / recreate, pair, 'delete+create')}; {load()}")
         print(f"  planner peak memory: {peak_rss_mib(planner.process.pid):.0f} MiB", flush=True)
         # Scale it away so the next scenario starts on an empty cluster.
         await self.phase(f"scale {n}->0", [BIG], 0, lambda: self.patch_all([BIG], {"spec": {"replicas": 0}}))
@@ -525,6 +531,11 @@ if __name__ == "__main__":
     parser.add_argument("--writers", type=int, default=16, help="concurrent raw writers (and bench clients)")
     parser.add_argument(
         "--small-clonesets", type=int, default=200, help="0: skip the many-CloneSets scenario"
+    )
+    parser.add_argument(
+        "--phases",
+        default="inplace,recreate",
+        help="after the scale-out of the big CloneSet (comma-separated)",
     )
     parser.add_argument("--small-replicas", type=int, default=5)
     parser.add_argument("--planners", default="1,2", help="planner counts for the many-CloneSets rollouts")
