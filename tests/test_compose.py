@@ -18,11 +18,13 @@ from typer.testing import CliRunner
 
 from services.cli.main import app
 from services.cli.services import SERVICES
+from services.infra.bus import nats_servers
 from services.infra.runtime import PORT_OFFSETS
 from services.infra.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE = ROOT / "docker-compose.yml"
+NATS_NODES = ("nats-1", "nats-2", "nats-3")
 
 
 def compose() -> dict[str, Any]:
@@ -74,7 +76,8 @@ def test_the_four_services_run_as_rollbook_up_runs_them() -> None:
     assert set(env) <= known, f"unknown settings: {set(env) - known}"
     settings = Settings.from_env(env)
     assert settings.database_url.startswith("postgresql://") and "@postgres:" in settings.database_url
-    assert settings.nats_url == "nats://nats:4222"
+    assert nats_servers(settings.nats_url) == [f"nats://{node}:4222" for node in NATS_NODES]
+    assert settings.bus_replicas == len(NATS_NODES) == 3
     ports = {settings.http_port + PORT_OFFSETS[s] for s in SERVICES}
     published = services["simcluster"]["ports"][0]
     assert published.endswith(f":{min(ports)}-{max(ports)}") and len(ports) == 4
@@ -85,12 +88,30 @@ def test_the_four_services_run_as_rollbook_up_runs_them() -> None:
     assert simcluster_argv[simcluster_argv.index("--kubeconfig") + 1] == settings.kubeconfig
 
 
-def test_nats_keeps_jetstream_on_a_volume() -> None:
-    nats = compose()["services"]["nats"]
-    argv = nats["command"]
-    assert "--jetstream" in argv
-    store = argv[argv.index("--store_dir") + 1]
-    assert any(volume.endswith(":" + store) for volume in nats["volumes"])
+def option(argv: list[str], name: str) -> str:
+    return argv[argv.index(name) + 1]
+
+
+def test_nats_runs_a_three_node_jetstream_cluster_with_its_data_on_volumes() -> None:
+    services = compose()["services"]
+    names, stores = set(), set()
+    for node in NATS_NODES:
+        spec = services[node]
+        argv = spec["command"]
+        assert "--jetstream" in argv
+        store = option(argv, "--store_dir")
+        volume = next(v for v in spec["volumes"] if v.endswith(":" + store))
+        stores.add(volume.split(":")[0])
+        names.add(option(argv, "--server_name"))
+        assert option(argv, "--cluster_name") == "rollbook"
+        assert option(argv, "--cluster").endswith(":6222")
+        routes = set(option(argv, "--routes").split(","))
+        assert routes == {f"nats://{other}:6222" for other in NATS_NODES}  # every node knows every node
+        assert "js-enabled-only=true" in " ".join(spec["healthcheck"]["test"])
+    assert names == set(NATS_NODES) and len(stores) == 3  # one identity and one volume each
+    assert not any(name == "nats" for name in services)
+    for service in SERVICES:
+        assert set(NATS_NODES) <= set(services[service]["depends_on"])
 
 
 def test_the_image_default_command_is_a_real_command() -> None:

@@ -3,8 +3,8 @@
 The model is pure vocabulary (it imports nothing else of rollbook's and no I/O library); cli > replay >
 services > infra > model; the services never import each other; replay reaches no service loop and no
 NATS or leader code; the planners' decision code imports only the model and its own pure modules; only
-the executor, watcher, webhook, infra.kube/leader and the CLI talk to Kubernetes. A broken contract fails
-here with import-linter's report of the offending import chain.
+the executor, watcher, webhook, the CLI and infra.kube/leader/kruise talk to Kubernetes. A broken
+contract fails here with import-linter's report of the offending import chain.
 """
 
 from __future__ import annotations
@@ -34,3 +34,23 @@ def test_every_import_contract_is_kept() -> None:
 def test_no_contract_is_papered_over() -> None:
     # A violation is fixed by moving code to the layer it belongs to, never by an exception list.
     assert [c["id"] for c in contracts() if c.get("ignore_imports")] == []
+
+
+IO_MODULES = {"services.planner.service", "services.planner.shadow_service"}  # the planner service's I/O
+
+
+def test_every_planner_module_but_the_service_loop_is_held_pure() -> None:
+    # A new module of decision code is checked from the start: it must be listed in the contract.
+    [contract] = [c for c in contracts() if c["id"] == "planner-decisions-pure"]
+    planner = REPO_ROOT / "services" / "planner"
+    modules = {f"services.planner.{p.stem}" for p in planner.glob("*.py") if p.stem != "__init__"}
+    assert sorted(modules - IO_MODULES) == sorted(contract["source_modules"])  # type: ignore[arg-type]
+
+
+def test_every_infra_module_but_the_kubernetes_clients_is_kept_off_kubernetes() -> None:
+    [contract] = [c for c in contracts() if c["id"] == "kubernetes-clients"]
+    infra = REPO_ROOT / "services" / "infra"
+    modules = {f"services.infra.{p.stem}" for p in infra.glob("*.py") if p.stem != "__init__"}
+    clients = {"services.infra.kube", "services.infra.leader", "services.infra.kruise"}
+    listed = {m for m in contract["source_modules"] if m.startswith("services.infra.")}  # type: ignore[attr-defined]
+    assert sorted(modules - clients) == sorted(listed)

@@ -10,7 +10,9 @@ the pod actions the real controller took (``PodActionObserved``) and how each co
 would have done (``ShadowCompared``). So:
 
 - ``rollouts`` and ``partition_steps`` gain ``driven_by`` (last column): ``rollbook``, or ``observed`` for
-  those of the shadow stream (they already list both: the views select by event type);
+  those of the shadow stream (they already list both: the views select by event type). An observed one's
+  positions (``started_position``, ``finished_position``, ``position``) are those of the observations that
+  showed it, since the planner appends shadow events after the observations they reflect;
 - ``pod_actions`` lists observed actions too (``driven_by`` = ``observed``): one row per
   ``PodActionObserved`` but ``becameReady``, which finishes the in-place update it completes as
   ``markReady`` does rollbook's; ``requested`` = ``started`` = when the pod first showed the action (an
@@ -39,6 +41,14 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 _DRIVEN_BY = "CASE WHEN e.stream LIKE 'CloneSet/%/shadow' THEN 'observed' ELSE 'rollbook' END AS driven_by"
+# Where an event stands in the log: its own position, or for an observed rollout's event the position of
+# the observation that showed it. The planner appends shadow events after the observations they reflect,
+# possibly after later ones too; a rollout's window in max_unavailable_exceeded must be the observed one.
+_SEEN = (
+    "CASE WHEN {e}.stream LIKE 'CloneSet/%/shadow'"
+    " THEN (SELECT c.global_position FROM events AS c WHERE c.event_id = {e}.causation_id)"
+    " ELSE {e}.global_position END"
+)
 
 ROLLOUTS = f"""
         SELECT e.payload->>'rollout_id' AS rollout_id,
@@ -57,12 +67,12 @@ ROLLOUTS = f"""
                done.occurred_at AS finished,
                done.occurred_at - e.occurred_at AS duration,
                coalesce(done.payload->>'outcome', 'in progress') AS outcome,
-               e.global_position AS started_position,
-               done.global_position AS finished_position,
+               {_SEEN.format(e="e")} AS started_position,
+               done.seen AS finished_position,
                {_DRIVEN_BY}
         FROM events AS e
         LEFT JOIN LATERAL (
-            SELECT d.occurred_at, d.payload, d.global_position
+            SELECT d.occurred_at, d.payload, {_SEEN.format(e="d")} AS seen
             FROM events AS d
             WHERE d.stream = e.stream AND d.type = 'RolloutCompleted'
               AND d.payload->>'rollout_id' = e.payload->>'rollout_id'
@@ -84,7 +94,7 @@ PARTITION_STEPS = f"""
                (e.payload->>'max_unavailable')::int AS max_unavailable,
                (e.payload->>'max_surge')::int AS max_surge,
                e.occurred_at AS planned,
-               e.global_position AS position,
+               {_SEEN.format(e="e")} AS position,
                {_DRIVEN_BY}
         FROM events AS e
         WHERE e.type = 'PartitionStepPlanned'

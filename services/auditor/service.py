@@ -28,7 +28,7 @@ import structlog
 from aiohttp import web
 from nats.aio.msg import Msg
 
-from services.infra.bus import MSG_ID, Bus
+from services.infra.bus import BODY_HEADER, Bus
 from services.infra.checkpoints import checkpoint_loop
 from services.infra.consumer_service import report_consumer_lag
 from services.infra.metrics import (
@@ -36,13 +36,14 @@ from services.infra.metrics import (
     EVENTS_HANDLED,
     RELAY_POSITION,
     RELAY_PUBLISHED,
+    RELAY_REFERENCES,
     RETRIES,
 )
 from services.infra.retry import Backoff, Stopped, is_transient, retry_until_stopped, wait_or_stop
 from services.infra.runtime import ServiceRuntime, configure_logging, run_until_stopped
 from services.infra.settings import Settings
 from services.infra.store import ConcurrencyError, EventStore, StoredEvent
-from services.model.events import Envelope, encode
+from services.model.events import Envelope
 from services.model.streams import workload_stream
 
 log = structlog.get_logger("auditor")
@@ -149,15 +150,18 @@ class Relay:
         try:
             for stored in batch:
                 envelope = stored.envelope
+                # An event larger than a bus message goes as a reference to its stored body.
+                data, headers = self.bus.event_message(envelope)
+                if BODY_HEADER in headers:
+                    RELAY_REFERENCES.inc()
+                    log.info("relay_by_reference", event_id=str(envelope.event_id), type=envelope.type)
+                headers[POSITION_HEADER] = str(stored.global_position)
                 futures.append(
                     await self.bus.js.publish_async(
                         self.bus.subject_for(envelope, partition_key=partition_key(envelope)),
-                        encode(envelope),
+                        data,
                         stream=self.bus.stream,
-                        headers={
-                            MSG_ID: str(envelope.event_id),
-                            POSITION_HEADER: str(stored.global_position),
-                        },
+                        headers=headers,
                     )
                 )
             done, _ = await asyncio.wait(futures, timeout=PUBLISH_ACK_TIMEOUT)
@@ -248,6 +252,7 @@ async def run(settings: Settings) -> None:
     runtime.app.router.add_get("/history", History(store).handle)
     async with runtime:
         bus = await Bus.connect(settings, name="rollbook-auditor")
+        bus.bodies = store.read_event  # events larger than a bus message are read from the store
         try:
             await bus.ensure_stream()
             relay = Relay(store, bus)

@@ -12,10 +12,10 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Annotated, Any
 
-import asyncpg
 import typer
 
-from services.cli.history import QueryError, clock, connect, console, parse_workload, short
+from services.cli.history import QueryError, clock, connect, parse_workload, short
+from services.cli.terminal import console
 from services.infra import audit_queries
 from services.infra.settings import Settings
 
@@ -106,7 +106,7 @@ async def shadow_report(settings: Settings, namespace: str, name: str, as_json: 
             raise QueryError("the shadow views are missing from this database: run `alembic upgrade head`")
         rows = await audit_queries.shadow_agreement(connection, namespace, name)
     if not rows:
-        console.print(
+        console().print(
             f"no shadow trail for {namespace}/{name}: run `rollbook up --shadow`, or label the CloneSet"
             " rollbook.io/manage=shadow (docs/shadow.md)"
         )
@@ -116,7 +116,7 @@ async def shadow_report(settings: Settings, namespace: str, name: str, as_json: 
         print(json.dumps([{**asdict(s), "verdict": s.verdict} for s in summaries], indent=2))
     else:
         for line in render(namespace, name, summaries):
-            console.print(line, markup=False, highlight=False, soft_wrap=True)
+            console().print(line, markup=False, highlight=False, soft_wrap=True)
     return 0
 
 
@@ -133,9 +133,4 @@ def register(application: typer.Typer) -> None:
         import asyncio
 
         namespace, name = parse_workload(workload)
-        try:
-            code = asyncio.run(shadow_report(Settings.from_env(), namespace, name, as_json))
-        except (QueryError, OSError, asyncpg.PostgresError) as error:
-            console.print(f"[red]rollbook shadow report:[/] {error}")
-            raise typer.Exit(1) from None
-        raise typer.Exit(code)
+        raise typer.Exit(asyncio.run(shadow_report(Settings.from_env(), namespace, name, as_json)))

@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from services.infra.settings import Settings
-from services.model.sidecarset_streams import actions_stream, decisions_stream, observed_stream
 
 if TYPE_CHECKING:
     from services.infra.store import EventStore
@@ -82,17 +81,15 @@ def verify_command(
     recorded by other planner rules (an older rollbook) are reported as not re-verifiable, exit 0 unless
     --strict."""
     from services.cli.runtime import run_with_store
-    from services.planner.sidecarset_replay import verify_sidecarset
-    from services.planner.sidecarset_service import RULES_VERSION
+    from services.planner.sidecarset_decisions import RULES_VERSION
+    from services.replay.operations import verify_sidecarset
+    from services.replay.verify import VerifyReport
 
-    async def read(store: EventStore, _: Settings) -> list[list[Any]]:
-        return [
-            [s.envelope for s in await store.read_stream(stream)]
-            for stream in (observed_stream(name), actions_stream(name), decisions_stream(name))
-        ]
+    async def read(store: EventStore, _: Settings) -> VerifyReport:
+        return await verify_sidecarset(store, name)
 
     def body() -> int:
-        report = verify_sidecarset(name, *run_with_store(read))
+        report = run_with_store(read)
         for version, count in sorted(report.skipped.items()):
             typer.echo(
                 f"NOT RE-VERIFIABLE SidecarSet {name}: {count} round{'s' if count != 1 else ''} recorded by"

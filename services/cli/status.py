@@ -17,6 +17,7 @@ from services.cli.errors import CommandError
 from services.cli.history import QueryError, clock, connect, parse_workload
 from services.cli.terminal import console
 from services.infra.settings import Settings
+from services.model.cloneset import desired_replicas
 from services.model.streams import CLONESET_GROUP, CLONESET_PLURAL, CLONESET_VERSION
 
 if TYPE_CHECKING:
@@ -79,7 +80,7 @@ async def show_status(settings: Settings, workload: str | None) -> int:
     for c in clonesets:
         key = (c["metadata"].get("namespace", "default"), c["metadata"]["name"])
         status = c.get("status") or {}
-        spec_replicas = int((c.get("spec") or {}).get("replicas", 1))
+        spec_replicas = desired_replicas(c)
         rollout = rollouts.get(key)
         if rollout is None:
             described, state = "-", ""

@@ -41,6 +41,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from nats.aio.msg import Msg
 from sqlalchemy import Text, cast, literal, select, union_all
 
+from services.executor.api_retry import call_with_retries
 from services.executor.pods import CONFLICT_RETRIES, MERGE_PATCH, ActionFailed, read_target_pod
 from services.executor.sidecarset import apply_sidecar_upgrade, write_sidecarset_status
 from services.infra import kube
@@ -201,7 +202,7 @@ class Executor:
                 last_try = msg.metadata.num_delivered >= self.settings.max_deliver
                 await self.execute(envelope, payload, last_try=last_try)
             elif isinstance(payload, StatusPlanned):
-                await self.write_status(envelope, payload)
+                await call_with_retries(lambda: self.write_status(envelope, payload), what="status")
         finally:
             structlog.contextvars.unbind_contextvars("correlation_id")
 
@@ -225,7 +226,8 @@ class Executor:
             return
         await self._report(envelope, PodActionStarted(action_id=request.action_id, executor=self.name))
         try:
-            uid, already = await self.apply(request)
+            # Transient API answers are retried here, quickly, before the bus's slower redelivery.
+            uid, already = await call_with_retries(lambda: self.apply(request), what=request.action)
         except ActionFailed as failure:
             await self._report_failure(envelope, request, failure)
             return
@@ -561,6 +563,7 @@ async def run(settings: Settings) -> None:
     async with ServiceRuntime(settings, "executor") as runtime:
         store = await EventStore.connect(settings.database_url)
         bus = await Bus.connect(settings, name="rollbook-executor")
+        bus.bodies = store.read_event  # events larger than a bus message are read from the store
         api = await kube.api_client(settings)
         try:
             executor = Executor(settings, store, api)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import uuid
 import zlib
 from collections.abc import Awaitable, Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -37,7 +38,32 @@ from services.model.events import Envelope, decode, encode
 
 log = logging.getLogger(__name__)
 
-Handler = Callable[[Envelope, Msg], Awaitable[None]]
+
+class Deferred:
+    """What a handler returns when it settles the message itself, later: it acks the message once the work
+    the message asked for is done, or naks it to have it redelivered (the planner: a wake-up is acked when
+    the round that covers it has been appended, so a crash before that redelivers it)."""
+
+
+DEFERRED = Deferred()
+
+Handler = Callable[[Envelope, Msg], Awaitable[Deferred | None]]
+# Reads the body of an event carried by reference: EventStore.read_event.
+BodyReader = Callable[[uuid.UUID], Awaitable[Envelope | None]]
+
+
+class EventReference(msgspec.Struct, frozen=True, kw_only=True):
+    """What a message carries instead of an event larger than the bus's max_payload."""
+
+    event_id: uuid.UUID
+    stream: str
+    stream_version: int
+    type: str
+    size: int  # bytes of the encoded event
+
+
+_reference_encoder = msgspec.json.Encoder()
+_reference_decoder = msgspec.json.Decoder(EventReference)
 # What must not run concurrently with (and keeps its order relative to) other messages: e.g. the pod.
 OrderKey = Callable[[Envelope], Hashable]
 
@@ -49,6 +75,12 @@ DLQ_DELIVERIES = "Rollbook-Dlq-Deliveries"
 DLQ_CONSUMER = "Rollbook-Dlq-Consumer"
 DLQ_MSG_ID = "Rollbook-Dlq-Msg-Id"
 MSG_ID = "Nats-Msg-Id"
+# An event too large for one bus message travels by reference: this header says its body is in the
+# event store, and the message carries an EventReference (docs/bus.md, "Events larger than a message").
+BODY_HEADER = "Rollbook-Body"
+BODY_IN_STORE = "store"
+# Bytes of a message's max_payload kept for its headers (subject, Nats-Msg-Id, position, expected stream).
+HEADER_ALLOWANCE = 4096
 
 # Retry delays (seconds) after the 1st, 2nd, ... failed delivery; the last one repeats.
 DEFAULT_RETRY_BACKOFF: tuple[float, ...] = (0.5, 2.0, 5.0, 15.0, 30.0)
@@ -58,6 +90,11 @@ _MAX_HEADER_CHARS = 2000
 _TOKEN_SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
 # A token cannot be empty (cluster-scoped objects have no namespace); a lone % is unambiguous.
 _EMPTY_TOKEN = "%"
+
+
+def nats_servers(nats_url: str) -> list[str]:
+    """The servers of ``settings.nats_url``: one URL, or a cluster's, comma-separated."""
+    return [url.strip() for url in nats_url.split(",") if url.strip()]
 
 
 @functools.lru_cache(maxsize=65536)  # names and types repeat: publishing stays cheap per event
@@ -108,7 +145,7 @@ class DeadLetter:
 
 @dataclass
 class ConsumerStats:
-    handled: int = 0  # handler returned, message acked
+    handled: int = 0  # handler returned, message acked (or to be settled by the handler: DEFERRED)
     retried: int = 0  # handler raised, message nak'ed for a later delivery
     dead_lettered: int = 0
     filtered: int = 0  # outside the filter subjects (a server < 2.10 ignores several filters): acked unread
@@ -123,6 +160,8 @@ class Bus:
         self.js = js
         self.prefix = settings.subject_prefix
         self.stream = settings.stream_name
+        # Set by a service that consumes: where bodies of events carried by reference are read from.
+        self.bodies: BodyReader | None = None
 
     # --- connection -----------------------------------------------------------------------------------
 
@@ -134,7 +173,7 @@ class Bus:
                 "Bus.connect needs a NATS URL; start embedded servers first (services.infra.embedded)"
             )
         nc = await nats.connect(
-            settings.nats_url,
+            nats_servers(settings.nats_url),
             name=name,
             max_reconnect_attempts=-1,
             reconnect_time_wait=0.5,
@@ -154,6 +193,7 @@ class Bus:
             subjects=[f"{self.prefix}.>"],
             storage=StorageType.FILE,
             duplicate_window=float(self.settings.bus_dedup_window),
+            num_replicas=self.settings.bus_replicas,
         )
         try:
             await self.js.add_stream(config)
@@ -206,14 +246,33 @@ class Bus:
 
     # --- publishing -----------------------------------------------------------------------------------
 
+    def event_message(self, envelope: Envelope) -> tuple[bytes, dict[str, str]]:
+        """The bytes and headers of the message carrying ``envelope``: the encoded event, or, when it is
+        larger than the server's max_payload (less ``HEADER_ALLOWANCE``), an ``EventReference`` with
+        ``Rollbook-Body: store``: the event itself is in the store, consumers read it from there."""
+        data = encode(envelope)
+        headers = {MSG_ID: str(envelope.event_id)}
+        if len(data) + HEADER_ALLOWANCE > self.nc.max_payload:
+            reference = EventReference(
+                event_id=envelope.event_id,
+                stream=envelope.stream,
+                stream_version=envelope.stream_version,
+                type=envelope.type,
+                size=len(data),
+            )
+            data = _reference_encoder.encode(reference)
+            headers[BODY_HEADER] = BODY_IN_STORE
+        return data, headers
+
     async def publish(self, envelope: Envelope, *, partition_key: str | None = None) -> bool:
         """Publish one event and wait for JetStream's ack. Returns True when it was a duplicate (an event with
         this event_id was already stored within the dedup window) and so was dropped by the server."""
+        data, headers = self.event_message(envelope)
         ack = await self.js.publish(
             self.subject_for(envelope, partition_key=partition_key),
-            encode(envelope),
+            data,
             stream=self.stream,
-            headers={MSG_ID: str(envelope.event_id)},
+            headers=headers,
         )
         return bool(ack.duplicate)
 
@@ -226,11 +285,9 @@ class Bus:
         sent: list[tuple[str, asyncio.Future[nats.js.api.PubAck]]] = []
         for envelope in envelopes:
             key = partition_key(envelope) if partition_key else None
+            data, headers = self.event_message(envelope)
             future = await self.js.publish_async(
-                self.subject_for(envelope, partition_key=key),
-                encode(envelope),
-                stream=self.stream,
-                headers={MSG_ID: str(envelope.event_id)},
+                self.subject_for(envelope, partition_key=key), data, stream=self.stream, headers=headers
             )
             sent.append((str(envelope.event_id), future))
         results = await asyncio.gather(*(f for _, f in sent), return_exceptions=True)
@@ -469,7 +526,13 @@ class Consumer:
         deliveries = msg.metadata.num_delivered
         max_deliver = self.bus.settings.max_deliver
         try:
-            envelope = decode(msg.data)
+            if (msg.headers or {}).get(BODY_HEADER) == BODY_IN_STORE:
+                found = await self._read_referenced(msg)
+                if found is None:
+                    return  # dead-lettered with the reason, or given back because we stop
+                envelope = found
+            else:
+                envelope = decode(msg.data)
         except (msgspec.DecodeError, msgspec.ValidationError) as error:
             # Undecodable bytes never become decodable: dead-letter on the first delivery.
             await self._dead_letter(msg, f"undecodable: {error}")
@@ -479,7 +542,7 @@ class Consumer:
             await self._dead_letter(msg, f"delivered {deliveries} times without being settled")
             return
         try:
-            await self._handle_waiting_out_outages(envelope, msg)
+            outcome = await self._handle_waiting_out_outages(envelope, msg)
         except Stopped:
             await msg.nak()  # stopping while the store is still down: the next process handles it
             return
@@ -493,24 +556,49 @@ class Consumer:
                 self.stats.retried += 1
                 await msg.nak(delay=delay)
             return
-        if not msg.is_acked:  # the handler may settle the message itself
+        if outcome is not DEFERRED and not msg.is_acked:  # the handler may settle the message itself
             await msg.ack()
         self.stats.handled += 1
 
-    async def _handle_waiting_out_outages(self, envelope: Envelope, msg: Msg) -> None:
+    async def _read_referenced(self, msg: Msg) -> Envelope | None:
+        """The event a reference message stands for, read from the store (waiting out a store outage);
+        None when it was dead-lettered (no store to read from, or no such event) or given back."""
+        reference = _reference_decoder.decode(msg.data)
+        bodies = self.bus.bodies
+        if bodies is None:
+            await self._dead_letter(
+                msg,
+                f"event {reference.event_id} ({reference.size} bytes) is carried by reference to the event "
+                "store, and this consumer reads no store",
+            )
+            return None
+        try:
+            envelope = await retry_until_stopped(
+                lambda: bodies(reference.event_id),
+                what=f"consumer {self.durable} body",
+                stopping=self._stopping,
+            )
+        except Stopped:
+            await msg.nak()
+            return None
+        if envelope is None:
+            await self._dead_letter(msg, f"referenced event {reference.event_id} is not in the event store")
+        return envelope
+
+    async def _handle_waiting_out_outages(self, envelope: Envelope, msg: Msg) -> Deferred | None:
         """Run the handler; while it fails because the store or the bus is unreachable (a restart, a
         connection lost mid-batch), retry it here with backoff, telling JetStream the message is still in
         progress, instead of spending its deliveries toward the dead-letter subject: an outage is not the
         message's fault, and every other message would fail the same way meanwhile."""
 
-        async def attempt() -> None:
-            await self.handler(envelope, msg)
+        async def attempt() -> Deferred | None:
+            return await self.handler(envelope, msg)
 
         def still_working(error: BaseException, attempt_number: int) -> None:
             self.stats.retried += 1
             self._in_progress = asyncio.ensure_future(_quietly(msg.in_progress()))
 
-        await retry_until_stopped(
+        return await retry_until_stopped(
             attempt, what=f"consumer {self.durable}", stopping=self._stopping, on_retry=still_working
         )
 

@@ -24,14 +24,9 @@ from nats.js.api import DeliverPolicy, StorageType, StreamConfig
 from services.infra.bus import Bus
 from services.infra.settings import Settings
 from services.infra.store import EventStore
+from services.model.hashchain import Checkpoint
 
 log = structlog.get_logger("checkpoints")
-
-
-class Checkpoint(msgspec.Struct, frozen=True, kw_only=True):
-    global_position: int
-    chain_hash: str  # hex
-    taken_at: datetime
 
 
 _encoder = msgspec.json.Encoder()
@@ -53,6 +48,7 @@ async def ensure_checkpoint_stream(bus: Bus) -> None:
         storage=StorageType.FILE,
         deny_delete=True,  # messages cannot be deleted or the stream purged through the API
         deny_purge=True,
+        num_replicas=bus.settings.bus_replicas,
     )
     try:
         await bus.js.add_stream(config)

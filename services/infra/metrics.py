@@ -50,6 +50,10 @@ WATCH_RESTARTS = Counter(
 )
 RELAY_POSITION = Gauge("rollbook_relay_position", "Global position of the last event the relay published")
 RELAY_PUBLISHED = Counter("rollbook_relay_published_total", "Events the relay published (incl. duplicates)")
+RELAY_REFERENCES = Counter(
+    "rollbook_relay_references_total",
+    "Events larger than a bus message the relay published as a reference to their stored body",
+)
 AUDIT_INGESTED = Counter(
     "rollbook_audit_events_total",
     "Events the auditor saw on the bus, by outcome (stored, present, conflict)",

@@ -16,7 +16,8 @@ import msgspec
 class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # Postgres URL (postgresql://user@host:port/db). Empty: start embedded Postgres under data_dir.
     database_url: str = ""
-    # NATS URL (nats://host:port). Empty: start an embedded nats-server under data_dir.
+    # NATS URL (nats://host:port), or several servers of one cluster, comma-separated (the client fails
+    # over between them). Empty: start an embedded nats-server under data_dir.
     nats_url: str = ""
     # Where embedded servers keep their data, and where `rollbook simcluster` writes its kubeconfig.
     data_dir: str = ".rollbook"
@@ -33,6 +34,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     bus_partitions: int = 16
     # Seconds JetStream remembers an event_id (Nats-Msg-Id) to drop a republished event.
     bus_dedup_window: int = 600
+    # Replicas of rollbook's JetStream streams (their consumers inherit it): 3 on a 3-node cluster, so
+    # losing a node loses nothing and a new leader takes over (docs/reliability.md). At most the
+    # cluster's size; 1 for a single server.
+    bus_replicas: int = 1
     # Emulate/expect the second seed's extended in-place kubelet (env and volume changes in place,
     # probe changes with no restart). Off by default: stock Kubernetes refuses those changes.
     extended_inplace: bool = False
@@ -48,6 +53,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     checkpoint_interval: float = 60.0
     # Append-only JSON-lines file the auditor also writes checkpoints to (empty: none). docs/replay.md.
     checkpoint_file: str = ""
+    # Largest event the watcher stores, in bytes (the encoded ObjectObserved). An object beyond it is
+    # recorded as ObservationRejected instead. Events larger than a NATS message (max_payload, 1 MiB by
+    # default) still travel: the bus carries a reference and consumers read them from the store.
+    max_event_bytes: int = 8 * 1024 * 1024
     # Python log level: DEBUG, INFO, WARNING, ERROR.
     log_level: str = "INFO"
     # Run the planner's and the watcher's work only while holding their Lease (rollbook-planner,

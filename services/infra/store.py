@@ -20,6 +20,7 @@ Public API (all coroutines unless noted)::
     await store.write_checkpoint() -> tuple[int, bytes] | None
     await store.checkpoints() -> list[tuple[int, bytes]]
     await store.read_correlation(correlation_id: str) -> list[StoredEvent]
+    await store.read_event(event_id: uuid.UUID) -> Envelope | None
     store.engine -> AsyncEngine  (for SQL views and queries elsewhere; its JSONB columns decode as usual)
 
     StoredEvent(global_position: int, recorded_at: datetime, envelope: Envelope)        # msgspec Struct
@@ -120,6 +121,7 @@ _READ_STREAM_SQL = (
     f"SELECT {_COLUMNS} FROM events WHERE stream = $1 AND stream_version >= $2 ORDER BY stream_version"
 )
 _READ_CORRELATION_SQL = f"SELECT {_COLUMNS} FROM events WHERE correlation_id = $1 ORDER BY global_position"
+_READ_EVENT_SQL = f"SELECT {_COLUMNS} FROM events WHERE event_id = $1"
 
 _READ_CHAIN_SQL = (
     f"SELECT {CHAIN_COLUMNS} FROM events WHERE global_position > $1 ORDER BY global_position LIMIT $2"
@@ -582,6 +584,12 @@ class EventStore:
         """Every event of one rollout (correlation id), in global order."""
         rows = await self._fetch(_READ_CORRELATION_SQL, correlation_id)
         return _rows_to_stored(rows, self.decoder)
+
+    async def read_event(self, event_id: uuid.UUID) -> Envelope | None:
+        """The stored event with this id (None if there is none): how a consumer reads the body of an
+        event the bus carried by reference (docs/bus.md, "Events larger than a bus message")."""
+        rows = await self._fetch(_READ_EVENT_SQL, event_id)
+        return _rows_to_stored(rows, self.decoder)[0].envelope if rows else None
 
     async def read_batch(self, from_position: int = 0, limit: int = 1000) -> list[StoredEvent]:
         """Up to ``limit`` events with global_position > ``from_position``, in order (one poll)."""

@@ -35,6 +35,22 @@ class ObjectObserved(_Event, frozen=True, kw_only=True):
     object: dict[str, Any]  # the object exactly as the API returned it
 
 
+class ObservationRejected(_Event, frozen=True, kw_only=True):
+    """The watcher saw an object whose observation would exceed the event ceiling
+    (``settings.max_event_bytes``): it stores this instead, so the refusal is on record and the
+    services go on. The object is not observed until a change brings it under the ceiling."""
+
+    kind: str
+    namespace: str
+    name: str
+    uid: str
+    resource_version: str
+    change: Literal["ADDED", "MODIFIED", "DELETED"]
+    size_bytes: int  # of the observation that was refused
+    limit_bytes: int
+    reason: str
+
+
 # --- decisions (planner) ----------------------------------------------------------------------------
 
 
@@ -128,10 +144,29 @@ class RoundPlanned(_Event, frozen=True, kw_only=True):
     now: datetime  # the round's clock: the latest occurred_at (or due_at) among the folded inputs
     input_sha256: str  # of the canonical planner input JSON
     # The planner rules that decided the round: the deciding planner's RULES_VERSION (CloneSet:
-    # services/planner/service.py, SidecarSet: services/planner/sidecarset_service.py). A round stored
-    # before rules were versioned has no field and reads as 1. Additive with a default, so no
+    # services/planner/cloneset_decisions.py, SidecarSet: services/planner/sidecarset_decisions.py).
+    # A round stored before rules were versioned has no field and reads as 1. Additive with a default, so no
     # schema_version bump: old rows decode as they are, and an older reader ignores the field.
     rules: int = 1
+
+
+class PodHookHeld(_Event, frozen=True, kw_only=True):
+    """A CloneSet lifecycle hook started holding a pod: the round that first saw it waiting in ``state``
+    (PreparingDelete: preDelete; PreparingUpdate or Updated: inPlaceUpdate; PreparingNormal: preNormal)."""
+
+    pod: str
+    hook: Literal["preDelete", "inPlaceUpdate", "preNormal"]
+    state: str  # the pod's lifecycle.apps.kruise.io/state
+
+
+class PodHookReleased(_Event, frozen=True, kw_only=True):
+    """The hook no longer holds the pod (released, or the pod is gone): how long it held it."""
+
+    pod: str
+    hook: Literal["preDelete", "inPlaceUpdate", "preNormal"]
+    state: str  # the state it was held in
+    held_since: datetime  # the PodHookHeld round's time
+    held_seconds: float
 
 
 class SpecRejected(_Event, frozen=True, kw_only=True):
@@ -226,6 +261,7 @@ class SidecarInjected(_Event, frozen=True, kw_only=True):
 
 Event = (
     ObjectObserved
+    | ObservationRejected
     | RevisionCreated
     | RevisionsPruned
     | RolloutStarted
@@ -239,6 +275,8 @@ Event = (
     | RequeueDue
     | RoundPlanned
     | SpecRejected
+    | PodHookHeld
+    | PodHookReleased
     | PodActionStarted
     | PodActionSucceeded
     | PodActionFailed

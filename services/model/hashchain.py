@@ -12,6 +12,8 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
+import msgspec
+
 ZERO_HASH = bytes(32)
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
@@ -22,6 +24,14 @@ CHAIN_COLUMNS = (
     "global_position, event_id, stream, stream_version, type, schema_version, occurred_at, recorded_at,"
     " causation_id, correlation_id, payload::text, stream_hash, chain_hash"
 )
+
+
+class Checkpoint(msgspec.Struct, frozen=True, kw_only=True):
+    """The global hash chain at one position, kept outside the database (services/infra/checkpoints.py)."""
+
+    global_position: int
+    chain_hash: str  # hex
+    taken_at: datetime
 
 
 def micros(moment: datetime) -> int:

@@ -1,4 +1,5 @@
-"""The counting core shared by scale and update (semantics CS-10..CS-12, ``calculateDiffsWithExpectation``).
+"""The counting core shared by scale and update (OpenKruise pkg/controller/cloneset/sync/
+cloneset_sync_utils.go ``calculateDiffsWithExpectation``).
 
 Two rollbook changes, both documented in docs/plan.md:
 - update surge is only spent on pods that will be recreated: an in-place change needs no extra pod
@@ -137,16 +138,21 @@ def calculate(ctx: Context, classes: Classes) -> Diffs:
 
     expected_total = replicas + diffs.use_surge
     expected_old = partition + diffs.use_surge_old
-    if expected_total > total:
-        diffs.scale_up_num = expected_total - total
-        diffs.scale_up_old = max(expected_old - len(classes.old), 0)
+    # excludePreparingDelete: PreparingDelete pods leave the pod counts of scale-up and scale-down only (a
+    # replacement is created while the hooked pod still waits); they still count as unavailable.
+    scale_total, scale_old = total, len(classes.old)
+    if spec.exclude_preparing_delete:
+        scale_total, scale_old = total - classes.pre_deleting, scale_old - old_pre
+    if expected_total > scale_total:
+        diffs.scale_up_num = expected_total - scale_total
+        diffs.scale_up_old = max(expected_old - scale_old, 0)
         limit = diffs.scale_up_num
         if spec.scale_max_unavailable is not None:
             limit = min(limit, max(spec.scale_max_unavailable - total_unavailable, 0))
         diffs.scale_up_limit = limit
-    if total - to_delete > expected_total:
-        diffs.scale_down_num = total - to_delete - expected_total
-        diffs.scale_down_old = max(len(classes.old) - classes.to_delete_old - expected_old, 0)
+    if scale_total - to_delete > expected_total:
+        diffs.scale_down_num = scale_total - to_delete - expected_total
+        diffs.scale_down_old = max(scale_old - classes.to_delete_old - expected_old, 0)
     if to_delete > 0 or diffs.scale_down_num > 0:
         diffs.delete_ready_limit = max(max_unavailable + (total - replicas) - total_unavailable, 0)
 

@@ -183,3 +183,31 @@ def not_ready_key_removed(condition: dict[str, Any] | None, key: str, now_text: 
         "message": _dump(kept),
         "lastTransitionTime": now_text,
     }
+
+
+def holding_hook(
+    state: str,
+    lifecycle: Lifecycle | None,
+    *,
+    at_update_revision: bool,
+    labels: dict[str, str],
+    finalizers: tuple[str, ...] | list[str],
+) -> str | None:
+    """The hook holding a pod in ``state`` right now (what it waits for), or None:
+    PreparingDelete while hooked by preDelete; PreparingUpdate (not yet at the update revision) while
+    hooked by inPlaceUpdate; Updated until all-hooked by inPlaceUpdate; PreparingNormal until all-hooked by
+    preNormal."""
+    if lifecycle is None:
+        return None
+    if state == PREPARING_DELETE and hooked(lifecycle.pre_delete, labels, finalizers):
+        return "preDelete"
+    if state == PREPARING_UPDATE and not at_update_revision:
+        if hooked(lifecycle.in_place_update, labels, finalizers):
+            return "inPlaceUpdate"
+    if state == UPDATED and lifecycle.in_place_update is not None:
+        if not all_hooked(lifecycle.in_place_update, labels, finalizers):
+            return "inPlaceUpdate"
+    if state == PREPARING_NORMAL and lifecycle.pre_normal is not None:
+        if not all_hooked(lifecycle.pre_normal, labels, finalizers):
+            return "preNormal"
+    return None

@@ -89,6 +89,14 @@ Action = (
 )
 
 
+class HookHold(msgspec.Struct, frozen=True, kw_only=True):
+    """A pod a lifecycle hook holds this round (it waits for the hook to be released)."""
+
+    pod: str
+    hook: str  # preDelete | inPlaceUpdate | preNormal
+    state: str  # its lifecycle.apps.kruise.io/state
+
+
 class Rejection(msgspec.Struct, frozen=True, kw_only=True):
     field: str
     reason: str
@@ -111,3 +119,4 @@ class Plan(msgspec.Struct, kw_only=True, rename="camel"):
     max_unavailable: int | None = None
     max_surge: int | None = None
     expected_updated_replicas: int | None = None
+    hook_holds: list[HookHold] = []  # pods held by a lifecycle hook, by pod name

@@ -15,9 +15,9 @@ from typing import Any
 
 import msgspec
 
-from services.planner import counting, revisions, scale, status, update, validation
+from services.planner import counting, lifecycle, revisions, scale, status, update, validation
 from services.planner.context import Context
-from services.planner.model import Action, Plan, PlanInput, Rejection
+from services.planner.model import Action, HookHold, Plan, PlanInput, Rejection
 from services.planner.names import REVISION_LABEL
 from services.planner.podstate import format_time
 from services.planner.spec import IN_PLACE_ONLY, resolve
@@ -96,6 +96,7 @@ def _plan(request: PlanInput) -> Plan:
         max_unavailable=spec.max_unavailable,
         max_surge=spec.max_surge,
         expected_updated_replicas=spec.replicas - spec.partition,
+        hook_holds=_hook_holds(ctx),
     )
 
 
@@ -182,6 +183,27 @@ def _infer_current(recorded: list[revisions.Revision], pods: list[dict[str, Any]
         return None
     numbers = {r.name: r.number for r in recorded}
     return max(counts, key=lambda name: (counts[name], numbers[name]))
+
+
+def _hook_holds(ctx: Context) -> list[HookHold]:
+    """Pods a lifecycle hook holds, as observed this round (for the audit trail's hook waits)."""
+    spec_lifecycle = ctx.spec.lifecycle
+    if spec_lifecycle is None:
+        return []
+    holds = []
+    for pod in sorted(ctx.pods, key=lambda p: p.name):
+        if pod.lifecycle in ("", lifecycle.NORMAL, lifecycle.UPDATING):
+            continue
+        hook = lifecycle.holding_hook(
+            pod.lifecycle,
+            spec_lifecycle,
+            at_update_revision=ctx.is_updated(pod),
+            labels=pod.labels,
+            finalizers=pod.finalizers,
+        )
+        if hook is not None:
+            holds.append(HookHold(pod=pod.name, hook=hook, state=pod.lifecycle))
+    return holds
 
 
 def _still_active(ctx: Context, names: list[str]) -> list[str]:

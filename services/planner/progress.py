@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from services.model.cloneset import desired_replicas
+
 
 @dataclass(frozen=True, slots=True)
 class RolloutProgress:
@@ -16,7 +18,7 @@ class RolloutProgress:
 
 def rollout_progress(cloneset: dict[str, Any], status: dict[str, Any] | None) -> RolloutProgress:
     spec = cloneset.get("spec") or {}
-    replicas = spec.get("replicas", 1)
+    replicas = desired_replicas(cloneset)
     paused = bool((spec.get("updateStrategy") or {}).get("paused", False))
     if not status:
         return RolloutProgress(False, False, False, paused)

@@ -1,23 +1,26 @@
-"""What the CloneSet and SidecarSet planners share (docs/services.md, "planner"): catching a state up from
-its streams, the envelopes of a round (``RoundPlanned`` then its decisions, ids derived from the round),
-the expectation timer and its ``RequeueDue``, and the append with the decisions stream's expected version.
+"""What the CloneSet and SidecarSet planners share (docs/services.md, "planner"), pure: the head of every
+fold (``advance``), the envelopes of a round (``RoundPlanned`` then its decisions, ids derived from the
+round), the expectation timer and its ``RequeueDue``, and the key that says a partition step is new.
 
 The two states differ in what they fold; both keep per-stream versions, the round's ``now``, the last
-input's id and the timers not yet fired, which is all this module needs (``FoldedState``).
+input's id and the timers not yet fired, which is all this module needs (``FoldedState``). Reading and
+appending (store I/O) is the planner service's (services/planner/service.py).
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 from uuid import UUID
 
-from services.infra.metrics import EVENTS_APPENDED
-from services.infra.store import EventStore
+import msgspec
+
 from services.model.events import (
     Envelope,
     Event,
+    PartitionStepPlanned,
     PodActionStarted,
     RequeueDue,
     RequeueScheduled,
@@ -25,6 +28,17 @@ from services.model.events import (
     new_event,
 )
 from services.model.streams import derived_id
+
+# A requested action not seen in effect after this long no longer blocks planning (OpenKruise's
+# expectations time out the same way, so a lost watch event cannot wedge a workload).
+EXPECTATION_TIMEOUT = timedelta(seconds=60)
+# That timeout starts when the action took effect (its outcome), not when it was requested: an action no
+# executor has reported on yet is still on its way (queued behind a thousand others, the API rate limit,
+# a slow API server), and timing it out would make the planner request the same pods again. Only an
+# action with no outcome at all for this long stops blocking (its message was dead-lettered unsettled).
+UNREPORTED_TIMEOUT = 10 * EXPECTATION_TIMEOUT
+
+_canonical = msgspec.json.Encoder(order="sorted")
 
 
 class FoldedState(Protocol):
@@ -39,26 +53,6 @@ class FoldedState(Protocol):
     def through(self) -> dict[str, int]: ...
 
     def fold(self, envelope: Envelope) -> None: ...
-
-
-async def catch_up(store: EventStore, state: FoldedState) -> int:
-    """Fold every event of the state's streams not folded yet; returns how many."""
-    folded = 0
-    for stream in state.streams:
-        for stored in await store.read_stream(stream, state.versions.get(stream, 0) + 1):
-            state.fold(stored.envelope)
-            folded += 1
-    return folded
-
-
-async def append(store: EventStore, state: FoldedState, envelopes: list[Envelope]) -> None:
-    """Append to one decisions stream at the version the state folded (single writer), then fold them."""
-    stream = envelopes[0].stream
-    result = await store.append(envelopes, expected_version=state.versions.get(stream, 0))
-    for envelope in envelopes:
-        state.fold(envelope)
-    for envelope in result.events:
-        EVENTS_APPENDED.labels("planner", envelope.type).inc()
 
 
 def round_envelopes(
@@ -150,3 +144,24 @@ def advance(state: FoldedState, envelope: Envelope, decisions: str) -> bool:
         if state.now is None or envelope.occurred_at > state.now:
             state.now = envelope.occurred_at
     return True
+
+
+StepKey = tuple[str, int, int, int, int, int]
+
+
+def step_key(step: PartitionStepPlanned) -> StepKey:
+    """What makes a partition step new: a step equal in all of these to the last one is not repeated."""
+    return (
+        step.rollout_id,
+        step.partition,
+        step.replicas,
+        step.expected_updated,
+        step.max_unavailable,
+        step.max_surge,
+    )
+
+
+def encode_input(plan_input: dict[str, Any]) -> tuple[bytes, str]:
+    """The decision input as canonical JSON (sorted keys) and its SHA-256, recorded on ``RoundPlanned``."""
+    data = _canonical.encode(plan_input)
+    return data, hashlib.sha256(data).hexdigest()

@@ -1,23 +1,48 @@
-"""The scale step (semantics CS-8, CS-13..CS-16, CS-20): create, delete named pods, scale in."""
+"""The scale step (OpenKruise pkg/controller/cloneset/sync/cloneset_scale.go): create, delete named pods,
+scale in, with the preDelete lifecycle hook."""
 
 from __future__ import annotations
 
 from collections import defaultdict
 from typing import Any
 
+from services.planner import lifecycle
 from services.planner.construct import generated_ids, id_seed, new_pod, new_pvcs
 from services.planner.context import Context
 from services.planner.counting import Classes, Diffs
-from services.planner.model import Action, CreatePod, CreatePVC, DeletePod, DeletePVC
-from services.planner.names import INSTANCE_ID_LABEL
+from services.planner.model import (
+    Action,
+    CreatePod,
+    CreatePVC,
+    DeletePod,
+    DeletePVC,
+    MarkNotReady,
+    PatchPod,
+)
+from services.planner.names import INSTANCE_ID_LABEL, KRUISE_POD_READY_CONDITION
 from services.planner.podstate import PodView
 
 
 def scale_step(ctx: Context, classes: Classes, diffs: Diffs) -> list[Action]:
-    """Actions of the scale step; empty when it has nothing to do (the round goes on to the update step)."""
+    """Actions of the scale step; empty when it has nothing to do (the round goes on to the update step).
+
+    OpenKruise pkg/controller/cloneset/sync/cloneset_scale.go ``Scale``: take PreparingDelete pods back
+    when replicas rose again; create; delete PreparingDelete pods whose preDelete hook released them;
+    delete named pods; scale in. "Delete" moves a pod held by the preDelete hook to PreparingDelete."""
+    pre_deleting = [p for p in ctx.pods if p.pre_deleting]
+    if pre_deleting:
+        taken_back = _take_back(ctx, classes, pre_deleting)
+        if taken_back:
+            return taken_back
     if diffs.scale_up_num > 0:
         # With scaleStrategy.maxUnavailable exhausted nothing is created and deletions are skipped too.
         return _create(ctx, diffs.scale_up_limit, diffs.scale_up_old) if diffs.scale_up_limit > 0 else []
+    if pre_deleting:
+        hook = ctx.spec.lifecycle.pre_delete if ctx.spec.lifecycle is not None else None
+        released = [p for p in pre_deleting if not lifecycle.hooked(hook, p.labels, p.finalizers)]
+        if released:
+            # No ready limit: these pods were already counted as going when they entered PreparingDelete.
+            return _delete(ctx, sorted(released, key=lambda p: p.name), None, "preDelete hook released")
     if classes.to_delete:
         chosen = sorted(classes.to_delete, key=lambda p: _scale_in_key(ctx, p, 0))
         actions = _delete(
@@ -29,6 +54,34 @@ def scale_step(ctx: Context, classes: Classes, diffs: Diffs) -> list[Action]:
         chosen = choose_scale_in(ctx, classes, diffs.scale_down_num, diffs.scale_down_old)
         return _delete(ctx, chosen, diffs.delete_ready_limit, "scale in")
     return []
+
+
+def _take_back(ctx: Context, classes: Classes, pre_deleting: list[PodView]) -> list[Action]:
+    """``managePreparingDelete``: with replicas raised again, PreparingDelete pods not marked for deletion
+    go back to PreparingNormal, as many as are missing. Not when any hook marks pods not ready (taking a
+    pod back would lose its pending readiness key)."""
+    hooks = ctx.spec.lifecycle
+    if hooks is not None and any(
+        h is not None and h.mark_not_ready for h in (hooks.pre_delete, hooks.in_place_update)
+    ):
+        return []
+    missing = ctx.spec.replicas - len(ctx.pods) + len(classes.to_delete) + len(pre_deleting)
+    named = set(ctx.spec.pods_to_delete)
+    actions: list[Action] = []
+    for pod in sorted(pre_deleting, key=lambda p: p.name):
+        if missing <= 0:
+            break
+        if pod.specified_delete or pod.name in named:
+            continue
+        actions.append(
+            PatchPod(
+                pod=pod.name,
+                patch=lifecycle.state_patch(lifecycle.PREPARING_NORMAL, ctx.now_text),
+                reason="lifecycle PreparingDelete -> PreparingNormal: replicas raised, the pod is kept",
+            )
+        )
+        missing -= 1
+    return actions
 
 
 def _create(ctx: Context, count: int, at_current: int) -> list[Action]:
@@ -67,7 +120,7 @@ def _orphan_ids(ctx: Context) -> set[str]:
 
 
 def _instance_ids(ctx: Context, count: int) -> list[str]:
-    """CS-8: ids of owned PVCs no pod uses come first (sorted), then fresh deterministic ids."""
+    """Ids of owned PVCs no pod uses come first (sorted), then fresh deterministic ids."""
     ids: list[str] = []
     if not ctx.spec.disable_pvc_reuse:
         live_pvcs = [p for p in ctx.pvcs if not (p.get("metadata") or {}).get("deletionTimestamp")]
@@ -104,7 +157,8 @@ def _spread_ranks(ctx: Context, group: list[PodView]) -> dict[str, int]:
 
 
 def choose_scale_in(ctx: Context, classes: Classes, count: int, from_old: int) -> list[PodView]:
-    """CS-16: ``from_old`` pods from the old revision first, the rest from the new, each group in order."""
+    """``choosePodsToDelete``: ``from_old`` pods from the old revision first, the rest from the new,
+    each group in order."""
     chosen: list[PodView] = []
     for group, want in ((classes.old, min(from_old, count)), (classes.new, count - min(from_old, count))):
         if want <= 0:
@@ -119,15 +173,20 @@ def choose_scale_in(ctx: Context, classes: Classes, count: int, from_old: int) -
     return chosen
 
 
-def _delete(ctx: Context, chosen: list[PodView], ready_limit: int, reason: str) -> list[Action]:
-    """Delete pods with their PVCs; a ready pod only while the ready limit lasts (CS-13 step 2)."""
+def _delete(ctx: Context, chosen: list[PodView], ready_limit: int | None, reason: str) -> list[Action]:
+    """Delete pods with their PVCs; a ready pod only while the ready limit lasts (None: no limit). A pod
+    the preDelete hook holds is moved to PreparingDelete instead (``deletePods``), which counts too."""
     pvcs = ctx.pvcs_by_instance()
+    hook = ctx.spec.lifecycle.pre_delete if ctx.spec.lifecycle is not None else None
     actions: list[Action] = []
     for pod in chosen:
-        if pod.cs_available(0, ctx.now):
+        if ready_limit is not None and pod.cs_available(0, ctx.now):
             if ready_limit <= 0:
                 continue
             ready_limit -= 1
+        if not pod.pre_deleting and lifecycle.hooked(hook, pod.labels, pod.finalizers):
+            actions.append(_enter_preparing_delete(ctx, pod, hook, reason))
+            continue
         names = (
             sorted(p["metadata"]["name"] for p in pvcs.get(pod.instance_id, [])) if pod.instance_id else []
         )
@@ -135,8 +194,20 @@ def _delete(ctx: Context, chosen: list[PodView], ready_limit: int, reason: str) 
     return actions
 
 
+def _enter_preparing_delete(ctx: Context, pod: PodView, hook: lifecycle.Hook | None, why: str) -> Action:
+    move = lifecycle.state_patch(lifecycle.PREPARING_DELETE, ctx.now_text)
+    reason = f"lifecycle {pod.lifecycle or 'unset'} -> PreparingDelete ({why}): preDelete hook holds the pod"
+    if hook is not None and hook.mark_not_ready and pod.has_gate(KRUISE_POD_READY_CONDITION):
+        condition = lifecycle.not_ready_key_added(
+            pod.kruise_pod_ready, lifecycle.PRE_DELETE_KEY, ctx.now_text
+        )
+        if condition is not None:
+            return MarkNotReady(pod=pod.name, condition=condition, patch=move, reason=reason)
+    return PatchPod(pod=pod.name, patch=move, reason=reason)
+
+
 def orphan_pvc_cleanup(ctx: Context) -> list[Action]:
-    """With disablePVCReuse, PVCs whose instance id no active pod uses are deleted (CS-20)."""
+    """With disablePVCReuse, PVCs whose instance id no active pod uses are deleted (``cleanupPVCs``)."""
     if not ctx.spec.disable_pvc_reuse:
         return []
     used = {p.instance_id for p in ctx.pods}

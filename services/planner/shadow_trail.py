@@ -32,6 +32,7 @@ from typing import Any
 
 import msgspec
 
+from services.model.cloneset import desired_replicas
 from services.model.events import (
     Envelope,
     Event,
@@ -49,8 +50,9 @@ from services.model.streams import WORKLOAD_KIND, derived_id, observed_stream, r
 from services.planner.names import REVISION_LABEL
 from services.planner.observed_actions import Change, PodView, changes, pod_view
 from services.planner.plan import plan_json
+from services.planner.rounds import encode_input
 from services.planner.shadow_compare import Intent, compare, observed_intent, revision_key, rollbook_intents
-from services.planner.workload_state import WorkloadState, encode_input
+from services.planner.workload_state import WorkloadState
 
 _plan_decoder = msgspec.json.Decoder(dict[str, Any])
 
@@ -158,7 +160,7 @@ class ShadowTrail:
         if int(status.get("observedGeneration") or 0) < int(metadata.get("generation") or 0):
             return []  # the status does not reflect this spec yet
         update, current = status.get("updateRevision"), status.get("currentRevision")
-        replicas = int(spec.get("replicas", 1) or 0)
+        replicas = desired_replicas(cloneset)
         events: list[Event] = []
         if update and update != self.update_revision:
             if self.active_rollout:
@@ -199,7 +201,7 @@ class ShadowTrail:
     def _unavailable(self) -> int:
         """Desired pods not in service: missing, terminating, not Ready, or marked InPlaceUpdateReady=False
         (out of service by its readiness gate even before the kubelet turns Ready False)."""
-        replicas = int(((self.state.cloneset or {}).get("spec") or {}).get("replicas", 1) or 0)
+        replicas = desired_replicas(self.state.cloneset)
         views = [pod_view(pod) for pod in self.state.pods.values()]
         return max(replicas - sum(1 for v in views if v.in_service and not v.terminating), 0)
 
@@ -325,7 +327,7 @@ class ShadowTrail:
         rejected = plan.get("rejected")
         max_unavailable = int(plan.get("maxUnavailable") or 0)
         if self.active_rollout and plan.get("partition") is not None and not rejected:
-            replicas = int(((self.state.cloneset or {}).get("spec") or {}).get("replicas", 1) or 0)
+            replicas = desired_replicas(self.state.cloneset)
             partition = int(plan["partition"])
             step = PartitionStepPlanned(
                 rollout_id=self.active_rollout,

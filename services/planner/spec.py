@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from services.model import intorpercent
+from services.model.cloneset import desired_replicas
 from services.planner.lifecycle import Lifecycle, read_lifecycle
 from services.planner.names import (
     EXCLUDE_PREPARING_DELETE_LABEL,
@@ -55,8 +56,7 @@ def resolve(cloneset: dict[str, Any]) -> CloneSetSpec:
     spec = cloneset.get("spec") or {}
     strategy = spec.get("updateStrategy") or {}
     scale = spec.get("scaleStrategy") or {}
-    replicas = spec.get("replicas")
-    replicas = 1 if replicas is None else int(replicas)
+    replicas = desired_replicas(cloneset)
     paused = bool(strategy.get("paused", False))
     max_surge = intorpercent.scaled(strategy.get("maxSurge") or 0, replicas, round_up=True)
     if paused:

@@ -71,7 +71,36 @@ def _validate_spec(spec: dict[str, Any]) -> Invalid | None:
     problem = _validate_scale_strategy(spec, 1 if replicas is None else replicas)
     if problem:
         return problem
+    problem = _validate_lifecycle(spec.get("lifecycle"))
+    if problem:
+        return problem
     return _validate_claim_templates(spec)
+
+
+def _validate_lifecycle(lifecycle: Any) -> Invalid | None:
+    """``spec.lifecycle`` (apis/apps/pub/lifecycle.go): three optional hooks, each with a labelsHandler
+    map, a finalizersHandler list and a markPodNotReady flag."""
+    if lifecycle is None:
+        return None
+    if not isinstance(lifecycle, dict):
+        return Invalid("spec.lifecycle", "must be an object")
+    for name in ("preDelete", "inPlaceUpdate", "preNormal"):
+        hook = lifecycle.get(name)
+        where = f"spec.lifecycle.{name}"
+        if hook is None:
+            continue
+        if not isinstance(hook, dict):
+            return Invalid(where, "must be an object")
+        if not _string_map(hook.get("labelsHandler")):
+            return Invalid(f"{where}.labelsHandler", "must be a map of strings")
+        finalizers = hook.get("finalizersHandler")
+        if finalizers is not None and (
+            not isinstance(finalizers, list) or not all(isinstance(f, str) and f for f in finalizers)
+        ):
+            return Invalid(f"{where}.finalizersHandler", "must be a list of finalizer names")
+        if not isinstance(hook.get("markPodNotReady", False), bool):
+            return Invalid(f"{where}.markPodNotReady", "must be a boolean")
+    return None
 
 
 def _string_map(value: Any) -> bool:

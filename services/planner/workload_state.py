@@ -8,12 +8,9 @@ objects, uids seen gone, terminal outcomes). So the state after a round is a pur
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
-
-import msgspec
 
 from services.model.events import (
     Envelope,
@@ -22,6 +19,8 @@ from services.model.events import (
     PodActionFailed,
     PodActionRequested,
     PodActionSucceeded,
+    PodHookHeld,
+    PodHookReleased,
     RequeueDue,
     RequeueScheduled,
     RevisionCreated,
@@ -42,20 +41,10 @@ from services.model.streams import (
     observed_stream,
 )
 from services.planner import rounds
+from services.planner.rounds import EXPECTATION_TIMEOUT, UNREPORTED_TIMEOUT
 from services.planner.status import ActionOutcome
 
 INSTANCE_ID_LABEL = "apps.kruise.io/cloneset-instance-id"
-
-# A requested action not seen in effect after this long no longer blocks planning (OpenKruise's
-# expectations time out the same way, so a lost watch event cannot wedge a workload).
-EXPECTATION_TIMEOUT = timedelta(seconds=60)
-# That timeout starts when the action took effect (its outcome), not when it was requested: an action no
-# executor has reported on yet is still on its way (queued behind a thousand others, the API rate limit,
-# a slow API server), and timing it out would make the planner request the same pods again. Only an
-# action with no outcome at all for this long stops blocking (its message was dead-lettered unsettled).
-UNREPORTED_TIMEOUT = 10 * EXPECTATION_TIMEOUT
-
-_canonical = msgspec.json.Encoder(order="sorted")
 
 
 @dataclass
@@ -95,11 +84,13 @@ class WorkloadState:
     update_revision: str | None = None
     active_rollout: str | None = None
     paused: bool = False  # the active rollout is halted (RolloutPaused without a RolloutResumed since)
-    last_step: tuple[Any, ...] | None = None
+    last_step: rounds.StepKey | None = None
     last_rejection: tuple[Any, ...] | None = None
     schedules: dict[str, datetime] = field(default_factory=dict)  # RequeueScheduled id -> due, not yet fired
     last_input_id: Any = None
     round_through: dict[str, int] = field(default_factory=dict)  # ``through`` of the last round folded
+    # (pod, hook) -> (lifecycle state, since): pods a lifecycle hook holds (PodHookHeld not yet released)
+    hook_holds: dict[tuple[str, str], tuple[str, datetime]] = field(default_factory=dict)
 
     @property
     def streams(self) -> tuple[str, str, str]:
@@ -160,9 +151,13 @@ class WorkloadState:
         elif isinstance(payload, RolloutResumed):
             self.paused = False
         elif isinstance(payload, PartitionStepPlanned):
-            self.last_step = _step_key(payload)
+            self.last_step = rounds.step_key(payload)
         elif isinstance(payload, SpecRejected):
             self.last_rejection = (payload.field, payload.reason)
+        elif isinstance(payload, PodHookHeld):
+            self.hook_holds[(payload.pod, payload.hook)] = (payload.state, envelope.occurred_at)
+        elif isinstance(payload, PodHookReleased):
+            self.hook_holds.pop((payload.pod, payload.hook), None)
         elif isinstance(payload, RequeueScheduled):
             self.schedules[str(envelope.event_id)] = payload.due_at
         elif isinstance(payload, RequeueDue):
@@ -317,21 +312,5 @@ def _parse_time(value: Any) -> datetime | None:
         return None
 
 
-def encode_input(plan_input: dict[str, Any]) -> tuple[bytes, str]:
-    data = _canonical.encode(plan_input)
-    return data, hashlib.sha256(data).hexdigest()
-
-
 def _name(revision: dict[str, Any]) -> str:
     return str((revision.get("metadata") or {}).get("name", ""))
-
-
-def _step_key(step: PartitionStepPlanned) -> tuple[Any, ...]:
-    return (
-        step.rollout_id,
-        step.partition,
-        step.replicas,
-        step.expected_updated,
-        step.max_unavailable,
-        step.max_surge,
-    )

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from services.infra.checkpoints import Checkpoint
 from services.infra.store import EventStore
-from services.model.hashchain import ChainVerifier, Finding
+from services.model.hashchain import ChainVerifier, Checkpoint, Finding
 
 
 @dataclass

@@ -5,6 +5,7 @@
     records = await replay_records(store, "default/sample")                    # the same, as dicts
     summary, last = await replay_at(store, "default/sample", at_time=..., at_position=...)
     report = await verify_target(store, "default/sample@sample-7656fc4998", decide=...)
+    report = await verify_sidecarset(store, "mesh-sidecar")
     reports = await verify_all(store, decide=...)               # every CloneSet and SidecarSet, one pass
     result = await what_if_rollout(store, "default/sample@sample-7656fc4998", {"partition": 0})
 """
@@ -18,21 +19,12 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from services.infra.store import EventStore, StoredEvent
-from services.model.events import Envelope, RoundPlanned
-from services.model.sidecarset_streams import (
-    SIDECARSET_KIND,
-    actions_stream,
-    decisions_stream,
-    observed_stream,
-    sidecarset_of,
-)
-from services.model.streams import workload_of
-from services.planner.service import decide as planner_decide
-from services.planner.sidecarset_replay import verify_sidecarset
-from services.planner.sidecarset_service import RULES_VERSION as SIDECARSET_RULES_VERSION
+from services.planner.cloneset_decisions import Decide
+from services.planner.cloneset_decisions import decide as planner_decide
+from services.planner.kinds import CLONESET, SIDECARSET, CloneSetPlanner, KindPlanner
 from services.replay.reads import TargetError, parse_target, rollout_span, workload_events
 from services.replay.timeline import Step, fold_timeline, one_line, state_at, summarise
-from services.replay.verify import Decide, VerifyReport, WorkloadVerifier
+from services.replay.verify import VerifyReport, WorkloadVerifier, verify_streams
 from services.replay.whatif import WhatIfResult, what_if
 
 T = TypeVar("T")
@@ -120,7 +112,7 @@ async def replay_at(
 
 async def verify_target(store: EventStore, target: str, decide: Decide = planner_decide) -> VerifyReport:
     namespace, name, events, span = await _events_for(store, target)
-    verifier = WorkloadVerifier(namespace, name, decide)
+    verifier = WorkloadVerifier.cloneset(namespace, name, decide)
     for stored in events:
         if span and stored.global_position > span[1]:
             break
@@ -130,96 +122,55 @@ async def verify_target(store: EventStore, target: str, decide: Decide = planner
     return verifier.finish()
 
 
+async def verify_sidecarset(store: EventStore, name: str) -> VerifyReport:
+    """Every recorded round of SidecarSet ``name`` (its observed, actions and decisions streams)."""
+    state = SIDECARSET.new_state(name)
+    streams = [[s.envelope for s in await store.read_stream(stream)] for stream in state.streams]
+    return verify_streams(SIDECARSET, name, *streams)
+
+
 async def verify_all(
     store: EventStore, decide: Decide = planner_decide, batch_size: int = PAGE_SIZE
 ) -> list[VerifyReport]:
-    """Every workload of every kind in one pass over the log in global order: CloneSets (with ``decide``)
-    then SidecarSets (with the SidecarSet planner), each sorted by name. Memory: the inputs between two
-    rounds of each CloneSet; a SidecarSet's three streams are kept until the end of the pass (SidecarSets
-    are few and their rounds small)."""
+    """Every workload of every planned kind in one pass over the log in global order, CloneSets (with
+    ``decide``) then SidecarSets, each sorted by key. Memory: the inputs between two rounds of each
+    workload."""
     with cyclic_gc_paused():
         return await _verify_all(store, decide, batch_size)
 
 
-class _SidecarSetRecord:
-    """The verified streams of one SidecarSet, collected during the pass (its injections stream is not
-    planned, so not verified)."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.streams: dict[str, list[Envelope]] = {
-            observed_stream(name): [],
-            actions_stream(name): [],
-            decisions_stream(name): [],
-        }
-
-    def feed(self, envelope: Envelope) -> None:
-        self.streams[envelope.stream].append(envelope)
-
-    def finish(self) -> VerifyReport:
-        observed, actions, decisions = self.streams.values()
-        replay = verify_sidecarset(self.name, observed, actions, decisions)
-        rounds = {
-            e.event_id
-            for e in decisions
-            if isinstance(e.payload, RoundPlanned) and e.payload.rules == SIDECARSET_RULES_VERSION
-        }
-        return VerifyReport(
-            self.name,
-            events=len(observed) + len(actions) + len(decisions),
-            rounds=replay.rounds,
-            decisions=sum(1 for e in decisions if e.causation_id in rounds),
-            divergence=replay.divergence,
-            kind=SIDECARSET_KIND,
-            rules=SIDECARSET_RULES_VERSION,
-            skipped=replay.skipped,
-        )
-
-
 async def _verify_all(store: EventStore, decide: Decide, batch_size: int) -> list[VerifyReport]:
-    verifiers: dict[str, WorkloadVerifier] = {}
-    sidecarsets: dict[str, _SidecarSetRecord] = {}
+    kinds: tuple[KindPlanner[Any], ...] = (
+        CLONESET if decide is planner_decide else CloneSetPlanner(decide),
+        SIDECARSET,
+    )
+    verifiers: dict[tuple[int, str], WorkloadVerifier] = {}  # (kind's rank, key) -> its verifier
     # stream -> what it feeds (None: nothing planned to verify, e.g. a SidecarSet's injections)
-    by_stream: dict[str, WorkloadVerifier | _SidecarSetRecord | None] = {}
+    by_stream: dict[str, WorkloadVerifier | None] = {}
     async for batch in store.read_all_batches(0, batch_size):
         for stored in batch:
             envelope = stored.envelope
             try:
                 target = by_stream[envelope.stream]
             except KeyError:
-                target = by_stream[envelope.stream] = _target_for(
-                    envelope.stream, verifiers, sidecarsets, decide
-                )
+                target = by_stream[envelope.stream] = _verifier_for(envelope.stream, kinds, verifiers)
             if target is not None:
                 target.feed(envelope)
-    return [verifiers[key].finish() for key in sorted(verifiers)] + [
-        sidecarsets[name].finish() for name in sorted(sidecarsets)
-    ]
+    return [verifiers[key].finish() for key in sorted(verifiers)]
 
 
-def _target_for(
-    stream: str,
-    verifiers: dict[str, WorkloadVerifier],
-    sidecarsets: dict[str, _SidecarSetRecord],
-    decide: Decide,
-) -> WorkloadVerifier | _SidecarSetRecord | None:
-    name = sidecarset_of(stream)
-    if name is not None:
-        if stream not in (observed_stream(name), actions_stream(name), decisions_stream(name)):
-            return None  # the webhook's injections: recorded, not planned
-        record = sidecarsets.get(name)
-        if record is None:
-            record = sidecarsets[name] = _SidecarSetRecord(name)
-        return record
-    try:
-        namespace, name = workload_of(stream)
-    except ValueError:
-        return None  # neither a CloneSet nor a SidecarSet stream: nothing planned to verify
-    key = f"{namespace}/{name}"
-    verifier = verifiers.get(key)
-    if verifier is None:
-        verifier = verifiers[key] = WorkloadVerifier(namespace, name, decide)
-    return verifier
+def _verifier_for(
+    stream: str, kinds: tuple[KindPlanner[Any], ...], verifiers: dict[tuple[int, str], WorkloadVerifier]
+) -> WorkloadVerifier | None:
+    for rank, kind in enumerate(kinds):
+        key = kind.workload_of(stream)
+        if key is None:
+            continue
+        verifier = verifiers.get((rank, key))
+        if verifier is None:
+            verifier = verifiers[(rank, key)] = WorkloadVerifier(kind, key)
+        return verifier
+    return None  # no planned workload's stream: nothing to verify
 
 
 async def what_if_rollout(store: EventStore, rollout_id: str, overrides: dict[str, Any]) -> WhatIfResult:

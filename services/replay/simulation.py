@@ -1,7 +1,8 @@
 """A workload's history recorded through the planner's own code path, without services or a cluster: the
-watcher's observations (diffs of the cluster model's objects), the planner's rounds (``WorkloadState``,
-``plan_json``, ``decisions_for``, ``round_envelopes``, the same expectations rule), the executors'
-outcomes and the requeue timers. What it produces verifies clean; the replay benchmark and tests use it.
+watcher's observations (diffs of the cluster model's objects), the planner's rounds (the CloneSet kind
+planner and ``next_step``, as the planner service runs them: the same expectations, the same waits and
+their timers), the executors' outcomes and the requeue timers. What it produces verifies clean; the replay
+benchmark and tests use it.
 
     events = WorkloadSimulation("team-a", "web", replicas=4, start=T0).run()
 """
@@ -25,8 +26,9 @@ from services.model.events import (
     new_event,
 )
 from services.model.streams import actions_stream, decisions_stream, derived_id, observed_stream
-from services.planner.service import decide, decisions_for, round_envelopes
-from services.planner.workload_state import WorkloadState, encode_input
+from services.planner.cloneset_decisions import decide
+from services.planner.kinds import CloneSetPlanner, Round, Wait, next_step
+from services.planner.workload_state import WorkloadState
 from services.replay.cluster_model import ClusterModel
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
@@ -38,7 +40,9 @@ TIMINGS = {
 }
 
 
-def base_cloneset(name: str, namespace: str, replicas: int, strategy: dict[str, Any]) -> dict[str, Any]:
+def base_cloneset(
+    name: str, namespace: str, replicas: int | None, strategy: dict[str, Any]
+) -> dict[str, Any]:
     return {
         "apiVersion": "apps.kruise.io/v1alpha1",
         "kind": "CloneSet",
@@ -62,7 +66,7 @@ class WorkloadSimulation:
         self,
         namespace: str,
         name: str,
-        replicas: int,
+        replicas: int | None,
         start: datetime,
         strategy: dict[str, Any] | None = None,
     ) -> None:
@@ -77,6 +81,8 @@ class WorkloadSimulation:
         self.model = ClusterModel(v1, t0=start, timings=TIMINGS, uid_prefix=v1["metadata"]["uid"])
         self.model.schedule_spec(30.0, v2)
         self.state = WorkloadState(namespace, name)
+        self.kind = CloneSetPlanner(self._decide)  # the planner's own decision function, its plan kept
+        self.last_plan: dict[str, Any] = {}
         self.events: list[Envelope] = []
         self.versions: dict[str, int] = {}
         self.emitted: dict[tuple[str, str], bytes] = {}  # (kind, name) -> the object as last observed
@@ -137,20 +143,23 @@ class WorkloadSimulation:
             )
         self.model.applied.clear()
 
+    def _decide(self, data: bytes) -> dict[str, Any]:
+        self.last_plan = decide(data)
+        return self.last_plan
+
     def plan_round(self) -> None:
         state = self.state
-        if state.cloneset is None or state.now is None or state.pending():
+        step = next_step(self.kind, state)
+        if isinstance(step, Wait):
+            if step.timer is not None:
+                self.record([step.timer])
+                self.model.schedule_requeue((step.due - self.model.t0).total_seconds())
             return
-        data, digest = encode_input(state.plan_input())
-        plan = decide(data)
-        decisions = decisions_for(state, plan)
-        if not decisions:
+        if not isinstance(step, Round):
             return
-        envelopes = round_envelopes(state, digest, plan, decisions)
-        for envelope in envelopes:
-            self.events.append(envelope)
-            state.fold(envelope)
-        self.versions[envelopes[0].stream] = envelopes[-1].stream_version
+        envelopes = step.envelopes
+        self.record(envelopes)
+        plan = self.last_plan  # what the round's decisions carry out, for the cluster model's executors
         requests = [e.payload for e in envelopes if isinstance(e.payload, PodActionRequested)]
         ids = [r.action_id for r in requests if r.action != "setPodsToDelete"]
         self.model.apply_plan({**plan, "requeueAfterSeconds": None}, ids)
@@ -158,6 +167,12 @@ class WorkloadSimulation:
             if isinstance(envelope.payload, RequeueScheduled):
                 offset = (envelope.payload.due_at - self.model.t0).total_seconds()
                 self.model.schedule_requeue(offset)
+
+    def record(self, envelopes: list[Envelope]) -> None:
+        for envelope in envelopes:
+            self.events.append(envelope)
+            self.state.fold(envelope)
+        self.versions[envelopes[0].stream] = envelopes[-1].stream_version
 
     def fire_timers(self) -> None:
         now = self.model.moment()

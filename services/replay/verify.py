@@ -1,5 +1,7 @@
 """Verification of recorded planning rounds: feed the recorded observations back into the planner and compare
-every decision with the recorded one (docs/replay.md, "What verify checks").
+every decision with the recorded one (docs/replay.md, "What verify checks"). One verifier for every planned
+kind (CloneSet, SidecarSet): the kind planner (services/planner/kinds.py) folds and decides, exactly as in
+the planner service.
 
 Pure: the caller reads the workload's three streams (services/replay/reads.py) and passes the envelopes.
 Streaming: events are fed in global order (the order they were stored). A round's inputs were stored
@@ -12,15 +14,15 @@ by the rollbook release before an upgrade) are not compared: re-running today's 
 every rule change as a divergence. They are counted per rules version in ``VerifyReport.skipped``; their
 inputs and decisions are folded as recorded, so the rounds after them are verified as usual.
 
-The decision function is injectable (``decide``): by default the planner's own (``plan_json``); a test or an
-operator evaluating a planner change passes another and sees the first round where it would have decided
-differently.
+The CloneSet decision function is injectable (``decide``): by default the planner's own (``plan_json``); a
+test or an operator evaluating a planner change passes another and sees the first round where it would have
+decided differently.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -28,21 +30,17 @@ from typing import Any
 import msgspec
 
 from services.model.events import Envelope, RoundPlanned
-from services.model.streams import WORKLOAD_KIND, actions_stream, decisions_stream, observed_stream
-from services.planner.service import RULES_VERSION, decisions_for, round_envelopes
-from services.planner.service import decide as planner_decide
-from services.planner.sidecarset_replay import SidecarSetDivergence
-from services.planner.workload_state import WorkloadState, encode_input
-
-Decide = Callable[[bytes], dict[str, Any]]
-"""The decision function: canonical planner input JSON -> plan (a dict, as ``plan_json`` returns)."""
+from services.model.streams import WORKLOAD_KIND
+from services.planner.cloneset_decisions import Decide
+from services.planner.cloneset_decisions import decide as planner_decide
+from services.planner.kinds import CLONESET, CloneSetPlanner, KindPlanner, plan_round
 
 
 @dataclass(frozen=True)
 class Divergence:
     """The first place a replayed round differs from the record."""
 
-    workload: str
+    workload: str  # <namespace>/<name> for a CloneSet, the name for a SidecarSet
     stream: str
     stream_version: int  # of the recorded event (or where the missing one would be)
     event_id: str | None  # the recorded event, None when the replay produced an event the record lacks
@@ -51,11 +49,13 @@ class Divergence:
     field: str  # e.g. payload.details.pod, input_sha256, (event)
     recorded: Any
     replayed: Any
+    kind: str = WORKLOAD_KIND
 
     def describe(self) -> str:
         event = f"{self.event_type} {self.event_id}" if self.event_id else "(no recorded event)"
+        shown = self.workload if self.kind == WORKLOAD_KIND else f"{self.kind} {self.workload}"
         return (
-            f"DIVERGENCE in {self.workload} at {self.stream} v{self.stream_version} ({event}),"
+            f"DIVERGENCE in {shown} at {self.stream} v{self.stream_version} ({event}),"
             f" round {self.round_id}: field {self.field}: recorded {_show(self.recorded)},"
             f" replayed {_show(self.replayed)}"
         )
@@ -67,9 +67,9 @@ class VerifyReport:
     events: int = 0
     rounds: int = 0
     decisions: int = 0
-    divergence: Divergence | SidecarSetDivergence | None = None
+    divergence: Divergence | None = None
     kind: str = WORKLOAD_KIND
-    rules: int = RULES_VERSION  # this code's planner rules for the kind
+    rules: int = CLONESET.rules_version  # this code's planner rules for the kind
     # recorded rules version -> rounds recorded by it, not compared (not re-verifiable with these rules)
     skipped: dict[int, int] = field(default_factory=dict)
 
@@ -139,23 +139,24 @@ def _envelope_view(envelope: Envelope, *, with_causation: bool) -> dict[str, Any
 
 
 class WorkloadVerifier:
-    """Streaming verification of one workload: ``feed`` its events in global order (inputs and decisions
-    interleaved, as stored), then ``finish``. Memory holds only inputs not yet folded by a round."""
+    """Streaming verification of one workload of any planned kind: ``feed`` its events in global order
+    (inputs and decisions interleaved, as stored; or every input before the decisions), then ``finish``.
+    Memory holds only inputs not yet folded by a round."""
 
-    def __init__(self, namespace: str, name: str, decide: Decide = planner_decide) -> None:
-        self.namespace = namespace
-        self.name = name
-        self.decide = decide
-        self.report = VerifyReport(f"{namespace}/{name}")
-        self.state = WorkloadState(namespace, name)
-        self.decisions_stream = decisions_stream(namespace, name)
-        self._pending_inputs: dict[str, deque[Envelope]] = {
-            observed_stream(namespace, name): deque(),
-            actions_stream(namespace, name): deque(),
-        }
+    def __init__(self, kind: KindPlanner[Any], key: str) -> None:
+        self.kind = kind
+        self.report = VerifyReport(key, kind=kind.kind, rules=kind.rules_version)
+        self.state = kind.new_state(key)
+        observed, actions, self.decisions_stream = self.state.streams
+        self._pending_inputs: dict[str, deque[Envelope]] = {observed: deque(), actions: deque()}
         self._recorded: list[Envelope] = []  # the open round: RoundPlanned + its decisions so far
         self._replayed: list[Envelope] = []
         self._skipping = False  # the open round was recorded by other rules: fold it, do not compare
+
+    @classmethod
+    def cloneset(cls, namespace: str, name: str, decide: Decide = planner_decide) -> WorkloadVerifier:
+        kind = CLONESET if decide is planner_decide else CloneSetPlanner(decide)
+        return cls(kind, f"{namespace}/{name}")
 
     @property
     def done(self) -> bool:
@@ -190,6 +191,7 @@ class WorkloadVerifier:
         assert self.report.divergence is None, "only the first divergence is reported"
         round_event = self._recorded[0] if self._recorded else None
         self.report.divergence = Divergence(
+            kind=self.report.kind,
             workload=self.report.workload,
             stream=self.decisions_stream,
             stream_version=version,
@@ -252,25 +254,26 @@ class WorkloadVerifier:
         if self._skipping:
             # Whether it may decide (pending), its input and its decisions belong to the recording rules.
             return
-        pending = state.pending()
-        if pending:
+        kind = self.kind
+        if not kind.ready(state):
             self._diverged(
-                recorded_round,
-                version,
-                "pending actions",
-                "decided",
-                sorted(p.event.action_id for p in pending),
+                recorded_round, version, "(state)", f"a {kind.kind} observed", f"no {kind.kind} yet"
             )
             return
-        if state.cloneset is None or state.now is None:
-            self._diverged(recorded_round, version, "(state)", "a CloneSet observed", "no CloneSet yet")
+        blocked = kind.blocked_until(state)
+        if blocked is not None:
+            # The planner waits for what it expects (next_step): it would not have planned this round.
+            self._diverged(
+                recorded_round, version, "pending actions", "decided", f"waiting until {blocked.isoformat()}"
+            )
             return
-        data, digest = encode_input(state.plan_input())
-        if digest != payload.input_sha256:
-            self._diverged(recorded_round, version, "payload.input_sha256", payload.input_sha256, digest)
+        replayed = plan_round(kind, state)
+        if replayed.input_sha256 != payload.input_sha256:
+            self._diverged(
+                recorded_round, version, "payload.input_sha256", payload.input_sha256, replayed.input_sha256
+            )
             return
-        plan = self.decide(data)
-        self._replayed = round_envelopes(state, digest, plan, decisions_for(state, plan))
+        self._replayed = replayed.envelopes
 
     def _close_round(self) -> None:
         recorded, replayed = self._recorded, self._replayed
@@ -315,11 +318,23 @@ class WorkloadVerifier:
 def verify_workload(
     namespace: str, name: str, events: Iterable[Envelope], decide: Decide = planner_decide
 ) -> VerifyReport:
-    """Re-run every recorded round of one workload (events in global order); stop at the first
+    """Re-run every recorded round of one CloneSet (events in global order); stop at the first
     divergence."""
-    verifier = WorkloadVerifier(namespace, name, decide)
+    verifier = WorkloadVerifier.cloneset(namespace, name, decide)
     for envelope in events:
         verifier.feed(envelope)
         if verifier.done:
             break
+    return verifier.finish()
+
+
+def verify_streams(kind: KindPlanner[Any], key: str, *streams: Iterable[Envelope]) -> VerifyReport:
+    """Re-run every recorded round of one workload from its streams read one by one (observed, actions,
+    decisions: inputs are queued until a round's ``through`` folds them); stop at the first divergence."""
+    verifier = WorkloadVerifier(kind, key)
+    for stream in streams:
+        for envelope in stream:
+            verifier.feed(envelope)
+            if verifier.done:
+                return verifier.finish()
     return verifier.finish()

@@ -29,6 +29,7 @@ from typing import Any
 import msgspec
 
 from services.infra.store import StoredEvent
+from services.model.cloneset import desired_replicas
 from services.model.events import (
     ObjectObserved,
     PodActionObserved,
@@ -195,7 +196,7 @@ def read_record(namespace: str, name: str, events: list[StoredEvent], rollout_id
     completed = False  # RolloutCompleted(succeeded) seen
     done_at: datetime | None = None  # ... and then every pod updated and available: the model's end too
     target_hash = rollout_id.rsplit("@", 1)[-1].rsplit("-", 1)[-1]
-    replicas = int(((state.cloneset or {}).get("spec") or {}).get("replicas", 1) or 0)
+    replicas = desired_replicas(state.cloneset)
     spec_changes: list[tuple[float, dict[str, Any]]] = []
     last_spec = (state.cloneset or {}).get("spec")
     metrics = RolloutMetrics()
@@ -241,6 +242,10 @@ def read_record(namespace: str, name: str, events: list[StoredEvent], rollout_id
             metrics.completed = completed = payload.outcome == "succeeded"
             if not completed:  # superseded or failed: it ends here
                 done_at = moment
+            elif _all_updated(pods, target_hash, replicas):
+                # Completed with every pod already observed updated: it ends here, not at whatever the
+                # log observes next (a later status write, a timer firing).
+                done_at = moment
         elif isinstance(payload, ObjectObserved):
             last_moment = max(last_moment, moment)
             if payload.kind == WORKLOAD_KIND:
@@ -248,7 +253,7 @@ def read_record(namespace: str, name: str, events: list[StoredEvent], rollout_id
                 if payload.change != "DELETED" and spec != last_spec:
                     spec_changes.append((_seconds(moment, t0), payload.object))
                     last_spec = spec
-                    replicas = int((spec or {}).get("replicas", 1) or 0)
+                    replicas = desired_replicas(payload.object)
                 continue
             if payload.kind != "Pod":
                 continue
@@ -328,7 +333,7 @@ def _replan(model: ClusterModel) -> RolloutMetrics:
 def _done(model: ClusterModel, plan: dict[str, Any]) -> bool:
     if plan.get("actions") or model.busy() or any(what == "spec" for _, _, what, _ in model.queue):
         return False
-    replicas = int((model.cloneset.get("spec") or {}).get("replicas", 1) or 0)
+    replicas = desired_replicas(model.cloneset)
     hash_part = str(plan.get("updateRevision") or "").rsplit("-", 1)[-1]
     expected = plan.get("expectedUpdatedReplicas")
     if expected is not None and int(expected) < replicas:  # a partition holds some pods back: enough updated

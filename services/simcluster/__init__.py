@@ -2,6 +2,6 @@
 
 from .cluster import SimCluster, SimConfig
 from .faults import FaultConfig
-from .kubelet import NodeConfig, Timing
+from .nodes import NodeConfig, Timing
 
 __all__ = ["FaultConfig", "NodeConfig", "SimCluster", "SimConfig", "Timing"]

@@ -14,12 +14,18 @@ from types import TracebackType
 from aiohttp import web
 
 from .admission import Admission
+from .crds import CrdController
 from .faults import FaultConfig, Faults
 from .gc import GarbageCollector
+from .images import ImagePuller
 from .kubeconfig import write_kubeconfig
-from .kubelet import Kubelet, NodeConfig, Timing
+from .kubelet import Kubelet
 from .namespaces import NamespaceController
+from .nodes import Clock, EventRecorder, NodeConfig, Nodes, Timing
+from .plugins import ClusterIPs
+from .pvcs import PvcBinder
 from .resources import NAMESPACES
+from .scheduler import Scheduler
 from .server import ApiServer
 from .store import Store
 
@@ -68,21 +74,18 @@ class SimCluster:
         self.admission = Admission(self.store)
         self.gc = GarbageCollector(self.store)
         self.namespace_controller = NamespaceController(self.store)
-        self.kubelet: Kubelet | None = (
-            Kubelet(
-                self.store,
-                list(cfg.nodes),
-                cfg.timing,
-                seed=cfg.seed,
-                extended_inplace=cfg.extended_inplace,
-                events=cfg.kubelet_events,
-                max_events=cfg.max_events,
-                failing_images=cfg.failing_images,
-                crashing_images=cfg.crashing_images,
-            )
-            if cfg.kubelet
-            else None
-        )
+        # The simulated node agents, one job each (the API server alone when cfg.kubelet is False).
+        self.nodes = Nodes(self.store, list(cfg.nodes))
+        self.agents: list[Scheduler | Kubelet | PvcBinder] = []
+        if cfg.kubelet:
+            clock = Clock(cfg.timing, cfg.seed)
+            events = EventRecorder(self.store, cfg.kubelet_events, cfg.max_events)
+            images = ImagePuller(cfg.timing, events, cfg.failing_images, cfg.crashing_images)
+            self.agents = [
+                Kubelet(self.store, self.nodes, clock, events, images, cfg.extended_inplace),
+                Scheduler(self.store, self.nodes, clock, events),
+                PvcBinder(self.store, clock),
+            ]
         self.api = ApiServer(
             self.store,
             self.admission,
@@ -90,6 +93,8 @@ class SimCluster:
             bookmark_interval=cfg.bookmark_interval,
             disabled_resources=cfg.disabled_resources,
         )
+        self.store.create_hooks.append(ClusterIPs())
+        self.crds = CrdController(self.store, self.api.serve, self.api.stop_serving)
         self._runner: web.AppRunner | None = None
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         self.url = ""
@@ -100,8 +105,8 @@ class SimCluster:
             self.store.create(
                 NAMESPACES, "", {"metadata": {"name": namespace}, "status": {"phase": "Active"}}
             )
-        if self.kubelet is not None:
-            self.kubelet.register_nodes()
+        if self.agents:
+            self.nodes.register_nodes()
         self._runner = web.AppRunner(self.api.app, access_log=None, shutdown_timeout=0.5)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.config.host, self.config.port)
@@ -119,8 +124,8 @@ class SimCluster:
 
     async def stop(self) -> None:
         self.api.cut_watches()
-        if self.kubelet is not None:
-            await self.kubelet.close()
+        for agent in self.agents:
+            await agent.close()
         await self.gc.close()
         await self.namespace_controller.close()
         await self.admission.close()

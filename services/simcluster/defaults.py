@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .resources import NAMESPACES, PODS, PVCS, ResourceType
+from .resources import NAMESPACES, PODS, PVCS, SERVICES, ResourceType
 
 Obj = dict[str, Any]
 
@@ -67,6 +67,8 @@ def apply_defaults(rt: ResourceType, obj: Obj, old: Obj | None) -> None:
         spec = obj.setdefault("spec", {})
         if isinstance(spec, dict):
             spec.setdefault("finalizers", ["kubernetes"])
+    elif rt is SERVICES:
+        _service(obj)
     elif rt.kind in _BY_KIND and rt.group in ("apps", "batch"):
         _BY_KIND[rt.kind](obj)
 
@@ -198,6 +200,24 @@ def _job(obj: Obj) -> None:
     spec.setdefault("completionMode", "NonIndexed")
     spec.setdefault("suspend", False)
     _template_defaults(spec)
+
+
+def _service(obj: Obj) -> None:
+    spec = obj.setdefault("spec", {})
+    spec.setdefault("type", "ClusterIP")
+    spec.setdefault("sessionAffinity", "None")
+    if spec["type"] != "ExternalName":
+        spec.setdefault("ipFamilyPolicy", "SingleStack")
+        spec.setdefault("ipFamilies", ["IPv4"])
+        spec.setdefault("internalTrafficPolicy", "Cluster")
+    ports = spec.get("ports")
+    if isinstance(ports, list):
+        spec["ports"] = [
+            dict(p, protocol=p.get("protocol") or "TCP", targetPort=p.get("targetPort", p.get("port")))
+            if isinstance(p, dict)
+            else p
+            for p in ports
+        ]
 
 
 _BY_KIND = {"Deployment": _deployment, "Job": _job}

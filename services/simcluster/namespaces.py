@@ -15,11 +15,14 @@ import contextlib
 from typing import Any
 
 from .errors import ApiError
-from .resources import NAMESPACES, ResourceType
+from .plugins import ROOT_CA_CONFIGMAP
+from .resources import CONFIGMAPS, NAMESPACES, SERVICE_ACCOUNTS, ResourceType
 from .store import Store, WatchEvent, now_iso
 
 Obj = dict[str, Any]
 NAMESPACE_FINALIZER = "kubernetes"
+# simcluster serves plain HTTP: there is no cluster CA; the published bundle says so.
+SIMULATED_CA = "# simcluster serves plain HTTP and has no certificate authority\n"
 
 
 def deletion_conditions(
@@ -94,6 +97,8 @@ class NamespaceController:
         meta = event.obj["metadata"]
         if event.resource is NAMESPACES:
             name = meta["name"]
+            if event.type == "ADDED":
+                self._populate(name)
             if event.type != "DELETED" and meta.get("deletionTimestamp"):
                 prev = (event.prev or {}).get("metadata") or {}
                 self._schedule(name, delete_content=not prev.get("deletionTimestamp"))
@@ -103,6 +108,24 @@ class NamespaceController:
             ns = self.store.find(NAMESPACES, "", namespace)
             if ns is not None and ns["metadata"].get("deletionTimestamp"):
                 self._schedule(namespace, delete_content=False)
+
+    def _populate(self, namespace: str) -> None:
+        """What kube-controller-manager puts in every new namespace: the ``default`` ServiceAccount
+        (serviceaccounts-controller) and the ``kube-root-ca.crt`` ConfigMap (root-ca-cert-publisher).
+        Done at once here, so a pod created right after its namespace finds its account."""
+        with contextlib.suppress(ApiError):
+            self.store.create(
+                SERVICE_ACCOUNTS, namespace, {"metadata": {"name": "default", "namespace": namespace}}
+            )
+        with contextlib.suppress(ApiError):
+            self.store.create(
+                CONFIGMAPS,
+                namespace,
+                {
+                    "metadata": {"name": ROOT_CA_CONFIGMAP, "namespace": namespace},
+                    "data": {"ca.crt": SIMULATED_CA},
+                },
+            )
 
     def _schedule(self, name: str, *, delete_content: bool) -> None:
         if not delete_content and name in self._pending:

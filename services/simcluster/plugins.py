@@ -19,7 +19,7 @@ import random
 from typing import Any
 
 from . import errors
-from .resources import NAMESPACES, ResourceType
+from .resources import NAMESPACES, SERVICES, ResourceType
 
 Obj = dict[str, Any]
 
@@ -180,3 +180,22 @@ def keep_priority(pod: Obj, old: Obj) -> None:
         for field in ("priority", "preemptionPolicy"):
             if field not in spec and field in old_spec:
                 spec[field] = old_spec[field]
+
+
+class ClusterIPs:
+    """The Service registry's allocation of ``spec.clusterIP`` / ``clusterIPs`` from 10.96.0.0/12 on create
+    (``None`` for a headless Service, nothing for ExternalName)."""
+
+    def __init__(self) -> None:
+        self._next = 1
+
+    def __call__(self, rt: ResourceType, obj: Obj) -> None:
+        if rt is not SERVICES:
+            return
+        spec = obj.setdefault("spec", {})
+        if spec.get("type") == "ExternalName":
+            return
+        if not spec.get("clusterIP"):
+            self._next += 1
+            spec["clusterIP"] = f"10.96.{self._next // 254}.{self._next % 254 + 1}"
+        spec.setdefault("clusterIPs", [spec["clusterIP"]])

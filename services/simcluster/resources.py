@@ -20,6 +20,9 @@ class ResourceType:
     verbs: tuple[str, ...] = field(
         default=("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
     )
+    # The scale subresource (autoscaling/v1 Scale): spec replicas, status replicas, label selector paths.
+    scale: tuple[str, str, str] | None = None
+    list_kind: str = ""
 
     @property
     def api_version(self) -> str:
@@ -28,6 +31,11 @@ class ResourceType:
     @property
     def key(self) -> tuple[str, str, str]:
         return (self.group, self.version, self.plural)
+
+    @property
+    def crd_name(self) -> str:
+        """``plural.group``, the name a CustomResourceDefinition of this resource has."""
+        return f"{self.plural}.{self.group}"
 
 
 NAMESPACES = ResourceType("", "v1", "namespaces", "Namespace", False, has_status=True, short_names=("ns",))
@@ -47,6 +55,7 @@ CLONESETS = ResourceType(
     custom=True,
     short_names=("clone",),
     categories=("all",),
+    scale=(".spec.replicas", ".status.replicas", ".status.labelSelector"),
 )
 SIDECARSETS = ResourceType(
     "apps.kruise.io",
@@ -72,6 +81,41 @@ VALIDATING_WEBHOOKS = ResourceType(
     False,
 )
 LEASES = ResourceType("coordination.k8s.io", "v1", "leases", "Lease", True)
+# What an install touches, stored and served as an API server without controllers does (as envtest).
+SERVICE_ACCOUNTS = ResourceType("", "v1", "serviceaccounts", "ServiceAccount", True, short_names=("sa",))
+SECRETS = ResourceType("", "v1", "secrets", "Secret", True)
+CONFIGMAPS = ResourceType("", "v1", "configmaps", "ConfigMap", True, short_names=("cm",))
+SERVICES = ResourceType(
+    "", "v1", "services", "Service", True, has_status=True, short_names=("svc",), categories=("all",)
+)
+DEPLOYMENTS = ResourceType(
+    "apps",
+    "v1",
+    "deployments",
+    "Deployment",
+    True,
+    has_status=True,
+    short_names=("deploy",),
+    categories=("all",),
+)
+JOBS = ResourceType("batch", "v1", "jobs", "Job", True, has_status=True, categories=("all",))
+PDBS = ResourceType(
+    "policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True, has_status=True, short_names=("pdb",)
+)
+_RBAC = "rbac.authorization.k8s.io"
+ROLES = ResourceType(_RBAC, "v1", "roles", "Role", True)
+ROLE_BINDINGS = ResourceType(_RBAC, "v1", "rolebindings", "RoleBinding", True)
+CLUSTER_ROLES = ResourceType(_RBAC, "v1", "clusterroles", "ClusterRole", False)
+CLUSTER_ROLE_BINDINGS = ResourceType(_RBAC, "v1", "clusterrolebindings", "ClusterRoleBinding", False)
+CRDS = ResourceType(
+    "apiextensions.k8s.io",
+    "v1",
+    "customresourcedefinitions",
+    "CustomResourceDefinition",
+    False,
+    has_status=True,
+    short_names=("crd", "crds"),
+)
 
 ALL: tuple[ResourceType, ...] = (
     NAMESPACES,
@@ -84,6 +128,18 @@ ALL: tuple[ResourceType, ...] = (
     MUTATING_WEBHOOKS,
     VALIDATING_WEBHOOKS,
     LEASES,
+    SERVICE_ACCOUNTS,
+    SECRETS,
+    CONFIGMAPS,
+    SERVICES,
+    DEPLOYMENTS,
+    JOBS,
+    PDBS,
+    ROLES,
+    ROLE_BINDINGS,
+    CLUSTER_ROLES,
+    CLUSTER_ROLE_BINDINGS,
+    CRDS,
 )
 
 BY_PATH: dict[tuple[str, str, str], ResourceType] = {r.key: r for r in ALL}

@@ -17,7 +17,7 @@ from .defaults import apply_defaults
 from .errors import ApiError
 from .faults import Faults
 from .plugins import admit_pod, check_namespace
-from .resources import CLONESETS, NAMESPACES, PODS, ResourceType
+from .resources import NAMESPACES, PODS, SERVICE_ACCOUNTS, ResourceType
 from .selectors import parse_field_selector, parse_label_selector
 from .store import Store, Watcher, WatchEvent, deep_copy
 from .tables import PLAIN, Rendering, negotiate, partial, partial_list, to_table
@@ -40,6 +40,24 @@ _WRITE_METHODS = {"POST", "PUT", "PATCH", "DELETE"}
 
 def _json(body: Any, status: int = 200) -> web.Response:
     return web.Response(body=msgspec.json.encode(body), status=status, content_type="application/json")
+
+
+def _path_get(obj: Obj, path: str) -> Any:
+    """The value at a CRD scale path such as ``.spec.replicas``."""
+    value: Any = obj
+    for part in path.strip(".").split("."):
+        if not isinstance(value, dict):
+            return None
+        value = value.get(part)
+    return value
+
+
+def _path_set(obj: Obj, path: str, value: Any) -> None:
+    parts = path.strip(".").split(".")
+    target = obj
+    for part in parts[:-1]:
+        target = target.setdefault(part, {})
+    target[parts[-1]] = value
 
 
 def _error_response(exc: ApiError) -> web.Response:
@@ -70,6 +88,17 @@ class ApiServer:
         self.default_watch_timeout = default_watch_timeout
         self.app = web.Application(middlewares=[self._middleware], client_max_size=64 * 1024 * 1024)
         self.app.router.add_route("*", "/{tail:.*}", self._dispatch)
+
+    def serve(self, rt: ResourceType) -> None:
+        """Serve a resource defined at run time (a CRD established)."""
+        if rt not in self.served:
+            self.served = (*self.served, rt)
+        self._by_path[rt.key] = rt
+
+    def stop_serving(self, rt: ResourceType) -> None:
+        self.served = tuple(r for r in self.served if r is not rt)
+        if self._by_path.get(rt.key) is rt:
+            del self._by_path[rt.key]
 
     # ---- plumbing ----------------------------------------------------------------------------------
 
@@ -192,12 +221,12 @@ class ApiServer:
                     "categories": list(r.categories),
                 }
             )
-            if r is CLONESETS:
+            if r.scale is not None:
                 entries.append(
                     {
                         "name": f"{r.plural}/scale",
                         "singularName": "",
-                        "namespaced": True,
+                        "namespaced": r.namespaced,
                         "group": "autoscaling",
                         "version": "v1",
                         "kind": "Scale",
@@ -239,7 +268,7 @@ class ApiServer:
         sub = rest[2] if len(rest) > 2 else ""
         allowed = (
             (sub == "status" and rt.has_status)
-            or (sub == "scale" and rt is CLONESETS)
+            or (sub == "scale" and rt.scale is not None)
             or (sub == "log" and rt is PODS)
         )
         if sub and not allowed:
@@ -299,11 +328,14 @@ class ApiServer:
         raise errors.ApiError(405, f"{method} is not supported here", "MethodNotAllowed")
 
     async def _scale(self, request: web.Request, rt: ResourceType, ns: str, name: str) -> web.Response:
-        """The CloneSet `scale` subresource (autoscaling/v1 Scale over spec.replicas), for `kubectl scale`."""
+        """The scale subresource (autoscaling/v1 Scale) over the resource's replicas paths, for `kubectl
+        scale` and autoscalers."""
+        assert rt.scale is not None
+        spec_path, status_path, selector_path = rt.scale
 
         def as_scale(obj: Obj) -> Obj:
             meta = obj["metadata"]
-            status = obj.get("status") or {}
+            replicas = _path_get(obj, spec_path)
             return {
                 "kind": "Scale",
                 "apiVersion": "autoscaling/v1",
@@ -312,10 +344,10 @@ class ApiServer:
                     for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
                     if k in meta
                 },
-                "spec": {"replicas": (obj.get("spec") or {}).get("replicas", 1)},
+                "spec": {"replicas": replicas if isinstance(replicas, int) else 1},
                 "status": {
-                    "replicas": status.get("replicas", 0),
-                    "selector": status.get("labelSelector", ""),
+                    "replicas": _path_get(obj, status_path) or 0,
+                    "selector": (_path_get(obj, selector_path) or "") if selector_path else "",
                 },
             }
 
@@ -340,7 +372,7 @@ class ApiServer:
                 [("spec.replicas", "FieldValueInvalid", "must be a non-negative integer")],
             )
         updated = deep_copy(current)
-        updated["spec"]["replicas"] = replicas
+        _path_set(updated, spec_path, replicas)
         updated["metadata"]["resourceVersion"] = (wanted.get("metadata") or {}).get("resourceVersion") or ""
         return _json(as_scale(self.store.update(rt, ns, name, updated)))
 
@@ -402,7 +434,12 @@ class ApiServer:
         if rendering.kind == "partial":
             return _json(partial_list(items, meta, rendering.version))
         return _json(
-            {"kind": f"{rt.kind}List", "apiVersion": rt.api_version, "metadata": meta, "items": items}
+            {
+                "kind": rt.list_kind or f"{rt.kind}List",
+                "apiVersion": rt.api_version,
+                "metadata": meta,
+                "items": items,
+            }
         )
 
     async def _create(self, request: web.Request, rt: ResourceType, ns: str) -> web.Response:
@@ -433,7 +470,9 @@ class ApiServer:
 
     def _service_account_lookup(self) -> Callable[[str, str], Obj | None] | None:
         """How the ServiceAccount plugin finds a pod's account; None when ServiceAccounts are not served."""
-        return None
+        if SERVICE_ACCOUNTS not in self.served:
+            return None
+        return lambda namespace, name: self.store.find(SERVICE_ACCOUNTS, namespace, name)
 
     async def _patch(
         self, request: web.Request, rt: ResourceType, ns: str, name: str, sub: str
@@ -482,7 +521,7 @@ class ApiServer:
                 )
         return _json(
             {
-                "kind": f"{rt.kind}List",
+                "kind": rt.list_kind or f"{rt.kind}List",
                 "apiVersion": rt.api_version,
                 "metadata": {"resourceVersion": str(self.store.rv)},
                 "items": deleted,

@@ -21,6 +21,7 @@ from typing import Any
 import msgspec
 
 from . import errors
+from . import schema as crd_schema
 from .defaults import apply_defaults
 from .plugins import check_namespace
 from .resources import ALL, NAMESPACES, PODS, PVCS, ResourceType
@@ -97,6 +98,8 @@ class Store:
         self, *, history_window: int = 20_000, seed: int = 0, extended_inplace: bool = False
     ) -> None:
         self.objects: dict[ResourceType, dict[Key, Obj]] = {rt: {} for rt in ALL}
+        # Structural schemas of CRD-defined resources (crds.py): pruning, defaults, validation.
+        self.schemas: dict[ResourceType, dict[str, Any]] = {}
         self.rv = 0
         self.history: deque[WatchEvent] = deque()
         self.history_window = history_window
@@ -111,6 +114,23 @@ class Store:
         self.create_hooks: list[Callable[[ResourceType, Obj], None]] = []
         # Decides whether deleting this object is graceful (the kubelet finishes it). Set by the kubelet.
         self.graceful_delete: Callable[[ResourceType, Obj, int | None], bool] = lambda rt, obj, grace: False
+
+    def register(self, rt: ResourceType, schema: dict[str, Any] | None = None) -> None:
+        """Store objects of a resource defined at run time (a CRD), with its schema."""
+        self.objects.setdefault(rt, {})
+        if schema is not None:
+            self.schemas[rt] = schema
+
+    def _apply_schema(self, rt: ResourceType, obj: Obj) -> Obj:
+        schema = self.schemas.get(rt)
+        if schema is None:
+            return obj
+        prepared = crd_schema.prepare(schema, obj)
+        causes = crd_schema.validate_object(schema, prepared)
+        if causes:
+            name = (prepared.get("metadata") or {}).get("name", "")
+            raise errors.invalid(rt.group, rt.kind, name, causes)
+        return prepared
 
     # ---- reads -------------------------------------------------------------------------------------
 
@@ -267,6 +287,8 @@ class Store:
         for hook in self.create_hooks:
             hook(rt, obj)
         if validate:
+            obj = self._apply_schema(rt, obj)
+            meta = obj["metadata"]
             validate_create(rt, obj)
             if meta.get("resourceVersion"):
                 # The storage layer's ErrResourceVersionSetOnCreate, which reaches the client as a 500.
@@ -340,6 +362,8 @@ class Store:
                 ],
             )
         merged = self._prepare_update(rt, old, new, subresource)
+        if validate:
+            merged = self._apply_schema(rt, merged)
         if subresource is None:
             apply_defaults(rt, merged, old)
             if _spec_part(merged) != _spec_part(old):
@@ -493,6 +517,11 @@ class Store:
                 self._commit(rt, "MODIFIED", held, current)
             return
         self._commit(rt, "DELETED", current, current)
+
+    def remove_now(self, rt: ResourceType, obj: Obj) -> None:
+        """Delete at once, finalizers or not (the objects of a CRD that is gone)."""
+        if self.objects.get(rt, {}).get(key_of(obj)) is obj:
+            self._commit(rt, "DELETED", obj, obj)
 
     def commit_namespace(self, new: Obj) -> None:
         """The namespace controller's write (status, and spec.finalizers as its /finalize call does): the

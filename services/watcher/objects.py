@@ -7,7 +7,7 @@ import copy
 from datetime import UTC, datetime
 from typing import Any
 
-from services.model.events import Envelope, ObjectObserved, new_event
+from services.model.events import Envelope, ObjectObserved, ObservationRejected, encode, new_event
 from services.model.streams import derived_id
 
 
@@ -59,4 +59,38 @@ def observation(
         occurred_at=datetime.now(UTC),
         event_id=derived_id("observed", *id_scope, *key),
         correlation_id=correlation_id,
+    )
+
+
+def within_ceiling(event: Envelope, limit_bytes: int) -> Envelope:
+    """``event`` when it is an observation no larger than ``limit_bytes`` encoded (or not an observation);
+    otherwise the ``ObservationRejected`` recorded in its place: same id, stream and correlation, so a
+    re-emission stores nothing new either."""
+    payload = event.payload
+    if not isinstance(payload, ObjectObserved):
+        return event
+    size = len(encode(event))
+    if size <= limit_bytes:
+        return event
+    return new_event(
+        ObservationRejected(
+            kind=payload.kind,
+            namespace=payload.namespace,
+            name=payload.name,
+            uid=payload.uid,
+            resource_version=payload.resource_version,
+            change=payload.change,
+            size_bytes=size,
+            limit_bytes=limit_bytes,
+            reason=(
+                f"the observation of {payload.kind} {payload.namespace}/{payload.name} is {size} bytes, "
+                f"over the {limit_bytes}-byte event ceiling (ROLLBOOK_MAX_EVENT_BYTES); not observed"
+            ),
+        ),
+        stream=event.stream,
+        stream_version=event.stream_version,
+        occurred_at=event.occurred_at,
+        event_id=event.event_id,
+        causation_id=event.causation_id,
+        correlation_id=event.correlation_id,
     )

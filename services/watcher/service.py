@@ -32,7 +32,7 @@ from services.infra.retry import Stopped, retry_until_stopped
 from services.infra.runtime import ServiceRuntime, configure_logging, run_until_stopped
 from services.infra.settings import Settings
 from services.infra.store import EventStore
-from services.model.events import Envelope, ObjectObserved
+from services.model.events import Envelope, ObjectObserved, ObservationRejected
 from services.model.sidecarset_streams import (
     SIDECARSET_GROUP,
     SIDECARSET_KIND,
@@ -48,7 +48,7 @@ from services.model.streams import (
     observed_stream,
     rollout_id,
 )
-from services.watcher.objects import comparable, observation
+from services.watcher.objects import comparable, observation, within_ceiling
 from services.watcher.sidecarsets import SidecarSetRoutes
 
 log = structlog.get_logger("watcher")
@@ -203,7 +203,19 @@ class Watcher:
 
     async def _append(self, events: list[Envelope]) -> None:
         by_stream: dict[str, list[Envelope]] = {}
-        for event in events:
+        for observed in events:
+            event = within_ceiling(observed, self.settings.max_event_bytes)
+            if event is not observed:
+                rejected: ObservationRejected = event.payload  # type: ignore[assignment]
+                OBSERVATIONS.labels(rejected.kind, "rejected").inc()
+                log.error(
+                    "observation_rejected",
+                    stream=event.stream,
+                    kind=rejected.kind,
+                    name=rejected.name,
+                    size_bytes=rejected.size_bytes,
+                    limit_bytes=rejected.limit_bytes,
+                )
             by_stream.setdefault(event.stream, []).append(event)
         for stream, batch in by_stream.items():
             # Held here (under the emit lock, the cache already updated) until the store takes it: a
@@ -215,6 +227,8 @@ class Watcher:
             )
             for event in result.events:
                 EVENTS_APPENDED.labels("watcher", event.type).inc()
+                if not isinstance(event.payload, ObjectObserved):
+                    continue
                 log.info(
                     "observed",
                     stream=stream,

@@ -10,6 +10,7 @@ is a call the service can make, whether called there or passed on as a list func
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 import importlib.util
 from dataclasses import dataclass
@@ -106,7 +107,8 @@ def closure(entry: str) -> dict[str, ast.Module]:
     return seen
 
 
-def api_calls(entry: str) -> list[Call]:
+@functools.cache
+def _api_calls(entry: str) -> tuple[Call, ...]:
     calls: list[Call] = []
     for module, tree in closure(entry).items():
         parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
@@ -119,7 +121,12 @@ def api_calls(entry: str) -> list[Call]:
                 arguments = _arguments(module, node, parents) if API_METHODS[node.attr] == "*custom*" else ()
                 watched = watches and node.attr.startswith("list_")
                 calls.append(Call(node.attr, module, node.lineno, arguments, watched))
-    return calls
+    return tuple(calls)
+
+
+def api_calls(entry: str) -> list[Call]:
+    """Every API method the entry module's code can call (parsed once per entry)."""
+    return list(_api_calls(entry))
 
 
 def _name(node: ast.AST) -> str | None:

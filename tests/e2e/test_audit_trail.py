@@ -11,7 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from services.infra.bus import Bus
 from services.infra.store import EventStore
-from services.planner.replay import replay_workload
+from services.replay.operations import verify_target
 from services.simcluster import SimCluster, SimConfig, Timing
 from tests.e2e.audit import (
     action_terminals,
@@ -85,11 +85,11 @@ async def assert_trail_consistent(stack: Stack, database_url: str) -> None:
 
     store = await EventStore.connect(database_url)
     try:
-        report = await replay_workload(store, "default", NAME)
+        report = await verify_target(store, f"default/{NAME}")
     finally:
         await store.close()
     assert report.rounds > 0 and report.decisions > 0
-    assert report.divergences == [], "replaying the recorded rounds did not reproduce the decisions"
+    assert report.divergence is None, "replaying the recorded rounds did not reproduce the decisions"
 
 
 SUCCEEDED_BY_ACTION_SQL = """

@@ -5,21 +5,26 @@ where the stand-in updates more pods at once than maxUnavailable allows; rollboo
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import json
 import os
 import subprocess
 import sys
+from collections.abc import AsyncIterator
 from typing import Any
 
 import asyncpg
 import msgspec
 import pytest
+import pytest_asyncio
 from kubernetes_asyncio import client
 
 from services.infra.database import asyncpg_url
 from services.infra.store import EventStore
 from services.model.streams import ACTION_ID_ANNOTATION, decisions_stream
 from services.replay.operations import replay_lines, what_if_rollout
+from tests.e2e.cluster import GROUP, PLURAL, VERSION
 from tests.e2e.kruise_standin import KruiseStandIn
 from tests.plugins.simcluster import api_client_for
 from tests.plugins.stack import REPO_ROOT, Stack, wait_for
@@ -27,6 +32,7 @@ from tests.plugins.stack import REPO_ROOT, Stack, wait_for
 pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="session")]
 
 NAME = "web"
+LABELLED = "web-labelled"
 CLONESET: dict[str, Any] = {
     "apiVersion": "apps.kruise.io/v1alpha1",
     "kind": "CloneSet",
@@ -41,6 +47,19 @@ CLONESET: dict[str, Any] = {
         "updateStrategy": {"type": "InPlaceIfPossible", "maxUnavailable": 1},
     },
 }
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def api(simcluster: Any) -> AsyncIterator[client.ApiClient]:
+    """An API client; the CloneSets the test created are deleted afterwards (their pods by garbage
+    collection), so no later test's services find a CloneSet to manage that nobody drives any more."""
+    api = await api_client_for(simcluster)
+    async with api:
+        yield api
+        custom = client.CustomObjectsApi(api)
+        for name in (NAME, LABELLED):
+            with contextlib.suppress(client.ApiException):
+                await custom.delete_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, name)
 
 
 async def query(database_url: str, sql: str, *args: Any) -> list[dict[str, Any]]:
@@ -66,36 +85,34 @@ def rollbook(stack: Stack, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 async def test_a_foreign_controllers_rollouts_are_recorded_compared_and_never_acted_on(
-    stack: Stack, simcluster: Any
+    stack: Stack, api: client.ApiClient
 ) -> None:
     stack.settings = msgspec.structs.replace(stack.settings, shadow=True)
     await stack.start("auditor", "watcher", "planner")
     database_url = stack.settings.database_url
-    api = await api_client_for(simcluster)
-    async with api:
-        kruise = KruiseStandIn(api, database_url, NAME)
-        await kruise.create(CLONESET)
-        await kruise.write_status()
-        for instance in ("b2x4k", "c7m9p", "d5q8r"):
-            await kruise.create_pod(instance)
-        await kruise.write_status()
-        pods = sorted(await kruise.pods())
+    kruise = KruiseStandIn(api, database_url, NAME)
+    await kruise.create(CLONESET)
+    await kruise.write_status()
+    for instance in ("b2x4k", "c7m9p", "d5q8r"):
+        await kruise.create_pod(instance)
+    await kruise.write_status()
+    pods = sorted(await kruise.pods())
 
-        # Rollout 1: one pod at a time, in OpenKruise's order: what rollbook would do too.
-        await kruise.set_image("nginx:1.26")
-        await kruise.write_status()
-        first = f"default/{NAME}@{kruise.update_revision}"
-        while candidates := await kruise.update_candidates():
-            await kruise.update_in_place(candidates[0])
+    # Rollout 1: one pod at a time, in OpenKruise's order: what rollbook would do too.
+    await kruise.set_image("nginx:1.26")
+    await kruise.write_status()
+    first = f"default/{NAME}@{kruise.update_revision}"
+    while candidates := await kruise.update_candidates():
+        await kruise.update_in_place(candidates[0])
 
-        # Rollout 2: two pods at once although maxUnavailable is 1, then the last one.
-        await kruise.set_image("nginx:1.27")
-        await kruise.write_status()
-        second = f"default/{NAME}@{kruise.update_revision}"
-        candidates = await kruise.update_candidates()
-        await kruise.update_in_place(*candidates[:2])
-        await kruise.update_in_place(candidates[2])
-        revisions = list(kruise.revisions)
+    # Rollout 2: two pods at once although maxUnavailable is 1, then the last one.
+    await kruise.set_image("nginx:1.27")
+    await kruise.write_status()
+    second = f"default/{NAME}@{kruise.update_revision}"
+    candidates = await kruise.update_candidates()
+    await kruise.update_in_place(*candidates[:2])
+    await kruise.update_in_place(candidates[2])
+    revisions = list(kruise.revisions)
 
     async def both_finished() -> list[dict[str, Any]]:
         rows = await query(
@@ -175,10 +192,8 @@ async def test_a_foreign_controllers_rollouts_are_recorded_compared_and_never_ac
         await query(database_url, "SELECT 1 FROM events WHERE stream = $1", decisions_stream("default", NAME))
         == []
     )
-    api = await api_client_for(simcluster)
-    async with api:
-        listed: Any = await client.CoreV1Api(api).list_namespaced_pod("default", _preload_content=False)
-        items = json.loads(await listed.read())["items"]
+    listed: Any = await client.CoreV1Api(api).list_namespaced_pod("default", _preload_content=False)
+    items = json.loads(await listed.read())["items"]
     assert not [p for p in items if ACTION_ID_ANNOTATION in (p["metadata"].get("annotations") or {})]
 
     # The report (CLI), history, replay and what-if work for it as for rollbook's own rollouts.
@@ -210,3 +225,55 @@ async def test_a_foreign_controllers_rollouts_are_recorded_compared_and_never_ac
     )
     assert result.recorded.max_unavailable == 2  # the stand-in's batch
     assert result.replanned.completed and result.replanned.max_unavailable == 1  # rollbook keeps the limit
+
+
+async def test_a_cloneset_labelled_shadow_is_recorded_and_left_alone_by_the_running_services(
+    stack: Stack, api: client.ApiClient
+) -> None:
+    """Normal mode, all four services: the label alone keeps rollbook's hands off one CloneSet."""
+    await stack.start("auditor", "watcher", "planner", "executor")
+    database_url = stack.settings.database_url
+    labelled = copy.deepcopy(CLONESET)
+    labelled["metadata"] = {"name": LABELLED, "labels": {"app": LABELLED, "rollbook.io/manage": "shadow"}}
+    labelled["spec"]["replicas"] = 2
+    labelled["spec"]["selector"] = {"matchLabels": {"app": LABELLED}}
+    labelled["spec"]["template"]["metadata"]["labels"] = {"app": LABELLED}
+    kruise = KruiseStandIn(api, database_url, LABELLED)
+    await kruise.create(labelled)
+    await kruise.write_status()
+    for instance in ("f2g4h", "j6k8l"):
+        await kruise.create_pod(instance)
+    await kruise.write_status()
+    await kruise.set_image("nginx:1.26")
+    await kruise.write_status()
+    while candidates := await kruise.update_candidates():
+        await kruise.update_in_place(candidates[0])
+    rollout = f"default/{LABELLED}@{kruise.update_revision}"
+
+    async def compared() -> list[dict[str, Any]]:
+        rows = await query(
+            database_url,
+            "SELECT action, verdict FROM shadow_agreement WHERE workload = $1 ORDER BY position",
+            LABELLED,
+        )
+        return rows if len(rows) == 4 else []
+
+    rows = await wait_for(compared, within=30, what="two creates and two updates compared")
+    assert [(r["action"], r["verdict"]) for r in rows] == [
+        ("createPod", "agree"), ("createPod", "agree"), ("updateInPlace", "agree"), ("updateInPlace", "agree")
+    ]  # fmt: skip
+
+    async def succeeded() -> list[dict[str, Any]]:
+        rows = await query(
+            database_url, "SELECT outcome, driven_by FROM rollouts WHERE rollout_id = $1", rollout
+        )
+        return rows if rows and rows[0]["outcome"] == "succeeded" else []
+
+    assert await wait_for(succeeded, within=30, what="the observed rollout succeeded") == [
+        {"outcome": "succeeded", "driven_by": "observed"}
+    ]
+    # The executor ran all along, yet rollbook decided nothing for the labelled CloneSet.
+    decisions = decisions_stream("default", LABELLED)
+    assert await query(database_url, "SELECT type FROM events WHERE stream = $1", decisions) == []
+    pods = await kruise.pods()
+    assert not [p for p in pods.values() if ACTION_ID_ANNOTATION in (p["metadata"].get("annotations") or {})]

@@ -51,7 +51,8 @@ from services.model.sidecarset_streams import (
     observed_stream,
 )
 from services.model.streams import decisions_stream as cloneset_decisions_stream
-from services.planner.sidecarset_replay import verify_sidecarset
+from services.planner.kinds import SIDECARSET
+from services.replay.verify import verify_streams
 from services.simcluster import SimCluster, SimConfig
 from services.simcluster.kubelet import Timing
 from services.webhook.service import RunningWebhook, WebhookOptions, run_webhook
@@ -314,16 +315,16 @@ async def test_paused_then_partition_50_percent_upgrades_two_pods_one_at_a_time(
     outcome_envelopes = [s.envelope for s in await store.read_stream(actions_stream(NAME))]
     decision_envelopes = [s.envelope for s in decided]
     observed_envelopes = [s.envelope for s in observed]
-    report = verify_sidecarset(NAME, observed_envelopes, outcome_envelopes, decision_envelopes)
-    assert report.ok and report.rounds >= 4, report.divergence
+    report = verify_streams(SIDECARSET, NAME, observed_envelopes, outcome_envelopes, decision_envelopes)
+    assert report.clean and report.rounds >= 4, report.divergence
     tampered = [
         msgspec.structs.replace(e, payload=msgspec.structs.replace(e.payload, partition=1))
         if isinstance(e.payload, PartitionStepPlanned)
         else e
         for e in decision_envelopes
     ]
-    divergence = verify_sidecarset(NAME, observed_envelopes, outcome_envelopes, tampered).divergence
-    assert divergence is not None and "partition" in repr(divergence.recorded)
+    divergence = verify_streams(SIDECARSET, NAME, observed_envelopes, outcome_envelopes, tampered).divergence
+    assert divergence is not None and "partition" in divergence.field
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -579,8 +580,8 @@ async def test_watcher_and_planner_killed_mid_rollout_resume_without_repeating_a
         [s.envelope for s in await store.read_stream(stream)]
         for stream in (observed_stream(NAME), actions_stream(NAME), decisions_stream(NAME))
     ]
-    report = verify_sidecarset(NAME, *streams)
-    assert report.ok, report.divergence
+    report = verify_streams(SIDECARSET, NAME, *streams)
+    assert report.clean, report.divergence
     completed = [
         e.payload
         for e in streams[2]

@@ -17,6 +17,7 @@ import pytest
 from services.infra import audit_queries
 from services.infra.database import asyncpg_url
 from services.infra.store import EventStore
+from services.model.events import PodHookHeld, PodHookReleased
 from tests.infra.audit_helpers import NEW, OLD, SIDECAR_NEW, T0, SidecarSetTrail, Trail
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -450,3 +451,32 @@ async def test_a_sidecar_upgrade_is_pending_until_its_sidecar_restarts_and_faile
     )  # fmt: skip
     assert (rows[refused]["outcome"], rows[refused]["finished"]) == ("failed", None)
     assert rows[refused]["reason"].startswith("pod team-a/web-1 was replaced")
+
+
+async def test_hook_waits_show_how_long_each_lifecycle_hook_held_each_pod(
+    event_store: EventStore, database_url: str
+) -> None:
+    trail = Trail(event_store)
+    await trail.decide(PodHookHeld(pod="web-0", hook="preDelete", state="PreparingDelete"), 10)
+    await trail.decide(PodHookHeld(pod="web-1", hook="inPlaceUpdate", state="PreparingUpdate"), 12)
+    await trail.decide(
+        PodHookReleased(
+            pod="web-0",
+            hook="preDelete",
+            state="PreparingDelete",
+            held_since=T0 + timedelta(seconds=10),
+            held_seconds=35.0,
+        ),
+        45,
+    )
+    rows = await _rows(
+        database_url, "SELECT * FROM hook_waits WHERE namespace = $1 ORDER BY position", trail.namespace
+    )
+    assert [(r["workload"], r["pod"], r["hook"], r["state"]) for r in rows] == [
+        ("web", "web-0", "preDelete", "PreparingDelete"),
+        ("web", "web-1", "inPlaceUpdate", "PreparingUpdate"),
+    ]
+    held, running = rows
+    assert (held["held_since"], held["released"]) == (T0 + timedelta(seconds=10), T0 + timedelta(seconds=45))
+    assert held["held_seconds"] == 35.0 and held["still_held"] is False
+    assert running["released"] is None and running["held_seconds"] is None and running["still_held"] is True

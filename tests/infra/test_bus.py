@@ -258,3 +258,30 @@ async def test_events_outside_several_filters_are_acked_without_reaching_the_han
     stray = _Delivered(bus.subject_for(paused("CloneSet/default/web", 1)).replace("RolloutPaused", "Other"))
     await consumer._handle(stray)  # type: ignore[arg-type]
     assert stray.acked and handled == [] and consumer.stats.filtered == 1
+
+
+async def test_a_store_outage_longer_than_max_deliver_is_waited_out_not_dead_lettered(bus: Bus) -> None:
+    import asyncpg
+
+    name = unique("outage")
+    event = paused(f"CloneSet/default/{name}", 1)
+    calls = 0
+    deliveries: list[int] = []
+
+    async def handle(envelope: Envelope, msg: Msg) -> None:
+        nonlocal calls
+        calls += 1
+        deliveries.append(msg.metadata.num_delivered)
+        if calls <= bus.settings.max_deliver + 2:
+            raise asyncpg.CannotConnectNowError("the database system is starting up")
+
+    await bus.publish(event)
+    durable = unique("planner")
+    consumer = bus.consumer(durable, bus.event_filter(name=name), handle, retry_backoff=[0.05])
+    task = asyncio.create_task(consumer.run())
+    await eventually(lambda: consumer.stats.handled == 1, within=30, what="handled once the store is back")
+    consumer.stop()
+    await task
+    assert consumer.stats.dead_lettered == 0
+    assert set(deliveries) == {1}  # retried in place: the outage spent none of the message's deliveries
+    assert await bus.dead_letters(durable, wait=0.3) == []

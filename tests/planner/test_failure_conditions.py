@@ -9,7 +9,7 @@ import pytest
 
 from services.model.events import PodActionFailed, PodActionSucceeded, RoundPlanned, StatusPlanned
 from services.model.streams import actions_stream, decisions_stream, observed_stream
-from services.planner.service import decisions_for
+from services.planner.cloneset_decisions import decisions_for
 from services.planner.status import (
     FAILED_SCALE,
     FAILED_UPDATE,

@@ -19,8 +19,8 @@ from services.model.management import MANAGE_LABEL, ManageMode, Selection
 from services.model.sidecarset_streams import decisions_stream as sidecarset_decisions
 from services.model.sidecarset_streams import observed_stream as sidecarset_observed
 from services.model.streams import decisions_stream, observed_stream
+from services.planner.kinds import CLONESET, SIDECARSET
 from services.planner.service import Planner
-from services.planner.sidecarset_service import SidecarSetState
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -55,17 +55,17 @@ async def test_an_unlabelled_cloneset_gets_no_decision_until_labelled(
     cloneset = seed("cloneset-sample.yaml")
     cloneset["metadata"].update(namespace=namespace, uid=str(uuid.uuid4()), generation=1)
     planner = Planner(settings, event_store, LABELLED)
-    state = planner.state_of(namespace, "sample")
+    workload = planner.workload(CLONESET, f"{namespace}/sample")
 
     await observe(event_store, observed_stream(namespace, "sample"), cloneset, 1)
-    await planner.plan_round(state)
-    assert state.cloneset is not None  # folded: the trail has it
+    await planner.plan_round(workload)
+    assert workload.state.cloneset is not None  # folded: the trail has it
     assert await event_store.read_stream(decisions_stream(namespace, "sample")) == []
 
     labelled = copy.deepcopy(cloneset)
     labelled["metadata"]["labels"][MANAGE_LABEL] = "true"
     await observe(event_store, observed_stream(namespace, "sample"), labelled, 2)
-    await planner.plan_round(state)
+    await planner.plan_round(workload)
     decided = [e.envelope.type for e in await event_store.read_stream(decisions_stream(namespace, "sample"))]
     assert decided[0] == "RoundPlanned" and "PodActionRequested" in decided
 
@@ -78,7 +78,7 @@ async def test_a_cloneset_in_a_listed_namespace_is_managed_without_its_label(
     cloneset["metadata"].update(namespace=namespace, uid=str(uuid.uuid4()), generation=1)
     planner = Planner(settings, event_store, Selection(ManageMode.LABELLED, frozenset({namespace})))
     await observe(event_store, observed_stream(namespace, "sample"), cloneset, 1)
-    await planner.plan_round(planner.state_of(namespace, "sample"))
+    await planner.plan_round(planner.workload(CLONESET, f"{namespace}/sample"))
     decided = [e.envelope.type for e in await event_store.read_stream(decisions_stream(namespace, "sample"))]
     assert "PodActionRequested" in decided
 
@@ -91,14 +91,14 @@ async def test_an_unlabelled_sidecarset_gets_no_decision_until_labelled(
     sidecarset["metadata"].update(name=name, uid=str(uuid.uuid4()), generation=1)
     planner = Planner(settings, event_store, LABELLED)
     await observe(event_store, sidecarset_observed(name), sidecarset, 1)
-    state = planner.sidecarsets.states[name] = SidecarSetState(name)
-    await planner.sidecarsets.plan_round(state)
-    assert state.sidecarset is not None
+    workload = planner.workload(SIDECARSET, name)
+    await planner.plan_round(workload)
+    assert workload.state.sidecarset is not None
     assert await event_store.read_stream(sidecarset_decisions(name)) == []
 
     labelled = copy.deepcopy(sidecarset)
     labelled["metadata"].setdefault("labels", {})[MANAGE_LABEL] = "true"
     await observe(event_store, sidecarset_observed(name), labelled, 2)
-    await planner.sidecarsets.plan_round(state)
+    await planner.plan_round(workload)
     decided = [e.envelope.type for e in await event_store.read_stream(sidecarset_decisions(name))]
     assert decided and decided[0] == "RoundPlanned"

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from services.model.events import Event, RolloutPaused, RolloutResumed, RolloutStarted
-from services.planner.service import decisions_for
+from services.planner.cloneset_decisions import decisions_for
 from services.planner.workload_state import WorkloadState
 
 ROLLOUT = "default/web@web-new"

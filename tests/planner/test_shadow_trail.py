@@ -15,7 +15,7 @@ from services.model.events import (
     ShadowPlanned,
 )
 from services.model.streams import shadow_stream
-from services.planner.service import RULES_VERSION
+from services.planner.cloneset_decisions import RULES_VERSION
 from services.planner.shadow_trail import ShadowTrail
 from tests.planner.kruise_observations import KruiseLog
 

@@ -1,4 +1,4 @@
-"""The events a SidecarSet round means (services.planner.sidecarset_service.decisions_for): the rollout's
+"""The events a SidecarSet round means (services.planner.sidecarset_decisions.decisions_for): the rollout's
 life cycle on the audit trail, nothing repeated."""
 
 from __future__ import annotations
@@ -18,7 +18,9 @@ from services.model.events import (
     StatusPlanned,
 )
 from services.model.sidecarset_streams import UPDATE_SIDECAR_ACTION
-from services.planner.sidecarset_service import SidecarSetState, decisions_for, round_of
+from services.planner import rounds
+from services.planner.sidecarset_decisions import decisions_for, round_of
+from services.planner.sidecarset_state import SidecarSetState
 from tests.planner.test_sidecarset_upgrade import NEW, NOW, OLD, pod, sidecarset
 
 
@@ -51,13 +53,7 @@ def replay(state: SidecarSetState, events: list[Any]) -> None:
         elif isinstance(event, RolloutResumed):
             state.paused = False
         elif isinstance(event, PartitionStepPlanned):
-            state.last_step = (
-                event.rollout_id,
-                event.partition,
-                event.replicas,
-                event.expected_updated,
-                event.max_unavailable,
-            )
+            state.last_step = rounds.step_key(event)
         elif isinstance(event, StatusPlanned):
             state.last_status = event.status
         elif isinstance(event, SpecRejected):

@@ -5,7 +5,6 @@ OpenKruise records its ControllerRevisions, named in ``status.latestRevision`` a
 from __future__ import annotations
 
 import copy
-import hashlib
 import re
 from datetime import timedelta
 from typing import Any
@@ -22,9 +21,8 @@ from services.model.events import (
     StatusPlanned,
     new_event,
 )
-from services.model.sidecarset_streams import SIDECARSET_KIND, decisions_stream, observed_stream
-from services.planner import rounds
-from services.planner.sidecarset_replay import verify_sidecarset
+from services.model.sidecarset_streams import SIDECARSET_KIND, observed_stream
+from services.planner.kinds import SIDECARSET, plan_round
 from services.planner.sidecarset_revisions import (
     SIDECARSET_NAME_LABEL,
     RevisionDecision,
@@ -32,8 +30,9 @@ from services.planner.sidecarset_revisions import (
     revision_object,
     revisions_in_use,
 )
-from services.planner.sidecarset_service import RULES_VERSION, SidecarSetState, decisions_for, round_of
+from services.planner.sidecarset_state import SidecarSetState
 from services.planner.sidecarset_upgrade import plan_sidecarset
+from services.replay.verify import verify_streams
 from tests.planner.test_sidecarset_upgrade import NEW, NOW, OLD, apply, pod, sidecarset
 
 NAME = "test-sidecarset"
@@ -180,7 +179,7 @@ def test_a_pod_injected_after_the_status_names_the_revision_records_it() -> None
 
 
 class Recorder:
-    """The planner service's loop without a store: observations in, rounds appended and folded."""
+    """The planner service's round without a store: observations in, rounds appended and folded."""
 
     def __init__(self) -> None:
         self.state = SidecarSetState(NAME)
@@ -209,22 +208,12 @@ class Recorder:
         self.state.fold(envelope)
 
     def plan(self) -> list[Any]:
-        decisions = decisions_for(self.state, round_of(self.state))
-        if decisions:
-            digest = hashlib.sha256(msgspec.json.Encoder(order="sorted").encode(self.state.plan_input()))
-            envelopes = rounds.round_envelopes(
-                self.state,
-                decisions_stream(NAME),
-                round_id=rounds.derived_id("test-round", len(self.decisions)),
-                input_sha256=digest.hexdigest(),
-                decisions=decisions,
-                correlation_id=None,
-                rules=RULES_VERSION,
-            )
-            for envelope in envelopes:
+        planned = plan_round(SIDECARSET, self.state)
+        if planned.decisions:
+            for envelope in planned.envelopes:
                 self.state.fold(envelope)
-            self.decisions.extend(envelopes)
-        return decisions
+            self.decisions.extend(planned.envelopes)
+        return planned.decisions
 
 
 def of_type(events: list[Any], kind: type) -> list[Any]:
@@ -267,16 +256,16 @@ def test_decisions_record_prune_and_report_revisions_and_replay_reproduces_them(
     recorder.observe(written)
     assert recorder.plan() == []
 
-    report = verify_sidecarset(NAME, recorder.observed, [], recorder.decisions)
-    assert report.ok and report.rounds == 3, report.divergence
+    report = verify_streams(SIDECARSET, NAME, recorder.observed, [], recorder.decisions)
+    assert report.clean and report.rounds == 3, report.divergence
     tampered = [
         msgspec.structs.replace(e, payload=msgspec.structs.replace(e.payload, revision=7))
         if isinstance(e.payload, RevisionCreated)
         else e
         for e in recorder.decisions
     ]
-    divergence = verify_sidecarset(NAME, recorder.observed, [], tampered).divergence
-    assert divergence is not None and divergence.recorded["revision"] == 7
+    divergence = verify_streams(SIDECARSET, NAME, recorder.observed, [], tampered).divergence
+    assert divergence is not None and (divergence.field, divergence.recorded) == ("payload.revision", 7)
 
 
 def test_records_without_data_still_count_for_the_next_number() -> None:

@@ -48,6 +48,15 @@ def test_partition_resolves_like_openkruise(partition: object, replicas: int, ke
         ({"selector": {}}, "spec.selector"),
         ({"scaleStrategy": {"podsToDelete": ["a", "a"]}}, "spec.scaleStrategy.podsToDelete"),
         ({"minReadySeconds": -3}, "spec.minReadySeconds"),
+        ({"lifecycle": {"preDelete": {"labelsHandler": {"k": 1}}}}, "spec.lifecycle.preDelete.labelsHandler"),
+        (
+            {"lifecycle": {"inPlaceUpdate": {"finalizersHandler": "f"}}},
+            "spec.lifecycle.inPlaceUpdate.finalizersHandler",
+        ),
+        (
+            {"lifecycle": {"preNormal": {"markPodNotReady": "yes"}}},
+            "spec.lifecycle.preNormal.markPodNotReady",
+        ),
     ],
 )
 def test_invalid_spec_is_rejected_naming_the_field(change: dict[str, object], field: str) -> None:

@@ -17,12 +17,8 @@ from services.model.events import (
     new_event,
 )
 from services.model.streams import ACTION_ID_ANNOTATION, actions_stream, decisions_stream, observed_stream
-from services.planner.workload_state import (
-    EXPECTATION_TIMEOUT,
-    UNREPORTED_TIMEOUT,
-    WorkloadState,
-    encode_input,
-)
+from services.planner.rounds import EXPECTATION_TIMEOUT, UNREPORTED_TIMEOUT, encode_input
+from services.planner.workload_state import WorkloadState
 
 NS, NAME = "default", "web"
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

@@ -12,7 +12,7 @@ import pytest
 
 from services.model.events import Envelope, PodActionRequested, RoundPlanned, encode
 from services.model.upcasting import DEFAULT_DECODER
-from services.planner.service import RULES_VERSION, decide
+from services.planner.cloneset_decisions import RULES_VERSION, decide
 from services.replay.simulation import WorkloadSimulation
 from services.replay.verify import verify_workload
 
@@ -118,8 +118,9 @@ def test_rounds_of_newer_rules_are_not_re_verifiable_either(history: list[Envelo
     report = verify_workload("team-a", "web", with_rules(history, RULES_VERSION + 1))
     assert report.clean and report.rounds == 0
     assert report.skipped == {RULES_VERSION + 1: round_count(history)}
-    assert f"planner rules v{RULES_VERSION + 1}, this rollbook has v{RULES_VERSION}" in (
-        report.describe_skipped()[0]
+    assert (
+        f"planner rules v{RULES_VERSION + 1}, this rollbook has v{RULES_VERSION}"
+        in (report.describe_skipped()[0])
     )
 
 

@@ -16,13 +16,15 @@ import msgspec
 import pytest
 
 from services.infra.database import asyncpg_url, upgrade_async
+from services.infra.settings import Settings
 from services.infra.store import EventStore
 from services.model.events import Event, ObjectObserved, new_event
 from services.model.sidecarset_streams import SIDECARSET_KIND, decisions_stream, observed_stream
 from services.model.streams import decisions_stream as cloneset_decisions_stream
-from services.planner.service import RULES_VERSION as CLONESET_RULES
-from services.planner.sidecarset_service import RULES_VERSION as SIDECARSET_RULES
-from services.planner.sidecarset_service import SidecarSetPlanner, SidecarSetState
+from services.planner.cloneset_decisions import RULES_VERSION as CLONESET_RULES
+from services.planner.kinds import SIDECARSET as SIDECARSET_PLANNER
+from services.planner.service import Planner
+from services.planner.sidecarset_decisions import RULES_VERSION as SIDECARSET_RULES
 from services.replay.operations import verify_all
 from services.replay.simulation import T0, WorkloadSimulation
 from tests.planner.test_sidecarset_upgrade import NEW, OLD, pod, sidecarset
@@ -58,13 +60,13 @@ async def observe(store: EventStore, obj: dict[str, Any], seconds: float) -> Non
 async def record_sidecarset_rollout(store: EventStore) -> None:
     """The SidecarSet planner's rounds over a SidecarSet seen at the old image, then changed to a new one
     (a partitioned step upgrading one of two pods)."""
-    planner = SidecarSetPlanner(store)
-    state = planner.states[SIDECARSET] = SidecarSetState(SIDECARSET)
+    planner = Planner(Settings(), store)
+    workload = planner.workload(SIDECARSET_PLANNER, SIDECARSET)
     for seconds, obj in enumerate([pod("a"), pod("b", age=1), sidecarset(OLD)], start=1):
         await observe(store, obj, seconds)
-    await planner.plan_round(state)
+    await planner.plan_round(workload)
     await observe(store, sidecarset(NEW, partition=1), 10)
-    await planner.plan_round(state)
+    await planner.plan_round(workload)
 
 
 @pytest.fixture
@@ -141,9 +143,10 @@ async def test_verify_all_covers_sidecarsets_and_reports_their_divergence(databa
     by_kind = {r["kind"]: r for r in msgspec.json.decode(output)}
     assert by_kind["CloneSet"]["divergence"] is None
     divergence = by_kind[SIDECARSET_KIND]["divergence"]
-    # The second round's third decision: RevisionCreated, RolloutStarted, PartitionStepPlanned.
-    assert divergence["field"] == "decisions[2]"
-    assert (divergence["recorded"]["partition"], divergence["replayed"]["partition"]) == (0, 1)
+    # The second round's (v5) third decision: RevisionCreated, RolloutStarted, PartitionStepPlanned.
+    assert (divergence["event_type"], divergence["stream_version"]) == ("PartitionStepPlanned", 8)
+    assert divergence["field"] == "payload.partition"
+    assert (divergence["recorded"], divergence["replayed"]) == (0, 1)
 
 
 async def forget_rules(database_url: str, cloneset_rounds: int) -> int:

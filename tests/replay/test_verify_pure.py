@@ -11,7 +11,7 @@ import pytest
 
 from services.infra.store import StoredEvent
 from services.model.events import Envelope, ObjectObserved, PodActionRequested, RolloutStarted
-from services.planner.service import decide
+from services.planner.cloneset_decisions import decide
 from services.replay.simulation import WorkloadSimulation
 from services.replay.timeline import state_at
 from services.replay.verify import first_difference, verify_workload

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 from kubernetes_asyncio import client
+
+from services.simcluster import SimCluster
 
 T = TypeVar("T")
 
@@ -43,3 +47,23 @@ def is_ready(pod: client.V1Pod) -> bool:
 
 async def ready_pod(core: client.CoreV1Api, name: str, namespace: str = "default") -> client.V1Pod:
     return await wait_until(lambda: core.read_namespaced_pod(name, namespace), is_ready)
+
+
+class Kubectl:
+    """kubectl against one simcluster, run without blocking (simcluster serves from this event loop)."""
+
+    def __init__(self, binary: Path, sim: SimCluster, cache_dir: Path) -> None:
+        self.base = [str(binary), "--kubeconfig", str(sim.kubeconfig_path), "--cache-dir", str(cache_dir)]
+
+    async def __call__(self, *args: str, check: bool = True) -> str:
+        process = await asyncio.create_subprocess_exec(
+            *self.base, *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+        )
+        out, err = await asyncio.wait_for(process.communicate(), 60)
+        if check and process.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)} failed ({process.returncode}): {err.decode()}")
+        return out.decode() + err.decode()
+
+
+def rows(table: str) -> list[list[str]]:
+    return [re.split(r"\s{2,}", line.strip()) for line in table.strip().splitlines()]

@@ -1,77 +1,19 @@
-"""A client no one here wrote: Debian's kubectl (kubernetes-client package) against simcluster.
-
-kubectl is fetched with `apt-get download kubernetes-client` and unpacked with `dpkg -x` into the pytest
-cache (a folder these tests own); any system kubectl is left alone. Without apt or a reachable Debian
-mirror the tests are skipped with the reason.
-"""
+"""A client no one here wrote: Debian's kubectl (kubernetes-client package) against simcluster (fetched
+by the `kubectl_binary` fixture of this folder's conftest)."""
 
 from __future__ import annotations
 
 import asyncio
-import re
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 from kubernetes_asyncio import client
 
-from services.simcluster import SimCluster
-
-from .helpers import wait_until
+from .helpers import Kubectl, rows, wait_until
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
 SEED = Path(__file__).resolve().parents[1] / "fixtures" / "seed"
-
-
-@pytest.fixture(scope="session")
-def kubectl_binary(request: pytest.FixtureRequest) -> Path:
-    folder = Path(request.config.cache.mkdir("simcluster-kubectl"))  # type: ignore[union-attr]
-    binary = folder / "root" / "usr" / "bin" / "kubectl"
-    if binary.exists():
-        return binary
-    if shutil.which("apt-get") is None or shutil.which("dpkg") is None:
-        pytest.skip("apt-get/dpkg not available to fetch Debian's kubernetes-client")
-    try:
-        subprocess.run(
-            ["apt-get", "download", "kubernetes-client"],
-            cwd=folder,
-            check=True,
-            capture_output=True,
-            timeout=180,
-        )
-    except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
-        pytest.skip(f"could not download Debian's kubernetes-client: {exc}")
-    package = next(folder.glob("kubernetes-client_*.deb"))
-    subprocess.run(["dpkg", "-x", str(package), str(folder / "root")], check=True, timeout=120)
-    if not binary.exists():
-        pytest.skip("the kubernetes-client package holds no usr/bin/kubectl")
-    return binary
-
-
-class Kubectl:
-    def __init__(self, binary: Path, sim: SimCluster, cache_dir: Path) -> None:
-        self.base = [str(binary), "--kubeconfig", str(sim.kubeconfig_path), "--cache-dir", str(cache_dir)]
-
-    async def __call__(self, *args: str, check: bool = True) -> str:
-        # Run without blocking: simcluster serves from this same event loop.
-        process = await asyncio.create_subprocess_exec(
-            *self.base, *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
-        )
-        out, err = await asyncio.wait_for(process.communicate(), 60)
-        if check and process.returncode != 0:
-            raise AssertionError(f"kubectl {' '.join(args)} failed ({process.returncode}): {err.decode()}")
-        return out.decode() + err.decode()
-
-
-@pytest.fixture
-def kubectl(kubectl_binary: Path, simcluster: SimCluster, tmp_path: Path) -> Kubectl:
-    return Kubectl(kubectl_binary, simcluster, tmp_path / "kubectl-cache")
-
-
-def rows(table: str) -> list[list[str]]:
-    return [re.split(r"\s{2,}", line.strip()) for line in table.strip().splitlines()]
 
 
 async def test_kubectl_applies_seed_cloneset_and_sidecarset(

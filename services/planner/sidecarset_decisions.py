@@ -1,0 +1,147 @@
+"""The SidecarSet planner's round, pure: the upgrade round (``sidecarset_upgrade.plan_sidecarset``) on the
+folded state, and the decision events it means given what was already decided (docs/sidecarset.md,
+"Upgrade in place"). The planner service appends what this returns; verify calls the same functions."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from services.model.events import (
+    Event,
+    PartitionStepPlanned,
+    PodActionRequested,
+    RevisionCreated,
+    RevisionsPruned,
+    RolloutCompleted,
+    RolloutPaused,
+    RolloutResumed,
+    RolloutStarted,
+    SpecRejected,
+    StatusPlanned,
+)
+from services.model.sidecarset import SidecarSetError
+from services.model.sidecarset_streams import (
+    SIDECARSET_KIND,
+    UPDATE_SIDECAR_ACTION,
+    revision_name,
+    rollout_id,
+)
+from services.model.streams import derived_id
+from services.planner import rounds
+from services.planner.sidecarset_revisions import revision_object
+from services.planner.sidecarset_state import SidecarSetState
+from services.planner.sidecarset_upgrade import SidecarSetRound, plan_sidecarset
+
+# The version of the SidecarSet planner's rules, written on every RoundPlanned (``rules``). Bump it with
+# any change to what decisions a given input produces (sidecarset_upgrade.py, sidecarset_revisions.py,
+# decisions_for), so ``rollbook verify`` reports rounds decided by other rules as not re-verifiable
+# instead of as divergences (docs/replay.md, "Upgrading rollbook"). 1: rounds recorded before rules were
+# versioned. 2: SidecarSet revisions (RevisionCreated / RevisionsPruned).
+RULES_VERSION = 2
+
+
+def round_of(state: SidecarSetState) -> SidecarSetRound | SidecarSetError:
+    assert state.sidecarset is not None and state.now is not None
+    try:
+        return plan_sidecarset(
+            state.sidecarset,
+            state.pods.values(),
+            state.now,
+            revisions=[state.revisions[name] for name in sorted(state.revisions)],
+            collision_count=state.collision_count(),
+        )
+    except SidecarSetError as error:
+        return error
+
+
+def decisions_for(state: SidecarSetState, result: SidecarSetRound | SidecarSetError) -> list[Event]:
+    """The decision events a round means, given what was already decided (nothing repeated). Pure: a
+    replay calls it with the same state and gets the same list."""
+    sidecarset = state.sidecarset or {}
+    generation = (sidecarset.get("metadata") or {}).get("generation")
+    if isinstance(result, SidecarSetError):
+        if (result.field, result.reason) == state.last_rejection:
+            return []
+        return [SpecRejected(field=result.field, reason=result.reason, generation=generation)]
+    decisions: list[Event] = []
+    target = result.revision_name
+    rollout = rollout_id(state.name, target)
+    recorded = result.revisions.record
+    if recorded is not None:
+        spec = recorded.data.get("spec") or {}
+        decisions.append(
+            RevisionCreated(
+                name=recorded.name,
+                revision=recorded.number,
+                hash=result.revision,
+                template={k: v for k, v in spec.items() if k != "$patch" and v is not None},
+                object=revision_object(state.name, recorded),
+            )
+        )
+    if result.revisions.pruned:
+        decisions.append(RevisionsPruned(names=result.revisions.pruned))
+    active = state.active_rollout
+    paused = state.paused
+    if target != state.update_revision:
+        if active:
+            decisions.append(RolloutCompleted(rollout_id=active, revision=target, outcome="superseded"))
+            active = None
+        if result.done:
+            decisions.append(RolloutCompleted(rollout_id=rollout, revision=target))
+        else:
+            old = Counter(
+                revision_name(state.name, p.revision) for p in result.matched if not p.updated and p.revision
+            )
+            decisions.append(
+                RolloutStarted(
+                    rollout_id=rollout,
+                    from_revision=old.most_common(1)[0][0] if old else "",
+                    to_revision=target,
+                    strategy=result.strategy,
+                    replicas=len(result.matched),
+                )
+            )
+            active, paused = rollout, False
+    halted = result.paused or not result.rolling
+    if active and halted and not paused:
+        reason = "updateStrategy.paused" if result.paused else "updateStrategy.type is NotUpdate"
+        decisions.append(RolloutPaused(rollout_id=active, reason=reason))
+    elif active and not halted and paused:
+        decisions.append(RolloutResumed(rollout_id=active))
+    if active and not halted:
+        step = PartitionStepPlanned(
+            rollout_id=active,
+            partition=result.partition,
+            replicas=len(result.matched),
+            expected_updated=result.expected_updated,
+            max_unavailable=result.max_unavailable,
+            max_surge=0,
+        )
+        if rounds.step_key(step) != state.last_step:
+            decisions.append(step)
+    round_key = derived_id("sidecarset-round", *sorted(state.through().items()))
+    for index, upgrade in enumerate(result.upgrades):
+        decisions.append(
+            PodActionRequested(
+                action_id=str(derived_id("sidecarset-action", round_key, index)),
+                action=UPDATE_SIDECAR_ACTION,
+                namespace=upgrade.namespace,
+                pod=upgrade.pod,
+                rollout_id=active,
+                revision=target,
+                details={
+                    "uid": upgrade.uid,
+                    "sidecarSet": state.name,
+                    "fromRevision": revision_name(state.name, upgrade.from_revision),
+                    "images": upgrade.images,
+                    "patch": upgrade.patch,
+                },
+            )
+        )
+    if result.status != state.last_status:
+        decisions.append(
+            StatusPlanned(kind=SIDECARSET_KIND, namespace="", name=state.name, status=result.status)
+        )
+    if active and result.done and not result.upgrades:
+        decisions.append(RolloutCompleted(rollout_id=active, revision=target))
+    return decisions

@@ -1,0 +1,195 @@
+"""CustomResourceDefinitions registered dynamically, as apiextensions-apiserver serves them: a CRD that is
+created is checked (name = plural.group, one storage version, structural schemas), gets its
+``NamesAccepted`` and ``Established`` conditions, and its served versions appear in discovery with CRUD,
+watch, the status and scale subresources it declares; objects are pruned, defaulted and validated by its
+schema (``schema.py``). Deleting the CRD deletes its objects and stops serving them.
+
+A CRD for a resource simcluster knows natively (CloneSets, SidecarSets) attaches its schema to that
+resource and, when the resource was switched off (``disabled_resources``), serves it again: so the CRDs
+of an install are the ones the tests run on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from . import errors
+from .resources import ALL, CRDS, ResourceType
+from .schema import structural_problems
+from .store import Store, WatchEvent, now_iso
+
+Obj = dict[str, Any]
+Cause = tuple[str, str, str]
+
+
+def crd_causes(crd: Obj) -> list[Cause]:
+    """What apiextensions' validation refuses in a CRD (the checks that matter for serving it)."""
+    spec = crd.get("spec") or {}
+    names = spec.get("names") or {}
+    causes: list[Cause] = []
+    name = (crd.get("metadata") or {}).get("name", "")
+    expected = f"{names.get('plural', '')}.{spec.get('group', '')}"
+    if name != expected:
+        causes.append(
+            (
+                "metadata.name",
+                "FieldValueInvalid",
+                f'Invalid value: "{name}": must be spec.names.plural+"."+spec.group',
+            )
+        )
+    if spec.get("scope") not in ("Namespaced", "Cluster"):
+        causes.append(
+            (
+                "spec.scope",
+                "FieldValueNotSupported",
+                f'Unsupported value: "{spec.get("scope", "")}": supported values: "Cluster", "Namespaced"',
+            )
+        )
+    if not names.get("kind"):
+        causes.append(("spec.names.kind", "FieldValueRequired", "Required value"))
+    versions = spec.get("versions") or []
+    if sum(1 for v in versions if v.get("storage")) != 1:
+        causes.append(
+            (
+                "spec.versions",
+                "FieldValueInvalid",
+                "Invalid value: must have exactly one version marked as storage version",
+            )
+        )
+    for i, version in enumerate(versions):
+        schema = (version.get("schema") or {}).get("openAPIV3Schema")
+        if schema is None:
+            causes.append(
+                (
+                    f"spec.versions[{i}].schema.openAPIV3Schema",
+                    "FieldValueRequired",
+                    "Required value: schemas are required",
+                )
+            )
+            continue
+        for problem in structural_problems(schema, f"spec.versions[{i}].schema.openAPIV3Schema"):
+            field, _, message = problem.partition(": ")
+            causes.append((field, "FieldValueRequired", message))
+    return causes
+
+
+def resource_types(crd: Obj) -> list[tuple[ResourceType, Obj]]:
+    """One resource type per served version, with its schema."""
+    spec = crd["spec"]
+    names = spec["names"]
+    out = []
+    for version in spec.get("versions") or []:
+        if not version.get("served"):
+            continue
+        sub = version.get("subresources") or {}
+        scale = sub.get("scale")
+        rt = ResourceType(
+            spec["group"],
+            version["name"],
+            names["plural"],
+            names["kind"],
+            spec["scope"] == "Namespaced",
+            has_status="status" in sub,
+            custom=True,
+            short_names=tuple(names.get("shortNames") or ()),
+            singular=names.get("singular") or names["kind"].lower(),
+            categories=tuple(names.get("categories") or ()),
+            scale=(
+                (
+                    scale.get("specReplicasPath", ""),
+                    scale.get("statusReplicasPath", ""),
+                    scale.get("labelSelectorPath", ""),
+                )
+                if isinstance(scale, dict)
+                else None
+            ),
+            list_kind=names.get("listKind") or f"{names['kind']}List",
+        )
+        out.append((rt, version["schema"]["openAPIV3Schema"]))
+    return out
+
+
+def established_status(crd: Obj, now: str) -> Obj:
+    names = dict(crd["spec"]["names"])
+    names.setdefault("singular", names["kind"].lower())
+    names.setdefault("listKind", f"{names['kind']}List")
+    storage = next(v["name"] for v in crd["spec"]["versions"] if v.get("storage"))
+    return {
+        "acceptedNames": names,
+        "storedVersions": [storage],
+        "conditions": [
+            {
+                "type": "NamesAccepted",
+                "status": "True",
+                "reason": "NoConflicts",
+                "message": "no conflicts found",
+                "lastTransitionTime": now,
+            },
+            {
+                "type": "Established",
+                "status": "True",
+                "reason": "InitialNamesAccepted",
+                "message": "the initial names have been accepted",
+                "lastTransitionTime": now,
+            },
+        ],
+    }
+
+
+class CrdController:
+    """Keeps what is served in step with the stored CRDs. ``serve(rt)`` / ``stop_serving(rt)`` are the
+    API server's."""
+
+    def __init__(
+        self,
+        store: Store,
+        serve: Callable[[ResourceType], None],
+        stop_serving: Callable[[ResourceType], None],
+    ) -> None:
+        self.store = store
+        self.serve = serve
+        self.stop_serving = stop_serving
+        self._native = {rt.key: rt for rt in ALL if rt.custom}
+        self._by_crd: dict[str, list[ResourceType]] = {}
+        store.create_hooks.append(self._check)
+        store.listeners.append(self._on_event)
+
+    @staticmethod
+    def _check(rt: ResourceType, obj: Obj) -> None:
+        if rt is CRDS:
+            causes = crd_causes(obj)
+            if causes:
+                name = (obj.get("metadata") or {}).get("name", "")
+                raise errors.invalid(rt.group, rt.kind, name, causes)
+
+    def _on_event(self, event: WatchEvent) -> None:
+        if event.resource is not CRDS:
+            return
+        crd = event.obj
+        name = crd["metadata"]["name"]
+        if event.type == "DELETED":
+            for rt in self._by_crd.pop(name, []):
+                self._forget(rt)
+            return
+        if event.type == "ADDED":
+            self._register(name, crd)
+
+    def _register(self, name: str, crd: Obj) -> None:
+        registered = []
+        for rt, schema in resource_types(crd):
+            native = self._native.get(rt.key)
+            served = native or rt
+            self.store.register(served, schema)
+            self.serve(served)
+            registered.append(served)
+        self._by_crd[name] = registered
+        established = dict(crd, status=established_status(crd, now_iso()))
+        self.store.commit_internal(CRDS, established)
+
+    def _forget(self, rt: ResourceType) -> None:
+        """The CRD is gone: its objects go with it, and the resource is no longer served."""
+        for obj in list(self.store.objects.get(rt, {}).values()):
+            self.store.remove_now(rt, obj)
+        self.store.schemas.pop(rt, None)
+        self.stop_serving(rt)

@@ -1,0 +1,107 @@
+"""The executor's retry policy for API calls: what is retried, how long it waits, when it stops."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import aiohttp
+import pytest
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from services.executor.api_retry import ApiRetryPolicy, call_with_retries, retry_after_seconds, retry_delay
+from services.infra.retry import Backoff
+
+NO_JITTER = ApiRetryPolicy(
+    attempts=4, backoff=Backoff(initial=0.1, maximum=2.0, jitter=0.0), max_retry_after=5.0
+)
+
+
+def api_error(status: int, retry_after: str | None = None) -> ApiException:
+    error = ApiException(status=status, reason="injected")
+    error.headers = {"Retry-After": retry_after} if retry_after is not None else {}
+    return error
+
+
+@pytest.mark.parametrize(
+    ("error", "failures", "expected"),
+    [
+        (api_error(500), 1, 0.1),
+        (api_error(500), 2, 0.2),
+        (api_error(503), 3, 0.4),
+        (api_error(500), 4, None),  # the fourth failure of four tries: report it
+        (api_error(502), 1, 0.1),
+        (api_error(504), 1, 0.1),
+        (api_error(408), 1, 0.1),
+        (api_error(429, "2"), 1, 2.0),  # Retry-After honoured
+        (api_error(429, "2"), 3, 2.0),
+        (api_error(429), 1, 0.1),  # no Retry-After: backoff
+        (api_error(429, "soon"), 1, 0.1),  # unreadable: backoff
+        (api_error(429, "60"), 1, None),  # longer than we hold an action: to the bus
+        (api_error(503, "1"), 2, 1.0),
+        (api_error(400), 1, None),  # permanent
+        (api_error(403), 1, None),
+        (api_error(404), 1, None),
+        (api_error(409), 1, None),  # conflicts are the action's own business (re-read and patch)
+        (api_error(422), 1, None),
+        (TimeoutError(), 1, 0.1),
+        (aiohttp.ServerDisconnectedError(), 2, 0.2),  # a cut connection
+        (aiohttp.ClientConnectionError("refused"), 1, 0.1),
+        (ConnectionResetError(), 1, 0.1),
+        (ValueError("bug"), 1, None),
+    ],
+    ids=lambda v: repr(v) if isinstance(v, BaseException) else str(v),
+)
+def test_retry_delay(error: BaseException, failures: int, expected: float | None) -> None:
+    delay = retry_delay(error, failures, NO_JITTER, 0.5)
+    assert delay == (pytest.approx(expected) if expected is not None else None)
+
+
+@pytest.mark.parametrize(
+    ("headers", "expected"),
+    [
+        ({"Retry-After": "3"}, 3.0),
+        ({"retry-after": "0"}, 0.0),
+        ({"Retry-After": "Tue, 01 Dec 2026 12:00:07 GMT"}, 7.0),
+        ({"Retry-After": "Tue, 01 Dec 2026 11:59:00 GMT"}, 0.0),  # in the past
+        ({"Retry-After": "later"}, None),
+        ({}, None),
+        (None, None),
+    ],
+)
+def test_retry_after_seconds(headers: dict[str, str] | None, expected: float | None) -> None:
+    now = datetime(2026, 12, 1, 12, 0, 0, tzinfo=UTC)
+    assert retry_after_seconds(headers, now) == expected
+
+
+async def test_call_with_retries_sleeps_as_decided_then_succeeds_or_raises() -> None:
+    slept: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        slept.append(seconds)
+
+    answers: list[BaseException | str] = [api_error(500), api_error(429, "1"), "created"]
+
+    async def create() -> str:
+        answer = answers.pop(0)
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer
+
+    assert await call_with_retries(create, what="createPod", policy=NO_JITTER, sleep=sleep) == "created"
+    assert slept == [pytest.approx(0.1), 1.0]
+
+    async def always_500() -> str:
+        raise api_error(500)
+
+    slept.clear()
+    with pytest.raises(ApiException) as raised:
+        await call_with_retries(always_500, what="createPod", policy=NO_JITTER, sleep=sleep)
+    assert raised.value.status == 500 and len(slept) == 3  # four tries, three waits
+
+    async def forbidden() -> str:
+        raise api_error(403)
+
+    slept.clear()
+    with pytest.raises(ApiException):
+        await call_with_retries(forbidden, what="createPod", policy=NO_JITTER, sleep=sleep)
+    assert slept == []
