@@ -141,6 +141,9 @@ SKIPPED: dict[str, str] = {
 
 # Generous: only against a hang on a loaded machine. These runs take 0.2-10 s each; no speed is asserted.
 HANG_TIMEOUT = 180.0
+# Scripts that start a whole stack of processes (simcluster, nats-server, five services): ~50 s alone,
+# several minutes on a loaded 2-core machine, where each process start alone takes 10-30 s.
+SLOW_START_TIMEOUTS = {"scale.py": 600.0}
 
 
 def bench_scripts() -> list[str]:
@@ -156,7 +159,9 @@ async def run_script(script: str, args: list[str], server_urls: ServerUrls | Non
         cwd=REPO_ROOT, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
     )  # fmt: skip
     try:
-        output, _ = await asyncio.wait_for(process.communicate(), HANG_TIMEOUT)
+        output, _ = await asyncio.wait_for(
+            process.communicate(), SLOW_START_TIMEOUTS.get(script, HANG_TIMEOUT)
+        )
     except TimeoutError:
         process.kill()
         await process.wait()
