@@ -38,7 +38,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -216,10 +216,16 @@ class CloneSetWatch:
                     raise
 
     async def until(
-        self, done: Callable[[dict[str, dict[str, Any]]], bool], within: float, what: str
+        self,
+        done: Callable[[dict[str, dict[str, Any]]], bool],
+        within: float,
+        what: str,
+        tick: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         deadline = time.monotonic() + within
         while not done(self.objects):
+            if tick is not None:
+                await tick()
             self.changed.clear()
             left = deadline - time.monotonic()
             if left <= 0:
@@ -335,18 +341,35 @@ class Bench:
     custom: client.CustomObjectsApi
     clonesets: CloneSetWatch
     raw: dict[str, float]
+    restarts: int = 0
 
     async def phase(self, what: str, names: list[str], replicas: int, start: Callable[[], Any]) -> float:
         before = await Figures.of(self.stack)
         started = time.perf_counter()
         await start()
+        restarts = self.restarts
         await self.clonesets.until(
-            lambda objs: all(settled(objs.get(n), replicas) for n in names), self.args.timeout, what
+            lambda objs: all(settled(objs.get(n), replicas) for n in names),
+            self.args.timeout,
+            what,
+            tick=self.restart_dead,
         )
         seconds = time.perf_counter() - started
+        if self.restarts > restarts:
+            what += " (a service restarted meanwhile: its counters started over)"
         after = await Figures.of(self.stack)
         print(f"  {what}: {seconds:.2f} s; {after.since(before)}; {load()}", flush=True)
         return seconds
+
+    async def restart_dead(self) -> None:
+        """Start again a service that exited on its own, as `rollbook up` does (a planner that lost its
+        Lease on an overloaded machine exits 1 and is restarted as a candidate)."""
+        for name in self.stack.dead():
+            service = self.stack.processes[name].service
+            code = await self.stack.stop(name)
+            print(f"  ({name} exited with {code}; restarted, as rollbook up does; {load()})", flush=True)
+            await self.stack.start(service, name=name, ready_timeout=300)
+            self.restarts += 1
 
     async def patch_all(self, names: list[str], patch: dict[str, Any]) -> None:
         async def one(name: str) -> None:
