@@ -1,6 +1,6 @@
 """How fast the audit views answer on a long log (docs/sql.md).
 
-    ROLLBOOK_DATABASE_URL=postgresql://... /work/venv/bin/python bench/audit_views.py [--workloads N]
+    ROLLBOOK_DATABASE_URL=postgresql://... .venv/bin/python bench/audit_views.py [--workloads N]
         [--pods N] [--rollouts N]
 
 Builds, in a scratch database (dropped afterwards), the trail the services would write for N workloads

@@ -2,8 +2,9 @@
 
     python bench/bus_throughput.py [N]     # uses ROLLBOOK_NATS_URL or an embedded nats-server
 
-Runs on a scratch stream of its own, deleted afterwards. Prints events/s for each phase; compare with
-/work/shared/design/baselines.md (js-async-1024-msgid, pull-500).
+Runs on a scratch stream of its own, deleted afterwards. Prints events/s for each phase; for scale,
+nats-py's `fetch()` tops out at about 23-29k msgs/s on a 2-core machine, raw `MSG.NEXT` pulls at about
+84k (docs/bus.md).
 """
 
 from __future__ import annotations

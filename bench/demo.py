@@ -1,6 +1,6 @@
 """How long `rollbook demo` takes from nothing running to everything stopped (the goal: under 60 s).
 
-    /work/venv/bin/python bench/demo.py [--runs N] [--configured]
+    .venv/bin/python bench/demo.py [--runs N] [--configured]
 
 Each run is `python -m services.cli.main demo` in a fresh data dir: embedded Postgres and NATS (initdb
 included), or with --configured the servers of ROLLBOOK_DATABASE_URL / ROLLBOOK_NATS_URL. Prints each

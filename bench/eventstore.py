@@ -1,7 +1,7 @@
 """Event store benchmark: append and replay throughput of services.infra.store.EventStore, each printed
 beside the raw asyncpg ceiling measured in the same run (not a test; prints figures).
 
-    /work/venv/bin/python bench/eventstore.py [--events N] [--singles N] [--replay-events N] [--rounds R]
+    .venv/bin/python bench/eventstore.py [--events N] [--singles N] [--replay-events N] [--rounds R]
                                               [--database-url URL]
 
 It creates its own database (random name) on the server of --database-url / ROLLBOOK_DATABASE_URL

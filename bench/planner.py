@@ -1,6 +1,6 @@
 """Time to plan one round for CloneSets of 1,000 / 10,000 / 50,000 pods, mid-rollout.
 
-    /work/venv/bin/python bench/planner.py [--sizes 1000,10000,50000] [--repeat 5]
+    .venv/bin/python bench/planner.py [--sizes 1000,10000,50000] [--repeat 5]
 
 Prints, per size and update type, the best wall and CPU time of ``plan()`` on a decoded input (CPU time
 is the fairer figure on a shared machine), the per-pod cost

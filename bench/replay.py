@@ -1,7 +1,7 @@
 """Replay and verify benchmark: a log of --events events (default 1,000,000) over many workloads, then
 events/s of replay (read + decode + fold) and verify (fold + re-plan + compare). Prints figures; not a test.
 
-    /work/venv/bin/python bench/replay.py [--events N] [--replicas R] [--database-url URL] [--keep]
+    .venv/bin/python bench/replay.py [--events N] [--replicas R] [--database-url URL] [--keep]
 
 The log is real: each workload's history is produced by the planner's own code path (WorkloadState fold,
 plan_json, decisions_for, round_envelopes) against the cluster model (services/replay/simulation.py)

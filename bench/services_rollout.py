@@ -1,7 +1,7 @@
 """End-to-end rollout benchmark: the four services as subprocesses, a simcluster (zero-delay kubelet) in
 this process, real Postgres and NATS. Prints how long each phase takes and what the trail holds.
 
-    /work/venv/bin/python bench/services_rollout.py [--replicas N] [--max-unavailable N] [--executors N]
+    .venv/bin/python bench/services_rollout.py [--replicas N] [--max-unavailable N] [--executors N]
                                                     [--database-url URL] [--nats-url URL]
 
 Phases: scale 0 -> N (every pod ready), then an InPlaceIfPossible image rollout (gracePeriodSeconds 0)

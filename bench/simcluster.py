@@ -1,6 +1,6 @@
 """simcluster benchmark: create N pods, list them, fan a watch out to W watchers. Prints the figures.
 
-    /work/venv/bin/python bench/simcluster.py [--pods 10000] [--watchers 4] [--concurrency 64]
+    .venv/bin/python bench/simcluster.py [--pods 10000] [--watchers 4] [--concurrency 64]
 
 simcluster runs as its own process (`rollbook simcluster --instant`), the way users run it; the scheduler and
 kubelet are on, so every pod is also bound and brought to Ready (about 4 writes per pod). Goal: a list of

@@ -1,6 +1,6 @@
 """How fast the SidecarSet webhook answers: AdmissionReviews over real HTTPS, and the pure injection alone.
 
-    /work/venv/bin/python -m bench.webhook_admission [--requests 2000] [--concurrency 16] [--sidecarsets 200]
+    .venv/bin/python -m bench.webhook_admission [--requests 2000] [--concurrency 16] [--sidecarsets 200]
 
 Prints latency percentiles and throughput for selected pods (injected) and unselected pods (no patch),
 with --sidecarsets SidecarSets in the cache (one of them selects the injected pods).

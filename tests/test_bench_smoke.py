@@ -63,6 +63,10 @@ RUNS: dict[str, tuple[list[str], list[str]]] = {
         ["--sizes", "50", "--repeat", "1"],
         [rf"50 ReCreate +{NUMBER} +{NUMBER}", rf"50 InPlaceIfPossible +{NUMBER} +{NUMBER}"],
     ),
+    "shadow.py": (
+        ["--pods", "3", "--repeat", "1"],
+        [rf" +3 +\d+ +\d+ +{NUMBER} +{NUMBER} +{NUMBER} +{NUMBER}"],
+    ),
     "sidecarset_round.py": (
         ["10"],
         [rf"10 matched pods: plan_sidecarset p50 +{NUMBER} ms +p99 +{NUMBER} ms"],
@@ -134,6 +138,9 @@ RUNS: dict[str, tuple[list[str], list[str]]] = {
 }
 
 SKIPPED: dict[str, str] = {
+    # It starts its own Postgres and 3-node NATS cluster and runs one rollout per fault (minutes);
+    # tests/reliability/test_chaos_slice.py runs a slice of it and checks every row.
+    "chaos.py": "tests/reliability/test_chaos_slice.py runs a slice of the fault matrix",
     # One run is a whole `rollbook demo` (~30 s on the 2-core machine, 60 s goal): too long for a smoke run,
     # and the demo command itself is tested by tests/cli/test_demo.py. Its --help is still checked below.
     "demo.py": "one run is a whole `rollbook demo` (about 30 s); tests/cli/test_demo.py tests the demo",

@@ -22,8 +22,6 @@ import fcntl
 import logging
 import os
 import shutil
-import signal
-import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -37,16 +35,14 @@ import typer
 
 from services.cli.apply import apply_documents, load_documents
 from services.cli.runtime import run_command
-from services.cli.services import SERVICES, settings_env
+from services.cli.services import SERVICES
 from services.cli.terminal import console
 from services.infra.settings import Settings
 
 if TYPE_CHECKING:  # imported where used, so that `rollbook --help` does not pay for them
-    import asyncio
-
-    import aiohttp
     from kubernetes_asyncio import client
 
+    from services.infra.supervisor import Supervisor
     from services.simcluster import Timing
 
 GROUP, VERSION, PLURAL = "apps.kruise.io", "v1alpha1", "clonesets"
@@ -103,91 +99,6 @@ class Workload:
 # --- the services ------------------------------------------------------------------------------------
 
 
-@dataclass
-class ServiceProcesses:
-    """The four services as child processes, each logging to <log_dir>/<service>.log."""
-
-    settings: Settings
-    log_dir: Path
-    processes: dict[str, tuple[asyncio.subprocess.Process, int]] = field(default_factory=dict)
-
-    async def start(self) -> None:
-        import asyncio
-
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        pythonpath = os.pathsep.join(p for p in (PACKAGE_ROOT, os.environ.get("PYTHONPATH", "")) if p)
-        starts: dict[str, int] = {}
-        for service in SERVICES:
-            env = {
-                **os.environ,
-                **settings_env(self.settings),
-                "ROLLBOOK_HTTP_PORT": "0",  # an OS-chosen port, read back from the service's log
-                "PYTHONPATH": pythonpath,
-            }
-            with (self.log_dir / f"{service}.log").open("ab") as log_file:
-                starts[service] = log_file.tell()
-                process = await asyncio.create_subprocess_exec(
-                    sys.executable, "-m", "services.cli.main", service,
-                    env=env, stdout=log_file, stderr=log_file, stdin=asyncio.subprocess.DEVNULL,
-                )  # fmt: skip
-            self.processes[service] = (process, 0)
-        import aiohttp
-
-        from services.infra.runtime import logged_port
-
-        deadline = time.monotonic() + SERVICE_READY_TIMEOUT
-        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as session:
-            for service, (process, _) in list(self.processes.items()):
-                port = 0
-                while not port or not await _ready(session, port):
-                    if process.returncode is not None:
-                        raise DemoFailed(f"{service} exited with {process.returncode} while starting")
-                    if time.monotonic() > deadline:
-                        raise DemoFailed(f"{service} not ready after {SERVICE_READY_TIMEOUT:.0f}s")
-                    port = port or logged_port(self.log_dir / f"{service}.log", starts[service]) or 0
-                    await asyncio.sleep(0.1)
-                self.processes[service] = (process, port)
-
-    def dead(self) -> list[str]:
-        return [s for s, (p, _) in self.processes.items() if p.returncode is not None]
-
-    async def stop(self) -> dict[str, int]:
-        """SIGTERM every service, wait for each (SIGKILL after STOP_TIMEOUT); returns the exit codes."""
-        import asyncio
-
-        for process, _ in self.processes.values():
-            if process.returncode is None:
-                process.send_signal(signal.SIGTERM)
-        codes: dict[str, int] = {}
-        for service, (process, _) in self.processes.items():
-            try:
-                codes[service] = await asyncio.wait_for(process.wait(), STOP_TIMEOUT)
-            except TimeoutError:
-                process.kill()
-                codes[service] = await process.wait()
-        self.processes.clear()
-        return codes
-
-    def tails(self, lines: int = 8) -> str:
-        out = []
-        for service in SERVICES:
-            path = self.log_dir / f"{service}.log"
-            if path.exists():
-                tail = path.read_text(errors="replace").splitlines()[-lines:]
-                out.append(f"--- {service} ({path}) ---\n" + "\n".join(tail))
-        return "\n".join(out)
-
-
-async def _ready(session: aiohttp.ClientSession, port: int) -> bool:
-    import aiohttp
-
-    try:
-        async with session.get(f"http://127.0.0.1:{port}/readyz") as response:
-            return response.status == 200
-    except (aiohttp.ClientError, TimeoutError):
-        return False
-
-
 # --- watching CloneSets ------------------------------------------------------------------------------
 
 Done = Callable[[dict[str, Any]], bool]
@@ -226,7 +137,7 @@ def updated_at(partition: int) -> Done:
 
 async def follow(
     custom: client.CustomObjectsApi,
-    services: ServiceProcesses,
+    services: Supervisor,
     step: str,
     targets: dict[Workload, Done],
     *,
@@ -308,24 +219,30 @@ async def _demo(
     clock.step("Postgres and NATS running, migrations applied")
     if own_database:
         settings = await _fresh_database(settings)
-    services = ServiceProcesses(settings, run_dir / "logs")
+    from services.infra.supervisor import ServiceFailed, Supervisor
+
+    pythonpath = os.pathsep.join(p for p in (PACKAGE_ROOT, os.environ.get("PYTHONPATH", "")) if p)
+    services = Supervisor(
+        settings, run_dir / "logs", env={"PYTHONPATH": pythonpath}, stop_timeout=STOP_TIMEOUT
+    )
     sim_config = SimConfig(timing=demo_timing(), kubeconfig_path=settings.kubeconfig, seed=7)
-    async with SimCluster(sim_config) as sim:
+    async with SimCluster(sim_config) as sim, services:
         clock.step(f"simcluster listening on {sim.url}")
         try:
-            await services.start()
+            await services.start(*SERVICES, ready_timeout=SERVICE_READY_TIMEOUT)
             clock.step(f"watcher, planner, executor and auditor ready (logs in {services.log_dir})")
             api = await api_client(settings)
             async with api:
                 await _scenario(api, services, clock)
                 await _summary(settings, clock)
-        except (DemoFailed, client.ApiException, asyncpg.PostgresError, OSError) as failure:
-            reason = failure if isinstance(failure, DemoFailed) else f"{type(failure).__name__}: {failure}"
+        except (DemoFailed, ServiceFailed, client.ApiException, asyncpg.PostgresError, OSError) as failure:
+            known = isinstance(failure, DemoFailed | ServiceFailed)
+            reason = failure if known else f"{type(failure).__name__}: {failure}"
             console().print(f"[bold red]rollbook demo failed:[/] {reason}")
             console().print(services.tails(), markup=False, highlight=False)
             return 1
         finally:
-            codes = await services.stop()
+            codes = await services.stop_all()
             if codes:
                 clean = all(code == 0 for code in codes.values())
                 text = ", ".join(f"{s} {c}" for s, c in codes.items())
@@ -348,7 +265,7 @@ async def _delete_stream(settings: Settings) -> None:
         await bus.close()
 
 
-async def _scenario(api: client.ApiClient, services: ServiceProcesses, clock: Clock) -> None:
+async def _scenario(api: client.ApiClient, services: Supervisor, clock: Clock) -> None:
     from kubernetes_asyncio import client
 
     custom = client.CustomObjectsApi(api)

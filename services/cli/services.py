@@ -1,16 +1,15 @@
 """`rollbook watcher|planner|executor|auditor` run one service; `rollbook up` runs all four.
 
 `up` resolves the settings once (starting embedded Postgres/NATS for empty URLs), then runs each service
-as a child process (`python -m services.cli.main <service>`) with the resolved URLs in its environment,
-restarts a child that dies, and on SIGTERM/SIGINT forwards SIGTERM to every child and waits for them to
-finish their in-flight work. docker-compose and the demo mirror this: one container per service.
+through the one supervisor (services/infra/supervisor.py): a child process with the resolved URLs in its
+environment and its log in `<data_dir>/logs/<service>.log` (copied to stderr), on an OS-chosen HTTP port
+read back from its log; it waits until all are ready, restarts a child that dies, and on SIGTERM/SIGINT
+(or any error) stops every child and waits for them to finish their in-flight work. The demo and the
+test stack run the services through the same supervisor; docker-compose runs one container per service.
 """
 
 from __future__ import annotations
 
-import os
-import signal
-import sys
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
@@ -20,11 +19,9 @@ from services.cli.runtime import run_command
 from services.infra.settings import Settings
 
 if TYPE_CHECKING:
-    import asyncio
+    pass
 
 SERVICES = ("watcher", "planner", "executor", "auditor")
-_RESTART_DELAY = 1.0
-_STOP_TIMEOUT = 20.0
 
 
 def _service_body(service: str) -> Callable[[Settings], Awaitable[int | None]]:
@@ -48,42 +45,6 @@ def _service_body(service: str) -> Callable[[Settings], Awaitable[int | None]]:
     return body
 
 
-def settings_env(settings: Settings) -> dict[str, str]:
-    """Environment variables that reproduce ``settings`` in a child process."""
-    import msgspec
-
-    env: dict[str, str] = {}
-    for field in msgspec.structs.fields(Settings):
-        value = getattr(settings, field.name)
-        env["ROLLBOOK_" + field.name.upper()] = str(value).lower() if isinstance(value, bool) else str(value)
-    return env
-
-
-async def _supervise(service: str, env: dict[str, str], stopping: asyncio.Event) -> None:
-    import asyncio
-
-    while not stopping.is_set():
-        process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "services.cli.main", service, env=env
-        )
-        waiter = asyncio.create_task(process.wait())
-        stop = asyncio.create_task(stopping.wait())
-        await asyncio.wait([waiter, stop], return_when=asyncio.FIRST_COMPLETED)
-        if stopping.is_set():
-            if process.returncode is None:
-                process.send_signal(signal.SIGTERM)
-                try:
-                    await asyncio.wait_for(waiter, _STOP_TIMEOUT)
-                except TimeoutError:
-                    process.kill()
-                    await waiter
-            stop.cancel()
-            return
-        stop.cancel()
-        print(f"rollbook up: {service} exited with {process.returncode}; restarting", file=sys.stderr)
-        await asyncio.sleep(_RESTART_DELAY)
-
-
 def services_for(settings: Settings) -> tuple[str, ...]:
     """The services `up` runs: all four, or in shadow mode all but the executor (nothing is acted on)."""
     return tuple(s for s in SERVICES if not (settings.shadow and s == "executor"))
@@ -91,19 +52,26 @@ def services_for(settings: Settings) -> tuple[str, ...]:
 
 async def _up(settings: Settings) -> int:
     import asyncio
+    import time
 
-    env = {**os.environ, **settings_env(settings)}
-    stopping = asyncio.Event()
-    tasks = [asyncio.create_task(_supervise(s, env, stopping)) for s in services_for(settings)]
-    try:
-        # asyncio.wait, not gather: cancelling us must not cancel the supervisors, which stop the children.
-        await asyncio.wait(tasks)
-    except asyncio.CancelledError:
-        # SIGTERM/SIGINT (run_command cancels us): the normal way to stop. Stop the children cleanly;
-        # exit 0 once they all have.
-        stopping.set()
-        results = await asyncio.gather(*tasks, return_exceptions=True)
-        return 1 if any(isinstance(r, BaseException) for r in results) else 0
+    from services.cli.up_summary import log_dir, summary
+    from services.infra.supervisor import Supervisor
+
+    started = time.monotonic()
+    # The services log to files (no echo): `up` itself says one summary once all are ready, then only what
+    # needs attention (a service that exits and is restarted).
+    supervisor = Supervisor(settings, log_dir(settings))
+    async with supervisor:
+        await supervisor.start(*services_for(settings))
+        ports = {name: child.port for name, child in supervisor.children.items()}
+        print(summary(settings, ports, started), flush=True)
+        try:
+            await supervisor.keep_running()
+        except asyncio.CancelledError:
+            # SIGTERM/SIGINT (run_command cancels us): the normal way to stop. Stop the children cleanly;
+            # exit 0 once they all have.
+            codes = await supervisor.stop_all()
+            return 0 if all(code == 0 for code in codes.values()) else 1
     return 0
 
 

@@ -16,7 +16,6 @@ import typer
 
 from services.cli.history import QueryError, clock, connect, parse_workload, short
 from services.cli.terminal import console
-from services.infra import audit_queries
 from services.infra.settings import Settings
 
 
@@ -100,6 +99,8 @@ def render(namespace: str, name: str, summaries: list[RolloutAgreement]) -> list
 
 
 async def shadow_report(settings: Settings, namespace: str, name: str, as_json: bool) -> int:
+    from services.infra import audit_queries  # asyncpg: imported by the command that uses it
+
     async with connect(settings) as connection:
         missing = await connection.fetchval("SELECT to_regclass('shadow_agreement') IS NULL")
         if missing:

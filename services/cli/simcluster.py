@@ -47,6 +47,9 @@ def simcluster(
     crashing_image: Annotated[
         list[str] | None, typer.Option(help="Image pattern whose container keeps crashing; repeatable.")
     ] = None,
+    auth: Annotated[
+        bool, typer.Option(help="Bearer tokens and RBAC; the kubeconfig written is an administrator's.")
+    ] = False,
 ) -> None:
     """Start simcluster: a Kubernetes API server with simulated scheduler and kubelet, for laptops and CI."""
     import asyncio
@@ -64,6 +67,7 @@ def simcluster(
         ),
         timing=Timing() if instant else Timing.realistic(),
         extended_inplace=settings.extended_inplace if extended_inplace is None else extended_inplace,
+        auth=auth,
         faults=FaultConfig(
             write_error_rate=write_error_rate,
             lost_response_rate=lost_response_rate,

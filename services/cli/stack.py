@@ -25,12 +25,21 @@ def register(app: typer.Typer) -> None:
         env: bool = typer.Option(
             False, "--env", help="Print export lines for ROLLBOOK_DATABASE_URL and ROLLBOOK_NATS_URL."
         ),
+        wait: float = typer.Option(
+            0.0, "--wait", help="Seconds to wait for a stack that is starting (`rollbook up &`)."
+        ),
     ) -> None:
         """Print the running stack's Postgres and NATS URLs (exit 1 when none runs)."""
+        import time
+
         from services.infra.stack import find_stack
 
         settings = Settings.from_env()
+        deadline = time.monotonic() + wait
         found = find_stack(settings)
+        while not (found.database_url and found.nats_url) and time.monotonic() < deadline:
+            time.sleep(0.2)  # a stack starting: its servers appear one after the other
+            found = find_stack(settings)
         if not found.database_url and not found.nats_url:
             raise CommandError(
                 f"no running stack on data dir {settings.data_path} and no ROLLBOOK_DATABASE_URL /"

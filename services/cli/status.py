@@ -19,6 +19,7 @@ from services.cli.terminal import console
 from services.infra.settings import Settings
 from services.model.cloneset import desired_replicas
 from services.model.streams import CLONESET_GROUP, CLONESET_PLURAL, CLONESET_VERSION
+from services.planner.names import REJECTED_CONDITION
 
 if TYPE_CHECKING:
     import asyncpg
@@ -52,6 +53,14 @@ async def list_clonesets(settings: Settings, namespace: str | None, name: str | 
             ) from None
         items: list[dict[str, Any]] = listing.get("items") or []
         return sorted(items, key=lambda c: (c["metadata"].get("namespace", ""), c["metadata"]["name"]))
+
+
+def rejection(cloneset: dict[str, Any]) -> str | None:
+    """The message of the CloneSet's Rejected condition (set by rollbook's planner), if it is True."""
+    for condition in (cloneset.get("status") or {}).get("conditions") or ():
+        if condition.get("type") == REJECTED_CONDITION and condition.get("status") == "True":
+            return str(condition.get("message") or condition.get("reason") or "invalid spec")
+    return None
 
 
 async def show_status(settings: Settings, workload: str | None) -> int:
@@ -91,6 +100,9 @@ async def show_status(settings: Settings, workload: str | None) -> int:
             state = rollout["outcome"]
             if rollout["outcome"] == "in progress" and rollout["partition"] is not None:
                 state += f", partition {rollout['partition']}"
+        rejected = rejection(c)
+        if rejected:  # the planner acts on nothing until the spec is fixed: say so first
+            state = f"[red]spec rejected:[/] {rejected}" + (f" ({state})" if state else "")
         table.add_row(
             f"{key[0]}/{key[1]}",
             f"{status.get('replicas', 0)}/{spec_replicas}",
@@ -112,6 +124,22 @@ def register(application: typer.Typer) -> None:
     @application.command("status")
     def status(
         workload: Annotated[str | None, typer.Argument(help="<namespace>/<cloneset> (default: all)")] = None,
+        watch: Annotated[
+            bool,
+            typer.Option("-w", "--watch", help="Follow each CloneSet's rollout as a tree until it ends."),
+        ] = False,
+        timeout: Annotated[
+            float | None, typer.Option(help="With -w: give up after this many seconds (exit 5).")
+        ] = None,
     ) -> None:
-        """CloneSets with replicas/updated/ready counts and their latest rollout from the audit trail."""
+        """CloneSets with replicas/updated/ready counts and their latest rollout from the audit trail.
+        With -w: a live tree per CloneSet (`rollbook get -w`), exiting when every rollout ended: 0
+        finished, 3 spec rejected, 4 failed or superseded, 5 timed out."""
+        if watch:
+            from services.cli.watch import follow
+
+            settings = Settings.from_env()
+            raise typer.Exit(
+                asyncio.run(follow(settings, workload, watch=True, timeout=timeout, interval=1.0))
+            )
         raise typer.Exit(asyncio.run(show_status(Settings.from_env(), workload)))

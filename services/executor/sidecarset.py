@@ -26,15 +26,15 @@ from services.executor.pods import CONFLICT_RETRIES, MERGE_PATCH, ActionFailed, 
 from services.model.events import PodActionRequested, StatusPlanned
 from services.model.sidecarset import HASH_ANNOTATION, json_object
 from services.model.sidecarset_streams import (
-    INPLACE_STATE_ANNOTATION,
     SIDECARSET_ACTION_ANNOTATION,
     SIDECARSET_GROUP,
+    SIDECARSET_INPLACE_STATE_ANNOTATION,
     SIDECARSET_PLURAL,
     SIDECARSET_VERSION,
 )
 
 # The per-SidecarSet JSON annotations whose other entries must survive the patch.
-_KEYED_ANNOTATIONS = (HASH_ANNOTATION, INPLACE_STATE_ANNOTATION)
+_KEYED_ANNOTATIONS = (HASH_ANNOTATION, SIDECARSET_INPLACE_STATE_ANNOTATION)
 
 
 def merged_patch(planned: dict[str, Any], pod: dict[str, Any], sidecarset: str) -> dict[str, Any]:
@@ -50,7 +50,7 @@ def merged_patch(planned: dict[str, Any], pod: dict[str, Any], sidecarset: str) 
         entries = json_object(current.get(key))
         if ours is not None:
             entries[sidecarset] = ours
-        sort = key == INPLACE_STATE_ANNOTATION
+        sort = key == SIDECARSET_INPLACE_STATE_ANNOTATION
         annotations[key] = json.dumps(entries, separators=(",", ":"), sort_keys=sort)
     return patch
 

@@ -83,6 +83,17 @@ async def actions_without_one_terminal(connection: asyncpg.Connection) -> list[a
     return list(await connection.fetch("SELECT * FROM actions_without_one_terminal"))
 
 
+LATEST_MAX_UNAVAILABLE_SQL = """
+SELECT max_unavailable FROM partition_steps WHERE rollout_id = $1 ORDER BY position DESC LIMIT 1
+"""
+
+
+async def latest_max_unavailable(connection: asyncpg.Connection, rollout_id: str) -> int | None:
+    """maxUnavailable (resolved to a pod count) of the rollout's latest partition step."""
+    value = await connection.fetchval(LATEST_MAX_UNAVAILABLE_SQL, rollout_id)
+    return None if value is None else int(value)
+
+
 # Observed pod actions of a shadowed CloneSet with rollbook's verdict (docs/shadow.md), oldest first.
 SHADOW_AGREEMENT_SQL = """
 SELECT a.rollout_id, a.action, a.pod, a.revision, a.at, a.verdict, a.reason, a.pattern, a.unavailable,

@@ -72,6 +72,8 @@ def running_nats_url(data_path: Path) -> str | None:
 def _alive(pid: int, name: str) -> bool:
     import psutil
 
+    if pid <= 0:  # postgres writes a negative pid while initdb runs it in single-user mode
+        return False
     try:
         return name in psutil.Process(pid).name()
     except psutil.Error:

@@ -93,6 +93,16 @@ class RolloutCompleted(_Event, frozen=True, kw_only=True):
     outcome: Literal["succeeded", "superseded", "failed"] = "succeeded"
 
 
+class RolloutProgressDeadlineExceeded(_Event, frozen=True, kw_only=True):
+    """The CloneSet's Progressing condition turned False/ProgressDeadlineExceeded: the rollout made no
+    progress within ``spec.progressDeadlineSeconds`` (informational: the rollout goes on)."""
+
+    rollout_id: str | None  # the active rollout, if any
+    revision: str  # the update revision
+    progress_deadline_seconds: int
+    progressing_since: str  # the Progressing condition's lastUpdateTime before it timed out
+
+
 class PartitionStepPlanned(_Event, frozen=True, kw_only=True):
     rollout_id: str
     partition: int  # resolved count of pods kept at the old revision
@@ -268,6 +278,7 @@ Event = (
     | RolloutPaused
     | RolloutResumed
     | RolloutCompleted
+    | RolloutProgressDeadlineExceeded
     | PartitionStepPlanned
     | PodActionRequested
     | StatusPlanned

@@ -1,6 +1,6 @@
 """Int-or-percent values (``partition``, ``maxUnavailable``, ``maxSurge``), one parser for all of them.
 
-OpenKruise has two parsers (semantics G-1): the Kubernetes one (integer percents only, used by the
+OpenKruise has two parsers: the Kubernetes one (integer percents only, used by the
 controller for maxUnavailable/maxSurge, which silently turns ``"12.5%"`` into 0) and the Kruise one
 (decimal percents, used for partition and by the validating webhook). rollbook uses the Kruise parser
 everywhere, so a value the webhook accepts never silently becomes 0 (docs/plan.md, "Choices").
@@ -48,7 +48,7 @@ def scaled(value: Any, total: int, round_up: bool) -> int:
 
 
 def partition_count(partition: Any, replicas: int) -> int:
-    """Pods kept at the old revision (semantics G-2, ``CalculatePartitionReplicas``)."""
+    """Pods kept at the old revision (OpenKruise's ``CalculatePartitionReplicas``)."""
     if partition is None:
         return 0
     _, is_percent = parse(partition)

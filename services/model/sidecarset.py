@@ -1,9 +1,9 @@
 """SidecarSet rules as pure functions: parse/validate, match, hash, inject, diff, conflicts.
 
 Shared by the injection webhook, ``rollbook inject`` and the planner (in-place sidecar upgrades).
-No I/O, no wall clock: the injection time comes in as an argument. Rules and their OpenKruise sources
-are in /work/shared/design/openkruise-semantics.md (SS-1 … SS-9); rollbook's choices are in
-docs/sidecarset.md.
+No I/O, no wall clock: the injection time comes in as an argument. The rules are OpenKruise's
+(``pkg/webhook/pod/mutating/sidecarset.go``, ``pkg/webhook/sidecarset/validating``,
+``pkg/control/sidecarcontrol``); rollbook's choices are in docs/sidecarset.md.
 """
 
 from __future__ import annotations
@@ -19,12 +19,12 @@ from typing import Any
 
 import jsonpatch
 
-from services.model import labels
+from services.model import intorpercent, labels
 
 API_VERSION = "apps.kruise.io/v1alpha1"
 KIND = "SidecarSet"
 
-# Pod annotations, as OpenKruise writes them (SS-7).
+# Pod annotations, as OpenKruise writes them.
 HASH_ANNOTATION = "kruise.io/sidecarset-hash"
 HASH_WITHOUT_IMAGE_ANNOTATION = "kruise.io/sidecarset-hash-without-image"
 INJECTED_LIST_ANNOTATION = "kruise.io/sidecarset-injected-list"
@@ -45,7 +45,6 @@ _SHARE_POLICIES = {"enabled", "disabled"}
 _UPGRADE_TYPES = {"ColdUpgrade", "HotUpgrade"}
 _UPDATE_TYPES = {"RollingUpdate", "NotUpdate"}
 _NAME_RE = re.compile(r"^[a-zA-Z0-9-]+$")
-_INT_OR_PERCENT_RE = re.compile(r"^\d+%$")
 # Fields of a SidecarContainer that are not Kubernetes container fields: dropped from the injected copy.
 _SIDECAR_ONLY_FIELDS = (
     "podInjectPolicy",
@@ -56,6 +55,10 @@ _SIDECAR_ONLY_FIELDS = (
     "resourcesPolicy",
 )
 _SUBPATH_VAR_RE = re.compile(r"\$\(([^)]+)\)")
+
+
+# updateStrategy.maxUnavailable of a RollingUpdate SidecarSet that sets none (OpenKruise's default).
+DEFAULT_MAX_UNAVAILABLE = 1
 
 
 class SidecarSetError(ValueError):
@@ -73,7 +76,7 @@ class SidecarSet:
 
     name: str
     spec: dict[str, Any]
-    hash: str  # kruise.io/sidecarset-hash (SS-9)
+    hash: str  # kruise.io/sidecarset-hash
     hash_without_image: str  # kruise.io/sidecarset-hash-without-image
     controller_revision: str = ""  # status.latestRevision when the cluster reports one
     resource_version: str = ""
@@ -141,7 +144,7 @@ class PodSidecarRevision:
 
 
 def parse_sidecarset(obj: Mapping[str, Any]) -> SidecarSet:
-    """Validate an ``apps.kruise.io/v1alpha1`` SidecarSet object and apply OpenKruise's defaults (SS-1, SS-2).
+    """Validate an ``apps.kruise.io/v1alpha1`` SidecarSet object and apply OpenKruise's defaults.
 
     Raises SidecarSetError naming the field on invalid input.
     """
@@ -211,21 +214,19 @@ def _defaulted_spec(raw_spec: Mapping[str, Any]) -> dict[str, Any]:
     strategy.setdefault("type", "RollingUpdate")
     if strategy["type"] == "RollingUpdate":
         strategy.setdefault("partition", 0)
-        strategy.setdefault("maxUnavailable", 1)
+        strategy.setdefault("maxUnavailable", DEFAULT_MAX_UNAVAILABLE)
     spec.setdefault("revisionHistoryLimit", 10)
     return spec
 
 
 def _validate_int_or_percent(value: Any, where: str) -> None:
-    if isinstance(value, bool):
-        raise SidecarSetError(where, f"must be a non-negative integer or 'N%', got {value!r}")
-    if isinstance(value, int):
-        if value < 0:
-            raise SidecarSetError(where, f"must not be negative, got {value}")
-        return
-    if isinstance(value, str) and _INT_OR_PERCENT_RE.match(value):
-        return
-    raise SidecarSetError(where, f"must be a non-negative integer or 'N%', got {value!r}")
+    """The Kruise int-or-percent parser, as for CloneSets: decimal percents such as "12.5%" are accepted."""
+    try:
+        number, _ = intorpercent.parse(value)
+    except intorpercent.IntOrPercentError as error:
+        raise SidecarSetError(where, str(error)) from None
+    if number < 0:
+        raise SidecarSetError(where, f"must not be negative, got {value!r}")
 
 
 def _validate_container(container: Mapping[str, Any], where: str, *, init: bool) -> None:
@@ -320,7 +321,7 @@ def _validate_spec(spec: Mapping[str, Any]) -> None:
 
 
 def validate_update(old: SidecarSet, new: SidecarSet) -> None:
-    """SS-2 rules on update: containers cannot be added or renamed; upgradeType is immutable."""
+    """On update, containers cannot be added or renamed, and a container's upgradeType is immutable."""
     old_containers = {c["name"]: c for c in old.containers}
     for i, container in enumerate(new.containers):
         previous = old_containers.get(container["name"])
@@ -339,7 +340,7 @@ def validate_update(old: SidecarSet, new: SidecarSet) -> None:
             )
 
 
-# --- hashes (SS-9) ------------------------------------------------------------------------------------
+# --- hashes ------------------------------------------------------------------------------------
 
 _SAFE_ALPHANUMS = "bcdfghjklmnpqrstvwxz2456789"  # apimachinery rand.SafeEncodeString's alphabet
 
@@ -381,7 +382,7 @@ def sidecarset_hash_without_image(spec: Mapping[str, Any]) -> str:
     return _hash(_hash_input(spec, without_image=True))
 
 
-# --- matching (SS-3) ----------------------------------------------------------------------------------
+# --- matching ----------------------------------------------------------------------------------
 
 
 def pod_namespace(pod: Mapping[str, Any], namespace: str | None = None) -> str:
@@ -422,7 +423,7 @@ def matches_pod(
     return labels.matches(sidecarset.selector, (pod.get("metadata") or {}).get("labels") or {})
 
 
-# --- injection (SS-5, SS-6, SS-7) ---------------------------------------------------------------------
+# --- injection ---------------------------------------------------------------------
 
 
 def _env_names(container: Mapping[str, Any]) -> set[Any]:
@@ -490,18 +491,17 @@ def _share_mounts(sidecar: dict[str, Any], app_containers: Sequence[Mapping[str,
                 sidecar.setdefault("volumeDevices", []).append(copy.deepcopy(device))
 
 
-def _build_sidecar(
-    spec_container: Mapping[str, Any], pod: Mapping[str, Any], *, init: bool
-) -> dict[str, Any]:
-    """The Kubernetes container a SidecarContainer becomes in ``pod`` (SS-5 steps 1–3)."""
+def _build_sidecar(spec_container: Mapping[str, Any], pod: Mapping[str, Any]) -> dict[str, Any]:
+    """The Kubernetes container a SidecarContainer becomes in ``pod``."""
     sidecar = copy.deepcopy(dict(spec_container))
     sidecar["env"] = list(sidecar.get("env") or [])
     _add_env(sidecar, {"name": INJECTED_ENV, "value": "true"})
     for env in transfer_envs(spec_container, pod):
         _add_env(sidecar, env)
-    if not init:
-        apps = [c for c in (pod.get("spec") or {}).get("containers") or [] if not _is_injected(c)]
-        _share_mounts(sidecar, apps)
+    # Init containers share too (OpenKruise buildSidecars: GetInjectedVolumeMountsAndEnvs and
+    # GetInjectedVolumeDevices for init containers as for containers); only the pod's containers are shared.
+    apps = [c for c in (pod.get("spec") or {}).get("containers") or [] if not _is_injected(c)]
+    _share_mounts(sidecar, apps)
     for key in _SIDECAR_ONLY_FIELDS:
         sidecar.pop(key, None)
     return sidecar
@@ -510,7 +510,7 @@ def _build_sidecar(
 def _place(
     existing: list[dict[str, Any]], sidecars: list[tuple[str, dict[str, Any]]]
 ) -> list[dict[str, Any]]:
-    """Put sidecars around ``existing``: same-named containers are replaced in place (SS-6)."""
+    """Put sidecars around ``existing``: same-named containers are replaced in place."""
     positions = {c.get("name"): i for i, c in enumerate(existing)}
     merged = list(existing)
     before: list[dict[str, Any]] = []
@@ -555,7 +555,7 @@ def json_object(text: Any) -> dict[str, Any]:
 
 
 def _patch_pod_metadata(annotations: dict[str, str], patches: Sequence[Mapping[str, Any]]) -> None:
-    """patchPodMetadata (SS-5 step 6): Retain (only if absent), Overwrite, MergePatchJson."""
+    """patchPodMetadata: Retain (only if absent), Overwrite, MergePatchJson."""
     for patch in patches:
         policy = patch.get("patchPolicy") or "Retain"
         for key, value in (patch.get("annotations") or {}).items():
@@ -631,12 +631,13 @@ def inject(
     records: list[InjectionRecord] = []
     for ss in matched:
         ss_volumes = {v["name"]: v for v in ss.volumes}
-        built = [(c["podInjectPolicy"], _build_sidecar(c, pod, init=False)) for c in ss.containers]
-        built_init = [(c["podInjectPolicy"], _build_sidecar(c, pod, init=True)) for c in ss.init_containers]
+        built = [(c["podInjectPolicy"], _build_sidecar(c, pod)) for c in ss.containers]
+        built_init = [(c["podInjectPolicy"], _build_sidecar(c, pod)) for c in ss.init_containers]
         containers.extend(built)
         init_containers.extend(built_init)
-        # Only volumes the sidecars themselves mount are injected (SS-5 step 4).
-        for spec_container in ss.containers + ss.init_containers:
+        # Only volumes the sidecars themselves mount are injected, in OpenKruise's order (buildSidecars):
+        # init containers first, then containers; per container its volumeMounts, then its volumeDevices.
+        for spec_container in ss.init_containers + ss.containers:
             own = list(spec_container.get("volumeMounts") or []) + list(
                 spec_container.get("volumeDevices") or []
             )
@@ -657,7 +658,7 @@ def inject(
             )
         )
 
-    # Init containers of all SidecarSets sorted by name (stable), then placed (SS-6).
+    # Init containers of all SidecarSets sorted by name (stable), then placed.
     init_containers.sort(key=lambda item: item[1]["name"])
     if init_containers:
         spec["initContainers"] = _place(list(spec.get("initContainers") or []), init_containers)
@@ -671,13 +672,15 @@ def inject(
                 volumes.append(volume)
                 names.add(volume["name"])
         spec["volumes"] = volumes
-    if pull_secrets:
-        secrets = list(spec.get("imagePullSecrets") or [])
-        secret_names = {s.get("name") for s in secrets}
-        for secret in pull_secrets:
-            if secret.get("name") not in secret_names:
-                secrets.append(secret)
-                secret_names.add(secret.get("name"))
+    # mergeSidecarSecrets: the pod's secrets, then the SidecarSets', each name once (the pod's own
+    # duplicates are dropped too).
+    secrets: list[dict[str, Any]] = []
+    secret_names: set[Any] = set()
+    for secret in list(spec.get("imagePullSecrets") or []) + pull_secrets:
+        if secret.get("name") not in secret_names:
+            secrets.append(secret)
+            secret_names.add(secret.get("name"))
+    if secrets or "imagePullSecrets" in spec:
         spec["imagePullSecrets"] = secrets
 
     annotations = metadata.setdefault("annotations", {})
@@ -749,7 +752,7 @@ def injected_sidecarsets(pod: Mapping[str, Any]) -> list[str]:
     return [n for n in annotations.get(INJECTED_LIST_ANNOTATION, "").split(",") if n]
 
 
-# --- conflicts between SidecarSets (SS-2) -------------------------------------------------------------
+# --- conflicts between SidecarSets -------------------------------------------------------------
 
 
 def _requirements(

@@ -12,6 +12,7 @@ from typing import Any
 import msgspec
 
 from services.model.cloneset import desired_replicas
+from services.model.cloneset_conversion import ConversionError, as_v1alpha1
 from services.model.events import (
     Event,
     PartitionStepPlanned,
@@ -23,13 +24,14 @@ from services.model.events import (
     RevisionsPruned,
     RolloutCompleted,
     RolloutPaused,
+    RolloutProgressDeadlineExceeded,
     RolloutResumed,
     RolloutStarted,
     SpecRejected,
     StatusPlanned,
 )
 from services.model.streams import derived_id, rollout_id
-from services.planner import rounds
+from services.planner import progress_deadline, rounds
 from services.planner.plan import plan_json
 from services.planner.progress import rollout_progress
 from services.planner.status import failure_conditions, with_failure_conditions
@@ -44,9 +46,11 @@ from services.planner.workload_state import WorkloadState
 #    starts), the lifecycle.apps.kruise.io/state label (PreparingNormal/Normal/Updating/Updated), patchPod.
 # 4: lifecycle hooks (PreparingDelete/PreparingUpdate/preNormal waits, PodHookHeld/PodHookReleased), and
 #    replicas: null resolved as 1 everywhere (services/model/cloneset.py).
-# 5: an action's expectation times out 60 s after its outcome, not its request (600 s with no outcome).
+# 5: the Progressing condition (progressDeadlineSeconds) and RolloutProgressDeadlineExceeded; CloneSet
+#    apps.kruise.io/v1beta1 input and the OnDelete update type.
+# 6: an action's expectation times out 60 s after its outcome, not its request (600 s with no outcome).
 # tests/planner/test_rules_fingerprint.py fails when the decisions change and this does not.
-RULES_VERSION = 5
+RULES_VERSION = 6
 
 _output_decoder = msgspec.json.Decoder(dict[str, Any])
 
@@ -98,7 +102,7 @@ def decisions_for(state: WorkloadState, plan: dict[str, Any]) -> list[Event]:
     update = plan.get("updateRevision")
     current = plan.get("currentRevision")
     replicas = desired_replicas(state.cloneset)
-    strategy = ((state.cloneset or {}).get("spec") or {}).get("updateStrategy") or {}
+    strategy = (_planned_shape(state.cloneset).get("spec") or {}).get("updateStrategy") or {}
     if update and update != state.update_revision:
         if state.active_rollout:
             decisions.append(
@@ -160,6 +164,9 @@ def decisions_for(state: WorkloadState, plan: dict[str, Any]) -> list[Event]:
         decisions.append(
             StatusPlanned(kind="CloneSet", namespace=state.namespace, name=state.name, status=status)
         )
+    deadline_event = _deadline_exceeded(state, status, update)
+    if deadline_event is not None:
+        decisions.append(deadline_event)
     status_now = status or state.last_status or {}
     started_now = any(isinstance(d, RolloutStarted) for d in decisions)
     # Complete means every desired pod is on the update revision AND ready again: an in-place updated pod
@@ -181,6 +188,38 @@ def decisions_for(state: WorkloadState, plan: dict[str, Any]) -> list[Event]:
         if due not in state.schedules.values():
             decisions.append(RequeueScheduled(due_at=due, reason="grace"))
     return decisions
+
+
+def _planned_shape(cloneset: dict[str, Any] | None) -> dict[str, Any]:
+    """The CloneSet in the v1alpha1 shape the planner plans on (a v1beta1 object converted)."""
+    try:
+        return as_v1alpha1(cloneset or {})
+    except ConversionError:
+        return cloneset or {}
+
+
+def _deadline_exceeded(
+    state: WorkloadState, status: dict[str, Any] | None, update: str | None
+) -> RolloutProgressDeadlineExceeded | None:
+    """The round whose planned status first says ProgressDeadlineExceeded records it as a rollout event."""
+    now_exceeded = progress_deadline.exceeded(status)
+    if now_exceeded is None or progress_deadline.exceeded(state.last_status) is not None:
+        return None
+    spec = (state.cloneset or {}).get("spec") or {}
+    previous = next(
+        (
+            c
+            for c in (state.last_status or {}).get("conditions") or ()
+            if isinstance(c, dict) and c.get("type") == progress_deadline.PROGRESSING
+        ),
+        None,
+    )
+    return RolloutProgressDeadlineExceeded(
+        rollout_id=state.active_rollout,
+        revision=str(update or (status or {}).get("updateRevision") or ""),
+        progress_deadline_seconds=int(spec.get("progressDeadlineSeconds") or 0),
+        progressing_since=str((previous or {}).get("lastUpdateTime") or now_exceeded.get("lastUpdateTime")),
+    )
 
 
 def _hook_transitions(state: WorkloadState, plan: dict[str, Any], now: datetime) -> list[Event]:

@@ -1,7 +1,7 @@
-"""Classify a template change and build the in-place patches (seed 003; OpenKruise
+"""Classify a template change and build the in-place patches (OpenKruise
 pkg/util/inplaceupdate/inplace_update.go and inplace_update_defaults.go).
 
-Classes, from mildest to hardest (the seed's vocabulary):
+Classes, from mildest to hardest:
 - Dynamic: applied to the running pod with no container restart (template metadata; probes in extended mode);
 - Rebuild: the container is recreated in place, the pod is kept (image; env/envFrom/volumeMounts/volumes in
   extended mode);

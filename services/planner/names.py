@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from services.model import availability
+
 REVISION_LABEL = "controller-revision-hash"
 POD_TEMPLATE_HASH_LABEL = "pod-template-hash"
 REVISION_HASH_LABEL = "controller.kubernetes.io/hash"  # on ControllerRevisions
@@ -15,14 +17,14 @@ DELETION_COST_ANNOTATION = "controller.kubernetes.io/pod-deletion-cost"
 
 INPLACE_STATE_ANNOTATION = "apps.kruise.io/inplace-update-state"
 INPLACE_GRACE_ANNOTATION = "apps.kruise.io/inplace-update-grace"
-INPLACE_READY_CONDITION = "InPlaceUpdateReady"
+INPLACE_READY_CONDITION = availability.INPLACE_READY_CONDITION
 # Legacy keys OpenKruise still reads and removes on its next write.
 INPLACE_STATE_ANNOTATION_OLD = "inplace-update-state"
 INPLACE_GRACE_ANNOTATION_OLD = "inplace-update-grace"
 # The readiness gate lifecycle hooks with markPodNotReady hold a pod unready through (apis/apps/pub).
 KRUISE_POD_READY_CONDITION = "KruisePodReady"
 
-# rollbook's switch for the extended in-place mode (seed 003): probes Dynamic, env/volumes Rebuild.
+# rollbook's switch for the extended in-place mode (docs/plan.md): probes Dynamic, env/volumes Rebuild.
 INPLACE_MODE_ANNOTATION = "rollbook.io/inplace-mode"
 INPLACE_MODE_EXTENDED = "extended"
 

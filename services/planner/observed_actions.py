@@ -20,10 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from services.model.availability import READY_CONDITION, pod_available
 from services.planner.names import REVISION_LABEL
-
-# A pod under an in-place update reports this condition False while the controller works on it.
-IN_PLACE_READY_CONDITION = "InPlaceUpdateReady"
 
 
 @dataclass(frozen=True)
@@ -32,7 +30,7 @@ class PodView:
     revision: str | None
     images: tuple[tuple[str, str], ...]  # (container, image) of spec.containers
     ready: bool  # Ready condition True
-    in_service: bool  # Ready, and not marked InPlaceUpdateReady=False
+    in_service: bool  # available (services/model/availability.py): not terminating, Ready, gate not False
     terminating: bool
 
 
@@ -56,13 +54,12 @@ def _condition(obj: dict[str, Any], kind: str) -> str | None:
 def pod_view(obj: dict[str, Any]) -> PodView:
     metadata = obj.get("metadata") or {}
     containers = (obj.get("spec") or {}).get("containers") or []
-    ready = _condition(obj, "Ready") == "True"
     return PodView(
         uid=str(metadata.get("uid", "")),
         revision=(metadata.get("labels") or {}).get(REVISION_LABEL),
         images=tuple((str(c.get("name", "")), str(c.get("image", ""))) for c in containers),
-        ready=ready,
-        in_service=ready and _condition(obj, IN_PLACE_READY_CONDITION) != "False",
+        ready=_condition(obj, READY_CONDITION) == "True",
+        in_service=pod_available(obj),
         terminating=bool(metadata.get("deletionTimestamp")),
     )
 

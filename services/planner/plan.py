@@ -15,6 +15,7 @@ from typing import Any
 
 import msgspec
 
+from services.model.cloneset_conversion import ConversionError, as_v1alpha1
 from services.planner import counting, lifecycle, revisions, scale, status, update, validation
 from services.planner.context import Context
 from services.planner.model import Action, HookHold, Plan, PlanInput, Rejection
@@ -35,7 +36,11 @@ def _plan(request: PlanInput) -> Plan:
     now_moment = request.now if request.now.tzinfo else request.now.replace(tzinfo=UTC)
     now = now_moment.timestamp()
     now_text = format_time(now)
-    cloneset = request.clone_set
+    try:
+        # apps.kruise.io/v1beta1 is converted to the v1alpha1 shape rollbook plans on.
+        cloneset = as_v1alpha1(request.clone_set)
+    except ConversionError as error:
+        return _rejected(request.clone_set, now_text, error.field, error.reason)
     problem = validation.validate(cloneset) or _validate_objects("pvcs", request.pvcs)
     if problem:
         return _rejected(cloneset, now_text, problem.field, problem.reason)
@@ -80,7 +85,9 @@ def _plan(request: PlanInput) -> Plan:
         revision_plan, spec.revision_history_limit, {p.revision_hash for p in ctx.all_pods}
     )
     kept_names = _still_active(ctx, spec.pods_to_delete)
-    reported = status.compute(ctx)
+    reported, deadline_requeue = status.compute(ctx)
+    if deadline_requeue is not None:
+        requeue.append(deadline_requeue)
     return Plan(
         update_revision=revision_plan.update.name,
         current_revision=reported["currentRevision"],

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from services.model.cloneset import desired_replicas
+from services.model.cloneset_conversion import ConversionError, as_v1alpha1
 
 
 @dataclass(frozen=True, slots=True)
@@ -17,6 +18,10 @@ class RolloutProgress:
 
 
 def rollout_progress(cloneset: dict[str, Any], status: dict[str, Any] | None) -> RolloutProgress:
+    try:
+        cloneset = as_v1alpha1(cloneset)
+    except ConversionError:
+        pass  # refused by the planner anyway: read it as it is
     spec = cloneset.get("spec") or {}
     replicas = desired_replicas(cloneset)
     paused = bool((spec.get("updateStrategy") or {}).get("paused", False))

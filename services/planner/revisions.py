@@ -1,4 +1,4 @@
-"""Template revisions (semantics CS-3..CS-6): hash, name, update/current revision, history pruning.
+"""Template revisions: hash, name, update/current revision, history pruning.
 
 A revision is the pod template only. Its hash is FNV-1 32 of the canonical JSON of the revision data
 (``{"spec":{"template":{...,"$patch":"replace"}}}``, sorted keys, compact), with the collision count

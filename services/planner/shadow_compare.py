@@ -23,6 +23,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from services.model.availability import revision_hash
+
 Intent = tuple[str, str]  # (verb, pod name or revision hash)
 
 _UPDATE_STEPS = ("markNotReady", "updateInPlace", "markReady")
@@ -30,9 +32,8 @@ ABOVE_MAX_UNAVAILABLE = "above maxUnavailable"
 SURGE_THRASH = "surge thrash"
 
 
-def revision_key(revision: str | None) -> str:
-    """The hash part of a revision name: pods may carry the full name or the hash alone."""
-    return str(revision or "").rsplit("-", 1)[-1]
+# The hash part of a revision name: pods may carry the full name or the hash alone.
+revision_key = revision_hash
 
 
 def rollbook_intents(actions: Iterable[Mapping[str, Any]], update_revision: str | None) -> set[Intent]:

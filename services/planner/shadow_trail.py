@@ -24,7 +24,6 @@ trail recorded.
 
 from __future__ import annotations
 
-import copy
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -32,6 +31,7 @@ from typing import Any
 
 import msgspec
 
+from services.model.availability import unavailable
 from services.model.cloneset import desired_replicas
 from services.model.events import (
     Envelope,
@@ -199,11 +199,9 @@ class ShadowTrail:
     # --- pods ----------------------------------------------------------------------------------------
 
     def _unavailable(self) -> int:
-        """Desired pods not in service: missing, terminating, not Ready, or marked InPlaceUpdateReady=False
-        (out of service by its readiness gate even before the kubelet turns Ready False)."""
-        replicas = desired_replicas(self.state.cloneset)
-        views = [pod_view(pod) for pod in self.state.pods.values()]
-        return max(replicas - sum(1 for v in views if v.in_service and not v.terminating), 0)
+        """Desired pods not available (services/model/availability.py: missing, terminating, not Ready, or
+        InPlaceUpdateReady=False, out of service by its readiness gate before the kubelet turns Ready)."""
+        return unavailable(desired_replicas(self.state.cloneset), self.state.pods.values())
 
     def _pod_events(
         self, envelope: Envelope, observed: ObjectObserved, before: PodView | None, after: PodView | None
@@ -410,8 +408,9 @@ def _with_aliases(plan_input: dict[str, Any], aliases: dict[str, str]) -> dict[s
         labels = (pod.get("metadata") or {}).get("labels") or {}
         ours = aliases.get(revision_key(labels.get(REVISION_LABEL)))
         if ours is not None and labels.get(REVISION_LABEL) != ours:
-            pod = copy.deepcopy(pod)
-            pod["metadata"]["labels"][REVISION_LABEL] = ours
+            # Shallow copies down to the label: the folded pod itself stays as observed.
+            metadata = pod["metadata"]
+            pod = {**pod, "metadata": {**metadata, "labels": {**labels, REVISION_LABEL: ours}}}
         pods.append(pod)
     result["pods"] = pods
     cloneset = plan_input["cloneSet"]

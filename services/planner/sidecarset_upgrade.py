@@ -1,7 +1,7 @@
 """SidecarSet in-place upgrades as a pure decision: SidecarSet + pods + now -> this round's upgrades.
 
-Rules SS-8 and SS-10 of /work/shared/design/openkruise-semantics.md (OpenKruise's
-``pkg/controller/sidecarset/sidecarset_processor.go`` and ``sidecarset_strategy.go``), rollbook's choices
+OpenKruise's rules (``pkg/controller/sidecarset/sidecarset_processor.go`` and
+``sidecarset_strategy.go``), rollbook's choices
 in docs/sidecarset.md ("Upgrade in place"). No I/O and no wall clock: ``now`` only stamps annotations, so
 the same input always gives the same round.
 
@@ -10,8 +10,9 @@ the same input always gives the same round.
 - updated: the pod's recorded hash is the SidecarSet's; upgradable: the recorded without-image hash is
   the SidecarSet's (only image changes roll to running pods);
 - candidates W: not updated, upgradable, selected by ``updateStrategy.selector``, not mid-upgrade (a
-  ready sidecar the last upgrade has not restarted yet); in G-4 order, then priorityStrategy;
-- partition P over |M| (G-2); ``n = |W| - P`` candidates at most; maxUnavailable U over |M| (rounded
+  ready sidecar the last upgrade has not restarted yet); least valuable first (unscheduled, pending,
+  not ready, most recently ready, most restarts, newest), then priorityStrategy;
+- partition P over |M|; ``n = |W| - P`` candidates at most; maxUnavailable U over |M| (rounded
   up, default 1): a not-ready candidate is taken for free, a ready one while busy < U; the walk stops at
   the first ready candidate that would exceed U.
 """
@@ -26,7 +27,7 @@ from typing import Any
 
 from services.model import intorpercent, labels
 from services.model import sidecarset as ss
-from services.model.sidecarset_streams import INPLACE_STATE_ANNOTATION, revision_name
+from services.model.sidecarset_streams import SIDECARSET_INPLACE_STATE_ANNOTATION, revision_name
 from services.planner.podstate import PodView
 from services.planner.sidecarset_revisions import RevisionDecision, plan_revision, revisions_in_use
 from services.planner.update import _priority_key
@@ -103,7 +104,7 @@ def _container_statuses(pod: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def is_matched(sidecarset: ss.SidecarSet, pod: Mapping[str, Any]) -> bool:
-    """Whether ``pod`` is in M (SS-8): active, in scope, selected, injected by it, sidecars still there.
+    """Whether ``pod`` is in M: active, in scope, selected, injected by it, sidecars still there.
 
     The injected-list is the record of scope: a namespaceSelector is evaluated at injection only (the
     planner does not watch Namespaces), which is what the annotation says happened.
@@ -130,7 +131,7 @@ def running_ready(pod: Mapping[str, Any]) -> bool:
 def upgrade_complete(sidecarset_name: str, pod: Mapping[str, Any]) -> bool:
     """The pod's last in-place sidecar upgrade by this SidecarSet has taken effect: every restarted
     sidecar runs a different image id than it did before (no record: nothing in progress)."""
-    state = _json_annotation(pod, INPLACE_STATE_ANNOTATION).get(sidecarset_name)
+    state = _json_annotation(pod, SIDECARSET_INPLACE_STATE_ANNOTATION).get(sidecarset_name)
     if not isinstance(state, dict):
         return True
     statuses = _container_statuses(pod)
@@ -145,7 +146,7 @@ def mid_upgrade(sidecarset_name: str, pod: Mapping[str, Any]) -> bool:
     """A sidecar of the pod's last in-place upgrade by this SidecarSet is ready but still runs the image id
     it ran before the patch: the kubelet has not restarted it yet, so another upgrade must wait. A sidecar
     that is not ready (crash-looping on a bad image, say) does not block: fixing forward is allowed."""
-    state = _json_annotation(pod, INPLACE_STATE_ANNOTATION).get(sidecarset_name)
+    state = _json_annotation(pod, SIDECARSET_INPLACE_STATE_ANNOTATION).get(sidecarset_name)
     if not isinstance(state, dict):
         return False
     statuses = _container_statuses(pod)
@@ -198,7 +199,7 @@ def upgrade_patch(
         entry["controllerRevision"] = revision
     hashes[sidecarset.name] = entry
     statuses = _container_statuses(pod)
-    states = _json_annotation(pod, INPLACE_STATE_ANNOTATION)
+    states = _json_annotation(pod, SIDECARSET_INPLACE_STATE_ANNOTATION)
     states[sidecarset.name] = {
         "revision": sidecarset.hash,
         "updateTimestamp": stamp,
@@ -210,7 +211,9 @@ def upgrade_patch(
         "metadata": {
             "annotations": {
                 ss.HASH_ANNOTATION: json.dumps(hashes, separators=(",", ":")),
-                INPLACE_STATE_ANNOTATION: json.dumps(states, separators=(",", ":"), sort_keys=True),
+                SIDECARSET_INPLACE_STATE_ANNOTATION: json.dumps(
+                    states, separators=(",", ":"), sort_keys=True
+                ),
             }
         }
     }
@@ -249,11 +252,10 @@ def plan_sidecarset(
     assessed = {key: _assess(sidecarset, by_key[key]) for key in sorted(by_key)}
     total = len(by_key)
     partition = intorpercent.partition_count(strategy.get("partition"), total)
-    max_unavailable = intorpercent.scaled(
-        strategy.get("maxUnavailable", 1) if strategy.get("maxUnavailable") is not None else 1,
-        total,
-        round_up=True,
-    )
+    raw_unavailable = strategy.get("maxUnavailable")
+    if raw_unavailable is None:
+        raw_unavailable = ss.DEFAULT_MAX_UNAVAILABLE
+    max_unavailable = intorpercent.scaled(raw_unavailable, total, round_up=True)
     update_selector = strategy.get("selector")
 
     def candidate(key: str) -> bool:
@@ -265,7 +267,8 @@ def plan_sidecarset(
 
     views = [(PodView(dict(by_key[key])), key) for key in assessed if candidate(key)]
     priority = _priority_key(strategy.get("priorityStrategy"))
-    # G-4 (the pod name, then the namespace, break full ties: deterministic), then priorityStrategy.
+    # Least valuable first (the pod name, then the namespace, break full ties: deterministic), then
+    # priorityStrategy.
     if priority is None:
         views.sort(key=lambda vk: (vk[0].active_order_key(), vk[1]))
     else:

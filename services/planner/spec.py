@@ -18,7 +18,10 @@ from services.planner.names import (
 RECREATE = "ReCreate"
 IN_PLACE_IF_POSSIBLE = "InPlaceIfPossible"
 IN_PLACE_ONLY = "InPlaceOnly"
-UPDATE_TYPES = (RECREATE, IN_PLACE_IF_POSSIBLE, IN_PLACE_ONLY)
+# OnDelete: the new revision reaches a pod only when the pod is deleted (OpenKruise 1.9; admitted through
+# v1beta1 there, also accepted in v1alpha1 input by rollbook: docs/plan.md).
+ON_DELETE = "OnDelete"
+UPDATE_TYPES = (RECREATE, IN_PLACE_IF_POSSIBLE, IN_PLACE_ONLY, ON_DELETE)
 
 DEFAULT_MAX_UNAVAILABLE = "20%"
 DEFAULT_REVISION_HISTORY_LIMIT = 10
@@ -37,7 +40,7 @@ class CloneSetSpec:
     update_type: str
     paused: bool
     partition: int  # resolved: pods kept at the old revision
-    max_unavailable: int  # resolved (CS-10 rounding)
+    max_unavailable: int  # resolved (rounded up, down when maxSurge > 0)
     max_surge: int  # resolved; 0 while paused
     scale_max_unavailable: int | None  # None = unlimited
     grace_period_seconds: int
@@ -48,6 +51,7 @@ class CloneSetSpec:
     extended_inplace: bool
     priority_strategy: dict[str, Any] | None
     lifecycle: Lifecycle | None = None
+    progress_deadline_seconds: int | None = None
     exclude_preparing_delete: bool = False
 
 
@@ -64,7 +68,12 @@ def resolve(cloneset: dict[str, Any]) -> CloneSetSpec:
     raw_unavailable = strategy.get("maxUnavailable")
     if raw_unavailable is None:
         raw_unavailable = DEFAULT_MAX_UNAVAILABLE
-    max_unavailable = intorpercent.scaled(raw_unavailable, replicas, round_up=max_surge == 0)
+    # OnDelete without an explicit maxUnavailable: OpenKruise has no rollingUpdate block then and rounds
+    # its default 20% down (calculateDiffsWithExpectation).
+    on_delete_default = strategy.get("type") == ON_DELETE and strategy.get("maxUnavailable") is None
+    max_unavailable = intorpercent.scaled(
+        raw_unavailable, replicas, round_up=max_surge == 0 and not on_delete_default
+    )
     raw_scale_unavailable = scale.get("maxUnavailable")
     scale_max_unavailable = (
         None
@@ -97,5 +106,8 @@ def resolve(cloneset: dict[str, Any]) -> CloneSetSpec:
         extended_inplace=annotations.get(INPLACE_MODE_ANNOTATION) == INPLACE_MODE_EXTENDED,
         priority_strategy=strategy.get("priorityStrategy"),
         lifecycle=read_lifecycle(spec.get("lifecycle")),
+        progress_deadline_seconds=(
+            None if spec.get("progressDeadlineSeconds") is None else int(spec["progressDeadlineSeconds"])
+        ),
         exclude_preparing_delete=(metadata.get("labels") or {}).get(EXCLUDE_PREPARING_DELETE_LABEL) == "true",
     )

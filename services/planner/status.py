@@ -1,4 +1,4 @@
-"""The status the CloneSet should report (semantics CS-22)."""
+"""The status the CloneSet should report."""
 
 from __future__ import annotations
 
@@ -7,8 +7,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from services.planner import progress_deadline
 from services.planner.context import Context
 from services.planner.names import REJECTED_CONDITION
+from services.planner.podstate import parse_time
 
 # OpenKruise's CloneSet conditions for a failed scale / update step (docs/plan.md, "Status"). The pure
 # planner never sees action outcomes; the planner service adds these to the status it plans.
@@ -143,7 +145,8 @@ def conditions(previous: list[Any], now_text: str, rejected: tuple[str, str] | N
     return kept
 
 
-def compute(ctx: Context) -> dict[str, Any]:
+def compute(ctx: Context) -> tuple[dict[str, Any], int | None]:
+    """The status, and when to be asked again for the progress deadline (None: no need)."""
     spec = ctx.spec
     min_ready, now = spec.min_ready_seconds, ctx.now
     replicas = ready = available = updated = updated_ready = updated_available = 0
@@ -166,7 +169,7 @@ def compute(ctx: Context) -> dict[str, Any]:
     if all_updated and replicas == spec.replicas:
         current = revisions.update
     previous = ctx.cloneset_status
-    return {
+    reported: dict[str, Any] = {
         "observedGeneration": spec.generation,
         "replicas": replicas,
         "readyReplicas": ready,
@@ -181,3 +184,15 @@ def compute(ctx: Context) -> dict[str, Any]:
         "labelSelector": label_selector_string(spec.selector),
         "conditions": conditions(previous.get("conditions") or [], ctx.now_text, None),
     }
+    progress = progress_deadline.progressing(
+        reported["conditions"],
+        reported,
+        deadline_seconds=spec.progress_deadline_seconds,
+        replicas=spec.replicas,
+        paused=spec.paused,
+        now=ctx.now,
+        now_text=ctx.now_text,
+        parse_time=parse_time,
+    )
+    reported["conditions"] = progress.conditions
+    return reported, progress.requeue_after

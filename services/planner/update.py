@@ -22,7 +22,7 @@ from services.planner.names import (
 )
 from services.planner.podstate import PodView, format_time, parse_time
 from services.planner.revisions import hash_part
-from services.planner.spec import RECREATE
+from services.planner.spec import ON_DELETE, RECREATE
 
 _TRAILING_INT = re.compile(r"(\d+)$")
 
@@ -233,7 +233,11 @@ def candidates(ctx: Context, wanted: int | None = None, skip: set[str] | None = 
 
 def update_step(ctx: Context, classes: Classes, diffs: Diffs) -> StepResult:
     result = refresh(ctx)
-    if result.lifecycle_moved or ctx.spec.paused or diffs.update_num <= 0:
+    # OnDelete: the refresh runs (lifecycle moves, InPlaceUpdateReady), then nothing is chosen, marked or
+    # updated: pods reach the new revision when they are deleted and re-created (as master, 58a5d52f).
+    if result.lifecycle_moved or ctx.spec.paused or ctx.spec.update_type == ON_DELETE:
+        return result
+    if diffs.update_num <= 0:
         return result
     spec = ctx.spec
     limit = diffs.update_max_unavailable

@@ -1,4 +1,4 @@
-"""CloneSet validation (semantics CS-2): every problem is a (field, reason) rejection, never an exception."""
+"""CloneSet validation: every problem is a (field, reason) rejection, never an exception."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 from services.model import intorpercent
 from services.model import labels as selectors
-from services.planner.spec import IN_PLACE_ONLY, UPDATE_TYPES
+from services.planner.spec import DEFAULT_MAX_UNAVAILABLE, IN_PLACE_ONLY, UPDATE_TYPES
 
 _INT_FIELDS_NON_NEGATIVE = ("minReadySeconds", "revisionHistoryLimit")
 
@@ -74,6 +74,15 @@ def _validate_spec(spec: dict[str, Any]) -> Invalid | None:
     problem = _validate_lifecycle(spec.get("lifecycle"))
     if problem:
         return problem
+    deadline = spec.get("progressDeadlineSeconds")
+    if deadline is not None:
+        # validation.go: >= 0 and greater than minReadySeconds, unless it is MaxInt32 ("no deadline").
+        if not _is_int(deadline) or deadline < 0:
+            return Invalid(
+                "spec.progressDeadlineSeconds", f"must be a non-negative integer, got {deadline!r}"
+            )
+        if deadline != 2**31 - 1 and deadline <= int(spec.get("minReadySeconds") or 0):
+            return Invalid("spec.progressDeadlineSeconds", "must be greater than minReadySeconds")
     return _validate_claim_templates(spec)
 
 
@@ -241,7 +250,7 @@ def _validate_update_strategy(spec: dict[str, Any], replicas: int) -> Invalid | 
         return Invalid("spec.updateStrategy.maxSurge", "can not use maxSurge with strategy type InPlaceOnly")
     max_unavailable = resolved.get("maxUnavailable")
     if "maxUnavailable" not in strategy:
-        max_unavailable = intorpercent.scaled("20%", replicas, round_up=True)
+        max_unavailable = intorpercent.scaled(DEFAULT_MAX_UNAVAILABLE, replicas, round_up=True)
     if replicas > 0 and (max_unavailable or 0) < 1 and max_surge < 1:
         return Invalid("spec.updateStrategy.maxUnavailable", "maxUnavailable and maxSurge can not both be 0")
     paused = strategy.get("paused")

@@ -41,10 +41,9 @@ from services.model.streams import (
     observed_stream,
 )
 from services.planner import rounds
+from services.planner.names import INSTANCE_ID_LABEL
 from services.planner.rounds import EXPECTATION_TIMEOUT, UNREPORTED_TIMEOUT
 from services.planner.status import ActionOutcome
-
-INSTANCE_ID_LABEL = "apps.kruise.io/cloneset-instance-id"
 
 
 @dataclass
@@ -231,7 +230,7 @@ class WorkloadState:
     def leaving_with_claims(self) -> dict[str, datetime]:
         """Pods deleted by someone else that are still terminating while their PVCs stay.
 
-        Their replacement must reuse the instance id and PVCs (CS-8), which it can only do once the old
+        Their replacement must reuse the instance id and PVCs, which it can only do once the old
         pod (same name) is gone; planning meanwhile would pick a new id and orphan the PVCs. So the
         planner waits for them, at most EXPECTATION_TIMEOUT past the deletion time (a pod stuck on a
         finalizer must not wedge the workload)."""

@@ -27,15 +27,6 @@ def conditions_of(pod: dict[str, Any]) -> dict[str, str]:
     return {c.get("type", ""): c.get("status", "") for c in (pod.get("status") or {}).get("conditions") or []}
 
 
-def available(pod: dict[str, Any]) -> bool:
-    conditions = conditions_of(pod)
-    return (
-        conditions.get("Ready") == "True"
-        and conditions.get("InPlaceUpdateReady") != "False"
-        and not (pod.get("metadata") or {}).get("deletionTimestamp")
-    )
-
-
 def apply_overrides(cloneset: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
     """The CloneSet with fields under spec.updateStrategy replaced (dotted paths)."""
     result = copy.deepcopy(cloneset)

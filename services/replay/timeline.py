@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import Any
 
 from services.infra.store import StoredEvent
+from services.model.availability import pod_available, revision_hash, unavailable
 from services.model.events import (
     ObjectObserved,
     PodActionFailed,
@@ -78,6 +79,7 @@ def pod_summary(pod: dict[str, Any]) -> dict[str, Any]:
         "images": [c.get("image") for c in spec.get("containers") or []],
         "phase": (pod.get("status") or {}).get("phase"),
         "ready": _condition(pod, "Ready") == "True",
+        "available": pod_available(pod),
         "inPlaceUpdateReady": _condition(pod, "InPlaceUpdateReady"),
         "terminating": bool(metadata.get("deletionTimestamp")),
     }
@@ -95,6 +97,8 @@ def summarise(state: WorkloadState) -> dict[str, Any]:
         "exists": state.cloneset is not None,
         "generation": (cloneset.get("metadata") or {}).get("generation"),
         "replicas": spec.get("replicas"),
+        "unavailable": unavailable(int(spec.get("replicas", 1) or 0), state.pods.values()),
+        "updated": updated_pods(state),
         "updateStrategy": spec.get("updateStrategy"),
         "images": [
             c.get("image") for c in ((spec.get("template") or {}).get("spec") or {}).get("containers") or []
@@ -136,14 +140,22 @@ def one_line(step: Step) -> str:
     elif isinstance(payload, ShadowCompared):
         what += f" {payload.action} {payload.pod}: {payload.verdict}"
     ready = sum(1 for p in state.pods.values() if pod_summary(p)["ready"])
-    updated = sum(
-        1
-        for p in state.pods.values()
-        if state.update_revision
-        and (p.get("metadata") or {}).get("labels", {}).get(REVISION_LABEL) == state.update_revision
-    )
+    replicas = int(((state.cloneset or {}).get("spec") or {}).get("replicas", 1) or 0)
     return (
         f"{stored.global_position:>8} {stored.recorded_at.isoformat(timespec='milliseconds')}"
         f" {stream_kind:<9} v{envelope.stream_version:<5} {what}"
-        f"  | pods={len(state.pods)} ready={ready} updated={updated} pending={len(state.pending())}"
+        f"  | pods={len(state.pods)} ready={ready} updated={updated_pods(state)}"
+        f" unavailable={unavailable(replicas, state.pods.values())} pending={len(state.pending())}"
+    )
+
+
+def updated_pods(state: WorkloadState) -> int:
+    """Pods at the update revision (their revision label holds the full name or the hash alone)."""
+    if not state.update_revision:
+        return 0
+    wanted = revision_hash(state.update_revision)
+    return sum(
+        1
+        for p in state.pods.values()
+        if revision_hash(((p.get("metadata") or {}).get("labels") or {}).get(REVISION_LABEL)) == wanted
     )

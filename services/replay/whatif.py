@@ -29,6 +29,8 @@ from typing import Any
 import msgspec
 
 from services.infra.store import StoredEvent
+from services.model.availability import pod_available as available
+from services.model.availability import revision_hash, unavailable
 from services.model.cloneset import desired_replicas
 from services.model.events import (
     ObjectObserved,
@@ -42,10 +44,7 @@ from services.model.streams import ACTION_ID_ANNOTATION, WORKLOAD_KIND
 from services.planner.names import REVISION_LABEL
 from services.planner.plan import plan_json
 from services.planner.workload_state import WorkloadState
-from services.replay.cluster_model import (
-    ClusterModel,
-    available,
-)
+from services.replay.cluster_model import ClusterModel
 
 MAX_ROUNDS = 10_000
 _plan_decoder = msgspec.json.Decoder(dict[str, Any])
@@ -60,16 +59,17 @@ class RolloutMetrics:
     steps: int = 0  # rounds that requested pod actions
     actions: int = 0
     pods_touched: set[str] = field(default_factory=set)
-    max_unavailable: int = 0  # most pods unavailable at one moment
+    max_unavailable: int = 0  # most pods unavailable at one moment (services/model/availability.py)
     longest_unavailable_seconds: float = 0.0  # longest stretch one pod was unavailable
     # start to every pod updated and available (after RolloutCompleted in the record), or the record's end
     duration_seconds: float = 0.0
     completed: bool = False
     _down_since: dict[str, float] = field(default_factory=dict)
 
-    def observe(self, moment: float, pods: dict[str, dict[str, Any]]) -> None:
+    def observe(self, moment: float, pods: dict[str, dict[str, Any]], replicas: int) -> None:
+        self.max_unavailable = max(self.max_unavailable, unavailable(replicas, pods.values()))
+        # The longest stretch is per pod: how long one pod was out of service.
         down = {name for name, pod in pods.items() if not available(pod)}
-        self.max_unavailable = max(self.max_unavailable, len(down))
         for name in down:
             self._down_since.setdefault(name, moment)
         for name in list(self._down_since):
@@ -144,12 +144,14 @@ class _Recorded:
     timings: dict[str, dict[str, float]]
 
 
+def _pod_revision_hash(pod: dict[str, Any]) -> str:
+    return revision_hash(((pod.get("metadata") or {}).get("labels") or {}).get(REVISION_LABEL))
+
+
 def _all_updated(pods: dict[str, dict[str, Any]], target_hash: str, replicas: int) -> bool:
     """Every pod at the rollout's revision and available (the end of a rollout, in both columns)."""
     return len(pods) == replicas and all(
-        ((pod.get("metadata") or {}).get("labels") or {}).get(REVISION_LABEL, "").endswith(target_hash)
-        and available(pod)
-        for pod in pods.values()
+        _pod_revision_hash(pod) == target_hash and available(pod) for pod in pods.values()
     )
 
 
@@ -195,7 +197,7 @@ def read_record(namespace: str, name: str, events: list[StoredEvent], rollout_id
 
     completed = False  # RolloutCompleted(succeeded) seen
     done_at: datetime | None = None  # ... and then every pod updated and available: the model's end too
-    target_hash = rollout_id.rsplit("@", 1)[-1].rsplit("-", 1)[-1]
+    target_hash = revision_hash(rollout_id.rsplit("@", 1)[-1])
     replicas = desired_replicas(state.cloneset)
     spec_changes: list[tuple[float, dict[str, Any]]] = []
     last_spec = (state.cloneset or {}).get("spec")
@@ -286,7 +288,7 @@ def read_record(namespace: str, name: str, events: list[StoredEvent], rollout_id
                 ):
                     kind, _, since = awaiting_ready.pop(payload.name)
                     delays.setdefault(kind, {}).setdefault("ready", []).append(_seconds(moment, since))
-            metrics.observe(_seconds(moment, t0), pods)
+            metrics.observe(_seconds(moment, t0), pods, replicas)
             if completed and _all_updated(pods, target_hash, replicas):
                 done_at = moment
     metrics.steps = len(round_actions)
@@ -306,7 +308,7 @@ def read_record(namespace: str, name: str, events: list[StoredEvent], rollout_id
 def _replan(model: ClusterModel) -> RolloutMetrics:
     """Plan, carry out, repeat: like the planner service, no new round while an action is in flight."""
     metrics = RolloutMetrics()
-    metrics.observe(0.0, model.pods)
+    metrics.observe(0.0, model.pods, desired_replicas(model.cloneset))
     for _ in range(MAX_ROUNDS):
         if model.in_flight == 0:
             plan = _plan_decoder.decode(plan_json(model.plan_input()))
@@ -324,7 +326,7 @@ def _replan(model: ClusterModel) -> RolloutMetrics:
                 break
         if model.step() is None:
             break
-        metrics.observe(model.now, model.pods)
+        metrics.observe(model.now, model.pods, desired_replicas(model.cloneset))
     metrics.duration_seconds = model.now
     metrics.close(model.now)
     return metrics
@@ -334,14 +336,11 @@ def _done(model: ClusterModel, plan: dict[str, Any]) -> bool:
     if plan.get("actions") or model.busy() or any(what == "spec" for _, _, what, _ in model.queue):
         return False
     replicas = desired_replicas(model.cloneset)
-    hash_part = str(plan.get("updateRevision") or "").rsplit("-", 1)[-1]
+    hash_part = revision_hash(plan.get("updateRevision"))
     expected = plan.get("expectedUpdatedReplicas")
     if expected is not None and int(expected) < replicas:  # a partition holds some pods back: enough updated
         updated = sum(
-            1
-            for pod in model.pods.values()
-            if ((pod.get("metadata") or {}).get("labels") or {}).get(REVISION_LABEL, "").endswith(hash_part)
-            and available(pod)
+            1 for pod in model.pods.values() if _pod_revision_hash(pod) == hash_part and available(pod)
         )
         return updated >= int(expected) and all(available(p) for p in model.pods.values())
     return _all_updated(model.pods, hash_part, replicas)

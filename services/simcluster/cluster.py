@@ -14,6 +14,7 @@ from types import TracebackType
 from aiohttp import web
 
 from .admission import Admission
+from .auth import Auth
 from .crds import CrdController
 from .faults import FaultConfig, Faults
 from .gc import GarbageCollector
@@ -61,6 +62,9 @@ class SimConfig:
     # Resources the API server does not serve, by plural or plural.group (e.g. "sidecarsets" for a cluster
     # without the Kruise SidecarSet CRD): 404 on every path and absent from discovery.
     disabled_resources: tuple[str, ...] = ()
+    # Bearer tokens and RBAC (auth.py): the written kubeconfig is an administrator's; per-ServiceAccount
+    # ones come from SimCluster.service_account_kubeconfig. Off: every request is allowed.
+    auth: bool = False
 
 
 class SimCluster:
@@ -86,12 +90,14 @@ class SimCluster:
                 Scheduler(self.store, self.nodes, clock, events),
                 PvcBinder(self.store, clock),
             ]
+        self.auth = Auth(self.store) if cfg.auth else None
         self.api = ApiServer(
             self.store,
             self.admission,
             self.faults,
             bookmark_interval=cfg.bookmark_interval,
             disabled_resources=cfg.disabled_resources,
+            auth=self.auth,
         )
         self.store.create_hooks.append(ClusterIPs())
         self.crds = CrdController(self.store, self.api.serve, self.api.stop_serving)
@@ -119,8 +125,16 @@ class SimCluster:
             target = Path(self._tmp.name) / "kubeconfig"
         else:
             target = Path(self.config.kubeconfig_path)
-        self.kubeconfig_path = write_kubeconfig(target, self.url)
+        token = self.auth.admin_token if self.auth is not None else "simcluster"
+        self.kubeconfig_path = write_kubeconfig(target, self.url, token=token)
         return self
+
+    def service_account_kubeconfig(self, namespace: str, name: str, path: Path) -> Path:
+        """A kubeconfig authenticating as the ServiceAccount (which must exist), for a service run under
+        its RBAC rules. Needs ``SimConfig(auth=True)``."""
+        if self.auth is None:
+            raise ValueError("service_account_kubeconfig needs SimConfig(auth=True)")
+        return write_kubeconfig(path, self.url, namespace=namespace, token=self.auth.issue(namespace, name))
 
     async def stop(self) -> None:
         self.api.cut_watches()

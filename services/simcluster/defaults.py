@@ -49,16 +49,9 @@ def apply_defaults(rt: ResourceType, obj: Obj, old: Obj | None) -> None:
         spec = obj.setdefault("spec", {})
         if isinstance(spec, dict):
             default_pod_spec(spec)
-        if old is None:
-            status = obj.setdefault("status", {})
-            status.setdefault("phase", "Pending")
-            if isinstance(spec, dict):
-                status.setdefault("qosClass", _qos_class(spec))
     elif rt is PVCS:
         spec = obj.setdefault("spec", {})
         spec.setdefault("volumeMode", "Filesystem")
-        if old is None:
-            obj.setdefault("status", {}).setdefault("phase", "Pending")
     elif rt is NAMESPACES:
         meta = obj.setdefault("metadata", {})
         if meta.get("name"):
@@ -71,6 +64,19 @@ def apply_defaults(rt: ResourceType, obj: Obj, old: Obj | None) -> None:
         _service(obj)
     elif rt.kind in _BY_KIND and rt.group in ("apps", "batch"):
         _BY_KIND[rt.kind](obj)
+
+
+def initial_status(rt: ResourceType, obj: Obj) -> None:
+    """The status the registry gives a new pod or PVC (PrepareForCreate): whatever the client sent is
+    replaced; controllers fill in the rest."""
+    if rt is PODS:
+        spec = obj.get("spec")
+        status: Obj = {"phase": "Pending"}
+        if isinstance(spec, dict):
+            status["qosClass"] = _qos_class(spec)
+        obj["status"] = status
+    elif rt is PVCS:
+        obj["status"] = {"phase": "Pending"}
 
 
 def default_pod_spec(spec: Obj) -> None:

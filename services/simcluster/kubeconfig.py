@@ -8,13 +8,17 @@ import yaml
 
 
 def write_kubeconfig(
-    path: Path, server_url: str, context: str = "simcluster", namespace: str = "default"
+    path: Path,
+    server_url: str,
+    context: str = "simcluster",
+    namespace: str = "default",
+    token: str = "simcluster",
 ) -> Path:
     config = {
         "apiVersion": "v1",
         "kind": "Config",
         "clusters": [{"name": context, "cluster": {"server": server_url}}],
-        "users": [{"name": context, "user": {"token": "simcluster"}}],
+        "users": [{"name": context, "user": {"token": token}}],
         "contexts": [
             {"name": context, "context": {"cluster": context, "user": context, "namespace": namespace}}
         ],

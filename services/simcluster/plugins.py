@@ -104,7 +104,7 @@ def _service_account(pod: Obj, spec: Obj, rng: random.Random, service_account: A
         (v.get("name") for v in volumes if str(v.get("name", "")).startswith(TOKEN_VOLUME_PREFIX)), None
     )
     if volume_name is None:
-        volume_name = TOKEN_VOLUME_PREFIX + "".join(rng.choice(_SUFFIX_ALPHABET) for _ in range(5))
+        volume_name = TOKEN_VOLUME_PREFIX + "".join(rng.choices(_SUFFIX_ALPHABET, k=5))
         volumes.append(token_volume(volume_name))
     for field in ("initContainers", "containers"):
         for container in spec.get(field) or []:
@@ -115,28 +115,26 @@ def _service_account(pod: Obj, spec: Obj, rng: random.Random, service_account: A
                 mounts.append({"name": volume_name, "readOnly": True, "mountPath": TOKEN_MOUNT_PATH})
 
 
-def token_volume(name: str) -> Obj:
-    """The projected service-account token volume, as the ServiceAccount plugin writes it."""
-    return {
-        "name": name,
-        "projected": {
-            "sources": [
-                {"serviceAccountToken": {"expirationSeconds": TOKEN_EXPIRATION_SECONDS, "path": "token"}},
-                {"configMap": {"name": ROOT_CA_CONFIGMAP, "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
-                {
-                    "downwardAPI": {
-                        "items": [
-                            {
-                                "path": "namespace",
-                                "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"},
-                            }
-                        ]
-                    }
-                },
-            ],
-            "defaultMode": 420,
+_TOKEN_PROJECTION: Obj = {
+    "sources": [
+        {"serviceAccountToken": {"expirationSeconds": TOKEN_EXPIRATION_SECONDS, "path": "token"}},
+        {"configMap": {"name": ROOT_CA_CONFIGMAP, "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+        {
+            "downwardAPI": {
+                "items": [
+                    {"path": "namespace", "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}
+                ]
+            }
         },
-    }
+    ],
+    "defaultMode": 420,
+}
+
+
+def token_volume(name: str) -> Obj:
+    """The projected service-account token volume, as the ServiceAccount plugin writes it. The projection
+    is shared between pods: stored objects are never changed in place (store.py)."""
+    return {"name": name, "projected": _TOKEN_PROJECTION}
 
 
 def _priority(spec: Obj) -> None:
@@ -144,21 +142,25 @@ def _priority(spec: Obj) -> None:
     spec.setdefault("preemptionPolicy", "PreemptLowerPriority")
 
 
+_DEFAULT_TOLERATIONS = {
+    taint: {
+        "key": taint,
+        "operator": "Exists",
+        "effect": "NoExecute",
+        "tolerationSeconds": DEFAULT_TOLERATION_SECONDS,
+    }
+    for taint in (NOT_READY_TAINT, UNREACHABLE_TAINT)
+}
+
+
 def _default_tolerations(spec: Obj) -> None:
     tolerations = spec.get("tolerations")
     if not isinstance(tolerations, list):
         tolerations = []
     added = list(tolerations)
-    for taint in (NOT_READY_TAINT, UNREACHABLE_TAINT):
+    for taint, toleration in _DEFAULT_TOLERATIONS.items():
         if not any(_tolerates_no_execute(t, taint) for t in tolerations if isinstance(t, dict)):
-            added.append(
-                {
-                    "key": taint,
-                    "operator": "Exists",
-                    "effect": "NoExecute",
-                    "tolerationSeconds": DEFAULT_TOLERATION_SECONDS,
-                }
-            )
+            added.append(dict(toleration))
     spec["tolerations"] = added
 
 

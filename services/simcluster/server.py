@@ -11,8 +11,9 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
-from . import errors, patch, resources
+from . import errors, patch, rbac, resources
 from .admission import Admission
+from .auth import Auth
 from .defaults import apply_defaults
 from .errors import ApiError
 from .faults import Faults
@@ -36,6 +37,7 @@ SERVER_VERSION = {
     "platform": "linux/amd64",
 }
 _WRITE_METHODS = {"POST", "PUT", "PATCH", "DELETE"}
+USER_KEY = web.RequestKey("user", rbac.User)  # the authenticated user, when auth is on
 
 
 def _json(body: Any, status: int = 200) -> web.Response:
@@ -77,7 +79,9 @@ class ApiServer:
         bookmark_interval: float = 5.0,
         default_watch_timeout: float = 1800.0,
         disabled_resources: tuple[str, ...] = (),
+        auth: Auth | None = None,
     ) -> None:
+        self.auth = auth
         # Resources this server does not serve (a cluster without a CRD): 404 and absent from discovery.
         self.served = resources.served(disabled_resources)
         self._by_path = {r.key: r for r in self.served}
@@ -109,6 +113,14 @@ class ApiServer:
         delay = self.faults.latency()
         if delay > 0:
             await asyncio.sleep(delay)
+        if self.auth is not None:
+            try:
+                request[USER_KEY] = self.auth.authenticate(request.headers.get("Authorization", ""))
+                if not request.path.startswith(("/api/", "/apis/")):
+                    # Non-resource paths; resource requests (and their discovery) are checked once routed.
+                    self.auth.authorize(request[USER_KEY], rbac.Request("get", path=request.path))
+            except ApiError as exc:
+                return _error_response(exc)
         write = request.method in _WRITE_METHODS and request.path.startswith(("/api/", "/apis/"))
         if write:
             code = self.faults.write_error(request.path)
@@ -281,6 +293,17 @@ class ApiServer:
         rt, namespace, name, sub = self._route(group, version, rest)
         if rt.namespaced and name and namespace is None:
             raise errors.ApiError(404, "the server could not find the requested resource", "NotFound")
+        if self.auth is not None:
+            watching = request.query.get("watch", "").lower() in ("true", "1")
+            asked = rbac.Request(
+                rbac.verb_of(request.method, bool(name), watching),
+                rt.group,
+                rt.plural,
+                sub,
+                namespace or "",
+                name,
+            )
+            self.auth.authorize(request[USER_KEY], asked)
         ns = namespace or ""
         query = request.query
         if query.get("dryRun"):
@@ -452,7 +475,7 @@ class ApiServer:
         if rt is NAMESPACES:
             body["status"] = {"phase": "Active"}
         body = await self._admit(rt, "CREATE", body, None, ns)
-        return _json(self.store.create(rt, ns, body), 201)
+        return _json(self.store.create(rt, ns, body, defaulted=True), 201)
 
     async def _admit(self, rt: ResourceType, operation: str, body: Obj, old: Obj | None, ns: str) -> Obj:
         """What kube-apiserver does between decoding a write and storing it: defaulting, the compiled-in
@@ -463,10 +486,11 @@ class ApiServer:
             check_namespace(rt, ns, meta.get("name") or "", lambda n: self.store.find(NAMESPACES, "", n))
         if rt is PODS:
             admit_pod(operation, body, self.store.rng, self._service_account_lookup(), old)
-        body = await self.admission.mutate(rt, operation, body, old, ns)
-        apply_defaults(rt, body, old)
-        await self.admission.validate(rt, operation, body, old, ns)
-        return body
+        mutated = await self.admission.mutate(rt, operation, body, old, ns)
+        if mutated is not body:
+            apply_defaults(rt, mutated, old)  # what a webhook added is defaulted too
+        await self.admission.validate(rt, operation, mutated, old, ns)
+        return mutated
 
     def _service_account_lookup(self) -> Callable[[str, str], Obj | None] | None:
         """How the ServiceAccount plugin finds a pod's account; None when ServiceAccounts are not served."""

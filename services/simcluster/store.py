@@ -22,9 +22,9 @@ import msgspec
 
 from . import errors
 from . import schema as crd_schema
-from .defaults import apply_defaults
+from .defaults import apply_defaults, initial_status
 from .plugins import check_namespace
-from .resources import ALL, NAMESPACES, PODS, PVCS, ResourceType
+from .resources import ALL, NAMESPACES, ResourceType
 from .validation import validate_create, validate_update
 
 Obj = dict[str, Any]
@@ -259,7 +259,9 @@ class Store:
             self.compacted_rv = self.history[-1].rv
             self.history.clear()
 
-    def create(self, rt: ResourceType, namespace: str, obj: Obj, *, validate: bool = True) -> Obj:
+    def create(
+        self, rt: ResourceType, namespace: str, obj: Obj, *, validate: bool = True, defaulted: bool = False
+    ) -> Obj:
         obj = dict(obj)
         meta = dict(obj.get("metadata") or {})
         obj["metadata"] = meta
@@ -281,9 +283,9 @@ class Store:
                 if (meta.get("namespace", ""), candidate) not in self.objects[rt]:
                     meta["name"] = candidate
                     break
-        if rt in (PODS, PVCS):
-            obj.pop("status", None)  # the API server resets status on create; controllers fill it in
-        apply_defaults(rt, obj, None)
+        if not defaulted:  # the API server defaults before admission; internal creators rely on this
+            apply_defaults(rt, obj, None)
+        initial_status(rt, obj)
         for hook in self.create_hooks:
             hook(rt, obj)
         if validate:

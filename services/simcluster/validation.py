@@ -10,6 +10,7 @@ customised kubelet) container `env`, `envFrom`, `volumeMounts`, pod `volumes` an
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from fractions import Fraction
@@ -98,7 +99,8 @@ def dns_label_causes(field: str, value: str) -> list[Cause]:
     return causes
 
 
-def qualified_name_problems(key: str) -> list[str]:
+@functools.lru_cache(maxsize=4096)  # label and annotation keys repeat across objects
+def qualified_name_problems(key: str) -> tuple[str, ...]:
     """IsQualifiedName: an optional DNS-subdomain prefix and '/', then a name part of at most 63."""
     problems = []
     prefix, slash, name = key.rpartition("/")
@@ -116,7 +118,7 @@ def qualified_name_problems(key: str) -> list[str]:
             f"for validation is '{_QUALIFIED_NAME_FMT}') with an optional DNS subdomain prefix and '/' "
             "(e.g. 'example.com/MyName')"
         ]
-        return problems
+        return tuple(problems)
     if not name:
         problems.append("name part must be non-empty")
     else:
@@ -124,7 +126,7 @@ def qualified_name_problems(key: str) -> list[str]:
             problems.append("name part must be no more than 63 characters")
         if not _QUALIFIED_NAME.match(name):
             problems.append(_NAME_PART_MESSAGE)
-    return problems
+    return tuple(problems)
 
 
 def label_causes(labels: Any, field: str = "metadata.labels") -> list[Cause]:
@@ -133,13 +135,19 @@ def label_causes(labels: Any, field: str = "metadata.labels") -> list[Cause]:
         return causes
     for key, value in labels.items():
         causes += [_bad(field, key, problem) for problem in qualified_name_problems(str(key))]
-        if not isinstance(value, str):
-            continue
-        if len(value) > 63:
-            causes.append(_bad(field, value, "must be no more than 63 characters"))
-        if not _LABEL_VALUE.match(value):
-            causes.append(_bad(field, value, _LABEL_VALUE_MESSAGE))
+        if isinstance(value, str):
+            causes += [_bad(field, value, problem) for problem in label_value_problems(value)]
     return causes
+
+
+@functools.lru_cache(maxsize=4096)
+def label_value_problems(value: str) -> tuple[str, ...]:
+    problems = []
+    if len(value) > 63:
+        problems.append("must be no more than 63 characters")
+    if not _LABEL_VALUE.match(value):
+        problems.append(_LABEL_VALUE_MESSAGE)
+    return tuple(problems)
 
 
 def metadata_causes(meta: dict[str, Any]) -> list[Cause]:

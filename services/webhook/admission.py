@@ -101,7 +101,7 @@ def review_pod(
 def review_sidecarset(
     request: Mapping[str, Any], existing: Iterable[ss.SidecarSet], selection: Selection = ALL
 ) -> dict[str, Any]:
-    """Refuse an invalid SidecarSet, or one whose containers clash with another SidecarSet's (SS-2).
+    """Refuse an invalid SidecarSet, or one whose containers clash with another SidecarSet's.
     A SidecarSet rollbook does not manage (``selection``) passes untouched: its controller judges it."""
     uid = str(request["uid"])
     if request.get("operation") not in ("CREATE", "UPDATE"):

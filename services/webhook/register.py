@@ -17,6 +17,8 @@ import structlog
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from services.model.management import MANAGE_LABEL, OPT_OUT, SHADOW
+
 log = structlog.get_logger("rollbook.webhook.register")
 
 CONFIGURATION_NAME = "rollbook-sidecarset"
@@ -25,6 +27,11 @@ SIDECARSET_WEBHOOK_NAME = "validate-sidecarset.sidecarset.rollbook.io"
 SIDECARSET_MUTATING_WEBHOOK_NAME = "mutate-sidecarset.sidecarset.rollbook.io"
 # Namespaces labelled like this are never sent to the pod webhook (OpenKruise skips `control-plane`).
 OPT_OUT_LABEL = "rollbook.io/sidecar-injection"
+# SidecarSets labelled out of rollbook's management (services/model/management.py) never reach the
+# SidecarSet webhooks: a webhook outage cannot block them. deploy/with-openkruise narrows it to opted-in.
+SIDECARSET_OBJECT_SELECTOR: dict[str, Any] = {
+    "matchExpressions": [{"key": MANAGE_LABEL, "operator": "NotIn", "values": [OPT_OUT, SHADOW]}]
+}
 
 
 def url_client_config(base_url: str, path: str, ca_bundle: bytes) -> dict[str, Any]:
@@ -93,6 +100,7 @@ def mutating_configuration(
                 "sideEffects": "None",
                 "timeoutSeconds": timeout_seconds,
                 "reinvocationPolicy": "Never",
+                "objectSelector": SIDECARSET_OBJECT_SELECTOR,
             }
         )
     return configuration
@@ -124,6 +132,7 @@ def validating_configuration(
                 "failurePolicy": "Fail",
                 "sideEffects": "None",
                 "timeoutSeconds": timeout_seconds,
+                "objectSelector": SIDECARSET_OBJECT_SELECTOR,
             }
         ],
     }

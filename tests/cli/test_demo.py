@@ -12,8 +12,9 @@ import psutil
 import pytest
 from kubernetes_asyncio import client
 
-from services.cli.demo import DemoFailed, ServiceProcesses, Workload, follow, ready_at
+from services.cli.demo import DemoFailed, Workload, follow, ready_at
 from services.infra.settings import Settings
+from services.infra.supervisor import Supervisor
 from services.simcluster import SimCluster
 from tests.e2e.cluster import Cluster, seed_cloneset
 
@@ -70,7 +71,7 @@ async def test_a_step_that_does_not_finish_fails_with_its_name_and_last_status(
 ) -> None:
     # No services run: the CloneSet is accepted by the API server but nobody creates its pods.
     await Cluster(k8s_client).create_cloneset(seed_cloneset("cloneset-sample.yaml"))
-    nobody = ServiceProcesses(Settings(), tmp_path)
+    nobody = Supervisor(Settings(), tmp_path)
     with pytest.raises(DemoFailed, match=r"create: not done after 1s \(default/sample: status"):
         targets = {Workload("default", "sample"): ready_at(5)}
         await follow(client.CustomObjectsApi(k8s_client), nobody, "create", targets, timeout=1.0)

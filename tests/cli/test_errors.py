@@ -18,6 +18,7 @@ from services.infra.settings import Settings
 from services.simcluster import SimCluster
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+SEED = REPO_ROOT / "tests" / "fixtures" / "seed"
 
 
 def rollbook(*args: str, **env: str) -> tuple[int, str, str]:
@@ -63,6 +64,37 @@ def test_every_help_fits_80_columns_and_names_its_placeholders() -> None:
             assert placeholder not in out, (path, out)
     _, out, _ = rollbook("verify", "--help")
     assert "--decide DECIDE" in out and "TARGET" in out
+
+
+HEAVY = ("kubernetes_asyncio", "alembic", "sqlalchemy", "nats", "asyncpg", "aiohttp", "pydantic")
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        ["--help"],
+        ["plan", "-f", str(SEED / "pod-test-pod.yaml")],
+        [
+            "inject", "-f", str(SEED / "pod-test-pod.yaml"),
+            "--sidecarset", str(SEED / "sidecarset-test-sidecarset.yaml"),
+        ],
+    ],
+    ids=["help", "plan", "inject"],
+)  # fmt: skip
+def test_quick_commands_import_no_heavy_package(arguments: list[str]) -> None:
+    """What keeps `--help`, `plan` and `inject` fast (bench/cli_startup.py measures it): a command module
+    that imports one of these at its top slows every command down."""
+    probe = (
+        "import sys\n"
+        "from services.cli.main import main\n"
+        f"sys.argv = ['rollbook', *{arguments!r}]\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        f"print('HEAVY=' + ','.join(sorted({{m.split('.')[0] for m in sys.modules}} & set({HEAVY!r}))))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert result.stdout.strip().splitlines()[-1] == "HEAVY=", result.stdout + result.stderr
 
 
 def test_a_missing_file_is_one_line_and_debug_shows_the_traceback(tmp_path: Path) -> None:

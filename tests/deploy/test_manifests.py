@@ -20,7 +20,8 @@ import yaml
 from services.cli.services import SERVICES as ROLLBOOK_SERVICES
 from services.infra.runtime import PORT_OFFSETS
 from services.infra.settings import Settings
-from services.model.management import Selection
+from services.model import labels as label_selectors
+from services.model.management import MANAGE_LABEL, Selection
 from tests.deploy.manifests import (
     DEPLOY,
     NAMESPACE,
@@ -36,6 +37,7 @@ from tests.deploy.manifests import (
 from tests.test_compose import assert_real_rollbook_command
 
 INSTALL_DOC = ROOT / "docs" / "install.md"
+VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
 KUBERNETES_VERSION = "1.30"  # the oldest Kubernetes release still maintained upstream when this was written
 # Kinds of operators the install relies on; kubernetes-validate knows only Kubernetes' own.
 THIRD_PARTY = {("cert-manager.io/v1", "Issuer"), ("cert-manager.io/v1", "Certificate")}
@@ -121,7 +123,7 @@ def test_every_service_runs_locked_down_with_probes_and_resources(service: str) 
     assert spec["livenessProbe"]["httpGet"]["path"] == "/healthz"
     assert spec["readinessProbe"]["httpGet"]["path"] == "/readyz"
     assert spec["resources"]["requests"]["cpu"] and spec["resources"]["limits"]["memory"]
-    assert spec["image"] == "rollbook:0.1.0"
+    assert spec["image"] == f"rollbook:{VERSION}"  # the image of this version unless an overlay says
 
 
 @pytest.mark.parametrize("service", SERVICES)
@@ -178,9 +180,8 @@ def test_the_webhook_serves_tls_and_registers_nothing_itself() -> None:
 
 
 def test_the_migration_job_runs_alembic_once_per_version() -> None:
-    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
     [job] = of_kind(render("standalone"), "Job")
-    assert job["metadata"]["name"] == f"rollbook-migrate-{version}"
+    assert job["metadata"]["name"] == f"rollbook-migrate-{VERSION}"
     [spec] = job["spec"]["template"]["spec"]["containers"]
     assert spec["command"] == ["alembic", "upgrade", "head"]
     assert {"secretRef": {"name": "rollbook-connections"}} in spec["envFrom"]
@@ -215,7 +216,9 @@ def test_every_file_in_deploy_is_part_of_an_overlay() -> None:
     for directory in DEPLOY.rglob("kustomization.yaml"):
         text = directory.read_text()
         for path in directory.parent.glob("*.yaml"):
-            if path.name != "kustomization.yaml" and f"- {path.name}" in text:
+            if path.name != "kustomization.yaml" and (
+                f"- {path.name}" in text or f"path: {path.name}" in text
+            ):
                 rendered_files.add(path)
     every = {p for p in DEPLOY.rglob("*.yaml") if p.name != "kustomization.yaml"}
     assert every == rendered_files, sorted(str(p.relative_to(ROOT)) for p in every - rendered_files)
@@ -246,3 +249,24 @@ def test_the_overlay_in_docs_install_renders_with_the_image_it_names(tmp_path: P
     assert (
         config_map["data"]["ROLLBOOK_MANAGE"] == "all" and config_map["data"]["ROLLBOOK_LOG_LEVEL"] == "INFO"
     )
+
+
+@pytest.mark.parametrize(("overlay", "mode"), [("standalone", "all"), ("with-openkruise", "labelled")])
+def test_the_sidecarset_webhooks_are_sent_exactly_the_sidecarsets_rollbook_manages(
+    overlay: str, mode: str
+) -> None:
+    selection = Selection.parse(mode)
+    manifests = render(overlay)
+    hooks = [
+        hook
+        for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
+        for hook in named(manifests, kind, "rollbook-sidecarset")["webhooks"]
+        if hook["rules"][0]["resources"] == ["sidecarsets"]
+    ]
+    assert len(hooks) == 2
+    for value in (None, "true", "false", "shadow", "yes"):
+        labels = {"app": "x"} if value is None else {"app": "x", MANAGE_LABEL: value}
+        sidecarset = {"kind": "SidecarSet", "metadata": {"name": "s", "labels": labels}}
+        for hook in hooks:
+            sent = label_selectors.matches(hook["objectSelector"], labels)
+            assert sent == selection.manages(sidecarset), (overlay, hook["name"], value)

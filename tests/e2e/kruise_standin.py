@@ -85,7 +85,7 @@ class KruiseStandIn:
             finally:
                 await connection.close()
 
-        await wait_for(recorded, within=30, what=f"the watcher to record {obj['metadata']['name']}@{version}")
+        await wait_for(recorded, within=60, what=f"the watcher to record {obj['metadata']['name']}@{version}")
 
     # --- the CloneSet --------------------------------------------------------------------------------
 

@@ -43,7 +43,7 @@ async def leader_and_standby(stack: Stack, k8s_client: client.ApiClient, service
     """Process names (e.g. "planner", "planner-2") of the Lease holder and of the other one."""
     pid = await holder_pid(k8s_client, service)
     names = [service, f"{service}-2"]
-    leaders = [n for n in names if stack.processes[n].process.pid == pid]
+    leaders = [n for n in names if stack.children[n].process.pid == pid]
     assert len(leaders) == 1, f"the {service} Lease names pid {pid}, none of {names}"
     return leaders[0], next(n for n in names if n != leaders[0])
 
@@ -91,7 +91,7 @@ async def test_one_planner_and_one_watcher_of_two_work(
         assert await leader_gauge(stack, standby, service) == 0.0
         ready = await stack.get_json(standby, "/readyz")  # 200: a standby is ready (able to take over)
         assert ready["details"]["leader"]["leading"] is False
-        assert int(ready["details"]["leader"]["holder"].split("/")[-2]) == stack.processes[leader].process.pid
+        assert int(ready["details"]["leader"]["holder"].split("/")[-2]) == stack.children[leader].process.pid
     await assert_trail_consistent(stack, stack.settings.database_url)
     assert stack.dead() == []
 
@@ -114,7 +114,7 @@ async def test_sigterm_to_the_leaders_mid_rollout_hands_over_to_the_standbys(
     new_leaders: dict[str, str] = {}
     for service in ("planner", "watcher"):
         leader, standby = await leader_and_standby(stack, k8s_client, service)
-        standby_pid = stack.processes[standby].process.pid
+        standby_pid = stack.children[standby].process.pid
         sent = time.monotonic()
         assert await stack.stop(leader) == 0, f"the leading {service} did not exit cleanly on SIGTERM"
 

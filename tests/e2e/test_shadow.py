@@ -71,7 +71,7 @@ async def query(database_url: str, sql: str, *args: Any) -> list[dict[str, Any]]
 
 
 def rollbook(stack: Stack, *args: str) -> subprocess.CompletedProcess[str]:
-    from services.cli.services import settings_env
+    from services.infra.supervisor import settings_env
 
     return subprocess.run(
         [sys.executable, "-m", "services.cli.main", *args],

@@ -29,6 +29,7 @@ from services.infra.bus import Bus
 from services.infra.database import asyncpg_url
 from services.infra.settings import Settings
 from services.infra.store import EventStore, StoredEvent
+from services.infra.supervisor import settings_env
 from services.model import sidecarset as ss
 from services.model.events import (
     ObjectObserved,
@@ -43,6 +44,7 @@ from services.model.events import (
 )
 from services.model.sidecarset_streams import (
     SIDECARSET_GROUP,
+    SIDECARSET_KIND,
     SIDECARSET_PLURAL,
     SIDECARSET_VERSION,
     UPDATE_SIDECAR_ACTION,
@@ -51,7 +53,7 @@ from services.model.sidecarset_streams import (
     observed_stream,
 )
 from services.model.streams import decisions_stream as cloneset_decisions_stream
-from services.planner.kinds import SIDECARSET
+from services.planner.kinds import CLONESET, SIDECARSET
 from services.replay.verify import verify_streams
 from services.simcluster import SimCluster, SimConfig
 from services.simcluster.kubelet import Timing
@@ -59,8 +61,9 @@ from services.webhook.service import RunningWebhook, WebhookOptions, run_webhook
 from services.webhook.sinks import EventStoreSink
 from tests.e2e import audit
 from tests.e2e.cluster import Cluster, seed_cloneset
+from tests.e2e.planned import nothing_left_to_plan, round_covering
 from tests.plugins.simcluster import MakeSimCluster
-from tests.plugins.stack import Stack, settings_env, wait_for
+from tests.plugins.stack import Stack, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -189,7 +192,15 @@ async def test_paused_then_partition_50_percent_upgrades_two_pods_one_at_a_time(
         lambda: status_is(observedGeneration=generation, matchedPods=4, updatedPods=0),
         what="the status of the changed, paused SidecarSet",
     )
-    await asyncio.sleep(1.0)  # a planner that wrongly upgrades would have done it by now
+    # The round over the changed SidecarSet holds all the planner decides on it; then nothing is left.
+    await round_covering(
+        store,
+        SIDECARSET,
+        NAME,
+        lambda o: o.kind == SIDECARSET_KIND and o.object["metadata"].get("generation") == generation,
+        what="the changed, paused SidecarSet",
+    )
+    await wait_for(lambda: nothing_left_to_plan(store, SIDECARSET, NAME), what="nothing left to plan")
     paused_pods = await read_pods(core)
     assert {spec_image(p, "tools") for p in paused_pods.values()} == {OLD_IMAGE}
     decisions = [s.envelope.payload for s in await store.read_stream(decisions_stream(NAME))]
@@ -218,7 +229,14 @@ async def test_paused_then_partition_50_percent_upgrades_two_pods_one_at_a_time(
         within=30,
         what="two pods upgraded and ready",
     )
-    await asyncio.sleep(1.0)  # and no third one follows
+    # No third one follows: given everything observed (two upgraded and ready), nothing is left to plan.
+    await wait_for(lambda: nothing_left_to_plan(store, SIDECARSET, NAME), what="nothing left to plan")
+    requested = [
+        s.envelope.payload
+        for s in await store.read_stream(decisions_stream(NAME))
+        if isinstance(s.envelope.payload, PodActionRequested)
+    ]
+    assert len(requested) == 2
     after = await read_pods(core)
     upgraded = sorted(n for n, p in after.items() if spec_image(p, "tools") == NEW_IMAGE)
     assert len(upgraded) == 2
@@ -339,7 +357,7 @@ async def test_paused_then_partition_50_percent_upgrades_two_pods_one_at_a_time(
     assert process.returncode == 0 and out.decode().startswith("OK:"), out
 
     # A pod created now is injected from the SidecarSet whose status names the second revision, and its
-    # kruise.io/sidecarset-hash entry records that revision (SS-7's controllerRevision).
+    # kruise.io/sidecarset-hash entry records that revision (its controllerRevision field).
     await wait_for(
         lambda: _async(
             any(
@@ -432,7 +450,11 @@ async def test_sidecars_of_cloneset_pods_upgrade_in_place_and_the_cloneset_leave
         return pods if status.get("updatedPods") == 3 and status.get("updatedReadyPods") == 3 else None
 
     after = await wait_for(upgraded, within=30, what="the three CloneSet pods' sidecars upgraded")
-    await asyncio.sleep(1.0)  # time for a CloneSet planner that wrongly reacts to do so
+    # Every sidecar upgrade is observed on the CloneSet's pods too: given all of that, the CloneSet planner
+    # has nothing left to plan, and it planned no pod action since.
+    await wait_for(
+        lambda: nothing_left_to_plan(store, CLONESET, "default/sample"), what="nothing left to plan"
+    )
     assert await _cloneset_actions(store) == cloneset_actions_before  # the CloneSet planner did nothing
     assert {n: p["metadata"]["uid"] for n, p in after.items()} == {
         n: p["metadata"]["uid"] for n, p in before.items()
@@ -468,7 +490,7 @@ async def set_image(custom: client.CustomObjectsApi, image: str) -> None:
 
 
 async def test_a_crashing_sidecar_image_stalls_at_max_unavailable_and_is_fixed_forward(
-    stack: Stack, webhook: RunningWebhook, k8s_client: client.ApiClient
+    stack: Stack, webhook: RunningWebhook, k8s_client: client.ApiClient, store: EventStore
 ) -> None:
     custom = client.CustomObjectsApi(k8s_client)
     core = client.CoreV1Api(k8s_client)
@@ -500,7 +522,8 @@ async def test_a_crashing_sidecar_image_stalls_at_max_unavailable_and_is_fixed_f
 
     await set_image(custom, "centos:crash")
     await wait_for(lambda: status_is(updatedPods=1, readyPods=2), what="one pod on the crashing image")
-    await asyncio.sleep(2.0)  # the crashing pod never becomes ready: the rollout must not go on
+    # The crashing pod never becomes ready: given that, nothing is left to plan (no second upgrade).
+    await wait_for(lambda: nothing_left_to_plan(store, SIDECARSET, NAME), what="nothing left to plan")
     assert await status_is(updatedPods=1, readyPods=2, updatedReadyPods=0)
     stalled = await read_pods(core)
     crashed = [n for n, p in stalled.items() if spec_image(p, "tools") == "centos:crash"]
@@ -561,7 +584,14 @@ async def test_watcher_and_planner_killed_mid_rollout_resume_without_repeating_a
     await wait_for(requested, what="the first upgrade requested")
     await stack.kill("watcher")
     await stack.kill("planner")
-    await asyncio.sleep(0.5)  # the kubelet goes on meanwhile; the watcher misses those changes
+    first = (await requested())[0]
+
+    async def applied_unwatched() -> bool:
+        # The executor applies the upgrade and the kubelet restarts the sidecar: the watcher misses it.
+        pod = (await read_pods(core))[first.pod]
+        return spec_image(pod, "tools") == NEW_IMAGE
+
+    await wait_for(applied_unwatched, what="the first upgrade applied while the watcher is down")
     await stack.start("watcher", "planner")
     await wait_for(
         lambda: status_is(matchedPods=4, updatedPods=4, readyPods=4, updatedReadyPods=4),

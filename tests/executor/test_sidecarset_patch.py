@@ -8,7 +8,7 @@ from typing import Any
 
 from services.executor.sidecarset import merged_patch
 from services.model.sidecarset import HASH_ANNOTATION
-from services.model.sidecarset_streams import INPLACE_STATE_ANNOTATION
+from services.model.sidecarset_streams import SIDECARSET_INPLACE_STATE_ANNOTATION
 
 
 def test_only_this_sidecarsets_entries_come_from_the_plan() -> None:
@@ -16,7 +16,7 @@ def test_only_this_sidecarsets_entries_come_from_the_plan() -> None:
         "metadata": {
             "annotations": {
                 HASH_ANNOTATION: json.dumps({"tools": {"hash": "new"}, "logging": {"hash": "stale"}}),
-                INPLACE_STATE_ANNOTATION: json.dumps({"tools": {"revision": "new"}}),
+                SIDECARSET_INPLACE_STATE_ANNOTATION: json.dumps({"tools": {"revision": "new"}}),
             }
         },
         "spec": {"containers": [{"name": "tools", "image": "centos:7"}]},
@@ -26,7 +26,7 @@ def test_only_this_sidecarsets_entries_come_from_the_plan() -> None:
             "annotations": {
                 # logging upgraded its sidecar after the planner observed the pod
                 HASH_ANNOTATION: json.dumps({"tools": {"hash": "old"}, "logging": {"hash": "fresh"}}),
-                INPLACE_STATE_ANNOTATION: json.dumps({"logging": {"revision": "fresh"}}),
+                SIDECARSET_INPLACE_STATE_ANNOTATION: json.dumps({"logging": {"revision": "fresh"}}),
             }
         }
     }
@@ -36,7 +36,7 @@ def test_only_this_sidecarsets_entries_come_from_the_plan() -> None:
         "tools": {"hash": "new"},
         "logging": {"hash": "fresh"},
     }
-    assert json.loads(annotations[INPLACE_STATE_ANNOTATION]) == {
+    assert json.loads(annotations[SIDECARSET_INPLACE_STATE_ANNOTATION]) == {
         "logging": {"revision": "fresh"},
         "tools": {"revision": "new"},
     }

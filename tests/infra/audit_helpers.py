@@ -24,8 +24,8 @@ from services.model.events import (
     new_event,
 )
 from services.model.sidecarset_streams import (
-    INPLACE_STATE_ANNOTATION,
     SIDECARSET_ACTION_ANNOTATION,
+    SIDECARSET_INPLACE_STATE_ANNOTATION,
     SIDECARSET_KIND,
     UPDATE_SIDECAR_ACTION,
 )
@@ -252,7 +252,9 @@ class SidecarSetTrail:
         before = {"tools": {"imageID": f"{SIDECAR_OLD}@sha256:{pod}-{self.restarts.get(pod, 0)}"}}
         state = {self.name: {"revision": "2" * 64, "lastContainerStatuses": before}}
         patch = {
-            "metadata": {"annotations": {INPLACE_STATE_ANNOTATION: json.dumps(state, sort_keys=True)}},
+            "metadata": {
+                "annotations": {SIDECARSET_INPLACE_STATE_ANNOTATION: json.dumps(state, sort_keys=True)}
+            },
             "spec": {"containers": [{"name": "tools", "image": SIDECAR_NEW}]},
         }
         await self.decide(

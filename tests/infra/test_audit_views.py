@@ -17,7 +17,7 @@ import pytest
 from services.infra import audit_queries
 from services.infra.database import asyncpg_url
 from services.infra.store import EventStore
-from services.model.events import PodHookHeld, PodHookReleased
+from services.model.events import PodHookHeld, PodHookReleased, RolloutProgressDeadlineExceeded
 from tests.infra.audit_helpers import NEW, OLD, SIDECAR_NEW, T0, SidecarSetTrail, Trail
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -480,3 +480,24 @@ async def test_hook_waits_show_how_long_each_lifecycle_hook_held_each_pod(
     assert (held["held_since"], held["released"]) == (T0 + timedelta(seconds=10), T0 + timedelta(seconds=45))
     assert held["held_seconds"] == 35.0 and held["still_held"] is False
     assert running["released"] is None and running["held_seconds"] is None and running["still_held"] is True
+
+
+async def test_progress_deadlines_list_the_rollouts_whose_deadline_passed(
+    event_store: EventStore, database_url: str
+) -> None:
+    trail = Trail(event_store)
+    await trail.decide(
+        RolloutProgressDeadlineExceeded(
+            rollout_id=trail.rollout,
+            revision=NEW,
+            progress_deadline_seconds=600,
+            progressing_since="2026-11-30T12:00:10Z",
+        ),
+        611,
+    )
+    rows = await _rows(database_url, "SELECT * FROM progress_deadlines WHERE namespace = $1", trail.namespace)
+    assert [
+        (r["workload"], r["rollout_id"], r["revision"], r["progress_deadline_seconds"]) for r in rows
+    ] == [("web", trail.rollout, NEW, 600)]
+    assert rows[0]["progressing_since"] == T0 + timedelta(seconds=10)
+    assert rows[0]["exceeded_at"] == T0 + timedelta(seconds=611)

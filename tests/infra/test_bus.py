@@ -27,8 +27,9 @@ async def test_republished_event_id_is_dropped_by_jetstream(bus: Bus) -> None:
 
     consumer = bus.consumer(unique("dedup"), bus.event_filter(name=stream.split("/")[2]), handle)
     task = asyncio.create_task(consumer.run())
-    await eventually(lambda: len(seen) >= 3, what="3 events")
-    await asyncio.sleep(0.3)  # a fourth (a duplicate) would arrive by now
+    # Delivery follows the stream's order: once version 3 (published after every duplicate) is handled, a
+    # duplicate the server had stored would have been handled before it.
+    await eventually(lambda: any(e.stream_version == 3 for e in seen), what="version 3")
     consumer.stop()
     await task
     assert [e.stream_version for e in seen] == [1, 2, 3]
@@ -229,8 +230,9 @@ async def test_a_consumer_with_several_filters_hands_over_only_those_events(bus:
     filters = [bus.event_filter(event_type=t, name=name) for t in ("RolloutPaused", "RevisionsPruned")]
     consumer = bus.consumer(unique("several"), filters, handle)
     task = asyncio.create_task(consumer.run())
+    # In stream order the resumption (version 2) comes before the second pause (version 3): had it been
+    # handed over, it would be in ``seen`` by the time version 3 is.
     await eventually(lambda: len(seen) >= 2, what="the two paused events")
-    await asyncio.sleep(0.3)  # the resumption would be handed over by now
     consumer.stop()
     await task
     assert seen == ["RolloutPaused", "RolloutPaused"]

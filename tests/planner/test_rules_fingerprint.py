@@ -17,6 +17,7 @@ import hashlib
 from datetime import UTC, datetime
 
 import msgspec
+import pytest
 
 from services.model.events import RoundPlanned
 from services.model.streams import decisions_stream
@@ -30,8 +31,9 @@ FINGERPRINTS = {
     3: "0757a746a3c5caa540f3c0be32da984a9be00907bdf4cc822a24eccc71e779b7",
     # v4 (lifecycle hooks, replicas: null) recorded on the simulation with expectation timers
     4: "c4dd0787c916b4486427aacd05af36fc0b570e90c7fa6d7b4ca687ef390871e2",
-    # v5: expectation timeouts counted from the action's outcome (the expectation timers move)
-    5: "21499228da31eb510678f129364f250e984770eea5b22273e39e549073911189",
+    5: "fcb057b8dd64413bb44496ef0dd09fdcb61ab53da759d0529e329e53e875a3d6",
+    # v6: expectation timeouts counted from the action's outcome (the expectation timers move)
+    6: "7e9025d47f6d97683e57930f3c0f5e95d673b334dee49beebb891d71e600c4e7",
 }
 START = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 SCRIPTS: tuple[tuple[int | None, dict[str, object]], ...] = (
@@ -42,6 +44,8 @@ SCRIPTS: tuple[tuple[int | None, dict[str, object]], ...] = (
     # replicas: null (the default 1) in place (added with rules v4; earlier entries fingerprint the
     # first two scripts only)
     (None, {"type": "InPlaceIfPossible"}),
+    # OnDelete: nothing is updated (added with rules v5; earlier entries fingerprint the scripts before it)
+    (3, {"type": "OnDelete"}),
 )
 
 
@@ -59,16 +63,27 @@ def decisions_fingerprint() -> tuple[str, dict[str, int]]:
     return digest.hexdigest(), counts
 
 
-def test_the_decisions_match_the_fingerprint_of_the_current_rules_version() -> None:
-    fingerprint, counts = decisions_fingerprint()
+@pytest.fixture(scope="module")
+def fingerprint() -> tuple[str, dict[str, int]]:
+    return decisions_fingerprint()
+
+
+def test_the_decisions_match_the_fingerprint_of_the_current_rules_version(
+    fingerprint: tuple[str, dict[str, int]],
+) -> None:
+    digest, counts = fingerprint
     assert counts.get("RolloutPaused") and counts.get("PodActionRequested")  # the script exercises them
-    assert RULES_VERSION in FINGERPRINTS, f"record the fingerprint of rules v{RULES_VERSION}: {fingerprint}"
-    assert fingerprint == FINGERPRINTS[RULES_VERSION], (
-        f"the planner decides differently from rules v{RULES_VERSION} (new fingerprint {fingerprint}): "
+    assert RULES_VERSION in FINGERPRINTS, f"record the fingerprint of rules v{RULES_VERSION}: {digest}"
+    assert digest == FINGERPRINTS[RULES_VERSION], (
+        f"the planner decides differently from rules v{RULES_VERSION} (new fingerprint {digest}): "
         "bump RULES_VERSION and record it, or re-record if only the simulation changed (module doc)"
     )
 
 
-def test_every_rules_version_has_its_own_fingerprint() -> None:
-    # A bump that reuses the previous fingerprint was not needed; a changed one must not reuse a version.
-    assert len(set(FINGERPRINTS.values())) == len(FINGERPRINTS)
+def test_a_rules_version_bump_changed_the_decisions(fingerprint: tuple[str, dict[str, int]]) -> None:
+    # This code's decisions equal to those of another rules version: the bump was not needed, and verify
+    # would report that version's rounds as not re-verifiable for nothing.
+    digest, _ = fingerprint
+    same = [version for version, f in FINGERPRINTS.items() if f == digest and version != RULES_VERSION]
+    assert same == [], f"rules v{RULES_VERSION} decide as v{same} did: the bump was not needed"
+    assert len(set(FINGERPRINTS.values())) == len(FINGERPRINTS), "two rules versions share a fingerprint"

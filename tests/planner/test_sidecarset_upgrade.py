@@ -1,5 +1,5 @@
-"""The SidecarSet in-place upgrade round (services.planner.sidecarset_upgrade): OpenKruise's SS-8/SS-10 rules
-as tables, and properties over random pods (maxUnavailable, partition, determinism)."""
+"""The SidecarSet in-place upgrade round (services.planner.sidecarset_upgrade): OpenKruise's in-place
+sidecar upgrade rules as tables, and properties over random pods (maxUnavailable, partition, determinism)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from services.model import sidecarset as ss
-from services.model.sidecarset_streams import INPLACE_STATE_ANNOTATION
+from services.model.sidecarset_streams import SIDECARSET_INPLACE_STATE_ANNOTATION
 from services.planner.sidecarset_upgrade import plan_sidecarset, upgrade_complete
 from tests.e2e.cluster import SEED
 
@@ -109,13 +109,13 @@ def names(pods: list[Any]) -> list[str]:
 
 
 def test_worked_example_four_pods_partition_50_percent_max_unavailable_1() -> None:
-    """SS-8's example: P = 2; round 1 upgrades 1 pod; after it is complete and ready round 2 upgrades 1;
+    """OpenKruise's example: P = 2; round 1 upgrades 1 pod; after it is complete and ready round 2 upgrades 1;
     then |W| - P = 0 and two pods stay old."""
     pods = {f"p{i}": pod(f"p{i}", age=i) for i in range(4)}
     spec = sidecarset(NEW, partition="50%")
     first = plan_sidecarset(spec, pods.values(), NOW)
     assert (first.partition, first.max_unavailable, first.expected_updated) == (2, 1, 2)
-    # G-4: all ready, so the most recently ready first.
+    # Update order: all ready, so the most recently ready first.
     assert first.candidates == ["default/p0", "default/p1", "default/p2", "default/p3"]
     assert names(first.upgrades) == ["p0"]
     upgrade = first.upgrades[0]
@@ -157,7 +157,7 @@ def test_g4_order_most_recently_ready_first_then_not_ready_first() -> None:
         ({"partition": 4}, []),
         ({"partition": 3}, ["p0"]),
         ({"partition": "100%"}, []),
-        ({"partition": "99%"}, ["p0"]),  # a percent below 100% always lets one pod update (G-2)
+        ({"partition": "99%"}, ["p0"]),  # a percent below 100% always lets one pod update
         ({"maxUnavailable": 2}, ["p0", "p1"]),
         ({"maxUnavailable": "50%"}, ["p0", "p1"]),
         ({"maxUnavailable": "30%"}, ["p0", "p1"]),  # 1.2 rounded up
@@ -250,11 +250,12 @@ def test_patch_touches_only_sidecar_images_and_this_sidecarsets_entries() -> Non
     patch = result.upgrades[0].patch
     assert patch["spec"] == {"containers": [{"name": "tools", "image": NEW}]}
     annotations = patch["metadata"]["annotations"]
-    assert set(annotations) == {ss.HASH_ANNOTATION, INPLACE_STATE_ANNOTATION}  # without-image hash untouched
+    # The without-image hash is untouched.
+    assert set(annotations) == {ss.HASH_ANNOTATION, SIDECARSET_INPLACE_STATE_ANNOTATION}
     hashes = json.loads(annotations[ss.HASH_ANNOTATION])
     assert hashes["test-sidecarset"]["hash"] == ss.parse_sidecarset(sidecarset(NEW)).hash
     assert hashes["logging"] == json.loads(both["metadata"]["annotations"][ss.HASH_ANNOTATION])["logging"]
-    state = json.loads(annotations[INPLACE_STATE_ANNOTATION])["test-sidecarset"]
+    state = json.loads(annotations[SIDECARSET_INPLACE_STATE_ANNOTATION])["test-sidecarset"]
     assert state["lastContainerStatuses"] == {"tools": {"imageID": image_id(OLD)}}
 
 

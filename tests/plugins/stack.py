@@ -2,8 +2,9 @@
 
 - `stack_settings`: Settings for one test: a fresh migrated database, its own JetStream stream and
   subject prefix, the simcluster's kubeconfig.
-- `stack`: a `Stack` to start, stop (SIGTERM), kill (SIGKILL) and restart services by name; every
-  process is stopped at the end, its log kept in the test's tmp_path and printed when it failed.
+- `stack`: a `Stack` (rollbook's supervisor, services/infra/supervisor.py) to start, stop (SIGTERM), kill
+  (SIGKILL) and restart services by name; every process is stopped at the end, its log kept in the
+  test's tmp_path and printed when it failed.
 
     await stack.start("watcher", "planner", "executor", "auditor")   # waits for /readyz of each
     await stack.start("executor", name="executor-2")
@@ -14,14 +15,12 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
-import socket
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,11 +30,10 @@ import nats.js.errors
 import pytest
 import pytest_asyncio
 
-from services.cli.services import settings_env
 from services.infra.bus import Bus
 from services.infra.database import asyncpg_url, upgrade_async
-from services.infra.runtime import logged_port
 from services.infra.settings import Settings
+from services.infra.supervisor import ServiceFailed, Supervisor
 from services.simcluster import SimCluster
 from tests.plugins.database import with_database
 from tests.plugins.servers import ServerUrls
@@ -43,133 +41,42 @@ from tests.plugins.servers import ServerUrls
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @dataclass
-class ServiceProcess:
-    name: str
-    service: str
-    process: asyncio.subprocess.Process
-    log_path: Path
-    log_start: int  # the log file's size when the process started (restarts append to the same file)
-    port: int = 0  # the OS-chosen HTTP port, read back from the "http_listening" log line
+class Stack(Supervisor):
+    """The services of one test, run by rollbook's own supervisor (services/infra/supervisor.py) with
+    their logs in the test's tmp_path; plus reading their HTTP endpoints."""
 
-    @property
-    def base_url(self) -> str:
-        assert self.port, f"{self.name} has not reported its HTTP port yet"
-        return f"http://127.0.0.1:{self.port}"
+    async def start(
+        self,
+        *services: str,
+        name: str | None = None,
+        ready_timeout: float = 60.0,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        """Start each service and wait until its /readyz answers 200 (AssertionError otherwise). ``env``
+        adds to (or overrides) the stack's settings for these services, e.g. a kubeconfig of their own."""
+        try:
+            await super().start(*services, name=name, ready_timeout=ready_timeout, env=env)
+        except ServiceFailed as failure:
+            raise AssertionError(str(failure)) from None
 
-
-@dataclass
-class Stack:
-    settings: Settings
-    log_dir: Path
-    processes: dict[str, ServiceProcess] = field(default_factory=dict)
-    exited: list[ServiceProcess] = field(default_factory=list)
-
-    async def start(self, *services: str, name: str | None = None, ready_timeout: float = 30.0) -> None:
-        """Start each service and wait until its /readyz answers 200."""
-        started = []
-        for service in services:
-            label = name or service
-            if label in self.processes:
-                raise RuntimeError(f"{label} is already running")
-            # Port 0: the service binds an OS-chosen port and logs it (no free-port race between tests).
-            env = {**os.environ, **settings_env(self.settings), "ROLLBOOK_HTTP_PORT": "0"}
-            log_path = self.log_dir / f"{label}.log"
-            log_file = log_path.open("ab")
-            log_start = log_file.tell()
-            process = await asyncio.create_subprocess_exec(
-                sys.executable,
-                "-m",
-                "services.cli.main",
-                service,
-                cwd=REPO_ROOT,
-                env=env,
-                stdout=log_file,
-                stderr=log_file,
-            )
-            log_file.close()
-            proc = ServiceProcess(label, service, process, log_path, log_start)
-            self.processes[label] = proc
-            started.append(proc)
-        for proc in started:
-            await self._wait_ready(proc, ready_timeout)
-
-    async def _wait_ready(self, proc: ServiceProcess, timeout: float) -> None:  # noqa: ASYNC109
-        deadline = time.monotonic() + timeout
-        async with aiohttp.ClientSession() as session:
-            while time.monotonic() < deadline:
-                if proc.process.returncode is not None:
-                    raise AssertionError(
-                        f"{proc.name} exited with {proc.process.returncode}:\n{self.tail(proc.name)}"
-                    )
-                if not proc.port:
-                    proc.port = logged_port(proc.log_path, proc.log_start) or 0
-                    if not proc.port:
-                        await asyncio.sleep(0.05)
-                        continue
-                try:
-                    async with session.get(proc.base_url + "/readyz") as response:
-                        if response.status == 200:
-                            return
-                except aiohttp.ClientError:
-                    pass
-                await asyncio.sleep(0.1)
-        unknown_port = "" if proc.port else " (it never logged http_listening: is the log level above INFO?)"
-        raise AssertionError(f"{proc.name} not ready after {timeout}s{unknown_port}:\n{self.tail(proc.name)}")
-
-    async def stop(self, name: str, timeout: float = 20.0) -> int:  # noqa: ASYNC109
-        """SIGTERM, then wait for a clean exit; returns the exit code."""
-        proc = self.processes.pop(name)
-        self.exited.append(proc)
-        if proc.process.returncode is None:
-            proc.process.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.wait_for(proc.process.wait(), timeout)
-            except TimeoutError:
-                proc.process.kill()
-                await proc.process.wait()
-                raise AssertionError(f"{name} did not stop within {timeout}s of SIGTERM") from None
-        return int(proc.process.returncode or 0)
-
-    async def kill(self, name: str) -> None:
-        """SIGKILL: no cleanup at all, as in a crash."""
-        proc = self.processes.pop(name)
-        self.exited.append(proc)
-        if proc.process.returncode is None:
-            proc.process.kill()
-        await proc.process.wait()
-
-    async def stop_all(self) -> None:
-        """SIGTERM every running service at once and wait for all of them."""
-        await asyncio.gather(*(self.stop(name) for name in list(self.processes)), return_exceptions=True)
+    async def stop(self, name: str, timeout: float | None = None) -> int:  # noqa: ASYNC109
+        try:
+            return await super().stop(name, timeout)
+        except ServiceFailed as failure:
+            raise AssertionError(str(failure)) from None
 
     async def get_json(self, name: str, path: str) -> Any:
         async with aiohttp.ClientSession() as session:
-            async with session.get(self.processes[name].base_url + path) as response:
+            async with session.get(self.children[name].base_url + path) as response:
                 response.raise_for_status()
                 return await response.json()
 
     async def get_text(self, name: str, path: str) -> str:
         async with aiohttp.ClientSession() as session:
-            async with session.get(self.processes[name].base_url + path) as response:
+            async with session.get(self.children[name].base_url + path) as response:
                 response.raise_for_status()
                 return await response.text()
-
-    def tail(self, name: str, lines: int = 40) -> str:
-        path = self.log_dir / f"{name}.log"
-        if not path.exists():
-            return "(no log)"
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-
-    def dead(self) -> list[str]:
-        """Services that exited without being asked to."""
-        return [n for n, p in self.processes.items() if p.process.returncode is not None]
 
 
 async def wait_for(
@@ -271,11 +178,11 @@ async def stack_settings(server_urls: ServerUrls, simcluster: SimCluster) -> Asy
 async def stack(
     stack_settings: Settings, tmp_path: Path, request: pytest.FixtureRequest
 ) -> AsyncIterator[Stack]:
-    running = Stack(stack_settings, tmp_path)
+    running = Stack(stack_settings, tmp_path, cwd=REPO_ROOT)
     try:
-        yield running
+        async with running:
+            yield running
     finally:
-        await running.stop_all()
         report = getattr(request.node, "rep_call", None)
         if report is not None and report.failed:
             for proc in [*running.exited]:

@@ -77,6 +77,6 @@ async def _readyz(stack: Stack, service: str) -> dict[str, Any]:
     import aiohttp
 
     async with aiohttp.ClientSession() as session:
-        async with session.get(stack.processes[service].base_url + "/readyz") as response:
+        async with session.get(stack.children[service].base_url + "/readyz") as response:
             body: dict[str, Any] = await response.json()
             return body

@@ -16,6 +16,7 @@ import pytest
 
 from services.infra.database import asyncpg_url
 from services.infra.store import EventStore
+from services.infra.supervisor import settings_env
 from services.model.events import PartitionStepPlanned, PodActionFailed, PodActionRequested, StatusPlanned
 from services.planner.plan import plan_json
 from services.planner.status import ACTION_CLASSES, FAILURE_CONDITIONS, condition_time
@@ -24,7 +25,7 @@ from services.replay.reads import workload_events
 from services.simcluster import SimCluster
 from services.simcluster.faults import FaultConfig
 from tests.e2e.cluster import Cluster, image_of, is_ready, seed_cloneset, with_image
-from tests.plugins.stack import REPO_ROOT, Stack, settings_env, wait_for
+from tests.plugins.stack import REPO_ROOT, Stack, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="session")]
 

@@ -6,7 +6,6 @@ own CRDs from deploy/ serving the seed CloneSets."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from services.simcluster import SimCluster, SimConfig
 
 from ..plugins.simcluster import MakeSimCluster, api_client_for
-from .helpers import Kubectl, rows, wait_until
+from .helpers import Kubectl, rows
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -168,33 +167,53 @@ async def test_crd_that_is_not_structural_is_refused(k8s_client: client.ApiClien
 STANDALONE = ROOT / "deploy" / "standalone"
 
 
-@pytest.mark.skipif(not STANDALONE.exists(), reason="deploy/standalone is not in this checkout yet")
-async def test_rollbooks_own_crds_serve_the_seed_clonesets(
+async def test_kubectl_apply_k_deploy_standalone_serves_rollbooks_own_crds(
     make_simcluster: MakeSimCluster, kubectl_binary: Path, tmp_path: Path
 ) -> None:
-    """A cluster without the Kruise resources: applying deploy/'s CRDs makes them served, with their
-    schemas; the seed CloneSet then applies and is pruned/validated by rollbook's own CRD."""
-    import yaml
-
-    sim = await make_simcluster(SimConfig(disabled_resources=("clonesets", "sidecarsets"), kubelet=False))
+    """A cluster with cert-manager and without the Kruise resources: `kubectl apply -k deploy/standalone`
+    creates every object of the install, its CRDs make CloneSets and SidecarSets served (with their
+    schemas), and the seed CloneSet then applies, is pruned by rollbook's own CRD and scales."""
+    sim = await make_simcluster(SimConfig(disabled_resources=("clonesets", "sidecarsets")))
     kubectl = Kubectl(kubectl_binary, sim, tmp_path / "cache")
-    crds = [
-        yaml.safe_load(path.read_text())
-        for path in sorted((ROOT / "deploy" / "base" / "crds").glob("*.yaml"))
-        if path.name != "kustomization.yaml"
-    ]
+    await kubectl("apply", "-f", str(FIXTURE / "cert-manager-crds.yaml"))
+    await kubectl("wait", "--for=condition=Established", "crd/certificates.cert-manager.io", "--timeout=10s")
+    out = await kubectl("apply", "-k", str(STANDALONE))
+    kinds = {line.split("/")[0] for line in out.splitlines() if line.endswith(" created")}
+    assert kinds == {
+        "customresourcedefinition.apiextensions.k8s.io",
+        "namespace",
+        "serviceaccount",
+        "role.rbac.authorization.k8s.io",
+        "clusterrole.rbac.authorization.k8s.io",
+        "rolebinding.rbac.authorization.k8s.io",
+        "clusterrolebinding.rbac.authorization.k8s.io",
+        "configmap",
+        "service",
+        "deployment.apps",
+        "job.batch",
+        "poddisruptionbudget.policy",
+        "issuer.cert-manager.io",
+        "certificate.cert-manager.io",
+        "mutatingwebhookconfiguration.admissionregistration.k8s.io",
+        "validatingwebhookconfiguration.admissionregistration.k8s.io",
+    }, out
+    again = await kubectl("apply", "-k", str(STANDALONE))
+    assert " created" not in again and "configured" not in again, again  # the server's defaults are no change
+
+    assert "created" in await kubectl("apply", "-f", str(SEED / "cloneset-sample.yaml"))
     async with await api_client_for(sim) as api_client:
-        extensions = client.ApiextensionsV1Api(api_client)
-        for crd in crds:
-            await extensions.create_custom_resource_definition(crd)
-        await asyncio.sleep(0)
-        assert "created" in await kubectl("apply", "-f", str(SEED / "cloneset-sample.yaml"))
         custom = client.CustomObjectsApi(api_client)
-        sample = await wait_until(
-            lambda: custom.get_namespaced_custom_object(
-                "apps.kruise.io", "v1alpha1", "default", "clonesets", "sample"
-            ),
-            lambda found: bool(found),
+        sample = await custom.get_namespaced_custom_object(
+            "apps.kruise.io", "v1alpha1", "default", "clonesets", "sample"
         )
         assert sample["spec"]["replicas"] == 5
-        assert "scaled" in await kubectl("scale", "cloneset", "sample", "--replicas=2")
+        bad = dict(sample, spec=dict(sample["spec"], replicas="five"))
+        with pytest.raises(ApiException) as refused:
+            await custom.replace_namespaced_custom_object(
+                "apps.kruise.io", "v1alpha1", "default", "clonesets", "sample", bad
+            )
+        assert (
+            refused.value.status == 422
+            and "spec.replicas in body must be of type integer" in refused.value.body
+        )
+    assert "scaled" in await kubectl("scale", "cloneset", "sample", "--replicas=2")

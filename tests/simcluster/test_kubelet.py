@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 
@@ -84,8 +83,7 @@ async def test_readiness_gate_holds_ready_until_condition_true(k8s_client: clien
         lambda: core.read_namespaced_pod("gated", "default"),
         lambda p: any(c.type == "ContainersReady" and c.status == "True" for c in p.status.conditions or []),
     )
-    await asyncio.sleep(0.05)
-    pod = await core.read_namespaced_pod("gated", "default")
+    # The status that reports the containers ready reports the pod not ready: the gate holds it.
     ready = next(c for c in pod.status.conditions if c.type == "Ready")
     assert ready.status == "False" and ready.reason == "ReadinessGatesNotReady"
     await core.patch_namespaced_pod_status(
@@ -284,7 +282,6 @@ async def test_pvc_in_use_stays_terminating_until_its_pod_is_gone(k8s_client: cl
     )
     await ready_pod(core, "user")
     await core.delete_namespaced_persistent_volume_claim("used", "default")
-    await asyncio.sleep(0.05)
     terminating = await core.read_namespaced_persistent_volume_claim("used", "default")
     assert terminating.metadata.deletion_timestamp is not None
     await core.delete_namespaced_pod("user", "default")

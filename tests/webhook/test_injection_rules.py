@@ -107,7 +107,7 @@ def test_pod_inject_policy(policy: str | None, expected: list[str]) -> None:
 
 
 def test_init_containers_sorted_by_name_and_placed_by_policy() -> None:
-    # OpenKruise's TestInjectInitContainerSort-style example (SS-6).
+    # OpenKruise's TestInjectInitContainerSort-style example.
     s1 = make_sidecarset(
         "sidecarset1",
         initContainers=[container("init-2"), container("init-1")],
@@ -257,6 +257,53 @@ def test_image_pull_secrets_appended_without_duplicates() -> None:
     )
     out = run(pod([container("app")], imagePullSecrets=[{"name": "mine"}]), s)
     assert out["spec"]["imagePullSecrets"] == [{"name": "mine"}, {"name": "reg"}]
+
+
+def test_image_pull_secrets_deduplicated_across_pod_and_sidecarsets_as_openkruise() -> None:
+    # mergeSidecarSecrets: the pod's secrets (its own duplicates dropped), then each SidecarSet's,
+    # one per name.
+    a = make_sidecarset(
+        "a", containers=[container("a")], imagePullSecrets=[{"name": "reg"}, {"name": "mine"}]
+    )
+    b = make_sidecarset("b", containers=[container("b")], imagePullSecrets=[{"name": "reg"}, {"name": "b"}])
+    app_pod = pod([container("app")], imagePullSecrets=[{"name": "mine"}, {"name": "mine"}])
+    out = run(app_pod, a, b)
+    assert out["spec"]["imagePullSecrets"] == [{"name": "mine"}, {"name": "reg"}, {"name": "b"}]
+
+
+def test_share_volume_policy_on_init_containers_shares_the_app_mounts() -> None:
+    init = container(
+        "init-agent",
+        shareVolumePolicy={"type": "enabled"},
+        volumeMounts=[{"name": "own", "mountPath": "/own"}],
+    )
+    app = container("app", volumeMounts=[{"name": "data", "mountPath": "/data"}])
+    out = run(
+        pod([app]), make_sidecarset("s", initContainers=[init], volumes=[{"name": "own", "emptyDir": {}}])
+    )
+    (injected_init,) = out["spec"]["initContainers"]
+    assert [m["mountPath"] for m in injected_init["volumeMounts"]] == ["/own", "/data"]
+
+
+def test_volumes_appended_in_openkruise_order_init_containers_first_mounts_then_devices() -> None:
+    s = make_sidecarset(
+        "s",
+        containers=[
+            container(
+                "agent",
+                volumeMounts=[{"name": "c-mount", "mountPath": "/m"}],
+                volumeDevices=[{"name": "c-device", "devicePath": "/dev/x"}],
+            )
+        ],
+        initContainers=[container("init", volumeMounts=[{"name": "i-mount", "mountPath": "/i"}])],
+        volumes=[
+            {"name": "c-device", "persistentVolumeClaim": {"claimName": "blk"}},
+            {"name": "c-mount", "emptyDir": {}},
+            {"name": "i-mount", "emptyDir": {}},
+        ],
+    )
+    out = run(pod([container("app")], volumes=[{"name": "own", "emptyDir": {}}]), s)
+    assert names(out["spec"]["volumes"]) == ["own", "i-mount", "c-mount", "c-device"]
 
 
 # --- matching -----------------------------------------------------------------------------------------
@@ -439,7 +486,8 @@ def test_json_patch_applied_gives_the_injected_pod() -> None:
             lambda o: o["spec"]["containers"][0].update(shareVolumePolicy={"type": "yes"}),
             "spec.containers[0].shareVolumePolicy.type",
         ),
-        (lambda o: o["spec"]["updateStrategy"].update(partition="12.5%"), "spec.updateStrategy.partition"),
+        (lambda o: o["spec"]["updateStrategy"].update(partition="12.5"), "spec.updateStrategy.partition"),
+        (lambda o: o["spec"]["updateStrategy"].update(partition="-5%"), "spec.updateStrategy.partition"),
         (
             lambda o: o["spec"]["updateStrategy"].update(maxUnavailable=-1),
             "spec.updateStrategy.maxUnavailable",
@@ -457,6 +505,15 @@ def test_invalid_sidecarset_names_the_field(mutate: Any, field: str) -> None:
     with pytest.raises(ss.SidecarSetError) as err:
         ss.parse_sidecarset(obj)
     assert err.value.field == field
+
+
+@pytest.mark.parametrize("value", ["12.5%", "0.5%", "100%", 3])
+def test_partition_and_max_unavailable_take_decimal_percents_as_for_clonesets(value: Any) -> None:
+    # The Kruise int-or-percent parser (services/model/intorpercent.py), never a silent 0.
+    obj = seed_sidecarset()
+    obj["spec"]["updateStrategy"].update(partition=value, maxUnavailable=value)
+    strategy = ss.parse_sidecarset(obj).spec["updateStrategy"]
+    assert (strategy["partition"], strategy["maxUnavailable"]) == (value, value)
 
 
 def test_seed_sidecarset_is_valid_unchanged() -> None:

@@ -182,7 +182,11 @@ async def test_store_outage_does_not_block_admission_and_events_arrive_later(web
     webhook.sink.up = False
     response = await asyncio.wait_for(webhook.review("/mutate-pod", pod_request(seed_pod())), 2.0)
     assert response["allowed"] is True and "patch" in response
-    await asyncio.sleep(0.1)
+    # The recorder's first attempt is refused (that proves it tried): nothing is stored meanwhile.
+    for _ in range(500):  # 5 s at most
+        if webhook.sink.refused >= 1:
+            break
+        await asyncio.sleep(0.01)
     assert webhook.sink.refused >= 1 and webhook.sink.events == {}
     webhook.sink.up = True
     assert await webhook.state.recorder.flush(2.0)

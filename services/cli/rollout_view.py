@@ -1,0 +1,280 @@
+"""What `rollbook status -w` / `rollbook get NS/NAME -w` show about one CloneSet, derived without I/O: the
+CloneSet and its pods as the API server returns them, the rollout's pod actions and latest partition step
+from the SQL views, and the time. ``RolloutView.read`` builds the picture; ``waiting_reasons`` says why
+the rollout is not moving; ``outcome`` says whether it is over and how (the command's exit code).
+
+Exit codes (docs/cli.md): 0 the rollout finished (every pod updated and available, or the partition
+reached with the pods it covers updated and available), 3 the spec is rejected (the reason is shown),
+4 the rollout failed or was superseded (its RolloutCompleted outcome), 5 --timeout passed first.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import IntEnum
+from typing import Any
+
+from services.model import intorpercent
+from services.model.availability import pod_available, revision_hash, unavailable
+from services.planner.names import (
+    INPLACE_GRACE_ANNOTATION,
+    LIFECYCLE_STATE_LABEL,
+    REJECTED_CONDITION,
+    REVISION_LABEL,
+)
+
+# Lifecycle states in which a pod waits on a hook (another controller removes the hook's finalizer/label).
+HOOK_STATES = frozenset({"PreparingUpdate", "PreparingDelete", "Updated"})
+IN_PLACE_ACTIONS = frozenset({"updateInPlace"})
+RECREATE_ACTIONS = frozenset({"recreatePod", "deletePod", "createPod"})
+
+
+class Outcome(IntEnum):
+    """How a followed rollout ended: the process exit code of `status -w` / `get -w`."""
+
+    FINISHED = 0
+    REJECTED = 3
+    FAILED = 4
+    TIMED_OUT = 5
+
+
+@dataclass(frozen=True)
+class PodAction:
+    """One row of the ``pod_actions`` view, as much as the view needs."""
+
+    pod: str
+    action: str
+    rollout_id: str | None
+    requested: datetime | None
+    finished: datetime | None
+    outcome: str
+    in_place: bool
+
+
+@dataclass(frozen=True)
+class PodRow:
+    name: str
+    revision: str  # hash
+    updated: bool
+    ready: bool
+    available: bool
+    restarts: int
+    terminating: bool
+    how: str  # "in place", "recreated", "created" or "" (not touched by this rollout)
+    batch: int | None  # 1-based round of this rollout in which its update was requested
+    out_of_service_seconds: float | None  # the last update's markNotReady..markReady, or down since
+    lifecycle: str
+    in_grace_seconds: float | None  # seconds left of an in-place grace period
+
+
+@dataclass(frozen=True)
+class RolloutView:
+    namespace: str
+    name: str
+    generation: int
+    observed_generation: int
+    replicas: int
+    update_revision: str  # hash
+    current_revision: str  # hash
+    partition: int  # pods kept at old revisions (resolved)
+    max_unavailable: int  # allowed (resolved)
+    unavailable: int  # in use now
+    paused: bool
+    rejected: str | None  # "field: reason" of the Rejected condition
+    rollout_id: str | None
+    rollout_outcome: str | None  # the rollouts view's outcome ("in progress", "succeeded", ...)
+    pods: tuple[PodRow, ...] = field(default_factory=tuple)
+
+    @property
+    def updated(self) -> int:
+        return sum(1 for p in self.pods if p.updated and not p.terminating)
+
+    @property
+    def updated_available(self) -> int:
+        return sum(1 for p in self.pods if p.updated and p.available)
+
+    @property
+    def target_updated(self) -> int:
+        """Pods the rollout updates: all but the partition."""
+        return max(self.replicas - self.partition, 0)
+
+    @staticmethod
+    def read(
+        cloneset: Mapping[str, Any],
+        pods: Sequence[Mapping[str, Any]],
+        actions: Sequence[PodAction],
+        step_max_unavailable: int | None,
+        rollout_id: str | None,
+        rollout_outcome: str | None,
+        now: datetime,
+    ) -> RolloutView:
+        metadata = cloneset.get("metadata") or {}
+        spec = cloneset.get("spec") or {}
+        status = cloneset.get("status") or {}
+        strategy = spec.get("updateStrategy") or {}
+        replicas = int(spec.get("replicas", 1) if spec.get("replicas") is not None else 1)
+        rejected = next(
+            (
+                str(c.get("message") or c.get("reason") or "rejected")
+                for c in status.get("conditions") or ()
+                if c.get("type") == REJECTED_CONDITION and c.get("status") == "True"
+            ),
+            None,
+        )
+        partition = _resolved(lambda: intorpercent.partition_count(strategy.get("partition"), replicas), 0)
+        allowed = step_max_unavailable
+        if allowed is None:
+            allowed = _resolved(
+                lambda: intorpercent.scaled(strategy.get("maxUnavailable", "20%"), replicas, False), 0
+            )
+        update_hash = revision_hash(status.get("updateRevision"))
+        mine = [a for a in actions if rollout_id is not None and a.rollout_id == rollout_id]
+        rounds = sorted({a.requested for a in mine if a.requested is not None and a.action != "createPVC"})
+        rows = tuple(
+            _pod_row(pod, update_hash, [a for a in mine if a.pod == _name(pod)], rounds, now)
+            for pod in sorted(pods, key=_name)
+        )
+        return RolloutView(
+            namespace=str(metadata.get("namespace", "default")),
+            name=str(metadata.get("name", "")),
+            generation=int(metadata.get("generation") or 0),
+            observed_generation=int(status.get("observedGeneration") or 0),
+            replicas=replicas,
+            update_revision=update_hash,
+            current_revision=revision_hash(status.get("currentRevision")),
+            partition=partition,
+            max_unavailable=allowed,
+            unavailable=unavailable(replicas, [p for p in pods]),
+            paused=bool(strategy.get("paused")),
+            rejected=rejected,
+            rollout_id=rollout_id,
+            rollout_outcome=rollout_outcome,
+            pods=rows,
+        )
+
+
+def _resolved(compute: Any, default: int) -> int:
+    try:
+        return int(compute())
+    except (ValueError, TypeError):
+        return default  # an invalid value: the Rejected condition says why
+
+
+def _name(pod: Mapping[str, Any]) -> str:
+    return str((pod.get("metadata") or {}).get("name", ""))
+
+
+def _pod_row(
+    pod: Mapping[str, Any], update_hash: str, actions: list[PodAction], rounds: list[datetime], now: datetime
+) -> PodRow:
+    metadata = pod.get("metadata") or {}
+    labels = metadata.get("labels") or {}
+    status = pod.get("status") or {}
+    revision = revision_hash(labels.get(REVISION_LABEL))
+    conditions = {c.get("type"): c for c in status.get("conditions") or ()}
+    ready = (conditions.get("Ready") or {}).get("status") == "True"
+    available = pod_available(pod)
+    restarts = max(
+        (int(c.get("restartCount") or 0) for c in status.get("containerStatuses") or ()), default=0
+    )
+    update = next((a for a in reversed(actions) if a.action in IN_PLACE_ACTIONS | RECREATE_ACTIONS), None)
+    how = ""
+    if update is not None:
+        how = "in place" if update.in_place else ("created" if update.action == "createPod" else "recreated")
+    batch = rounds.index(update.requested) + 1 if update and update.requested in rounds else None
+    out: float | None = None
+    if update is not None and update.in_place and update.requested is not None:
+        out = ((update.finished or now) - update.requested).total_seconds()
+    elif not available:
+        since = _parse_time((conditions.get("Ready") or {}).get("lastTransitionTime"))
+        out = (now - since).total_seconds() if since else None
+    return PodRow(
+        name=_name(pod),
+        revision=revision,
+        updated=bool(update_hash) and revision == update_hash,
+        ready=ready,
+        available=available,
+        restarts=restarts,
+        terminating=bool(metadata.get("deletionTimestamp")),
+        how=how,
+        batch=batch,
+        out_of_service_seconds=None if out is None else max(out, 0.0),
+        lifecycle=str(labels.get(LIFECYCLE_STATE_LABEL, "")),
+        in_grace_seconds=_grace_left(metadata.get("annotations") or {}, now),
+    )
+
+
+def _parse_time(text: Any) -> datetime | None:
+    if not text:
+        return None
+    try:
+        return datetime.fromisoformat(str(text).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def _grace_left(annotations: Mapping[str, Any], now: datetime) -> float | None:
+    raw = annotations.get(INPLACE_GRACE_ANNOTATION)
+    if not raw:
+        return None
+    try:
+        grace = json.loads(raw)
+        marked = _parse_time(grace.get("markedAt"))
+        seconds = float(grace.get("graceSeconds") or 0)
+    except (ValueError, TypeError, AttributeError):
+        return None
+    if marked is None:
+        return None
+    return max(seconds - (now - marked).total_seconds(), 0.0)
+
+
+def waiting_reasons(view: RolloutView) -> list[str]:
+    """Why the rollout is not moving right now, most decisive first; empty when it is moving or done."""
+    if view.rejected:
+        return [f"spec rejected: {view.rejected}"]
+    reasons: list[str] = []
+    if view.observed_generation < view.generation:
+        reasons.append(
+            f"spec generation {view.generation} not planned yet (status at {view.observed_generation})"
+        )
+    if view.paused:
+        reasons.append("paused (spec.updateStrategy.paused: true)")
+    graced = [p for p in view.pods if p.in_grace_seconds is not None]
+    for pod in graced:
+        reasons.append(f"grace period: {pod.name} marked not ready, updated in {pod.in_grace_seconds:.0f}s")
+    hooked = [p for p in view.pods if p.lifecycle in HOOK_STATES]
+    for pod in hooked:
+        reasons.append(f"lifecycle hook: {pod.name} is {pod.lifecycle}")
+    not_ready = [
+        p.name for p in view.pods if not p.available and not p.terminating and p.in_grace_seconds is None
+    ]
+    if not_ready:
+        reasons.append(f"pods not ready: {', '.join(not_ready)}")
+    old_left = sum(1 for p in view.pods if not p.updated and not p.terminating)
+    if view.unavailable >= view.max_unavailable and old_left > view.partition and not view.paused:
+        reasons.append(f"maxUnavailable in use: {view.unavailable} of {view.max_unavailable} allowed")
+    if view.partition and view.updated >= view.target_updated and old_left:
+        reasons.append(
+            f"partition reached: {view.partition} pod{'s' if view.partition != 1 else ''} kept at the old"
+            " revision (lower spec.updateStrategy.partition to continue)"
+        )
+    return reasons
+
+
+def outcome(view: RolloutView) -> Outcome | None:
+    """How the rollout ended, or None while it goes on (a paused rollout goes on: it can be resumed)."""
+    if view.rejected:
+        return Outcome.REJECTED
+    if view.rollout_outcome in ("failed", "superseded"):
+        return Outcome.FAILED
+    if view.observed_generation < view.generation or not view.update_revision:
+        return None
+    live = [p for p in view.pods if not p.terminating]
+    if len(live) != view.replicas:
+        return None
+    if view.updated_available >= view.target_updated and all(p.available for p in live):
+        return Outcome.FINISHED
+    return None

@@ -1,0 +1,275 @@
+"""`rollbook get NS/NAME [-w]` and `rollbook status -w`: a CloneSet as a tree (revisions, then pods), the
+partition step, maxUnavailable in use against the allowed number, and why the rollout waits; with -w it
+follows the rollout live and ends by itself when the rollout ends, the exit code saying how
+(services/cli/rollout_view.py, docs/cli.md).
+
+The cluster (ROLLBOOK_KUBECONFIG) gives the CloneSet and its pods; the audit trail (found as every command
+finds the stack) gives the rollout, its pod actions and partition steps. Without a reachable database the
+tree is still shown, without batches and action times.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import typer
+
+from services.cli.errors import CommandError
+from services.cli.rollout_view import Outcome, PodAction, RolloutView, outcome, waiting_reasons
+from services.cli.terminal import console
+from services.infra.settings import Settings
+from services.model.streams import CLONESET_GROUP, CLONESET_PLURAL, CLONESET_VERSION
+
+if TYPE_CHECKING:
+    import asyncpg
+    from kubernetes_asyncio import client
+    from rich.console import RenderableType
+
+OUTCOME_TEXT = {
+    Outcome.FINISHED: "[green]finished[/]",
+    Outcome.REJECTED: "[red]spec rejected[/]",
+    Outcome.FAILED: "[red]rollout failed or superseded[/]",
+    Outcome.TIMED_OUT: "[yellow]timed out[/]",
+}
+
+
+class Sources:
+    """The cluster and, when reachable, the audit trail, read once per refresh."""
+
+    def __init__(self, api: client.ApiClient, connection: asyncpg.Connection | None, trail_error: str):
+        self.api = api
+        self.connection = connection
+        self.trail_error = trail_error
+
+    async def clonesets(self, namespace: str | None, name: str | None) -> list[dict[str, Any]]:
+        from kubernetes_asyncio import client
+
+        custom = client.CustomObjectsApi(self.api)
+        try:
+            if namespace is not None and name is not None:
+                return [
+                    await custom.get_namespaced_custom_object(
+                        CLONESET_GROUP, CLONESET_VERSION, namespace, CLONESET_PLURAL, name
+                    )
+                ]
+            listing = await custom.list_cluster_custom_object(
+                CLONESET_GROUP, CLONESET_VERSION, CLONESET_PLURAL
+            )
+        except client.ApiException as error:
+            if error.status == 404 and name is not None:
+                raise CommandError(f"CloneSet {namespace}/{name} not found") from None
+            raise
+        except OSError as error:
+            raise CommandError(
+                f"cannot reach the Kubernetes API server at {self.api.configuration.host}: {error}"
+            ) from None
+        items: list[dict[str, Any]] = listing.get("items") or []
+        return sorted(items, key=lambda c: (c["metadata"].get("namespace", ""), c["metadata"]["name"]))
+
+    async def view(self, cloneset: dict[str, Any], now: datetime) -> RolloutView:
+        from kubernetes_asyncio import client
+
+        from services.infra import audit_queries
+        from services.infra.kube import raw_json
+        from services.planner.status import label_selector_string
+
+        metadata = cloneset["metadata"]
+        namespace, name = metadata.get("namespace", "default"), metadata["name"]
+        selector = label_selector_string((cloneset.get("spec") or {}).get("selector") or {})
+        response = await client.CoreV1Api(self.api).list_namespaced_pod(
+            namespace, label_selector=selector, _preload_content=False
+        )
+        pods = (await raw_json(response)).get("items") or []
+        actions: list[PodAction] = []
+        rollout_id = rollout_outcome = None
+        step_max_unavailable = None
+        if self.connection is not None:
+            rollout = await audit_queries.current_rollout(self.connection, namespace, name)
+            if rollout is not None:
+                rollout_id, rollout_outcome = rollout["rollout_id"], rollout["outcome"]
+                step_max_unavailable = await audit_queries.latest_max_unavailable(self.connection, rollout_id)
+            actions = [
+                PodAction(
+                    pod=row["pod"],
+                    action=row["action"],
+                    rollout_id=row["rollout_id"],
+                    requested=row["requested"],
+                    finished=row["finished"],
+                    outcome=row["outcome"],
+                    in_place=row["update_kind"] == "in place" or row["action"].endswith("InPlace"),
+                )
+                for row in await audit_queries.pod_actions(self.connection, namespace, name)
+            ]
+        return RolloutView.read(
+            cloneset, pods, actions, step_max_unavailable, rollout_id, rollout_outcome, now
+        )
+
+
+@contextlib.asynccontextmanager
+async def sources(settings: Settings) -> AsyncIterator[Sources]:
+    import asyncpg
+
+    from services.cli.history import QueryError, connect
+    from services.infra.kube import api_client
+
+    api = await api_client(settings)
+    async with api, contextlib.AsyncExitStack() as stack:
+        connection: asyncpg.Connection | None = None
+        trail_error = ""
+        try:
+            connection = await stack.enter_async_context(connect(settings))
+        except (QueryError, OSError, RuntimeError, asyncpg.PostgresError) as error:
+            trail_error = str(error)
+        yield Sources(api, connection, trail_error)
+
+
+def render(view: RolloutView, result: Outcome | None) -> RenderableType:
+    from rich.tree import Tree
+
+    head = (
+        f"[bold]CloneSet {view.namespace}/{view.name}[/]  replicas {view.replicas}"
+        f"  updated {view.updated}/{view.target_updated}  available"
+        f" {sum(1 for p in view.pods if p.available)}/{view.replicas}"
+        f"  generation {view.generation}"
+        + ("" if view.observed_generation >= view.generation else f" (status at {view.observed_generation})")
+    )
+    tree = Tree(head)
+    if view.rejected:  # the planner acts on nothing until the spec is fixed: nothing else to say
+        tree.add(f"[red]rejected:[/] {view.rejected}")
+    else:
+        tree.add(
+            f"partition {view.partition} (pods kept at old revisions)  maxUnavailable"
+            f" {view.unavailable} in use of {view.max_unavailable} allowed"
+            + ("  [yellow]paused[/]" if view.paused else "")
+        )
+    if view.rollout_id:
+        tree.add(f"rollout {view.rollout_id}: {view.rollout_outcome}")
+    revisions = sorted(
+        {p.revision for p in view.pods},
+        key=lambda r: (r != view.update_revision, r != view.current_revision, r),
+    )
+    for revision in revisions:
+        role = (
+            " (update)"
+            if revision == view.update_revision
+            else (" (current)" if revision == view.current_revision else "")
+        )
+        branch = tree.add(f"revision {revision or '-'}{role}")
+        for pod in (p for p in view.pods if p.revision == revision):
+            branch.add(_pod_line(pod))
+    if result is not None:
+        tree.add(f"{OUTCOME_TEXT[result]} (exit {int(result)})")
+    else:
+        for reason in waiting_reasons(view):
+            tree.add(f"[yellow]waiting:[/] {reason}")
+    return tree
+
+
+def progress_line(view: RolloutView) -> str:
+    """One plain line of where the rollout stands and why it waits (what -w logs when not on a terminal)."""
+    reasons = "; ".join(waiting_reasons(view)) or "progressing"
+    return (
+        f"{view.namespace}/{view.name}: updated {view.updated}/{view.target_updated},"
+        f" available {sum(1 for p in view.pods if p.available)}/{view.replicas},"
+        f" unavailable {view.unavailable}/{view.max_unavailable} allowed: {reasons}"
+    )
+
+
+def _pod_line(pod: Any) -> str:
+    state = (
+        "[green]ready[/]"
+        if pod.available
+        else ("[red]terminating[/]" if pod.terminating else "[yellow]not ready[/]")
+    )
+    parts = [pod.name, state]
+    if pod.how:
+        parts.append(pod.how)
+    if pod.batch is not None:
+        parts.append(f"batch {pod.batch}")
+    parts.append(f"restarts {pod.restarts}")
+    if pod.out_of_service_seconds is not None:
+        parts.append(f"out of service {pod.out_of_service_seconds:.1f}s")
+    if pod.lifecycle:
+        parts.append(f"lifecycle {pod.lifecycle}")
+    return "  ".join(parts)
+
+
+async def follow(
+    settings: Settings,
+    workload: str | None,
+    *,
+    watch: bool,
+    timeout: float | None,  # noqa: ASYNC109 - the deadline is checked between refreshes
+    interval: float,
+) -> int:
+    """Show the tree(s); with ``watch``, refresh every ``interval`` s until every rollout ended or
+    ``timeout`` passed. Returns the exit code: the worst outcome (rollout_view.Outcome)."""
+    import asyncio
+    import time
+
+    from rich.console import Group
+    from rich.live import Live
+
+    from services.cli.history import parse_workload
+
+    namespace, name = parse_workload(workload) if workload else (None, None)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    terminal = console()
+    async with sources(settings) as source:
+        live = Live(console=terminal, auto_refresh=False) if watch and terminal.is_terminal else None
+        last_text = ""
+        with live or contextlib.nullcontext():
+            while True:
+                now = datetime.now(UTC)
+                views = [await source.view(c, now) for c in await source.clonesets(namespace, name)]
+                results = [outcome(v) for v in views]
+                timed_out = deadline is not None and time.monotonic() > deadline
+                if timed_out:
+                    results = [r if r is not None else Outcome.TIMED_OUT for r in results]
+                over = all(r is not None for r in results)
+                shown = Group(
+                    *(render(v, r if watch else None) for v, r in zip(views, results, strict=True)),
+                    *([f"[yellow]rollouts not shown:[/] {source.trail_error}"] if source.trail_error else []),
+                )
+                if live is not None:
+                    live.update(shown, refresh=True)
+                elif not watch or over:
+                    terminal.print(shown)
+                else:  # a log (CI): one line per workload whenever its progress or reason changes
+                    text = "\n".join(progress_line(v) for v in views)
+                    if text != last_text:
+                        terminal.print(text, markup=False, highlight=False, soft_wrap=True)
+                        last_text = text
+                if not views:
+                    terminal.print("no CloneSets in the cluster")
+                    return 0
+                if not watch:
+                    return 0
+                if over:
+                    return max(int(r) for r in results if r is not None)
+                await asyncio.sleep(interval)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("get")
+    def get_command(
+        workload: str = typer.Argument(..., help="<namespace>/<cloneset>"),
+        watch: bool = typer.Option(False, "-w", "--watch", help="Follow the rollout until it ends."),
+        timeout: float = typer.Option(
+            None, "--timeout", help="With -w: give up after this many seconds (exit 5)."
+        ),
+        interval: float = typer.Option(1.0, "--interval", help="Seconds between refreshes."),
+    ) -> None:
+        """A CloneSet as a tree: revisions, pods, partition, maxUnavailable and why it waits. With -w it
+        follows the rollout and exits when it ends: 0 finished, 3 spec rejected, 4 failed or superseded,
+        5 timed out."""
+        import asyncio
+
+        raise typer.Exit(
+            asyncio.run(
+                follow(Settings.from_env(), workload, watch=watch, timeout=timeout, interval=interval)
+            )
+        )

@@ -1,0 +1,284 @@
+"""The one supervisor of rollbook's service processes: `rollbook up`, `rollbook demo` and the test stack run
+the services through it (docs/services.md, "Running the services").
+
+Each service is a child process (`python -m services.cli.main <service>`) with the settings in its
+environment, logging JSON lines to ``<log_dir>/<name>.log``. Its HTTP port (health, readiness, metrics) is
+chosen by the OS unless ``ROLLBOOK_HTTP_PORT`` fixes a base, and read back from the ``http_listening``
+line of its log: no free-port race between processes. ``start`` waits until each child answers
+``/readyz``. Leaving the ``async with`` block by any path (return, exception, cancellation by SIGTERM or
+Ctrl-C) stops every child: SIGTERM, then SIGKILL after ``stop_timeout``; on Linux a child also gets
+SIGTERM when the supervisor is killed outright (SIGKILL), through the parent-death signal.
+
+    async with Supervisor(settings, log_dir) as supervisor:
+        await supervisor.start("watcher", "planner", "executor", "auditor")
+        await supervisor.keep_running()          # `rollbook up`: restart a child that dies, until cancelled
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import TextIO
+
+import msgspec
+
+from services.infra.runtime import logged_port
+from services.infra.settings import Settings
+
+STOP_TIMEOUT = 20.0  # seconds a child has to finish its in-flight work after SIGTERM
+READY_TIMEOUT = 60.0
+RESTART_DELAY = 1.0
+_POLL = 0.1
+
+
+def _parent_death_signal() -> Callable[[], None] | None:
+    """Linux: a child started with this gets SIGTERM when the supervisor dies, even by SIGKILL (which no
+    Python code survives to clean up after), so no service outlives the process that started it."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved before any fork
+    except (OSError, AttributeError):
+        return None
+    pr_set_pdeathsig = 1
+
+    def set_signal() -> None:  # runs in the child between fork and exec: one C call, nothing else
+        prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+    return set_signal
+
+
+_DIE_WITH_PARENT = _parent_death_signal()
+
+
+class ServiceFailed(RuntimeError):
+    """A child did not start, did not become ready, or did not stop; the message has its log's tail."""
+
+
+def settings_env(settings: Settings) -> dict[str, str]:
+    """Environment variables that reproduce ``settings`` in a child process."""
+    env: dict[str, str] = {}
+    for settings_field in msgspec.structs.fields(Settings):
+        value = getattr(settings, settings_field.name)
+        name = "ROLLBOOK_" + settings_field.name.upper()
+        env[name] = str(value).lower() if isinstance(value, bool) else str(value)
+    return env
+
+
+@dataclass
+class Child:
+    """One running service process."""
+
+    name: str  # unique among the supervisor's children (e.g. "executor-2")
+    service: str  # the `rollbook` subcommand it runs
+    process: asyncio.subprocess.Process
+    log_path: Path
+    log_start: int  # the log's size when the process started (a restart appends to the same file)
+    port: int = 0  # its HTTP port, read back from the log; 0 until it has logged it
+    env: Mapping[str, str] = field(default_factory=dict)  # its own variables beside the supervisor's
+
+    @property
+    def base_url(self) -> str:
+        assert self.port, f"{self.name} has not reported its HTTP port yet"
+        return f"http://127.0.0.1:{self.port}"
+
+
+@dataclass
+class Supervisor:
+    settings: Settings
+    log_dir: Path
+    env: Mapping[str, str] = field(default_factory=dict)  # extra variables for every child
+    cwd: Path | None = None
+    echo: TextIO | None = None  # copy every child's log lines here as they are written (`rollbook up`)
+    stop_timeout: float = STOP_TIMEOUT
+    children: dict[str, Child] = field(default_factory=dict)
+    exited: list[Child] = field(default_factory=list)  # stopped, killed or restarted, oldest first
+    _echo_task: asyncio.Task[None] | None = None
+    _echoed: dict[Path, int] = field(default_factory=dict)  # log -> bytes copied to ``echo``
+
+    async def __aenter__(self) -> Supervisor:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        if self.echo is not None:
+            self._echo_task = asyncio.create_task(self._echo_logs())
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        # Shielded: a second Ctrl-C while the children finish their work must not leave them running.
+        await asyncio.shield(self.stop_all())
+        if self._echo_task is not None:
+            self._echo_task.cancel()
+            await asyncio.gather(self._echo_task, return_exceptions=True)
+            self._copy_new_lines()
+
+    # --- starting --------------------------------------------------------------------------------------
+
+    async def start(
+        self,
+        *services: str,
+        name: str | None = None,
+        ready_timeout: float = READY_TIMEOUT,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        """Start each service (``name`` renames a single one) and wait until each answers ``/readyz``.
+        ``env`` adds to (or overrides) the settings for these services alone, e.g. a kubeconfig of their
+        own; a restart keeps it."""
+        started = [await self._spawn(service, name or service, env or {}) for service in services]
+        for child in started:  # one after the other: each has ``ready_timeout`` once the one before is ready
+            await self._wait_ready(child, ready_timeout)
+
+    async def _spawn(self, service: str, name: str, own_env: Mapping[str, str]) -> Child:
+        if name in self.children:
+            raise ServiceFailed(f"{name} is already running")
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, **settings_env(self.settings), **self.env, **own_env}
+        if not self.settings.http_port:
+            env["ROLLBOOK_HTTP_PORT"] = "0"  # an OS-chosen port, read back from the child's log
+        log_path = self.log_dir / f"{name}.log"
+        with log_path.open("ab") as log_file:
+            log_start = log_file.tell()
+            process = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "services.cli.main",
+                service,
+                cwd=self.cwd,
+                env=env,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=log_file,
+                stderr=log_file,
+                preexec_fn=_DIE_WITH_PARENT,
+            )
+        child = Child(name, service, process, log_path, log_start, env=dict(own_env))
+        self.children[name] = child
+        return child
+
+    async def _wait_ready(self, child: Child, timeout: float) -> None:  # noqa: ASYNC109
+        import aiohttp
+
+        deadline = time.monotonic() + timeout
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as session:
+            while time.monotonic() < deadline:
+                if child.process.returncode is not None:
+                    raise ServiceFailed(
+                        f"{child.name} exited with {child.process.returncode} while starting:\n"
+                        + self.tail(child.name)
+                    )
+                child.port = child.port or logged_port(child.log_path, child.log_start) or 0
+                if child.port:
+                    try:
+                        async with session.get(child.base_url + "/readyz") as response:
+                            if response.status == 200:
+                                return
+                    except (aiohttp.ClientError, TimeoutError):
+                        pass
+                await asyncio.sleep(_POLL)
+        unknown = "" if child.port else " (it never logged http_listening: is the log level above INFO?)"
+        raise ServiceFailed(f"{child.name} not ready after {timeout:.0f}s{unknown}:\n{self.tail(child.name)}")
+
+    async def keep_running(self, restart_delay: float = RESTART_DELAY) -> None:
+        """Restart every child that exits, until cancelled (`rollbook up` runs this until SIGTERM/SIGINT)."""
+        while True:
+            for name in self.dead():
+                child = self.children.pop(name)
+                self.exited.append(child)
+                print(
+                    f"rollbook up: {name} exited with {child.process.returncode}; restarting",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                await asyncio.sleep(restart_delay)
+                await self._spawn(child.service, name, child.env)
+            await asyncio.sleep(_POLL * 5)
+
+    # --- stopping --------------------------------------------------------------------------------------
+
+    async def stop(self, name: str, timeout: float | None = None) -> int:  # noqa: ASYNC109
+        """SIGTERM, then wait for a clean exit; returns the exit code. A child still running after the
+        timeout is killed and ``ServiceFailed`` raised."""
+        child = self.children.pop(name)
+        self.exited.append(child)
+        if child.process.returncode is None:
+            child.process.send_signal(signal.SIGTERM)
+        limit = self.stop_timeout if timeout is None else timeout
+        try:
+            return await asyncio.wait_for(child.process.wait(), limit)
+        except TimeoutError:
+            child.process.kill()
+            await child.process.wait()
+            raise ServiceFailed(f"{name} did not stop within {limit:.0f}s of SIGTERM") from None
+
+    async def kill(self, name: str) -> None:
+        """SIGKILL: no cleanup at all, as in a crash."""
+        child = self.children.pop(name)
+        self.exited.append(child)
+        if child.process.returncode is None:
+            child.process.kill()
+        await child.process.wait()
+
+    async def stop_all(self) -> dict[str, int]:
+        """SIGTERM every child at once and wait for them all (SIGKILL after the timeout); their exit codes
+        (-9 for a killed one). Never raises: it runs on every way out."""
+        children = list(self.children.values())
+        for child in children:
+            if child.process.returncode is None:
+                child.process.send_signal(signal.SIGTERM)
+
+        async def wait(child: Child) -> int:
+            try:
+                return await asyncio.wait_for(child.process.wait(), self.stop_timeout)
+            except TimeoutError:
+                child.process.kill()
+                return await child.process.wait()
+
+        codes = await asyncio.gather(*(wait(c) for c in children))
+        self.exited.extend(children)
+        self.children.clear()
+        return {child.name: code for child, code in zip(children, codes, strict=True)}
+
+    # --- looking at them -------------------------------------------------------------------------------
+
+    def dead(self) -> list[str]:
+        """Children that exited without being asked to."""
+        return [name for name, child in self.children.items() if child.process.returncode is not None]
+
+    def tail(self, name: str, lines: int = 40) -> str:
+        path = self.log_dir / f"{name}.log"
+        if not path.exists():
+            return "(no log)"
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+    def tails(self, lines: int = 8) -> str:
+        names = dict.fromkeys([c.name for c in self.exited] + list(self.children))
+        return "\n".join(f"--- {n} ({self.log_dir / f'{n}.log'}) ---\n{self.tail(n, lines)}" for n in names)
+
+    async def _echo_logs(self) -> None:
+        while True:
+            self._copy_new_lines()
+            await asyncio.sleep(_POLL * 2)
+
+    def _copy_new_lines(self) -> None:
+        """Copy the complete lines the children's logs gained since the last call to ``echo``."""
+        assert self.echo is not None
+        for child in [*self.exited, *self.children.values()]:
+            offset = self._echoed.get(child.log_path, child.log_start)
+            try:
+                with child.log_path.open("rb") as log_file:
+                    log_file.seek(offset)
+                    data = log_file.read()
+            except FileNotFoundError:
+                continue
+            complete = data[: data.rfind(b"\n") + 1]
+            if complete:
+                self.echo.write(complete.decode(errors="replace"))
+                self.echo.flush()
+            self._echoed[child.log_path] = offset + len(complete)

@@ -1,0 +1,193 @@
+"""Why a rollout waits and how it ended (services/cli/rollout_view.py): table tests over CloneSets and pods
+shaped as the API server returns them."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from services.cli.rollout_view import Outcome, PodAction, RolloutView, outcome, waiting_reasons
+
+NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+OLD, NEW = "sample-1111111111", "sample-2222222222"
+
+
+def cloneset(
+    replicas: int = 4,
+    strategy: dict[str, Any] | None = None,
+    generation: int = 2,
+    observed: int = 2,
+    rejected: str | None = None,
+) -> dict[str, Any]:
+    status: dict[str, Any] = {"observedGeneration": observed, "updateRevision": NEW, "currentRevision": OLD}
+    if rejected:
+        status["conditions"] = [
+            {"type": "Rejected", "status": "True", "reason": "InvalidSpec", "message": rejected}
+        ]
+    return {
+        "metadata": {"namespace": "default", "name": "sample", "generation": generation},
+        "spec": {"replicas": replicas, "updateStrategy": strategy or {"maxUnavailable": 1}},
+        "status": status,
+    }
+
+
+def pod(
+    name: str,
+    revision: str = NEW,
+    ready: bool = True,
+    in_place_ready: bool | None = None,
+    terminating: bool = False,
+    lifecycle: str | None = None,
+    grace_marked: datetime | None = None,
+    restarts: int = 0,
+) -> dict[str, Any]:
+    labels = {"controller-revision-hash": revision}
+    if lifecycle:
+        labels["lifecycle.apps.kruise.io/state"] = lifecycle
+    annotations = {}
+    if grace_marked:
+        grace = {"revision": NEW, "graceSeconds": 10, "markedAt": grace_marked.isoformat()}
+        annotations["apps.kruise.io/inplace-update-grace"] = json.dumps(grace)
+    conditions = [{"type": "Ready", "status": "True" if ready else "False"}]
+    if in_place_ready is not None:
+        conditions.append({"type": "InPlaceUpdateReady", "status": str(in_place_ready)})
+    metadata: dict[str, Any] = {"name": name, "labels": labels, "annotations": annotations}
+    if terminating:
+        metadata["deletionTimestamp"] = NOW.isoformat()
+    return {
+        "metadata": metadata,
+        "status": {"conditions": conditions, "containerStatuses": [{"restartCount": restarts}]},
+    }
+
+
+def view(
+    cs: dict[str, Any],
+    pods: list[dict[str, Any]],
+    actions: tuple[PodAction, ...] = (),
+    outcome_: str = "in progress",
+) -> RolloutView:
+    return RolloutView.read(cs, pods, list(actions), None, f"default/sample@{NEW}", outcome_, NOW)
+
+
+ALL_NEW = [pod(f"p{i}") for i in range(4)]
+HALF = [pod("p0"), pod("p1"), pod("p2", OLD), pod("p3", OLD)]
+
+CASES = [
+    # (id, cloneset, pods, reasons (each a prefix), outcome)
+    ("finished", cloneset(), ALL_NEW, [], Outcome.FINISHED),
+    (
+        "rejected",
+        cloneset(
+            strategy={"partition": "abc%"}, rejected="spec.updateStrategy.partition: invalid value 'abc%'"
+        ),
+        HALF,
+        ["spec rejected: spec.updateStrategy.partition: invalid value 'abc%'"],
+        Outcome.REJECTED,
+    ),
+    (
+        "partition reached",
+        cloneset(strategy={"partition": 2, "maxUnavailable": 1}),
+        HALF,
+        ["partition reached: 2 pods kept at the old revision"],
+        Outcome.FINISHED,
+    ),
+    (
+        "paused",
+        cloneset(strategy={"paused": True, "maxUnavailable": 1}),
+        HALF,
+        ["paused"],
+        None,
+    ),
+    (
+        "pods not ready, budget used",
+        cloneset(),
+        [pod("p0"), pod("p1", ready=False), pod("p2", OLD), pod("p3", OLD)],
+        ["pods not ready: p1", "maxUnavailable in use: 1 of 1 allowed"],
+        None,
+    ),
+    (
+        "in-place grace period",
+        cloneset(),
+        [
+            pod("p0"),
+            pod("p1"),
+            pod("p2", OLD, in_place_ready=False, grace_marked=NOW - timedelta(seconds=4)),
+            pod("p3", OLD),
+        ],
+        ["grace period: p2 marked not ready, updated in 6s", "maxUnavailable in use: 1 of 1 allowed"],
+        None,
+    ),  # fmt: skip
+    (
+        "lifecycle hook",
+        cloneset(),
+        [pod("p0"), pod("p1"), pod("p2", OLD, lifecycle="PreparingUpdate"), pod("p3", OLD)],
+        ["lifecycle hook: p2 is PreparingUpdate"],
+        None,
+    ),
+    (
+        "new spec not planned yet",
+        cloneset(generation=3, observed=2),
+        ALL_NEW,
+        ["spec generation 3 not planned yet"],
+        None,
+    ),
+    (
+        "a pod missing (recreate)",
+        cloneset(strategy={"type": "ReCreate", "maxUnavailable": 1}),
+        [pod("p0"), pod("p1"), pod("p2", OLD, terminating=True), pod("p3", OLD)],
+        ["maxUnavailable in use: 1 of 1 allowed"],
+        None,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("cs", "pods", "reasons", "ended"), [c[1:] for c in CASES], ids=[c[0] for c in CASES]
+)
+def test_why_it_waits_and_how_it_ended(
+    cs: dict[str, Any], pods: list[dict[str, Any]], reasons: list[str], ended: Outcome | None
+) -> None:
+    shown = view(cs, pods)
+    said = waiting_reasons(shown)
+    assert len(said) == len(reasons), said
+    for line, prefix in zip(said, reasons, strict=True):
+        assert line.startswith(prefix), (line, prefix)
+    assert outcome(shown) == ended
+
+
+def test_a_failed_or_superseded_rollout_ends_the_watch() -> None:
+    assert outcome(view(cloneset(), HALF, outcome_="superseded")) == Outcome.FAILED
+    assert outcome(view(cloneset(), HALF, outcome_="failed")) == Outcome.FAILED
+
+
+def test_pods_show_how_and_in_which_batch_they_were_updated() -> None:
+    def action(pod_name: str, kind: str, at: int, finished: int | None) -> PodAction:
+        return PodAction(
+            pod=pod_name,
+            action=kind,
+            rollout_id=f"default/sample@{NEW}",
+            requested=NOW + timedelta(seconds=at),
+            finished=None if finished is None else NOW + timedelta(seconds=finished),
+            outcome="succeeded" if finished is not None else "pending",
+            in_place=kind == "updateInPlace",
+        )
+
+    actions = (
+        action("p0", "updateInPlace", 0, 3),
+        action("p1", "recreatePod", 5, 6),
+        action("p2", "updateInPlace", 5, None),
+        PodAction("p3", "updateInPlace", "default/sample@sample-0000000000", NOW, NOW, "succeeded", True),
+    )
+    pods = [pod("p0", restarts=1), pod("p1"), pod("p2", ready=False), pod("p3", OLD)]
+    rows = {row.name: row for row in view(cloneset(), pods, actions).pods}
+    assert (rows["p0"].how, rows["p0"].batch, rows["p0"].out_of_service_seconds, rows["p0"].restarts) == (
+        "in place", 1, 3.0, 1
+    )  # fmt: skip
+    assert (rows["p1"].how, rows["p1"].batch) == ("recreated", 2)
+    assert (rows["p2"].how, rows["p2"].batch) == ("in place", 2)
+    assert rows["p2"].out_of_service_seconds is not None  # still out: counted up to now
+    assert (rows["p3"].how, rows["p3"].batch) == ("", None)  # an earlier rollout's action is not this one's
+    assert [r.updated for r in rows.values()] == [True, True, True, False]

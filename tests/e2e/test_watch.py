@@ -1,0 +1,102 @@
+"""`rollbook get NS/NAME -w` and `rollbook status` against the four services and a simcluster: the watch
+follows a real rollout and ends by itself with the exit code that says how it ended; a rejected spec is
+shown with its reason and ends the watch with exit 3."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from services.infra.supervisor import settings_env
+from tests.e2e.cluster import Cluster, is_ready, seed_cloneset, with_image
+from tests.plugins.stack import Stack, wait_for
+
+pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="session")]
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SERVICES = ("auditor", "watcher", "planner", "executor")
+NAME = "sample-data"
+
+
+async def rollbook(stack: Stack, *args: str) -> tuple[int, str]:
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("ROLLBOOK_")}
+    environment.update(settings_env(stack.settings), COLUMNS="160")
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "services.cli.main", *args,
+        cwd=REPO_ROOT, env=environment, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )  # fmt: skip
+    output, _ = await asyncio.wait_for(process.communicate(), 180)
+    return int(process.returncode or 0), output.decode()
+
+
+async def five_ready(cluster: Cluster) -> Any:
+    pods = await cluster.pods(NAME)
+    return pods if len(pods) == 5 and all(is_ready(p) for p in pods.values()) else None
+
+
+async def test_get_watch_follows_a_rollout_to_its_partition_and_exits_0(
+    stack: Stack, cluster: Cluster
+) -> None:
+    strategy = {
+        "type": "InPlaceIfPossible",
+        "partition": 2,
+        "maxUnavailable": 1,
+        "paused": True,
+        "inPlaceUpdateStrategy": {"gracePeriodSeconds": 1},
+    }
+    await stack.start(*SERVICES)
+    await cluster.create_cloneset(seed_cloneset("cloneset-sample-data.yaml", updateStrategy=strategy))
+    await wait_for(lambda: five_ready(cluster), within=60, what="5 ready pods")
+    await cluster.patch_cloneset(
+        NAME, with_image(seed_cloneset("cloneset-sample-data.yaml"), "nginx:mainline")
+    )
+
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("ROLLBOOK_")}
+    environment.update(settings_env(stack.settings), COLUMNS="160")
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "services.cli.main", "get", f"default/{NAME}", "-w", "--timeout", "120",
+        "--interval", "0.3",
+        cwd=REPO_ROOT, env=environment, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )  # fmt: skip
+    assert process.stdout is not None
+    seen: list[str] = []
+    # Paused, the rollout cannot end: the watch says why it waits (one line per change: not a terminal).
+    while not seen or "paused (spec.updateStrategy.paused: true)" not in seen[-1]:
+        line = (await asyncio.wait_for(process.stdout.readline(), 60)).decode()
+        assert line, "".join(seen)
+        seen.append(line)
+    assert seen[-1].startswith(f"default/{NAME}: updated 0/3"), seen
+    await cluster.patch_cloneset(NAME, {"spec": {"updateStrategy": {"paused": False}}})
+    rest, _ = await asyncio.wait_for(process.communicate(), 120)
+    output = "".join(seen) + rest.decode()
+    assert process.returncode == 0, output
+    # It ended by itself on the tree of the finished step: 3 pods updated in place, 2 kept by the partition.
+    assert "finished (exit 0)" in output
+    tree = output[output.index("CloneSet default/") :]
+    assert tree.count(" in place ") == 3, tree
+    assert "batch 1" in tree and "partition 2 " in tree
+    assert "maxUnavailable 0 in use of 1 allowed" in tree, tree
+
+
+async def test_a_rejected_spec_is_shown_with_its_reason_and_ends_the_watch(
+    stack: Stack, cluster: Cluster
+) -> None:
+    await stack.start(*SERVICES)
+    await cluster.create_cloneset(
+        seed_cloneset("cloneset-sample-data.yaml", updateStrategy={"partition": "abc%"})
+    )
+
+    async def rejected() -> str | None:
+        code, output = await rollbook(stack, "status", f"default/{NAME}")
+        return output if code == 0 and "spec rejected:" in output else None
+
+    shown = await wait_for(rejected, within=60, what="status showing the rejection")
+    assert "partition" in shown, shown
+    code, output = await rollbook(stack, "get", f"default/{NAME}", "-w", "--timeout", "60")
+    assert code == 3, output
+    assert "rejected:" in output and "partition" in output and "spec rejected (exit 3)" in output, output

@@ -1,0 +1,125 @@
+"""The planner service's loop (services/planner/service.py): a burst of wake-ups for one workload is planned
+in one pass over all of them, each wake-up is acknowledged once a round covering it is stored, and the
+rounds of different workloads run concurrently."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+import yaml
+from nats.aio.msg import Msg
+
+from services.infra.bus import DEFERRED
+from services.infra.settings import Settings
+from services.infra.store import EventStore
+from services.model.events import Envelope, ObjectObserved, RoundPlanned, new_event
+from services.model.streams import decisions_stream, observed_stream
+from services.planner.service import Planner
+
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+
+SEED = Path(__file__).parents[1] / "fixtures" / "seed" / "cloneset-sample.yaml"
+
+
+class WakeUp:
+    """A bus message as the planner settles it."""
+
+    def __init__(self) -> None:
+        self.acked = asyncio.Event()
+        self.naked = False
+
+    async def ack(self) -> None:
+        self.acked.set()
+
+    async def nak(self, delay: float | None = None) -> None:
+        self.naked = True
+
+    async def in_progress(self) -> None:
+        pass
+
+
+class CountingStore:
+    """The event store, counting the reads of each stream, and holding chosen reads until released."""
+
+    def __init__(self, store: EventStore) -> None:
+        self.store = store
+        self.reads: dict[str, int] = {}
+        self.hold: dict[str, asyncio.Event] = {}  # stream -> released when set
+
+    async def read_stream(self, stream: str, from_version: int = 1) -> Any:
+        self.reads[stream] = self.reads.get(stream, 0) + 1
+        if stream in self.hold:
+            await self.hold[stream].wait()
+        return await self.store.read_stream(stream, from_version)
+
+    async def append(self, envelopes: Any, expected_version: int | None) -> Any:
+        return await self.store.append(envelopes, expected_version=expected_version)
+
+
+async def observe(store: EventStore, namespace: str, replicas: int, version: int) -> Envelope:
+    cloneset = yaml.safe_load(SEED.read_text())
+    cloneset["metadata"].update(namespace=namespace, uid=f"uid-{namespace}", generation=version)
+    cloneset["spec"]["replicas"] = replicas
+    envelope = new_event(
+        ObjectObserved(
+            kind="CloneSet",
+            namespace=namespace,
+            name="sample",
+            uid=f"uid-{namespace}",
+            resource_version=str(version),
+            change="ADDED" if version == 1 else "MODIFIED",
+            object=cloneset,
+        ),
+        stream=observed_stream(namespace, "sample"),
+        stream_version=version,
+        occurred_at=datetime.now(UTC),
+    )
+    await store.append([envelope], expected_version=version - 1)
+    return envelope
+
+
+async def rounds_of(store: EventStore, namespace: str) -> list[RoundPlanned]:
+    stored = await store.read_stream(decisions_stream(namespace, "sample"))
+    return [s.envelope.payload for s in stored if isinstance(s.envelope.payload, RoundPlanned)]
+
+
+async def test_a_burst_of_wake_ups_is_planned_in_one_pass(
+    settings: Settings, event_store: EventStore
+) -> None:
+    namespace = f"burst-{uuid.uuid4().hex[:8]}"
+    counting = CountingStore(event_store)
+    planner = Planner(settings, cast(EventStore, counting))
+    burst = [await observe(event_store, namespace, replicas, v) for v, replicas in enumerate([1, 2, 3, 4], 1)]
+    wake_ups = [WakeUp() for _ in burst]
+    for envelope, wake_up in zip(burst, wake_ups, strict=True):
+        assert await planner.handle(envelope, cast(Msg, wake_up)) is DEFERRED  # settled by the round
+    await asyncio.wait_for(asyncio.gather(*(w.acked.wait() for w in wake_ups)), 30)
+    # One catch-up and one round over the four observations (the last one's 4 replicas), not four.
+    assert counting.reads[observed_stream(namespace, "sample")] == 1
+    [planned] = await rounds_of(event_store, namespace)
+    assert planned.through[observed_stream(namespace, "sample")] == 4
+    assert not any(w.naked for w in wake_ups)
+
+
+async def test_rounds_of_different_workloads_run_concurrently(
+    settings: Settings, event_store: EventStore
+) -> None:
+    slow, fast = (f"{name}-{uuid.uuid4().hex[:8]}" for name in ("slow", "fast"))
+    counting = CountingStore(event_store)
+    planner = Planner(settings, cast(EventStore, counting))
+    # The slow workload's catch-up is held until the fast one's round is stored: planned one after the
+    # other, the slow one would wait for ever.
+    released = counting.hold[observed_stream(slow, "sample")] = asyncio.Event()
+    slow_wake, fast_wake = WakeUp(), WakeUp()
+    await planner.handle(await observe(event_store, slow, 2, 1), cast(Msg, slow_wake))
+    await planner.handle(await observe(event_store, fast, 2, 1), cast(Msg, fast_wake))
+    await asyncio.wait_for(fast_wake.acked.wait(), 30)
+    assert len(await rounds_of(event_store, fast)) == 1 and not slow_wake.acked.is_set()
+    released.set()
+    await asyncio.wait_for(slow_wake.acked.wait(), 30)
+    assert len(await rounds_of(event_store, slow)) == 1

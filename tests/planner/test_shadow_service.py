@@ -1,0 +1,56 @@
+"""The planner's shadow hook against the event store (services/planner/shadow_service.py): what it appends
+is the pure trail of the observations, once, across a restart that re-derives the trail."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from services.infra.store import EventStore
+from services.model.streams import shadow_stream
+from services.planner.cloneset_decisions import RULES_VERSION
+from services.planner.shadow_service import ShadowRecorder
+from services.planner.shadow_trail import ShadowTrail
+from tests.planner.kruise_observations import KruiseLog
+
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+
+
+async def test_a_restarted_recorder_appends_only_what_is_not_stored_and_the_trail_is_the_pure_one(
+    event_store: EventStore,
+) -> None:
+    log = KruiseLog(name=f"web-{uuid.uuid4().hex[:8]}", maxUnavailable=1)
+    log.write_status()
+    pods = [log.create_pod(i, ready=False) for i in ("aaaaa", "bbbbb")]
+    for pod in pods:
+        log.set_ready(pod)
+    log.write_status()
+    before_rollout = len(log.envelopes)
+    old = log.revision
+    log.set_image("nginx:2.0")
+    log.write_status(current=old)
+    for pod in pods:
+        log.start_in_place(pod)
+        log.patch_in_place(pod)
+        log.set_ready(pod)
+        log.write_status()
+
+    await event_store.append(log.envelopes[:before_rollout], expected_version=0)
+    first = ShadowRecorder(event_store, shadow_all=True, rules=RULES_VERSION)
+    appended = await first.record(log.namespace, log.name)
+    assert appended > 0
+    assert await first.record(log.namespace, log.name) == 0  # nothing new observed
+
+    # A restart (or another planner taking over): the trail is derived again from the first observation.
+    await event_store.append(log.envelopes[before_rollout:], expected_version=before_rollout)
+    second = ShadowRecorder(event_store, shadow_all=True, rules=RULES_VERSION)
+    assert await second.record(log.namespace, log.name) > 0
+    stored = [s.envelope for s in await event_store.read_stream(shadow_stream(log.namespace, log.name))]
+
+    pure = ShadowTrail(log.namespace, log.name, True, RULES_VERSION)
+    expected = [e for envelope in log.envelopes for e in pure.step(envelope)]
+    assert [(e.event_id, e.stream_version, e.type) for e in stored] == [
+        (e.event_id, e.stream_version, e.type) for e in expected
+    ]
+    assert [e.payload for e in stored] == [e.payload for e in expected]
