@@ -19,6 +19,7 @@ from typing import Any
 
 from services.model import intorpercent
 from services.model.availability import pod_available, revision_hash, unavailable
+from services.model.cloneset import desired_replicas
 from services.planner.names import (
     INPLACE_GRACE_ANNOTATION,
     LIFECYCLE_STATE_LABEL,
@@ -115,7 +116,7 @@ class RolloutView:
         spec = cloneset.get("spec") or {}
         status = cloneset.get("status") or {}
         strategy = spec.get("updateStrategy") or {}
-        replicas = int(spec.get("replicas", 1) if spec.get("replicas") is not None else 1)
+        replicas = desired_replicas(dict(cloneset))
         rejected = next(
             (
                 str(c.get("message") or c.get("reason") or "rejected")

@@ -50,6 +50,7 @@ class CloneSetSpec:
     disable_pvc_reuse: bool
     extended_inplace: bool
     priority_strategy: dict[str, Any] | None
+    scatter_strategy: list[dict[str, str]] | None = None
     lifecycle: Lifecycle | None = None
     progress_deadline_seconds: int | None = None
     exclude_preparing_delete: bool = False
@@ -105,6 +106,7 @@ def resolve(cloneset: dict[str, Any]) -> CloneSetSpec:
         disable_pvc_reuse=bool(scale.get("disablePVCReuse", False)),
         extended_inplace=annotations.get(INPLACE_MODE_ANNOTATION) == INPLACE_MODE_EXTENDED,
         priority_strategy=strategy.get("priorityStrategy"),
+        scatter_strategy=strategy.get("scatterStrategy") or None,
         lifecycle=read_lifecycle(spec.get("lifecycle")),
         progress_deadline_seconds=(
             None if spec.get("progressDeadlineSeconds") is None else int(spec["progressDeadlineSeconds"])

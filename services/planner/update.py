@@ -22,6 +22,7 @@ from services.planner.names import (
 )
 from services.planner.podstate import PodView, format_time, parse_time
 from services.planner.revisions import hash_part
+from services.planner.scatter import scatter
 from services.planner.spec import ON_DELETE, RECREATE
 
 _TRAILING_INT = re.compile(r"(\d+)$")
@@ -194,7 +195,7 @@ def _priority_key(strategy: dict[str, Any] | None) -> Any:
 
 def candidates(ctx: Context, wanted: int | None = None, skip: set[str] | None = None) -> list[PodView]:
     """Old pods that may be updated, in OpenKruise's order (``SortUpdateIndexes``: the default order,
-    then priorityStrategy, then pods in PreparingUpdate first), first ``wanted``.
+    then priorityStrategy, then scatterStrategy, then pods in PreparingUpdate first), first ``wanted``.
 
     Skipped: pods in PreparingDelete, pods in a grace period (unless Updated), pods marked for deletion or
     named in podsToDelete (already on their way), and ``skip`` (pods the refresh wrote to this round)."""
@@ -212,6 +213,16 @@ def candidates(ctx: Context, wanted: int | None = None, skip: set[str] | None = 
         and p.name not in skip
     ]
     priority = _priority_key(ctx.spec.priority_strategy)
+    if ctx.spec.scatter_strategy:
+        # Scattering reorders the whole list: sort it all, then cut.
+        pods.sort(
+            key=PodView.active_order_key
+            if priority is None
+            else lambda p: (priority(p), p.active_order_key())
+        )
+        pods = scatter(pods, ctx.pods, ctx.spec.scatter_strategy, lambda p: p.labels)
+        pods.sort(key=lambda p: 0 if p.lifecycle == lifecycle.PREPARING_UPDATE else 1)  # stable
+        return pods if wanted is None else pods[:wanted]
     preparing_first = any(p.lifecycle == lifecycle.PREPARING_UPDATE for p in pods)
     if priority is None and not preparing_first:
         key: Any = PodView.active_order_key

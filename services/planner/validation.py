@@ -265,7 +265,29 @@ def _validate_update_strategy(spec: dict[str, Any], replicas: int) -> Invalid | 
             "spec.updateStrategy.inPlaceUpdateStrategy.gracePeriodSeconds",
             f"must be a non-negative integer, got {grace!r}",
         )
-    return _validate_priority(strategy.get("priorityStrategy"))
+    return _validate_priority(strategy.get("priorityStrategy")) or _validate_scatter(
+        strategy.get("scatterStrategy")
+    )
+
+
+def _validate_scatter(scatter: Any) -> Invalid | None:
+    """``scatterStrategy``: a list of ``{key, value}`` terms, both non-empty, no term twice
+    (pkg/webhook/cloneset/validating/validation.go ``validateScatterStrategy``)."""
+    if scatter is None:
+        return None
+    where = "spec.updateStrategy.scatterStrategy"
+    if not isinstance(scatter, list):
+        return Invalid(where, "must be a list of {key, value} terms")
+    seen: set[tuple[str, str]] = set()
+    for i, term in enumerate(scatter):
+        if not isinstance(term, dict) or not isinstance(term.get("key"), str) or not term["key"]:
+            return Invalid(f"{where}[{i}].key", "required")
+        if not isinstance(term.get("value"), str) or not term["value"]:
+            return Invalid(f"{where}[{i}].value", "required")
+        if (term["key"], term["value"]) in seen:
+            return Invalid(f"{where}[{i}]", f"duplicate term {term['key']}={term['value']}")
+        seen.add((term["key"], term["value"]))
+    return None
 
 
 def _validate_priority(priority: Any) -> Invalid | None:

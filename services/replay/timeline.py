@@ -11,6 +11,7 @@ from typing import Any
 
 from services.infra.store import StoredEvent
 from services.model.availability import pod_available, revision_hash, unavailable
+from services.model.cloneset import desired_replicas
 from services.model.events import (
     ObjectObserved,
     PodActionFailed,
@@ -97,7 +98,7 @@ def summarise(state: WorkloadState) -> dict[str, Any]:
         "exists": state.cloneset is not None,
         "generation": (cloneset.get("metadata") or {}).get("generation"),
         "replicas": spec.get("replicas"),
-        "unavailable": unavailable(int(spec.get("replicas", 1) or 0), state.pods.values()),
+        "unavailable": unavailable(desired_replicas(state.cloneset), state.pods.values()),
         "updated": updated_pods(state),
         "updateStrategy": spec.get("updateStrategy"),
         "images": [
@@ -140,7 +141,7 @@ def one_line(step: Step) -> str:
     elif isinstance(payload, ShadowCompared):
         what += f" {payload.action} {payload.pod}: {payload.verdict}"
     ready = sum(1 for p in state.pods.values() if pod_summary(p)["ready"])
-    replicas = int(((state.cloneset or {}).get("spec") or {}).get("replicas", 1) or 0)
+    replicas = desired_replicas(state.cloneset)
     return (
         f"{stored.global_position:>8} {stored.recorded_at.isoformat(timespec='milliseconds')}"
         f" {stream_kind:<9} v{envelope.stream_version:<5} {what}"

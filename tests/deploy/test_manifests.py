@@ -270,3 +270,28 @@ def test_the_sidecarset_webhooks_are_sent_exactly_the_sidecarsets_rollbook_manag
         for hook in hooks:
             sent = label_selectors.matches(hook["objectSelector"], labels)
             assert sent == selection.manages(sidecarset), (overlay, hook["name"], value)
+
+
+# What kustomize v2.0.3 (kubectl 1.20, Debian's kubernetes-client, which .ci/run installs on a machine
+# without kubectl) understands; newer kustomize reads all of it too.
+KUSTOMIZE_V2_FIELDS = {
+    "apiVersion",
+    "kind",
+    "resources",
+    "bases",
+    "images",
+    "configMapGenerator",
+    "patchesJson6902",
+    "patchesStrategicMerge",
+}
+
+
+def test_the_kustomizations_stay_readable_by_kubectl_1_20() -> None:
+    for path in DEPLOY.rglob("kustomization.yaml"):
+        kustomization = yaml.safe_load(path.read_text())
+        where = path.relative_to(ROOT)
+        assert set(kustomization) <= KUSTOMIZE_V2_FIELDS, (where, set(kustomization) - KUSTOMIZE_V2_FIELDS)
+        for resource in kustomization.get("resources") or []:
+            assert (path.parent / resource).is_file(), f"{where}: directories go under bases: ({resource})"
+        for base in kustomization.get("bases") or []:
+            assert (path.parent / base / "kustomization.yaml").is_file(), (where, base)

@@ -102,3 +102,28 @@ async def test_an_unlabelled_sidecarset_gets_no_decision_until_labelled(
     await planner.plan_round(workload)
     decided = [e.envelope.type for e in await event_store.read_stream(sidecarset_decisions(name))]
     assert decided and decided[0] == "RoundPlanned"
+
+
+async def test_a_cloneset_labelled_out_mid_life_gets_no_further_decision(
+    settings: Settings, event_store: EventStore
+) -> None:
+    namespace = f"ns-{uuid.uuid4().hex[:8]}"
+    cloneset = seed("cloneset-sample.yaml")
+    cloneset["spec"]["replicas"] = 0  # nothing pending after the first round: the planner is free to act
+    cloneset["metadata"].update(namespace=namespace, uid=str(uuid.uuid4()), generation=1)
+    planner = Planner(settings, event_store, Selection(ManageMode.ALL))
+    workload = planner.workload(CLONESET, f"{namespace}/sample")
+    await observe(event_store, observed_stream(namespace, "sample"), cloneset, 1)
+    await planner.plan_round(workload)
+    before = await event_store.read_stream(decisions_stream(namespace, "sample"))
+    assert before and not any(e.envelope.type == "PodActionRequested" for e in before)
+
+    # Released (say, to OpenKruise) and scaled up in the same change: the new owner creates the pods.
+    released = copy.deepcopy(cloneset)
+    released["metadata"]["labels"][MANAGE_LABEL] = "false"
+    released["metadata"]["generation"] = 2
+    released["spec"]["replicas"] = 3
+    await observe(event_store, observed_stream(namespace, "sample"), released, 2)
+    await planner.plan_round(workload)
+    assert workload.state.cloneset is not None and workload.state.cloneset["spec"]["replicas"] == 3
+    assert len(await event_store.read_stream(decisions_stream(namespace, "sample"))) == len(before)

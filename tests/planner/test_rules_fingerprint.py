@@ -32,8 +32,9 @@ FINGERPRINTS = {
     # v4 (lifecycle hooks, replicas: null) recorded on the simulation with expectation timers
     4: "c4dd0787c916b4486427aacd05af36fc0b570e90c7fa6d7b4ca687ef390871e2",
     5: "fcb057b8dd64413bb44496ef0dd09fdcb61ab53da759d0529e329e53e875a3d6",
-    # v6: expectation timeouts counted from the action's outcome (the expectation timers move)
-    6: "7e9025d47f6d97683e57930f3c0f5e95d673b334dee49beebb891d71e600c4e7",
+    6: "51981779110960a2b3255951bdfa32a8c27cfac5dcd4ad9021980c2a21274ecb",
+    # v7: expectation timeouts counted from the action's outcome (the expectation timers move)
+    7: "39636634c4700e56fe4b8635418dc1672bb3b0cdc9207cc4b7e9b66009d9f095",
 }
 START = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 SCRIPTS: tuple[tuple[int | None, dict[str, object]], ...] = (
@@ -46,6 +47,8 @@ SCRIPTS: tuple[tuple[int | None, dict[str, object]], ...] = (
     (None, {"type": "InPlaceIfPossible"}),
     # OnDelete: nothing is updated (added with rules v5; earlier entries fingerprint the scripts before it)
     (3, {"type": "OnDelete"}),
+    # a scatterStrategy naming one term twice: rejected since rules v6 (scatterStrategy validated and used)
+    (3, {"type": "ReCreate", "scatterStrategy": [{"key": "zone", "value": "a"}] * 2}),
 )
 
 
