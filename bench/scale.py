@@ -311,6 +311,8 @@ class Figures:
     async def of(supervisor: Supervisor) -> Figures:
         figures = Figures()
         for proc in list(supervisor.children.values()):
+            if not proc.port:
+                continue  # restarting: it has not reported its port yet (its counters start over anyway)
             text = await metrics_text(proc.base_url)
             if proc.service == "planner":
                 figures.rounds += metric_sum(text, "rollbook_planning_seconds_count")
