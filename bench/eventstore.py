@@ -57,8 +57,15 @@ from services.model.events import Envelope, PodActionRequested, new_event
 
 STREAM_LENGTH = 1000  # events per stream: batches of up to 1,000 are one stream, consecutive versions
 COPY_COLUMNS = [
-    "event_id", "stream", "stream_version", "type", "schema_version", "occurred_at",
-    "causation_id", "correlation_id", "payload",
+    "event_id",
+    "stream",
+    "stream_version",
+    "type",
+    "schema_version",
+    "occurred_at",
+    "causation_id",
+    "correlation_id",
+    "payload",
 ]
 READ_SQL = (
     "SELECT global_position, recorded_at, event_id, stream, stream_version, type, schema_version,"
@@ -87,13 +94,21 @@ def build_events(count: int) -> list[Envelope]:
                         "fromRevision": "sample-5d9f7b8c6d",
                         "partition": i % 10,
                         "labels": {
-                            "app": "sample", "tier": "web", "apps.kruise.io/cloneset-instance-id": pod,
+                            "app": "sample",
+                            "tier": "web",
+                            "apps.kruise.io/cloneset-instance-id": pod,
                         },
                         "containers": [
-                            {"name": "main", "image": "registry.example.com/team/app:1.2.3",
-                             "resources": {"requests": {"cpu": "250m", "memory": "256Mi"}}},
-                            {"name": "sidecar", "image": "registry.example.com/infra/proxy:4.5.6",
-                             "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}}},
+                            {
+                                "name": "main",
+                                "image": "registry.example.com/team/app:1.2.3",
+                                "resources": {"requests": {"cpu": "250m", "memory": "256Mi"}},
+                            },
+                            {
+                                "name": "sidecar",
+                                "image": "registry.example.com/infra/proxy:4.5.6",
+                                "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}},
+                            },
                         ],
                         "reason": "template changed: containers[0].image; in-place update not possible",
                     },
@@ -305,8 +320,10 @@ async def main() -> None:
         )
         bench = Bench(store, conn)
         version = await conn.fetchval("SHOW server_version")
-        print(f"Postgres {version}; {args.events:,} events per append run, {args.singles:,} single appends, "
-              f"{args.replay_events:,} replayed, median of {args.rounds}")
+        print(
+            f"Postgres {version}; {args.events:,} events per append run, {args.singles:,} single appends, "
+            f"{args.replay_events:,} replayed, median of {args.rounds}"
+        )
         events = build_events(max(args.events, args.singles, args.replay_events))
         # The pre-built events are a benchmark fixture: keep the cyclic GC from rescanning them over and over
         # (a full collection over them takes ~0.3 s and would land at random inside timed runs).
@@ -327,21 +344,33 @@ async def main() -> None:
     ceiling = appends["copy-10000"]
     print_table(
         "Append (ratio to the COPY ceiling, copy-10000)",
-        [(case, appends[case], "copy-10000", ceiling)
-         for case in ("append-1", "append-100", "append-1000", "append_many-100", "append_many-1000",
-                      "import-10000")],
+        [
+            (case, appends[case], "copy-10000", ceiling)
+            for case in (
+                "append-1",
+                "append-100",
+                "append-1000",
+                "append_many-100",
+                "append_many-1000",
+                "import-10000",
+            )
+        ],
     )
     print_table(
         "Append (ratio to COPY with the same rows per transaction)",
         [(f"append-{n}", appends[f"append-{n}"], f"copy-{n}", appends[f"copy-{n}"]) for n in (1, 100, 1000)]
-        + [(f"append_many-{n}", appends[f"append_many-{n}"], f"copy-{n}", appends[f"copy-{n}"])
-           for n in (100, 1000)],
+        + [
+            (f"append_many-{n}", appends[f"append_many-{n}"], f"copy-{n}", appends[f"copy-{n}"])
+            for n in (100, 1000)
+        ],
     )
     print_cpu_table(cpu)
     print_table(
         "Replay: read everything in order + msgspec decode",
-        [("store.read_all", replay["store.read_all"], "cursor+decode", replay["cursor+decode"]),
-         ("cursor+decode", replay["cursor+decode"], "cursor-nodecode", replay["cursor-nodecode"])],
+        [
+            ("store.read_all", replay["store.read_all"], "cursor+decode", replay["cursor+decode"]),
+            ("cursor+decode", replay["cursor+decode"], "cursor-nodecode", replay["cursor-nodecode"]),
+        ],
     )
     print(f"\nload average after: {load_average()}")
 

@@ -2,8 +2,8 @@
 
 `up` resolves the settings once (starting embedded Postgres/NATS for empty URLs), then runs each service
 through the one supervisor (services/infra/supervisor.py): a child process with the resolved URLs in its
-environment and its log in `<data_dir>/logs/<service>.log` (copied to stderr), on an OS-chosen HTTP port
-read back from its log; it waits until all are ready, restarts a child that dies, and on SIGTERM/SIGINT
+environment and its log in `<data_dir>/logs/<service>.log`, on an OS-chosen HTTP port read back from its
+log; it prints one summary once all are ready, restarts a child that dies, and on SIGTERM/SIGINT
 (or any error) stops every child and waits for them to finish their in-flight work. The demo and the
 test stack run the services through the same supervisor; docker-compose runs one container per service.
 """
@@ -19,7 +19,7 @@ from services.cli.runtime import run_command
 from services.infra.settings import Settings
 
 if TYPE_CHECKING:
-    pass
+    from services.infra.supervisor import Supervisor
 
 SERVICES = ("watcher", "planner", "executor", "auditor")
 
@@ -54,7 +54,7 @@ async def _up(settings: Settings) -> int:
     import asyncio
     import time
 
-    from services.cli.up_summary import log_dir, summary
+    from services.cli.up_summary import log_dir
     from services.infra.supervisor import Supervisor
 
     started = time.monotonic()
@@ -62,11 +62,13 @@ async def _up(settings: Settings) -> int:
     # needs attention (a service that exits and is restarted).
     supervisor = Supervisor(settings, log_dir(settings))
     async with supervisor:
-        await supervisor.start(*services_for(settings))
-        ports = {name: child.port for name, child in supervisor.children.items()}
-        print(summary(settings, ports, started), flush=True)
+        names = await supervisor.spawn(*services_for(settings))
         try:
-            await supervisor.keep_running()
+            # A child that dies, even while starting (a planner that lost its Lease exits 1 to stand
+            # again), is started again; the summary comes once all are ready.
+            await asyncio.gather(
+                supervisor.keep_running(), report_ready(supervisor, names, settings, started)
+            )
         except asyncio.CancelledError:
             # SIGTERM/SIGINT (run_command cancels us): the normal way to stop. Stop the children cleanly;
             # exit 0 once they all have.
@@ -87,6 +89,17 @@ def _service_command(service: str) -> Callable[[], None]:
 
     command.__doc__ = f"Run the {service} service (health, readiness and metrics on ROLLBOOK_HTTP_PORT)."
     return command
+
+
+async def report_ready(supervisor: Supervisor, names: list[str], settings: Settings, started: float) -> None:
+    """Once every service is ready (one that died while starting is started again and waited for), the
+    summary: each service's endpoints, the stack's URLs, where the logs are."""
+    from services.cli.up_summary import summary
+
+    ports: dict[str, int] = {}
+    for name in names:
+        ports[name] = (await supervisor.wait_ready(name, timeout=None, follow_restarts=True)).port
+    print(summary(settings, ports, started), flush=True)
 
 
 def register(app: typer.Typer) -> None:

@@ -2,6 +2,10 @@
 and reports every outcome as an event (docs/services.md, "executor").
 
 - All executors share the durable consumer ``executor``: JetStream hands each action to one of them.
+  Each executor carries out up to ``settings.executor_concurrency`` actions at once, one pod's actions
+  in order and never overlapping (``services.infra.keyed.KeyedRunner`` keyed by the pod). Across
+  executors the order holds too: an action first waits until the actions its round planned earlier for
+  the same pod have a terminal outcome (``earlier_actions_pending``).
 - Once in effect: every create or patch writes the action id in the ``rollbook.io/action-id`` annotation
   in the same API call; deletes carry a uid precondition. Before acting, the executor looks for the
   action's terminal event in the store and then at the object: an action already applied (a redelivery,
@@ -14,23 +18,28 @@ and reports every outcome as an event (docs/services.md, "executor").
 - The terminal event (PodActionSucceeded or PodActionFailed) has a deterministic id derived from the
   action id, so it is stored once whoever writes it. A failure that may pass (API unavailable) is
   retried by the bus; on the last delivery it is reported failed with retryable=true instead.
-- CloneSet and SidecarSet status goes through the status subresource, from a second durable,
-  ``executor-status``, that is ordered: one status write in flight at a time across every executor, so
-  statuses land in the order they were planned.
+- CloneSet and SidecarSet status goes through the status subresource, from ordered durables
+  ``executor-status-p<N>``, one per bus partition: one status write in flight at a time per partition
+  across every executor, so each workload's statuses land in the order they were planned, and
+  different partitions write in parallel.
 """
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import os
 import socket
+import time
+from collections.abc import Hashable
 from typing import Any
 
+import nats.js.errors
 import structlog
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 from nats.aio.msg import Msg
-from sqlalchemy import select
+from sqlalchemy import Text, cast, literal, select, union_all
 
 from services.executor.api_retry import call_with_retries
 from services.executor.pods import CONFLICT_RETRIES, MERGE_PATCH, ActionFailed, read_target_pod
@@ -38,7 +47,14 @@ from services.executor.sidecarset import apply_sidecar_upgrade, write_sidecarset
 from services.infra import kube
 from services.infra.bus import Bus
 from services.infra.consumer_service import ConsumerSpec, serve_consumers
-from services.infra.metrics import ACTIONS_APPLIED, ACTIONS_FAILED, EVENTS_APPENDED, EVENTS_HANDLED
+from services.infra.group_commit import GroupCommit
+from services.infra.metrics import (
+    ACTIONS_APPLIED,
+    ACTIONS_FAILED,
+    EVENTS_APPENDED,
+    EVENTS_HANDLED,
+    STATUS_WRITES,
+)
 from services.infra.runtime import ServiceRuntime, configure_logging
 from services.infra.settings import Settings
 from services.infra.store import EventStore
@@ -72,11 +88,36 @@ DURABLE = "executor"
 ACK_WAIT = 10.0
 INPUT_TYPES = ("PodActionRequested",)
 # Status writes replace the whole status, so they must land in the order they were planned: executors
-# share an ordered durable for them (one write in flight at a time across all executors). On the shared
-# action durable two executors could write a workload's statuses N and N+1 in the wrong order, and the
-# CloneSet would keep reporting the older one, since the planner does not plan an unchanged status again.
-STATUS_DURABLE = "executor-status"
+# share ordered durables for them, one per bus partition (a workload's events all share one partition),
+# so one write is in flight at a time per partition across all executors. On the shared action durable
+# two executors could write a workload's statuses N and N+1 in the wrong order, and the CloneSet would
+# keep reporting the older one, since the planner does not plan an unchanged status again.
+STATUS_DURABLE_PREFIX = "executor-status-p"
+# The single ordered status durable of earlier versions (all partitions, one write at a time in total).
+LEGACY_STATUS_DURABLE = "executor-status"
 STATUS_TYPES = ("StatusPlanned",)
+# How often an action waiting for an earlier action on its pod (taken by another executor) looks again,
+# and how long it waits before handing its message back to the bus (that one may have been lost with
+# its executor: it is redelivered after ACK_WAIT).
+EARLIER_ACTION_POLL = 0.02
+EARLIER_ACTION_WAIT = 2 * ACK_WAIT
+
+
+class EarlierActionPending(Exception):
+    """An action planned before this one for the same pod has no outcome yet; retried by the bus."""
+
+
+def status_durable(partition: int) -> str:
+    return f"{STATUS_DURABLE_PREFIX}{partition}"
+
+
+def pod_key(envelope: Envelope) -> Hashable:
+    """What a pod action must be ordered with: the pod (or the CloneSet, for setPodsToDelete)."""
+    payload = envelope.payload
+    if isinstance(payload, PodActionRequested):
+        kind = "CloneSet" if payload.action == "setPodsToDelete" else "Pod"
+        return (kind, payload.namespace, payload.pod)
+    return ("event", envelope.event_id)
 
 
 def outcome_id(action_id: str) -> Any:
@@ -114,6 +155,7 @@ class Executor:
     def __init__(self, settings: Settings, store: EventStore, api: client.ApiClient) -> None:
         self.settings = settings
         self.store = store
+        self.reports = GroupCommit(store)
         self.core = client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)
         self.name = f"{socket.gethostname()}/{os.getpid()}"
@@ -121,11 +163,31 @@ class Executor:
     # --- bus -----------------------------------------------------------------------------------------
 
     def consumers(self) -> list[ConsumerSpec]:
-        """The pod actions, shared out among executors, and the status writes, in order."""
-        return [
-            ConsumerSpec(DURABLE, INPUT_TYPES, self.handle, batch=8, ack_wait=ACK_WAIT),
-            ConsumerSpec(STATUS_DURABLE, STATUS_TYPES, self.handle, batch=1, ack_wait=ACK_WAIT, ordered=True),
+        """The pod actions, shared out among executors, many at once; the status writes, in order per
+        partition."""
+        concurrency = max(1, self.settings.executor_concurrency)
+        actions = ConsumerSpec(
+            DURABLE,
+            INPUT_TYPES,
+            self.handle,
+            batch=min(concurrency, 64),
+            ack_wait=ACK_WAIT,
+            concurrency=concurrency,
+            order_key=pod_key,
+        )
+        statuses = [
+            ConsumerSpec(
+                status_durable(p),
+                STATUS_TYPES,
+                self.handle,
+                batch=1,
+                ack_wait=ACK_WAIT,
+                ordered=True,
+                partition=p,
+            )
+            for p in range(self.settings.bus_partitions)
         ]
+        return [actions, *statuses]
 
     async def handle(self, envelope: Envelope, msg: Msg) -> None:
         EVENTS_HANDLED.labels("executor", envelope.type).inc()
@@ -149,10 +211,18 @@ class Executor:
     async def execute(
         self, envelope: Envelope, request: PodActionRequested, *, last_try: bool = False
     ) -> None:
-        if await self._outcome_recorded(request.action_id):
+        reported, earlier = await self._before_acting(envelope, request)
+        if reported:
             log.info(
                 "action_already_reported", action=request.action, pod=request.pod, action_id=request.action_id
             )
+            return
+        try:
+            await self._wait_for_earlier_actions(request, await self._without_outcome(earlier))
+        except EarlierActionPending as waiting:
+            if not last_try:
+                raise  # the bus hands it back later
+            await self._report_failure(envelope, request, ActionFailed(str(waiting), retryable=True))
             return
         await self._report(envelope, PodActionStarted(action_id=request.action_id, executor=self.name))
         try:
@@ -267,9 +337,14 @@ class Executor:
                 return True
             raise
 
-    async def _patch_pod(self, request: PodActionRequested, patch: dict[str, Any]) -> tuple[str | None, bool]:
+    async def _patch_pod(
+        self, request: PodActionRequested, patch: dict[str, Any], known: dict[str, Any] | None = None
+    ) -> tuple[str | None, bool]:
+        """Patch with the resourceVersion it was computed from; ``known`` is the pod as just returned by
+        the API (one read fewer), re-read after a conflict."""
         for _ in range(CONFLICT_RETRIES):
-            pod = await read_target_pod(self.core, request)
+            pod = known if known is not None else await read_target_pod(self.core, request)
+            known = None
             metadata = pod.get("metadata") or {}
             if _annotations(pod).get(ACTION_ID_ANNOTATION) == request.action_id:
                 return metadata.get("uid"), True
@@ -297,11 +372,17 @@ class Executor:
             return (pod.get("metadata") or {}).get("uid"), True
         condition = request.details.get("condition")
         if condition:
-            # Conditions merge by type (strategic merge patch), so only InPlaceUpdateReady changes.
-            await self.core.patch_namespaced_pod_status(
-                request.pod, request.namespace, {"status": {"conditions": [condition]}}
+            # Conditions merge by type (strategic merge patch), so only InPlaceUpdateReady changes. The
+            # answer is the pod as it now is: the metadata patch below starts from it.
+            pod = await kube.raw_json(
+                await self.core.patch_namespaced_pod_status(
+                    request.pod,
+                    request.namespace,
+                    {"status": {"conditions": [condition]}},
+                    _preload_content=False,
+                )
             )
-        return await self._patch_pod(request, request.details.get("patch") or {})
+        return await self._patch_pod(request, request.details.get("patch") or {}, known=pod)
 
     async def _set_pods_to_delete(self, request: PodActionRequested) -> tuple[str | None, bool]:
         name = request.pod
@@ -328,7 +409,12 @@ class Executor:
     # --- status --------------------------------------------------------------------------------------
 
     async def write_status(self, envelope: Envelope, planned: StatusPlanned) -> None:
-        # Statuses arrive in planned order (the ordered STATUS_DURABLE), so each one is simply written.
+        # Statuses arrive in planned order (the ordered status durables), so each one is simply written,
+        # unless a later one is planned already: that one follows on the same durable and replaces it.
+        if await self.status_superseded(envelope):
+            STATUS_WRITES.labels("superseded").inc()
+            return
+        STATUS_WRITES.labels("written").inc()
         if sidecarset_of(envelope.stream) is not None:
             if not await write_sidecarset_status(self.custom, planned):
                 log.info("status_target_gone", name=planned.name)
@@ -351,12 +437,70 @@ class Executor:
 
     # --- outcomes ------------------------------------------------------------------------------------
 
-    async def _outcome_recorded(self, action_id: str) -> bool:
-        statement = select(events_table.c.global_position).where(
-            events_table.c.event_id == outcome_id(action_id)
+    async def status_superseded(self, envelope: Envelope) -> bool:
+        """A later StatusPlanned of the same workload is in the store (so on its way to us, in order)."""
+        e = events_table.c
+        statement = (
+            select(e.global_position)
+            .where(
+                e.stream == envelope.stream,
+                e.stream_version > envelope.stream_version,
+                e.type == "StatusPlanned",
+            )
+            .limit(1)
         )
         async with self.store.engine.connect() as connection:
             return (await connection.execute(statement)).first() is not None
+
+    async def _wait_for_earlier_actions(self, request: PodActionRequested, pending: list[str]) -> None:
+        """Hold this action until the actions its round planned before it for the same pod (``pending``)
+        have a terminal outcome (markNotReady before updateInPlace, a PVC before its pod), whichever
+        executor took them."""
+        deadline = time.monotonic() + EARLIER_ACTION_WAIT
+        while pending:
+            if time.monotonic() > deadline:
+                raise EarlierActionPending(f"earlier actions on {request.pod} have no outcome: {pending}")
+            await asyncio.sleep(EARLIER_ACTION_POLL)
+            pending = await self._without_outcome(pending)
+
+    async def _before_acting(self, envelope: Envelope, request: PodActionRequested) -> tuple[bool, list[str]]:
+        """One query: whether the action's terminal event is stored already, and the action ids its round
+        planned before it for the same pod. A round is one append (RoundPlanned, then its decisions, each
+        caused by the round), so those are the requests between the round's version and this one's."""
+        e = events_table.c
+        own = select(literal("own"), cast(e.event_id, Text)).where(
+            e.event_id == outcome_id(request.action_id)
+        )
+        if envelope.causation_id is None:
+            statement: Any = own
+        else:
+            round_version = (
+                select(e.stream_version).where(e.event_id == envelope.causation_id).scalar_subquery()
+            )
+            earlier = select(literal("earlier"), e.payload["action_id"].astext).where(
+                e.stream == envelope.stream,
+                e.stream_version > round_version,
+                e.stream_version < envelope.stream_version,
+                e.type == "PodActionRequested",
+                e.payload["pod"].astext == request.pod,
+            )
+            statement = union_all(own, earlier)
+        async with self.store.engine.connect() as connection:
+            rows = list(await connection.execute(statement))
+        return any(r[0] == "own" for r in rows), [str(r[1]) for r in rows if r[0] == "earlier"]
+
+    async def earlier_actions_pending(self, envelope: Envelope, request: PodActionRequested) -> list[str]:
+        """Action ids of the same round, for the same pod, planned before this one, with no outcome yet."""
+        return await self._without_outcome((await self._before_acting(envelope, request))[1])
+
+    async def _without_outcome(self, action_ids: list[str]) -> list[str]:
+        if not action_ids:
+            return []
+        outcomes = {outcome_id(a): a for a in action_ids}
+        statement = select(events_table.c.event_id).where(events_table.c.event_id.in_(list(outcomes)))
+        async with self.store.engine.connect() as connection:
+            recorded = {row[0] for row in await connection.execute(statement)}
+        return [a for o, a in outcomes.items() if o not in recorded]
 
     async def _report_failure(
         self, envelope: Envelope, request: PodActionRequested, failure: ActionFailed
@@ -398,9 +542,9 @@ class Executor:
             causation_id=envelope.event_id,
             correlation_id=envelope.correlation_id,
         )
-        result = await self.store.append([event], expected_version=None)
-        for stored in result.events:
-            EVENTS_APPENDED.labels("executor", stored.type).inc()
+        # Concurrent actions of one workload report to one stream: one append per burst, not a race.
+        if await self.reports.append(event):
+            EVENTS_APPENDED.labels("executor", event.type).inc()
 
 
 def _api_reason(error: ApiException) -> str:
@@ -423,6 +567,11 @@ async def run(settings: Settings) -> None:
         api = await kube.api_client(settings)
         try:
             executor = Executor(settings, store, api)
+            await bus.ensure_stream()
+            try:  # replaced by the partitioned status durables; left alone it would only pile up lag
+                await bus.js.delete_consumer(bus.stream, LEGACY_STATUS_DURABLE)
+            except nats.js.errors.NotFoundError:
+                pass
             await serve_consumers(runtime, bus, service="executor", consumers=executor.consumers())
         finally:
             await api.close()

@@ -18,7 +18,7 @@ import functools
 import logging
 import uuid
 import zlib
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import unquote
 
@@ -31,6 +31,7 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StorageType, StreamConfig
 
+from services.infra.keyed import KeyedRunner
 from services.infra.retry import Stopped, retry_until_stopped
 from services.infra.settings import Settings
 from services.model.events import Envelope, decode, encode
@@ -63,6 +64,8 @@ class EventReference(msgspec.Struct, frozen=True, kw_only=True):
 
 _reference_encoder = msgspec.json.Encoder()
 _reference_decoder = msgspec.json.Decoder(EventReference)
+# What must not run concurrently with (and keeps its order relative to) other messages: e.g. the pod.
+OrderKey = Callable[[Envelope], Hashable]
 
 # Headers a dead letter carries besides the original bytes.
 DLQ_REASON = "Rollbook-Dlq-Reason"
@@ -308,23 +311,32 @@ class Bus:
         ack_wait: float = 30.0,
         retry_backoff: Sequence[float] = DEFAULT_RETRY_BACKOFF,
         fetch_timeout: float = 1.0,
+        concurrency: int = 1,
+        order_key: OrderKey | None = None,
     ) -> Consumer:
         """A durable pull consumer; call ``await c.run()`` (until ``c.stop()`` or cancellation).
 
         Several processes may run the same durable to split the work. ``ordered=True`` allows one
         unacknowledged message at a time (max_ack_pending=1), so the durable sees its messages strictly in
-        stream order, a failing one retried before the next: use one such durable per partition."""
+        stream order, a failing one retried before the next: use one such durable per partition.
+
+        ``concurrency`` > 1 handles up to that many messages at once in this process; messages with the
+        same ``order_key`` (default: each message its own) are handled one after another in delivery
+        order (``services.infra.keyed.KeyedRunner``)."""
         filters = [filter_subjects] if isinstance(filter_subjects, str) else list(filter_subjects)
+        concurrency = 1 if ordered else max(1, concurrency)
         return Consumer(
             self,
             durable,
             filters,
             handler,
             batch=1 if ordered else batch,
-            max_ack_pending=1 if ordered else max(1000, batch * 4),
+            max_ack_pending=1 if ordered else max(1000, batch * 4, concurrency * 4),
             ack_wait=ack_wait,
             retry_backoff=tuple(retry_backoff) or (0.0,),
             fetch_timeout=fetch_timeout,
+            concurrency=concurrency,
+            order_key=order_key,
         )
 
     async def consume(
@@ -400,6 +412,8 @@ class Consumer:
     ack_wait: float
     retry_backoff: tuple[float, ...]
     fetch_timeout: float
+    concurrency: int = 1
+    order_key: OrderKey | None = None
     stats: ConsumerStats = field(default_factory=ConsumerStats)
     _stopping: asyncio.Event = field(default_factory=asyncio.Event)
     _in_progress: asyncio.Future[None] | None = None
@@ -430,10 +444,16 @@ class Consumer:
         """Fetch and handle until ``stop()`` or cancellation; never raises for a bad message."""
         await self.ensure()
         sub = await self.bus.js.pull_subscribe_bind(self.durable, stream=self.bus.stream)
+        runner = KeyedRunner(self.concurrency) if self.concurrency > 1 else None
         try:
             while not self._stopping.is_set():
+                wanted = self.batch
+                if runner is not None:
+                    # Fetch only what can start now: a fetched message's ack_wait is already running.
+                    await runner.wait_for_space()
+                    wanted = min(self.batch, runner.free)
                 try:
-                    msgs = await sub.fetch(self.batch, timeout=self.fetch_timeout)
+                    msgs = await sub.fetch(wanted, timeout=self.fetch_timeout)
                 except (TimeoutError, nats.errors.TimeoutError):  # nats-py raises either
                     continue
                 except nats.errors.ConnectionClosedError:
@@ -447,7 +467,18 @@ class Consumer:
                     if self._stopping.is_set():
                         await self._give_back(msgs[index:])
                         break
-                    await self._settle(msg)
+                    if runner is None:
+                        await self._settle(msg)
+                    else:
+                        await runner.submit(
+                            self._order_key(msg), functools.partial(self._settle_in_turn, msg)
+                        )
+            if runner is not None:
+                await runner.join()  # the messages in hand finish; those queued behind them go back
+        except asyncio.CancelledError:
+            if runner is not None:
+                await runner.cancel()
+            raise
         finally:
             try:
                 await sub.unsubscribe()
@@ -460,6 +491,20 @@ class Consumer:
                 await msg.nak()
             except Exception:
                 log.debug("nak on stop failed", exc_info=True)
+
+    def _order_key(self, msg: Msg) -> Hashable:
+        if self.order_key is not None:
+            try:
+                return self.order_key(decode(msg.data))
+            except Exception:  # undecodable or unexpected: _handle settles it; it needs no order
+                pass
+        return ("message", msg.metadata.sequence.stream)
+
+    async def _settle_in_turn(self, msg: Msg) -> None:
+        if self._stopping.is_set():
+            await self._give_back([msg])
+            return
+        await self._settle(msg)
 
     async def _settle(self, msg: Msg) -> None:
         try:

@@ -7,7 +7,7 @@ import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from services.infra.bus import Bus, Consumer, Handler
+from services.infra.bus import Bus, Consumer, Handler, OrderKey
 from services.infra.metrics import CONSUMER_ACK_PENDING, CONSUMER_LAG
 from services.infra.runtime import ServiceRuntime, run_until_stopped
 
@@ -30,7 +30,9 @@ async def report_consumer_lag(bus: Bus, runtime: ServiceRuntime, service: str, d
 class ConsumerSpec:
     """One durable consumer a service runs: its event types, handler and delivery settings.
     ``ordered`` allows one unacknowledged message at a time across every process sharing the durable, so
-    its messages are handled strictly in stream order (see ``Bus.consumer``)."""
+    its messages are handled strictly in stream order (see ``Bus.consumer``). ``concurrency`` > 1 handles
+    that many at once in each process, those with the same ``order_key`` in order; ``partition`` limits
+    the durable to one bus partition."""
 
     durable: str
     event_types: Sequence[str]
@@ -38,15 +40,20 @@ class ConsumerSpec:
     batch: int
     ack_wait: float
     ordered: bool = False
+    concurrency: int = 1
+    order_key: OrderKey | None = None
+    partition: int | None = None
 
     def consumer(self, bus: Bus) -> Consumer:
         return bus.consumer(
             self.durable,
-            [bus.event_filter(event_type=t) for t in self.event_types],
+            [bus.event_filter(partition=self.partition, event_type=t) for t in self.event_types],
             self.handler,
             batch=self.batch,
             ack_wait=self.ack_wait,
             ordered=self.ordered,
+            concurrency=self.concurrency,
+            order_key=self.order_key,
         )
 
 

@@ -1,20 +1,63 @@
 """The Kubernetes client every service, the webhook and the CLI use: kubernetes-asyncio configured from
 settings.kubeconfig, or in-cluster config, or ~/.kube/config, so the same code runs against simcluster
-and a real cluster."""
+and a real cluster.
+
+Every request goes through a client-side rate limit (``kube_api_qps`` / ``kube_api_burst``, a token
+bucket as client-go's): one bucket per process and client group, so everything a service sends shares
+it. Leader election asks for its own group, so a Lease renewal never queues behind a burst of pod actions
+(controller-runtime gives its leader election a client of its own for the same reason)."""
 
 from __future__ import annotations
 
 import json
 import os
+import time
 from typing import Any
 
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from services.infra.metrics import KUBE_API_REQUESTS, KUBE_API_THROTTLED, KUBE_API_THROTTLED_REQUESTS
+from services.infra.ratelimit import TokenBucket
 from services.infra.settings import Settings
 
+API_GROUP = "api"  # what a service sends: watches, reads, pod actions, status writes
+LEADER_ELECTION_GROUP = "leader-election"
 
-async def api_client(settings: Settings) -> client.ApiClient:
+# One bucket per (process, group): every client a service builds for a group shares it.
+_buckets: dict[str, TokenBucket] = {}
+
+
+def rate_limiter(settings: Settings, group: str = API_GROUP) -> TokenBucket:
+    bucket = _buckets.get(group)
+    if bucket is None or (bucket.qps, bucket.burst) != (settings.kube_api_qps, settings.kube_api_burst):
+        bucket = _buckets[group] = TokenBucket(settings.kube_api_qps, settings.kube_api_burst)
+    return bucket
+
+
+class RateLimitedApiClient(client.ApiClient):  # type: ignore[misc]
+    """An ApiClient whose every request first takes a token from ``limiter``; the wait and each
+    request's time are metrics (``rollbook_kube_api_throttled_seconds_total``,
+    ``rollbook_kube_api_request_seconds``)."""
+
+    def __init__(self, configuration: client.Configuration, limiter: TokenBucket, group: str) -> None:
+        super().__init__(configuration)
+        self.limiter = limiter
+        self.group = group
+
+    async def request(self, method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+        waited = await self.limiter.acquire()
+        if waited > 0:
+            KUBE_API_THROTTLED.labels(self.group).inc(waited)
+            KUBE_API_THROTTLED_REQUESTS.labels(self.group).inc()
+        started = time.perf_counter()
+        try:
+            return await super().request(method, url, *args, **kwargs)
+        finally:
+            KUBE_API_REQUESTS.labels(self.group, method).observe(time.perf_counter() - started)
+
+
+async def api_client(settings: Settings, *, group: str = API_GROUP) -> client.ApiClient:
     configuration = client.Configuration()
     if settings.kubeconfig:
         _check_exists(settings.kubeconfig, "the kubeconfig {} does not exist")
@@ -28,7 +71,7 @@ async def api_client(settings: Settings) -> client.ApiClient:
                 "not in a cluster, ROLLBOOK_KUBECONFIG is empty and {} does not exist",
             )
             await config.load_kube_config(client_configuration=configuration)
-    return client.ApiClient(configuration)
+    return RateLimitedApiClient(configuration, rate_limiter(settings, group), group)
 
 
 def _check_exists(path: str, message: str) -> None:

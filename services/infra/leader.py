@@ -297,7 +297,7 @@ async def run_while_leading(runtime: ServiceRuntime, settings: Settings, service
         finally:
             LEADER.labels(service).set(0)
         return
-    api = await kube.api_client(settings)
+    api = await kube.api_client(settings, group=kube.LEADER_ELECTION_GROUP)
     try:
         elector = LeaderElector(runtime, settings, service, api)
         runtime.add_detail("leader", elector.detail)

@@ -59,6 +59,25 @@ AUDIT_INGESTED = Counter(
     "Events the auditor saw on the bus, by outcome (stored, present, conflict)",
     ["outcome"],
 )
+STATUS_WRITES = Counter(
+    "rollbook_status_writes_total",
+    "Planned workload statuses the executor wrote, or skipped because a later one was planned already",
+    ["outcome"],
+)
+KUBE_API_REQUESTS = Histogram(
+    "rollbook_kube_api_request_seconds",
+    "Kubernetes API requests by method, and their time (after any client-side throttling)",
+    ["client", "method"],
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0),
+)
+KUBE_API_THROTTLED = Counter(
+    "rollbook_kube_api_throttled_seconds_total",
+    "Seconds requests waited for the client-side rate limit (kube_api_qps, kube_api_burst)",
+    ["client"],
+)
+KUBE_API_THROTTLED_REQUESTS = Counter(
+    "rollbook_kube_api_throttled_requests_total", "Requests that had to wait for the rate limit", ["client"]
+)
 RETRIES = Counter(
     "rollbook_retries_total",
     "Attempts retried after a transient error (database or bus unreachable), by what was retried",

@@ -71,6 +71,15 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     leader_renew_deadline: float = 10.0
     # Seconds between the holder's renewals and between a standby's attempts to acquire (>= 1).
     leader_retry_period: float = 2.0
+    # Pod actions one executor carries out at once (different pods in parallel; one pod's in order).
+    # docs/performance.md.
+    executor_concurrency: int = 64
+    # Client-side rate limit of each process toward the Kubernetes API, as client-go's QPS: requests per
+    # second, shared by every request the process sends (leader election has its own). <= 0: no limit.
+    kube_api_qps: float = 100.0
+    # Requests the rate limit lets through at once after a quiet spell (client-go's Burst): the size of
+    # the token bucket that kube_api_qps refills. docs/performance.md.
+    kube_api_burst: int = 200
     # Which CloneSets and SidecarSets rollbook acts on: all (every one not labelled rollbook.io/manage=false;
     # a cluster where rollbook is the only CloneSet controller) or labelled (only those labelled
     # rollbook.io/manage=true, plus CloneSets in manage_namespaces). all is refused, as labelled, when

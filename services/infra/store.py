@@ -179,8 +179,15 @@ RETURNING global_position, stream_version
 # Event loop turns given to a prefetch so it checks out a connection and sends its query.
 _PREFETCH_SPINS = 4
 _IMPORT_COLUMNS = [
-    "event_id", "stream", "stream_version", "type", "schema_version", "occurred_at",
-    "causation_id", "correlation_id", "payload",
+    "event_id",
+    "stream",
+    "stream_version",
+    "type",
+    "schema_version",
+    "occurred_at",
+    "causation_id",
+    "correlation_id",
+    "payload",
 ]
 _VERSION_CONSTRAINT = "events_stream_version_key"
 _CHECKOUT_ATTEMPTS = 3
@@ -203,6 +210,8 @@ def _connection_lost(error: BaseException) -> bool:
     if isinstance(error, asyncpg.InterfaceError):
         return "closed" in str(error)  # "connection is closed": nothing was sent
     return True
+
+
 _T = TypeVar("_T")
 
 _payload_encoder = msgspec.json.Encoder()

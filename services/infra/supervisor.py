@@ -26,7 +26,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import TextIO
 
 import msgspec
 
@@ -97,17 +96,12 @@ class Supervisor:
     log_dir: Path
     env: Mapping[str, str] = field(default_factory=dict)  # extra variables for every child
     cwd: Path | None = None
-    echo: TextIO | None = None  # copy every child's log lines here as they are written (`rollbook up`)
     stop_timeout: float = STOP_TIMEOUT
     children: dict[str, Child] = field(default_factory=dict)
     exited: list[Child] = field(default_factory=list)  # stopped, killed or restarted, oldest first
-    _echo_task: asyncio.Task[None] | None = None
-    _echoed: dict[Path, int] = field(default_factory=dict)  # log -> bytes copied to ``echo``
 
     async def __aenter__(self) -> Supervisor:
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        if self.echo is not None:
-            self._echo_task = asyncio.create_task(self._echo_logs())
         return self
 
     async def __aexit__(
@@ -115,10 +109,6 @@ class Supervisor:
     ) -> None:
         # Shielded: a second Ctrl-C while the children finish their work must not leave them running.
         await asyncio.shield(self.stop_all())
-        if self._echo_task is not None:
-            self._echo_task.cancel()
-            await asyncio.gather(self._echo_task, return_exceptions=True)
-            self._copy_new_lines()
 
     # --- starting --------------------------------------------------------------------------------------
 
@@ -129,12 +119,19 @@ class Supervisor:
         ready_timeout: float = READY_TIMEOUT,
         env: Mapping[str, str] | None = None,
     ) -> None:
-        """Start each service (``name`` renames a single one) and wait until each answers ``/readyz``.
-        ``env`` adds to (or overrides) the settings for these services alone, e.g. a kubeconfig of their
-        own; a restart keeps it."""
-        started = [await self._spawn(service, name or service, env or {}) for service in services]
-        for child in started:  # one after the other: each has ``ready_timeout`` once the one before is ready
-            await self._wait_ready(child, ready_timeout)
+        """Start each service (``name`` renames a single one) and wait until each answers ``/readyz``; a
+        child that exits meanwhile, or is not ready in time, raises ``ServiceFailed``. ``env`` adds to (or
+        overrides) the settings for these services alone, e.g. a kubeconfig of their own; a restart keeps
+        it."""
+        names = await self.spawn(*services, name=name, env=env)
+        for child_name in names:  # one after the other: each has ``ready_timeout`` after the one before
+            await self.wait_ready(child_name, ready_timeout)
+
+    async def spawn(
+        self, *services: str, name: str | None = None, env: Mapping[str, str] | None = None
+    ) -> list[str]:
+        """Start each service without waiting; the children's names."""
+        return [(await self._spawn(service, name or service, env or {})).name for service in services]
 
     async def _spawn(self, service: str, name: str, own_env: Mapping[str, str]) -> Child:
         if name in self.children:
@@ -162,28 +159,39 @@ class Supervisor:
         self.children[name] = child
         return child
 
-    async def _wait_ready(self, child: Child, timeout: float) -> None:  # noqa: ASYNC109
+    async def wait_ready(
+        self,
+        name: str,
+        timeout: float | None = READY_TIMEOUT,  # noqa: ASYNC109 - the deadline is checked between polls
+        *,
+        follow_restarts: bool = False,
+    ) -> Child:
+        """Wait until the child ``name`` answers ``/readyz``; ``ServiceFailed`` if it exits first (unless
+        ``follow_restarts``: then its restart by ``keep_running`` is waited for) or after ``timeout``."""
         import aiohttp
 
-        deadline = time.monotonic() + timeout
+        deadline = None if timeout is None else time.monotonic() + timeout
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as session:
-            while time.monotonic() < deadline:
-                if child.process.returncode is not None:
-                    raise ServiceFailed(
-                        f"{child.name} exited with {child.process.returncode} while starting:\n"
-                        + self.tail(child.name)
-                    )
+            while deadline is None or time.monotonic() < deadline:
+                child = self.children.get(name)
+                if child is None or child.process.returncode is not None:
+                    if not follow_restarts:
+                        how = "is gone" if child is None else f"exited with {child.process.returncode}"
+                        raise ServiceFailed(f"{name} {how} while starting:\n{self.tail(name)}")
+                    await asyncio.sleep(_POLL)
+                    continue
                 child.port = child.port or logged_port(child.log_path, child.log_start) or 0
                 if child.port:
                     try:
                         async with session.get(child.base_url + "/readyz") as response:
                             if response.status == 200:
-                                return
+                                return child
                     except (aiohttp.ClientError, TimeoutError):
                         pass
                 await asyncio.sleep(_POLL)
-        unknown = "" if child.port else " (it never logged http_listening: is the log level above INFO?)"
-        raise ServiceFailed(f"{child.name} not ready after {timeout:.0f}s{unknown}:\n{self.tail(child.name)}")
+        child = self.children.get(name)
+        unknown = "" if child and child.port else " (it never logged http_listening: log level above INFO?)"
+        raise ServiceFailed(f"{name} not ready after {timeout:.0f}s{unknown}:\n{self.tail(name)}")
 
     async def keep_running(self, restart_delay: float = RESTART_DELAY) -> None:
         """Restart every child that exits, until cancelled (`rollbook up` runs this until SIGTERM/SIGINT)."""
@@ -260,25 +268,3 @@ class Supervisor:
     def tails(self, lines: int = 8) -> str:
         names = dict.fromkeys([c.name for c in self.exited] + list(self.children))
         return "\n".join(f"--- {n} ({self.log_dir / f'{n}.log'}) ---\n{self.tail(n, lines)}" for n in names)
-
-    async def _echo_logs(self) -> None:
-        while True:
-            self._copy_new_lines()
-            await asyncio.sleep(_POLL * 2)
-
-    def _copy_new_lines(self) -> None:
-        """Copy the complete lines the children's logs gained since the last call to ``echo``."""
-        assert self.echo is not None
-        for child in [*self.exited, *self.children.values()]:
-            offset = self._echoed.get(child.log_path, child.log_start)
-            try:
-                with child.log_path.open("rb") as log_file:
-                    log_file.seek(offset)
-                    data = log_file.read()
-            except FileNotFoundError:
-                continue
-            complete = data[: data.rfind(b"\n") + 1]
-            if complete:
-                self.echo.write(complete.decode(errors="replace"))
-                self.echo.flush()
-            self._echoed[child.log_path] = offset + len(complete)

@@ -49,8 +49,9 @@ from services.planner.workload_state import WorkloadState
 # 5: the Progressing condition (progressDeadlineSeconds) and RolloutProgressDeadlineExceeded; CloneSet
 #    apps.kruise.io/v1beta1 input and the OnDelete update type.
 # 6: scatterStrategy (validated; orders update candidates as OpenKruise's scatter sorter).
+# 7: an action's expectation times out 60 s after its outcome, not its request (600 s with no outcome).
 # tests/planner/test_rules_fingerprint.py fails when the decisions change and this does not.
-RULES_VERSION = 6
+RULES_VERSION = 7
 
 _output_decoder = msgspec.json.Decoder(dict[str, Any])
 

@@ -172,7 +172,7 @@ class CloneSetPlanner:
     def blocked_until(self, state: WorkloadState) -> datetime | None:
         pending = state.pending()
         if pending:
-            return min(p.requested_at for p in pending) + EXPECTATION_TIMEOUT
+            return min(state.expectation_deadline(p) for p in pending)
         leaving = state.leaving_with_claims()
         if leaving:
             # Normally the pod's DELETED observation wakes us first; its replacement then reuses its PVCs.

@@ -32,6 +32,11 @@ from services.model.streams import derived_id
 # A requested action not seen in effect after this long no longer blocks planning (OpenKruise's
 # expectations time out the same way, so a lost watch event cannot wedge a workload).
 EXPECTATION_TIMEOUT = timedelta(seconds=60)
+# That timeout starts when the action took effect (its outcome), not when it was requested: an action no
+# executor has reported on yet is still on its way (queued behind a thousand others, the API rate limit,
+# a slow API server), and timing it out would make the planner request the same pods again. Only an
+# action with no outcome at all for this long stops blocking (its message was dead-lettered unsettled).
+UNREPORTED_TIMEOUT = 10 * EXPECTATION_TIMEOUT
 
 _canonical = msgspec.json.Encoder(order="sorted")
 

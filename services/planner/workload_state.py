@@ -42,7 +42,7 @@ from services.model.streams import (
 )
 from services.planner import rounds
 from services.planner.names import INSTANCE_ID_LABEL
-from services.planner.rounds import EXPECTATION_TIMEOUT
+from services.planner.rounds import EXPECTATION_TIMEOUT, UNREPORTED_TIMEOUT
 from services.planner.status import ActionOutcome
 
 
@@ -257,10 +257,17 @@ class WorkloadState:
                 continue
             if self.in_effect(requested.event):
                 continue
-            if self.now is not None and self.now - requested.requested_at >= EXPECTATION_TIMEOUT:
+            if self.now is not None and self.now >= self.expectation_deadline(requested):
                 continue
             result.append(requested)
         return result
+
+    def expectation_deadline(self, requested: Requested) -> datetime:
+        """When a requested action not seen in effect stops blocking planning (round time)."""
+        outcome = self.outcome_log.get(requested.event.action_id)
+        if outcome is None:
+            return requested.requested_at + UNREPORTED_TIMEOUT
+        return max(requested.requested_at, outcome.at) + EXPECTATION_TIMEOUT
 
     def outcomes_since_last_round(self) -> list[ActionOutcome]:
         """Terminal outcomes folded after the last recorded round's ``through`` (actions stream order):

@@ -16,12 +16,14 @@ run before the admission webhooks, in kube-apiserver's order:
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from typing import Any
 
 from . import errors
 from .resources import NAMESPACES, SERVICES, ResourceType
 
 Obj = dict[str, Any]
+AccountLookup = Callable[[str, str], Obj | None]  # (namespace, name) -> the ServiceAccount or None
 
 TOKEN_MOUNT_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
 TOKEN_VOLUME_PREFIX = "kube-api-access-"
@@ -33,7 +35,9 @@ DEFAULT_TOLERATION_SECONDS = 300
 _SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # Kubernetes' utilrand alphabet (no vowels, no 0/1/3)
 
 
-def check_namespace(rt: ResourceType, namespace: str, name: str, find_namespace: Any) -> None:
+def check_namespace(
+    rt: ResourceType, namespace: str, name: str, find_namespace: Callable[[str], Obj | None]
+) -> None:
     """NamespaceLifecycle on create: 404 for a missing namespace, 403 for one being deleted."""
     if not rt.namespaced or rt is NAMESPACES:
         return
@@ -60,7 +64,7 @@ def admit_pod(
     operation: str,
     pod: Obj,
     rng: random.Random,
-    service_account: Any = None,
+    service_account: AccountLookup | None = None,
     old: Obj | None = None,
 ) -> None:
     """Run the pod plugins in place. ``service_account(namespace, name)`` returns the ServiceAccount or
@@ -76,7 +80,7 @@ def admit_pod(
     _default_tolerations(spec)
 
 
-def _service_account(pod: Obj, spec: Obj, rng: random.Random, service_account: Any) -> None:
+def _service_account(pod: Obj, spec: Obj, rng: random.Random, service_account: AccountLookup | None) -> None:
     if not spec.get("serviceAccountName"):
         spec["serviceAccountName"] = spec.get("serviceAccount") or "default"
     spec["serviceAccount"] = spec["serviceAccountName"]

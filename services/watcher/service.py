@@ -55,6 +55,7 @@ log = structlog.get_logger("watcher")
 
 WATCH_TIMEOUT_SECONDS = 240  # the server ends each watch after this; we resume from the last version
 _BACKOFF_MAX = 10.0
+REBUILD_PAGE = 200
 # How often to look again for a kind the API server does not serve (its CRD may be installed later).
 NOT_SERVED_RETRY_SECONDS = 60.0
 
@@ -142,7 +143,9 @@ class Watcher:
 
     async def rebuild(self) -> int:
         count = 0
-        async for batch in self.store.read_all_batches(0, 5000):
+        # Small pages: decoding is CPU work that holds the event loop, and the Lease must be renewed
+        # meanwhile (observations of a 1.2 MB object made 5000-row pages block for seconds).
+        async for batch in self.store.read_all_batches(0, REBUILD_PAGE):
             for stored in batch:
                 payload = stored.envelope.payload
                 if not isinstance(payload, ObjectObserved):

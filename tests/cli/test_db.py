@@ -17,7 +17,11 @@ def _rollbook(database_url: str, nats_url: str, *args: str) -> subprocess.Comple
     env = {**os.environ, "ROLLBOOK_DATABASE_URL": database_url, "ROLLBOOK_NATS_URL": nats_url}
     return subprocess.run(
         [sys.executable, "-m", "services.cli.main", "db", *args],
-        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=60,
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
 
 

