@@ -77,6 +77,20 @@ async def _up(settings: Settings) -> int:
     return 0
 
 
+def _service_command(service: str) -> Callable[[], None]:
+    # A closure, not a default argument: typer would offer a default argument as a `--service` option.
+    def command() -> None:
+        # Migrate only a database we start ourselves (embedded); a given database is migrated once by
+        # its operator (`rollbook db upgrade`, or `rollbook up`), never by several services racing.
+        settings = Settings.from_env()
+        raise typer.Exit(
+            run_command(_service_body(service), settings=settings, migrate=not settings.database_url)
+        )
+
+    command.__doc__ = f"Run the {service} service (health, readiness and metrics on ROLLBOOK_HTTP_PORT)."
+    return command
+
+
 async def report_ready(supervisor: Supervisor, names: list[str], settings: Settings, started: float) -> None:
     """Once every service is ready (one that died while starting is started again and waited for), the
     summary: each service's endpoints, the stack's URLs, where the logs are."""
@@ -90,17 +104,7 @@ async def report_ready(supervisor: Supervisor, names: list[str], settings: Setti
 
 def register(app: typer.Typer) -> None:
     for service in SERVICES:
-
-        def command(service: str = service) -> None:
-            # Migrate only a database we start ourselves (embedded); a given database is migrated once by
-            # its operator (`rollbook db upgrade`, or `rollbook up`), never by several services racing.
-            settings = Settings.from_env()
-            raise typer.Exit(
-                run_command(_service_body(service), settings=settings, migrate=not settings.database_url)
-            )
-
-        command.__doc__ = f"Run the {service} service (health, readiness and metrics on ROLLBOOK_HTTP_PORT)."
-        app.command(service)(command)
+        app.command(service)(_service_command(service))
 
     @app.command("up")
     def up(

@@ -64,6 +64,8 @@ def test_every_help_fits_80_columns_and_names_its_placeholders() -> None:
             assert placeholder not in out, (path, out)
     _, out, _ = rollbook("verify", "--help")
     assert "--decide DECIDE" in out and "TARGET" in out
+    _, out, _ = rollbook("watcher", "--help")
+    assert "--service" not in out  # `rollbook watcher --service planner` once ran the planner
 
 
 HEAVY = ("kubernetes_asyncio", "alembic", "sqlalchemy", "nats", "asyncpg", "aiohttp", "pydantic")

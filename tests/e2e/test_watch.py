@@ -51,7 +51,7 @@ async def test_get_watch_follows_a_rollout_to_its_partition_and_exits_0(
     }
     await stack.start(*SERVICES)
     await cluster.create_cloneset(seed_cloneset("cloneset-sample-data.yaml", updateStrategy=strategy))
-    await wait_for(lambda: five_ready(cluster), within=60, what="5 ready pods")
+    await wait_for(lambda: five_ready(cluster), within=180, what="5 ready pods")
     await cluster.patch_cloneset(
         NAME, with_image(seed_cloneset("cloneset-sample-data.yaml"), "nginx:mainline")
     )
