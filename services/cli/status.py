@@ -26,33 +26,37 @@ if TYPE_CHECKING:
 
 
 async def list_clonesets(settings: Settings, namespace: str | None, name: str | None) -> list[dict[str, Any]]:
-    from kubernetes_asyncio import client
-
     from services.infra.kube import api_client
 
     api = await api_client(settings)
     async with api:
-        custom = client.CustomObjectsApi(api)
-        try:
-            if name is not None and namespace is not None:
-                return [
-                    await custom.get_namespaced_custom_object(
-                        CLONESET_GROUP, CLONESET_VERSION, namespace, CLONESET_PLURAL, name
-                    )
-                ]
-            listing = await custom.list_cluster_custom_object(
-                CLONESET_GROUP, CLONESET_VERSION, CLONESET_PLURAL
-            )
-        except client.ApiException as error:
-            if error.status == 404 and name is not None:
-                raise CommandError(f"CloneSet {namespace}/{name} not found") from None
-            raise
-        except OSError as error:
-            raise CommandError(
-                f"cannot reach the Kubernetes API server at {api.configuration.host}: {error}"
-            ) from None
-        items: list[dict[str, Any]] = listing.get("items") or []
-        return sorted(items, key=lambda c: (c["metadata"].get("namespace", ""), c["metadata"]["name"]))
+        return await read_clonesets(api, namespace, name)
+
+
+async def read_clonesets(api: Any, namespace: str | None, name: str | None) -> list[dict[str, Any]]:
+    """The CloneSet ``namespace/name``, or every CloneSet sorted by namespace and name, through ``api`` (a
+    kubernetes-asyncio ApiClient); a missing CloneSet or an unreachable server is one clear error."""
+    from kubernetes_asyncio import client
+
+    custom = client.CustomObjectsApi(api)
+    try:
+        if name is not None and namespace is not None:
+            return [
+                await custom.get_namespaced_custom_object(
+                    CLONESET_GROUP, CLONESET_VERSION, namespace, CLONESET_PLURAL, name
+                )
+            ]
+        listing = await custom.list_cluster_custom_object(CLONESET_GROUP, CLONESET_VERSION, CLONESET_PLURAL)
+    except client.ApiException as error:
+        if error.status == 404 and name is not None:
+            raise CommandError(f"CloneSet {namespace}/{name} not found") from None
+        raise
+    except OSError as error:
+        raise CommandError(
+            f"cannot reach the Kubernetes API server at {api.configuration.host}: {error}"
+        ) from None
+    items: list[dict[str, Any]] = listing.get("items") or []
+    return sorted(items, key=lambda c: (c["metadata"].get("namespace", ""), c["metadata"]["name"]))
 
 
 def rejection(cloneset: dict[str, Any]) -> str | None:

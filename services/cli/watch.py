@@ -17,11 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from services.cli.errors import CommandError
 from services.cli.rollout_view import Outcome, PodAction, RolloutView, outcome, waiting_reasons
 from services.cli.terminal import console
 from services.infra.settings import Settings
-from services.model.streams import CLONESET_GROUP, CLONESET_PLURAL, CLONESET_VERSION
 
 if TYPE_CHECKING:
     import asyncpg
@@ -45,29 +43,9 @@ class Sources:
         self.trail_error = trail_error
 
     async def clonesets(self, namespace: str | None, name: str | None) -> list[dict[str, Any]]:
-        from kubernetes_asyncio import client
+        from services.cli.status import read_clonesets
 
-        custom = client.CustomObjectsApi(self.api)
-        try:
-            if namespace is not None and name is not None:
-                return [
-                    await custom.get_namespaced_custom_object(
-                        CLONESET_GROUP, CLONESET_VERSION, namespace, CLONESET_PLURAL, name
-                    )
-                ]
-            listing = await custom.list_cluster_custom_object(
-                CLONESET_GROUP, CLONESET_VERSION, CLONESET_PLURAL
-            )
-        except client.ApiException as error:
-            if error.status == 404 and name is not None:
-                raise CommandError(f"CloneSet {namespace}/{name} not found") from None
-            raise
-        except OSError as error:
-            raise CommandError(
-                f"cannot reach the Kubernetes API server at {self.api.configuration.host}: {error}"
-            ) from None
-        items: list[dict[str, Any]] = listing.get("items") or []
-        return sorted(items, key=lambda c: (c["metadata"].get("namespace", ""), c["metadata"]["name"]))
+        return await read_clonesets(self.api, namespace, name)
 
     async def view(self, cloneset: dict[str, Any], now: datetime) -> RolloutView:
         from kubernetes_asyncio import client
