@@ -31,6 +31,7 @@ from services.planner.names import (
 HOOK_STATES = frozenset({"PreparingUpdate", "PreparingDelete", "Updated"})
 IN_PLACE_ACTIONS = frozenset({"updateInPlace"})
 RECREATE_ACTIONS = frozenset({"recreatePod", "deletePod", "createPod"})
+UPDATE_ACTIONS = IN_PLACE_ACTIONS | RECREATE_ACTIONS
 
 
 class Outcome(IntEnum):
@@ -133,7 +134,9 @@ class RolloutView:
             )
         update_hash = revision_hash(status.get("updateRevision"))
         mine = [a for a in actions if rollout_id is not None and a.rollout_id == rollout_id]
-        rounds = sorted({a.requested for a in mine if a.requested is not None and a.action != "createPVC"})
+        # A batch is a planning round that requested updates (or creations) of this rollout; metadata-only
+        # actions (lifecycle-label moves, readiness marks) of pods it does not update do not open one.
+        rounds = sorted({a.requested for a in mine if a.requested is not None and a.action in UPDATE_ACTIONS})
         rows = tuple(
             _pod_row(pod, update_hash, [a for a in mine if a.pod == _name(pod)], rounds, now)
             for pod in sorted(pods, key=_name)
@@ -181,7 +184,7 @@ def _pod_row(
     restarts = max(
         (int(c.get("restartCount") or 0) for c in status.get("containerStatuses") or ()), default=0
     )
-    update = next((a for a in reversed(actions) if a.action in IN_PLACE_ACTIONS | RECREATE_ACTIONS), None)
+    update = next((a for a in reversed(actions) if a.action in UPDATE_ACTIONS), None)
     how = ""
     if update is not None:
         how = "in place" if update.in_place else ("created" if update.action == "createPod" else "recreated")

@@ -176,6 +176,8 @@ def test_pods_show_how_and_in_which_batch_they_were_updated() -> None:
         )
 
     actions = (
+        # A lifecycle-label patch of a pod the partition keeps is not an update batch of this rollout.
+        action("p4", "patchPod", -2, -1),
         action("p0", "updateInPlace", 0, 3),
         action("p1", "recreatePod", 5, 6),
         action("p2", "updateInPlace", 5, None),
