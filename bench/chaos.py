@@ -55,6 +55,7 @@ from services.infra.checkpoints import published_checkpoints  # noqa: E402
 from services.infra.database import asyncpg_url, upgrade_async  # noqa: E402
 from services.infra.embedded import EmbeddedServers  # noqa: E402
 from services.infra.nats_cluster import EmbeddedNatsCluster  # noqa: E402
+from services.infra.runtime import logged_port  # noqa: E402
 from services.infra.settings import Settings  # noqa: E402
 from services.infra.store import EventStore  # noqa: E402
 from services.replay.audit import audit_log  # noqa: E402
@@ -99,35 +100,18 @@ class Trial:
     notes: list[str] = field(default_factory=list)
 
 
-class Supervisor:
-    """Starts a service again when its process exited (as `rollbook up` does); counts it."""
-
-    def __init__(self, stack: Stack) -> None:
-        self.stack = stack
-        self.restarts = 0
-        self.paused: set[str] = set()  # being restarted by a fault itself
-
-    async def run(self) -> None:
-        while True:
-            for name in self.stack.dead():
-                if name in self.paused:
-                    continue
-                self.stack.processes.pop(name)
-                self.restarts += 1
-                with contextlib.suppress(AssertionError):
-                    await self.stack.start(name, ready_timeout=60)
-            await asyncio.sleep(0.2)
-
-
 async def healthy(stack: Stack) -> bool:
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as session:
         for name in SERVICES:
-            proc = stack.processes.get(name)
-            if proc is None or not proc.port or proc.process.returncode is not None:
+            child = stack.children.get(name)
+            if child is None or child.process.returncode is not None:
+                return False
+            child.port = child.port or logged_port(child.log_path, child.log_start) or 0
+            if not child.port:
                 return False
             for path in ("/healthz", "/readyz"):
                 try:
-                    async with session.get(proc.base_url + path) as response:
+                    async with session.get(child.base_url + path) as response:
                         if response.status != 200:
                             return False
                 except (aiohttp.ClientError, TimeoutError):
@@ -164,7 +148,7 @@ class Chaos:
         self.cluster = cluster
         self.pg = pg
         self.nats: EmbeddedNatsCluster = args.nats_cluster
-        self.supervisor = Supervisor(stack)
+        self.kills = 0  # services the faults killed (the stack counts them among its exited children)
         self.rng = random.Random(args.seed)
         self.database_url = stack.settings.database_url
 
@@ -198,7 +182,7 @@ class Chaos:
             result.notes.append("initial pods never ready")
             return result
         before = await self.cluster.pods(name)
-        restarts_before = self.supervisor.restarts
+        restarts_before = self.restarts()
         strike_after = self.rng.randint(1, max(1, replicas // 2))  # pods updated when the fault strikes
         actions = f"CloneSet/default/{name}/actions"
 
@@ -255,7 +239,7 @@ class Chaos:
         await self.check_trail(name, result)
         if self.args.log_dir:
             await self.dump_events(name, Path(self.args.log_dir) / f"trial-{index}-{fault}.tsv")
-        result.service_restarts = self.supervisor.restarts - restarts_before
+        result.service_restarts = self.restarts() - restarts_before
         return result
 
     async def inject(self, fault: str, name: str, seed: dict[str, Any], extra: list[str]) -> float:
@@ -293,15 +277,16 @@ class Chaos:
             extra.append(big["metadata"]["name"])
         elif fault.startswith("kill-"):
             service = fault.removeprefix("kill-")
-            self.supervisor.paused.add(service)
-            try:
-                await self.stack.kill(service)
-                killed = time.monotonic()  # recovery counts the restart: it is what the crash costs
-                await self.stack.start(service, ready_timeout=60)
-            finally:
-                self.supervisor.paused.discard(service)
+            self.kills += 1
+            await self.stack.kill(service)  # out of the stack's children: keep_running leaves it to us
+            killed = time.monotonic()  # recovery counts the restart: it is what the crash costs
+            await self.stack.start(service, ready_timeout=60)
             return killed
         return time.monotonic()
+
+    def restarts(self) -> int:
+        """Service processes that exited by themselves and were started again (`rollbook up`'s loop)."""
+        return len(self.stack.exited) - self.kills
 
     async def end_fault(self, fault: str) -> None:
         self.sim.faults.configure(FaultConfig())
@@ -434,7 +419,8 @@ async def run(
 ) -> int:
     await stack.start(*SERVICES, ready_timeout=120)  # four interpreters starting on a busy machine
     chaos = Chaos(args, stack, sim, cluster, pg)
-    supervising = asyncio.create_task(chaos.supervisor.run())
+    # A service that exits is started again, as `rollbook up` does.
+    supervising = asyncio.create_task(stack.keep_running(restart_delay=0.2))
     trials: list[Trial] = []
     index = 0
     try:

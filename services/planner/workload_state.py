@@ -50,6 +50,7 @@ from services.planner.status import ActionOutcome
 class Requested:
     event: PodActionRequested
     requested_at: datetime
+    round_id: Any = None  # the RoundPlanned that planned it (the request's causation id)
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,9 @@ class WorkloadState:
     seen_action_ids: dict[tuple[str, str], set[str]] = field(default_factory=dict)  # (kind, name) -> ids
     gone_uids: set[str] = field(default_factory=set)
     requested: dict[str, Requested] = field(default_factory=dict)
+    # (round, pod) -> the action ids that round planned for that pod, in order (the executor applies them
+    # in that order, each only after the ones before have a terminal outcome)
+    round_pod_actions: dict[tuple[Any, str], list[str]] = field(default_factory=dict)
     outcomes: dict[str, str] = field(default_factory=dict)  # action id -> succeeded | failed
     outcome_log: dict[str, Outcome] = field(default_factory=dict)  # action id -> details, stream order
     # the planner's own record
@@ -123,7 +127,10 @@ class WorkloadState:
                 Outcome(envelope.stream_version, envelope.occurred_at, True, payload.reason),
             )
         elif isinstance(payload, PodActionRequested):
-            self.requested[payload.action_id] = Requested(payload, envelope.occurred_at)
+            round_id = envelope.causation_id
+            if round_id is not None and payload.action_id not in self.requested:
+                self.round_pod_actions.setdefault((round_id, payload.pod), []).append(payload.action_id)
+            self.requested[payload.action_id] = Requested(payload, envelope.occurred_at, round_id)
         elif isinstance(payload, RevisionCreated):
             self.revisions[payload.name] = payload.object or {
                 "metadata": {"name": payload.name},
@@ -213,7 +220,22 @@ class WorkloadState:
             )
         if action == "setPodsToDelete":
             return requested.action_id in self.seen_action_ids.get((WORKLOAD_KIND, self.name), set())
-        return requested.action_id in self.seen_action_ids.get(("Pod", requested.pod), set())
+        seen = self.seen_action_ids.get(("Pod", requested.pod), set())
+        return requested.action_id in seen or self._later_in_round_seen(requested.action_id, seen)
+
+    def _later_in_round_seen(self, action_id: str, seen_on_pod: set[str]) -> bool:
+        """An action its round planned later for the same pod is seen on the pod. The executor applies a
+        round's actions for one pod in order, each once the ones before have a terminal outcome, so the
+        later one's observation shows this one's effect (or it failed): the pod's annotation carries only
+        the last action id, and an observer that missed the state in between (a watcher restarted, a
+        relist) never sees this one's id."""
+        if not seen_on_pod:
+            return False
+        requested = self.requested.get(action_id)
+        if requested is None or requested.round_id is None:
+            return False
+        ids = self.round_pod_actions.get((requested.round_id, requested.event.pod), [])
+        return any(later in seen_on_pod for later in ids[ids.index(action_id) + 1 :])
 
     def _gone(self, kind: str, name: str, uid: str | None) -> bool:
         if not uid or uid in self.gone_uids:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -52,11 +53,23 @@ class Log:
         )  # type: ignore[arg-type]
         return self.add(observed_stream(NS, NAME), payload, at)
 
-    def request(self, action_id: str, action: str, pod: str, at: datetime = T0, **details: Any) -> Envelope:
+    def request(
+        self,
+        action_id: str,
+        action: str,
+        pod: str,
+        at: datetime = T0,
+        round_id: uuid.UUID | None = None,
+        **details: Any,
+    ) -> Envelope:
         payload = PodActionRequested(
             action_id=action_id, action=action, namespace=NS, pod=pod, details=details
         )
-        return self.add(decisions_stream(NS, NAME), payload, at)
+        stream = decisions_stream(NS, NAME)
+        version = self.versions[stream] = self.versions.get(stream, 0) + 1
+        return new_event(
+            payload, stream=stream, stream_version=version, occurred_at=at, causation_id=round_id
+        )
 
     def outcome(self, payload: Event, at: datetime = T0) -> Envelope:
         return self.add(actions_stream(NS, NAME), payload, at)
@@ -77,6 +90,35 @@ def test_a_create_is_pending_until_its_action_id_is_seen_on_the_pod() -> None:
     assert len(folded(events).pending()) == 1  # reported done, but not seen yet: still expected
     events.append(log.observe("Pod", "web-x", "u1", action="a1"))
     assert folded(events).pending() == []
+
+
+def test_an_action_seen_overwritten_by_a_later_one_of_its_round_for_the_pod_is_in_effect() -> None:
+    # markNotReady then updateInPlace, one round, one pod: the executor applies them in order, and the
+    # annotation then names only the update. A watcher restarted in between relists the pod with the
+    # update's id alone; the markNotReady must not hold planning until its 60 s expectation timeout.
+    log, round_1, round_2 = Log(), uuid.uuid4(), uuid.uuid4()
+    events = [
+        log.observe("CloneSet", NAME, "cs"),
+        log.request("m1", "markNotReady", "web-x", round_id=round_1),
+        log.request("u1", "updateInPlace", "web-x", round_id=round_1),
+        log.request("m2", "markNotReady", "web-y", round_id=round_1),
+        log.outcome(PodActionSucceeded(action_id="m1")),
+        log.outcome(PodActionSucceeded(action_id="u1")),
+        log.observe("Pod", "web-x", "ux", action="u1"),
+    ]
+    assert [p.event.action_id for p in folded(events).pending()] == ["m2"]  # another pod: still expected
+    # Only a later action of the same round counts: seeing an earlier one, or another round's, does not.
+    log = Log()
+    earlier = [
+        log.observe("CloneSet", NAME, "cs"),
+        log.request("m1", "markNotReady", "web-x", round_id=round_1),
+        log.request("u1", "updateInPlace", "web-x", round_id=round_1),
+        log.request("r2", "markReady", "web-x", round_id=round_2),
+        log.observe("Pod", "web-x", "ux", action="m1"),
+    ]
+    assert [p.event.action_id for p in folded(earlier).pending()] == ["u1", "r2"]
+    earlier.append(log.observe("Pod", "web-x", "ux", action="r2", change="MODIFIED"))
+    assert [p.event.action_id for p in folded(earlier).pending()] == ["u1"]
 
 
 def test_a_failed_action_is_not_pending() -> None:
