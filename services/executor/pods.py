@@ -40,3 +40,14 @@ async def read_target_pod(core: client.CoreV1Api, request: PodActionRequested) -
     if uid and (pod.get("metadata") or {}).get("uid") != uid:
         raise ActionFailed(f"pod {request.namespace}/{request.pod} was replaced (uid {uid} is gone)")
     return pod
+
+
+def has_condition(pod: dict[str, Any], condition: dict[str, Any]) -> bool:
+    """The pod carries ``condition`` already (same type, status and reason): writing it again would change
+    nothing but its lastTransitionTime, which must move only on a transition. So a mark action retried
+    after its status write landed (its metadata write answered 429 or 500) retries only what failed."""
+    wanted = {key: condition.get(key) for key in ("type", "status", "reason")}
+    return any(
+        {key: current.get(key) for key in wanted} == wanted
+        for current in (pod.get("status") or {}).get("conditions") or []
+    )

@@ -42,7 +42,13 @@ from nats.aio.msg import Msg
 from sqlalchemy import Text, cast, literal, select, union_all
 
 from services.executor.api_retry import call_with_retries
-from services.executor.pods import CONFLICT_RETRIES, MERGE_PATCH, ActionFailed, read_target_pod
+from services.executor.pods import (
+    CONFLICT_RETRIES,
+    MERGE_PATCH,
+    ActionFailed,
+    has_condition,
+    read_target_pod,
+)
 from services.executor.sidecarset import apply_sidecar_upgrade, write_sidecarset_status
 from services.infra import kube
 from services.infra.bus import Bus
@@ -371,7 +377,7 @@ class Executor:
         if _annotations(pod).get(ACTION_ID_ANNOTATION) == request.action_id:
             return (pod.get("metadata") or {}).get("uid"), True
         condition = request.details.get("condition")
-        if condition:
+        if condition and not has_condition(pod, condition):
             # Conditions merge by type (strategic merge patch), so only InPlaceUpdateReady changes. The
             # answer is the pod as it now is: the metadata patch below starts from it.
             pod = await kube.raw_json(
