@@ -165,6 +165,8 @@ class Executor:
         self.core = client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)
         self.name = f"{socket.gethostname()}/{os.getpid()}"
+        # Pod actions this process gave back to the bus (a failure that may pass), until it takes them again.
+        self.handed_back: set[str] = set()
 
     # --- bus -----------------------------------------------------------------------------------------
 
@@ -206,7 +208,12 @@ class Executor:
                     # another executor while we work on it (harmless if it does: see the module doc).
                     await msg.in_progress()
                 last_try = msg.metadata.num_delivered >= self.settings.max_deliver
-                await self.execute(envelope, payload, last_try=last_try)
+                try:
+                    await self.execute(envelope, payload, last_try=last_try)
+                except Exception:
+                    self.handed_back.add(payload.action_id)  # the bus hands it back after a delay
+                    raise
+                self.handed_back.discard(payload.action_id)
             elif isinstance(payload, StatusPlanned):
                 await call_with_retries(lambda: self.write_status(envelope, payload), what="status")
         finally:
@@ -464,6 +471,13 @@ class Executor:
         executor took them."""
         deadline = time.monotonic() + EARLIER_ACTION_WAIT
         while pending:
+            handed_back = [a for a in pending if a in self.handed_back]
+            if handed_back:
+                # Its redelivery would queue behind this action (one pod's actions run in order here), so
+                # waiting would only hold it up: give this one back to the bus instead, to follow it.
+                raise EarlierActionPending(
+                    f"earlier actions on {request.pod} went back to the bus: {handed_back}"
+                )
             if time.monotonic() > deadline:
                 raise EarlierActionPending(f"earlier actions on {request.pod} have no outcome: {pending}")
             await asyncio.sleep(EARLIER_ACTION_POLL)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 import uuid
 from datetime import UTC, datetime
 from typing import Any
@@ -13,8 +14,9 @@ from typing import Any
 import msgspec
 import pytest
 from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
 
-from services.executor.service import Executor
+from services.executor.service import EARLIER_ACTION_WAIT, EarlierActionPending, Executor
 from services.infra.bus import Bus
 from services.infra.consumer_service import serve_consumers
 from services.infra.runtime import ServiceRuntime
@@ -22,6 +24,8 @@ from services.infra.settings import Settings
 from services.infra.store import EventStore
 from services.model.events import Envelope, PodActionRequested, RoundPlanned, new_event
 from services.model.streams import actions_stream, decisions_stream, derived_id
+from services.simcluster import SimCluster
+from services.simcluster.faults import FaultConfig
 from tests.plugins.stack import wait_for
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -178,3 +182,52 @@ async def test_two_concurrent_executors_keep_each_pods_order_and_report_each_act
     assert max(e.most_running for e in executors) > 1
     pod = await core.read_namespaced_pod(pods[0], "default")
     assert pod.spec.containers[0].image == "nginx:mainline"
+
+
+class Delivery:
+    """What the executor reads of a JetStream message: how often it was delivered."""
+
+    def __init__(self, deliveries: int) -> None:
+        self.metadata = type("Metadata", (), {"num_delivered": deliveries})()
+
+    async def in_progress(self) -> None:
+        pass
+
+
+async def test_an_action_given_back_to_the_bus_is_not_waited_for_by_the_next_on_its_pod(
+    settings: Settings, event_store: EventStore, k8s_client: client.ApiClient, simcluster: SimCluster
+) -> None:
+    # markNotReady fails on every try (the API answers 500) and goes back to the bus; its redelivery would
+    # queue behind updateInPlace, which waited 20 s for it holding the pod's turn. Now updateInPlace goes
+    # back too, at once, and follows markNotReady when the bus hands them out again.
+    workload = f"back{uuid.uuid4().hex[:10]}"
+    pod = f"{workload}-0"
+    await client.CoreV1Api(k8s_client).create_namespaced_pod(
+        "default",
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": pod},
+            "spec": {"containers": [{"name": "app", "image": "nginx:alpine"}]},
+        },
+    )
+    envelopes = planned_round(workload, [pod])
+    await event_store.append(envelopes, expected_version=0)
+    mark, update = envelopes[1:]
+    executor = Executor(settings, event_store, k8s_client)
+
+    simcluster.set_faults(FaultConfig(write_error_rate=1.0, write_error_codes=(500,)))
+    try:
+        with pytest.raises(ApiException):
+            await executor.handle(mark, Delivery(1))  # type: ignore[arg-type]
+    finally:
+        simcluster.set_faults(FaultConfig())
+    started = time.monotonic()
+    with pytest.raises(EarlierActionPending, match="went back to the bus"):
+        await executor.handle(update, Delivery(1))  # type: ignore[arg-type]
+    assert time.monotonic() - started < EARLIER_ACTION_WAIT / 4
+
+    await executor.handle(mark, Delivery(2))  # type: ignore[arg-type]
+    await executor.handle(update, Delivery(2))  # type: ignore[arg-type]
+    stored = [s.envelope for s in await event_store.read_stream(actions_stream("default", workload))]
+    assert [e.type for e in stored if e.type != "PodActionStarted"] == ["PodActionSucceeded"] * 2

@@ -81,7 +81,7 @@ async def test_a_mark_whose_metadata_write_failed_writes_its_condition_once(
         if not refused:  # the API server sheds the metadata write once, asking for no wait
             refused.append(429)
             error = ApiException(status=429, reason="TooManyRequests")
-            error.headers = {"Retry-After": "0"}
+            error.headers = {"Retry-After": "0"}  # type: ignore[assignment]
             raise error
         return await patch(*args, **kwargs)
 

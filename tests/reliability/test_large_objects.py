@@ -15,10 +15,10 @@ from tests.e2e.cluster import Cluster, seed_cloneset, with_image
 from tests.e2e.test_audit_trail import NAME, all_on, assert_trail_consistent
 from tests.e2e.test_resilience import metric
 from tests.plugins.stack import Stack, wait_for
+from tests.reliability.conftest import SERVICES, assert_services_healthy
 
 pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="session")]
 
-SERVICES = ("auditor", "watcher", "planner", "executor")
 CEILING = 2 * 1024 * 1024
 
 
@@ -65,6 +65,4 @@ async def test_a_1_2_mb_object_rolls_out_and_one_over_the_ceiling_is_rejected(
     await assert_trail_consistent(stack, database_url)  # every event published, the big ones by reference
     auditor_metrics = await stack.get_text("auditor", "/metrics")
     assert metric(auditor_metrics, "rollbook_relay_references_total") > 0
-    assert stack.dead() == []
-    for service in SERVICES:
-        assert (await stack.get_json(service, "/healthz"))["status"] == "ok"
+    await assert_services_healthy(stack)
