@@ -5,7 +5,8 @@ and reports every outcome as an event (docs/services.md, "executor").
   Each executor carries out up to ``settings.executor_concurrency`` actions at once, one pod's actions
   in order and never overlapping (``services.infra.keyed.KeyedRunner`` keyed by the pod). Across
   executors the order holds too: an action first waits until the actions its round planned earlier for
-  the same pod have a terminal outcome (``earlier_actions_pending``).
+  the same pod have a terminal outcome (``earlier_actions_pending``); if one of those went back to the bus
+  from this executor, it goes back too, at once (waiting would hold the pod's turn its redelivery needs).
 - Once in effect: every create or patch writes the action id in the ``rollbook.io/action-id`` annotation
   in the same API call; deletes carry a uid precondition. Before acting, the executor looks for the
   action's terminal event in the store and then at the object: an action already applied (a redelivery,

@@ -1,6 +1,8 @@
-"""A slice of the fault matrix (bench/chaos.py): one trial per fault at small, fast settings. Every fault
-must leave the rollout finished, nothing lost between Postgres and JetStream, no pod updated twice, no
-maxUnavailable breach, and `verify` and `audit verify` clean. How fast it recovers is the bench's figure."""
+"""A slice of the fault matrix (bench/chaos.py): one trial of every fault at small, fast settings (4 pods,
+1 s outages), all on one stack as the bench runs them. Every fault must leave the rollout finished, nothing
+lost between Postgres and JetStream, no pod updated twice, no maxUnavailable breach, `verify` and `audit
+verify` clean, and every service healthy and ready again with the rollout moving. How fast it recovers is
+the bench's figure, measured on the matrix's settings."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import sys
 
 import pytest
 
+from bench.chaos import FAULTS
 from tests.plugins.stack import REPO_ROOT
 
 pytestmark = [pytest.mark.slow, pytest.mark.servers]  # starts its own Postgres, NATS cluster and services
@@ -24,12 +27,10 @@ ROW = re.compile(
 
 
 async def test_every_fault_leaves_a_finished_clean_rollout() -> None:
-    # Three faults keep this within a few minutes (more on a loaded machine); bench/chaos.py runs them all.
-    faults = "postgres-restart,oversized-object,kill-auditor"
     process = await asyncio.create_subprocess_exec(
-        sys.executable, str(REPO_ROOT / "bench" / "chaos.py"), "--faults", faults, "--trials", "1",
+        sys.executable, str(REPO_ROOT / "bench" / "chaos.py"), "--faults", "all", "--trials", "1",
         "--replicas", "4", "--max-unavailable", "2", "--ready", "0.1", "--fault-seconds", "1",
-        "--timeout", "120", "--seed", "7",
+        "--timeout", "90", "--seed", "7",
         cwd=REPO_ROOT, env=dict(os.environ, PYTHONPATH=str(REPO_ROOT)),
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
     )  # fmt: skip
@@ -41,7 +42,7 @@ async def test_every_fault_leaves_a_finished_clean_rollout() -> None:
         raise
     assert process.returncode == 0, output
     rows = {m["fault"]: m for m in ROW.finditer(output)}
-    assert set(rows) == set(faults.split(",")), output
+    assert set(rows) == set(FAULTS), output
     for fault, row in rows.items():
         trials = int(row["trials"])
         assert int(row["done"]) == trials, f"{fault} did not finish:\n{output}"
@@ -49,5 +50,6 @@ async def test_every_fault_leaves_a_finished_clean_rollout() -> None:
         assert row["dup"] == "0" and row["breach"] == "0", f"{fault}:\n{output}"
         assert int(row["restarts"]) == 1, f"{fault}: a pod restarted more than once:\n{output}"
         assert int(row["verify"]) == int(row["audit"]) == trials, f"{fault}: verify/audit:\n{output}"
-        # Recovery time is reported, not asserted here: on the shared machine a Postgres restart has been
-        # seen to stall a rollout for a minute (docs/reliability.md, open problems).
+        # Recovered (every service healthy and ready, the rollout moving) within the trial's timeout; the
+        # seconds it took are the bench's figure (docs/reliability.md), too noisy on a shared machine here.
+        assert row["recovery"] != "inf", f"{fault}: never recovered:\n{output}"
