@@ -161,13 +161,9 @@ async def test_two_concurrent_executors_keep_each_pods_order_and_report_each_act
 
     stored = [s.envelope for s in await event_store.read_stream(actions_stream("default", workload))]
     outcomes = [e for e in stored if e.type != "PodActionStarted"]
-    assert (
-        sorted(str(e.payload.action_id) for e in outcomes)
-        == sorted(  # type: ignore[union-attr]
-            str(e.payload.action_id)
-            for e in envelopes[1:]  # type: ignore[union-attr]
-        )
-    ), "exactly one outcome per action"
+    assert sorted(action_id(e) for e in outcomes) == sorted(action_id(e) for e in envelopes[1:]), (
+        "exactly one outcome per action"
+    )
     assert all(e.type == "PodActionSucceeded" for e in outcomes), [e.payload for e in outcomes]
     # Each pod: markNotReady started and ended before updateInPlace started (order, no overlap).
     for pod in pods:
@@ -180,8 +176,13 @@ async def test_two_concurrent_executors_keep_each_pods_order_and_report_each_act
         ], (pod, steps)
     # Different pods went in parallel.
     assert max(e.most_running for e in executors) > 1
-    pod = await core.read_namespaced_pod(pods[0], "default")
-    assert pod.spec.containers[0].image == "nginx:mainline"
+    updated = await core.read_namespaced_pod(pods[0], "default")
+    assert updated.spec.containers[0].image == "nginx:mainline"
+
+
+def action_id(envelope: Envelope) -> str:
+    action: str = envelope.payload.action_id  # type: ignore[union-attr]
+    return action
 
 
 class Delivery:

@@ -6,7 +6,6 @@ the same errors (with 30% of writes failing, a mark's tries ran out and it went 
 from __future__ import annotations
 
 import uuid
-from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -17,9 +16,10 @@ from services.executor.pods import has_condition
 from services.executor.service import Executor
 from services.infra.settings import Settings
 from services.infra.store import EventStore
-from services.model.events import PodActionRequested, PodActionSucceeded, new_event
-from services.model.streams import ACTION_ID_ANNOTATION, actions_stream, decisions_stream, derived_id
+from services.model.events import PodActionRequested, PodActionSucceeded
+from services.model.streams import ACTION_ID_ANNOTATION, actions_stream
 from services.simcluster import SimCluster
+from tests.executor.test_concurrency import planned_round
 
 CONDITION = {"type": "InPlaceUpdateReady", "status": "False", "reason": "StartInPlaceUpdate"}
 
@@ -52,22 +52,12 @@ async def test_a_mark_whose_metadata_write_failed_writes_its_condition_once(
         "metadata": {"name": pod_name, "namespace": "default", "labels": {"app": workload}},
         "spec": {"containers": [{"name": "app", "image": "nginx:alpine"}]},
     }
-    created = await core.create_namespaced_pod("default", pod)
-    condition = {**CONDITION, "lastTransitionTime": "2026-12-01T00:00:00Z"}
-    request = PodActionRequested(
-        action_id=str(derived_id("test-mark", workload)),
-        action="markNotReady",
-        namespace="default",
-        pod=pod_name,
-        details={"uid": created.metadata.uid, "condition": condition, "patch": {}},
-    )
-    envelope = new_event(
-        request,
-        stream=decisions_stream("default", workload),
-        stream_version=1,
-        occurred_at=datetime.now(UTC),
-        event_id=uuid.uuid4(),
-    )
+    await core.create_namespaced_pod("default", pod)
+    round_events = planned_round(workload, [pod_name])  # markNotReady, then updateInPlace
+    await event_store.append(round_events, expected_version=0)
+    envelope = round_events[1]
+    request = envelope.payload
+    assert isinstance(request, PodActionRequested) and request.action == "markNotReady"
     executor = Executor(settings, event_store, k8s_client)
     status_writes: list[str] = []
     patch_status, patch = executor.core.patch_namespaced_pod_status, executor.core.patch_namespaced_pod
