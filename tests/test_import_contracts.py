@@ -54,3 +54,12 @@ def test_every_infra_module_but_the_kubernetes_clients_is_kept_off_kubernetes() 
     clients = {"services.infra.kube", "services.infra.leader", "services.infra.kruise"}
     listed = {m for m in contract["source_modules"] if m.startswith("services.infra.")}  # type: ignore[attr-defined]
     assert sorted(modules - clients) == sorted(listed)
+
+
+def test_every_sidecarset_rules_module_is_a_layer() -> None:
+    # The SidecarSet rules are split by job; a new module must take its place in the layering.
+    [contract] = [c for c in contracts() if c["id"] == "sidecarset-jobs"]
+    package = REPO_ROOT / "services" / "model" / "sidecarset"
+    modules = {p.stem for p in package.glob("*.py") if p.stem != "__init__"}
+    layered = {m.strip() for layer in contract["layers"] for m in str(layer).split("|")}  # type: ignore[attr-defined]
+    assert sorted(modules) == sorted(layered)
