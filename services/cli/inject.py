@@ -129,8 +129,15 @@ def _admit(
     labels_of_namespace = (namespace_labels or {}).get(request["namespace"])
     excluded = frozenset(n.strip() for n in settings.sidecarset_excluded_namespaces.split(",") if n.strip())
     result = admission.review_pod(
-        request, sidecarsets, now=now, excluded_namespaces=excluded, namespace_labels=labels_of_namespace
+        request,
+        sidecarsets,
+        now=now,
+        excluded_namespaces=excluded,
+        namespace_labels=labels_of_namespace,
+        sort_containers_by_name=settings.sidecarset_sort_containers_by_name,
     )
+    if not result.response["allowed"]:  # the webhook would refuse this pod
+        raise InjectError(result.response["status"]["message"])
     if "patch" not in result.response:
         return pod, []
     patch: list[dict[str, Any]] = json.loads(base64.b64decode(result.response["patch"]))

@@ -23,6 +23,7 @@ def _serve(options: WebhookOptions, record: str) -> CommandBody:
         from services.infra.bus import Bus
         from services.infra.store import EventStore
         from services.webhook.recorder import EventSink, LogSink
+        from services.webhook.revisions import StoreRevisions
         from services.webhook.service import run_webhook
         from services.webhook.sinks import EventStoreSink
 
@@ -33,10 +34,12 @@ def _serve(options: WebhookOptions, record: str) -> CommandBody:
                 lambda: Bus.connect(settings, name="rollbook-webhook"),
             )
             sink = store_sink
+            # The recorded revisions of SidecarSets pinning one are read from the same event store.
+            revisions = StoreRevisions(lambda: EventStore.connect(settings.database_url, pool_size=2))
         else:
-            store_sink, sink = None, LogSink()
+            store_sink, sink, revisions = None, LogSink(), None
         try:
-            async with run_webhook(settings, options, sink) as running:
+            async with run_webhook(settings, options, sink, revisions) as running:
                 typer.echo(f"webhook listening on {running.base_url}", err=True)
                 await asyncio.Event().wait()  # until SIGINT/SIGTERM cancels us
         except ConfigException as err:
@@ -53,6 +56,8 @@ def _serve(options: WebhookOptions, record: str) -> CommandBody:
         finally:
             if store_sink is not None:
                 await store_sink.close()
+            if revisions is not None:
+                await revisions.close()
         return 0
 
     return serve

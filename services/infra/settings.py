@@ -44,6 +44,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # Namespaces a cluster-wide SidecarSet skips (comma-separated). The seed's default; set it empty to
     # behave like OpenKruise >= 1.3, which excludes none (docs/sidecarset.md).
     sidecarset_excluded_namespaces: str = "kube-system,kube-public"
+    # OpenKruise's EnableSortSidecarContainerByName feature gate (off there by default): the sidecar
+    # containers of all SidecarSets injecting into a pod are sorted by name before placement.
+    sidecarset_sort_containers_by_name: bool = False
     # Host the services' /healthz, /readyz and /metrics endpoints listen on.
     http_host: str = "127.0.0.1"
     # Base port of those endpoints (0 = pick free ports).

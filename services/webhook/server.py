@@ -19,6 +19,7 @@ from services.model import sidecarset as ss
 from services.webhook import admission
 from services.webhook.cache import NamespaceLabels, SidecarSetCache
 from services.webhook.recorder import InjectionRecorder, injection_events
+from services.webhook.revisions import RevisionSource, RevisionUnavailable
 from services.webhook.tls import ServingCertificate
 
 log = structlog.get_logger("rollbook.webhook")
@@ -64,6 +65,11 @@ class WebhookState:
     namespaces: NamespaceLabels
     recorder: InjectionRecorder
     excluded_namespaces: frozenset[str] = ss.DEFAULT_EXCLUDED_NAMESPACES
+    # Where the recorded revisions of SidecarSets pinning one come from (None: no event store, so their
+    # pods are refused with that reason).
+    revisions: RevisionSource | None = None
+    # OpenKruise's EnableSortSidecarContainerByName gate (settings.sidecarset_sort_containers_by_name).
+    sort_containers_by_name: bool = False
     # Set once the caches are filled; until then the webhook is not ready (see /mutate-pod).
     synced: Callable[[], bool] = lambda: True
     # Kind -> whether the API server serves it (False: 404, CRD not installed); None while unknown.
@@ -104,13 +110,28 @@ async def mutate_pod(request: web.Request) -> web.Response:
         return web.json_response(admission.review_envelope(response))
     namespace = review.get("namespace") or ""
     now = state.clock()
+    namespace_labels = state.namespaces.get(namespace)
+    snapshot = state.sidecarsets.snapshot()
+    try:
+        pinned = admission.pinned_sidecarsets(
+            review, snapshot, excluded_namespaces=state.excluded_namespaces, namespace_labels=namespace_labels
+        )
+        revisions = await _recorded_revisions(state, pinned)
+    except RevisionUnavailable as err:
+        state.metrics.reviews.labels("mutate-pod", "refused").inc()
+        log.warning("pod_refused", uid=review["uid"], namespace=namespace, reason=str(err))
+        return web.json_response(
+            admission.review_envelope(admission.refuse_pod(str(review["uid"]), str(err)))
+        )
     try:
         result = admission.review_pod(
             review,
-            state.sidecarsets.snapshot(),
+            snapshot,
             now=now,
             excluded_namespaces=state.excluded_namespaces,
-            namespace_labels=state.namespaces.get(namespace),
+            namespace_labels=namespace_labels,
+            revisions=revisions,
+            sort_containers_by_name=state.sort_containers_by_name,
         )
     except Exception as err:  # a pod shape we did not foresee: fail open, as failurePolicy Ignore would
         state.metrics.reviews.labels("mutate-pod", "error").inc()
@@ -118,6 +139,11 @@ async def mutate_pod(request: web.Request) -> web.Response:
         warning = f"rollbook sidecar injection failed, pod admitted unchanged: {err!r}"
         response = {"uid": review["uid"], "allowed": True, "warnings": [warning[:500]]}
         return web.json_response(admission.review_envelope(response))
+    if not result.response["allowed"]:
+        state.metrics.reviews.labels("mutate-pod", "refused").inc()
+        reason = result.response["status"]["message"]
+        log.warning("pod_refused", uid=review["uid"], namespace=namespace, reason=reason)
+        return web.json_response(admission.review_envelope(result.response))
     if result.records and not result.dry_run:
         state.recorder.submit(
             injection_events(result.records, admission_uid=str(review["uid"]), occurred_at=now)
@@ -134,6 +160,17 @@ async def mutate_pod(request: web.Request) -> web.Response:
     state.metrics.reviews.labels("mutate-pod", "injected" if result.records else "unchanged").inc()
     state.metrics.latency.labels("mutate-pod").observe(time.perf_counter() - started)
     return web.json_response(admission.review_envelope(result.response))
+
+
+async def _recorded_revisions(state: WebhookState, names: list[str]) -> dict[str, list[dict[str, Any]]]:
+    if not names:
+        return {}
+    if state.revisions is None:
+        raise RevisionUnavailable(
+            f"SidecarSet {names[0]!r} pins a recorded revision (injectionStrategy.revision), and this "
+            "webhook reads no event store (rollbook webhook --record log)"
+        )
+    return await state.revisions.recorded(names)
 
 
 async def validate_sidecarset(request: web.Request) -> web.Response:

@@ -22,6 +22,7 @@ from services.webhook.cache import (
     sidecarset_list_watch,
 )
 from services.webhook.recorder import EventSink, InjectionRecorder, LogSink
+from services.webhook.revisions import RevisionSource
 from services.webhook.server import RunningServer, WebhookState, start_server
 from services.webhook.tls import DEFAULT_HOSTS, ServingCertificate, generate_self_signed, load_certificate
 
@@ -67,9 +68,13 @@ def _certificate(settings: Settings, options: WebhookOptions) -> ServingCertific
 
 @contextlib.asynccontextmanager
 async def run_webhook(
-    settings: Settings, options: WebhookOptions, sink: EventSink | None = None
+    settings: Settings,
+    options: WebhookOptions,
+    sink: EventSink | None = None,
+    revisions: RevisionSource | None = None,
 ) -> AsyncIterator[RunningWebhook]:
-    """Start everything, wait for the caches, register; undo it all on exit."""
+    """Start everything, wait for the caches, register; undo it all on exit. ``revisions``: where the
+    recorded revisions of SidecarSets pinning one are read (the event store; None refuses their pods)."""
     selection = await resolve_selection(settings, "webhook")
     api = await kube.api_client(settings)
     sidecarsets, namespaces = SidecarSetCache(selection), NamespaceLabels()
@@ -82,6 +87,8 @@ async def run_webhook(
         namespaces=namespaces,
         recorder=recorder,
         excluded_namespaces=excluded_namespaces(settings),
+        revisions=revisions,
+        sort_containers_by_name=settings.sidecarset_sort_containers_by_name,
         synced=lambda: all(w.synced.is_set() for w in watches),
         served=lambda: {w.kind: w.served for w in watches},
     )

@@ -17,6 +17,7 @@ from services.model.sidecarset.core import (
     AFTER_APP,
     API_VERSION,
     BEFORE_APP,
+    CUSTOM_VERSION_LABEL,
     DEFAULT_EXCLUDED_NAMESPACES,
     DEFAULT_MAX_UNAVAILABLE,
     HASH_ANNOTATION,
@@ -25,6 +26,7 @@ from services.model.sidecarset.core import (
     INJECTED_LIST_ANNOTATION,
     INJECTION_ID_ANNOTATION,
     KIND,
+    InjectionError,
     InjectionRecord,
     PodSidecarRevision,
     SidecarSet,
@@ -33,8 +35,29 @@ from services.model.sidecarset.core import (
 )
 from services.model.sidecarset.hashes import sidecarset_hash, sidecarset_hash_without_image
 from services.model.sidecarset.injection import apply_patch, inject, json_patch
-from services.model.sidecarset.revisions import injected_sidecarsets, pod_sidecar_revisions
-from services.model.sidecarset.selection import is_active, matches_pod, pod_namespace, select_sidecarsets
+from services.model.sidecarset.resources import computed_resources
+from services.model.sidecarset.revisions import (
+    REVISION_FIELDS,
+    SIDECARSET_NAME_LABEL,
+    PinnedRevision,
+    fold_revision,
+    history_sidecarset,
+    injected_sidecarsets,
+    injects_history,
+    partial_draw,
+    pinned_revision,
+    pod_sidecar_revisions,
+    recorded_revision,
+    revision_to_inject,
+)
+from services.model.sidecarset.selection import (
+    injection_order,
+    is_active,
+    matches_pod,
+    named_namespaces,
+    pod_namespace,
+    select_sidecarsets,
+)
 from services.model.sidecarset.sharing import transfer_envs
 from services.model.sidecarset.validation import parse_sidecarset, validate_update
 
@@ -42,6 +65,7 @@ __all__ = [
     "AFTER_APP",
     "API_VERSION",
     "BEFORE_APP",
+    "CUSTOM_VERSION_LABEL",
     "DEFAULT_EXCLUDED_NAMESPACES",
     "DEFAULT_MAX_UNAVAILABLE",
     "HASH_ANNOTATION",
@@ -49,22 +73,36 @@ __all__ = [
     "INJECTED_ENV",
     "INJECTED_LIST_ANNOTATION",
     "INJECTION_ID_ANNOTATION",
-    "KIND",
+    "InjectionError",
     "InjectionRecord",
+    "KIND",
+    "PinnedRevision",
     "PodSidecarRevision",
+    "REVISION_FIELDS",
+    "SIDECARSET_NAME_LABEL",
     "SidecarSet",
     "SidecarSetError",
     "apply_patch",
+    "computed_resources",
     "find_conflicts",
+    "fold_revision",
+    "history_sidecarset",
     "inject",
     "injected_sidecarsets",
+    "injection_order",
+    "injects_history",
     "is_active",
     "json_object",
     "json_patch",
     "matches_pod",
+    "named_namespaces",
     "parse_sidecarset",
+    "partial_draw",
+    "pinned_revision",
     "pod_namespace",
     "pod_sidecar_revisions",
+    "recorded_revision",
+    "revision_to_inject",
     "scopes_overlap",
     "select_sidecarsets",
     "selectors_overlap",

@@ -23,14 +23,28 @@ INJECTION_ID_ANNOTATION = "rollbook.io/sidecar-injection-id"
 # Env var marking a container as an injected sidecar (OpenKruise's SidecarEnvKey).
 INJECTED_ENV = "IS_INJECTED"
 
+# The SidecarSet label naming its custom version (OpenKruise v1alpha1; v1beta1's spec.customVersion). A
+# revision recorded while it is set carries it as a label, so injectionStrategy.revision.customVersion
+# can find the revision.
+CUSTOM_VERSION_LABEL = "apps.kruise.io/sidecarset-custom-version"
+
 # The seed: a cluster-wide SidecarSet skips these. OpenKruise >= 1.3 excludes none (docs/sidecarset.md).
 DEFAULT_EXCLUDED_NAMESPACES: frozenset[str] = frozenset({"kube-system", "kube-public"})
+
+# injectionStrategy.revision.policy: always the pinned revision, or only for some pods.
+ALWAYS = "Always"
+PARTIAL = "Partial"
 
 BEFORE_APP = "BeforeAppContainer"
 AFTER_APP = "AfterAppContainer"
 
 # updateStrategy.maxUnavailable of a RollingUpdate SidecarSet that sets none (OpenKruise's default).
 DEFAULT_MAX_UNAVAILABLE = 1
+
+
+class InjectionError(ValueError):
+    """A pod cannot be injected as its SidecarSets ask (a pinned revision not recorded, a resourcesPolicy
+    with no target container): OpenKruise's webhook refuses such a pod, and so does rollbook's."""
 
 
 class SidecarSetError(ValueError):
@@ -52,6 +66,7 @@ class SidecarSet:
     hash_without_image: str  # kruise.io/sidecarset-hash-without-image
     controller_revision: str = ""  # status.latestRevision when the cluster reports one
     resource_version: str = ""
+    custom_version: str = ""  # CUSTOM_VERSION_LABEL (or spec.customVersion)
 
     @property
     def namespace(self) -> str | None:

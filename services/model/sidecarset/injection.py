@@ -24,6 +24,8 @@ from services.model.sidecarset.core import (
     SidecarSet,
     json_object,
 )
+from services.model.sidecarset.resources import computed_resources
+from services.model.sidecarset.revisions import revision_to_inject
 from services.model.sidecarset.selection import pod_namespace, select_sidecarsets
 from services.model.sidecarset.sharing import add_env, is_injected, share_mounts, transfer_envs
 
@@ -38,9 +40,14 @@ _SIDECAR_ONLY_FIELDS = (
 )
 
 
-def _build_sidecar(spec_container: Mapping[str, Any], pod: Mapping[str, Any]) -> dict[str, Any]:
-    """The Kubernetes container a SidecarContainer becomes in ``pod``."""
+def _build_sidecar(
+    spec_container: Mapping[str, Any], pod: Mapping[str, Any], sidecar_names: Sequence[str]
+) -> dict[str, Any]:
+    """The Kubernetes container a SidecarContainer becomes in ``pod`` (``sidecar_names``: every container
+    name of the SidecarSets injecting into it, which a resourcesPolicy never takes as a target)."""
     sidecar = copy.deepcopy(dict(spec_container))
+    if spec_container.get("resourcesPolicy") is not None:
+        sidecar["resources"] = computed_resources(spec_container["resourcesPolicy"], pod, sidecar_names)
     sidecar["env"] = list(sidecar.get("env") or [])
     add_env(sidecar, {"name": INJECTED_ENV, "value": "true"})
     for env in transfer_envs(spec_container, pod):
@@ -118,23 +125,36 @@ def inject(
     namespace_labels: Mapping[str, str] | None = None,
     excluded_namespaces: frozenset[str] = DEFAULT_EXCLUDED_NAMESPACES,
     injection_id: str = "",
+    revisions: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
+    sort_containers_by_name: bool = False,
 ) -> tuple[dict[str, Any], list[InjectionRecord]]:
     """The pod as admission would create it, and one record per SidecarSet that injected into it.
 
     ``sidecarsets`` may hold any SidecarSets: those that do not select the pod, or are paused, are
     ignored. The input pod is not modified; with no match a copy of it comes back with no records.
+    ``revisions``: per SidecarSet name, its recorded revisions (ControllerRevision-shaped), which a
+    SidecarSet pinning one (``injectionStrategy.revision``) injects from. ``sort_containers_by_name``:
+    OpenKruise's ``EnableSortSidecarContainerByName`` gate. Raises InjectionError when the pod cannot be
+    injected as asked (OpenKruise refuses such a pod).
     """
     result: dict[str, Any] = copy.deepcopy(dict(pod))
-    matched = select_sidecarsets(
+    selected = select_sidecarsets(
         pod,
         sidecarsets,
         namespace,
         namespace_labels=namespace_labels,
         excluded_namespaces=excluded_namespaces,
     )
-    if not matched:
+    if not selected:
         return result, []
     ns = pod_namespace(pod, namespace)
+    matched = [
+        revision_to_inject(
+            ss, pod, (revisions or {}).get(ss.name) or (), namespace=ns, injection_id=injection_id
+        )
+        for ss in selected
+    ]
+    sidecar_names = [c["name"] for ss in matched for c in ss.containers + ss.init_containers]
     metadata = result.setdefault("metadata", {})
     spec = result.setdefault("spec", {})
     pod_name = metadata.get("name") or metadata.get("generateName") or ""
@@ -146,8 +166,10 @@ def inject(
     records: list[InjectionRecord] = []
     for ss in matched:
         ss_volumes = {v["name"]: v for v in ss.volumes}
-        built = [(c["podInjectPolicy"], _build_sidecar(c, pod)) for c in ss.containers]
-        built_init = [(c["podInjectPolicy"], _build_sidecar(c, pod)) for c in ss.init_containers]
+        built = [(c["podInjectPolicy"], _build_sidecar(c, pod, sidecar_names)) for c in ss.containers]
+        built_init = [
+            (c["podInjectPolicy"], _build_sidecar(c, pod, sidecar_names)) for c in ss.init_containers
+        ]
         containers.extend(built)
         init_containers.extend(built_init)
         # Only volumes the sidecars themselves mount are injected, in OpenKruise's order (buildSidecars):
@@ -173,8 +195,10 @@ def inject(
             )
         )
 
-    # Init containers of all SidecarSets sorted by name (stable), then placed.
+    # Init containers of all SidecarSets sorted by name (stable), then placed; containers too with the gate.
     init_containers.sort(key=lambda item: item[1]["name"])
+    if sort_containers_by_name:
+        containers.sort(key=lambda item: item[1]["name"])
     if init_containers:
         spec["initContainers"] = _place(list(spec.get("initContainers") or []), init_containers)
     spec["containers"] = _place(list(spec.get("containers") or []), containers)

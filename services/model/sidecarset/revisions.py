@@ -1,17 +1,33 @@
-"""Reading back what a pod got: the per-SidecarSet revisions recorded on it and the injected list."""
+"""SidecarSet revisions: reading back what a pod got (the per-SidecarSet revisions recorded on it, the
+injected list), and choosing the recorded revision ``injectionStrategy.revision`` injects instead of the
+latest (OpenKruise's ``getSuitableRevisionSidecarSet`` and its history control)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import copy
+import hashlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
+from services.model import labels
+from services.model.events import RevisionCreated, RevisionsPruned
 from services.model.sidecarset.core import (
+    ALWAYS,
+    CUSTOM_VERSION_LABEL,
     HASH_ANNOTATION,
     HASH_WITHOUT_IMAGE_ANNOTATION,
     INJECTED_LIST_ANNOTATION,
+    PARTIAL,
+    InjectionError,
     PodSidecarRevision,
+    SidecarSet,
     json_object,
 )
+from services.model.sidecarset.hashes import sidecarset_hash, sidecarset_hash_without_image
+
+# What a SidecarSet revision stores of the spec (OpenKruise's copySidecarSetSpecRevision).
+REVISION_FIELDS = ("containers", "initContainers", "volumes", "imagePullSecrets", "patchPodMetadata")
 
 
 def pod_sidecar_revisions(pod: Mapping[str, Any]) -> dict[str, PodSidecarRevision]:
@@ -44,3 +60,149 @@ def injected_sidecarsets(pod: Mapping[str, Any]) -> list[str]:
     """Names in ``kruise.io/sidecarset-injected-list``."""
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
     return [n for n in annotations.get(INJECTED_LIST_ANNOTATION, "").split(",") if n]
+
+
+# --- injecting a recorded revision (injectionStrategy.revision) -------------------------------------------
+
+# OpenKruise's label selecting a SidecarSet's ControllerRevisions (sidecarcontrol.SidecarSetKindName).
+SIDECARSET_NAME_LABEL = "kruise.io/sidecarset-name"
+
+
+@dataclass(frozen=True)
+class PinnedRevision:
+    """``injectionStrategy.revision``: which recorded revision to inject, and when."""
+
+    revision_name: str
+    custom_version: str
+    policy: str  # Always (also when empty) or Partial
+
+
+def pinned_revision(sidecarset: SidecarSet) -> PinnedRevision | None:
+    """The revision ``injectionStrategy.revision`` pins, or None (inject the latest) when it names none."""
+    revision = (sidecarset.spec.get("injectionStrategy") or {}).get("revision") or {}
+    name = str(revision.get("revisionName") or "")
+    custom = str(revision.get("customVersion") or "")
+    if not name and not custom:
+        return None
+    return PinnedRevision(name, custom, str(revision.get("policy") or ALWAYS))
+
+
+def recorded_revision(
+    sidecarset: SidecarSet, pinned: PinnedRevision, recorded: Sequence[Mapping[str, Any]]
+) -> Mapping[str, Any]:
+    """The ControllerRevision-shaped record ``pinned`` names among ``recorded`` (this SidecarSet's history).
+
+    ``revisionName`` wins over ``customVersion``; a custom version takes the highest-numbered revision with
+    that label. None found: InjectionError (OpenKruise's webhook refuses the pod).
+    """
+    names = sorted(str((record.get("metadata") or {}).get("name") or "") for record in recorded)
+    known = f"recorded: {', '.join(names)}" if names else "no revision of it is recorded"
+    if pinned.revision_name:
+        for record in recorded:
+            if (record.get("metadata") or {}).get("name") == pinned.revision_name:
+                return record
+        raise InjectionError(
+            f"SidecarSet {sidecarset.name!r}: injectionStrategy.revision.revisionName "
+            f"{pinned.revision_name!r} is not a recorded revision of it ({known})"
+        )
+    labelled = [
+        record
+        for record in recorded
+        if ((record.get("metadata") or {}).get("labels") or {}).get(CUSTOM_VERSION_LABEL)
+        == pinned.custom_version
+        and isinstance(record.get("revision"), int)
+    ]
+    if not labelled:
+        raise InjectionError(
+            f"SidecarSet {sidecarset.name!r}: no recorded revision has custom version "
+            f"{pinned.custom_version!r} (injectionStrategy.revision.customVersion; {known})"
+        )
+    return max(
+        labelled, key=lambda record: (record["revision"], (record.get("metadata") or {}).get("name", ""))
+    )
+
+
+def history_sidecarset(sidecarset: SidecarSet, record: Mapping[str, Any]) -> SidecarSet:
+    """The SidecarSet as it was at ``record``: its containers, init containers, volumes, imagePullSecrets and
+    patchPodMetadata from the revision, everything else (selector, strategies) current; the hashes the
+    revision recorded (computed when it has none) and the revision's name as the controller revision."""
+    data = (record.get("data") or {}).get("spec") or {}
+    spec = copy.deepcopy(dict(sidecarset.spec))
+    for name in REVISION_FIELDS:
+        value = data.get(name)
+        if value is None:
+            spec.pop(name, None)
+        else:
+            spec[name] = copy.deepcopy(value)
+    metadata = record.get("metadata") or {}
+    annotations = metadata.get("annotations") or {}
+    return replace(
+        sidecarset,
+        spec=spec,
+        hash=str(annotations.get(HASH_ANNOTATION) or "") or sidecarset_hash(spec),
+        hash_without_image=str(annotations.get(HASH_WITHOUT_IMAGE_ANNOTATION) or "")
+        or sidecarset_hash_without_image(spec),
+        controller_revision=str(metadata.get("name") or ""),
+    )
+
+
+def partial_draw(sidecarset: str, namespace: str, pod: str, injection_id: str) -> float:
+    """The ``Partial`` policy's draw in [0, 1). OpenKruise draws at random; rollbook derives it from the
+    SidecarSet, the pod (namespace, name or generateName) and the admission uid, so replaying an
+    injection gives the same choice."""
+    digest = hashlib.sha256(f"{sidecarset}\x00{namespace}\x00{pod}\x00{injection_id}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64
+
+
+def injects_history(
+    sidecarset: SidecarSet, pinned: PinnedRevision, pod: Mapping[str, Any], draw: float
+) -> bool:
+    """Whether the pinned revision (not the latest) goes into ``pod`` (OpenKruise's
+    ``getSuitableRevisionSidecarSet``): always while ``updateStrategy.paused`` or with policy ``Always``;
+    with ``Partial``, a pod ``updateStrategy.selector`` does not select gets it, the others get it when
+    ``draw`` ≤ the partition percent (never with an integer partition)."""
+    strategy = sidecarset.spec.get("updateStrategy") or {}
+    if strategy.get("paused") or pinned.policy != PARTIAL:
+        return True
+    selector = strategy.get("selector")
+    if selector and not labels.matches(selector, (pod.get("metadata") or {}).get("labels") or {}):
+        return True
+    partition = strategy.get("partition")
+    if not isinstance(partition, str) or not partition.endswith("%"):
+        return False
+    return draw <= float(partition[:-1]) / 100
+
+
+def revision_to_inject(
+    sidecarset: SidecarSet,
+    pod: Mapping[str, Any],
+    recorded: Sequence[Mapping[str, Any]],
+    *,
+    namespace: str,
+    injection_id: str,
+) -> SidecarSet:
+    """The SidecarSet to inject into ``pod``: the latest, or the revision ``injectionStrategy`` pins."""
+    pinned = pinned_revision(sidecarset)
+    if pinned is None:
+        return sidecarset
+    history = history_sidecarset(sidecarset, recorded_revision(sidecarset, pinned, recorded))
+    metadata = pod.get("metadata") or {}
+    pod_name = str(metadata.get("name") or metadata.get("generateName") or "")
+    draw = partial_draw(sidecarset.name, namespace, pod_name, injection_id)
+    return history if injects_history(sidecarset, pinned, pod, draw) else sidecarset
+
+
+def fold_revision(revisions: dict[str, dict[str, Any]], event: object) -> None:
+    """Fold one event of a SidecarSet's decisions stream into its recorded revisions (name -> the
+    ControllerRevision-shaped record): ``RevisionCreated`` records one (a re-numbering replaces it; a
+    record written before revisions carried their data keeps its name and number only, so the planner
+    records the revision afresh), ``RevisionsPruned`` drops them. Other events change nothing."""
+    match event:
+        case RevisionCreated():
+            revisions[event.name] = dict(event.object) or {
+                "metadata": {"name": event.name},
+                "revision": event.revision,
+            }
+        case RevisionsPruned():
+            for name in event.names:
+                revisions.pop(name, None)

@@ -47,6 +47,37 @@ def matches_pod(
     return labels.matches(sidecarset.selector, (pod.get("metadata") or {}).get("labels") or {})
 
 
+# The label every Namespace carries with its own name: a namespaceSelector on it names namespaces.
+METADATA_NAME_LABEL = "kubernetes.io/metadata.name"
+
+
+def named_namespaces(sidecarset: SidecarSet) -> frozenset[str] | None:
+    """The namespaces a SidecarSet's scope names outright, or None for a cluster-scoped one.
+
+    OpenKruise's SidecarSet namespace index: ``spec.namespace`` (v1alpha1), else a namespaceSelector whose
+    ``matchLabels`` or an ``In`` expression pins ``kubernetes.io/metadata.name``; anything else (no scope,
+    or a selector on other labels) is cluster-scoped there.
+    """
+    if sidecarset.namespace is not None:
+        return frozenset({sidecarset.namespace})
+    selector = sidecarset.namespace_selector or {}
+    pinned = (selector.get("matchLabels") or {}).get(METADATA_NAME_LABEL)
+    if isinstance(pinned, str):
+        return frozenset({pinned})
+    for expression in selector.get("matchExpressions") or []:
+        if expression.get("key") == METADATA_NAME_LABEL and expression.get("operator") == "In":
+            return frozenset(str(v) for v in expression.get("values") or [])
+    return None
+
+
+def injection_order(sidecarsets: Iterable[SidecarSet], namespace: str) -> list[SidecarSet]:
+    """OpenKruise 1.9 lists the SidecarSets indexed under the pod's namespace, then the cluster-scoped ones
+    (each list in its cache's order, unspecified); rollbook keeps those two groups and orders each by name."""
+    return sorted(
+        sidecarsets, key=lambda ss: (namespace not in (named_namespaces(ss) or frozenset()), ss.name)
+    )
+
+
 def select_sidecarsets(
     pod: Mapping[str, Any],
     sidecarsets: Iterable[SidecarSet],
@@ -55,7 +86,7 @@ def select_sidecarsets(
     namespace_labels: Mapping[str, str] | None = None,
     excluded_namespaces: frozenset[str] = DEFAULT_EXCLUDED_NAMESPACES,
 ) -> list[SidecarSet]:
-    """The SidecarSets that inject into ``pod``, in injection order: by SidecarSet name."""
+    """The SidecarSets that inject into ``pod``, in injection order (``injection_order``)."""
     chosen = [
         ss
         for ss in sidecarsets
@@ -64,4 +95,4 @@ def select_sidecarsets(
             ss, pod, namespace, namespace_labels=namespace_labels, excluded_namespaces=excluded_namespaces
         )
     ]
-    return sorted(chosen, key=lambda ss: ss.name)
+    return injection_order(chosen, pod_namespace(pod, namespace))

@@ -13,14 +13,18 @@ from typing import Any
 from services.model import intorpercent, labels
 from services.model.sidecarset.core import (
     AFTER_APP,
+    ALWAYS,
     API_VERSION,
     BEFORE_APP,
+    CUSTOM_VERSION_LABEL,
     DEFAULT_MAX_UNAVAILABLE,
     KIND,
+    PARTIAL,
     SidecarSet,
     SidecarSetError,
 )
 from services.model.sidecarset.hashes import sidecarset_hash, sidecarset_hash_without_image
+from services.model.sidecarset.resources import MAX, SUM, QuantityError, check_expression
 
 _INJECT_POLICIES = {BEFORE_APP, AFTER_APP}
 _SHARE_POLICIES = {"enabled", "disabled"}
@@ -61,7 +65,14 @@ def parse_sidecarset(obj: Mapping[str, Any]) -> SidecarSet:
         hash_without_image=sidecarset_hash_without_image(spec),
         controller_revision=str(status.get("latestRevision") or "") if isinstance(status, Mapping) else "",
         resource_version=str(metadata.get("resourceVersion") or ""),
+        custom_version=_custom_version(metadata, spec),
     )
+
+
+def _custom_version(metadata: Mapping[str, Any], spec: Mapping[str, Any]) -> str:
+    labels_ = metadata.get("labels") if isinstance(metadata, Mapping) else None
+    label = labels_.get(CUSTOM_VERSION_LABEL) if isinstance(labels_, Mapping) else None
+    return str(spec.get("customVersion") or label or "")
 
 
 def _default_container(container: dict[str, Any]) -> None:
@@ -126,6 +137,13 @@ def _validate_container(container: Mapping[str, Any], where: str, *, init: bool)
             f"{where}.podInjectPolicy",
             f"must be {BEFORE_APP} or {AFTER_APP}, got {container.get('podInjectPolicy')!r}",
         )
+    policy = container.get("resourcesPolicy")
+    if policy is not None:
+        if init and container.get("restartPolicy") != "Always":
+            raise SidecarSetError(
+                f"{where}.resourcesPolicy", "is only supported for containers with restartPolicy Always"
+            )
+        _validate_resources_policy(container, policy, f"{where}.resourcesPolicy")
     if init:
         return
     share = (container.get("shareVolumePolicy") or {}).get("type")
@@ -146,6 +164,55 @@ def _validate_container(container: Mapping[str, Any], where: str, *, init: bool)
             raise SidecarSetError(at, "needs envName or envNames")
 
 
+def _validate_resources_policy(container: Mapping[str, Any], policy: Any, where: str) -> None:
+    """OpenKruise 1.9's checks of a resourcesPolicy (the mode is a CRD enum)."""
+    if not isinstance(policy, Mapping):
+        raise SidecarSetError(where, "must be an object")
+    resources = container.get("resources") or {}
+    if resources.get("limits") or resources.get("requests"):
+        raise SidecarSetError(where, "resourcesPolicy and resources cannot be configured together")
+    if policy.get("targetContainersMode") not in (SUM, MAX):
+        raise SidecarSetError(
+            f"{where}.targetContainersMode", f"must be sum or max, got {policy.get('targetContainersMode')!r}"
+        )
+    regex = policy.get("targetContainersNameRegex", ".*")
+    if not regex:
+        raise SidecarSetError(f"{where}.targetContainersNameRegex", "invalid empty regex")
+    try:
+        re.compile(str(regex))
+    except re.error as err:
+        raise SidecarSetError(f"{where}.targetContainersNameRegex", f"invalid regex pattern: {err}") from None
+    expressions = policy.get("resourcesExpr") or {}
+    if not expressions.get("limits") and not expressions.get("requests"):
+        raise SidecarSetError(f"{where}.resourcesExpr", "needs limits or requests (or both)")
+    for kind in ("limits", "requests"):
+        for resource, expression in (expressions.get(kind) or {}).items():
+            if resource not in ("cpu", "memory"):
+                at = f"{where}.resourcesExpr.{kind}"
+                raise SidecarSetError(at, f"only cpu and memory, got {resource!r}")
+            if not expression:
+                continue
+            try:
+                check_expression(str(expression), resource)
+            except QuantityError as err:
+                raise SidecarSetError(
+                    f"{where}.resourcesExpr.{kind}.{resource}", f"invalid expression {expression!r}: {err}"
+                ) from None
+
+
+def _validate_injection_strategy(spec: Mapping[str, Any]) -> None:
+    revision = (spec.get("injectionStrategy") or {}).get("revision")
+    if revision is None:
+        return
+    if not isinstance(revision, Mapping):
+        raise SidecarSetError("spec.injectionStrategy.revision", "must be an object")
+    policy = revision.get("policy")
+    if policy not in (None, "", ALWAYS, PARTIAL):
+        raise SidecarSetError(
+            "spec.injectionStrategy.revision.policy", f"must be {ALWAYS} or {PARTIAL}, got {policy!r}"
+        )
+
+
 def _validate_spec(spec: Mapping[str, Any]) -> None:
     selector = spec.get("selector")
     try:
@@ -161,6 +228,7 @@ def _validate_spec(spec: Mapping[str, Any]) -> None:
             labels.validate_selector(spec["namespaceSelector"], "spec.namespaceSelector")
         except labels.SelectorError as err:
             raise SidecarSetError(err.field, err.reason) from None
+    _validate_injection_strategy(spec)
     containers = spec.get("containers") or []
     init_containers = spec.get("initContainers") or []
     if not containers and not init_containers:
