@@ -264,7 +264,13 @@ def inject_command(
     if not documents:
         typer.echo(f"error: {filename}: no objects", err=True)
         raise typer.Exit(2)
-    results = [inject_document(d, sidecarsets, namespace, now, settings, namespace_labels) for d in documents]
+    try:
+        results = [
+            inject_document(d, sidecarsets, namespace, now, settings, namespace_labels) for d in documents
+        ]
+    except InjectError as err:  # the webhook would refuse a pod
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(2) from None
     if output is OutputFormat.patch:
         patches = [patch for _, patch in results]
         typer.echo(json.dumps(patches[0] if len(patches) == 1 else patches, indent=2))
