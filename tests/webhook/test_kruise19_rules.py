@@ -539,3 +539,46 @@ def test_sort_by_name_is_bytewise() -> None:
         pod([container("app")]), [ss.parse_sidecarset(s)], now=NOW, sort_containers_by_name=True
     )
     assert names(out["spec"]["containers"]) == ["B", "b", "sidecar-10", "sidecar-2", "app"]
+
+
+# --- shareVolumePolicy / shareVolumeDevicePolicy -------------------------------------------------------
+
+
+def test_devices_are_shared_after_all_mounts_and_skip_every_mount_path() -> None:
+    sidecar = container(
+        "agent",
+        shareVolumePolicy={"type": "enabled"},
+        shareVolumeDevicePolicy={"type": "enabled"},
+        volumeDevices=[{"name": "own", "devicePath": "/dev/own"}],
+    )
+    app1 = container("app1", volumeDevices=[{"name": "blk", "devicePath": "/data"}])
+    # app2's mount at /data comes from the mount pass, before app1's device at the same path is considered.
+    app2 = container(
+        "app2",
+        volumeMounts=[{"name": "d", "mountPath": "/data"}, {"name": "o", "mountPath": "/dev/own"}],
+        volumeDevices=[{"name": "raw", "devicePath": "/dev/raw"}, {"name": "raw2", "devicePath": "/dev/raw"}],
+    )
+    out = run(
+        pod([app1, app2]),
+        make_sidecarset("s", containers=[sidecar], volumes=[{"name": "own", "emptyDir": {}}]),
+    )
+    [agent] = [c for c in out["spec"]["containers"] if c["name"] == "agent"]
+    assert [m["mountPath"] for m in agent["volumeMounts"]] == ["/data"]  # /dev/own is the sidecar's device
+    assert [d["devicePath"] for d in agent["volumeDevices"]] == ["/dev/own", "/dev/raw"]
+
+
+def test_a_subpath_expr_mount_brings_its_env_even_when_its_path_is_taken() -> None:
+    sidecar = container(
+        "agent", shareVolumePolicy={"type": "enabled"}, volumeMounts=[{"name": "own", "mountPath": "/logs"}]
+    )
+    app1 = container(
+        "app",
+        env=[{"name": "POD", "value": "first"}, {"name": "POD", "value": "second"}],
+        volumeMounts=[{"name": "l", "mountPath": "/logs", "subPathExpr": "$(POD)"}],
+    )
+    out = run(
+        pod([app1]), make_sidecarset("s", containers=[sidecar], volumes=[{"name": "own", "emptyDir": {}}])
+    )
+    [agent] = [c for c in out["spec"]["containers"] if c["name"] == "agent"]
+    assert [m["name"] for m in agent["volumeMounts"]] == ["own"]
+    assert {"name": "POD", "value": "first"} in agent["env"]  # the container's first var of that name

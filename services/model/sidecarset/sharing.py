@@ -51,27 +51,40 @@ def transfer_envs(sidecar: Mapping[str, Any], pod: Mapping[str, Any]) -> list[di
     return result
 
 
+def _first_env(container: Mapping[str, Any], name: str) -> Mapping[str, Any] | None:
+    return next((e for e in container.get("env") or [] if e.get("name") == name), None)
+
+
 def share_mounts(sidecar: dict[str, Any], app_containers: Sequence[Mapping[str, Any]]) -> None:
-    """shareVolume(Device)Policy enabled: mount the app containers' volumes at the same paths."""
-    taken_paths = {m.get("mountPath") for m in sidecar.get("volumeMounts") or []}
-    taken_paths |= {d.get("devicePath") for d in sidecar.get("volumeDevices") or []}
-    share_mounts = (sidecar.get("shareVolumePolicy") or {}).get("type") == "enabled"
-    share_devices = (sidecar.get("shareVolumeDevicePolicy") or {}).get("type") == "enabled"
-    for app in app_containers:
-        app_env = {e.get("name"): e for e in app.get("env") or []}
-        if share_mounts:
+    """shareVolumePolicy / shareVolumeDevicePolicy enabled: the app containers' volumeMounts, then their
+    volumeDevices, at the same paths (OpenKruise's GetInjectedVolumeMountsAndEnvs, MergeVolumeMounts,
+    GetInjectedVolumeDevices, MergeVolumeDevices).
+
+    Mounts first: each app mount is appended unless its mountPath is one of the sidecar's mount or device
+    paths or an earlier shared mount's; every shared mount's ``subPathExpr`` brings the ``$(VAR)`` env it
+    needs from its container (even when the mount itself was skipped), unless the sidecar has that name.
+    Devices after: each app device is appended unless its devicePath is one of the sidecar's own device
+    paths, any of its (own or shared) mount paths, or an earlier shared device's.
+    """
+    if (sidecar.get("shareVolumePolicy") or {}).get("type") == "enabled":
+        taken = {m.get("mountPath") for m in sidecar.get("volumeMounts") or []}
+        taken |= {d.get("devicePath") for d in sidecar.get("volumeDevices") or []}
+        for app in app_containers:
             for mount in app.get("volumeMounts") or []:
-                if mount.get("mountPath") in taken_paths:
-                    continue
-                taken_paths.add(mount.get("mountPath"))
-                sidecar.setdefault("volumeMounts", []).append(copy.deepcopy(mount))
-                # A subPathExpr mount resolves $(VAR) from the container's env: bring those vars along.
                 for var in _SUBPATH_VAR_RE.findall(mount.get("subPathExpr") or ""):
-                    if var in app_env:
-                        add_env(sidecar, app_env[var])
-        if share_devices:
-            for device in app.get("volumeDevices") or []:
-                if device.get("devicePath") in taken_paths:
+                    env = _first_env(app, var)
+                    if env is not None:
+                        add_env(sidecar, env)
+                if mount.get("mountPath") in taken:
                     continue
-                taken_paths.add(device.get("devicePath"))
+                taken.add(mount.get("mountPath"))
+                sidecar.setdefault("volumeMounts", []).append(copy.deepcopy(mount))
+    if (sidecar.get("shareVolumeDevicePolicy") or {}).get("type") == "enabled":
+        taken = {d.get("devicePath") for d in sidecar.get("volumeDevices") or []}
+        taken |= {m.get("mountPath") for m in sidecar.get("volumeMounts") or []}
+        for app in app_containers:
+            for device in app.get("volumeDevices") or []:
+                if device.get("devicePath") in taken:
+                    continue
+                taken.add(device.get("devicePath"))
                 sidecar.setdefault("volumeDevices", []).append(copy.deepcopy(device))
