@@ -582,3 +582,38 @@ def test_a_subpath_expr_mount_brings_its_env_even_when_its_path_is_taken() -> No
     [agent] = [c for c in out["spec"]["containers"] if c["name"] == "agent"]
     assert [m["name"] for m in agent["volumeMounts"]] == ["own"]
     assert {"name": "POD", "value": "first"} in agent["env"]  # the container's first var of that name
+
+
+@pytest.mark.parametrize(
+    ("mutate", "field"),
+    [
+        (lambda s: s.update(injectionStrategy=["paused"]), "spec.injectionStrategy"),
+        (lambda s: s.update(injectionStrategy={"revision": "v1"}), "spec.injectionStrategy.revision"),
+        (
+            lambda s: s.update(injectionStrategy={"revision": {"revisionName": ["a"]}}),
+            "spec.injectionStrategy.revision.revisionName",
+        ),
+        (
+            lambda s: s["containers"][0].update(resourcesPolicy=policy(expr=["cpu"])),  # type: ignore[arg-type]
+            "spec.containers[0].resourcesPolicy.resourcesExpr",
+        ),
+        (
+            lambda s: s["containers"][0].update(resourcesPolicy=policy(expr={"limits": ["cpu"]})),
+            "spec.containers[0].resourcesPolicy.resourcesExpr.limits",
+        ),
+        (
+            lambda s: s["containers"][0].update(resourcesPolicy=policy(expr={"limits": {"cpu": 2}})),
+            "spec.containers[0].resourcesPolicy.resourcesExpr.limits.cpu",
+        ),
+        (
+            lambda s: s["containers"][0].update(resourcesPolicy={**policy(), "targetContainersNameRegex": 1}),
+            "spec.containers[0].resourcesPolicy.targetContainersNameRegex",
+        ),
+    ],
+)
+def test_malformed_new_fields_name_the_field(mutate: Any, field: str) -> None:
+    obj = make_sidecarset("s", containers=[container("agent")])
+    mutate(obj["spec"])
+    with pytest.raises(ss.SidecarSetError) as err:
+        ss.parse_sidecarset(obj)
+    assert err.value.field == field

@@ -83,15 +83,18 @@ def _format_time(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _hash_entry(ss: SidecarSet, hash_value: str, sidecars: list[str], now: datetime) -> dict[str, Any]:
-    # Same keys and order as OpenKruise's SidecarSetUpgradeSpec JSON.
+def _hash_entry(
+    ss: SidecarSet, hash_value: str, sidecars: list[str], now: datetime, *, with_revision: bool
+) -> dict[str, Any]:
+    # Same keys and order as OpenKruise's SidecarSetUpgradeSpec JSON. Only the hash annotation's entry
+    # names the controller revision; OpenKruise leaves it out of the without-image one.
     entry: dict[str, Any] = {
         "updateTimestamp": _format_time(now),
         "hash": hash_value,
         "sidecarSetName": ss.name,
         "sidecarList": sidecars,
     }
-    if ss.controller_revision:
+    if with_revision and ss.controller_revision:
         entry["controllerRevision"] = ss.controller_revision
     return entry
 
@@ -232,8 +235,10 @@ def inject(
             [c["name"] for c in ss.containers]
             + [c["name"] for c in ss.init_containers if c.get("restartPolicy") == "Always"]
         )
-        hashes[ss.name] = _hash_entry(ss, ss.hash, sidecar_names, now)
-        hashes_without_image[ss.name] = _hash_entry(ss, ss.hash_without_image, sidecar_names, now)
+        hashes[ss.name] = _hash_entry(ss, ss.hash, sidecar_names, now, with_revision=True)
+        hashes_without_image[ss.name] = _hash_entry(
+            ss, ss.hash_without_image, sidecar_names, now, with_revision=False
+        )
     annotations[HASH_ANNOTATION] = json.dumps(hashes, separators=(",", ":"), sort_keys=False)
     annotations[HASH_WITHOUT_IMAGE_ANNOTATION] = json.dumps(hashes_without_image, separators=(",", ":"))
     injected = set(filter(None, annotations.get(INJECTED_LIST_ANNOTATION, "").split(",")))

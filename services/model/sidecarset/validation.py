@@ -169,13 +169,15 @@ def _validate_resources_policy(container: Mapping[str, Any], policy: Any, where:
     if not isinstance(policy, Mapping):
         raise SidecarSetError(where, "must be an object")
     resources = container.get("resources") or {}
-    if resources.get("limits") or resources.get("requests"):
+    if not isinstance(resources, Mapping) or resources.get("limits") or resources.get("requests"):
         raise SidecarSetError(where, "resourcesPolicy and resources cannot be configured together")
     if policy.get("targetContainersMode") not in (SUM, MAX):
         raise SidecarSetError(
             f"{where}.targetContainersMode", f"must be sum or max, got {policy.get('targetContainersMode')!r}"
         )
     regex = policy.get("targetContainersNameRegex", ".*")
+    if not isinstance(regex, str):
+        raise SidecarSetError(f"{where}.targetContainersNameRegex", "must be a string")
     if not regex:
         raise SidecarSetError(f"{where}.targetContainersNameRegex", "invalid empty regex")
     try:
@@ -183,6 +185,11 @@ def _validate_resources_policy(container: Mapping[str, Any], policy: Any, where:
     except re.error as err:
         raise SidecarSetError(f"{where}.targetContainersNameRegex", f"invalid regex pattern: {err}") from None
     expressions = policy.get("resourcesExpr") or {}
+    if not isinstance(expressions, Mapping):
+        raise SidecarSetError(f"{where}.resourcesExpr", "must be an object")
+    for kind in ("limits", "requests"):
+        if not isinstance(expressions.get(kind) or {}, Mapping):
+            raise SidecarSetError(f"{where}.resourcesExpr.{kind}", "must be an object")
     if not expressions.get("limits") and not expressions.get("requests"):
         raise SidecarSetError(f"{where}.resourcesExpr", "needs limits or requests (or both)")
     for kind in ("limits", "requests"):
@@ -192,6 +199,8 @@ def _validate_resources_policy(container: Mapping[str, Any], policy: Any, where:
                 raise SidecarSetError(at, f"only cpu and memory, got {resource!r}")
             if not expression:
                 continue
+            if not isinstance(expression, str):
+                raise SidecarSetError(f"{where}.resourcesExpr.{kind}.{resource}", "must be a string")
             try:
                 check_expression(str(expression), resource)
             except QuantityError as err:
@@ -201,11 +210,17 @@ def _validate_resources_policy(container: Mapping[str, Any], policy: Any, where:
 
 
 def _validate_injection_strategy(spec: Mapping[str, Any]) -> None:
-    revision = (spec.get("injectionStrategy") or {}).get("revision")
+    strategy = spec.get("injectionStrategy") or {}
+    if not isinstance(strategy, Mapping):
+        raise SidecarSetError("spec.injectionStrategy", "must be an object")
+    revision = strategy.get("revision")
     if revision is None:
         return
     if not isinstance(revision, Mapping):
         raise SidecarSetError("spec.injectionStrategy.revision", "must be an object")
+    for key in ("revisionName", "customVersion"):
+        if not isinstance(revision.get(key) or "", str):
+            raise SidecarSetError(f"spec.injectionStrategy.revision.{key}", "must be a string")
     policy = revision.get("policy")
     if policy not in (None, "", ALWAYS, PARTIAL):
         raise SidecarSetError(
