@@ -87,16 +87,17 @@ def pinned_sidecarsets(
     """Names of the SidecarSets injecting into this review's pod that pin a recorded revision
     (``injectionStrategy.revision``): their revisions must be read before ``review_pod``."""
     pod = _pod_create(request)
-    if pod is None:
+    pinning = [s for s in sidecarsets if ss.pinned_revision(s) is not None]
+    if pod is None or not pinning:  # the common case: no selection pass at all
         return []
     selected = ss.select_sidecarsets(
         pod,
-        sidecarsets,
+        pinning,
         request.get("namespace") or None,
         namespace_labels=namespace_labels,
         excluded_namespaces=excluded_namespaces,
     )
-    return [s.name for s in selected if ss.pinned_revision(s) is not None]
+    return [s.name for s in selected]
 
 
 def review_pod(
