@@ -153,6 +153,16 @@ def test_when_the_pinned_revision_is_injected(
     assert ss.injects_history(parsed, pin, app_pod(labels=labels), draw) is history_injected
 
 
+def test_a_partial_policy_with_a_malformed_percent_refuses_the_pod() -> None:
+    obj = pinned(revision={"revisionName": "x", "policy": "Partial"})
+    obj["spec"]["updateStrategy"] = {"type": "NotUpdate", "partition": "half%"}  # NotUpdate: not validated
+    parsed = ss.parse_sidecarset(obj)
+    pin = ss.pinned_revision(parsed)
+    assert pin is not None
+    with pytest.raises(ss.InjectionError, match="'half%' is not a percentage"):
+        ss.injects_history(parsed, pin, app_pod(), 0.5)
+
+
 def test_partial_draw_is_reproducible_and_spreads_over_pods() -> None:
     draws = [ss.partial_draw("s", "default", f"p-{i}", f"uid-{i}") for i in range(400)]
     assert draws == [ss.partial_draw("s", "default", f"p-{i}", f"uid-{i}") for i in range(400)]

@@ -170,7 +170,13 @@ def injects_history(
     partition = strategy.get("partition")
     if not isinstance(partition, str) or not partition.endswith("%"):
         return False
-    return draw <= float(partition[:-1]) / 100
+    try:
+        probability = float(partition[:-1]) / 100
+    except ValueError:  # only a NotUpdate SidecarSet's partition goes unvalidated
+        raise InjectionError(
+            f"SidecarSet {sidecarset.name!r}: updateStrategy.partition {partition!r} is not a percentage"
+        ) from None
+    return draw <= probability
 
 
 def revision_to_inject(
