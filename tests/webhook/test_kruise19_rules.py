@@ -153,6 +153,12 @@ def test_when_the_pinned_revision_is_injected(
     assert ss.injects_history(parsed, pin, app_pod(labels=labels), draw) is history_injected
 
 
+def test_a_revision_recorded_without_its_spec_cannot_be_injected() -> None:
+    bare = [{"metadata": {"name": "test-sidecarset-old"}, "revision": 1}]  # an older planner's record
+    with pytest.raises(ss.InjectionError, match="recorded without its spec"):
+        injected_image(pinned(revision={"revisionName": "test-sidecarset-old"}), bare, app_pod(), "uid")
+
+
 def test_a_partial_policy_with_a_malformed_percent_refuses_the_pod() -> None:
     obj = pinned(revision={"revisionName": "x", "policy": "Partial"})
     obj["spec"]["updateStrategy"] = {"type": "NotUpdate", "partition": "half%"}  # NotUpdate: not validated

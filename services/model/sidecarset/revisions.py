@@ -191,7 +191,13 @@ def revision_to_inject(
     pinned = pinned_revision(sidecarset)
     if pinned is None:
         return sidecarset
-    history = history_sidecarset(sidecarset, recorded_revision(sidecarset, pinned, recorded))
+    record = recorded_revision(sidecarset, pinned, recorded)
+    if not isinstance((record.get("data") or {}).get("spec"), Mapping):
+        raise InjectionError(  # recorded by a planner before revisions carried their data
+            f"SidecarSet {sidecarset.name!r}: revision {(record.get('metadata') or {}).get('name')!r} "
+            "was recorded without its spec, so it cannot be injected"
+        )
+    history = history_sidecarset(sidecarset, record)
     metadata = pod.get("metadata") or {}
     pod_name = str(metadata.get("name") or metadata.get("generateName") or "")
     draw = partial_draw(sidecarset.name, namespace, pod_name, injection_id)
