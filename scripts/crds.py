@@ -373,6 +373,28 @@ def sidecar_container(description: str) -> Schema:
                     },
                 ),
             ),
+            "resourcesPolicy": obj(
+                "The sidecar's resources computed from the pod's app containers at pod creation.",
+                {
+                    "targetContainersMode": string(
+                        "sum or max of the target containers' resources.", enum=["sum", "max"]
+                    ),
+                    "targetContainersNameRegex": string(
+                        "Target containers: those whose name this regex finds.", default=".*"
+                    ),
+                    "resourcesExpr": obj(
+                        "Expressions of the aggregated resource (cpu or memory), e.g. max(cpu*50%, 50m).",
+                        {
+                            kind: obj(
+                                f"Expressions of the sidecar's {kind}.",
+                                {"cpu": string("CPU expression."), "memory": string("Memory expression.")},
+                            )
+                            for kind in ("limits", "requests")
+                        },
+                    ),
+                },
+                ["targetContainersMode"],
+            ),
             "upgradeStrategy": obj(
                 "How a running sidecar is upgraded.",
                 {
