@@ -11,6 +11,7 @@ from typing import Any
 
 import msgspec
 
+from services.model.actions import ActionKind
 from services.model.cloneset import desired_replicas
 from services.model.cloneset_conversion import ConversionError, as_v1alpha1
 from services.model.events import (
@@ -148,7 +149,7 @@ def decisions_for(state: WorkloadState, plan: dict[str, Any]) -> list[Event]:
         decisions.append(
             PodActionRequested(
                 action_id=str(derived_id("action", round_key, "podsToDelete")),
-                action="setPodsToDelete",
+                action=ActionKind.SET_PODS_TO_DELETE,
                 namespace=state.namespace,
                 pod=state.name,
                 rollout_id=active,
@@ -285,15 +286,21 @@ def _action(
     details = dict(action)
     # Deletes name the exact objects they target, so a later object with the same name is not
     # mistaken for the deleted one (expectations, and the executor's precondition).
-    if kind == "deletePod":
+    if kind == ActionKind.DELETE_POD:
         details["uid"] = state.uid_of("Pod", pod)
         if details.get("withPVCs"):
             details["pvcUids"] = {
                 n: state.uid_of("PersistentVolumeClaim", n) for n in details.get("pvcs") or []
             }
-    elif kind == "deletePVC":
+    elif kind == ActionKind.DELETE_PVC:
         details["uid"] = state.uid_of("PersistentVolumeClaim", str(action.get("pvc")))
-    elif kind in ("updateInPlace", "recreatePod", "markNotReady", "markReady", "patchPod"):
+    elif kind in (
+        ActionKind.UPDATE_IN_PLACE,
+        ActionKind.RECREATE_POD,
+        ActionKind.MARK_NOT_READY,
+        ActionKind.MARK_READY,
+        ActionKind.PATCH_POD,
+    ):
         details["uid"] = state.uid_of("Pod", pod)
     revision = action.get("revision") or None
     return PodActionRequested(

@@ -31,6 +31,7 @@ from typing import Any
 
 import msgspec
 
+from services.model.actions import ActionKind
 from services.model.availability import unavailable
 from services.model.cloneset import desired_replicas
 from services.model.events import (
@@ -231,12 +232,12 @@ class ShadowTrail:
         action_id = str(derived_id("observed-action", envelope.event_id, index))
         decision, started_at, unavailable = self.decision, at, self._unavailable()
         completes = None
-        if change.action == "updateInPlace":
+        if change.action == ActionKind.UPDATE_IN_PLACE:
             marker = self.left.pop(change.uid, None)
             if marker is not None:
                 decision, started_at, unavailable = marker.decision, marker.at, marker.unavailable
             self.awaiting_ready[change.uid] = action_id
-        elif change.action in ("createPod", "recreatePod"):
+        elif change.action in (ActionKind.CREATE_POD, ActionKind.RECREATE_POD):
             self.awaiting_ready[change.uid] = action_id
             if self.active_rollout and revision_key(change.revision) == revision_key(self.update_revision):
                 self.created_in[change.uid] = self.active_rollout
@@ -262,7 +263,7 @@ class ShadowTrail:
         if intent is None:
             return [observed_action]
         thrash = (
-            change.action == "deletePod"
+            change.action == ActionKind.DELETE_POD
             and self.active_rollout is not None
             and self.created_in.get(change.uid) == self.active_rollout
         )
@@ -320,7 +321,7 @@ class ShadowTrail:
         actions = tuple(
             {"action": a.get("action"), "pod": a.get("pod"), "revision": a.get("revision")}
             for a in plan.get("actions") or []
-            if a.get("action") not in ("createPVC", "deletePVC")
+            if a.get("action") not in (ActionKind.CREATE_PVC, ActionKind.DELETE_PVC)
         )
         rejected = plan.get("rejected")
         max_unavailable = int(plan.get("maxUnavailable") or 0)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from services.model.actions import PVC_ACTIONS, ActionKind
 from services.model.events import (
     Envelope,
     ObjectObserved,
@@ -201,17 +202,17 @@ class WorkloadState:
         does not make an old delete pending again."""
         action = requested.action
         details = requested.details
-        if action == "deletePod":
+        if action == ActionKind.DELETE_POD:
             targets = [("Pod", requested.pod, details.get("uid"))]
             targets += [("PersistentVolumeClaim", n, u) for n, u in (details.get("pvcUids") or {}).items()]
             return all(self._gone(kind, name, uid) for kind, name, uid in targets)
-        if action == "deletePVC":
+        if action == ActionKind.DELETE_PVC:
             return self._gone("PersistentVolumeClaim", str(details.get("pvc")), details.get("uid"))
-        if action == "createPVC":
+        if action == ActionKind.CREATE_PVC:
             return requested.action_id in self.seen_action_ids.get(
                 ("PersistentVolumeClaim", str(details.get("pvc"))), set()
             )
-        if action == "setPodsToDelete":
+        if action == ActionKind.SET_PODS_TO_DELETE:
             return requested.action_id in self.seen_action_ids.get((WORKLOAD_KIND, self.name), set())
         return requested.action_id in self.seen_action_ids.get(("Pod", requested.pod), set())
 
@@ -283,7 +284,7 @@ class WorkloadState:
                 continue  # an outcome without its request (not ours): nothing to attribute it to
             event = requested.event
             target = event.pod
-            if event.action in ("createPVC", "deletePVC"):
+            if event.action in PVC_ACTIONS:
                 target = str(event.details.get("pvc") or target)
             fresh.append(ActionOutcome(event.action, target, outcome.failed, outcome.at, outcome.reason))
         fresh.reverse()

@@ -17,6 +17,7 @@ from typing import Any
 
 import msgspec
 
+from services.model.actions import ActionKind
 from services.model.streams import ACTION_ID_ANNOTATION
 
 DEFAULT_EFFECT_SECONDS = 0.5
@@ -161,13 +162,13 @@ class ClusterModel:
         kind = action.get("action")
         pod_name = str(action.get("pod", ""))
         pod = self.pods.get(pod_name)
-        if kind == "createPVC":
+        if kind == ActionKind.CREATE_PVC:
             claim = copy.deepcopy(action["object"])
             claim.setdefault("metadata", {})["uid"] = f"{self.uid_prefix}-pvc-{self._next()}"
             claim["status"] = {"phase": "Bound"}
             self.pvcs[str(action["pvc"])] = claim
             self._annotate(claim, action_id)
-        elif kind == "createPod":
+        elif kind == ActionKind.CREATE_POD:
             created = copy.deepcopy(action["object"])
             metadata = created.setdefault("metadata", {})
             metadata["uid"] = f"{self.uid_prefix}-{self._next()}"
@@ -175,22 +176,26 @@ class ClusterModel:
             created["status"] = {"phase": "Pending", "conditions": []}
             self.pods[pod_name] = created
             self._annotate(created, action_id)
-            self._at(self.now + self.delay("createPod", "ready"), "start", pod_name)
-        elif kind == "deletePod":
+            self._at(self.now + self.delay(ActionKind.CREATE_POD, "ready"), "start", pod_name)
+        elif kind == ActionKind.DELETE_POD:
             self.pods.pop(pod_name, None)
             if action.get("withPVCs"):
                 for claim in action.get("pvcs") or []:
                     self.pvcs.pop(claim, None)
-        elif kind == "deletePVC":
+        elif kind == ActionKind.DELETE_PVC:
             self.pvcs.pop(str(action.get("pvc")), None)
-        elif pod is not None and kind in ("recreatePod", "updateInPlace", "patchPod"):
+        elif pod is not None and kind in (
+            ActionKind.RECREATE_POD,
+            ActionKind.UPDATE_IN_PLACE,
+            ActionKind.PATCH_POD,
+        ):
             _merge(pod, action.get("patch") or {})
             self._annotate(pod, action_id)
-            if kind == "updateInPlace":
+            if kind == ActionKind.UPDATE_IN_PLACE:
                 self.restarting.add(pod_name)
                 self._set_ready(pod, False)
-                self._at(self.now + self.delay("updateInPlace", "ready"), "restart", pod_name)
-        elif pod is not None and kind in ("markNotReady", "markReady"):
+                self._at(self.now + self.delay(ActionKind.UPDATE_IN_PLACE, "ready"), "restart", pod_name)
+        elif pod is not None and kind in (ActionKind.MARK_NOT_READY, ActionKind.MARK_READY):
             if action.get("patch"):
                 _merge(pod, action["patch"])
             _set_condition(pod, action["condition"])

@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from services.model.actions import ActionKind
 from services.model.events import (
     Envelope,
     ObjectObserved,
@@ -32,11 +33,11 @@ from services.planner.workload_state import WorkloadState
 from services.replay.cluster_model import ClusterModel
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
-TIMINGS = {
-    "createPod": {"effect": 0.2, "ready": 3.0},
-    "updateInPlace": {"effect": 0.2, "ready": 2.0},
-    "markNotReady": {"effect": 0.1},
-    "markReady": {"effect": 0.1},
+TIMINGS: dict[str, dict[str, float]] = {
+    ActionKind.CREATE_POD: {"effect": 0.2, "ready": 3.0},
+    ActionKind.UPDATE_IN_PLACE: {"effect": 0.2, "ready": 2.0},
+    ActionKind.MARK_NOT_READY: {"effect": 0.1},
+    ActionKind.MARK_READY: {"effect": 0.1},
 }
 
 
@@ -161,7 +162,7 @@ class WorkloadSimulation:
         self.record(envelopes)
         plan = self.last_plan  # what the round's decisions carry out, for the cluster model's executors
         requests = [e.payload for e in envelopes if isinstance(e.payload, PodActionRequested)]
-        ids = [r.action_id for r in requests if r.action != "setPodsToDelete"]
+        ids = [r.action_id for r in requests if r.action != ActionKind.SET_PODS_TO_DELETE]
         self.model.apply_plan({**plan, "requeueAfterSeconds": None}, ids)
         for envelope in envelopes:
             if isinstance(envelope.payload, RequeueScheduled):

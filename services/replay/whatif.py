@@ -29,6 +29,7 @@ from typing import Any
 import msgspec
 
 from services.infra.store import StoredEvent
+from services.model.actions import ActionKind
 from services.model.availability import pod_available as available
 from services.model.availability import revision_hash, unavailable
 from services.model.cloneset import desired_replicas
@@ -225,7 +226,7 @@ def read_record(namespace: str, name: str, events: list[StoredEvent], rollout_id
             requested[payload.action_id] = (payload.action, moment, payload.pod)
         elif isinstance(payload, PodActionObserved) and payload.rollout_id == rollout_id:
             # Someone else's action (shadow mode): in effect when observed, ready at its becameReady.
-            kind = "createPod" if payload.action == "recreatePod" else payload.action
+            kind = ActionKind.CREATE_POD if payload.action == ActionKind.RECREATE_POD else payload.action
             if payload.action == "becameReady":
                 opened = observed_at.pop(payload.completes or "", None)
                 if opened is not None:
@@ -264,7 +265,7 @@ def read_record(namespace: str, name: str, events: list[StoredEvent], rollout_id
                 for action_id, (kind, at, pod) in requested.items():
                     if (
                         pod == payload.name
-                        and kind in ("deletePod", "recreatePod")
+                        and kind in (ActionKind.DELETE_POD, ActionKind.RECREATE_POD)
                         and action_id not in effect_at
                     ):
                         effect_at[action_id] = moment
@@ -277,7 +278,7 @@ def read_record(namespace: str, name: str, events: list[StoredEvent], rollout_id
                     kind, at, _ = requested[action_id]
                     effect_at[action_id] = moment
                     delays.setdefault(kind, {}).setdefault("effect", []).append(_seconds(moment, at))
-                    if kind in ("createPod", "updateInPlace"):
+                    if kind in (ActionKind.CREATE_POD, ActionKind.UPDATE_IN_PLACE):
                         # Ready again is followed by pod (uid), not action id: later actions re-annotate it.
                         awaiting_ready[payload.name] = (kind, str(metadata.get("uid", "")), moment)
                 waiting = awaiting_ready.get(payload.name)
@@ -319,7 +320,7 @@ def _replan(model: ClusterModel) -> RolloutMetrics:
                 metrics.steps += 1
                 metrics.actions += len(actions)
                 metrics.pods_touched.update(
-                    str(a.get("pod")) for a in actions if a.get("action") != "createPVC"
+                    str(a.get("pod")) for a in actions if a.get("action") != ActionKind.CREATE_PVC
                 )
             if _done(model, plan):
                 metrics.completed = True
