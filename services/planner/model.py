@@ -122,3 +122,8 @@ class Plan(msgspec.Struct, kw_only=True, rename="camel"):
     max_surge: int | None = None
     expected_updated_replicas: int | None = None
     hook_holds: list[HookHold] = []  # pods held by a lifecycle hook, by pod name
+
+
+def action_kind(action: Action) -> ActionKind:
+    """The kind of a plan action (its ``action`` tag)."""
+    return ActionKind(str(action.__struct_config__.tag))

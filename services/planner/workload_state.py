@@ -42,6 +42,7 @@ from services.model.streams import (
     observed_stream,
 )
 from services.planner import rounds
+from services.planner.model import PlanInput
 from services.planner.names import INSTANCE_ID_LABEL
 from services.planner.rounds import EXPECTATION_TIMEOUT, UNREPORTED_TIMEOUT
 from services.planner.status import ActionOutcome
@@ -292,15 +293,17 @@ class WorkloadState:
 
     # --- the decision function's input ---------------------------------------------------------------
 
-    def plan_input(self) -> dict[str, Any]:
+    def plan_input(self) -> PlanInput:
+        """The decision input, holding the folded objects themselves (the planner reads, never writes
+        them)."""
         assert self.cloneset is not None and self.now is not None
-        return {
-            "cloneSet": self.cloneset,
-            "pods": [self.pods[name] for name in sorted(self.pods)],
-            "pvcs": [self.pvcs[name] for name in sorted(self.pvcs)],
-            "revisions": sorted(self.revisions.values(), key=lambda r: (r.get("revision", 0), _name(r))),
-            "now": self.now.isoformat().replace("+00:00", "Z"),
-        }
+        return PlanInput(
+            clone_set=self.cloneset,
+            pods=[self.pods[name] for name in sorted(self.pods)],
+            pvcs=[self.pvcs[name] for name in sorted(self.pvcs)],
+            revisions=sorted(self.revisions.values(), key=lambda r: (r.get("revision", 0), _name(r))),
+            now=self.now,
+        )
 
 
 def _parse_time(value: Any) -> datetime | None:

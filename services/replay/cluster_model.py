@@ -15,10 +15,23 @@ import heapq
 from datetime import datetime, timedelta
 from typing import Any
 
-import msgspec
-
 from services.model.actions import ActionKind
 from services.model.streams import ACTION_ID_ANNOTATION
+from services.planner.model import (
+    Action,
+    CreatePod,
+    CreatePVC,
+    DeletePod,
+    DeletePVC,
+    MarkNotReady,
+    MarkReady,
+    PatchPod,
+    Plan,
+    PlanInput,
+    RecreatePod,
+    UpdateInPlace,
+    action_kind,
+)
 
 DEFAULT_EFFECT_SECONDS = 0.5
 DEFAULT_READY_SECONDS = 2.0
@@ -124,86 +137,92 @@ class ClusterModel:
         default = DEFAULT_EFFECT_SECONDS if part == "effect" else DEFAULT_READY_SECONDS
         return self.timings.get(kind, {}).get(part, default)
 
-    def plan_input(self) -> bytes:
-        return msgspec.json.encode(
-            {
-                "cloneSet": self.cloneset,
-                "pods": [self.pods[n] for n in sorted(self.pods)],
-                "pvcs": [self.pvcs[n] for n in sorted(self.pvcs)],
-                "revisions": sorted(self.revisions.values(), key=lambda r: r.get("revision", 0)),
-                "now": _iso(self.now, self.t0),
-            }
+    def plan_input(self) -> PlanInput:
+        return PlanInput(
+            clone_set=self.cloneset,
+            pods=[self.pods[n] for n in sorted(self.pods)],
+            pvcs=[self.pvcs[n] for n in sorted(self.pvcs)],
+            revisions=sorted(self.revisions.values(), key=lambda r: r.get("revision", 0)),
+            now=self.moment(),
         )
 
-    def apply_plan(self, plan: dict[str, Any], action_ids: list[str] | None = None) -> list[dict[str, Any]]:
-        for record in plan.get("revisions") or []:
+    def apply_plan(
+        self, plan: Plan, action_ids: list[str] | None = None, *, requeue: bool = True
+    ) -> list[Action]:
+        """Record the plan's revisions, podsToDelete and status on the CloneSet, and schedule its actions'
+        effects (and, with ``requeue``, its requeue); returns the actions."""
+        for record in plan.revisions:
             self.revisions[record["metadata"]["name"]] = record
-        for name in plan.get("revisionsToDelete") or []:
+        for name in plan.revisions_to_delete:
             self.revisions.pop(name, None)
-        if plan.get("podsToDelete") is not None:
-            self.cloneset["spec"].setdefault("scaleStrategy", {})["podsToDelete"] = plan["podsToDelete"]
-        if plan.get("status") is not None:
-            self.cloneset["status"] = plan["status"]
-        actions = list(plan.get("actions") or [])
-        for index, action in enumerate(actions):
+        if plan.pods_to_delete is not None:
+            self.cloneset["spec"].setdefault("scaleStrategy", {})["podsToDelete"] = plan.pods_to_delete
+        if plan.status is not None:
+            self.cloneset["status"] = plan.status
+        for index, action in enumerate(plan.actions):
             self.in_flight += 1
             action_id = action_ids[index] if action_ids else None
-            self._at(
-                self.now + self.delay(str(action.get("action")), "effect"), "effect", (action, action_id)
-            )
-        if plan.get("requeueAfterSeconds"):
-            self._at(self.now + float(plan["requeueAfterSeconds"]), "requeue", None)
-        return actions
+            self._at(self.now + self.delay(action_kind(action), "effect"), "effect", (action, action_id))
+        if requeue and plan.requeue_after_seconds:
+            self._at(self.now + float(plan.requeue_after_seconds), "requeue", None)
+        return list(plan.actions)
 
-    def effect(self, action: dict[str, Any], action_id: str | None = None) -> None:
+    def effect(self, action: Action, action_id: str | None = None) -> None:
+        """An action takes effect (its ``effect`` delay passed): the objects change as the executor and the
+        API server change them, and the kubelet's follow-ups are scheduled."""
         self.in_flight -= 1
         if action_id is not None:
             self.applied.append(action_id)
-        kind = action.get("action")
-        pod_name = str(action.get("pod", ""))
-        pod = self.pods.get(pod_name)
-        if kind == ActionKind.CREATE_PVC:
-            claim = copy.deepcopy(action["object"])
+        changed = self.carry_out(action)
+        self._annotate(changed, action_id)
+        if isinstance(action, CreatePod):
+            self._at(self.now + self.delay(ActionKind.CREATE_POD, "ready"), "start", action.pod)
+        elif isinstance(action, UpdateInPlace) and changed is not None:
+            self.restarting.add(action.pod)
+            self._set_ready(changed, False)
+            self._at(self.now + self.delay(ActionKind.UPDATE_IN_PLACE, "ready"), "restart", action.pod)
+
+    def carry_out(self, action: Action) -> dict[str, Any] | None:
+        """Apply one action to the objects now, as the executor and the API server would (strategic merge
+        for the simple patches the planner writes); returns the object it created or changed (None for a
+        delete, or an action on a pod that is gone)."""
+        pod = self.pods.get(action.pod)
+        if isinstance(action, CreatePVC):
+            claim = copy.deepcopy(action.object)
             claim.setdefault("metadata", {})["uid"] = f"{self.uid_prefix}-pvc-{self._next()}"
             claim["status"] = {"phase": "Bound"}
-            self.pvcs[str(action["pvc"])] = claim
-            self._annotate(claim, action_id)
-        elif kind == ActionKind.CREATE_POD:
-            created = copy.deepcopy(action["object"])
+            self.pvcs[action.pvc] = claim
+            return claim
+        if isinstance(action, CreatePod):
+            created = copy.deepcopy(action.object)
             metadata = created.setdefault("metadata", {})
             metadata["uid"] = f"{self.uid_prefix}-{self._next()}"
             metadata["creationTimestamp"] = _iso(self.now, self.t0)
             created["status"] = {"phase": "Pending", "conditions": []}
-            self.pods[pod_name] = created
-            self._annotate(created, action_id)
-            self._at(self.now + self.delay(ActionKind.CREATE_POD, "ready"), "start", pod_name)
-        elif kind == ActionKind.DELETE_POD:
-            self.pods.pop(pod_name, None)
-            if action.get("withPVCs"):
-                for claim in action.get("pvcs") or []:
-                    self.pvcs.pop(claim, None)
-        elif kind == ActionKind.DELETE_PVC:
-            self.pvcs.pop(str(action.get("pvc")), None)
-        elif pod is not None and kind in (
-            ActionKind.RECREATE_POD,
-            ActionKind.UPDATE_IN_PLACE,
-            ActionKind.PATCH_POD,
-        ):
-            _merge(pod, action.get("patch") or {})
-            self._annotate(pod, action_id)
-            if kind == ActionKind.UPDATE_IN_PLACE:
-                self.restarting.add(pod_name)
-                self._set_ready(pod, False)
-                self._at(self.now + self.delay(ActionKind.UPDATE_IN_PLACE, "ready"), "restart", pod_name)
-        elif pod is not None and kind in (ActionKind.MARK_NOT_READY, ActionKind.MARK_READY):
-            if action.get("patch"):
-                _merge(pod, action["patch"])
-            _set_condition(pod, action["condition"])
-            self._annotate(pod, action_id)
+            self.pods[action.pod] = created
+            return created
+        if isinstance(action, DeletePod):
+            self.pods.pop(action.pod, None)
+            if action.with_pvcs:
+                for claim_name in action.pvcs:
+                    self.pvcs.pop(claim_name, None)
+            return None
+        if isinstance(action, DeletePVC):
+            self.pvcs.pop(action.pvc, None)
+            return None
+        if pod is None:
+            return None
+        if isinstance(action, RecreatePod | UpdateInPlace | PatchPod):
+            _merge(pod, action.patch)
+        elif isinstance(action, MarkNotReady | MarkReady):
+            if action.patch:
+                _merge(pod, action.patch)
+            _set_condition(pod, action.condition)
+        return pod
 
     @staticmethod
-    def _annotate(obj: dict[str, Any], action_id: str | None) -> None:
-        if action_id is not None:
+    def _annotate(obj: dict[str, Any] | None, action_id: str | None) -> None:
+        if obj is not None and action_id is not None:
             obj.setdefault("metadata", {}).setdefault("annotations", {})[ACTION_ID_ANNOTATION] = action_id
 
     def step(self) -> str | None:

@@ -29,6 +29,7 @@ from services.model.events import (
 from services.model.streams import actions_stream, decisions_stream, derived_id, observed_stream
 from services.planner.cloneset_decisions import decide
 from services.planner.kinds import CloneSetPlanner, Round, Wait, next_step
+from services.planner.model import Plan, PlanInput
 from services.planner.workload_state import WorkloadState
 from services.replay.cluster_model import ClusterModel
 
@@ -83,7 +84,7 @@ class WorkloadSimulation:
         self.model.schedule_spec(30.0, v2)
         self.state = WorkloadState(namespace, name)
         self.kind = CloneSetPlanner(self._decide)  # the planner's own decision function, its plan kept
-        self.last_plan: dict[str, Any] = {}
+        self.last_plan: Plan | None = None
         self.events: list[Envelope] = []
         self.versions: dict[str, int] = {}
         self.emitted: dict[tuple[str, str], bytes] = {}  # (kind, name) -> the object as last observed
@@ -144,8 +145,8 @@ class WorkloadSimulation:
             )
         self.model.applied.clear()
 
-    def _decide(self, data: bytes) -> dict[str, Any]:
-        self.last_plan = decide(data)
+    def _decide(self, plan_input: PlanInput) -> Plan:
+        self.last_plan = decide(plan_input)
         return self.last_plan
 
     def plan_round(self) -> None:
@@ -161,9 +162,10 @@ class WorkloadSimulation:
         envelopes = step.envelopes
         self.record(envelopes)
         plan = self.last_plan  # what the round's decisions carry out, for the cluster model's executors
+        assert plan is not None
         requests = [e.payload for e in envelopes if isinstance(e.payload, PodActionRequested)]
         ids = [r.action_id for r in requests if r.action != ActionKind.SET_PODS_TO_DELETE]
-        self.model.apply_plan({**plan, "requeueAfterSeconds": None}, ids)
+        self.model.apply_plan(plan, ids, requeue=False)  # its requeue is the round's RequeueScheduled
         for envelope in envelopes:
             if isinstance(envelope.payload, RequeueScheduled):
                 offset = (envelope.payload.due_at - self.model.t0).total_seconds()

@@ -11,7 +11,7 @@ Pure: recorded events in, two ``RolloutMetrics`` out; nothing is written anywher
 - **Timings**: for each action kind, the median recorded delay from request to the action being seen in
   effect, and from then to the pod being available again (create, in-place update, recreate). Kinds the
   record never saw use ``DEFAULT_EFFECT_SECONDS`` / ``DEFAULT_READY_SECONDS``.
-- **Planner**: the real decision function (``plan_json``); like the service, it does not plan again while
+- **Planner**: the real decision function (``plan``); like the service, it does not plan again while
   an action it requested is not yet in effect.
 - **Kubelet**: a pod whose container images changed restarts them and is unavailable until ready again
   (the recorded ready delay); a new pod starts and becomes ready after the recorded create delay.
@@ -42,13 +42,13 @@ from services.model.events import (
     RoundPlanned,
 )
 from services.model.streams import ACTION_ID_ANNOTATION, WORKLOAD_KIND
+from services.planner import plan as planning
+from services.planner.model import CreatePVC, Plan
 from services.planner.names import REVISION_LABEL
-from services.planner.plan import plan_json
 from services.planner.workload_state import WorkloadState
 from services.replay.cluster_model import ClusterModel
 
 MAX_ROUNDS = 10_000
-_plan_decoder = msgspec.json.Decoder(dict[str, Any])
 
 
 class WhatIfError(ValueError):
@@ -312,16 +312,15 @@ def _replan(model: ClusterModel) -> RolloutMetrics:
     metrics.observe(0.0, model.pods, desired_replicas(model.cloneset))
     for _ in range(MAX_ROUNDS):
         if model.in_flight == 0:
-            plan = _plan_decoder.decode(plan_json(model.plan_input()))
-            if plan.get("rejected"):
-                raise WhatIfError(f"the planner rejects the overridden spec: {plan['rejected']}")
+            plan = planning.plan(model.plan_input())
+            if plan.rejected is not None:
+                rejected = msgspec.to_builtins(plan.rejected)
+                raise WhatIfError(f"the planner rejects the overridden spec: {rejected}")
             actions = model.apply_plan(plan)
             if actions:
                 metrics.steps += 1
                 metrics.actions += len(actions)
-                metrics.pods_touched.update(
-                    str(a.get("pod")) for a in actions if a.get("action") != ActionKind.CREATE_PVC
-                )
+                metrics.pods_touched.update(a.pod for a in actions if not isinstance(a, CreatePVC))
             if _done(model, plan):
                 metrics.completed = True
                 break
@@ -333,13 +332,13 @@ def _replan(model: ClusterModel) -> RolloutMetrics:
     return metrics
 
 
-def _done(model: ClusterModel, plan: dict[str, Any]) -> bool:
-    if plan.get("actions") or model.busy() or any(what == "spec" for _, _, what, _ in model.queue):
+def _done(model: ClusterModel, plan: Plan) -> bool:
+    if plan.actions or model.busy() or any(what == "spec" for _, _, what, _ in model.queue):
         return False
     replicas = desired_replicas(model.cloneset)
-    hash_part = revision_hash(plan.get("updateRevision"))
-    expected = plan.get("expectedUpdatedReplicas")
-    if expected is not None and int(expected) < replicas:  # a partition holds some pods back: enough updated
+    hash_part = revision_hash(plan.update_revision)
+    expected = plan.expected_updated_replicas
+    if expected is not None and expected < replicas:  # a partition holds some pods back: enough updated
         updated = sum(
             1 for pod in model.pods.values() if _pod_revision_hash(pod) == hash_part and available(pod)
         )
