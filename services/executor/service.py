@@ -117,7 +117,7 @@ def pod_key(envelope: Envelope) -> Hashable:
     payload = envelope.payload
     if isinstance(payload, PodActionRequested):
         kind = "CloneSet" if payload.action == ActionKind.SET_PODS_TO_DELETE else "Pod"
-        return (kind, payload.namespace, payload.pod)
+        return (kind, payload.namespace, payload.target)
     return ("event", envelope.event_id)
 
 
@@ -386,7 +386,7 @@ class Executor:
         return await self._patch_pod(request, request.details.get("patch") or {}, known=pod)
 
     async def _set_pods_to_delete(self, request: PodActionRequested) -> tuple[str | None, bool]:
-        name = request.pod
+        name = request.target  # the CloneSet
         current = await self.custom.get_namespaced_custom_object(
             CLONESET_GROUP, CLONESET_VERSION, request.namespace, CLONESET_PLURAL, name
         )

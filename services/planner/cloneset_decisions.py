@@ -149,7 +149,7 @@ def decisions_for(state: WorkloadState, plan: Plan) -> list[Event]:
                 action_id=str(derived_id("action", round_key, "podsToDelete")),
                 action=ActionKind.SET_PODS_TO_DELETE,
                 namespace=state.namespace,
-                pod=state.name,
+                workload=state.name,
                 rollout_id=active,
                 details={"podsToDelete": pods_to_delete},
             )

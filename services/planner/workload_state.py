@@ -284,7 +284,7 @@ class WorkloadState:
             if requested is None:
                 continue  # an outcome without its request (not ours): nothing to attribute it to
             event = requested.event
-            target = event.pod
+            target = event.target
             if event.action in PVC_ACTIONS:
                 target = str(event.details.get("pvc") or target)
             fresh.append(ActionOutcome(event.action, target, outcome.failed, outcome.at, outcome.reason))

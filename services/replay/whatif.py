@@ -221,9 +221,9 @@ def read_record(namespace: str, name: str, events: list[StoredEvent], rollout_id
             break
         if isinstance(payload, PodActionRequested) and payload.rollout_id == rollout_id:
             metrics.actions += 1
-            metrics.pods_touched.add(payload.pod)
+            metrics.pods_touched.add(payload.target)
             round_actions[str(envelope.causation_id)] = 1
-            requested[payload.action_id] = (payload.action, moment, payload.pod)
+            requested[payload.action_id] = (payload.action, moment, payload.target)
         elif isinstance(payload, PodActionObserved) and payload.rollout_id == rollout_id:
             # Someone else's action (shadow mode): in effect when observed, ready at its becameReady.
             kind = ActionKind.CREATE_POD if payload.action == ActionKind.RECREATE_POD else payload.action
