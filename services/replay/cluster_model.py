@@ -42,8 +42,10 @@ def conditions_of(pod: dict[str, Any]) -> dict[str, str]:
 
 
 def apply_overrides(cloneset: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
-    """The CloneSet with fields under spec.updateStrategy replaced (dotted paths)."""
+    """The CloneSet with fields under spec.updateStrategy replaced (dotted paths); a copy."""
     result = copy.deepcopy(cloneset)
+    if not overrides:
+        return result
     strategy = result.setdefault("spec", {}).setdefault("updateStrategy", {})
     for path, value in overrides.items():
         target = strategy
@@ -149,8 +151,20 @@ class ClusterModel:
     def apply_plan(
         self, plan: Plan, action_ids: list[str] | None = None, *, requeue: bool = True
     ) -> list[Action]:
-        """Record the plan's revisions, podsToDelete and status on the CloneSet, and schedule its actions'
-        effects (and, with ``requeue``, its requeue); returns the actions."""
+        """Record the plan on the CloneSet (``record_plan``) and schedule its actions' effects (and, with
+        ``requeue``, its requeue); returns the actions."""
+        self.record_plan(plan)
+        for index, action in enumerate(plan.actions):
+            self.in_flight += 1
+            action_id = action_ids[index] if action_ids else None
+            self._at(self.now + self.delay(action_kind(action), "effect"), "effect", (action, action_id))
+        if requeue and plan.requeue_after_seconds:
+            self._at(self.now + float(plan.requeue_after_seconds), "requeue", None)
+        return list(plan.actions)
+
+    def record_plan(self, plan: Plan) -> None:
+        """What the executor writes to the CloneSet itself: the plan's revisions (and pruned history), its
+        podsToDelete write-back and its status."""
         for record in plan.revisions:
             self.revisions[record["metadata"]["name"]] = record
         for name in plan.revisions_to_delete:
@@ -159,13 +173,6 @@ class ClusterModel:
             self.cloneset["spec"].setdefault("scaleStrategy", {})["podsToDelete"] = plan.pods_to_delete
         if plan.status is not None:
             self.cloneset["status"] = plan.status
-        for index, action in enumerate(plan.actions):
-            self.in_flight += 1
-            action_id = action_ids[index] if action_ids else None
-            self._at(self.now + self.delay(action_kind(action), "effect"), "effect", (action, action_id))
-        if requeue and plan.requeue_after_seconds:
-            self._at(self.now + float(plan.requeue_after_seconds), "requeue", None)
-        return list(plan.actions)
 
     def effect(self, action: Action, action_id: str | None = None) -> None:
         """An action takes effect (its ``effect`` delay passed): the objects change as the executor and the
