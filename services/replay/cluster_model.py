@@ -17,21 +17,8 @@ from typing import Any
 
 from services.model.actions import ActionKind
 from services.model.streams import ACTION_ID_ANNOTATION
-from services.planner.model import (
-    Action,
-    CreatePod,
-    CreatePVC,
-    DeletePod,
-    DeletePVC,
-    MarkNotReady,
-    MarkReady,
-    PatchPod,
-    Plan,
-    PlanInput,
-    RecreatePod,
-    UpdateInPlace,
-    action_kind,
-)
+from services.planner import model
+from services.planner.model import Action, Plan, PlanInput, action_kind
 
 DEFAULT_EFFECT_SECONDS = 0.5
 DEFAULT_READY_SECONDS = 2.0
@@ -182,9 +169,9 @@ class ClusterModel:
             self.applied.append(action_id)
         changed = self.carry_out(action)
         self._annotate(changed, action_id)
-        if isinstance(action, CreatePod):
+        if isinstance(action, model.CreatePod):
             self._at(self.now + self.delay(ActionKind.CREATE_POD, "ready"), "start", action.pod)
-        elif isinstance(action, UpdateInPlace) and changed is not None:
+        elif isinstance(action, model.UpdateInPlace) and changed is not None:
             self.restarting.add(action.pod)
             self._set_ready(changed, False)
             self._at(self.now + self.delay(ActionKind.UPDATE_IN_PLACE, "ready"), "restart", action.pod)
@@ -194,13 +181,13 @@ class ClusterModel:
         for the simple patches the planner writes); returns the object it created or changed (None for a
         delete, or an action on a pod that is gone)."""
         pod = self.pods.get(action.pod)
-        if isinstance(action, CreatePVC):
+        if isinstance(action, model.CreatePVC):
             claim = copy.deepcopy(action.object)
             claim.setdefault("metadata", {})["uid"] = f"{self.uid_prefix}-pvc-{self._next()}"
             claim["status"] = {"phase": "Bound"}
             self.pvcs[action.pvc] = claim
             return claim
-        if isinstance(action, CreatePod):
+        if isinstance(action, model.CreatePod):
             created = copy.deepcopy(action.object)
             metadata = created.setdefault("metadata", {})
             metadata["uid"] = f"{self.uid_prefix}-{self._next()}"
@@ -208,20 +195,20 @@ class ClusterModel:
             created["status"] = {"phase": "Pending", "conditions": []}
             self.pods[action.pod] = created
             return created
-        if isinstance(action, DeletePod):
+        if isinstance(action, model.DeletePod):
             self.pods.pop(action.pod, None)
             if action.with_pvcs:
                 for claim_name in action.pvcs:
                     self.pvcs.pop(claim_name, None)
             return None
-        if isinstance(action, DeletePVC):
+        if isinstance(action, model.DeletePVC):
             self.pvcs.pop(action.pvc, None)
             return None
         if pod is None:
             return None
-        if isinstance(action, RecreatePod | UpdateInPlace | PatchPod):
+        if isinstance(action, model.RecreatePod | model.UpdateInPlace | model.PatchPod):
             _merge(pod, action.patch)
-        elif isinstance(action, MarkNotReady | MarkReady):
+        elif isinstance(action, model.MarkNotReady | model.MarkReady):
             if action.patch:
                 _merge(pod, action.patch)
             _set_condition(pod, action.condition)
