@@ -40,3 +40,7 @@ EXISTING_POD_ACTIONS = frozenset(
         ActionKind.PATCH_POD,
     }
 )
+
+# Not an action anyone requests: shadow mode's observation that a pod another controller changed is ready
+# again (``PodActionObserved.action``, next to the action kinds it observes).
+BECAME_READY = "becameReady"

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from services.model.actions import ActionKind
+from services.model.actions import BECAME_READY, ActionKind
 from services.model.availability import READY_CONDITION, pod_available
 from services.planner.names import REVISION_LABEL
 
@@ -77,7 +77,7 @@ def _appeared(after: PodView, *, name_used: bool) -> list[Change]:
     if after.terminating:
         changes.append(Change(ActionKind.DELETE_POD, after.uid, after.revision))
     elif after.ready:
-        changes.append(Change("becameReady", after.uid, after.revision))
+        changes.append(Change(BECAME_READY, after.uid, after.revision))
     return changes
 
 
@@ -110,5 +110,5 @@ def changes(before: PodView | None, after: PodView | None, *, name_used: bool = 
     elif before.in_service and not after.in_service:
         result.append(Change("leftService", after.uid, after.revision))
     if after.ready and not before.ready:
-        result.append(Change("becameReady", after.uid, after.revision))
+        result.append(Change(BECAME_READY, after.uid, after.revision))
     return result

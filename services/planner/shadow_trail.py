@@ -31,7 +31,7 @@ from typing import Any
 
 import msgspec
 
-from services.model.actions import PVC_ACTIONS, ActionKind
+from services.model.actions import BECAME_READY, PVC_ACTIONS, ActionKind
 from services.model.availability import unavailable
 from services.model.cloneset import desired_replicas
 from services.model.events import (
@@ -239,7 +239,7 @@ class ShadowTrail:
             self.awaiting_ready[change.uid] = action_id
             if self.active_rollout and revision_key(change.revision) == revision_key(self.update_revision):
                 self.created_in[change.uid] = self.active_rollout
-        elif change.action == "becameReady":
+        elif change.action == BECAME_READY:
             completes = self.awaiting_ready.pop(change.uid, None)
             self.left.pop(change.uid, None)
         rollout = self._rollout_of_now()

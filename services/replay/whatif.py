@@ -29,7 +29,7 @@ from typing import Any
 import msgspec
 
 from services.infra.store import StoredEvent
-from services.model.actions import ActionKind
+from services.model.actions import BECAME_READY, ActionKind
 from services.model.availability import pod_available as available
 from services.model.availability import revision_hash, unavailable
 from services.model.cloneset import desired_replicas
@@ -227,7 +227,7 @@ def read_record(namespace: str, name: str, events: list[StoredEvent], rollout_id
         elif isinstance(payload, PodActionObserved) and payload.rollout_id == rollout_id:
             # Someone else's action (shadow mode): in effect when observed, ready at its becameReady.
             kind = ActionKind.CREATE_POD if payload.action == ActionKind.RECREATE_POD else payload.action
-            if payload.action == "becameReady":
+            if payload.action == BECAME_READY:
                 opened = observed_at.pop(payload.completes or "", None)
                 if opened is not None:
                     delays.setdefault(opened[0], {}).setdefault("ready", []).append(
