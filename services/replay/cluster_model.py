@@ -1,6 +1,8 @@
 """A model of a cluster carrying out plans on a virtual clock, with per-action-kind delays: what-if re-plans
-against it, and the replay benchmark generates realistic histories with it (nothing here talks to
-Kubernetes). Pods are plain dicts shaped as the API returns them, so the real planner reads them.
+against it, the replay simulation (and its benchmark) generates realistic histories with it, and the
+planner tests' convergence harness (tests/planner/simulate.py) carries plans out through ``carry_out``
+on its own per-tick clock. Nothing here talks to Kubernetes. Pods are plain dicts shaped as the API
+returns them, so the real planner reads them.
 
 - An action takes its kind's ``effect`` delay to be applied (the executor and API server); applied, it
   carries its action id in the ``rollbook.io/action-id`` annotation, as the executor writes it.
