@@ -32,11 +32,13 @@ def _action_outcomes_0003() -> str:
     """The view as 0003_sidecarset_audit_views defined it (its latest definition)."""
     path = Path(__file__).with_name("0003_sidecarset_audit_views.py")
     spec = importlib.util.spec_from_file_location("rollbook_migration_0003_sidecarset_audit_views", path)
-    assert spec is not None and spec.loader is not None
+    if spec is None or spec.loader is None:
+        raise RuntimeError(f"cannot load {path.name}, whose view 0011 redefines")
     module: ModuleType = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     sql: str = module.VIEWS["action_outcomes"]
-    assert sql.count(_POD_V1) == 1
+    if sql.count(_POD_V1) != 1:  # not an assert: `python -O` would let a wrong view through
+        raise RuntimeError(f"{path.name}'s action_outcomes no longer reads the pod as 0011 expects")
     return sql
 
 

@@ -215,7 +215,10 @@ class Executor:
         reported, earlier = await self._before_acting(envelope, request)
         if reported:
             log.info(
-                "action_already_reported", action=request.action, pod=request.pod, action_id=request.action_id
+                "action_already_reported",
+                action=request.action,
+                pod=request.target,
+                action_id=request.action_id,
             )
             return
         try:
@@ -251,7 +254,7 @@ class Executor:
         log.info(
             "action_applied",
             action=request.action,
-            pod=request.pod,
+            pod=request.target,
             action_id=request.action_id,
             already_applied=already,
         )
@@ -364,7 +367,7 @@ class Executor:
             except ApiException as error:
                 if error.status != 409:
                     raise
-                log.info("conflict_retry", pod=request.pod, action=request.action)
+                log.info("conflict_retry", pod=request.target, action=request.action)
         raise ActionFailed("kept conflicting with other writers", retryable=True)
 
     async def _mark(self, request: PodActionRequested) -> tuple[str | None, bool]:
@@ -510,7 +513,7 @@ class Executor:
         log.warning(
             "action_failed",
             action=request.action,
-            pod=request.pod,
+            pod=request.target,
             action_id=request.action_id,
             reason=failure.reason,
         )

@@ -299,6 +299,10 @@ class WorkloadVerifier:
             causal = position > 0
             if not causal:
                 rep = msgspec.structs.replace(rep, causation_id=rec.causation_id)
+            if rec.schema_version < rep.schema_version:
+                # Recorded under an older schema and read through its upcasters (services/model/upcasting.py):
+                # the payloads are compared in today's shape; the version it was written in is not a decision.
+                rep = msgspec.structs.replace(rep, schema_version=rec.schema_version)
             if rec == rep:  # the common case, compared in C; the field-by-field walk only to name a change
                 continue
             found = first_difference(
