@@ -31,6 +31,7 @@ async def stack() -> AsyncIterator[AsyncExitStack]:
     async with AsyncExitStack() as exits:
         yield exits
 
+
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "install"
 ROOT = Path(__file__).resolve().parents[2]
 SEED = ROOT / "tests" / "fixtures" / "seed"
