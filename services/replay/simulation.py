@@ -63,6 +63,8 @@ def base_cloneset(
 class WorkloadSimulation:
     """One workload through the planner's code path and the cluster model: every event as recorded."""
 
+    model: ClusterModel
+
     def __init__(
         self,
         namespace: str,

@@ -17,8 +17,6 @@ plus the service's ``path``.
 
 from __future__ import annotations
 
-import base64
-import ssl
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -26,6 +24,7 @@ from typing import Any
 
 import aiohttp
 
+from .admission import webhook_ssl
 from .errors import ApiError
 from .resources import ResourceType
 from .store import deep_copy
@@ -108,11 +107,7 @@ class Conversions:
         }
         try:
             url = self._url(client_config)
-            ssl_context: ssl.SSLContext | bool = False
-            if url.startswith("https") and client_config.get("caBundle"):
-                ssl_context = ssl.create_default_context(
-                    cadata=base64.b64decode(client_config["caBundle"]).decode()
-                )
+            ssl_context = webhook_ssl(client_config, url)
             if self._session is None:
                 self._session = aiohttp.ClientSession()
             timeout = aiohttp.ClientTimeout(total=WEBHOOK_TIMEOUT_SECONDS)

@@ -92,7 +92,7 @@ def test_a_pod_that_differs_beyond_its_images_is_recreated() -> None:
     assert [type(a).__name__ for a in result.actions] == ["RecreatePod"]
 
 
-TEMPLATE = {
+TEMPLATE: dict[str, Any] = {
     "metadata": {"labels": {"app": "web", "tier": "front"}},
     "spec": {
         "restartPolicy": "Always",

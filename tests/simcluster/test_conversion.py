@@ -165,7 +165,7 @@ async def test_a_v1alpha1_write_is_stored_once_and_reads_back_at_both_versions(i
         await installed.custom.replace_namespaced_custom_object(
             GROUP, "v1alpha1", "default", PLURAL, "sample", bad
         )
-    assert refused.value.status == 422 and "spec.updateStrategy.paused" in refused.value.body
+    assert refused.value.status == 422 and "spec.updateStrategy.paused" in str(refused.value.body)
 
 
 async def test_a_v1alpha1_watch_sees_v1beta1_writes_converted(installed: Installed) -> None:
@@ -215,7 +215,7 @@ async def test_with_the_webhook_down_v1alpha1_fails_and_the_storage_version_stil
     with pytest.raises(ApiException) as failed:
         await installed.get("v1alpha1", "sample")
     assert failed.value.status == 500
-    assert "conversion webhook for apps.kruise.io/v1alpha1, Kind=CloneSet failed" in failed.value.body
+    assert "conversion webhook for apps.kruise.io/v1alpha1, Kind=CloneSet failed" in str(failed.value.body)
     with pytest.raises(ApiException) as refused:
         await installed.custom.create_namespaced_custom_object(
             GROUP,

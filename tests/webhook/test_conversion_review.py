@@ -11,7 +11,7 @@ import pytest
 
 from services.webhook.conversion import ConversionReviewError, request_of, review_conversion
 
-ALPHA = {
+ALPHA: dict[str, Any] = {
     "apiVersion": "apps.kruise.io/v1alpha1",
     "kind": "CloneSet",
     "metadata": {"name": "web", "namespace": "default", "resourceVersion": "7", "uid": "u-1"},
