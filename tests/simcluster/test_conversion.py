@@ -115,6 +115,9 @@ async def test_openkruises_v1beta1_examples_apply_unchanged_and_read_back_at_v1a
         "apps.kruise.io/image-predownload-min-updated-ready-pods": "1",
     }
 
+    # Discovery prefers v1beta1 (Kubernetes' version order), so kubectl reads the stored version unasked.
+    preferred = json.loads(await kubectl_for("get", "clonesets", "-o", "json"))
+    assert {i["apiVersion"] for i in preferred["items"]} == {"apps.kruise.io/v1beta1"}
     listed = json.loads(await kubectl_for("get", "clonesets.v1alpha1.apps.kruise.io", "-o", "json"))
     assert {i["apiVersion"] for i in listed["items"]} == {"apps.kruise.io/v1alpha1"}
     assert sorted(i["metadata"]["name"] for i in listed["items"]) == sorted(
