@@ -180,6 +180,8 @@ async def test_rollbook_continues_an_openkruise_in_place_update_at_every_step(
         with contextlib.suppress(asyncio.CancelledError):
             await recording
 
+    # OpenKruise's name for the template's revision is kept: the pods it labelled counted as updated.
+    assert result["status"]["updateRevision"] == kruise.update_revision
     pods = result["pods"]
     assert set(pods) == {untouched, leaving, graced, patched, finished}, "updated in place: no pod replaced"
     for name, pod in pods.items():
