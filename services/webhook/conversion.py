@@ -13,10 +13,12 @@ request on, before the SidecarSet caches are synced.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Mapping
 from typing import Any
 
 from aiohttp import web
+from prometheus_client import Counter, Histogram
 
 from services.model import cloneset_conversion as conv
 
@@ -77,15 +79,23 @@ def review_envelope(response: Mapping[str, Any]) -> dict[str, Any]:
     return {"apiVersion": REVIEW_API_VERSION, "kind": REVIEW_KIND, "response": dict(response)}
 
 
-async def convert(request: web.Request) -> web.Response:
-    """``POST /convert``."""
-    try:
-        body = await request.json(loads=json.loads)
-        review = request_of(body)
-    except (ValueError, web.HTTPRequestEntityTooLarge) as err:
-        return web.json_response({"error": f"not a ConversionReview: {err}"}, status=400)
-    return web.json_response(review_envelope(review_conversion(review)))
+def add_routes(app: web.Application, reviews: Counter, latency: Histogram) -> None:
+    """``POST /convert``, counted in ``reviews`` (endpoint ``convert``; outcome ``converted``, ``failed``
+    or ``bad-request``) and timed in ``latency``."""
 
+    async def convert(request: web.Request) -> web.Response:
+        started = time.perf_counter()
+        try:
+            body = await request.json(loads=json.loads)
+            review = request_of(body)
+        except (ValueError, web.HTTPRequestEntityTooLarge) as err:
+            reviews.labels("convert", "bad-request").inc()
+            return web.json_response({"error": f"not a ConversionReview: {err}"}, status=400)
+        response = review_conversion(review)
+        reviews.labels(
+            "convert", "converted" if response["result"]["status"] == "Success" else "failed"
+        ).inc()
+        latency.labels("convert").observe(time.perf_counter() - started)
+        return web.json_response(review_envelope(response))
 
-def add_routes(app: web.Application) -> None:
     app.router.add_post("/convert", convert)

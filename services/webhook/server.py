@@ -197,7 +197,7 @@ def build_app(state: WebhookState) -> web.Application:
     app.router.add_post("/mutate-pod", mutate_pod)
     app.router.add_post("/validate-sidecarset", validate_sidecarset)
     app.router.add_post("/mutate-sidecarset", mutate_sidecarset)
-    conversion.add_routes(app)
+    conversion.add_routes(app, state.metrics.reviews, state.metrics.latency)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics)

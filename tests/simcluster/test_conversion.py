@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 import pytest_asyncio
 import yaml
@@ -207,6 +208,20 @@ async def test_a_v1alpha1_watch_sees_v1beta1_writes_converted(installed: Install
     assert {e["object"]["apiVersion"] for e in events} == {"apps.kruise.io/v1alpha1"}
     assert events[-1]["object"]["spec"]["updateStrategy"]["partition"] == 1
     assert events[-1]["object"]["spec"]["updateStrategy"]["type"] == "InPlaceIfPossible"
+
+
+async def test_the_webhook_counts_its_conversions(installed: Installed) -> None:
+    await installed.custom.create_namespaced_custom_object(
+        GROUP, "v1alpha1", "default", PLURAL, yaml.safe_load((SEED / "cloneset-sample.yaml").read_text())
+    )
+    await installed.get("v1alpha1", "sample")
+    async with aiohttp.ClientSession() as session:
+        async with session.get(installed.webhook.base_url + "/metrics", ssl=False) as response:
+            text = await response.text()
+    counted = [line for line in text.splitlines() if line.startswith("rollbook_webhook_reviews_total{")]
+    converted = [line for line in counted if 'endpoint="convert"' in line and 'outcome="converted"' in line]
+    # At least the create (in, and back out) and the read: every call the API server made was answered.
+    assert converted and float(converted[0].split()[-1]) >= 3, counted
 
 
 async def test_with_the_webhook_down_v1alpha1_fails_and_the_storage_version_still_serves(
