@@ -59,6 +59,7 @@ def crd_causes(crd: Obj) -> list[Cause]:
                 "Invalid value: must have exactly one version marked as storage version",
             )
         )
+    causes += conversion_causes(spec.get("conversion"))
     for i, version in enumerate(versions):
         schema = (version.get("schema") or {}).get("openAPIV3Schema")
         if schema is None:
@@ -73,6 +74,40 @@ def crd_causes(crd: Obj) -> list[Cause]:
         for problem in structural_problems(schema, f"spec.versions[{i}].schema.openAPIV3Schema"):
             field, _, message = problem.partition(": ")
             causes.append((field, "FieldValueRequired", message))
+    return causes
+
+
+def conversion_causes(conversion: Any) -> list[Cause]:
+    """apiextensions' checks of ``spec.conversion``."""
+    if conversion is None:
+        return []
+    where = "spec.conversion"
+    strategy = conversion.get("strategy", "None")
+    webhook = conversion.get("webhook")
+    if strategy not in ("None", "Webhook"):
+        message = f'Unsupported value: "{strategy}": supported values: "None", "Webhook"'
+        return [(f"{where}.strategy", "FieldValueNotSupported", message)]
+    if strategy == "None":
+        if webhook is not None:
+            message = "Forbidden: should not be set when strategy is not set to Webhook"
+            return [(f"{where}.webhook", "FieldValueForbidden", message)]
+        return []
+    if not isinstance(webhook, dict):
+        return [
+            (
+                f"{where}.webhook",
+                "FieldValueRequired",
+                "Required value: required when strategy is set to Webhook",
+            )
+        ]
+    causes: list[Cause] = []
+    if not set(webhook.get("conversionReviewVersions") or []) & {"v1", "v1beta1"}:
+        message = "Required value: must include at least one of v1, v1beta1"
+        causes.append((f"{where}.webhook.conversionReviewVersions", "FieldValueRequired", message))
+    client_config = webhook.get("clientConfig") or {}
+    if bool(client_config.get("url")) == bool(client_config.get("service")):
+        message = "Required value: exactly one of url or service is required"
+        causes.append((f"{where}.webhook.clientConfig", "FieldValueRequired", message))
     return causes
 
 

@@ -286,3 +286,37 @@ async def test_strategy_none_rewrites_only_the_api_version(k8s_client: client.Ap
     assert [(i["apiVersion"], i["metadata"]["uid"]) for i in listed["items"]] == [
         ("example.com/v1", v2["metadata"]["uid"])
     ]
+
+
+@pytest.mark.parametrize(
+    ("conversion", "field", "message"),
+    [
+        ({"strategy": "Sometimes"}, "spec.conversion.strategy", 'Unsupported value: "Sometimes"'),
+        ({"strategy": "Webhook"}, "spec.conversion.webhook", "required when strategy is set to Webhook"),
+        (
+            {"strategy": "Webhook", "webhook": {"clientConfig": {"url": "https://127.0.0.1:1/convert"}}},
+            "spec.conversion.webhook.conversionReviewVersions",
+            "must include at least one of v1, v1beta1",
+        ),
+        (
+            {"strategy": "Webhook", "webhook": {"conversionReviewVersions": ["v1"], "clientConfig": {}}},
+            "spec.conversion.webhook.clientConfig",
+            "exactly one of url or service is required",
+        ),
+        (
+            {"strategy": "None", "webhook": {"conversionReviewVersions": ["v1"]}},
+            "spec.conversion.webhook",
+            "should not be set when strategy is not set to Webhook",
+        ),
+    ],
+)
+async def test_a_crd_whose_conversion_the_api_server_refuses_is_refused(
+    k8s_client: client.ApiClient, conversion: dict[str, Any], field: str, message: str
+) -> None:
+    crd = yaml.safe_load(CRD.read_text())
+    crd["spec"]["conversion"] = conversion
+    with pytest.raises(ApiException) as refused:
+        await client.ApiextensionsV1Api(k8s_client).create_custom_resource_definition(crd)
+    assert refused.value.status == 422
+    causes = {c["field"]: c["message"] for c in json.loads(refused.value.body)["details"]["causes"]}
+    assert message in causes[field], causes
