@@ -129,9 +129,13 @@ class Context:
             return revision.template
         return template_from_pod(pod.obj, self.revisions.update.template)
 
+    def change_key(self, pod: PodView) -> str:
+        """What the pod's change depends on: its revision, or the pod itself for an unrecorded revision."""
+        return pod.revision_hash if pod.revision_hash in self.revisions.by_hash else f"pod/{pod.name}"
+
     def change_for(self, pod: PodView) -> Change | None:
         """The change from the pod's revision to the update revision; None when its template is unknown."""
-        key = pod.revision_hash if pod.revision_hash in self.revisions.by_hash else f"pod/{pod.name}"
+        key = self.change_key(pod)
         if key not in self._changes:
             old = self.old_template(pod)
             self._changes[key] = (
