@@ -256,7 +256,7 @@ class Planner:
                     kind=kind.kind,
                     decisions=[type(d).__name__ for d in step.decisions],
                     actions=[
-                        f"{d.action}:{d.namespace}/{d.pod}"
+                        f"{d.action}:{d.namespace}/{d.target}"
                         for d in step.decisions
                         if isinstance(d, PodActionRequested)
                     ],

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from services.model.actions import PVC_ACTIONS, ActionKind
 from services.model.events import (
     Envelope,
     ObjectObserved,
@@ -41,6 +42,7 @@ from services.model.streams import (
     observed_stream,
 )
 from services.planner import rounds
+from services.planner.model import PlanInput
 from services.planner.names import INSTANCE_ID_LABEL
 from services.planner.rounds import EXPECTATION_TIMEOUT, UNREPORTED_TIMEOUT
 from services.planner.status import ActionOutcome
@@ -201,17 +203,17 @@ class WorkloadState:
         does not make an old delete pending again."""
         action = requested.action
         details = requested.details
-        if action == "deletePod":
+        if action == ActionKind.DELETE_POD:
             targets = [("Pod", requested.pod, details.get("uid"))]
             targets += [("PersistentVolumeClaim", n, u) for n, u in (details.get("pvcUids") or {}).items()]
             return all(self._gone(kind, name, uid) for kind, name, uid in targets)
-        if action == "deletePVC":
+        if action == ActionKind.DELETE_PVC:
             return self._gone("PersistentVolumeClaim", str(details.get("pvc")), details.get("uid"))
-        if action == "createPVC":
+        if action == ActionKind.CREATE_PVC:
             return requested.action_id in self.seen_action_ids.get(
                 ("PersistentVolumeClaim", str(details.get("pvc"))), set()
             )
-        if action == "setPodsToDelete":
+        if action == ActionKind.SET_PODS_TO_DELETE:
             return requested.action_id in self.seen_action_ids.get((WORKLOAD_KIND, self.name), set())
         return requested.action_id in self.seen_action_ids.get(("Pod", requested.pod), set())
 
@@ -282,8 +284,8 @@ class WorkloadState:
             if requested is None:
                 continue  # an outcome without its request (not ours): nothing to attribute it to
             event = requested.event
-            target = event.pod
-            if event.action in ("createPVC", "deletePVC"):
+            target = event.target
+            if event.action in PVC_ACTIONS:
                 target = str(event.details.get("pvc") or target)
             fresh.append(ActionOutcome(event.action, target, outcome.failed, outcome.at, outcome.reason))
         fresh.reverse()
@@ -291,15 +293,17 @@ class WorkloadState:
 
     # --- the decision function's input ---------------------------------------------------------------
 
-    def plan_input(self) -> dict[str, Any]:
+    def plan_input(self) -> PlanInput:
+        """The decision input, holding the folded objects themselves (the planner reads, never writes
+        them)."""
         assert self.cloneset is not None and self.now is not None
-        return {
-            "cloneSet": self.cloneset,
-            "pods": [self.pods[name] for name in sorted(self.pods)],
-            "pvcs": [self.pvcs[name] for name in sorted(self.pvcs)],
-            "revisions": sorted(self.revisions.values(), key=lambda r: (r.get("revision", 0), _name(r))),
-            "now": self.now.isoformat().replace("+00:00", "Z"),
-        }
+        return PlanInput(
+            clone_set=self.cloneset,
+            pods=[self.pods[name] for name in sorted(self.pods)],
+            pvcs=[self.pvcs[name] for name in sorted(self.pvcs)],
+            revisions=sorted(self.revisions.values(), key=lambda r: (r.get("revision", 0), _name(r))),
+            now=self.now,
+        )
 
 
 def _parse_time(value: Any) -> datetime | None:

@@ -127,7 +127,7 @@ def one_line(step: Step) -> str:
     stream_kind = envelope.stream.rsplit("/", 1)[-1] if envelope.stream.count("/") > 2 else "decisions"
     what = envelope.type
     if isinstance(payload, PodActionRequested):
-        what += f" {payload.action} {payload.pod}"
+        what += f" {payload.action} {payload.target}"
     elif isinstance(payload, PodActionFailed):
         what += f" {payload.action_id[:8]} ({payload.reason}, retryable={payload.retryable})"
     elif isinstance(payload, PodActionSucceeded):

@@ -14,7 +14,8 @@ by the rollbook release before an upgrade) are not compared: re-running today's 
 every rule change as a divergence. They are counted per rules version in ``VerifyReport.skipped``; their
 inputs and decisions are folded as recorded, so the rounds after them are verified as usual.
 
-The CloneSet decision function is injectable (``decide``): by default the planner's own (``plan_json``); a
+The CloneSet decision function is injectable (``decide``, typed ``PlanInput`` -> ``Plan``): by default the
+planner's own (``services/planner/plan.py``); a
 test or an operator evaluating a planner change passes another and sees the first round where it would have
 decided differently.
 """

@@ -12,6 +12,7 @@ import pytest
 from services.infra.store import StoredEvent
 from services.model.events import Envelope, ObjectObserved, PodActionRequested, RolloutStarted
 from services.planner.cloneset_decisions import decide
+from services.planner.model import Plan, PlanInput
 from services.replay.simulation import WorkloadSimulation
 from services.replay.timeline import state_at
 from services.replay.verify import first_difference, verify_workload
@@ -62,10 +63,10 @@ def test_a_missing_observation_is_reported_at_the_round_that_folded_it(history: 
 
 
 def test_a_changed_rule_diverges_at_its_first_different_decision(history: list[Envelope]) -> None:
-    def one_more_action(data: bytes) -> dict[str, Any]:
-        plan = decide(data)
-        if plan.get("actions"):
-            plan["actions"] = [*plan["actions"], plan["actions"][0]]
+    def one_more_action(plan_input: PlanInput) -> Plan:
+        plan = decide(plan_input)
+        if plan.actions:
+            plan.actions = [*plan.actions, plan.actions[0]]
         return plan
 
     first_round_with_actions = next(
