@@ -52,8 +52,11 @@ from services.planner.workload_state import WorkloadState
 #    apps.kruise.io/v1beta1 input and the OnDelete update type.
 # 6: scatterStrategy (validated; orders update candidates as OpenKruise's scatter sorter).
 # 7: an action's expectation times out 60 s after its outcome, not its request (600 s with no outcome).
+# 8: hand-over from another controller: a status.updateRevision rollbook has no record of, reported for the
+#    current generation, is adopted as the current template's revision; a pod at an unrecorded revision
+#    that differs from the template only in its images is updated in place instead of recreated.
 # tests/planner/test_rules_fingerprint.py fails when the decisions change and this does not.
-RULES_VERSION = 7
+RULES_VERSION = 8
 
 Decide = Callable[[PlanInput], Plan]
 """The decision function: the planner input -> its plan (typed, services/planner/model.py)."""

@@ -30,6 +30,7 @@ from services.model.streams import actions_stream, decisions_stream, derived_id,
 from services.planner.cloneset_decisions import decide
 from services.planner.kinds import CloneSetPlanner, Round, Wait, next_step
 from services.planner.model import Plan, PlanInput
+from services.planner.names import POD_TEMPLATE_HASH_LABEL, REVISION_LABEL
 from services.planner.workload_state import WorkloadState
 from services.replay.cluster_model import ClusterModel
 
@@ -64,6 +65,8 @@ def base_cloneset(
 class WorkloadSimulation:
     """One workload through the planner's code path and the cluster model: every event as recorded."""
 
+    model: ClusterModel
+
     def __init__(
         self,
         namespace: str,
@@ -71,7 +74,13 @@ class WorkloadSimulation:
         replicas: int | None,
         start: datetime,
         strategy: dict[str, Any] | None = None,
+        *,
+        rollout: bool = True,
+        handed_over: bool = False,
     ) -> None:
+        """``rollout``: the template changes 30 s in (else the CloneSet is only scaled up). ``handed_over``:
+        the CloneSet starts as another controller left it, its pods up and labelled with that controller's
+        name for the revision (``<name>-foreign``), which its status reports, and nothing recorded."""
         self.namespace, self.name = namespace, name
         v1 = base_cloneset(
             name, namespace, replicas, strategy or {"type": "InPlaceIfPossible", "maxUnavailable": 1}
@@ -80,8 +89,25 @@ class WorkloadSimulation:
         v2 = copy.deepcopy(v1)
         v2["spec"]["template"]["spec"]["containers"][0]["image"] = "nginx:mainline"
         v2["metadata"]["generation"] = 2
-        self.model = ClusterModel(v1, t0=start, timings=TIMINGS, uid_prefix=v1["metadata"]["uid"])
-        self.model.schedule_spec(30.0, v2)
+        pods: dict[str, dict[str, Any]] = {}
+        pvcs: dict[str, dict[str, Any]] = {}
+        if handed_over:
+            before = WorkloadSimulation(namespace, name, replicas, start, strategy, rollout=False)
+            before.run()
+            foreign = f"{name}-foreign"
+            pods, pvcs = before.model.pods, before.model.pvcs
+            for pod in pods.values():
+                pod["metadata"]["labels"].update(
+                    {REVISION_LABEL: foreign, POD_TEMPLATE_HASH_LABEL: "foreign"}
+                )
+            v1["status"] = dict(
+                before.model.cloneset["status"], updateRevision=foreign, currentRevision=foreign
+            )
+        self.model = ClusterModel(
+            v1, t0=start, pods=pods, pvcs=pvcs, timings=TIMINGS, uid_prefix=v1["metadata"]["uid"]
+        )
+        if rollout:
+            self.model.schedule_spec(30.0, v2)
         self.state = WorkloadState(namespace, name)
         self.kind = CloneSetPlanner(self._decide)  # the planner's own decision function, its plan kept
         self.last_plan: Plan | None = None

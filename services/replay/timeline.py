@@ -97,7 +97,7 @@ def summarise(state: WorkloadState) -> dict[str, Any]:
         "now": state.now.isoformat() if state.now else None,
         "exists": state.cloneset is not None,
         "generation": (cloneset.get("metadata") or {}).get("generation"),
-        "replicas": spec.get("replicas"),
+        "replicas": desired_replicas(state.cloneset) if state.cloneset is not None else None,
         "unavailable": unavailable(desired_replicas(state.cloneset), state.pods.values()),
         "updated": updated_pods(state),
         "updateStrategy": spec.get("updateStrategy"),

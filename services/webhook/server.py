@@ -1,5 +1,5 @@
-"""The webhook's HTTPS server: /mutate-pod, /validate-sidecarset, /mutate-sidecarset, /healthz, /readyz,
-/metrics."""
+"""The webhook's HTTPS server: /mutate-pod, /validate-sidecarset, /mutate-sidecarset, /convert (CloneSet
+versions, conversion.py), /healthz, /readyz, /metrics."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import structlog
 from aiohttp import web
 
 from services.model import sidecarset as ss
-from services.webhook import admission
+from services.webhook import admission, conversion
 from services.webhook.cache import NamespaceLabels, SidecarSetCache
 from services.webhook.recorder import InjectionRecorder, injection_events
 from services.webhook.revisions import RevisionSource, RevisionUnavailable
@@ -234,6 +234,7 @@ def build_app(state: WebhookState) -> web.Application:
     app.router.add_post("/mutate-pod", mutate_pod)
     app.router.add_post("/validate-sidecarset", validate_sidecarset)
     app.router.add_post("/mutate-sidecarset", mutate_sidecarset)
+    conversion.add_routes(app, state.metrics.reviews, state.metrics.latency)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics)
