@@ -54,6 +54,26 @@ def test_an_edited_decision_is_named_with_both_sides(history: list[Envelope]) ->
     assert (divergence.recorded, divergence.replayed) == ("someone-else", target.payload.pod)
 
 
+def test_events_recorded_under_an_older_schema_verify_in_todays_shape(history: list[Envelope]) -> None:
+    # As the store reads a trail written before PodActionRequested's schema 2: the payload upcast to
+    # today's shape, the envelope still saying the version it was written in.
+    older = [
+        msgspec.structs.replace(e, schema_version=1) if isinstance(e.payload, PodActionRequested) else e
+        for e in history
+    ]
+    assert any(e.schema_version == 1 for e in older if isinstance(e.payload, PodActionRequested))
+    report = verify_workload("team-a", "web", older)
+    assert report.clean, report.divergence and report.divergence.describe()
+    assert report.rounds >= 10
+    # A replayed event must never be older than what was recorded: that is a real difference.
+    newer = [
+        msgspec.structs.replace(e, schema_version=99) if isinstance(e.payload, PodActionRequested) else e
+        for e in history
+    ]
+    divergence = verify_workload("team-a", "web", newer).divergence
+    assert divergence is not None and divergence.field == "schema_version"
+
+
 def test_a_missing_observation_is_reported_at_the_round_that_folded_it(history: list[Envelope]) -> None:
     index = next(i for i, e in enumerate(history) if isinstance(e.payload, ObjectObserved) and i > 20)
     later = history[:index] + history[index + 1 :]
