@@ -45,6 +45,11 @@ LEADER = Gauge(
     "1 while this process holds its service's leader Lease (or leader election is off), 0 on standby",
     ["service"],
 )
+PARTITIONS_OWNED = Gauge(
+    "rollbook_partitions_owned",
+    "Bus partitions whose work this process owns by Lease (the planner; docs/services.md)",
+    ["service"],
+)
 WATCH_RESTARTS = Counter(
     "rollbook_watch_restarts_total", "Watch streams restarted, by kind and reason", ["kind", "reason"]
 )
