@@ -196,8 +196,7 @@ class PartitionOwner:
         finally:
             watchdog.cancel()
             await asyncio.gather(watchdog, return_exceptions=True)
-            for partition in sorted(self.owned):
-                await self._hand_over(partition)
+            await asyncio.gather(*(self._hand_over(p) for p in sorted(self.owned)))
             await self._leave()
             self._report()
 
@@ -222,9 +221,10 @@ class PartitionOwner:
             )
         await self._count_members()
         await asyncio.gather(*(self._renew(p) for p in sorted(self.owned)))
-        for partition in partitions_beyond_share(self.owned, self.share):
+        beyond = partitions_beyond_share(self.owned, self.share)
+        for partition in beyond:
             log.info("partition_released_to_share", partition=partition, share=self.share, live=self.live)
-            await self._hand_over(partition)
+        await asyncio.gather(*(self._hand_over(p) for p in beyond))
         if member_ok:  # a replica cut off from the API takes nothing new
             free = [p for p in range(self.partitions) if p not in self.owned]
             self._slots = self.share - len(self.owned)

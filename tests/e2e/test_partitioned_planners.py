@@ -85,6 +85,12 @@ def workload(name: str) -> str:
     return f"CloneSet/default/{name}"
 
 
+async def start_with_two_planners(stack: Stack) -> None:
+    await stack.start("auditor", "executor", "watcher")
+    # Both at once: they race for the partitions, then share them out.
+    await asyncio.gather(stack.start("planner"), stack.start("planner", name="planner-2"))
+
+
 async def outcomes(database_url: str) -> int:
     rows = await fetch(database_url, "SELECT count(*) FROM events WHERE type = 'PodActionSucceeded'")
     return int(rows[0][0])
@@ -113,8 +119,7 @@ async def finish_rollout(stack: Stack, cluster: Cluster) -> None:
 
 
 async def test_two_planners_split_the_partitions_and_both_plan(stack: Stack, cluster: Cluster) -> None:
-    await stack.start("auditor", "executor", "watcher")
-    await asyncio.gather(stack.start("planner"), stack.start("planner", name="planner-2"))
+    await start_with_two_planners(stack)
     owners = await split(stack, ["planner", "planner-2"])
     assert all(owners.values()), owners  # both own some
 
@@ -147,8 +152,7 @@ async def test_two_planners_split_the_partitions_and_both_plan(stack: Stack, clu
 async def test_a_killed_planners_partitions_are_taken_over_and_the_rollout_completes(
     stack: Stack, cluster: Cluster
 ) -> None:
-    await stack.start("auditor", "executor", "watcher")
-    await asyncio.gather(stack.start("planner"), stack.start("planner", name="planner-2"))
+    await start_with_two_planners(stack)
     owners = await split(stack, ["planner", "planner-2"])
     partition = partition_of(workload(NAME), stack.settings.bus_partitions)
     await start_rollout(stack, cluster)
