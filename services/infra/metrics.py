@@ -11,6 +11,9 @@ EVENTS_HANDLED = Counter(
 EVENTS_APPENDED = Counter(
     "rollbook_events_appended_total", "Events a service appended to the event store", ["service", "type"]
 )
+STORE_APPENDS = Counter(
+    "rollbook_store_appends_total", "Appends (one store transaction each) a service made", ["service"]
+)
 CONSUMER_LAG = Gauge(
     "rollbook_consumer_lag",
     "Messages the durable consumer has not yet delivered (num_pending)",
