@@ -33,6 +33,12 @@ PLANNING_SECONDS = Histogram(
     "Time of one planning round (fold, decide, append)",
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
 )
+PLANNING_PART_SECONDS = Counter(
+    "rollbook_planning_part_seconds_total",
+    "Time planning rounds spent in each part: catch_up (read the workload's new events from the store and "
+    "fold them), decide (build the decision input and decide: CPU), append (store the round)",
+    ["part"],
+)
 OBSERVATIONS = Counter(
     "rollbook_observations_total",
     "Watch events seen, by kind and outcome (emitted or ignored)",
