@@ -17,12 +17,17 @@ directory unless --nats-url names one).
    pods/s and as a share of the raw rate of the matching call (creates, patches; a recreate is a delete
    and a create, so its raw rate is 1 / (1/creates + 1/deletes)).
 3. --small-clonesets CloneSets of --small-replicas pods created at once, then rolled (in place) at once,
-   first with one planner, then with each further count in --planners (extra planner processes join).
+   first with one planner, then with each further count in --planners (extra planner processes join;
+   each rollout starts once the planners have shared the bus partitions out, read from their /readyz).
 
 Progress is read from a watch on the CloneSets (their status, as the executor writes it), never by listing
-pods. Each figure is printed with the load average (this machine's cores are shared). The planner's and
-executor's /metrics give rounds, time per round and the planner's peak memory. SIGTERM, Ctrl-C or an
-error stops every child (services, simcluster, nats-server) and drops the database.
+pods. Each figure is printed with the load average (this machine's cores are shared). Per phase, from the
+services' /metrics: planning rounds, mean time per round and its parts (catch_up: read and fold the new
+events; decide; append), rounds by planner, the watcher's events per append; and the CPU seconds of each
+process (services, simcluster, nats-server, every postgres process on the machine) with their sum as
+cores busy on average, which shows whether the machine, and which process, is the limit. Then the
+planner's peak memory. SIGTERM, Ctrl-C or an error stops every child (services, simcluster, nats-server)
+and drops the database.
 """
 
 from __future__ import annotations

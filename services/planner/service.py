@@ -62,12 +62,10 @@ RETRY_DELAY_SECONDS = 1.0
 
 
 async def catch_up(store: EventStore, state: rounds.FoldedState) -> int:
-    """Fold every event of the state's streams not folded yet; returns how many. The streams are read
-    at once (one round trip of wait, not one per stream) and folded one after another, in their order."""
-    streams = list(state.streams)
-    batches = await asyncio.gather(
-        *(store.read_stream(stream, state.versions.get(stream, 0) + 1) for stream in streams)
-    )
+    """Fold every event of the state's streams not folded yet; returns how many. The streams are read in
+    one statement (one connection and round trip, not one per stream) and folded one after another, in
+    their order."""
+    batches = await store.read_streams([(s, state.versions.get(s, 0) + 1) for s in state.streams])
     folded = 0
     for batch in batches:
         for stored in batch:
