@@ -18,48 +18,23 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import logging
 import os
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from a checkout
 
-import asyncpg  # noqa: E402
 import structlog  # noqa: E402
 from kubernetes_asyncio import client  # noqa: E402
 
-from services.infra.database import asyncpg_url, upgrade_async  # noqa: E402
+from bench.scale import fresh_database, load  # noqa: E402
 from services.infra.settings import Settings  # noqa: E402
 from services.infra.store import EventStore  # noqa: E402
 from services.watcher.service import KindWatch, Watcher  # noqa: E402
-from tests.plugins.database import with_database  # noqa: E402
-
-
-def load() -> str:
-    one, five, _ = os.getloadavg()
-    return f"load {one:.1f}/{five:.1f}"
-
-
-@contextlib.asynccontextmanager
-async def fresh_database(server_url: str) -> AsyncIterator[str]:
-    name = f"rollbook_watcher_{uuid.uuid4().hex[:10]}"
-    admin = await asyncpg.connect(asyncpg_url(server_url))
-    await admin.execute(f'CREATE DATABASE "{name}"')
-    await admin.close()
-    try:
-        url = with_database(server_url, name)
-        await upgrade_async(url)
-        yield url
-    finally:
-        admin = await asyncpg.connect(asyncpg_url(server_url))
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await admin.close()
 
 
 def pod_event(run: str, index: int, clonesets: int, version: int) -> dict[str, Any]:
