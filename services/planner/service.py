@@ -342,7 +342,7 @@ class PartitionConsumers:
         self.running: dict[int, tuple[Consumer, asyncio.Task[None], asyncio.Task[None]]] = {}
 
     async def acquired(self, partition: int) -> None:
-        await self.bus.ensure_stream()
+        """Start the partition's consumer (the bus stream was ensured at start)."""
         spec = ConsumerSpec(
             partition_durable(partition),
             INPUT_TYPES,
