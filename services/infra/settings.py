@@ -30,7 +30,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # Deliveries before a message that cannot be handled is moved to the dead-letter subject.
     max_deliver: int = 5
     # Events are spread over this many bus partitions by workload (crc32 of Kind/namespace/name); every
-    # publisher and consumer of one stream must agree on it. See docs/bus.md.
+    # publisher and consumer of one stream must agree on it. See docs/bus.md. Planner replicas share the
+    # partitions out (one Lease each), so it bounds how many planners work at once.
     bus_partitions: int = 16
     # Seconds JetStream remembers an event_id (Nats-Msg-Id) to drop a republished event.
     bus_dedup_window: int = 600
@@ -62,9 +63,11 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     max_event_bytes: int = 8 * 1024 * 1024
     # Python log level: DEBUG, INFO, WARNING, ERROR.
     log_level: str = "INFO"
-    # Run the planner's and the watcher's work only while holding their Lease (rollbook-planner,
-    # rollbook-watcher; services/infra/leader.py), so several replicas of each can run: one works, the
-    # others stand by. Turn it off only where exactly one of each runs and no Lease API is reachable.
+    # Run the watcher's work only while holding its Lease (rollbook-watcher; services/infra/leader.py), so
+    # several replicas can run: one works, the others stand by; and each planner's work only on the bus
+    # partitions whose Leases it holds (rollbook-planner-p<N>; services/infra/partition_leases.py), so
+    # every planner replica works on its share. Turn it off only where exactly one of each runs and no
+    # Lease API is reachable.
     leader_election: bool = True
     # Namespace of those Leases.
     leader_election_namespace: str = "default"

@@ -80,6 +80,10 @@ class WorkloadState:
     requested: dict[str, Requested] = field(default_factory=dict)
     outcomes: dict[str, str] = field(default_factory=dict)  # action id -> succeeded | failed
     outcome_log: dict[str, Outcome] = field(default_factory=dict)  # action id -> details, stream order
+    # Requested actions not yet known to be settled (failed or in effect: both monotone), in request
+    # order: what ``pending`` looks at, so a round does not walk every action of the workload's life.
+    unsettled: dict[str, Requested] = field(default_factory=dict, compare=False, repr=False)
+    settled: set[str] = field(default_factory=set, compare=False, repr=False)
     # the planner's own record
     last_status: dict[str, Any] | None = None
     update_revision: str | None = None
@@ -126,6 +130,8 @@ class WorkloadState:
             )
         elif isinstance(payload, PodActionRequested):
             self.requested[payload.action_id] = Requested(payload, envelope.occurred_at)
+            if payload.action_id not in self.settled:
+                self.unsettled[payload.action_id] = self.requested[payload.action_id]
         elif isinstance(payload, RevisionCreated):
             self.revisions[payload.name] = payload.object or {
                 "metadata": {"name": payload.name},
@@ -254,10 +260,10 @@ class WorkloadState:
     def pending(self) -> list[Requested]:
         """Requested actions neither failed nor seen in effect nor timed out at the round's ``now``."""
         result = []
-        for action_id, requested in self.requested.items():
-            if self.outcomes.get(action_id) == "failed":
-                continue
-            if self.in_effect(requested.event):
+        for action_id, requested in list(self.unsettled.items()):
+            if self.outcomes.get(action_id) == "failed" or self.in_effect(requested.event):
+                del self.unsettled[action_id]  # settled for good: never pending again
+                self.settled.add(action_id)
                 continue
             if self.now is not None and self.now >= self.expectation_deadline(requested):
                 continue
