@@ -248,9 +248,8 @@ async def test_revisions_carry_the_time_they_were_first_recorded() -> None:
     }
     assert stamps == {"a-1": (3, "2026-11-30T12:00:00Z"), "a-2": (2, "2026-11-30T12:01:00Z")}
     # The event's own object is left as it was.
-    assert (
-        "creationTimestamp" not in store.streams[decisions_stream("a")][0].envelope.payload.object["metadata"]
-    )
+    first = store.streams[decisions_stream("a")][0].envelope.payload
+    assert isinstance(first, RevisionCreated) and "creationTimestamp" not in first.object["metadata"]
 
 
 async def test_the_pinning_sidecarsets_are_loaded_before_the_webhook_is_ready() -> None:
