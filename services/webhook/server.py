@@ -131,8 +131,9 @@ async def mutate_pod(request: web.Request) -> web.Response:
         recorded = await _recorded_revisions(state, pinned, snapshot)
         unavailable = admission.unavailable_pins(snapshot, recorded.revisions, recorded.failed)
         if unavailable and state.revisions_unavailable == admission.UNAVAILABLE_REFUSE:
-            state.metrics.revisions_unavailable.labels(*sorted(unavailable)[:1], "refuse").inc()
-            reason = unavailable[sorted(unavailable)[0]]
+            for name in unavailable:
+                state.metrics.revisions_unavailable.labels(name, admission.UNAVAILABLE_REFUSE).inc()
+            reason = "; ".join(unavailable[name] for name in sorted(unavailable))
             state.metrics.reviews.labels("mutate-pod", "refused").inc()
             log.warning("pod_refused", uid=review["uid"], namespace=namespace, reason=reason)
             return web.json_response(
