@@ -35,7 +35,10 @@ def _serve(options: WebhookOptions, record: str) -> CommandBody:
             )
             sink = store_sink
             # The recorded revisions of SidecarSets pinning one are read from the same event store.
-            revisions = StoreRevisions(lambda: EventStore.connect(settings.database_url, pool_size=2))
+            revisions = StoreRevisions(
+                lambda: EventStore.connect(settings.database_url, pool_size=2),
+                timeout_seconds=settings.sidecarset_revisions_timeout,
+            )
         else:
             store_sink, sink, revisions = None, LogSink(), None
         try:
@@ -116,6 +119,15 @@ def webhook_command(
     if record not in ("store", "log"):
         raise typer.BadParameter("must be store or log", param_hint="--record")
     settings = Settings.from_env()
+    from services.webhook.admission import UNAVAILABLE_CHOICES
+
+    if settings.sidecarset_revisions_unavailable not in UNAVAILABLE_CHOICES:
+        typer.echo(
+            "error: ROLLBOOK_SIDECARSET_REVISIONS_UNAVAILABLE must be one of "
+            f"{', '.join(UNAVAILABLE_CHOICES)}, got {settings.sidecarset_revisions_unavailable!r}",
+            err=True,
+        )
+        raise typer.Exit(2)
     # Migrations only for an embedded database; a given database is migrated by its owner, and the
     # webhook must start (and admit pods) even while that database is down.
     raise typer.Exit(

@@ -48,6 +48,17 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # OpenKruise's EnableSortSidecarContainerByName feature gate (off there by default): the sidecar
     # containers of all SidecarSets injecting into a pod are sorted by name before placement.
     sidecarset_sort_containers_by_name: bool = False
+    # Seconds the webhook waits for the event store when it reads the recorded revisions of a SidecarSet
+    # that pins one (injectionStrategy.revision). Keep it well below the webhook's timeoutSeconds (5 in
+    # deploy/): the API server gives up on the whole admission after that.
+    sidecarset_revisions_timeout: float = 2.0
+    # What the webhook does with a pod matched by a pinning SidecarSet whose revisions cannot be read
+    # (the event store is down and this process has not read them, or not the pinned one): skip (admit
+    # the pod without that SidecarSet's sidecars, as a webhook outage or the not-yet-synced webhook
+    # would), latest (inject the SidecarSet's latest spec instead of the pinned revision) or refuse
+    # (OpenKruise's answer when its API server cannot be read). skip and latest add a warning to the
+    # admission and count it (rollbook_webhook_revisions_unavailable). docs/sidecarset.md.
+    sidecarset_revisions_unavailable: str = "skip"
     # Host the services' /healthz, /readyz and /metrics endpoints listen on.
     http_host: str = "127.0.0.1"
     # Base port of those endpoints (0 = pick free ports).

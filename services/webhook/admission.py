@@ -100,6 +100,48 @@ def pinned_sidecarsets(
     return [s.name for s in selected]
 
 
+# What the webhook does with a pod whose pinning SidecarSet's revisions cannot be read
+# (settings.sidecarset_revisions_unavailable).
+UNAVAILABLE_SKIP, UNAVAILABLE_LATEST, UNAVAILABLE_REFUSE = "skip", "latest", "refuse"
+UNAVAILABLE_CHOICES = (UNAVAILABLE_SKIP, UNAVAILABLE_LATEST, UNAVAILABLE_REFUSE)
+
+
+def unavailable_pins(
+    sidecarsets: Iterable[ss.SidecarSet],
+    revisions: Mapping[str, Sequence[Mapping[str, Any]]],
+    failed: Mapping[str, str],
+) -> dict[str, str]:
+    """Per pinning SidecarSet whose read failed (``failed``: name -> why), why its pinned revision is not
+    known: it was never read, or what was read before does not hold it (it may have been recorded
+    since). One whose earlier read holds the pinned revision is not in the result: that is injected."""
+    by_name = {s.name: s for s in sidecarsets}
+    return {
+        name: reason
+        for name, reason in failed.items()
+        if name in by_name and (name not in revisions or not ss.pin_resolves(by_name[name], revisions[name]))
+    }
+
+
+def unresolved_pins(
+    sidecarsets: Iterable[ss.SidecarSet], revisions: Mapping[str, Sequence[Mapping[str, Any]]]
+) -> list[str]:
+    """Names in ``revisions`` whose SidecarSet pins a revision those records do not hold."""
+    return [s.name for s in sidecarsets if s.name in revisions and not ss.pin_resolves(s, revisions[s.name])]
+
+
+def fallback_sidecarsets(
+    sidecarsets: Iterable[ss.SidecarSet], unavailable: Iterable[str], action: str
+) -> list[ss.SidecarSet]:
+    """The SidecarSets to inject when those named in ``unavailable`` cannot inject their pinned revision:
+    without them (skip), or with their latest spec (latest)."""
+    names = set(unavailable)
+    if action == UNAVAILABLE_SKIP:
+        return [s for s in sidecarsets if s.name not in names]
+    if action == UNAVAILABLE_LATEST:
+        return [ss.unpinned(s) if s.name in names else s for s in sidecarsets]
+    raise ValueError(f"no fallback for {action!r}: expected one of {', '.join(UNAVAILABLE_CHOICES)}")
+
+
 def review_pod(
     request: Mapping[str, Any],
     sidecarsets: Iterable[ss.SidecarSet],

@@ -159,14 +159,41 @@ def test_a_revision_recorded_without_its_spec_cannot_be_injected() -> None:
         injected_image(pinned(revision={"revisionName": "test-sidecarset-old"}), bare, app_pod(), "uid")
 
 
-def test_a_partial_policy_with_a_malformed_percent_refuses_the_pod() -> None:
+@pytest.mark.parametrize(
+    ("partition", "paused", "outcome"),
+    [
+        # Any string partition must be a percentage (OpenKruise's ParsePercentageAsFloat64); its error
+        # refuses the pod. Only a NotUpdate SidecarSet's partition is not validated, so only it gets here.
+        ("5", False, "'5' is not a percentage"),
+        ("half%", False, "'half%' is not a percentage"),
+        ("", False, "'' is not a percentage"),
+        ("60%", False, True),  # draw 0.5 <= 0.6
+        ("40%", False, False),
+        (5, False, False),  # an integer: the latest
+        ("5", True, True),  # paused: the pinned revision before the partition is looked at
+    ],
+)
+def test_a_partial_policy_partition_of_a_not_update_sidecarset(
+    partition: Any, paused: bool, outcome: bool | str
+) -> None:
     obj = pinned(revision={"revisionName": "x", "policy": "Partial"})
-    obj["spec"]["updateStrategy"] = {"type": "NotUpdate", "partition": "half%"}  # NotUpdate: not validated
+    obj["spec"]["updateStrategy"] = {"type": "NotUpdate", "partition": partition, "paused": paused}
     parsed = ss.parse_sidecarset(obj)
     pin = ss.pinned_revision(parsed)
     assert pin is not None
-    with pytest.raises(ss.InjectionError, match="'half%' is not a percentage"):
-        ss.injects_history(parsed, pin, app_pod(), 0.5)
+    if isinstance(outcome, str):
+        with pytest.raises(ss.InjectionError, match=outcome):
+            ss.injects_history(parsed, pin, app_pod(), 0.5)
+    else:
+        assert ss.injects_history(parsed, pin, app_pod(), 0.5) is outcome
+
+
+def test_a_rolling_update_partition_without_percent_is_refused_at_validation() -> None:
+    """OpenKruise's SidecarSet webhook validates a RollingUpdate partition as an int or a percent, so a
+    bare "5" never reaches injection there."""
+    with pytest.raises(ss.SidecarSetError) as err:
+        ss.parse_sidecarset(pinned(revision={"revisionName": "x", "policy": "Partial"}, partition="5"))
+    assert err.value.field == "spec.updateStrategy.partition"
 
 
 def test_partial_draw_is_reproducible_and_spreads_over_pods() -> None:
@@ -178,14 +205,55 @@ def test_partial_draw_is_reproducible_and_spreads_over_pods() -> None:
     assert ss.partial_draw("s", "default", "p", "a") != ss.partial_draw("s", "default", "p", "b")
 
 
-def test_partial_injects_the_pinned_revision_into_the_pods_the_draw_picks() -> None:
+# Known draws (sha256 of SidecarSet, namespace, pod, uid), pinned so a change to the draw shows here.
+KNOWN_DRAWS = {
+    0: 0.9964036770152607,
+    1: 0.895472078890712,
+    2: 0.7364403411807824,
+    3: 0.8159923993370393,
+    5: 0.7196386462093386,
+    7: 0.28675911612506727,
+}
+
+
+def test_partial_draw_values_are_pinned() -> None:
+    for i, draw in KNOWN_DRAWS.items():
+        assert ss.partial_draw("test-sidecarset", "default", f"p-{i}", f"uid-{i}") == draw
+
+
+@pytest.mark.parametrize(
+    ("partition", "expected"),
+    [
+        # pod index -> image, from the draws above: the pinned (OLD) one when draw <= partition
+        ("50%", {0: NEW, 1: NEW, 2: NEW, 3: NEW, 5: NEW, 7: OLD}),
+        ("80%", {0: NEW, 1: NEW, 2: OLD, 3: NEW, 5: OLD, 7: OLD}),
+        ("90%", {0: NEW, 1: OLD, 2: OLD, 3: OLD, 5: OLD, 7: OLD}),
+    ],
+)
+def test_partial_injects_the_pinned_revision_into_the_pods_the_draw_picks(
+    partition: str, expected: dict[int, str]
+) -> None:
     recorded = history(OLD, NEW)
-    obj = pinned(revision={"revisionName": name_of(recorded, OLD), "policy": "Partial"}, partition="50%")
-    images = {injected_image(obj, recorded, app_pod(f"p-{i}"), f"uid-{i}") for i in range(40)}
-    assert images == {OLD, NEW}
-    for i in range(40):
-        expected = OLD if ss.partial_draw("test-sidecarset", "default", f"p-{i}", f"uid-{i}") <= 0.5 else NEW
-        assert injected_image(obj, recorded, app_pod(f"p-{i}"), f"uid-{i}") == expected
+    obj = pinned(revision={"revisionName": name_of(recorded, OLD), "policy": "Partial"}, partition=partition)
+    got = {i: injected_image(obj, recorded, app_pod(f"p-{i}"), f"uid-{i}") for i in expected}
+    assert got == expected
+
+
+def test_custom_version_ties_go_to_the_latest_created_then_the_greatest_name() -> None:
+    """OpenKruise's history.SortControllerRevisions: revision number, creation time, name. rollbook's
+    revisions carry the time their event was recorded as creationTimestamp (whole seconds)."""
+    obj = ss.parse_sidecarset(pinned(revision={"customVersion": "v1"}))
+    pin = ss.pinned_revision(obj)
+    assert pin is not None
+
+    def record(name: str, created: str) -> dict[str, Any]:
+        labels = {ss.CUSTOM_VERSION_LABEL: "v1"}
+        return {"metadata": {"name": name, "labels": labels, "creationTimestamp": created}, "revision": 2}
+
+    early_z, late_a = record("z", "2026-11-30T12:00:00Z"), record("a", "2026-11-30T12:00:01Z")
+    assert ss.recorded_revision(obj, pin, [early_z, late_a]) is late_a  # time before name
+    same_b, same_c = record("b", "2026-11-30T12:00:00Z"), record("c", "2026-11-30T12:00:00Z")
+    assert ss.recorded_revision(obj, pin, [same_c, same_b]) is same_c  # same second: the greater name
 
 
 def test_history_sidecarset_takes_the_five_recorded_fields_and_keeps_the_rest_current() -> None:

@@ -9,6 +9,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import aiohttp
+import pytest
 
 from services.infra.store import EventStore
 from services.model import sidecarset as ss
@@ -23,6 +24,7 @@ from services.webhook.tls import ServingCertificate
 from tests.planner.test_sidecarset_upgrade import NEW, NOW, OLD, sidecarset
 from tests.webhook.test_injection_rules import container, make_sidecarset
 from tests.webhook.test_kruise19_rules import APPS, ORDER_SETS, app_pod, policy
+from tests.webhook.test_revision_source import FakeStore
 from tests.webhook.test_server import FlakySink, Webhook, certificate, patched, pod_request
 
 __all__ = ["certificate"]  # the module-scoped TLS fixture
@@ -34,6 +36,7 @@ async def serving(
     sidecarsets: list[dict[str, Any]],
     *,
     revisions: RevisionSource | None = None,
+    revisions_unavailable: str = "skip",
     sort_containers_by_name: bool = False,
 ) -> AsyncIterator[Webhook]:
     cache = SidecarSetCache()
@@ -46,6 +49,7 @@ async def serving(
         namespaces=NamespaceLabels(),
         recorder=recorder,
         revisions=revisions,
+        revisions_unavailable=revisions_unavailable,
         sort_containers_by_name=sort_containers_by_name,
     )
     server = await start_server(state, cert)
@@ -127,7 +131,53 @@ async def test_a_pinned_revision_is_read_from_the_event_store_and_injected(
         assert "patch" not in response
 
 
-async def test_without_an_event_store_a_pinned_sidecarset_refuses_its_pods(
+def unavailable_count(webhook: Webhook, name: str, action: str) -> float:
+    registry = webhook.state.metrics.registry
+    sample = registry.get_sample_value(
+        "rollbook_webhook_revisions_unavailable_total", {"sidecarset": name, "action": action}
+    )
+    return sample or 0.0
+
+
+@pytest.mark.parametrize("action", ["skip", "latest", "refuse"])
+async def test_with_the_event_store_down_a_never_read_pin_admits_the_pod_as_configured(
+    certificate: ServingCertificate, action: str
+) -> None:
+    """A restarted webhook meets a pinned pod while Postgres is down: it does not refuse the pod (unless
+    told to): it skips that SidecarSet, or injects its latest, with a warning and a count."""
+    store = FakeStore()
+    store.down = True
+
+    async def connect() -> Any:
+        return store
+
+    obj = sidecarset(NEW)
+    obj["spec"]["injectionStrategy"] = {"revision": {"revisionName": "test-sidecarset-1"}}
+    plain = named(make_sidecarset("plain", containers=[container("agent")]), "plain")
+    revisions = StoreRevisions(connect, timeout_seconds=0.5)
+    async with serving(
+        certificate, [obj, plain], revisions=revisions, revisions_unavailable=action
+    ) as webhook:
+        pod = app_pod()
+        response = await webhook.review("/mutate-pod", pod_request(pod))
+        assert unavailable_count(webhook, "test-sidecarset", action) == 1
+        if action == "refuse":
+            assert response["allowed"] is False and response["status"]["code"] == 500
+            assert "'test-sidecarset' cannot be read" in response["status"]["message"]
+            return
+        assert response["allowed"] is True
+        (warning,) = response["warnings"]
+        assert "'test-sidecarset'" in warning and "event store unavailable" in warning
+        containers = patched(pod, response)["spec"]["containers"]
+        if action == "skip":  # the other SidecarSet still injects
+            assert [c["name"] for c in containers] == ["agent", "app"]
+            assert "not injected" in warning
+        else:
+            assert [c["image"] for c in containers if c["name"] != "app" and c["name"] != "agent"] == [NEW]
+            assert "latest" in warning
+
+
+async def test_without_an_event_store_a_pinned_sidecarset_is_skipped_with_a_warning(
     certificate: ServingCertificate,
 ) -> None:
     obj = sidecarset(NEW)
@@ -136,11 +186,42 @@ async def test_without_an_event_store_a_pinned_sidecarset_refuses_its_pods(
     plain["spec"]["selector"] = {"matchLabels": {"team": "x"}}
     async with serving(certificate, [obj, plain]) as webhook:
         response = await webhook.review("/mutate-pod", pod_request(app_pod()))
-        assert response["allowed"] is False and "reads no event store" in response["status"]["message"]
+        assert response["allowed"] is True and "patch" not in response
+        assert "reads no event store" in response["warnings"][0]
         # A pod no pinned SidecarSet selects is injected as usual.
         other = app_pod(labels={"team": "x"})
         response = await webhook.review("/mutate-pod", pod_request(other))
         assert [c["name"] for c in patched(other, response)["spec"]["containers"]] == ["agent", "app"]
+        assert "warnings" not in response
+
+
+async def test_a_pod_shape_the_selection_pass_cannot_read_is_admitted_with_a_warning(
+    certificate: ServingCertificate,
+) -> None:
+    obj = sidecarset(NEW)
+    obj["spec"]["injectionStrategy"] = {"revision": {"revisionName": "x"}}
+    async with serving(certificate, [obj]) as webhook:
+        pod = {**app_pod(), "metadata": ["p"]}  # metadata not a map: the selection pass cannot read it
+        response = await webhook.review("/mutate-pod", pod_request(pod))
+        assert response["allowed"] is True and "patch" not in response
+        assert "pod admitted unchanged" in response["warnings"][0]
+        assert (
+            webhook.state.metrics.registry.get_sample_value(
+                "rollbook_webhook_reviews_total", {"endpoint": "mutate-pod", "outcome": "error"}
+            )
+            == 1
+        )
+
+
+async def test_readyz_waits_for_the_pinning_sidecarsets_revisions(certificate: ServingCertificate) -> None:
+    loaded = [False]
+    async with serving(certificate, []) as webhook:
+        webhook.state.revisions_loaded = lambda: loaded[0]
+        async with webhook.session.get(webhook.server.base_url + "/readyz") as response:
+            assert response.status == 503 and "revisions" in await response.text()
+        loaded[0] = True
+        async with webhook.session.get(webhook.server.base_url + "/readyz") as response:
+            assert response.status == 200
 
 
 async def test_resources_policy_sets_the_sidecar_resources_at_admission(

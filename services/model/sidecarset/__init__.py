@@ -34,7 +34,7 @@ from services.model.sidecarset.core import (
     json_object,
 )
 from services.model.sidecarset.hashes import sidecarset_hash, sidecarset_hash_without_image
-from services.model.sidecarset.injection import apply_patch, inject, json_patch
+from services.model.sidecarset.injection import apply_patch, format_time, inject, json_patch
 from services.model.sidecarset.resources import computed_resources
 from services.model.sidecarset.revisions import (
     REVISION_FIELDS,
@@ -45,10 +45,12 @@ from services.model.sidecarset.revisions import (
     injected_sidecarsets,
     injects_history,
     partial_draw,
+    pin_resolves,
     pinned_revision,
     pod_sidecar_revisions,
     recorded_revision,
     revision_to_inject,
+    unpinned,
 )
 from services.model.sidecarset.selection import (
     injection_order,
@@ -86,6 +88,7 @@ __all__ = [
     "computed_resources",
     "find_conflicts",
     "fold_revision",
+    "format_time",
     "history_sidecarset",
     "inject",
     "injected_sidecarsets",
@@ -98,11 +101,13 @@ __all__ = [
     "named_namespaces",
     "parse_sidecarset",
     "partial_draw",
+    "pin_resolves",
     "pinned_revision",
     "pod_namespace",
     "pod_sidecar_revisions",
     "recorded_revision",
     "revision_to_inject",
+    "unpinned",
     "scopes_overlap",
     "select_sidecarsets",
     "selectors_overlap",

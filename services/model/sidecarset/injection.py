@@ -79,7 +79,8 @@ def _place(
     return before + merged + after
 
 
-def _format_time(moment: datetime) -> str:
+def format_time(moment: datetime) -> str:
+    """A Kubernetes timestamp (RFC 3339, UTC, whole seconds), as ``metav1.Time`` is written."""
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
@@ -89,7 +90,7 @@ def _hash_entry(
     # Same keys and order as OpenKruise's SidecarSetUpgradeSpec JSON. Only the hash annotation's entry
     # names the controller revision; OpenKruise leaves it out of the without-image one.
     entry: dict[str, Any] = {
-        "updateTimestamp": _format_time(now),
+        "updateTimestamp": format_time(now),
         "hash": hash_value,
         "sidecarSetName": ss.name,
         "sidecarList": sidecars,

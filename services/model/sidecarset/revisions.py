@@ -93,7 +93,8 @@ def recorded_revision(
     """The ControllerRevision-shaped record ``pinned`` names among ``recorded`` (this SidecarSet's history).
 
     ``revisionName`` wins over ``customVersion``; a custom version takes the highest-numbered revision with
-    that label. None found: InjectionError (OpenKruise's webhook refuses the pod).
+    that label (ties: the latest created, then the greatest name). None found: InjectionError
+    (OpenKruise's webhook refuses the pod).
     """
     names = sorted(str((record.get("metadata") or {}).get("name") or "") for record in recorded)
     known = f"recorded: {', '.join(names)}" if names else "no revision of it is recorded"
@@ -117,9 +118,33 @@ def recorded_revision(
             f"SidecarSet {sidecarset.name!r}: no recorded revision has custom version "
             f"{pinned.custom_version!r} (injectionStrategy.revision.customVersion; {known})"
         )
-    return max(
-        labelled, key=lambda record: (record["revision"], (record.get("metadata") or {}).get("name", ""))
-    )
+    return max(labelled, key=_history_order)
+
+
+def _history_order(record: Mapping[str, Any]) -> tuple[int, str, str]:
+    """OpenKruise's ``history.SortControllerRevisions`` order: revision number, then creation time (RFC 3339
+    in UTC, so the strings sort as the times do; none sorts first), then name."""
+    metadata = record.get("metadata") or {}
+    return record["revision"], str(metadata.get("creationTimestamp") or ""), str(metadata.get("name") or "")
+
+
+def pin_resolves(sidecarset: SidecarSet, recorded: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether ``recorded`` holds the revision ``injectionStrategy.revision`` pins (True when none is
+    pinned)."""
+    pinned = pinned_revision(sidecarset)
+    if pinned is None:
+        return True
+    try:
+        recorded_revision(sidecarset, pinned, recorded)
+    except InjectionError:
+        return False
+    return True
+
+
+def unpinned(sidecarset: SidecarSet) -> SidecarSet:
+    """``sidecarset`` without ``injectionStrategy.revision``: injects its latest spec."""
+    strategy = {k: v for k, v in (sidecarset.spec.get("injectionStrategy") or {}).items() if k != "revision"}
+    return replace(sidecarset, spec={**sidecarset.spec, "injectionStrategy": strategy})
 
 
 def history_sidecarset(sidecarset: SidecarSet, record: Mapping[str, Any]) -> SidecarSet:
@@ -160,7 +185,8 @@ def injects_history(
     """Whether the pinned revision (not the latest) goes into ``pod`` (OpenKruise's
     ``getSuitableRevisionSidecarSet``): always while ``updateStrategy.paused`` or with policy ``Always``;
     with ``Partial``, a pod ``updateStrategy.selector`` does not select gets it, the others get it when
-    ``draw`` ≤ the partition percent (never with an integer partition)."""
+    ``draw`` ≤ the partition percent (never with an integer partition; a string partition that is not a
+    percentage refuses the pod)."""
     strategy = sidecarset.spec.get("updateStrategy") or {}
     if strategy.get("paused") or pinned.policy != PARTIAL:
         return True
@@ -168,11 +194,15 @@ def injects_history(
     if selector and not labels.matches(selector, (pod.get("metadata") or {}).get("labels") or {}):
         return True
     partition = strategy.get("partition")
-    if not isinstance(partition, str) or not partition.endswith("%"):
+    if not isinstance(partition, str):  # none, or an integer: the latest
         return False
+    # Any string must be a percentage (OpenKruise's ParsePercentageAsFloat64, whose error refuses the pod):
+    # "5" is not 5%. Only a NotUpdate SidecarSet's partition goes unvalidated, so only it gets here.
     try:
+        if not partition.endswith("%"):
+            raise ValueError(partition)
         probability = float(partition[:-1]) / 100
-    except ValueError:  # only a NotUpdate SidecarSet's partition goes unvalidated
+    except ValueError:
         raise InjectionError(
             f"SidecarSet {sidecarset.name!r}: updateStrategy.partition {partition!r} is not a percentage"
         ) from None
