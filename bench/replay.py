@@ -4,7 +4,7 @@ events/s of replay (read + decode + fold) and verify (fold + re-plan + compare).
     .venv/bin/python bench/replay.py [--events N] [--replicas R] [--database-url URL] [--keep]
 
 The log is real: each workload's history is produced by the planner's own code path (WorkloadState fold,
-plan_json, decisions_for, round_envelopes) against the cluster model (services/replay/simulation.py)
+plan, decisions_for, round_envelopes) against the cluster model (services/replay/simulation.py)
 (create R pods, then an in-place image update with maxUnavailable 1), with observations and outcomes as
 the watcher and executors would record them. Generated once per distinct workload shape is not enough
 (names are in every input hash), so every workload is simulated; generation is reported separately. The

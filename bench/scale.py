@@ -17,12 +17,17 @@ directory unless --nats-url names one).
    pods/s and as a share of the raw rate of the matching call (creates, patches; a recreate is a delete
    and a create, so its raw rate is 1 / (1/creates + 1/deletes)).
 3. --small-clonesets CloneSets of --small-replicas pods created at once, then rolled (in place) at once,
-   first with one planner, then with each further count in --planners (extra planner processes join).
+   first with one planner, then with each further count in --planners (extra planner processes join;
+   each rollout starts once the planners have shared the bus partitions out, read from their /readyz).
 
 Progress is read from a watch on the CloneSets (their status, as the executor writes it), never by listing
-pods. Each figure is printed with the load average (this machine's cores are shared). The planner's and
-executor's /metrics give rounds, time per round and the planner's peak memory. SIGTERM, Ctrl-C or an
-error stops every child (services, simcluster, nats-server) and drops the database.
+pods. Each figure is printed with the load average (this machine's cores are shared). Per phase, from the
+services' /metrics: planning rounds, mean time per round and its parts (catch_up: read and fold the new
+events; decide; append), rounds by planner, the watcher's events per append; and the CPU seconds of each
+process (services, simcluster, nats-server, every postgres process on the machine) with their sum as
+cores busy on average, which shows whether the machine, and which process, is the limit. Then the
+planner's peak memory. SIGTERM, Ctrl-C or an error stops every child (services, simcluster, nats-server)
+and drops the database.
 """
 
 from __future__ import annotations
@@ -123,8 +128,8 @@ def settled(obj: dict[str, Any] | None, replicas: int, generation_at_least: int 
 
 
 @contextlib.asynccontextmanager
-async def simcluster_process(workdir: Path, nodes: int, max_pods: int) -> AsyncIterator[Path]:
-    """`rollbook simcluster --instant` as a child process; yields its kubeconfig once it listens."""
+async def simcluster_process(workdir: Path, nodes: int, max_pods: int) -> AsyncIterator[tuple[Path, int]]:
+    """`rollbook simcluster --instant` as a child process; yields its kubeconfig and pid once it listens."""
     kubeconfig = workdir / "simcluster" / "kubeconfig"
     log_path = workdir / "simcluster.log"
     with log_path.open("wb") as log_file:
@@ -139,7 +144,7 @@ async def simcluster_process(workdir: Path, nodes: int, max_pods: int) -> AsyncI
             if process.returncode is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"simcluster did not start:\n{log_path.read_text(errors='replace')}")
             await asyncio.sleep(0.1)
-        yield kubeconfig
+        yield kubeconfig, process.pid
     finally:
         if process.returncode is None:
             process.send_signal(signal.SIGTERM)
@@ -148,6 +153,15 @@ async def simcluster_process(workdir: Path, nodes: int, max_pods: int) -> AsyncI
             except TimeoutError:
                 process.kill()
                 await process.wait()
+
+
+@contextlib.asynccontextmanager
+async def embedded(settings: Settings) -> AsyncIterator[tuple[Settings, dict[str, int]]]:
+    """The nats-server of ``settings`` started unless it names one; yields the resolved settings and the
+    started servers' pids."""
+    servers = EmbeddedServers(settings, migrate=False)
+    async with servers as resolved:
+        yield resolved, servers.pids
 
 
 @contextlib.asynccontextmanager
@@ -301,31 +315,95 @@ def metric_sum(text: str, name: str, labels: str = "") -> float:
     return total
 
 
+PARTS = ("catch_up", "decide", "append")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of one process so far (Linux /proc), 0 when it is gone."""
+    with contextlib.suppress(OSError, IndexError, ValueError):
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return 0.0
+
+
+def postgres_cpu_seconds() -> float:
+    """CPU time of every process named postgres on this machine (the server and its backends; a
+    backend that exited meanwhile is not counted, so this is a lower bound)."""
+    total = 0.0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):
+            if "(postgres)" in stat.read_text()[:64]:
+                total += cpu_seconds(int(stat.parent.name))
+    return total
+
+
 @dataclass
 class Figures:
     rounds: float = 0.0
     planning_seconds: float = 0.0
     actions: float = 0.0
+    parts: dict[str, float] = field(default_factory=dict)  # planning round parts, seconds
+    planner_rounds: dict[str, float] = field(default_factory=dict)  # by planner process
+    watcher_events: float = 0.0
+    watcher_appends: float = 0.0
+    cpu: dict[str, float] = field(default_factory=dict)  # CPU seconds by process
+    at: float = field(default_factory=time.perf_counter)
 
     @staticmethod
-    async def of(supervisor: Supervisor) -> Figures:
+    async def of(supervisor: Supervisor, others: dict[str, int] | None = None) -> Figures:
         figures = Figures()
         for proc in list(supervisor.children.values()):
+            figures.cpu[proc.name] = cpu_seconds(proc.process.pid)
             if not proc.port:
                 continue  # restarting: it has not reported its port yet (its counters start over anyway)
             text = await metrics_text(proc.base_url)
             if proc.service == "planner":
-                figures.rounds += metric_sum(text, "rollbook_planning_seconds_count")
+                rounds = metric_sum(text, "rollbook_planning_seconds_count")
+                figures.rounds += rounds
+                figures.planner_rounds[proc.name] = rounds
                 figures.planning_seconds += metric_sum(text, "rollbook_planning_seconds_sum")
+                for part in PARTS:
+                    figures.parts[part] = figures.parts.get(part, 0.0) + metric_sum(
+                        text, "rollbook_planning_part_seconds_total", f'part="{part}"'
+                    )
             elif proc.service == "executor":
                 figures.actions += metric_sum(text, "rollbook_actions_applied_total")
+            elif proc.service == "watcher":
+                figures.watcher_events += metric_sum(text, "rollbook_events_appended_total")
+                figures.watcher_appends += metric_sum(text, "rollbook_store_appends_total")
+        for name, pid in (others or {}).items():
+            figures.cpu[name] = cpu_seconds(pid)
+        figures.cpu["postgres"] = postgres_cpu_seconds()
         return figures
 
     def since(self, before: Figures) -> str:
         rounds = self.rounds - before.rounds
         mean_ms = 1000 * (self.planning_seconds - before.planning_seconds) / max(rounds, 1)
         actions = int(self.actions - before.actions)
-        return f"{int(rounds)} planning rounds, mean {mean_ms:.2f} ms; {actions} pod actions"
+        parts = ", ".join(
+            f"{p} {1000 * (self.parts.get(p, 0.0) - before.parts.get(p, 0.0)) / max(rounds, 1):.2f}"
+            for p in PARTS
+        )
+        text = f"{int(rounds)} planning rounds, mean {mean_ms:.2f} ms ({parts} ms); {actions} pod actions"
+        if len(self.planner_rounds) > 1:
+            each = ", ".join(
+                f"{name} {int(n - before.planner_rounds.get(name, 0.0))}"
+                for name, n in sorted(self.planner_rounds.items())
+            )
+            text += f"; rounds by planner: {each}"
+        appends = self.watcher_appends - before.watcher_appends
+        if appends:
+            events = self.watcher_events - before.watcher_events
+            text += f"; watcher {int(events)} events in {int(appends)} appends"
+        return text
+
+    def cpu_since(self, before: Figures) -> str:
+        """CPU seconds of each process over the phase, and their sum as cores busy on average."""
+        wall = self.at - before.at
+        used = {n: c - before.cpu.get(n, 0.0) for n, c in self.cpu.items()}
+        total = sum(used.values())
+        top = ", ".join(f"{n} {c:.1f}" for n, c in sorted(used.items(), key=lambda i: -i[1]) if c >= 0.05)
+        return f"CPU s: {top}; total {total:.1f} s = {total / max(wall, 1e-9):.2f} cores busy on average"
 
 
 def peak_rss_mib(pid: int) -> float:
@@ -347,12 +425,16 @@ class Bench:
     custom: client.CustomObjectsApi
     clonesets: CloneSetWatch
     raw: dict[str, float]
+    others: dict[str, int]  # processes outside the supervisor whose CPU time is reported: name -> pid
     # Each CloneSet's generation after our last write: the watch may not have delivered it yet, and its
     # previous generation may look settled already.
     generations: dict[str, int] = field(default_factory=dict)
 
+    async def figures(self) -> Figures:
+        return await Figures.of(self.stack, self.others)
+
     async def phase(self, what: str, names: list[str], replicas: int, start: Callable[[], Any]) -> float:
-        before = await Figures.of(self.stack)
+        before = await self.figures()
         started = time.perf_counter()
         await start()
         restarts = len(self.stack.exited)
@@ -364,8 +446,9 @@ class Bench:
         seconds = time.perf_counter() - started
         if len(self.stack.exited) > restarts:
             what += " (a service restarted meanwhile: its counters started over)"
-        after = await Figures.of(self.stack)
+        after = await self.figures()
         print(f"  {what}: {seconds:.2f} s; {after.since(before)}; {load()}", flush=True)
+        print(f"    {after.cpu_since(before)}", flush=True)
         return seconds
 
     async def patch_all(self, names: list[str], patch: dict[str, Any]) -> None:
@@ -439,7 +522,8 @@ class Bench:
         for index, planners in enumerate(planner_counts):
             while running < planners:
                 running += 1
-                await self.stack.start("planner", name=f"planner-{running}")
+                await self.stack.start("planner", name=f"planner-{running}", ready_timeout=300)
+            await self.partitions_shared(planners)
             image = IMAGES[3 + index % (len(IMAGES) - 3)]
             seconds = await self.phase(
                 f"rollout with {planners} planner(s)",
@@ -448,6 +532,37 @@ class Bench:
                 lambda image=image: self.patch_all(names, image_patch(image)),
             )
             print(f"  {planners} planner(s): {count * size / seconds:7.1f} pods/s; {load()}", flush=True)
+
+    async def partitions_shared(self, planners: int) -> None:
+        """Wait until the running planners own every bus partition between them, none more than its
+        share (ceil(partitions / planners)): the hand-over to a joining planner is over."""
+        partitions = self.stack.settings.bus_partitions
+        share = -(-partitions // planners)
+        deadline = time.monotonic() + 120
+        while True:
+            owned: dict[str, list[int]] = {}
+            for proc in list(self.stack.children.values()):
+                if proc.service == "planner" and proc.port:
+                    with contextlib.suppress(Exception):
+                        ready = await json_of(proc.base_url + "/readyz")
+                        owned[proc.name] = ready["details"]["partitions"]["owned"]
+            together = sorted(p for ps in owned.values() for p in ps)
+            if (
+                len(owned) == planners
+                and together == list(range(partitions))
+                and all(len(ps) <= share for ps in owned.values())
+            ):
+                shares = ", ".join(f"{n} {len(ps)}" for n, ps in sorted(owned.items()))
+                print(f"  partitions owned: {shares}", flush=True)
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the planners did not share the partitions out: {owned}")
+            await asyncio.sleep(0.5)
+
+
+async def json_of(url: str) -> Any:
+    async with aiohttp.ClientSession() as session, session.get(url) as response:
+        return await response.json()
 
 
 async def gather_limited(calls: list[Any], limit: int) -> None:
@@ -467,8 +582,8 @@ async def main(args: argparse.Namespace) -> None:
         workdir = Path(tmp)
         async with (
             fresh_database(args.database_url) as database_url,
-            EmbeddedServers(nats_only(database_url, args.nats_url, workdir), migrate=False) as servers,
-            simcluster_process(workdir, args.nodes, max_pods) as kubeconfig,
+            embedded(nats_only(database_url, args.nats_url, workdir)) as (servers, server_pids),
+            simcluster_process(workdir, args.nodes, max_pods) as (kubeconfig, simcluster_pid),
         ):
             suffix = uuid.uuid4().hex[:10]
             settings = Settings(
@@ -506,7 +621,8 @@ async def main(args: argparse.Namespace) -> None:
                             restarting = asyncio.create_task(stack.keep_running())
                             custom = client.CustomObjectsApi(api)
                             async with CloneSetWatch(custom) as clonesets:
-                                bench = Bench(args, stack, custom, clonesets, raw)
+                                others = {"simcluster": simcluster_pid, **server_pids}
+                                bench = Bench(args, stack, custom, clonesets, raw, others)
                                 if args.replicas:
                                     await bench.one_big_cloneset()
                                 if args.small_clonesets:

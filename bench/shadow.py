@@ -1,13 +1,14 @@
 """What the shadow trail costs per observation, against its ceiling: the planner's own work on the same
-observed states (fold + plan_json), which the trail cannot go below since it plans every observed state.
+observed states (fold + plan), which the trail cannot go below since it plans every observed state.
 
     .venv/bin/python bench/shadow.py [--pods 10,50,200] [--repeat 3]
 
 For each size, a CloneSet of that many pods is created and rolled out in place one pod at a time, as
 OpenKruise would (tests/planner/kruise_observations.py): 7 observations per pod plus the CloneSet's. The
 trail (services/planner/shadow_trail.py) folds every observation; the ceiling folds the same observations
-into a WorkloadState and runs plan_json once per observation. Prints the best wall time of each, the time
-per observation and the ratio ceiling / trail (1.0 = the trail adds nothing to planning every state).
+into a WorkloadState and runs the planner (``plan``) once per observation. Prints the best wall time of
+each, the time per observation and the ratio ceiling / trail (1.0 = the trail adds nothing to planning every
+state).
 Planning every observed state makes a rollout's cost grow with pods x observations (n^2 for a rollout of
 n pods): the per-observation figure shows that growth.
 """
@@ -23,8 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from services.model.events import Envelope  # noqa: E402
 from services.planner.cloneset_decisions import RULES_VERSION  # noqa: E402
-from services.planner.plan import plan_json  # noqa: E402
-from services.planner.rounds import encode_input  # noqa: E402
+from services.planner.plan import plan  # noqa: E402
 from services.planner.shadow_trail import ShadowTrail  # noqa: E402
 from services.planner.workload_state import WorkloadState  # noqa: E402
 from tests.planner.kruise_observations import KruiseLog  # noqa: E402
@@ -70,7 +70,7 @@ def ceiling(envelopes: list[Envelope]) -> int:
     for envelope in envelopes:
         state.fold(envelope)
         if state.cloneset is not None and state.now is not None:
-            plan_json(encode_input(state.plan_input())[0])
+            plan(state.plan_input())
             planned += 1
     return planned
 

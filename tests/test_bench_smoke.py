@@ -116,6 +116,14 @@ RUNS: dict[str, tuple[list[str], list[str]]] = {
             rf"2 planner\(s\): +{NUMBER} pods/s",
         ],
     ),
+    "watcher_appends.py": (
+        ["--events", "200", "--clonesets", "5"],
+        [
+            rf"one at a time +{NUMBER} events/s; +200 appends, +1\.0 events per append",
+            rf"batched +{NUMBER} events/s; +\d+ appends, +{NUMBER} events per append",
+            rf"batched / one at a time: {NUMBER}x",
+        ],
+    ),
     "cli_startup.py": (
         ["--repeat", "1"],
         [

@@ -3,7 +3,8 @@
 The model is pure vocabulary (it imports nothing else of rollbook's and no I/O library); cli > replay >
 services > infra > model; the services never import each other; replay reaches no service loop and no
 NATS or leader code; the planners' decision code imports only the model and its own pure modules; only
-the executor, watcher, webhook, the CLI and infra.kube/leader/kruise talk to Kubernetes. A broken
+the executor, watcher, webhook, the CLI and infra.kube/leader/partition_leases/kruise talk to
+Kubernetes. A broken
 contract fails here with import-linter's report of the offending import chain.
 """
 
@@ -51,6 +52,20 @@ def test_every_infra_module_but_the_kubernetes_clients_is_kept_off_kubernetes() 
     [contract] = [c for c in contracts() if c["id"] == "kubernetes-clients"]
     infra = REPO_ROOT / "services" / "infra"
     modules = {f"services.infra.{p.stem}" for p in infra.glob("*.py") if p.stem != "__init__"}
-    clients = {"services.infra.kube", "services.infra.leader", "services.infra.kruise"}
+    clients = {
+        "services.infra.kube",
+        "services.infra.leader",
+        "services.infra.partition_leases",
+        "services.infra.kruise",
+    }
     listed = {m for m in contract["source_modules"] if m.startswith("services.infra.")}  # type: ignore[attr-defined]
     assert sorted(modules - clients) == sorted(listed)
+
+
+def test_every_sidecarset_rules_module_is_a_layer() -> None:
+    # The SidecarSet rules are split by job; a new module must take its place in the layering.
+    [contract] = [c for c in contracts() if c["id"] == "sidecarset-jobs"]
+    package = REPO_ROOT / "services" / "model" / "sidecarset"
+    modules = {p.stem for p in package.glob("*.py") if p.stem != "__init__"}
+    layered = {m.strip() for layer in contract["layers"] for m in str(layer).split("|")}  # type: ignore[attr-defined]
+    assert sorted(modules) == sorted(layered)

@@ -54,9 +54,7 @@ def upgrade() -> None:
     )
     op.execute("COMMENT ON TABLE events IS 'rollbook event log: append-only, one row per event'")
     op.execute("COMMENT ON COLUMN events.correlation_id IS 'the rollout id the event belongs to'")
-    op.execute(
-        "COMMENT ON COLUMN events.recorded_at IS 'when the recording transaction began'"
-    )
+    op.execute("COMMENT ON COLUMN events.recorded_at IS 'when the recording transaction began'")
     # correlation_id is the rollout id: "everything about rollout X" is the common history query.
     op.execute(
         "CREATE INDEX events_correlation_id_idx ON events (correlation_id) WHERE correlation_id IS NOT NULL"

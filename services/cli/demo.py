@@ -38,6 +38,7 @@ from services.cli.runtime import run_command
 from services.cli.services import SERVICES
 from services.cli.terminal import console
 from services.infra.settings import Settings
+from services.model.cloneset import desired_replicas
 
 if TYPE_CHECKING:  # imported where used, so that `rollbook --help` does not pay for them
     from kubernetes_asyncio import client
@@ -120,7 +121,7 @@ def updated_at(partition: int) -> Done:
     """Everything but ``partition`` pods updated and ready, every pod ready, the status caught up."""
 
     def check(cloneset: dict[str, Any]) -> bool:
-        replicas = int(cloneset["spec"]["replicas"])
+        replicas = desired_replicas(cloneset)
         status = cloneset.get("status") or {}
         expected = replicas - partition
         return bool(
@@ -166,7 +167,7 @@ async def follow(
                     GROUP, VERSION, workload.namespace, PLURAL, workload.name
                 )
                 last[workload] = cloneset
-                replicas = int(cloneset["spec"]["replicas"])
+                replicas = desired_replicas(cloneset)
                 status = cloneset.get("status") or {}
                 counts = {
                     k: int(status.get(k) or 0) for k in ("updatedReplicas", "readyReplicas", "replicas")

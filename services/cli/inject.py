@@ -129,8 +129,15 @@ def _admit(
     labels_of_namespace = (namespace_labels or {}).get(request["namespace"])
     excluded = frozenset(n.strip() for n in settings.sidecarset_excluded_namespaces.split(",") if n.strip())
     result = admission.review_pod(
-        request, sidecarsets, now=now, excluded_namespaces=excluded, namespace_labels=labels_of_namespace
+        request,
+        sidecarsets,
+        now=now,
+        excluded_namespaces=excluded,
+        namespace_labels=labels_of_namespace,
+        sort_containers_by_name=settings.sidecarset_sort_containers_by_name,
     )
+    if not result.response["allowed"]:  # the webhook would refuse this pod
+        raise InjectError(result.response["status"]["message"])
     if "patch" not in result.response:
         return pod, []
     patch: list[dict[str, Any]] = json.loads(base64.b64decode(result.response["patch"]))
@@ -257,7 +264,13 @@ def inject_command(
     if not documents:
         typer.echo(f"error: {filename}: no objects", err=True)
         raise typer.Exit(2)
-    results = [inject_document(d, sidecarsets, namespace, now, settings, namespace_labels) for d in documents]
+    try:
+        results = [
+            inject_document(d, sidecarsets, namespace, now, settings, namespace_labels) for d in documents
+        ]
+    except InjectError as err:  # the webhook would refuse a pod
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(2) from None
     if output is OutputFormat.patch:
         patches = [patch for _, patch in results]
         typer.echo(json.dumps(patches[0] if len(patches) == 1 else patches, indent=2))

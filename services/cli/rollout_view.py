@@ -18,6 +18,7 @@ from enum import IntEnum
 from typing import Any
 
 from services.model import intorpercent
+from services.model.actions import ActionKind
 from services.model.availability import pod_available, revision_hash, unavailable
 from services.model.cloneset import desired_replicas
 from services.planner.names import (
@@ -29,8 +30,8 @@ from services.planner.names import (
 
 # Lifecycle states in which a pod waits on a hook (another controller removes the hook's finalizer/label).
 HOOK_STATES = frozenset({"PreparingUpdate", "PreparingDelete", "Updated"})
-IN_PLACE_ACTIONS = frozenset({"updateInPlace"})
-RECREATE_ACTIONS = frozenset({"recreatePod", "deletePod", "createPod"})
+IN_PLACE_ACTIONS = frozenset({ActionKind.UPDATE_IN_PLACE})
+RECREATE_ACTIONS = frozenset({ActionKind.RECREATE_POD, ActionKind.DELETE_POD, ActionKind.CREATE_POD})
 UPDATE_ACTIONS = IN_PLACE_ACTIONS | RECREATE_ACTIONS
 
 
@@ -187,7 +188,11 @@ def _pod_row(
     update = next((a for a in reversed(actions) if a.action in UPDATE_ACTIONS), None)
     how = ""
     if update is not None:
-        how = "in place" if update.in_place else ("created" if update.action == "createPod" else "recreated")
+        how = (
+            "in place"
+            if update.in_place
+            else ("created" if update.action == ActionKind.CREATE_POD else "recreated")
+        )
     batch = rounds.index(update.requested) + 1 if update and update.requested in rounds else None
     out: float | None = None
     if update is not None and update.in_place and update.requested is not None:

@@ -23,6 +23,7 @@ def _serve(options: WebhookOptions, record: str) -> CommandBody:
         from services.infra.bus import Bus
         from services.infra.store import EventStore
         from services.webhook.recorder import EventSink, LogSink
+        from services.webhook.revisions import StoreRevisions
         from services.webhook.service import run_webhook
         from services.webhook.sinks import EventStoreSink
 
@@ -33,10 +34,15 @@ def _serve(options: WebhookOptions, record: str) -> CommandBody:
                 lambda: Bus.connect(settings, name="rollbook-webhook"),
             )
             sink = store_sink
+            # The recorded revisions of SidecarSets pinning one are read from the same event store.
+            revisions = StoreRevisions(
+                lambda: EventStore.connect(settings.database_url, pool_size=2),
+                timeout_seconds=settings.sidecarset_revisions_timeout,
+            )
         else:
-            store_sink, sink = None, LogSink()
+            store_sink, sink, revisions = None, LogSink(), None
         try:
-            async with run_webhook(settings, options, sink) as running:
+            async with run_webhook(settings, options, sink, revisions) as running:
                 typer.echo(f"webhook listening on {running.base_url}", err=True)
                 await asyncio.Event().wait()  # until SIGINT/SIGTERM cancels us
         except ConfigException as err:
@@ -53,6 +59,8 @@ def _serve(options: WebhookOptions, record: str) -> CommandBody:
         finally:
             if store_sink is not None:
                 await store_sink.close()
+            if revisions is not None:
+                await revisions.close()
         return 0
 
     return serve
@@ -111,6 +119,15 @@ def webhook_command(
     if record not in ("store", "log"):
         raise typer.BadParameter("must be store or log", param_hint="--record")
     settings = Settings.from_env()
+    from services.webhook.admission import UNAVAILABLE_CHOICES
+
+    if settings.sidecarset_revisions_unavailable not in UNAVAILABLE_CHOICES:
+        typer.echo(
+            "error: ROLLBOOK_SIDECARSET_REVISIONS_UNAVAILABLE must be one of "
+            f"{', '.join(UNAVAILABLE_CHOICES)}, got {settings.sidecarset_revisions_unavailable!r}",
+            err=True,
+        )
+        raise typer.Exit(2)
     # Migrations only for an embedded database; a given database is migrated by its owner, and the
     # webhook must start (and admit pods) even while that database is down.
     raise typer.Exit(

@@ -66,6 +66,7 @@ from services.infra.runtime import ServiceRuntime, configure_logging
 from services.infra.settings import Settings
 from services.infra.store import EventStore
 from services.infra.store_schema import events_table
+from services.model.actions import ActionKind
 from services.model.events import (
     Envelope,
     PodActionFailed,
@@ -122,8 +123,8 @@ def pod_key(envelope: Envelope) -> Hashable:
     """What a pod action must be ordered with: the pod (or the CloneSet, for setPodsToDelete)."""
     payload = envelope.payload
     if isinstance(payload, PodActionRequested):
-        kind = "CloneSet" if payload.action == "setPodsToDelete" else "Pod"
-        return (kind, payload.namespace, payload.pod)
+        kind = "CloneSet" if payload.action == ActionKind.SET_PODS_TO_DELETE else "Pod"
+        return (kind, payload.namespace, payload.target)
     return ("event", envelope.event_id)
 
 
@@ -228,7 +229,10 @@ class Executor:
         reported, earlier = await self._before_acting(envelope, request)
         if reported:
             log.info(
-                "action_already_reported", action=request.action, pod=request.pod, action_id=request.action_id
+                "action_already_reported",
+                action=request.action,
+                pod=request.target,
+                action_id=request.action_id,
             )
             return
         try:
@@ -264,7 +268,7 @@ class Executor:
         log.info(
             "action_applied",
             action=request.action,
-            pod=request.pod,
+            pod=request.target,
             action_id=request.action_id,
             already_applied=already,
         )
@@ -280,7 +284,7 @@ class Executor:
         if request.action == UPDATE_SIDECAR_ACTION:  # SidecarSet in-place upgrade (executor/sidecarset.py)
             return await apply_sidecar_upgrade(self.core, request)
         match request.action:
-            case "createPod":
+            case ActionKind.CREATE_POD:
                 return await self._create(
                     "Pod",
                     namespace,
@@ -289,7 +293,7 @@ class Executor:
                     self.core.create_namespaced_pod,
                     self.core.read_namespaced_pod,
                 )
-            case "createPVC":
+            case ActionKind.CREATE_PVC:
                 return await self._create(
                     "PersistentVolumeClaim",
                     namespace,
@@ -298,7 +302,7 @@ class Executor:
                     self.core.create_namespaced_persistent_volume_claim,
                     self.core.read_namespaced_persistent_volume_claim,
                 )
-            case "deletePod":
+            case ActionKind.DELETE_POD:
                 already = await self._delete(
                     self.core.delete_namespaced_pod, request.pod, namespace, details.get("uid")
                 )
@@ -309,17 +313,17 @@ class Executor:
                             self.core.delete_namespaced_persistent_volume_claim, pvc, namespace, uids.get(pvc)
                         )
                 return details.get("uid"), already
-            case "deletePVC":
+            case ActionKind.DELETE_PVC:
                 pvc = str(details.get("pvc"))
                 already = await self._delete(
                     self.core.delete_namespaced_persistent_volume_claim, pvc, namespace, details.get("uid")
                 )
                 return details.get("uid"), already
-            case "updateInPlace" | "recreatePod" | "patchPod":
+            case ActionKind.UPDATE_IN_PLACE | ActionKind.RECREATE_POD | ActionKind.PATCH_POD:
                 return await self._patch_pod(request, details.get("patch") or {})
-            case "markNotReady" | "markReady":
+            case ActionKind.MARK_NOT_READY | ActionKind.MARK_READY:
                 return await self._mark(request)
-            case "setPodsToDelete":
+            case ActionKind.SET_PODS_TO_DELETE:
                 return await self._set_pods_to_delete(request)
         raise ActionFailed(f"unknown action {request.action!r}")
 
@@ -377,7 +381,7 @@ class Executor:
             except ApiException as error:
                 if error.status != 409:
                     raise
-                log.info("conflict_retry", pod=request.pod, action=request.action)
+                log.info("conflict_retry", pod=request.target, action=request.action)
         raise ActionFailed("kept conflicting with other writers", retryable=True)
 
     async def _mark(self, request: PodActionRequested) -> tuple[str | None, bool]:
@@ -399,7 +403,7 @@ class Executor:
         return await self._patch_pod(request, request.details.get("patch") or {}, known=pod)
 
     async def _set_pods_to_delete(self, request: PodActionRequested) -> tuple[str | None, bool]:
-        name = request.pod
+        name = request.target  # the CloneSet
         current = await self.custom.get_namespaced_custom_object(
             CLONESET_GROUP, CLONESET_VERSION, request.namespace, CLONESET_PLURAL, name
         )
@@ -530,7 +534,7 @@ class Executor:
         log.warning(
             "action_failed",
             action=request.action,
-            pod=request.pod,
+            pod=request.target,
             action_id=request.action_id,
             reason=failure.reason,
         )

@@ -110,6 +110,11 @@ def decode_token(token: str) -> str:
     return "" if token == _EMPTY_TOKEN else unquote(token, errors="strict")
 
 
+def partition_of(partition_key: str, partitions: int) -> int:
+    """The bus partition of a workload's stream ``Kind/namespace/name``: crc32 mod ``partitions``."""
+    return zlib.crc32(partition_key.encode()) % partitions
+
+
 class PublishError(Exception):
     """Some events of a ``publish_many`` were not stored by JetStream (the others were)."""
 
@@ -207,7 +212,7 @@ class Bus:
 
     def partition_of(self, partition_key: str) -> int:
         """Stable partition of a workload (crc32, the same in every process and Python version)."""
-        return zlib.crc32(partition_key.encode()) % self.settings.bus_partitions
+        return partition_of(partition_key, self.settings.bus_partitions)
 
     def subject_for(self, envelope: Envelope, *, partition_key: str | None = None) -> str:
         """``<prefix>.ev.p<N>.<Kind>.<namespace>.<name>.<EventType>`` for an envelope of stream K/ns/name."""

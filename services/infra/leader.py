@@ -74,9 +74,28 @@ def candidate_identity() -> str:
 
 class _Lock(LeaseLock):
     """The library's Lease lock, remembering why the last read failed (anything but 404 means this process
-    cannot currently take the Lease over: it is reported in /readyz)."""
+    cannot currently take the Lease over: it is reported in /readyz). ``may_take``, when set, is asked
+    before this process writes itself into a Lease it does not hold (create, or update of a Lease held by
+    another or by no one): False leaves the Lease alone, so a caller can watch a Lease without taking it
+    (services/infra/partition_leases.py, at its share of the partitions)."""
 
     last_error: str | None = None
+    may_take: Callable[[], bool] | None = None
+
+    def _taking(self) -> bool:
+        lease = self.lease_reference
+        holder = lease.spec.holder_identity if lease is not None and lease.spec is not None else None
+        return holder != self.identity
+
+    async def create(self, name: str, namespace: str, election_record: Any) -> bool:
+        if self.may_take is not None and not self.may_take():
+            return False
+        return bool(await super().create(name, namespace, election_record))
+
+    async def update(self, name: str, namespace: str, updated_record: Any) -> bool:
+        if self.may_take is not None and self._taking() and not self.may_take():
+            return False
+        return bool(await super().update(name, namespace, updated_record))
 
     async def get(self, name: str, namespace: str) -> Any:
         found, record = await super().get(name, namespace)
@@ -253,38 +272,47 @@ class LeaderElector:
 
     async def release(self) -> None:
         """Clear ``holderIdentity`` if we still hold the Lease: a standby takes over at its next attempt."""
-        leases = client.CoordinationV1Api(self.api)
-        timeout = self.settings.leader_renew_deadline
-        for _ in range(3):
-            try:
-                lease = await leases.read_namespaced_lease(
-                    self.name, self.namespace, _request_timeout=timeout
-                )
-                spec = lease.spec
-                if spec is None or spec.holder_identity != self.identity:
-                    return
-                now = datetime.now(UTC)
-                lease.spec = client.V1LeaseSpec(  # no holderIdentity: free to take
-                    lease_duration_seconds=1,
-                    acquire_time=now,
-                    renew_time=now,
-                    lease_transitions=spec.lease_transitions,
-                )
-                await leases.replace_namespaced_lease(
-                    self.name, self.namespace, lease, _request_timeout=timeout
-                )
-            except ApiException as error:
-                if error.status == 409:
-                    continue  # a renewal in flight landed first: read again
-                log.warning(
-                    "leader_release_failed", lease=self.lease, status=error.status, reason=error.reason
-                )
+        await release_lease(
+            self.api, self.namespace, self.name, self.identity, timeout=self.settings.leader_renew_deadline
+        )
+
+
+async def release_lease(
+    api: client.ApiClient,
+    namespace: str,
+    name: str,
+    identity: str,
+    *,
+    timeout: float,  # noqa: ASYNC109 (each request's own timeout, passed to the client)
+) -> None:
+    """Clear ``holderIdentity`` of ``namespace/name`` if ``identity`` still holds it: a candidate takes it
+    at its next attempt instead of waiting for it to expire. Best effort: an unreachable Lease expires."""
+    leases = client.CoordinationV1Api(api)
+    where = f"{namespace}/{name}"
+    for _ in range(3):
+        try:
+            lease = await leases.read_namespaced_lease(name, namespace, _request_timeout=timeout)
+            spec = lease.spec
+            if spec is None or spec.holder_identity != identity:
                 return
-            except Exception as error:  # unreachable: the Lease simply expires
-                log.warning("leader_release_failed", lease=self.lease, error=repr(error))
-                return
-            log.info("leader_released", lease=self.lease, identity=self.identity)
+            now = datetime.now(UTC)
+            lease.spec = client.V1LeaseSpec(  # no holderIdentity: free to take
+                lease_duration_seconds=1,
+                acquire_time=now,
+                renew_time=now,
+                lease_transitions=spec.lease_transitions,
+            )
+            await leases.replace_namespaced_lease(name, namespace, lease, _request_timeout=timeout)
+        except ApiException as error:
+            if error.status == 409:
+                continue  # a renewal in flight landed first: read again
+            log.warning("leader_release_failed", lease=where, status=error.status, reason=error.reason)
             return
+        except Exception as error:  # unreachable: the Lease simply expires
+            log.warning("leader_release_failed", lease=where, error=repr(error))
+            return
+        log.info("leader_released", lease=where, identity=identity)
+        return
 
 
 async def run_while_leading(runtime: ServiceRuntime, settings: Settings, service: str, work: Work) -> None:

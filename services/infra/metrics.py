@@ -11,6 +11,9 @@ EVENTS_HANDLED = Counter(
 EVENTS_APPENDED = Counter(
     "rollbook_events_appended_total", "Events a service appended to the event store", ["service", "type"]
 )
+STORE_APPENDS = Counter(
+    "rollbook_store_appends_total", "Appends (one store transaction each) a service made", ["service"]
+)
 CONSUMER_LAG = Gauge(
     "rollbook_consumer_lag",
     "Messages the durable consumer has not yet delivered (num_pending)",
@@ -30,6 +33,12 @@ PLANNING_SECONDS = Histogram(
     "Time of one planning round (fold, decide, append)",
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
 )
+PLANNING_PART_SECONDS = Counter(
+    "rollbook_planning_part_seconds_total",
+    "Time planning rounds spent in each part: catch_up (read the workload's new events from the store and "
+    "fold them), decide (build the decision input and decide: CPU), append (store the round)",
+    ["part"],
+)
 OBSERVATIONS = Counter(
     "rollbook_observations_total",
     "Watch events seen, by kind and outcome (emitted or ignored)",
@@ -43,6 +52,11 @@ KIND_SERVED = Gauge(
 LEADER = Gauge(
     "rollbook_leader",
     "1 while this process holds its service's leader Lease (or leader election is off), 0 on standby",
+    ["service"],
+)
+PARTITIONS_OWNED = Gauge(
+    "rollbook_partitions_owned",
+    "Bus partitions whose work this process owns by Lease (the planner; docs/services.md)",
     ["service"],
 )
 WATCH_RESTARTS = Counter(

@@ -30,7 +30,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # Deliveries before a message that cannot be handled is moved to the dead-letter subject.
     max_deliver: int = 5
     # Events are spread over this many bus partitions by workload (crc32 of Kind/namespace/name); every
-    # publisher and consumer of one stream must agree on it. See docs/bus.md.
+    # publisher and consumer of one stream must agree on it. See docs/bus.md. Planner replicas share the
+    # partitions out (one Lease each), so it bounds how many planners work at once.
     bus_partitions: int = 16
     # Seconds JetStream remembers an event_id (Nats-Msg-Id) to drop a republished event.
     bus_dedup_window: int = 600
@@ -44,6 +45,20 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # Namespaces a cluster-wide SidecarSet skips (comma-separated). The seed's default; set it empty to
     # behave like OpenKruise >= 1.3, which excludes none (docs/sidecarset.md).
     sidecarset_excluded_namespaces: str = "kube-system,kube-public"
+    # OpenKruise's EnableSortSidecarContainerByName feature gate (off there by default): the sidecar
+    # containers of all SidecarSets injecting into a pod are sorted by name before placement.
+    sidecarset_sort_containers_by_name: bool = False
+    # Seconds the webhook waits for the event store when it reads the recorded revisions of a SidecarSet
+    # that pins one (injectionStrategy.revision). Keep it well below the webhook's timeoutSeconds (5 in
+    # deploy/): the API server gives up on the whole admission after that.
+    sidecarset_revisions_timeout: float = 2.0
+    # What the webhook does with a pod matched by a pinning SidecarSet whose revisions cannot be read
+    # (the event store is down and this process has not read them, or not the pinned one): skip (admit
+    # the pod without that SidecarSet's sidecars, as a webhook outage or the not-yet-synced webhook
+    # would), latest (inject the SidecarSet's latest spec instead of the pinned revision) or refuse
+    # (OpenKruise's answer when its API server cannot be read). skip and latest add a warning to the
+    # admission and count it (rollbook_webhook_revisions_unavailable). docs/sidecarset.md.
+    sidecarset_revisions_unavailable: str = "skip"
     # Host the services' /healthz, /readyz and /metrics endpoints listen on.
     http_host: str = "127.0.0.1"
     # Base port of those endpoints (0 = pick free ports).
@@ -59,9 +74,11 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     max_event_bytes: int = 8 * 1024 * 1024
     # Python log level: DEBUG, INFO, WARNING, ERROR.
     log_level: str = "INFO"
-    # Run the planner's and the watcher's work only while holding their Lease (rollbook-planner,
-    # rollbook-watcher; services/infra/leader.py), so several replicas of each can run: one works, the
-    # others stand by. Turn it off only where exactly one of each runs and no Lease API is reachable.
+    # Run the watcher's work only while holding its Lease (rollbook-watcher; services/infra/leader.py), so
+    # several replicas can run: one works, the others stand by; and each planner's work only on the bus
+    # partitions whose Leases it holds (rollbook-planner-p<N>; services/infra/partition_leases.py), so
+    # every planner replica works on its share. Turn it off only where exactly one of each runs and no
+    # Lease API is reachable.
     leader_election: bool = True
     # Namespace of those Leases.
     leader_election_namespace: str = "default"

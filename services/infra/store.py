@@ -120,6 +120,18 @@ _READ_ALL_SQL = f"SELECT {_COLUMNS} FROM events WHERE global_position > $1 ORDER
 _READ_STREAM_SQL = (
     f"SELECT {_COLUMNS} FROM events WHERE stream = $1 AND stream_version >= $2 ORDER BY stream_version"
 )
+# Several streams, each from its own version, in one statement: the planner's catch-up of a workload.
+_READ_STREAMS_SQL = (
+    f"SELECT {_COLUMNS} FROM events JOIN unnest($1::text[], $2::int4[]) AS wanted(name, from_version)"
+    " ON events.stream = wanted.name AND events.stream_version >= wanted.from_version"
+    " ORDER BY stream, stream_version"
+)
+# One page of a stream's events of some types: the (stream, stream_version) key bounds the range, the type
+# test drops the others in the database, so a reader of a few event types never ships the rest.
+_READ_STREAM_TYPES_SQL = (
+    f"SELECT {_COLUMNS} FROM events WHERE stream = $1 AND stream_version >= $2 AND type = ANY($3::text[]) "
+    "ORDER BY stream_version LIMIT $4"
+)
 _READ_CORRELATION_SQL = f"SELECT {_COLUMNS} FROM events WHERE correlation_id = $1 ORDER BY global_position"
 _READ_EVENT_SQL = f"SELECT {_COLUMNS} FROM events WHERE event_id = $1"
 
@@ -578,6 +590,26 @@ class EventStore:
 
     async def read_stream(self, stream: str, from_version: int = 1) -> list[StoredEvent]:
         rows = await self._fetch(_READ_STREAM_SQL, stream, from_version)
+        return _rows_to_stored(rows, self.decoder)
+
+    async def read_streams(self, positions: Sequence[tuple[str, int]]) -> list[list[StoredEvent]]:
+        """``read_stream`` of each (stream, from_version) in one statement: a list per stream, in the
+        order given, each in stream order."""
+        rows = await self._fetch(
+            _READ_STREAMS_SQL, [stream for stream, _ in positions], [version for _, version in positions]
+        )
+        by_stream: dict[str, list[StoredEvent]] = {stream: [] for stream, _ in positions}
+        for stored in _rows_to_stored(rows, self.decoder):
+            by_stream[stored.envelope.stream].append(stored)
+        return [by_stream[stream] for stream, _ in positions]
+
+    async def read_stream_page(
+        self, stream: str, from_version: int, types: Sequence[str], limit: int
+    ) -> list[StoredEvent]:
+        """Up to ``limit`` events of ``stream`` with stream_version >= ``from_version`` whose type is one of
+        ``types``, in stream order (one page: call again from the last version read + 1 until a page comes
+        back shorter than ``limit``)."""
+        rows = await self._fetch(_READ_STREAM_TYPES_SQL, stream, from_version, list(types), limit)
         return _rows_to_stored(rows, self.decoder)
 
     async def read_correlation(self, correlation_id: str) -> list[StoredEvent]:

@@ -155,10 +155,9 @@ def _in_place_to_v1alpha1(source: dict[str, Any], metadata: dict[str, Any]) -> d
     )
     if not source.get("gracePeriodSeconds") and all(source.get(name) is None for _, name in fields):
         return None  # an empty {} disappears
-    annotations = metadata.setdefault("annotations", {})
     for key, name in fields:
         if source.get(name) is not None:
-            annotations[key] = str(source[name])
+            metadata.setdefault("annotations", {})[key] = str(source[name])
     return {"gracePeriodSeconds": source["gracePeriodSeconds"]} if source.get("gracePeriodSeconds") else {}
 
 

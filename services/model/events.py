@@ -113,13 +113,26 @@ class PartitionStepPlanned(_Event, frozen=True, kw_only=True):
 
 
 class PodActionRequested(_Event, frozen=True, kw_only=True):
+    """An action the planner asks the executor to carry out: on a pod (or a PVC of one), or on the workload
+    itself (``workload``, e.g. setPodsToDelete on the CloneSet).
+
+    Schema v2: ``workload`` added; a v1 setPodsToDelete named its CloneSet in ``pod`` (upcast on read)."""
+
     action_id: str  # deterministic id; recorded on the object so a redelivery is a no-op
-    action: str  # createPod, deletePod, recreatePod, updateInPlace, markNotReady, markReady, createPVC, ...
+    action: str  # an ActionKind (services/model/actions.py): createPod, deletePod, updateInPlace, ...
     namespace: str
-    pod: str
+    pod: str = ""  # the pod acted on (for a PVC action, the pod it belongs to); "" for a workload action
     rollout_id: str | None = None
     revision: str | None = None
     details: dict[str, Any] = {}  # the plan's action as JSON (object, patch, withPVCs, ...)
+    # The workload acted on itself (setPodsToDelete: the CloneSet's name); absent (left out of the JSON,
+    # so a pod action's record is as before) for an action on a pod.
+    workload: str | msgspec.UnsetType = msgspec.UNSET
+
+    @property
+    def target(self) -> str:
+        """The name of what the action acts on: the workload for a workload action, else the pod."""
+        return self.pod if isinstance(self.workload, msgspec.UnsetType) else self.workload
 
 
 class StatusPlanned(_Event, frozen=True, kw_only=True):
@@ -301,7 +314,10 @@ EVENT_TYPES: dict[str, type[_Event]] = {cls.__name__: cls for cls in Event.__arg
 
 # The current schema_version of each event type. Raise a type's entry when its Struct changes shape, and
 # register an upcaster from the old version in services/model/upcasting.py (old rows are read through it).
-SCHEMA_VERSIONS: dict[str, int] = dict.fromkeys(EVENT_TYPES, SCHEMA_VERSION)
+SCHEMA_VERSIONS: dict[str, int] = {
+    **dict.fromkeys(EVENT_TYPES, SCHEMA_VERSION),
+    "PodActionRequested": 2,  # v2: ``workload`` (services/model/upcasting.py reads v1)
+}
 
 
 class Envelope(msgspec.Struct, frozen=True, kw_only=True):

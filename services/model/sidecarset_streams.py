@@ -14,13 +14,15 @@ with ``SidecarSet//<name>`` as partition key (one bus partition per SidecarSet):
 
 from __future__ import annotations
 
+from services.model.actions import ActionKind
+
 SIDECARSET_KIND = "SidecarSet"
 SIDECARSET_GROUP = "apps.kruise.io"
 SIDECARSET_VERSION = "v1alpha1"
 SIDECARSET_PLURAL = "sidecarsets"
 
-# The in-place sidecar upgrade a planner asks for (PodActionRequested.action).
-UPDATE_SIDECAR_ACTION = "updateSidecarInPlace"
+# The in-place sidecar upgrade a planner asks for (PodActionRequested.action; its kind in the model).
+UPDATE_SIDECAR_ACTION = ActionKind.UPDATE_SIDECAR_IN_PLACE
 # The last SidecarSet action applied to a pod: a separate annotation from the CloneSet's
 # rollbook.io/action-id, so a CloneSet controller and a SidecarSet controller patching the same pod never
 # overwrite each other's expectation record.

@@ -19,6 +19,7 @@ from typing import Any
 
 import msgspec
 
+from services.model.actions import ActionKind
 from services.model.events import SCHEMA_VERSIONS, Event
 
 Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
@@ -79,6 +80,15 @@ class PayloadDecoder:
             data = step(data)
             data["type"] = event_type
         return msgspec.convert(data, self._convert_type)
+
+
+@upcaster("PodActionRequested", from_version=1)
+def _workload_action_target(data: dict[str, Any]) -> dict[str, Any]:
+    """v1 -> v2: an action on the workload itself (setPodsToDelete) named its CloneSet in ``pod``; v2 names
+    it in ``workload`` and leaves ``pod`` empty. Pod actions are unchanged."""
+    if data.get("action") != ActionKind.SET_PODS_TO_DELETE:
+        return data
+    return {**data, "pod": "", "workload": data.get("pod", "")}
 
 
 DEFAULT_DECODER = PayloadDecoder()

@@ -11,6 +11,7 @@ from typing import Any
 
 import msgspec
 
+from services.model.actions import EXISTING_POD_ACTIONS, ActionKind
 from services.model.cloneset import desired_replicas
 from services.model.cloneset_conversion import ConversionError, as_v1alpha1
 from services.model.events import (
@@ -31,8 +32,9 @@ from services.model.events import (
     StatusPlanned,
 )
 from services.model.streams import derived_id, rollout_id
+from services.planner import plan as planning
 from services.planner import progress_deadline, rounds
-from services.planner.plan import plan_json
+from services.planner.model import Action, DeletePod, DeletePVC, Plan, PlanInput
 from services.planner.progress import rollout_progress
 from services.planner.status import failure_conditions, with_failure_conditions
 from services.planner.workload_state import WorkloadState
@@ -50,39 +52,41 @@ from services.planner.workload_state import WorkloadState
 #    apps.kruise.io/v1beta1 input and the OnDelete update type.
 # 6: scatterStrategy (validated; orders update candidates as OpenKruise's scatter sorter).
 # 7: an action's expectation times out 60 s after its outcome, not its request (600 s with no outcome).
+# 8: hand-over from another controller: a status.updateRevision rollbook has no record of, reported for the
+#    current generation, is adopted as the current template's revision; a pod at an unrecorded revision
+#    that differs from the template only in its images is updated in place instead of recreated.
 # tests/planner/test_rules_fingerprint.py fails when the decisions change and this does not.
-RULES_VERSION = 7
+RULES_VERSION = 8
 
-_output_decoder = msgspec.json.Decoder(dict[str, Any])
-
-Decide = Callable[[bytes], dict[str, Any]]
-"""The decision function: canonical planner input JSON -> plan (a dict, as ``plan_json`` returns)."""
+Decide = Callable[[PlanInput], Plan]
+"""The decision function: the planner input -> its plan (typed, services/planner/model.py)."""
 
 
-def decide(plan_input: bytes) -> dict[str, Any]:
-    """The pure decision function (services/planner/plan.py), JSON in and out."""
-    return _output_decoder.decode(plan_json(plan_input))
+def decide(plan_input: PlanInput) -> Plan:
+    """The pure decision function (services/planner/plan.py)."""
+    return planning.plan(plan_input)
 
 
-def correlation_of(state: WorkloadState, plan: dict[str, Any]) -> str | None:
+def correlation_of(state: WorkloadState, plan: Plan) -> str | None:
     """The correlation id of a round's events: the rollout to the plan's update revision."""
-    update_revision = plan.get("updateRevision") or state.update_revision
+    update_revision = plan.update_revision or state.update_revision
     return rollout_id(state.namespace, state.name, update_revision) if update_revision else None
 
 
-def decisions_for(state: WorkloadState, plan: dict[str, Any]) -> list[Event]:
+def decisions_for(state: WorkloadState, plan: Plan) -> list[Event]:
     """The decision events a plan means, given what was already decided (nothing is repeated). A pure
     function of the folded state and the plan: the replay calls it too."""
     now = state.now
     assert now is not None
     decisions: list[Event] = []
-    rejected = plan.get("rejected")
-    if rejected:
-        key = (str(rejected.get("field")), str(rejected.get("reason")))
+    rejected = plan.rejected
+    if rejected is not None:
+        key = (rejected.field, rejected.reason)
         if key != state.last_rejection:
             generation = (state.cloneset or {}).get("metadata", {}).get("generation")
             decisions.append(SpecRejected(field=key[0], reason=key[1], generation=generation))
-    for revision in plan.get("revisions") or []:
+    for planned in plan.revisions:
+        revision = _as_recorded(planned)
         name = str((revision.get("metadata") or {}).get("name", ""))
         if state.revisions.get(name) == revision:
             continue
@@ -97,11 +101,11 @@ def decisions_for(state: WorkloadState, plan: dict[str, Any]) -> list[Event]:
                 object=revision,
             )
         )
-    pruned = [n for n in plan.get("revisionsToDelete") or [] if n in state.revisions]
+    pruned = [n for n in plan.revisions_to_delete if n in state.revisions]
     if pruned:
         decisions.append(RevisionsPruned(names=pruned))
-    update = plan.get("updateRevision")
-    current = plan.get("currentRevision")
+    update = plan.update_revision
+    current = plan.current_revision
     replicas = desired_replicas(state.cloneset)
     strategy = (_planned_shape(state.cloneset).get("spec") or {}).get("updateStrategy") or {}
     if update and update != state.update_revision:
@@ -125,37 +129,35 @@ def decisions_for(state: WorkloadState, plan: dict[str, Any]) -> list[Event]:
                 RolloutCompleted(rollout_id=rollout_id(state.namespace, state.name, update), revision=update)
             )
     active = rollout_id(state.namespace, state.name, update) if update else None
-    if update and plan.get("partition") is not None and update != current:
+    if update and plan.partition is not None and update != current:
         step = PartitionStepPlanned(
             rollout_id=str(active),
-            partition=int(plan["partition"]),
+            partition=plan.partition,
             replicas=replicas,
-            expected_updated=int(
-                plan.get("expectedUpdatedReplicas") or max(replicas - int(plan["partition"]), 0)
-            ),
-            max_unavailable=int(plan.get("maxUnavailable") or 0),
-            max_surge=int(plan.get("maxSurge") or 0),
+            expected_updated=plan.expected_updated_replicas or max(replicas - plan.partition, 0),
+            max_unavailable=plan.max_unavailable or 0,
+            max_surge=plan.max_surge or 0,
         )
         if rounds.step_key(step) != state.last_step:
             decisions.append(step)
     round_key = derived_id("round", *sorted(state.through().items()))
-    for index, action in enumerate(plan.get("actions") or []):
+    for index, action in enumerate(plan.actions):
         decisions.append(_action(state, action, round_key, index, update))
-    if not rejected:
+    if rejected is None:
         decisions.extend(_hook_transitions(state, plan, now))
-    pods_to_delete = plan.get("podsToDelete")
+    pods_to_delete = plan.pods_to_delete
     if pods_to_delete is not None:
         decisions.append(
             PodActionRequested(
                 action_id=str(derived_id("action", round_key, "podsToDelete")),
-                action="setPodsToDelete",
+                action=ActionKind.SET_PODS_TO_DELETE,
                 namespace=state.namespace,
-                pod=state.name,
+                workload=state.name,
                 rollout_id=active,
                 details={"podsToDelete": pods_to_delete},
             )
         )
-    status = plan.get("status")
+    status = _as_recorded(plan.status) if plan.status is not None else None
     if status is not None:
         # FailedScale / FailedUpdate come from the executors' outcomes, which the pure planner never sees.
         previous = (state.last_status or {}).get("conditions") or []
@@ -177,18 +179,24 @@ def decisions_for(state: WorkloadState, plan: dict[str, Any]) -> list[Event]:
         and update
         and update == current
         and rollout_progress(state.cloneset or {}, status_now).complete
-        and not plan.get("actions")
+        and not plan.actions
     ):
         decisions.append(
             RolloutCompleted(rollout_id=rollout_id(state.namespace, state.name, update), revision=update)
         )
     decisions.extend(pause_transition(state, decisions, plan, status_now))
-    requeue = plan.get("requeueAfterSeconds")
+    requeue = plan.requeue_after_seconds
     if requeue and (decisions or not state.schedules):
         due = now + timedelta(seconds=float(requeue))
         if due not in state.schedules.values():
             decisions.append(RequeueScheduled(due_at=due, reason="grace"))
     return decisions
+
+
+def _as_recorded(value: Any) -> Any:
+    """A part of the plan as the events record it: plain JSON values, every dict's keys in sorted order (as
+    the plan's canonical JSON has them), copied so an event shares nothing with the planner's input."""
+    return msgspec.to_builtins(value, order="deterministic")
 
 
 def _planned_shape(cloneset: dict[str, Any] | None) -> dict[str, Any]:
@@ -223,12 +231,10 @@ def _deadline_exceeded(
     )
 
 
-def _hook_transitions(state: WorkloadState, plan: dict[str, Any], now: datetime) -> list[Event]:
+def _hook_transitions(state: WorkloadState, plan: Plan, now: datetime) -> list[Event]:
     """``PodHookReleased`` for each pod a lifecycle hook no longer holds (released, moved on, or gone),
     with how long it held it, then ``PodHookHeld`` for each pod newly held (plan ``hookHolds``)."""
-    holds = {
-        (str(h.get("pod")), str(h.get("hook"))): str(h.get("state")) for h in plan.get("hookHolds") or []
-    }
+    holds = {(h.pod, h.hook): h.state for h in plan.hook_holds}
     events: list[Event] = []
     for key in sorted(state.hook_holds):
         held_state, since = state.hook_holds[key]
@@ -250,7 +256,7 @@ def _hook_transitions(state: WorkloadState, plan: dict[str, Any], now: datetime)
 
 
 def pause_transition(
-    state: WorkloadState, decisions: list[Event], plan: dict[str, Any], status: dict[str, Any]
+    state: WorkloadState, decisions: list[Event], plan: Plan, status: dict[str, Any]
 ) -> list[Event]:
     """``RolloutPaused`` when the active rollout stops on purpose (``updateStrategy.paused``, or a canary
     step done: the pods the partition allows are updated and ready, and the rest wait for the partition to
@@ -267,8 +273,8 @@ def pause_transition(
     reason = None
     if progress.paused:
         reason = "updateStrategy.paused"
-    elif progress.partition_reached and not progress.complete and not plan.get("actions"):
-        partition = int(plan.get("partition") or 0)
+    elif progress.partition_reached and not progress.complete and not plan.actions:
+        partition = plan.partition or 0
         reason = f"partition {partition} reached: the pods it allows are updated and ready"
     if reason is not None and not paused:
         return [RolloutPaused(rollout_id=active, reason=reason)]
@@ -278,29 +284,26 @@ def pause_transition(
 
 
 def _action(
-    state: WorkloadState, action: dict[str, Any], round_key: Any, index: int, update: str | None
+    state: WorkloadState, action: Action, round_key: Any, index: int, update: str | None
 ) -> PodActionRequested:
-    kind = str(action.get("action"))
-    pod = str(action.get("pod", ""))
-    details = dict(action)
+    # The request's details are the plan's action as its JSON has it (camelCase keys, defaults left out).
+    details: dict[str, Any] = _as_recorded(action)
     # Deletes name the exact objects they target, so a later object with the same name is not
     # mistaken for the deleted one (expectations, and the executor's precondition).
-    if kind == "deletePod":
-        details["uid"] = state.uid_of("Pod", pod)
-        if details.get("withPVCs"):
-            details["pvcUids"] = {
-                n: state.uid_of("PersistentVolumeClaim", n) for n in details.get("pvcs") or []
-            }
-    elif kind == "deletePVC":
-        details["uid"] = state.uid_of("PersistentVolumeClaim", str(action.get("pvc")))
-    elif kind in ("updateInPlace", "recreatePod", "markNotReady", "markReady", "patchPod"):
-        details["uid"] = state.uid_of("Pod", pod)
-    revision = action.get("revision") or None
+    if isinstance(action, DeletePod):
+        details["uid"] = state.uid_of("Pod", action.pod)
+        if action.with_pvcs:
+            details["pvcUids"] = {n: state.uid_of("PersistentVolumeClaim", n) for n in action.pvcs}
+    elif isinstance(action, DeletePVC):
+        details["uid"] = state.uid_of("PersistentVolumeClaim", action.pvc)
+    elif details["action"] in EXISTING_POD_ACTIONS:
+        details["uid"] = state.uid_of("Pod", action.pod)
+    revision = getattr(action, "revision", None) or None
     return PodActionRequested(
         action_id=str(derived_id("action", round_key, index)),
-        action=kind,
+        action=details["action"],
         namespace=state.namespace,
-        pod=pod,
+        pod=action.pod,
         rollout_id=rollout_id(state.namespace, state.name, update) if update else None,
         revision=str(revision) if revision else None,
         details=details,

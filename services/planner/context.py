@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from services.model import labels as selectors
-from services.planner.inplace import Change, classify, update_complete
+from services.planner.inplace import Change, classify, template_from_pod, update_complete
 from services.planner.lifecycle import UPDATING
 from services.planner.names import (
     CLONESET_KIND,
@@ -121,15 +121,27 @@ class Context:
             return state is None or update_complete(pod.obj, state)
         return True
 
+    def old_template(self, pod: PodView) -> dict[str, Any] | None:
+        """The template of the pod's revision: recorded, or for a revision rollbook has no record of, as
+        the pod shows it (``template_from_pod``); None when neither says."""
+        revision = self.revisions.by_hash.get(pod.revision_hash)
+        if revision is not None:
+            return revision.template
+        return template_from_pod(pod.obj, self.revisions.update.template)
+
+    def change_key(self, pod: PodView) -> str:
+        """What the pod's change depends on: its revision, or the pod itself for an unrecorded revision."""
+        return pod.revision_hash if pod.revision_hash in self.revisions.by_hash else f"pod/{pod.name}"
+
     def change_for(self, pod: PodView) -> Change | None:
-        """The change from the pod's revision to the update revision; None when its revision is unknown."""
-        key = pod.revision_hash
+        """The change from the pod's revision to the update revision; None when its template is unknown."""
+        key = self.change_key(pod)
         if key not in self._changes:
-            revision = self.revisions.by_hash.get(key)
+            old = self.old_template(pod)
             self._changes[key] = (
                 None
-                if revision is None
-                else classify(revision.template, self.revisions.update.template, self.spec.extended_inplace)
+                if old is None
+                else classify(old, self.revisions.update.template, self.spec.extended_inplace)
             )
         return self._changes[key]
 

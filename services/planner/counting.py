@@ -84,10 +84,11 @@ def classify_pods(ctx: Context) -> Classes:
             if recreate_all:
                 recreate += 1
             else:
-                needs = recreates.get(pod.revision_hash)
+                key = ctx.change_key(pod)
+                needs = recreates.get(key)
                 if needs is None:
                     change = ctx.change_for(pod)
-                    needs = recreates[pod.revision_hash] = change is None or not change.in_place
+                    needs = recreates[key] = change is None or not change.in_place
                 recreate += needs
     return Classes(
         new,

@@ -66,6 +66,54 @@ def _map_diff(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     return diff
 
 
+# Container fields the API server fills in when the template leaves them out: a pod may carry them although
+# its revision's template did not set them.
+_DEFAULTED_CONTAINER_FIELDS = (
+    "terminationMessagePath",
+    "terminationMessagePolicy",
+    "imagePullPolicy",
+    "resources",
+)
+_TOKEN_MOUNT_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"  # added by the ServiceAccount plugin
+
+
+def template_from_pod(pod: dict[str, Any], template: dict[str, Any]) -> dict[str, Any] | None:
+    """The template of a pod at a revision rollbook has no record of (another controller's, such as
+    OpenKruise's before a hand-over), as far as the pod shows it: the target ``template`` with the images
+    the pod's containers have. Only when the pod agrees with ``template`` on everything else it sets (the
+    same containers in the same order, every other container field and every other pod spec field the
+    template sets equal; beyond them a container may only carry what the API server defaults and the
+    service account token mount), so that patching the images leaves nothing of the old revision behind.
+    None otherwise: the pod's revision stays unknown and the pod is recreated."""
+    spec, pod_spec = template.get("spec") or {}, pod.get("spec") or {}
+    if any(pod_spec.get(key) != value for key, value in spec.items() if key != "containers"):
+        return None
+    wanted, actual = spec.get("containers") or [], pod_spec.get("containers") or []
+    if [c.get("name") for c in wanted] != [c.get("name") for c in actual]:
+        return None
+    containers = []
+    for want, have in zip(wanted, actual, strict=True):
+        have = dict(have)
+        mounts = [m for m in have.get("volumeMounts") or [] if m.get("mountPath") != _TOKEN_MOUNT_PATH]
+        if mounts or "volumeMounts" in want:
+            have["volumeMounts"] = mounts
+        else:
+            have.pop("volumeMounts", None)
+        extra = set(have) - set(want) - {"image"}
+        if extra - set(_DEFAULTED_CONTAINER_FIELDS):
+            return None
+        if any(have.get(key) != value for key, value in want.items() if key != "image"):
+            return None
+        containers.append({**want, "image": have.get("image")})
+    metadata = dict(template.get("metadata") or {})
+    pod_meta = pod.get("metadata") or {}
+    for key in ("labels", "annotations"):
+        if key in metadata:
+            present = pod_meta.get(key) or {}
+            metadata[key] = {k: present[k] for k in metadata[key] or {} if k in present}
+    return {**template, "metadata": metadata, "spec": {**spec, "containers": containers}}
+
+
 def classify(old: dict[str, Any], new: dict[str, Any], extended: bool) -> Change:
     change = Change()
     old_meta, new_meta = old.get("metadata") or {}, new.get("metadata") or {}

@@ -28,6 +28,7 @@ from services.model.sidecarset_streams import observed_stream as sidecarset_obse
 from services.model.sidecarset_streams import rollout_id as sidecarset_rollout_id
 from services.model.streams import WORKLOAD_KIND, derived_id, workload_of
 from services.planner import cloneset_decisions, rounds, sidecarset_decisions
+from services.planner.model import PlanInput
 from services.planner.rounds import EXPECTATION_TIMEOUT
 from services.planner.sidecarset_state import SidecarSetState
 from services.planner.sidecarset_upgrade import SidecarSetRound
@@ -66,13 +67,14 @@ class KindPlanner(Protocol[S]):
         claims) blocks a round; None when nothing does."""
         ...
 
-    def plan_input(self, state: S) -> dict[str, Any]:
-        """The decision input (its hash is recorded on ``RoundPlanned``)."""
+    def plan_input(self, state: S) -> Any:
+        """The decision input, in process (the SHA-256 of its canonical JSON is recorded on
+        ``RoundPlanned``)."""
         ...
 
-    def decide(self, state: S, data: bytes) -> tuple[list[Event], str | None]:
-        """The round's decisions given the canonical input ``data`` and the state, and the correlation id
-        (the rollout) they carry."""
+    def decide(self, state: S, plan_input: Any) -> tuple[list[Event], str | None]:
+        """The round's decisions given the state and its decision input (``plan_input``), and the
+        correlation id (the rollout) they carry."""
         ...
 
     def round_id(self, state: S) -> UUID: ...
@@ -108,8 +110,9 @@ IDLE = Idle()
 def plan_round(kind: KindPlanner[S], state: S) -> Round[S]:
     """The round the kind decides on this state, whether or not it decides anything (verify compares it
     with the record; ``next_step`` drops a round without decisions)."""
-    data, digest = rounds.encode_input(kind.plan_input(state))
-    decisions, correlation = kind.decide(state, data)
+    plan_input = kind.plan_input(state)
+    _, digest = rounds.encode_input(plan_input)
+    decisions, correlation = kind.decide(state, plan_input)
     envelopes = rounds.round_envelopes(
         state,
         kind.decisions_stream(state),
@@ -138,8 +141,9 @@ def next_step(kind: KindPlanner[S], state: S) -> Step:
 
 
 class CloneSetPlanner:
-    """CloneSets (``CloneSet/<namespace>/<name>`` streams). ``decide`` is the decision function (canonical
-    input JSON -> plan); verify passes another one to evaluate a planner change."""
+    """CloneSets (``CloneSet/<namespace>/<name>`` streams). ``decide`` is the decision function (typed
+    input -> typed plan, services/planner/model.py); verify passes another one to evaluate a planner
+    change."""
 
     kind = WORKLOAD_KIND
     rules_version = cloneset_decisions.RULES_VERSION
@@ -179,11 +183,11 @@ class CloneSetPlanner:
             return min(leaving.values()) + EXPECTATION_TIMEOUT
         return None
 
-    def plan_input(self, state: WorkloadState) -> dict[str, Any]:
+    def plan_input(self, state: WorkloadState) -> PlanInput:
         return state.plan_input()
 
-    def decide(self, state: WorkloadState, data: bytes) -> tuple[list[Event], str | None]:
-        plan = self.decide_plan(data)
+    def decide(self, state: WorkloadState, plan_input: PlanInput) -> tuple[list[Event], str | None]:
+        plan = self.decide_plan(plan_input)
         decisions = cloneset_decisions.decisions_for(state, plan)
         return decisions, cloneset_decisions.correlation_of(state, plan)
 
@@ -227,7 +231,7 @@ class SidecarSetPlanner:
     def plan_input(self, state: SidecarSetState) -> dict[str, Any]:
         return state.plan_input()
 
-    def decide(self, state: SidecarSetState, data: bytes) -> tuple[list[Event], str | None]:
+    def decide(self, state: SidecarSetState, plan_input: dict[str, Any]) -> tuple[list[Event], str | None]:
         result = sidecarset_decisions.round_of(state)
         decisions = sidecarset_decisions.decisions_for(state, result)
         correlation = (

@@ -11,6 +11,8 @@ from typing import Any
 
 import msgspec
 
+from services.model.actions import ActionKind
+
 
 class PlanInput(msgspec.Struct, kw_only=True, rename="camel"):
     clone_set: dict[str, Any]
@@ -27,52 +29,52 @@ class _Action(
     reason: str = ""  # why, in words, for the audit trail
 
 
-class CreatePVC(_Action, frozen=True, kw_only=True, tag="createPVC"):
+class CreatePVC(_Action, frozen=True, kw_only=True, tag=ActionKind.CREATE_PVC.value):
     pvc: str
     object: dict[str, Any]
 
 
-class CreatePod(_Action, frozen=True, kw_only=True, tag="createPod"):
+class CreatePod(_Action, frozen=True, kw_only=True, tag=ActionKind.CREATE_POD.value):
     revision: str
     instance_id: str
     object: dict[str, Any]
 
 
-class DeletePod(_Action, frozen=True, kw_only=True, tag="deletePod"):
+class DeletePod(_Action, frozen=True, kw_only=True, tag=ActionKind.DELETE_POD.value):
     with_pvcs: bool = msgspec.field(name="withPVCs")
     pvcs: list[str] = []  # the PVCs to delete with it (when withPVCs)
 
 
-class DeletePVC(_Action, frozen=True, kw_only=True, tag="deletePVC"):
+class DeletePVC(_Action, frozen=True, kw_only=True, tag=ActionKind.DELETE_PVC.value):
     pvc: str
 
 
-class RecreatePod(_Action, frozen=True, kw_only=True, tag="recreatePod"):
+class RecreatePod(_Action, frozen=True, kw_only=True, tag=ActionKind.RECREATE_POD.value):
     revision: str
     patch: dict[str, Any]  # marks the pod apps.kruise.io/specified-delete; later rounds delete and replace it
 
 
-class UpdateInPlace(_Action, frozen=True, kw_only=True, tag="updateInPlace"):
+class UpdateInPlace(_Action, frozen=True, kw_only=True, tag=ActionKind.UPDATE_IN_PLACE.value):
     revision: str
     patch: dict[str, Any]  # strategic merge patch for the pod
     change: str = ""  # Dynamic or Rebuild
     restart_containers: list[str] = []
 
 
-class MarkNotReady(_Action, frozen=True, kw_only=True, tag="markNotReady"):
+class MarkNotReady(_Action, frozen=True, kw_only=True, tag=ActionKind.MARK_NOT_READY.value):
     # the pod condition to write (status subresource): InPlaceUpdateReady or KruisePodReady
     condition: dict[str, Any]
     patch: dict[str, Any] | None = None  # metadata patch written with it (the grace-period record)
     revision: str = ""
 
 
-class MarkReady(_Action, frozen=True, kw_only=True, tag="markReady"):
+class MarkReady(_Action, frozen=True, kw_only=True, tag=ActionKind.MARK_READY.value):
     # the pod condition to write (status subresource): InPlaceUpdateReady or KruisePodReady
     condition: dict[str, Any]
     patch: dict[str, Any] | None = None
 
 
-class PatchPod(_Action, frozen=True, kw_only=True, tag="patchPod"):
+class PatchPod(_Action, frozen=True, kw_only=True, tag=ActionKind.PATCH_POD.value):
     patch: dict[str, Any]  # strategic merge patch of the pod's metadata (lifecycle state, grace record)
 
 
@@ -120,3 +122,8 @@ class Plan(msgspec.Struct, kw_only=True, rename="camel"):
     max_surge: int | None = None
     expected_updated_replicas: int | None = None
     hook_holds: list[HookHold] = []  # pods held by a lifecycle hook, by pod name
+
+
+def action_kind(action: Action) -> ActionKind:
+    """The kind of a plan action (its ``action`` tag)."""
+    return ActionKind(str(action.__struct_config__.tag))

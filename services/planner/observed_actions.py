@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from services.model.actions import BECAME_READY, ActionKind
 from services.model.availability import READY_CONDITION, pod_available
 from services.planner.names import REVISION_LABEL
 
@@ -66,12 +67,17 @@ def pod_view(obj: dict[str, Any]) -> PodView:
 
 def _appeared(after: PodView, *, name_used: bool) -> list[Change]:
     changes = [
-        Change("recreatePod" if name_used else "createPod", after.uid, after.revision, images=after.images)
+        Change(
+            ActionKind.RECREATE_POD if name_used else ActionKind.CREATE_POD,
+            after.uid,
+            after.revision,
+            images=after.images,
+        )
     ]
     if after.terminating:
-        changes.append(Change("deletePod", after.uid, after.revision))
+        changes.append(Change(ActionKind.DELETE_POD, after.uid, after.revision))
     elif after.ready:
-        changes.append(Change("becameReady", after.uid, after.revision))
+        changes.append(Change(BECAME_READY, after.uid, after.revision))
     return changes
 
 
@@ -81,19 +87,19 @@ def changes(before: PodView | None, after: PodView | None, *, name_used: bool = 
     if after is None:
         if before is None or before.terminating:
             return []
-        return [Change("deletePod", before.uid, before.revision)]
+        return [Change(ActionKind.DELETE_POD, before.uid, before.revision)]
     if before is None:
         return _appeared(after, name_used=name_used)
     if before.uid != after.uid:
-        gone = [] if before.terminating else [Change("deletePod", before.uid, before.revision)]
+        gone = [] if before.terminating else [Change(ActionKind.DELETE_POD, before.uid, before.revision)]
         return gone + _appeared(after, name_used=True)
     if after.terminating:
-        return [] if before.terminating else [Change("deletePod", after.uid, after.revision)]
+        return [] if before.terminating else [Change(ActionKind.DELETE_POD, after.uid, after.revision)]
     result: list[Change] = []
     if before.revision != after.revision or before.images != after.images:
         result.append(
             Change(
-                "updateInPlace",
+                ActionKind.UPDATE_IN_PLACE,
                 after.uid,
                 after.revision,
                 before.revision,
@@ -104,5 +110,5 @@ def changes(before: PodView | None, after: PodView | None, *, name_used: bool = 
     elif before.in_service and not after.in_service:
         result.append(Change("leftService", after.uid, after.revision))
     if after.ready and not before.ready:
-        result.append(Change("becameReady", after.uid, after.revision))
+        result.append(Change(BECAME_READY, after.uid, after.revision))
     return result

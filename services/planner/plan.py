@@ -47,12 +47,17 @@ def _plan(request: PlanInput) -> Plan:
     spec = resolve(cloneset)
     observed = cloneset.get("status") or {}
     recorded = revisions.read_revisions(request.revisions)
+    adopted = revisions.reported_update_revision(spec, recorded, cloneset)
+    if adopted is not None:
+        recorded.append(adopted)
     revision_plan = revisions.plan_revisions(
         spec,
         recorded,
         observed.get("currentRevision") or _infer_current(recorded, request.pods),
         int(observed.get("collisionCount") or 0),
     )
+    if adopted is not None and revision_plan.update is adopted:
+        revision_plan.to_record.append(adopted)  # recorded from now on, whatever the status says later
     try:
         ctx = Context.build(spec, now, now_text, revision_plan, request.pods, request.pvcs, observed)
     except (KeyError, TypeError, AttributeError):
@@ -162,7 +167,8 @@ def _in_place_only_refusal(ctx: Context) -> tuple[str, str] | None:
             return (
                 "spec.template",
                 f"InPlaceOnly: pod {pod.name} is at revision {pod.revision_hash!r}, which is "
-                "not recorded, so no in-place update can be computed for it",
+                "not recorded and differs from the template beyond its images, so no in-place update can "
+                "be computed for it",
             )
         if not change.in_place:
             field = change.static_field or "spec.template.spec"

@@ -116,6 +116,28 @@ def read_revisions(records: list[dict[str, Any]]) -> list[Revision]:
     return revisions
 
 
+def reported_update_revision(
+    spec: CloneSetSpec, recorded: list[Revision], cloneset: dict[str, Any]
+) -> Revision | None:
+    """The update revision another controller (OpenKruise, before a hand-over) reported for the current
+    template, adopted under its name: ``status.updateRevision`` names a revision rollbook has no record
+    of, and the status describes this very generation (``observedGeneration == metadata.generation``), so
+    that name is this template's revision. Pods it labelled with that name then count as updated instead
+    of as pods of an unknown revision. None when there is nothing to adopt."""
+    status = cloneset.get("status") or {}
+    name = status.get("updateRevision")
+    generation = (cloneset.get("metadata") or {}).get("generation")
+    if not isinstance(name, str) or not name or generation is None:
+        return None
+    if status.get("observedGeneration") != generation:
+        return None
+    if any(r.name == name or r.hash == hash_part(name) for r in recorded):
+        return None
+    template = _strip_patch(spec.template)
+    number = max((r.number for r in recorded), default=0) + 1
+    return Revision(name, number, template, canonical_json(template))
+
+
 @dataclass(slots=True)
 class RevisionPlan:
     update: Revision

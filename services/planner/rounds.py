@@ -161,7 +161,8 @@ def step_key(step: PartitionStepPlanned) -> StepKey:
     )
 
 
-def encode_input(plan_input: dict[str, Any]) -> tuple[bytes, str]:
-    """The decision input as canonical JSON (sorted keys) and its SHA-256, recorded on ``RoundPlanned``."""
+def encode_input(plan_input: Any) -> tuple[bytes, str]:
+    """The decision input (a dict, or a Struct such as the CloneSet planner's ``PlanInput``) as canonical
+    JSON (sorted keys, sorted fields) and its SHA-256, recorded on ``RoundPlanned``."""
     data = _canonical.encode(plan_input)
     return data, hashlib.sha256(data).hexdigest()

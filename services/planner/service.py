@@ -21,21 +21,23 @@ workload planned with ``now`` = the due time.
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+import nats.js.errors
 import structlog
 from nats.aio.msg import Msg
 
-from services.infra.bus import DEFERRED, Bus, Deferred
-from services.infra.consumer_service import serve_consumer
+from services.infra.bus import DEFERRED, Bus, Consumer, Deferred
+from services.infra.consumer_service import ConsumerSpec, report_consumer_lag
 from services.infra.kruise import resolve_selection
-from services.infra.leader import run_while_leading
-from services.infra.metrics import EVENTS_APPENDED, EVENTS_HANDLED, PLANNING_SECONDS
+from services.infra.metrics import EVENTS_APPENDED, EVENTS_HANDLED, PLANNING_PART_SECONDS, PLANNING_SECONDS
+from services.infra.partition_leases import run_owning_partitions
 from services.infra.retry import retry_until_stopped
-from services.infra.runtime import ServiceRuntime, configure_logging
+from services.infra.runtime import ServiceRuntime, configure_logging, run_until_stopped
 from services.infra.settings import Settings
 from services.infra.store import ConcurrencyError, EventStore
 from services.model.events import Envelope, PodActionRequested, PodActionStarted, RequeueScheduled
@@ -48,6 +50,7 @@ from services.planner.shadow_service import ShadowRecorder
 
 log = structlog.get_logger("planner")
 
+# The single durable of earlier versions; each partition now has its own, planner-p<N>.
 DURABLE = "planner"
 # A round takes milliseconds; a wake-up lost with a crashed planner comes back after this.
 ACK_WAIT = 10.0
@@ -59,10 +62,13 @@ RETRY_DELAY_SECONDS = 1.0
 
 
 async def catch_up(store: EventStore, state: rounds.FoldedState) -> int:
-    """Fold every event of the state's streams not folded yet; returns how many."""
+    """Fold every event of the state's streams not folded yet; returns how many. The streams are read in
+    one statement (one connection and round trip, not one per stream) and folded one after another, in
+    their order."""
+    batches = await store.read_streams([(s, state.versions.get(s, 0) + 1) for s in state.streams])
     folded = 0
-    for stream in state.streams:
-        for stored in await store.read_stream(stream, state.versions.get(stream, 0) + 1):
+    for batch in batches:
+        for stored in batch:
             state.fold(stored.envelope)
             folded += 1
     return folded
@@ -90,6 +96,8 @@ class Workload:
     timers: list[tuple[Envelope, RequeueScheduled]] = field(default_factory=list)  # due, to record
     waiting: list[Msg] = field(default_factory=list)  # settled once a round covering them is appended
     task: asyncio.Task[None] | None = None
+    partition: int | None = None  # the bus partition its wake-ups come from
+    in_round: list[Msg] = field(default_factory=list)  # the wake-ups the running round answers
 
 
 class Planner:
@@ -121,7 +129,8 @@ class Planner:
 
     # --- handling bus messages -----------------------------------------------------------------------
 
-    async def handle(self, envelope: Envelope, msg: Msg) -> Deferred | None:
+    async def handle(self, envelope: Envelope, msg: Msg, *, partition: int | None = None) -> Deferred | None:
+        """A wake-up from the consumer of ``partition`` (all events of one workload share a partition)."""
         EVENTS_HANDLED.labels("planner", envelope.type).inc()
         payload = envelope.payload
         if isinstance(payload, PodActionStarted):
@@ -137,6 +146,7 @@ class Planner:
         key = kind.workload_of(envelope.stream)
         assert key is not None
         workload = self.workload(kind, key)
+        workload.partition = partition
         if isinstance(payload, RequeueScheduled):
             left = (payload.due_at - datetime.now(UTC)).total_seconds()
             if left > TIMER_SLACK_SECONDS:
@@ -162,6 +172,7 @@ class Planner:
             while workload.dirty:
                 workload.dirty = False
                 waiting, workload.waiting = workload.waiting, []
+                workload.in_round = waiting
                 timers, workload.timers = workload.timers, []
                 forced, workload.forced = workload.forced, False
                 try:
@@ -177,6 +188,7 @@ class Planner:
                     await _settle(waiting, ok=False)
                     continue
                 await _settle(waiting, ok=True)
+                workload.in_round = []
         finally:
             workload.task = None
 
@@ -207,10 +219,21 @@ class Planner:
 
     async def close(self) -> None:
         """Stop every workload's task; their unsettled wake-ups come back from the bus."""
-        tasks = [w.task for w in self.workloads.values() if w.task is not None]
+        await self._forget(list(self.workloads))
+
+    async def drop_partition(self, partition: int) -> None:
+        """Forget every workload of ``partition``: its rounds are cancelled, its unsettled wake-ups handed
+        back to the bus at once, its state dropped, so whichever planner owns the partition next (this
+        one again, or another) rebuilds it from the store."""
+        await self._forget([k for k, w in self.workloads.items() if w.partition == partition])
+
+    async def _forget(self, keys: list[tuple[str, str]]) -> None:
+        dropped = [self.workloads.pop(key) for key in keys]
+        tasks = [w.task for w in dropped if w.task is not None]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        await _settle([m for w in dropped for m in (*w.in_round, *w.waiting)], ok=False, delay=0.0)
 
     # --- one round -----------------------------------------------------------------------------------
 
@@ -229,7 +252,9 @@ class Planner:
             if self.settings.shadow:  # every CloneSet is shadowed: its shadow trail only, no state
                 await self.shadow.record(*workload.key.split("/", 1))
                 return
+            part = time.perf_counter()
             folded = await catch_up(self.store, state)
+            part = _timed("catch_up", part)
             for timer_event, timer in timers or []:
                 due = rounds.requeue_due(state, kind.decisions_stream(state), timer_event, timer)
                 if due is not None:
@@ -243,12 +268,15 @@ class Planner:
                     return
                 if not self.selection.manages(observed):
                     return  # observed, not managed: no round, no decision
+            part = time.perf_counter()
             step = next_step(kind, state)
+            part = _timed("decide", part)
             if isinstance(step, Wait):
                 if step.timer is not None:
                     await append(self.store, state, [step.timer])
             elif isinstance(step, Round):
                 await append(self.store, state, step.envelopes)
+                _timed("append", part)
                 correlation = step.envelopes[0].correlation_id
                 log.info(
                     "planned",
@@ -256,7 +284,7 @@ class Planner:
                     kind=kind.kind,
                     decisions=[type(d).__name__ for d in step.decisions],
                     actions=[
-                        f"{d.action}:{d.namespace}/{d.pod}"
+                        f"{d.action}:{d.namespace}/{d.target}"
                         for d in step.decisions
                         if isinstance(d, PodActionRequested)
                     ],
@@ -272,6 +300,13 @@ class Planner:
             PLANNING_SECONDS.observe(time.perf_counter() - started)
 
 
+def _timed(part: str, since: float) -> float:
+    """Count the time since ``since`` toward ``part`` of a round; returns now."""
+    now = time.perf_counter()
+    PLANNING_PART_SECONDS.labels(part).inc(now - since)
+    return now
+
+
 async def _quietly(work: Any) -> None:
     try:
         await work
@@ -279,15 +314,68 @@ async def _quietly(work: Any) -> None:
         log.debug("in_progress_failed", exc_info=True)
 
 
-async def _settle(messages: list[Msg], *, ok: bool) -> None:
+async def _settle(messages: list[Msg], *, ok: bool, delay: float = RETRY_DELAY_SECONDS) -> None:
     for msg in messages:
         try:
             if ok:
                 await msg.ack()
             else:
-                await msg.nak(delay=RETRY_DELAY_SECONDS)
+                await msg.nak(delay=delay or None)
         except Exception:  # the connection may be gone: the message comes back after ack_wait
             log.debug("settle_failed", exc_info=True)
+
+
+def partition_durable(partition: int) -> str:
+    return f"{DURABLE}-p{partition}"
+
+
+class PartitionConsumers:
+    """The wake-up consumers of the bus partitions this process owns (docs/services.md, "planner"): one
+    durable per partition, ``planner-p<N>``, run only by the partition's owner, so a workload (all its
+    events share a partition) is planned by one planner at a time. Dropping a partition stops its consumer,
+    then its workloads' rounds, and forgets their state."""
+
+    def __init__(self, runtime: ServiceRuntime, bus: Bus, planner: Planner) -> None:
+        self.runtime = runtime
+        self.bus = bus
+        self.planner = planner
+        self.running: dict[int, tuple[Consumer, asyncio.Task[None], asyncio.Task[None]]] = {}
+
+    async def acquired(self, partition: int) -> None:
+        """Start the partition's consumer (the bus stream was ensured at start)."""
+        spec = ConsumerSpec(
+            partition_durable(partition),
+            INPUT_TYPES,
+            functools.partial(self.planner.handle, partition=partition),
+            batch=64,
+            ack_wait=ACK_WAIT,
+            partition=partition,
+        )
+        consumer = spec.consumer(self.bus)
+        task = asyncio.create_task(consumer.run(), name=f"planner-{spec.durable}")
+        task.add_done_callback(self._ended)
+        lag = asyncio.create_task(report_consumer_lag(self.bus, self.runtime, "planner", spec.durable))
+        self.running[partition] = (consumer, task, lag)
+
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        """A partition's consumer ended on its own (not stopped with its partition): the service stops."""
+        if task.cancelled() or self.runtime.stopping.is_set():
+            return
+        if not any(running is task for _, running, _ in self.running.values()):
+            return  # stopped with its partition
+        error = task.exception() or RuntimeError(f"{task.get_name()} ended while the service was running")
+        self.runtime.task_failed(task, error)
+
+    async def dropped(self, partition: int, graceful: bool) -> None:
+        found = self.running.pop(partition, None)
+        if found is not None:
+            consumer, task, lag = found
+            consumer.stop()
+            lag.cancel()
+            if not graceful:
+                task.cancel()  # the Lease is lost: no time to finish the message in hand
+            await asyncio.gather(task, lag, return_exceptions=True)
+        await self.planner.drop_partition(partition)
 
 
 async def run(settings: Settings) -> None:
@@ -296,28 +384,27 @@ async def run(settings: Settings) -> None:
         store = await EventStore.connect(settings.database_url)
         bus = await Bus.connect(settings, name="rollbook-planner")
         bus.bodies = store.read_event  # events larger than a bus message are read from the store
+        planner: Planner | None = None
         try:
             selection = await resolve_selection(settings, "planner")
-
-            async def work() -> None:
-                # A fresh Planner per leadership: its state is rebuilt from the store on first sight.
-                planner = Planner(settings, store, selection, stopping=runtime.stopping)
-                try:
-                    await serve_consumer(
-                        runtime,
-                        bus,
-                        service="planner",
-                        durable=DURABLE,
-                        event_types=INPUT_TYPES,
-                        handler=planner.handle,
-                        batch=64,
-                        ack_wait=ACK_WAIT,
-                    )
-                finally:
-                    await planner.close()
-
-            # One planner plans at a time (the decisions streams have a single writer); others stand by.
-            await run_while_leading(runtime, settings, "planner", work)
+            planner = Planner(settings, store, selection, stopping=runtime.stopping)
+            await bus.ensure_stream()
+            try:  # replaced by the partition durables; left alone it would only pile up lag
+                await bus.js.delete_consumer(bus.stream, DURABLE)
+            except nats.js.errors.NotFoundError:
+                pass
+            consumers = PartitionConsumers(runtime, bus, planner)
+            # Each partition is planned by the one replica holding its Lease; replicas share them out.
+            owning = asyncio.create_task(
+                run_owning_partitions(
+                    runtime, settings, "planner", acquired=consumers.acquired, dropped=consumers.dropped
+                ),
+                name="planner-partitions",
+            )
+            await run_until_stopped(runtime, owning)
+            await owning
         finally:
+            if planner is not None:
+                await planner.close()
             await bus.close()
             await store.close()

@@ -23,11 +23,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from services.model.actions import ActionKind
 from services.model.availability import revision_hash
 
 Intent = tuple[str, str]  # (verb, pod name or revision hash)
 
-_UPDATE_STEPS = ("markNotReady", "updateInPlace", "markReady")
+_UPDATE_STEPS = (ActionKind.MARK_NOT_READY, ActionKind.UPDATE_IN_PLACE, ActionKind.MARK_READY)
 ABOVE_MAX_UNAVAILABLE = "above maxUnavailable"
 SURGE_THRASH = "surge thrash"
 
@@ -42,21 +43,21 @@ def rollbook_intents(actions: Iterable[Mapping[str, Any]], update_revision: str 
         kind, pod = str(action.get("action")), str(action.get("pod", ""))
         if kind in _UPDATE_STEPS:
             intents.add(("update", pod))
-        elif kind == "deletePod":
+        elif kind == ActionKind.DELETE_POD:
             intents.add(("delete", pod))
-        elif kind == "createPod":
+        elif kind == ActionKind.CREATE_POD:
             intents.add(("create", revision_key(action.get("revision") or update_revision)))
-        elif kind == "recreatePod":
+        elif kind == ActionKind.RECREATE_POD:
             intents.update({("delete", pod), ("create", revision_key(update_revision))})
     return intents
 
 
 def observed_intent(action: str, pod: str, revision: str | None) -> Intent | None:
-    if action in ("createPod", "recreatePod"):
+    if action in (ActionKind.CREATE_POD, ActionKind.RECREATE_POD):
         return ("create", revision_key(revision))
-    if action == "deletePod":
+    if action == ActionKind.DELETE_POD:
         return ("delete", pod)
-    if action == "updateInPlace":
+    if action == ActionKind.UPDATE_IN_PLACE:
         return ("update", pod)
     return None  # becameReady: the kubelet's doing, no controller decision
 

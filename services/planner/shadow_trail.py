@@ -31,6 +31,7 @@ from typing import Any
 
 import msgspec
 
+from services.model.actions import BECAME_READY, PVC_ACTIONS, ActionKind
 from services.model.availability import unavailable
 from services.model.cloneset import desired_replicas
 from services.model.events import (
@@ -47,14 +48,12 @@ from services.model.events import (
 )
 from services.model.shadow import shadowed
 from services.model.streams import WORKLOAD_KIND, derived_id, observed_stream, rollout_id, shadow_stream
+from services.planner import plan as planning
+from services.planner.model import Plan, PlanInput
 from services.planner.names import REVISION_LABEL
 from services.planner.observed_actions import Change, PodView, changes, pod_view
-from services.planner.plan import plan_json
-from services.planner.rounds import encode_input
 from services.planner.shadow_compare import Intent, compare, observed_intent, revision_key, rollbook_intents
 from services.planner.workload_state import WorkloadState
-
-_plan_decoder = msgspec.json.Decoder(dict[str, Any])
 
 
 @dataclass(frozen=True)
@@ -231,16 +230,16 @@ class ShadowTrail:
         action_id = str(derived_id("observed-action", envelope.event_id, index))
         decision, started_at, unavailable = self.decision, at, self._unavailable()
         completes = None
-        if change.action == "updateInPlace":
+        if change.action == ActionKind.UPDATE_IN_PLACE:
             marker = self.left.pop(change.uid, None)
             if marker is not None:
                 decision, started_at, unavailable = marker.decision, marker.at, marker.unavailable
             self.awaiting_ready[change.uid] = action_id
-        elif change.action in ("createPod", "recreatePod"):
+        elif change.action in (ActionKind.CREATE_POD, ActionKind.RECREATE_POD):
             self.awaiting_ready[change.uid] = action_id
             if self.active_rollout and revision_key(change.revision) == revision_key(self.update_revision):
                 self.created_in[change.uid] = self.active_rollout
-        elif change.action == "becameReady":
+        elif change.action == BECAME_READY:
             completes = self.awaiting_ready.pop(change.uid, None)
             self.left.pop(change.uid, None)
         rollout = self._rollout_of_now()
@@ -262,7 +261,7 @@ class ShadowTrail:
         if intent is None:
             return [observed_action]
         thrash = (
-            change.action == "deletePod"
+            change.action == ActionKind.DELETE_POD
             and self.active_rollout is not None
             and self.created_in.get(change.uid) == self.active_rollout
         )
@@ -310,45 +309,45 @@ class ShadowTrail:
         learned = self._learn_alias(plan)
         if learned:
             plan = self._decide()  # the controller's names are rollbook's from now on
-        for revision in plan.get("revisions") or []:
+        for revision in plan.revisions:
             name = str((revision.get("metadata") or {}).get("name", ""))
             self.state.revisions[name] = revision
-        for name in plan.get("revisionsToDelete") or []:
+        for name in plan.revisions_to_delete:
             self.state.revisions.pop(name, None)
         events: list[Event] = []
-        update = plan.get("updateRevision")
+        update = plan.update_revision
         actions = tuple(
-            {"action": a.get("action"), "pod": a.get("pod"), "revision": a.get("revision")}
-            for a in plan.get("actions") or []
-            if a.get("action") not in ("createPVC", "deletePVC")
+            {"action": a["action"], "pod": a.get("pod"), "revision": a.get("revision")}
+            for a in map(msgspec.to_builtins, plan.actions)  # as the plan's JSON: no revision = None
+            if a["action"] not in PVC_ACTIONS
         )
-        rejected = plan.get("rejected")
-        max_unavailable = int(plan.get("maxUnavailable") or 0)
-        if self.active_rollout and plan.get("partition") is not None and not rejected:
+        rejected = msgspec.to_builtins(plan.rejected) if plan.rejected is not None else None
+        max_unavailable = plan.max_unavailable or 0
+        if self.active_rollout and plan.partition is not None and not rejected:
             replicas = desired_replicas(self.state.cloneset)
-            partition = int(plan["partition"])
+            partition = plan.partition
             step = PartitionStepPlanned(
                 rollout_id=self.active_rollout,
                 partition=partition,
                 replicas=replicas,
-                expected_updated=int(plan.get("expectedUpdatedReplicas") or max(replicas - partition, 0)),
+                expected_updated=plan.expected_updated_replicas or max(replicas - partition, 0),
                 max_unavailable=max_unavailable,
-                max_surge=int(plan.get("maxSurge") or 0),
+                max_surge=plan.max_surge or 0,
             )
             key = (step.partition, step.replicas, step.expected_updated, step.max_unavailable, step.max_surge)
             if key != self.last_step:
                 self.last_step = key
                 events.append(step)
-        content = (update, plan.get("partition"), max_unavailable, plan.get("maxSurge"), actions, rejected)
+        content = (update, plan.partition, max_unavailable, plan.max_surge, actions, rejected)
         if content != self.last_planned:
             self.last_planned = content
             planned = ShadowPlanned(
                 through=self.observed_version,
                 now=self.state.now,
                 update_revision=update,
-                partition=plan.get("partition"),
+                partition=plan.partition,
                 max_unavailable=max_unavailable,
-                max_surge=int(plan.get("maxSurge") or 0),
+                max_surge=plan.max_surge or 0,
                 actions=list(actions),
                 rejected=rejected,
                 rules=self.rules,
@@ -358,14 +357,13 @@ class ShadowTrail:
             return events, (intents, actions, max_unavailable)
         return events, None
 
-    def _decide(self) -> dict[str, Any]:
-        data, _ = encode_input(_with_aliases(self.state.plan_input(), self.aliases))
-        return _plan_decoder.decode(plan_json(data))
+    def _decide(self) -> Plan:
+        return planning.plan(_with_aliases(self.state.plan_input(), self.aliases))
 
-    def _learn_alias(self, plan: dict[str, Any]) -> bool:
+    def _learn_alias(self, plan: Plan) -> bool:
         cloneset = self.state.cloneset or {}
         metadata, status = cloneset.get("metadata") or {}, cloneset.get("status") or {}
-        theirs, ours = status.get("updateRevision"), plan.get("updateRevision")
+        theirs, ours = status.get("updateRevision"), plan.update_revision
         if (
             not theirs
             or not ours
@@ -397,14 +395,13 @@ class ShadowTrail:
         return result
 
 
-def _with_aliases(plan_input: dict[str, Any], aliases: dict[str, str]) -> dict[str, Any]:
+def _with_aliases(plan_input: PlanInput, aliases: dict[str, str]) -> PlanInput:
     """The planner's input with the controller's revision names replaced by rollbook's (pods' revision
     labels, the CloneSet status' current and update revisions)."""
     if not aliases:
         return plan_input
-    result = dict(plan_input)
     pods = []
-    for pod in plan_input["pods"]:
+    for pod in plan_input.pods:
         labels = (pod.get("metadata") or {}).get("labels") or {}
         ours = aliases.get(revision_key(labels.get(REVISION_LABEL)))
         if ours is not None and labels.get(REVISION_LABEL) != ours:
@@ -412,8 +409,7 @@ def _with_aliases(plan_input: dict[str, Any], aliases: dict[str, str]) -> dict[s
             metadata = pod["metadata"]
             pod = {**pod, "metadata": {**metadata, "labels": {**labels, REVISION_LABEL: ours}}}
         pods.append(pod)
-    result["pods"] = pods
-    cloneset = plan_input["cloneSet"]
+    cloneset = plan_input.clone_set
     status = cloneset.get("status") or {}
     renamed = {
         key: aliases[revision_key(status[key])]
@@ -421,8 +417,8 @@ def _with_aliases(plan_input: dict[str, Any], aliases: dict[str, str]) -> dict[s
         if status.get(key) and revision_key(status[key]) in aliases
     }
     if renamed:
-        result["cloneSet"] = {**cloneset, "status": {**status, **renamed}}
-    return result
+        cloneset = {**cloneset, "status": {**status, **renamed}}
+    return msgspec.structs.replace(plan_input, pods=pods, clone_set=cloneset)
 
 
 def _created_at(obj: dict[str, Any]) -> datetime | None:

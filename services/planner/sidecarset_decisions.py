@@ -36,8 +36,10 @@ from services.planner.sidecarset_upgrade import SidecarSetRound, plan_sidecarset
 # any change to what decisions a given input produces (sidecarset_upgrade.py, sidecarset_revisions.py,
 # decisions_for), so ``rollbook verify`` reports rounds decided by other rules as not re-verifiable
 # instead of as divergences (docs/replay.md, "Upgrading rollbook"). 1: rounds recorded before rules were
-# versioned. 2: SidecarSet revisions (RevisionCreated / RevisionsPruned).
-RULES_VERSION = 2
+# versioned. 2: SidecarSet revisions (RevisionCreated / RevisionsPruned). 3: a revision recorded while the
+# SidecarSet has a custom version carries it as a label (apps.kruise.io/sidecarset-custom-version), and
+# resourcesPolicy / injectionStrategy.revision are validated (an invalid one is a SpecRejected).
+RULES_VERSION = 3
 
 
 def round_of(state: SidecarSetState) -> SidecarSetRound | SidecarSetError:

@@ -23,11 +23,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from services.model import sidecarset as ss
+from services.model.sidecarset import REVISION_FIELDS, SIDECARSET_NAME_LABEL
 from services.planner.revisions import canonical_json, unclaimed_revision_name
 
-REVISION_FIELDS = ("containers", "initContainers", "volumes", "imagePullSecrets", "patchPodMetadata")
-# OpenKruise's label selecting a SidecarSet's ControllerRevisions (sidecarcontrol.SidecarSetKindName).
-SIDECARSET_NAME_LABEL = "kruise.io/sidecarset-name"
 DEFAULT_HISTORY_LIMIT = 10
 
 
@@ -44,6 +42,7 @@ class SidecarSetRevision:
     key: bytes  # canonical JSON of data, for equality
     sidecarset_hash: str = ""  # the SidecarSet's kruise.io/sidecarset-hash at this revision
     sidecarset_hash_without_image: str = ""
+    custom_version: str = ""  # the SidecarSet's custom version when the revision was recorded
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +70,7 @@ def read_revisions(records: Iterable[Mapping[str, Any]]) -> list[SidecarSetRevis
         if not isinstance(name, str) or not isinstance(number, int) or not isinstance(data, dict):
             continue
         annotations = metadata.get("annotations") or {}
+        labels = metadata.get("labels") or {}
         result.append(
             SidecarSetRevision(
                 name,
@@ -79,6 +79,7 @@ def read_revisions(records: Iterable[Mapping[str, Any]]) -> list[SidecarSetRevis
                 canonical_json(data),
                 str(annotations.get(ss.HASH_ANNOTATION) or ""),
                 str(annotations.get(ss.HASH_WITHOUT_IMAGE_ANNOTATION) or ""),
+                str(labels.get(ss.CUSTOM_VERSION_LABEL) or ""),
             )
         )
     result.sort(key=lambda r: (r.number, r.name))
@@ -126,14 +127,26 @@ def plan_revision(
     elif equal:  # a rollback: the equal revision becomes the newest
         old = equal[-1]
         latest = record = SidecarSetRevision(
-            old.name, next_number, old.data, old.key, sidecarset.hash, sidecarset.hash_without_image
+            old.name,
+            next_number,
+            old.data,
+            old.key,
+            sidecarset.hash,
+            sidecarset.hash_without_image,
+            old.custom_version,
         )
         revisions = [r for r in revisions if r.name != old.name] + [latest]
     else:
         taken = {r.name: r.key for r in revisions}
         name, collision_count = unclaimed_revision_name(sidecarset.name, data, key, taken, collision_count)
         latest = record = SidecarSetRevision(
-            name, next_number, data, key, sidecarset.hash, sidecarset.hash_without_image
+            name,
+            next_number,
+            data,
+            key,
+            sidecarset.hash,
+            sidecarset.hash_without_image,
+            sidecarset.custom_version,
         )
         revisions = [r for r in revisions if r.name != name] + [latest]
     excess = len(revisions) - history_limit(sidecarset.spec)
@@ -149,7 +162,11 @@ def plan_revision(
 
 def revision_object(sidecarset: str, revision: SidecarSetRevision) -> dict[str, Any]:
     """The revision as a ControllerRevision-shaped object (what the fold keeps and later rounds read):
-    labelled with the SidecarSet's name, its two hashes as annotations, as OpenKruise's ``NewRevision``."""
+    labelled with the SidecarSet's name (and its custom version when it had one), its two hashes as
+    annotations, as OpenKruise's ``NewRevision``."""
+    labels = {SIDECARSET_NAME_LABEL: sidecarset}
+    if revision.custom_version:
+        labels[ss.CUSTOM_VERSION_LABEL] = revision.custom_version
     annotations = {
         ss.HASH_ANNOTATION: revision.sidecarset_hash,
         ss.HASH_WITHOUT_IMAGE_ANNOTATION: revision.sidecarset_hash_without_image,
@@ -159,7 +176,7 @@ def revision_object(sidecarset: str, revision: SidecarSetRevision) -> dict[str, 
         "kind": "ControllerRevision",
         "metadata": {
             "name": revision.name,
-            "labels": {SIDECARSET_NAME_LABEL: sidecarset},
+            "labels": labels,
             "annotations": annotations,
         },
         "revision": revision.number,

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from services.model import sidecarset as ss
 from services.model.events import (
     Envelope,
     ObjectObserved,
@@ -86,11 +87,8 @@ class SidecarSetState:
                 self.outcomes[payload.action_id] = "failed"
             case PodActionRequested():
                 self.requested[payload.action_id] = (payload, envelope.occurred_at)
-            case RevisionCreated():
-                self.record_revision(payload)
-            case RevisionsPruned():
-                for name in payload.names:
-                    self.revisions.pop(name, None)
+            case RevisionCreated() | RevisionsPruned():
+                ss.fold_revision(self.revisions, payload)
             case RolloutStarted():
                 self.active_rollout = payload.rollout_id
                 self.update_revision = payload.to_revision
@@ -116,15 +114,6 @@ class SidecarSetState:
                 self.schedules.pop(str(payload.scheduled_by), None)
                 if self.now is None or payload.due_at > self.now:
                     self.now = payload.due_at
-
-    def record_revision(self, created: RevisionCreated) -> None:
-        """A recorded revision, kept as the ControllerRevision the round built (a re-numbering replaces it).
-        A record without the object (written before revisions carried their data) keeps the name and number
-        only, so the next round records the SidecarSet's revision afresh."""
-        self.revisions[created.name] = created.object or {
-            "metadata": {"name": created.name},
-            "revision": created.revision,
-        }
 
     def collision_count(self) -> int:
         """The collision count last planned into the status (OpenKruise reads it back from the status)."""

@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from services.model import intorpercent, labels
@@ -85,10 +85,6 @@ class SidecarSetRound:
     def done(self) -> bool:
         """Every matched pod is at the revision and its upgrade complete."""
         return all(p.updated and p.upgrade_complete for p in self.matched)
-
-
-def _format_time(moment: datetime) -> str:
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _json_annotation(pod: Mapping[str, Any], key: str) -> dict[str, Any]:
@@ -182,7 +178,7 @@ def upgrade_patch(
     is ``controller_revision`` (this round's latest revision), else the SidecarSet's
     ``status.latestRevision``."""
     metadata = pod.get("metadata") or {}
-    stamp = _format_time(now)
+    stamp = ss.format_time(now)
     by_name = {c.get("name"): c for c in (pod.get("spec") or {}).get("containers") or ()}
     images = {
         c["name"]: c["image"]

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from services.model.actions import ActionKind
 from services.planner import progress_deadline
 from services.planner.context import Context
 from services.planner.names import REJECTED_CONDITION
@@ -21,15 +22,15 @@ FAILED_UPDATE = "FailedUpdate"
 # recreate, InPlaceUpdateReady condition writes, lifecycle label moves). setPodsToDelete (OpenKruise's
 # truncatePodsToDelete) only logs there, so it sets neither condition.
 ACTION_CLASSES: dict[str, str] = {
-    "createPVC": FAILED_SCALE,
-    "createPod": FAILED_SCALE,
-    "deletePod": FAILED_SCALE,
-    "deletePVC": FAILED_SCALE,
-    "updateInPlace": FAILED_UPDATE,
-    "recreatePod": FAILED_UPDATE,
-    "markNotReady": FAILED_UPDATE,
-    "markReady": FAILED_UPDATE,
-    "patchPod": FAILED_UPDATE,
+    ActionKind.CREATE_PVC: FAILED_SCALE,
+    ActionKind.CREATE_POD: FAILED_SCALE,
+    ActionKind.DELETE_POD: FAILED_SCALE,
+    ActionKind.DELETE_PVC: FAILED_SCALE,
+    ActionKind.UPDATE_IN_PLACE: FAILED_UPDATE,
+    ActionKind.RECREATE_POD: FAILED_UPDATE,
+    ActionKind.MARK_NOT_READY: FAILED_UPDATE,
+    ActionKind.MARK_READY: FAILED_UPDATE,
+    ActionKind.PATCH_POD: FAILED_UPDATE,
 }
 FAILURE_CONDITIONS = (FAILED_SCALE, FAILED_UPDATE)
 

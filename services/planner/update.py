@@ -309,7 +309,8 @@ def _update_pod(ctx: Context, pod: PodView, shared: _SharedPayloads, result: Ste
         return
     if not _released_for_in_place(ctx, pod, result):
         return
-    revision = ctx.revisions.by_hash[pod.revision_hash]
+    old_template = ctx.old_template(pod)
+    assert old_template is not None  # change_for found it
     grace = spec.grace_period_seconds if change.kind >= inplace.REBUILD else 0
     # With a grace period the start time is rounded up to the whole second it is written in, so the
     # grace period measured from it is never cut short.
@@ -317,7 +318,7 @@ def _update_pod(ctx: Context, pod: PodView, shared: _SharedPayloads, result: Ste
     patch = inplace.start_patch(
         pod.obj,
         change,
-        revision.template,
+        old_template,
         update.name,
         ctx.update_hash,
         stamp,

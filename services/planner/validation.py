@@ -207,6 +207,8 @@ def _validate_selector_and_template(spec: dict[str, Any]) -> Invalid | None:
     for i, container in enumerate(containers):
         if not isinstance(container, dict) or not container.get("name"):
             return Invalid(f"spec.template.spec.containers[{i}].name", "required")
+        if not isinstance(container["name"], str):
+            return Invalid(f"spec.template.spec.containers[{i}].name", "must be a string")
         if container["name"] in seen:
             return Invalid(
                 f"spec.template.spec.containers[{i}].name", f"duplicate name {container['name']!r}"

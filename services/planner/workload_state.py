@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from services.model.actions import PVC_ACTIONS, ActionKind
 from services.model.events import (
     Envelope,
     ObjectObserved,
@@ -41,6 +42,7 @@ from services.model.streams import (
     observed_stream,
 )
 from services.planner import rounds
+from services.planner.model import PlanInput
 from services.planner.names import INSTANCE_ID_LABEL
 from services.planner.rounds import EXPECTATION_TIMEOUT, UNREPORTED_TIMEOUT
 from services.planner.status import ActionOutcome
@@ -82,6 +84,10 @@ class WorkloadState:
     round_pod_actions: dict[tuple[Any, str], list[str]] = field(default_factory=dict)
     outcomes: dict[str, str] = field(default_factory=dict)  # action id -> succeeded | failed
     outcome_log: dict[str, Outcome] = field(default_factory=dict)  # action id -> details, stream order
+    # Requested actions not yet known to be settled (failed or in effect: both monotone), in request
+    # order: what ``pending`` looks at, so a round does not walk every action of the workload's life.
+    unsettled: dict[str, Requested] = field(default_factory=dict, compare=False, repr=False)
+    settled: set[str] = field(default_factory=set, compare=False, repr=False)
     # the planner's own record
     last_status: dict[str, Any] | None = None
     update_revision: str | None = None
@@ -131,6 +137,8 @@ class WorkloadState:
             if round_id is not None and payload.action_id not in self.requested:
                 self.round_pod_actions.setdefault((round_id, payload.pod), []).append(payload.action_id)
             self.requested[payload.action_id] = Requested(payload, envelope.occurred_at, round_id)
+            if payload.action_id not in self.settled:
+                self.unsettled[payload.action_id] = self.requested[payload.action_id]
         elif isinstance(payload, RevisionCreated):
             self.revisions[payload.name] = payload.object or {
                 "metadata": {"name": payload.name},
@@ -208,17 +216,17 @@ class WorkloadState:
         does not make an old delete pending again."""
         action = requested.action
         details = requested.details
-        if action == "deletePod":
+        if action == ActionKind.DELETE_POD:
             targets = [("Pod", requested.pod, details.get("uid"))]
             targets += [("PersistentVolumeClaim", n, u) for n, u in (details.get("pvcUids") or {}).items()]
             return all(self._gone(kind, name, uid) for kind, name, uid in targets)
-        if action == "deletePVC":
+        if action == ActionKind.DELETE_PVC:
             return self._gone("PersistentVolumeClaim", str(details.get("pvc")), details.get("uid"))
-        if action == "createPVC":
+        if action == ActionKind.CREATE_PVC:
             return requested.action_id in self.seen_action_ids.get(
                 ("PersistentVolumeClaim", str(details.get("pvc"))), set()
             )
-        if action == "setPodsToDelete":
+        if action == ActionKind.SET_PODS_TO_DELETE:
             return requested.action_id in self.seen_action_ids.get((WORKLOAD_KIND, self.name), set())
         seen = self.seen_action_ids.get(("Pod", requested.pod), set())
         return requested.action_id in seen or self._later_in_round_seen(requested.action_id, seen)
@@ -274,10 +282,10 @@ class WorkloadState:
     def pending(self) -> list[Requested]:
         """Requested actions neither failed nor seen in effect nor timed out at the round's ``now``."""
         result = []
-        for action_id, requested in self.requested.items():
-            if self.outcomes.get(action_id) == "failed":
-                continue
-            if self.in_effect(requested.event):
+        for action_id, requested in list(self.unsettled.items()):
+            if self.outcomes.get(action_id) == "failed" or self.in_effect(requested.event):
+                del self.unsettled[action_id]  # settled for good: never pending again
+                self.settled.add(action_id)
                 continue
             if self.now is not None and self.now >= self.expectation_deadline(requested):
                 continue
@@ -304,8 +312,8 @@ class WorkloadState:
             if requested is None:
                 continue  # an outcome without its request (not ours): nothing to attribute it to
             event = requested.event
-            target = event.pod
-            if event.action in ("createPVC", "deletePVC"):
+            target = event.target
+            if event.action in PVC_ACTIONS:
                 target = str(event.details.get("pvc") or target)
             fresh.append(ActionOutcome(event.action, target, outcome.failed, outcome.at, outcome.reason))
         fresh.reverse()
@@ -313,15 +321,17 @@ class WorkloadState:
 
     # --- the decision function's input ---------------------------------------------------------------
 
-    def plan_input(self) -> dict[str, Any]:
+    def plan_input(self) -> PlanInput:
+        """The decision input, holding the folded objects themselves (the planner reads, never writes
+        them)."""
         assert self.cloneset is not None and self.now is not None
-        return {
-            "cloneSet": self.cloneset,
-            "pods": [self.pods[name] for name in sorted(self.pods)],
-            "pvcs": [self.pvcs[name] for name in sorted(self.pvcs)],
-            "revisions": sorted(self.revisions.values(), key=lambda r: (r.get("revision", 0), _name(r))),
-            "now": self.now.isoformat().replace("+00:00", "Z"),
-        }
+        return PlanInput(
+            clone_set=self.cloneset,
+            pods=[self.pods[name] for name in sorted(self.pods)],
+            pvcs=[self.pvcs[name] for name in sorted(self.pvcs)],
+            revisions=sorted(self.revisions.values(), key=lambda r: (r.get("revision", 0), _name(r))),
+            now=self.now,
+        )
 
 
 def _parse_time(value: Any) -> datetime | None:

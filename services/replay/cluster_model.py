@@ -1,6 +1,8 @@
 """A model of a cluster carrying out plans on a virtual clock, with per-action-kind delays: what-if re-plans
-against it, and the replay benchmark generates realistic histories with it (nothing here talks to
-Kubernetes). Pods are plain dicts shaped as the API returns them, so the real planner reads them.
+against it, the replay simulation (and its benchmark) generates realistic histories with it, and the
+planner tests' convergence harness (tests/planner/simulate.py) carries plans out through ``carry_out``
+on its own per-tick clock. Nothing here talks to Kubernetes. Pods are plain dicts shaped as the API
+returns them, so the real planner reads them.
 
 - An action takes its kind's ``effect`` delay to be applied (the executor and API server); applied, it
   carries its action id in the ``rollbook.io/action-id`` annotation, as the executor writes it.
@@ -15,9 +17,10 @@ import heapq
 from datetime import datetime, timedelta
 from typing import Any
 
-import msgspec
-
+from services.model.actions import ActionKind
 from services.model.streams import ACTION_ID_ANNOTATION
+from services.planner import model
+from services.planner.model import Action, Plan, PlanInput, action_kind
 
 DEFAULT_EFFECT_SECONDS = 0.5
 DEFAULT_READY_SECONDS = 2.0
@@ -28,8 +31,10 @@ def conditions_of(pod: dict[str, Any]) -> dict[str, str]:
 
 
 def apply_overrides(cloneset: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
-    """The CloneSet with fields under spec.updateStrategy replaced (dotted paths)."""
+    """The CloneSet with fields under spec.updateStrategy replaced (dotted paths); a copy."""
     result = copy.deepcopy(cloneset)
+    if not overrides:
+        return result
     strategy = result.setdefault("spec", {}).setdefault("updateStrategy", {})
     for path, value in overrides.items():
         target = strategy
@@ -123,82 +128,97 @@ class ClusterModel:
         default = DEFAULT_EFFECT_SECONDS if part == "effect" else DEFAULT_READY_SECONDS
         return self.timings.get(kind, {}).get(part, default)
 
-    def plan_input(self) -> bytes:
-        return msgspec.json.encode(
-            {
-                "cloneSet": self.cloneset,
-                "pods": [self.pods[n] for n in sorted(self.pods)],
-                "pvcs": [self.pvcs[n] for n in sorted(self.pvcs)],
-                "revisions": sorted(self.revisions.values(), key=lambda r: r.get("revision", 0)),
-                "now": _iso(self.now, self.t0),
-            }
+    def plan_input(self) -> PlanInput:
+        return PlanInput(
+            clone_set=self.cloneset,
+            pods=[self.pods[n] for n in sorted(self.pods)],
+            pvcs=[self.pvcs[n] for n in sorted(self.pvcs)],
+            revisions=sorted(self.revisions.values(), key=lambda r: r.get("revision", 0)),
+            now=self.moment(),
         )
 
-    def apply_plan(self, plan: dict[str, Any], action_ids: list[str] | None = None) -> list[dict[str, Any]]:
-        for record in plan.get("revisions") or []:
-            self.revisions[record["metadata"]["name"]] = record
-        for name in plan.get("revisionsToDelete") or []:
-            self.revisions.pop(name, None)
-        if plan.get("podsToDelete") is not None:
-            self.cloneset["spec"].setdefault("scaleStrategy", {})["podsToDelete"] = plan["podsToDelete"]
-        if plan.get("status") is not None:
-            self.cloneset["status"] = plan["status"]
-        actions = list(plan.get("actions") or [])
-        for index, action in enumerate(actions):
+    def apply_plan(
+        self, plan: Plan, action_ids: list[str] | None = None, *, requeue: bool = True
+    ) -> list[Action]:
+        """Record the plan on the CloneSet (``record_plan``) and schedule its actions' effects (and, with
+        ``requeue``, its requeue); returns the actions."""
+        self.record_plan(plan)
+        for index, action in enumerate(plan.actions):
             self.in_flight += 1
             action_id = action_ids[index] if action_ids else None
-            self._at(
-                self.now + self.delay(str(action.get("action")), "effect"), "effect", (action, action_id)
-            )
-        if plan.get("requeueAfterSeconds"):
-            self._at(self.now + float(plan["requeueAfterSeconds"]), "requeue", None)
-        return actions
+            self._at(self.now + self.delay(action_kind(action), "effect"), "effect", (action, action_id))
+        if requeue and plan.requeue_after_seconds:
+            self._at(self.now + float(plan.requeue_after_seconds), "requeue", None)
+        return list(plan.actions)
 
-    def effect(self, action: dict[str, Any], action_id: str | None = None) -> None:
+    def record_plan(self, plan: Plan) -> None:
+        """What the executor writes to the CloneSet itself: the plan's revisions (and pruned history), its
+        podsToDelete write-back and its status."""
+        for record in plan.revisions:
+            self.revisions[record["metadata"]["name"]] = record
+        for name in plan.revisions_to_delete:
+            self.revisions.pop(name, None)
+        if plan.pods_to_delete is not None:
+            self.cloneset["spec"].setdefault("scaleStrategy", {})["podsToDelete"] = plan.pods_to_delete
+        if plan.status is not None:
+            self.cloneset["status"] = plan.status
+
+    def effect(self, action: Action, action_id: str | None = None) -> None:
+        """An action takes effect (its ``effect`` delay passed): the objects change as the executor and the
+        API server change them, and the kubelet's follow-ups are scheduled."""
         self.in_flight -= 1
         if action_id is not None:
             self.applied.append(action_id)
-        kind = action.get("action")
-        pod_name = str(action.get("pod", ""))
-        pod = self.pods.get(pod_name)
-        if kind == "createPVC":
-            claim = copy.deepcopy(action["object"])
+        changed = self.carry_out(action)
+        self._annotate(changed, action_id)
+        if isinstance(action, model.CreatePod):
+            self._at(self.now + self.delay(ActionKind.CREATE_POD, "ready"), "start", action.pod)
+        elif isinstance(action, model.UpdateInPlace) and changed is not None:
+            self.restarting.add(action.pod)
+            self._set_ready(changed, False)
+            self._at(self.now + self.delay(ActionKind.UPDATE_IN_PLACE, "ready"), "restart", action.pod)
+
+    def carry_out(self, action: Action) -> dict[str, Any] | None:
+        """Apply one action to the objects now, as the executor and the API server would (strategic merge
+        for the simple patches the planner writes); returns the object it created or changed (None for a
+        delete, or an action on a pod that is gone)."""
+        pod = self.pods.get(action.pod)
+        if isinstance(action, model.CreatePVC):
+            claim = copy.deepcopy(action.object)
             claim.setdefault("metadata", {})["uid"] = f"{self.uid_prefix}-pvc-{self._next()}"
             claim["status"] = {"phase": "Bound"}
-            self.pvcs[str(action["pvc"])] = claim
-            self._annotate(claim, action_id)
-        elif kind == "createPod":
-            created = copy.deepcopy(action["object"])
+            self.pvcs[action.pvc] = claim
+            return claim
+        if isinstance(action, model.CreatePod):
+            created = copy.deepcopy(action.object)
             metadata = created.setdefault("metadata", {})
             metadata["uid"] = f"{self.uid_prefix}-{self._next()}"
             metadata["creationTimestamp"] = _iso(self.now, self.t0)
             created["status"] = {"phase": "Pending", "conditions": []}
-            self.pods[pod_name] = created
-            self._annotate(created, action_id)
-            self._at(self.now + self.delay("createPod", "ready"), "start", pod_name)
-        elif kind == "deletePod":
-            self.pods.pop(pod_name, None)
-            if action.get("withPVCs"):
-                for claim in action.get("pvcs") or []:
-                    self.pvcs.pop(claim, None)
-        elif kind == "deletePVC":
-            self.pvcs.pop(str(action.get("pvc")), None)
-        elif pod is not None and kind in ("recreatePod", "updateInPlace", "patchPod"):
-            _merge(pod, action.get("patch") or {})
-            self._annotate(pod, action_id)
-            if kind == "updateInPlace":
-                self.restarting.add(pod_name)
-                self._set_ready(pod, False)
-                self._at(self.now + self.delay("updateInPlace", "ready"), "restart", pod_name)
-        elif pod is not None and kind in ("markNotReady", "markReady"):
-            if action.get("patch"):
-                _merge(pod, action["patch"])
-            _set_condition(pod, action["condition"])
-            self._annotate(pod, action_id)
+            self.pods[action.pod] = created
+            return created
+        if isinstance(action, model.DeletePod):
+            self.pods.pop(action.pod, None)
+            if action.with_pvcs:
+                for claim_name in action.pvcs:
+                    self.pvcs.pop(claim_name, None)
+            return None
+        if isinstance(action, model.DeletePVC):
+            self.pvcs.pop(action.pvc, None)
+            return None
+        if pod is None:
+            return None
+        if isinstance(action, model.RecreatePod | model.UpdateInPlace | model.PatchPod):
+            _merge(pod, action.patch)
+        elif isinstance(action, model.MarkNotReady | model.MarkReady):
+            if action.patch:
+                _merge(pod, action.patch)
+            _set_condition(pod, action.condition)
+        return pod
 
     @staticmethod
-    def _annotate(obj: dict[str, Any], action_id: str | None) -> None:
-        if action_id is not None:
+    def _annotate(obj: dict[str, Any] | None, action_id: str | None) -> None:
+        if obj is not None and action_id is not None:
             obj.setdefault("metadata", {}).setdefault("annotations", {})[ACTION_ID_ANNOTATION] = action_id
 
     def step(self) -> str | None:

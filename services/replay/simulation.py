@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from services.model.actions import ActionKind
 from services.model.events import (
     Envelope,
     ObjectObserved,
@@ -28,15 +29,17 @@ from services.model.events import (
 from services.model.streams import actions_stream, decisions_stream, derived_id, observed_stream
 from services.planner.cloneset_decisions import decide
 from services.planner.kinds import CloneSetPlanner, Round, Wait, next_step
+from services.planner.model import Plan, PlanInput
+from services.planner.names import POD_TEMPLATE_HASH_LABEL, REVISION_LABEL
 from services.planner.workload_state import WorkloadState
 from services.replay.cluster_model import ClusterModel
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
-TIMINGS = {
-    "createPod": {"effect": 0.2, "ready": 3.0},
-    "updateInPlace": {"effect": 0.2, "ready": 2.0},
-    "markNotReady": {"effect": 0.1},
-    "markReady": {"effect": 0.1},
+TIMINGS: dict[str, dict[str, float]] = {
+    ActionKind.CREATE_POD: {"effect": 0.2, "ready": 3.0},
+    ActionKind.UPDATE_IN_PLACE: {"effect": 0.2, "ready": 2.0},
+    ActionKind.MARK_NOT_READY: {"effect": 0.1},
+    ActionKind.MARK_READY: {"effect": 0.1},
 }
 
 
@@ -62,6 +65,8 @@ def base_cloneset(
 class WorkloadSimulation:
     """One workload through the planner's code path and the cluster model: every event as recorded."""
 
+    model: ClusterModel
+
     def __init__(
         self,
         namespace: str,
@@ -69,7 +74,13 @@ class WorkloadSimulation:
         replicas: int | None,
         start: datetime,
         strategy: dict[str, Any] | None = None,
+        *,
+        rollout: bool = True,
+        handed_over: bool = False,
     ) -> None:
+        """``rollout``: the template changes 30 s in (else the CloneSet is only scaled up). ``handed_over``:
+        the CloneSet starts as another controller left it, its pods up and labelled with that controller's
+        name for the revision (``<name>-foreign``), which its status reports, and nothing recorded."""
         self.namespace, self.name = namespace, name
         v1 = base_cloneset(
             name, namespace, replicas, strategy or {"type": "InPlaceIfPossible", "maxUnavailable": 1}
@@ -78,11 +89,28 @@ class WorkloadSimulation:
         v2 = copy.deepcopy(v1)
         v2["spec"]["template"]["spec"]["containers"][0]["image"] = "nginx:mainline"
         v2["metadata"]["generation"] = 2
-        self.model = ClusterModel(v1, t0=start, timings=TIMINGS, uid_prefix=v1["metadata"]["uid"])
-        self.model.schedule_spec(30.0, v2)
+        pods: dict[str, dict[str, Any]] = {}
+        pvcs: dict[str, dict[str, Any]] = {}
+        if handed_over:
+            before = WorkloadSimulation(namespace, name, replicas, start, strategy, rollout=False)
+            before.run()
+            foreign = f"{name}-foreign"
+            pods, pvcs = before.model.pods, before.model.pvcs
+            for pod in pods.values():
+                pod["metadata"]["labels"].update(
+                    {REVISION_LABEL: foreign, POD_TEMPLATE_HASH_LABEL: "foreign"}
+                )
+            v1["status"] = dict(
+                before.model.cloneset["status"], updateRevision=foreign, currentRevision=foreign
+            )
+        self.model = ClusterModel(
+            v1, t0=start, pods=pods, pvcs=pvcs, timings=TIMINGS, uid_prefix=v1["metadata"]["uid"]
+        )
+        if rollout:
+            self.model.schedule_spec(30.0, v2)
         self.state = WorkloadState(namespace, name)
         self.kind = CloneSetPlanner(self._decide)  # the planner's own decision function, its plan kept
-        self.last_plan: dict[str, Any] = {}
+        self.last_plan: Plan | None = None
         self.events: list[Envelope] = []
         self.versions: dict[str, int] = {}
         self.emitted: dict[tuple[str, str], bytes] = {}  # (kind, name) -> the object as last observed
@@ -143,8 +171,8 @@ class WorkloadSimulation:
             )
         self.model.applied.clear()
 
-    def _decide(self, data: bytes) -> dict[str, Any]:
-        self.last_plan = decide(data)
+    def _decide(self, plan_input: PlanInput) -> Plan:
+        self.last_plan = decide(plan_input)
         return self.last_plan
 
     def plan_round(self) -> None:
@@ -160,9 +188,10 @@ class WorkloadSimulation:
         envelopes = step.envelopes
         self.record(envelopes)
         plan = self.last_plan  # what the round's decisions carry out, for the cluster model's executors
+        assert plan is not None
         requests = [e.payload for e in envelopes if isinstance(e.payload, PodActionRequested)]
-        ids = [r.action_id for r in requests if r.action != "setPodsToDelete"]
-        self.model.apply_plan({**plan, "requeueAfterSeconds": None}, ids)
+        ids = [r.action_id for r in requests if r.action != ActionKind.SET_PODS_TO_DELETE]
+        self.model.apply_plan(plan, ids, requeue=False)  # its requeue is the round's RequeueScheduled
         for envelope in envelopes:
             if isinstance(envelope.payload, RequeueScheduled):
                 offset = (envelope.payload.due_at - self.model.t0).total_seconds()

@@ -97,7 +97,7 @@ def summarise(state: WorkloadState) -> dict[str, Any]:
         "now": state.now.isoformat() if state.now else None,
         "exists": state.cloneset is not None,
         "generation": (cloneset.get("metadata") or {}).get("generation"),
-        "replicas": spec.get("replicas"),
+        "replicas": desired_replicas(state.cloneset) if state.cloneset is not None else None,
         "unavailable": unavailable(desired_replicas(state.cloneset), state.pods.values()),
         "updated": updated_pods(state),
         "updateStrategy": spec.get("updateStrategy"),
@@ -127,7 +127,7 @@ def one_line(step: Step) -> str:
     stream_kind = envelope.stream.rsplit("/", 1)[-1] if envelope.stream.count("/") > 2 else "decisions"
     what = envelope.type
     if isinstance(payload, PodActionRequested):
-        what += f" {payload.action} {payload.pod}"
+        what += f" {payload.action} {payload.target}"
     elif isinstance(payload, PodActionFailed):
         what += f" {payload.action_id[:8]} ({payload.reason}, retryable={payload.retryable})"
     elif isinstance(payload, PodActionSucceeded):

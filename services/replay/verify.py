@@ -14,7 +14,8 @@ by the rollbook release before an upgrade) are not compared: re-running today's 
 every rule change as a divergence. They are counted per rules version in ``VerifyReport.skipped``; their
 inputs and decisions are folded as recorded, so the rounds after them are verified as usual.
 
-The CloneSet decision function is injectable (``decide``): by default the planner's own (``plan_json``); a
+The CloneSet decision function is injectable (``decide``, typed ``PlanInput`` -> ``Plan``): by default the
+planner's own (``services/planner/plan.py``); a
 test or an operator evaluating a planner change passes another and sees the first round where it would have
 decided differently.
 """
@@ -298,6 +299,10 @@ class WorkloadVerifier:
             causal = position > 0
             if not causal:
                 rep = msgspec.structs.replace(rep, causation_id=rec.causation_id)
+            if rec.schema_version < rep.schema_version:
+                # Recorded under an older schema and read through its upcasters (services/model/upcasting.py):
+                # the payloads are compared in today's shape; the version it was written in is not a decision.
+                rep = msgspec.structs.replace(rep, schema_version=rec.schema_version)
             if rec == rep:  # the common case, compared in C; the field-by-field walk only to name a change
                 continue
             found = first_difference(

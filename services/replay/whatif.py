@@ -11,7 +11,7 @@ Pure: recorded events in, two ``RolloutMetrics`` out; nothing is written anywher
 - **Timings**: for each action kind, the median recorded delay from request to the action being seen in
   effect, and from then to the pod being available again (create, in-place update, recreate). Kinds the
   record never saw use ``DEFAULT_EFFECT_SECONDS`` / ``DEFAULT_READY_SECONDS``.
-- **Planner**: the real decision function (``plan_json``); like the service, it does not plan again while
+- **Planner**: the real decision function (``plan``); like the service, it does not plan again while
   an action it requested is not yet in effect.
 - **Kubelet**: a pod whose container images changed restarts them and is unavailable until ready again
   (the recorded ready delay); a new pod starts and becomes ready after the recorded create delay.
@@ -29,6 +29,7 @@ from typing import Any
 import msgspec
 
 from services.infra.store import StoredEvent
+from services.model.actions import BECAME_READY, ActionKind
 from services.model.availability import pod_available as available
 from services.model.availability import revision_hash, unavailable
 from services.model.cloneset import desired_replicas
@@ -41,13 +42,13 @@ from services.model.events import (
     RoundPlanned,
 )
 from services.model.streams import ACTION_ID_ANNOTATION, WORKLOAD_KIND
+from services.planner import plan as planning
+from services.planner.model import CreatePVC, Plan
 from services.planner.names import REVISION_LABEL
-from services.planner.plan import plan_json
 from services.planner.workload_state import WorkloadState
 from services.replay.cluster_model import ClusterModel
 
 MAX_ROUNDS = 10_000
-_plan_decoder = msgspec.json.Decoder(dict[str, Any])
 
 
 class WhatIfError(ValueError):
@@ -220,13 +221,13 @@ def read_record(namespace: str, name: str, events: list[StoredEvent], rollout_id
             break
         if isinstance(payload, PodActionRequested) and payload.rollout_id == rollout_id:
             metrics.actions += 1
-            metrics.pods_touched.add(payload.pod)
+            metrics.pods_touched.add(payload.target)
             round_actions[str(envelope.causation_id)] = 1
-            requested[payload.action_id] = (payload.action, moment, payload.pod)
+            requested[payload.action_id] = (payload.action, moment, payload.target)
         elif isinstance(payload, PodActionObserved) and payload.rollout_id == rollout_id:
             # Someone else's action (shadow mode): in effect when observed, ready at its becameReady.
-            kind = "createPod" if payload.action == "recreatePod" else payload.action
-            if payload.action == "becameReady":
+            kind = ActionKind.CREATE_POD if payload.action == ActionKind.RECREATE_POD else payload.action
+            if payload.action == BECAME_READY:
                 opened = observed_at.pop(payload.completes or "", None)
                 if opened is not None:
                     delays.setdefault(opened[0], {}).setdefault("ready", []).append(
@@ -264,7 +265,7 @@ def read_record(namespace: str, name: str, events: list[StoredEvent], rollout_id
                 for action_id, (kind, at, pod) in requested.items():
                     if (
                         pod == payload.name
-                        and kind in ("deletePod", "recreatePod")
+                        and kind in (ActionKind.DELETE_POD, ActionKind.RECREATE_POD)
                         and action_id not in effect_at
                     ):
                         effect_at[action_id] = moment
@@ -277,7 +278,7 @@ def read_record(namespace: str, name: str, events: list[StoredEvent], rollout_id
                     kind, at, _ = requested[action_id]
                     effect_at[action_id] = moment
                     delays.setdefault(kind, {}).setdefault("effect", []).append(_seconds(moment, at))
-                    if kind in ("createPod", "updateInPlace"):
+                    if kind in (ActionKind.CREATE_POD, ActionKind.UPDATE_IN_PLACE):
                         # Ready again is followed by pod (uid), not action id: later actions re-annotate it.
                         awaiting_ready[payload.name] = (kind, str(metadata.get("uid", "")), moment)
                 waiting = awaiting_ready.get(payload.name)
@@ -311,16 +312,15 @@ def _replan(model: ClusterModel) -> RolloutMetrics:
     metrics.observe(0.0, model.pods, desired_replicas(model.cloneset))
     for _ in range(MAX_ROUNDS):
         if model.in_flight == 0:
-            plan = _plan_decoder.decode(plan_json(model.plan_input()))
-            if plan.get("rejected"):
-                raise WhatIfError(f"the planner rejects the overridden spec: {plan['rejected']}")
+            plan = planning.plan(model.plan_input())
+            if plan.rejected is not None:
+                rejected = msgspec.to_builtins(plan.rejected)
+                raise WhatIfError(f"the planner rejects the overridden spec: {rejected}")
             actions = model.apply_plan(plan)
             if actions:
                 metrics.steps += 1
                 metrics.actions += len(actions)
-                metrics.pods_touched.update(
-                    str(a.get("pod")) for a in actions if a.get("action") != "createPVC"
-                )
+                metrics.pods_touched.update(a.pod for a in actions if not isinstance(a, CreatePVC))
             if _done(model, plan):
                 metrics.completed = True
                 break
@@ -332,13 +332,13 @@ def _replan(model: ClusterModel) -> RolloutMetrics:
     return metrics
 
 
-def _done(model: ClusterModel, plan: dict[str, Any]) -> bool:
-    if plan.get("actions") or model.busy() or any(what == "spec" for _, _, what, _ in model.queue):
+def _done(model: ClusterModel, plan: Plan) -> bool:
+    if plan.actions or model.busy() or any(what == "spec" for _, _, what, _ in model.queue):
         return False
     replicas = desired_replicas(model.cloneset)
-    hash_part = revision_hash(plan.get("updateRevision"))
-    expected = plan.get("expectedUpdatedReplicas")
-    if expected is not None and int(expected) < replicas:  # a partition holds some pods back: enough updated
+    hash_part = revision_hash(plan.update_revision)
+    expected = plan.expected_updated_replicas
+    if expected is not None and expected < replicas:  # a partition holds some pods back: enough updated
         updated = sum(
             1 for pod in model.pods.values() if _pod_revision_hash(pod) == hash_part and available(pod)
         )

@@ -145,11 +145,7 @@ class Admission:
         url = client_config.get("url")
         if not url:
             raise RuntimeError("simcluster can only call webhooks with clientConfig.url (no Services here)")
-        ssl_context: ssl.SSLContext | bool = False
-        if url.startswith("https") and client_config.get("caBundle"):
-            ssl_context = ssl.create_default_context(
-                cadata=base64.b64decode(client_config["caBundle"]).decode()
-            )
+        ssl_context = webhook_ssl(client_config, url)
         meta = obj.get("metadata") or {}
         request_uid = str(uuid.uuid4())
         review = {
@@ -195,6 +191,14 @@ class Admission:
             message = f"{denied}: {explanation}" if explanation else f"{denied} without explanation"
             raise ApiError(code, message, status.get("reason") or ("Forbidden" if code == 403 else None))
         return dict(answer)
+
+
+def webhook_ssl(client_config: dict[str, Any], url: str) -> ssl.SSLContext | bool:
+    """How a webhook's TLS is checked: against its ``caBundle`` when set, not at all otherwise (no
+    cert-manager CA injection runs here)."""
+    if url.startswith("https") and client_config.get("caBundle"):
+        return ssl.create_default_context(cadata=base64.b64decode(client_config["caBundle"]).decode())
+    return False
 
 
 def _apply_patch(answer: dict[str, Any], obj: dict[str, Any]) -> dict[str, Any]:

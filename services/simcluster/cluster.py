@@ -15,6 +15,7 @@ from aiohttp import web
 
 from .admission import Admission
 from .auth import Auth
+from .conversion import Conversions
 from .crds import CrdController
 from .faults import FaultConfig, Faults
 from .gc import GarbageCollector
@@ -65,6 +66,9 @@ class SimConfig:
     # Bearer tokens and RBAC (auth.py): the written kubeconfig is an administrator's; per-ServiceAccount
     # ones come from SimCluster.service_account_kubeconfig. Off: every request is allowed.
     auth: bool = False
+    # Where the Services a CRD's conversion webhook names are reached: "namespace/name" -> base URL
+    # (https://127.0.0.1:port). simcluster routes no Service traffic of its own; see route_service.
+    service_urls: dict[str, str] = field(default_factory=dict)
 
 
 class SimCluster:
@@ -76,6 +80,7 @@ class SimCluster:
         )
         self.faults = Faults(cfg.faults)
         self.admission = Admission(self.store)
+        self.conversions = Conversions(cfg.service_urls)
         self.gc = GarbageCollector(self.store)
         self.namespace_controller = NamespaceController(self.store)
         # The simulated node agents, one job each (the API server alone when cfg.kubelet is False).
@@ -100,7 +105,7 @@ class SimCluster:
             auth=self.auth,
         )
         self.store.create_hooks.append(ClusterIPs())
-        self.crds = CrdController(self.store, self.api.serve, self.api.stop_serving)
+        self.crds = CrdController(self.store, self.api.serve, self.api.stop_serving, self.conversions)
         self._runner: web.AppRunner | None = None
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         self.url = ""
@@ -143,6 +148,7 @@ class SimCluster:
         await self.gc.close()
         await self.namespace_controller.close()
         await self.admission.close()
+        await self.conversions.close()
         if self._runner is not None:
             await self._runner.cleanup()
         if self._tmp is not None:
@@ -155,6 +161,10 @@ class SimCluster:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.stop()
+
+    def route_service(self, namespace: str, name: str, base_url: str) -> None:
+        """Send what is addressed to the Service namespace/name (a CRD conversion webhook) to base_url."""
+        self.conversions.service_urls[f"{namespace}/{name}"] = base_url
 
     # ---- test knobs --------------------------------------------------------------------------------
 

@@ -2,7 +2,8 @@
 created is checked (name = plural.group, one storage version, structural schemas), gets its
 ``NamesAccepted`` and ``Established`` conditions, and its served versions appear in discovery with CRUD,
 watch, the status and scale subresources it declares; objects are pruned, defaulted and validated by its
-schema (``schema.py``). Deleting the CRD deletes its objects and stops serving them.
+schema (``schema.py``). Objects are stored in the storage version and converted to and from the other
+served versions (``conversion.py``). Deleting the CRD deletes its objects and stops serving them.
 
 A CRD for a resource simcluster knows natively (CloneSets, SidecarSets) attaches its schema to that
 resource and, when the resource was switched off (``disabled_resources``), serves it again: so the CRDs
@@ -15,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import errors
+from .conversion import Conversions, VersionView
 from .resources import ALL, CRDS, ResourceType
 from .schema import structural_problems
 from .store import Store, WatchEvent, now_iso
@@ -57,6 +59,7 @@ def crd_causes(crd: Obj) -> list[Cause]:
                 "Invalid value: must have exactly one version marked as storage version",
             )
         )
+    causes += conversion_causes(spec.get("conversion"))
     for i, version in enumerate(versions):
         schema = (version.get("schema") or {}).get("openAPIV3Schema")
         if schema is None:
@@ -74,40 +77,76 @@ def crd_causes(crd: Obj) -> list[Cause]:
     return causes
 
 
+def conversion_causes(conversion: Any) -> list[Cause]:
+    """apiextensions' checks of ``spec.conversion``."""
+    if conversion is None:
+        return []
+    where = "spec.conversion"
+    strategy = conversion.get("strategy", "None")
+    webhook = conversion.get("webhook")
+    if strategy not in ("None", "Webhook"):
+        message = f'Unsupported value: "{strategy}": supported values: "None", "Webhook"'
+        return [(f"{where}.strategy", "FieldValueNotSupported", message)]
+    if strategy == "None":
+        if webhook is not None:
+            message = "Forbidden: should not be set when strategy is not set to Webhook"
+            return [(f"{where}.webhook", "FieldValueForbidden", message)]
+        return []
+    if not isinstance(webhook, dict):
+        return [
+            (
+                f"{where}.webhook",
+                "FieldValueRequired",
+                "Required value: required when strategy is set to Webhook",
+            )
+        ]
+    causes: list[Cause] = []
+    if not set(webhook.get("conversionReviewVersions") or []) & {"v1", "v1beta1"}:
+        message = "Required value: must include at least one of v1, v1beta1"
+        causes.append((f"{where}.webhook.conversionReviewVersions", "FieldValueRequired", message))
+    client_config = webhook.get("clientConfig") or {}
+    if bool(client_config.get("url")) == bool(client_config.get("service")):
+        message = "Required value: exactly one of url or service is required"
+        causes.append((f"{where}.webhook.clientConfig", "FieldValueRequired", message))
+    return causes
+
+
+def _resource_type(spec: Obj, version: Obj) -> ResourceType:
+    names = spec["names"]
+    sub = version.get("subresources") or {}
+    scale = sub.get("scale")
+    return ResourceType(
+        spec["group"],
+        version["name"],
+        names["plural"],
+        names["kind"],
+        spec["scope"] == "Namespaced",
+        has_status="status" in sub,
+        custom=True,
+        short_names=tuple(names.get("shortNames") or ()),
+        singular=names.get("singular") or names["kind"].lower(),
+        categories=tuple(names.get("categories") or ()),
+        scale=(
+            (
+                scale.get("specReplicasPath", ""),
+                scale.get("statusReplicasPath", ""),
+                scale.get("labelSelectorPath", ""),
+            )
+            if isinstance(scale, dict)
+            else None
+        ),
+        list_kind=names.get("listKind") or f"{names['kind']}List",
+    )
+
+
 def resource_types(crd: Obj) -> list[tuple[ResourceType, Obj]]:
     """One resource type per served version, with its schema."""
     spec = crd["spec"]
-    names = spec["names"]
-    out = []
-    for version in spec.get("versions") or []:
-        if not version.get("served"):
-            continue
-        sub = version.get("subresources") or {}
-        scale = sub.get("scale")
-        rt = ResourceType(
-            spec["group"],
-            version["name"],
-            names["plural"],
-            names["kind"],
-            spec["scope"] == "Namespaced",
-            has_status="status" in sub,
-            custom=True,
-            short_names=tuple(names.get("shortNames") or ()),
-            singular=names.get("singular") or names["kind"].lower(),
-            categories=tuple(names.get("categories") or ()),
-            scale=(
-                (
-                    scale.get("specReplicasPath", ""),
-                    scale.get("statusReplicasPath", ""),
-                    scale.get("labelSelectorPath", ""),
-                )
-                if isinstance(scale, dict)
-                else None
-            ),
-            list_kind=names.get("listKind") or f"{names['kind']}List",
-        )
-        out.append((rt, version["schema"]["openAPIV3Schema"]))
-    return out
+    return [
+        (_resource_type(spec, version), version["schema"]["openAPIV3Schema"])
+        for version in spec.get("versions") or []
+        if version.get("served")
+    ]
 
 
 def established_status(crd: Obj, now: str) -> Obj:
@@ -144,12 +183,14 @@ class CrdController:
     def __init__(
         self,
         store: Store,
-        serve: Callable[[ResourceType], None],
+        serve: Callable[[ResourceType, VersionView | None], None],
         stop_serving: Callable[[ResourceType], None],
+        conversions: Conversions,
     ) -> None:
         self.store = store
         self.serve = serve
         self.stop_serving = stop_serving
+        self.conversions = conversions
         self._native = {rt.key: rt for rt in ALL if rt.custom}
         self._by_crd: dict[str, list[ResourceType]] = {}
         store.create_hooks.append(self._check)
@@ -176,16 +217,30 @@ class CrdController:
             self._register(name, crd)
 
     def _register(self, name: str, crd: Obj) -> None:
-        registered = []
-        for rt, schema in resource_types(crd):
-            native = self._native.get(rt.key)
-            served = native or rt
-            self.store.register(served, schema)
-            self.serve(served)
-            registered.append(served)
+        """Objects are stored once, under the storage version's type; every other served version is a
+        view converted to and from it (conversion.py)."""
+        spec = crd["spec"]
+        served = [(self._native_or(rt), schema) for rt, schema in resource_types(crd)]
+        stored = next(v for v in spec["versions"] if v.get("storage"))
+        storage_rt = next(
+            (rt for rt, _ in served if rt.version == stored["name"]),
+            self._native_or(_resource_type(spec, stored)),  # stored but not served
+        )
+        self.store.register(storage_rt, stored["schema"]["openAPIV3Schema"])
+        registered = [storage_rt]
+        for rt, schema in served:
+            if rt is storage_rt:
+                self.serve(rt, None)
+                continue
+            self.store.schemas[rt] = schema  # what a write at this version is checked against
+            self.serve(rt, VersionView(storage_rt, self.conversions.converter(crd, rt)))
+            registered.append(rt)
         self._by_crd[name] = registered
         established = dict(crd, status=established_status(crd, now_iso()))
         self.store.commit_internal(CRDS, established)
+
+    def _native_or(self, rt: ResourceType) -> ResourceType:
+        return self._native.get(rt.key) or rt
 
     def _forget(self, rt: ResourceType) -> None:
         """The CRD is gone: its objects go with it, and the resource is no longer served."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 
@@ -156,10 +157,24 @@ def served(disabled: tuple[str, ...] = ()) -> tuple[ResourceType, ...]:
     return tuple(r for r in ALL if r.plural not in names and f"{r.plural}.{r.group}" not in names)
 
 
+_KUBE_VERSION = re.compile(r"^v(\d+)(?:(alpha|beta)(\d+))?$")
+
+
+def version_priority(version: str) -> tuple[int, int, int, str]:
+    """Kubernetes' version order (the first is the preferred one): GA before beta before alpha, higher
+    numbers first, then any other name alphabetically (apimachinery's CompareKubeAwareVersionStrings)."""
+    match = _KUBE_VERSION.match(version)
+    if match is None:
+        return (3, 0, 0, version)
+    major, stage, minor = match.groups()
+    rank = {None: 0, "beta": 1, "alpha": 2}[stage]
+    return (rank, -int(major), -int(minor or 0), "")
+
+
 def groups(types: tuple[ResourceType, ...] = ALL) -> dict[str, list[str]]:
-    """Group name -> served versions (core group excluded)."""
+    """Group name -> served versions, the preferred first (core group excluded)."""
     out: dict[str, list[str]] = {}
     for r in types:
         if r.group and r.version not in out.setdefault(r.group, []):
             out[r.group].append(r.version)
-    return out
+    return {group: sorted(versions, key=version_priority) for group, versions in out.items()}

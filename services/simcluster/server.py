@@ -14,6 +14,7 @@ from aiohttp import web
 from . import errors, patch, rbac, resources
 from .admission import Admission
 from .auth import Auth
+from .conversion import VersionView
 from .defaults import apply_defaults
 from .errors import ApiError
 from .faults import Faults
@@ -85,6 +86,8 @@ class ApiServer:
         # Resources this server does not serve (a cluster without a CRD): 404 and absent from discovery.
         self.served = resources.served(disabled_resources)
         self._by_path = {r.key: r for r in self.served}
+        # Served versions that are not their CRD's storage version: converted on every read and write.
+        self.views: dict[ResourceType, VersionView] = {}
         self.store = store
         self.admission = admission
         self.faults = faults
@@ -93,16 +96,44 @@ class ApiServer:
         self.app = web.Application(middlewares=[self._middleware], client_max_size=64 * 1024 * 1024)
         self.app.router.add_route("*", "/{tail:.*}", self._dispatch)
 
-    def serve(self, rt: ResourceType) -> None:
-        """Serve a resource defined at run time (a CRD established)."""
+    def serve(self, rt: ResourceType, view: VersionView | None = None) -> None:
+        """Serve a resource defined at run time (a CRD established); ``view`` when its objects are stored
+        at another version."""
         if rt not in self.served:
             self.served = (*self.served, rt)
         self._by_path[rt.key] = rt
+        if view is None:
+            self.views.pop(rt, None)
+        else:
+            self.views[rt] = view
 
     def stop_serving(self, rt: ResourceType) -> None:
         self.served = tuple(r for r in self.served if r is not rt)
+        self.views.pop(rt, None)
         if self._by_path.get(rt.key) is rt:
             del self._by_path[rt.key]
+
+    # ---- versions: objects of a view are stored at its CRD's storage version ----------------------
+
+    def _stored(self, rt: ResourceType) -> ResourceType:
+        view = self.views.get(rt)
+        return view.storage if view is not None else rt
+
+    async def _out(self, rt: ResourceType, objs: list[Obj]) -> list[Obj]:
+        """Stored objects as the version asked for."""
+        view = self.views.get(rt)
+        return objs if view is None or not objs else await view.convert(objs, rt.api_version)
+
+    async def _one_out(self, rt: ResourceType, obj: Obj) -> Obj:
+        return (await self._out(rt, [obj]))[0]
+
+    async def _in(self, rt: ResourceType, obj: Obj, old: Obj | None, sub: str | None) -> Obj:
+        """A write at ``rt``, checked against that version's schema, as the storage version."""
+        view = self.views.get(rt)
+        if view is None:
+            return obj
+        checked = self.store.check(rt, obj, old, subresource=sub)
+        return (await view.convert([checked], view.storage.api_version))[0]
 
     # ---- plumbing ----------------------------------------------------------------------------------
 
@@ -316,7 +347,7 @@ class ApiServer:
         if method == "GET":
             rendering = self._rendering(request)
             if name:
-                obj = self.store.get(rt, ns, name)
+                obj = await self._one_out(rt, self.store.get(self._stored(rt), ns, name))
                 if rendering.kind == "table":
                     meta = {"resourceVersion": obj["metadata"]["resourceVersion"]}
                     return _json(to_table(rt, [obj], meta, rendering))
@@ -325,7 +356,7 @@ class ApiServer:
                 return _json(obj)
             if query.get("watch", "").lower() in ("true", "1"):
                 return await self._watch(request, rt, namespace)
-            return self._list(request, rt, namespace)
+            return await self._list(request, rt, namespace)
         if method == "POST" and not name:
             return await self._create(request, rt, ns)
         if method == "PUT" and name:
@@ -333,19 +364,19 @@ class ApiServer:
             if not isinstance(body, dict):
                 raise errors.ApiError(400, "the request body must be an object")
             ensure_kind(rt, body)
+            old = await self._one_out(rt, self.store.get(self._stored(rt), ns, name))
             if not sub:
-                old = self.store.get(rt, ns, name)
                 body = await self._admit(rt, "UPDATE", body, old, ns)
-            return _json(
-                self.store.update(
-                    rt, ns, name, body, subresource=sub or None, require_resource_version=rt.custom
-                )
+            body = await self._in(rt, body, old, sub or None)
+            updated = self.store.update(
+                self._stored(rt), ns, name, body, subresource=sub or None, require_resource_version=rt.custom
             )
+            return _json(await self._one_out(rt, updated))
         if method == "PATCH" and name:
             return await self._patch(request, rt, ns, name, sub)
         if method == "DELETE" and name and not sub:
             options = await self._delete_options(request)
-            return _json(self.store.delete(rt, ns, name, **options))
+            return _json(await self._one_out(rt, self.store.delete(self._stored(rt), ns, name, **options)))
         if method == "DELETE" and not name:
             return await self._delete_collection(request, rt, namespace)
         raise errors.ApiError(405, f"{method} is not supported here", "MethodNotAllowed")
@@ -374,6 +405,7 @@ class ApiServer:
                 },
             }
 
+        rt = self._stored(rt)  # the replicas paths are the same at every version of a CRD
         current = self.store.get(rt, ns, name)
         if request.method == "GET":
             return _json(as_scale(current))
@@ -439,14 +471,16 @@ class ApiServer:
         fields = parse_field_selector(request.query.get("fieldSelector"), rt.kind)
         return lambda obj: labels((obj.get("metadata") or {}).get("labels") or {}) and fields(obj)
 
-    def _list(self, request: web.Request, rt: ResourceType, namespace: str | None) -> web.Response:
+    async def _list(self, request: web.Request, rt: ResourceType, namespace: str | None) -> web.Response:
         try:
             limit = int(request.query.get("limit") or 0)
         except ValueError as exc:
             raise errors.ApiError(400, "limit must be an integer") from exc
+        cont = request.query.get("continue") or None
         items, rv, token, remaining = self.store.list(
-            rt, namespace, self._predicate(request, rt), limit, request.query.get("continue") or None
+            self._stored(rt), namespace, self._predicate(request, rt), limit, cont
         )
+        items = await self._out(rt, items)
         meta: Obj = {"resourceVersion": str(rv)}
         if token:
             meta["continue"] = token
@@ -475,7 +509,9 @@ class ApiServer:
         if rt is NAMESPACES:
             body["status"] = {"phase": "Active"}
         body = await self._admit(rt, "CREATE", body, None, ns)
-        return _json(self.store.create(rt, ns, body, defaulted=True), 201)
+        body = await self._in(rt, body, None, None)
+        created = self.store.create(self._stored(rt), ns, body, defaulted=True)
+        return _json(await self._one_out(rt, created), 201)
 
     async def _admit(self, rt: ResourceType, operation: str, body: Obj, old: Obj | None, ns: str) -> Obj:
         """What kube-apiserver does between decoding a write and storing it: defaulting, the compiled-in
@@ -503,11 +539,13 @@ class ApiServer:
     ) -> web.Response:
         content_type = request.headers.get("Content-Type", "")
         body = await self._body(request)
-        old = self.store.get(rt, ns, name)
+        old = await self._one_out(rt, self.store.get(self._stored(rt), ns, name))
         patched = patch.apply_patch(content_type, deep_copy(old), body, rt.custom)
         if not sub:
             patched = await self._admit(rt, "UPDATE", patched, old, ns)
-        return _json(self.store.update(rt, ns, name, patched, subresource=sub or None))
+        patched = await self._in(rt, patched, old, sub or None)
+        updated = self.store.update(self._stored(rt), ns, name, patched, subresource=sub or None)
+        return _json(await self._one_out(rt, updated))
 
     async def _delete_options(self, request: web.Request) -> dict[str, Any]:
         body = await self._body(request) if request.can_read_body else {}
@@ -529,14 +567,14 @@ class ApiServer:
         self, request: web.Request, rt: ResourceType, namespace: str | None
     ) -> web.Response:
         options = await self._delete_options(request)
-        items, _, _, _ = self.store.list(rt, namespace, self._predicate(request, rt))
+        items, _, _, _ = self.store.list(self._stored(rt), namespace, self._predicate(request, rt))
         deleted = []
         for obj in items:
             meta = obj["metadata"]
             with contextlib.suppress(ApiError):
                 deleted.append(
                     self.store.delete(
-                        rt,
+                        self._stored(rt),
                         meta.get("namespace", ""),
                         meta["name"],
                         propagation=options["propagation"],
@@ -548,7 +586,7 @@ class ApiServer:
                 "kind": rt.list_kind or f"{rt.kind}List",
                 "apiVersion": rt.api_version,
                 "metadata": {"resourceVersion": str(self.store.rv)},
-                "items": deleted,
+                "items": await self._out(rt, deleted),
             }
         )
 
@@ -558,6 +596,7 @@ class ApiServer:
         self, request: web.Request, rt: ResourceType, namespace: str | None
     ) -> web.StreamResponse:
         predicate = self._predicate(request, rt)
+        stored = self._stored(rt)
         query = request.query
         bookmarks = query.get("allowWatchBookmarks", "").lower() in ("true", "1")
         timeout = float(query.get("timeoutSeconds") or self.default_watch_timeout)
@@ -570,8 +609,8 @@ class ApiServer:
         # no write can fall between them.
         initial: list[WatchEvent] = []
         if rv_param in ("", "0"):
-            items, _, _, _ = self.store.list(rt, namespace, predicate)
-            initial = [WatchEvent(0, "ADDED", rt, obj, None) for obj in items]
+            items, _, _, _ = self.store.list(stored, namespace, predicate)
+            initial = [WatchEvent(0, "ADDED", stored, obj, None) for obj in items]
         else:
             try:
                 since = int(rv_param)
@@ -583,17 +622,17 @@ class ApiServer:
                 await response.write_eof()
                 return response
             history = self.store.history
-            watcher_probe = Watcher(rt, namespace)
+            watcher_probe = Watcher(stored, namespace)
             for i in range(self.store.next_event_after(since), len(history)):
                 if watcher_probe.wants(history[i]):
                     initial.append(history[i])
-        watcher = Watcher(rt, namespace)
+        watcher = Watcher(stored, namespace)
         self.store.watchers.add(watcher)
         sent = 0
         cut_after = self.faults.config.watch_cut_after_events
         deadline = time.monotonic() + timeout
         try:
-            for event in initial:
+            for event in await self._events_out(rt, initial):
                 if cut_after and sent >= cut_after:
                     break
                 line = self._event_line(event, predicate, rendering)
@@ -627,11 +666,11 @@ class ApiServer:
                 batch: list[WatchEvent | None] = [item]
                 while not watcher.queue.empty() and len(batch) < 512:
                     batch.append(watcher.queue.get_nowait())
-                stop = False
-                for queued in batch:
-                    if queued is None:
-                        stop = True
-                        break
+                stop = None in batch
+                events = [queued for queued in batch if queued is not None]
+                if stop:
+                    events = events[: batch.index(None)]
+                for queued in await self._events_out(rt, events):
                     line = self._event_line(queued, predicate, rendering)
                     if line:
                         chunk += line
@@ -645,11 +684,26 @@ class ApiServer:
                     break
         except ConnectionResetError:
             pass  # the client went away
+        except ApiError as exc:  # a conversion failed: the stream ends with the error, as kube-apiserver's
+            with contextlib.suppress(ConnectionResetError, RuntimeError):
+                await response.write(msgspec.json.encode({"type": "ERROR", "object": exc.status()}) + b"\n")
         finally:
             self.store.watchers.discard(watcher)
         with contextlib.suppress(ConnectionResetError, RuntimeError):
             await response.write_eof()
         return response
+
+    async def _events_out(self, rt: ResourceType, events: list[WatchEvent]) -> list[WatchEvent]:
+        """Watch events of stored objects as the version watched (one conversion call for them all)."""
+        if rt not in self.views or not events:
+            return events
+        objs = [e.obj for e in events] + [e.prev for e in events if e.prev is not None]
+        converted = iter(await self._out(rt, objs))
+        out = [WatchEvent(e.rv, e.type, rt, next(converted), None) for e in events]
+        for event, original in zip(out, events, strict=True):
+            if original.prev is not None:
+                event.prev = next(converted)
+        return out
 
     @staticmethod
     def _rendering(request: web.Request) -> Rendering:

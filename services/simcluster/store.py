@@ -132,6 +132,16 @@ class Store:
             raise errors.invalid(rt.group, rt.kind, name, causes)
         return prepared
 
+    def check(self, rt: ResourceType, obj: Obj, old: Obj | None, *, subresource: str | None = None) -> Obj:
+        """A write at a version that is not stored as such (a CRD's non-storage version): pruned, defaulted
+        and validated by that version's schema and rules before it is converted to the storage version."""
+        checked = self._apply_schema(rt, obj)
+        if subresource is None and old is not None:
+            validate_update(rt, old, checked, self.extended_inplace)
+        elif subresource is None and (checked.get("metadata") or {}).get("name"):
+            validate_create(rt, checked)  # a generateName'd object is named, and checked, when stored
+        return checked
+
     # ---- reads -------------------------------------------------------------------------------------
 
     def get(self, rt: ResourceType, namespace: str, name: str) -> Obj:

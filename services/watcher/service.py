@@ -7,6 +7,13 @@ to ``CloneSet/<ns>/<name>/observed`` for every real change (see docs/services.md
 - A real change ignores resourceVersion and managedFields. The cache is rebuilt from the event store at
   start, so a restart emits only what changed while the watcher was down.
 - Event ids are uuid5(uid, resourceVersion[, DELETED]): re-emitting after a crash stores nothing new.
+- Appends are batched: a watch event's observations are queued (the cache updated at once) and one
+  task appends everything queued while its previous append ran, one append per stream, streams in
+  parallel, each stream's events in watch order. A burst of watch events is a few appends, not one per
+  event. The queue is bounded (a watch waits while ``MAX_QUEUED`` observations wait for the store), an
+  append that fails is retried until the store takes it (never skipped), and on shutdown everything
+  queued is appended before the watches stop. A crash loses only the queue, which the next start
+  recovers: it rebuilds the cache from the store and relists, emitting what the store lacks.
 - SidecarSets are optional: on a cluster without the Kruise SidecarSet CRD their list answers 404. The
   watcher then logs ``resource_not_served``, reports the kind as not served (``rollbook_kind_served`` 0,
   ``/readyz`` details) and tries again every minute, without holding back readiness or the other kinds.
@@ -27,7 +34,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from services.infra import kube
 from services.infra.leader import run_while_leading
-from services.infra.metrics import EVENTS_APPENDED, KIND_SERVED, OBSERVATIONS, WATCH_RESTARTS
+from services.infra.metrics import EVENTS_APPENDED, KIND_SERVED, OBSERVATIONS, STORE_APPENDS, WATCH_RESTARTS
 from services.infra.retry import Stopped, retry_until_stopped
 from services.infra.runtime import ServiceRuntime, configure_logging, run_until_stopped
 from services.infra.settings import Settings
@@ -56,6 +63,10 @@ log = structlog.get_logger("watcher")
 WATCH_TIMEOUT_SECONDS = 240  # the server ends each watch after this; we resume from the last version
 _BACKOFF_MAX = 10.0
 REBUILD_PAGE = 200
+# Observations waiting for the store beyond which a watch waits for the appends to catch up.
+MAX_QUEUED = 2000
+# Observations in one append cycle at most (each stream's share is one transaction).
+MAX_BATCH = 1000
 # How often to look again for a kind the API server does not serve (its CRD may be installed later).
 NOT_SERVED_RETRY_SECONDS = 60.0
 
@@ -137,6 +148,11 @@ class Watcher:
         # SidecarSets and the pods they injected into -> SidecarSet//<name>/observed (watcher/sidecarsets.py)
         self.sidecarsets = SidecarSetRoutes()
         self._emit_lock = asyncio.Lock()
+        self._queued: list[Envelope] = []  # observations diffed, not yet appended, in watch order
+        self._wake = asyncio.Event()  # something was queued
+        self._idle = asyncio.Event()  # nothing queued or being appended
+        self._idle.set()
+        self.appends = 0  # store appends made
         self.stopping: asyncio.Event | None = None  # set by the service: ends retries on shutdown
 
     # --- start: rebuild what was already observed ----------------------------------------------------
@@ -204,6 +220,25 @@ class Watcher:
         OBSERVATIONS.labels(kind, "emitted").inc()
         return self._observation(kind, obj, "MODIFIED" if known is not None else "ADDED", workload)
 
+    async def _emit(self, events: list[Envelope]) -> None:
+        """Queue observations for the appender (``append_queued``; see the module docstring); waits only
+        while the queue is full."""
+        self._queued.extend(events)
+        self._idle.clear()
+        self._wake.set()
+        if len(self._queued) >= MAX_QUEUED:
+            await self._idle.wait()
+
+    async def append_queued(self) -> None:
+        """The appender: until cancelled, append whatever is queued, one cycle per burst."""
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while self._queued:
+                batch, self._queued = self._queued[:MAX_BATCH], self._queued[MAX_BATCH:]
+                await self._append(batch)
+            self._idle.set()
+
     async def _append(self, events: list[Envelope]) -> None:
         by_stream: dict[str, list[Envelope]] = {}
         for observed in events:
@@ -220,26 +255,29 @@ class Watcher:
                     limit_bytes=rejected.limit_bytes,
                 )
             by_stream.setdefault(event.stream, []).append(event)
-        for stream, batch in by_stream.items():
-            # Held here (under the emit lock, the cache already updated) until the store takes it: a
-            # Postgres restart is waited out, never skipped, and the watch resumes where it was.
-            result = await retry_until_stopped(
-                lambda batch=batch: self.store.append(batch, expected_version=None),  # type: ignore[misc]
-                what="watcher_append",
-                stopping=self.stopping,
+        await asyncio.gather(*(self._append_stream(stream, batch) for stream, batch in by_stream.items()))
+
+    async def _append_stream(self, stream: str, batch: list[Envelope]) -> None:
+        # Retried here until the store takes it: a Postgres restart is waited out, never skipped.
+        result = await retry_until_stopped(
+            lambda: self.store.append(batch, expected_version=None),
+            what="watcher_append",
+            stopping=self.stopping,
+        )
+        self.appends += 1
+        STORE_APPENDS.labels("watcher").inc()
+        for event in result.events:
+            EVENTS_APPENDED.labels("watcher", event.type).inc()
+            if not isinstance(event.payload, ObjectObserved):
+                continue
+            log.info(
+                "observed",
+                stream=stream,
+                kind=event.payload.kind,
+                name=event.payload.name,
+                change=event.payload.change,
+                correlation_id=event.correlation_id,
             )
-            for event in result.events:
-                EVENTS_APPENDED.labels("watcher", event.type).inc()
-                if not isinstance(event.payload, ObjectObserved):
-                    continue
-                log.info(
-                    "observed",
-                    stream=stream,
-                    kind=event.payload.kind,  # type: ignore[union-attr]
-                    name=event.payload.name,  # type: ignore[union-attr]
-                    change=event.payload.change,  # type: ignore[union-attr]
-                    correlation_id=event.correlation_id,
-                )
 
     # --- list and watch ------------------------------------------------------------------------------
 
@@ -265,7 +303,7 @@ class Watcher:
                         events.append(event)
             events.extend(self.sidecarsets.vanished(kind, seen))
             if events:
-                await self._append(events)
+                await self._emit(events)
         if kind_watch.served is False:
             log.info("resource_served", kind=kind)
         kind_watch.served = True
@@ -338,7 +376,7 @@ class Watcher:
                 events = [event] if event is not None else []
                 events.extend(self.sidecarsets.diff(kind_watch.kind, obj, str(change)))
                 if events:
-                    await self._append(events)
+                    await self._emit(events)
         if version:
             kind_watch.resource_version = str(version)
 
@@ -384,17 +422,27 @@ async def watch_until_stopped(runtime: ServiceRuntime, store: EventStore, api: c
     except Stopped:
         return
     tasks = [asyncio.create_task(watcher.run_kind(k), name=f"watch-{k.kind}") for k in watcher.kinds]
+    appender = asyncio.create_task(watcher.append_queued(), name="watcher-appender")
     runtime.add_detail("kinds_not_served", watcher.not_served)
     ready = asyncio.create_task(_mark_ready(runtime, watcher))
     try:
-        await run_until_stopped(runtime, *tasks)
+        await run_until_stopped(runtime, *tasks, appender)
     finally:
         ready.cancel()
-        # Let an append in progress finish (it is one transaction), then stop the watches.
-        async with watcher._emit_lock:
-            for task in tasks:
-                task.cancel()
+        for task in tasks:
+            task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        # Store what the watches queued, unless the appender ended (it gives up once the service stops
+        # while the store is down: the next start relists and emits what the store lacks).
+        idle = asyncio.create_task(watcher._idle.wait())
+        try:
+            await asyncio.wait([idle, appender], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            idle.cancel()
+            appender.cancel()
+            await asyncio.gather(idle, appender, return_exceptions=True)
+        if watcher._queued:
+            log.warning("observations_not_stored_on_stop", queued=len(watcher._queued))
 
 
 async def _mark_ready(runtime: ServiceRuntime, watcher: Watcher) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -54,8 +54,92 @@ def _response(uid: str, *, allowed: bool = True, message: str = "", code: int = 
     if message or code:
         response["status"] = {"message": message, "code": code or (200 if allowed else 403)}
         if not allowed:
-            response["status"]["reason"] = "Invalid" if code == 422 else "Forbidden"
+            response["status"]["reason"] = {422: "Invalid", 500: "InternalError"}.get(code, "Forbidden")
     return response
+
+
+def refuse_pod(uid: str, reason: str) -> dict[str, Any]:
+    """The answer refusing a pod the webhook cannot inject as asked (code 500, as OpenKruise answers)."""
+    return _response(uid, allowed=False, code=500, message=f"sidecar injection: {reason}")
+
+
+def _pod_create(request: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The pod of a pod CREATE review (the only one injected), else None."""
+    pod = request.get("object")
+    resource = (request.get("resource") or {}).get("resource", "pods")
+    if (
+        request.get("operation", "CREATE") != "CREATE"
+        or resource != "pods"
+        or request.get("subResource")
+        or not isinstance(pod, Mapping)
+    ):
+        return None
+    return pod
+
+
+def pinned_sidecarsets(
+    request: Mapping[str, Any],
+    sidecarsets: Iterable[ss.SidecarSet],
+    *,
+    excluded_namespaces: frozenset[str] = ss.DEFAULT_EXCLUDED_NAMESPACES,
+    namespace_labels: Mapping[str, str] | None = None,
+) -> list[str]:
+    """Names of the SidecarSets injecting into this review's pod that pin a recorded revision
+    (``injectionStrategy.revision``): their revisions must be read before ``review_pod``."""
+    pod = _pod_create(request)
+    pinning = [s for s in sidecarsets if ss.pinned_revision(s) is not None]
+    if pod is None or not pinning:  # the common case: no selection pass at all
+        return []
+    selected = ss.select_sidecarsets(
+        pod,
+        pinning,
+        request.get("namespace") or None,
+        namespace_labels=namespace_labels,
+        excluded_namespaces=excluded_namespaces,
+    )
+    return [s.name for s in selected]
+
+
+# What the webhook does with a pod whose pinning SidecarSet's revisions cannot be read
+# (settings.sidecarset_revisions_unavailable).
+UNAVAILABLE_SKIP, UNAVAILABLE_LATEST, UNAVAILABLE_REFUSE = "skip", "latest", "refuse"
+UNAVAILABLE_CHOICES = (UNAVAILABLE_SKIP, UNAVAILABLE_LATEST, UNAVAILABLE_REFUSE)
+
+
+def unavailable_pins(
+    sidecarsets: Iterable[ss.SidecarSet],
+    revisions: Mapping[str, Sequence[Mapping[str, Any]]],
+    failed: Mapping[str, str],
+) -> dict[str, str]:
+    """Per pinning SidecarSet whose read failed (``failed``: name -> why), why its pinned revision is not
+    known: it was never read, or what was read before does not hold it (it may have been recorded
+    since). One whose earlier read holds the pinned revision is not in the result: that is injected."""
+    by_name = {s.name: s for s in sidecarsets}
+    return {
+        name: reason
+        for name, reason in failed.items()
+        if name in by_name and (name not in revisions or not ss.pin_resolves(by_name[name], revisions[name]))
+    }
+
+
+def unresolved_pins(
+    sidecarsets: Iterable[ss.SidecarSet], revisions: Mapping[str, Sequence[Mapping[str, Any]]]
+) -> list[str]:
+    """Names in ``revisions`` whose SidecarSet pins a revision those records do not hold."""
+    return [s.name for s in sidecarsets if s.name in revisions and not ss.pin_resolves(s, revisions[s.name])]
+
+
+def fallback_sidecarsets(
+    sidecarsets: Iterable[ss.SidecarSet], unavailable: Iterable[str], action: str
+) -> list[ss.SidecarSet]:
+    """The SidecarSets to inject when those named in ``unavailable`` cannot inject their pinned revision:
+    without them (skip), or with their latest spec (latest)."""
+    names = set(unavailable)
+    if action == UNAVAILABLE_SKIP:
+        return [s for s in sidecarsets if s.name not in names]
+    if action == UNAVAILABLE_LATEST:
+        return [ss.unpinned(s) if s.name in names else s for s in sidecarsets]
+    raise ValueError(f"no fallback for {action!r}: expected one of {', '.join(UNAVAILABLE_CHOICES)}")
 
 
 def review_pod(
@@ -65,28 +149,36 @@ def review_pod(
     now: datetime,
     excluded_namespaces: frozenset[str] = ss.DEFAULT_EXCLUDED_NAMESPACES,
     namespace_labels: Mapping[str, str] | None = None,
+    revisions: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
+    sort_containers_by_name: bool = False,
 ) -> PodAdmission:
-    """Inject sidecars into a pod being created. Anything else (UPDATE, subresources) passes unchanged."""
+    """Inject sidecars into a pod being created. Anything else (UPDATE, subresources) passes unchanged.
+
+    A pod that cannot be injected as its SidecarSets ask (``ss.InjectionError``: a pinned revision not
+    recorded, a resourcesPolicy with no target container, an expression that fails) is refused with
+    code 500 and the reason, as OpenKruise's webhook refuses it.
+    """
     uid = str(request["uid"])
-    pod = request.get("object")
-    resource = (request.get("resource") or {}).get("resource", "pods")
-    if (
-        request.get("operation", "CREATE") != "CREATE"
-        or resource != "pods"
-        or request.get("subResource")
-        or not isinstance(pod, Mapping)
-    ):
-        passed = dict(pod) if isinstance(pod, Mapping) else {}
-        return PodAdmission(response=_response(uid), pod=passed, patch=[])
-    injected, records = ss.inject(
-        pod,
-        sidecarsets,
-        now=now,
-        namespace=request.get("namespace") or None,
-        namespace_labels=namespace_labels,
-        excluded_namespaces=excluded_namespaces,
-        injection_id=uid,
-    )
+    pod = _pod_create(request)
+    if pod is None:
+        passed = request.get("object")
+        return PodAdmission(
+            response=_response(uid), pod=dict(passed) if isinstance(passed, Mapping) else {}, patch=[]
+        )
+    try:
+        injected, records = ss.inject(
+            pod,
+            sidecarsets,
+            now=now,
+            namespace=request.get("namespace") or None,
+            namespace_labels=namespace_labels,
+            excluded_namespaces=excluded_namespaces,
+            injection_id=uid,
+            revisions=revisions,
+            sort_containers_by_name=sort_containers_by_name,
+        )
+    except ss.InjectionError as err:
+        return PodAdmission(response=refuse_pod(uid, str(err)), pod=dict(pod), patch=[])
     if not records:
         return PodAdmission(response=_response(uid), pod=injected, patch=[])
     patch = ss.json_patch(pod, injected)

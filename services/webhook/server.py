@@ -1,5 +1,5 @@
-"""The webhook's HTTPS server: /mutate-pod, /validate-sidecarset, /mutate-sidecarset, /healthz, /readyz,
-/metrics."""
+"""The webhook's HTTPS server: /mutate-pod, /validate-sidecarset, /mutate-sidecarset, /convert (CloneSet
+versions, conversion.py), /healthz, /readyz, /metrics."""
 
 from __future__ import annotations
 
@@ -16,9 +16,10 @@ import structlog
 from aiohttp import web
 
 from services.model import sidecarset as ss
-from services.webhook import admission
+from services.webhook import admission, conversion
 from services.webhook.cache import NamespaceLabels, SidecarSetCache
 from services.webhook.recorder import InjectionRecorder, injection_events
+from services.webhook.revisions import Recorded, RevisionSource
 from services.webhook.tls import ServingCertificate
 
 log = structlog.get_logger("rollbook.webhook")
@@ -50,6 +51,13 @@ class Metrics:
             ["kind"],
             registry=self.registry,
         )
+        self.revisions_unavailable = prometheus_client.Counter(
+            "rollbook_webhook_revisions_unavailable",
+            "Pods matched by a SidecarSet pinning a revision that could not be read, by SidecarSet and "
+            "what was done (skip, latest, refuse)",
+            ["sidecarset", "action"],
+            registry=self.registry,
+        )
         self.injections = prometheus_client.Counter(
             "rollbook_webhook_injections",
             "Sidecar injections by SidecarSet",
@@ -64,6 +72,15 @@ class WebhookState:
     namespaces: NamespaceLabels
     recorder: InjectionRecorder
     excluded_namespaces: frozenset[str] = ss.DEFAULT_EXCLUDED_NAMESPACES
+    # Where the recorded revisions of SidecarSets pinning one come from (None: no event store, so they
+    # are always unavailable).
+    revisions: RevisionSource | None = None
+    # What to do when they are unavailable (settings.sidecarset_revisions_unavailable).
+    revisions_unavailable: str = admission.UNAVAILABLE_SKIP
+    # Whether the revisions of the pinning SidecarSets known at start were read (/readyz waits for it).
+    revisions_loaded: Callable[[], bool] = lambda: True
+    # OpenKruise's EnableSortSidecarContainerByName gate (settings.sidecarset_sort_containers_by_name).
+    sort_containers_by_name: bool = False
     # Set once the caches are filled; until then the webhook is not ready (see /mutate-pod).
     synced: Callable[[], bool] = lambda: True
     # Kind -> whether the API server serves it (False: 404, CRD not installed); None while unknown.
@@ -104,13 +121,37 @@ async def mutate_pod(request: web.Request) -> web.Response:
         return web.json_response(admission.review_envelope(response))
     namespace = review.get("namespace") or ""
     now = state.clock()
+    namespace_labels = state.namespaces.get(namespace)
+    snapshot = state.sidecarsets.snapshot()
+    warnings: list[str] = []
     try:
+        pinned = admission.pinned_sidecarsets(
+            review, snapshot, excluded_namespaces=state.excluded_namespaces, namespace_labels=namespace_labels
+        )
+        recorded = await _recorded_revisions(state, pinned, snapshot)
+        unavailable = admission.unavailable_pins(snapshot, recorded.revisions, recorded.failed)
+        if unavailable and state.revisions_unavailable == admission.UNAVAILABLE_REFUSE:
+            for name in unavailable:
+                state.metrics.revisions_unavailable.labels(name, admission.UNAVAILABLE_REFUSE).inc()
+            reason = "; ".join(unavailable[name] for name in sorted(unavailable))
+            state.metrics.reviews.labels("mutate-pod", "refused").inc()
+            log.warning("pod_refused", uid=review["uid"], namespace=namespace, reason=reason)
+            return web.json_response(
+                admission.review_envelope(admission.refuse_pod(str(review["uid"]), reason))
+            )
+        if unavailable:
+            snapshot = tuple(
+                admission.fallback_sidecarsets(snapshot, unavailable, state.revisions_unavailable)
+            )
+            warnings = _unavailable_warnings(state, unavailable, review, namespace)
         result = admission.review_pod(
             review,
-            state.sidecarsets.snapshot(),
+            snapshot,
             now=now,
             excluded_namespaces=state.excluded_namespaces,
-            namespace_labels=state.namespaces.get(namespace),
+            namespace_labels=namespace_labels,
+            revisions=recorded.revisions,
+            sort_containers_by_name=state.sort_containers_by_name,
         )
     except Exception as err:  # a pod shape we did not foresee: fail open, as failurePolicy Ignore would
         state.metrics.reviews.labels("mutate-pod", "error").inc()
@@ -118,6 +159,13 @@ async def mutate_pod(request: web.Request) -> web.Response:
         warning = f"rollbook sidecar injection failed, pod admitted unchanged: {err!r}"
         response = {"uid": review["uid"], "allowed": True, "warnings": [warning[:500]]}
         return web.json_response(admission.review_envelope(response))
+    if warnings and result.response["allowed"]:
+        result.response["warnings"] = [*result.response.get("warnings", []), *warnings]
+    if not result.response["allowed"]:
+        state.metrics.reviews.labels("mutate-pod", "refused").inc()
+        reason = result.response["status"]["message"]
+        log.warning("pod_refused", uid=review["uid"], namespace=namespace, reason=reason)
+        return web.json_response(admission.review_envelope(result.response))
     if result.records and not result.dry_run:
         state.recorder.submit(
             injection_events(result.records, admission_uid=str(review["uid"]), occurred_at=now)
@@ -134,6 +182,49 @@ async def mutate_pod(request: web.Request) -> web.Response:
     state.metrics.reviews.labels("mutate-pod", "injected" if result.records else "unchanged").inc()
     state.metrics.latency.labels("mutate-pod").observe(time.perf_counter() - started)
     return web.json_response(admission.review_envelope(result.response))
+
+
+async def _recorded_revisions(
+    state: WebhookState, names: list[str], sidecarsets: tuple[ss.SidecarSet, ...]
+) -> Recorded:
+    if not names:
+        return Recorded(revisions={})
+    if state.revisions is None:
+        reason = "this webhook reads no event store (rollbook webhook --record log)"
+        return Recorded(revisions={}, failed={name: reason for name in names})
+    recorded = await state.revisions.recorded(names)
+    # A pinned revision not found in what was read moments ago may have been recorded since: read again.
+    missed = admission.unresolved_pins(sidecarsets, recorded.revisions)
+    if not missed:
+        return recorded
+    again = await state.revisions.recorded(missed, recheck=True)
+    return Recorded(
+        revisions={**recorded.revisions, **again.revisions},
+        failed={**{n: r for n, r in recorded.failed.items() if n not in missed}, **again.failed},
+    )
+
+
+def _unavailable_warnings(
+    state: WebhookState, unavailable: dict[str, str], review: dict[str, Any], namespace: str
+) -> list[str]:
+    """Count and log the pinning SidecarSets admitted by the fallback; the warnings the user sees."""
+    action = state.revisions_unavailable
+    done = "not injected" if action == admission.UNAVAILABLE_SKIP else "injected at its latest spec"
+    warnings = []
+    for name in sorted(unavailable):
+        state.metrics.revisions_unavailable.labels(name, action).inc()
+        log.error(
+            "pinned_revision_unavailable",
+            uid=review["uid"],
+            namespace=namespace,
+            sidecarset=name,
+            action=action,
+            reason=unavailable[name],
+        )
+        warnings.append(
+            f"rollbook: SidecarSet {name!r} {done}, its pinned revision is unknown: {unavailable[name]}"[:500]
+        )
+    return warnings
 
 
 async def validate_sidecarset(request: web.Request) -> web.Response:
@@ -175,6 +266,8 @@ async def readyz(request: web.Request) -> web.Response:
     state = request.app[STATE_KEY]
     if not state.synced():
         return web.Response(status=503, text="sidecarset cache not synced")
+    if not state.revisions_loaded():
+        return web.Response(status=503, text="revisions of the pinning SidecarSets not read yet")
     missing = sorted(kind for kind, served in state.served().items() if served is False)
     return web.Response(text=f"ok (not served by the API server: {', '.join(missing)})" if missing else "ok")
 
@@ -197,6 +290,7 @@ def build_app(state: WebhookState) -> web.Application:
     app.router.add_post("/mutate-pod", mutate_pod)
     app.router.add_post("/validate-sidecarset", validate_sidecarset)
     app.router.add_post("/mutate-sidecarset", mutate_sidecarset)
+    conversion.add_routes(app, state.metrics.reviews, state.metrics.latency)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics)

@@ -22,6 +22,7 @@ from services.webhook.cache import (
     sidecarset_list_watch,
 )
 from services.webhook.recorder import EventSink, InjectionRecorder, LogSink
+from services.webhook.revisions import RevisionSource, load_pinned
 from services.webhook.server import RunningServer, WebhookState, start_server
 from services.webhook.tls import DEFAULT_HOSTS, ServingCertificate, generate_self_signed, load_certificate
 
@@ -65,11 +66,22 @@ def _certificate(settings: Settings, options: WebhookOptions) -> ServingCertific
     return generate_self_signed(directory, options.hosts)
 
 
+async def _load_revisions(
+    source: RevisionSource, sidecarsets: SidecarSetCache, loaded: asyncio.Event
+) -> None:
+    await load_pinned(source, sidecarsets.snapshot)
+    loaded.set()
+
+
 @contextlib.asynccontextmanager
 async def run_webhook(
-    settings: Settings, options: WebhookOptions, sink: EventSink | None = None
+    settings: Settings,
+    options: WebhookOptions,
+    sink: EventSink | None = None,
+    revisions: RevisionSource | None = None,
 ) -> AsyncIterator[RunningWebhook]:
-    """Start everything, wait for the caches, register; undo it all on exit."""
+    """Start everything, wait for the caches, register; undo it all on exit. ``revisions``: where the
+    recorded revisions of SidecarSets pinning one are read (the event store; None refuses their pods)."""
     selection = await resolve_selection(settings, "webhook")
     api = await kube.api_client(settings)
     sidecarsets, namespaces = SidecarSetCache(selection), NamespaceLabels()
@@ -77,11 +89,18 @@ async def run_webhook(
     tasks = [asyncio.create_task(w.run(), name=f"list-watch-{w.kind}") for w in watches]
     recorder = InjectionRecorder(sink or LogSink())
     recorder.start()
+    revisions_loaded = asyncio.Event()
+    if revisions is None:
+        revisions_loaded.set()
     state = WebhookState(
         sidecarsets=sidecarsets,
         namespaces=namespaces,
         recorder=recorder,
         excluded_namespaces=excluded_namespaces(settings),
+        revisions=revisions,
+        revisions_unavailable=settings.sidecarset_revisions_unavailable,
+        revisions_loaded=revisions_loaded.is_set,
+        sort_containers_by_name=settings.sidecarset_sort_containers_by_name,
         synced=lambda: all(w.synced.is_set() for w in watches),
         served=lambda: {w.kind: w.served for w in watches},
     )
@@ -91,6 +110,8 @@ async def run_webhook(
         await asyncio.wait_for(
             asyncio.gather(*(w.synced.wait() for w in watches)), options.sync_timeout_seconds
         )
+        if revisions is not None:
+            tasks.append(asyncio.create_task(_load_revisions(revisions, sidecarsets, revisions_loaded)))
         server = await start_server(state, certificate, host=options.host, port=options.port)
         if options.register:
             await registration.register(

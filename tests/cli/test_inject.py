@@ -100,3 +100,16 @@ def test_invalid_sidecarset_names_file_and_field(tmp_path: Path) -> None:
     path = write(tmp_path, "bad.yaml", bad)
     code, _, err = invoke("-f", POD, "--sidecarset", path)
     assert code == 2 and path in err and "spec.containers[0].shareVolumePolicy.type" in err
+
+
+def test_a_pod_the_webhook_would_refuse_is_a_one_line_error(tmp_path: Path) -> None:
+    sized = yaml.safe_load(Path(SIDECARSET).read_text())
+    sized["spec"]["containers"][0].pop("resources", None)  # a resourcesPolicy replaces them
+    sized["spec"]["containers"][0]["resourcesPolicy"] = {
+        "targetContainersMode": "sum",
+        "targetContainersNameRegex": "^worker$",
+        "resourcesExpr": {"requests": {"cpu": "cpu"}},
+    }
+    code, out, err = invoke("-f", POD, "--sidecarset", write(tmp_path, "sized.yaml", sized))
+    assert code == 2 and out == ""
+    assert err.strip().count("\n") == 0 and "no containers match the regex pattern '^worker$'" in err

@@ -58,13 +58,41 @@ def test_every_version_is_structural(kind: str, name: str) -> None:
     assert structural_errors(schema(kind, name)) == []
 
 
-@pytest.mark.parametrize("kind", sorted(FILES))
-def test_v1alpha1_is_served_and_stored_and_v1beta1_written_down(kind: str) -> None:
+@pytest.mark.parametrize(
+    ("kind", "expected"),
+    [
+        # CloneSet as on OpenKruise master: both served, v1beta1 stored, converted by rollbook's webhook.
+        ("CloneSet", {"v1alpha1": (True, False), "v1beta1": (True, True)}),
+        # SidecarSet has no conversion yet: v1beta1 is written down, not served.
+        ("SidecarSet", {"v1alpha1": (True, True), "v1beta1": (False, False)}),
+    ],
+)
+def test_served_and_stored_versions(kind: str, expected: dict[str, tuple[bool, bool]]) -> None:
     versions = {v["name"]: (v["served"], v["storage"]) for v in crd(kind)["spec"]["versions"]}
-    # v1beta1 needs a conversion webhook before it can be served: its shape differs.
-    assert versions == {"v1alpha1": (True, True), "v1beta1": (False, False)}
+    assert versions == expected
     assert crd(kind)["spec"]["group"] == "apps.kruise.io"
     assert crd(kind)["metadata"]["name"] == f"{crd(kind)['spec']['names']['plural']}.apps.kruise.io"
+
+
+def test_cloneset_versions_are_converted_by_rollbooks_webhook_service() -> None:
+    """The conversion webhook is the Service and certificate of deploy/base/webhook.yaml, at /convert."""
+    conversion = crd("CloneSet")["spec"]["conversion"]
+    assert conversion["strategy"] == "Webhook"
+    assert conversion["webhook"]["conversionReviewVersions"] == ["v1"]
+    service = conversion["webhook"]["clientConfig"]["service"]
+    assert service == {
+        "namespace": "rollbook-system",
+        "name": "rollbook-webhook",
+        "path": "/convert",
+        "port": 443,
+    }
+    webhook = list(yaml.safe_load_all((crds.ROOT / "deploy" / "base" / "webhook.yaml").read_text()))
+    [svc] = [m for m in webhook if m["kind"] == "Service"]
+    assert (svc["metadata"]["namespace"], svc["metadata"]["name"]) == (service["namespace"], service["name"])
+    assert service["port"] in [p["port"] for p in svc["spec"]["ports"]]
+    [cert] = [m for m in webhook if m["kind"] == "Certificate"]
+    injected = crd("CloneSet")["metadata"]["annotations"]["cert-manager.io/inject-ca-from"]
+    assert injected == f"{cert['metadata']['namespace']}/{cert['metadata']['name']}"
 
 
 @pytest.mark.parametrize("name", ["v1alpha1", "v1beta1"])

@@ -31,7 +31,8 @@ Permission = tuple[str, str, str, tuple[str, ...]]  # apiGroup, resource, verb, 
 def resource_names(service: str, group: str, resource: str, verb: str) -> tuple[str, ...]:
     """The objects a call reaches when they are known by name, so the rule can be limited to them."""
     if (group, resource) == ("coordination.k8s.io", "leases") and verb in ("get", "update"):
-        return (lease_name(service),)
+        # The planner's Leases (one per bus partition, one per replica) are named at run time.
+        return () if service == "planner" else (lease_name(service),)
     if (group, resource, verb) == ("apps", "deployments", "get"):
         return (KRUISE_DEPLOYMENT,)
     if (group, resource, verb) == ("admissionregistration.k8s.io", "mutatingwebhookconfigurations", "get"):

@@ -1,6 +1,7 @@
-"""Two planners and two watchers on one stack (docs/services.md, "Running several replicas"): one of each
-holds its Lease and works, the other stands by ready; SIGTERM to a leader hands its Lease to the standby,
-and the rollout completes with a consistent audit trail either way."""
+"""Two watchers on one stack (docs/services.md, "Running several replicas"): one holds the Lease and
+works, the other stands by ready; SIGTERM to the leader hands its Lease to the standby, and the rollout
+completes with a consistent audit trail either way. (Planners share the work by partition instead:
+tests/e2e/test_partitioned_planners.py.)"""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ async def start_pairs(stack: Stack) -> None:
     await stack.start("auditor", "executor")
     # Each pair starts at once: both race to create the Lease.
     await asyncio.gather(stack.start("watcher"), stack.start("watcher", name="watcher-2"))
-    await asyncio.gather(stack.start("planner"), stack.start("planner", name="planner-2"))
+    await stack.start("planner")
 
 
 async def holder_pid(k8s_client: client.ApiClient, service: str) -> int | None:
@@ -71,9 +72,7 @@ async def outcomes(database_url: str) -> int:
     return int(rows[0][0])
 
 
-async def test_one_planner_and_one_watcher_of_two_work(
-    stack: Stack, cluster: Cluster, k8s_client: client.ApiClient
-) -> None:
+async def test_one_watcher_of_two_works(stack: Stack, cluster: Cluster, k8s_client: client.ApiClient) -> None:
     await start_pairs(stack)
     seed = seed_cloneset("cloneset-sample-data.yaml", updateStrategy=STRATEGY)
     await cluster.create_cloneset(seed)
@@ -81,7 +80,7 @@ async def test_one_planner_and_one_watcher_of_two_work(
     await cluster.patch_cloneset(NAME, with_image(seed, "nginx:mainline"))
     await wait_for(lambda: all_on(cluster, "nginx:mainline"), within=90, what="rollout done")
 
-    for service, acted in (("planner", "planned"), ("watcher", "observed")):
+    for service, acted in (("watcher", "observed"),):
         leader, standby = await leader_and_standby(stack, k8s_client, service)
         assert logged(stack, leader, acted) > 0
         assert logged(stack, standby, acted) == 0, f"the standby {service} {acted} too"
@@ -96,7 +95,7 @@ async def test_one_planner_and_one_watcher_of_two_work(
     assert stack.dead() == []
 
 
-async def test_sigterm_to_the_leaders_mid_rollout_hands_over_to_the_standbys(
+async def test_sigterm_to_the_leading_watcher_mid_rollout_hands_over_to_the_standby(
     stack: Stack, cluster: Cluster, k8s_client: client.ApiClient
 ) -> None:
     await start_pairs(stack)
@@ -112,7 +111,7 @@ async def test_sigterm_to_the_leaders_mid_rollout_hands_over_to_the_standbys(
 
     await wait_for(progressed, within=60, what="rollout progress before stopping the leaders")
     new_leaders: dict[str, str] = {}
-    for service in ("planner", "watcher"):
+    for service in ("watcher",):
         leader, standby = await leader_and_standby(stack, k8s_client, service)
         standby_pid = stack.children[standby].process.pid
         sent = time.monotonic()
@@ -140,6 +139,6 @@ async def test_sigterm_to_the_leaders_mid_rollout_hands_over_to_the_standbys(
     await wait_for(
         lambda: all_on(cluster, "nginx:mainline"), within=90, what="rollout done after the handover"
     )
-    assert logged(stack, new_leaders["planner"], "planned") > 0  # it took over the rollout
+    assert logged(stack, new_leaders["watcher"], "observed") > 0  # it took over the rollout
     await assert_trail_consistent(stack, database_url)
     assert stack.dead() == []

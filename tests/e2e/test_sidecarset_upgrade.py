@@ -57,6 +57,7 @@ from services.planner.kinds import CLONESET, SIDECARSET
 from services.replay.verify import verify_streams
 from services.simcluster import SimCluster, SimConfig
 from services.simcluster.kubelet import Timing
+from services.webhook.revisions import StoreRevisions
 from services.webhook.service import RunningWebhook, WebhookOptions, run_webhook
 from services.webhook.sinks import EventStoreSink
 from tests.e2e import audit
@@ -88,11 +89,15 @@ async def webhook(
 ) -> AsyncIterator[RunningWebhook]:
     settings = Settings(kubeconfig=str(simcluster.kubeconfig_path), data_dir=str(tmp_path))
     sink = EventStoreSink(lambda: EventStore.connect(stack_settings.database_url))
+    # Pinned revisions (injectionStrategy.revision) are read from the same event store, as `rollbook webhook`.
+    revisions = StoreRevisions(lambda: EventStore.connect(stack_settings.database_url, pool_size=2))
+    options = WebhookOptions(cert_dir=tmp_path / "tls")
     try:
-        async with run_webhook(settings, WebhookOptions(cert_dir=tmp_path / "tls"), sink) as running:
+        async with run_webhook(settings, options, sink, revisions) as running:
             yield running
     finally:
         await sink.close()
+        await revisions.close()
 
 
 @pytest_asyncio.fixture(loop_scope="session")
@@ -374,6 +379,31 @@ async def test_paused_then_partition_50_percent_upgrades_two_pods_one_at_a_time(
     assert entry["controllerRevision"] == latest
     assert entry["hash"] == ss.parse_sidecarset(await status()).hash
     assert next(c.image for c in created.spec.containers if c.name == "tools") == NEW_IMAGE
+
+    # Pinning revision 1 (injectionStrategy.revision): the webhook reads the planner's recorded revisions
+    # from the event store, and a new pod gets the old image, its entry naming revision 1.
+    first = revisions[0].name
+    await custom.patch_cluster_custom_object(
+        SIDECARSET_GROUP,
+        SIDECARSET_VERSION,
+        SIDECARSET_PLURAL,
+        NAME,
+        {"spec": {"injectionStrategy": {"revision": {"revisionName": first}}}},
+        _content_type="application/merge-patch+json",  # type: ignore[call-arg]
+    )
+    await wait_for(
+        lambda: _async(
+            any(s.name == NAME and ss.pinned_revision(s) for s in webhook.state.sidecarsets.snapshot())
+        ),
+        what="the webhook to see the pinned revision",
+    )
+    pinned = seed("pod-test-pod.yaml")
+    pinned["metadata"]["name"] = "test-pod-pinned"
+    created = await core.create_namespaced_pod("default", body=cast(Any, pinned))
+    entry = json.loads(created.metadata.annotations[ss.HASH_ANNOTATION])[NAME]
+    assert entry["controllerRevision"] == first
+    assert entry["hash"] == revisions[0].hash
+    assert next(c.image for c in created.spec.containers if c.name == "tools") == OLD_IMAGE
 
 
 def max_unavailable_at_once(observed: list[StoredEvent]) -> int:

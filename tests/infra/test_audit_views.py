@@ -8,6 +8,7 @@ tests/e2e/test_audit_views_e2e.py.
 
 from __future__ import annotations
 
+import uuid
 from datetime import timedelta
 from typing import Any
 
@@ -17,7 +18,12 @@ import pytest
 from services.infra import audit_queries
 from services.infra.database import asyncpg_url
 from services.infra.store import EventStore
-from services.model.events import PodHookHeld, PodHookReleased, RolloutProgressDeadlineExceeded
+from services.model.events import (
+    PodActionRequested,
+    PodHookHeld,
+    PodHookReleased,
+    RolloutProgressDeadlineExceeded,
+)
 from tests.infra.audit_helpers import NEW, OLD, SIDECAR_NEW, T0, SidecarSetTrail, Trail
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -184,6 +190,32 @@ async def test_actions_without_exactly_one_terminal_event_are_listed(
     assert outcomes[ok] == ("succeeded", None)
     assert outcomes[missing] == ("pending", None)
     assert outcomes[failed] == ("failed", "forbidden")
+
+
+async def test_a_pods_to_delete_write_back_names_its_cloneset_as_the_pod_in_old_and_new_records(
+    event_store: EventStore, database_url: str
+) -> None:
+    trail = Trail(event_store)
+    new = str(uuid.uuid4())
+    await trail.decide(
+        PodActionRequested(
+            action_id=new, action="setPodsToDelete", namespace=trail.namespace, workload=trail.name
+        ),
+        1,
+    )
+    old = str(uuid.uuid4())
+    v1 = PodActionRequested(
+        action_id=old, action="setPodsToDelete", namespace=trail.namespace, pod=trail.name
+    )
+    await trail.decide(v1, 2)  # written as schema v1 wrote it: the CloneSet's name in pod
+    rows = await _rows(
+        database_url,
+        "SELECT action_id, pod FROM action_outcomes WHERE namespace = $1 AND action = 'setPodsToDelete'",
+        trail.namespace,
+    )
+    assert sorted((r["action_id"], r["pod"]) for r in rows) == sorted([(new, "web"), (old, "web")])
+    pods = await _rows(database_url, "SELECT pod FROM pod_actions WHERE namespace = $1", trail.namespace)
+    assert [r["pod"] for r in pods] == ["web", "web"]
 
 
 async def test_an_in_place_update_whose_pod_never_came_back_is_pending(

@@ -26,6 +26,19 @@ async def test_appended_events_read_back_identical(event_store: EventStore) -> N
     assert [s.envelope for s in await event_store.read_stream(stream, from_version=2)] == events[1:]
 
 
+async def test_read_streams_reads_each_stream_from_its_own_version_in_one_call(
+    event_store: EventStore,
+) -> None:
+    # Named so that their sort order differs from the order asked for: the answer follows the request.
+    first, second, empty = "CloneSet/test/z" + unique_stream()[-10:], unique_stream(), unique_stream()
+    events = {first: batch(first, 1, 4), second: batch(second, 1, 3)}
+    for stream_events in events.values():
+        await event_store.append(stream_events, expected_version=0)
+    answer = await event_store.read_streams([(first, 3), (empty, 1), (second, 1)])
+    assert [[s.envelope for s in part] for part in answer] == [events[first][2:], [], events[second]]
+    assert await event_store.read_streams([(second, 4)]) == [[]]
+
+
 async def test_empty_stream_is_at_version_zero(event_store: EventStore) -> None:
     stream = unique_stream()
     assert await event_store.stream_version(stream) == 0

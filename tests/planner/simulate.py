@@ -1,8 +1,10 @@
 """A small in-memory cluster that carries out plans: the convergence harness for planner tests.
 
-It applies each action the way the executor and the API server would (strategic merge for the simple
-patches the planner writes), and a kubelet that moves one step per tick: schedule and start a new pod,
-restart a container whose image changed, report Ready when containers and readiness gates are ready.
+The objects and what an action does to them are the cluster model's (services/replay/cluster_model.py,
+which what-if and the replay simulation use): each plan is recorded on the CloneSet and its actions carried
+out at once, as the executor and the API server would. What this harness adds is its clock: a kubelet
+that moves one step per tick (schedule and start a new pod, restart a container whose image changed,
+report Ready when containers and readiness gates are ready), so a test counts rounds, not seconds.
 """
 
 from __future__ import annotations
@@ -16,41 +18,10 @@ import msgspec
 from services.planner import model
 from services.planner.plan import plan
 from services.planner.podstate import format_time
+from services.replay.cluster_model import ClusterModel
 
-_START = datetime(2026, 11, 30, 12, 0, tzinfo=UTC).timestamp()
-
-
-def _merge(target: dict[str, Any], patch: dict[str, Any]) -> None:
-    for key, value in patch.items():
-        if value is None:
-            target.pop(key, None)
-        elif key == "containers" and isinstance(value, list):
-            by_name = {c["name"]: c for c in target.get("containers", [])}
-            for entry in value:
-                container = by_name.get(entry["name"])
-                if container is not None:
-                    for k, v in entry.items():
-                        if v is None:
-                            container.pop(k, None)
-                        else:
-                            container[k] = copy.deepcopy(v)
-        elif key == "finalizers" and isinstance(value, list):
-            # Finalizers merge as a set (strategic merge patch, patchStrategy "merge").
-            existing = target.setdefault("finalizers", [])
-            existing.extend(f for f in value if f not in existing)
-        elif isinstance(value, dict) and isinstance(target.get(key), dict):
-            _merge(target[key], value)
-        else:
-            target[key] = copy.deepcopy(value)
-
-
-def _set_condition(pod: dict[str, Any], condition: dict[str, Any]) -> None:
-    conditions = pod.setdefault("status", {}).setdefault("conditions", [])
-    for i, existing in enumerate(conditions):
-        if existing["type"] == condition["type"]:
-            conditions[i] = dict(condition)
-            return
-    conditions.append(dict(condition))
+_T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+_START = _T0.timestamp()
 
 
 class Cluster:
@@ -62,26 +33,54 @@ class Cluster:
         pvcs: list[dict[str, Any]] | None = None,
         tick_seconds: float = 5.0,
     ) -> None:
-        self.cloneset = copy.deepcopy(cloneset)
-        self.pods = {p["metadata"]["name"]: copy.deepcopy(p) for p in pods or []}
-        self.pvcs = {p["metadata"]["name"]: copy.deepcopy(p) for p in pvcs or []}
-        self.revisions = {r["metadata"]["name"]: copy.deepcopy(r) for r in revisions or []}
-        self.now = _START
+        # The objects and how actions change them: the cluster model what-if and the replay simulation use.
+        self.model = ClusterModel(
+            cloneset,
+            t0=_T0,
+            pods={p["metadata"]["name"]: p for p in pods or []},
+            pvcs={p["metadata"]["name"]: p for p in pvcs or []},
+            revisions={r["metadata"]["name"]: r for r in revisions or []},
+            uid_prefix="uid",
+        )
         self.tick_seconds = tick_seconds
         self.serial = 0
         self.history: list[model.Plan] = []
 
+    @property
+    def cloneset(self) -> dict[str, Any]:
+        return self.model.cloneset
+
+    @cloneset.setter
+    def cloneset(self, value: dict[str, Any]) -> None:
+        self.model.cloneset = value
+
+    @property
+    def pods(self) -> dict[str, dict[str, Any]]:
+        return self.model.pods
+
+    @property
+    def pvcs(self) -> dict[str, dict[str, Any]]:
+        return self.model.pvcs
+
+    @property
+    def revisions(self) -> dict[str, dict[str, Any]]:
+        return self.model.revisions
+
+    @property
+    def now(self) -> float:
+        """The clock, in epoch seconds."""
+        return _START + self.model.now
+
+    @now.setter
+    def now(self, value: float) -> None:
+        self.model.now = value - _START
+
     # --- planning -------------------------------------------------------------------------------------
 
     def plan_input(self) -> model.PlanInput:
-        raw = {
-            "cloneSet": self.cloneset,
-            "pods": sorted(self.pods.values(), key=lambda p: p["metadata"]["name"]),
-            "pvcs": sorted(self.pvcs.values(), key=lambda p: p["metadata"]["name"]),
-            "revisions": list(self.revisions.values()),
-            "now": format_time(self.now),
-        }
-        return msgspec.json.decode(msgspec.json.encode(raw), type=model.PlanInput)
+        """The input as the API would return it: decoded JSON, so a plan kept in ``history`` shares nothing
+        with the objects the kubelet changes later."""
+        return msgspec.json.decode(msgspec.json.encode(self.model.plan_input()), type=model.PlanInput)
 
     def step(self) -> model.Plan:
         """Plan one round, carry it out, then let time pass and the kubelet act."""
@@ -93,50 +92,18 @@ class Cluster:
         return result
 
     def apply(self, result: model.Plan) -> None:
+        """Carry a plan out at once (the harness's executor takes no time)."""
         if result.rejected is not None:
             return
-        for record in result.revisions:
-            self.revisions[record["metadata"]["name"]] = copy.deepcopy(record)
-        for name in result.revisions_to_delete:
-            self.revisions.pop(name, None)
-        if result.pods_to_delete is not None:
-            self.cloneset["spec"].setdefault("scaleStrategy", {})["podsToDelete"] = list(
-                result.pods_to_delete
-            )
-        if result.status is not None:
-            self.cloneset["status"] = copy.deepcopy(result.status)
+        self.model.record_plan(copy.deepcopy(result))
         for action in result.actions:
-            self.carry_out(action)
-
-    def carry_out(self, action: model.Action) -> None:
-        now_text = format_time(self.now)
-        if isinstance(action, model.CreatePVC):
-            claim = copy.deepcopy(action.object)
-            claim["status"] = {"phase": "Bound"}
-            assert action.pvc not in self.pvcs, f"PVC {action.pvc} exists"
-            self.pvcs[action.pvc] = claim
-        elif isinstance(action, model.CreatePod):
-            assert action.pod not in self.pods, f"pod {action.pod} exists"
-            pod = copy.deepcopy(action.object)
-            pod["metadata"]["creationTimestamp"] = now_text
-            pod["metadata"]["uid"] = f"uid-{action.pod}"
-            pod["status"] = {"phase": "Pending", "conditions": []}
-            self.pods[action.pod] = pod
-        elif isinstance(action, model.DeletePod):
-            self.pods.pop(action.pod)
-            for name in action.pvcs:
-                self.pvcs.pop(name, None)
-        elif isinstance(action, model.DeletePVC):
-            self.pvcs.pop(action.pvc, None)
-        elif isinstance(action, model.RecreatePod | model.UpdateInPlace | model.PatchPod):
-            _merge(self.pods[action.pod], action.patch)
-        elif isinstance(action, model.MarkNotReady | model.MarkReady):
-            pod = self.pods[action.pod]
-            if action.patch:
-                _merge(pod, action.patch)
-            _set_condition(pod, action.condition)
-            if isinstance(action, model.MarkNotReady):
-                self._set_ready(pod, False)
+            if isinstance(action, model.CreatePod):
+                assert action.pod not in self.pods, f"pod {action.pod} exists"
+            elif isinstance(action, model.CreatePVC):
+                assert action.pvc not in self.pvcs, f"PVC {action.pvc} exists"
+            elif not isinstance(action, model.DeletePVC):
+                assert action.pod in self.pods, f"pod {action.pod} is gone"
+            self.model.carry_out(action)
 
     # --- kubelet --------------------------------------------------------------------------------------
 

@@ -10,6 +10,7 @@ import pytest
 from services.model.events import PodActionFailed, PodActionSucceeded, RoundPlanned, StatusPlanned
 from services.model.streams import actions_stream, decisions_stream, observed_stream
 from services.planner.cloneset_decisions import decisions_for
+from services.planner.model import Plan
 from services.planner.status import (
     FAILED_SCALE,
     FAILED_UPDATE,
@@ -202,7 +203,15 @@ def _round(log: Log, through: dict[str, int], seconds: int) -> Any:
 
 
 def _planned_conditions(state: Any) -> list[dict[str, Any]] | None:
-    plan = {"status": {"replicas": 1, "conditions": [{"type": "Rejected", "status": "True"}]}}
+    plan = Plan(
+        update_revision=None,
+        current_revision=None,
+        partition=None,
+        actions=[],
+        status={"replicas": 1, "conditions": [{"type": "Rejected", "status": "True"}]},
+        requeue_after_seconds=None,
+        rejected=None,
+    )
     statuses = [d for d in decisions_for(state, plan) if isinstance(d, StatusPlanned)]
     return statuses[0].status["conditions"] if statuses else None
 

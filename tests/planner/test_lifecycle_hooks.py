@@ -157,15 +157,29 @@ def test_updated_pod_chosen_again_re_arms_the_hook_in_one_patch() -> None:
     assert patch["metadata"]["finalizers"] == ["example.io/drain"]
 
 
+def holding(holds: list[model.HookHold]) -> model.Plan:
+    """A plan of a round in which lifecycle hooks hold ``holds`` (and nothing else happens)."""
+    return model.Plan(
+        update_revision=None,
+        current_revision=None,
+        partition=None,
+        actions=[],
+        status=None,
+        requeue_after_seconds=None,
+        rejected=None,
+        hook_holds=holds,
+    )
+
+
 def test_hook_waits_are_recorded_as_held_and_released_events() -> None:
     state = WorkloadState("default", "sample")
     t0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
-    held_plan = {"hookHolds": [{"pod": "sample-a", "hook": "preDelete", "state": "PreparingDelete"}]}
+    held_plan = holding([model.HookHold(pod="sample-a", hook="preDelete", state="PreparingDelete")])
     events = _hook_transitions(state, held_plan, t0)
     assert events == [PodHookHeld(pod="sample-a", hook="preDelete", state="PreparingDelete")]
     state.hook_holds[("sample-a", "preDelete")] = ("PreparingDelete", t0)
     assert _hook_transitions(state, held_plan, t0 + timedelta(seconds=5)) == []  # still held: nothing new
-    released = _hook_transitions(state, {"hookHolds": []}, t0 + timedelta(seconds=42))
+    released = _hook_transitions(state, holding([]), t0 + timedelta(seconds=42))
     assert released == [
         PodHookReleased(
             pod="sample-a", hook="preDelete", state="PreparingDelete", held_since=t0, held_seconds=42.0

@@ -10,6 +10,7 @@ import pytest
 
 from services.model.events import Event, RolloutPaused, RolloutResumed, RolloutStarted
 from services.planner.cloneset_decisions import decisions_for
+from services.planner.model import Action, MarkReady, Plan
 from services.planner.workload_state import WorkloadState
 
 ROLLOUT = "default/web@web-new"
@@ -38,14 +39,16 @@ def status(updated: int, ready: int, expected: int = 3) -> dict[str, Any]:
     }
 
 
-def plan(status: dict[str, Any], actions: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    return {
-        "updateRevision": "web-new",
-        "currentRevision": "web-old",
-        "partition": 2,
-        "status": status,
-        "actions": actions or [],
-    }
+def plan(status: dict[str, Any], actions: list[Action] | None = None) -> Plan:
+    return Plan(
+        update_revision="web-new",
+        current_revision="web-old",
+        partition=2,
+        status=status,
+        actions=actions or [],
+        requeue_after_seconds=None,
+        rejected=None,
+    )
 
 
 def transitions(decisions: list[Event]) -> list[str]:
@@ -71,7 +74,7 @@ PARTITION_REACHED = "paused: partition 2 reached: the pods it allows are updated
         # updated but not yet ready: still moving
         (state(), plan(status(3, 2)), []),
         # done but this round still acts (e.g. marks a pod ready): not halted yet
-        (state(), plan(status(3, 3), [{"action": "markReady", "pod": "web-a"}]), []),
+        (state(), plan(status(3, 3), [MarkReady(pod="web-a", condition={})]), []),
         # the partition was lowered: 5 expected now, the rollout moves again
         (state(recorded_paused=True), plan(status(3, 3, expected=5)), ["resumed"]),
         # updateStrategy.paused

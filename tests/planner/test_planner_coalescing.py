@@ -51,11 +51,12 @@ class CountingStore:
         self.reads: dict[str, int] = {}
         self.hold: dict[str, asyncio.Event] = {}  # stream -> released when set
 
-    async def read_stream(self, stream: str, from_version: int = 1) -> Any:
-        self.reads[stream] = self.reads.get(stream, 0) + 1
-        if stream in self.hold:
-            await self.hold[stream].wait()
-        return await self.store.read_stream(stream, from_version)
+    async def read_streams(self, positions: list[tuple[str, int]]) -> Any:
+        for stream, _ in positions:
+            self.reads[stream] = self.reads.get(stream, 0) + 1
+            if stream in self.hold:
+                await self.hold[stream].wait()
+        return await self.store.read_streams(positions)
 
     async def append(self, envelopes: Any, expected_version: int | None) -> Any:
         return await self.store.append(envelopes, expected_version=expected_version)

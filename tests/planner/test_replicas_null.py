@@ -51,3 +51,25 @@ def test_a_null_replicas_cloneset_rollout_completes() -> None:
         if isinstance(e.payload, RolloutCompleted) and e.payload.rollout_id == started[0].rollout_id
     ]
     assert [c.outcome for c in completed] == ["succeeded"]
+
+
+def test_the_demo_waits_and_the_timeline_read_null_replicas_as_one() -> None:
+    from services.cli.demo import updated_at
+    from services.planner.workload_state import WorkloadState
+    from services.replay.timeline import summarise
+
+    cs = cloneset()
+    cs["spec"]["replicas"] = None
+    cs["status"] = {
+        "observedGeneration": 1,
+        "replicas": 1,
+        "readyReplicas": 1,
+        "updatedReplicas": 1,
+        "updatedReadyReplicas": 1,
+        "currentRevision": "sample-1",
+        "updateRevision": "sample-1",
+    }
+    assert updated_at(0)(cs)
+    state = WorkloadState("default", "sample")
+    state.cloneset = cs
+    assert summarise(state)["replicas"] == 1

@@ -35,6 +35,8 @@ FINGERPRINTS = {
     6: "51981779110960a2b3255951bdfa32a8c27cfac5dcd4ad9021980c2a21274ecb",
     # v7: expectation timeouts counted from the action's outcome (the expectation timers move)
     7: "39636634c4700e56fe4b8635418dc1672bb3b0cdc9207cc4b7e9b66009d9f095",
+    # v8: a handed-over CloneSet's revision adopted, its pods updated in place (with the HANDED_OVER script)
+    8: "d8457afe768057b338994da956cfec0430f0b9f8c519875d5aa9ed0df1514e4e",
 }
 START = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 SCRIPTS: tuple[tuple[int | None, dict[str, object]], ...] = (
@@ -50,14 +52,20 @@ SCRIPTS: tuple[tuple[int | None, dict[str, object]], ...] = (
     # a scatterStrategy naming one term twice: rejected since rules v6 (scatterStrategy validated and used)
     (3, {"type": "ReCreate", "scatterStrategy": [{"key": "zone", "value": "a"}] * 2}),
 )
+# Scripts that start from a CloneSet another controller left (WorkloadSimulation handed_over): its revision
+# name is adopted and its pods updated in place since rules v8 (recreated before).
+HANDED_OVER: tuple[tuple[int | None, dict[str, object]], ...] = ((3, {"type": "InPlaceIfPossible"}),)
 
 
 def decisions_fingerprint() -> tuple[str, dict[str, int]]:
     digest = hashlib.sha256()
     counts: dict[str, int] = {}
     stream = decisions_stream("team-a", "web")
-    for replicas, strategy in SCRIPTS:
-        simulation = WorkloadSimulation("team-a", "web", replicas=replicas, start=START, strategy=strategy)
+    scripts = [(r, s, False) for r, s in SCRIPTS] + [(r, s, True) for r, s in HANDED_OVER]
+    for replicas, strategy, handed_over in scripts:
+        simulation = WorkloadSimulation(
+            "team-a", "web", replicas=replicas, start=START, strategy=strategy, handed_over=handed_over
+        )
         for envelope in simulation.run():
             # RoundPlanned records the inputs (and the rules version itself), not decisions.
             if envelope.stream == stream and not isinstance(envelope.payload, RoundPlanned):

@@ -88,8 +88,9 @@ def test_a_rollout_as_rollbook_would_drive_it_agrees_throughout() -> None:
     # Every comparison names the recorded decision it compared with.
     planned = {e.event_id for e in out if isinstance(e.payload, ShadowPlanned)}
     assert {x.decision for x in compared} <= planned
-    # The controller's revision names are aliased to rollbook's: rollbook's decisions name its own.
-    assert trail.aliases and all(alias.startswith("web-") for alias in trail.aliases.values())
+    # The controller's status names the revision of the current template, so rollbook adopts that name
+    # (revisions.reported_update_revision) and needs no alias of its own for it.
+    assert trail.aliases == {}
 
 
 def test_a_batch_larger_than_max_unavailable_differs() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from services.model import sidecarset as ss
 from services.model.events import (
     PartitionStepPlanned,
     PodActionRequested,
@@ -33,11 +34,8 @@ def state_with(spec: dict[str, Any], pods: list[dict[str, Any]]) -> SidecarSetSt
 def replay(state: SidecarSetState, events: list[Any]) -> None:
     """Record decisions as the fold would (the parts decisions_for reads)."""
     for event in events:
-        if isinstance(event, RevisionCreated):
-            state.record_revision(event)
-        elif isinstance(event, RevisionsPruned):
-            for name in event.names:
-                state.revisions.pop(name, None)
+        if isinstance(event, RevisionCreated | RevisionsPruned):
+            ss.fold_revision(state.revisions, event)
         elif isinstance(event, RolloutStarted):
             state.active_rollout, state.update_revision, state.paused = (
                 event.rollout_id,

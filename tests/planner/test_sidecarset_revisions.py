@@ -274,3 +274,20 @@ def test_records_without_data_still_count_for_the_next_number() -> None:
     legacy = [{"metadata": {"name": f"{NAME}-2wcfbwz492"}, "revision": 3}]
     decision = plan_revision(ss.parse_sidecarset(sidecarset(OLD)), legacy, 0, set())
     assert decision.record is not None and decision.latest.number == 4
+
+
+def test_a_revision_recorded_with_a_custom_version_carries_it_and_keeps_it_on_rollback() -> None:
+    # OpenKruise's NewRevision labels the revision with the SidecarSet's custom version, which
+    # injectionStrategy.revision.customVersion selects by.
+    labelled = sidecarset(OLD)
+    labelled["metadata"]["labels"] = {ss.CUSTOM_VERSION_LABEL: "v1"}
+    recorded, first = recorded_after(labelled, {})
+    assert recorded[first.latest.name]["metadata"]["labels"] == {
+        SIDECARSET_NAME_LABEL: NAME,
+        ss.CUSTOM_VERSION_LABEL: "v1",
+    }
+    recorded, second = recorded_after(sidecarset(NEW), recorded)
+    assert recorded[second.latest.name]["metadata"]["labels"] == {SIDECARSET_NAME_LABEL: NAME}
+    recorded, back = recorded_after(sidecarset(OLD), recorded)  # re-numbered: the label stays
+    assert back.latest.name == first.latest.name
+    assert recorded[first.latest.name]["metadata"]["labels"][ss.CUSTOM_VERSION_LABEL] == "v1"

@@ -97,19 +97,44 @@ async def wait_for(
     raise AssertionError(f"timed out after {within}s waiting for {what}; last value: {last!r}")
 
 
-@asynccontextmanager
-async def e2e_database(server_url: str) -> AsyncIterator[str]:
-    """A fresh migrated database, dropped afterwards (the drop is retried: other test sessions on the same
-    server may terminate backends, including ours, while they test lost connections)."""
-    name = f"rollbook_e2e_{uuid.uuid4().hex[:12]}"
+# server URL -> a database migrated to head once in this test process, which every e2e database is cloned
+# from (CREATE DATABASE ... TEMPLATE: a file copy, a fraction of running the migrations again per test).
+# Nobody connects to it after migrating (Postgres refuses to copy a database in use); dropped at the end.
+_templates: dict[str, str] = {}
+
+
+async def _migrated_template(server_url: str) -> str:
+    name = _templates.get(server_url)
+    if name is None:
+        name = f"rollbook_template_{uuid.uuid4().hex[:12]}"
+        await _admin_execute(server_url, f'CREATE DATABASE "{name}"')
+        try:
+            await upgrade_async(with_database(server_url, name))
+        except BaseException:
+            await _drop_database(server_url, name)
+            raise
+        _templates[server_url] = name
+    return name
+
+
+async def _admin_execute(server_url: str, statement: str) -> None:
     admin = await asyncpg.connect(asyncpg_url(server_url))
     try:
-        await admin.execute(f'CREATE DATABASE "{name}"')
+        await admin.execute(statement)
     finally:
         await admin.close()
+
+
+@asynccontextmanager
+async def e2e_database(server_url: str) -> AsyncIterator[str]:
+    """A fresh migrated database (a copy of this process's migrated template), dropped afterwards (the drop
+    is retried: other test sessions on the same server may terminate backends, including ours, while they
+    test lost connections)."""
+    name = f"rollbook_e2e_{uuid.uuid4().hex[:12]}"
+    template = await _migrated_template(server_url)
+    await _admin_execute(server_url, f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
     url = with_database(server_url, name)
     try:
-        await upgrade_async(url)
         yield url
     finally:
         if os.environ.get("ROLLBOOK_TEST_KEEP_DATABASES"):
@@ -117,6 +142,26 @@ async def e2e_database(server_url: str) -> AsyncIterator[str]:
             print(f"kept test database {name}", file=sys.stderr)
         else:
             await _drop_database(server_url, name)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Drop this process's migrated templates, on a loop of its own (the tests' loop is not running now).
+    An embedded server may already be stopped, its data (the templates with it) removed: nothing to drop."""
+
+    async def drop_all() -> None:
+        for server_url, name in list(_templates.items()):
+            del _templates[server_url]
+            try:
+                await _drop_database(server_url, name)
+            except (asyncpg.PostgresConnectionError, asyncpg.InterfaceError, OSError):
+                pass
+
+    if _templates:
+        loop = asyncio.new_event_loop()
+        try:
+            loop.run_until_complete(drop_all())
+        finally:
+            loop.close()
 
 
 async def _drop_database(server_url: str, name: str) -> None:

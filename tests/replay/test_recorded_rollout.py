@@ -4,6 +4,7 @@ alone, with the services stopped."""
 
 from __future__ import annotations
 
+import copy
 import os
 import subprocess
 import sys
@@ -18,7 +19,8 @@ from services.infra.database import asyncpg_url
 from services.infra.store import EventStore
 from services.infra.supervisor import settings_env
 from services.model.events import PartitionStepPlanned, PodActionFailed, PodActionRequested, StatusPlanned
-from services.planner.plan import plan_json
+from services.planner.model import Plan, PlanInput
+from services.planner.plan import plan
 from services.planner.status import ACTION_CLASSES, FAILURE_CONDITIONS, condition_time
 from services.replay.operations import replay_at, verify_all, verify_target, what_if_rollout
 from services.replay.reads import workload_events
@@ -34,11 +36,11 @@ WORKLOAD = f"default/{NAME}"
 _raw = msgspec.json.Decoder(dict[str, Any])
 
 
-def decide_ignoring_max_unavailable(data: bytes) -> dict[str, Any]:
+def decide_ignoring_max_unavailable(plan_input: PlanInput) -> Plan:
     """The planner with one rule changed on purpose: maxUnavailable is taken as 100%."""
-    plan_input = _raw.decode(data)
-    plan_input["cloneSet"]["spec"].setdefault("updateStrategy", {})["maxUnavailable"] = "100%"
-    return _raw.decode(plan_json(msgspec.json.encode(plan_input)))
+    cloneset = copy.deepcopy(plan_input.clone_set)  # the input holds the folded objects: not ours to edit
+    cloneset["spec"].setdefault("updateStrategy", {})["maxUnavailable"] = "100%"
+    return plan(msgspec.structs.replace(plan_input, clone_set=cloneset))
 
 
 async def updated(cluster: Cluster, image: str, count: int) -> Any:

@@ -1,18 +1,22 @@
 """Trails recorded by an earlier rollbook verify under this one: every round of CloneSet histories recorded
 (by services/replay/simulation.py, through the planner's code path) under rules v2 before the planner was
-reorganised into kind planners replays to the same decisions. A change to the planner that alters what
+reorganised into kind planners, and under rules v7 before PodActionRequested's schema 2 (its v1 payloads
+read through the upcaster), replays to the same decisions. A change to the planner that alters what
 it decides fails here unless it bumps RULES_VERSION (then the rounds are reported as not re-verifiable)."""
 
 from __future__ import annotations
 
 import gzip
 import json
+import uuid
+from datetime import datetime
 from pathlib import Path
+from typing import Any
 
-import msgspec
 import pytest
 
 from services.model.events import Envelope
+from services.model.upcasting import DEFAULT_DECODER
 from services.planner.cloneset_decisions import RULES_VERSION
 from services.replay.verify import verify_workload
 
@@ -20,9 +24,25 @@ TRAILS = Path(__file__).resolve().parents[1] / "fixtures" / "trails"
 
 
 def load(path: Path) -> tuple[str, list[Envelope]]:
+    """The events as the store reads them back: each payload through the upcasting decoder at the
+    schema_version it was recorded with (services/infra/store.py)."""
     recorded = json.loads(gzip.decompress(path.read_bytes()))
-    events = msgspec.convert(recorded["events"], list[Envelope])
-    return recorded["workload"], events
+    return recorded["workload"], [_as_read(event) for event in recorded["events"]]
+
+
+def _as_read(event: dict[str, Any]) -> Envelope:
+    payload = DEFAULT_DECODER.decode(event["type"], event["schema_version"], json.dumps(event["payload"]))
+    return Envelope(
+        event_id=uuid.UUID(event["event_id"]),
+        stream=event["stream"],
+        stream_version=event["stream_version"],
+        type=event["type"],
+        schema_version=event["schema_version"],
+        occurred_at=datetime.fromisoformat(event["occurred_at"]),
+        causation_id=None if event["causation_id"] is None else uuid.UUID(event["causation_id"]),
+        correlation_id=event["correlation_id"],
+        payload=payload,
+    )
 
 
 @pytest.mark.parametrize("path", sorted(TRAILS.glob("rules-v*.json.gz")), ids=lambda p: p.name)

@@ -5,7 +5,6 @@ not re-verifiable instead of diverging, and the rounds recorded by the current r
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
 
 import msgspec
 import pytest
@@ -13,6 +12,7 @@ import pytest
 from services.model.events import Envelope, PodActionRequested, RoundPlanned, encode
 from services.model.upcasting import DEFAULT_DECODER
 from services.planner.cloneset_decisions import RULES_VERSION, decide
+from services.planner.model import Plan, PlanInput
 from services.replay.simulation import WorkloadSimulation
 from services.replay.verify import verify_workload
 
@@ -42,11 +42,11 @@ def round_count(history: list[Envelope]) -> int:
     return sum(1 for e in history if isinstance(e.payload, RoundPlanned))
 
 
-def one_more_action(data: bytes) -> dict[str, Any]:
+def one_more_action(plan_input: PlanInput) -> Plan:
     """A planner whose rules changed: every round with actions asks for one more."""
-    plan = decide(data)
-    if plan.get("actions"):
-        plan["actions"] = [*plan["actions"], plan["actions"][0]]
+    plan = decide(plan_input)
+    if plan.actions:
+        plan.actions = [*plan.actions, plan.actions[0]]
     return plan
 
 

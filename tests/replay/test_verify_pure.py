@@ -12,6 +12,7 @@ import pytest
 from services.infra.store import StoredEvent
 from services.model.events import Envelope, ObjectObserved, PodActionRequested, RolloutStarted
 from services.planner.cloneset_decisions import decide
+from services.planner.model import Plan, PlanInput
 from services.replay.simulation import WorkloadSimulation
 from services.replay.timeline import state_at
 from services.replay.verify import first_difference, verify_workload
@@ -53,6 +54,26 @@ def test_an_edited_decision_is_named_with_both_sides(history: list[Envelope]) ->
     assert (divergence.recorded, divergence.replayed) == ("someone-else", target.payload.pod)
 
 
+def test_events_recorded_under_an_older_schema_verify_in_todays_shape(history: list[Envelope]) -> None:
+    # As the store reads a trail written before PodActionRequested's schema 2: the payload upcast to
+    # today's shape, the envelope still saying the version it was written in.
+    older = [
+        msgspec.structs.replace(e, schema_version=1) if isinstance(e.payload, PodActionRequested) else e
+        for e in history
+    ]
+    assert any(e.schema_version == 1 for e in older if isinstance(e.payload, PodActionRequested))
+    report = verify_workload("team-a", "web", older)
+    assert report.clean, report.divergence and report.divergence.describe()
+    assert report.rounds >= 10
+    # A replayed event must never be older than what was recorded: that is a real difference.
+    newer = [
+        msgspec.structs.replace(e, schema_version=99) if isinstance(e.payload, PodActionRequested) else e
+        for e in history
+    ]
+    divergence = verify_workload("team-a", "web", newer).divergence
+    assert divergence is not None and divergence.field == "schema_version"
+
+
 def test_a_missing_observation_is_reported_at_the_round_that_folded_it(history: list[Envelope]) -> None:
     index = next(i for i, e in enumerate(history) if isinstance(e.payload, ObjectObserved) and i > 20)
     later = history[:index] + history[index + 1 :]
@@ -62,10 +83,10 @@ def test_a_missing_observation_is_reported_at_the_round_that_folded_it(history: 
 
 
 def test_a_changed_rule_diverges_at_its_first_different_decision(history: list[Envelope]) -> None:
-    def one_more_action(data: bytes) -> dict[str, Any]:
-        plan = decide(data)
-        if plan.get("actions"):
-            plan["actions"] = [*plan["actions"], plan["actions"][0]]
+    def one_more_action(plan_input: PlanInput) -> Plan:
+        plan = decide(plan_input)
+        if plan.actions:
+            plan.actions = [*plan.actions, plan.actions[0]]
         return plan
 
     first_round_with_actions = next(

@@ -1,6 +1,7 @@
 """Fixtures of the simcluster tests that use a client no one here wrote: Debian's kubectl
 (kubernetes-client package), fetched with `apt-get download kubernetes-client` and unpacked with
-`dpkg -x` into the pytest cache (a folder these tests own); any system kubectl is left alone. Without
+`dpkg -x` into the pytest cache (a folder these tests own; with the cache plugin disabled, `-p
+no:cacheprovider`, a temporary folder of the session instead); any system kubectl is left alone. Without
 apt or a reachable Debian mirror those tests are skipped with the reason."""
 
 from __future__ import annotations
@@ -17,8 +18,12 @@ from .helpers import Kubectl
 
 
 @pytest.fixture(scope="session")
-def kubectl_binary(request: pytest.FixtureRequest) -> Path:
-    folder = Path(request.config.cache.mkdir("simcluster-kubectl"))  # type: ignore[union-attr]
+def kubectl_binary(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    cache: pytest.Cache | None = getattr(request.config, "cache", None)  # None under -p no:cacheprovider
+    if cache is None:
+        folder = tmp_path_factory.mktemp("simcluster-kubectl")
+    else:
+        folder = Path(cache.mkdir("simcluster-kubectl"))
     binary = folder / "root" / "usr" / "bin" / "kubectl"
     if binary.exists():
         return binary

@@ -7,10 +7,13 @@ own CRDs from deploy/ serving the seed CloneSets."""
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
 import pytest
+import pytest_asyncio
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
@@ -18,8 +21,16 @@ from services.simcluster import SimCluster, SimConfig
 
 from ..plugins.simcluster import MakeSimCluster, api_client_for
 from .helpers import Kubectl, rows
+from .rollbook_webhook import rollbook_webhook
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def stack() -> AsyncIterator[AsyncExitStack]:
+    async with AsyncExitStack() as exits:
+        yield exits
+
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "install"
 ROOT = Path(__file__).resolve().parents[2]
@@ -168,12 +179,15 @@ STANDALONE = ROOT / "deploy" / "standalone"
 
 
 async def test_kubectl_apply_k_deploy_standalone_serves_rollbooks_own_crds(
-    make_simcluster: MakeSimCluster, kubectl_binary: Path, tmp_path: Path
+    make_simcluster: MakeSimCluster, kubectl_binary: Path, tmp_path: Path, stack: AsyncExitStack
 ) -> None:
     """A cluster with cert-manager and without the Kruise resources: `kubectl apply -k deploy/standalone`
     creates every object of the install, its CRDs make CloneSets and SidecarSets served (with their
-    schemas), and the seed CloneSet then applies, is pruned by rollbook's own CRD and scales."""
+    schemas), and the seed CloneSet then applies, is pruned by rollbook's own CRD and scales. CloneSets
+    are stored as v1beta1, so the v1alpha1 seed goes through rollbook's conversion webhook."""
     sim = await make_simcluster(SimConfig(disabled_resources=("clonesets", "sidecarsets")))
+    webhook = await stack.enter_async_context(rollbook_webhook(sim, tmp_path / "tls"))
+    assert webhook.base_url
     kubectl = Kubectl(kubectl_binary, sim, tmp_path / "cache")
     await kubectl("apply", "-f", str(FIXTURE / "cert-manager-crds.yaml"))
     await kubectl("wait", "--for=condition=Established", "crd/certificates.cert-manager.io", "--timeout=10s")

@@ -433,7 +433,13 @@ def test_annotations_record_revision_per_sidecarset_and_keep_others() -> None:
         "sidecarList": ["a", "b", "native"],
         "controllerRevision": "s-12345",
     }
-    assert json.loads(annotations[ss.HASH_WITHOUT_IMAGE_ANNOTATION])["s"]["hash"] == parsed.hash_without_image
+    # The without-image entry has the same shape but names no controller revision (as OpenKruise's).
+    assert json.loads(annotations[ss.HASH_WITHOUT_IMAGE_ANNOTATION])["s"] == {
+        "updateTimestamp": "2026-11-30T12:00:00Z",
+        "hash": parsed.hash_without_image,
+        "sidecarSetName": "s",
+        "sidecarList": ["a", "b", "native"],
+    }
     assert annotations[ss.INJECTED_LIST_ANNOTATION] == "older,s"
     revisions = ss.pod_sidecar_revisions(injected)
     assert (

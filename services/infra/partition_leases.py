@@ -1,0 +1,364 @@
+"""Partitioned ownership: a service whose work splits by bus partition (the planner) runs on several
+replicas at once, each bus partition owned by one replica at a time (docs/services.md, "Running several
+replicas").
+
+    await run_owning_partitions(runtime, settings, "planner", acquired=start, dropped=stop)
+
+- **One Lease per partition**, ``rollbook-<service>-p<N>``, acquired and renewed with the election of
+  services/infra/leader.py (kubernetes-asyncio's rules: a Lease not renewed for ``leader_lease_duration``
+  seconds of the candidate's own clock may be taken over; any error a failed attempt), one attempt per
+  partition every ``leader_retry_period``.
+- **Stop before expiry.** A partition whose renewal has not succeeded for ``leader_renew_deadline``
+  seconds is dropped (its work stopped, cancelled after half of ``lease_duration - renew_deadline``)
+  before any other replica may take it; so is one found held by another replica.
+- **A fair share.** Each replica renews a member Lease, ``rollbook-<service>-member-<random>``, and lists
+  them to count the live replicas (a member Lease is alive while its record changes, by the same rule);
+  a replica takes at most ceil(partitions / live replicas) and hands the ones beyond that over when a
+  replica joins: it stops their work, then releases their Leases, so the newcomer takes them at its next
+  attempt. A replica that leaves cleanly hands every partition over and deletes its member Lease; one
+  that dies stops renewing, and the others take its partitions once they expire. A member Lease left by
+  a dead replica is deleted after ``STALE_MEMBER_DURATIONS`` lease durations.
+
+Dropping a partition never leaves work running: ``dropped(p, graceful)`` returns only once the
+partition's work has stopped. Should two replicas still overlap (a paused process), the work's own
+single-writer check (the planner's decisions streams are appended with an expected version) rejects the
+second writer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Coroutine, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+from kubernetes_asyncio import client
+from kubernetes_asyncio.leaderelection.electionconfig import Config
+
+from services.infra import kube
+from services.infra.leader import _Election, _Lock, candidate_identity, release_lease
+from services.infra.metrics import LEADER, PARTITIONS_OWNED
+from services.infra.runtime import ServiceRuntime
+from services.infra.settings import Settings
+
+log = structlog.get_logger("partitions")
+
+
+def partition_lease_name(service: str, partition: int) -> str:
+    return f"rollbook-{service}-p{partition}"
+
+
+def member_lease_prefix(service: str) -> str:
+    return f"rollbook-{service}-member-"
+
+
+def partition_share(partitions: int, live: int) -> int:
+    """The most partitions one of ``live`` replicas owns: ceil(partitions / live)."""
+    return -(-partitions // max(live, 1))
+
+
+def partitions_beyond_share(owned: Iterable[int], share: int) -> list[int]:
+    """The partitions to release to get down to ``share``: the highest-numbered ones."""
+    return sorted(owned)[max(share, 0) :]
+
+
+@dataclass
+class Members:
+    """Replicas seen alive through their member Leases. A member Lease counts as alive while its record
+    (holder, renewTime) changed less than ``lease_duration`` seconds ago by this process's clock, the
+    rule the election itself uses for a holder, so no two machines' clocks are compared. A Lease without
+    a holder is not alive."""
+
+    lease_duration: float
+    seen: dict[str, tuple[object, float]] = field(default_factory=dict)  # name -> (record, changed at)
+
+    def observe(self, records: Mapping[str, tuple[str | None, object]], now: float) -> None:
+        """``records``: every member Lease listed, name -> (holder, renewTime)."""
+        for name, record in records.items():
+            previous = self.seen.get(name)
+            if previous is None or previous[0] != record:
+                self.seen[name] = (record, now)
+        for name in [n for n in self.seen if n not in records]:
+            del self.seen[name]
+
+    def alive(self, now: float) -> set[str]:
+        return {
+            name
+            for name, (record, changed) in self.seen.items()
+            if isinstance(record, tuple) and record[0] and now - changed < self.lease_duration
+        }
+
+    def stale(self, now: float, after: float) -> list[str]:
+        """Member Leases unchanged for ``after`` seconds: their replicas are gone (a crash leaves them)."""
+        return sorted(name for name, (_, changed) in self.seen.items() if now - changed >= after)
+
+
+Partition = Callable[[int], Coroutine[Any, Any, None]]
+Dropped = Callable[[int, bool], Coroutine[Any, Any, None]]
+
+# A member Lease unchanged for this many lease durations belonged to a replica that died: deleted.
+STALE_MEMBER_DURATIONS = 10
+
+
+class PartitionOwner:
+    """Owns this process's share of ``settings.bus_partitions`` partitions by Lease (see above).
+
+    ``acquired(p)`` starts the work of partition p; ``dropped(p, graceful)`` stops it and forgets its
+    state, ``graceful`` False when the Lease was lost (it must finish within half of ``lease_duration -
+    renew_deadline``, before another replica may take the partition; it is cancelled otherwise)."""
+
+    def __init__(
+        self,
+        runtime: ServiceRuntime,
+        settings: Settings,
+        service: str,
+        api: client.ApiClient,
+        *,
+        acquired: Partition,
+        dropped: Dropped,
+    ) -> None:
+        self.runtime = runtime
+        self.settings = settings
+        self.service = service
+        self.api = api
+        self.acquired = acquired
+        self.dropped = dropped
+        self.identity = candidate_identity()
+        self.namespace = settings.leader_election_namespace
+        self.partitions = settings.bus_partitions
+        self.member_name = member_lease_prefix(service) + self.identity.rsplit("/", 1)[-1]
+        self.members = Members(float(settings.leader_lease_duration))
+        self.owned: set[int] = set()
+        self.live = 1
+        self._slots = 0  # partitions this process may still take in the current attempt
+        self.member = self._election(self.member_name, may_take=None)
+        self.elections = {
+            p: self._election(partition_lease_name(service, p), may_take=self._may_take)
+            for p in range(self.partitions)
+        }
+
+    def _election(self, name: str, *, may_take: Callable[[], bool] | None) -> _Election:
+        lock = _Lock(name, self.namespace, self.identity, self.api)
+        lock.may_take = may_take
+
+        async def nothing() -> None:
+            pass
+
+        config = Config(
+            lock,
+            lease_duration=self.settings.leader_lease_duration,
+            renew_deadline=self.settings.leader_renew_deadline,
+            retry_period=self.settings.leader_retry_period,
+            onstarted_leading=nothing,
+            onstopped_leading=nothing,
+        )
+        return _Election(config, lock, lambda held, error: None)
+
+    def _may_take(self) -> bool:
+        if self._slots <= 0 or self.runtime.stopping.is_set():
+            return False
+        self._slots -= 1
+        return True
+
+    @property
+    def share(self) -> int:
+        return partition_share(self.partitions, self.live)
+
+    def detail(self) -> dict[str, Any]:
+        """``details.partitions`` of /readyz."""
+        return {
+            "identity": self.identity,
+            "member": f"{self.namespace}/{self.member_name}",
+            "live_replicas": self.live,
+            "share": self.share,
+            "owned": sorted(self.owned),
+        }
+
+    def _report(self) -> None:
+        LEADER.labels(self.service).set(1 if self.owned else 0)
+        PARTITIONS_OWNED.labels(self.service).set(len(self.owned))
+
+    async def run(self) -> None:
+        """Take, renew and hand over partitions every ``leader_retry_period`` until the service stops;
+        then stop the work of every owned partition, release their Leases and leave."""
+        self._report()
+        log.info("partition_election_started", identity=self.identity, partitions=self.partitions)
+        watchdog = asyncio.create_task(self._watch_renewals(), name=f"{self.service}-partition-watchdog")
+        try:
+            while not self.runtime.stopping.is_set():
+                await self._attempt_all()
+                try:
+                    await asyncio.wait_for(self.runtime.stopping.wait(), self.settings.leader_retry_period)
+                except TimeoutError:
+                    pass
+        finally:
+            watchdog.cancel()
+            await asyncio.gather(watchdog, return_exceptions=True)
+            await asyncio.gather(*(self._hand_over(p) for p in sorted(self.owned)))
+            await self._leave()
+            self._report()
+
+    async def _attempt(self, election: _Election) -> bool:
+        try:
+            return await asyncio.wait_for(
+                election.try_acquire_or_renew(), self.settings.leader_renew_deadline
+            )
+        except TimeoutError:
+            return False
+
+    async def _attempt_all(self) -> None:
+        """One round of attempts: renew the member Lease, count the live replicas, renew the owned
+        partitions, release those beyond the share, and try to take free ones up to it."""
+        member_ok = await self._attempt(self.member)
+        if member_ok:
+            self.runtime.set_ready()
+        else:
+            error = self.member.lock.last_error or "the member Lease was not renewed"
+            self.runtime.set_ready(
+                False, f"cannot reach the Lease {self.namespace}/{self.member_name}: {error}"
+            )
+        await self._count_members()
+        await asyncio.gather(*(self._renew(p) for p in sorted(self.owned)))
+        beyond = partitions_beyond_share(self.owned, self.share)
+        for partition in beyond:
+            log.info("partition_released_to_share", partition=partition, share=self.share, live=self.live)
+        await asyncio.gather(*(self._hand_over(p) for p in beyond))
+        if member_ok:  # a replica cut off from the API takes nothing new
+            free = [p for p in range(self.partitions) if p not in self.owned]
+            self._slots = self.share - len(self.owned)
+            try:
+                await asyncio.gather(*(self._take(p) for p in free))
+            finally:
+                self._slots = 0
+        self._report()
+
+    async def _count_members(self) -> None:
+        leases = client.CoordinationV1Api(self.api)
+        prefix = member_lease_prefix(self.service)
+        try:
+            listed = await leases.list_namespaced_lease(
+                self.namespace, _request_timeout=self.settings.leader_renew_deadline
+            )
+        except Exception as error:  # keep the last count; the next attempt lists again
+            log.warning("member_leases_unreachable", error=repr(error))
+            return
+        records: dict[str, tuple[str | None, object]] = {}
+        for lease in listed.items:
+            name = lease.metadata.name if lease.metadata else None
+            if name and name.startswith(prefix):
+                spec = lease.spec
+                records[name] = (spec.holder_identity, spec.renew_time) if spec else (None, None)
+        now = time.monotonic()
+        self.members.observe(records, now)
+        alive = self.members.alive(now) | {self.member_name}
+        if len(alive) != self.live:
+            log.info(
+                "partition_members_changed",
+                live=len(alive),
+                share=partition_share(self.partitions, len(alive)),
+            )
+        self.live = len(alive)
+        stale_after = STALE_MEMBER_DURATIONS * self.settings.leader_lease_duration
+        for name in self.members.stale(now, stale_after):
+            if name != self.member_name:
+                await self._delete_member(name)
+
+    async def _renew(self, partition: int) -> None:
+        election = self.elections[partition]
+        if await self._attempt(election):
+            return
+        if election.holder not in (None, self.identity) and partition in self.owned:
+            # Another replica holds it: ours expired before we noticed. Stop at once.
+            await self._lose(partition, why=f"held by {election.holder}")
+
+    async def _take(self, partition: int) -> None:
+        if not await self._attempt(self.elections[partition]) or partition in self.owned:
+            return
+        if self.runtime.stopping.is_set():
+            return
+        self.owned.add(partition)
+        log.info("partition_acquired", partition=partition, identity=self.identity)
+        await self.acquired(partition)
+
+    async def _watch_renewals(self) -> None:
+        """Drop every owned partition whose Lease was not renewed for ``leader_renew_deadline`` seconds
+        (measured from when the last successful renewal was sent), before another replica may take it."""
+        deadline = self.settings.leader_renew_deadline
+        while True:
+            now = time.monotonic()
+            for partition in sorted(self.owned):
+                renewed = self.elections[partition].renewed_at
+                if renewed is None or now - renewed >= deadline:
+                    await self._lose(partition, why=f"not renewed within {deadline:g}s")
+            await asyncio.sleep(min(0.2, self.settings.leader_retry_period / 4))
+
+    async def _lose(self, partition: int, *, why: str) -> None:
+        if partition not in self.owned:
+            return
+        self.owned.discard(partition)
+        self._report()
+        log.error("partition_lost", partition=partition, identity=self.identity, detail=why)
+        grace = max(self.settings.leader_lease_duration - self.settings.leader_renew_deadline, 0.0) / 2
+        try:
+            await asyncio.wait_for(self.dropped(partition, False), grace)
+        except TimeoutError:
+            log.warning("partition_work_cancelled", partition=partition, grace_seconds=grace)
+
+    async def _hand_over(self, partition: int) -> None:
+        """Stop the partition's work, then release its Lease for another replica to take at once."""
+        if partition not in self.owned:
+            return
+        self.owned.discard(partition)
+        self._report()
+        try:
+            await self.dropped(partition, True)
+        finally:
+            await release_lease(
+                self.api,
+                self.namespace,
+                partition_lease_name(self.service, partition),
+                self.identity,
+                timeout=self.settings.leader_renew_deadline,
+            )
+
+    async def _delete_member(self, name: str) -> None:
+        try:
+            await client.CoordinationV1Api(self.api).delete_namespaced_lease(
+                name, self.namespace, _request_timeout=self.settings.leader_renew_deadline
+            )
+            log.info("member_lease_deleted", lease=f"{self.namespace}/{name}")
+        except Exception as error:  # best effort: the next attempt tries again
+            log.debug("member_lease_delete_failed", lease=name, error=repr(error))
+
+    async def _leave(self) -> None:
+        await self._delete_member(self.member_name)
+
+
+async def run_owning_partitions(
+    runtime: ServiceRuntime, settings: Settings, service: str, *, acquired: Partition, dropped: Dropped
+) -> None:
+    """Run the work of the partitions this process owns (``PartitionOwner``) until the service stops;
+    with ``leader_election`` off, own every partition."""
+    if not settings.leader_election:
+        LEADER.labels(service).set(1)
+        PARTITIONS_OWNED.labels(service).set(settings.bus_partitions)
+        try:
+            for partition in range(settings.bus_partitions):
+                await acquired(partition)
+            runtime.set_ready()
+            await runtime.stopping.wait()
+        finally:
+            for partition in range(settings.bus_partitions):
+                await dropped(partition, True)
+            LEADER.labels(service).set(0)
+            PARTITIONS_OWNED.labels(service).set(0)
+        return
+    api = await kube.api_client(settings, group=kube.LEADER_ELECTION_GROUP)
+    try:
+        owner = PartitionOwner(runtime, settings, service, api, acquired=acquired, dropped=dropped)
+        runtime.add_detail("partitions", owner.detail)
+        await owner.run()
+    finally:
+        await api.close()

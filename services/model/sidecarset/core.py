@@ -1,0 +1,139 @@
+"""SidecarSet vocabulary: API constants, pod annotation keys, the parsed SidecarSet, injection records.
+
+Every other module of this package builds on these; they import nothing of the package.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+API_VERSION = "apps.kruise.io/v1alpha1"
+KIND = "SidecarSet"
+
+# Pod annotations, as OpenKruise writes them.
+HASH_ANNOTATION = "kruise.io/sidecarset-hash"
+HASH_WITHOUT_IMAGE_ANNOTATION = "kruise.io/sidecarset-hash-without-image"
+INJECTED_LIST_ANNOTATION = "kruise.io/sidecarset-injected-list"
+# rollbook's own: the AdmissionReview uid of the injection, linking the pod to its SidecarInjected events
+# (a pod created with generateName has no name yet at admission).
+INJECTION_ID_ANNOTATION = "rollbook.io/sidecar-injection-id"
+
+# Env var marking a container as an injected sidecar (OpenKruise's SidecarEnvKey).
+INJECTED_ENV = "IS_INJECTED"
+
+# The SidecarSet label naming its custom version (OpenKruise v1alpha1; v1beta1's spec.customVersion). A
+# revision recorded while it is set carries it as a label, so injectionStrategy.revision.customVersion
+# can find the revision.
+CUSTOM_VERSION_LABEL = "apps.kruise.io/sidecarset-custom-version"
+
+# The seed: a cluster-wide SidecarSet skips these. OpenKruise >= 1.3 excludes none (docs/sidecarset.md).
+DEFAULT_EXCLUDED_NAMESPACES: frozenset[str] = frozenset({"kube-system", "kube-public"})
+
+# injectionStrategy.revision.policy: always the pinned revision, or only for some pods.
+ALWAYS = "Always"
+PARTIAL = "Partial"
+
+BEFORE_APP = "BeforeAppContainer"
+AFTER_APP = "AfterAppContainer"
+
+# updateStrategy.maxUnavailable of a RollingUpdate SidecarSet that sets none (OpenKruise's default).
+DEFAULT_MAX_UNAVAILABLE = 1
+
+
+class InjectionError(ValueError):
+    """A pod cannot be injected as its SidecarSets ask (a pinned revision not recorded, a resourcesPolicy
+    with no target container): OpenKruise's webhook refuses such a pod, and so does rollbook's."""
+
+
+class SidecarSetError(ValueError):
+    """A SidecarSet is invalid; ``field`` is the JSON path of the offending part."""
+
+    def __init__(self, field: str, reason: str) -> None:
+        super().__init__(f"{field}: {reason}")
+        self.field = field
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class SidecarSet:
+    """A validated, defaulted SidecarSet. ``spec`` is the defaulted spec (plain JSON); never mutate it."""
+
+    name: str
+    spec: dict[str, Any]
+    hash: str  # kruise.io/sidecarset-hash
+    hash_without_image: str  # kruise.io/sidecarset-hash-without-image
+    controller_revision: str = ""  # status.latestRevision when the cluster reports one
+    resource_version: str = ""
+    custom_version: str = ""  # CUSTOM_VERSION_LABEL (or spec.customVersion)
+
+    @property
+    def namespace(self) -> str | None:
+        return self.spec.get("namespace") or None
+
+    @property
+    def namespace_selector(self) -> dict[str, Any] | None:
+        return self.spec.get("namespaceSelector") or None
+
+    @property
+    def selector(self) -> dict[str, Any]:
+        return self.spec.get("selector") or {}
+
+    @property
+    def containers(self) -> list[dict[str, Any]]:
+        return self.spec.get("containers") or []
+
+    @property
+    def init_containers(self) -> list[dict[str, Any]]:
+        return self.spec.get("initContainers") or []
+
+    @property
+    def volumes(self) -> list[dict[str, Any]]:
+        return self.spec.get("volumes") or []
+
+    @property
+    def injection_paused(self) -> bool:
+        return bool((self.spec.get("injectionStrategy") or {}).get("paused"))
+
+    @property
+    def cluster_wide(self) -> bool:
+        return self.namespace is None and self.namespace_selector is None
+
+
+@dataclass(frozen=True)
+class InjectionRecord:
+    """What one SidecarSet put into one pod: becomes a SidecarInjected event."""
+
+    sidecarset: str
+    namespace: str
+    pod: str  # the pod's name, or its generateName prefix when the name is not assigned yet
+    revision: str  # the SidecarSet hash the pod got
+    revision_without_image: str
+    controller_revision: str
+    containers: list[str]
+    init_containers: list[str]
+
+
+@dataclass(frozen=True)
+class PodSidecarRevision:
+    """One entry of a pod's kruise.io/sidecarset-hash annotation: which revision a SidecarSet gave it."""
+
+    sidecarset: str
+    hash: str
+    hash_without_image: str = ""
+    sidecars: list[str] = field(default_factory=list)
+    controller_revision: str = ""
+    update_timestamp: str = ""
+
+
+def json_object(text: Any) -> dict[str, Any]:
+    """A JSON-object annotation value (the per-SidecarSet hash and in-place state maps); anything
+    missing, malformed or not an object reads as empty, as OpenKruise tolerates hand-edited pods."""
+    if not isinstance(text, str) or not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}

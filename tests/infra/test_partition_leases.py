@@ -1,0 +1,66 @@
+"""The pure rules of partitioned ownership (services/infra/partition_leases.py): a replica's fair share,
+which partitions it hands over, and which replicas count as alive by their member Leases."""
+
+from __future__ import annotations
+
+import pytest
+
+from services.infra.partition_leases import Members, partition_share, partitions_beyond_share
+
+
+@pytest.mark.parametrize(
+    ("partitions", "live", "share"),
+    [(16, 1, 16), (16, 2, 8), (16, 3, 6), (16, 5, 4), (16, 16, 1), (16, 17, 1), (16, 0, 16), (1, 2, 1)],
+)
+def test_a_replica_takes_at_most_ceil_partitions_over_live_replicas(
+    partitions: int, live: int, share: int
+) -> None:
+    assert partition_share(partitions, live) == share
+
+
+def test_shares_of_the_live_replicas_cover_every_partition() -> None:
+    for live in range(1, 20):
+        assert partition_share(16, live) * live >= 16
+
+
+@pytest.mark.parametrize(
+    ("owned", "share", "released"),
+    [
+        ({0, 1, 2, 3}, 4, []),
+        ({0, 1, 2, 3}, 8, []),
+        (set(range(16)), 8, list(range(8, 16))),
+        ({3, 9, 12, 1}, 2, [9, 12]),
+        ({5}, 0, [5]),
+    ],
+)
+def test_the_highest_numbered_partitions_beyond_the_share_are_handed_over(
+    owned: set[int], share: int, released: list[int]
+) -> None:
+    assert partitions_beyond_share(owned, share) == released
+
+
+def test_a_member_is_alive_while_its_lease_changes_within_the_lease_duration() -> None:
+    members = Members(lease_duration=4.0)
+    members.observe({"m-a": ("a", "t1"), "m-b": ("b", "t1")}, now=100.0)
+    assert members.alive(101.0) == {"m-a", "m-b"}
+    members.observe({"m-a": ("a", "t2"), "m-b": ("b", "t1")}, now=103.0)  # b stopped renewing at 100
+    assert members.alive(104.5) == {"m-a"}  # a changed at 103: alive; b unchanged since 100: gone
+    members.observe({"m-a": ("a", "t3"), "m-b": ("b", "t2")}, now=105.0)  # b renews again
+    assert members.alive(105.0) == {"m-a", "m-b"}
+
+
+def test_a_released_member_is_not_alive_and_a_deleted_one_is_forgotten() -> None:
+    members = Members(lease_duration=4.0)
+    members.observe({"m-a": (None, "t1"), "m-b": ("b", "t1")}, now=0.0)
+    assert members.alive(1.0) == {"m-b"}
+    members.observe({"m-a": (None, "t1")}, now=2.0)
+    assert members.alive(2.0) == set()
+    assert set(members.seen) == {"m-a"}
+
+
+def test_member_leases_unchanged_for_long_are_stale() -> None:
+    members = Members(lease_duration=4.0)
+    members.observe({"m-a": ("a", "t1"), "m-b": ("b", "t1")}, now=0.0)
+    members.observe({"m-a": ("a", "t2"), "m-b": ("b", "t1")}, now=30.0)
+    assert members.stale(40.0, after=40.0) == ["m-b"]
+    assert members.stale(39.0, after=40.0) == []

@@ -1,0 +1,156 @@
+"""A CloneSet handed over by another controller (OpenKruise, whose revision names are not rollbook's): its
+pods continue instead of being recreated. The update revision its status reports for the current
+generation is adopted under that name (``revisions.reported_update_revision``); a pod at a revision
+rollbook has no record of is compared by what it shows (``inplace.template_from_pod``) and updated in
+place when only its images differ, recreated otherwise."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from services.planner.inplace import template_from_pod
+from services.planner.plan import plan
+from tests.planner.builders import IDS, cloneset, plan_input, running_pod, with_image
+
+KRUISE_OLD, KRUISE_NEW = "sample-7b9c5d8f6a", "sample-5f4d8b7c9e"  # OpenKruise's names for v1 and v2
+
+
+def as_kruise_left_it(pod: dict[str, Any], revision: str) -> dict[str, Any]:
+    pod = copy.deepcopy(pod)
+    pod["metadata"]["labels"].update(
+        {"controller-revision-hash": revision, "pod-template-hash": revision.rsplit("-", 1)[1]}
+    )
+    return pod
+
+
+def reported(cs: dict[str, Any], update: str, current: str, observed_generation: int) -> dict[str, Any]:
+    cs = copy.deepcopy(cs)
+    cs["status"] = {
+        "observedGeneration": observed_generation,
+        "updateRevision": update,
+        "currentRevision": current,
+        "replicas": 2,
+        "readyReplicas": 2,
+        "updatedReplicas": 2,
+        "updatedReadyReplicas": 2,
+        "availableReplicas": 2,
+    }
+    return cs
+
+
+def test_the_revision_openkruise_reports_for_this_generation_is_adopted_and_its_pods_are_updated() -> None:
+    v1 = cloneset(replicas=2, strategy={"type": "InPlaceIfPossible", "maxUnavailable": 2})
+    pods = [as_kruise_left_it(running_pod(v1, i), KRUISE_OLD) for i in IDS[:2]]
+    result = plan(plan_input(reported(v1, KRUISE_OLD, KRUISE_OLD, 1), pods))
+    assert result.actions == []  # nothing to do: the pods are at the current template's revision
+    assert result.update_revision == KRUISE_OLD and result.status is not None
+    assert result.status["updatedReadyReplicas"] == 2
+    assert [r["metadata"]["name"] for r in result.revisions] == [KRUISE_OLD]  # recorded from now on
+
+
+def test_a_status_of_an_older_generation_is_not_adopted() -> None:
+    v1 = cloneset(replicas=2, strategy={"type": "InPlaceIfPossible", "maxUnavailable": 2})
+    v2 = with_image(v1, "nginx:mainline")
+    v2["metadata"]["generation"] = 2
+    pods = [as_kruise_left_it(running_pod(v1, i), KRUISE_OLD) for i in IDS[:2]]
+    result = plan(plan_input(reported(v2, KRUISE_OLD, KRUISE_OLD, 1), pods))
+    assert result.update_revision != KRUISE_OLD and result.update_revision is not None
+    assert result.update_revision.startswith("sample-")
+    # The pods' revision is unrecorded but they show it: only the image differs, so in place.
+    assert (
+        sorted(type(a).__name__ for a in result.actions)
+        == ["MarkNotReady", "MarkNotReady"] + ["UpdateInPlace"] * 2
+    )
+
+
+def test_handed_over_mid_update_the_updated_pods_count_and_the_rest_are_updated_in_place() -> None:
+    v1 = cloneset(replicas=2, strategy={"type": "InPlaceIfPossible", "maxUnavailable": 2})
+    v2 = with_image(v1, "nginx:mainline")
+    v2["metadata"]["generation"] = 2
+    old = as_kruise_left_it(running_pod(v1, IDS[0]), KRUISE_OLD)
+    new = as_kruise_left_it(running_pod(v2, IDS[1]), KRUISE_NEW)
+    result = plan(plan_input(reported(v2, KRUISE_NEW, KRUISE_OLD, 2), [old, new]))
+    assert result.update_revision == KRUISE_NEW
+    assert [(type(a).__name__, a.pod) for a in result.actions] == [
+        ("MarkNotReady", old["metadata"]["name"]),
+        ("UpdateInPlace", old["metadata"]["name"]),
+    ]
+    assert result.status is not None and result.status["updatedReplicas"] == 1
+
+
+def test_a_pod_that_differs_beyond_its_images_is_recreated() -> None:
+    v1 = cloneset(replicas=1, strategy={"type": "InPlaceIfPossible"})
+    v2 = with_image(v1, "nginx:mainline")
+    v2["spec"]["template"]["spec"]["containers"][0]["env"] = [{"name": "MODE", "value": "b"}]
+    v2["metadata"]["generation"] = 2
+    pod = as_kruise_left_it(running_pod(v1, IDS[0]), KRUISE_OLD)
+    pod["spec"]["containers"][0]["env"] = [{"name": "MODE", "value": "a"}]
+    result = plan(plan_input(reported(v2, KRUISE_OLD, KRUISE_OLD, 1), [pod]))
+    assert [type(a).__name__ for a in result.actions] == ["RecreatePod"]
+
+
+TEMPLATE: dict[str, Any] = {
+    "metadata": {"labels": {"app": "web", "tier": "front"}},
+    "spec": {
+        "restartPolicy": "Always",
+        "containers": [
+            {"name": "main", "image": "web:2", "ports": [{"containerPort": 80, "protocol": "TCP"}]}
+        ],
+    },
+}
+
+
+def pod_like(**container: Any) -> dict[str, Any]:
+    main = {
+        "name": "main",
+        "image": "web:1",
+        "ports": [{"containerPort": 80, "protocol": "TCP"}],
+        "terminationMessagePath": "/dev/termination-log",
+        "terminationMessagePolicy": "File",
+        "imagePullPolicy": "IfNotPresent",
+        "resources": {},
+        "volumeMounts": [{"name": "token", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}],
+    }
+    main.update(container)
+    return {
+        "metadata": {"labels": {"app": "web", "controller-revision-hash": KRUISE_OLD}},
+        "spec": {"restartPolicy": "Always", "nodeName": "n1", "containers": [main]},
+    }
+
+
+def test_template_from_pod_keeps_the_images_the_pod_runs() -> None:
+    derived = template_from_pod(pod_like(), TEMPLATE)
+    assert derived is not None
+    assert derived["spec"]["containers"] == [dict(TEMPLATE["spec"]["containers"][0], image="web:1")]
+    assert derived["spec"]["restartPolicy"] == "Always"
+    # Only the template's label keys, as the pod has them: the missing "tier" is added by the update.
+    assert derived["metadata"]["labels"] == {"app": "web"}
+
+
+@pytest.mark.parametrize(
+    ("container", "spec", "why"),
+    [
+        (
+            {"command": ["sh"]},
+            {},
+            "a container field the template does not set and the API server does not default",
+        ),
+        ({"ports": [{"containerPort": 81, "protocol": "TCP"}]}, {}, "a field the template sets, different"),
+        ({"name": "other"}, {}, "another container"),
+        (
+            {"volumeMounts": [{"name": "data", "mountPath": "/data"}]},
+            {},
+            "a mount the template does not have",
+        ),
+        ({}, {"restartPolicy": "Never"}, "a pod spec field the template sets, different"),
+    ],
+)
+def test_template_from_pod_says_nothing_when_the_pod_differs_beyond_its_images(
+    container: dict[str, Any], spec: dict[str, Any], why: str
+) -> None:
+    pod = pod_like(**container)
+    pod["spec"].update(spec)
+    assert template_from_pod(pod, TEMPLATE) is None, why
