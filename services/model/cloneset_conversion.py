@@ -28,6 +28,9 @@ EXCLUDE_PREPARING_DELETE_LABEL = "apps.kruise.io/cloneset-scaling-exclude-prepar
 PARALLELISM_ANNOTATION = "apps.kruise.io/image-predownload-parallelism"
 TIMEOUT_ANNOTATION = "apps.kruise.io/image-predownload-timeout-seconds"
 MIN_UPDATED_READY_ANNOTATION = "apps.kruise.io/image-predownload-min-updated-ready-pods"
+# v1alpha1 has no podUpdatePolicy beside type OnDelete: a v1beta1 OnDelete CloneSet's policy is kept here
+# while it is read or written at v1alpha1, so a round trip through v1alpha1 loses nothing.
+ON_DELETE_POLICY_ANNOTATION = "rollbook.io/on-delete-pod-update-policy"
 
 ROLLING_UPDATE = "RollingUpdate"
 ON_DELETE = "OnDelete"
@@ -77,9 +80,19 @@ def to_v1beta1(cloneset: dict[str, Any]) -> dict[str, Any]:
     flat = dict(spec.get("updateStrategy") or {})
     kind = flat.get("type")
     if kind == ON_DELETE:
-        # No rollingUpdate at all: partition, maxUnavailable, maxSurge, paused, priority, scatter and
-        # inPlaceUpdateStrategy are dropped.
-        spec["updateStrategy"] = {"type": ON_DELETE}
+        # OpenKruise drops the rolling fields here. rollbook keeps them (and the podUpdatePolicy it parked
+        # in an annotation): every v1alpha1 write of a v1beta1-stored object goes through this conversion
+        # and back, and would otherwise erase the partition a user set for a later RollingUpdate.
+        annotations = metadata.get("annotations") or {}
+        policy = annotations.pop(ON_DELETE_POLICY_ANNOTATION, None)
+        if not annotations and "annotations" in metadata:
+            del metadata["annotations"]
+        kept: dict[str, Any] = {"podUpdatePolicy": policy} if policy in POD_UPDATE_POLICIES else {}
+        kept.update({key: flat[key] for key in _ROLLING_FIELDS if key in flat})
+        in_place = _in_place_to_v1beta1(flat.get("inPlaceUpdateStrategy"), annotations)
+        if in_place is not None:
+            kept["inPlaceUpdateStrategy"] = in_place
+        spec["updateStrategy"] = {"type": ON_DELETE, **({"rollingUpdate": kept} if kept else {})}
         return result
     rolling: dict[str, Any] = {"podUpdatePolicy": kind if kind in POD_UPDATE_POLICIES else "ReCreate"}
     for key in _ROLLING_FIELDS:
@@ -113,8 +126,10 @@ def _in_place_to_v1beta1(source: Any, annotations: dict[str, str]) -> dict[str, 
 
 
 def to_v1alpha1(cloneset: dict[str, Any]) -> dict[str, Any]:
-    """A v1beta1 CloneSet as v1alpha1 (``ConvertFrom``). ``excludePreparingDelete`` is not converted back
-    (only the label, if the object has it, survives), as in OpenKruise."""
+    """A v1beta1 CloneSet as v1alpha1 (``ConvertFrom``). Unlike OpenKruise, ``excludePreparingDelete`` is
+    carried back as the CloneSet label that means the same in v1alpha1 (OpenKruise drops it): rollbook
+    reads and writes v1alpha1, and a v1beta1-stored object goes through this conversion on each such
+    write, so the field would otherwise be ignored and then erased."""
     result = copy.deepcopy(cloneset)
     result["apiVersion"] = V1ALPHA1
     spec = result.get("spec")
@@ -122,7 +137,15 @@ def to_v1alpha1(cloneset: dict[str, Any]) -> dict[str, Any]:
         return result
     scale = dict(spec.get("scaleStrategy") or {})
     enable = bool(scale.pop("enablePVCReuse", False))
-    scale.pop("excludePreparingDelete", None)
+    exclude = scale.pop("excludePreparingDelete", None)
+    if isinstance(exclude, bool):
+        labels = result.setdefault("metadata", {}).setdefault("labels", {})
+        if exclude:
+            labels[EXCLUDE_PREPARING_DELETE_LABEL] = "true"
+        else:  # the field, set false, is the truth in v1beta1: a stale label must not turn it back on
+            labels.pop(EXCLUDE_PREPARING_DELETE_LABEL, None)
+            if not labels:
+                del result["metadata"]["labels"]
     if not enable:
         scale["disablePVCReuse"] = True
     spec["scaleStrategy"] = scale
@@ -131,6 +154,11 @@ def to_v1alpha1(cloneset: dict[str, Any]) -> dict[str, Any]:
     flat: dict[str, Any] = {}
     if nested.get("type") == ON_DELETE:
         flat["type"] = ON_DELETE
+        policy = rolling.get("podUpdatePolicy") if isinstance(rolling, dict) else None
+        if policy in POD_UPDATE_POLICIES:
+            result.setdefault("metadata", {}).setdefault("annotations", {})[ON_DELETE_POLICY_ANNOTATION] = (
+                policy
+            )
     else:
         policy = rolling.get("podUpdatePolicy") if isinstance(rolling, dict) else None
         flat["type"] = policy if policy in POD_UPDATE_POLICIES else "ReCreate"

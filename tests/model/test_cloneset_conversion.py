@@ -114,13 +114,56 @@ def test_update_type_from_pod_update_policy(rolling: dict[str, Any] | None, expe
     assert to_v1alpha1(obj)["spec"]["updateStrategy"]["type"] == expected_type
 
 
-def test_on_delete_drops_the_rolling_fields_and_empty_in_place_strategy_disappears() -> None:
+def test_on_delete_keeps_its_rolling_fields_and_empty_in_place_strategy_disappears() -> None:
+    # OpenKruise drops them; rollbook keeps them so a v1alpha1 write of a v1beta1-stored object (each goes
+    # through both conversions) never erases the partition set for a later RollingUpdate.
     source = v1alpha1_example()
     source["spec"]["updateStrategy"]["type"] = "OnDelete"
-    assert to_v1beta1(source)["spec"]["updateStrategy"] == {"type": "OnDelete"}
+    on_delete = to_v1beta1(source)["spec"]["updateStrategy"]
+    assert on_delete["type"] == "OnDelete" and "podUpdatePolicy" not in on_delete["rollingUpdate"]
+    assert on_delete["rollingUpdate"]["partition"] == source["spec"]["updateStrategy"]["partition"]
+    bare = v1alpha1_example()
+    bare["spec"]["updateStrategy"] = {"type": "OnDelete"}
+    bare["metadata"].pop("annotations", None)
+    assert to_v1beta1(bare)["spec"]["updateStrategy"] == {"type": "OnDelete"}
     empty = v1beta1_example()
     empty["spec"]["updateStrategy"]["rollingUpdate"]["inPlaceUpdateStrategy"] = {}
     assert "inPlaceUpdateStrategy" not in to_v1alpha1(empty)["spec"]["updateStrategy"]
+
+
+def _on_delete_v1beta1() -> dict[str, Any]:
+    obj = v1beta1_example()
+    obj["metadata"]["labels"].pop("apps.kruise.io/cloneset-scaling-exclude-preparing-delete", None)
+    obj["metadata"].pop("annotations", None)  # no image pre-download settings
+    obj["spec"]["updateStrategy"] = {
+        "type": "OnDelete",
+        "rollingUpdate": {"podUpdatePolicy": "InPlaceIfPossible", "partition": 3, "maxUnavailable": 1},
+    }
+    return obj
+
+
+@pytest.mark.parametrize(
+    "make",
+    [v1beta1_example, _on_delete_v1beta1],
+    ids=["rolling-update", "on-delete-with-rolling-fields"],
+)
+def test_a_v1beta1_cloneset_survives_a_round_trip_through_v1alpha1(make: Any) -> None:
+    # What the API server does to a v1beta1-stored object on every v1alpha1 write (rollbook's status
+    # patch included): convert to v1alpha1, apply, convert back. The user's spec must come back whole.
+    original = make()
+    assert to_v1beta1(to_v1alpha1(original))["spec"] == original["spec"]
+
+
+def test_exclude_preparing_delete_set_only_in_v1beta1_reaches_the_v1alpha1_reader() -> None:
+    obj = v1beta1_example()
+    obj["metadata"]["labels"].pop("apps.kruise.io/cloneset-scaling-exclude-preparing-delete", None)
+    labels = to_v1alpha1(obj)["metadata"]["labels"]
+    assert labels["apps.kruise.io/cloneset-scaling-exclude-preparing-delete"] == "true"
+    obj["spec"]["scaleStrategy"]["excludePreparingDelete"] = False
+    obj["metadata"]["labels"]["apps.kruise.io/cloneset-scaling-exclude-preparing-delete"] = "true"
+    assert "apps.kruise.io/cloneset-scaling-exclude-preparing-delete" not in (
+        to_v1alpha1(obj)["metadata"].get("labels") or {}
+    )
 
 
 def test_unparsable_predownload_annotation_is_dropped_parallelism_kept_as_string() -> None:
