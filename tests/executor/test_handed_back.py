@@ -11,7 +11,6 @@ import uuid
 
 import pytest
 from kubernetes_asyncio import client
-from kubernetes_asyncio.client.exceptions import ApiException
 
 from services.executor.handed_back import HandedBack
 from services.executor.service import Executor
@@ -20,8 +19,7 @@ from services.infra.store import EventStore
 from services.model.events import PodActionFailed, PodActionSucceeded
 from services.model.streams import actions_stream
 from services.simcluster import SimCluster
-from services.simcluster.faults import FaultConfig
-from tests.executor.test_concurrency import Delivery, action_id, planned_round
+from tests.executor.test_concurrency import Delivery, action_id, mark_handed_back
 from tests.plugins.stack import wait_for
 
 
@@ -62,28 +60,8 @@ async def test_on_its_last_delivery_an_action_waits_for_an_earlier_one_handed_ba
     # markNotReady fails here and goes back to the bus; its redelivery goes to another executor.
     # updateInPlace, on its last delivery here, waits for that outcome instead of being reported failed.
     workload = f"last{uuid.uuid4().hex[:10]}"
-    pod = f"{workload}-0"
-    await client.CoreV1Api(k8s_client).create_namespaced_pod(
-        "default",
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": pod},
-            "spec": {"containers": [{"name": "app", "image": "nginx:alpine"}]},
-        },
-    )
-    envelopes = planned_round(workload, [pod])
-    await event_store.append(envelopes, expected_version=0)
-    mark, update = envelopes[1:]
-    here = Executor(settings, event_store, k8s_client)
+    here, mark, update = await mark_handed_back(settings, event_store, k8s_client, simcluster, workload)
     elsewhere = Executor(settings, event_store, k8s_client)
-
-    simcluster.set_faults(FaultConfig(write_error_rate=1.0, write_error_codes=(500,)))
-    try:
-        with pytest.raises(ApiException):
-            await here.handle(mark, Delivery(1))  # type: ignore[arg-type]
-    finally:
-        simcluster.set_faults(FaultConfig())
     assert here.handed_back.among([action_id(mark)], time.monotonic()) == [action_id(mark)]
 
     looks: list[list[str]] = []
