@@ -6,7 +6,9 @@ and reports every outcome as an event (docs/services.md, "executor").
   in order and never overlapping (``services.infra.keyed.KeyedRunner`` keyed by the pod). Across
   executors the order holds too: an action first waits until the actions its round planned earlier for
   the same pod have a terminal outcome (``earlier_actions_pending``); if one of those went back to the bus
-  from this executor, it goes back too, at once (waiting would hold the pod's turn its redelivery needs).
+  from this executor, it goes back too, at once (waiting would hold the pod's turn its redelivery needs),
+  except on its last delivery: then it waits, as the earlier one's redelivery may land on another
+  executor (``services.executor.handed_back``).
 - Once in effect: every create or patch writes the action id in the ``rollbook.io/action-id`` annotation
   in the same API call; deletes carry a uid precondition. Before acting, the executor looks for the
   action's terminal event in the store and then at the object: an action already applied (a redelivery,
@@ -43,6 +45,7 @@ from nats.aio.msg import Msg
 from sqlalchemy import Text, cast, literal, select, union_all
 
 from services.executor.api_retry import call_with_retries
+from services.executor.handed_back import HandedBack
 from services.executor.pods import (
     CONFLICT_RETRIES,
     MERGE_PATCH,
@@ -52,7 +55,7 @@ from services.executor.pods import (
 )
 from services.executor.sidecarset import apply_sidecar_upgrade, write_sidecarset_status
 from services.infra import kube
-from services.infra.bus import Bus
+from services.infra.bus import DEFAULT_RETRY_BACKOFF, Bus
 from services.infra.consumer_service import ConsumerSpec, serve_consumers
 from services.infra.group_commit import GroupCommit
 from services.infra.metrics import (
@@ -109,6 +112,10 @@ STATUS_TYPES = ("StatusPlanned",)
 # its executor: it is redelivered after ACK_WAIT).
 EARLIER_ACTION_POLL = 0.02
 EARLIER_ACTION_WAIT = 2 * ACK_WAIT
+# How long an action given back to the bus makes the later actions of its pod go back too: by then the bus
+# has handed it out again (the longest redelivery delay, or ACK_WAIT if an executor holding it died),
+# to this executor or another one, so the entry no longer says where it is.
+HANDED_BACK_TTL = max(DEFAULT_RETRY_BACKOFF) + ACK_WAIT
 
 
 class EarlierActionPending(Exception):
@@ -167,8 +174,9 @@ class Executor:
         self.core = client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)
         self.name = f"{socket.gethostname()}/{os.getpid()}"
-        # Pod actions this process gave back to the bus (a failure that may pass), until it takes them again.
-        self.handed_back: set[str] = set()
+        # Pod actions this process gave back to the bus (a failure that may pass), until it takes them
+        # again, their outcome is seen, or HANDED_BACK_TTL passes.
+        self.handed_back = HandedBack(HANDED_BACK_TTL)
 
     # --- bus -----------------------------------------------------------------------------------------
 
@@ -213,9 +221,10 @@ class Executor:
                 try:
                     await self.execute(envelope, payload, last_try=last_try)
                 except Exception:
-                    self.handed_back.add(payload.action_id)  # the bus hands it back after a delay
+                    # the bus hands it back after a delay
+                    self.handed_back.add(payload.action_id, time.monotonic())
                     raise
-                self.handed_back.discard(payload.action_id)
+                self.handed_back.discard([payload.action_id])
             elif isinstance(payload, StatusPlanned):
                 await call_with_retries(lambda: self.write_status(envelope, payload), what="status")
         finally:
@@ -236,7 +245,7 @@ class Executor:
             )
             return
         try:
-            await self._wait_for_earlier_actions(request, await self._without_outcome(earlier))
+            await self._wait_for_earlier_actions(request, earlier, last_try=last_try)
         except EarlierActionPending as waiting:
             if not last_try:
                 raise  # the bus hands it back later
@@ -470,23 +479,31 @@ class Executor:
         async with self.store.engine.connect() as connection:
             return (await connection.execute(statement)).first() is not None
 
-    async def _wait_for_earlier_actions(self, request: PodActionRequested, pending: list[str]) -> None:
-        """Hold this action until the actions its round planned before it for the same pod (``pending``)
+    async def _wait_for_earlier_actions(
+        self, request: PodActionRequested, earlier: list[str], *, last_try: bool = False
+    ) -> None:
+        """Hold this action until the actions its round planned before it for the same pod (``earlier``)
         have a terminal outcome (markNotReady before updateInPlace, a PVC before its pod), whichever
         executor took them."""
         deadline = time.monotonic() + EARLIER_ACTION_WAIT
-        while pending:
-            handed_back = [a for a in pending if a in self.handed_back]
-            if handed_back:
+        pending = earlier
+        while True:
+            settled = pending
+            pending = await self._without_outcome(pending)
+            self.handed_back.discard(a for a in settled if a not in pending)  # ran somewhere: not ours
+            if not pending:
+                return
+            handed_back = self.handed_back.among(pending, time.monotonic())
+            if handed_back and not last_try:
                 # Its redelivery would queue behind this action (one pod's actions run in order here), so
-                # waiting would only hold it up: give this one back to the bus instead, to follow it.
+                # waiting would only hold it up: give this one back to the bus instead, to follow it. Not
+                # on the last delivery: the redelivery may have gone to another executor, so wait for it.
                 raise EarlierActionPending(
                     f"earlier actions on {request.pod} went back to the bus: {handed_back}"
                 )
             if time.monotonic() > deadline:
                 raise EarlierActionPending(f"earlier actions on {request.pod} have no outcome: {pending}")
             await asyncio.sleep(EARLIER_ACTION_POLL)
-            pending = await self._without_outcome(pending)
 
     async def _before_acting(self, envelope: Envelope, request: PodActionRequested) -> tuple[bool, list[str]]:
         """One query: whether the action's terminal event is stored already, and the action ids its round

@@ -195,6 +195,37 @@ class Delivery:
         pass
 
 
+async def mark_handed_back(
+    settings: Settings,
+    event_store: EventStore,
+    k8s_client: client.ApiClient,
+    simcluster: SimCluster,
+    workload: str,
+) -> tuple[Executor, Envelope, Envelope]:
+    """A pod and its round (markNotReady, then updateInPlace); the executor returned took markNotReady,
+    failed on every try (the API answered 500) and gave it back to the bus."""
+    await client.CoreV1Api(k8s_client).create_namespaced_pod(
+        "default",
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": f"{workload}-0"},
+            "spec": {"containers": [{"name": "app", "image": "nginx:alpine"}]},
+        },
+    )
+    envelopes = planned_round(workload, [f"{workload}-0"])
+    await event_store.append(envelopes, expected_version=0)
+    mark, update = envelopes[1:]
+    executor = Executor(settings, event_store, k8s_client)
+    simcluster.set_faults(FaultConfig(write_error_rate=1.0, write_error_codes=(500,)))
+    try:
+        with pytest.raises(ApiException):
+            await executor.handle(mark, Delivery(1))  # type: ignore[arg-type]
+    finally:
+        simcluster.set_faults(FaultConfig())
+    return executor, mark, update
+
+
 async def test_an_action_given_back_to_the_bus_is_not_waited_for_by_the_next_on_its_pod(
     settings: Settings, event_store: EventStore, k8s_client: client.ApiClient, simcluster: SimCluster
 ) -> None:
@@ -202,27 +233,7 @@ async def test_an_action_given_back_to_the_bus_is_not_waited_for_by_the_next_on_
     # queue behind updateInPlace, which waited 20 s for it holding the pod's turn. Now updateInPlace goes
     # back too, at once, and follows markNotReady when the bus hands them out again.
     workload = f"back{uuid.uuid4().hex[:10]}"
-    pod = f"{workload}-0"
-    await client.CoreV1Api(k8s_client).create_namespaced_pod(
-        "default",
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": pod},
-            "spec": {"containers": [{"name": "app", "image": "nginx:alpine"}]},
-        },
-    )
-    envelopes = planned_round(workload, [pod])
-    await event_store.append(envelopes, expected_version=0)
-    mark, update = envelopes[1:]
-    executor = Executor(settings, event_store, k8s_client)
-
-    simcluster.set_faults(FaultConfig(write_error_rate=1.0, write_error_codes=(500,)))
-    try:
-        with pytest.raises(ApiException):
-            await executor.handle(mark, Delivery(1))  # type: ignore[arg-type]
-    finally:
-        simcluster.set_faults(FaultConfig())
+    executor, mark, update = await mark_handed_back(settings, event_store, k8s_client, simcluster, workload)
     started = time.monotonic()
     with pytest.raises(EarlierActionPending, match="went back to the bus"):
         await executor.handle(update, Delivery(1))  # type: ignore[arg-type]
