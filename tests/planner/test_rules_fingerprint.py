@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 from datetime import UTC, datetime
+from typing import Any
 
 import msgspec
 import pytest
@@ -58,7 +59,7 @@ SCRIPTS: tuple[tuple[int | None, dict[str, object]], ...] = (
 # Scripts that start from a CloneSet another controller left (WorkloadSimulation handed_over), with the pod
 # spec fields that controller's revision set and the template lacks: its revision name is adopted and its
 # pods updated in place since rules v8 (recreated before); since rules v9 only when they keep no such field.
-HANDED_OVER: tuple[tuple[int | None, dict[str, object], dict[str, object]], ...] = (
+HANDED_OVER: tuple[tuple[int | None, dict[str, object], dict[str, Any]], ...] = (
     (3, {"type": "InPlaceIfPossible"}, {}),
     (2, {"type": "InPlaceIfPossible"}, {"hostNetwork": True}),
 )
@@ -68,6 +69,7 @@ def decisions_fingerprint() -> tuple[str, dict[str, int]]:
     digest = hashlib.sha256()
     counts: dict[str, int] = {}
     stream = decisions_stream("team-a", "web")
+    scripts: list[tuple[int | None, dict[str, object], bool, dict[str, Any]]]
     scripts = [(r, s, False, {}) for r, s in SCRIPTS] + [(r, s, True, f) for r, s, f in HANDED_OVER]
     for replicas, strategy, handed_over, foreign in scripts:
         simulation = WorkloadSimulation(
