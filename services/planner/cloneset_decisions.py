@@ -55,8 +55,11 @@ from services.planner.workload_state import WorkloadState
 # 8: hand-over from another controller: a status.updateRevision rollbook has no record of, reported for the
 #    current generation, is adopted as the current template's revision; a pod at an unrecorded revision
 #    that differs from the template only in its images is updated in place instead of recreated.
+# 9: a pod at an unrecorded revision is updated in place only when it has no pod spec or container field
+#    the template lacks beyond what the API server adds, with the value it adds (another controller's
+#    hostNetwork, service account, tolerations, affinity, init containers or resources are recreated).
 # tests/planner/test_rules_fingerprint.py fails when the decisions change and this does not.
-RULES_VERSION = 8
+RULES_VERSION = 9
 
 Decide = Callable[[PlanInput], Plan]
 """The decision function: the planner input -> its plan (typed, services/planner/model.py)."""

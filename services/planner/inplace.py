@@ -24,6 +24,7 @@ from services.planner.names import (
     INPLACE_READY_CONDITION,
     INPLACE_STATE_ANNOTATION,
     INPLACE_STATE_ANNOTATION_OLD,
+    KRUISE_POD_READY_CONDITION,
     POD_TEMPLATE_HASH_LABEL,
     REVISION_LABEL,
 )
@@ -66,45 +67,140 @@ def _map_diff(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     return diff
 
 
-# Container fields the API server fills in when the template leaves them out: a pod may carry them although
-# its revision's template did not set them.
-_DEFAULTED_CONTAINER_FIELDS = (
-    "terminationMessagePath",
-    "terminationMessagePolicy",
-    "imagePullPolicy",
-    "resources",
+# What the API server and its default admission plugins (ServiceAccount, DefaultTolerationSeconds, Priority)
+# add to a pod whose template leaves a field out, with the value they add. A pod may carry these although its
+# revision's template did not set them; with any other value, or any other field the target template lacks,
+# the pod was created from a template that set it and patching its images would leave that behind.
+_DEFAULTED_POD_FIELDS: dict[str, Any] = {
+    "dnsPolicy": "ClusterFirst",
+    "restartPolicy": "Always",
+    "schedulerName": "default-scheduler",
+    "securityContext": {},
+    "terminationGracePeriodSeconds": 30,
+    "serviceAccountName": "default",
+    "serviceAccount": "default",
+    "enableServiceLinks": True,
+    "priority": 0,
+    "preemptionPolicy": "PreemptLowerPriority",
+}
+_SCHEDULED_POD_FIELDS = ("nodeName",)  # set by the scheduler, any value
+_DEFAULT_TOLERATIONS = tuple(
+    {"key": taint, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}
+    for taint in ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
 )
-_TOKEN_MOUNT_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"  # added by the ServiceAccount plugin
+_TOKEN_VOLUME_PREFIX = "kube-api-access-"  # the ServiceAccount plugin's projected token volume
+_TOKEN_MOUNT_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"  # and its mount in every container
+_DEFAULT_TERMINATION_MESSAGE = {
+    "terminationMessagePath": "/dev/termination-log",
+    "terminationMessagePolicy": "File",
+}
+
+
+def _default_pull_policy(image: Any) -> str:
+    """Always for ``:latest`` or an untagged image, IfNotPresent for a tag or a digest."""
+    tail = str(image or "").rsplit("/", 1)[-1]
+    if "@" in tail:
+        return "IfNotPresent"
+    return "Always" if ":" not in tail or tail.endswith(":latest") else "IfNotPresent"
+
+
+def _defaulted_container(want: dict[str, Any], image: Any) -> dict[str, Any]:
+    """``want`` as the API server stores it in a pod running ``image``: termination message and pull policy
+    defaults, ``resources: {}`` (a limit without a request requesting the limit), ports' protocol TCP."""
+    out = {**_DEFAULT_TERMINATION_MESSAGE, "imagePullPolicy": _default_pull_policy(image), **want}
+    resources = dict(out.get("resources") or {})
+    limits = resources.get("limits")
+    if isinstance(limits, dict) and limits:
+        resources["requests"] = {**limits, **(resources.get("requests") or {})}
+    out["resources"] = resources
+    if isinstance(out.get("ports"), list):
+        out["ports"] = [
+            {**p, "protocol": p.get("protocol") or "TCP"} if isinstance(p, dict) else p for p in out["ports"]
+        ]
+    return out
+
+
+def _without_token_mount(have: dict[str, Any], want: dict[str, Any]) -> dict[str, Any]:
+    have = dict(have)
+    mounts = [m for m in have.get("volumeMounts") or [] if m.get("mountPath") != _TOKEN_MOUNT_PATH]
+    if mounts or "volumeMounts" in want:
+        have["volumeMounts"] = mounts
+    else:
+        have.pop("volumeMounts", None)
+    return have
+
+
+def _same_containers(wanted: list[Any], actual: list[Any], images_may_differ: bool) -> bool:
+    """Whether each pod container is the template's up to the API server's defaults (images aside when
+    ``images_may_differ``): the same names in the same order, nothing more, nothing different."""
+    if [c.get("name") for c in wanted] != [c.get("name") for c in actual]:
+        return False
+    for want, have in zip(wanted, actual, strict=True):
+        have = _without_token_mount(have, want)
+        if images_may_differ:
+            want = {**want, "image": have.get("image")}
+        if _defaulted_container(have, have.get("image")) != _defaulted_container(want, have.get("image")):
+            return False
+    return True
+
+
+def _added_list_item(key: str, item: Any) -> bool:
+    """An item the API server, its admission plugins or the controller add to a pod's list field."""
+    if not isinstance(item, dict):
+        return False
+    if key == "tolerations":
+        return item in _DEFAULT_TOLERATIONS
+    if key == "volumes":
+        return str(item.get("name", "")).startswith(_TOKEN_VOLUME_PREFIX) and "projected" in item
+    if key == "readinessGates":  # the controller's gates (OpenKruise's and rollbook's)
+        return item.get("conditionType") in (INPLACE_READY_CONDITION, KRUISE_POD_READY_CONDITION)
+    return False
+
+
+def _pod_spec_as_template_sets(pod_spec: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any] | None:
+    """The pod-level fields of ``pod_spec`` less what the API server added to a template like ``spec``
+    (containers aside); None when the pod has a field ``spec`` lacks with a value no default explains."""
+    out: dict[str, Any] = {}
+    for key, value in pod_spec.items():
+        if key in ("containers", "initContainers") or key in _SCHEDULED_POD_FIELDS:
+            continue
+        if key == "serviceAccount" and value == pod_spec.get("serviceAccountName"):
+            continue  # the deprecated field mirrors serviceAccountName
+        if key in ("tolerations", "volumes", "readinessGates") and isinstance(value, list):
+            ours = spec.get(key) or []
+            kept = [item for item in value if not _added_list_item(key, item) or item in ours]
+            if kept or key in spec:
+                out[key] = kept
+            continue
+        if key not in spec:
+            if key in _DEFAULTED_POD_FIELDS and value == _DEFAULTED_POD_FIELDS[key]:
+                continue
+            return None
+        out[key] = value
+    return out
 
 
 def template_from_pod(pod: dict[str, Any], template: dict[str, Any]) -> dict[str, Any] | None:
     """The template of a pod at a revision rollbook has no record of (another controller's, such as
     OpenKruise's before a hand-over), as far as the pod shows it: the target ``template`` with the images
-    the pod's containers have. Only when the pod agrees with ``template`` on everything else it sets (the
-    same containers in the same order, every other container field and every other pod spec field the
-    template sets equal; beyond them a container may only carry what the API server defaults and the
-    service account token mount), so that patching the images leaves nothing of the old revision behind.
-    None otherwise: the pod's revision stays unknown and the pod is recreated."""
+    the pod's containers have. Only when the pod is ``template`` in everything but its containers' images,
+    as the API server stores a pod created from it: every pod spec and container field the pod has is one
+    the template sets, with the same value, or one the API server and its admission plugins add when the
+    template leaves it out, with the value they add (scheduler, service account and its token volume and
+    mounts, default tolerations, priority, termination message, pull policy, empty resources, port
+    protocol). So patching the images leaves nothing of the old revision behind. None otherwise: the pod's
+    revision stays unknown and the pod is recreated."""
     spec, pod_spec = template.get("spec") or {}, pod.get("spec") or {}
-    if any(pod_spec.get(key) != value for key, value in spec.items() if key != "containers"):
+    rest = {k: v for k, v in spec.items() if k not in ("containers", "initContainers")}
+    if _pod_spec_as_template_sets(pod_spec, spec) != rest:
         return None
-    wanted, actual = spec.get("containers") or [], pod_spec.get("containers") or []
-    if [c.get("name") for c in wanted] != [c.get("name") for c in actual]:
+    if not _same_containers(spec.get("initContainers") or [], pod_spec.get("initContainers") or [], False):
         return None
-    containers = []
-    for want, have in zip(wanted, actual, strict=True):
-        have = dict(have)
-        mounts = [m for m in have.get("volumeMounts") or [] if m.get("mountPath") != _TOKEN_MOUNT_PATH]
-        if mounts or "volumeMounts" in want:
-            have["volumeMounts"] = mounts
-        else:
-            have.pop("volumeMounts", None)
-        extra = set(have) - set(want) - {"image"}
-        if extra - set(_DEFAULTED_CONTAINER_FIELDS):
-            return None
-        if any(have.get(key) != value for key, value in want.items() if key != "image"):
-            return None
-        containers.append({**want, "image": have.get("image")})
+    wanted = spec.get("containers") or []
+    if not _same_containers(wanted, pod_spec.get("containers") or [], True):
+        return None
+    actual = pod_spec.get("containers") or []
+    containers = [{**want, "image": have.get("image")} for want, have in zip(wanted, actual, strict=True)]
     metadata = dict(template.get("metadata") or {})
     pod_meta = pod.get("metadata") or {}
     for key in ("labels", "annotations"):

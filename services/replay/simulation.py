@@ -77,10 +77,13 @@ class WorkloadSimulation:
         *,
         rollout: bool = True,
         handed_over: bool = False,
+        foreign_pod_spec: dict[str, Any] | None = None,
     ) -> None:
         """``rollout``: the template changes 30 s in (else the CloneSet is only scaled up). ``handed_over``:
         the CloneSet starts as another controller left it, its pods up and labelled with that controller's
-        name for the revision (``<name>-foreign``), which its status reports, and nothing recorded."""
+        name for the revision (``<name>-foreign``), which its status reports, and nothing recorded;
+        ``foreign_pod_spec``: pod spec fields that controller's revision set, which its pods keep; the
+        CloneSet was edited to remove them after its status was last written (a generation later)."""
         self.namespace, self.name = namespace, name
         v1 = base_cloneset(
             name, namespace, replicas, strategy or {"type": "InPlaceIfPossible", "maxUnavailable": 1}
@@ -100,9 +103,13 @@ class WorkloadSimulation:
                 pod["metadata"]["labels"].update(
                     {REVISION_LABEL: foreign, POD_TEMPLATE_HASH_LABEL: "foreign"}
                 )
+                pod["spec"].update(copy.deepcopy(foreign_pod_spec or {}))
             v1["status"] = dict(
                 before.model.cloneset["status"], updateRevision=foreign, currentRevision=foreign
             )
+            if foreign_pod_spec:
+                v1["metadata"]["generation"] = v1["status"]["observedGeneration"] + 1
+                v2["metadata"]["generation"] = v1["metadata"]["generation"] + 1
         self.model = ClusterModel(
             v1, t0=start, pods=pods, pvcs=pvcs, timings=TIMINGS, uid_prefix=v1["metadata"]["uid"]
         )

@@ -154,3 +154,114 @@ def test_template_from_pod_says_nothing_when_the_pod_differs_beyond_its_images(
     pod = pod_like(**container)
     pod["spec"].update(spec)
     assert template_from_pod(pod, TEMPLATE) is None, why
+
+
+# A pod as the API server stores one created from TEMPLATE at image web:1: everything it adds when the
+# template leaves a field out, with the value it adds.
+def defaulted_pod() -> dict[str, Any]:
+    pod = pod_like(
+        volumeMounts=[
+            {
+                "name": "kube-api-access-x7k2p",
+                "readOnly": True,
+                "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount",
+            }
+        ]
+    )
+    pod["spec"].update(
+        {
+            "dnsPolicy": "ClusterFirst",
+            "schedulerName": "default-scheduler",
+            "securityContext": {},
+            "terminationGracePeriodSeconds": 30,
+            "serviceAccountName": "default",
+            "serviceAccount": "default",
+            "enableServiceLinks": True,
+            "priority": 0,
+            "preemptionPolicy": "PreemptLowerPriority",
+            "tolerations": [
+                {"key": t, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}
+                for t in ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+            ],
+            "volumes": [{"name": "kube-api-access-x7k2p", "projected": {"sources": [], "defaultMode": 420}}],
+        }
+    )
+    return pod
+
+
+def test_a_pod_with_only_what_the_api_server_adds_is_updated_in_place() -> None:
+    derived = template_from_pod(defaulted_pod(), TEMPLATE)
+    assert derived is not None
+    assert derived["spec"] == {
+        "restartPolicy": "Always",
+        "containers": [dict(TEMPLATE["spec"]["containers"][0], image="web:1")],
+    }
+
+
+def test_defaults_the_api_server_fills_into_fields_the_template_sets_are_not_differences() -> None:
+    template = copy.deepcopy(TEMPLATE)
+    main = template["spec"]["containers"][0]
+    main["ports"] = [{"containerPort": 80}]
+    main["resources"] = {"limits": {"cpu": "1"}}
+    template["spec"]["tolerations"] = [{"key": "dedicated", "operator": "Exists"}]
+    pod = defaulted_pod()
+    pod["spec"]["containers"][0]["resources"] = {"limits": {"cpu": "1"}, "requests": {"cpu": "1"}}
+    pod["spec"]["tolerations"].insert(0, {"key": "dedicated", "operator": "Exists"})
+    assert template_from_pod(pod, template) is not None
+
+
+# The fields OpenKruise's revision may have set that the new template removes: the pod keeps them when only
+# its images are patched, so it must be recreated.
+REMOVED_FROM_THE_TEMPLATE: list[tuple[dict[str, Any], dict[str, Any]]] = [
+    ({"hostNetwork": True}, {}),
+    ({"serviceAccountName": "legacy", "serviceAccount": "legacy"}, {}),
+    ({"serviceAccountName": "legacy"}, {}),
+    ({"dnsPolicy": "ClusterFirstWithHostNet"}, {}),
+    ({"terminationGracePeriodSeconds": 60}, {}),
+    ({"priority": 1000, "priorityClassName": "high"}, {}),
+    ({"nodeSelector": {"zone": "a"}}, {}),
+    ({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {}}}}, {}),
+    ({"tolerations": [{"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}]}, {}),
+    (
+        {
+            "tolerations": [
+                {
+                    "key": "node.kubernetes.io/not-ready",
+                    "operator": "Exists",
+                    "effect": "NoExecute",
+                    "tolerationSeconds": 30,
+                }
+            ]
+        },
+        {},
+    ),
+    ({"initContainers": [{"name": "init", "image": "busybox:1"}]}, {}),
+    ({"volumes": [{"name": "data", "emptyDir": {}}]}, {}),
+    ({}, {"resources": {"limits": {"cpu": "500m"}, "requests": {"cpu": "500m"}}}),
+    ({}, {"imagePullPolicy": "Always"}),
+    ({}, {"terminationMessagePolicy": "FallbackToLogsOnError"}),
+    ({}, {"securityContext": {"privileged": True}}),
+    ({}, {"ports": [{"containerPort": 80, "protocol": "UDP"}]}),
+]
+
+
+@pytest.mark.parametrize(("spec", "container"), REMOVED_FROM_THE_TEMPLATE)
+def test_a_pod_keeping_a_field_the_template_removed_is_recreated(
+    spec: dict[str, Any], container: dict[str, Any]
+) -> None:
+    pod = defaulted_pod()
+    pod["spec"].update(spec)
+    pod["spec"]["containers"][0].update(container)
+    assert template_from_pod(pod, TEMPLATE) is None
+
+
+def test_a_handed_over_pod_with_host_network_and_cpu_limits_the_template_dropped_is_recreated() -> None:
+    v1 = cloneset(replicas=1, strategy={"type": "InPlaceIfPossible"})
+    v2 = with_image(v1, "nginx:mainline")
+    v2["metadata"]["generation"] = 2
+    pod = as_kruise_left_it(running_pod(v1, IDS[0]), KRUISE_OLD)
+    pod["spec"]["hostNetwork"] = True
+    pod["spec"]["containers"][0]["resources"] = {"limits": {"cpu": "1"}, "requests": {"cpu": "1"}}
+    result = plan(plan_input(reported(v2, KRUISE_OLD, KRUISE_OLD, 1), [pod]))
+    assert [type(a).__name__ for a in result.actions] == ["RecreatePod"]
+    assert result.status is not None and result.status["updatedReplicas"] == 0

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 from datetime import UTC, datetime
+from typing import Any
 
 import msgspec
 import pytest
@@ -37,6 +38,9 @@ FINGERPRINTS = {
     7: "39636634c4700e56fe4b8635418dc1672bb3b0cdc9207cc4b7e9b66009d9f095",
     # v8: a handed-over CloneSet's revision adopted, its pods updated in place (with the HANDED_OVER script)
     8: "d8457afe768057b338994da956cfec0430f0b9f8c519875d5aa9ed0df1514e4e",
+    # v9: a handed-over pod keeping a pod spec field the template lacks is recreated, not updated in place
+    # (with the second HANDED_OVER script)
+    9: "035696c52fb5365d35aee403f39f888f3a60b83a13ba5ec7a5b9f00bd6e76358",
 }
 START = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 SCRIPTS: tuple[tuple[int | None, dict[str, object]], ...] = (
@@ -52,19 +56,30 @@ SCRIPTS: tuple[tuple[int | None, dict[str, object]], ...] = (
     # a scatterStrategy naming one term twice: rejected since rules v6 (scatterStrategy validated and used)
     (3, {"type": "ReCreate", "scatterStrategy": [{"key": "zone", "value": "a"}] * 2}),
 )
-# Scripts that start from a CloneSet another controller left (WorkloadSimulation handed_over): its revision
-# name is adopted and its pods updated in place since rules v8 (recreated before).
-HANDED_OVER: tuple[tuple[int | None, dict[str, object]], ...] = ((3, {"type": "InPlaceIfPossible"}),)
+# Scripts that start from a CloneSet another controller left (WorkloadSimulation handed_over), with the pod
+# spec fields that controller's revision set and the template lacks: its revision name is adopted and its
+# pods updated in place since rules v8 (recreated before); since rules v9 only when they keep no such field.
+HANDED_OVER: tuple[tuple[int | None, dict[str, object], dict[str, Any]], ...] = (
+    (3, {"type": "InPlaceIfPossible"}, {}),
+    (2, {"type": "InPlaceIfPossible"}, {"hostNetwork": True}),
+)
 
 
 def decisions_fingerprint() -> tuple[str, dict[str, int]]:
     digest = hashlib.sha256()
     counts: dict[str, int] = {}
     stream = decisions_stream("team-a", "web")
-    scripts = [(r, s, False) for r, s in SCRIPTS] + [(r, s, True) for r, s in HANDED_OVER]
-    for replicas, strategy, handed_over in scripts:
+    scripts: list[tuple[int | None, dict[str, object], bool, dict[str, Any]]]
+    scripts = [(r, s, False, {}) for r, s in SCRIPTS] + [(r, s, True, f) for r, s, f in HANDED_OVER]
+    for replicas, strategy, handed_over, foreign in scripts:
         simulation = WorkloadSimulation(
-            "team-a", "web", replicas=replicas, start=START, strategy=strategy, handed_over=handed_over
+            "team-a",
+            "web",
+            replicas=replicas,
+            start=START,
+            strategy=strategy,
+            handed_over=handed_over,
+            foreign_pod_spec=foreign,
         )
         for envelope in simulation.run():
             # RoundPlanned records the inputs (and the rules version itself), not decisions.
