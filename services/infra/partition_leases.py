@@ -11,8 +11,12 @@ replicas").
 - **Stop before expiry.** A partition whose renewal has not succeeded for ``leader_renew_deadline``
   seconds is dropped (its work stopped, cancelled after half of ``lease_duration - renew_deadline``)
   before any other replica may take it; so is one found held by another replica.
-- **A fair share.** Each replica renews a member Lease, ``rollbook-<service>-member-<random>``, and lists
-  them to count the live replicas (a member Lease is alive while its record changes, by the same rule);
+- **A fair share.** Each replica holds and renews one member Lease, ``rollbook-<service>-member-<k>``
+  for k < ``partition_member_slots``: it claims the first slot that is free or expired (by the same
+  election), and lists them to count the live replicas (a member Lease is alive while its record
+  changes, by the same rule); a replica finding every slot held by a live replica takes no partition
+  and reports itself not ready until one frees up. Every Lease name is thus known in advance, so the
+  Role can grant get/update/delete on exactly these names (deploy/base/rbac.yaml);
   a replica takes at most ceil(partitions / live replicas) and hands the ones beyond that over when a
   replica joins: it stops their work, then releases their Leases, so the newcomer takes them at its next
   attempt. A replica that leaves cleanly hands every partition over and deletes its member Lease; one
@@ -50,8 +54,18 @@ def partition_lease_name(service: str, partition: int) -> str:
     return f"rollbook-{service}-p{partition}"
 
 
-def member_lease_prefix(service: str) -> str:
-    return f"rollbook-{service}-member-"
+def member_lease_name(service: str, slot: int) -> str:
+    return f"rollbook-{service}-member-{slot}"
+
+
+def partition_lease_names(service: str, partitions: int) -> list[str]:
+    """Every partition Lease of ``partitions`` bus partitions: p0 .. p(partitions - 1)."""
+    return [partition_lease_name(service, p) for p in range(partitions)]
+
+
+def member_lease_names(service: str, slots: int) -> list[str]:
+    """Every member Lease a replica may claim: member-0 .. member-(slots - 1)."""
+    return [member_lease_name(service, k) for k in range(slots)]
 
 
 def partition_share(partitions: int, live: int) -> int:
@@ -128,12 +142,15 @@ class PartitionOwner:
         self.identity = candidate_identity()
         self.namespace = settings.leader_election_namespace
         self.partitions = settings.bus_partitions
-        self.member_name = member_lease_prefix(service) + self.identity.rsplit("/", 1)[-1]
+        self.member_slots = {
+            name: self._election(name, may_take=None)
+            for name in member_lease_names(service, settings.partition_member_slots)
+        }
+        self.member_name: str | None = None  # the member slot this process holds
         self.members = Members(float(settings.leader_lease_duration))
         self.owned: set[int] = set()
         self.live = 1
         self._slots = 0  # partitions this process may still take in the current attempt
-        self.member = self._election(self.member_name, may_take=None)
         self.elections = {
             p: self._election(partition_lease_name(service, p), may_take=self._may_take)
             for p in range(self.partitions)
@@ -170,7 +187,7 @@ class PartitionOwner:
         """``details.partitions`` of /readyz."""
         return {
             "identity": self.identity,
-            "member": f"{self.namespace}/{self.member_name}",
+            "member": f"{self.namespace}/{self.member_name}" if self.member_name else None,
             "live_replicas": self.live,
             "share": self.share,
             "owned": sorted(self.owned),
@@ -211,11 +228,17 @@ class PartitionOwner:
     async def _attempt_all(self) -> None:
         """One round of attempts: renew the member Lease, count the live replicas, renew the owned
         partitions, release those beyond the share, and try to take free ones up to it."""
-        member_ok = await self._attempt(self.member)
+        member_ok = await self._renew_member() if self.member_name else await self._claim_member()
         if member_ok:
             self.runtime.set_ready()
+        elif self.member_name is None:
+            self.runtime.set_ready(
+                False,
+                f"no member Lease free in {self.namespace}: all {len(self.member_slots)} "
+                f"(ROLLBOOK_PARTITION_MEMBER_SLOTS) are held by live replicas",
+            )
         else:
-            error = self.member.lock.last_error or "the member Lease was not renewed"
+            error = self.member_slots[self.member_name].lock.last_error or "the member Lease was not renewed"
             self.runtime.set_ready(
                 False, f"cannot reach the Lease {self.namespace}/{self.member_name}: {error}"
             )
@@ -234,9 +257,31 @@ class PartitionOwner:
                 self._slots = 0
         self._report()
 
+    async def _claim_member(self) -> bool:
+        """Take the first member slot that is free or expired (one attempt each, in order)."""
+        for name, election in self.member_slots.items():
+            if self.runtime.stopping.is_set():
+                return False
+            if await self._attempt(election):
+                self.member_name = name
+                log.info("partition_member_claimed", member=f"{self.namespace}/{name}")
+                return True
+        return False
+
+    async def _renew_member(self) -> bool:
+        """Renew the member slot held; one found held by another replica (ours expired) is given up,
+        and a slot is claimed again at the next attempt."""
+        assert self.member_name is not None
+        election = self.member_slots[self.member_name]
+        if await self._attempt(election):
+            return True
+        if election.holder not in (None, self.identity):
+            log.warning("partition_member_lost", member=self.member_name, holder=election.holder)
+            self.member_name = None
+        return False
+
     async def _count_members(self) -> None:
         leases = client.CoordinationV1Api(self.api)
-        prefix = member_lease_prefix(self.service)
         try:
             listed = await leases.list_namespaced_lease(
                 self.namespace, _request_timeout=self.settings.leader_renew_deadline
@@ -247,12 +292,12 @@ class PartitionOwner:
         records: dict[str, tuple[str | None, object]] = {}
         for lease in listed.items:
             name = lease.metadata.name if lease.metadata else None
-            if name and name.startswith(prefix):
+            if name in self.member_slots:
                 spec = lease.spec
                 records[name] = (spec.holder_identity, spec.renew_time) if spec else (None, None)
         now = time.monotonic()
         self.members.observe(records, now)
-        alive = self.members.alive(now) | {self.member_name}
+        alive = self.members.alive(now) | ({self.member_name} if self.member_name else set())
         if len(alive) != self.live:
             log.info(
                 "partition_members_changed",
@@ -333,7 +378,9 @@ class PartitionOwner:
             log.debug("member_lease_delete_failed", lease=name, error=repr(error))
 
     async def _leave(self) -> None:
-        await self._delete_member(self.member_name)
+        if self.member_name is not None:
+            await self._delete_member(self.member_name)
+            self.member_name = None
 
 
 async def run_owning_partitions(

@@ -33,6 +33,11 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # publisher and consumer of one stream must agree on it. See docs/bus.md. Planner replicas share the
     # partitions out (one Lease each), so it bounds how many planners work at once.
     bus_partitions: int = 16
+    # Member Leases planner replicas claim to count each other (rollbook-planner-member-<k>, k below
+    # this), so at most this many planner replicas work at once; one more waits, not ready, for a free
+    # slot. deploy/base/rbac.yaml names every partition and member Lease: keep it in step with this and
+    # bus_partitions (docs/services.md).
+    partition_member_slots: int = 16
     # Seconds JetStream remembers an event_id (Nats-Msg-Id) to drop a republished event.
     bus_dedup_window: int = 600
     # Replicas of rollbook's JetStream streams (their consumers inherit it): 3 on a 3-node cluster, so

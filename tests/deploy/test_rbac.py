@@ -10,6 +10,8 @@ import pytest
 
 from services.infra.kruise import KRUISE_DEPLOYMENT, KRUISE_MUTATING_WEBHOOK
 from services.infra.leader import lease_name
+from services.infra.partition_leases import member_lease_names, partition_lease_names
+from services.infra.settings import Settings
 from tests.deploy.apicalls import API_METHODS, Call, api_calls, custom_rbac_of, rbac_of
 from tests.deploy.manifests import NAMESPACE, Manifest, named, of_kind, render
 
@@ -30,14 +32,25 @@ Permission = tuple[str, str, str, tuple[str, ...]]  # apiGroup, resource, verb, 
 
 def resource_names(service: str, group: str, resource: str, verb: str) -> tuple[str, ...]:
     """The objects a call reaches when they are known by name, so the rule can be limited to them."""
-    if (group, resource) == ("coordination.k8s.io", "leases") and verb in ("get", "update"):
-        # The planner's Leases (one per bus partition, one per replica) are named at run time.
-        return () if service == "planner" else (lease_name(service),)
+    if (group, resource) == ("coordination.k8s.io", "leases") and verb in ("get", "update", "delete"):
+        return lease_names(service, verb)
     if (group, resource, verb) == ("apps", "deployments", "get"):
         return (KRUISE_DEPLOYMENT,)
     if (group, resource, verb) == ("admissionregistration.k8s.io", "mutatingwebhookconfigurations", "get"):
         return (KRUISE_MUTATING_WEBHOOK,)
     return ()
+
+
+def lease_names(service: str, verb: str) -> tuple[str, ...]:
+    """The Leases a service reads, renews or deletes with the default settings (the deployed ones): the
+    watcher its one; the planner one per bus partition and its member slots (only those it deletes)."""
+    if service != "planner":
+        return (lease_name(service),)
+    settings = Settings()
+    members = member_lease_names(service, settings.partition_member_slots)
+    if verb == "delete":
+        return tuple(sorted(members))
+    return tuple(sorted(partition_lease_names(service, settings.bus_partitions) + members))
 
 
 def needed(service: str) -> dict[Permission, list[str]]:
@@ -99,6 +112,32 @@ def test_the_lease_rules_are_namespaced_to_where_the_leases_are() -> None:
         for permission, source in granted(service, manifests).items():
             if permission[1] == "leases":
                 assert source.startswith("Role "), (permission, source)
+
+
+def test_no_service_may_read_write_or_delete_a_lease_it_does_not_name() -> None:
+    # Only create and list cannot be limited by name; any other Lease verb without resourceNames would
+    # let one service take over another's Lease (the planner the watcher's rollbook-watcher).
+    manifests = render("standalone")
+    for service in ENTRIES:
+        for _group, resource, verb, names in granted(service, manifests):
+            if resource == "leases":
+                assert names or verb in ("create", "list"), (service, verb)
+
+
+def test_the_planner_lease_names_follow_the_partition_and_member_settings() -> None:
+    settings = Settings()
+    assert (settings.bus_partitions, settings.partition_member_slots) == (16, 16)
+    granted_names = {
+        permission[3] for permission in granted("planner", render("standalone")) if permission[2] == "update"
+    }
+    assert granted_names == {
+        tuple(
+            sorted(
+                [f"rollbook-planner-p{n}" for n in range(16)]
+                + [f"rollbook-planner-member-{k}" for k in range(16)]
+            )
+        )
+    }
 
 
 def test_the_auditor_gets_no_token() -> None:

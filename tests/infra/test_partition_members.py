@@ -1,0 +1,144 @@
+"""Member slots of partitioned ownership (services/infra/partition_leases.py) against a simcluster over
+HTTP: each replica claims the first free or expired member Lease, rollbook-planner-member-<k> with k below
+``partition_member_slots``; one more replica than slots takes no partition and is not ready until a slot
+frees up; and no replica touches a Lease outside the names the Role grants (deploy/base/rbac.yaml)."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest_asyncio
+from kubernetes_asyncio import client
+
+from services.infra.partition_leases import (
+    member_lease_names,
+    partition_lease_names,
+    run_owning_partitions,
+)
+from services.infra.runtime import ServiceRuntime
+from services.infra.settings import Settings
+from services.simcluster import SimCluster
+from tests.plugins.stack import wait_for
+
+
+class Replica:
+    """One planner process's partition ownership, in-process, with the partitions it works on."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.runtime = ServiceRuntime(settings, "planner")
+        self.working: set[int] = set()
+
+        async def acquired(partition: int) -> None:
+            self.working.add(partition)
+
+        async def dropped(partition: int, graceful: bool) -> None:
+            self.working.discard(partition)
+
+        self.task = asyncio.create_task(
+            run_owning_partitions(self.runtime, settings, "planner", acquired=acquired, dropped=dropped)
+        )
+
+    async def readyz(self) -> dict[str, Any]:
+        response = await self.runtime._readyz(None)  # type: ignore[arg-type]
+        body: dict[str, Any] = json.loads(response.body)
+        return body
+
+    async def member(self) -> str | None:
+        details = (await self.readyz()).get("details", {})
+        return details.get("partitions", {}).get("member") if details else None
+
+
+@pytest_asyncio.fixture
+async def replicas() -> AsyncIterator[list[Replica]]:
+    running: list[Replica] = []
+    yield running
+    for replica in running:
+        replica.runtime.request_stop()
+    await asyncio.gather(*(r.task for r in running), return_exceptions=True)
+
+
+def slot_settings(simcluster: SimCluster, slots: int) -> Settings:
+    return Settings(
+        kubeconfig=str(simcluster.kubeconfig_path),
+        bus_partitions=2,
+        partition_member_slots=slots,
+        leader_lease_duration=4,
+        leader_renew_deadline=3.0,
+        leader_retry_period=1.0,
+    )
+
+
+async def lease_names(k8s_client: client.ApiClient) -> set[str]:
+    listed = await client.CoordinationV1Api(k8s_client).list_namespaced_lease("default")
+    return {lease.metadata.name for lease in listed.items}
+
+
+async def test_replicas_claim_the_first_free_slots_and_one_too_many_waits_unready_for_one(
+    simcluster: SimCluster, k8s_client: client.ApiClient, replicas: list[Replica]
+) -> None:
+    settings = slot_settings(simcluster, slots=2)
+    first = Replica(settings)
+    replicas.append(first)
+    await wait_for(first.member, within=10, what="the first replica's member slot")
+    second = Replica(settings)
+    replicas.append(second)
+    await wait_for(second.member, within=10, what="the second replica's member slot")
+    assert (await first.member(), await second.member()) == (
+        "default/rollbook-planner-member-0",
+        "default/rollbook-planner-member-1",
+    )
+
+    third = Replica(settings)
+    replicas.append(third)
+
+    async def third_refused() -> bool:
+        body = await third.readyz()
+        return "no member Lease free" in body.get("reason", "")
+
+    await wait_for(third_refused, within=10, what="the third replica not ready for want of a slot")
+    await wait_for(
+        lambda: _async(first.working | second.working == {0, 1}), within=10, what="both partitions worked"
+    )
+    assert third.working == set()
+
+    first.runtime.request_stop()  # a clean stop deletes its member Lease: the slot is free at once
+    await first.task
+    await wait_for(third.member, within=10, what="the waiting replica claiming the freed slot")
+    assert await third.member() == "default/rollbook-planner-member-0"
+    assert (await third.readyz())["status"] == "ready"
+    allowed = set(partition_lease_names("planner", 2) + member_lease_names("planner", 2))
+    assert await lease_names(k8s_client) <= allowed
+
+
+async def test_a_dead_replicas_slot_is_taken_over_once_expired(
+    simcluster: SimCluster, k8s_client: client.ApiClient, replicas: list[Replica]
+) -> None:
+    # A replica that died holding the only slot: its Lease stays, held, never renewed again.
+    now = datetime.datetime.now(datetime.UTC)
+    await client.CoordinationV1Api(k8s_client).create_namespaced_lease(
+        "default",
+        client.V1Lease(
+            metadata=client.V1ObjectMeta(name="rollbook-planner-member-0"),
+            spec=client.V1LeaseSpec(
+                holder_identity="dead/1/gone", lease_duration_seconds=4, acquire_time=now, renew_time=now
+            ),
+        ),
+    )
+    replica = Replica(slot_settings(simcluster, slots=1))
+    replicas.append(replica)
+
+    async def refused() -> bool:
+        return "no member Lease free" in (await replica.readyz()).get("reason", "")
+
+    await wait_for(refused, within=5, what="the replica waiting for the held slot")
+    await wait_for(replica.member, within=15, what="the expired slot taken over")
+    assert await replica.member() == "default/rollbook-planner-member-0"
+    await wait_for(lambda: _async(replica.working == {0, 1}), within=10, what="the partitions worked")
+
+
+async def _async(value: Any) -> Any:
+    return value
