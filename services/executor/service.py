@@ -341,8 +341,9 @@ class Executor:
     ) -> tuple[str | None, bool]:
         name = body["metadata"]["name"]
         try:
-            created = await create(namespace, body)
-            return created.metadata.uid, False
+            # The answer as raw JSON: building the client's model of a pod costs more CPU than the call.
+            created = await kube.raw_json(await create(namespace, body, _preload_content=False))
+            return (created.get("metadata") or {}).get("uid"), False
         except ApiException as error:
             if error.status != 409:
                 raise
@@ -385,7 +386,12 @@ class Executor:
                 },
             )
             try:
-                await self.core.patch_namespaced_pod(request.pod, request.namespace, body)
+                # Not deserialised into the client's model (unused; it cost more CPU than the call).
+                await kube.raw_json(
+                    await self.core.patch_namespaced_pod(
+                        request.pod, request.namespace, body, _preload_content=False
+                    )
+                )
                 return metadata.get("uid"), False
             except ApiException as error:
                 if error.status != 409:

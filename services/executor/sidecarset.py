@@ -23,6 +23,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from services.executor.pods import CONFLICT_RETRIES, MERGE_PATCH, ActionFailed, read_target_pod
+from services.infra.kube import raw_json
 from services.model.events import PodActionRequested, StatusPlanned
 from services.model.sidecarset import HASH_ANNOTATION, json_object
 from services.model.sidecarset_streams import (
@@ -71,7 +72,10 @@ async def apply_sidecar_upgrade(
         body_metadata.setdefault("annotations", {})[SIDECARSET_ACTION_ANNOTATION] = request.action_id
         body_metadata["resourceVersion"] = metadata.get("resourceVersion")
         try:
-            await core.patch_namespaced_pod(request.pod, request.namespace, body)  # strategic merge
+            # strategic merge; the answer is not deserialised into the client's model (unused, costly)
+            await raw_json(
+                await core.patch_namespaced_pod(request.pod, request.namespace, body, _preload_content=False)
+            )
             return metadata.get("uid"), False
         except ApiException as error:
             if error.status != 409:
