@@ -13,6 +13,7 @@ minute, so the webhook starts and admits pods unchanged instead of failing its s
 from __future__ import annotations
 
 import asyncio
+import random
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -21,6 +22,7 @@ from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from services.infra import kube
+from services.infra.retry import Backoff
 from services.model import sidecarset as ss
 from services.model.management import Selection
 
@@ -126,7 +128,7 @@ class ListWatch:
         self._args = args
         self._target = target
         self._watch_timeout = watch_timeout_seconds
-        self._retry = retry_seconds
+        self._backoff = Backoff(initial=retry_seconds, maximum=30.0)
         # A 404 for an optional kind (a CRD the cluster may lack) means "none there", not an error.
         self._optional = optional
         self._not_served_retry = not_served_retry_seconds
@@ -143,11 +145,11 @@ class ListWatch:
         return str((body.get("metadata") or {}).get("resourceVersion") or "")
 
     async def run(self) -> None:
-        backoff = self._retry
+        attempt = 0
         while True:
             try:
                 version = await self._relist()
-                backoff = self._retry
+                attempt = 0
                 while True:
                     version = await self._watch_from(version)
             except asyncio.CancelledError:
@@ -163,8 +165,8 @@ class ListWatch:
                 log.warning("watch_failed", kind=self.kind, status=err.status, reason=str(err.reason))
             except Exception as err:  # the API server went away: relist when it is back
                 log.warning("watch_failed", kind=self.kind, error=repr(err))
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, 30.0)
+            await asyncio.sleep(self._backoff.delay(attempt, random.random()))
+            attempt += 1
 
     def _not_served(self) -> None:
         if self.served is not False:

@@ -14,6 +14,7 @@ the truth in its annotations, from which the watcher's observations can rebuild 
 from __future__ import annotations
 
 import asyncio
+import random
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from typing import Protocol
 
 import structlog
 
+from services.infra.retry import Backoff
 from services.model import events
 from services.model import sidecarset as ss
 
@@ -86,8 +88,7 @@ class InjectionRecorder:
     ) -> None:
         self._sink = sink
         self._queue: asyncio.Queue[PendingEvent] = asyncio.Queue(maxsize=capacity)
-        self._first_retry = first_retry_seconds
-        self._max_retry = max_retry_seconds
+        self._backoff = Backoff(initial=first_retry_seconds, maximum=max_retry_seconds)
         self._task: asyncio.Task[None] | None = None
         self.recorded = 0
         self.dropped = 0  # queue full: the sink has been down for a long time
@@ -121,7 +122,7 @@ class InjectionRecorder:
         while True:
             event = await self._queue.get()
             self._in_flight = 1
-            delay = self._first_retry
+            attempt = 0
             while True:
                 try:
                     await self._sink.append(event)
@@ -132,8 +133,8 @@ class InjectionRecorder:
                 except Exception as err:  # store/bus outage: keep the event, try again later
                     self.failed_attempts += 1
                     log.warning("injection_event_retry", event_id=str(event.event_id), error=repr(err))
-                    await asyncio.sleep(delay)
-                    delay = min(delay * 2, self._max_retry)
+                    await asyncio.sleep(self._backoff.delay(attempt, random.random()))
+                    attempt += 1
             self._in_flight = 0
             self._queue.task_done()
 

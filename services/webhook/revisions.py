@@ -21,6 +21,7 @@ caller is told which reads failed (``Recorded.failed``): what the webhook then d
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ from typing import Any, Protocol
 
 import structlog
 
+from services.infra.retry import Backoff
 from services.infra.store import EventStore, StoredEvent
 from services.model import sidecarset as ss
 from services.model.events import RevisionCreated, RevisionsPruned
@@ -172,15 +174,16 @@ async def load_pinned(
     """Read the revisions of every SidecarSet that pins one, retrying (with backoff) until all are read:
     the webhook reports ready only then, so a restarted webhook does not meet its first pinned pod with
     nothing read. A SidecarSet that starts pinning later is read at its first pod."""
-    delay = first_retry_seconds
+    backoff = Backoff(initial=first_retry_seconds, maximum=max_retry_seconds)
+    attempt = 0
     while True:
         names = [s.name for s in sidecarsets() if ss.pinned_revision(s) is not None]
         recorded = await source.recorded(names)
         if not recorded.failed:
             log.info("pinned_revisions_loaded", sidecarsets=names)
             return
-        await asyncio.sleep(delay)
-        delay = min(max_retry_seconds, delay * 2)
+        await asyncio.sleep(backoff.delay(attempt, random.random()))
+        attempt += 1
 
 
 def _fold(revisions: dict[str, dict[str, Any]], event: StoredEvent) -> None:
