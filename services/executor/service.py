@@ -42,7 +42,6 @@ import structlog
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 from nats.aio.msg import Msg
-from sqlalchemy import Text, cast, literal, select, union_all
 
 from services.executor.api_retry import call_with_retries
 from services.executor.handed_back import HandedBack
@@ -68,7 +67,6 @@ from services.infra.metrics import (
 from services.infra.runtime import ServiceRuntime, configure_logging
 from services.infra.settings import Settings
 from services.infra.store import EventStore
-from services.infra.store_schema import events_table
 from services.model.actions import ActionKind
 from services.model.events import (
     Envelope,
@@ -116,6 +114,28 @@ EARLIER_ACTION_WAIT = 2 * ACK_WAIT
 # has handed it out again (the longest redelivery delay, or ACK_WAIT if an executor holding it died),
 # to this executor or another one, so the entry no longer says where it is.
 HANDED_BACK_TTL = max(DEFAULT_RETRY_BACKOFF) + ACK_WAIT
+
+
+# The executor's per-action reads, as SQL the store prepares once per connection (EventStore.query).
+# Whether the outcome ($1) is stored, and the actions of the same round (the event $3 that caused this
+# request, in stream $2) for the same pod ($5) planned before this request (version $4), in order. No
+# round ($3 NULL, an older request) means no earlier actions.
+_BEFORE_ACTING_SQL = """
+SELECT EXISTS (SELECT 1 FROM events WHERE event_id = $1),
+       ARRAY(
+           SELECT payload->>'action_id' FROM events
+           WHERE stream = $2
+             AND stream_version > (SELECT stream_version FROM events WHERE event_id = $3)
+             AND stream_version < $4
+             AND type = 'PodActionRequested'
+             AND payload->>'pod' = $5
+           ORDER BY stream_version
+       )
+"""
+# A StatusPlanned of the stream ($1) later than version $2.
+_LATER_STATUS_SQL = (
+    "SELECT 1 FROM events WHERE stream = $1 AND stream_version > $2 AND type = 'StatusPlanned' LIMIT 1"
+)
 
 
 class EarlierActionPending(Exception):
@@ -472,18 +492,7 @@ class Executor:
 
     async def status_superseded(self, envelope: Envelope) -> bool:
         """A later StatusPlanned of the same workload is in the store (so on its way to us, in order)."""
-        e = events_table.c
-        statement = (
-            select(e.global_position)
-            .where(
-                e.stream == envelope.stream,
-                e.stream_version > envelope.stream_version,
-                e.type == "StatusPlanned",
-            )
-            .limit(1)
-        )
-        async with self.store.engine.connect() as connection:
-            return (await connection.execute(statement)).first() is not None
+        return bool(await self.store.query(_LATER_STATUS_SQL, envelope.stream, envelope.stream_version))
 
     async def _wait_for_earlier_actions(
         self, request: PodActionRequested, earlier: list[str], *, last_try: bool = False
@@ -515,27 +524,16 @@ class Executor:
         """One query: whether the action's terminal event is stored already, and the action ids its round
         planned before it for the same pod. A round is one append (RoundPlanned, then its decisions, each
         caused by the round), so those are the requests between the round's version and this one's."""
-        e = events_table.c
-        own = select(literal("own"), cast(e.event_id, Text)).where(
-            e.event_id == outcome_id(request.action_id)
+        rows = await self.store.query(
+            _BEFORE_ACTING_SQL,
+            outcome_id(request.action_id),
+            envelope.stream,
+            envelope.causation_id,
+            envelope.stream_version,
+            request.pod,
         )
-        if envelope.causation_id is None:
-            statement: Any = own
-        else:
-            round_version = (
-                select(e.stream_version).where(e.event_id == envelope.causation_id).scalar_subquery()
-            )
-            earlier = select(literal("earlier"), e.payload["action_id"].astext).where(
-                e.stream == envelope.stream,
-                e.stream_version > round_version,
-                e.stream_version < envelope.stream_version,
-                e.type == "PodActionRequested",
-                e.payload["pod"].astext == request.pod,
-            )
-            statement = union_all(own, earlier)
-        async with self.store.engine.connect() as connection:
-            rows = list(await connection.execute(statement))
-        return any(r[0] == "own" for r in rows), [str(r[1]) for r in rows if r[0] == "earlier"]
+        reported, earlier = rows[0]
+        return bool(reported), list(earlier)
 
     async def earlier_actions_pending(self, envelope: Envelope, request: PodActionRequested) -> list[str]:
         """Action ids of the same round, for the same pod, planned before this one, with no outcome yet."""
@@ -545,9 +543,7 @@ class Executor:
         if not action_ids:
             return []
         outcomes = {outcome_id(a): a for a in action_ids}
-        statement = select(events_table.c.event_id).where(events_table.c.event_id.in_(list(outcomes)))
-        async with self.store.engine.connect() as connection:
-            recorded = {row[0] for row in await connection.execute(statement)}
+        recorded = await self.store.stored_ids(list(outcomes))
         return [a for o, a in outcomes.items() if o not in recorded]
 
     async def _report_failure(
