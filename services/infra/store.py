@@ -3,7 +3,8 @@ appends by event id, gap-free reads by global position.
 
 Public API (all coroutines unless noted)::
 
-    store = await EventStore.connect(database_url: str, *, pool_size: int = 5) -> EventStore
+    store = await EventStore.connect(database_url: str, *, pool_size: int = 5,
+                                     max_overflow: int | None = None) -> EventStore
     await store.close() -> None
 
     await store.append(events: Sequence[Envelope], expected_version: int | None) -> AppendResult
@@ -332,12 +333,19 @@ class EventStore:
 
     @classmethod
     async def connect(
-        cls, database_url: str, *, pool_size: int = 5, decoder: PayloadDecoder = DEFAULT_DECODER
+        cls,
+        database_url: str,
+        *,
+        pool_size: int = 5,
+        max_overflow: int | None = None,
+        decoder: PayloadDecoder = DEFAULT_DECODER,
     ) -> EventStore:
+        """``pool_size`` connections are kept open; up to ``max_overflow`` more (default: as many again)
+        are opened when that many queries run at once, and closed as soon as they are returned."""
         engine = create_async_engine(
             sqlalchemy_url(database_url),
             pool_size=pool_size,
-            max_overflow=pool_size,
+            max_overflow=pool_size if max_overflow is None else max_overflow,
         )
         store = cls(engine, decoder)
         try:
