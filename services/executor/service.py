@@ -388,7 +388,8 @@ class Executor:
         """Delete exactly the incarnation ``uid``; True when it was gone already."""
         options = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid) if uid else None)
         try:
-            await delete(name, namespace, body=options)
+            # The answer (the object as deleted) is not needed: read raw, not built into the client's model.
+            await kube.raw_json(await delete(name, namespace, body=options, _preload_content=False))
             return False
         except ApiException as error:
             if error.status == 404:

@@ -15,12 +15,12 @@ when the client is built, and set as the configuration's proxy. A kubeconfig's `
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from typing import Any
 
 import aiohttp
+import msgspec
 from aiohttp.helpers import get_env_proxy_for_url
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
@@ -95,11 +95,9 @@ def use_env_proxy(configuration: client.Configuration) -> None:
         proxy, auth = get_env_proxy_for_url(URL(configuration.host or ""))
     except LookupError:  # no proxy for this scheme, or NO_PROXY covers the host
         return
+    if auth is not None:  # back into the URL: aiohttp sends a proxy URL's credentials, plain HTTP or CONNECT
+        proxy = proxy.with_user(auth.login).with_password(auth.password)
     configuration.proxy = str(proxy)
-    if auth is not None:
-        headers = dict(configuration.proxy_headers or {})
-        headers["Proxy-Authorization"] = auth.encode()
-        configuration.proxy_headers = headers
 
 
 def _stop_trusting_env(rest_client: Any) -> None:
@@ -134,8 +132,11 @@ async def raw_json(response: Any) -> dict[str, Any]:
         error.body = data.decode("utf-8", errors="replace")
         error.headers = response.headers
         raise error
-    parsed: dict[str, Any] = json.loads(data)
+    parsed: dict[str, Any] = _decode_json(data)  # msgspec: about 3x faster than json.loads, same objects
     return parsed
+
+
+_decode_json = msgspec.json.Decoder().decode
 
 
 def status_of(error: BaseException) -> int | None:
