@@ -52,6 +52,7 @@ from services.executor.pods import (
     has_condition,
     read_target_pod,
 )
+from services.executor.settled import Settled
 from services.executor.sidecarset import apply_sidecar_upgrade, write_sidecarset_status
 from services.infra import kube
 from services.infra.bus import DEFAULT_RETRY_BACKOFF, Bus
@@ -209,6 +210,9 @@ class Executor:
         # Pod actions this process gave back to the bus (a failure that may pass), until it takes them
         # again, their outcome is seen, or HANDED_BACK_TTL passes.
         self.handed_back = HandedBack(HANDED_BACK_TTL)
+        # Actions whose terminal outcome this process stored or found stored: a later action of the same
+        # pod need not ask the store about them (services/executor/settled.py).
+        self.settled = Settled()
 
     # --- bus -----------------------------------------------------------------------------------------
 
@@ -269,6 +273,7 @@ class Executor:
     ) -> None:
         reported, earlier = await self._before_acting(envelope, request)
         if reported:
+            self.settled.add([request.action_id])
             log.info(
                 "action_already_reported",
                 action=request.action,
@@ -555,8 +560,12 @@ class Executor:
     async def _without_outcome(self, action_ids: list[str]) -> list[str]:
         if not action_ids:
             return []
+        action_ids = self.settled.unknown(action_ids)
+        if not action_ids:
+            return []
         outcomes = {outcome_id(a): a for a in action_ids}
         recorded = await self.store.stored_ids(list(outcomes))
+        self.settled.add(a for o, a in outcomes.items() if o in recorded)
         return [a for o, a in outcomes.items() if o not in recorded]
 
     async def _report_failure(
@@ -602,6 +611,8 @@ class Executor:
         # Concurrent actions of one workload report to one stream: one append per burst, not a race.
         if await self.reports.append(event):
             EVENTS_APPENDED.labels("executor", event.type).inc()
+        if not isinstance(outcome, PodActionStarted):
+            self.settled.add([outcome.action_id])  # stored now (by this append or an earlier one)
 
 
 def _api_reason(error: ApiException) -> str:
