@@ -204,6 +204,7 @@ class Executor:
         self.settings = settings
         self.store = store
         self.reports = GroupCommit(store)
+        self.api = api
         self.core = client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)
         self.name = f"{socket.gethostname()}/{os.getpid()}"
@@ -424,11 +425,13 @@ class Executor:
                 },
             )
             try:
-                # Not deserialised into the client's model (unused; it cost more CPU than the call).
-                await kube.raw_json(
-                    await self.core.patch_namespaced_pod(
-                        request.pod, request.namespace, body, _preload_content=False
-                    )
+                # Raw JSON, not the client's model (unused; it cost more CPU than the call).
+                await kube.request_json(
+                    self.api,
+                    "PATCH",
+                    kube.pod_path(request.namespace, request.pod),
+                    body,
+                    content_type=kube.STRATEGIC_MERGE_PATCH,
                 )
                 return metadata.get("uid"), False
             except ApiException as error:
@@ -445,13 +448,12 @@ class Executor:
         if condition and not has_condition(pod, condition):
             # Conditions merge by type (strategic merge patch), so only InPlaceUpdateReady changes. The
             # answer is the pod as it now is: the metadata patch below starts from it.
-            pod = await kube.raw_json(
-                await self.core.patch_namespaced_pod_status(
-                    request.pod,
-                    request.namespace,
-                    {"status": {"conditions": [condition]}},
-                    _preload_content=False,
-                )
+            pod = await kube.request_json(
+                self.api,
+                "PATCH",
+                kube.pod_path(request.namespace, request.pod, "status"),
+                {"status": {"conditions": [condition]}},
+                content_type=kube.STRATEGIC_MERGE_PATCH,
             )
         return await self._patch_pod(request, request.details.get("patch") or {}, known=pod)
 

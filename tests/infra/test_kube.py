@@ -5,6 +5,8 @@ API server through the proxy the environment names."""
 from __future__ import annotations
 
 import asyncio
+import json
+from typing import NamedTuple
 
 import pytest
 from kubernetes_asyncio import client
@@ -35,15 +37,22 @@ async def test_error_answers_raise(make_simcluster: MakeSimCluster) -> None:
         assert {n["metadata"]["name"] for n in listing["items"]} >= {"default", "kube-system"}
 
 
-class RecordingProxy:
-    """An HTTP forward proxy stand-in on 127.0.0.1: records each request line and answers every request
-    with an empty NamespaceList itself (a proxied request names the full URL of the server)."""
+class Recorded(NamedTuple):
+    line: str  # the request line
+    headers: dict[str, str]  # names lowercased
+    body: bytes
 
-    def __init__(self) -> None:
-        self.requests: list[str] = []
+
+class RecordingServer:
+    """An HTTP server on 127.0.0.1 (an API server or a forward proxy stand-in) that records each request
+    and answers every one with ``answer`` (a proxied request's line names the full URL of the server)."""
+
+    def __init__(self, answer: bytes = b'{"kind": "NamespaceList", "metadata": {}, "items": []}') -> None:
+        self.answer = answer
+        self.requests: list[Recorded] = []
         self.server: asyncio.Server | None = None
 
-    async def __aenter__(self) -> RecordingProxy:
+    async def __aenter__(self) -> RecordingServer:
         self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
         return self
 
@@ -58,14 +67,14 @@ class RecordingProxy:
         return f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        head = (await reader.readuntil(b"\r\n\r\n")).decode()
-        self.requests.append(head.splitlines()[0])
-        self.requests.extend(line for line in head.splitlines() if line.lower().startswith("proxy-"))
-        body = b'{"kind": "NamespaceList", "apiVersion": "v1", "metadata": {}, "items": []}'
+        line, *fields = (await reader.readuntil(b"\r\n\r\n")).decode().strip().split("\r\n")
+        headers = {name.lower(): value.strip() for name, _, value in (f.partition(":") for f in fields)}
+        body = await reader.readexactly(int(headers.get("content-length", "0")))
+        self.requests.append(Recorded(line, headers, body))
         writer.write(
             b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n"
-            + f"Content-Length: {len(body)}\r\n\r\n".encode()
-            + body
+            + f"Content-Length: {len(self.answer)}\r\n\r\n".encode()
+            + self.answer
         )
         await writer.drain()
         writer.close()
@@ -79,19 +88,20 @@ async def test_requests_go_through_the_proxy_the_environment_names(
     for name in ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy"):
         monkeypatch.delenv(name, raising=False)
     settings = Settings(kubeconfig=str(simcluster.kubeconfig_path))
-    async with RecordingProxy() as proxy:
+    async with RecordingServer() as proxy:
         monkeypatch.setenv("HTTP_PROXY", proxy.url.replace("http://", "http://rb:secret@"))
         async with await kube.api_client(settings) as api:
             listing = await kube.raw_json(await client.CoreV1Api(api).list_namespace(_preload_content=False))
         assert listing["items"] == []  # the proxy's answer, not the cluster's
-        assert proxy.requests[0] == f"GET {simcluster.url}/api/v1/namespaces HTTP/1.1"
-        assert "Proxy-Authorization: Basic cmI6c2VjcmV0" in proxy.requests  # rb:secret
+        [through_proxy] = proxy.requests
+        assert through_proxy.line == f"GET {simcluster.url}/api/v1/namespaces HTTP/1.1"
+        assert through_proxy.headers["proxy-authorization"] == "Basic cmI6c2VjcmV0"  # rb:secret
 
         monkeypatch.setenv("NO_PROXY", "127.0.0.1")
         async with await kube.api_client(settings) as api:
             listing = await kube.raw_json(await client.CoreV1Api(api).list_namespace(_preload_content=False))
         assert {n["metadata"]["name"] for n in listing["items"]} >= {"default"}  # straight to the cluster
-        assert len(proxy.requests) == 2
+        assert len(proxy.requests) == 1
 
 
 def test_a_kubeconfig_proxy_wins_over_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -105,3 +115,40 @@ def test_a_kubeconfig_proxy_wins_over_the_environment(monkeypatch: pytest.Monkey
     configuration = client.Configuration(host="https://10.0.0.1:6443")
     kube.use_env_proxy(configuration)
     assert configuration.proxy == "http://env-proxy:3128"
+
+
+async def test_a_hot_path_request_is_the_request_the_generated_client_sends() -> None:
+    """kube.request_json (the executor's pod reads and patches) sends what the generated API methods send:
+    method, path, bearer token, content type (strategic merge for a pod patch) and body."""
+    pod = b'{"kind": "Pod", "metadata": {"name": "web-0", "uid": "u1"}}'
+    patch = {"metadata": {"annotations": {"a": "b"}, "resourceVersion": "7"}}
+    async with RecordingServer(answer=pod) as server:
+        configuration = client.Configuration(host=server.url)
+        configuration.api_key = {"BearerToken": "Bearer s3cret"}  # as the kubeconfig loader sets it
+        async with client.ApiClient(configuration) as api:
+            core = client.CoreV1Api(api)
+            await core.read_namespaced_pod("web-0", "default")
+            await core.patch_namespaced_pod("web-0", "default", patch)
+            await core.patch_namespaced_pod_status("web-0", "default", patch)
+            generated = list(server.requests)
+            server.requests.clear()
+            assert await kube.request_json(api, "GET", kube.pod_path("default", "web-0")) == json.loads(pod)
+            for subresource in ("", "status"):
+                await kube.request_json(
+                    api,
+                    "PATCH",
+                    kube.pod_path("default", "web-0", subresource),
+                    patch,
+                    content_type=kube.STRATEGIC_MERGE_PATCH,
+                )
+    same = ("authorization", "content-type", "accept", "user-agent")
+    assert [(r.line, {h: r.headers.get(h) for h in same}, r.body) for r in server.requests] == [
+        (r.line, {h: r.headers.get(h) for h in same}, r.body) for r in generated
+    ]
+    assert [r.line for r in generated] == [
+        "GET /api/v1/namespaces/default/pods/web-0 HTTP/1.1",
+        "PATCH /api/v1/namespaces/default/pods/web-0 HTTP/1.1",
+        "PATCH /api/v1/namespaces/default/pods/web-0/status HTTP/1.1",
+    ]
+    assert generated[0].headers["authorization"] == "Bearer s3cret"
+    assert generated[1].headers["content-type"] == "application/strategic-merge-patch+json"
