@@ -29,7 +29,7 @@ async def read_target_pod(core: client.CoreV1Api, request: PodActionRequested) -
     """The pod an action targets, as the API returns it; ActionFailed when it is gone or was replaced
     by a new incarnation (the request's ``details.uid``)."""
     try:
-        pod = await kube.request_json(api_of(core), "GET", kube.pod_path(request.namespace, request.pod))
+        pod = await kube.read_namespaced_pod(api_of(core), request.pod, request.namespace)
     except ApiException as error:
         if error.status == 404:
             raise ActionFailed(f"pod {request.namespace}/{request.pod} not found") from None
@@ -41,7 +41,7 @@ async def read_target_pod(core: client.CoreV1Api, request: PodActionRequested) -
 
 
 def api_of(core: client.CoreV1Api) -> client.ApiClient:
-    """The ApiClient a generated API object sends through (``kube.request_json`` takes it)."""
+    """The ApiClient a generated API object sends through (the calls of ``services.infra.kube`` take it)."""
     api: client.ApiClient = core.api_client  # type: ignore[attr-defined]  # set untyped by the generated class
     return api
 

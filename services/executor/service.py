@@ -426,13 +426,7 @@ class Executor:
             )
             try:
                 # Raw JSON, not the client's model (unused; it cost more CPU than the call).
-                await kube.request_json(
-                    self.api,
-                    "PATCH",
-                    kube.pod_path(request.namespace, request.pod),
-                    body,
-                    content_type=kube.STRATEGIC_MERGE_PATCH,
-                )
+                await kube.patch_namespaced_pod(self.api, request.pod, request.namespace, body)
                 return metadata.get("uid"), False
             except ApiException as error:
                 if error.status != 409:
@@ -448,12 +442,8 @@ class Executor:
         if condition and not has_condition(pod, condition):
             # Conditions merge by type (strategic merge patch), so only InPlaceUpdateReady changes. The
             # answer is the pod as it now is: the metadata patch below starts from it.
-            pod = await kube.request_json(
-                self.api,
-                "PATCH",
-                kube.pod_path(request.namespace, request.pod, "status"),
-                {"status": {"conditions": [condition]}},
-                content_type=kube.STRATEGIC_MERGE_PATCH,
+            pod = await kube.patch_namespaced_pod_status(
+                self.api, request.pod, request.namespace, {"status": {"conditions": [condition]}}
             )
         return await self._patch_pod(request, request.details.get("patch") or {}, known=pod)
 

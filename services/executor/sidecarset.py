@@ -73,13 +73,7 @@ async def apply_sidecar_upgrade(
         body_metadata["resourceVersion"] = metadata.get("resourceVersion")
         try:
             # strategic merge; the answer is not deserialised into the client's model (unused, costly)
-            await kube.request_json(
-                api_of(core),
-                "PATCH",
-                kube.pod_path(request.namespace, request.pod),
-                body,
-                content_type=kube.STRATEGIC_MERGE_PATCH,
-            )
+            await kube.patch_namespaced_pod(api_of(core), request.pod, request.namespace, body)
             return metadata.get("uid"), False
         except ApiException as error:
             if error.status != 409:
