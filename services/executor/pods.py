@@ -29,9 +29,7 @@ async def read_target_pod(core: client.CoreV1Api, request: PodActionRequested) -
     """The pod an action targets, as the API returns it; ActionFailed when it is gone or was replaced
     by a new incarnation (the request's ``details.uid``)."""
     try:
-        pod = await kube.raw_json(
-            await core.read_namespaced_pod(request.pod, request.namespace, _preload_content=False)
-        )
+        pod = await kube.read_namespaced_pod(api_of(core), request.pod, request.namespace)
     except ApiException as error:
         if error.status == 404:
             raise ActionFailed(f"pod {request.namespace}/{request.pod} not found") from None
@@ -40,6 +38,12 @@ async def read_target_pod(core: client.CoreV1Api, request: PodActionRequested) -
     if uid and (pod.get("metadata") or {}).get("uid") != uid:
         raise ActionFailed(f"pod {request.namespace}/{request.pod} was replaced (uid {uid} is gone)")
     return pod
+
+
+def api_of(core: client.CoreV1Api) -> client.ApiClient:
+    """The ApiClient a generated API object sends through (the calls of ``services.infra.kube`` take it)."""
+    api: client.ApiClient = core.api_client  # type: ignore[attr-defined]  # set untyped by the generated class
+    return api
 
 
 def has_condition(pod: dict[str, Any], condition: dict[str, Any]) -> bool:

@@ -22,8 +22,8 @@ from typing import Any
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from services.executor.pods import CONFLICT_RETRIES, MERGE_PATCH, ActionFailed, read_target_pod
-from services.infra.kube import raw_json
+from services.executor.pods import CONFLICT_RETRIES, MERGE_PATCH, ActionFailed, api_of, read_target_pod
+from services.infra import kube
 from services.model.events import PodActionRequested, StatusPlanned
 from services.model.sidecarset import HASH_ANNOTATION, json_object
 from services.model.sidecarset_streams import (
@@ -73,9 +73,7 @@ async def apply_sidecar_upgrade(
         body_metadata["resourceVersion"] = metadata.get("resourceVersion")
         try:
             # strategic merge; the answer is not deserialised into the client's model (unused, costly)
-            await raw_json(
-                await core.patch_namespaced_pod(request.pod, request.namespace, body, _preload_content=False)
-            )
+            await kube.patch_namespaced_pod(api_of(core), request.pod, request.namespace, body)
             return metadata.get("uid"), False
         except ApiException as error:
             if error.status != 409:

@@ -3,7 +3,8 @@ appends by event id, gap-free reads by global position.
 
 Public API (all coroutines unless noted)::
 
-    store = await EventStore.connect(database_url: str, *, pool_size: int = 5) -> EventStore
+    store = await EventStore.connect(database_url: str, *, pool_size: int = 5,
+                                     max_overflow: int | None = None) -> EventStore
     await store.close() -> None
 
     await store.append(events: Sequence[Envelope], expected_version: int | None) -> AppendResult
@@ -21,6 +22,8 @@ Public API (all coroutines unless noted)::
     await store.checkpoints() -> list[tuple[int, bytes]]
     await store.read_correlation(correlation_id: str) -> list[StoredEvent]
     await store.read_event(event_id: uuid.UUID) -> Envelope | None
+    await store.stored_ids(ids: Sequence[uuid.UUID]) -> set[uuid.UUID]
+    await store.query(sql: str, *args) -> list[asyncpg.Record]   (a read of your own, prepared per connection)
     store.engine -> AsyncEngine  (for SQL views and queries elsewhere; its JSONB columns decode as usual)
 
     StoredEvent(global_position: int, recorded_at: datetime, envelope: Envelope)        # msgspec Struct
@@ -134,6 +137,7 @@ _READ_STREAM_TYPES_SQL = (
 )
 _READ_CORRELATION_SQL = f"SELECT {_COLUMNS} FROM events WHERE correlation_id = $1 ORDER BY global_position"
 _READ_EVENT_SQL = f"SELECT {_COLUMNS} FROM events WHERE event_id = $1"
+_STORED_IDS_SQL = "SELECT event_id FROM events WHERE event_id = ANY($1::uuid[])"
 
 _READ_CHAIN_SQL = (
     f"SELECT {CHAIN_COLUMNS} FROM events WHERE global_position > $1 ORDER BY global_position LIMIT $2"
@@ -329,12 +333,19 @@ class EventStore:
 
     @classmethod
     async def connect(
-        cls, database_url: str, *, pool_size: int = 5, decoder: PayloadDecoder = DEFAULT_DECODER
+        cls,
+        database_url: str,
+        *,
+        pool_size: int = 5,
+        max_overflow: int | None = None,
+        decoder: PayloadDecoder = DEFAULT_DECODER,
     ) -> EventStore:
+        """``pool_size`` connections are kept open; up to ``max_overflow`` more (default: as many again)
+        are opened when that many queries run at once, and closed as soon as they are returned."""
         engine = create_async_engine(
             sqlalchemy_url(database_url),
             pool_size=pool_size,
-            max_overflow=pool_size,
+            max_overflow=pool_size if max_overflow is None else max_overflow,
         )
         store = cls(engine, decoder)
         try:
@@ -501,7 +512,7 @@ class EventStore:
         )
 
     async def _stored_ids(self, conn: asyncpg.Connection, ids: list[uuid.UUID]) -> set[uuid.UUID]:
-        rows = await conn.fetch("SELECT event_id FROM events WHERE event_id = ANY($1::uuid[])", ids)
+        rows = await conn.fetch(_STORED_IDS_SQL, ids)
         return {row[0] for row in rows}
 
     async def append_many(self, events: Sequence[Envelope]) -> int:
@@ -622,6 +633,20 @@ class EventStore:
         event the bus carried by reference (docs/bus.md, "Events larger than a bus message")."""
         rows = await self._fetch(_READ_EVENT_SQL, event_id)
         return _rows_to_stored(rows, self.decoder)[0].envelope if rows else None
+
+    async def stored_ids(self, ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
+        """Which of ``ids`` are stored (e.g. whether deterministic outcome events exist yet)."""
+        if not ids:
+            return set()
+        rows = await self._fetch(_STORED_IDS_SQL, list(ids))
+        return {row[0] for row in rows}
+
+    async def query(self, sql: str, *args: object) -> list[asyncpg.Record]:
+        """Rows of a read-only SQL statement with ``$n`` parameters, on the asyncpg driver: prepared once
+        per pooled connection (asyncpg's statement cache), so a hot query costs no SQL compilation (the
+        executor's per-action checks; SQLAlchemy Core compiled them anew each time). Retried on a
+        connection lost under it."""
+        return await self._fetch(sql, *args)
 
     async def read_batch(self, from_position: int = 0, limit: int = 1000) -> list[StoredEvent]:
         """Up to ``limit`` events with global_position > ``from_position``, in order (one poll)."""

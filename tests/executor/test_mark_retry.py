@@ -60,23 +60,22 @@ async def test_a_mark_whose_metadata_write_failed_writes_its_condition_once(
     assert isinstance(request, PodActionRequested) and request.action == "markNotReady"
     executor = Executor(settings, event_store, k8s_client)
     status_writes: list[str] = []
-    patch_status, patch = executor.core.patch_namespaced_pod_status, executor.core.patch_namespaced_pod
     refused: list[int] = []
+    send = executor.api.request
+    pod_url = f"{k8s_client.configuration.host}/api/v1/namespaces/default/pods/{pod_name}"
 
-    async def counting_patch_status(*args: Any, **kwargs: Any) -> Any:
-        status_writes.append(args[0])
-        return await patch_status(*args, **kwargs)
-
-    async def refusing_once(*args: Any, **kwargs: Any) -> Any:
-        if not refused:  # the API server sheds the metadata write once, asking for no wait
+    async def counting_and_refusing_once(method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+        if method == "PATCH" and url == f"{pod_url}/status":
+            status_writes.append(pod_name)
+        if method == "PATCH" and url == pod_url and not refused:
+            # the API server sheds the metadata write once, asking for no wait
             refused.append(429)
             error = ApiException(status=429, reason="TooManyRequests")
             error.headers = {"Retry-After": "0"}  # type: ignore[assignment]
             raise error
-        return await patch(*args, **kwargs)
+        return await send(method, url, *args, **kwargs)
 
-    executor.core.patch_namespaced_pod_status = counting_patch_status  # type: ignore[method-assign]
-    executor.core.patch_namespaced_pod = refusing_once  # type: ignore[method-assign]
+    executor.api.request = counting_and_refusing_once  # type: ignore[method-assign]
 
     await executor.execute(envelope, request)
 
