@@ -7,9 +7,13 @@ never skips: the store serialises writers) and publishes each event with Nats-Ms
 JetStream stream: one connection publishes in order, so everything before that message was stored;
 whatever it republishes beyond is dropped by the server's dedup window and by idempotent consumers.
 
-Audit. A durable consumer over every event subject stores each event it sees with
-``append_many`` (ON CONFLICT (event_id) DO NOTHING): an event someone published directly is stored too.
-A different event claiming the same (stream, version) is a conflict: logged, counted and dead-lettered.
+Audit. A durable consumer over every event subject makes sure each event it sees is stored. A message
+with a ``Rollbook-Position`` header whose event id, stream and version are stored at that position is
+settled without writing: the identities come from the relay beside it (what it read from the store) or,
+for a message it did not relay, from one read of the identities at and after that position (the next
+messages carry the next positions). Any other message is stored with ``append_many`` (ON CONFLICT
+(event_id) DO NOTHING): an event someone published directly is stored too. A different event claiming
+the same (stream, version) is a conflict: logged, counted and dead-lettered.
 
 History. ``GET /history?stream=...`` | ``?correlation_id=...`` | ``?after=<position>&limit=N`` returns the
 stored events as JSON, in global order.
@@ -19,6 +23,8 @@ from __future__ import annotations
 
 import asyncio
 import random
+import uuid
+from collections.abc import Mapping
 from typing import Any
 
 import msgspec
@@ -42,7 +48,7 @@ from services.infra.metrics import (
 from services.infra.retry import Backoff, Stopped, is_transient, retry_until_stopped, wait_or_stop
 from services.infra.runtime import ServiceRuntime, configure_logging, run_until_stopped
 from services.infra.settings import Settings
-from services.infra.store import ConcurrencyError, EventStore, StoredEvent
+from services.infra.store import ConcurrencyError, EventIdentity, EventStore, StoredEvent
 from services.model.events import Envelope
 from services.model.streams import workload_stream
 
@@ -59,6 +65,12 @@ PUBLISH_ACK_TIMEOUT = 10.0
 # Between attempts while the store or the bus is unreachable: 0.1 s doubling up to 5 s, jittered.
 RELAY_BACKOFF = Backoff(initial=0.1, maximum=5.0)
 _RESUME_SCAN = 1000  # messages to look back for a position header (dead letters carry none)
+# Identities read at once when the audit meets a relayed message it knows nothing about (the consumer
+# fetches 256 messages at a time, and relayed messages come in position order).
+AUDIT_READ_AHEAD = 256
+# Identities kept for the audit: ~300 bytes each. The audit takes each one as it settles the message; the
+# oldest go first when another auditor settles the messages, or the audit is far behind the relay.
+KNOWN_CAPACITY = 20_000
 _encoder = msgspec.json.Encoder()
 
 
@@ -68,10 +80,50 @@ def partition_key(envelope: Envelope) -> str:
     return workload_stream(envelope.stream) if len(parts) > 3 else envelope.stream
 
 
+class KnownStored:
+    """Identities of events known to be stored, by event id, oldest first, at most ``capacity``."""
+
+    def __init__(self, capacity: int = KNOWN_CAPACITY) -> None:
+        self.capacity = capacity
+        self._by_id: dict[uuid.UUID, EventIdentity] = {}
+
+    def __len__(self) -> int:
+        return len(self._by_id)
+
+    def add(self, identity: EventIdentity) -> None:
+        self._by_id[identity.event_id] = identity
+        if len(self._by_id) > self.capacity:
+            del self._by_id[next(iter(self._by_id))]
+
+    def take(self, event_id: uuid.UUID) -> EventIdentity | None:
+        return self._by_id.pop(event_id, None)
+
+
+def relayed_position(headers: Mapping[str, str] | None) -> int | None:
+    """The store position a message says it was relayed from; None without a (well-formed) header."""
+    text = (headers or {}).get(POSITION_HEADER)
+    if text is None or not text.isdigit():
+        return None
+    return int(text)
+
+
+def stored_as_relayed(stored: EventIdentity | None, envelope: Envelope, position: int) -> bool:
+    """Whether the message's event is the one stored at the position it carries: same event id, stream
+    and stream version. Anything else (unknown, another position, another slot) goes the careful way."""
+    return (
+        stored is not None
+        and stored.event_id == envelope.event_id
+        and stored.global_position == position
+        and stored.stream == envelope.stream
+        and stored.stream_version == envelope.stream_version
+    )
+
+
 class Relay:
-    def __init__(self, store: EventStore, bus: Bus) -> None:
+    def __init__(self, store: EventStore, bus: Bus, known: KnownStored | None = None) -> None:
         self.store = store
         self.bus = bus
+        self.known = known  # where the audit beside it learns what the relay read from the store
         self.position = 0
         self.caught_up = asyncio.Event()
         self.retrying: str | None = None  # the error the relay is waiting out, None while it flows
@@ -147,9 +199,19 @@ class Relay:
         Raises the first failure (after recording the acknowledged prefix); an ack that never comes (the
         connection dropped with publishes in flight) counts as a failure after ``PUBLISH_ACK_TIMEOUT``."""
         futures: list[asyncio.Future[Any]] = []
+        known = self.known
         try:
             for stored in batch:
                 envelope = stored.envelope
+                if known is not None:
+                    known.add(
+                        EventIdentity(
+                            stored.global_position,
+                            envelope.event_id,
+                            envelope.stream,
+                            envelope.stream_version,
+                        )
+                    )
                 # An event larger than a bus message goes as a reference to its stored body.
                 data, headers = self.bus.event_message(envelope)
                 if BODY_HEADER in headers:
@@ -183,9 +245,10 @@ class Relay:
 
 
 class Audit:
-    def __init__(self, store: EventStore, bus: Bus) -> None:
+    def __init__(self, store: EventStore, bus: Bus, known: KnownStored | None = None) -> None:
         self.store = store
         self.bus = bus
+        self.known = known if known is not None else KnownStored()
         self.last_version: dict[str, int] = {}  # stream -> highest version seen on the bus
 
     def check_order(self, envelope: Envelope) -> None:
@@ -203,6 +266,10 @@ class Audit:
     async def handle(self, envelope: Envelope, msg: Msg) -> None:
         EVENTS_HANDLED.labels("auditor", envelope.type).inc()
         self.check_order(envelope)
+        position = relayed_position(msg.headers)
+        if position is not None and await self.stored_at(envelope, position):
+            AUDIT_INGESTED.labels("present").inc()
+            return
         try:
             new = await self.store.append_many([envelope])
         except ConcurrencyError as error:
@@ -219,6 +286,16 @@ class Audit:
                 stream=envelope.stream,
                 correlation_id=envelope.correlation_id,
             )
+
+    async def stored_at(self, envelope: Envelope, position: int) -> bool:
+        """Whether ``envelope`` is the event stored at ``position``, read without writing: the relay's
+        identities, else one read of the identities from ``position`` on, kept for the next messages."""
+        stored = self.known.take(envelope.event_id)
+        if stored is None:
+            for identity in await self.store.read_identities(position - 1, AUDIT_READ_AHEAD):
+                self.known.add(identity)
+            stored = self.known.take(envelope.event_id)
+        return stored_as_relayed(stored, envelope, position)
 
 
 class History:
@@ -255,9 +332,10 @@ async def run(settings: Settings) -> None:
         bus.bodies = store.read_event  # events larger than a bus message are read from the store
         try:
             await bus.ensure_stream()
-            relay = Relay(store, bus)
+            known = KnownStored()
+            relay = Relay(store, bus, known)
             runtime.add_detail("relay", relay.detail)
-            audit = Audit(store, bus)
+            audit = Audit(store, bus, known)
             consumer = bus.consumer(DURABLE, bus.event_filter(), audit.handle, batch=256, ack_wait=60.0)
             relay_task = asyncio.create_task(relay.run(runtime.stopping), name="relay")
             audit_task = asyncio.create_task(consumer.run(), name="audit-consumer")

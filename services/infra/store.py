@@ -12,6 +12,7 @@ Public API (all coroutines unless noted)::
     await store.stream_version(stream: str) -> int
     await store.read_stream(stream: str, from_version: int = 1) -> list[StoredEvent]
     await store.read_batch(from_position: int = 0, limit: int = 1000) -> list[StoredEvent]
+    await store.read_identities(from_position: int = 0, limit: int = 1000) -> list[EventIdentity]
     store.read_all(from_position: int = 0, batch_size: int = 2000) -> AsyncIterator[StoredEvent]
     store.read_all_batches(from_position: int = 0, batch_size: int = 2000) -> AsyncIterator[list[StoredEvent]]
     (the two read_all* are async generators: ``async for``, not ``await``)
@@ -24,6 +25,7 @@ Public API (all coroutines unless noted)::
     store.engine -> AsyncEngine  (for SQL views and queries elsewhere; its JSONB columns decode as usual)
 
     StoredEvent(global_position: int, recorded_at: datetime, envelope: Envelope)        # msgspec Struct
+    EventIdentity(global_position: int, event_id: UUID, stream: str, stream_version: int)  # NamedTuple
     AppendResult(stream, appended, skipped, stream_version, last_position, events)      # msgspec Struct
     ConcurrencyError(stream: str, expected: int, actual: int)   # .stream .expected .actual; a ValueError
                                                                 # is raised instead for malformed batches
@@ -59,7 +61,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import asyncpg
 import msgspec
@@ -73,7 +75,7 @@ from services.model.events import Envelope
 from services.model.hashchain import CHAIN_COLUMNS
 from services.model.upcasting import DEFAULT_DECODER, PayloadDecoder
 
-__all__ = ["AppendResult", "ConcurrencyError", "EventStore", "StoredEvent"]
+__all__ = ["AppendResult", "ConcurrencyError", "EventIdentity", "EventStore", "StoredEvent"]
 
 
 class ConcurrencyError(Exception):
@@ -100,6 +102,15 @@ class StoredEvent(msgspec.Struct, frozen=True):
     envelope: Envelope
 
 
+class EventIdentity(NamedTuple):
+    """Where one event is stored, without its body (read_identities)."""
+
+    global_position: int
+    event_id: uuid.UUID
+    stream: str
+    stream_version: int
+
+
 class AppendResult(msgspec.Struct, frozen=True, kw_only=True):
     stream: str
     appended: int  # rows new in this call
@@ -117,6 +128,11 @@ _COLUMNS = (
 # Keyset pagination over the primary key: each page is one short statement, so nothing holds a snapshot
 # or a connection while the caller works through the rows.
 _READ_ALL_SQL = f"SELECT {_COLUMNS} FROM events WHERE global_position > $1 ORDER BY global_position LIMIT $2"
+# The same pages without the bodies: what the auditor checks bus messages against.
+_READ_IDENTITIES_SQL = (
+    "SELECT global_position, event_id, stream, stream_version FROM events"
+    " WHERE global_position > $1 ORDER BY global_position LIMIT $2"
+)
 _READ_STREAM_SQL = (
     f"SELECT {_COLUMNS} FROM events WHERE stream = $1 AND stream_version >= $2 ORDER BY stream_version"
 )
@@ -627,6 +643,12 @@ class EventStore:
         """Up to ``limit`` events with global_position > ``from_position``, in order (one poll)."""
         rows = await self._fetch(_READ_ALL_SQL, from_position, limit)
         return _rows_to_stored(rows, self.decoder)
+
+    async def read_identities(self, from_position: int = 0, limit: int = 1000) -> list[EventIdentity]:
+        """``read_batch`` without the bodies: (position, event id, stream, version) of up to ``limit``
+        events after ``from_position``, in order. An index range scan, nothing decoded."""
+        rows = await self._fetch(_READ_IDENTITIES_SQL, from_position, limit)
+        return [EventIdentity(row[0], row[1], row[2], row[3]) for row in rows]
 
     async def read_all_batches(
         self, from_position: int = 0, batch_size: int = 2000
