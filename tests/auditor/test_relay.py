@@ -4,62 +4,20 @@ bus says it stopped, and waits out a Postgres restart instead of giving up."""
 from __future__ import annotations
 
 import asyncio
-import uuid
-from collections.abc import AsyncIterator
 
-import nats.js.errors
 import pytest
-import pytest_asyncio
 
 from services.auditor.service import POSITION_HEADER, Relay
 from services.infra.bus import Bus
-from services.infra.database import upgrade_async
 from services.infra.embedded import EmbeddedServers
-from services.infra.settings import Settings
 from services.infra.store import EventStore
+from tests.auditor.helpers import relay_settings
 from tests.e2e.audit import published_event_ids
 from tests.infra.store_helpers import batch, unique_stream
-from tests.plugins.database import fresh_database
 from tests.plugins.servers import ServerUrls
 from tests.plugins.stack import wait_for
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
-
-
-def relay_settings(database_url: str, nats_url: str) -> Settings:
-    suffix = uuid.uuid4().hex[:10]
-    return Settings(
-        database_url=database_url,
-        nats_url=nats_url,
-        stream_name=f"RBRELAY_{suffix}",
-        subject_prefix=f"rbrelay{suffix}",
-    )
-
-
-@pytest_asyncio.fixture(loop_scope="session")
-async def own_bus(server_urls: ServerUrls) -> AsyncIterator[Bus]:
-    bus = await Bus.connect(relay_settings("", server_urls.nats_url), name="rollbook-relay-test")
-    await bus.ensure_stream()
-    try:
-        yield bus
-    finally:
-        try:
-            await bus.js.delete_stream(bus.stream)
-        except nats.js.errors.NotFoundError:
-            pass
-        await bus.close()
-
-
-@pytest_asyncio.fixture(loop_scope="session")
-async def own_store(server_urls: ServerUrls) -> AsyncIterator[EventStore]:
-    """A store on a database of its own: the relay publishes everything in it."""
-    async with fresh_database(server_urls.database_url, "rollbook_relay") as url:
-        await upgrade_async(url)
-        store = await EventStore.connect(url)
-        try:
-            yield store
-        finally:
-            await store.close()
 
 
 async def stored_ids(store: EventStore) -> list[str]:
