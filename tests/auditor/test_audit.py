@@ -48,7 +48,7 @@ async def publish_as_relayed(bus: Bus, envelope: Envelope, position: int) -> Non
 
 
 async def relay_everything(store: EventStore, bus: Bus) -> None:
-    await Relay(store, bus).publish(await store.read_batch(0, 1000))
+    await Relay(store, bus).publish(await store.read_batch_json(0, 1000))
 
 
 async def settled(consumer: Consumer, count: int) -> bool:

@@ -7,10 +7,11 @@ import asyncio
 
 import pytest
 
-from services.auditor.service import POSITION_HEADER, Relay
+from services.auditor.service import POSITION_HEADER, Relay, partition_key
 from services.infra.bus import Bus
 from services.infra.embedded import EmbeddedServers
 from services.infra.store import EventStore
+from services.model.events import decode
 from tests.auditor.helpers import relay_settings
 from tests.e2e.audit import published_event_ids
 from tests.infra.store_helpers import batch, unique_stream
@@ -46,6 +47,13 @@ async def test_publishes_every_event_once_in_order_with_its_position(
         assert await published_event_ids(own_bus) == await stored_ids(own_store)
         last = await own_bus.js.get_last_msg(own_bus.stream, f"{own_bus.prefix}.ev.>")
         assert int((last.headers or {})[POSITION_HEADER]) == await own_store.head_position()
+        # Each message decodes as the stored event (its payload went on as the store's JSON).
+        messages = [await own_bus.js.get_msg(own_bus.stream, seq) for seq in range(1, 31)]
+        assert [decode(m.data) for m in messages] == [e.envelope for e in await own_store.read_batch(0, 30)]
+        assert [m.subject for m in messages] == [
+            own_bus.subject_for(e.envelope, partition_key=partition_key(e.envelope.stream))
+            for e in await own_store.read_batch(0, 30)
+        ]
     finally:
         await stop(stopping, task)
 
@@ -120,7 +128,7 @@ async def test_an_unacknowledged_publish_is_published_again(own_store: EventStor
     await own_store.append(batch(stream, 1, 5), expected_version=0)
     relay = Relay(own_store, own_bus)
     relay.position = await own_store.head_position() - 5
-    events = await own_store.read_batch(relay.position, 5)
+    events = await own_store.read_batch_json(relay.position, 5)
     original = own_bus.js.publish_async
     calls = 0
 
