@@ -10,6 +10,10 @@ events (~700 bytes of payload each), appended before anything runs; a scratch Je
    settled every event the relay published.
 2. backlog: a second audit durable reads the same stream from the start with no relay beside it (an
    auditor restarted behind the bus).
+3. trickle (--trickle events, on a database and stream of their own): the relay and the audit consumer
+   run while events are appended 5 at a time every 20 ms, as a rollout appends them; besides the CPU
+   (which here includes the appends'), the time from an append's commit to the audit consumer's
+   handling of each event (mean and 95th percentile): the relay's polling is what sets it.
 
 Per phase: this process's CPU ms per event, the CPU ms per event of the Postgres backends serving this
 database (read from /proc, so other users of the server do not count), and Postgres transactions per
@@ -24,12 +28,14 @@ import os
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from a checkout
 
 import asyncpg  # noqa: E402
 import msgspec  # noqa: E402
+from nats.aio.msg import Msg  # noqa: E402
 
 from bench.eventstore import _process_cpu, build_events  # noqa: E402
 from services.auditor.service import Audit, KnownStored, Relay  # noqa: E402
@@ -38,6 +44,7 @@ from services.infra.database import asyncpg_url, upgrade_async  # noqa: E402
 from services.infra.embedded import resolved_settings  # noqa: E402
 from services.infra.settings import Settings  # noqa: E402
 from services.infra.store import EventStore  # noqa: E402
+from services.model.events import Envelope  # noqa: E402
 from tests.plugins.database import fresh_database  # noqa: E402
 
 
@@ -68,14 +75,19 @@ class DatabaseMeter:
         )
 
 
+def no_extra() -> str:
+    return ""
+
+
 async def measure(
-    name: str, meter: DatabaseMeter, events: int, work: asyncio.Future[None] | asyncio.Task[None]
+    name: str,
+    meter: DatabaseMeter,
+    events: int,
+    work: asyncio.Future[None] | asyncio.Task[None],
+    extra: Callable[[], str] = no_extra,
 ) -> None:
-    cpu_before, db_before, commits_before = (
-        time.process_time(),
-        await meter.backend_cpu(),
-        await meter.commits(),
-    )
+    db_before, commits_before = await meter.backend_cpu(), await meter.commits()
+    cpu_before = time.process_time()
     started = time.perf_counter()
     await work
     elapsed = time.perf_counter() - started
@@ -86,9 +98,52 @@ async def measure(
     commits = await meter.commits() - commits_before
     print(
         f"  {name:<8} {events} events in {elapsed:.2f} s: auditor {cpu * 1000 / events:.3f} ms/event, "
-        f"postgres {db * 1000 / events:.3f} ms/event, {commits / events:.2f} transactions/event; {load()}",
+        f"postgres {db * 1000 / events:.3f} ms/event, {commits / events:.2f} transactions/event{extra()}; "
+        f"{load()}",
         flush=True,
     )
+
+
+async def trickle(bus: Bus, store: EventStore, meter: DatabaseMeter, events: list[Envelope]) -> None:
+    """Phase 3: appends 5 events every 20 ms while the relay and the audit run."""
+    committed: dict[uuid.UUID, float] = {}
+    latencies: list[float] = []
+    audit = Audit(store, bus, KnownStored())
+    relay = Relay(store, bus, audit.known)
+
+    async def timed(envelope: Envelope, msg: Msg) -> None:
+        latencies.append(time.monotonic() - committed[envelope.event_id])
+        await audit.handle(envelope, msg)
+
+    consumer = bus.consumer("bench-trickle", bus.event_filter(), timed, batch=256, ack_wait=60.0)
+    stopping = asyncio.Event()
+    tasks = [asyncio.create_task(consumer.run()), asyncio.create_task(relay.run(stopping))]
+    await relay.caught_up.wait()
+
+    async def append_and_settle() -> None:
+        for start in range(0, len(events), 5):
+            chunk = events[start : start + 5]
+            await store.append_many(chunk)
+            now = time.monotonic()
+            committed.update((e.event_id, now) for e in chunk)
+            await asyncio.sleep(0.02)
+        while consumer.stats.handled < len(events):
+            for task in tasks:
+                if task.done():
+                    task.result()  # the relay or the consumer failed: say why
+            await asyncio.sleep(0.01)
+
+    def latency() -> str:
+        ordered = sorted(latencies)
+        p95 = ordered[int(len(ordered) * 0.95)]
+        return f", store->audit {sum(ordered) / len(ordered) * 1000:.1f} ms mean, {p95 * 1000:.1f} ms p95"
+
+    try:
+        await measure("trickle", meter, len(events), asyncio.ensure_future(append_and_settle()), latency)
+    finally:
+        consumer.stop()
+        stopping.set()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 async def run_until_settled(
@@ -120,6 +175,7 @@ async def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--events", type=int, default=5000)
+    parser.add_argument("--trickle", type=int, default=1000, help="events of the trickle phase")
     parser.add_argument("--database-url", default="")
     parser.add_argument("--nats-url", default="")
     args = parser.parse_args()
@@ -153,6 +209,33 @@ async def main() -> None:
             await measure("live", meter, args.events, live)
             backlog = asyncio.ensure_future(run_until_settled(bus, store, "bench-backlog", args.events, None))
             await measure("backlog", meter, args.events, backlog)
+        finally:
+            await meter.conn.close()
+            try:
+                await bus.js.delete_stream(bus.stream)
+            finally:
+                await bus.close()
+                await store.close()
+    if args.trickle:
+        await trickle_phase(server, base, args.trickle)
+
+
+async def trickle_phase(server: str, base: Settings, count: int) -> None:
+    suffix = uuid.uuid4().hex[:8]
+    settings = msgspec.structs.replace(
+        base, stream_name=f"RBAUDITTRICKLE_{suffix}", subject_prefix=f"rbaudittrickle{suffix}"
+    )
+    async with (
+        fresh_database(server, "rollbook_auditbench") as url,
+        resolved_settings(settings, migrate=False) as s,
+    ):
+        await upgrade_async(url)
+        store = await EventStore.connect(url)
+        bus = await Bus.connect(s, name="rollbook-auditor-bench")
+        meter = DatabaseMeter(await asyncpg.connect(asyncpg_url(url)))
+        try:
+            await bus.ensure_stream()
+            await trickle(bus, store, meter, build_events(count))
         finally:
             await meter.conn.close()
             try:
