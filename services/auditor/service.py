@@ -188,13 +188,17 @@ class Relay:
                 log.info("relay_recovered", position=self.position, attempts=failures + 1)
                 failures = 0
                 self.retrying = None
+            if len(batch) == RELAY_BATCH:
+                continue  # more are waiting
             if batch:
+                # Everything committed when we read is published: the next read comes after the poll
+                # interval, not at once (that read found nothing two times in three during a rollout).
                 delay = _POLL_MIN
-                continue
-            self.caught_up.set()
-            # Nothing new: poll again soon, backing off while idle.
+            else:
+                self.caught_up.set()
             await wait_or_stop(stopping, delay)
-            delay = min(delay * 2, _POLL_MAX)
+            if not batch:
+                delay = min(delay * 2, _POLL_MAX)  # nothing new: back off while idle
 
     async def publish(self, batch: Sequence[StoredEventJson]) -> None:
         """Publish ``batch`` pipelined and move the position over the prefix JetStream acknowledged.
