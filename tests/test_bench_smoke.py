@@ -56,10 +56,11 @@ RUNS: dict[str, tuple[list[str], list[str]]] = {
         ],
     ),
     "auditor.py": (
-        ["--events", "50"],
+        ["--events", "50", "--trickle", "20"],
         [
             rf"live +50 events in {NUMBER} s: auditor {NUMBER} ms/event, postgres {NUMBER} ms/event",
             rf"backlog +50 events in {NUMBER} s: auditor {NUMBER} ms/event, postgres {NUMBER} ms/event",
+            rf"trickle +20 events in {NUMBER} s: .* store->audit {NUMBER} ms mean, {NUMBER} ms p95",
         ],
     ),
     "bus_throughput.py": (
