@@ -55,6 +55,14 @@ RUNS: dict[str, tuple[list[str], list[str]]] = {
             rf"{NUMBER} ms +check: maxUnavailable exceeded \(whole log\) \(count 0\)",
         ],
     ),
+    "auditor.py": (
+        ["--events", "50", "--trickle", "20"],
+        [
+            rf"live +50 events in {NUMBER} s: auditor {NUMBER} ms/event, postgres {NUMBER} ms/event",
+            rf"backlog +50 events in {NUMBER} s: auditor {NUMBER} ms/event, postgres {NUMBER} ms/event",
+            rf"trickle +20 events in {NUMBER} s: .* store->audit {NUMBER} ms mean, {NUMBER} ms p95",
+        ],
+    ),
     "bus_throughput.py": (
         ["20"],
         [rf"publish_many +20 events +{NUMBER} events/s", rf"consume \(ack\) +20 events +{NUMBER} events/s"],

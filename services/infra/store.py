@@ -13,6 +13,8 @@ Public API (all coroutines unless noted)::
     await store.stream_version(stream: str) -> int
     await store.read_stream(stream: str, from_version: int = 1) -> list[StoredEvent]
     await store.read_batch(from_position: int = 0, limit: int = 1000) -> list[StoredEvent]
+    await store.read_identities(from_position: int = 0, limit: int = 1000) -> list[EventIdentity]
+    await store.read_batch_json(from_position: int = 0, limit: int = 1000) -> list[StoredEventJson]
     store.read_all(from_position: int = 0, batch_size: int = 2000) -> AsyncIterator[StoredEvent]
     store.read_all_batches(from_position: int = 0, batch_size: int = 2000) -> AsyncIterator[list[StoredEvent]]
     (the two read_all* are async generators: ``async for``, not ``await``)
@@ -27,6 +29,9 @@ Public API (all coroutines unless noted)::
     store.engine -> AsyncEngine  (for SQL views and queries elsewhere; its JSONB columns decode as usual)
 
     StoredEvent(global_position: int, recorded_at: datetime, envelope: Envelope)        # msgspec Struct
+    EventIdentity(global_position: int, event_id: UUID, stream: str, stream_version: int)  # NamedTuple
+    StoredEventJson(global_position: int, envelope: EnvelopeJson)                       # NamedTuple
+    EnvelopeJson: Envelope's fields, payload a msgspec.Raw of its JSON (encodes as that Envelope)
     AppendResult(stream, appended, skipped, stream_version, last_position, events)      # msgspec Struct
     ConcurrencyError(stream: str, expected: int, actual: int)   # .stream .expected .actual; a ValueError
                                                                 # is raised instead for malformed batches
@@ -62,7 +67,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import asyncpg
 import msgspec
@@ -76,7 +81,15 @@ from services.model.events import Envelope
 from services.model.hashchain import CHAIN_COLUMNS
 from services.model.upcasting import DEFAULT_DECODER, PayloadDecoder
 
-__all__ = ["AppendResult", "ConcurrencyError", "EventStore", "StoredEvent"]
+__all__ = [
+    "AppendResult",
+    "ConcurrencyError",
+    "EnvelopeJson",
+    "EventIdentity",
+    "EventStore",
+    "StoredEvent",
+    "StoredEventJson",
+]
 
 
 class ConcurrencyError(Exception):
@@ -103,6 +116,38 @@ class StoredEvent(msgspec.Struct, frozen=True):
     envelope: Envelope
 
 
+class EventIdentity(NamedTuple):
+    """Where one event is stored, without its body (read_identities)."""
+
+    global_position: int
+    event_id: uuid.UUID
+    stream: str
+    stream_version: int
+
+
+class EnvelopeJson(msgspec.Struct, frozen=True, kw_only=True):
+    """An ``Envelope`` whose payload is already JSON (its type's current schema): msgspec encodes it to an
+    object that decodes as that Envelope, without decoding and encoding the payload on the way. The fields
+    are Envelope's, in its order."""
+
+    event_id: uuid.UUID
+    stream: str
+    stream_version: int
+    type: str
+    schema_version: int
+    occurred_at: datetime
+    payload: msgspec.Raw
+    causation_id: uuid.UUID | None = None
+    correlation_id: str | None = None
+
+
+class StoredEventJson(NamedTuple):
+    """A stored event as ``read_batch_json`` reads it."""
+
+    global_position: int
+    envelope: EnvelopeJson
+
+
 class AppendResult(msgspec.Struct, frozen=True, kw_only=True):
     stream: str
     appended: int  # rows new in this call
@@ -120,6 +165,11 @@ _COLUMNS = (
 # Keyset pagination over the primary key: each page is one short statement, so nothing holds a snapshot
 # or a connection while the caller works through the rows.
 _READ_ALL_SQL = f"SELECT {_COLUMNS} FROM events WHERE global_position > $1 ORDER BY global_position LIMIT $2"
+# The same pages without the bodies: what the auditor checks bus messages against.
+_READ_IDENTITIES_SQL = (
+    "SELECT global_position, event_id, stream, stream_version FROM events"
+    " WHERE global_position > $1 ORDER BY global_position LIMIT $2"
+)
 _READ_STREAM_SQL = (
     f"SELECT {_COLUMNS} FROM events WHERE stream = $1 AND stream_version >= $2 ORDER BY stream_version"
 )
@@ -652,6 +702,41 @@ class EventStore:
         """Up to ``limit`` events with global_position > ``from_position``, in order (one poll)."""
         rows = await self._fetch(_READ_ALL_SQL, from_position, limit)
         return _rows_to_stored(rows, self.decoder)
+
+    async def read_identities(self, from_position: int = 0, limit: int = 1000) -> list[EventIdentity]:
+        """``read_batch`` without the bodies: (position, event id, stream, version) of up to ``limit``
+        events after ``from_position``, in order. An index range scan, nothing decoded."""
+        rows = await self._fetch(_READ_IDENTITIES_SQL, from_position, limit)
+        return [EventIdentity(row[0], row[1], row[2], row[3]) for row in rows]
+
+    async def read_batch_json(self, from_position: int = 0, limit: int = 1000) -> list[StoredEventJson]:
+        """``read_batch`` with each payload left as the JSON the database returns (what the relay sends
+        on): a payload stored with an older schema version is upcast and encoded again, as read_batch
+        would decode it."""
+        rows = await self._fetch(_READ_ALL_SQL, from_position, limit)
+        versions = self.decoder.versions
+        upcast = self.decoder.decode
+        return [
+            StoredEventJson(
+                row[0],
+                EnvelopeJson(
+                    event_id=row[2],
+                    stream=row[3],
+                    stream_version=row[4],
+                    type=row[5],
+                    schema_version=row[6],
+                    occurred_at=row[7],
+                    causation_id=row[8],
+                    correlation_id=row[9],
+                    payload=msgspec.Raw(
+                        row[10]
+                        if versions.get(row[5], 1) == row[6]
+                        else _payload_encoder.encode(upcast(row[5], row[6], row[10]))
+                    ),
+                ),
+            )
+            for row in rows
+        ]
 
     async def read_all_batches(
         self, from_position: int = 0, batch_size: int = 2000

@@ -4,62 +4,21 @@ bus says it stopped, and waits out a Postgres restart instead of giving up."""
 from __future__ import annotations
 
 import asyncio
-import uuid
-from collections.abc import AsyncIterator
 
-import nats.js.errors
 import pytest
-import pytest_asyncio
 
-from services.auditor.service import POSITION_HEADER, Relay
+from services.auditor.service import POSITION_HEADER, Relay, partition_key
 from services.infra.bus import Bus
-from services.infra.database import upgrade_async
 from services.infra.embedded import EmbeddedServers
-from services.infra.settings import Settings
 from services.infra.store import EventStore
+from services.model.events import decode
+from tests.auditor.helpers import relay_settings
 from tests.e2e.audit import published_event_ids
 from tests.infra.store_helpers import batch, unique_stream
-from tests.plugins.database import fresh_database
 from tests.plugins.servers import ServerUrls
 from tests.plugins.stack import wait_for
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
-
-
-def relay_settings(database_url: str, nats_url: str) -> Settings:
-    suffix = uuid.uuid4().hex[:10]
-    return Settings(
-        database_url=database_url,
-        nats_url=nats_url,
-        stream_name=f"RBRELAY_{suffix}",
-        subject_prefix=f"rbrelay{suffix}",
-    )
-
-
-@pytest_asyncio.fixture(loop_scope="session")
-async def own_bus(server_urls: ServerUrls) -> AsyncIterator[Bus]:
-    bus = await Bus.connect(relay_settings("", server_urls.nats_url), name="rollbook-relay-test")
-    await bus.ensure_stream()
-    try:
-        yield bus
-    finally:
-        try:
-            await bus.js.delete_stream(bus.stream)
-        except nats.js.errors.NotFoundError:
-            pass
-        await bus.close()
-
-
-@pytest_asyncio.fixture(loop_scope="session")
-async def own_store(server_urls: ServerUrls) -> AsyncIterator[EventStore]:
-    """A store on a database of its own: the relay publishes everything in it."""
-    async with fresh_database(server_urls.database_url, "rollbook_relay") as url:
-        await upgrade_async(url)
-        store = await EventStore.connect(url)
-        try:
-            yield store
-        finally:
-            await store.close()
 
 
 async def stored_ids(store: EventStore) -> list[str]:
@@ -88,6 +47,13 @@ async def test_publishes_every_event_once_in_order_with_its_position(
         assert await published_event_ids(own_bus) == await stored_ids(own_store)
         last = await own_bus.js.get_last_msg(own_bus.stream, f"{own_bus.prefix}.ev.>")
         assert int((last.headers or {})[POSITION_HEADER]) == await own_store.head_position()
+        # Each message decodes as the stored event (its payload went on as the store's JSON).
+        messages = [await own_bus.js.get_msg(own_bus.stream, seq) for seq in range(1, 31)]
+        assert [decode(m.data) for m in messages] == [e.envelope for e in await own_store.read_batch(0, 30)]
+        assert [m.subject for m in messages] == [
+            own_bus.subject_for(e.envelope, partition_key=partition_key(e.envelope.stream))
+            for e in await own_store.read_batch(0, 30)
+        ]
     finally:
         await stop(stopping, task)
 
@@ -162,7 +128,7 @@ async def test_an_unacknowledged_publish_is_published_again(own_store: EventStor
     await own_store.append(batch(stream, 1, 5), expected_version=0)
     relay = Relay(own_store, own_bus)
     relay.position = await own_store.head_position() - 5
-    events = await own_store.read_batch(relay.position, 5)
+    events = await own_store.read_batch_json(relay.position, 5)
     original = own_bus.js.publish_async
     calls = 0
 

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
 
+import msgspec
 import pytest
 
 from services.infra.database import upgrade_async
@@ -102,6 +103,11 @@ async def test_a_v1_event_replays_with_v2_code(database: str) -> None:
         assert (payload.action_id, payload.http_status) == ("a1", 422)
         state, last = state_at("prod", "web", events)
         assert last is not None and state.outcomes == {"a1": "failed"} and set(state.pods) == {"web-1"}
+        # What the relay sends on (payloads as stored JSON, older ones upcast) is the same JSON.
+        as_json = await v2_store.read_batch_json()
+        relayed = [msgspec.json.decode(msgspec.json.encode(e.envelope)) for e in as_json]
+        assert relayed == [msgspec.to_builtins(e.envelope) for e in await v2_store.read_batch()]
+        assert relayed[-1]["payload"]["http_status"] == 422
     finally:
         await v2_store.close()
 
