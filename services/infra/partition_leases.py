@@ -14,13 +14,14 @@ replicas").
 - **A fair share.** Each replica holds and renews one member Lease, ``rollbook-<service>-member-<k>``
   for k < ``partition_member_slots``: it claims the first slot that is free, expired or held under its
   own identity (by the same election; a restarted process with a stable ``ROLLBOOK_INSTANCE`` takes its
-  predecessor's slot and partitions back at once, services/infra/leader.py), and lists them to count the live replicas (a member Lease is alive while its record
-  changes, by the same rule); a replica finding every slot held by a live replica takes no partition
-  and reports itself not ready until one frees up. Every Lease name is thus known in advance, so the
-  Role can grant get/update/delete on exactly these names (deploy/base/rbac.yaml);
-  a replica takes at most ceil(partitions / live replicas) and hands the ones beyond that over when a
-  replica joins: it stops their work, then releases their Leases, so the newcomer takes them at its next
-  attempt. A replica that leaves cleanly hands every partition over and deletes its member Lease; one
+  predecessor's slot and partitions back at once, services/infra/leader.py), and lists them to count
+  the live replicas (a member Lease is alive while its record changes, by the same rule; one still
+  held under its own identity is a dead predecessor's, deleted); a replica finding every slot held by
+  a live replica takes no partition and reports itself not ready until one frees up. Every Lease name
+  is thus known in advance, so the Role can grant get/update/delete on exactly these names
+  (deploy/base/rbac.yaml); a replica takes at most ceil(partitions / live replicas) and hands the ones
+  beyond that over when a replica joins: it stops their work, then releases their Leases, so the
+  newcomer takes them at its next attempt. A replica that leaves cleanly hands every partition over and deletes its member Lease; one
   that dies stops renewing, and the others take its partitions once they expire. A member Lease left by
   a dead replica is deleted after ``STALE_MEMBER_DURATIONS`` lease durations.
 
@@ -163,7 +164,9 @@ class PartitionOwner:
         self.live = 1
         self._slots = 0  # partitions this process may still take in the current attempt
         self.elections = {
-            p: self._election(partition_lease_name(service, p), may_write=functools.partial(self._may_write, p))
+            p: self._election(
+                partition_lease_name(service, p), may_write=functools.partial(self._may_write, p)
+            )
             for p in range(self.partitions)
         }
 
