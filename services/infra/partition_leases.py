@@ -11,19 +11,19 @@ replicas").
 - **Stop before expiry.** A partition whose renewal has not succeeded for ``leader_renew_deadline``
   seconds is dropped (its work stopped, cancelled after half of ``lease_duration - renew_deadline``)
   before any other replica may take it; so is one found held by another replica.
-- **A fair share.** Each replica holds and renews one member Lease, ``rollbook-<service>-member-<k>``
-  for k < ``partition_member_slots``: it claims the first slot that is free, expired or held under its
-  own identity (by the same election; a restarted process with a stable ``ROLLBOOK_INSTANCE`` takes its
-  predecessor's slot and partitions back at once, services/infra/leader.py), and lists them to count
-  the live replicas (a member Lease is alive while its record changes, by the same rule; one still
-  held under its own identity is a dead predecessor's, deleted); a replica finding every slot held by
-  a live replica takes no partition and reports itself not ready until one frees up. Every Lease name
-  is thus known in advance, so the Role can grant get/update/delete on exactly these names
-  (deploy/base/rbac.yaml); a replica takes at most ceil(partitions / live replicas) and hands the ones
-  beyond that over when a replica joins: it stops their work, then releases their Leases, so the
-  newcomer takes them at its next attempt. A replica that leaves cleanly hands every partition over and deletes its member Lease; one
-  that dies stops renewing, and the others take its partitions once they expire. A member Lease left by
-  a dead replica is deleted after ``STALE_MEMBER_DURATIONS`` lease durations.
+- **A fair share.** Each replica holds and renews one member Lease, ``rollbook-<service>-member-<k>`` for k
+  < ``partition_member_slots``: it claims the first slot that is free, expired or held under its own
+  identity (by the same election; a restarted process with a stable ``ROLLBOOK_INSTANCE`` takes its
+  predecessor's slot and partitions back at once, services/infra/leader.py), and lists them to count the
+  live replicas (a member Lease is alive while its record changes, by the same rule; one still held under
+  its own identity is a dead predecessor's, deleted); a replica finding every slot held by a live replica
+  takes no partition and reports itself not ready until one frees up. Every Lease name is thus known in
+  advance, so the Role can grant get/update/delete on exactly these names (deploy/base/rbac.yaml); a replica
+  takes at most ceil(partitions / live replicas) and hands the ones beyond that over when a replica joins:
+  it stops their work, then releases their Leases, so the newcomer takes them at its next attempt. A replica
+  that leaves cleanly hands every partition over and deletes its member Lease; one that dies stops renewing,
+  and the others take its partitions once they expire. A member Lease left by a dead replica is deleted
+  after ``STALE_MEMBER_DURATIONS`` lease durations.
 
 Dropping a partition never leaves work running: ``dropped(p, graceful)`` returns only once the
 partition's work has stopped. Should two replicas still overlap (a paused process), the work's own
