@@ -90,7 +90,7 @@ async def test_one_watcher_of_two_works(stack: Stack, cluster: Cluster, k8s_clie
         assert await leader_gauge(stack, standby, service) == 0.0
         ready = await stack.get_json(standby, "/readyz")  # 200: a standby is ready (able to take over)
         assert ready["details"]["leader"]["leading"] is False
-        assert int(ready["details"]["leader"]["holder"].split("/")[-2]) == stack.children[leader].process.pid
+        assert ready["details"]["leader"]["holder"].rsplit("/", 1)[-1] == leader
     await assert_trail_consistent(stack, stack.settings.database_url)
     assert stack.dead() == []
 
@@ -141,3 +141,28 @@ async def test_sigterm_to_the_leading_watcher_mid_rollout_hands_over_to_the_stan
     assert logged(stack, new_leaders["watcher"], "observed") > 0  # it took over the rollout
     await assert_trail_consistent(stack, database_url)
     assert stack.dead() == []
+
+
+async def test_a_killed_watcher_started_again_in_its_slot_takes_its_lease_back_at_once(
+    stack: Stack, k8s_client: client.ApiClient
+) -> None:
+    # A 60 s Lease: the restarted watcher leads within the bound only by recognising the Lease as its own
+    # (the supervisor gives every restart of the child "watcher" the same ROLLBOOK_INSTANCE).
+    timing = {
+        "ROLLBOOK_LEADER_LEASE_DURATION": "60",
+        "ROLLBOOK_LEADER_RENEW_DEADLINE": "40",
+        "ROLLBOOK_LEADER_RETRY_PERIOD": "1",
+    }
+    await stack.start("watcher", env=timing)
+
+    async def acquired(times: int) -> bool:
+        return logged(stack, "watcher", "leader_acquired") == times
+
+    await wait_for(lambda: acquired(1), within=30, what="the watcher leading")
+    holder = await holder_name(k8s_client, "watcher")
+    assert holder == "watcher"
+
+    await stack.kill("watcher")  # SIGKILL: nothing released, the Lease stays held for 60 s
+    await stack.start("watcher", env=timing)
+    await wait_for(lambda: acquired(2), within=30, what="the restarted watcher leading again")
+    assert await holder_name(k8s_client, "watcher") == "watcher"
