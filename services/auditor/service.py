@@ -46,7 +46,7 @@ from services.infra.metrics import (
     RELAY_REFERENCES,
     RETRIES,
 )
-from services.infra.retry import Backoff, Stopped, is_transient, retry_until_stopped, wait_or_stop
+from services.infra.retry import DEFAULT_BACKOFF, Stopped, is_transient, retry_until_stopped, wait_or_stop
 from services.infra.runtime import ServiceRuntime, configure_logging, run_until_stopped
 from services.infra.settings import Settings
 from services.infra.store import ConcurrencyError, EventIdentity, EventStore, StoredEventJson
@@ -60,11 +60,12 @@ DURABLE = "auditor"
 RELAY_BATCH = 500
 _POLL_MIN = 0.02
 _POLL_MAX = 0.1
-# Seconds to wait for JetStream's acks of one batch before publishing it again (nats-py's async publish
-# has no timeout of its own: a connection lost with publishes in flight would wait forever).
-PUBLISH_ACK_TIMEOUT = 10.0
-# Between attempts while the store or the bus is unreachable: 0.1 s doubling up to 5 s, jittered.
-RELAY_BACKOFF = Backoff(initial=0.1, maximum=5.0)
+# Seconds with no new JetStream ack for a batch in flight before the rest of it counts as lost and is
+# published again (nats-py's async publish has no timeout of its own: a connection lost with publishes in
+# flight, or a stream leader killed holding them, would leave them waiting forever). A stall, not a total:
+# a large batch acked slowly on a busy machine keeps going, while the acks lost with a stream leader cost
+# this long, not the 10 s a bound on the whole batch needed.
+PUBLISH_ACK_STALL = 2.0
 _RESUME_SCAN = 1000  # messages to look back for a position header (dead letters carry none)
 # Identities read at once when the audit meets a relayed message it knows nothing about (the consumer
 # fetches 256 messages at a time, and relayed messages come in position order).
@@ -178,7 +179,7 @@ class Relay:
                     raise
                 RETRIES.labels("relay").inc()
                 self.caught_up.clear()
-                wait = RELAY_BACKOFF.delay(failures, random.random())
+                wait = DEFAULT_BACKOFF.delay(failures, random.random())
                 log.warning("relay_retrying", position=self.position, delay=round(wait, 3), error=repr(error))
                 failures += 1
                 self.retrying = repr(error)
@@ -202,8 +203,9 @@ class Relay:
 
     async def publish(self, batch: Sequence[StoredEventJson]) -> None:
         """Publish ``batch`` pipelined and move the position over the prefix JetStream acknowledged.
-        Raises the first failure (after recording the acknowledged prefix); an ack that never comes (the
-        connection dropped with publishes in flight) counts as a failure after ``PUBLISH_ACK_TIMEOUT``."""
+        Raises the first failure (after recording the acknowledged prefix); acks that stop coming (the
+        connection dropped, or the stream leader died, with publishes in flight) count as a failure once
+        none came for ``PUBLISH_ACK_STALL`` seconds."""
         futures: list[asyncio.Future[Any]] = []
         known = self.known
         largest_inline = self.bus.nc.max_payload - HEADER_ALLOWANCE
@@ -229,7 +231,7 @@ class Relay:
                 futures.append(
                     await self.bus.js.publish_async(subject, data, stream=self.bus.stream, headers=headers)
                 )
-            done = await _acknowledged(futures, PUBLISH_ACK_TIMEOUT)
+            done = await _acknowledged(futures, PUBLISH_ACK_STALL)
         finally:
             for future in futures:
                 future.cancel()  # an ack that never came: free its slot of the pending-publish window
@@ -237,7 +239,7 @@ class Relay:
         try:
             for stored, future in zip(batch, futures, strict=True):
                 if future not in done or future.cancelled():
-                    raise TimeoutError(f"no JetStream ack within {PUBLISH_ACK_TIMEOUT:g}s")
+                    raise TimeoutError(f"no JetStream ack for {PUBLISH_ACK_STALL:g}s")
                 error = future.exception()
                 if error is not None:
                     # Publish again from here on; what was stored after it is deduplicated by event id.
@@ -270,18 +272,20 @@ class Relay:
         return subject
 
 
-async def _acknowledged(futures: list[asyncio.Future[Any]], timeout: float) -> set[asyncio.Future[Any]]:  # noqa: ASYNC109
-    """The futures done within ``timeout``. Acks come back in publish order, so the last one is awaited
-    first and the rest are usually done by then: asyncio.wait over a whole batch (a callback added to and
-    removed from every future) was a third of the relay's publishing CPU."""
+async def _acknowledged(futures: list[asyncio.Future[Any]], stall: float) -> set[asyncio.Future[Any]]:
+    """The futures done before their acks stopped coming: none for ``stall`` seconds means the rest are
+    lost (the connection dropped, or the stream leader died). Acks come back in publish order, so the last
+    one is awaited first and the rest are usually done by then: asyncio.wait over a whole batch (a
+    callback added to and removed from every future) was a third of the relay's publishing CPU."""
     if not futures:
         return set()
-    deadline = asyncio.get_running_loop().time() + timeout
-    await asyncio.wait(futures[-1:], timeout=timeout)
+    await asyncio.wait(futures[-1:], timeout=stall)
     pending = [future for future in futures if not future.done()]
-    if pending:
-        remaining = max(0.0, deadline - asyncio.get_running_loop().time())
-        await asyncio.wait(pending, timeout=remaining)
+    while pending:
+        acked, still = await asyncio.wait(pending, timeout=stall)
+        if not acked:
+            break
+        pending = list(still)
     return {future for future in futures if future.done()}
 
 

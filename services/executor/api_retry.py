@@ -37,7 +37,8 @@ _RETRY_AFTER_STATUSES = frozenset({429, 503})
 class ApiRetryPolicy:
     attempts: int = 5  # tries of one call in all, the first included
     backoff: Backoff = field(default_factory=lambda: Backoff(initial=0.1, maximum=2.0))
-    # Longest Retry-After waited here (the executor's ack_wait is 10 s); a longer one ends the tries.
+    # Longest Retry-After waited here (the pod's later actions wait meanwhile); a longer one ends the
+    # tries and the bus redelivers the action later.
     max_retry_after: float = 5.0
 
 

@@ -93,9 +93,11 @@ from services.model.streams import (
 log = structlog.get_logger("executor")
 
 DURABLE = "executor"
-# An action takes one or two API calls; an action held by a crashed executor is handed to another after
-# this (a slow one still running then is harmless: the action id on the object makes it apply once).
-ACK_WAIT = 10.0
+# An action held by an executor that died is handed to another after this. A live executor tells
+# JetStream every action in hand is in progress (services/infra/bus.py, a third of this apart), so an
+# action may take longer; should one still be redelivered while it runs (the in-progress signal lost),
+# that is harmless: the action id on the object makes it apply once.
+ACK_WAIT = 5.0
 INPUT_TYPES = ("PodActionRequested",)
 # Status writes replace the whole status, so they must land in the order they were planned: executors
 # share ordered durables for them, one per bus partition (a workload's events all share one partition),
@@ -108,9 +110,9 @@ LEGACY_STATUS_DURABLE = "executor-status"
 STATUS_TYPES = ("StatusPlanned",)
 # How often an action waiting for an earlier action on its pod (taken by another executor) looks again,
 # and how long it waits before handing its message back to the bus (that one may have been lost with
-# its executor: it is redelivered after ACK_WAIT).
+# its executor: it is redelivered after ACK_WAIT; or it may be waiting out Retry-After answers there).
 EARLIER_ACTION_POLL = 0.02
-EARLIER_ACTION_WAIT = 2 * ACK_WAIT
+EARLIER_ACTION_WAIT = 20.0
 # How long an action given back to the bus makes the later actions of its pod go back too: by then the bus
 # has handed it out again (the longest redelivery delay, or ACK_WAIT if an executor holding it died),
 # to this executor or another one, so the entry no longer says where it is.
@@ -250,10 +252,6 @@ class Executor:
         try:
             payload = envelope.payload
             if isinstance(payload, PodActionRequested):
-                if msg.metadata.num_delivered > 1:
-                    # A redelivery: the API may be slow today; keep JetStream from handing this action to
-                    # another executor while we work on it (harmless if it does: see the module doc).
-                    await msg.in_progress()
                 last_try = msg.metadata.num_delivered >= self.settings.max_deliver
                 try:
                     await self.execute(envelope, payload, last_try=last_try)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import time
 import uuid
 import zlib
 from collections.abc import Awaitable, Callable, Hashable, Iterable, Sequence
@@ -393,6 +394,12 @@ async def _quietly(work: Awaitable[object]) -> None:
         log.debug("in-progress signal not sent", exc_info=True)
 
 
+def in_progress_due(heard: dict[int, float], now: float, period: float) -> list[int]:
+    """The messages in hand (stream sequence -> when JetStream last heard of them) to report in progress
+    now: those not heard of for ``period`` seconds or more."""
+    return sorted(sequence for sequence, at in heard.items() if now - at >= period)
+
+
 def subject_matches(pattern: str, subject: str) -> bool:
     """NATS subject matching: ``*`` matches one token, a final ``>`` one or more."""
     wanted, tokens = pattern.split("."), subject.split(".")
@@ -422,6 +429,10 @@ class Consumer:
     stats: ConsumerStats = field(default_factory=ConsumerStats)
     _stopping: asyncio.Event = field(default_factory=asyncio.Event)
     _in_progress: asyncio.Future[None] | None = None
+    # Messages in hand (fetched, not yet settled) -> when JetStream last heard of them (monotonic): each
+    # is told "in progress" before its ack_wait runs out, so ack_wait bounds only how long the messages
+    # of a consumer that died take to come back, not how long a handler may take.
+    _held: dict[int, tuple[Msg, float]] = field(default_factory=dict)
 
     def stop(self) -> None:
         """Stop fetching; the message being handled finishes, the rest of the batch goes back at once."""
@@ -450,6 +461,7 @@ class Consumer:
         await self.ensure()
         sub = await self.bus.js.pull_subscribe_bind(self.durable, stream=self.bus.stream)
         runner = KeyedRunner(self.concurrency) if self.concurrency > 1 else None
+        heartbeat = asyncio.create_task(self._heartbeat(), name=f"{self.durable}-in-progress")
         try:
             while not self._stopping.is_set():
                 wanted = self.batch
@@ -468,6 +480,9 @@ class Consumer:
                     log.exception("fetch failed on consumer %s; retrying", self.durable)
                     await asyncio.sleep(1.0)
                     continue
+                fetched = time.monotonic()
+                for msg in msgs:
+                    self._held[msg.metadata.sequence.stream] = (msg, fetched)
                 for index, msg in enumerate(msgs):
                     if self._stopping.is_set():
                         await self._give_back(msgs[index:])
@@ -485,13 +500,33 @@ class Consumer:
                 await runner.cancel()
             raise
         finally:
+            heartbeat.cancel()
+            self._held.clear()
             try:
                 await sub.unsubscribe()
             except Exception:  # the connection may be gone already; nothing to release then
                 log.debug("unsubscribe failed", exc_info=True)
 
+    async def _heartbeat(self) -> None:
+        """Tell JetStream every message in hand is still in progress, a third of ack_wait after it last
+        heard of it: messages queued behind their key or handled slowly are not handed to another consumer
+        while this one lives."""
+        period = self.ack_wait / 3
+        while True:
+            await asyncio.sleep(period / 2)
+            now = time.monotonic()
+            due = [
+                self._held[s][0]
+                for s in in_progress_due({s: at for s, (_, at) in self._held.items()}, now, period)
+            ]
+            for msg in due:
+                self._held[msg.metadata.sequence.stream] = (msg, now)
+            for msg in due:
+                await _quietly(msg.in_progress())  # a lost connection: the message comes back anyway
+
     async def _give_back(self, msgs: Sequence[Msg]) -> None:
         for msg in msgs:
+            self._held.pop(msg.metadata.sequence.stream, None)
             try:
                 await msg.nak()
             except Exception:
@@ -518,6 +553,8 @@ class Consumer:
             # Acking or dead-lettering failed (connection trouble): the message stays unacked and comes
             # back after ack_wait. Never let it stop the consumer.
             log.exception("could not settle message on %s (consumer %s)", msg.subject, self.durable)
+        finally:
+            self._held.pop(msg.metadata.sequence.stream, None)
 
     async def _handle(self, msg: Msg) -> None:
         if len(self.filter_subjects) > 1 and not any(

@@ -14,9 +14,13 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from alembic import command
-from alembic.config import Config
+if TYPE_CHECKING:
+    from alembic.config import Config
+
+# Alembic is imported where migrations run, not here: every service imports this module (the store's URL
+# handling), and Alembic with every SQL dialect it brings is a fifth of a service's start-up imports.
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ALEMBIC_INI = REPO_ROOT / "alembic.ini"
@@ -45,6 +49,8 @@ def asyncpg_url(database_url: str) -> str:
 
 def alembic_config(database_url: str) -> Config:
     """An Alembic Config for this repository's migrations, pointed at ``database_url``."""
+    from alembic.config import Config
+
     config = Config(str(ALEMBIC_INI))
     config.set_main_option("script_location", str(REPO_ROOT / "migrations"))
     config.attributes["database_url"] = database_url
@@ -52,10 +58,14 @@ def alembic_config(database_url: str) -> Config:
 
 
 def upgrade(database_url: str, revision: str = "head") -> None:
+    from alembic import command
+
     command.upgrade(alembic_config(database_url), revision)
 
 
 def downgrade(database_url: str, revision: str = "base") -> None:
+    from alembic import command
+
     command.downgrade(alembic_config(database_url), revision)
 
 

@@ -27,9 +27,14 @@ module adds what the library leaves out:
   ended with an error, the holder clears ``holderIdentity`` so a standby takes over on its next attempt
   instead of waiting for the Lease to expire.
 
-A process's identity is ``<hostname>/<pid>/<random>``: the hostname and pid name it for an operator,
-the random part keeps two containers that share a hostname (Compose's ``network_mode: service:…``) and
-both run as pid 1 from claiming the same Lease as the same holder.
+A process's identity (``holderIdentity``) is ``ROLLBOOK_INSTANCE`` when set: a name stable across
+restarts of the same replica slot (the pod's name, which a container restart keeps; the supervisor's
+``<supervisor>/<child>``), never held by two live processes at once. A restarted process that finds the
+Lease still held under its own name (its predecessor was killed, or exited on a lost Lease) renews it at
+once, as client-go does, instead of waiting ``leader_lease_duration`` for it to expire: the predecessor
+has exited, so nobody else works under that name. Without it the identity is ``<hostname>/<pid>/<random>``
+(the random part keeps two containers that share a hostname, Compose's ``network_mode: service:…``, and
+both run as pid 1 apart), and a restart waits for the Lease to expire.
 """
 
 from __future__ import annotations
@@ -68,32 +73,37 @@ def lease_name(service: str) -> str:
     return f"rollbook-{service}"
 
 
-def candidate_identity() -> str:
-    return f"{socket.gethostname()}/{os.getpid()}/{uuid.uuid4().hex[:8]}"
+def lease_identity(instance: str, *, hostname: str, pid: int, token: str) -> str:
+    """The ``holderIdentity`` this process writes into Leases: ``instance`` (``ROLLBOOK_INSTANCE``, stable
+    across restarts of one replica slot) when given, else ``<hostname>/<pid>/<token>``, new at each start."""
+    instance = instance.strip()
+    return instance if instance else f"{hostname}/{pid}/{token}"
+
+
+def candidate_identity(settings: Settings) -> str:
+    return lease_identity(
+        settings.instance, hostname=socket.gethostname(), pid=os.getpid(), token=uuid.uuid4().hex[:8]
+    )
 
 
 class _Lock(LeaseLock):
     """The library's Lease lock, remembering why the last read failed (anything but 404 means this process
-    cannot currently take the Lease over: it is reported in /readyz). ``may_take``, when set, is asked
-    before this process writes itself into a Lease it does not hold (create, or update of a Lease held by
-    another or by no one): False leaves the Lease alone, so a caller can watch a Lease without taking it
-    (services/infra/partition_leases.py, at its share of the partitions)."""
+    cannot currently take the Lease over: it is reported in /readyz). ``may_write``, when set, is asked
+    before every write (create, take over, renew): False leaves the Lease alone, so a caller can watch a
+    Lease without taking it (services/infra/partition_leases.py, at its share of the partitions). It is
+    asked for a renewal too: a Lease held under this process's identity may be its predecessor's
+    (``ROLLBOOK_INSTANCE``), and taking that one back counts like taking any other."""
 
     last_error: str | None = None
-    may_take: Callable[[], bool] | None = None
-
-    def _taking(self) -> bool:
-        lease = self.lease_reference
-        holder = lease.spec.holder_identity if lease is not None and lease.spec is not None else None
-        return holder != self.identity
+    may_write: Callable[[], bool] | None = None
 
     async def create(self, name: str, namespace: str, election_record: Any) -> bool:
-        if self.may_take is not None and not self.may_take():
+        if self.may_write is not None and not self.may_write():
             return False
         return bool(await super().create(name, namespace, election_record))
 
     async def update(self, name: str, namespace: str, updated_record: Any) -> bool:
-        if self.may_take is not None and self._taking() and not self.may_take():
+        if self.may_write is not None and not self.may_write():
             return False
         return bool(await super().update(name, namespace, updated_record))
 
@@ -150,7 +160,7 @@ class LeaderElector:
         self.settings = settings
         self.service = service
         self.api = api
-        self.identity = candidate_identity()
+        self.identity = candidate_identity(settings)
         self.namespace = settings.leader_election_namespace
         self.name = lease_name(service)
         self.leading = False

@@ -11,17 +11,19 @@ replicas").
 - **Stop before expiry.** A partition whose renewal has not succeeded for ``leader_renew_deadline``
   seconds is dropped (its work stopped, cancelled after half of ``lease_duration - renew_deadline``)
   before any other replica may take it; so is one found held by another replica.
-- **A fair share.** Each replica holds and renews one member Lease, ``rollbook-<service>-member-<k>``
-  for k < ``partition_member_slots``: it claims the first slot that is free or expired (by the same
-  election), and lists them to count the live replicas (a member Lease is alive while its record
-  changes, by the same rule); a replica finding every slot held by a live replica takes no partition
-  and reports itself not ready until one frees up. Every Lease name is thus known in advance, so the
-  Role can grant get/update/delete on exactly these names (deploy/base/rbac.yaml);
-  a replica takes at most ceil(partitions / live replicas) and hands the ones beyond that over when a
-  replica joins: it stops their work, then releases their Leases, so the newcomer takes them at its next
-  attempt. A replica that leaves cleanly hands every partition over and deletes its member Lease; one
-  that dies stops renewing, and the others take its partitions once they expire. A member Lease left by
-  a dead replica is deleted after ``STALE_MEMBER_DURATIONS`` lease durations.
+- **A fair share.** Each replica holds and renews one member Lease, ``rollbook-<service>-member-<k>`` for k
+  < ``partition_member_slots``: it claims the first slot that is free, expired or held under its own
+  identity (by the same election; a restarted process with a stable ``ROLLBOOK_INSTANCE`` takes its
+  predecessor's slot and partitions back at once, services/infra/leader.py), and lists them to count the
+  live replicas (a member Lease is alive while its record changes, by the same rule; one still held under
+  its own identity is a dead predecessor's, deleted); a replica finding every slot held by a live replica
+  takes no partition and reports itself not ready until one frees up. Every Lease name is thus known in
+  advance, so the Role can grant get/update/delete on exactly these names (deploy/base/rbac.yaml); a replica
+  takes at most ceil(partitions / live replicas) and hands the ones beyond that over when a replica joins:
+  it stops their work, then releases their Leases, so the newcomer takes them at its next attempt. A replica
+  that leaves cleanly hands every partition over and deletes its member Lease; one that dies stops renewing,
+  and the others take its partitions once they expire. A member Lease left by a dead replica is deleted
+  after ``STALE_MEMBER_DURATIONS`` lease durations.
 
 Dropping a partition never leaves work running: ``dropped(p, graceful)`` returns only once the
 partition's work has stopped. Should two replicas still overlap (a paused process), the work's own
@@ -32,6 +34,7 @@ second writer.
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -109,6 +112,15 @@ class Members:
         return sorted(name for name, (_, changed) in self.seen.items() if now - changed >= after)
 
 
+def predecessor_members(
+    records: Mapping[str, tuple[str | None, object]], identity: str, own: str | None
+) -> list[str]:
+    """Member Leases held under this process's ``identity`` other than the one it holds (``own``): a
+    predecessor's of the same ``ROLLBOOK_INSTANCE`` that died holding it, while this process claimed
+    another slot. Not a live replica: not counted, and deleted."""
+    return sorted(name for name, (holder, _) in records.items() if holder == identity and name != own)
+
+
 Partition = Callable[[int], Coroutine[Any, Any, None]]
 Dropped = Callable[[int, bool], Coroutine[Any, Any, None]]
 
@@ -139,11 +151,11 @@ class PartitionOwner:
         self.api = api
         self.acquired = acquired
         self.dropped = dropped
-        self.identity = candidate_identity()
+        self.identity = candidate_identity(settings)
         self.namespace = settings.leader_election_namespace
         self.partitions = settings.bus_partitions
         self.member_slots = {
-            name: self._election(name, may_take=None)
+            name: self._election(name, may_write=None)
             for name in member_lease_names(service, settings.partition_member_slots)
         }
         self.member_name: str | None = None  # the member slot this process holds
@@ -152,13 +164,15 @@ class PartitionOwner:
         self.live = 1
         self._slots = 0  # partitions this process may still take in the current attempt
         self.elections = {
-            p: self._election(partition_lease_name(service, p), may_take=self._may_take)
+            p: self._election(
+                partition_lease_name(service, p), may_write=functools.partial(self._may_write, p)
+            )
             for p in range(self.partitions)
         }
 
-    def _election(self, name: str, *, may_take: Callable[[], bool] | None) -> _Election:
+    def _election(self, name: str, *, may_write: Callable[[], bool] | None) -> _Election:
         lock = _Lock(name, self.namespace, self.identity, self.api)
-        lock.may_take = may_take
+        lock.may_write = may_write
 
         async def nothing() -> None:
             pass
@@ -173,7 +187,11 @@ class PartitionOwner:
         )
         return _Election(config, lock, lambda held, error: None)
 
-    def _may_take(self) -> bool:
+    def _may_write(self, partition: int) -> bool:
+        """Renew an owned partition; take any other (free, expired, or still held under this process's
+        identity by its predecessor) only within the share."""
+        if partition in self.owned:
+            return True
         if self._slots <= 0 or self.runtime.stopping.is_set():
             return False
         self._slots -= 1
@@ -295,6 +313,9 @@ class PartitionOwner:
             if name in self.member_slots:
                 spec = lease.spec
                 records[name] = (spec.holder_identity, spec.renew_time) if spec else (None, None)
+        for name in predecessor_members(records, self.identity, self.member_name):
+            del records[name]
+            await self._delete_member(name)
         now = time.monotonic()
         self.members.observe(records, now)
         alive = self.members.alive(now) | ({self.member_name} if self.member_name else set())

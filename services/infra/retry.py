@@ -101,7 +101,10 @@ class Backoff:
     outage lasts."""
 
     initial: float = 0.1
-    maximum: float = 5.0
+    # Short: an outage ends when its server is back (a restart, a JetStream stream leader elected 4-9 s
+    # after the old one died), and up to a step is lost after that; one attempt per process and loop
+    # every 0.5-1.5 s costs a down server nothing.
+    maximum: float = 1.0
     factor: float = 2.0
     jitter: float = 0.5
 

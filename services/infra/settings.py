@@ -93,6 +93,12 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     leader_renew_deadline: float = 10.0
     # Seconds between the holder's renewals and between a standby's attempts to acquire (>= 1).
     leader_retry_period: float = 2.0
+    # This process's name in the Leases it holds, stable across restarts of the same replica and never
+    # shared by two live processes: the pod's name in Kubernetes (downward API, deploy/base/services.yaml),
+    # `<supervisor>/<child>` under `rollbook up` (set by the supervisor). A restarted process finding the
+    # Lease held under its own name takes it at once instead of waiting for it to expire. Empty: a name
+    # of its own, `<hostname>/<pid>/<random>` (docs/services.md, "Running several replicas").
+    instance: str = ""
     # Pod actions one executor carries out at once (different pods in parallel; one pod's in order).
     # docs/performance.md.
     executor_concurrency: int = 64

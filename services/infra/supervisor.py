@@ -20,8 +20,10 @@ import asyncio
 import ctypes
 import os
 import signal
+import socket
 import sys
 import time
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -72,6 +74,14 @@ def settings_env(settings: Settings) -> dict[str, str]:
     return env
 
 
+def child_instance(supervisor: str, child: str) -> str:
+    """A child's ``ROLLBOOK_INSTANCE`` (its Lease identity): the same for every restart of the child, so a
+    restarted planner or watcher takes back the Lease its predecessor held at once, and different from
+    every other live process's: child names are unique within a supervisor, and ``supervisor`` is the
+    supervisor's own instance (a pod's name) or a token new with each supervisor."""
+    return f"{supervisor}/{child}"
+
+
 @dataclass
 class Child:
     """One running service process."""
@@ -99,6 +109,8 @@ class Supervisor:
     stop_timeout: float = STOP_TIMEOUT
     children: dict[str, Child] = field(default_factory=dict)
     exited: list[Child] = field(default_factory=list)  # stopped, killed or restarted, oldest first
+    # Names this supervisor among live ones when settings.instance does not: see child_instance.
+    token: str = field(default_factory=lambda: f"{socket.gethostname()}/{uuid.uuid4().hex[:8]}")
 
     async def __aenter__(self) -> Supervisor:
         self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -136,8 +148,12 @@ class Supervisor:
     async def _spawn(self, service: str, name: str, own_env: Mapping[str, str]) -> Child:
         if name in self.children:
             raise ServiceFailed(f"{name} is already running")
+        if any(child.name == name and child.process.returncode is None for child in self.exited):
+            # Still stopping: a successor now would share its Lease identity while it still works.
+            raise ServiceFailed(f"{name} is still stopping")
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, **settings_env(self.settings), **self.env, **own_env}
+        instance = {"ROLLBOOK_INSTANCE": child_instance(self.settings.instance or self.token, name)}
+        env = {**os.environ, **settings_env(self.settings), **self.env, **instance, **own_env}
         if not self.settings.http_port:
             env["ROLLBOOK_HTTP_PORT"] = "0"  # an OS-chosen port, read back from the child's log
         log_path = self.log_dir / f"{name}.log"

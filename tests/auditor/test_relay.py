@@ -142,7 +142,7 @@ async def test_an_unacknowledged_publish_is_published_again(own_store: EventStor
     own_bus.js.publish_async = first_ack_never_comes  # type: ignore[method-assign]
     import services.auditor.service as auditor
 
-    saved, auditor.PUBLISH_ACK_TIMEOUT = auditor.PUBLISH_ACK_TIMEOUT, 0.5
+    saved, auditor.PUBLISH_ACK_STALL = auditor.PUBLISH_ACK_STALL, 0.5
     try:
         with pytest.raises(TimeoutError):
             await relay.publish(events)
@@ -150,10 +150,49 @@ async def test_an_unacknowledged_publish_is_published_again(own_store: EventStor
         await relay.publish(events)
         assert relay.position == events[-1].global_position
     finally:
-        auditor.PUBLISH_ACK_TIMEOUT = saved
+        auditor.PUBLISH_ACK_STALL = saved
         own_bus.js.publish_async = original  # type: ignore[method-assign]
     ids = await published_event_ids(own_bus)
     wanted = [str(e.envelope.event_id) for e in events]
     # The four acknowledged at the first try, then the one whose ack never came; each stored once.
     assert ids[-5:] == wanted[1:] + wanted[:1]
     assert all(ids.count(event_id) == 1 for event_id in wanted)
+
+
+async def test_acks_that_keep_coming_are_waited_for_however_long_the_batch_takes(
+    own_store: EventStore, own_bus: Bus
+) -> None:
+    """Only a stall counts: a batch whose acks arrive one by one, each within the stall bound but all
+    together past it (a busy machine), is acknowledged in full, not published again."""
+    stream = unique_stream()
+    await own_store.append(batch(stream, 1, 4), expected_version=0)
+    relay = Relay(own_store, own_bus)
+    relay.position = await own_store.head_position() - 4
+    events = await own_store.read_batch_json(relay.position, 4)
+    original = own_bus.js.publish_async
+    loop = asyncio.get_running_loop()
+    sent = 0
+
+    async def acked_one_every_0_3s(*args: object, **kwargs: object) -> asyncio.Future[object]:
+        nonlocal sent
+        sent += 1
+        real = await original(*args, **kwargs)  # type: ignore[arg-type]
+        late: asyncio.Future[object] = loop.create_future()
+
+        async def deliver(after: float) -> None:
+            await asyncio.sleep(after)
+            late.set_result(await real)
+
+        loop.create_task(deliver(0.3 * sent))
+        return late
+
+    own_bus.js.publish_async = acked_one_every_0_3s  # type: ignore[method-assign]
+    import services.auditor.service as auditor
+
+    saved, auditor.PUBLISH_ACK_STALL = auditor.PUBLISH_ACK_STALL, 0.5
+    try:
+        await relay.publish(events)  # 1.2 s in all, an ack every 0.3 s
+    finally:
+        auditor.PUBLISH_ACK_STALL = saved
+        own_bus.js.publish_async = original  # type: ignore[method-assign]
+    assert relay.position == events[-1].global_position

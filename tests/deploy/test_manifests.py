@@ -150,6 +150,10 @@ def test_the_four_services_run_their_rollbook_command_on_their_port(service: str
     # The Leases live where the Role granting them is: the pod's own namespace.
     [lease_namespace] = [e for e in spec["env"] if e["name"] == "ROLLBOOK_LEADER_ELECTION_NAMESPACE"]
     assert lease_namespace["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
+    # A Lease holder is named by its pod: a restarted container takes its own Lease back at once, and no
+    # two live pods share a name.
+    [instance] = [e for e in spec["env"] if e["name"] == "ROLLBOOK_INSTANCE"]
+    assert instance["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
 
 
 @pytest.mark.parametrize("service", SERVICES)

@@ -33,20 +33,20 @@ async def start_pairs(stack: Stack) -> None:
     await stack.start("planner")
 
 
-async def holder_pid(k8s_client: client.ApiClient, service: str) -> int | None:
-    """The pid in the holderIdentity (<hostname>/<pid>/<random>) of rollbook-<service>."""
+async def holder_name(k8s_client: client.ApiClient, service: str) -> str | None:
+    """The process name that holds rollbook-<service>: the supervisor gives each child the identity
+    ``<supervisor>/<child name>`` (ROLLBOOK_INSTANCE)."""
     lease = await client.CoordinationV1Api(k8s_client).read_namespaced_lease(f"rollbook-{service}", "default")
     identity = lease.spec.holder_identity if lease.spec else None
-    return int(identity.split("/")[-2]) if identity else None
+    return identity.rsplit("/", 1)[-1] if identity else None
 
 
 async def leader_and_standby(stack: Stack, k8s_client: client.ApiClient, service: str) -> tuple[str, str]:
     """Process names (e.g. "planner", "planner-2") of the Lease holder and of the other one."""
-    pid = await holder_pid(k8s_client, service)
+    holder = await holder_name(k8s_client, service)
     names = [service, f"{service}-2"]
-    leaders = [n for n in names if stack.children[n].process.pid == pid]
-    assert len(leaders) == 1, f"the {service} Lease names pid {pid}, none of {names}"
-    return leaders[0], next(n for n in names if n != leaders[0])
+    assert holder in names, f"the {service} Lease names {holder}, none of {names}"
+    return holder, next(n for n in names if n != holder)
 
 
 def logged(stack: Stack, name: str, event: str) -> int:
@@ -90,7 +90,7 @@ async def test_one_watcher_of_two_works(stack: Stack, cluster: Cluster, k8s_clie
         assert await leader_gauge(stack, standby, service) == 0.0
         ready = await stack.get_json(standby, "/readyz")  # 200: a standby is ready (able to take over)
         assert ready["details"]["leader"]["leading"] is False
-        assert int(ready["details"]["leader"]["holder"].split("/")[-2]) == stack.children[leader].process.pid
+        assert ready["details"]["leader"]["holder"].rsplit("/", 1)[-1] == leader
     await assert_trail_consistent(stack, stack.settings.database_url)
     assert stack.dead() == []
 
@@ -113,12 +113,11 @@ async def test_sigterm_to_the_leading_watcher_mid_rollout_hands_over_to_the_stan
     new_leaders: dict[str, str] = {}
     for service in ("watcher",):
         leader, standby = await leader_and_standby(stack, k8s_client, service)
-        standby_pid = stack.children[standby].process.pid
         sent = time.monotonic()
         assert await stack.stop(leader) == 0, f"the leading {service} did not exit cleanly on SIGTERM"
 
-        async def taken_over(service: str = service, standby_pid: int = standby_pid) -> bool:
-            return await holder_pid(k8s_client, service) == standby_pid
+        async def taken_over(service: str = service, standby: str = standby) -> bool:
+            return await holder_name(k8s_client, service) == standby
 
         await wait_for(taken_over, within=15, interval=0.05, what=f"the standby {service} holding the Lease")
         print(
@@ -142,3 +141,28 @@ async def test_sigterm_to_the_leading_watcher_mid_rollout_hands_over_to_the_stan
     assert logged(stack, new_leaders["watcher"], "observed") > 0  # it took over the rollout
     await assert_trail_consistent(stack, database_url)
     assert stack.dead() == []
+
+
+async def test_a_killed_watcher_started_again_in_its_slot_takes_its_lease_back_at_once(
+    stack: Stack, k8s_client: client.ApiClient
+) -> None:
+    # A 60 s Lease: the restarted watcher leads within the bound only by recognising the Lease as its own
+    # (the supervisor gives every restart of the child "watcher" the same ROLLBOOK_INSTANCE).
+    timing = {
+        "ROLLBOOK_LEADER_LEASE_DURATION": "60",
+        "ROLLBOOK_LEADER_RENEW_DEADLINE": "40",
+        "ROLLBOOK_LEADER_RETRY_PERIOD": "1",
+    }
+    await stack.start("watcher", env=timing)
+
+    async def acquired(times: int) -> bool:
+        return logged(stack, "watcher", "leader_acquired") == times
+
+    await wait_for(lambda: acquired(1), within=30, what="the watcher leading")
+    holder = await holder_name(k8s_client, "watcher")
+    assert holder == "watcher"
+
+    await stack.kill("watcher")  # SIGKILL: nothing released, the Lease stays held for 60 s
+    await stack.start("watcher", env=timing)
+    await wait_for(lambda: acquired(2), within=30, what="the restarted watcher leading again")
+    assert await holder_name(k8s_client, "watcher") == "watcher"

@@ -7,7 +7,7 @@ import uuid
 
 from nats.aio.msg import Msg
 
-from services.infra.bus import Bus, subject_matches
+from services.infra.bus import Bus, in_progress_due, subject_matches
 from services.model.events import Envelope, RolloutResumed, encode, new_event
 from tests.infra.bus_helpers import T0, eventually, paused, unique
 
@@ -287,3 +287,41 @@ async def test_a_store_outage_longer_than_max_deliver_is_waited_out_not_dead_let
     assert consumer.stats.dead_lettered == 0
     assert set(deliveries) == {1}  # retried in place: the outage spent none of the message's deliveries
     assert await bus.dead_letters(durable, wait=0.3) == []
+
+
+async def test_a_handler_slower_than_ack_wait_keeps_its_message_in_progress(bus: Bus) -> None:
+    name = unique("slow")
+    await bus.publish(paused(f"CloneSet/default/{name}", 1))
+    durable = unique("executor")
+    handled: list[tuple[str, int]] = []
+
+    def handler_for(worker: str, seconds: float):  # type: ignore[no-untyped-def]
+        async def handle(envelope: Envelope, msg: Msg) -> None:
+            await asyncio.sleep(seconds)
+            handled.append((worker, msg.metadata.num_delivered))
+
+        return handle
+
+    # ack_wait 1 s, the handler 3.5 s: without in-progress signals JetStream would hand the message to
+    # the second worker after 1 s.
+    slow = bus.consumer(durable, bus.event_filter(name=name), handler_for("slow", 3.5), ack_wait=1.0)
+    await slow.ensure()
+    tasks = [asyncio.create_task(slow.run())]
+    await eventually(lambda: slow._held != {}, what="the message in hand")
+    other = bus.consumer(durable, bus.event_filter(name=name), handler_for("other", 0.0), ack_wait=1.0)
+    tasks.append(asyncio.create_task(other.run()))
+    await eventually(lambda: slow.stats.handled == 1, within=10, what="the slow handler done")
+    info = await bus.js.consumer_info(bus.stream, durable)
+    for consumer in (slow, other):
+        consumer.stop()
+    await asyncio.gather(*tasks)
+    assert info.num_redelivered == 0 and info.num_ack_pending == 0
+    assert handled == [("slow", 1)]
+
+
+def test_messages_are_reported_in_progress_once_not_heard_of_for_a_period() -> None:
+    heard = {1: 10.0, 2: 11.5, 3: 12.0}
+    assert in_progress_due(heard, now=12.0, period=1.0) == [1]
+    assert in_progress_due(heard, now=12.0, period=0.5) == [1, 2]
+    assert in_progress_due(heard, now=12.0, period=3.0) == []
+    assert in_progress_due({}, now=12.0, period=1.0) == []

@@ -6,6 +6,7 @@ raises LeadershipLost instead of working on without the Lease."""
 from __future__ import annotations
 
 import asyncio
+import datetime
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -146,6 +147,50 @@ async def test_a_leader_whose_lease_was_taken_stops_its_work_and_exits(
         await asyncio.wait_for(leader.task, 30)
     assert log == ["leader working", "leader stopped"]
     assert await holder(leases) == "another-host/1/0"  # not released: it is not ours
+
+
+async def held_by_a_killed_process(leases: client.CoordinationV1Api, identity: str, duration: int) -> None:
+    """The Lease as a leader killed with SIGKILL leaves it: held, just renewed, never released."""
+    now = datetime.datetime.now(datetime.UTC)
+    await leases.create_namespaced_lease(
+        "default",
+        client.V1Lease(
+            metadata=client.V1ObjectMeta(name=LEASE),
+            spec=client.V1LeaseSpec(
+                holder_identity=identity, lease_duration_seconds=duration, acquire_time=now, renew_time=now
+            ),
+        ),
+    )
+
+
+async def test_a_restarted_instance_takes_its_killed_predecessors_lease_at_once(
+    simcluster: SimCluster, leases: client.CoordinationV1Api, candidates: list[Candidate]
+) -> None:
+    # A Lease of 60 s: only a successor that recognises the Lease as its own takes it within the bound.
+    timing: dict[str, Any] = {
+        "leader_lease_duration": 60,
+        "leader_renew_deadline": 40.0,
+        "leader_retry_period": 1.0,
+    }
+    await held_by_a_killed_process(leases, "rollbook-watcher-0", duration=60)
+    log: list[str] = []
+    # Another replica (another pod) stands by: the Lease is not its own and has not expired.
+    other = Candidate(election_settings(simcluster, instance="rollbook-watcher-1", **timing), "other", log)
+    candidates.append(other)
+    await wait_for(other.ready, within=10, what="the other replica standing by")
+    assert other.detail()["holder"] == "rollbook-watcher-0"
+
+    # The killed one's restart: the same instance (the pod's name, which a container restart keeps).
+    restarted = Candidate(
+        election_settings(simcluster, instance="rollbook-watcher-0", **timing), "restarted", log
+    )
+    candidates.append(restarted)
+    await wait_for(
+        lambda: _async(log == ["restarted working"]), within=10, what="the restarted instance working"
+    )
+    assert restarted.detail()["identity"] == "rollbook-watcher-0"
+    assert await holder(leases) == "rollbook-watcher-0"
+    assert other.detail()["leading"] is False
 
 
 async def _async(value: bool) -> bool:

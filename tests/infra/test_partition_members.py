@@ -11,6 +11,7 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
+import msgspec
 import pytest_asyncio
 from kubernetes_asyncio import client
 
@@ -142,3 +143,37 @@ async def test_a_dead_replicas_slot_is_taken_over_once_expired(
 
 async def _async(value: Any) -> Any:
     return value
+
+
+async def test_a_restarted_instance_takes_its_predecessors_partitions_back_at_once(
+    simcluster: SimCluster, k8s_client: client.ApiClient, replicas: list[Replica]
+) -> None:
+    # A planner killed with SIGKILL (ROLLBOOK_INSTANCE=planner-0): its member slot and both partitions
+    # stay held under its name, just renewed, for 60 s. Slot 0 was freed by another replica's clean stop.
+    now = datetime.datetime.now(datetime.UTC)
+    for name in ("rollbook-planner-member-1", "rollbook-planner-p0", "rollbook-planner-p1"):
+        await client.CoordinationV1Api(k8s_client).create_namespaced_lease(
+            "default",
+            client.V1Lease(
+                metadata=client.V1ObjectMeta(name=name),
+                spec=client.V1LeaseSpec(
+                    holder_identity="planner-0", lease_duration_seconds=60, acquire_time=now, renew_time=now
+                ),
+            ),
+        )
+    settings = msgspec.structs.replace(
+        slot_settings(simcluster, slots=2),
+        instance="planner-0",
+        leader_lease_duration=60,
+        leader_renew_deadline=40.0,
+    )
+    restarted = Replica(settings)
+    replicas.append(restarted)
+    # Both partitions at once (not after 60 s), and the whole share: the predecessor's member Lease is
+    # not counted as a second live replica (which would halve the share) but deleted.
+    await wait_for(
+        lambda: _async(restarted.working == {0, 1}), within=10, what="the partitions worked at once"
+    )
+    assert await restarted.member() == "default/rollbook-planner-member-0"
+    assert "rollbook-planner-member-1" not in await lease_names(k8s_client)
+    assert (await restarted.readyz())["details"]["partitions"]["live_replicas"] == 1

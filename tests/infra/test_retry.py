@@ -10,7 +10,7 @@ import nats.js.errors
 import pytest
 import sqlalchemy.exc
 
-from services.infra.retry import Backoff, Stopped, is_transient, retry_until_stopped
+from services.infra.retry import DEFAULT_BACKOFF, Backoff, Stopped, is_transient, retry_until_stopped
 
 
 def _wrapped_by_sqlalchemy(driver_error: BaseException) -> sqlalchemy.exc.DBAPIError:
@@ -64,6 +64,8 @@ def test_is_transient(error: BaseException, transient: bool) -> None:
         (Backoff(initial=1.0, maximum=5.0, jitter=0.5), 0, 0.0, 0.5),  # lowest jitter
         (Backoff(initial=1.0, maximum=5.0, jitter=0.5), 0, 0.5, 1.0),
         (Backoff(initial=1.0, maximum=5.0, jitter=0.5), 20, 0.999999, 7.5),  # bounded by max * 1.5
+        # The default: at most 1.5 s lost after an outage ends (a JetStream leader elected, Postgres up).
+        (DEFAULT_BACKOFF, 20, 0.999999, 1.5),
     ],
 )
 def test_backoff_delay(backoff: Backoff, attempt: int, unit_random: float, expected: float) -> None:
