@@ -169,6 +169,8 @@ async def patch_namespaced_pod_status(
 
 
 def _pod_path(namespace: str, name: str) -> str:
+    if not namespace or not name:  # an empty name would make this the list path, not one pod's
+        raise ValueError(f"a pod needs a namespace and a name, got {namespace!r}/{name!r}")
     return f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(name, safe='')}"
 
 

@@ -256,6 +256,7 @@ _IMPORT_COLUMNS = [
     "payload",
 ]
 _VERSION_CONSTRAINT = "events_stream_version_key"
+_STREAM_VERSION_SQL = "SELECT coalesce(max(stream_version), 0) FROM events WHERE stream = $1"
 _CHECKOUT_ATTEMPTS = 3
 _CONNECTION_ATTEMPTS = 2
 # Errors that may mean "this connection is gone" rather than "this statement failed"; _connection_lost
@@ -481,7 +482,9 @@ class EventStore:
                     # conflict; anything else is settled by the careful path on the next attempt.
                     if expected_version is not None and error.constraint_name == _VERSION_CONSTRAINT:
                         if await self._stored_ids(conn, ids) != set(ids):
-                            actual = await self.stream_version(stream)
+                            # On this connection: a second one from a pool without overflow (the
+                            # executor's) could wait on writers that each hold one and wait too.
+                            actual = await conn.fetchval(_STREAM_VERSION_SQL, stream)
                             raise ConcurrencyError(stream, expected_version, actual) from error
                 except _RaceLost:
                     pass
@@ -602,9 +605,7 @@ class EventStore:
         if not rows:
             return ConcurrencyError(events[0].stream, -1, -1, "a concurrent writer took a stream version")
         stream, version, holder = rows[0]
-        actual = await conn.fetchval(
-            "SELECT coalesce(max(stream_version), 0) FROM events WHERE stream = $1", stream
-        )
+        actual = await conn.fetchval(_STREAM_VERSION_SQL, stream)
         return ConcurrencyError(
             stream, version - 1, actual, f"version {version} is already held by event {holder}"
         )
