@@ -365,14 +365,10 @@ class Executor:
                 return True
             raise
 
-    async def _patch_pod(
-        self, request: PodActionRequested, patch: dict[str, Any], known: dict[str, Any] | None = None
-    ) -> tuple[str | None, bool]:
-        """Patch with the resourceVersion it was computed from; ``known`` is the pod as just returned by
-        the API (one read fewer), re-read after a conflict."""
+    async def _patch_pod(self, request: PodActionRequested, patch: dict[str, Any]) -> tuple[str | None, bool]:
+        """Patch with the resourceVersion it was computed from; re-read after a conflict."""
         for _ in range(CONFLICT_RETRIES):
-            pod = known if known is not None else await read_target_pod(self.core, request)
-            known = None
+            pod = await read_target_pod(self.core, request)
             metadata = pod.get("metadata") or {}
             if _annotations(pod).get(ACTION_ID_ANNOTATION) == request.action_id:
                 return metadata.get("uid"), True
@@ -405,9 +401,8 @@ class Executor:
             return (pod.get("metadata") or {}).get("uid"), True
         condition = request.details.get("condition")
         if condition and not has_condition(pod, condition):
-            # Conditions merge by type (strategic merge patch), so only InPlaceUpdateReady changes. The
-            # answer is the pod as it now is: the metadata patch below starts from it.
-            pod = await kube.raw_json(
+            # Conditions merge by type (strategic merge patch), so only InPlaceUpdateReady changes.
+            await kube.raw_json(
                 await self.core.patch_namespaced_pod_status(
                     request.pod,
                     request.namespace,
@@ -415,7 +410,22 @@ class Executor:
                     _preload_content=False,
                 )
             )
-        return await self._patch_pod(request, request.details.get("patch") or {}, known=pod)
+        # The labels and the action id, with no resourceVersion precondition: the kubelet answers the
+        # condition with a status write of its own, so a precondition taken before it always conflicted
+        # (one more write, exposed to the API's errors like the others). Nothing in this patch is
+        # computed from the pod as read, and the API server applies a patch without resourceVersion to
+        # the object as it is, so the precondition guarded nothing a re-read and retry did not undo. The
+        # uid stays a precondition (as the kubelet's own status patches carry it): a pod replaced since
+        # the read is refused (422, uid is immutable), not marked.
+        uid = (pod.get("metadata") or {}).get("uid")
+        body = _merge(
+            request.details.get("patch") or {},
+            {"metadata": {"uid": uid, "annotations": {ACTION_ID_ANNOTATION: request.action_id}}},
+        )
+        await kube.raw_json(
+            await self.core.patch_namespaced_pod(request.pod, request.namespace, body, _preload_content=False)
+        )
+        return uid, False
 
     async def _set_pods_to_delete(self, request: PodActionRequested) -> tuple[str | None, bool]:
         name = request.target  # the CloneSet
