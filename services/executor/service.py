@@ -396,36 +396,42 @@ class Executor:
         raise ActionFailed("kept conflicting with other writers", retryable=True)
 
     async def _mark(self, request: PodActionRequested) -> tuple[str | None, bool]:
+        """The condition, the labels and the action id in one write, through the status subresource (which
+        for pods takes labels, annotations and finalizers too; Kubernetes resets only spec,
+        deletionTimestamp and ownerReferences there). One write, not two: each is exposed to the API's
+        errors, and the mark lands whole or not at all, so a retry has nothing half done to find. No
+        resourceVersion precondition: nothing in the patch is computed from the pod as read, and the
+        kubelet answers the condition with a status write of its own, which such a precondition would
+        meet as a conflict. The uid is one instead (as in the kubelet's own status patches): a pod
+        replaced since the read is refused (422, uid is immutable), not marked."""
         pod = await read_target_pod(self.core, request)
+        metadata = pod.get("metadata") or {}
         if _annotations(pod).get(ACTION_ID_ANNOTATION) == request.action_id:
-            return (pod.get("metadata") or {}).get("uid"), True
+            return metadata.get("uid"), True
+        patch = request.details.get("patch") or {}
+        if set(patch) - {"metadata"}:
+            raise ActionFailed(
+                f"a mark's patch may change only metadata, not {sorted(set(patch) - {'metadata'})}"
+            )
+        body = _merge(
+            patch,
+            {
+                "metadata": {
+                    "uid": metadata.get("uid"),
+                    "annotations": {ACTION_ID_ANNOTATION: request.action_id},
+                }
+            },
+        )
         condition = request.details.get("condition")
         if condition and not has_condition(pod, condition):
-            # Conditions merge by type (strategic merge patch), so only InPlaceUpdateReady changes.
-            await kube.raw_json(
-                await self.core.patch_namespaced_pod_status(
-                    request.pod,
-                    request.namespace,
-                    {"status": {"conditions": [condition]}},
-                    _preload_content=False,
-                )
-            )
-        # The labels and the action id, with no resourceVersion precondition: the kubelet answers the
-        # condition with a status write of its own, so a precondition taken before it always conflicted
-        # (one more write, exposed to the API's errors like the others). Nothing in this patch is
-        # computed from the pod as read, and the API server applies a patch without resourceVersion to
-        # the object as it is, so the precondition guarded nothing a re-read and retry did not undo. The
-        # uid stays a precondition (as the kubelet's own status patches carry it): a pod replaced since
-        # the read is refused (422, uid is immutable), not marked.
-        uid = (pod.get("metadata") or {}).get("uid")
-        body = _merge(
-            request.details.get("patch") or {},
-            {"metadata": {"uid": uid, "annotations": {ACTION_ID_ANNOTATION: request.action_id}}},
-        )
+            # Conditions merge by type (strategic merge patch), so only this one changes.
+            body["status"] = {"conditions": [condition]}
         await kube.raw_json(
-            await self.core.patch_namespaced_pod(request.pod, request.namespace, body, _preload_content=False)
+            await self.core.patch_namespaced_pod_status(
+                request.pod, request.namespace, body, _preload_content=False
+            )
         )
-        return uid, False
+        return metadata.get("uid"), False
 
     async def _set_pods_to_delete(self, request: PodActionRequested) -> tuple[str | None, bool]:
         name = request.target  # the CloneSet

@@ -1,7 +1,8 @@
-"""A mark action (markNotReady/markReady) is two writes: the InPlaceUpdateReady condition through the
-status subresource, then the pod's metadata. When the second answers 429 or 500, the retry writes only
-what failed: the condition is already on the pod, and writing it again would be one more write exposed to
-the same errors (with 30% of writes failing, a mark's tries ran out and it went back to the bus)."""
+"""A mark action (markNotReady/markReady) is one write: the InPlaceUpdateReady condition, the pod's labels
+and the action id together, through the pods/status subresource, with the pod's uid (not its
+resourceVersion) as precondition. Each write is one more exposed to the API's errors (429 with
+Retry-After, 500), and the kubelet answers the condition with a status write of its own, which a
+resourceVersion precondition met as a conflict and paid with one more write."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import asyncio
 import uuid
 from typing import Any
 
+import msgspec
 import pytest
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
@@ -17,7 +19,7 @@ from services.executor.pods import has_condition
 from services.executor.service import Executor
 from services.infra.settings import Settings
 from services.infra.store import EventStore
-from services.model.events import PodActionFailed, PodActionRequested, PodActionSucceeded
+from services.model.events import Envelope, PodActionFailed, PodActionRequested, PodActionSucceeded
 from services.model.streams import ACTION_ID_ANNOTATION, actions_stream
 from services.simcluster import SimCluster
 from tests.executor.test_concurrency import planned_round
@@ -38,60 +40,6 @@ CONDITION = {"type": "InPlaceUpdateReady", "status": "False", "reason": "StartIn
 def test_has_condition(conditions: list[dict[str, Any]], expected: bool) -> None:
     pod = {"status": {"conditions": conditions}}
     assert has_condition(pod, {**CONDITION, "lastTransitionTime": "2026-12-01T00:00:00Z"}) is expected
-
-
-@pytest.mark.asyncio(loop_scope="session")
-async def test_a_mark_whose_metadata_write_failed_writes_its_condition_once(
-    settings: Settings, event_store: EventStore, simcluster: SimCluster, k8s_client: client.ApiClient
-) -> None:
-    workload = f"web{uuid.uuid4().hex[:8]}"
-    pod_name = f"{workload}-0"
-    core = client.CoreV1Api(k8s_client)
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": pod_name, "namespace": "default", "labels": {"app": workload}},
-        "spec": {"containers": [{"name": "app", "image": "nginx:alpine"}]},
-    }
-    await core.create_namespaced_pod("default", pod)
-    round_events = planned_round(workload, [pod_name])  # markNotReady, then updateInPlace
-    await event_store.append(round_events, expected_version=0)
-    envelope = round_events[1]
-    request = envelope.payload
-    assert isinstance(request, PodActionRequested) and request.action == "markNotReady"
-    executor = Executor(settings, event_store, k8s_client)
-    status_writes: list[str] = []
-    patch_status, patch = executor.core.patch_namespaced_pod_status, executor.core.patch_namespaced_pod
-    refused: list[int] = []
-
-    async def counting_patch_status(*args: Any, **kwargs: Any) -> Any:
-        status_writes.append(args[0])
-        return await patch_status(*args, **kwargs)
-
-    async def refusing_once(*args: Any, **kwargs: Any) -> Any:
-        if not refused:  # the API server sheds the metadata write once, asking for no wait
-            refused.append(429)
-            error = ApiException(status=429, reason="TooManyRequests")
-            error.headers = {"Retry-After": "0"}  # type: ignore[assignment]
-            raise error
-        return await patch(*args, **kwargs)
-
-    executor.core.patch_namespaced_pod_status = counting_patch_status  # type: ignore[method-assign]
-    executor.core.patch_namespaced_pod = refusing_once  # type: ignore[method-assign]
-
-    await executor.execute(envelope, request)
-
-    assert refused == [429]
-    assert status_writes == [pod_name]  # the retry did not write the condition again
-    after = await core.read_namespaced_pod(pod_name, "default")
-    assert after.metadata.annotations[ACTION_ID_ANNOTATION] == request.action_id
-    assert [(c.type, c.status) for c in after.status.conditions if c.type == "InPlaceUpdateReady"] == [
-        ("InPlaceUpdateReady", "False")
-    ]
-    [outcome] = [
-        s.envelope.payload for s in await event_store.read_stream(actions_stream("default", workload))
-    ][-1:]
-    assert isinstance(outcome, PodActionSucceeded) and not outcome.already_applied
 
 
 async def ready_pod_with_gate(core: client.CoreV1Api, workload: str) -> str:
@@ -123,46 +71,105 @@ async def wait_for_ready(core: client.CoreV1Api, pod_name: str, status: str) -> 
     raise AssertionError(f"pod {pod_name} never Ready={status}")
 
 
+LIFECYCLE = {"metadata": {"labels": {"lifecycle.apps.kruise.io/state": "PreparingUpdate"}}}
+
+
+async def mark_request(event_store: EventStore, workload: str, pod_name: str) -> Envelope:
+    """The markNotReady of a round (then updateInPlace), stored; with a lifecycle label to write too."""
+    round_events = planned_round(workload, [pod_name])
+    mark = round_events[1]
+    assert isinstance(mark.payload, PodActionRequested) and mark.payload.action == "markNotReady"
+    details = {**mark.payload.details, "patch": LIFECYCLE}
+    round_events[1] = msgspec.structs.replace(
+        mark, payload=msgspec.structs.replace(mark.payload, details=details)
+    )
+    await event_store.append(round_events, expected_version=0)
+    return round_events[1]
+
+
+async def last_outcome(event_store: EventStore, workload: str) -> Any:
+    return [s.envelope.payload for s in await event_store.read_stream(actions_stream("default", workload))][
+        -1
+    ]
+
+
+class CountingWrites:
+    """Counts the executor's pod writes (pods and pods/status); ``before_status`` runs before each status
+    write, ``refuse_status`` answers that many status writes with 429 (Retry-After: 0) first."""
+
+    def __init__(self, executor: Executor, before_status: Any = None, refuse_status: int = 0) -> None:
+        self.pod_writes = 0
+        self.status_writes = 0
+        patch_status, patch = executor.core.patch_namespaced_pod_status, executor.core.patch_namespaced_pod
+
+        async def counting_patch(*args: Any, **kwargs: Any) -> Any:
+            self.pod_writes += 1
+            return await patch(*args, **kwargs)
+
+        async def counting_patch_status(*args: Any, **kwargs: Any) -> Any:
+            self.status_writes += 1
+            if before_status is not None:
+                await before_status()
+            if self.status_writes <= refuse_status:
+                error = ApiException(status=429, reason="TooManyRequests")
+                error.headers = {"Retry-After": "0"}  # type: ignore[assignment]
+                raise error
+            return await patch_status(*args, **kwargs)
+
+        executor.core.patch_namespaced_pod = counting_patch  # type: ignore[method-assign]
+        executor.core.patch_namespaced_pod_status = counting_patch_status  # type: ignore[method-assign]
+
+
 @pytest.mark.asyncio(loop_scope="session")
-async def test_a_mark_writes_the_pods_metadata_once_although_the_kubelet_wrote_its_status_meanwhile(
+async def test_a_mark_is_one_write_though_the_kubelet_wrote_the_pod_since_it_was_read(
     settings: Settings, event_store: EventStore, simcluster: SimCluster, k8s_client: client.ApiClient
 ) -> None:
-    # Each write of a mark is one more exposed to the API's errors. The kubelet answers the condition by
-    # writing Ready=False; a metadata patch carrying the resourceVersion read before that conflicted
-    # every time and was written again.
     workload = f"web{uuid.uuid4().hex[:8]}"
     core = client.CoreV1Api(k8s_client)
     pod_name = await ready_pod_with_gate(core, workload)
-    round_events = planned_round(workload, [pod_name])
-    await event_store.append(round_events, expected_version=0)
-    envelope = round_events[1]
-    request = envelope.payload
-    assert isinstance(request, PodActionRequested) and request.action == "markNotReady"
+    envelope = await mark_request(event_store, workload, pod_name)
     executor = Executor(settings, event_store, k8s_client)
-    patch_status, patch = executor.core.patch_namespaced_pod_status, executor.core.patch_namespaced_pod
-    metadata_writes: list[int] = []
 
-    async def status_then_kubelet(*args: Any, **kwargs: Any) -> Any:
-        answer = await patch_status(*args, **kwargs)
-        await wait_for_ready(core, pod_name, "False")  # the kubelet has written the pod's status
-        return answer
+    async def kubelet_writes_first() -> None:
+        # The pod changes under the executor between its read and its write (the kubelet's status write).
+        await core.patch_namespaced_pod_status(
+            pod_name, "default", {"status": {"conditions": [{"type": "Example", "status": "True"}]}}
+        )
 
-    async def counting_patch(*args: Any, **kwargs: Any) -> Any:
-        answer = await patch(*args, **kwargs)
-        metadata_writes.append(1)
-        return answer
+    writes = CountingWrites(executor, before_status=kubelet_writes_first)
+    assert isinstance(envelope.payload, PodActionRequested)
 
-    executor.core.patch_namespaced_pod_status = status_then_kubelet  # type: ignore[method-assign]
-    executor.core.patch_namespaced_pod = counting_patch  # type: ignore[method-assign]
+    await executor.execute(envelope, envelope.payload)
 
-    await executor.execute(envelope, request)
-
-    assert len(metadata_writes) == 1
+    assert (writes.status_writes, writes.pod_writes) == (1, 0)
     after = await core.read_namespaced_pod(pod_name, "default")
-    assert after.metadata.annotations[ACTION_ID_ANNOTATION] == request.action_id
-    [outcome] = [
-        s.envelope.payload for s in await event_store.read_stream(actions_stream("default", workload))
-    ][-1:]
+    assert after.metadata.annotations[ACTION_ID_ANNOTATION] == envelope.payload.action_id
+    assert after.metadata.labels["lifecycle.apps.kruise.io/state"] == "PreparingUpdate"
+    assert [c.status for c in after.status.conditions if c.type == "InPlaceUpdateReady"] == ["False"]
+    await wait_for_ready(core, pod_name, "False")  # the kubelet follows the readiness gate
+    outcome = await last_outcome(event_store, workload)
+    assert isinstance(outcome, PodActionSucceeded) and not outcome.already_applied
+
+
+@pytest.mark.asyncio(loop_scope="session")
+async def test_a_mark_refused_with_429_is_written_again_whole_once(
+    settings: Settings, event_store: EventStore, simcluster: SimCluster, k8s_client: client.ApiClient
+) -> None:
+    workload = f"web{uuid.uuid4().hex[:8]}"
+    core = client.CoreV1Api(k8s_client)
+    pod_name = await ready_pod_with_gate(core, workload)
+    envelope = await mark_request(event_store, workload, pod_name)
+    executor = Executor(settings, event_store, k8s_client)
+    writes = CountingWrites(executor, refuse_status=1)
+    assert isinstance(envelope.payload, PodActionRequested)
+
+    await executor.execute(envelope, envelope.payload)
+
+    assert (writes.status_writes, writes.pod_writes) == (2, 0)  # the refused one, then the one that landed
+    after = await core.read_namespaced_pod(pod_name, "default")
+    assert after.metadata.annotations[ACTION_ID_ANNOTATION] == envelope.payload.action_id
+    assert [c.status for c in after.status.conditions if c.type == "InPlaceUpdateReady"] == ["False"]
+    outcome = await last_outcome(event_store, workload)
     assert isinstance(outcome, PodActionSucceeded) and not outcome.already_applied
 
 
@@ -175,16 +182,11 @@ async def test_a_mark_does_not_land_on_a_pod_replaced_since_it_was_read(
     workload = f"web{uuid.uuid4().hex[:8]}"
     core = client.CoreV1Api(k8s_client)
     pod_name = await ready_pod_with_gate(core, workload)
-    round_events = planned_round(workload, [pod_name])
-    await event_store.append(round_events, expected_version=0)
-    envelope = round_events[1]
-    request = envelope.payload
-    assert isinstance(request, PodActionRequested)
+    envelope = await mark_request(event_store, workload, pod_name)
     executor = Executor(settings, event_store, k8s_client)
-    patch = executor.core.patch_namespaced_pod
     old = await core.read_namespaced_pod(pod_name, "default")
 
-    async def replaced_first(*args: Any, **kwargs: Any) -> Any:
+    async def replaced() -> None:
         await core.delete_namespaced_pod(pod_name, "default", grace_period_seconds=0)
         await core.create_namespaced_pod(
             "default",
@@ -193,16 +195,14 @@ async def test_a_mark_does_not_land_on_a_pod_replaced_since_it_was_read(
                 "spec": {"containers": [{"name": "app", "image": "nginx:alpine"}]},
             },
         )
-        return await patch(*args, **kwargs)
 
-    executor.core.patch_namespaced_pod = replaced_first  # type: ignore[method-assign]
+    CountingWrites(executor, before_status=replaced)
+    assert isinstance(envelope.payload, PodActionRequested)
 
-    await executor.execute(envelope, request)
+    await executor.execute(envelope, envelope.payload)
 
     new = await core.read_namespaced_pod(pod_name, "default")
     assert new.metadata.uid != old.metadata.uid
     assert ACTION_ID_ANNOTATION not in (new.metadata.annotations or {})
-    [outcome] = [
-        s.envelope.payload for s in await event_store.read_stream(actions_stream("default", workload))
-    ][-1:]
+    outcome = await last_outcome(event_store, workload)
     assert isinstance(outcome, PodActionFailed) and not outcome.retryable
