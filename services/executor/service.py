@@ -13,7 +13,8 @@ and reports every outcome as an event (docs/services.md, "executor").
   in the same API call; deletes carry a uid precondition. Before acting, the executor looks for the
   action's terminal event in the store and then at the object: an action already applied (a redelivery,
   or another executor's) is acknowledged and reported ``already_applied``, never repeated. Patches carry
-  the resourceVersion they were computed from; a 409 Conflict means re-read and retry.
+  the resourceVersion they were computed from; a 409 Conflict means re-read and retry. A mark is one
+  write through pods/status with the pod's uid as precondition instead (``_mark``).
 - Taking an action (after the terminal-event check, before any API call), the executor appends
   PodActionStarted to the stream its outcome goes to, so the trail shows how long the action waited on
   the bus. Its id is derived from the action id as well: a redelivery, or a second executor taking the
