@@ -39,7 +39,7 @@ _RETRY_AFTER_STATUSES = frozenset({429, 503})
 class ApiRetryPolicy:
     # Seconds after the first try within which another may start. In time rather than in tries: a 500
     # costs a backoff step (0.1 s at first) and a 429 its Retry-After (often 1 s), so a count of tries
-    # was 0.8 s of the one and 4 s of the other. Inside the executor's ack_wait (10 s), leaving time for
+    # was 1.5 s of the one and 4 s of the other. Inside the executor's ack_wait (10 s), leaving time for
     # the last try and the report, so the bus does not hand the action to another executor meanwhile.
     # Past it the action goes back to the bus (a redelivery 0.5 s or more later, its pod's later actions
     # with it; on the last delivery a failure and a new planning round), which costs more than waiting.
