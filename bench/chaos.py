@@ -12,9 +12,11 @@ would (a service that exits is started again, and counted). Each trial rolls out
 
 Faults: none (the baseline), postgres-restart (immediate stop, start after --fault-seconds), nats-restart
 (SIGKILL every node, start them again), nats-node-loss (SIGKILL the node leading the stream, back after
-the trial), api-errors-30 (30% of writes answered 500/429 for the rest of the rollout), api-latency
-(0.2-0.5 s per request), oversized-object (a second CloneSet carrying a 1.2 MB env value appears and must
-roll out too), kill-watcher, kill-planner, kill-executor, kill-auditor (SIGKILL, started again at once).
+the trial), api-errors-30 (30% of writes answered 500/429 for the rest of the rollout),
+api-errors-30-from-start (the same, striking as the image changes: the whole rollout meets them),
+api-latency (0.2-0.5 s per request), oversized-object (a second CloneSet carrying a 1.2 MB env value
+appears and must roll out too), kill-watcher, kill-planner, kill-executor, kill-auditor (SIGKILL, started
+again at once).
 
 Columns: finished (rollouts done within the timeout), restarts/pod (most container restarts of one pod:
 1 = updated in place once), lost PG/JS (events stored but never published / published but not stored),
@@ -74,6 +76,7 @@ FAULTS = (
     "nats-restart",
     "nats-node-loss",
     "api-errors-30",
+    "api-errors-30-from-start",
     "api-latency",
     "oversized-object",
     "kill-watcher",
@@ -81,6 +84,9 @@ FAULTS = (
     "kill-executor",
     "kill-auditor",
 )
+# Faults that strike as the image changes rather than once some pods are updated: what a rollout started
+# in an API's bad hour costs from its first pod.
+FROM_START = frozenset({"api-errors-30-from-start"})
 BIG_ENV_BYTES = 1_200_000
 
 
@@ -186,6 +192,8 @@ class Chaos:
         before = await self.cluster.pods(name)
         restarts_before = self.restarts()
         strike_after = self.rng.randint(1, max(1, replicas // 2))  # pods updated when the fault strikes
+        if fault in FROM_START:
+            strike_after = 0  # drawn all the same, so the seeded draws that follow stay as they were
         actions = f"CloneSet/default/{name}/actions"
 
         started = time.monotonic()
@@ -280,7 +288,7 @@ class Chaos:
                 await bus.close()
             leader = info.cluster.leader if info.cluster else None
             await self.nats.kill(self.nats.index_of(str(leader or "n0")))
-        elif fault == "api-errors-30":
+        elif fault in ("api-errors-30", "api-errors-30-from-start"):
             self.sim.faults.configure(FaultConfig(write_error_rate=0.3, seed=self.rng.randint(0, 10**6)))
         elif fault == "api-latency":
             self.sim.faults.configure(FaultConfig(latency_seconds=0.2, latency_jitter_seconds=0.3))
@@ -445,19 +453,25 @@ async def run(
     trials: list[Trial] = []
     index = 0
     try:
-        for fault in faults:
-            for _ in range(args.trials):
-                index += 1
-                trial = await chaos.trial(index, fault)
-                trials.append(trial)
-                print(
-                    f"trial {index} {fault}: finished={trial.finished} rollout={trial.rollout_s:.1f}s"
-                    f" recovery={trial.recovery_s:.1f}s lost={trial.lost_in_bus}/{trial.lost_in_store}"
-                    f" dup={trial.duplicates} breach={trial.breach} verify={trial.verify_ok}"
-                    f" audit={trial.audit_ok} restarts={trial.service_restarts}"
-                    + (f" notes={trial.notes}" if trial.notes else ""),
-                    flush=True,
-                )
+        # --interleave: one trial of each fault per round, so a pair (none, a fault) runs back to back
+        # and a change in the machine's load hits both alike.
+        schedule = (
+            [fault for _ in range(args.trials) for fault in faults]
+            if args.interleave
+            else [fault for fault in faults for _ in range(args.trials)]
+        )
+        for fault in schedule:
+            index += 1
+            trial = await chaos.trial(index, fault)
+            trials.append(trial)
+            print(
+                f"trial {index} {fault}: finished={trial.finished} rollout={trial.rollout_s:.1f}s"
+                f" recovery={trial.recovery_s:.1f}s lost={trial.lost_in_bus}/{trial.lost_in_store}"
+                f" dup={trial.duplicates} breach={trial.breach} verify={trial.verify_ok}"
+                f" audit={trial.audit_ok} restarts={trial.service_restarts}"
+                + (f" notes={trial.notes}" if trial.notes else ""),
+                flush=True,
+            )
     finally:
         supervising.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -488,5 +502,8 @@ if __name__ == "__main__":
     parser.add_argument("--fault-seconds", type=float, default=2.0, help="how long an outage lasts")
     parser.add_argument("--ready", type=float, default=0.3, help="simcluster seconds from start to ready")
     parser.add_argument("--timeout", type=float, default=180.0, help="seconds a rollout may take")
+    parser.add_argument(
+        "--interleave", action="store_true", help="run the faults in turn, one trial each per round"
+    )
     parser.add_argument("--log-dir", default="", help="keep the services' logs here (default: a temp dir)")
     sys.exit(asyncio.run(main(parser.parse_args())))

@@ -1,9 +1,10 @@
 """When the executor tries an API call again before reporting it failed: transient answers (500, 502,
-503, 504, 408, 429) and transport trouble (timeout, refused or cut connection) are retried a few times
-with jittered backoff; a 429 or 503 that says ``Retry-After`` waits that long instead (up to 5 s). Anything
-else, and the last failure, goes to the caller, which reports the action failed (or leaves it to the
-bus's slower redelivery). Retrying a whole pod action is safe: each one first looks for its action id
-on the object, so a write that did land before its answer was lost is found, not repeated.
+503, 504, 408, 429) and transport trouble (timeout, refused or cut connection) are retried with jittered
+backoff; a 429 or 503 that says ``Retry-After`` waits that long instead, no more. The tries have a budget
+in time, not in count: another try starts only within ``budget`` seconds of the first. Anything else, and
+the failure that leaves no time for another try, goes to the caller, which reports the action failed (or
+leaves it to the bus's slower redelivery). Retrying a whole pod action is safe: each one first looks for
+its action id on the object, so a write that did land before its answer was lost is found, not repeated.
 
 ``retry_delay`` is the pure decision (table-tested); ``call_with_retries`` is the loop around it.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import random
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -35,11 +37,17 @@ _RETRY_AFTER_STATUSES = frozenset({429, 503})
 
 @dataclass(frozen=True)
 class ApiRetryPolicy:
-    attempts: int = 5  # tries of one call in all, the first included
+    # Seconds after the first try within which another may start. In time rather than in tries: a 500
+    # costs a backoff step (0.1 s at first) and a 429 its Retry-After (often 1 s), so a count of tries
+    # was 1.5 s of the one and 4 s of the other. The consumer reports the action in progress meanwhile
+    # (services/infra/bus.py), so the bus does not hand it to another executor while it is retried.
+    # Past it the action goes back to the bus (a redelivery 0.5 s or more later, its pod's later actions
+    # with it; on the last delivery a failure and a new planning round), which costs more than waiting.
+    budget: float = 7.0
+    # A ceiling on tries all the same (client-go's is 10 retries), so a server answering Retry-After: 0
+    # again and again is not asked again in a tight loop for the whole budget.
+    attempts: int = 10
     backoff: Backoff = field(default_factory=lambda: Backoff(initial=0.1, maximum=2.0))
-    # Longest Retry-After waited here (the pod's later actions wait meanwhile); a longer one ends the
-    # tries and the bus redelivers the action later.
-    max_retry_after: float = 5.0
 
 
 DEFAULT_API_RETRY = ApiRetryPolicy()
@@ -65,12 +73,22 @@ def retry_after_seconds(headers: Mapping[str, str] | None, now: datetime | None 
 
 
 def retry_delay(
-    error: BaseException, failures: int, policy: ApiRetryPolicy, unit_random: float
+    error: BaseException, failures: int, elapsed: float, policy: ApiRetryPolicy, unit_random: float
 ) -> float | None:
-    """Seconds to wait before trying again after the ``failures``-th failed try (1 = the first), or
-    None: do not retry (a permanent error, or the tries are used up)."""
+    """Seconds to wait before trying again after the ``failures``-th failed try (1 = the first),
+    ``elapsed`` seconds after the first try began; None: do not retry (a permanent error, the wait would
+    end past the budget, or the tries are used up)."""
     if failures >= policy.attempts:
         return None
+    delay = _wanted_delay(error, failures, policy, unit_random)
+    if delay is None or elapsed + delay > policy.budget:
+        return None
+    return delay
+
+
+def _wanted_delay(
+    error: BaseException, failures: int, policy: ApiRetryPolicy, unit_random: float
+) -> float | None:
     if isinstance(error, ApiException):
         status = error.status
         if status not in RETRYABLE_STATUSES:
@@ -78,8 +96,7 @@ def retry_delay(
         if status in _RETRY_AFTER_STATUSES:
             asked = retry_after_seconds(error.headers)
             if asked is not None:
-                # Longer than we hold an action: leave it to the bus's redelivery, which waits longer.
-                return asked if asked <= policy.max_retry_after else None
+                return asked  # the server's rule: this long, and no longer (no backoff on top)
         return policy.backoff.delay(failures - 1, unit_random)
     if isinstance(
         error, (TimeoutError, ConnectionError, aiohttp.ClientConnectionError, aiohttp.ClientPayloadError)
@@ -98,15 +115,17 @@ async def call_with_retries(
     what: str,
     policy: ApiRetryPolicy = DEFAULT_API_RETRY,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    clock: Callable[[], float] = time.monotonic,
 ) -> _T:
     """``await call()``, tried again per ``retry_delay``; raises the last error when it says stop."""
     failures = 0
+    began = clock()
     while True:
         try:
             return await call()
         except Exception as error:
             failures += 1
-            delay = retry_delay(error, failures, policy, random.random())
+            delay = retry_delay(error, failures, clock() - began, policy, random.random())
             if delay is None:
                 raise
             RETRIES.labels(_label(error)).inc()

@@ -13,7 +13,8 @@ and reports every outcome as an event (docs/services.md, "executor").
   in the same API call; deletes carry a uid precondition. Before acting, the executor looks for the
   action's terminal event in the store and then at the object: an action already applied (a redelivery,
   or another executor's) is acknowledged and reported ``already_applied``, never repeated. Patches carry
-  the resourceVersion they were computed from; a 409 Conflict means re-read and retry.
+  the resourceVersion they were computed from; a 409 Conflict means re-read and retry. A mark is one
+  write through pods/status with the pod's uid as precondition instead (``_mark``).
 - Taking an action (after the terminal-event check, before any API call), the executor appends
   PodActionStarted to the stream its outcome goes to, so the trail shows how long the action waited on
   the bus. Its id is derived from the action id as well: a redelivery, or a second executor taking the
@@ -402,14 +403,10 @@ class Executor:
                 return True
             raise
 
-    async def _patch_pod(
-        self, request: PodActionRequested, patch: dict[str, Any], known: dict[str, Any] | None = None
-    ) -> tuple[str | None, bool]:
-        """Patch with the resourceVersion it was computed from; ``known`` is the pod as just returned by
-        the API (one read fewer), re-read after a conflict."""
+    async def _patch_pod(self, request: PodActionRequested, patch: dict[str, Any]) -> tuple[str | None, bool]:
+        """Patch with the resourceVersion it was computed from; re-read after a conflict."""
         for _ in range(CONFLICT_RETRIES):
-            pod = known if known is not None else await read_target_pod(self.core, request)
-            known = None
+            pod = await read_target_pod(self.core, request)
             metadata = pod.get("metadata") or {}
             if _annotations(pod).get(ACTION_ID_ANNOTATION) == request.action_id:
                 return metadata.get("uid"), True
@@ -433,17 +430,38 @@ class Executor:
         raise ActionFailed("kept conflicting with other writers", retryable=True)
 
     async def _mark(self, request: PodActionRequested) -> tuple[str | None, bool]:
+        """The condition, the labels and the action id in one write, through the status subresource (which
+        for pods takes labels, annotations and finalizers too; Kubernetes resets only spec,
+        deletionTimestamp and ownerReferences there). One write, not two: each is exposed to the API's
+        errors, and the mark lands whole or not at all, so a retry has nothing half done to find. No
+        resourceVersion precondition: nothing in the patch is computed from the pod as read, and the
+        kubelet answers the condition with a status write of its own, which such a precondition would
+        meet as a conflict. The uid is one instead (as in the kubelet's own status patches): a pod
+        replaced since the read is refused (422, uid is immutable), not marked."""
         pod = await read_target_pod(self.core, request)
+        metadata = pod.get("metadata") or {}
         if _annotations(pod).get(ACTION_ID_ANNOTATION) == request.action_id:
-            return (pod.get("metadata") or {}).get("uid"), True
+            return metadata.get("uid"), True
+        patch = request.details.get("patch") or {}
+        if set(patch) - {"metadata"}:
+            raise ActionFailed(
+                f"a mark's patch may change only metadata, not {sorted(set(patch) - {'metadata'})}"
+            )
+        body = _merge(
+            patch,
+            {
+                "metadata": {
+                    "uid": metadata.get("uid"),
+                    "annotations": {ACTION_ID_ANNOTATION: request.action_id},
+                }
+            },
+        )
         condition = request.details.get("condition")
         if condition and not has_condition(pod, condition):
-            # Conditions merge by type (strategic merge patch), so only InPlaceUpdateReady changes. The
-            # answer is the pod as it now is: the metadata patch below starts from it.
-            pod = await kube.patch_namespaced_pod_status(
-                self.api, request.pod, request.namespace, {"status": {"conditions": [condition]}}
-            )
-        return await self._patch_pod(request, request.details.get("patch") or {}, known=pod)
+            # Conditions merge by type (strategic merge patch), so only this one changes.
+            body["status"] = {"conditions": [condition]}
+        await kube.patch_namespaced_pod_status(self.api, request.pod, request.namespace, body)
+        return metadata.get("uid"), False
 
     async def _set_pods_to_delete(self, request: PodActionRequested) -> tuple[str | None, bool]:
         name = request.target  # the CloneSet

@@ -24,7 +24,7 @@ from . import errors
 from . import schema as crd_schema
 from .defaults import apply_defaults, initial_status
 from .plugins import check_namespace
-from .resources import ALL, NAMESPACES, ResourceType
+from .resources import ALL, NAMESPACES, PODS, ResourceType
 from .validation import validate_create, validate_update
 
 Obj = dict[str, Any]
@@ -380,7 +380,7 @@ class Store:
             apply_defaults(rt, merged, old)
             if _spec_part(merged) != _spec_part(old):
                 merged["metadata"]["generation"] = int(old["metadata"].get("generation", 1)) + 1
-        if validate and subresource is None:
+        if validate and (subresource is None or rt is PODS):  # pods/status may change metadata
             validate_update(rt, old, merged, self.extended_inplace)
         merged["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
         if merged == old:
@@ -397,19 +397,8 @@ class Store:
         return self._commit(rt, "MODIFIED", merged, old)
 
     @staticmethod
-    def _prepare_update(rt: ResourceType, old: Obj, new: Obj, subresource: str | None) -> Obj:
-        new = dict(new)
-        new["apiVersion"], new["kind"] = rt.api_version, rt.kind
-        if subresource == "status":
-            merged = dict(old)
-            merged["metadata"] = dict(old["metadata"])
-            if "status" in new:
-                merged["status"] = new["status"]
-            else:
-                merged.pop("status", None)
-            return merged
-        meta = dict(new.get("metadata") or {})
-        old_meta = old["metadata"]
+    def _kept_identity(meta: Obj, old_meta: Obj) -> Obj:
+        """``meta`` with the fields no update changes taken from ``old_meta``."""
         for fixed in (
             "uid",
             "creationTimestamp",
@@ -423,10 +412,10 @@ class Store:
                 meta[fixed] = old_meta[fixed]
             else:
                 meta.pop(fixed, None)
-        new["metadata"] = meta
-        if rt is NAMESPACES:
-            # spec.finalizers change only through /finalize (the namespace controller), as in Kubernetes.
-            new["spec"] = dict(new.get("spec") or {}, finalizers=_namespace_finalizers(rt, old))
+        return meta
+
+    @staticmethod
+    def _check_no_new_finalizers(rt: ResourceType, meta: Obj, old_meta: Obj) -> None:
         if old_meta.get("deletionTimestamp"):
             added = set(meta.get("finalizers") or []) - set(old_meta.get("finalizers") or [])
             if added:
@@ -442,6 +431,36 @@ class Store:
                         )
                     ],
                 )
+
+    @staticmethod
+    def _prepare_update(rt: ResourceType, old: Obj, new: Obj, subresource: str | None) -> Obj:
+        new = dict(new)
+        new["apiVersion"], new["kind"] = rt.api_version, rt.kind
+        if subresource == "status":
+            merged = dict(old)
+            merged["metadata"] = dict(old["metadata"])
+            if rt is PODS:
+                # pods/status takes the object's labels, annotations and finalizers too: Kubernetes resets
+                # only spec, deletionTimestamp and ownerReferences there (podStatusStrategy); a custom
+                # resource's status subresource keeps nothing but the status.
+                meta = Store._kept_identity(dict(new.get("metadata") or {}), old["metadata"])
+                meta.pop("ownerReferences", None)
+                if "ownerReferences" in old["metadata"]:
+                    meta["ownerReferences"] = old["metadata"]["ownerReferences"]
+                Store._check_no_new_finalizers(rt, meta, old["metadata"])
+                merged["metadata"] = meta
+            if "status" in new:
+                merged["status"] = new["status"]
+            else:
+                merged.pop("status", None)
+            return merged
+        old_meta = old["metadata"]
+        meta = Store._kept_identity(dict(new.get("metadata") or {}), old_meta)
+        new["metadata"] = meta
+        if rt is NAMESPACES:
+            # spec.finalizers change only through /finalize (the namespace controller), as in Kubernetes.
+            new["spec"] = dict(new.get("spec") or {}, finalizers=_namespace_finalizers(rt, old))
+        Store._check_no_new_finalizers(rt, meta, old_meta)
         if rt.has_status:
             if "status" in old:
                 new["status"] = old["status"]

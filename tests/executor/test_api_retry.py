@@ -11,9 +11,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from services.executor.api_retry import ApiRetryPolicy, call_with_retries, retry_after_seconds, retry_delay
 from services.infra.retry import Backoff
 
-NO_JITTER = ApiRetryPolicy(
-    attempts=4, backoff=Backoff(initial=0.1, maximum=2.0, jitter=0.0), max_retry_after=5.0
-)
+NO_JITTER = ApiRetryPolicy(budget=7.0, attempts=10, backoff=Backoff(initial=0.1, maximum=2.0, jitter=0.0))
 
 
 def api_error(status: int, retry_after: str | None = None) -> ApiException:
@@ -23,36 +21,43 @@ def api_error(status: int, retry_after: str | None = None) -> ApiException:
 
 
 @pytest.mark.parametrize(
-    ("error", "failures", "expected"),
+    ("error", "failures", "elapsed", "expected"),
     [
-        (api_error(500), 1, 0.1),
-        (api_error(500), 2, 0.2),
-        (api_error(503), 3, 0.4),
-        (api_error(500), 4, None),  # the fourth failure of four tries: report it
-        (api_error(502), 1, 0.1),
-        (api_error(504), 1, 0.1),
-        (api_error(408), 1, 0.1),
-        (api_error(429, "2"), 1, 2.0),  # Retry-After honoured
-        (api_error(429, "2"), 3, 2.0),
-        (api_error(429), 1, 0.1),  # no Retry-After: backoff
-        (api_error(429, "soon"), 1, 0.1),  # unreadable: backoff
-        (api_error(429, "60"), 1, None),  # longer than we hold an action: to the bus
-        (api_error(503, "1"), 2, 1.0),
-        (api_error(400), 1, None),  # permanent
-        (api_error(403), 1, None),
-        (api_error(404), 1, None),
-        (api_error(409), 1, None),  # conflicts are the action's own business (re-read and patch)
-        (api_error(422), 1, None),
-        (TimeoutError(), 1, 0.1),
-        (aiohttp.ServerDisconnectedError(), 2, 0.2),  # a cut connection
-        (aiohttp.ClientConnectionError("refused"), 1, 0.1),
-        (ConnectionResetError(), 1, 0.1),
-        (ValueError("bug"), 1, None),
+        (api_error(500), 1, 0.0, 0.1),
+        (api_error(500), 2, 0.1, 0.2),
+        (api_error(503), 3, 0.3, 0.4),
+        (api_error(500), 5, 1.5, 1.6),  # a fifth failure is retried while there is time
+        (api_error(500), 7, 4.9, 2.0),  # the backoff stops growing at 2 s
+        (api_error(500), 8, 5.5, None),  # 5.5 + 2 s would end past the 7 s budget: report it
+        (api_error(500), 10, 0.5, None),  # the tenth failure: tries used up, time or not
+        (api_error(502), 1, 0.0, 0.1),
+        (api_error(504), 1, 0.0, 0.1),
+        (api_error(408), 1, 0.0, 0.1),
+        (api_error(429, "1"), 1, 0.0, 1.0),  # Retry-After honoured, nothing added to it
+        (api_error(429, "1"), 6, 5.0, 1.0),  # six 429s in a row: a count of five would have stopped
+        (api_error(429, "1"), 7, 6.2, None),  # 6.2 + 1 s is past the budget
+        (api_error(429, "2"), 3, 2.0, 2.0),
+        (api_error(429, "0"), 3, 0.1, 0.0),
+        (api_error(429), 1, 0.0, 0.1),  # no Retry-After: backoff
+        (api_error(429, "soon"), 1, 0.0, 0.1),  # unreadable: backoff
+        (api_error(429, "60"), 1, 0.0, None),  # longer than we hold an action: to the bus
+        (api_error(429, "7"), 1, 0.0, 7.0),  # just fits
+        (api_error(503, "1"), 2, 0.1, 1.0),
+        (api_error(400), 1, 0.0, None),  # permanent
+        (api_error(403), 1, 0.0, None),
+        (api_error(404), 1, 0.0, None),
+        (api_error(409), 1, 0.0, None),  # conflicts are the action's own business (re-read and patch)
+        (api_error(422), 1, 0.0, None),
+        (TimeoutError(), 1, 0.0, 0.1),
+        (aiohttp.ServerDisconnectedError(), 2, 0.1, 0.2),  # a cut connection
+        (aiohttp.ClientConnectionError("refused"), 1, 0.0, 0.1),
+        (ConnectionResetError(), 1, 0.0, 0.1),
+        (ValueError("bug"), 1, 0.0, None),
     ],
     ids=lambda v: repr(v) if isinstance(v, BaseException) else str(v),
 )
-def test_retry_delay(error: BaseException, failures: int, expected: float | None) -> None:
-    delay = retry_delay(error, failures, NO_JITTER, 0.5)
+def test_retry_delay(error: BaseException, failures: int, elapsed: float, expected: float | None) -> None:
+    delay = retry_delay(error, failures, elapsed, NO_JITTER, 0.5)
     assert delay == (pytest.approx(expected) if expected is not None else None)
 
 
@@ -74,9 +79,12 @@ def test_retry_after_seconds(headers: dict[str, str] | None, expected: float | N
 
 
 async def test_call_with_retries_sleeps_as_decided_then_succeeds_or_raises() -> None:
+    now = 0.0
     slept: list[float] = []
 
     async def sleep(seconds: float) -> None:
+        nonlocal now
+        now += seconds
         slept.append(seconds)
 
     answers: list[BaseException | str] = [api_error(500), api_error(429, "1"), "created"]
@@ -87,21 +95,38 @@ async def test_call_with_retries_sleeps_as_decided_then_succeeds_or_raises() -> 
             raise answer
         return answer
 
-    assert await call_with_retries(create, what="createPod", policy=NO_JITTER, sleep=sleep) == "created"
+    def clock() -> float:
+        return now
+
+    assert (
+        await call_with_retries(create, what="createPod", policy=NO_JITTER, sleep=sleep, clock=clock)
+        == "created"
+    )
     assert slept == [pytest.approx(0.1), 1.0]
 
     async def always_500() -> str:
+        nonlocal now
+        now += 0.05  # each try takes a little time, counted in the budget
         raise api_error(500)
 
     slept.clear()
     with pytest.raises(ApiException) as raised:
-        await call_with_retries(always_500, what="createPod", policy=NO_JITTER, sleep=sleep)
-    assert raised.value.status == 500 and len(slept) == 3  # four tries, three waits
+        await call_with_retries(always_500, what="createPod", policy=NO_JITTER, sleep=sleep, clock=clock)
+    # 0.1, 0.2, 0.4, 0.8, 1.6, 2.0: 5.1 s of waits and 0.35 s of tries; another 2 s would pass 7 s
+    assert raised.value.status == 500 and slept == pytest.approx([0.1, 0.2, 0.4, 0.8, 1.6, 2.0])
+
+    async def always_429() -> str:
+        raise api_error(429, "1")
+
+    slept.clear()
+    with pytest.raises(ApiException):
+        await call_with_retries(always_429, what="createPod", policy=NO_JITTER, sleep=sleep, clock=clock)
+    assert slept == [1.0] * 7  # as many seconds as the budget holds: eight tries, not five
 
     async def forbidden() -> str:
         raise api_error(403)
 
     slept.clear()
     with pytest.raises(ApiException):
-        await call_with_retries(forbidden, what="createPod", policy=NO_JITTER, sleep=sleep)
+        await call_with_retries(forbidden, what="createPod", policy=NO_JITTER, sleep=sleep, clock=clock)
     assert slept == []

@@ -340,3 +340,52 @@ async def test_lease_semantics_a_leader_election_relies_on(k8s_client: client.Ap
     released = await leases.replace_namespaced_lease("election", "default", taken)
     assert released.spec.holder_identity is None
     assert released.spec.lease_duration_seconds == 1
+
+
+async def test_pod_status_subresource_takes_labels_and_annotations_but_not_spec_or_owners(
+    k8s_client: client.ApiClient,
+) -> None:
+    # As Kubernetes' podStatusStrategy: pods/status resets only spec, deletionTimestamp and
+    # ownerReferences, so a controller may write a condition and the labels that go with it at once.
+    core = client.CoreV1Api(k8s_client)
+    created = await core.create_namespaced_pod("default", pod_manifest("status-meta"))
+    owner = {"apiVersion": "v1", "kind": "ConfigMap", "name": "x", "uid": "u-1"}
+    patched = await core.patch_namespaced_pod_status(
+        "status-meta",
+        "default",
+        {
+            "metadata": {
+                "uid": created.metadata.uid,
+                "labels": {"state": "marked"},
+                "annotations": {"by": "status"},
+                "ownerReferences": [owner],
+            },
+            "spec": {"activeDeadlineSeconds": 5},
+            "status": {"conditions": [{"type": "Example", "status": "True"}]},
+        },
+    )
+    assert patched.metadata.labels["state"] == "marked" and patched.metadata.annotations["by"] == "status"
+    assert not patched.metadata.owner_references and patched.spec.active_deadline_seconds is None
+    assert any(c.type == "Example" for c in patched.status.conditions)
+    # The uid in the patch is a precondition: another incarnation's is refused (it is immutable).
+    with pytest.raises(ApiException) as caught:
+        await core.patch_namespaced_pod_status(
+            "status-meta", "default", {"metadata": {"uid": "not-this-pod", "labels": {"state": "other"}}}
+        )
+    assert caught.value.status == 422
+    # A custom resource's status subresource still takes nothing but the status.
+    custom = client.CustomObjectsApi(k8s_client)
+    group, version = "apps.kruise.io", "v1alpha1"
+    await custom.create_namespaced_custom_object(
+        group, version, "default", "clonesets", cloneset_manifest("status-meta")
+    )
+    written = await custom.patch_namespaced_custom_object_status(
+        group,
+        version,
+        "default",
+        "clonesets",
+        "status-meta",
+        {"metadata": {"labels": {"state": "marked"}}, "status": {"replicas": 1}},
+        _content_type="application/merge-patch+json",
+    )
+    assert "state" not in written["metadata"]["labels"] and written["status"]["replicas"] == 1
