@@ -104,7 +104,8 @@ class KnownStored:
 def relayed_position(headers: Mapping[str, str] | None) -> int | None:
     """The store position a message says it was relayed from; None without a (well-formed) header."""
     text = (headers or {}).get(POSITION_HEADER)
-    if text is None or not text.isdigit():
+    # ASCII digits that fit a bigint: str.isdigit() also takes "²" and other digits int() refuses.
+    if text is None or not (text.isascii() and text.isdigit() and len(text) <= 18):
         return None
     return int(text)
 
@@ -149,9 +150,11 @@ class Relay:
                 message = await self.bus.js.get_msg(self.bus.stream, seq)
             except nats.js.errors.NotFoundError:
                 continue
-            position = (message.headers or {}).get(POSITION_HEADER)
-            if position:
-                return int(position)
+            position = relayed_position(message.headers)
+            if position is not None:
+                # Never past what is stored: a message claiming a later position (published by
+                # something else) must not make the relay skip events it has not published.
+                return min(position, await self.store.head_position())
         return 0
 
     async def run(self, stopping: asyncio.Event) -> None:
@@ -281,11 +284,10 @@ async def _acknowledged(futures: list[asyncio.Future[Any]], stall: float) -> set
         return set()
     await asyncio.wait(futures[-1:], timeout=stall)
     pending = [future for future in futures if not future.done()]
-    while pending:
+    progressed = len(pending) < len(futures)  # none at all within the first ``stall``: a stall
+    while pending and progressed:
         acked, still = await asyncio.wait(pending, timeout=stall)
-        if not acked:
-            break
-        pending = list(still)
+        progressed, pending = bool(acked), list(still)
     return {future for future in futures if future.done()}
 
 

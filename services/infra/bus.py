@@ -82,6 +82,10 @@ BODY_HEADER = "Rollbook-Body"
 BODY_IN_STORE = "store"
 # Bytes of a message's max_payload kept for its headers (subject, Nats-Msg-Id, position, expected stream).
 HEADER_ALLOWANCE = 4096
+# How long a message in hand is reported in progress at most (from its fetch): far beyond any handler's
+# legitimate time (the executor's longest is a 20 s wait for an earlier action plus its API retries and
+# 60 s request timeouts), so only a hung handler reaches it; its message is then delivered again.
+MAX_HELD_SECONDS = 300.0
 
 # Retry delays (seconds) after the 1st, 2nd, ... failed delivery; the last one repeats.
 DEFAULT_RETRY_BACKOFF: tuple[float, ...] = (0.5, 2.0, 5.0, 15.0, 30.0)
@@ -394,10 +398,22 @@ async def _quietly(work: Awaitable[object]) -> None:
         log.debug("in-progress signal not sent", exc_info=True)
 
 
-def in_progress_due(heard: dict[int, float], now: float, period: float) -> list[int]:
+def in_progress_due(
+    heard: dict[int, float],
+    now: float,
+    period: float,
+    fetched: dict[int, float] | None = None,
+    max_held: float = float("inf"),
+) -> list[int]:
     """The messages in hand (stream sequence -> when JetStream last heard of them) to report in progress
-    now: those not heard of for ``period`` seconds or more."""
-    return sorted(sequence for sequence, at in heard.items() if now - at >= period)
+    now: those not heard of for ``period`` seconds or more, unless held ``max_held`` seconds or more
+    since they were ``fetched``: a handler hung that long is not covered any more, so JetStream hands
+    its message out again after ack_wait instead of never."""
+    return sorted(
+        sequence
+        for sequence, at in heard.items()
+        if now - at >= period and (fetched is None or now - fetched.get(sequence, now) < max_held)
+    )
 
 
 def subject_matches(pattern: str, subject: str) -> bool:
@@ -433,6 +449,8 @@ class Consumer:
     # is told "in progress" before its ack_wait runs out, so ack_wait bounds only how long the messages
     # of a consumer that died take to come back, not how long a handler may take.
     _held: dict[int, tuple[Msg, float]] = field(default_factory=dict)
+    _fetched: dict[int, float] = field(default_factory=dict)  # when each message in hand was fetched
+    _overdue: set[int] = field(default_factory=set)  # held past MAX_HELD_SECONDS (warned once each)
 
     def stop(self) -> None:
         """Stop fetching; the message being handled finishes, the rest of the batch goes back at once."""
@@ -483,6 +501,7 @@ class Consumer:
                 fetched = time.monotonic()
                 for msg in msgs:
                     self._held[msg.metadata.sequence.stream] = (msg, fetched)
+                    self._fetched[msg.metadata.sequence.stream] = fetched
                 for index, msg in enumerate(msgs):
                     if self._stopping.is_set():
                         await self._give_back(msgs[index:])
@@ -502,6 +521,8 @@ class Consumer:
         finally:
             heartbeat.cancel()
             self._held.clear()
+            self._fetched.clear()
+            self._overdue.clear()
             try:
                 await sub.unsubscribe()
             except Exception:  # the connection may be gone already; nothing to release then
@@ -515,10 +536,17 @@ class Consumer:
         while True:
             await asyncio.sleep(period / 2)
             now = time.monotonic()
-            due = [
-                self._held[s][0]
-                for s in in_progress_due({s: at for s, (_, at) in self._held.items()}, now, period)
-            ]
+            heard = {s: at for s, (_, at) in self._held.items()}
+            covered = in_progress_due(heard, now, period, self._fetched, MAX_HELD_SECONDS)
+            for sequence in set(in_progress_due(heard, now, period)) - set(covered) - self._overdue:
+                self._overdue.add(sequence)
+                log.warning(
+                    "message held %.0fs on consumer %s: no longer reported in progress, so it is "
+                    "delivered again after ack_wait",
+                    now - self._fetched.get(sequence, now),
+                    self.durable,
+                )
+            due = [self._held[s][0] for s in covered]
             for msg in due:
                 self._held[msg.metadata.sequence.stream] = (msg, now)
             for msg in due:
@@ -527,6 +555,8 @@ class Consumer:
     async def _give_back(self, msgs: Sequence[Msg]) -> None:
         for msg in msgs:
             self._held.pop(msg.metadata.sequence.stream, None)
+            self._fetched.pop(msg.metadata.sequence.stream, None)
+            self._overdue.discard(msg.metadata.sequence.stream)
             try:
                 await msg.nak()
             except Exception:
@@ -555,6 +585,8 @@ class Consumer:
             log.exception("could not settle message on %s (consumer %s)", msg.subject, self.durable)
         finally:
             self._held.pop(msg.metadata.sequence.stream, None)
+            self._fetched.pop(msg.metadata.sequence.stream, None)
+            self._overdue.discard(msg.metadata.sequence.stream)
 
     async def _handle(self, msg: Msg) -> None:
         if len(self.filter_subjects) > 1 and not any(

@@ -45,6 +45,17 @@ def rate_limiter(settings: Settings, group: str = API_GROUP) -> TokenBucket:
     return bucket
 
 
+# A request without a timeout of its own (kubernetes-asyncio's default is none at all) gets the bound
+# kube-apiserver puts on every request that is not a watch (--request-timeout, 60 s): without one a
+# half-open connection would hold it forever, and with the bus's in-progress heartbeats an executor
+# action held that way would never be handed to another executor.
+REQUEST_TIMEOUT_SECONDS = 60.0
+
+
+def _is_watch(query_params: Any) -> bool:
+    return any(key == "watch" and value for key, value in query_params or ())
+
+
 class RateLimitedApiClient(client.ApiClient):  # type: ignore[misc]
     """An ApiClient whose every request first takes a token from ``limiter``; the wait and each
     request's time are metrics (``rollbook_kube_api_throttled_seconds_total``,
@@ -57,6 +68,8 @@ class RateLimitedApiClient(client.ApiClient):  # type: ignore[misc]
         _stop_trusting_env(self.rest_client)
 
     async def request(self, method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("_request_timeout") is None and not _is_watch(kwargs.get("query_params")):
+            kwargs["_request_timeout"] = REQUEST_TIMEOUT_SECONDS
         waited = await self.limiter.acquire()
         if waited > 0:
             KUBE_API_THROTTLED.labels(self.group).inc(waited)

@@ -325,3 +325,12 @@ def test_messages_are_reported_in_progress_once_not_heard_of_for_a_period() -> N
     assert in_progress_due(heard, now=12.0, period=0.5) == [1, 2]
     assert in_progress_due(heard, now=12.0, period=3.0) == []
     assert in_progress_due({}, now=12.0, period=1.0) == []
+
+
+def test_a_message_held_past_the_limit_is_no_longer_reported_in_progress() -> None:
+    """A hung handler's message stops being covered once held ``max_held`` seconds since its fetch, so
+    JetStream delivers it again after ack_wait instead of never."""
+    heard = {1: 10.0, 2: 10.0}
+    fetched = {1: 0.0, 2: 9.0}
+    assert in_progress_due(heard, now=12.0, period=1.0, fetched=fetched, max_held=5.0) == [2]
+    assert in_progress_due(heard, now=12.0, period=1.0, fetched=fetched, max_held=20.0) == [1, 2]

@@ -13,6 +13,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from services.infra import kube
+from services.infra.ratelimit import TokenBucket
 from services.infra.settings import Settings
 from services.simcluster import SimCluster, SimConfig
 from tests.plugins.simcluster import MakeSimCluster, api_client_for
@@ -146,3 +147,32 @@ async def test_a_hot_path_request_is_the_request_the_generated_client_sends() ->
     ]
     assert generated[0].headers["authorization"] == "Bearer s3cret"
     assert generated[1].headers["content-type"] == "application/strategic-merge-patch+json"
+
+
+async def test_a_request_to_a_server_that_never_answers_times_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A half-open connection (the API server's node gone) ends the request after the default timeout
+    instead of holding it, and the action it serves, forever; a watch is long-running and exempt."""
+    monkeypatch.setattr(kube, "REQUEST_TIMEOUT_SECONDS", 0.3)
+    accepted: list[asyncio.StreamWriter] = []
+
+    async def never_answer(_reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted.append(writer)  # keep the connection open, say nothing
+
+    server = await asyncio.start_server(never_answer, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    api = kube.RateLimitedApiClient(client.Configuration(host=url), TokenBucket(0, 0), "test")
+    try:
+        reading = asyncio.create_task(kube.read_namespaced_pod(api, "web-0", "default"))
+        done, _ = await asyncio.wait({reading}, timeout=10)
+        if not done:
+            reading.cancel()
+            pytest.fail("the request was still waiting for an answer after 10 s")
+        assert isinstance(reading.exception(), TimeoutError)
+    finally:
+        await api.close()
+        for writer in accepted:
+            writer.close()
+        server.close()
+        await server.wait_closed()
+    assert kube._is_watch([("watch", True), ("timeoutSeconds", 300)])
+    assert not kube._is_watch([("labelSelector", "app=web")]) and not kube._is_watch(None)
