@@ -3,17 +3,21 @@ to ``CloneSet/<ns>/<name>/observed`` for every real change (see docs/services.md
 
 - One loop per kind. Each resumes its watch from the last resourceVersion it saw (bookmarks included),
   relists on 410 Gone and diffs the list against its cache (so a relist emits only what changed, and
-  DELETED for what vanished), and reconnects with backoff when the stream is cut.
+  DELETED for what vanished), and reconnects with backoff when the stream is cut. Watch lines are decoded
+  once, into plain dicts (watcher/watch_stream.py).
 - A real change ignores resourceVersion and managedFields. The cache is rebuilt from the event store at
   start, so a restart emits only what changed while the watcher was down.
 - Event ids are uuid5(uid, resourceVersion[, DELETED]): re-emitting after a crash stores nothing new.
 - Appends are batched: a watch event's observations are queued (the cache updated at once) and one
   task appends everything queued while its previous append ran, one append per stream, streams in
   parallel, each stream's events in watch order. A burst of watch events is a few appends, not one per
-  event. The queue is bounded (a watch waits while ``MAX_QUEUED`` observations wait for the store), an
-  append that fails is retried until the store takes it (never skipped), and on shutdown everything
-  queued is appended before the watches stop. A crash loses only the queue, which the next start
-  recovers: it rebuilds the cache from the store and relists, emitting what the store lacks.
+  event. A MODIFIED that a later observation of the same object in the same cycle supersedes is not
+  stored (objects.latest_per_object; no round can fold a state inside one append), except for CloneSets
+  rollbook only shadows, whose shadow trail compares every observed state. The queue is bounded (a
+  watch waits while ``MAX_QUEUED`` observations wait for the store), an append that fails is retried
+  until the store takes it (never skipped), and on shutdown everything queued is appended before the
+  watches stop. A crash loses only the queue, which the next start recovers: it rebuilds the cache from
+  the store and relists, emitting what the store lacks.
 - SidecarSets are optional: on a cluster without the Kruise SidecarSet CRD their list answers 404. The
   watcher then logs ``resource_not_served``, reports the kind as not served (``rollbook_kind_served`` 0,
   ``/readyz`` details) and tries again every minute, without holding back readiness or the other kinds.
