@@ -37,34 +37,31 @@ from services.infra.store import EventStore  # noqa: E402
 from services.watcher.service import KindWatch, Watcher  # noqa: E402
 
 
-def pod_event(run: str, index: int, clonesets: int, version: int) -> dict[str, Any]:
-    """A MODIFIED watch event of pod ``index`` (owned by CloneSet index % clonesets), at ``version``."""
+def pod(run: str, index: int, clonesets: int, version: int) -> dict[str, Any]:
+    """Pod ``index`` (owned by CloneSet index % clonesets) at ``version``, as a watch event carries it."""
     owner = f"{run}-cs-{index % clonesets:04d}"
     return {
-        "type": "MODIFIED",
-        "raw_object": {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {
-                "name": f"{owner}-pod-{index:05d}",
-                "namespace": "default",
-                "uid": f"{run}-uid-{index:05d}",
-                "resourceVersion": str(version),
-                "labels": {"app": owner, "controller-revision-hash": f"{owner}-rev"},
-                "annotations": {"bench/step": str(version)},  # a real change every time
-                "ownerReferences": [
-                    {
-                        "apiVersion": "apps.kruise.io/v1alpha1",
-                        "kind": "CloneSet",
-                        "name": owner,
-                        "uid": f"{owner}-uid",
-                        "controller": True,
-                    }
-                ],
-            },
-            "spec": {"containers": [{"name": "main", "image": "nginx:alpine"}]},
-            "status": {"phase": "Running"},
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"{owner}-pod-{index:05d}",
+            "namespace": "default",
+            "uid": f"{run}-uid-{index:05d}",
+            "resourceVersion": str(version),
+            "labels": {"app": owner, "controller-revision-hash": f"{owner}-rev"},
+            "annotations": {"bench/step": str(version)},  # a real change every time
+            "ownerReferences": [
+                {
+                    "apiVersion": "apps.kruise.io/v1alpha1",
+                    "kind": "CloneSet",
+                    "name": owner,
+                    "uid": f"{owner}-uid",
+                    "controller": True,
+                }
+            ],
         },
+        "spec": {"containers": [{"name": "main", "image": "nginx:alpine"}]},
+        "status": {"phase": "Running"},
     }
 
 
@@ -78,7 +75,7 @@ async def burst(store: EventStore, events: int, clonesets: int, *, one_at_a_time
     try:
         started = time.perf_counter()
         for number in range(events):
-            await watcher._on_watch_event(pods, pod_event(run, number % 1000, clonesets, number + 1))
+            await watcher._on_watch_event(pods, "MODIFIED", pod(run, number % 1000, clonesets, number + 1))
             if one_at_a_time:
                 await watcher._idle.wait()
         await watcher._idle.wait()

@@ -1,23 +1,26 @@
 """How the watcher records an object, for CloneSet and SidecarSet streams alike: what counts as a real
-change, what is stored, and the ``ObjectObserved`` event with its deterministic id."""
+change, what is stored, which observations of one append are superseded, and the ``ObjectObserved`` event
+with its deterministic id."""
 
 from __future__ import annotations
 
-import copy
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 from services.model.events import Envelope, ObjectObserved, ObservationRejected, encode, new_event
 from services.model.streams import derived_id
 
+# Metadata whose change alone is not a real change: the version itself, and the bulky bookkeeping of
+# which manager owns which field.
+_NOT_A_CHANGE = ("resourceVersion", "managedFields")
+
 
 def comparable(obj: dict[str, Any]) -> dict[str, Any]:
-    """The object without fields whose change alone is not a real change."""
-    result = copy.deepcopy(obj)
-    metadata = result.get("metadata") or {}
-    metadata.pop("resourceVersion", None)
-    metadata.pop("managedFields", None)
-    return result
+    """The object without fields whose change alone is not a real change. A shallow view sharing the
+    object's nested values (a deep copy was two thirds of the watcher's CPU): neither is mutated after."""
+    metadata = obj.get("metadata") or {}
+    return {**obj, "metadata": {k: v for k, v in metadata.items() if k not in _NOT_A_CHANGE}}
 
 
 def stripped(obj: dict[str, Any]) -> dict[str, Any]:
@@ -94,3 +97,27 @@ def within_ceiling(event: Envelope, limit_bytes: int) -> Envelope:
         causation_id=event.causation_id,
         correlation_id=event.correlation_id,
     )
+
+
+def latest_per_object(events: Sequence[Envelope]) -> list[Envelope]:
+    """One stream's observations of one append without those a later one of the same object (same uid)
+    supersedes: a ``MODIFIED`` followed in the batch by another observation of its object is dropped,
+    everything else is kept in order (docs/services.md, "watcher", "Superseded observations").
+
+    The batch is stored in one transaction, so no planning round can read the dropped state: a round
+    folds the store as of a commit, and the object's latest state as of that commit is the survivor.
+    ``ADDED`` and ``DELETED`` are always kept (the trail shows every object appear and go)."""
+    last: dict[str, int] = {}
+    for index, event in enumerate(events):
+        payload = event.payload
+        if isinstance(payload, ObjectObserved):
+            last[payload.uid] = index
+    return [
+        event
+        for index, event in enumerate(events)
+        if not (
+            isinstance(event.payload, ObjectObserved)
+            and event.payload.change == "MODIFIED"
+            and last[event.payload.uid] != index
+        )
+    ]

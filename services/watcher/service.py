@@ -3,17 +3,21 @@ to ``CloneSet/<ns>/<name>/observed`` for every real change (see docs/services.md
 
 - One loop per kind. Each resumes its watch from the last resourceVersion it saw (bookmarks included),
   relists on 410 Gone and diffs the list against its cache (so a relist emits only what changed, and
-  DELETED for what vanished), and reconnects with backoff when the stream is cut.
+  DELETED for what vanished), and reconnects with backoff when the stream is cut. Watch lines are decoded
+  once, into plain dicts (watcher/watch_stream.py).
 - A real change ignores resourceVersion and managedFields. The cache is rebuilt from the event store at
   start, so a restart emits only what changed while the watcher was down.
 - Event ids are uuid5(uid, resourceVersion[, DELETED]): re-emitting after a crash stores nothing new.
 - Appends are batched: a watch event's observations are queued (the cache updated at once) and one
   task appends everything queued while its previous append ran, one append per stream, streams in
   parallel, each stream's events in watch order. A burst of watch events is a few appends, not one per
-  event. The queue is bounded (a watch waits while ``MAX_QUEUED`` observations wait for the store), an
-  append that fails is retried until the store takes it (never skipped), and on shutdown everything
-  queued is appended before the watches stop. A crash loses only the queue, which the next start
-  recovers: it rebuilds the cache from the store and relists, emitting what the store lacks.
+  event. A MODIFIED that a later observation of the same object in the same cycle supersedes is not
+  stored (objects.latest_per_object; no round can fold a state inside one append), except for CloneSets
+  rollbook only shadows, whose shadow trail compares every observed state. The queue is bounded (a
+  watch waits while ``MAX_QUEUED`` observations wait for the store), an append that fails is retried
+  until the store takes it (never skipped), and on shutdown everything queued is appended before the
+  watches stop. A crash loses only the queue, which the next start recovers: it rebuilds the cache from
+  the store and relists, emitting what the store lacks.
 - SidecarSets are optional: on a cluster without the Kruise SidecarSet CRD their list answers 404. The
   watcher then logs ``resource_not_served``, reports the kind as not served (``rollbook_kind_served`` 0,
   ``/readyz`` details) and tries again every minute, without holding back readiness or the other kinds.
@@ -29,7 +33,7 @@ from typing import Any
 
 import aiohttp
 import structlog
-from kubernetes_asyncio import client, watch
+from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from services.infra import kube
@@ -40,6 +44,7 @@ from services.infra.runtime import ServiceRuntime, configure_logging, run_until_
 from services.infra.settings import Settings
 from services.infra.store import EventStore
 from services.model.events import Envelope, ObjectObserved, ObservationRejected
+from services.model.shadow import shadowed
 from services.model.sidecarset_streams import (
     SIDECARSET_GROUP,
     SIDECARSET_KIND,
@@ -55,8 +60,9 @@ from services.model.streams import (
     observed_stream,
     rollout_id,
 )
-from services.watcher.objects import comparable, observation, within_ceiling
+from services.watcher.objects import comparable, latest_per_object, observation, within_ceiling
 from services.watcher.sidecarsets import SidecarSetRoutes
+from services.watcher.watch_stream import watch_events
 
 log = structlog.get_logger("watcher")
 
@@ -138,13 +144,16 @@ class Watcher:
             )
 
         self.kinds = [
-            KindWatch(WORKLOAD_KIND, _raw(list_clonesets)),
-            KindWatch("Pod", _raw(core.list_pod_for_all_namespaces)),
-            KindWatch("PersistentVolumeClaim", _raw(core.list_persistent_volume_claim_for_all_namespaces)),
-            KindWatch(SIDECARSET_KIND, _raw(list_sidecarsets), optional=True),
+            KindWatch(WORKLOAD_KIND, list_clonesets),
+            KindWatch("Pod", core.list_pod_for_all_namespaces),
+            KindWatch("PersistentVolumeClaim", core.list_persistent_volume_claim_for_all_namespaces),
+            KindWatch(SIDECARSET_KIND, list_sidecarsets, optional=True),
         ]
         self.not_served_retry_seconds = NOT_SERVED_RETRY_SECONDS
         self.known: dict[str, Known] = {}  # uid -> last emitted state
+        # Observed streams of CloneSets labelled rollbook.io/manage=shadow: their shadow trail compares
+        # every observed state, so each is stored (no superseded observation is dropped).
+        self.shadowed_streams: set[str] = set()
         # SidecarSets and the pods they injected into -> SidecarSet//<name>/observed (watcher/sidecarsets.py)
         self.sidecarsets = SidecarSetRoutes()
         self._emit_lock = asyncio.Lock()
@@ -170,6 +179,7 @@ class Watcher:
                 if is_sidecarset_stream(stored.envelope.stream):
                     self.sidecarsets.rebuild(stored.envelope)
                     continue
+                self._track_shadowed(payload.kind, payload.object, stored.envelope.stream, payload.change)
                 if payload.change == "DELETED":
                     self.known.pop(payload.uid, None)
                     continue
@@ -186,13 +196,32 @@ class Watcher:
     def _observation(
         self, kind: str, obj: dict[str, Any], change: str, workload: tuple[str, str]
     ) -> Envelope:
+        stream = observed_stream(*workload)
+        self._track_shadowed(kind, obj, stream, change)
         return observation(
-            kind,
-            obj,
-            change,
-            stream=observed_stream(*workload),
-            correlation_id=correlation_of(kind, obj, workload),
+            kind, obj, change, stream=stream, correlation_id=correlation_of(kind, obj, workload)
         )
+
+    def _track_shadowed(self, kind: str, obj: dict[str, Any], stream: str, change: str) -> None:
+        if kind != WORKLOAD_KIND:
+            return
+        if change != "DELETED" and shadowed(obj, shadow_all=False):
+            self.shadowed_streams.add(stream)
+        else:
+            self.shadowed_streams.discard(stream)
+
+    def _recorded(self, stream: str, batch: list[Envelope]) -> list[Envelope]:
+        """What of one stream's batch is stored: all of it for a shadowed CloneSet (shadow mode, or the
+        label), else without the observations a later one of the same object supersedes."""
+        if self.settings.shadow or stream in self.shadowed_streams:
+            return batch
+        kept = latest_per_object(batch)
+        if len(kept) < len(batch):
+            kept_ids = {event.event_id for event in kept}
+            for event in batch:
+                if event.event_id not in kept_ids and isinstance(event.payload, ObjectObserved):
+                    OBSERVATIONS.labels(event.payload.kind, "superseded").inc()
+        return kept
 
     def _diff(self, kind: str, obj: dict[str, Any], change: str) -> Envelope | None:
         """The observation to emit for one watch/list item, or None when nothing really changed."""
@@ -241,21 +270,29 @@ class Watcher:
 
     async def _append(self, events: list[Envelope]) -> None:
         by_stream: dict[str, list[Envelope]] = {}
-        for observed in events:
-            event = within_ceiling(observed, self.settings.max_event_bytes)
-            if event is not observed:
-                rejected: ObservationRejected = event.payload  # type: ignore[assignment]
-                OBSERVATIONS.labels(rejected.kind, "rejected").inc()
-                log.error(
-                    "observation_rejected",
-                    stream=event.stream,
-                    kind=rejected.kind,
-                    name=rejected.name,
-                    size_bytes=rejected.size_bytes,
-                    limit_bytes=rejected.limit_bytes,
-                )
+        for event in events:
             by_stream.setdefault(event.stream, []).append(event)
-        await asyncio.gather(*(self._append_stream(stream, batch) for stream, batch in by_stream.items()))
+        await asyncio.gather(
+            *(
+                self._append_stream(stream, [self._within_ceiling(e) for e in self._recorded(stream, batch)])
+                for stream, batch in by_stream.items()
+            )
+        )
+
+    def _within_ceiling(self, observed: Envelope) -> Envelope:
+        event = within_ceiling(observed, self.settings.max_event_bytes)
+        if event is not observed:
+            rejected: ObservationRejected = event.payload  # type: ignore[assignment]
+            OBSERVATIONS.labels(rejected.kind, "rejected").inc()
+            log.error(
+                "observation_rejected",
+                stream=event.stream,
+                kind=rejected.kind,
+                name=rejected.name,
+                size_bytes=rejected.size_bytes,
+                limit_bytes=rejected.limit_bytes,
+            )
+        return event
 
     async def _append_stream(self, stream: str, batch: list[Envelope]) -> None:
         # Retried here until the store takes it: a Postgres restart is waited out, never skipped.
@@ -317,18 +354,17 @@ class Watcher:
             try:
                 if kind_watch.resource_version is None:
                     kind_watch.resource_version = await self.relist(kind_watch)
-                stream = watch.Watch()
+                events = watch_events(
+                    kind_watch.list_func,
+                    resource_version=kind_watch.resource_version,
+                    timeout_seconds=WATCH_TIMEOUT_SECONDS,
+                )
                 try:
-                    async for item in stream.stream(
-                        kind_watch.list_func,
-                        resource_version=kind_watch.resource_version,
-                        timeout_seconds=WATCH_TIMEOUT_SECONDS,
-                        allow_watch_bookmarks=True,
-                    ):
-                        await self._on_watch_event(kind_watch, item)
+                    async for change, obj in events:
+                        await self._on_watch_event(kind_watch, change, obj)
                         backoff = 0.2
                 finally:
-                    await stream.close()
+                    await events.aclose()
                 WATCH_RESTARTS.labels(kind_watch.kind, "timeout").inc()
             except ApiException as error:
                 if error.status == 404 and kind_watch.optional:
@@ -365,31 +401,19 @@ class Watcher:
         """Kinds the API server does not serve (reported in /readyz details)."""
         return [k.kind for k in self.kinds if k.served is False]
 
-    async def _on_watch_event(self, kind_watch: KindWatch, item: dict[str, Any]) -> None:
-        change = item.get("type")
-        obj = item.get("raw_object") or {}
+    async def _on_watch_event(self, kind_watch: KindWatch, change: str, obj: dict[str, Any]) -> None:
+        """One watch event (``watch_stream.watch_events``): ADDED, MODIFIED, DELETED or BOOKMARK."""
         version = (obj.get("metadata") or {}).get("resourceVersion")
         if change in ("ADDED", "MODIFIED", "DELETED"):
             obj.setdefault("kind", kind_watch.kind)
             async with self._emit_lock:
-                event = self._diff(kind_watch.kind, obj, str(change))
+                event = self._diff(kind_watch.kind, obj, change)
                 events = [event] if event is not None else []
-                events.extend(self.sidecarsets.diff(kind_watch.kind, obj, str(change)))
+                events.extend(self.sidecarsets.diff(kind_watch.kind, obj, change))
                 if events:
                     await self._emit(events)
         if version:
             kind_watch.resource_version = str(version)
-
-
-def _raw(func: ListFunc) -> ListFunc:
-    """Wrap a list call so kubernetes-asyncio's Watch yields plain dicts (its docstring names the return
-    type Watch deserializes into; "object" means as-is), saving the model round trip."""
-
-    def call(**kwargs: Any) -> Awaitable[Any]:
-        return func(**kwargs)
-
-    call.__doc__ = ":rtype: object"
-    return call
 
 
 async def _sleep_backoff(backoff: float) -> float:

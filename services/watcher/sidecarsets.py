@@ -103,6 +103,8 @@ class SidecarSetRoutes:
             del self.known[uid]
             return [self._event(kind, obj, "DELETED", s) for s in sorted(known.streams)]
         streams = streams_of(kind, obj)
+        if not streams and known is None:
+            return []  # most pods: no SidecarSet injected into them
         old = known.streams if known else frozenset()
         events = [self._event(kind, obj, "DELETED", s) for s in sorted(old - streams)]
         view = comparable(obj)

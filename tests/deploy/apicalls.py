@@ -112,8 +112,10 @@ def _api_calls(entry: str) -> tuple[Call, ...]:
     calls: list[Call] = []
     for module, tree in closure(entry).items():
         parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+        # kubernetes-asyncio's Watch, or the watcher's own watch stream (services/watcher/watch_stream.py)
         watches = any(
-            isinstance(node, ast.Attribute) and node.attr == "Watch" and _name(node.value) == "watch"
+            (isinstance(node, ast.Attribute) and node.attr == "Watch" and _name(node.value) == "watch")
+            or (isinstance(node, ast.Name) and node.id == "watch_events")
             for node in ast.walk(tree)
         )
         for node in ast.walk(tree):

@@ -1,0 +1,166 @@
+"""What the watcher stores of a burst of watch events, through its own code (diff, queue, appender) into
+the store: a MODIFIED that a later watch event of the same object in the same append supersedes is not
+stored, so a kubelet's burst of status changes of one pod is one observation, its last state; the
+planner's fold of what was stored is the fold of every watch event. A CloneSet rollbook only shadows
+keeps every observation (its shadow trail compares each observed state)."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import msgspec
+import pytest
+from kubernetes_asyncio import client
+
+from services.infra.settings import Settings
+from services.infra.store import EventStore
+from services.model.events import Envelope, ObjectObserved
+from services.model.management import MANAGE_LABEL, SHADOW
+from services.model.streams import ACTION_ID_ANNOTATION, observed_stream
+from services.planner.workload_state import WorkloadState
+from services.watcher.objects import observation
+from services.watcher.service import KindWatch, Watcher
+
+NS = "default"
+
+
+def cloneset(name: str, version: int, **labels: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "apps.kruise.io/v1alpha1",
+        "kind": "CloneSet",
+        "metadata": {
+            "name": name,
+            "namespace": NS,
+            "uid": f"uid-{name}",
+            "resourceVersion": str(version),
+            "labels": labels,
+        },
+        "spec": {"replicas": 2},
+    }
+
+
+def pod(owner: str, name: str, version: int, *, ready: str, action: str, restarts: int = 0) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": NS,
+            "uid": f"uid-{owner}-{name}",
+            "resourceVersion": str(version),
+            "annotations": {ACTION_ID_ANNOTATION: action},
+            "ownerReferences": [
+                {
+                    "apiVersion": "apps.kruise.io/v1alpha1",
+                    "kind": "CloneSet",
+                    "name": owner,
+                    "controller": True,
+                }
+            ],
+        },
+        "spec": {"containers": [{"name": "main", "image": "nginx:2"}]},
+        "status": {
+            "conditions": [{"type": "Ready", "status": ready}],
+            "containerStatuses": [{"name": "main", "ready": ready == "True", "restartCount": restarts}],
+        },
+    }
+
+
+def rollout_burst(owner: str) -> list[tuple[str, dict[str, Any]]]:
+    """Pod a's kubelet restarting it after an in-place update (four states in quick succession) while
+    pod b is marked not ready once: what one append cycle of a rollout receives."""
+    return [
+        ("MODIFIED", pod(owner, "a", 11, ready="False", action="update-a")),
+        ("MODIFIED", pod(owner, "b", 12, ready="False", action="mark-b")),
+        ("MODIFIED", pod(owner, "a", 13, ready="False", action="update-a", restarts=1)),
+        ("MODIFIED", pod(owner, "a", 14, ready="True", action="update-a", restarts=1)),
+    ]
+
+
+@pytest.fixture
+async def watcher(event_store: EventStore) -> AsyncIterator[Watcher]:
+    api = client.ApiClient()  # never called: the watch events are fed in
+    watched = Watcher(Settings(), event_store, api)
+    appender = asyncio.create_task(watched.append_queued())
+    try:
+        yield watched
+    finally:
+        appender.cancel()
+        await asyncio.gather(appender, return_exceptions=True)
+        await api.close()
+
+
+def kind_watch(watcher: Watcher, kind: str) -> KindWatch:
+    return next(k for k in watcher.kinds if k.kind == kind)
+
+
+async def feed(watcher: Watcher, kind: str, events: list[tuple[str, dict[str, Any]]]) -> None:
+    """Watch events arriving while the appender is busy: queued, then stored in one append cycle."""
+    for change, obj in events:
+        await watcher._on_watch_event(kind_watch(watcher, kind), change, obj)
+    await watcher._idle.wait()
+
+
+async def stored_pods(store: EventStore, owner: str) -> list[tuple[str, str]]:
+    stored = await store.read_stream(observed_stream(NS, owner))
+    return [
+        (e.envelope.payload.name, e.envelope.payload.resource_version)
+        for e in stored
+        if isinstance(e.envelope.payload, ObjectObserved) and e.envelope.payload.kind == "Pod"
+    ]
+
+
+def fold(events: list[Envelope], owner: str) -> WorkloadState:
+    """The planner's fold of one observed stream, its events numbered in order."""
+    state = WorkloadState(NS, owner)
+    for version, envelope in enumerate(events, start=1):
+        state.fold(msgspec.structs.replace(envelope, stream_version=version))
+    return state
+
+
+async def test_a_pods_burst_in_one_append_is_stored_as_its_last_state(
+    watcher: Watcher, event_store: EventStore
+) -> None:
+    owner = f"web-{uuid.uuid4().hex[:8]}"
+    await feed(watcher, "CloneSet", [("ADDED", cloneset(owner, 10))])
+    burst = rollout_burst(owner)
+    await feed(watcher, "Pod", [("ADDED", pod(owner, "a", 1, ready="True", action="mark-a"))])
+    await feed(watcher, "Pod", burst)
+
+    assert await stored_pods(event_store, owner) == [("a", "1"), ("b", "12"), ("a", "14")]
+
+    # The planner folds what was stored to the state it folds from every watch event.
+    stored = [e.envelope for e in await event_store.read_stream(observed_stream(NS, owner))]
+    every = stored[:2] + [
+        observation("Pod", obj, change, stream=observed_stream(NS, owner), correlation_id=None)
+        for change, obj in burst
+    ]
+    from_stored, from_every = fold(stored, owner), fold(every, owner)
+    assert from_stored.pods == from_every.pods
+    assert from_stored.cloneset == from_every.cloneset
+    assert from_stored.seen_action_ids == from_every.seen_action_ids
+
+
+async def test_a_shadowed_clonesets_stream_keeps_every_observation(
+    watcher: Watcher, event_store: EventStore
+) -> None:
+    owner = f"web-{uuid.uuid4().hex[:8]}"
+    await feed(watcher, "CloneSet", [("ADDED", cloneset(owner, 10, **{MANAGE_LABEL: SHADOW}))])
+    await feed(watcher, "Pod", rollout_burst(owner))
+
+    assert await stored_pods(event_store, owner) == [("a", "11"), ("b", "12"), ("a", "13"), ("a", "14")]
+
+    # Once the label is gone rollbook drives it: superseded observations are dropped again.
+    await feed(watcher, "CloneSet", [("MODIFIED", cloneset(owner, 20))])
+    await feed(
+        watcher,
+        "Pod",
+        [
+            ("MODIFIED", pod(owner, "a", 21, ready="False", action="mark-a2")),
+            ("MODIFIED", pod(owner, "a", 22, ready="False", action="update-a2")),
+        ],
+    )
+    assert (await stored_pods(event_store, owner))[4:] == [("a", "22")]
