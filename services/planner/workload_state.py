@@ -265,15 +265,23 @@ class WorkloadState:
         planner waits for them, at most EXPECTATION_TIMEOUT past the deletion time (a pod stuck on a
         finalizer must not wedge the workload)."""
         leaving: dict[str, datetime] = {}
+        if self.now is None or not self.pvcs:
+            return leaving
+        # Every round with nothing pending asks, so the usual answer (no pod terminating) costs one pass
+        # over the pods, no sort and no index of the claims.
+        deleting = []
+        for name, pod in self.pods.items():
+            deleted_at = _parse_time((pod.get("metadata") or {}).get("deletionTimestamp"))
+            if deleted_at is not None and self.now - deleted_at < EXPECTATION_TIMEOUT:
+                deleting.append((name, pod, deleted_at))
+        if not deleting:
+            return leaving
         claims_by_id: dict[str, list[dict[str, Any]]] = {}
         for pvc in self.pvcs.values():
             labels = (pvc.get("metadata") or {}).get("labels") or {}
             claims_by_id.setdefault(str(labels.get(INSTANCE_ID_LABEL, "")), []).append(pvc)
-        for name, pod in sorted(self.pods.items()):
+        for name, pod, deleted_at in sorted(deleting, key=lambda item: item[0]):
             metadata = pod.get("metadata") or {}
-            deleted_at = _parse_time(metadata.get("deletionTimestamp"))
-            if deleted_at is None or self.now is None or self.now - deleted_at >= EXPECTATION_TIMEOUT:
-                continue
             claims = claims_by_id.get(str((metadata.get("labels") or {}).get(INSTANCE_ID_LABEL, "")), [])
             if claims and all(not (c.get("metadata") or {}).get("deletionTimestamp") for c in claims):
                 leaving[name] = deleted_at
