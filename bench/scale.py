@@ -46,6 +46,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -415,6 +416,119 @@ def peak_rss_mib(pid: int) -> float:
     return float("nan")
 
 
+# --- where the time goes: Postgres sessions and the hops of an action ----------------------------------
+
+
+class PostgresActivity:
+    """Samples pg_stat_activity of the run's database every ``interval`` seconds during a phase: how many of
+    its sessions were running a statement, waiting (on what) or idle, on average. Sessions active on a
+    lock or an LWLock mean Postgres is where rounds wait; sessions mostly idle while rounds are slow mean
+    the wait is in the clients (their pools, their event loops, a CPU)."""
+
+    SQL = """
+        SELECT state, coalesce(wait_event_type || ':' || wait_event, 'running') AS wait, count(*)
+        FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()
+        GROUP BY 1, 2
+    """
+
+    def __init__(self, database_url: str, interval: float = 0.5) -> None:
+        self.database_url = database_url
+        self.interval = interval
+        self.samples = 0
+        self.counts: dict[tuple[str, str], int] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> PostgresActivity:
+        self._task = asyncio.create_task(self._run())
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._task is not None
+        self._task.cancel()
+        await asyncio.gather(self._task, return_exceptions=True)
+
+    async def _run(self) -> None:
+        connection = await asyncpg.connect(asyncpg_url(self.database_url))
+        try:
+            while True:
+                for state, wait, count in await connection.fetch(self.SQL):
+                    key = (state or "?", wait)
+                    self.counts[key] = self.counts.get(key, 0) + count
+                self.samples += 1
+                await asyncio.sleep(self.interval)
+        finally:
+            await connection.close()
+
+    def summary(self) -> str:
+        if not self.samples:
+            return "no samples"
+        ranked = sorted(self.counts.items(), key=lambda item: -item[1])
+        parts = [f"{state} {wait} {count / self.samples:.1f}" for (state, wait), count in ranked[:6]]
+        return f"Postgres sessions on average ({self.samples} samples): " + ", ".join(parts)
+
+
+# The hops of each pod action requested during a phase, from the events' recorded_at: planner request ->
+# an executor takes it (relay, bus, executor queue) -> its outcome (the executor's API calls) -> the
+# watcher's first observation carrying its action id -> the next round of its workload after both the
+# outcome and the observation are stored (relay, planner wake-up, catch-up, decide, append).
+HOPS_SQL = """
+WITH requested AS (
+    SELECT payload->>'action_id' AS id, stream, recorded_at AS at
+    FROM events WHERE type = 'PodActionRequested' AND recorded_at BETWEEN $1 AND $2
+), took AS (
+    SELECT payload->>'action_id' AS id, min(recorded_at) AS at FROM events
+    WHERE type = 'PodActionStarted' GROUP BY 1
+), outcome AS (
+    SELECT payload->>'action_id' AS id, min(recorded_at) AS at, min(global_position) AS pos FROM events
+    WHERE type IN ('PodActionSucceeded', 'PodActionFailed') GROUP BY 1
+), seen AS (
+    SELECT payload->'object'->'metadata'->'annotations'->>'rollbook.io/action-id' AS id,
+           min(recorded_at) AS at, min(global_position) AS pos
+    FROM events WHERE type = 'ObjectObserved' AND recorded_at >= $1 GROUP BY 1
+), hops AS (
+    SELECT extract(epoch FROM took.at - r.at) AS queued,
+           extract(epoch FROM outcome.at - took.at) AS applied,
+           extract(epoch FROM seen.at - outcome.at) AS observed,
+           extract(epoch FROM (
+               SELECT min(n.recorded_at) FROM events n
+               WHERE n.stream = r.stream AND n.type = 'RoundPlanned'
+                 AND n.global_position > greatest(outcome.pos, seen.pos)
+           ) - greatest(outcome.at, seen.at)) AS replanned
+    FROM requested r JOIN took USING (id) JOIN outcome USING (id) JOIN seen USING (id)
+)
+SELECT count(*),
+       percentile_cont(0.5) WITHIN GROUP (ORDER BY queued),
+       percentile_cont(0.9) WITHIN GROUP (ORDER BY queued),
+       percentile_cont(0.5) WITHIN GROUP (ORDER BY applied),
+       percentile_cont(0.9) WITHIN GROUP (ORDER BY applied),
+       percentile_cont(0.5) WITHIN GROUP (ORDER BY observed),
+       percentile_cont(0.9) WITHIN GROUP (ORDER BY observed),
+       percentile_cont(0.5) WITHIN GROUP (ORDER BY replanned),
+       percentile_cont(0.9) WITHIN GROUP (ORDER BY replanned)
+FROM hops
+"""
+
+
+async def action_hops(database_url: str, since: float, until: float) -> str:
+    """Median / 90th percentile seconds of each hop of the pod actions requested between two wall-clock
+    times (time.time())."""
+    connection = await asyncpg.connect(asyncpg_url(database_url))
+    try:
+        row = await connection.fetchrow(
+            HOPS_SQL,
+            datetime.fromtimestamp(since, UTC),
+            datetime.fromtimestamp(until, UTC),
+        )
+    finally:
+        await connection.close()
+    if not row or not row[0]:
+        return "no pod action with all its hops recorded"
+    figures = [f"{v:.2f}" if v is not None else "-" for v in row[1:]]
+    names = ("request->taken", "taken->outcome", "outcome->seen", "effect->next round")
+    hops = ", ".join(f"{n} {figures[2 * i]}/{figures[2 * i + 1]}" for i, n in enumerate(names))
+    return f"hops of {row[0]} pod actions, median/p90 s: {hops}"
+
+
 # --- the run --------------------------------------------------------------------------------------------
 
 
@@ -436,19 +550,24 @@ class Bench:
     async def phase(self, what: str, names: list[str], replicas: int, start: Callable[[], Any]) -> float:
         before = await self.figures()
         started = time.perf_counter()
-        await start()
-        restarts = len(self.stack.exited)
-        await self.clonesets.until(
-            lambda objs: all(settled(objs.get(n), replicas, self.generations.get(n, 0)) for n in names),
-            self.args.timeout,
-            what,
-        )
+        wall_started = time.time()
+        async with PostgresActivity(self.stack.settings.database_url) as activity:
+            await start()
+            restarts = len(self.stack.exited)
+            await self.clonesets.until(
+                lambda objs: all(settled(objs.get(n), replicas, self.generations.get(n, 0)) for n in names),
+                self.args.timeout,
+                what,
+            )
         seconds = time.perf_counter() - started
         if len(self.stack.exited) > restarts:
             what += " (a service restarted meanwhile: its counters started over)"
         after = await self.figures()
         print(f"  {what}: {seconds:.2f} s; {after.since(before)}; {load()}", flush=True)
         print(f"    {after.cpu_since(before)}", flush=True)
+        print(f"    {activity.summary()}", flush=True)
+        hops = await action_hops(self.stack.settings.database_url, wall_started, time.time())
+        print(f"    {hops}", flush=True)
         return seconds
 
     async def patch_all(self, names: list[str], patch: dict[str, Any]) -> None:
