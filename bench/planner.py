@@ -203,7 +203,8 @@ def round_figures(size: int, repeat: int) -> dict[str, float]:
     events, the expectations check (``blocked_until``) with nothing pending, the round itself (``next_step``:
     decision input, its hash, decide, decisions, envelopes) and each of its parts; then, with the round's
     actions requested and not yet in effect, the expectations check a wake-up runs while it waits; and a
-    round that decides nothing (the rollout done)."""
+    round that decides nothing (the rollout done); and the expectations check of a wake-up during a scale-out
+    from 0, every pod's create requested and not seen yet."""
     recorder, pods = rollout_state(size)
     state = recorder.state
     bursts = []
@@ -244,6 +245,21 @@ def round_figures(size: int, repeat: int) -> dict[str, float]:
     recorder.record(step.envelopes)
     assert not isinstance(next_step(CLONESET, state), Round)
     figures["next_step, idle"] = best(lambda: next_step(CLONESET, state), repeat, time.process_time)
+    # A scale-out from 0: one round requests every pod, and each wake-up until they are all seen walks the
+    # creates not seen yet.
+    recorder = Recorder()
+    recorder.observe("CloneSet", cloneset(replicas=size))
+    for i in range(size):
+        action_id = str(uuid.uuid5(uuid.NAMESPACE_URL, f"create-{i}"))
+        request = PodActionRequested(
+            action_id=action_id, action="createPod", namespace=NAMESPACE, pod=f"p{i}"
+        )
+        recorder.emit(request, recorder.decisions, causation_id=uuid.uuid5(uuid.NAMESPACE_URL, "round"))
+    state = recorder.state
+    assert len(state.pending()) == size
+    figures["blocked_until, scale-out"] = best(
+        lambda: CLONESET.blocked_until(state), repeat, time.process_time
+    )
     return figures
 
 
@@ -285,6 +301,7 @@ ROUND_PARTS = (
     "decisions_for",
     "blocked_until, waiting",
     "next_step, idle",
+    "blocked_until, scale-out",
 )
 
 
