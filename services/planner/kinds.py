@@ -185,9 +185,9 @@ class CloneSetPlanner:
         return self.workload_object(state) is not None and state.now is not None
 
     def blocked_until(self, state: WorkloadState) -> datetime | None:
-        pending = state.pending()
-        if pending:
-            return min(state.expectation_deadline(p) for p in pending)
+        due = state.pending_deadline()
+        if due is not None:
+            return due
         leaving = state.leaving_with_claims()
         if leaving:
             # Normally the pod's DELETED observation wakes us first; its replacement then reuses its PVCs.
