@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+import msgspec
+
 from services.model.actions import PVC_ACTIONS, ActionKind
 from services.model.events import (
     Envelope,
@@ -149,7 +151,7 @@ class WorkloadState:
                 in_round = self.round_pod_actions.setdefault((round_id, payload.pod), [])
                 in_round.append(action_id)
                 self.recheck.update(in_round)  # an earlier one is in effect once this one is seen
-            self.requested[action_id] = Requested(payload, envelope.occurred_at, round_id)
+            self.requested[action_id] = Requested(_as_expected(payload), envelope.occurred_at, round_id)
             if action_id not in self.settled:
                 self.unsettled[action_id] = self.requested[action_id]
                 self.recheck.add(action_id)
@@ -403,6 +405,21 @@ class WorkloadState:
             revisions=sorted(self.revisions.values(), key=lambda r: (r.get("revision", 0), _name(r))),
             now=self.now,
         )
+
+
+# What the expectations read of a request's details (``in_effect``, ``outcomes_since_last_round``).
+_EXPECTED_DETAILS = frozenset({"uid", "pvcUids", "pvc"})
+
+
+def _as_expected(requested: PodActionRequested) -> PodActionRequested:
+    """The request as the state keeps it: without the rest of its details (a createPod carries the whole
+    pod, an in-place update its patch), which nothing folded reads again; 5,000 creates would otherwise
+    keep 5,000 more copies of the pods for the workload's life."""
+    details = requested.details
+    if details.keys() <= _EXPECTED_DETAILS:
+        return requested
+    kept = {key: value for key, value in details.items() if key in _EXPECTED_DETAILS}
+    return msgspec.structs.replace(requested, details=kept)
 
 
 def _waits_on(requested: PodActionRequested, workload: str) -> list[tuple[str, str]]:
