@@ -59,6 +59,8 @@ INPUT_TYPES = ("ObjectObserved", "PodActionSucceeded", "PodActionFailed", "Reque
 TIMER_SLACK_SECONDS = 0.05
 # A failed round's wake-ups come back after this (the next delivery plans the workload afresh).
 RETRY_DELAY_SECONDS = 1.0
+# Events a catch-up folds before giving the event loop a turn.
+FOLD_SLICE = 500
 
 
 async def catch_up(store: EventStore, state: rounds.FoldedState) -> int:
@@ -71,6 +73,10 @@ async def catch_up(store: EventStore, state: rounds.FoldedState) -> int:
         for stored in batch:
             state.fold(stored.envelope)
             folded += 1
+            if folded % FOLD_SLICE == 0:
+                # A rebuild folds a workload's whole history (tens of thousands of events at 5,000 pods):
+                # let the Lease renewals and the other workloads' rounds run in between.
+                await asyncio.sleep(0)
     return folded
 
 
