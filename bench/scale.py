@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import bisect
 import contextlib
 import copy
 import math
@@ -46,6 +47,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -415,6 +417,130 @@ def peak_rss_mib(pid: int) -> float:
     return float("nan")
 
 
+# --- where the time goes: Postgres sessions and the hops of an action ----------------------------------
+
+
+class PostgresActivity:
+    """Samples pg_stat_activity of the run's database every ``interval`` seconds during a phase: how many of
+    its sessions were running a statement, waiting (on what) or idle, on average. Sessions active on a
+    lock or an LWLock mean Postgres is where rounds wait; sessions mostly idle while rounds are slow mean
+    the wait is in the clients (their pools, their event loops, a CPU)."""
+
+    SQL = """
+        SELECT state, coalesce(wait_event_type || ':' || wait_event, 'running') AS wait, count(*)
+        FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()
+        GROUP BY 1, 2
+    """
+
+    def __init__(self, database_url: str, interval: float = 0.5) -> None:
+        self.database_url = database_url
+        self.interval = interval
+        self.samples = 0
+        self.counts: dict[tuple[str, str], int] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> PostgresActivity:
+        self._task = asyncio.create_task(self._run())
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._task is not None
+        self._task.cancel()
+        await asyncio.gather(self._task, return_exceptions=True)
+
+    async def _run(self) -> None:
+        connection = await asyncpg.connect(asyncpg_url(self.database_url))
+        try:
+            while True:
+                for state, wait, count in await connection.fetch(self.SQL):
+                    key = (state or "?", wait)
+                    self.counts[key] = self.counts.get(key, 0) + count
+                self.samples += 1
+                await asyncio.sleep(self.interval)
+        finally:
+            await connection.close()
+
+    def summary(self) -> str:
+        if not self.samples:
+            return "no samples"
+        ranked = sorted(self.counts.items(), key=lambda item: -item[1])
+        parts = [f"{state} {wait} {count / self.samples:.1f}" for (state, wait), count in ranked[:6]]
+        return f"Postgres sessions on average ({self.samples} samples): " + ", ".join(parts)
+
+
+# The hops of each pod action requested during a phase, from the events' recorded_at: planner request ->
+# an executor takes it (relay, bus, executor queue) -> its outcome (the executor's API calls) -> the
+# watcher's first observation carrying its action id -> the next round of its workload after both the
+# outcome and the observation are stored (relay, planner wake-up, catch-up, decide, append). The next
+# round is found here by bisection, not by a query per action (that is quadratic in a 5,000-pod stream).
+HOPS_SQL = """
+WITH requested AS (
+    SELECT payload->>'action_id' AS id, stream, recorded_at AS at
+    FROM events WHERE type = 'PodActionRequested' AND recorded_at BETWEEN $1 AND $2
+), took AS (
+    SELECT payload->>'action_id' AS id, min(recorded_at) AS at FROM events
+    WHERE type = 'PodActionStarted' AND recorded_at >= $1 GROUP BY 1
+), outcome AS (
+    SELECT payload->>'action_id' AS id, min(recorded_at) AS at, min(global_position) AS pos FROM events
+    WHERE type IN ('PodActionSucceeded', 'PodActionFailed') AND recorded_at >= $1 GROUP BY 1
+), seen AS (
+    SELECT payload->'object'->'metadata'->'annotations'->>'rollbook.io/action-id' AS id,
+           min(recorded_at) AS at, min(global_position) AS pos
+    FROM events WHERE type = 'ObjectObserved' AND recorded_at >= $1 GROUP BY 1
+)
+SELECT extract(epoch FROM took.at - r.at), extract(epoch FROM outcome.at - took.at),
+       extract(epoch FROM seen.at - outcome.at), r.stream, greatest(outcome.pos, seen.pos),
+       extract(epoch FROM greatest(outcome.at, seen.at))
+FROM requested r JOIN took USING (id) JOIN outcome USING (id) JOIN seen USING (id)
+"""
+ROUNDS_SQL = """
+SELECT stream, global_position, extract(epoch FROM recorded_at) FROM events
+WHERE type = 'RoundPlanned' AND recorded_at >= $1 ORDER BY stream, global_position
+"""
+
+
+def _percentiles(values: list[float]) -> str:
+    if not values:
+        return "-/-"
+    ordered = sorted(values)
+
+    def at(q: float) -> float:
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+    return f"{at(0.5):.2f}/{at(0.9):.2f}"
+
+
+async def action_hops(database_url: str, since: float, until: float) -> str:
+    """Median / 90th percentile seconds of each hop of the pod actions requested between two wall-clock
+    times (time.time())."""
+    connection = await asyncpg.connect(asyncpg_url(database_url))
+    try:
+        start, end = datetime.fromtimestamp(since, UTC), datetime.fromtimestamp(until, UTC)
+        rows = await connection.fetch(HOPS_SQL, start, end)
+        round_rows = await connection.fetch(ROUNDS_SQL, start)
+    finally:
+        await connection.close()
+    if not rows:
+        return "no pod action with all its hops recorded"
+    rounds: dict[str, tuple[list[int], list[float]]] = {}
+    for stream, position, at in round_rows:
+        positions, times = rounds.setdefault(stream, ([], []))
+        positions.append(position)
+        times.append(float(at))
+    replanned = []
+    for *_, stream, effect_position, effect_at in rows:
+        positions, times = rounds.get(stream, ([], []))
+        index = bisect.bisect_right(positions, effect_position)
+        if index < len(positions):
+            replanned.append(times[index] - float(effect_at))
+    columns = [[float(row[i]) for row in rows] for i in range(3)]
+    names = ("request->taken", "taken->outcome", "outcome->seen")
+    hops = ", ".join(f"{n} {_percentiles(c)}" for n, c in zip(names, columns, strict=True))
+    return (
+        f"hops of {len(rows)} pod actions, median/p90 s: {hops}, effect->next round {_percentiles(replanned)}"
+    )
+
+
 # --- the run --------------------------------------------------------------------------------------------
 
 
@@ -436,19 +562,24 @@ class Bench:
     async def phase(self, what: str, names: list[str], replicas: int, start: Callable[[], Any]) -> float:
         before = await self.figures()
         started = time.perf_counter()
-        await start()
-        restarts = len(self.stack.exited)
-        await self.clonesets.until(
-            lambda objs: all(settled(objs.get(n), replicas, self.generations.get(n, 0)) for n in names),
-            self.args.timeout,
-            what,
-        )
+        wall_started = time.time()
+        async with PostgresActivity(self.stack.settings.database_url) as activity:
+            await start()
+            restarts = len(self.stack.exited)
+            await self.clonesets.until(
+                lambda objs: all(settled(objs.get(n), replicas, self.generations.get(n, 0)) for n in names),
+                self.args.timeout,
+                what,
+            )
         seconds = time.perf_counter() - started
         if len(self.stack.exited) > restarts:
             what += " (a service restarted meanwhile: its counters started over)"
         after = await self.figures()
         print(f"  {what}: {seconds:.2f} s; {after.since(before)}; {load()}", flush=True)
         print(f"    {after.cpu_since(before)}", flush=True)
+        print(f"    {activity.summary()}", flush=True)
+        hops = await action_hops(self.stack.settings.database_url, wall_started, time.time())
+        print(f"    {hops}", flush=True)
         return seconds
 
     async def patch_all(self, names: list[str], patch: dict[str, Any]) -> None:

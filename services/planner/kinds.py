@@ -111,8 +111,14 @@ def plan_round(kind: KindPlanner[S], state: S) -> Round[S]:
     """The round the kind decides on this state, whether or not it decides anything (verify compares it
     with the record; ``next_step`` drops a round without decisions)."""
     plan_input = kind.plan_input(state)
-    _, digest = rounds.encode_input(plan_input)
     decisions, correlation = kind.decide(state, plan_input)
+    return _round(kind, state, plan_input, decisions, correlation)
+
+
+def _round(
+    kind: KindPlanner[S], state: S, plan_input: Any, decisions: list[Event], correlation: str | None
+) -> Round[S]:
+    _, digest = rounds.encode_input(plan_input)
     envelopes = rounds.round_envelopes(
         state,
         kind.decisions_stream(state),
@@ -133,8 +139,13 @@ def next_step(kind: KindPlanner[S], state: S) -> Step:
     due = kind.blocked_until(state)
     if due is not None:
         return Wait(due, rounds.expectation_timer(state, kind.decisions_stream(state), due))
-    planned = plan_round(kind, state)
-    return planned if planned.decisions else IDLE
+    # Decided first, hashed only if it decides something: the input's canonical JSON (every pod) is a
+    # third of a round's CPU, wasted on a round that records nothing (bench/planner.py, "idle").
+    plan_input = kind.plan_input(state)
+    decisions, correlation = kind.decide(state, plan_input)
+    if not decisions:
+        return IDLE
+    return _round(kind, state, plan_input, decisions, correlation)
 
 
 # --- CloneSet ----------------------------------------------------------------------------------------
@@ -174,9 +185,9 @@ class CloneSetPlanner:
         return self.workload_object(state) is not None and state.now is not None
 
     def blocked_until(self, state: WorkloadState) -> datetime | None:
-        pending = state.pending()
-        if pending:
-            return min(state.expectation_deadline(p) for p in pending)
+        due = state.pending_deadline()
+        if due is not None:
+            return due
         leaving = state.leaving_with_claims()
         if leaving:
             # Normally the pod's DELETED observation wakes us first; its replacement then reuses its PVCs.

@@ -146,6 +146,12 @@ def advance(state: FoldedState, envelope: Envelope, decisions: str) -> bool:
     return True
 
 
+def all_folded(folded: dict[str, int], announced: dict[str, int]) -> bool:
+    """Every event the wake-ups announce (stream -> highest version) is folded already (``folded``: the
+    state's versions): a round for them would read nothing new. False when nothing is announced."""
+    return bool(announced) and all(folded.get(stream, 0) >= v for stream, v in announced.items())
+
+
 StepKey = tuple[str, int, int, int, int, int]
 
 

@@ -59,6 +59,8 @@ INPUT_TYPES = ("ObjectObserved", "PodActionSucceeded", "PodActionFailed", "Reque
 TIMER_SLACK_SECONDS = 0.05
 # A failed round's wake-ups come back after this (the next delivery plans the workload afresh).
 RETRY_DELAY_SECONDS = 1.0
+# Events a catch-up folds before giving the event loop a turn.
+FOLD_SLICE = 500
 
 
 async def catch_up(store: EventStore, state: rounds.FoldedState) -> int:
@@ -71,6 +73,10 @@ async def catch_up(store: EventStore, state: rounds.FoldedState) -> int:
         for stored in batch:
             state.fold(stored.envelope)
             folded += 1
+            if folded % FOLD_SLICE == 0:
+                # A rebuild folds a workload's whole history (tens of thousands of events at 5,000 pods):
+                # let the Lease renewals and the other workloads' rounds run in between.
+                await asyncio.sleep(0)
     return folded
 
 
@@ -98,6 +104,8 @@ class Workload:
     task: asyncio.Task[None] | None = None
     partition: int | None = None  # the bus partition its wake-ups come from
     in_round: list[Msg] = field(default_factory=list)  # the wake-ups the running round answers
+    # stream -> the highest version the waiting wake-ups announce (rounds.all_folded)
+    announced: dict[str, int] = field(default_factory=dict)
 
 
 class Planner:
@@ -154,6 +162,9 @@ class Planner:
                 return None
             workload.timers.append((envelope, payload))
             workload.forced = True
+        else:
+            announced = workload.announced
+            announced[envelope.stream] = max(announced.get(envelope.stream, 0), envelope.stream_version)
         self.wake(workload, msg)
         return DEFERRED
 
@@ -175,6 +186,14 @@ class Planner:
                 workload.in_round = waiting
                 timers, workload.timers = workload.timers, []
                 forced, workload.forced = workload.forced, False
+                announced, workload.announced = workload.announced, {}
+                if not timers and not forced and rounds.all_folded(workload.state.versions, announced):
+                    # A round already read these events (the catch-up reads every stream to its end, so
+                    # often ahead of their wake-ups): reading again would find nothing to plan on, and
+                    # every event newer than what was folded brings a wake-up of its own.
+                    await _settle(waiting, ok=True)
+                    workload.in_round = []
+                    continue
                 try:
                     await self._round_waiting_out_outages(workload, waiting, timers, forced)
                 except Exception as error:

@@ -8,9 +8,12 @@ objects, uids seen gone, terminal outcomes). So the state after a round is a pur
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
+
+import msgspec
 
 from services.model.actions import PVC_ACTIONS, ActionKind
 from services.model.events import (
@@ -88,6 +91,13 @@ class WorkloadState:
     # order: what ``pending`` looks at, so a round does not walk every action of the workload's life.
     unsettled: dict[str, Requested] = field(default_factory=dict, compare=False, repr=False)
     settled: set[str] = field(default_factory=set, compare=False, repr=False)
+    # What ``pending_deadline`` keeps so a wake-up does not re-examine every unsettled action: the ones
+    # something folded since could have settled (their object observed, their round's later action
+    # requested, their failure), the unsettled actions by the objects they wait on, and their deadlines
+    # (a heap; an entry is stale once its action settled or got a later deadline from its outcome).
+    recheck: set[str] = field(default_factory=set, compare=False, repr=False)
+    waiting_on: dict[tuple[str, str], set[str]] = field(default_factory=dict, compare=False, repr=False)
+    deadlines: list[tuple[datetime, str]] = field(default_factory=list, compare=False, repr=False)
     # the planner's own record
     last_status: dict[str, Any] | None = None
     update_revision: str | None = None
@@ -126,19 +136,28 @@ class WorkloadState:
             self.outcome_log.setdefault(
                 payload.action_id, Outcome(envelope.stream_version, envelope.occurred_at, False, "")
             )
+            self._deadline_moved(payload.action_id)
         elif isinstance(payload, PodActionFailed):
             self.outcomes[payload.action_id] = "failed"
             self.outcome_log.setdefault(
                 payload.action_id,
                 Outcome(envelope.stream_version, envelope.occurred_at, True, payload.reason),
             )
+            self.recheck.add(payload.action_id)
         elif isinstance(payload, PodActionRequested):
             round_id = envelope.causation_id
-            if round_id is not None and payload.action_id not in self.requested:
-                self.round_pod_actions.setdefault((round_id, payload.pod), []).append(payload.action_id)
-            self.requested[payload.action_id] = Requested(payload, envelope.occurred_at, round_id)
-            if payload.action_id not in self.settled:
-                self.unsettled[payload.action_id] = self.requested[payload.action_id]
+            action_id = payload.action_id
+            if round_id is not None and action_id not in self.requested:
+                in_round = self.round_pod_actions.setdefault((round_id, payload.pod), [])
+                in_round.append(action_id)
+                self.recheck.update(in_round)  # an earlier one is in effect once this one is seen
+            self.requested[action_id] = Requested(_as_expected(payload), envelope.occurred_at, round_id)
+            if action_id not in self.settled:
+                self.unsettled[action_id] = self.requested[action_id]
+                self.recheck.add(action_id)
+                for target in _waits_on(payload, self.name):
+                    self.waiting_on.setdefault(target, set()).add(action_id)
+                self._deadline_moved(action_id)
         elif isinstance(payload, RevisionCreated):
             self.revisions[payload.name] = payload.object or {
                 "metadata": {"name": payload.name},
@@ -180,6 +199,9 @@ class WorkloadState:
                 self.now = payload.due_at
 
     def _fold_observed(self, observed: ObjectObserved) -> None:
+        waiting = self.waiting_on.get((observed.kind, observed.name))
+        if waiting:
+            self.recheck.update(waiting)
         obj = observed.object
         metadata = obj.get("metadata") or {}
         action_id = (metadata.get("annotations") or {}).get(ACTION_ID_ANNOTATION)
@@ -265,15 +287,23 @@ class WorkloadState:
         planner waits for them, at most EXPECTATION_TIMEOUT past the deletion time (a pod stuck on a
         finalizer must not wedge the workload)."""
         leaving: dict[str, datetime] = {}
+        if self.now is None or not self.pvcs:
+            return leaving
+        # Every round with nothing pending asks, so the usual answer (no pod terminating) costs one pass
+        # over the pods, no sort and no index of the claims.
+        deleting = []
+        for name, pod in self.pods.items():
+            deleted_at = _parse_time((pod.get("metadata") or {}).get("deletionTimestamp"))
+            if deleted_at is not None and self.now - deleted_at < EXPECTATION_TIMEOUT:
+                deleting.append((name, pod, deleted_at))
+        if not deleting:
+            return leaving
         claims_by_id: dict[str, list[dict[str, Any]]] = {}
         for pvc in self.pvcs.values():
             labels = (pvc.get("metadata") or {}).get("labels") or {}
             claims_by_id.setdefault(str(labels.get(INSTANCE_ID_LABEL, "")), []).append(pvc)
-        for name, pod in sorted(self.pods.items()):
+        for name, pod, deleted_at in sorted(deleting, key=lambda item: item[0]):
             metadata = pod.get("metadata") or {}
-            deleted_at = _parse_time(metadata.get("deletionTimestamp"))
-            if deleted_at is None or self.now is None or self.now - deleted_at >= EXPECTATION_TIMEOUT:
-                continue
             claims = claims_by_id.get(str((metadata.get("labels") or {}).get(INSTANCE_ID_LABEL, "")), [])
             if claims and all(not (c.get("metadata") or {}).get("deletionTimestamp") for c in claims):
                 leaving[name] = deleted_at
@@ -284,13 +314,56 @@ class WorkloadState:
         result = []
         for action_id, requested in list(self.unsettled.items()):
             if self.outcomes.get(action_id) == "failed" or self.in_effect(requested.event):
-                del self.unsettled[action_id]  # settled for good: never pending again
-                self.settled.add(action_id)
+                self._settle(action_id)
                 continue
             if self.now is not None and self.now >= self.expectation_deadline(requested):
                 continue
             result.append(requested)
         return result
+
+    def pending_deadline(self) -> datetime | None:
+        """``min(expectation_deadline(p) for p in pending())``, None when nothing is pending, without
+        walking every unsettled action: only those something folded since the last call could have
+        settled are examined again (a scale-out from 0 has every pod's create unsettled, and each wake-up
+        until they are all seen would otherwise walk them all)."""
+        for action_id in self.recheck:
+            requested = self.unsettled.get(action_id)
+            if requested is not None and (
+                self.outcomes.get(action_id) == "failed" or self.in_effect(requested.event)
+            ):
+                self._settle(action_id)
+        self.recheck.clear()
+        deadlines = self.deadlines
+        while deadlines:
+            due, action_id = deadlines[0]
+            requested = self.unsettled.get(action_id)
+            # Stale (settled, or its outcome moved its deadline: a newer entry exists), or timed out for
+            # good (``now`` only moves forward; a later outcome pushes a new entry).
+            if (
+                requested is None
+                or self.expectation_deadline(requested) != due
+                or (self.now is not None and self.now >= due)
+            ):
+                heapq.heappop(deadlines)
+                continue
+            return due
+        return None
+
+    def _settle(self, action_id: str) -> None:
+        """Failed or in effect: settled for good, never pending again."""
+        requested = self.unsettled.pop(action_id)
+        self.settled.add(action_id)
+        for target in _waits_on(requested.event, self.name):
+            waiting = self.waiting_on.get(target)
+            if waiting is not None:
+                waiting.discard(action_id)
+                if not waiting:
+                    del self.waiting_on[target]
+
+    def _deadline_moved(self, action_id: str) -> None:
+        requested = self.unsettled.get(action_id)
+        if requested is not None:
+            heapq.heappush(self.deadlines, (self.expectation_deadline(requested), action_id))
 
     def expectation_deadline(self, requested: Requested) -> datetime:
         """When a requested action not seen in effect stops blocking planning (round time)."""
@@ -332,6 +405,34 @@ class WorkloadState:
             revisions=sorted(self.revisions.values(), key=lambda r: (r.get("revision", 0), _name(r))),
             now=self.now,
         )
+
+
+# What the expectations read of a request's details (``in_effect``, ``outcomes_since_last_round``).
+_EXPECTED_DETAILS = frozenset({"uid", "pvcUids", "pvc"})
+
+
+def _as_expected(requested: PodActionRequested) -> PodActionRequested:
+    """The request as the state keeps it: without the rest of its details (a createPod carries the whole
+    pod, an in-place update its patch), which nothing folded reads again; 5,000 creates would otherwise
+    keep 5,000 more copies of the pods for the workload's life."""
+    details = requested.details
+    if details.keys() <= _EXPECTED_DETAILS:
+        return requested
+    kept = {key: value for key, value in details.items() if key in _EXPECTED_DETAILS}
+    return msgspec.structs.replace(requested, details=kept)
+
+
+def _waits_on(requested: PodActionRequested, workload: str) -> list[tuple[str, str]]:
+    """The objects (kind, name) whose observation can put the action in effect (``in_effect``)."""
+    action = requested.action
+    details = requested.details
+    if action == ActionKind.DELETE_POD:
+        return [("Pod", requested.pod)] + [("PersistentVolumeClaim", n) for n in details.get("pvcUids") or {}]
+    if action in (ActionKind.DELETE_PVC, ActionKind.CREATE_PVC):
+        return [("PersistentVolumeClaim", str(details.get("pvc")))]
+    if action == ActionKind.SET_PODS_TO_DELETE:
+        return [(WORKLOAD_KIND, workload)]
+    return [("Pod", requested.pod)]
 
 
 def _parse_time(value: Any) -> datetime | None:

@@ -124,3 +124,30 @@ async def test_rounds_of_different_workloads_run_concurrently(
     released.set()
     await asyncio.wait_for(slow_wake.acked.wait(), 30)
     assert len(await rounds_of(event_store, slow)) == 1
+
+
+async def test_a_wake_up_for_events_already_folded_reads_nothing(
+    settings: Settings, event_store: EventStore
+) -> None:
+    namespace = f"ahead-{uuid.uuid4().hex[:8]}"
+    counting = CountingStore(event_store)
+    planner = Planner(settings, cast(EventStore, counting))
+    first, second = [await observe(event_store, namespace, replicas, v) for v, replicas in ((1, 1), (2, 2))]
+    # The first wake-up's round reads the stream to its end: the second observation too, before its
+    # wake-up arrives.
+    first_wake = WakeUp()
+    await planner.handle(first, cast(Msg, first_wake))
+    await asyncio.wait_for(first_wake.acked.wait(), 30)
+    [planned] = await rounds_of(event_store, namespace)
+    assert planned.through[observed_stream(namespace, "sample")] == 2
+    second_wake = WakeUp()
+    await planner.handle(second, cast(Msg, second_wake))
+    await asyncio.wait_for(second_wake.acked.wait(), 30)
+    # Settled without another read of the store (and without another round).
+    assert counting.reads[observed_stream(namespace, "sample")] == 1
+    assert len(await rounds_of(event_store, namespace)) == 1
+    # A wake-up for an event not folded yet is still read and planned.
+    third_wake = WakeUp()
+    await planner.handle(await observe(event_store, namespace, 3, 3), cast(Msg, third_wake))
+    await asyncio.wait_for(third_wake.acked.wait(), 30)
+    assert counting.reads[observed_stream(namespace, "sample")] == 2

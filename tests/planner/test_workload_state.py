@@ -278,3 +278,135 @@ def test_a_pod_deleted_by_someone_else_holds_planning_until_gone_while_its_pvcs_
     assert folded(events).leaving_with_claims() == {}
     stuck = events[:2] + [log.observe("CloneSet", NAME, "cs", at=T0 + EXPECTATION_TIMEOUT)]
     assert folded(stuck).leaving_with_claims() == {}  # a pod stuck terminating does not wedge the workload
+
+
+# --- pending_deadline: the wake-up's expectations check, kept up to date as events fold ----------------
+
+PODS = ("web-a", "web-b", "web-c")
+PVCS = ("data-web-a", "data-web-b")
+
+
+def _operations() -> Any:
+    from hypothesis import strategies as st
+
+    action = st.sampled_from(
+        [
+            "createPod",
+            "markNotReady",
+            "updateInPlace",
+            "deletePod",
+            "createPVC",
+            "deletePVC",
+            "setPodsToDelete",
+        ]
+    )
+    request = st.tuples(st.just("request"), action, st.sampled_from(PODS), st.integers(0, 2))
+    outcome = st.tuples(st.just("outcome"), st.booleans(), st.integers(0, 8), st.integers(0, 3))
+    observe = st.tuples(
+        st.just("observe"),
+        st.sampled_from(["Pod", "PersistentVolumeClaim", "CloneSet"]),
+        st.integers(0, 2),  # which object of that kind
+        st.sampled_from(["ADDED", "MODIFIED", "DELETED"]),
+        st.integers(-1, 8),  # which action id it carries (-1: none)
+    )
+    tick = st.tuples(st.just("tick"), st.sampled_from([1, 30, 61, 200, 700]))
+    return st.lists(st.one_of(request, outcome, observe, tick), max_size=40)
+
+
+def _events(operations: list[tuple[Any, ...]]) -> list[Envelope]:
+    log, events, ids = Log(), [], []
+    rounds = [uuid.UUID(int=r + 1) for r in range(3)]
+    now = T0
+    for operation in operations:
+        if operation[0] == "request":
+            _, action, pod, round_index = operation
+            action_id = f"a{len(ids)}"
+            ids.append(action_id)
+            details: dict[str, Any] = {"uid": f"uid-{pod}", "pvc": PVCS[len(ids) % 2]}
+            if action == "deletePod":
+                details["pvcUids"] = {PVCS[0]: f"uid-{PVCS[0]}"}
+            events.append(
+                log.request(action_id, action, pod, at=now, round_id=rounds[round_index], **details)
+            )
+        elif operation[0] == "outcome" and ids:
+            _, failed, which, _ = operation
+            action_id = ids[which % len(ids)]
+            payload: Event = (
+                PodActionFailed(action_id=action_id, reason="no")
+                if failed
+                else PodActionSucceeded(action_id=action_id)
+            )
+            events.append(log.outcome(payload, at=now))
+        elif operation[0] == "observe":
+            _, kind, which, change, carried = operation
+            name = {"Pod": PODS, "PersistentVolumeClaim": PVCS, "CloneSet": (NAME,)}[kind]
+            name_of = name[which % len(name)]
+            action = ids[carried % len(ids)] if ids and carried >= 0 else None
+            events.append(log.observe(kind, name_of, f"uid-{name_of}", change=change, action=action, at=now))
+        elif operation[0] == "tick":
+            now += timedelta(seconds=operation[1])
+            events.append(log.observe("CloneSet", NAME, f"uid-{NAME}", change="MODIFIED", at=now))
+    return events
+
+
+def test_pending_deadline_is_the_earliest_deadline_of_the_pending_actions() -> None:
+    """The wake-up's check keeps only what could have changed since its last call; after every event, in
+    any interleaving of the streams, it says what a walk over every unsettled action says."""
+    import random
+
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    @settings(max_examples=200, deadline=None)
+    @given(_operations(), st.integers(0, 2**32))
+    def check(operations: list[tuple[Any, ...]], seed: int) -> None:
+        events = _events(operations)
+        # Streams keep their order; the interleaving across streams is random (the fold allows it).
+        by_stream: dict[str, list[Envelope]] = {}
+        for event in events:
+            by_stream.setdefault(event.stream, []).append(event)
+        shuffled, chooser = [], random.Random(seed)
+        while any(by_stream.values()):
+            stream = chooser.choice([s for s, left in by_stream.items() if left])
+            shuffled.append(by_stream[stream].pop(0))
+        incremental, walked = WorkloadState(NS, NAME), WorkloadState(NS, NAME)
+        for event in shuffled:
+            incremental.fold(event)
+            walked.fold(event)
+            pending = walked.pending()
+            expected = min((walked.expectation_deadline(p) for p in pending), default=None)
+            assert incremental.pending_deadline() == expected
+
+    check()
+
+
+def test_pending_deadline_in_a_scale_out() -> None:
+    # Every create pending until its pod is seen with its id; the deadline is the earliest unreported one.
+    log = Log()
+    events = [log.observe("CloneSet", NAME, "cs")]
+    events += [log.request(f"c{i}", "createPod", f"web-{i}", at=T0 + timedelta(seconds=i)) for i in range(3)]
+    state = folded(events)
+    assert state.pending_deadline() == T0 + UNREPORTED_TIMEOUT
+    state.fold(log.observe("Pod", "web-0", "u0", action="c0"))
+    assert state.pending_deadline() == T0 + timedelta(seconds=1) + UNREPORTED_TIMEOUT
+    # c2 reported done at T0 + 5 s: 60 s from its outcome, earlier than c1's 600 s from its request.
+    state.fold(log.outcome(PodActionSucceeded(action_id="c2"), at=T0 + timedelta(seconds=5)))
+    assert state.pending_deadline() == T0 + timedelta(seconds=5) + EXPECTATION_TIMEOUT
+    state.fold(log.observe("Pod", "web-1", "u1", action="c1"))
+    assert state.pending_deadline() == T0 + timedelta(seconds=5) + EXPECTATION_TIMEOUT
+    state.fold(log.observe("Pod", "web-2", "u2", action="c2"))
+    assert state.pending_deadline() is None
+
+
+def test_pending_deadline_sees_an_earlier_action_settled_by_a_later_request_of_its_round() -> None:
+    # The pod was observed with the round's later action (updateInPlace) before that request was folded
+    # (streams fold in any interleaving): once it is, the earlier markNotReady is in effect too.
+    log, round_id = Log(), uuid.uuid4()
+    mark = log.request("m1", "markNotReady", "web-x", round_id=round_id)
+    update = log.request("u1", "updateInPlace", "web-x", round_id=round_id)
+    state = folded([log.observe("CloneSet", NAME, "cs"), mark])
+    assert state.pending_deadline() == T0 + UNREPORTED_TIMEOUT
+    state.fold(log.observe("Pod", "web-x", "ux", action="u1"))
+    assert state.pending_deadline() == T0 + UNREPORTED_TIMEOUT  # u1 is not known yet
+    state.fold(update)
+    assert state.pending_deadline() is None
