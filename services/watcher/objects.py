@@ -8,8 +8,10 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from services.model.availability import pod_available
 from services.model.events import Envelope, ObjectObserved, ObservationRejected, encode, new_event
-from services.model.streams import derived_id
+from services.model.sidecarset_streams import SIDECARSET_ACTION_ANNOTATION
+from services.model.streams import ACTION_ID_ANNOTATION, derived_id
 
 # Metadata whose change alone is not a real change: the version itself, and the bulky bookkeeping of
 # which manager owns which field.
@@ -101,23 +103,49 @@ def within_ceiling(event: Envelope, limit_bytes: int) -> Envelope:
 
 def latest_per_object(events: Sequence[Envelope]) -> list[Envelope]:
     """One stream's observations of one append without those a later one of the same object (same uid)
-    supersedes: a ``MODIFIED`` followed in the batch by another observation of its object is dropped,
-    everything else is kept in order (docs/services.md, "watcher", "Superseded observations").
+    supersedes: a ``MODIFIED`` followed in the batch by another observation of its object that carries
+    the same facts (``carried_facts``) is dropped, everything else is kept in order (docs/services.md,
+    "watcher", "Superseded observations").
 
     The batch is stored in one transaction, so no planning round can read the dropped state: a round
     folds the store as of a commit, and the object's latest state as of that commit is the survivor.
-    ``ADDED`` and ``DELETED`` are always kept (the trail shows every object appear and go)."""
-    last: dict[str, int] = {}
+    ``ADDED`` and ``DELETED`` are always kept (the trail shows every object appear and go), and so is a
+    state whose action ids or availability differ from the next one's: an action id another workload's
+    expectations wait for (several SidecarSets share a pod) and a moment a pod was unavailable (the
+    audit trail's maxUnavailable views count every stored state) are never folded away."""
+    next_of: dict[int, int] = {}
+    latest: dict[str, int] = {}
+    for index in range(len(events) - 1, -1, -1):
+        payload = events[index].payload
+        if isinstance(payload, ObjectObserved):
+            if payload.uid in latest:
+                next_of[index] = latest[payload.uid]
+            latest[payload.uid] = index
+    kept: list[Envelope] = []
     for index, event in enumerate(events):
         payload = event.payload
-        if isinstance(payload, ObjectObserved):
-            last[payload.uid] = index
-    return [
-        event
-        for index, event in enumerate(events)
-        if not (
-            isinstance(event.payload, ObjectObserved)
-            and event.payload.change == "MODIFIED"
-            and last[event.payload.uid] != index
-        )
-    ]
+        successor = next_of.get(index)
+        if (
+            isinstance(payload, ObjectObserved)
+            and payload.change == "MODIFIED"
+            and successor is not None
+            and carried_facts(payload) == carried_facts(events[successor].payload)
+        ):
+            continue
+        kept.append(event)
+    return kept
+
+
+def carried_facts(payload: object) -> tuple[object, ...]:
+    """What an observation must not lose to a later one: the action ids on the object (rollbook's and
+    the SidecarSets') and, for a pod, whether it is available."""
+    if not isinstance(payload, ObjectObserved):
+        return ()
+    obj = payload.object
+    annotations = (obj.get("metadata") or {}).get("annotations") or {}
+    available = pod_available(obj) if payload.kind == "Pod" else None
+    return (
+        annotations.get(ACTION_ID_ANNOTATION),
+        annotations.get(SIDECARSET_ACTION_ANNOTATION),
+        available,
+    )

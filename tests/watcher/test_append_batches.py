@@ -130,7 +130,9 @@ async def test_a_pods_burst_in_one_append_is_stored_as_its_last_state(
     await feed(watcher, "Pod", [("ADDED", pod(owner, "a", 1, ready="True", action="mark-a"))])
     await feed(watcher, "Pod", burst)
 
-    assert await stored_pods(event_store, owner) == [("a", "1"), ("b", "12"), ("a", "14")]
+    # a's first restart step is superseded by its second (same action id, both not ready); its last
+    # not-ready state stays, the moment it was unavailable (the audit trail counts it).
+    assert await stored_pods(event_store, owner) == [("a", "1"), ("b", "12"), ("a", "13"), ("a", "14")]
 
     # The planner folds what was stored to the state it folds from every watch event.
     stored = [e.envelope for e in await event_store.read_stream(observed_stream(NS, owner))]
@@ -159,8 +161,8 @@ async def test_a_shadowed_clonesets_stream_keeps_every_observation(
         watcher,
         "Pod",
         [
-            ("MODIFIED", pod(owner, "a", 21, ready="False", action="mark-a2")),
-            ("MODIFIED", pod(owner, "a", 22, ready="False", action="update-a2")),
+            ("MODIFIED", pod(owner, "a", 21, ready="False", action="update-a2")),
+            ("MODIFIED", pod(owner, "a", 22, ready="False", action="update-a2", restarts=1)),
         ],
     )
     assert (await stored_pods(event_store, owner))[4:] == [("a", "22")]

@@ -73,6 +73,35 @@ def test_superseding_keeps_the_latest_object() -> None:
     assert survivor.event_id == events[1].event_id  # its own id: re-emitting it stores nothing new
 
 
+def ready_pod(version: int, ready: str, **annotations: str) -> Envelope:
+    obj = pod("a", version, conditions=[{"type": "Ready", "status": ready}])
+    obj["metadata"]["annotations"] = annotations
+    return observation("Pod", obj, "MODIFIED", stream=STREAM, correlation_id=None)
+
+
+def test_a_moment_a_pod_was_unavailable_is_stored_though_superseded() -> None:
+    """The audit trail counts unavailable pods at every stored state: a not-ready blip inside one append
+    (a kubelet restart) must reach the store, or a real maxUnavailable breach could not be seen."""
+    events = [ready_pod(2, "True"), ready_pod(3, "False"), ready_pod(4, "False"), ready_pod(5, "True")]
+    assert [e.event_id for e in latest_per_object(events)] == [
+        events[0].event_id,
+        events[2].event_id,  # the last not-ready state before it became ready again
+        events[3].event_id,
+    ]
+
+
+def test_an_action_id_is_stored_though_a_later_state_carries_another() -> None:
+    """Several SidecarSets share a pod's action-id annotation: SidecarSet X's id overwritten by Y's within
+    one append must still be stored, or X waits for it until its expectation times out."""
+    sidecar = "rollbook.io/sidecarset-action-id"
+    events = [
+        ready_pod(2, "True", **{sidecar: "x1"}),
+        ready_pod(3, "True", **{sidecar: "y1"}),
+        ready_pod(4, "True", **{sidecar: "y1"}),
+    ]
+    assert [e.event_id for e in latest_per_object(events)] == [events[0].event_id, events[2].event_id]
+
+
 @pytest.mark.parametrize(
     ("before", "after", "real_change"),
     [
