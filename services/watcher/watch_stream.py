@@ -18,10 +18,13 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any
 
+import aiohttp
 import msgspec
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from services.infra import kube
+
+WATCH_READ_GRACE_SECONDS = 30  # beyond the watch's own timeout, before a silent connection counts as dead
 
 
 class WatchLine(msgspec.Struct):
@@ -66,14 +69,27 @@ async def watch_events(
         timeout_seconds=timeout_seconds,
         allow_watch_bookmarks=True,
         _preload_content=False,
+        # The server ends the watch after timeout_seconds and sends bookmarks meanwhile: a read silent for
+        # longer is a half-open connection, ended here instead of waited on forever.
+        _request_timeout=aiohttp.ClientTimeout(sock_read=timeout_seconds + WATCH_READ_GRACE_SECONDS),
     )
     async with response:
         if not 200 <= response.status <= 299:
             await kube.raw_json(response)  # raises the ApiException of this status
-        while True:
-            line = await response.content.readline()
-            if not line:
-                return
-            event = parse_line(line)
+        # Lines split here, not with readline(): aiohttp refuses a line over twice its read buffer
+        # (4 MiB), and an object up to the event ceiling must reach the watcher to be observed or rejected.
+        pending = bytearray()
+        async for chunk in response.content.iter_any():
+            scanned = len(pending)
+            pending += chunk
+            start = 0
+            while (end := pending.find(b"\n", max(start, scanned))) >= 0:
+                event = parse_line(bytes(pending[start:end]))
+                start = end + 1
+                if event is not None:
+                    yield event
+            del pending[:start]
+        if pending.strip():
+            event = parse_line(bytes(pending))
             if event is not None:
                 yield event
