@@ -204,6 +204,10 @@ class Planner:
                         workload=workload.key,
                         error=f"{type(error).__name__}: {error}",
                     )
+                    # Forget what the failed round folded: the redelivered wake-ups would otherwise
+                    # find their events folded and be settled without the round that failed.
+                    workload.state = workload.kind.new_state(workload.key)
+                    workload.in_round = []
                     await _settle(waiting, ok=False)
                     continue
                 await _settle(waiting, ok=True)

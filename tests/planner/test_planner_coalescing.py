@@ -32,12 +32,14 @@ class WakeUp:
     def __init__(self) -> None:
         self.acked = asyncio.Event()
         self.naked = False
+        self.given_back = asyncio.Event()
 
     async def ack(self) -> None:
         self.acked.set()
 
     async def nak(self, delay: float | None = None) -> None:
         self.naked = True
+        self.given_back.set()
 
     async def in_progress(self) -> None:
         pass
@@ -151,3 +153,37 @@ async def test_a_wake_up_for_events_already_folded_reads_nothing(
     await planner.handle(await observe(event_store, namespace, 3, 3), cast(Msg, third_wake))
     await asyncio.wait_for(third_wake.acked.wait(), 30)
     assert counting.reads[observed_stream(namespace, "sample")] == 2
+
+
+class FailingOnceStore(CountingStore):
+    """The event store, refusing the first append with an error that is not an outage (a bug, a
+    statement timeout): the round that folded the events fails after folding them."""
+
+    def __init__(self, store: EventStore) -> None:
+        super().__init__(store)
+        self.refused = 0
+
+    async def append(self, envelopes: Any, expected_version: int | None) -> Any:
+        if not self.refused:
+            self.refused += 1
+            raise RuntimeError("the append failed")
+        return await super().append(envelopes, expected_version)
+
+
+async def test_a_wake_up_redelivered_after_a_failed_round_is_planned_again(
+    settings: Settings, event_store: EventStore
+) -> None:
+    namespace = f"failed-{uuid.uuid4().hex[:8]}"
+    failing = FailingOnceStore(event_store)
+    planner = Planner(settings, cast(EventStore, failing))
+    observed = await observe(event_store, namespace, 2, 1)
+    first = WakeUp()
+    await planner.handle(observed, cast(Msg, first))
+    # The round folded the observation, then its append failed: the wake-up goes back to the bus.
+    await asyncio.wait_for(first.given_back.wait(), 30)
+    assert failing.refused == 1 and not await rounds_of(event_store, namespace)
+    redelivered = WakeUp()
+    await planner.handle(observed, cast(Msg, redelivered))
+    await asyncio.wait_for(redelivered.acked.wait(), 30)
+    # Planned, not settled as "already folded" by the failed round's leftovers.
+    assert len(await rounds_of(event_store, namespace)) == 1
