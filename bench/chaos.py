@@ -14,6 +14,7 @@ Faults: none (the baseline), postgres-restart (immediate stop, start after --fau
 (SIGKILL every node, start them again), nats-node-loss (SIGKILL the node leading the stream, back after
 the trial), api-errors-30 (30% of writes answered 500/429 for the rest of the rollout),
 api-errors-30-from-start (the same, striking as the image changes: the whole rollout meets them),
+api-500-30-from-start (30% of writes answered 500 only, from the image change: no Retry-After to honour),
 api-latency (0.2-0.5 s per request), oversized-object (a second CloneSet carrying a 1.2 MB env value
 appears and must roll out too), kill-watcher, kill-planner, kill-executor, kill-auditor (SIGKILL, started
 again at once).
@@ -77,6 +78,7 @@ FAULTS = (
     "nats-node-loss",
     "api-errors-30",
     "api-errors-30-from-start",
+    "api-500-30-from-start",
     "api-latency",
     "oversized-object",
     "kill-watcher",
@@ -86,7 +88,7 @@ FAULTS = (
 )
 # Faults that strike as the image changes rather than once some pods are updated: what a rollout started
 # in an API's bad hour costs from its first pod.
-FROM_START = frozenset({"api-errors-30-from-start"})
+FROM_START = frozenset({"api-errors-30-from-start", "api-500-30-from-start"})
 BIG_ENV_BYTES = 1_200_000
 
 
@@ -290,6 +292,10 @@ class Chaos:
             await self.nats.kill(self.nats.index_of(str(leader or "n0")))
         elif fault in ("api-errors-30", "api-errors-30-from-start"):
             self.sim.faults.configure(FaultConfig(write_error_rate=0.3, seed=self.rng.randint(0, 10**6)))
+        elif fault == "api-500-30-from-start":
+            self.sim.faults.configure(
+                FaultConfig(write_error_rate=0.3, write_error_codes=(500,), seed=self.rng.randint(0, 10**6))
+            )
         elif fault == "api-latency":
             self.sim.faults.configure(FaultConfig(latency_seconds=0.2, latency_jitter_seconds=0.3))
         elif fault == "oversized-object":
