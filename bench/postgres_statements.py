@@ -52,7 +52,7 @@ def server_cpu_seconds(postmaster: int) -> dict[str, float]:
     by_kind = {"postmaster": times.user + times.system, "exited": times.children_user + times.children_system}
     for child in main.children():
         try:
-            title = " ".join(child.cmdline())
+            title = " ".join(" ".join(child.cmdline()).split())  # process titles are padded
             child_times = child.cpu_times()
         except psutil.NoSuchProcess:
             continue
