@@ -95,6 +95,15 @@ RUNS: dict[str, tuple[list[str], list[str]]] = {
             r"SidecarInjected events recorded: 20",
         ],
     ),
+    "postgres_statements.py": (
+        # bench/scale.py at 6 pods against a Postgres of its own with pg_stat_statements; ~60 s.
+        ["--replicas", "6", "--max-unavailable", "2"],
+        [
+            rf"postgres over the in-place rollout of 6 pods: server CPU {NUMBER} ms/pod",
+            r"function events_chain: ",
+            r"WITH current AS \(SELECT coalesce\(max\(stream_version\)",  # the append, ranked
+        ],
+    ),
     "scale.py": (
         # 6 pods, 2 CloneSets of 2 with 1 and 2 planners: every phase; ~50 s (simcluster, nats-server and
         # four services start as processes).
@@ -166,7 +175,7 @@ SKIPPED: dict[str, str] = {
 HANG_TIMEOUT = 180.0
 # Scripts that start a whole stack of processes (simcluster, nats-server, five services): ~50 s alone,
 # several minutes on a loaded 2-core machine, where each process start alone takes 10-30 s.
-SLOW_START_TIMEOUTS = {"scale.py": 600.0}
+SLOW_START_TIMEOUTS = {"scale.py": 600.0, "postgres_statements.py": 600.0}
 
 
 def bench_scripts() -> list[str]:

@@ -29,7 +29,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -58,9 +58,13 @@ class EmbeddedServers:
     servers started here are stopped and waited for. ``pids`` names their processes while they run.
     """
 
-    def __init__(self, settings: Settings, *, migrate: bool = True) -> None:
+    def __init__(
+        self, settings: Settings, *, migrate: bool = True, postgres_options: Sequence[str] = ()
+    ) -> None:
         self.settings = settings
         self.migrate = migrate
+        # Extra server settings ("name=value", each passed as -c): e.g. pg_stat_statements for a bench.
+        self.postgres_options = tuple(postgres_options)
         self.data_path = settings.data_path
         self.postgres: subprocess.Popen[bytes] | None = None
         self.nats: subprocess.Popen[bytes] | None = None
@@ -179,6 +183,7 @@ class EmbeddedServers:
                     f"port={port}",
                     "-c",
                     "unix_socket_directories=",
+                    *(arg for option in self.postgres_options for arg in ("-c", option)),
                 ],
                 log_file,
                 signal.SIGINT,

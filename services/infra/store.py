@@ -174,10 +174,15 @@ _READ_STREAM_SQL = (
     f"SELECT {_COLUMNS} FROM events WHERE stream = $1 AND stream_version >= $2 ORDER BY stream_version"
 )
 # Several streams, each from its own version, in one statement: the planner's catch-up of a workload.
+# Each stream is its own range scan of the (stream, stream_version) key: a LATERAL subquery, kept from
+# being flattened into a join by its ORDER BY. The plain join of the unnest was planned as a hash join over
+# a sequential scan of the whole table whenever the streams asked for were most of the log (one big
+# CloneSet): 5 ms at 15,000 rows, growing with the log, every planning round; 0.16 ms this way.
 _READ_STREAMS_SQL = (
-    f"SELECT {_COLUMNS} FROM events JOIN unnest($1::text[], $2::int4[]) AS wanted(name, from_version)"
-    " ON events.stream = wanted.name AND events.stream_version >= wanted.from_version"
-    " ORDER BY stream, stream_version"
+    "SELECT e.* FROM unnest($1::text[], $2::int4[]) AS wanted(name, from_version) CROSS JOIN LATERAL"
+    f" (SELECT {_COLUMNS} FROM events WHERE events.stream = wanted.name"
+    " AND events.stream_version >= wanted.from_version ORDER BY events.stream_version) AS e"
+    " ORDER BY e.stream, e.stream_version"
 )
 # One page of a stream's events of some types: the (stream, stream_version) key bounds the range, the type
 # test drops the others in the database, so a reader of a few event types never ships the rest.

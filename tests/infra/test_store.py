@@ -7,6 +7,7 @@ import asyncio
 import asyncpg
 import pytest
 
+from services.infra import store as store_module
 from services.infra.database import asyncpg_url
 from services.infra.store import ConcurrencyError, EventStore
 from tests.infra.store_helpers import batch, pod_action, unique_stream
@@ -37,6 +38,24 @@ async def test_read_streams_reads_each_stream_from_its_own_version_in_one_call(
     answer = await event_store.read_streams([(first, 3), (empty, 1), (second, 1)])
     assert [[s.envelope for s in part] for part in answer] == [events[first][2:], [], events[second]]
     assert await event_store.read_streams([(second, 4)]) == [[]]
+
+
+async def test_read_streams_reads_only_the_asked_range_of_each_stream(event_store: EventStore) -> None:
+    # The planner's catch-up runs every round: it must cost the few new rows of its streams, not a scan of
+    # the whole log (a join of the unnest was planned as a hash join over a sequential scan of events).
+    # A workload's streams are most of the log (one big CloneSet): the case the plain join got wrong.
+    stream, other = unique_stream(), unique_stream()
+    await event_store.append_many([event for name in (stream, other) for event in batch(name, 1, 2000)])
+    await event_store.query("ANALYZE events")
+    plan = "\n".join(
+        row[0]
+        for row in await event_store.query(
+            "EXPLAIN " + store_module._READ_STREAMS_SQL, [stream, other], [998, 1000]
+        )
+    )
+    assert "Seq Scan on events" not in plan, plan
+    answer = await event_store.read_streams([(stream, 1998), (other, 2000)])
+    assert [[s.envelope.stream_version for s in part] for part in answer] == [[1998, 1999, 2000], [2000]]
 
 
 async def test_empty_stream_is_at_version_zero(event_store: EventStore) -> None:
