@@ -107,6 +107,7 @@ class Trial:
     lost_in_store: int = 0  # published, never stored
     service_restarts: int = 0
     notes: list[str] = field(default_factory=list)
+    lost_ids: list[str] = field(default_factory=list)  # a few of the lost events, to look them up
 
 
 async def healthy(stack: Stack) -> bool:
@@ -345,15 +346,17 @@ class Chaos:
         try:
 
             async def relayed() -> bool:
-                # The head of the store first, then the bus, then the store up to that head: an event
-                # stored after the bus was read (services keep appending) is not counted as lost.
+                # The head of the store first, then the bus, then the store: an event stored after the
+                # bus was read (services keep appending) is not counted as never published, and one
+                # published after the head was read is found stored (it was stored before it was sent).
                 head = await count(self.database_url, "SELECT max(global_position) FROM events")
                 published = set(await published_event_ids(bus))
-                stored = {
-                    str(e.envelope.event_id) async for e in store.read_all() if e.global_position <= head
-                }
-                result.lost_in_bus = len(stored - published)
-                result.lost_in_store = len(published - stored)
+                positions = {str(e.envelope.event_id): e.global_position async for e in store.read_all()}
+                stored_by_head = {event for event, position in positions.items() if position <= head}
+                result.lost_in_bus = len(stored_by_head - published)
+                result.lost_in_store = len(published - positions.keys())
+                unsent, unstored = stored_by_head - published, published - positions.keys()
+                result.lost_ids = sorted(unstored)[:3] + sorted(unsent)[:3]
                 return not result.lost_in_bus and not result.lost_in_store
 
             await poll(relayed, 30, interval=0.5)
@@ -475,7 +478,8 @@ async def run(
                 f" recovery={trial.recovery_s:.1f}s lost={trial.lost_in_bus}/{trial.lost_in_store}"
                 f" dup={trial.duplicates} breach={trial.breach} verify={trial.verify_ok}"
                 f" audit={trial.audit_ok} restarts={trial.service_restarts}"
-                + (f" notes={trial.notes}" if trial.notes else ""),
+                + (f" notes={trial.notes}" if trial.notes else "")
+                + (f" lost_ids={trial.lost_ids}" if trial.lost_ids else ""),
                 flush=True,
             )
     finally:
