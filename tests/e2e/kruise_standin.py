@@ -67,8 +67,9 @@ class KruiseStandIn:
     # --- waiting on the watcher ----------------------------------------------------------------------
 
     async def observed(self, obj: dict[str, Any]) -> None:
-        """Wait until the watcher recorded this version of the object (as kruise-manager waits for its
-        informer to see its own writes)."""
+        """Wait until the watcher recorded this version of the object or a later one (as kruise-manager
+        waits for its informer to see its own writes): a state superseded within one append is stored
+        as its successor (simcluster's resourceVersions are numbers, so "later" can be compared)."""
         uid, version = obj["metadata"]["uid"], obj["metadata"]["resourceVersion"]
 
         async def recorded() -> bool:
@@ -77,9 +78,10 @@ class KruiseStandIn:
                 return bool(
                     await connection.fetchval(
                         "SELECT count(*) FROM events WHERE type = 'ObjectObserved'"
-                        " AND payload->>'uid' = $1 AND payload->>'resource_version' = $2",
+                        " AND payload->>'uid' = $1"
+                        " AND (payload->>'resource_version')::bigint >= $2",
                         uid,
-                        version,
+                        int(version),
                     )
                 )
             finally:
