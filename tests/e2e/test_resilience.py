@@ -56,6 +56,21 @@ async def test_converges_through_write_errors_cut_watches_and_410(
             return len(pods) == 5 and all(is_ready(p) for p in pods.values())
 
         await wait_for(five_ready, within=90, what="5 ready pods despite the faults")
+
+        # The rollout may converge before any resume met a compaction; keep the CloneSet changing (its
+        # watch is cut every 3 events and compacted every 0.3 s) until the watcher has relisted after a
+        # 410 at least once, and check the workload is still converged after it.
+        async def relisted_after_gone() -> bool:
+            text = await stack.get_text("watcher", "/metrics")
+            return metric(text, "rollbook_watch_restarts_total", reason="gone") > 0
+
+        touches = 0
+        while not await relisted_after_gone():
+            touches += 1
+            assert touches < 300, "the watcher never met a 410 Gone"
+            await cluster.patch_cloneset(NAME, {"metadata": {"annotations": {"touch": str(touches)}}})
+            await asyncio.sleep(0.1)
+        await wait_for(five_ready, within=60, what="5 ready pods after the relist")
     finally:
         stop.set()
         await compactor
