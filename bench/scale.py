@@ -499,6 +499,26 @@ WHERE type = 'RoundPlanned' AND recorded_at >= $1 ORDER BY stream, global_positi
 """
 
 
+# The rows a phase stored, by event type: every row is stored (hash chain), relayed, published and read
+# back, so rows per pod is a cost of the data path.
+ROWS_SQL = """
+SELECT type, count(*) FROM events WHERE recorded_at BETWEEN $1 AND $2 GROUP BY 1 ORDER BY 2 DESC
+"""
+
+
+async def rows_stored(database_url: str, since: float, until: float, pods: int) -> str:
+    """The events stored between two wall-clock times (time.time()), per pod and by type."""
+    connection = await asyncpg.connect(asyncpg_url(database_url))
+    try:
+        start, end = datetime.fromtimestamp(since, UTC), datetime.fromtimestamp(until, UTC)
+        rows = await connection.fetch(ROWS_SQL, start, end)
+    finally:
+        await connection.close()
+    total = sum(count for _, count in rows)
+    per_type = ", ".join(f"{kind} {count / max(pods, 1):.2f}" for kind, count in rows)
+    return f"rows stored: {total} = {total / max(pods, 1):.2f} per pod ({per_type})"
+
+
 def _percentiles(values: list[float]) -> str:
     if not values:
         return "-/-"
@@ -580,6 +600,10 @@ class Bench:
         print(f"    {activity.summary()}", flush=True)
         hops = await action_hops(self.stack.settings.database_url, wall_started, time.time())
         print(f"    {hops}", flush=True)
+        rows = await rows_stored(
+            self.stack.settings.database_url, wall_started, time.time(), replicas * len(names)
+        )
+        print(f"    {rows}", flush=True)
         return seconds
 
     async def patch_all(self, names: list[str], patch: dict[str, Any]) -> None:
