@@ -469,17 +469,24 @@ class PostgresActivity:
 
 
 # The hops of each pod action requested during a phase, from the events' recorded_at: planner request ->
-# an executor takes it (relay, bus, executor queue) -> its outcome (the executor's API calls) -> the
-# watcher's first observation carrying its action id -> the next round of its workload after both the
-# outcome and the observation are stored (relay, planner wake-up, catch-up, decide, append). The next
-# round is found here by bisection, not by a query per action (that is quadratic in a 5,000-pod stream).
+# an executor takes it (relay, bus, executor queue; the outcome's started_at, the executor's clock when it
+# took the action, or an earlier PodActionStarted, stored only for an action that had to wait) -> its
+# outcome (the executor's API calls) -> the watcher's first observation carrying its action id -> the
+# next round of its workload after both the outcome and the observation are stored (relay, planner
+# wake-up, catch-up, decide, append). The next round is found here by bisection, not by a query per
+# action (that is quadratic in a 5,000-pod stream).
 HOPS_SQL = """
 WITH requested AS (
     SELECT payload->>'action_id' AS id, stream, recorded_at AS at
     FROM events WHERE type = 'PodActionRequested' AND recorded_at BETWEEN $1 AND $2
 ), took AS (
-    SELECT payload->>'action_id' AS id, min(recorded_at) AS at FROM events
-    WHERE type = 'PodActionStarted' AND recorded_at >= $1 GROUP BY 1
+    SELECT id, min(at) AS at FROM (
+        SELECT payload->>'action_id' AS id, recorded_at AS at FROM events
+        WHERE type = 'PodActionStarted' AND recorded_at >= $1
+        UNION ALL
+        SELECT payload->>'action_id', (payload->>'started_at')::timestamptz FROM events
+        WHERE type IN ('PodActionSucceeded', 'PodActionFailed') AND recorded_at >= $1
+    ) AS taken GROUP BY 1
 ), outcome AS (
     SELECT payload->>'action_id' AS id, min(recorded_at) AS at, min(global_position) AS pos FROM events
     WHERE type IN ('PodActionSucceeded', 'PodActionFailed') AND recorded_at >= $1 GROUP BY 1

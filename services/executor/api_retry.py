@@ -116,8 +116,10 @@ async def call_with_retries(
     policy: ApiRetryPolicy = DEFAULT_API_RETRY,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     clock: Callable[[], float] = time.monotonic,
+    before_retry: Callable[[], Awaitable[None]] | None = None,
 ) -> _T:
-    """``await call()``, tried again per ``retry_delay``; raises the last error when it says stop."""
+    """``await call()``, tried again per ``retry_delay``; raises the last error when it says stop.
+    ``before_retry`` is awaited before each wait for another try (the executor records the action in hand)."""
     failures = 0
     began = clock()
     while True:
@@ -130,4 +132,6 @@ async def call_with_retries(
                 raise
             RETRIES.labels(_label(error)).inc()
             log.info("api_retry", what=what, attempt=failures, delay=round(delay, 3), error=_label(error))
+            if before_retry is not None:
+                await before_retry()
             await sleep(delay)

@@ -15,10 +15,12 @@ and reports every outcome as an event (docs/services.md, "executor").
   or another executor's) is acknowledged and reported ``already_applied``, never repeated. Patches carry
   the resourceVersion they were computed from; a 409 Conflict means re-read and retry. A mark is one
   write through pods/status with the pod's uid as precondition instead (``_mark``).
-- Taking an action (after the terminal-event check, before any API call), the executor appends
-  PodActionStarted to the stream its outcome goes to, so the trail shows how long the action waited on
-  the bus. Its id is derived from the action id as well: a redelivery, or a second executor taking the
-  same action, stores nothing new (the first taker's record stands).
+- Taking an action (after the terminal-event check, before any API call), the executor notes the time;
+  the outcome carries it (``started_at``) and the executor's name, so the trail shows how long the action
+  waited on the bus without a row of its own. Only an action that has to wait appends PodActionStarted,
+  when it starts to: before its first API retry, or before it goes back to the bus; an operator sees it
+  in hand during an outage. Its id is derived from the action id: a redelivery, or a second executor
+  taking the same action, stores nothing new (the first taker's record stands).
 - The terminal event (PodActionSucceeded or PodActionFailed) has a deterministic id derived from the
   action id, so it is stored once whoever writes it. A failure that may pass (API unavailable) is
   retried by the bus; on the last delivery it is reported failed with retryable=true instead.
@@ -36,6 +38,7 @@ import os
 import socket
 import time
 from collections.abc import Hashable
+from datetime import UTC, datetime
 from typing import Any
 
 import nats.js.errors
@@ -286,29 +289,36 @@ class Executor:
         except EarlierActionPending as waiting:
             if not last_try:
                 raise  # the bus hands it back later
-            await self._report_failure(envelope, request, ActionFailed(str(waiting), retryable=True))
+            # Never taken: its earlier actions never settled, so no ``started_at``.
+            await self._report_failure(envelope, request, ActionFailed(str(waiting), retryable=True), None)
             return
-        await self._report(envelope, PodActionStarted(action_id=request.action_id, executor=self.name))
+        taken = Taken(self, envelope, request.action_id)
         try:
             # Transient API answers are retried here, quickly, before the bus's slower redelivery.
-            uid, already = await call_with_retries(lambda: self.apply(request), what=request.action)
+            uid, already = await call_with_retries(
+                lambda: self.apply(request), what=request.action, before_retry=taken.record
+            )
         except ActionFailed as failure:
-            await self._report_failure(envelope, request, failure)
+            await self._report_failure(envelope, request, failure, taken.at)
             return
         except ApiException as error:
             if error.status is not None and 400 <= error.status < 500 and error.status not in (408, 429):
-                await self._report_failure(envelope, request, ActionFailed(_api_reason(error)))
+                await self._report_failure(envelope, request, ActionFailed(_api_reason(error)), taken.at)
                 return
             if last_try:
                 await self._report_failure(
-                    envelope, request, ActionFailed(_api_reason(error), retryable=True)
+                    envelope, request, ActionFailed(_api_reason(error), retryable=True), taken.at
                 )
                 return
+            await taken.record()
             raise  # the bus retries it later
         except (TimeoutError, OSError) as error:
             if last_try:
-                await self._report_failure(envelope, request, ActionFailed(repr(error), retryable=True))
+                await self._report_failure(
+                    envelope, request, ActionFailed(repr(error), retryable=True), taken.at
+                )
                 return
+            await taken.record()
             raise
         ACTIONS_APPLIED.labels(request.action, str(already).lower()).inc()
         log.info(
@@ -319,7 +329,14 @@ class Executor:
             already_applied=already,
         )
         await self._report(
-            envelope, PodActionSucceeded(action_id=request.action_id, pod_uid=uid, already_applied=already)
+            envelope,
+            PodActionSucceeded(
+                action_id=request.action_id,
+                pod_uid=uid,
+                already_applied=already,
+                started_at=taken.at,
+                executor=self.name,
+            ),
         )
 
     async def apply(self, request: PodActionRequested) -> tuple[str | None, bool]:
@@ -577,7 +594,11 @@ class Executor:
         return [a for o, a in outcomes.items() if o not in recorded]
 
     async def _report_failure(
-        self, envelope: Envelope, request: PodActionRequested, failure: ActionFailed
+        self,
+        envelope: Envelope,
+        request: PodActionRequested,
+        failure: ActionFailed,
+        started_at: datetime | None,
     ) -> None:
         ACTIONS_FAILED.labels(request.action, "retryable" if failure.retryable else "permanent").inc()
         log.warning(
@@ -589,14 +610,23 @@ class Executor:
         )
         await self._report(
             envelope,
-            PodActionFailed(action_id=request.action_id, reason=failure.reason, retryable=failure.retryable),
+            PodActionFailed(
+                action_id=request.action_id,
+                reason=failure.reason,
+                retryable=failure.retryable,
+                started_at=started_at,
+                executor=self.name,
+            ),
         )
 
     async def _report(
-        self, envelope: Envelope, outcome: PodActionStarted | PodActionSucceeded | PodActionFailed
+        self,
+        envelope: Envelope,
+        outcome: PodActionStarted | PodActionSucceeded | PodActionFailed,
+        occurred_at: datetime | None = None,
     ) -> None:
         """Append to the actions stream of the request's workload, with an id derived from the action id
-        (stored once, whoever writes it and however often)."""
+        (stored once, whoever writes it and however often); ``occurred_at`` defaults to now."""
         sidecarset = sidecarset_of(envelope.stream)
         stream = (
             sidecarset_actions_stream(sidecarset)
@@ -607,7 +637,7 @@ class Executor:
             outcome,
             stream=stream,
             stream_version=1,  # the store assigns the version: executors write this stream concurrently
-            occurred_at=_now(),
+            occurred_at=occurred_at or _now(),
             event_id=(
                 started_id(outcome.action_id)
                 if isinstance(outcome, PodActionStarted)
@@ -623,14 +653,33 @@ class Executor:
             self.settled.add([outcome.action_id])  # stored now (by this append or an earlier one)
 
 
+class Taken:
+    """One delivery's taking of an action: when (``at``, the outcome's ``started_at``), and its
+    PodActionStarted, appended once, only if the action has to wait (``record``)."""
+
+    def __init__(self, executor: Executor, envelope: Envelope, action_id: str) -> None:
+        self.at = _now()
+        self._executor = executor
+        self._envelope = envelope
+        self._action_id = action_id
+        self._recorded = False
+
+    async def record(self) -> None:
+        """Append PodActionStarted at the taking's time, once per delivery (its derived id makes it once
+        per action across deliveries and executors)."""
+        if self._recorded:
+            return
+        self._recorded = True
+        started = PodActionStarted(action_id=self._action_id, executor=self._executor.name)
+        await self._executor._report(self._envelope, started, occurred_at=self.at)
+
+
 def _api_reason(error: ApiException) -> str:
     body = error.body[:500] if isinstance(error.body, str) else ""
     return f"HTTP {error.status} {error.reason}: {body}".strip()
 
 
-def _now() -> Any:
-    from datetime import UTC, datetime
-
+def _now() -> datetime:
     return datetime.now(UTC)
 
 

@@ -202,20 +202,32 @@ class SpecRejected(_Event, frozen=True, kw_only=True):
 
 
 class PodActionStarted(_Event, frozen=True, kw_only=True):
+    """An executor took the action and has to wait (an API retry, a hand-back to the bus): the trail shows
+    it in hand meanwhile. An action completed within one delivery has none: its outcome's ``started_at``
+    says when it was taken. Trails recorded before hold one for every action taken."""
+
     action_id: str
     executor: str
+
+
+# ``started_at`` and ``executor`` were added without a schema_version bump: additive, with defaults that
+# say what an older row said (nothing about the taking), so old rows decode as stored with no upcaster.
 
 
 class PodActionSucceeded(_Event, frozen=True, kw_only=True):
     action_id: str
     pod_uid: str | None = None
     already_applied: bool = False  # a redelivery found the action id on the object
+    started_at: datetime | None = None  # when the executor that wrote it took the action
+    executor: str | None = None  # which executor wrote it (<hostname>/<pid>)
 
 
 class PodActionFailed(_Event, frozen=True, kw_only=True):
     action_id: str
     reason: str
     retryable: bool = False
+    started_at: datetime | None = None  # None: never taken (its earlier actions never settled)
+    executor: str | None = None
 
 
 # --- shadow mode (planner: a CloneSet rollbook observes but does not drive; docs/shadow.md) ---------

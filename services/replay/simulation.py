@@ -21,6 +21,7 @@ from services.model.events import (
     Envelope,
     ObjectObserved,
     PodActionRequested,
+    PodActionStarted,
     PodActionSucceeded,
     RequeueDue,
     RequeueScheduled,
@@ -35,6 +36,7 @@ from services.planner.workload_state import WorkloadState
 from services.replay.cluster_model import ClusterModel
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+SIMULATED_EXECUTOR = "simulation"  # the executor named in the simulated outcomes
 TIMINGS: dict[str, dict[str, float]] = {
     ActionKind.CREATE_POD: {"effect": 0.2, "ready": 3.0},
     ActionKind.UPDATE_IN_PLACE: {"effect": 0.2, "ready": 2.0},
@@ -78,12 +80,15 @@ class WorkloadSimulation:
         rollout: bool = True,
         handed_over: bool = False,
         foreign_pod_spec: dict[str, Any] | None = None,
+        started_events: bool = False,
     ) -> None:
         """``rollout``: the template changes 30 s in (else the CloneSet is only scaled up). ``handed_over``:
         the CloneSet starts as another controller left it, its pods up and labelled with that controller's
         name for the revision (``<name>-foreign``), which its status reports, and nothing recorded;
         ``foreign_pod_spec``: pod spec fields that controller's revision set, which its pods keep; the
-        CloneSet was edited to remove them after its status was last written (a generation later)."""
+        CloneSet was edited to remove them after its status was last written (a generation later).
+        ``started_events``: actions recorded as executors did before outcomes carried ``started_at``, a
+        ``PodActionStarted`` before each outcome (today an outcome carries when its action was taken)."""
         self.namespace, self.name = namespace, name
         v1 = base_cloneset(
             name, namespace, replicas, strategy or {"type": "InPlaceIfPossible", "maxUnavailable": 1}
@@ -122,6 +127,7 @@ class WorkloadSimulation:
         self.versions: dict[str, int] = {}
         self.emitted: dict[tuple[str, str], bytes] = {}  # (kind, name) -> the object as last observed
         self.resource_version = 0
+        self.started_events = started_events
 
     def emit(self, payload: Any, stream: str, *, at: datetime, **ids: Any) -> Envelope:
         version = self.versions.get(stream, 0) + 1
@@ -169,13 +175,19 @@ class WorkloadSimulation:
                 self.emitted[key] = msgspec.json.encode(obj)
 
     def outcomes(self) -> None:
+        stream, now = actions_stream(self.namespace, self.name), self.model.moment()
         for action_id in self.model.applied:
-            self.emit(
-                PodActionSucceeded(action_id=action_id),
-                actions_stream(self.namespace, self.name),
-                at=self.model.moment(),
-                event_id=derived_id("outcome", action_id),
-            )
+            if self.started_events:
+                self.emit(
+                    PodActionStarted(action_id=action_id, executor=SIMULATED_EXECUTOR),
+                    stream,
+                    at=now,
+                    event_id=derived_id("started", action_id),
+                )
+                outcome = PodActionSucceeded(action_id=action_id)
+            else:
+                outcome = PodActionSucceeded(action_id=action_id, started_at=now, executor=SIMULATED_EXECUTOR)
+            self.emit(outcome, stream, at=now, event_id=derived_id("outcome", action_id))
         self.model.applied.clear()
 
     def _decide(self, plan_input: PlanInput) -> Plan:

@@ -129,9 +129,9 @@ def one_line(step: Step) -> str:
     if isinstance(payload, PodActionRequested):
         what += f" {payload.action} {payload.target}"
     elif isinstance(payload, PodActionFailed):
-        what += f" {payload.action_id[:8]} ({payload.reason}, retryable={payload.retryable})"
+        what += f" {payload.action_id[:8]} ({payload.reason}, retryable={payload.retryable}){taken(payload)}"
     elif isinstance(payload, PodActionSucceeded):
-        what += f" {payload.action_id[:8]}"
+        what += f" {payload.action_id[:8]}{taken(payload)}"
     elif isinstance(payload, PodActionStarted):
         what += f" {payload.action_id[:8]} by {payload.executor}"
     elif isinstance(payload, ObjectObserved):
@@ -148,6 +148,14 @@ def one_line(step: Step) -> str:
         f"  | pods={len(state.pods)} ready={ready} updated={updated_pods(state)}"
         f" unavailable={unavailable(replicas, state.pods.values())} pending={len(state.pending())}"
     )
+
+
+def taken(outcome: PodActionSucceeded | PodActionFailed) -> str:
+    """When and by whom the action was taken, as its outcome says (outcomes recorded before they carried
+    it say nothing: their trail has a PodActionStarted line instead)."""
+    if outcome.started_at is None:
+        return ""
+    return f" taken {outcome.started_at.isoformat(timespec='milliseconds')} by {outcome.executor}"
 
 
 def updated_pods(state: WorkloadState) -> int:
