@@ -48,7 +48,7 @@ _TOOK_0012 = """
 
 COMMENT = (
     "pod actions as an operator sees them, taken by rollbook or observed (driven_by);"
-    " started from PodActionStarted or the outcome's started_at"
+    " started from PodActionStarted or the outcome started_at"
 )
 
 
