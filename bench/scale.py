@@ -586,7 +586,11 @@ class Bench:
     async def figures(self) -> Figures:
         return await Figures.of(self.stack, self.others)
 
-    async def phase(self, what: str, names: list[str], replicas: int, start: Callable[[], Any]) -> float:
+    async def phase(
+        self, what: str, names: list[str], replicas: int, start: Callable[[], Any], pods: int | None = None
+    ) -> float:
+        """Run one phase to the CloneSets settled at ``replicas``; ``pods``: how many pods it moves, for the
+        rows stored per pod (default: ``replicas`` per CloneSet)."""
         before = await self.figures()
         started = time.perf_counter()
         wall_started = time.time()
@@ -608,7 +612,10 @@ class Bench:
         hops = await action_hops(self.stack.settings.database_url, wall_started, time.time())
         print(f"    {hops}", flush=True)
         rows = await rows_stored(
-            self.stack.settings.database_url, wall_started, time.time(), replicas * len(names)
+            self.stack.settings.database_url,
+            wall_started,
+            time.time(),
+            replicas * len(names) if pods is None else pods,
         )
         print(f"    {rows}", flush=True)
         return seconds
@@ -655,7 +662,9 @@ class Bench:
             print(f"  ReCreate rollout:  {self.ratio(n / recreate, pair, 'delete+create')}; {load()}")
         print(f"  planner peak memory: {peak_rss_mib(planner.process.pid):.0f} MiB", flush=True)
         # Scale it away so the next scenario starts on an empty cluster.
-        await self.phase(f"scale {n}->0", [BIG], 0, lambda: self.patch_all([BIG], {"spec": {"replicas": 0}}))
+        await self.phase(
+            f"scale {n}->0", [BIG], 0, lambda: self.patch_all([BIG], {"spec": {"replicas": 0}}), pods=n
+        )
 
     async def many_small_clonesets(self) -> None:
         count, size = self.args.small_clonesets, self.args.small_replicas

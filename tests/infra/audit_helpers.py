@@ -35,6 +35,12 @@ T0 = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
 OLD, NEW = "web-111", "web-222"
 
 
+def _taken(at: float | None) -> dict[str, Any]:
+    if at is None:
+        return {}
+    return {"started_at": T0 + timedelta(seconds=at), "executor": "executor-a"}
+
+
 class Trail:
     """Appends one workload's events in the order given, with occurred_at = T0 + seconds."""
 
@@ -101,16 +107,14 @@ class Trail:
         payload = PodActionStarted(action_id=action_id, executor=executor)
         await self._append(actions_stream(self.namespace, self.name), payload, at, self.rollout)
 
-    async def succeed(self, action_id: str, at: float) -> None:
-        await self._append(
-            actions_stream(self.namespace, self.name),
-            PodActionSucceeded(action_id=action_id),
-            at,
-            self.rollout,
-        )
+    async def succeed(self, action_id: str, at: float, *, taken: float | None = None) -> None:
+        """The outcome; ``taken``: when the executor took the action, as today's outcomes carry it (None:
+        as outcomes were recorded before they carried it)."""
+        payload = PodActionSucceeded(action_id=action_id, **_taken(taken))
+        await self._append(actions_stream(self.namespace, self.name), payload, at, self.rollout)
 
-    async def fail(self, action_id: str, reason: str, at: float) -> None:
-        payload = PodActionFailed(action_id=action_id, reason=reason)
+    async def fail(self, action_id: str, reason: str, at: float, *, taken: float | None = None) -> None:
+        payload = PodActionFailed(action_id=action_id, reason=reason, **_taken(taken))
         await self._append(actions_stream(self.namespace, self.name), payload, at, self.rollout)
 
     async def start_rollout(self, at: float, max_unavailable: int = 1, replicas: int = 3) -> None:

@@ -320,6 +320,46 @@ async def test_started_and_queued_say_when_an_executor_took_each_action(
     assert unsound == []
 
 
+async def test_started_reads_the_outcome_when_no_action_started_is_recorded(
+    event_store: EventStore, database_url: str
+) -> None:
+    # Today's executor records when it took an action in the outcome (started_at), and a PodActionStarted
+    # only for an action that had to wait: the first taking counts, whichever records it.
+    trail = Trail(event_store)
+    create = await trail.request("createPod", "web-3", 1)
+    await trail.succeed(create, 1.6, taken=1.25)
+    mark = await trail.request("markNotReady", "web-0", 10)
+    await trail.succeed(mark, 10.8, taken=10.75)
+    update = await trail.request("updateInPlace", "web-0", 12)
+    await trail.succeed(update, 12.6, taken=12.5)
+    ready = await trail.request("markReady", "web-0", 13.1)
+    await trail.succeed(ready, 13.3, taken=13.2)
+    retried = await trail.request("deletePod", "web-1", 20)
+    await trail.start(retried, 20.5)  # taken, then the API server failed it: handed back to the bus
+    await trail.fail(retried, "HTTP 503", 31, taken=30)  # taken again on its last delivery
+
+    rows = await _rows(
+        database_url,
+        "SELECT action, pod, requested, started, queued, finished FROM pod_actions"
+        " WHERE rollout_id = $1 ORDER BY position",
+        trail.rollout,
+    )
+    assert rows == [
+        {
+            "action": "createPod", "pod": "web-3", "requested": _seconds(1), "started": _seconds(1.25),
+            "queued": timedelta(seconds=0.25), "finished": _seconds(1.6),
+        },
+        {
+            "action": "updateInPlace", "pod": "web-0", "requested": _seconds(10), "started": _seconds(10.75),
+            "queued": timedelta(seconds=0.75), "finished": _seconds(13.3),
+        },
+        {
+            "action": "deletePod", "pod": "web-1", "requested": _seconds(20), "started": _seconds(20.5),
+            "queued": timedelta(seconds=0.5), "finished": _seconds(31),
+        },
+    ]  # fmt: skip
+
+
 def _seconds(at: float) -> Any:
     return T0 + timedelta(seconds=at)
 

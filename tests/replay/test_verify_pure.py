@@ -10,11 +10,18 @@ import msgspec
 import pytest
 
 from services.infra.store import StoredEvent
-from services.model.events import Envelope, ObjectObserved, PodActionRequested, RolloutStarted
+from services.model.events import (
+    Envelope,
+    ObjectObserved,
+    PodActionRequested,
+    PodActionStarted,
+    PodActionSucceeded,
+    RolloutStarted,
+)
 from services.planner.cloneset_decisions import decide
 from services.planner.model import Plan, PlanInput
 from services.replay.simulation import WorkloadSimulation
-from services.replay.timeline import state_at
+from services.replay.timeline import fold_timeline, one_line, state_at
 from services.replay.verify import first_difference, verify_workload
 from services.replay.whatif import WhatIfError, parse_overrides, what_if
 
@@ -72,6 +79,28 @@ def test_events_recorded_under_an_older_schema_verify_in_todays_shape(history: l
     ]
     divergence = verify_workload("team-a", "web", newer).divergence
     assert divergence is not None and divergence.field == "schema_version"
+
+
+def test_a_trail_with_a_started_event_per_action_verifies_and_shows_when_each_was_taken(
+    history: list[Envelope],
+) -> None:
+    # As executors recorded actions before outcomes carried started_at: a PodActionStarted before each.
+    older = WorkloadSimulation("team-a", "web", replicas=4, start=T0, started_events=True).run()
+    assert sum(isinstance(e.payload, PodActionStarted) for e in older) == sum(
+        isinstance(e.payload, PodActionSucceeded) for e in history
+    )
+    for events in (older, history):
+        report = verify_workload("team-a", "web", events)
+        assert report.clean, report.divergence and report.divergence.describe()
+        assert report.rounds >= 10
+        final, _ = state_at("team-a", "web", stored(events))
+        assert len(final.pods) == 4 and not final.pending()
+    # The timeline says when each action was taken and by whom, from either record.
+    for events, taken_line in ((older, "PodActionStarted"), (history, "PodActionSucceeded")):
+        lines = [one_line(step) for step in fold_timeline("team-a", "web", stored(events))]
+        taken = [line for line in lines if " by simulation" in line]
+        assert taken and all(f" {taken_line} " in line for line in taken)
+        assert len(taken) == sum(isinstance(e.payload, PodActionSucceeded) for e in events)
 
 
 def test_a_missing_observation_is_reported_at_the_round_that_folded_it(history: list[Envelope]) -> None:
