@@ -156,7 +156,10 @@ class ApiServer:
         if write:
             code = self.faults.write_error(request.path)
             if code is not None:
-                return _error_response(ApiError(code, f"simcluster: injected fault ({code})"))
+                injected = _error_response(ApiError(code, f"simcluster: injected fault ({code})"))
+                if code == 429:  # the Retry-After the fault configuration asks for
+                    injected.headers["Retry-After"] = str(self.faults.config.retry_after_seconds)
+                return injected
         try:
             response = await handler(request)
         except ApiError as exc:

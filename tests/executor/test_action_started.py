@@ -143,3 +143,23 @@ async def test_a_redelivered_action_is_recorded_started_once_before_its_outcome(
     assert outcome.payload.executor == "executor-b"
     assert outcome.payload.started_at is not None
     assert started.occurred_at <= outcome.payload.started_at <= outcome.occurred_at
+
+
+async def test_an_action_given_back_to_the_bus_without_a_retry_shows_as_taken(
+    settings: Settings, event_store: EventStore, simcluster: SimCluster, k8s_client: client.ApiClient
+) -> None:
+    workload = f"web{uuid.uuid4().hex[:8]}"
+    envelope, request = create_pod(workload)
+    # 429 with a Retry-After past the executor's retry budget: no retry here, the action goes back to the
+    # bus at once; until its redelivery the trail shows it in hand, not merely requested.
+    simcluster.set_faults(FaultConfig(write_error_rate=1.0, write_error_codes=(429,), retry_after_seconds=60))
+    try:
+        with pytest.raises(ApiException):
+            await executor(settings, event_store, k8s_client, "executor-a").execute(envelope, request)
+    finally:
+        simcluster.set_faults(FaultConfig())
+
+    stored = [s.envelope for s in await event_store.read_stream(actions_stream("default", workload))]
+    assert [e.payload for e in stored] == [
+        PodActionStarted(action_id=request.action_id, executor="executor-a")
+    ]
