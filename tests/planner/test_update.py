@@ -108,10 +108,12 @@ def test_in_place_image_change_keeps_pod_and_pvcs() -> None:
     pvcs = [p for i in IDS[:5] for p in pvcs_for(v1, i)]
     v2 = with_image(v1, "nginx:mainline")
     result = plan(plan_input(v2, pods, [revision_record(v1, 1)], pvcs))
-    assert [type(a).__name__ for a in result.actions] == ["MarkNotReady", "UpdateInPlace"]
-    mark, update = result.actions
-    assert isinstance(mark, model.MarkNotReady) and mark.condition["status"] == "False"
+    # No grace period: one action, the InPlaceUpdateReady=False condition written before the patch.
+    assert [type(a).__name__ for a in result.actions] == ["UpdateInPlace"]
+    (update,) = result.actions
     assert isinstance(update, model.UpdateInPlace) and update.change == "Rebuild"
+    assert update.not_ready is not None and update.not_ready["type"] == "InPlaceUpdateReady"
+    assert update.not_ready["status"] == "False" and update.not_ready["reason"] == "StartInPlaceUpdate"
     patch = update.patch
     assert patch["spec"]["containers"] == [{"name": "nginx", "image": "nginx:mainline"}]
     assert patch["metadata"]["labels"]["controller-revision-hash"] == result.update_revision.rsplit("-", 1)[1]  # type: ignore[union-attr]
@@ -163,15 +165,17 @@ def test_extended_mode_updates_env_in_place_and_probes_without_restart() -> None
     v2["spec"]["template"]["spec"]["containers"][0]["env"] = [{"name": "A", "value": "1"}]
     result = plan(plan_input(v2, pods, [revision_record(v1, 1)]))
     assert result.rejected is None
-    assert [type(a).__name__ for a in result.actions] == ["MarkNotReady", "UpdateInPlace"]
-    update = result.actions[1]
+    assert [type(a).__name__ for a in result.actions] == ["UpdateInPlace"]
+    update = result.actions[0]
     assert isinstance(update, model.UpdateInPlace) and update.change == "Rebuild"
+    assert update.not_ready is not None  # a restart: the pod leaves service first
     assert update.patch["spec"]["containers"][0]["env"] == [{"name": "A", "value": "1"}]
     v3 = copy.deepcopy(v1)
     v3["spec"]["template"]["spec"]["containers"][0]["readinessProbe"] = {"tcpSocket": {"port": 80}}
     result = plan(plan_input(v3, pods, [revision_record(v1, 1)]))
     assert [type(a).__name__ for a in result.actions] == ["UpdateInPlace"]
     assert result.actions[0].change == "Dynamic"  # type: ignore[union-attr]
+    assert result.actions[0].not_ready is None  # type: ignore[union-attr]  # no restart: stays in service
 
 
 def test_in_place_only_rejects_a_change_that_needs_recreation_and_touches_nothing() -> None:
