@@ -109,7 +109,11 @@ class PodCalls:
 
 async def outcomes(event_store: EventStore, workload: str) -> list[Any]:
     stored = await event_store.read_stream(actions_stream("default", workload))
-    return [s.envelope.payload for s in stored if isinstance(s.envelope.payload, PodActionSucceeded | PodActionFailed)]
+    return [
+        s.envelope.payload
+        for s in stored
+        if isinstance(s.envelope.payload, PodActionSucceeded | PodActionFailed)
+    ]
 
 
 async def gated_pod(core: client.CoreV1Api, workload: str) -> tuple[str, str]:
@@ -150,7 +154,9 @@ async def test_one_read_the_condition_alone_then_the_spec_at_the_version_it_retu
         # What the spec patch is computed from: the pod as the status write left it.
         pod = await core.read_namespaced_pod(pod_name, "default")
         seen_before_spec.append((pod.metadata.resource_version, body["metadata"]["resourceVersion"]))
-        seen_before_spec.append((in_place_ready(pod), (pod.metadata.annotations or {}).get(ACTION_ID_ANNOTATION)))
+        seen_before_spec.append(
+            (in_place_ready(pod), (pod.metadata.annotations or {}).get(ACTION_ID_ANNOTATION))
+        )
 
     calls = PodCalls(executor, before_spec=look)
     assert isinstance(envelope.payload, PodActionRequested)

@@ -6,6 +6,8 @@ import copy
 import json
 from typing import Any
 
+import pytest
+
 from services.planner import model
 from services.planner.plan import plan
 from services.planner.progress import rollout_progress
@@ -293,3 +295,60 @@ def test_grace_period_is_measured_to_the_microsecond_and_never_cut_short() -> No
     assert early.requeue_after_seconds == 1
     due = plan(plan_input(v2, [marked_pod], revs, now="2026-11-30T12:00:03.000000Z"))
     assert [type(a).__name__ for a in due.actions] == ["UpdateInPlace"]
+
+
+def _env_change(v1: dict[str, Any]) -> dict[str, Any]:
+    v2 = copy.deepcopy(v1)
+    v2["spec"]["template"]["spec"]["containers"][0]["env"] = [{"name": "A", "value": "1"}]
+    return v2
+
+
+def _probe_change(v1: dict[str, Any]) -> dict[str, Any]:
+    v2 = copy.deepcopy(v1)
+    v2["spec"]["template"]["spec"]["containers"][0]["readinessProbe"] = {"tcpSocket": {"port": 80}}
+    return v2
+
+
+@pytest.mark.parametrize(
+    ("strategy", "extended", "change", "expected"),
+    [
+        # a restart, no grace period: one action, the not-ready condition in it (OpenKruise: one reconcile)
+        ({"type": "InPlaceIfPossible"}, False, "image", [("UpdateInPlace", "InPlaceUpdateReady")]),
+        ({"type": "InPlaceOnly"}, True, "env", [("UpdateInPlace", "InPlaceUpdateReady")]),
+        # a grace period: marked not ready now (with the grace record), patched when it runs out
+        (
+            {"type": "InPlaceIfPossible", "inPlaceUpdateStrategy": {"gracePeriodSeconds": 10}},
+            False,
+            "image",
+            [("MarkNotReady", "InPlaceUpdateReady")],
+        ),
+        # no restart: the pod stays in service, no condition
+        ({"type": "InPlaceOnly"}, True, "probe", [("UpdateInPlace", None)]),
+        # not in place: recreated, no condition
+        ({"type": "InPlaceIfPossible"}, False, "env", [("RecreatePod", None)]),
+        ({"type": "ReCreate"}, False, "image", [("RecreatePod", None)]),
+    ],
+)
+def test_an_update_is_one_action_per_pod_with_its_not_ready_condition_where_it_restarts(
+    strategy: dict[str, Any], extended: bool, change: str, expected: list[tuple[str, str | None]]
+) -> None:
+    annotations = {"rollbook.io/inplace-mode": "extended"} if extended else None
+    v1 = cloneset(strategy={**strategy, "maxUnavailable": 1}, annotations=annotations)
+    pods = [running_pod(v1, i) for i in IDS[:5]]
+    changed = {"image": lambda c: with_image(c, "nginx:mainline"), "env": _env_change, "probe": _probe_change}
+    result = plan(plan_input(changed[change](v1), pods, [revision_record(v1, 1)]))
+    assert result.rejected is None
+
+    def condition_of(action: model.Action) -> str | None:
+        if isinstance(action, model.UpdateInPlace):
+            return None if action.not_ready is None else str(action.not_ready["type"])
+        if isinstance(action, model.MarkNotReady):
+            return str(action.condition["type"])
+        return None
+
+    assert [(type(a).__name__, condition_of(a)) for a in result.actions] == expected
+    for action in result.actions:  # the condition written is the one OpenKruise writes to start an update
+        if isinstance(action, model.UpdateInPlace) and action.not_ready is not None:
+            assert (
+                action.not_ready["status"] == "False" and action.not_ready["reason"] == "StartInPlaceUpdate"
+            )
