@@ -94,7 +94,7 @@ async def show_history(settings: Settings, namespace: str, name: str, rollout: s
         )  # fmt: skip
     console().print(table)
     table = Table(
-        title="pod actions (an in-place update spans markNotReady … markReady)", title_justify="left"
+        title="pod actions (an in-place update spans its not-ready mark … markReady)", title_justify="left"
     )
     for column in ("revision", "pod", "action", "requested", "took", "outcome"):
         table.add_column(column, overflow="fold", no_wrap=column in ("pod", "action"))

@@ -68,7 +68,7 @@ class PodRow:
     terminating: bool
     how: str  # "in place", "recreated", "created" or "" (not touched by this rollout)
     batch: int | None  # 1-based round of this rollout in which its update was requested
-    out_of_service_seconds: float | None  # the last update's markNotReady..markReady, or down since
+    out_of_service_seconds: float | None  # the last update's not-ready mark..markReady, or down since
     lifecycle: str
     in_grace_seconds: float | None  # seconds left of an in-place grace period
 

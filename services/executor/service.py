@@ -14,7 +14,10 @@ and reports every outcome as an event (docs/services.md, "executor").
   action's terminal event in the store and then at the object: an action already applied (a redelivery,
   or another executor's) is acknowledged and reported ``already_applied``, never repeated. Patches carry
   the resourceVersion they were computed from; a 409 Conflict means re-read and retry. A mark is one
-  write through pods/status with the pod's uid as precondition instead (``_mark``).
+  write through pods/status with the pod's uid as precondition instead (``_mark``). An in-place update
+  with a not-ready condition (no grace period) is two writes after one read: the condition alone through
+  pods/status, then the patch with the action id at the resourceVersion that write returned
+  (``_patch_pod``).
 - Taking an action (after the terminal-event check, before any API call), the executor notes the time;
   the outcome carries it (``started_at``) and the executor's name, so the trail shows how long the action
   waited on the bus without a row of its own. Only an action that has to wait appends PodActionStarted,
@@ -383,7 +386,7 @@ class Executor:
                 )
                 return details.get("uid"), already
             case ActionKind.UPDATE_IN_PLACE | ActionKind.RECREATE_POD | ActionKind.PATCH_POD:
-                return await self._patch_pod(request, details.get("patch") or {})
+                return await self._patch_pod(request, details.get("patch") or {}, details.get("notReady"))
             case ActionKind.MARK_NOT_READY | ActionKind.MARK_READY:
                 return await self._mark(request)
             case ActionKind.SET_PODS_TO_DELETE:
@@ -420,13 +423,26 @@ class Executor:
                 return True
             raise
 
-    async def _patch_pod(self, request: PodActionRequested, patch: dict[str, Any]) -> tuple[str | None, bool]:
-        """Patch with the resourceVersion it was computed from; re-read after a conflict."""
-        for _ in range(CONFLICT_RETRIES):
-            pod = await read_target_pod(self.core, request)
+    async def _patch_pod(
+        self, request: PodActionRequested, patch: dict[str, Any], not_ready: dict[str, Any] | None = None
+    ) -> tuple[str | None, bool]:
+        """Patch with the resourceVersion it was computed from; re-read after a conflict.
+
+        With ``not_ready`` (an in-place update with no grace period) the condition goes first, through
+        pods/status, then the patch with the resourceVersion that write returned (no second read). The
+        condition write carries only the condition and the uid precondition, not the action id: a crash
+        between the two writes leaves the action not applied, and its redelivery finds the condition in
+        place (nothing to write again) and writes the patch once."""
+        pod = await read_target_pod(self.core, request)
+        for attempt in range(CONFLICT_RETRIES):
+            if attempt:
+                pod = await read_target_pod(self.core, request)
             metadata = pod.get("metadata") or {}
             if _annotations(pod).get(ACTION_ID_ANNOTATION) == request.action_id:
                 return metadata.get("uid"), True
+            if not_ready and not has_condition(pod, not_ready):
+                pod = await self._write_condition(request, metadata.get("uid"), not_ready)
+                metadata = pod.get("metadata") or {}
             body = _merge(
                 patch,
                 {
@@ -445,6 +461,14 @@ class Executor:
                     raise
                 log.info("conflict_retry", pod=request.target, action=request.action)
         raise ActionFailed("kept conflicting with other writers", retryable=True)
+
+    async def _write_condition(
+        self, request: PodActionRequested, uid: str | None, condition: dict[str, Any]
+    ) -> dict[str, Any]:
+        """One pod condition through pods/status (conditions merge by type, so only this one changes),
+        with the pod's uid as precondition (a replaced pod is refused, 422); the pod as written."""
+        body = {"metadata": {"uid": uid}, "status": {"conditions": [condition]}}
+        return await kube.patch_namespaced_pod_status(self.api, request.pod, request.namespace, body)
 
     async def _mark(self, request: PodActionRequested) -> tuple[str | None, bool]:
         """The condition, the labels and the action id in one write, through the status subresource (which
@@ -541,8 +565,8 @@ class Executor:
         self, request: PodActionRequested, earlier: list[str], *, last_try: bool = False
     ) -> None:
         """Hold this action until the actions its round planned before it for the same pod (``earlier``)
-        have a terminal outcome (markNotReady before updateInPlace, a PVC before its pod), whichever
-        executor took them."""
+        have a terminal outcome (a PVC before its pod; in older trails a markNotReady before its
+        updateInPlace), whichever executor took them."""
         deadline = time.monotonic() + EARLIER_ACTION_WAIT
         pending = earlier
         while True:

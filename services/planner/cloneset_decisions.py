@@ -58,8 +58,10 @@ from services.planner.workload_state import WorkloadState
 # 9: a pod at an unrecorded revision is updated in place only when it has no pod spec or container field
 #    the template lacks beyond what the API server adds, with the value it adds (another controller's
 #    hostNetwork, service account, tolerations, affinity, init containers or resources are recreated).
+# 10: an in-place update that restarts containers with no grace period is one updateInPlace carrying its
+#     InPlaceUpdateReady=False condition (notReady), not a markNotReady followed by an updateInPlace.
 # tests/planner/test_rules_fingerprint.py fails when the decisions change and this does not.
-RULES_VERSION = 9
+RULES_VERSION = 10
 
 Decide = Callable[[PlanInput], Plan]
 """The decision function: the planner input -> its plan (typed, services/planner/model.py)."""

@@ -59,6 +59,11 @@ class UpdateInPlace(_Action, frozen=True, kw_only=True, tag=ActionKind.UPDATE_IN
     patch: dict[str, Any]  # strategic merge patch for the pod
     change: str = ""  # Dynamic or Rebuild
     restart_containers: list[str] = []
+    # The InPlaceUpdateReady=False condition to write through pods/status first, in the same action (an
+    # update with no grace period, as OpenKruise writes the condition then the spec in one reconcile).
+    # None: no condition (no restart, or the grace-period path wrote it with the grace record). Older
+    # trails have a separate markNotReady before the updateInPlace instead.
+    not_ready: dict[str, Any] | None = None
 
 
 class MarkNotReady(_Action, frozen=True, kw_only=True, tag=ActionKind.MARK_NOT_READY.value):

@@ -3,7 +3,8 @@ acted on (docs/shadow.md, "Agreement"). Pure: the observed action, the decision 
 verdict out.
 
 Both sides are reduced to intents: ``("create", revision)``, ``("update", pod)``, ``("delete", pod)``.
-rollbook's ``markNotReady`` / ``updateInPlace`` / ``markReady`` are steps of one in-place update of the pod;
+rollbook's ``markNotReady`` / ``updateInPlace`` / ``markReady`` are steps of one in-place update of the pod
+(an ``updateInPlace`` may carry its not-ready condition itself, with no ``markNotReady`` before it);
 its ``recreatePod`` is a delete of the pod and a create at the update revision. An observed create names a
 pod the controller chose at random, so a create is compared by revision, not by name.
 

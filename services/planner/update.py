@@ -349,9 +349,8 @@ def _update_pod(ctx: Context, pod: PodView, shared: _SharedPayloads, result: Ste
         )
         result.requeue.append(grace)
         return
-    result.actions.append(
-        MarkNotReady(pod=pod.name, condition=shared.not_ready, revision=update.name, reason="in-place update")
-    )
+    # No grace period: InPlaceUpdateReady=False and the spec in one action, the condition first (OpenKruise
+    # writes both in one reconcile), so the pod leaves service before its containers restart.
     result.actions.append(
         UpdateInPlace(
             pod=pod.name,
@@ -359,6 +358,7 @@ def _update_pod(ctx: Context, pod: PodView, shared: _SharedPayloads, result: Ste
             patch=patch,
             change=inplace.CLASS_NAMES[change.kind],
             restart_containers=list(change.restart),
+            not_ready=shared.not_ready,
             reason="in-place update",
         )
     )

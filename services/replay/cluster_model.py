@@ -208,6 +208,8 @@ class ClusterModel:
             return None
         if pod is None:
             return None
+        if isinstance(action, model.UpdateInPlace) and action.not_ready is not None:
+            _set_condition(pod, action.not_ready)  # the executor's pods/status write, before the patch
         if isinstance(action, model.RecreatePod | model.UpdateInPlace | model.PatchPod):
             _merge(pod, action.patch)
         elif isinstance(action, model.MarkNotReady | model.MarkReady):

@@ -153,3 +153,63 @@ async def test_views_answer_the_rollout_questions_from_the_services_trail(
     finally:
         await connection.close()
     assert stack.dead() == []
+
+
+async def test_an_update_without_grace_is_one_action_and_the_views_see_the_pod_unavailable(
+    stack: Stack, cluster: Cluster
+) -> None:
+    # No grace period: the planner asks for one updateInPlace per pod carrying its InPlaceUpdateReady=False
+    # condition (no markNotReady); the trail still shows each pod out of service, within maxUnavailable.
+    await stack.start("auditor", "watcher", "planner", "executor")
+    strategy = {"type": "InPlaceIfPossible", "maxUnavailable": 1}
+    seed = seed_cloneset("cloneset-sample-data.yaml", updateStrategy=strategy)
+    await cluster.create_cloneset(seed)
+    await wait_for(lambda: settled(cluster, 5, "nginx:alpine"), within=60, what="5 ready pods")
+    await cluster.patch_cloneset(NAME, with_image(seed, "nginx:mainline"))
+    pods = await wait_for(lambda: settled(cluster, 5, "nginx:mainline"), within=60, what="all updated")
+    revision = (await cluster.cloneset(NAME))["status"]["updateRevision"]
+    database_url = stack.settings.database_url
+    rollout_id = f"default/{NAME}@{revision}"
+
+    async def finished() -> list[asyncpg.Record]:
+        rows = await query(database_url, "SELECT * FROM rollouts WHERE finished IS NOT NULL")
+        pending = await query(database_url, "SELECT * FROM actions_without_one_terminal")
+        return rows if rows and not pending else []
+
+    await wait_for(finished, within=30, what="the rollout and every action finished in SQL")
+    requested = await query(
+        database_url,
+        "SELECT payload->>'action' AS action, payload->>'pod' AS pod,"
+        " payload->'details'->'notReady' AS not_ready FROM events"
+        " WHERE type = 'PodActionRequested' AND payload->>'rollout_id' = $1",
+        rollout_id,
+    )
+    assert "markNotReady" not in {r["action"] for r in requested}
+    updates = [r for r in requested if r["action"] == "updateInPlace"]
+    assert sorted(r["pod"] for r in updates) == sorted(pods)  # one action per pod
+    assert all('"InPlaceUpdateReady"' in r["not_ready"] for r in updates)
+    rows = await query(
+        database_url,
+        "SELECT pod, requested, started, finished, outcome FROM pod_actions"
+        " WHERE rollout_id = $1 AND in_place",
+        rollout_id,
+    )
+    assert sorted(r["pod"] for r in rows) == sorted(pods)
+    for r in rows:  # from the updateInPlace request (the pod leaves service) to markReady's outcome
+        assert r["outcome"] == "succeeded" and r["requested"] <= r["started"] <= r["finished"], r
+    # Each pod was seen out of service (InPlaceUpdateReady False), one at a time, never more than allowed.
+    window = await query(
+        database_url,
+        "SELECT max(u.unavailable) FROM unavailability AS u JOIN rollouts AS r"
+        " ON u.namespace = r.namespace AND u.workload = r.workload"
+        " AND u.position > r.started_position AND u.position < r.finished_position WHERE r.rollout_id = $1",
+        rollout_id,
+    )
+    assert window[0][0] == 1
+    connection = await asyncpg.connect(asyncpg_url(database_url))
+    try:
+        assert await audit_queries.max_unavailable_exceeded(connection) == []
+        assert await audit_queries.actions_without_one_terminal(connection) == []
+    finally:
+        await connection.close()
+    assert stack.dead() == []

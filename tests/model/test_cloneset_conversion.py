@@ -201,7 +201,7 @@ def test_planner_plans_a_v1beta1_cloneset_as_its_v1alpha1_form() -> None:
     revs = [revision_record(v1, 1)]
     alpha = plan(plan_input(v2, pods, revs))
     beta = plan(plan_input(to_v1beta1(v2), pods, revs))
-    assert beta.rejected is None and len(beta.actions) == 4  # two pods, each markNotReady + updateInPlace
+    assert beta.rejected is None and len(beta.actions) == 2  # two pods, one updateInPlace each
     assert encode_plan(beta) == encode_plan(alpha)
 
 

@@ -132,8 +132,8 @@ def test_rollbook_update_without_grace_writes_openkruise_state() -> None:
     v2 = with_image(v1, "nginx:mainline")
     pod = running_pod(v1, IDS[0])
     result = plan(plan_input(v2, [pod], [revision_record(v1, 1)]))
-    assert [type(a).__name__ for a in result.actions] == ["MarkNotReady", "UpdateInPlace"]
-    update_action = result.actions[1]
+    assert [type(a).__name__ for a in result.actions] == ["UpdateInPlace"]
+    update_action = result.actions[0]
     assert isinstance(update_action, model.UpdateInPlace)
     annotations = update_action.patch["metadata"]["annotations"]
     update = revision_name(v2)

@@ -41,6 +41,8 @@ FINGERPRINTS = {
     # v9: a handed-over pod keeping a pod spec field the template lacks is recreated, not updated in place
     # (with the second HANDED_OVER script)
     9: "035696c52fb5365d35aee403f39f888f3a60b83a13ba5ec7a5b9f00bd6e76358",
+    # v10: an in-place update with a restart and no grace period is one updateInPlace carrying notReady
+    10: "51e99eec9afff65c92ab2a60382f4b9dc3512a2ff3c457f37f9984b0c5a2356c",
 }
 START = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 SCRIPTS: tuple[tuple[int | None, dict[str, object]], ...] = (

@@ -6,6 +6,8 @@ import copy
 import json
 from typing import Any
 
+import pytest
+
 from services.planner import model
 from services.planner.plan import plan
 from services.planner.progress import rollout_progress
@@ -108,10 +110,12 @@ def test_in_place_image_change_keeps_pod_and_pvcs() -> None:
     pvcs = [p for i in IDS[:5] for p in pvcs_for(v1, i)]
     v2 = with_image(v1, "nginx:mainline")
     result = plan(plan_input(v2, pods, [revision_record(v1, 1)], pvcs))
-    assert [type(a).__name__ for a in result.actions] == ["MarkNotReady", "UpdateInPlace"]
-    mark, update = result.actions
-    assert isinstance(mark, model.MarkNotReady) and mark.condition["status"] == "False"
+    # No grace period: one action, the InPlaceUpdateReady=False condition written before the patch.
+    assert [type(a).__name__ for a in result.actions] == ["UpdateInPlace"]
+    (update,) = result.actions
     assert isinstance(update, model.UpdateInPlace) and update.change == "Rebuild"
+    assert update.not_ready is not None and update.not_ready["type"] == "InPlaceUpdateReady"
+    assert update.not_ready["status"] == "False" and update.not_ready["reason"] == "StartInPlaceUpdate"
     patch = update.patch
     assert patch["spec"]["containers"] == [{"name": "nginx", "image": "nginx:mainline"}]
     assert patch["metadata"]["labels"]["controller-revision-hash"] == result.update_revision.rsplit("-", 1)[1]  # type: ignore[union-attr]
@@ -163,15 +167,17 @@ def test_extended_mode_updates_env_in_place_and_probes_without_restart() -> None
     v2["spec"]["template"]["spec"]["containers"][0]["env"] = [{"name": "A", "value": "1"}]
     result = plan(plan_input(v2, pods, [revision_record(v1, 1)]))
     assert result.rejected is None
-    assert [type(a).__name__ for a in result.actions] == ["MarkNotReady", "UpdateInPlace"]
-    update = result.actions[1]
+    assert [type(a).__name__ for a in result.actions] == ["UpdateInPlace"]
+    update = result.actions[0]
     assert isinstance(update, model.UpdateInPlace) and update.change == "Rebuild"
+    assert update.not_ready is not None  # a restart: the pod leaves service first
     assert update.patch["spec"]["containers"][0]["env"] == [{"name": "A", "value": "1"}]
     v3 = copy.deepcopy(v1)
     v3["spec"]["template"]["spec"]["containers"][0]["readinessProbe"] = {"tcpSocket": {"port": 80}}
     result = plan(plan_input(v3, pods, [revision_record(v1, 1)]))
     assert [type(a).__name__ for a in result.actions] == ["UpdateInPlace"]
     assert result.actions[0].change == "Dynamic"  # type: ignore[union-attr]
+    assert result.actions[0].not_ready is None  # type: ignore[union-attr]  # no restart: stays in service
 
 
 def test_in_place_only_rejects_a_change_that_needs_recreation_and_touches_nothing() -> None:
@@ -289,3 +295,60 @@ def test_grace_period_is_measured_to_the_microsecond_and_never_cut_short() -> No
     assert early.requeue_after_seconds == 1
     due = plan(plan_input(v2, [marked_pod], revs, now="2026-11-30T12:00:03.000000Z"))
     assert [type(a).__name__ for a in due.actions] == ["UpdateInPlace"]
+
+
+def _env_change(v1: dict[str, Any]) -> dict[str, Any]:
+    v2 = copy.deepcopy(v1)
+    v2["spec"]["template"]["spec"]["containers"][0]["env"] = [{"name": "A", "value": "1"}]
+    return v2
+
+
+def _probe_change(v1: dict[str, Any]) -> dict[str, Any]:
+    v2 = copy.deepcopy(v1)
+    v2["spec"]["template"]["spec"]["containers"][0]["readinessProbe"] = {"tcpSocket": {"port": 80}}
+    return v2
+
+
+@pytest.mark.parametrize(
+    ("strategy", "extended", "change", "expected"),
+    [
+        # a restart, no grace period: one action, the not-ready condition in it (OpenKruise: one reconcile)
+        ({"type": "InPlaceIfPossible"}, False, "image", [("UpdateInPlace", "InPlaceUpdateReady")]),
+        ({"type": "InPlaceOnly"}, True, "env", [("UpdateInPlace", "InPlaceUpdateReady")]),
+        # a grace period: marked not ready now (with the grace record), patched when it runs out
+        (
+            {"type": "InPlaceIfPossible", "inPlaceUpdateStrategy": {"gracePeriodSeconds": 10}},
+            False,
+            "image",
+            [("MarkNotReady", "InPlaceUpdateReady")],
+        ),
+        # no restart: the pod stays in service, no condition
+        ({"type": "InPlaceOnly"}, True, "probe", [("UpdateInPlace", None)]),
+        # not in place: recreated, no condition
+        ({"type": "InPlaceIfPossible"}, False, "env", [("RecreatePod", None)]),
+        ({"type": "ReCreate"}, False, "image", [("RecreatePod", None)]),
+    ],
+)
+def test_an_update_is_one_action_per_pod_with_its_not_ready_condition_where_it_restarts(
+    strategy: dict[str, Any], extended: bool, change: str, expected: list[tuple[str, str | None]]
+) -> None:
+    annotations = {"rollbook.io/inplace-mode": "extended"} if extended else None
+    v1 = cloneset(strategy={**strategy, "maxUnavailable": 1}, annotations=annotations)
+    pods = [running_pod(v1, i) for i in IDS[:5]]
+    changed = {"image": lambda c: with_image(c, "nginx:mainline"), "env": _env_change, "probe": _probe_change}
+    result = plan(plan_input(changed[change](v1), pods, [revision_record(v1, 1)]))
+    assert result.rejected is None
+
+    def condition_of(action: model.Action) -> str | None:
+        if isinstance(action, model.UpdateInPlace):
+            return None if action.not_ready is None else str(action.not_ready["type"])
+        if isinstance(action, model.MarkNotReady):
+            return str(action.condition["type"])
+        return None
+
+    assert [(type(a).__name__, condition_of(a)) for a in result.actions] == expected
+    for action in result.actions:  # the condition written is the one OpenKruise writes to start an update
+        if isinstance(action, model.UpdateInPlace) and action.not_ready is not None:
+            assert (
+                action.not_ready["status"] == "False" and action.not_ready["reason"] == "StartInPlaceUpdate"
+            )

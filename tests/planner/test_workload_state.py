@@ -121,6 +121,24 @@ def test_an_action_seen_overwritten_by_a_later_one_of_its_round_for_the_pod_is_i
     assert [p.event.action_id for p in folded(earlier).pending()] == ["u1"]
 
 
+def test_an_update_carrying_its_not_ready_condition_is_in_effect_once_its_patch_is_seen() -> None:
+    # One updateInPlace writes the InPlaceUpdateReady=False condition (pods/status, no action id), then the
+    # patch with the action id: the pod showing the condition alone is not the action in effect (the
+    # patch may still be on its way, or the executor died between the two writes and its redelivery will
+    # write it); the pod carrying the action id is.
+    log, round_1 = Log(), uuid.uuid4()
+    not_ready = {"type": "InPlaceUpdateReady", "status": "False", "reason": "StartInPlaceUpdate"}
+    events = [
+        log.observe("CloneSet", NAME, "cs"),
+        log.observe("Pod", "web-x", "ux"),
+        log.request("u1", "updateInPlace", "web-x", round_id=round_1, uid="ux", notReady=not_ready),
+        log.observe("Pod", "web-x", "ux", change="MODIFIED"),  # the condition write
+    ]
+    assert [p.event.action_id for p in folded(events).pending()] == ["u1"]
+    events.append(log.observe("Pod", "web-x", "ux", action="u1", change="MODIFIED"))  # the patch
+    assert folded(events).pending() == []
+
+
 def test_a_failed_action_is_not_pending() -> None:
     log = Log()
     events = [

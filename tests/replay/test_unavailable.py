@@ -14,6 +14,8 @@ from services.infra.database import asyncpg_url
 from services.infra.store import EventStore
 from services.model.availability import pod_available, revision_hash, unavailable
 from services.model.events import RolloutStarted
+from services.planner import model
+from services.replay.cluster_model import ClusterModel
 from services.replay.operations import replay_lines, replay_records, what_if_rollout
 from services.replay.simulation import WorkloadSimulation
 
@@ -120,3 +122,29 @@ async def test_views_replay_and_what_if_agree_on_the_same_trail(
     # compared the pods' revision label with the revision's full name).
     last = (await replay_lines(event_store, f"{namespace}/web"))[-1]
     assert " updated=4 " in last and " unavailable=0 " in last, last
+
+
+def _carried_out(actions: list[model.Action]) -> dict[str, Any]:
+    running = {"metadata": {"name": "web-0", "uid": "u0"}, "spec": {"containers": [{"name": "app"}]}}
+    running["status"] = {"conditions": [{"type": "Ready", "status": "True"}]}
+    cluster = ClusterModel({"spec": {}}, t0=T0, pods={"web-0": running})
+    for action in actions:
+        cluster.carry_out(action)
+    return cluster.pods["web-0"]
+
+
+def test_the_replay_cluster_takes_the_pod_out_of_service_for_both_shapes_of_an_in_place_update() -> None:
+    # The merged updateInPlace (rules v10) writes its not-ready condition as the executor does, before its
+    # patch; an older trail's markNotReady then updateInPlace leave the same pod.
+    not_ready = {"type": "InPlaceUpdateReady", "status": "False", "reason": "StartInPlaceUpdate"}
+    patch = {"spec": {"containers": [{"name": "app", "image": "nginx:mainline"}]}}
+    merged = _carried_out([model.UpdateInPlace(pod="web-0", revision="r2", patch=patch, not_ready=not_ready)])
+    older = _carried_out(
+        [
+            model.MarkNotReady(pod="web-0", condition=not_ready, revision="r2"),
+            model.UpdateInPlace(pod="web-0", revision="r2", patch=patch),
+        ]
+    )
+    assert merged == older
+    assert merged["spec"]["containers"][0]["image"] == "nginx:mainline"
+    assert not pod_available(merged)  # InPlaceUpdateReady False before the kubelet turns Ready False

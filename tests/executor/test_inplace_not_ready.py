@@ -1,0 +1,259 @@
+"""An in-place update with no grace period is one action: the executor reads the pod once, writes the
+InPlaceUpdateReady=False condition alone through pods/status (uid precondition, no action id), then the
+spec patch with the action id at the resourceVersion that write returned. A crash between the two writes
+leaves the action not applied: its redelivery finds the condition in place and writes the spec once."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from kubernetes_asyncio import client
+
+from services.executor.service import Executor
+from services.infra.settings import Settings
+from services.infra.store import EventStore
+from services.model.events import (
+    Envelope,
+    PodActionFailed,
+    PodActionRequested,
+    PodActionSucceeded,
+    RoundPlanned,
+    new_event,
+)
+from services.model.streams import ACTION_ID_ANNOTATION, actions_stream, decisions_stream, derived_id
+from services.simcluster import SimCluster
+from tests.executor.test_mark_retry import ready_pod_with_gate, wait_for_ready
+
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+
+NOT_READY = {
+    "type": "InPlaceUpdateReady",
+    "status": "False",
+    "reason": "StartInPlaceUpdate",
+    "lastTransitionTime": "2026-12-01T00:00:00Z",
+}
+IMAGE_PATCH = {"spec": {"containers": [{"name": "app", "image": "nginx:mainline"}]}}
+
+
+async def update_request(event_store: EventStore, workload: str, pod_name: str, uid: str) -> Envelope:
+    """A round with the one updateInPlace the planner plans for a restart with no grace period, stored."""
+    stream = decisions_stream("default", workload)
+    round_id = uuid.uuid4()
+    now = datetime.now(UTC)
+    request = PodActionRequested(
+        action_id=str(derived_id("decision", round_id, 0)),
+        action="updateInPlace",
+        namespace="default",
+        pod=pod_name,
+        details={"patch": IMAGE_PATCH, "notReady": NOT_READY, "uid": uid, "change": "Rebuild"},
+    )
+    envelopes = [
+        new_event(
+            RoundPlanned(through={}, now=now, input_sha256="0" * 64, rules=10),
+            stream=stream,
+            stream_version=1,
+            occurred_at=now,
+            event_id=round_id,
+        ),
+        new_event(
+            request,
+            stream=stream,
+            stream_version=2,
+            occurred_at=now,
+            event_id=derived_id("decision", round_id, 0),
+            causation_id=round_id,
+        ),
+    ]
+    await event_store.append(envelopes, expected_version=0)
+    return envelopes[1]
+
+
+class PodCalls:
+    """The executor's pod requests, in order ("GET", "PATCH", "PATCH status") with their bodies;
+    ``before_spec`` runs before each spec patch is sent (a crash, or another writer)."""
+
+    def __init__(
+        self, executor: Executor, before_spec: Callable[[dict[str, Any]], Awaitable[None]] | None = None
+    ) -> None:
+        self.calls: list[tuple[str, Any]] = []
+        self._test_calling = False  # the test's own requests go through the same client
+        send = executor.api.request
+
+        async def recording(method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+            if self._test_calling or "/pods/" not in url:
+                return await send(method, url, *args, **kwargs)
+            kind = f"{method} status" if url.endswith("/status") else method
+            self.calls.append((kind, kwargs.get("body")))
+            if kind == "PATCH" and before_spec is not None:
+                self._test_calling = True
+                try:
+                    await before_spec(kwargs.get("body") or {})
+                finally:
+                    self._test_calling = False
+            return await send(method, url, *args, **kwargs)
+
+        executor.api.request = recording  # type: ignore[method-assign]
+        self._detach = lambda: setattr(executor.api, "request", send)
+
+    def detach(self) -> None:
+        """Stop recording (the executors of a test share one client)."""
+        self._detach()
+
+    def kinds(self) -> list[str]:
+        return [kind for kind, _ in self.calls]
+
+
+async def outcomes(event_store: EventStore, workload: str) -> list[Any]:
+    stored = await event_store.read_stream(actions_stream("default", workload))
+    return [
+        s.envelope.payload
+        for s in stored
+        if isinstance(s.envelope.payload, PodActionSucceeded | PodActionFailed)
+    ]
+
+
+async def gated_pod(core: client.CoreV1Api, workload: str) -> tuple[str, str]:
+    """A running pod with the InPlaceUpdateReady readiness gate: the kubelet answers the condition with a
+    status write of its own (Ready False), which may land between the executor's two writes."""
+    pod_name = await ready_pod_with_gate(core, workload)
+    pod = await core.read_namespaced_pod(pod_name, "default")
+    return pod_name, pod.metadata.uid
+
+
+async def ungated_pod(core: client.CoreV1Api, workload: str) -> tuple[str, str]:
+    """A pod without the gate: nobody else writes it, so the executor's requests are all there is."""
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": f"{workload}-0", "namespace": "default", "labels": {"app": workload}},
+        "spec": {"containers": [{"name": "app", "image": "nginx:alpine"}]},
+    }
+    created = await core.create_namespaced_pod("default", pod)
+    return created.metadata.name, created.metadata.uid
+
+
+def in_place_ready(pod: Any) -> list[str]:
+    return [c.status for c in pod.status.conditions or [] if c.type == "InPlaceUpdateReady"]
+
+
+async def test_one_read_the_condition_alone_then_the_spec_at_the_version_it_returned(
+    settings: Settings, event_store: EventStore, simcluster: SimCluster, k8s_client: client.ApiClient
+) -> None:
+    workload = f"web{uuid.uuid4().hex[:8]}"
+    core = client.CoreV1Api(k8s_client)
+    pod_name, uid = await ungated_pod(core, workload)
+    envelope = await update_request(event_store, workload, pod_name, uid)
+    executor = Executor(settings, event_store, k8s_client)
+    seen_before_spec: list[Any] = []
+
+    async def look(body: dict[str, Any]) -> None:
+        # What the spec patch is computed from: the pod as the status write left it.
+        pod = await core.read_namespaced_pod(pod_name, "default")
+        seen_before_spec.append((pod.metadata.resource_version, body["metadata"]["resourceVersion"]))
+        seen_before_spec.append(
+            (in_place_ready(pod), (pod.metadata.annotations or {}).get(ACTION_ID_ANNOTATION))
+        )
+
+    calls = PodCalls(executor, before_spec=look)
+    assert isinstance(envelope.payload, PodActionRequested)
+
+    await executor.execute(envelope, envelope.payload)
+
+    assert calls.kinds() == ["GET", "PATCH status", "PATCH"]  # one read, no second GET
+    status_body = calls.calls[1][1]
+    assert status_body == {"metadata": {"uid": uid}, "status": {"conditions": [NOT_READY]}}  # no action id
+    (current, sent), (condition, annotated) = seen_before_spec
+    assert sent == current  # the resourceVersion the status write returned
+    assert condition == ["False"] and annotated is None  # condition written, action not yet applied
+    after = await core.read_namespaced_pod(pod_name, "default")
+    assert after.spec.containers[0].image == "nginx:mainline"
+    assert after.metadata.annotations[ACTION_ID_ANNOTATION] == envelope.payload.action_id
+    assert in_place_ready(after) == ["False"]
+    (outcome,) = await outcomes(event_store, workload)
+    assert isinstance(outcome, PodActionSucceeded) and not outcome.already_applied
+
+
+class Crash(Exception):
+    """The executor dies between the two writes (nothing reports it; the bus redelivers the action)."""
+
+
+async def test_a_crash_between_the_two_writes_is_redelivered_and_applies_the_spec_once(
+    settings: Settings, event_store: EventStore, simcluster: SimCluster, k8s_client: client.ApiClient
+) -> None:
+    workload = f"web{uuid.uuid4().hex[:8]}"
+    core = client.CoreV1Api(k8s_client)
+    pod_name, uid = await gated_pod(core, workload)
+    envelope = await update_request(event_store, workload, pod_name, uid)
+    assert isinstance(envelope.payload, PodActionRequested)
+    first = Executor(settings, event_store, k8s_client)
+
+    async def crash(_: dict[str, Any]) -> None:
+        raise Crash
+
+    crashing = PodCalls(first, before_spec=crash)
+    with pytest.raises(Crash):
+        await first.execute(envelope, envelope.payload)
+    crashing.detach()
+
+    halfway = await core.read_namespaced_pod(pod_name, "default")
+    assert in_place_ready(halfway) == ["False"]  # the condition landed ...
+    assert ACTION_ID_ANNOTATION not in (halfway.metadata.annotations or {})  # ... the action did not
+    assert halfway.spec.containers[0].image == "nginx:alpine"
+    assert await outcomes(event_store, workload) == []
+
+    # The redelivery, on a fresh executor (the first one died).
+    second = Executor(settings, event_store, k8s_client)
+    calls = PodCalls(second)
+    await second.execute(envelope, envelope.payload)
+    calls.detach()
+
+    # The condition is in place: nothing to write again (its lastTransitionTime stays); the spec once.
+    assert calls.kinds() == ["GET", "PATCH"]
+    after = await core.read_namespaced_pod(pod_name, "default")
+    assert after.spec.containers[0].image == "nginx:mainline"
+    assert after.metadata.annotations[ACTION_ID_ANNOTATION] == envelope.payload.action_id
+    assert in_place_ready(after) == ["False"]
+    await wait_for_ready(core, pod_name, "False")  # out of service (its readiness gate) until markReady
+    (outcome,) = await outcomes(event_store, workload)  # one terminal event
+    assert isinstance(outcome, PodActionSucceeded) and not outcome.already_applied
+
+    # Delivered once more (an ack lost): already applied, nothing written, no second outcome.
+    third = Executor(settings, event_store, k8s_client)
+    again = PodCalls(third)
+    await third.execute(envelope, envelope.payload)
+    assert "PATCH" not in again.kinds()
+    assert len(await outcomes(event_store, workload)) == 1
+
+
+async def test_a_conflict_after_the_condition_rereads_and_patches_without_writing_it_again(
+    settings: Settings, event_store: EventStore, simcluster: SimCluster, k8s_client: client.ApiClient
+) -> None:
+    workload = f"web{uuid.uuid4().hex[:8]}"
+    core = client.CoreV1Api(k8s_client)
+    pod_name, uid = await ungated_pod(core, workload)
+    envelope = await update_request(event_store, workload, pod_name, uid)
+    assert isinstance(envelope.payload, PodActionRequested)
+    executor = Executor(settings, event_store, k8s_client)
+    others = 0
+
+    async def another_writer(_: dict[str, Any]) -> None:
+        nonlocal others
+        if others == 0:  # someone else writes the pod between the status write and the spec patch
+            others += 1
+            await core.patch_namespaced_pod(pod_name, "default", {"metadata": {"labels": {"other": "x"}}})
+
+    calls = PodCalls(executor, before_spec=another_writer)
+    await executor.execute(envelope, envelope.payload)
+
+    # The stale spec patch met 409: re-read, condition already there, patched again.
+    assert calls.kinds() == ["GET", "PATCH status", "PATCH", "GET", "PATCH"]
+    after = await core.read_namespaced_pod(pod_name, "default")
+    assert after.spec.containers[0].image == "nginx:mainline"
+    assert after.metadata.labels["other"] == "x"
+    assert after.metadata.annotations[ACTION_ID_ANNOTATION] == envelope.payload.action_id
+    (outcome,) = await outcomes(event_store, workload)
+    assert isinstance(outcome, PodActionSucceeded)
