@@ -58,8 +58,10 @@ from services.planner.workload_state import WorkloadState
 # 9: a pod at an unrecorded revision is updated in place only when it has no pod spec or container field
 #    the template lacks beyond what the API server adds, with the value it adds (another controller's
 #    hostNetwork, service account, tolerations, affinity, init containers or resources are recreated).
+# 10: a new pod's PVCs are created by its createPod (its ``pvcs``, created before the pod in the same
+#     action), not by createPVC actions before it; its expectation waits for the pod and those PVCs.
 # tests/planner/test_rules_fingerprint.py fails when the decisions change and this does not.
-RULES_VERSION = 9
+RULES_VERSION = 10
 
 Decide = Callable[[PlanInput], Plan]
 """The decision function: the planner input -> its plan (typed, services/planner/model.py)."""
