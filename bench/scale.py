@@ -2,7 +2,8 @@
 
     .venv/bin/python bench/scale.py [--replicas 1000] [--max-unavailable 10%] [--writers 16]
                                     [--small-clonesets 200] [--small-replicas 5] [--planners 1,2]
-                                    [--executors 1] [--api-qps 0] [--database-url URL] [--nats-url URL]
+                                    [--executors 1] [--api-qps 0] [--volume-claims 0]
+                                    [--database-url URL] [--nats-url URL]
 
 Processes, as a user runs them: `rollbook simcluster --instant` on its own (zero-delay kubelet), the four
 services as child processes (services/infra/supervisor.py, the supervisor `rollbook up` runs, restarting
@@ -13,9 +14,9 @@ directory unless --nats-url names one).
 1. Raw API rate: --writers concurrent clients create --replicas bare pods, patch each one's image (the
    kubelet restarts it in place), delete them: creates/s, patches/s and deletes/s of this simcluster.
 2. One CloneSet of --replicas pods (InPlaceIfPossible, maxUnavailable --max-unavailable,
-   gracePeriodSeconds 0): scale 0 -> N, an image rollout in place, then a ReCreate rollout; each as
-   pods/s and as a share of the raw rate of the matching call (creates, patches; a recreate is a delete
-   and a create, so its raw rate is 1 / (1/creates + 1/deletes)).
+   gracePeriodSeconds 0, --volume-claims volumeClaimTemplates): scale 0 -> N, an image rollout in place,
+   then a ReCreate rollout; each as pods/s and as a share of the raw rate of the matching call (creates,
+   patches; a recreate is a delete and a create, so its raw rate is 1 / (1/creates + 1/deletes)).
 3. --small-clonesets CloneSets of --small-replicas pods created at once, then rolled (in place) at once,
    first with one planner, then with each further count in --planners (extra planner processes join;
    each rollout starts once the planners have shared the bus partitions out, read from their /readyz).
@@ -78,9 +79,11 @@ def load() -> str:
     return f"load {one:.1f}/{five:.1f}"
 
 
-def cloneset(name: str, replicas: int, max_unavailable: str | int, image: str) -> dict[str, Any]:
+def cloneset(
+    name: str, replicas: int, max_unavailable: str | int, image: str, volume_claims: int = 0
+) -> dict[str, Any]:
     labels = {"app": name}
-    return {
+    obj: dict[str, Any] = {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": "CloneSet",
         "metadata": {"name": name, "namespace": NAMESPACE, "labels": labels},
@@ -98,6 +101,12 @@ def cloneset(name: str, replicas: int, max_unavailable: str | int, image: str) -
             },
         },
     }
+    if volume_claims:
+        claim_spec = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}
+        obj["spec"]["volumeClaimTemplates"] = [
+            {"metadata": {"name": f"data{i}"}, "spec": claim_spec} for i in range(volume_claims)
+        ]
+    return obj
 
 
 def image_patch(image: str, strategy: str | None = None) -> dict[str, Any]:
@@ -635,10 +644,13 @@ class Bench:
 
     async def one_big_cloneset(self) -> None:
         n = self.args.replicas
-        print(f"one CloneSet of {n} pods, maxUnavailable {self.args.max_unavailable}:", flush=True)
-        await self.custom.create_namespaced_custom_object(
-            GROUP, VERSION, NAMESPACE, PLURAL, cloneset(BIG, 0, self.args.max_unavailable, IMAGES[0])
+        claims = self.args.volume_claims
+        with_claims = f", {claims} PVC(s) per pod" if claims else ""
+        print(
+            f"one CloneSet of {n} pods, maxUnavailable {self.args.max_unavailable}{with_claims}:", flush=True
         )
+        big = cloneset(BIG, 0, self.args.max_unavailable, IMAGES[0], volume_claims=claims)
+        await self.custom.create_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, big)
         await self.clonesets.until(lambda objs: settled(objs.get(BIG), 0), self.args.timeout, "create")
         phases = self.args.phases.split(",")
         scale = await self.phase(
@@ -861,6 +873,12 @@ if __name__ == "__main__":
         "--phases",
         default="inplace,recreate",
         help="after the scale-out of the big CloneSet (comma-separated)",
+    )
+    parser.add_argument(
+        "--volume-claims",
+        type=int,
+        default=0,
+        help="volumeClaimTemplates of the big CloneSet (a PVC each per pod)",
     )
     parser.add_argument("--small-replicas", type=int, default=5)
     parser.add_argument("--planners", default="1,2", help="planner counts for the many-CloneSets rollouts")

@@ -76,6 +76,7 @@ from services.infra.runtime import ServiceRuntime, configure_logging
 from services.infra.settings import Settings
 from services.infra.store import EventStore
 from services.model.actions import ActionKind
+from services.model.cloneset import INSTANCE_ID_LABEL
 from services.model.events import (
     Envelope,
     PodActionFailed,
@@ -351,6 +352,7 @@ class Executor:
             return await apply_sidecar_upgrade(self.core, request)
         match request.action:
             case ActionKind.CREATE_POD:
+                await self._create_claims(request)
                 return await self._create(
                     "Pod",
                     namespace,
@@ -408,6 +410,39 @@ class Executor:
         if _annotations(existing).get(ACTION_ID_ANNOTATION) == action_id:
             return (existing.get("metadata") or {}).get("uid"), True
         raise ActionFailed(f"{kind} {namespace}/{name} already exists (created by someone else)")
+
+    async def _create_claims(self, request: PodActionRequested) -> None:
+        """The claims a createPod names, before its pod (OpenKruise createOnePod: each claim of the instance
+        not existing yet, then the pod). One already there is fine when it belongs to this instance: an
+        earlier delivery of this action made it, or it was kept from an earlier pod of this instance id
+        (or made by an earlier try that failed at the pod). A claim being deleted is not: the pod would
+        start on a claim about to go."""
+        instance_id = request.details.get("instanceId")
+        create: Any = self.core.create_namespaced_persistent_volume_claim  # takes the raw dict too
+        for claim in request.details.get("pvcs") or []:
+            body = _with_action(claim, request.action_id)
+            name = body["metadata"]["name"]
+            try:
+                await kube.raw_json(await create(request.namespace, body, _preload_content=False))
+                continue
+            except ApiException as error:
+                if error.status != 409:
+                    raise
+            existing = await kube.raw_json(
+                await self.core.read_namespaced_persistent_volume_claim(
+                    name, request.namespace, _preload_content=False
+                )
+            )
+            metadata = existing.get("metadata") or {}
+            ours = _annotations(existing).get(ACTION_ID_ANNOTATION) == request.action_id
+            if not ours and (metadata.get("labels") or {}).get(INSTANCE_ID_LABEL) != instance_id:
+                raise ActionFailed(
+                    f"PersistentVolumeClaim {request.namespace}/{name} already exists (not of this instance)"
+                )
+            if metadata.get("deletionTimestamp"):
+                raise ActionFailed(
+                    f"PersistentVolumeClaim {request.namespace}/{name} is being deleted", retryable=True
+                )
 
     async def _delete(self, delete: Any, name: str, namespace: str, uid: str | None) -> bool:
         """Delete exactly the incarnation ``uid``; True when it was gone already."""

@@ -6,6 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 DEFAULT_REPLICAS = 1
+# The label naming a pod's instance, on the pod and on each of its PVCs (reused by its replacement).
+INSTANCE_ID_LABEL = "apps.kruise.io/cloneset-instance-id"
 
 
 def desired_replicas(cloneset: dict[str, Any] | None) -> int:

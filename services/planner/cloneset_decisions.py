@@ -60,8 +60,10 @@ from services.planner.workload_state import WorkloadState
 #    hostNetwork, service account, tolerations, affinity, init containers or resources are recreated).
 # 10: an in-place update that restarts containers with no grace period is one updateInPlace carrying its
 #     InPlaceUpdateReady=False condition (notReady), not a markNotReady followed by an updateInPlace.
+# 11: a new pod's PVCs are created by its createPod (its ``pvcs``, created before the pod in the same
+#     action), not by createPVC actions before it; its expectation waits for the pod and those PVCs.
 # tests/planner/test_rules_fingerprint.py fails when the decisions change and this does not.
-RULES_VERSION = 10
+RULES_VERSION = 11
 
 Decide = Callable[[PlanInput], Plan]
 """The decision function: the planner input -> its plan (typed, services/planner/model.py)."""

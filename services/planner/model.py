@@ -30,6 +30,9 @@ class _Action(
 
 
 class CreatePVC(_Action, frozen=True, kw_only=True, tag=ActionKind.CREATE_PVC.value):
+    """One claim on its own: what planners before CloneSet rules 11 requested ahead of each createPod.
+    Kept so their plans and trails still read; the planner now puts a new pod's claims in its createPod."""
+
     pvc: str
     object: dict[str, Any]
 
@@ -38,6 +41,9 @@ class CreatePod(_Action, frozen=True, kw_only=True, tag=ActionKind.CREATE_POD.va
     revision: str
     instance_id: str
     object: dict[str, Any]
+    # The pod's claims (volumeClaimTemplates) that do not exist yet, created before the pod in the same
+    # action (OpenKruise's createPods creates an instance's PVCs, then its pod, in one reconcile).
+    pvcs: list[dict[str, Any]] = []
 
 
 class DeletePod(_Action, frozen=True, kw_only=True, tag=ActionKind.DELETE_POD.value):

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from services.model import availability
+from services.model.cloneset import INSTANCE_ID_LABEL as INSTANCE_ID_LABEL  # shared with the executor
 
 REVISION_LABEL = "controller-revision-hash"
 POD_TEMPLATE_HASH_LABEL = "pod-template-hash"
 REVISION_HASH_LABEL = "controller.kubernetes.io/hash"  # on ControllerRevisions
-INSTANCE_ID_LABEL = "apps.kruise.io/cloneset-instance-id"
 SPECIFIED_DELETE_LABEL = "apps.kruise.io/specified-delete"
 LIFECYCLE_STATE_LABEL = "lifecycle.apps.kruise.io/state"
 LIFECYCLE_TIMESTAMP_ANNOTATION = "lifecycle.apps.kruise.io/timestamp"

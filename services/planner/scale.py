@@ -13,7 +13,6 @@ from services.planner.counting import Classes, Diffs
 from services.planner.model import (
     Action,
     CreatePod,
-    CreatePVC,
     DeletePod,
     DeletePVC,
     MarkNotReady,
@@ -93,21 +92,16 @@ def _create(ctx: Context, count: int, at_current: int) -> list[Action]:
     for index, instance_id in enumerate(ids):
         revision = ctx.revisions.current if index < at_current else ctx.revisions.update
         pod = new_pod(spec, revision, instance_id, ctx.now_text)
-        name = pod["metadata"]["name"]
-        for claim in new_pvcs(spec, instance_id):
-            if claim["metadata"]["name"] not in existing_pvcs:
-                actions.append(
-                    CreatePVC(
-                        pod=name, pvc=claim["metadata"]["name"], object=claim, reason="volumeClaimTemplates"
-                    )
-                )
+        # OpenKruise createOnePod: the instance's claims not existing yet, then the pod, as one action.
+        claims = [c for c in new_pvcs(spec, instance_id) if c["metadata"]["name"] not in existing_pvcs]
         reused = instance_id in orphan_ids
         actions.append(
             CreatePod(
-                pod=name,
+                pod=pod["metadata"]["name"],
                 revision=revision.name,
                 instance_id=instance_id,
                 object=pod,
+                pvcs=claims,
                 reason="replace missing pod, reusing its PVCs" if reused else "scale out",
             )
         )

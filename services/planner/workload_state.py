@@ -80,6 +80,8 @@ class WorkloadState:
     revisions: dict[str, dict[str, Any]] = field(default_factory=dict)
     # expectations
     seen_action_ids: dict[tuple[str, str], set[str]] = field(default_factory=dict)  # (kind, name) -> ids
+    # Every PVC name ever observed present (never shrinks, so the expectations reading it stay monotone)
+    claims_seen: set[str] = field(default_factory=set)
     gone_uids: set[str] = field(default_factory=set)
     requested: dict[str, Requested] = field(default_factory=dict)
     # (round, pod) -> the action ids that round planned for that pod, in order (the executor applies them
@@ -209,6 +211,8 @@ class WorkloadState:
             self.seen_action_ids.setdefault((observed.kind, observed.name), set()).add(action_id)
         if observed.change == "DELETED" or metadata.get("deletionTimestamp"):
             self.gone_uids.add(observed.uid)
+        elif observed.kind == "PersistentVolumeClaim":
+            self.claims_seen.add(observed.name)
         table: dict[str, dict[str, Any]] | None
         if observed.kind == WORKLOAD_KIND:
             self.cloneset = None if observed.change == "DELETED" else obj
@@ -250,6 +254,12 @@ class WorkloadState:
             )
         if action == ActionKind.SET_PODS_TO_DELETE:
             return requested.action_id in self.seen_action_ids.get((WORKLOAD_KIND, self.name), set())
+        if action == ActionKind.CREATE_POD and not self.claims_seen.issuperset(created_claims(details)):
+            # The pod's own claims are observed too before its create stops blocking: planning on a view
+            # with the pod but not yet its claims could delete the pod without them (``DeletePod.pvcs``).
+            # Any observation of the name counts: a claim the action found already there (made by an
+            # earlier try of this instance) carries another action id.
+            return False
         seen = self.seen_action_ids.get(("Pod", requested.pod), set())
         return requested.action_id in seen or self._later_in_round_seen(requested.action_id, seen)
 
@@ -411,14 +421,27 @@ class WorkloadState:
 _EXPECTED_DETAILS = frozenset({"uid", "pvcUids", "pvc"})
 
 
+def created_claims(details: dict[str, Any]) -> list[str]:
+    """The names of the claims a createPod creates before its pod (its ``pvcs``: the claim objects as
+    requested, or their names as the state keeps them); none in a createPod of CloneSet rules before 10,
+    whose claims were createPVC actions of their own."""
+    return [
+        str((c.get("metadata") or {}).get("name")) if isinstance(c, dict) else str(c)
+        for c in details.get("pvcs") or []
+    ]
+
+
 def _as_expected(requested: PodActionRequested) -> PodActionRequested:
     """The request as the state keeps it: without the rest of its details (a createPod carries the whole
-    pod, an in-place update its patch), which nothing folded reads again; 5,000 creates would otherwise
-    keep 5,000 more copies of the pods for the workload's life."""
+    pod and its claims, an in-place update its patch), which nothing folded reads again; 5,000 creates
+    would otherwise keep 5,000 more copies of the pods for the workload's life. A createPod keeps the
+    names of its claims."""
     details = requested.details
     if details.keys() <= _EXPECTED_DETAILS:
         return requested
     kept = {key: value for key, value in details.items() if key in _EXPECTED_DETAILS}
+    if requested.action == ActionKind.CREATE_POD and details.get("pvcs"):
+        kept["pvcs"] = created_claims(details)
     return msgspec.structs.replace(requested, details=kept)
 
 
@@ -432,6 +455,8 @@ def _waits_on(requested: PodActionRequested, workload: str) -> list[tuple[str, s
         return [("PersistentVolumeClaim", str(details.get("pvc")))]
     if action == ActionKind.SET_PODS_TO_DELETE:
         return [(WORKLOAD_KIND, workload)]
+    if action == ActionKind.CREATE_POD:
+        return [("Pod", requested.pod)] + [("PersistentVolumeClaim", n) for n in created_claims(details)]
     return [("Pod", requested.pod)]
 
 

@@ -169,7 +169,7 @@ class ClusterModel:
         self.in_flight -= 1
         if action_id is not None:
             self.applied.append(action_id)
-        changed = self.carry_out(action)
+        changed = self.carry_out(action, action_id)
         self._annotate(changed, action_id)
         if isinstance(action, model.CreatePod):
             self._at(self.now + self.delay(ActionKind.CREATE_POD, "ready"), "start", action.pod)
@@ -178,18 +178,18 @@ class ClusterModel:
             self._set_ready(changed, False)
             self._at(self.now + self.delay(ActionKind.UPDATE_IN_PLACE, "ready"), "restart", action.pod)
 
-    def carry_out(self, action: Action) -> dict[str, Any] | None:
+    def carry_out(self, action: Action, action_id: str | None = None) -> dict[str, Any] | None:
         """Apply one action to the objects now, as the executor and the API server would (strategic merge
         for the simple patches the planner writes); returns the object it created or changed (None for a
-        delete, or an action on a pod that is gone)."""
+        delete, or an action on a pod that is gone). A createPod's claims carry ``action_id`` as well."""
         pod = self.pods.get(action.pod)
-        if isinstance(action, model.CreatePVC):
-            claim = copy.deepcopy(action.object)
-            claim.setdefault("metadata", {})["uid"] = f"{self.uid_prefix}-pvc-{self._next()}"
-            claim["status"] = {"phase": "Bound"}
-            self.pvcs[action.pvc] = claim
-            return claim
+        if isinstance(action, model.CreatePVC):  # trails of CloneSet rules before 10
+            return self._create_claim(action.object)
         if isinstance(action, model.CreatePod):
+            # Its claims first; one already there (kept from an earlier pod of the instance) is kept.
+            for claim in action.pvcs:
+                if claim["metadata"]["name"] not in self.pvcs:
+                    self._annotate(self._create_claim(claim), action_id)
             created = copy.deepcopy(action.object)
             metadata = created.setdefault("metadata", {})
             metadata["uid"] = f"{self.uid_prefix}-{self._next()}"
@@ -217,6 +217,13 @@ class ClusterModel:
                 _merge(pod, action.patch)
             _set_condition(pod, action.condition)
         return pod
+
+    def _create_claim(self, obj: dict[str, Any]) -> dict[str, Any]:
+        claim = copy.deepcopy(obj)
+        claim.setdefault("metadata", {})["uid"] = f"{self.uid_prefix}-pvc-{self._next()}"
+        claim["status"] = {"phase": "Bound"}
+        self.pvcs[claim["metadata"]["name"]] = claim
+        return claim
 
     @staticmethod
     def _annotate(obj: dict[str, Any] | None, action_id: str | None) -> None:

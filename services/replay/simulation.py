@@ -81,6 +81,7 @@ class WorkloadSimulation:
         handed_over: bool = False,
         foreign_pod_spec: dict[str, Any] | None = None,
         started_events: bool = False,
+        volume_claim_templates: list[dict[str, Any]] | None = None,
     ) -> None:
         """``rollout``: the template changes 30 s in (else the CloneSet is only scaled up). ``handed_over``:
         the CloneSet starts as another controller left it, its pods up and labelled with that controller's
@@ -88,12 +89,15 @@ class WorkloadSimulation:
         ``foreign_pod_spec``: pod spec fields that controller's revision set, which its pods keep; the
         CloneSet was edited to remove them after its status was last written (a generation later).
         ``started_events``: actions recorded as executors did before outcomes carried ``started_at``, a
-        ``PodActionStarted`` before each outcome (today an outcome carries when its action was taken)."""
+        ``PodActionStarted`` before each outcome (today an outcome carries when its action was taken).
+        ``volume_claim_templates``: the CloneSet's, a PVC per template and pod."""
         self.namespace, self.name = namespace, name
         v1 = base_cloneset(
             name, namespace, replicas, strategy or {"type": "InPlaceIfPossible", "maxUnavailable": 1}
         )
         v1["metadata"]["uid"] = str(uuid.uuid5(uuid.NAMESPACE_URL, f"{namespace}/{name}"))
+        if volume_claim_templates:
+            v1["spec"]["volumeClaimTemplates"] = copy.deepcopy(volume_claim_templates)
         v2 = copy.deepcopy(v1)
         v2["spec"]["template"]["spec"]["containers"][0]["image"] = "nginx:mainline"
         v2["metadata"]["generation"] = 2

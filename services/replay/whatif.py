@@ -43,7 +43,7 @@ from services.model.events import (
 )
 from services.model.streams import ACTION_ID_ANNOTATION, WORKLOAD_KIND
 from services.planner import plan as planning
-from services.planner.model import CreatePVC, Plan
+from services.planner.model import Plan
 from services.planner.names import REVISION_LABEL
 from services.planner.workload_state import WorkloadState
 from services.replay.cluster_model import ClusterModel
@@ -320,7 +320,7 @@ def _replan(model: ClusterModel) -> RolloutMetrics:
             if actions:
                 metrics.steps += 1
                 metrics.actions += len(actions)
-                metrics.pods_touched.update(a.pod for a in actions if not isinstance(a, CreatePVC))
+                metrics.pods_touched.update(a.pod for a in actions)
             if _done(model, plan):
                 metrics.completed = True
                 break

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from services.model.streams import ACTION_ID_ANNOTATION
 from tests.e2e.cluster import Cluster, instance_id, is_ready, seed_cloneset
 from tests.plugins.stack import Stack, wait_for
 
@@ -31,6 +32,14 @@ async def test_scale_up_then_down_with_pods_to_delete(stack: Stack, cluster: Clu
     pvcs = await cluster.pvcs(name)
     assert len(pvcs) == 5
     assert {instance_id(p) for p in pods.values()} == {instance_id(p) for p in pvcs.values()}
+    # One action per new pod: its createPod made its claim first, then the pod (no createPVC of its own).
+    history = await stack.get_json("auditor", f"/history?stream=CloneSet/default/{name}")
+    actions = [e["event"]["payload"] for e in history if e["event"]["type"] == "PodActionRequested"]
+    creates = [a for a in actions if a["action"].startswith("create")]
+    assert [a["action"] for a in creates] == ["createPod"] * 5
+    create_of = {a["details"]["instanceId"]: a["action_id"] for a in creates}
+    for claim in pvcs.values():
+        assert claim["metadata"]["annotations"][ACTION_ID_ANNOTATION] == create_of[instance_id(claim)]
 
     doomed = sorted(pods)[:2]
     doomed_ids = {instance_id(pods[n]) for n in doomed}

@@ -99,6 +99,10 @@ class Cluster:
         for action in result.actions:
             if isinstance(action, model.CreatePod):
                 assert action.pod not in self.pods, f"pod {action.pod} exists"
+                for claim in action.pvcs:
+                    assert claim["metadata"]["name"] not in self.pvcs, (
+                        f"PVC {claim['metadata']['name']} exists"
+                    )
             elif isinstance(action, model.CreatePVC):
                 assert action.pvc not in self.pvcs, f"PVC {action.pvc} exists"
             elif not isinstance(action, model.DeletePVC):

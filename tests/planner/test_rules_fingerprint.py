@@ -43,6 +43,9 @@ FINGERPRINTS = {
     9: "035696c52fb5365d35aee403f39f888f3a60b83a13ba5ec7a5b9f00bd6e76358",
     # v10: an in-place update with a restart and no grace period is one updateInPlace carrying notReady
     10: "51e99eec9afff65c92ab2a60382f4b9dc3512a2ff3c457f37f9984b0c5a2356c",
+    # v11: a new pod's PVCs are created by its createPod, not by createPVC actions before it (with the
+    # CLAIMS script)
+    11: "53c81210bb8f6f9cce60e1d856b84280b99524448cc941c7fef5ebf63de36bdd",
 }
 START = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 SCRIPTS: tuple[tuple[int | None, dict[str, object]], ...] = (
@@ -66,14 +69,25 @@ HANDED_OVER: tuple[tuple[int | None, dict[str, object], dict[str, Any]], ...] = 
     (2, {"type": "InPlaceIfPossible"}, {"hostNetwork": True}),
 )
 
+# Scripts of a CloneSet with volumeClaimTemplates (added with rules v10, which create a pod's PVCs in its
+# createPod: earlier entries fingerprint the scripts before it): scaled up, then recreated.
+CLAIMS: tuple[tuple[int | None, dict[str, object]], ...] = ((3, {"type": "ReCreate", "maxUnavailable": 1}),)
+CLAIM_TEMPLATES = [
+    {
+        "metadata": {"name": "data"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+    }
+]
+
 
 def decisions_fingerprint() -> tuple[str, dict[str, int]]:
     digest = hashlib.sha256()
     counts: dict[str, int] = {}
     stream = decisions_stream("team-a", "web")
-    scripts: list[tuple[int | None, dict[str, object], bool, dict[str, Any]]]
-    scripts = [(r, s, False, {}) for r, s in SCRIPTS] + [(r, s, True, f) for r, s, f in HANDED_OVER]
-    for replicas, strategy, handed_over, foreign in scripts:
+    scripts: list[tuple[int | None, dict[str, object], bool, dict[str, Any], list[dict[str, Any]]]]
+    scripts = [(r, s, False, {}, []) for r, s in SCRIPTS] + [(r, s, True, f, []) for r, s, f in HANDED_OVER]
+    scripts += [(r, s, False, {}, CLAIM_TEMPLATES) for r, s in CLAIMS]
+    for replicas, strategy, handed_over, foreign, claims in scripts:
         simulation = WorkloadSimulation(
             "team-a",
             "web",
@@ -82,6 +96,7 @@ def decisions_fingerprint() -> tuple[str, dict[str, int]]:
             strategy=strategy,
             handed_over=handed_over,
             foreign_pod_spec=foreign,
+            volume_claim_templates=claims,
         )
         for envelope in simulation.run():
             # RoundPlanned records the inputs (and the rules version itself), not decisions.

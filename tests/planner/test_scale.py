@@ -40,23 +40,38 @@ def test_instance_ids_are_deterministic() -> None:
     assert [a.pod for a in first.actions] == [a.pod for a in second.actions]
 
 
-def test_volume_claim_templates_create_one_pvc_per_pod_before_the_pod() -> None:
+def test_volume_claim_templates_create_one_pvc_per_pod_in_the_pods_create() -> None:
+    # OpenKruise creates an instance's claims, then its pod, in one reconcile: one action, claims first.
     cs = cloneset(name="sample-data", namespace="ops", claims=[CLAIM])
     result = plan(plan_input(cs, []))
-    assert [type(a).__name__ for a in result.actions] == ["CreatePVC", "CreatePod"] * 5
-    for pvc_action, pod_action in zip(result.actions[::2], result.actions[1::2], strict=True):
-        assert isinstance(pvc_action, model.CreatePVC) and isinstance(pod_action, model.CreatePod)
+    assert [type(a).__name__ for a in result.actions] == ["CreatePod"] * 5
+    for pod_action in result.actions:
+        assert isinstance(pod_action, model.CreatePod)
         instance = pod_action.instance_id
-        assert pvc_action.pvc == f"cephfs-pvc-demo-sample-data-{instance}"
-        claim = pvc_action.object
+        [claim] = pod_action.pvcs
+        assert claim["metadata"]["name"] == f"cephfs-pvc-demo-sample-data-{instance}"
         assert claim["metadata"]["labels"]["apps.kruise.io/cloneset-instance-id"] == instance
         assert claim["metadata"]["ownerReferences"][0]["name"] == "sample-data"
         assert claim["metadata"]["namespace"] == "ops"
         volumes = pod_action.object["spec"]["volumes"]
         assert volumes[0] == {
             "name": "cephfs-pvc-demo",
-            "persistentVolumeClaim": {"claimName": pvc_action.pvc},
+            "persistentVolumeClaim": {"claimName": claim["metadata"]["name"]},
         }
+
+
+def test_a_pods_create_names_only_its_claims_that_do_not_exist() -> None:
+    # A pod replaced after someone else deleted it reuses its instance id: of its claims, only those gone
+    # since (here a template added to the CloneSet meanwhile) are created again.
+    logs = {**CLAIM, "metadata": {**CLAIM["metadata"], "name": "logs"}}
+    cs = cloneset(claims=[CLAIM, logs])
+    pods = [running_pod(cs, i) for i in IDS[:4]]  # IDS[4] was evicted; its first claim stays
+    pvcs = [p for i in IDS[:4] for p in pvcs_for(cs, i)] + pvcs_for(cs, IDS[4])[:1]
+    result = plan(plan_input(cs, pods, [revision_record(cs, 1)], pvcs))
+    assert kinds(result) == [("CreatePod", f"sample-{IDS[4]}")]
+    create = result.actions[0]
+    assert isinstance(create, model.CreatePod) and create.instance_id == IDS[4]
+    assert [c["metadata"]["name"] for c in create.pvcs] == [f"logs-sample-{IDS[4]}"]
 
 
 def test_scale_in_deletes_the_pod_with_its_pvcs() -> None:
@@ -75,9 +90,10 @@ def test_pod_deleted_by_someone_else_is_replaced_with_same_id_and_pvcs() -> None
     pods = [running_pod(cs, i) for i in IDS[:4]]  # IDS[4] was evicted; its PVC stays
     pvcs = [p for i in IDS[:5] for p in pvcs_for(cs, i)]
     result = plan(plan_input(cs, pods, [revision_record(cs, 1)], pvcs))
-    assert kinds(result) == [("CreatePod", f"sample-{IDS[4]}")]  # no createPVC: it exists
+    assert kinds(result) == [("CreatePod", f"sample-{IDS[4]}")]
     create = result.actions[0]
     assert isinstance(create, model.CreatePod) and create.instance_id == IDS[4]
+    assert create.pvcs == []  # its claim exists
 
 
 def test_scale_in_order_not_ready_unscheduled_pending_first() -> None:

@@ -37,13 +37,13 @@ def test_seed_sample_creates_five_pods() -> None:
 def test_seed_sample_data_creates_a_bound_claim_per_pod_in_ops() -> None:
     cloneset = _load("cloneset-sample-data.yaml")
     result = plan(_input(cloneset))
-    claims = [a for a in result.actions if isinstance(a, model.CreatePVC)]
     pods = [a for a in result.actions if isinstance(a, model.CreatePod)]
-    assert len(claims) == len(pods) == 5
-    for claim, pod in zip(claims, pods, strict=True):
-        assert claim.pvc == f"cephfs-pvc-demo-sample-data-{pod.instance_id}"
-        assert claim.object["metadata"]["namespace"] == "ops"
-        assert claim.object["spec"]["storageClassName"] == "ceph-storageclass"
+    assert len(pods) == len(result.actions) == 5
+    for pod in pods:
+        [claim] = pod.pvcs
+        assert claim["metadata"]["name"] == f"cephfs-pvc-demo-sample-data-{pod.instance_id}"
+        assert claim["metadata"]["namespace"] == "ops"
+        assert claim["spec"]["storageClassName"] == "ceph-storageclass"
         mounts = pod.object["spec"]["containers"][0]["volumeMounts"]
         assert mounts == [{"name": "cephfs-pvc-demo", "mountPath": "/usr/share/nginx/html"}]
     cluster = Cluster(cloneset)

@@ -92,6 +92,65 @@ def test_a_create_is_pending_until_its_action_id_is_seen_on_the_pod() -> None:
     assert folded(events).pending() == []
 
 
+def _claim(name: str) -> dict[str, Any]:
+    return {"kind": "PersistentVolumeClaim", "metadata": {"name": name, "namespace": NS}}
+
+
+def test_a_create_with_claims_is_pending_until_the_pod_and_each_claim_are_seen() -> None:
+    # The watcher sees pods and claims on separate watches: the pod may show up first. Planning on a view
+    # with the pod but not its claim could delete the pod without it (scale in), leaving the claim behind.
+    claims = [_claim("data-web-x"), _claim("logs-web-x")]
+    seen_first = {
+        "the pod": ("Pod", "web-x"),
+        "one claim": ("PersistentVolumeClaim", "data-web-x"),
+    }
+    for what, (kind, name) in seen_first.items():
+        log = Log()
+        events = [log.observe("CloneSet", NAME, "cs"), log.request("a1", "createPod", "web-x", pvcs=claims)]
+        events += [
+            log.outcome(PodActionSucceeded(action_id="a1")),
+            log.observe(kind, name, "u1", action="a1"),
+        ]
+        assert [p.event.action_id for p in folded(events).pending()] == ["a1"], what
+    log = Log()
+    events = [
+        log.observe("CloneSet", NAME, "cs"),
+        log.request("a1", "createPod", "web-x", pvcs=claims),
+        log.observe("Pod", "web-x", "u1", action="a1"),
+        log.observe("PersistentVolumeClaim", "data-web-x", "c1", action="a1"),
+        # made by an earlier try of this instance: another action id, still the claim the pod mounts
+        log.observe("PersistentVolumeClaim", "logs-web-x", "c2", action="a0"),
+    ]
+    state = folded(events)
+    assert state.pending() == []
+    assert state.requested["a1"].event.details["pvcs"] == ["data-web-x", "logs-web-x"]  # names, not objects
+
+
+def test_a_claim_seen_only_as_deleted_does_not_put_a_create_in_effect() -> None:
+    log = Log()
+    events = [
+        log.observe("CloneSet", NAME, "cs"),
+        log.request("a1", "createPod", "web-x", pvcs=[_claim("data-web-x")]),
+        log.observe("Pod", "web-x", "u1", action="a1"),
+        log.observe("PersistentVolumeClaim", "data-web-x", "c1", change="DELETED"),
+    ]
+    assert [p.event.action_id for p in folded(events).pending()] == ["a1"]
+
+
+def test_a_create_pvc_of_an_older_trail_is_pending_until_its_claim_is_seen() -> None:
+    # CloneSet rules before 10 created each claim as an action of its own: such trails still fold.
+    log = Log()
+    events = [
+        log.observe("CloneSet", NAME, "cs"),
+        log.request("p1", "createPVC", "web-x", pvc="data-web-x", object=_claim("data-web-x")),
+        log.request("a1", "createPod", "web-x"),
+        log.observe("Pod", "web-x", "u1", action="a1"),
+    ]
+    assert [p.event.action_id for p in folded(events).pending()] == ["p1"]
+    events.append(log.observe("PersistentVolumeClaim", "data-web-x", "c1", action="p1"))
+    assert folded(events).pending() == []
+
+
 def test_an_action_seen_overwritten_by_a_later_one_of_its_round_for_the_pod_is_in_effect() -> None:
     # markNotReady then updateInPlace, one round, one pod: the executor applies them in order, and the
     # annotation then names only the update. A watcher restarted in between relists the pod with the
@@ -343,6 +402,8 @@ def _events(operations: list[tuple[Any, ...]]) -> list[Envelope]:
             details: dict[str, Any] = {"uid": f"uid-{pod}", "pvc": PVCS[len(ids) % 2]}
             if action == "deletePod":
                 details["pvcUids"] = {PVCS[0]: f"uid-{PVCS[0]}"}
+            if action == "createPod" and round_index:  # a create with its claim (CloneSet rules 11)
+                details["pvcs"] = [{"metadata": {"name": PVCS[round_index - 1]}}]
             events.append(
                 log.request(action_id, action, pod, at=now, round_id=rounds[round_index], **details)
             )
