@@ -25,6 +25,17 @@ NUMBER = r"[\d,]+(?:\.\d+)?"
 
 # script -> (smallest arguments that still exercise every case, patterns that must be in the output)
 RUNS: dict[str, tuple[list[str], list[str]]] = {
+    "append_cost.py": (
+        ["--statements", "3", "--preload", "14", "--rounds", "1"],
+        [
+            rf"append \(unnest\) +{NUMBER} +\+0\.0",
+            rf"executemany \(row per INSERT\) +{NUMBER}",
+            rf"append without events_type_stream_idx +{NUMBER}",
+            rf"append without every secondary index +{NUMBER}",
+            rf"append without the hash chain +{NUMBER}",
+            rf"EXPLAIN \(ANALYZE, BUFFERS, WAL\) of one 7-row append: {NUMBER} ms; WAL {NUMBER} bytes",
+        ],
+    ),
     "eventstore.py": (
         # 1,000 events: every batch size (1, 100, 1000, and the 10,000 case as one batch) and every case runs.
         ["--events", "1000", "--singles", "3", "--replay-events", "500", "--rounds", "1"],
