@@ -490,7 +490,7 @@ WITH requested AS (
     FROM events WHERE type = 'PodActionRequested' AND recorded_at BETWEEN $1 AND $2
 ), took AS (
     SELECT id, min(at) AS at FROM (
-        SELECT payload->>'action_id' AS id, recorded_at AS at FROM events
+        SELECT payload->>'action_id' AS id, occurred_at AS at FROM events
         WHERE type = 'PodActionStarted' AND recorded_at >= $1
         UNION ALL
         SELECT payload->>'action_id', (payload->>'started_at')::timestamptz FROM events

@@ -44,6 +44,7 @@ from collections.abc import Hashable
 from datetime import UTC, datetime
 from typing import Any
 
+import aiohttp
 import nats.js.errors
 import structlog
 from kubernetes_asyncio import client
@@ -316,7 +317,7 @@ class Executor:
                 return
             await taken.record()
             raise  # the bus retries it later
-        except (TimeoutError, OSError) as error:
+        except (TimeoutError, OSError, aiohttp.ClientError) as error:
             if last_try:
                 await self._report_failure(
                     envelope, request, ActionFailed(repr(error), retryable=True), taken.at
@@ -730,7 +731,13 @@ class Taken:
             return
         self._recorded = True
         started = PodActionStarted(action_id=self._action_id, executor=self._executor.name)
-        await self._executor._report(self._envelope, started, occurred_at=self.at)
+        try:
+            await self._executor._report(self._envelope, started, occurred_at=self.at)
+        except Exception as error:
+            # Only informational (the outcome carries ``started_at``): a store outage here must not become
+            # the action's failure, nor stop its API retries.
+            self._recorded = False
+            log.warning("action_taken_not_recorded", action_id=self._action_id, error=repr(error))
 
 
 def _api_reason(error: ApiException) -> str:

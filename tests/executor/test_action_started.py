@@ -163,3 +163,42 @@ async def test_an_action_given_back_to_the_bus_without_a_retry_shows_as_taken(
     assert [e.payload for e in stored] == [
         PodActionStarted(action_id=request.action_id, executor="executor-a")
     ]
+
+
+async def test_an_action_whose_taking_cannot_be_recorded_still_retries_and_succeeds(
+    settings: Settings,
+    event_store: EventStore,
+    simcluster: SimCluster,
+    k8s_client: client.ApiClient,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    workload = f"web{uuid.uuid4().hex[:8]}"
+    envelope, request = create_pod(workload)
+    taker = executor(settings, event_store, k8s_client, "executor-a")
+    report = taker._report
+    refused: list[str] = []
+
+    async def store_refuses_started(envelope: Envelope, outcome: object, **kwargs: object) -> None:
+        # The store refuses the informational PodActionStarted (as during a database outage); the
+        # outcome still goes through.
+        if isinstance(outcome, PodActionStarted):
+            refused.append(outcome.action_id)
+            raise ConnectionRefusedError("the database is restarting")
+        await report(envelope, outcome, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(taker, "_report", store_refuses_started)
+    simcluster.set_faults(FaultConfig(write_error_rate=1.0, write_error_codes=(500,)))
+    try:
+        running = asyncio.create_task(taker.execute(envelope, request))
+
+        async def refused_once() -> bool:
+            return bool(refused)
+
+        await wait_for(refused_once, within=5.0, what="the first retry")
+    finally:
+        simcluster.set_faults(FaultConfig())
+    await running
+
+    stored = [s.envelope for s in await event_store.read_stream(actions_stream("default", workload))]
+    # Not a failure with the database's error as its reason: the API retries went on and succeeded.
+    assert [e.type for e in stored] == ["PodActionSucceeded"]
