@@ -427,13 +427,13 @@ _HEARTBEAT = "100"
 
 
 async def pull(sub: JetStreamContext.PullSubscription, batch: int, wait: float) -> list[Msg]:
-    """``sub.fetch(batch, timeout=wait)``: nats-py's protocol (take what an earlier request left queued; a
-    no-wait request for what is there; if nothing, one request waiting until ``wait`` is over that returns with
-    the first message and what follows it before the request ends), without its cost per message: its
-    fetch awaits every message of a batch in a task of its own (a uuid4 name, a timer), about a third of
-    a consumer's CPU for a few small events. Here a message already received is taken from the
-    subscription's queue at once; only an empty queue is awaited. Raises nats.errors.TimeoutError when no
-    message came within ``wait`` seconds."""
+    """``sub.fetch(batch, timeout=wait)``, with nats-py's requests: take what an earlier request left
+    queued; a no-wait request for what is there; if nothing came, one request waiting until ``wait`` is
+    over, which returns with the first message and what follows it before the request ends. Without its
+    cost per message: nats-py's fetch awaits every message of a batch in a task of its own (a uuid4
+    name, a timer). Here a message already received is taken from the subscription's queue at once;
+    only an empty queue is awaited. Raises nats.errors.TimeoutError when no message came within
+    ``wait`` seconds."""
     # What nats-py's fetch reads: the subscription behind the pull subscription, the durable's "next
     # message" subject and the inbox the messages come to.
     inner: Subscription = sub._sub
