@@ -357,6 +357,8 @@ class Figures:
     planner_rounds: dict[str, float] = field(default_factory=dict)  # by planner process
     watcher_events: float = 0.0
     watcher_appends: float = 0.0
+    published: float = 0.0  # events the relay published to the bus
+    handled: dict[str, float] = field(default_factory=dict)  # bus messages handled, by service
     cpu: dict[str, float] = field(default_factory=dict)  # CPU seconds by process
     at: float = field(default_factory=time.perf_counter)
 
@@ -368,6 +370,10 @@ class Figures:
             if not proc.port:
                 continue  # restarting: it has not reported its port yet (its counters start over anyway)
             text = await metrics_text(proc.base_url)
+            figures.handled[proc.service] = figures.handled.get(proc.service, 0.0) + metric_sum(
+                text, "rollbook_events_handled_total"
+            )
+            figures.published += metric_sum(text, "rollbook_relay_published_total")
             if proc.service == "planner":
                 rounds = metric_sum(text, "rollbook_planning_seconds_count")
                 figures.rounds += rounds
@@ -406,6 +412,16 @@ class Figures:
         if appends:
             events = self.watcher_events - before.watcher_events
             text += f"; watcher {int(events)} events in {int(appends)} appends"
+        published = self.published - before.published
+        if published:
+            # What the bus carries per stored event: each is published once, then delivered to (and
+            # acked by) the auditor's audit and whichever planner and executor durables want its type.
+            each = ", ".join(
+                f"{service} {(n - before.handled.get(service, 0.0)) / published:.2f}"
+                for service, n in sorted(self.handled.items())
+                if n > before.handled.get(service, 0.0)
+            )
+            text += f"; relay published {int(published)} events, handled per event: {each}"
         return text
 
     def cpu_since(self, before: Figures) -> str:

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 
+import nats.errors
+import pytest
 from nats.aio.msg import Msg
 
-from services.infra.bus import Bus, in_progress_due, subject_matches
-from services.model.events import Envelope, RolloutResumed, encode, new_event
+from services.infra.bus import Bus, in_progress_due, pull, subject_matches
+from services.model.events import Envelope, RolloutResumed, decode, encode, new_event
 from tests.infra.bus_helpers import T0, eventually, paused, unique
 
 
@@ -33,6 +36,46 @@ async def test_republished_event_id_is_dropped_by_jetstream(bus: Bus) -> None:
     consumer.stop()
     await task
     assert [e.stream_version for e in seen] == [1, 2, 3]
+
+
+async def test_pull_hands_over_what_is_there_in_order_and_waits_for_what_comes_next(bus: Bus) -> None:
+    name = unique("pull")
+    stream = f"CloneSet/default/{name}"
+    await bus.publish_many([paused(stream, version) for version in range(1, 6)])
+
+    async def unused(envelope: Envelope, msg: Msg) -> None:
+        raise AssertionError("only pulled here")
+
+    durable = unique("pull")
+    await bus.consumer(durable, bus.event_filter(name=name), unused).ensure()
+    sub = await bus.js.pull_subscribe_bind(durable, stream=bus.stream)
+
+    async def versions(batch: int, wait: float) -> list[int]:
+        msgs = await pull(sub, batch, wait)
+        for msg in msgs:
+            await msg.ack()
+        return [decode(msg.data).stream_version for msg in msgs]
+
+    try:
+        assert await versions(3, 5.0) == [1, 2, 3]  # at most the batch
+        assert await versions(100, 5.0) == [4, 5]  # what is there, without waiting for a full batch
+        with pytest.raises(nats.errors.TimeoutError):
+            await versions(100, 0.5)
+        # An event published while a pull waits is handed over by that pull (or, if it came after the
+        # pull gave up, by the next one): nothing is lost in between.
+        later = asyncio.get_running_loop().call_later(0.2, lambda: asyncio.ensure_future(
+            bus.publish(paused(stream, 6))
+        ))  # fmt: skip
+        received: list[int] = []
+        for _ in range(10):
+            with contextlib.suppress(nats.errors.TimeoutError):
+                received += await versions(100, 2.0)
+            if received:
+                break
+        later.cancel()
+        assert received == [6]
+    finally:
+        await sub.unsubscribe()
 
 
 async def test_poison_message_is_dead_lettered_and_consumer_keeps_going(bus: Bus) -> None:
