@@ -104,7 +104,11 @@ class _Lock(LeaseLock):
 
     last_error: str | None = None
     may_write: Callable[[], bool] | None = None
-    lease_object: dict[str, Any] | None = None  # the Lease as last read: the body of the next update
+    lease_object: dict[str, Any] | None = None  # the Lease as last read or written: the next update's body
+    # The last write (create, renewal, take-over) succeeded: the next attempt renews on top of the Lease as
+    # written without reading it first (client-go's optimistic renewal). A write by anyone else since then
+    # changed its resourceVersion, so that renewal fails (409) and the attempt after it reads the Lease.
+    written: bool = False
 
     def __init__(self, name: str, namespace: str, identity: str, api: client.ApiClient) -> None:
         super().__init__(name, namespace, identity, api)
@@ -120,7 +124,8 @@ class _Lock(LeaseLock):
             "spec": self._spec(election_record, {}),
         }
         try:
-            await kube.request_json(self.api, "POST", _lease_path(namespace), body)
+            self.lease_object = await kube.request_json(self.api, "POST", _lease_path(namespace), body)
+            self.written = True
         except ApiException as error:
             if error.status != 409:  # created by another candidate first: no news
                 log.warning("leader_lease_create_failed", lease=f"{namespace}/{name}", status=error.status)
@@ -135,7 +140,8 @@ class _Lock(LeaseLock):
         # The object as read (its resourceVersion makes a concurrent take-over a 409), with the record.
         body = {**lease, "spec": self._spec(updated_record, lease.get("spec") or {})}
         try:
-            await kube.request_json(self.api, "PUT", _lease_path(namespace, name), body)
+            self.lease_object = await kube.request_json(self.api, "PUT", _lease_path(namespace, name), body)
+            self.written = True
         except ApiException as error:
             if error.status != 409:  # a conflict is another candidate winning: no news
                 log.warning("leader_lease_update_failed", lease=f"{namespace}/{name}", status=error.status)
@@ -143,6 +149,9 @@ class _Lock(LeaseLock):
         return True
 
     async def get(self, name: str, namespace: str) -> Any:
+        if self.written and self.lease_object is not None:
+            self.written = False  # set again only by this attempt's successful write
+            return True, _election_record(self.lease_object.get("spec") or {})
         try:
             lease = await kube.request_json(self.api, "GET", _lease_path(namespace, name))
         except ApiException as error:
