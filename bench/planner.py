@@ -13,10 +13,11 @@ at most 50 ms, growth no faster than n log n.
 Second table: a CloneSet's state folded from the events the services record (half of an in-place
 rollout done, maxUnavailable 10%), and the CPU time of each part of one planner round on it, as
 ``services/planner/service.py`` runs it after its catch-up read: folding a burst of events, the
-expectations check (``blocked_until``), ``next_step`` (the whole round) and its parts; then the
-expectations check a wake-up runs while the round's actions are not in effect yet. Per-pod cost flat
-across sizes = linear; the last line is the growth of ``next_step`` from the smallest to the largest size
-as an exponent (1.0 = linear, 2.0 = quadratic).
+expectations check (``blocked_until``), ``next_step`` (the whole round) and its parts (``encode_input``: the
+whole input encoded; ``input_sha256``: the hash as a round computes it, 10 pods changed since the last);
+then the expectations check a wake-up runs while the round's actions are not in effect yet. Per-pod cost
+flat across sizes = linear; the last line is the growth of ``next_step`` from the smallest to the largest
+size as an exponent (1.0 = linear, 2.0 = quadratic).
 """
 
 from __future__ import annotations
@@ -225,6 +226,18 @@ def round_figures(size: int, repeat: int) -> dict[str, float]:
     plan_input = state.plan_input()
     figures["plan_input"] = best(state.plan_input, repeat, time.process_time)
     figures["encode_input"] = best(lambda: encode_input(plan_input), repeat, time.process_time)
+    # The hash a recorded round computes (``input_sha256``): only the pods observed changing since the last
+    # round are encoded again; here 10 pods of a new observation each time, as after a burst.
+    CLONESET.input_sha256(state, plan_input)
+    changed_inputs = []
+    for r in range(repeat):
+        pods_now = list(plan_input.pods)
+        for i in range(r * 10, r * 10 + 10):
+            pods_now[i] = dict(pods_now[i], metadata=dict(pods_now[i]["metadata"], resourceVersion=f"h{r}"))
+        changed_inputs.append(msgspec.structs.replace(plan_input, pods=pods_now))
+    figures["input_sha256"] = best(
+        lambda: CLONESET.input_sha256(state, changed_inputs.pop()), repeat, time.process_time
+    )
     figures["plan"] = best(lambda: plan(plan_input), repeat, time.process_time)
     result = plan(plan_input)
     figures["decisions_for"] = best(lambda: decisions_for(state, result), repeat, time.process_time)
@@ -297,6 +310,7 @@ ROUND_PARTS = (
     "next_step",
     "plan_input",
     "encode_input",
+    "input_sha256",
     "plan",
     "decisions_for",
     "blocked_until, waiting",

@@ -47,12 +47,15 @@ import uuid
 from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import quote
 
 import structlog
+from dateutil import parser as dateutil_parser
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.leaderelection.electionconfig import Config
 from kubernetes_asyncio.leaderelection.leaderelection import LeaderElection
+from kubernetes_asyncio.leaderelection.leaderelectionrecord import LeaderElectionRecord
 from kubernetes_asyncio.leaderelection.resourcelock.leaselock import LeaseLock
 
 from services.infra import kube
@@ -92,28 +95,115 @@ class _Lock(LeaseLock):
     before every write (create, take over, renew): False leaves the Lease alone, so a caller can watch a
     Lease without taking it (services/infra/partition_leases.py, at its share of the partitions). It is
     asked for a renewal too: a Lease held under this process's identity may be its predecessor's
-    (``ROLLBOOK_INSTANCE``), and taking that one back counts like taking any other."""
+    (``ROLLBOOK_INSTANCE``), and taking that one back counts like taking any other.
+
+    The Lease is read and written as raw JSON (``kube.request_json``: same client, rate limit and
+    metrics), the election record made from it as the library makes it from its ``V1Lease`` model. A
+    planner renews 17 Leases every ``leader_retry_period``, and the generated methods' models (every
+    timestamp of the object parsed by dateutil, then serialised back) were most of a renewal's CPU."""
 
     last_error: str | None = None
     may_write: Callable[[], bool] | None = None
+    lease_object: dict[str, Any] | None = None  # the Lease as last read or written: the next update's body
+    # The last write (create, renewal, take-over) succeeded: the next attempt renews on top of the Lease as
+    # written without reading it first (client-go's optimistic renewal). A write by anyone else since then
+    # changed its resourceVersion, so that renewal fails (409) and the attempt after it reads the Lease.
+    written: bool = False
+
+    def __init__(self, name: str, namespace: str, identity: str, api: client.ApiClient) -> None:
+        super().__init__(name, namespace, identity, api)
+        self.api = api
 
     async def create(self, name: str, namespace: str, election_record: Any) -> bool:
         if self.may_write is not None and not self.may_write():
             return False
-        return bool(await super().create(name, namespace, election_record))
+        body = {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": name},
+            "spec": self._spec(election_record, {}),
+        }
+        try:
+            self.lease_object = await kube.request_json(self.api, "POST", _lease_path(namespace), body)
+            self.written = True
+        except ApiException as error:
+            if error.status != 409:  # created by another candidate first: no news
+                log.warning("leader_lease_create_failed", lease=f"{namespace}/{name}", status=error.status)
+            return False
+        return True
 
     async def update(self, name: str, namespace: str, updated_record: Any) -> bool:
         if self.may_write is not None and not self.may_write():
             return False
-        return bool(await super().update(name, namespace, updated_record))
+        lease = self.lease_object
+        assert lease is not None  # read by the attempt before it updates
+        # The object as read (its resourceVersion makes a concurrent take-over a 409), with the record.
+        body = {**lease, "spec": self._spec(updated_record, lease.get("spec") or {})}
+        try:
+            self.lease_object = await kube.request_json(self.api, "PUT", _lease_path(namespace, name), body)
+            self.written = True
+        except ApiException as error:
+            if error.status != 409:  # a conflict is another candidate winning: no news
+                log.warning("leader_lease_update_failed", lease=f"{namespace}/{name}", status=error.status)
+            return False
+        return True
 
     async def get(self, name: str, namespace: str) -> Any:
-        found, record = await super().get(name, namespace)
-        if found or (isinstance(record, ApiException) and record.status == 404):
-            self.last_error = None
-        elif isinstance(record, ApiException):
-            self.last_error = f"reading Lease {namespace}/{name}: HTTP {record.status} {record.reason}"
-        return found, record
+        if self.written and self.lease_object is not None:
+            self.written = False  # set again only by this attempt's successful write
+            return True, _election_record(self.lease_object.get("spec") or {})
+        try:
+            lease = await kube.request_json(self.api, "GET", _lease_path(namespace, name))
+        except ApiException as error:
+            self.last_error = (
+                None
+                if error.status == 404
+                else f"reading Lease {namespace}/{name}: HTTP {error.status} {error.reason}"
+            )
+            return False, error
+        self.lease_object = lease
+        self.last_error = None
+        return True, _election_record(lease.get("spec") or {})
+
+    def _spec(self, record: Any, current: dict[str, Any]) -> dict[str, Any]:
+        """The Lease spec carrying ``record``, as the library's ``update_lease`` writes it (the rest of the
+        current spec, such as ``leaseTransitions``, kept)."""
+        spec = dict(current)
+        spec["holderIdentity"] = record.holder_identity
+        spec["leaseDurationSeconds"] = int(record.lease_duration)
+        for field, value in (("acquireTime", record.acquire_time), ("renewTime", record.renew_time)):
+            written = self.time_str_to_iso(value)
+            if written:
+                spec[field] = written
+        return spec
+
+
+def _lease_path(namespace: str, name: str | None = None) -> str:
+    path = f"/apis/coordination.k8s.io/v1/namespaces/{quote(namespace, safe='')}/leases"
+    return path if name is None else f"{path}/{quote(name, safe='')}"
+
+
+def _election_record(spec: dict[str, Any]) -> LeaderElectionRecord:
+    """What ``LeaseLock.election_record`` makes of the Lease's spec: times as ``str`` of a naive UTC
+    datetime (the library compares and re-parses them in that form)."""
+    record = LeaderElectionRecord(None, None, None, None)
+    if spec.get("holderIdentity"):
+        record.holder_identity = spec["holderIdentity"]
+    if spec.get("leaseDurationSeconds"):
+        record.lease_duration = str(spec["leaseDurationSeconds"])
+    if spec.get("acquireTime"):
+        record.acquire_time = _record_time(spec["acquireTime"])
+    if spec.get("renewTime"):
+        record.renew_time = _record_time(spec["renewTime"])
+    return record
+
+
+def _record_time(text: str) -> str:
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:  # an RFC 3339 form Python does not read: as the generated client parses it
+        moment = dateutil_parser.parse(text)
+    return str(moment.replace(tzinfo=None))
 
 
 class _Election(LeaderElection):

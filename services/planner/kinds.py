@@ -77,6 +77,11 @@ class KindPlanner(Protocol[S]):
         correlation id (the rollout) they carry."""
         ...
 
+    def input_sha256(self, state: S, plan_input: Any) -> str:
+        """The SHA-256 of ``plan_input``'s canonical JSON (``rounds.encode_input``), recorded on
+        ``RoundPlanned``."""
+        ...
+
     def round_id(self, state: S) -> UUID: ...
 
 
@@ -118,7 +123,7 @@ def plan_round(kind: KindPlanner[S], state: S) -> Round[S]:
 def _round(
     kind: KindPlanner[S], state: S, plan_input: Any, decisions: list[Event], correlation: str | None
 ) -> Round[S]:
-    _, digest = rounds.encode_input(plan_input)
+    digest = kind.input_sha256(state, plan_input)
     envelopes = rounds.round_envelopes(
         state,
         kind.decisions_stream(state),
@@ -202,6 +207,10 @@ class CloneSetPlanner:
         decisions = cloneset_decisions.decisions_for(state, plan)
         return decisions, cloneset_decisions.correlation_of(state, plan)
 
+    def input_sha256(self, state: WorkloadState, plan_input: PlanInput) -> str:
+        # Re-encodes only the pods and PVCs observed changing since the state's last round.
+        return state.input_digest.sha256(plan_input)
+
     def round_id(self, state: WorkloadState) -> UUID:
         return derived_id("round", *sorted(state.through().items()))
 
@@ -251,6 +260,9 @@ class SidecarSetPlanner:
             else None
         )
         return decisions, correlation
+
+    def input_sha256(self, state: SidecarSetState, plan_input: dict[str, Any]) -> str:
+        return rounds.encode_input(plan_input)[1]
 
     def round_id(self, state: SidecarSetState) -> UUID:
         return derived_id("sidecarset-round", *sorted(state.through().items()))

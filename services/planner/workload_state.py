@@ -45,6 +45,7 @@ from services.model.streams import (
     observed_stream,
 )
 from services.planner import rounds
+from services.planner.input_digest import PlanInputDigest
 from services.planner.model import PlanInput
 from services.planner.names import INSTANCE_ID_LABEL
 from services.planner.rounds import EXPECTATION_TIMEOUT, UNREPORTED_TIMEOUT
@@ -112,6 +113,8 @@ class WorkloadState:
     round_through: dict[str, int] = field(default_factory=dict)  # ``through`` of the last round folded
     # (pod, hook) -> (lifecycle state, since): pods a lifecycle hook holds (PodHookHeld not yet released)
     hook_holds: dict[tuple[str, str], tuple[str, datetime]] = field(default_factory=dict)
+    # the encodings of the last recorded round's pods and PVCs, reused for the input's hash
+    input_digest: PlanInputDigest = field(default_factory=PlanInputDigest, compare=False, repr=False)
 
     @property
     def streams(self) -> tuple[str, str, str]:

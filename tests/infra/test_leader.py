@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -14,8 +15,9 @@ import pytest
 import pytest_asyncio
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
+from kubernetes_asyncio.leaderelection.resourcelock.leaselock import LeaseLock
 
-from services.infra.leader import LeadershipLost, run_while_leading
+from services.infra.leader import LeadershipLost, _election_record, run_while_leading
 from services.infra.runtime import ServiceRuntime
 from services.infra.settings import Settings
 from services.simcluster import SimCluster
@@ -195,3 +197,42 @@ async def test_a_restarted_instance_takes_its_killed_predecessors_lease_at_once(
 
 async def _async(value: bool) -> bool:
     return value
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {
+            "holderIdentity": "host/1/abc",
+            "leaseDurationSeconds": 15,
+            "acquireTime": "2026-12-01T23:55:00.123456Z",
+            "renewTime": "2026-12-01T23:56:01.000001Z",
+            "leaseTransitions": 2,
+        },
+        {"holderIdentity": "host/1/abc", "leaseDurationSeconds": 15, "renewTime": "2026-12-01T23:56:01Z"},
+        {"leaseDurationSeconds": 1, "acquireTime": "2026-12-01T23:55:00+02:00"},
+        {},
+    ],
+)
+def test_the_lease_read_as_json_gives_the_election_record_the_library_makes_of_its_model(
+    spec: dict[str, Any],
+) -> None:
+    # The election compares records and re-parses their times: the raw JSON read must give exactly the
+    # record kubernetes-asyncio's LeaseLock makes of the V1Lease its generated client returns.
+    lease = {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": LEASE},
+        "spec": spec,
+    }
+
+    class Answer:
+        data = json.dumps(lease).encode()
+
+    async def from_model() -> Any:
+        async with client.ApiClient() as api:
+            model = api.deserialize(Answer(), "V1Lease")
+            return LeaseLock(LEASE, "default", "me", api).election_record(model)
+
+    expected = asyncio.run(from_model())
+    assert vars(_election_record(spec)) == vars(expected)

@@ -10,6 +10,7 @@ import pytest
 from services.infra import store as store_module
 from services.infra.database import asyncpg_url
 from services.infra.store import ConcurrencyError, EventStore
+from services.model.upcasting import PayloadDecoder
 from tests.infra.store_helpers import batch, pod_action, unique_stream
 
 
@@ -56,6 +57,42 @@ async def test_read_streams_reads_only_the_asked_range_of_each_stream(event_stor
     assert "Seq Scan on events" not in plan, plan
     answer = await event_store.read_streams([(stream, 1998), (other, 2000)])
     assert [[s.envelope.stream_version for s in part] for part in answer] == [[1998, 1999, 2000], [2000]]
+
+
+async def test_read_streams_lets_other_tasks_run_while_it_decodes_a_long_history(
+    event_store: EventStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A planner rebuilding a big CloneSet reads its whole history at once; its Lease renewals and the
+    # other workloads' rounds must get turns while that history is decoded, not only while it is fetched.
+    stream = unique_stream()
+    count = 3 * store_module.DECODE_SLICE
+    await event_store.append(batch(stream, 1, count), expected_version=0)
+    turns = 0
+
+    async def other_task() -> None:
+        nonlocal turns
+        while True:
+            turns += 1
+            await asyncio.sleep(0)
+
+    decoder = PayloadDecoder()
+    decode = decoder.decode_current
+    turns_at_decode: list[int] = []
+
+    def recording_decode(payload: bytes | str) -> object:
+        turns_at_decode.append(turns)
+        return decode(payload)
+
+    monkeypatch.setattr(decoder, "decode_current", recording_decode)
+    monkeypatch.setattr(event_store, "decoder", decoder)
+    ticker = asyncio.create_task(other_task())
+    try:
+        [answer] = await event_store.read_streams([(stream, 1)])
+    finally:
+        ticker.cancel()
+    assert [s.envelope.stream_version for s in answer] == list(range(1, count + 1))
+    # The other task ran between the first and the last row decoded, at least once per slice.
+    assert len(set(turns_at_decode)) >= 3, sorted(set(turns_at_decode))
 
 
 async def test_empty_stream_is_at_version_zero(event_store: EventStore) -> None:
