@@ -22,6 +22,7 @@ import uuid
 import zlib
 from collections.abc import Awaitable, Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import NoReturn
 from urllib.parse import unquote
 
 import msgspec
@@ -423,6 +424,8 @@ def in_progress_due(
 # for a no-wait request; 408: it expired; 409: the server turned it away, e.g. the durable's limits or a
 # leader change), or an idle heartbeat. None is a message; any other status is an error (as in nats-py).
 _REQUEST_OVER = frozenset({"404", "408", "409"})
+_NO_MESSAGES = "404"
+_EXPIRED = "408"
 _HEARTBEAT = "100"
 
 
@@ -433,28 +436,50 @@ async def pull(sub: JetStreamContext.PullSubscription, batch: int, wait: float) 
     cost per message: nats-py's fetch awaits every message of a batch in a task of its own (a uuid4
     name, a timer). Here a message already received is taken from the subscription's queue at once;
     only an empty queue is awaited. Raises nats.errors.TimeoutError when no message came within
-    ``wait`` seconds."""
+    ``wait`` seconds, nats.errors.ConnectionClosedError when the connection is closed, and the error
+    of an unexpected status (e.g. 503 once the durable is gone) only when no message came before it:
+    those that came are returned (raising would leave them unacked until ack_wait)."""
     # What nats-py's fetch reads: the subscription behind the pull subscription, the durable's "next
     # message" subject and the inbox the messages come to.
     inner: Subscription = sub._sub
     queue: asyncio.Queue[Msg] = inner._pending_queue
+    if sub._nc.is_closed:
+        raise nats.errors.ConnectionClosedError
     deadline = time.monotonic() + wait
     msgs: list[Msg] = []
+    error_status: Msg | None = None  # an unexpected status that ended the request
 
-    def take(msg: Msg) -> bool:
-        """Keep a message; False when the request it answers is over."""
-        inner._pending_size -= len(msg.data)  # (the queue's byte limit, as next_msg keeps it)
+    def taken(msg: Msg) -> Msg:
+        """Account for a message taken from the queue as next_msg does: the queue's byte count, and its
+        unfinished count (a subscription's drain, hence the connection's, waits for it to reach zero)."""
+        queue.task_done()
+        inner._pending_size -= len(msg.data)
+        return msg
+
+    def take(msg: Msg, waiting_since: float | None) -> bool:
+        """Keep a message; False when the request it answers is over. ``waiting_since``: when the
+        waiting request (no no_wait, expiring at the deadline) was sent, if that is the one answered."""
+        nonlocal error_status
         status = None if msg.data else (msg.headers or {}).get(STATUS_HEADER)
         if status is None:
             msgs.append(msg)
             return True
-        if status in _REQUEST_OVER:
-            return False
         if status == _HEARTBEAT:
             return True
-        raise nats.js.errors.APIError.from_msg(msg)
+        if waiting_since is not None and (
+            # The server answers 404 only to a no-wait request, and a waiting request's 408 once it has
+            # expired: a 404, or a 408 well before the expiry, was left by an earlier request (one that
+            # outlived the call that sent it). nats-py's fetch also lets its waiting request outlast one.
+            status == _NO_MESSAGES
+            or (status == _EXPIRED and time.monotonic() < (waiting_since + deadline) / 2)
+        ):
+            return True
+        if status in _REQUEST_OVER:
+            return False
+        error_status = msg
+        return False
 
-    async def collect() -> None:
+    async def collect(waiting_since: float | None = None) -> None:
         """Take messages until ``batch``, the request's end, or the deadline."""
         while len(msgs) < batch:
             if queue.empty():
@@ -463,21 +488,26 @@ async def pull(sub: JetStreamContext.PullSubscription, batch: int, wait: float) 
                     return
                 try:
                     async with asyncio.timeout(remaining):
-                        msg = await queue.get()  # a timeout leaves the message queued for the next call
+                        msg = taken(await queue.get())  # a timeout leaves the message queued
                 except TimeoutError:
                     return
             else:
-                msg = queue.get_nowait()
-            if not take(msg):
+                msg = taken(queue.get_nowait())
+            if not take(msg, waiting_since):
                 return
+
+    def nothing_came() -> NoReturn:
+        if error_status is not None:
+            nats.js.errors.APIError.from_msg(error_status)  # raises the status's error
+        if sub._nc.is_closed:  # nats-py's next_msg tells a closed connection from a timeout too
+            raise nats.errors.ConnectionClosedError
+        raise nats.errors.TimeoutError
 
     while not queue.empty() and len(msgs) < batch:
         # Left by an earlier request that outlived its fetch; a status there answered that request.
-        leftover = queue.get_nowait()
+        leftover = taken(queue.get_nowait())
         if leftover.data or STATUS_HEADER not in (leftover.headers or {}):
-            take(leftover)
-        else:
-            inner._pending_size -= len(leftover.data)
+            take(leftover, None)
     if len(msgs) < batch:
         request: dict[str, object] = {"batch": batch - len(msgs), "no_wait": True}
         if not msgs:
@@ -487,13 +517,13 @@ async def pull(sub: JetStreamContext.PullSubscription, batch: int, wait: float) 
     if msgs:
         return msgs
     remaining = deadline - time.monotonic()
-    if remaining <= 0.0001:
-        raise nats.errors.TimeoutError
+    if remaining <= 0.0001 or error_status is not None:
+        nothing_came()
     request = {"batch": batch, "expires": int(remaining * 1_000_000_000) - 100_000}
     await sub._nc.publish(sub._nms, json.dumps(request).encode(), sub._deliver)
-    await collect()
+    await collect(waiting_since=time.monotonic())
     if not msgs:
-        raise nats.errors.TimeoutError
+        nothing_came()
     return msgs
 
 

@@ -7,8 +7,10 @@ import contextlib
 import uuid
 
 import nats.errors
+import nats.js.errors
 import pytest
 from nats.aio.msg import Msg
+from nats.js.client import JetStreamContext
 
 from services.infra.bus import Bus, in_progress_due, pull, subject_matches
 from services.model.events import Envelope, RolloutResumed, decode, encode, new_event
@@ -74,6 +76,108 @@ async def test_pull_hands_over_what_is_there_in_order_and_waits_for_what_comes_n
                 break
         later.cancel()
         assert received == [6]
+    finally:
+        await sub.unsubscribe()
+
+
+async def pull_subscription(
+    bus: Bus, name: str, *, via: Bus | None = None
+) -> tuple[str, JetStreamContext.PullSubscription]:
+    """A durable for the events of ``name`` and a pull subscription bound to it on ``via``'s connection
+    (``bus``'s by default), pulled here only."""
+
+    async def unused(envelope: Envelope, msg: Msg) -> None:
+        raise AssertionError("only pulled here")
+
+    durable = unique("pull")
+    await bus.consumer(durable, bus.event_filter(name=name), unused).ensure()
+    return durable, await (via or bus).js.pull_subscribe_bind(durable, stream=bus.stream)
+
+
+async def waiting_requests(bus: Bus, durable: str, count: int) -> None:
+    """Returns once the durable holds ``count`` pull requests waiting for messages."""
+    for _ in range(300):
+        if (await bus.js.consumer_info(bus.stream, durable)).num_waiting >= count:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{count} pull requests never waited on {durable}")
+
+
+async def test_what_a_pull_took_leaves_its_subscription_free_to_drain(bus: Bus) -> None:
+    # A subscription's drain (and so the bus's close) waits until every message queued for it is marked
+    # done, as nats-py's next_msg does for each one it hands over.
+    name = unique("pull")
+    stream = f"CloneSet/default/{name}"
+    await bus.publish_many([paused(stream, version) for version in (1, 2)])
+    _, sub = await pull_subscription(bus, name)
+    queue = sub._sub._pending_queue
+    try:
+        assert len(await pull(sub, 100, 5.0)) == 2
+        with pytest.raises(nats.errors.TimeoutError):
+            await pull(sub, 100, 0.3)  # takes the statuses that end its requests
+        assert queue._unfinished_tasks == queue.qsize()  # only what nothing took yet is still pending
+    finally:
+        await sub.unsubscribe()
+
+
+async def test_statuses_left_by_earlier_requests_do_not_end_a_waiting_pull(bus: Bus) -> None:
+    name = unique("pull")
+    stream = f"CloneSet/default/{name}"
+    durable, sub = await pull_subscription(bus, name)
+    try:
+        pulling = asyncio.create_task(pull(sub, 1, 30.0))
+        await waiting_requests(bus, durable, 1)
+        # An earlier request's end reaching the inbox late (after the call that sent it gave up): it ends
+        # this pull's first request; its waiting request outlasts the rest (a 404 answers only a no-wait
+        # request, a 408 comes at the expiry).
+        for status in ("408", "404", "408"):
+            await bus.nc.publish(sub._deliver, b"", headers={"Status": status})
+        await waiting_requests(bus, durable, 2)
+        await bus.publish(paused(stream, 1))
+        msgs = await pulling
+        assert [decode(msg.data).stream_version for msg in msgs] == [1]
+        await msgs[0].ack()
+    finally:
+        await sub.unsubscribe()
+
+
+async def test_a_pull_on_a_closed_connection_says_so(bus: Bus) -> None:
+    own = await Bus.connect(bus.settings, name="rollbook-tests-closing")
+    durable, sub = await pull_subscription(bus, unique("pull"), via=own)
+    pulling = asyncio.create_task(pull(sub, 10, 1.0))
+    await waiting_requests(bus, durable, 1)
+    await own.nc.close()
+    # Not a timeout: the consumer's loop stops on a closed connection instead of pulling again.
+    with pytest.raises(nats.errors.ConnectionClosedError):
+        await pulling
+    with pytest.raises(nats.errors.ConnectionClosedError):
+        await pull(sub, 10, 1.0)
+
+
+async def test_messages_taken_before_an_error_status_are_handed_over(bus: Bus) -> None:
+    name = unique("pull")
+    stream = f"CloneSet/default/{name}"
+    durable, sub = await pull_subscription(bus, name)
+    try:
+        # A request that outlived the fetch that sent it brings a message into the subscription's queue...
+        fetching = asyncio.create_task(sub.fetch(1, timeout=30.0))
+        await waiting_requests(bus, durable, 1)
+        fetching.cancel()
+        await bus.publish(paused(stream, 1))
+        await eventually(lambda: sub.pending_msgs == 1, what="message queued")
+        # ...and the durable is deleted: the next pull takes that message, then its request is answered
+        # with an error status (here the 503 a request with no responder gets).
+        await bus.js.delete_consumer(bus.stream, durable)
+        pulling = asyncio.create_task(pull(sub, 10, 30.0))
+        await eventually(lambda: sub.pending_msgs == 0, what="queued message taken")
+        await bus.nc.publish(sub._deliver, b"", headers={"Status": "503"})
+        msgs = await pulling
+        assert [decode(msg.data).stream_version for msg in msgs] == [1]
+        pulling = asyncio.create_task(pull(sub, 10, 30.0))
+        await asyncio.sleep(0)  # the pull starts: the status below answers its request
+        await bus.nc.publish(sub._deliver, b"", headers={"Status": "503"})
+        with pytest.raises(nats.js.errors.ServiceUnavailableError):
+            await pulling  # nothing came before the status: its error
     finally:
         await sub.unsubscribe()
 
