@@ -9,7 +9,9 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from services.infra import kube
+from services.model.cloneset import INPLACE_STATE_ANNOTATION
 from services.model.events import PodActionRequested
+from services.model.streams import ACTION_ID_ANNOTATION
 
 MERGE_PATCH = "application/merge-patch+json"
 # A patch computed from a resourceVersion someone else changed is re-read and retried this many times.
@@ -55,3 +57,17 @@ def has_condition(pod: dict[str, Any], condition: dict[str, Any]) -> bool:
         {key: current.get(key) for key in wanted} == wanted
         for current in (pod.get("status") or {}).get("conditions") or []
     )
+
+
+def patch_applied(pod: dict[str, Any], action_id: str, patch: dict[str, Any]) -> bool:
+    """The pod shows this patch action's effect: its id (the last action applied to the pod), or the
+    in-place update state its patch writes. The state is written with the spec, in the same patch, and
+    names this update alone (the round's revision and updateTimestamp, the imageIDs before it, its
+    container batch record); it stays on the pod after the planner's markReady has put its own id in
+    place of this one's, so a late redelivery still finds its update done and does not take the pod
+    out of service again."""
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    if annotations.get(ACTION_ID_ANNOTATION) == action_id:
+        return True
+    written = ((patch.get("metadata") or {}).get("annotations") or {}).get(INPLACE_STATE_ANNOTATION)
+    return isinstance(written, str) and annotations.get(INPLACE_STATE_ANNOTATION) == written

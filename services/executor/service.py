@@ -58,6 +58,7 @@ from services.executor.pods import (
     MERGE_PATCH,
     ActionFailed,
     has_condition,
+    patch_applied,
     read_target_pod,
 )
 from services.executor.settled import Settled
@@ -468,17 +469,22 @@ class Executor:
         pods/status, then the patch with the resourceVersion that write returned (no second read). The
         condition write carries only the condition and the uid precondition, not the action id: a crash
         between the two writes leaves the action not applied, and its redelivery finds the condition in
-        place (nothing to write again) and writes the patch once."""
+        place (nothing to write again) and writes the patch once. The action counts as applied when the
+        pod carries its id or the in-place update state its patch writes (``patch_applied``), checked on
+        the pod as read and on the pod as the condition write returned it."""
         pod = await read_target_pod(self.core, request)
         for attempt in range(CONFLICT_RETRIES):
             if attempt:
                 pod = await read_target_pod(self.core, request)
             metadata = pod.get("metadata") or {}
-            if _annotations(pod).get(ACTION_ID_ANNOTATION) == request.action_id:
+            if patch_applied(pod, request.action_id, patch):
                 return metadata.get("uid"), True
             if not_ready and not has_condition(pod, not_ready):
                 pod = await self._write_condition(request, metadata.get("uid"), not_ready)
                 metadata = pod.get("metadata") or {}
+                # Another executor, delivered the same action, may have applied it since the read.
+                if patch_applied(pod, request.action_id, patch):
+                    return metadata.get("uid"), True
             body = _merge(
                 patch,
                 {

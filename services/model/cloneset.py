@@ -8,6 +8,8 @@ from typing import Any
 DEFAULT_REPLICAS = 1
 # The label naming a pod's instance, on the pod and on each of its PVCs (reused by its replacement).
 INSTANCE_ID_LABEL = "apps.kruise.io/cloneset-instance-id"
+# OpenKruise's record of a pod's in-place update (InPlaceUpdateState: revision, updateTimestamp, ...).
+INPLACE_STATE_ANNOTATION = "apps.kruise.io/inplace-update-state"
 
 
 def desired_replicas(cloneset: dict[str, Any] | None) -> int:

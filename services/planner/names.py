@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from services.model import availability
+from services.model.cloneset import INPLACE_STATE_ANNOTATION as INPLACE_STATE_ANNOTATION  # the executor's
 from services.model.cloneset import INSTANCE_ID_LABEL as INSTANCE_ID_LABEL  # shared with the executor
 
 REVISION_LABEL = "controller-revision-hash"
@@ -15,7 +16,6 @@ LIFECYCLE_TIMESTAMP_ANNOTATION = "lifecycle.apps.kruise.io/timestamp"
 EXCLUDE_PREPARING_DELETE_LABEL = "apps.kruise.io/cloneset-scaling-exclude-preparing-delete"
 DELETION_COST_ANNOTATION = "controller.kubernetes.io/pod-deletion-cost"
 
-INPLACE_STATE_ANNOTATION = "apps.kruise.io/inplace-update-state"
 INPLACE_GRACE_ANNOTATION = "apps.kruise.io/inplace-update-grace"
 INPLACE_READY_CONDITION = availability.INPLACE_READY_CONDITION
 # Legacy keys OpenKruise still reads and removes on its next write.

@@ -30,6 +30,7 @@ from services.model.sidecarset_streams import (
     UPDATE_SIDECAR_ACTION,
 )
 from services.model.streams import actions_stream, decisions_stream, observed_stream
+from services.planner.inplace import condition
 
 T0 = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
 OLD, NEW = "web-111", "web-222"
@@ -87,8 +88,14 @@ class Trail:
         )  # fmt: skip
         await self._append(observed_stream(self.namespace, self.name), payload, at)
 
-    async def request(self, action: str, pod: str, at: float) -> str:
+    async def request(self, action: str, pod: str, at: float, details: dict[str, Any] | None = None) -> str:
+        """A request; ``details`` as the planner records them (default: a markNotReady writes the
+        InPlaceUpdateReady=False condition, as the grace-period path's and older trails' do)."""
         action_id = str(uuid.uuid4())
+        if details is None:
+            details = {"action": action, "pod": pod}
+            if action == "markNotReady":
+                details["condition"] = inplace_not_ready(at)
         await self.decide(
             PodActionRequested(
                 action_id=action_id,
@@ -97,6 +104,7 @@ class Trail:
                 pod=pod,
                 rollout_id=self.rollout,
                 revision=NEW,
+                details=details,
             ),  # fmt: skip
             at,
         )
@@ -161,6 +169,11 @@ class Trail:
         await self.observe_cloneset(3, 0)
         for index in range(3):
             await self.observe_pod(f"{self.name}-{index}", 0.5 + index / 10)
+
+
+def inplace_not_ready(at: float) -> dict[str, Any]:
+    """The InPlaceUpdateReady=False condition an in-place update writes (planner inplace.condition)."""
+    return condition(False, "StartInPlaceUpdate", (T0 + timedelta(seconds=at)).strftime("%Y-%m-%dT%H:%M:%SZ"))
 
 
 def _template(image: str) -> dict[str, Any]:

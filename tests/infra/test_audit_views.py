@@ -24,7 +24,7 @@ from services.model.events import (
     PodHookReleased,
     RolloutProgressDeadlineExceeded,
 )
-from tests.infra.audit_helpers import NEW, OLD, SIDECAR_NEW, T0, SidecarSetTrail, Trail
+from tests.infra.audit_helpers import NEW, OLD, SIDECAR_NEW, T0, SidecarSetTrail, Trail, inplace_not_ready
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -268,6 +268,51 @@ async def test_an_in_place_update_takes_its_steps_from_its_own_rollout_only(
         }
     ]
     assert earlier != trail.rollout
+
+
+async def test_an_in_place_update_writing_its_own_condition_starts_at_its_own_request_not_a_hook_mark(
+    event_store: EventStore, database_url: str
+) -> None:
+    # An inPlaceUpdate hook with markPodNotReady marks KruisePodReady False as the pod enters
+    # PreparingUpdate; once released, the update (no grace period) writes InPlaceUpdateReady=False itself.
+    trail = Trail(event_store)
+    hook_condition = {"type": "KruisePodReady", "status": "False", "message": "[]"}
+    hook_mark = await trail.request(
+        "markNotReady", "web-0", 1, {"action": "markNotReady", "pod": "web-0", "condition": hook_condition}
+    )
+    await trail.succeed(hook_mark, 1.2, taken=1.1)
+    merged = {"action": "updateInPlace", "pod": "web-0", "notReady": inplace_not_ready(5)}
+    update = await trail.request("updateInPlace", "web-0", 5, merged)
+    await trail.succeed(update, 5.4, taken=5.25)
+    ready = await trail.request("markReady", "web-0", 6)
+    await trail.succeed(ready, 6.2, taken=6.1)
+    # A dynamic update (no restart, no notReady) after a hook mark: the hook's mark is no step of it either.
+    hook_mark = await trail.request(
+        "markNotReady", "web-1", 7, {"action": "markNotReady", "pod": "web-1", "condition": hook_condition}
+    )
+    await trail.succeed(hook_mark, 7.2, taken=7.1)
+    dynamic = await trail.request("updateInPlace", "web-1", 9)
+    await trail.succeed(dynamic, 9.4, taken=9.25)
+    ready = await trail.request("markReady", "web-1", 10)
+    await trail.succeed(ready, 10.2, taken=10.1)
+    rows = await _rows(
+        database_url,
+        "SELECT pod, requested, started, queued, finished, duration, outcome FROM pod_actions"
+        " WHERE namespace = $1 ORDER BY position",
+        trail.namespace,
+    )
+    assert rows == [
+        {
+            "pod": "web-0", "requested": _seconds(5), "started": _seconds(5.25),
+            "queued": timedelta(seconds=0.25), "finished": _seconds(6.2), "duration": timedelta(seconds=1.2),
+            "outcome": "succeeded",
+        },
+        {
+            "pod": "web-1", "requested": _seconds(9), "started": _seconds(9.25),
+            "queued": timedelta(seconds=0.25), "finished": _seconds(10.2), "duration": timedelta(seconds=1.2),
+            "outcome": "succeeded",
+        },
+    ]  # fmt: skip
 
 
 async def test_started_and_queued_say_when_an_executor_took_each_action(

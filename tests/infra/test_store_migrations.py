@@ -114,3 +114,17 @@ async def test_downgrading_pod_action_started_restores_the_0003_pod_actions_exac
         assert "PodActionStarted" in upgraded["pod_actions"][0] and "queued" in upgraded["pod_actions"][0]
         _alembic(url, "downgrade", "0004_event_hash_chain")
         assert await _views(url) == original
+
+
+async def test_downgrading_the_inplace_mark_of_its_own_restores_the_0012_pod_actions_exactly(
+    server_urls: ServerUrls,
+) -> None:
+    async with fresh_database(server_urls.database_url, prefix="rollbook_migrations") as url:
+        _alembic(url, "upgrade", "0012_outcome_started_at")
+        original = await _views(url)
+        _alembic(url, "upgrade", "0013_inplace_mark_of_its_own")
+        upgraded = await _views(url)
+        assert {name for name in upgraded if upgraded[name] != original[name]} == {"pod_actions"}
+        assert "InPlaceUpdateReady" in upgraded["pod_actions"][0]
+        _alembic(url, "downgrade", "0012_outcome_started_at")
+        assert await _views(url) == original
