@@ -417,8 +417,10 @@ class Executor:
         """The claims a createPod names, before its pod (OpenKruise createOnePod: each claim of the instance
         not existing yet, then the pod). One already there is fine when it belongs to this instance: an
         earlier delivery of this action made it, or it was kept from an earlier pod of this instance id
-        (or made by an earlier try that failed at the pod). A claim being deleted is not: the pod would
-        start on a claim about to go."""
+        (or made by an earlier try that failed at the pod), and its controller is this claim's owner (or
+        it has none). A claim being deleted is not: the pod would start on a claim about to go. A claim
+        accepted from before gets this action's id too, as a created one carries it: the expectation
+        waits for the id on each claim, so an older observation of the name does not satisfy it."""
         instance_id = request.details.get("instanceId")
         create: Any = self.core.create_namespaced_persistent_volume_claim  # takes the raw dict too
         for claim in request.details.get("pvcs") or []:
@@ -441,10 +443,47 @@ class Executor:
                 raise ActionFailed(
                     f"PersistentVolumeClaim {request.namespace}/{name} already exists (not of this instance)"
                 )
+            owner, wanted = kube.controller_owner(existing), kube.controller_owner(body)
+            if owner is not None and owner.get("uid") != (wanted or {}).get("uid"):
+                raise ActionFailed(
+                    f"PersistentVolumeClaim {request.namespace}/{name} is controlled by another owner"
+                    f" ({owner.get('kind')} {owner.get('name')}, uid {owner.get('uid')})"
+                )
             if metadata.get("deletionTimestamp"):
                 raise ActionFailed(
                     f"PersistentVolumeClaim {request.namespace}/{name} is being deleted", retryable=True
                 )
+            if not ours:
+                await self._claim_for_action(request, name, metadata)
+
+    async def _claim_for_action(
+        self, request: PodActionRequested, name: str, metadata: dict[str, Any]
+    ) -> None:
+        """This action's id onto a claim it found (a merge patch, with the resourceVersion it was checked
+        at: a claim changed since, such as one whose deletion started, is checked again on a retry)."""
+        body = {
+            "metadata": {
+                "annotations": {ACTION_ID_ANNOTATION: request.action_id},
+                "resourceVersion": metadata.get("resourceVersion"),
+            }
+        }
+        try:
+            await kube.raw_json(
+                await self.core.patch_namespaced_persistent_volume_claim(
+                    name,
+                    request.namespace,
+                    body,
+                    _content_type=MERGE_PATCH,  # type: ignore[call-arg]
+                    _preload_content=False,
+                )
+            )
+        except ApiException as error:
+            if error.status not in (404, 409):
+                raise
+            raise ActionFailed(
+                f"PersistentVolumeClaim {request.namespace}/{name} changed while taken for the pod",
+                retryable=True,
+            ) from error
 
     async def _delete(self, delete: Any, name: str, namespace: str, uid: str | None) -> bool:
         """Delete exactly the incarnation ``uid``; True when it was gone already."""
@@ -607,7 +646,7 @@ class Executor:
         self, request: PodActionRequested, earlier: list[str], *, last_try: bool = False
     ) -> None:
         """Hold this action until the actions its round planned before it for the same pod (``earlier``)
-        have a terminal outcome (a PVC before its pod; in older trails a markNotReady before its
+        have a terminal outcome (in older trails a PVC before its pod, or a markNotReady before its
         updateInPlace), whichever executor took them."""
         deadline = time.monotonic() + EARLIER_ACTION_WAIT
         pending = earlier

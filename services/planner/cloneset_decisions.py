@@ -62,8 +62,11 @@ from services.planner.workload_state import WorkloadState
 #     InPlaceUpdateReady=False condition (notReady), not a markNotReady followed by an updateInPlace.
 # 11: a new pod's PVCs are created by its createPod (its ``pvcs``, created before the pod in the same
 #     action), not by createPVC actions before it; its expectation waits for the pod and those PVCs.
+# 12: a PVC being deleted is not an existing one: a pod reusing its instance id names it in ``pvcs`` (so
+#     waits for a new one) instead of mounting it; a createPod's expectation waits for its action id on
+#     each of its PVCs (the executor writes it on one it found), not any observation of the name.
 # tests/planner/test_rules_fingerprint.py fails when the decisions change and this does not.
-RULES_VERSION = 11
+RULES_VERSION = 12
 
 Decide = Callable[[PlanInput], Plan]
 """The decision function: the planner input -> its plan (typed, services/planner/model.py)."""

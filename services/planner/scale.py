@@ -86,7 +86,13 @@ def _take_back(ctx: Context, classes: Classes, pre_deleting: list[PodView]) -> l
 def _create(ctx: Context, count: int, at_current: int) -> list[Action]:
     spec = ctx.spec
     ids = _instance_ids(ctx, count)
-    existing_pvcs = {(p.get("metadata") or {}).get("name") for p in ctx.pvcs}
+    # Live claims only (OpenKruise getOwnedResource drops terminating claims first): a claim being deleted
+    # stays in the pod's ``pvcs``, so its pod waits for a new claim instead of mounting the dying one.
+    existing_pvcs = {
+        (p.get("metadata") or {}).get("name")
+        for p in ctx.pvcs
+        if not (p.get("metadata") or {}).get("deletionTimestamp")
+    }
     actions: list[Action] = []
     orphan_ids = _orphan_ids(ctx)
     for index, instance_id in enumerate(ids):

@@ -81,8 +81,6 @@ class WorkloadState:
     revisions: dict[str, dict[str, Any]] = field(default_factory=dict)
     # expectations
     seen_action_ids: dict[tuple[str, str], set[str]] = field(default_factory=dict)  # (kind, name) -> ids
-    # Every PVC name ever observed present (never shrinks, so the expectations reading it stay monotone)
-    claims_seen: set[str] = field(default_factory=set)
     gone_uids: set[str] = field(default_factory=set)
     requested: dict[str, Requested] = field(default_factory=dict)
     # (round, pod) -> the action ids that round planned for that pod, in order (the executor applies them
@@ -214,8 +212,6 @@ class WorkloadState:
             self.seen_action_ids.setdefault((observed.kind, observed.name), set()).add(action_id)
         if observed.change == "DELETED" or metadata.get("deletionTimestamp"):
             self.gone_uids.add(observed.uid)
-        elif observed.kind == "PersistentVolumeClaim":
-            self.claims_seen.add(observed.name)
         table: dict[str, dict[str, Any]] | None
         if observed.kind == WORKLOAD_KIND:
             self.cloneset = None if observed.change == "DELETED" else obj
@@ -257,11 +253,15 @@ class WorkloadState:
             )
         if action == ActionKind.SET_PODS_TO_DELETE:
             return requested.action_id in self.seen_action_ids.get((WORKLOAD_KIND, self.name), set())
-        if action == ActionKind.CREATE_POD and not self.claims_seen.issuperset(created_claims(details)):
+        if action == ActionKind.CREATE_POD and not all(
+            requested.action_id in self.seen_action_ids.get(("PersistentVolumeClaim", name), set())
+            for name in created_claims(details)
+        ):
             # The pod's own claims are observed too before its create stops blocking: planning on a view
             # with the pod but not yet its claims could delete the pod without them (``DeletePod.pvcs``).
-            # Any observation of the name counts: a claim the action found already there (made by an
-            # earlier try of this instance) carries another action id.
+            # Each claim carries this action's id (the executor writes it on a claim it found already
+            # there, too), so an observation of an older claim of the same name does not count, and one
+            # seen only as it is deleted does.
             return False
         seen = self.seen_action_ids.get(("Pod", requested.pod), set())
         return requested.action_id in seen or self._later_in_round_seen(requested.action_id, seen)
@@ -426,7 +426,7 @@ _EXPECTED_DETAILS = frozenset({"uid", "pvcUids", "pvc"})
 
 def created_claims(details: dict[str, Any]) -> list[str]:
     """The names of the claims a createPod creates before its pod (its ``pvcs``: the claim objects as
-    requested, or their names as the state keeps them); none in a createPod of CloneSet rules before 10,
+    requested, or their names as the state keeps them); none in a createPod of CloneSet rules before 11,
     whose claims were createPVC actions of their own."""
     return [
         str((c.get("metadata") or {}).get("name")) if isinstance(c, dict) else str(c)

@@ -183,13 +183,14 @@ class ClusterModel:
         for the simple patches the planner writes); returns the object it created or changed (None for a
         delete, or an action on a pod that is gone). A createPod's claims carry ``action_id`` as well."""
         pod = self.pods.get(action.pod)
-        if isinstance(action, model.CreatePVC):  # trails of CloneSet rules before 10
+        if isinstance(action, model.CreatePVC):  # trails of CloneSet rules before 11
             return self._create_claim(action.object)
         if isinstance(action, model.CreatePod):
-            # Its claims first; one already there (kept from an earlier pod of the instance) is kept.
+            # Its claims first; one already there (kept from an earlier pod of the instance) is kept, and
+            # takes the action's id as a created one does (the executor's patch).
             for claim in action.pvcs:
-                if claim["metadata"]["name"] not in self.pvcs:
-                    self._annotate(self._create_claim(claim), action_id)
+                name = claim["metadata"]["name"]
+                self._annotate(self.pvcs.get(name) or self._create_claim(claim), action_id)
             created = copy.deepcopy(action.object)
             metadata = created.setdefault("metadata", {})
             metadata["uid"] = f"{self.uid_prefix}-{self._next()}"

@@ -74,6 +74,11 @@ def _create_with_claims(workload: str) -> tuple[Envelope, PodActionRequested, li
     return envelope, request, claims
 
 
+def _controller(kind: str, name: str, uid: str) -> dict[str, Any]:
+    api_version = "v1" if kind == "Pod" else "apps.kruise.io/v1alpha1"
+    return {"apiVersion": api_version, "kind": kind, "name": name, "uid": uid, "controller": True}
+
+
 async def _read_claim(k8s_client: client.ApiClient, name: str) -> dict[str, Any] | None:
     core = client.CoreV1Api(k8s_client)
     try:
@@ -152,7 +157,8 @@ async def test_a_claim_kept_from_the_instance_is_used_and_anyone_elses_fails_the
     assert len(await _pods_named(k8s_client, kept)) == 1
     first_claim = await _read_claim(k8s_client, claims[0])
     assert first_claim is not None
-    assert first_claim["metadata"]["annotations"][ACTION_ID_ANNOTATION] == "an-earlier-create"
+    # It carries this create's id now (the expectation waits for it on each claim), the same claim.
+    assert first_claim["metadata"]["annotations"][ACTION_ID_ANNOTATION] == request.action_id
     assert await _read_claim(k8s_client, claims[1]) is not None
     stored = [s.envelope.payload for s in await event_store.read_stream(actions_stream("default", kept))]
     assert isinstance(stored[-1], PodActionSucceeded)
@@ -165,3 +171,37 @@ async def test_a_claim_kept_from_the_instance_is_used_and_anyone_elses_fails_the
     assert await _pods_named(k8s_client, other) == []
     stored = [s.envelope.payload for s in await event_store.read_stream(actions_stream("default", other))]
     assert isinstance(stored[-1], PodActionFailed) and "not of this instance" in stored[-1].reason
+
+
+async def test_a_claim_of_the_instance_controlled_by_another_owner_fails_the_create(
+    settings: Settings, event_store: EventStore, k8s_client: client.ApiClient
+) -> None:
+    # The claim has this instance's label, but another controller owns it (say another CloneSet of the
+    # same name, deleted and made again): the pod must not take it; the create fails, not retried.
+    core = client.CoreV1Api(k8s_client)
+    executor = Executor(settings, event_store, k8s_client)
+    workload = f"web{uuid.uuid4().hex[:8]}"
+    envelope, request, claims = _create_with_claims(workload)
+    for claim in request.details["pvcs"]:
+        claim["metadata"]["ownerReferences"] = [_controller("CloneSet", workload, "cloneset-now")]
+    # Its owner exists (the API server's garbage collector would delete a claim whose owner does not).
+    owner_pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": f"{workload}-owner", "namespace": "default"},
+        "spec": {"containers": [{"name": "app", "image": "nginx:alpine"}]},
+    }
+    before = await kube.raw_json(
+        await core.create_namespaced_pod("default", owner_pod, _preload_content=False)  # type: ignore[arg-type]
+    )
+    left = _claim(claims[0], "x1")
+    left["metadata"]["ownerReferences"] = [
+        _controller("Pod", owner_pod["metadata"]["name"], before["metadata"]["uid"])
+    ]
+    await core.create_namespaced_persistent_volume_claim("default", left)  # type: ignore[arg-type]
+    await executor.execute(envelope, request)
+    assert [p["metadata"]["name"] for p in await _pods_named(k8s_client, workload)] == []
+    stored = [s.envelope.payload for s in await event_store.read_stream(actions_stream("default", workload))]
+    failed = stored[-1]
+    assert isinstance(failed, PodActionFailed) and not failed.retryable
+    assert "controlled by another owner" in failed.reason and before["metadata"]["uid"] in failed.reason

@@ -23,7 +23,10 @@ import pytest
 from services.model.events import RoundPlanned
 from services.model.streams import decisions_stream
 from services.planner.cloneset_decisions import RULES_VERSION
+from services.planner.model import PlanInput
+from services.planner.plan import plan
 from services.replay.simulation import WorkloadSimulation
+from tests.planner.builders import IDS, cloneset, plan_input, pvcs_for, revision_record, running_pod
 
 FINGERPRINTS = {
     2: "2f643260948f9f356306cac14fe171ea5d7eeaea516b34f5559cda5d12ce1af9",
@@ -46,6 +49,9 @@ FINGERPRINTS = {
     # v11: a new pod's PVCs are created by its createPod, not by createPVC actions before it (with the
     # CLAIMS script)
     11: "53c81210bb8f6f9cce60e1d856b84280b99524448cc941c7fef5ebf63de36bdd",
+    # v12: a PVC being deleted is not an existing one for a new pod's create (with the REUSED_CLAIMS input;
+    # its createPod's expectation also waits for its action id on each PVC, which the scripts do not meet)
+    12: "04d31568abc42cd1ee43c212a05d91ab488b3033914784097dacdb33c5867023",
 }
 START = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 SCRIPTS: tuple[tuple[int | None, dict[str, object]], ...] = (
@@ -69,7 +75,7 @@ HANDED_OVER: tuple[tuple[int | None, dict[str, object], dict[str, Any]], ...] = 
     (2, {"type": "InPlaceIfPossible"}, {"hostNetwork": True}),
 )
 
-# Scripts of a CloneSet with volumeClaimTemplates (added with rules v10, which create a pod's PVCs in its
+# Scripts of a CloneSet with volumeClaimTemplates (added with rules v11, which create a pod's PVCs in its
 # createPod: earlier entries fingerprint the scripts before it): scaled up, then recreated.
 CLAIMS: tuple[tuple[int | None, dict[str, object]], ...] = ((3, {"type": "ReCreate", "maxUnavailable": 1}),)
 CLAIM_TEMPLATES = [
@@ -78,6 +84,18 @@ CLAIM_TEMPLATES = [
         "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
     }
 ]
+
+
+def _reused_claims_input() -> PlanInput:
+    """A pod deleted by someone else whose instance keeps one live PVC and one being deleted (added with
+    rules v12, which name the one being deleted in the new pod's ``pvcs``: earlier entries fingerprint the
+    scripts alone)."""
+    logs = {**CLAIM_TEMPLATES[0], "metadata": {"name": "logs"}}
+    cs = cloneset(claims=[*CLAIM_TEMPLATES, logs])
+    live, dying = pvcs_for(cs, IDS[4])
+    dying["metadata"]["deletionTimestamp"] = "2026-11-30T11:59:00Z"
+    pvcs = [p for i in IDS[:4] for p in pvcs_for(cs, i)] + [live, dying]
+    return plan_input(cs, [running_pod(cs, i) for i in IDS[:4]], [revision_record(cs, 1)], pvcs)
 
 
 def decisions_fingerprint() -> tuple[str, dict[str, int]]:
@@ -103,6 +121,7 @@ def decisions_fingerprint() -> tuple[str, dict[str, int]]:
             if envelope.stream == stream and not isinstance(envelope.payload, RoundPlanned):
                 digest.update(envelope.type.encode() + msgspec.json.encode(envelope.payload))
                 counts[envelope.type] = counts.get(envelope.type, 0) + 1
+    digest.update(msgspec.json.encode(plan(_reused_claims_input()).actions))
     return digest.hexdigest(), counts
 
 

@@ -74,6 +74,22 @@ def test_a_pods_create_names_only_its_claims_that_do_not_exist() -> None:
     assert [c["metadata"]["name"] for c in create.pvcs] == [f"logs-sample-{IDS[4]}"]
 
 
+def test_a_reused_instance_names_its_claim_being_deleted_for_creation() -> None:
+    # The instance keeps one live claim (so its id is reused) while its other claim is being deleted: the
+    # pod must not mount the dying claim, so the create names it (the executor creates it once it is gone).
+    logs = {**CLAIM, "metadata": {**CLAIM["metadata"], "name": "logs"}}
+    cs = cloneset(claims=[CLAIM, logs])
+    pods = [running_pod(cs, i) for i in IDS[:4]]  # IDS[4] was evicted
+    live, dying = pvcs_for(cs, IDS[4])
+    dying["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    pvcs = [p for i in IDS[:4] for p in pvcs_for(cs, i)] + [live, dying]
+    result = plan(plan_input(cs, pods, [revision_record(cs, 1)], pvcs))
+    assert kinds(result) == [("CreatePod", f"sample-{IDS[4]}")]
+    create = result.actions[0]
+    assert isinstance(create, model.CreatePod) and create.instance_id == IDS[4]
+    assert [c["metadata"]["name"] for c in create.pvcs] == [f"logs-sample-{IDS[4]}"]
+
+
 def test_scale_in_deletes_the_pod_with_its_pvcs() -> None:
     cs = cloneset(claims=[CLAIM], replicas=4)
     pods = [running_pod(cs, i) for i in IDS[:5]]
