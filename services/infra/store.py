@@ -8,6 +8,7 @@ Public API (all coroutines unless noted)::
     await store.close() -> None
 
     await store.append(events: Sequence[Envelope], expected_version: int | None) -> AppendResult
+    await store.append_unversioned(events: Sequence[Envelope]) -> list[AppendResult]   (one per stream)
     await store.append_many(events: Sequence[Envelope]) -> int
     await store.import_events(events: Sequence[Envelope]) -> int   (COPY bulk load, not idempotent)
     await store.stream_version(stream: str) -> int
