@@ -751,7 +751,7 @@ class Executor:
             causation_id=envelope.event_id,
             correlation_id=envelope.correlation_id,
         )
-        # Concurrent actions of one workload report to one stream: one append per burst, not a race.
+        # Concurrent actions report to their workloads' streams: one append per burst for all, not a race.
         if await self.reports.append(event):
             EVENTS_APPENDED.labels("executor", event.type).inc()
         if not isinstance(outcome, PodActionStarted):

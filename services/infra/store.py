@@ -8,6 +8,7 @@ Public API (all coroutines unless noted)::
     await store.close() -> None
 
     await store.append(events: Sequence[Envelope], expected_version: int | None) -> AppendResult
+    await store.append_unversioned(events: Sequence[Envelope]) -> list[AppendResult]   (one per stream)
     await store.append_many(events: Sequence[Envelope]) -> int
     await store.import_events(events: Sequence[Envelope]) -> int   (COPY bulk load, not idempotent)
     await store.stream_version(stream: str) -> int
@@ -249,6 +250,42 @@ ORDER BY e.ord
 RETURNING global_position, stream_version
 """
 
+# append_unversioned(): events of many streams in one autocommitted statement (one lock, one commit).
+# Each stream's new events take the versions after its current one, in batch order (row_number per
+# stream over the batch ordinal). The fast form assumes no event id is stored yet (an id already stored
+# raises a unique violation and nothing is stored); the careful form leaves stored ids out. Like the
+# fast append, the current versions read the statement's snapshot: a version taken meanwhile breaks the
+# unique (stream, stream_version) constraint and the append is retried.
+_APPEND_UNVERSIONED_TEMPLATE = """
+WITH batch AS (
+    SELECT e.*, row_number() OVER (PARTITION BY e.stream ORDER BY e.ord)::int4 AS rank
+    FROM unnest($1::uuid[], $2::text[], $3::int4[], $4::text[], $5::int4[], $6::timestamptz[],
+                $7::uuid[], $8::text[], $9::text[])
+         WITH ORDINALITY AS e(event_id, stream, unused, type, schema_version, occurred_at,
+                              causation_id, correlation_id, payload, ord)
+    {new_only}
+),
+current AS (
+    SELECT s.stream, (SELECT coalesce(max(v.stream_version), 0) FROM events v WHERE v.stream = s.stream)
+           AS version
+    FROM (SELECT DISTINCT stream FROM batch) AS s
+)
+INSERT INTO events (event_id, stream, stream_version, type, schema_version, occurred_at,
+                    causation_id, correlation_id, payload)
+SELECT b.event_id, b.stream, current.version + b.rank, b.type, b.schema_version, b.occurred_at,
+       b.causation_id, b.correlation_id, b.payload::jsonb
+FROM batch AS b JOIN current USING (stream)
+ORDER BY b.ord
+RETURNING global_position, event_id, stream_version
+"""
+_APPEND_UNVERSIONED_FAST_SQL = _APPEND_UNVERSIONED_TEMPLATE.format(new_only="")
+_APPEND_UNVERSIONED_SQL = _APPEND_UNVERSIONED_TEMPLATE.format(
+    new_only="WHERE NOT EXISTS (SELECT 1 FROM events s WHERE s.event_id = e.event_id)"
+)
+_STREAM_VERSIONS_SQL = (
+    "SELECT stream, max(stream_version) FROM events WHERE stream = ANY($1::text[]) GROUP BY stream"
+)
+
 # Event loop turns given to a prefetch so it checks out a connection and sends its query.
 _PREFETCH_SPINS = 4
 _IMPORT_COLUMNS = [
@@ -380,6 +417,35 @@ def _check_consecutive(events: Sequence[Envelope], expected_version: int | None)
                 f"{expected_version} consecutively)"
             )
     return stream
+
+
+def _unversioned_results(
+    events: Sequence[Envelope],
+    new: dict[uuid.UUID, tuple[int, int]],
+    versions: dict[str, int],
+) -> list[AppendResult]:
+    """Per-stream results of append_unversioned from the stored rows (event id -> position, version)."""
+    by_stream: dict[str, list[Envelope]] = {}
+    stored: dict[str, list[Envelope]] = {}
+    for event in events:
+        by_stream.setdefault(event.stream, []).append(event)
+        if event.event_id in new:
+            version = new[event.event_id][1]
+            stored.setdefault(event.stream, []).append(msgspec.structs.replace(event, stream_version=version))
+    results = []
+    for stream, given in by_stream.items():
+        written = stored.get(stream, [])
+        results.append(
+            AppendResult(
+                stream=stream,
+                appended=len(written),
+                skipped=len(given) - len(written),
+                stream_version=written[-1].stream_version if written else versions.get(stream, 0),
+                last_position=new[written[-1].event_id][0] if written else None,
+                events=written,
+            )
+        )
+    return results
 
 
 class EventStore:
@@ -569,6 +635,43 @@ class EventStore:
             stream_version=new[-1].stream_version,
             last_position=positions[-1][0],
             events=list(new),
+        )
+
+    async def append_unversioned(self, events: Sequence[Envelope]) -> list[AppendResult]:
+        """Store events of any number of streams, each stream's at the versions after its current one
+        (their own ``stream_version`` is ignored), in one statement: one lock, one commit, however many
+        streams. Each stream's events keep their order in ``events`` (versions and global positions rise
+        with it); an event whose id is stored already (or appears earlier in ``events``) is skipped.
+        Returns one result per stream, in order of first appearance."""
+        if not events:
+            raise ValueError("append_unversioned needs at least one event")
+        unique: dict[uuid.UUID, Envelope] = {}
+        for event in events:
+            if not event.stream:
+                raise ValueError(f"event {event.event_id}: needs a stream name")
+            unique.setdefault(event.event_id, event)
+        batch = list(unique.values())
+        return await self._retrying(lambda: self._append_unversioned(batch))
+
+    async def _append_unversioned(self, events: list[Envelope]) -> list[AppendResult]:
+        for attempt in range(_UNCHECKED_RETRIES):
+            async with self._driver() as conn:
+                try:
+                    # First try assumes nothing is stored yet (the common case, no id look-ups).
+                    sql = _APPEND_UNVERSIONED_FAST_SQL if attempt == 0 else _APPEND_UNVERSIONED_SQL
+                    rows = await conn.fetch(sql, *_columns(events))
+                except asyncpg.UniqueViolationError:
+                    # An id stored already, or a version another writer took meanwhile: nothing was
+                    # stored; the careful form with a fresh snapshot settles both.
+                    continue
+                new = {row[1]: (row[0], row[2]) for row in rows}
+                missing = {e.stream for e in events if e.event_id not in new}
+                versions: dict[str, int] = {}
+                if missing:
+                    versions = dict(await conn.fetch(_STREAM_VERSIONS_SQL, sorted(missing)))
+                return _unversioned_results(events, new, versions)
+        raise ConcurrencyError(
+            events[0].stream, -1, await self.stream_version(events[0].stream), "gave up after repeated races"
         )
 
     async def _stored_ids(self, conn: asyncpg.Connection, ids: list[uuid.UUID]) -> set[uuid.UUID]:

@@ -9,10 +9,11 @@ to ``CloneSet/<ns>/<name>/observed`` for every real change (see docs/services.md
   start, so a restart emits only what changed while the watcher was down.
 - Event ids are uuid5(uid, resourceVersion[, DELETED]): re-emitting after a crash stores nothing new.
 - Appends are batched: a watch event's observations are queued (the cache updated at once) and one
-  task appends everything queued while its previous append ran, one append per stream, streams in
-  parallel, each stream's events in watch order. A burst of watch events is a few appends, not one per
-  event. A MODIFIED that a later observation of the same object in the same cycle supersedes is not
-  stored (objects.latest_per_object; no round can fold a state inside one append), except for CloneSets
+  task appends everything queued while its previous append ran, all streams in one append (the store's
+  ``append_unversioned``: one lock and one commit), each stream's events in watch order. A burst of watch
+  events is one append per ``MAX_BATCH`` observations, not one per event or per stream. A MODIFIED that
+  a later observation of the same object in the same cycle supersedes is not stored
+  (objects.latest_per_object; no round can fold a state inside one append), except for CloneSets
   rollbook only shadows, whose shadow trail compares every observed state. The queue is bounded (a
   watch waits while ``MAX_QUEUED`` observations wait for the store), an append that fails is retried
   until the store takes it (never skipped), and on shutdown everything queued is appended before the
@@ -71,8 +72,8 @@ _BACKOFF_MAX = 10.0
 REBUILD_PAGE = 200
 # Observations waiting for the store beyond which a watch waits for the appends to catch up.
 MAX_QUEUED = 2000
-# Observations in one append cycle at most (each stream's share is one transaction).
-MAX_BATCH = 1000
+# Observations in one append at most (one statement; keeps its transaction, and the lock, short).
+MAX_BATCH = 500
 # How often to look again for a kind the API server does not serve (its CRD may be installed later).
 NOT_SERVED_RETRY_SECONDS = 60.0
 
@@ -272,12 +273,10 @@ class Watcher:
         by_stream: dict[str, list[Envelope]] = {}
         for event in events:
             by_stream.setdefault(event.stream, []).append(event)
-        await asyncio.gather(
-            *(
-                self._append_stream(stream, [self._within_ceiling(e) for e in self._recorded(stream, batch)])
-                for stream, batch in by_stream.items()
-            )
-        )
+        kept = {e.event_id for stream, batch in by_stream.items() for e in self._recorded(stream, batch)}
+        # One append for every stream (one lock and one commit in the store), in watch order, so each
+        # stream's observations keep theirs.
+        await self._append_batch([self._within_ceiling(e) for e in events if e.event_id in kept])
 
     def _within_ceiling(self, observed: Envelope) -> Envelope:
         event = within_ceiling(observed, self.settings.max_event_bytes)
@@ -294,27 +293,28 @@ class Watcher:
             )
         return event
 
-    async def _append_stream(self, stream: str, batch: list[Envelope]) -> None:
+    async def _append_batch(self, batch: list[Envelope]) -> None:
         # Retried here until the store takes it: a Postgres restart is waited out, never skipped.
-        result = await retry_until_stopped(
-            lambda: self.store.append(batch, expected_version=None),
+        results = await retry_until_stopped(
+            lambda: self.store.append_unversioned(batch),
             what="watcher_append",
             stopping=self.stopping,
         )
         self.appends += 1
         STORE_APPENDS.labels("watcher").inc()
-        for event in result.events:
-            EVENTS_APPENDED.labels("watcher", event.type).inc()
-            if not isinstance(event.payload, ObjectObserved):
-                continue
-            log.info(
-                "observed",
-                stream=stream,
-                kind=event.payload.kind,
-                name=event.payload.name,
-                change=event.payload.change,
-                correlation_id=event.correlation_id,
-            )
+        for result in results:
+            for event in result.events:
+                EVENTS_APPENDED.labels("watcher", event.type).inc()
+                if not isinstance(event.payload, ObjectObserved):
+                    continue
+                log.info(
+                    "observed",
+                    stream=result.stream,
+                    kind=event.payload.kind,
+                    name=event.payload.name,
+                    change=event.payload.change,
+                    correlation_id=event.correlation_id,
+                )
 
     # --- list and watch ------------------------------------------------------------------------------
 

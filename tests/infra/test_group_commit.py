@@ -42,9 +42,13 @@ async def test_concurrent_writers_share_appends_and_each_event_is_stored_once(
     assert commit.events == 61
 
 
-async def test_streams_are_written_independently(event_store: EventStore) -> None:
-    streams = [f"CloneSet/default/gc{uuid.uuid4().hex[:8]}/actions" for _ in range(3)]
+async def test_writers_of_many_streams_share_appends_each_stream_in_order(event_store: EventStore) -> None:
+    streams = [f"CloneSet/default/gc{uuid.uuid4().hex[:8]}/actions" for _ in range(20)]
     commit = GroupCommit(event_store)
     await asyncio.gather(*(commit.append(started(s, f"a{i}")) for i in range(5) for s in streams))
     for stream in streams:
-        assert len(await event_store.read_stream(stream)) == 5
+        stored = await event_store.read_stream(stream)
+        assert [s.envelope.payload.action_id for s in stored] == [f"a{i}" for i in range(5)]  # type: ignore[union-attr]
+        assert [s.envelope.stream_version for s in stored] == [1, 2, 3, 4, 5]
+    # One append for the first event, then one for the 99 queued meanwhile: not one per stream.
+    assert commit.appends < len(streams)

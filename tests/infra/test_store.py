@@ -11,6 +11,7 @@ from services.infra import store as store_module
 from services.infra.database import asyncpg_url
 from services.infra.store import ConcurrencyError, EventStore
 from services.model.upcasting import PayloadDecoder
+from services.replay.audit import audit_log
 from tests.infra.store_helpers import batch, pod_action, unique_stream
 
 
@@ -181,6 +182,78 @@ async def test_concurrent_unchecked_appends_all_land_consecutively(event_store: 
     await asyncio.gather(*(event_store.append(batch(stream, 1, 2), expected_version=None) for _ in range(6)))
     stored = await event_store.read_stream(stream)
     assert [s.envelope.stream_version for s in stored] == list(range(1, 13))
+
+
+async def test_unversioned_append_stores_many_streams_in_one_statement(event_store: EventStore) -> None:
+    # Two streams interleaved, one already at version 2: each takes its next versions in the order given.
+    first, second = unique_stream(), unique_stream()
+    await event_store.append(batch(first, 1, 2), expected_version=0)
+    first_new = [pod_action(first, 1, index=i) for i in (10, 11, 12)]  # versions are ignored
+    second_new = [pod_action(second, 1, index=i) for i in (20, 21)]
+    interleaved = [first_new[0], second_new[0], first_new[1], second_new[1], first_new[2]]
+    results = await event_store.append_unversioned(interleaved)
+    assert [(r.stream, r.appended, r.skipped, r.stream_version) for r in results] == [
+        (first, 3, 0, 5),
+        (second, 2, 0, 2),
+    ]
+    assert [[e.stream_version for e in r.events] for r in results] == [[3, 4, 5], [1, 2]]
+    for stream, given in ((first, first_new), (second, second_new)):
+        stored = await event_store.read_stream(stream)
+        assert [s.envelope.event_id for s in stored[-len(given) :]] == [e.event_id for e in given]
+        assert [s.envelope.stream_version for s in stored] == list(range(1, len(stored) + 1))
+    # Global positions follow the order given, across streams: what the relay publishes in.
+    positions = {
+        s.envelope.event_id: s.global_position
+        for stream in (first, second)
+        for s in await event_store.read_stream(stream)
+    }
+    assert [positions[e.event_id] for e in interleaved] == sorted(positions[e.event_id] for e in interleaved)
+    assert results[0].last_position == positions[first_new[-1].event_id]
+
+
+async def test_unversioned_append_skips_stored_and_repeated_events(event_store: EventStore) -> None:
+    first, second, third = unique_stream(), unique_stream(), unique_stream()
+    stored_before = batch(first, 1, 2)
+    await event_store.append(stored_before, expected_version=0)
+    fresh = [pod_action(first, 1, index=5), pod_action(second, 1, index=6)]
+    # A redelivered stored event, a new one given twice, and a stream with nothing new.
+    results = await event_store.append_unversioned(
+        [stored_before[1], fresh[0], fresh[1], fresh[0], pod_action(third, 1, index=7)]
+    )
+    assert [(r.stream, r.appended, r.skipped) for r in results] == [
+        (first, 1, 1),
+        (second, 1, 0),
+        (third, 1, 0),
+    ]
+    again = await event_store.append_unversioned([*fresh, stored_before[0]])
+    assert [(r.stream, r.appended, r.skipped, r.stream_version, r.last_position) for r in again] == [
+        (first, 0, 2, 3, None),
+        (second, 0, 1, 1, None),
+    ]
+    assert [s.envelope.event_id for s in await event_store.read_stream(first)] == [
+        *(e.event_id for e in stored_before),
+        fresh[0].event_id,
+    ]
+
+
+async def test_concurrent_unversioned_appends_of_shared_streams_all_land_consecutively(
+    event_store: EventStore,
+) -> None:
+    streams = [unique_stream() for _ in range(3)]
+    writers = [
+        [pod_action(stream, 1, index=writer * 10 + i) for i in range(2) for stream in streams]
+        for writer in range(5)
+    ]
+    await asyncio.gather(*(event_store.append_unversioned(events) for events in writers))
+    for stream in streams:
+        stored = await event_store.read_stream(stream)
+        assert [s.envelope.stream_version for s in stored] == list(range(1, 11))
+        # Each writer's events of one stream stay in its order.
+        for events in writers:
+            mine = [e.event_id for e in events if e.stream == stream]
+            assert [s.envelope.event_id for s in stored if s.envelope.event_id in mine] == mine
+    report = await audit_log(event_store)  # the hash chain holds over rows stored many streams at once
+    assert report.findings == []
 
 
 async def test_bad_batches_are_refused_before_touching_the_database(event_store: EventStore) -> None:

@@ -166,3 +166,22 @@ async def test_a_shadowed_clonesets_stream_keeps_every_observation(
         ],
     )
     assert (await stored_pods(event_store, owner))[4:] == [("a", "22")]
+
+
+async def test_bursts_of_many_clonesets_are_one_append_each_stream_in_watch_order(
+    watcher: Watcher, event_store: EventStore
+) -> None:
+    owners = [f"web-{uuid.uuid4().hex[:8]}" for _ in range(3)]
+    for owner in owners:
+        await feed(watcher, "CloneSet", [("ADDED", cloneset(owner, 10))])
+        await feed(watcher, "Pod", [("ADDED", pod(owner, "a", 1, ready="True", action="mark-a"))])
+    appends_before = watcher.appends
+    # The three CloneSets' rollout bursts interleaved, as one watch of all pods delivers them.
+    interleaved = [
+        event for step in zip(*(rollout_burst(owner) for owner in owners), strict=True) for event in step
+    ]
+    await feed(watcher, "Pod", interleaved)
+
+    assert watcher.appends == appends_before + 1  # one append for every stream, not one per stream
+    for owner in owners:
+        assert await stored_pods(event_store, owner) == [("a", "1"), ("b", "12"), ("a", "13"), ("a", "14")]
