@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
-from services.infra.store import EventStore
+from services.infra.store import AppendResult, EventStore
 from services.model.events import Envelope
 
 # Events in one append at most (one statement; keeps a single append's transaction, and the lock, short).
@@ -51,17 +51,43 @@ class GroupCommit:
                 try:
                     results = await self.store.append_unversioned([event for event, _ in batch])
                 except Exception as error:
-                    for _, future in batch:
-                        future.set_exception(error)
-                        future.exception()  # retrieved: its writer may have been cancelled
+                    await self._per_stream(batch, error)
                 else:
-                    stored = {event.event_id for result in results for event in result.events}
-                    for event, future in batch:
-                        future.set_result(event.event_id in stored)
-                        stored.discard(event.event_id)  # a duplicate in the batch was not stored again
+                    _settle(batch, results)
         finally:
             self._task = None
             cancelled, self._queued = [*batch, *self._queued], []
             for _, future in cancelled:  # cancelled: no writer may hang
                 if not future.done():
                     future.cancel()
+
+    async def _per_stream(self, batch: list[tuple[Envelope, asyncio.Future[bool]]], error: Exception) -> None:
+        """The batch's append failed: append each stream's events on its own, so an error one stream's
+        events cause (a row the store refuses) fails only that stream's writers, not every workload's."""
+        streams: dict[str, list[tuple[Envelope, asyncio.Future[bool]]]] = {}
+        for item in batch:
+            streams.setdefault(item[0].stream, []).append(item)
+        if len(streams) == 1:
+            _fail(batch, error)
+            return
+        for part in streams.values():
+            self.appends += 1
+            try:
+                results = await self.store.append_unversioned([event for event, _ in part])
+            except Exception as part_error:
+                _fail(part, part_error)
+            else:
+                _settle(part, results)
+
+
+def _settle(batch: list[tuple[Envelope, asyncio.Future[bool]]], results: list[AppendResult]) -> None:
+    stored = {event.event_id for result in results for event in result.events}
+    for event, future in batch:
+        future.set_result(event.event_id in stored)
+        stored.discard(event.event_id)  # a duplicate in the batch was not stored again
+
+
+def _fail(batch: list[tuple[Envelope, asyncio.Future[bool]]], error: Exception) -> None:
+    for _, future in batch:
+        future.set_exception(error)
+        future.exception()  # retrieved: its writer may have been cancelled

@@ -250,6 +250,8 @@ ORDER BY e.ord
 RETURNING global_position, stream_version
 """
 
+_APPEND_LOCK_SQL = "SELECT events_append_lock()"
+
 # append_unversioned(): events of many streams in one autocommitted statement (one lock, one commit).
 # Each stream's new events take the versions after its current one, in batch order (row_number per
 # stream over the batch ordinal). The fast form assumes no event id is stored yet (an id already stored
@@ -657,12 +659,22 @@ class EventStore:
         for attempt in range(_UNCHECKED_RETRIES):
             async with self._driver() as conn:
                 try:
-                    # First try assumes nothing is stored yet (the common case, no id look-ups).
-                    sql = _APPEND_UNVERSIONED_FAST_SQL if attempt == 0 else _APPEND_UNVERSIONED_SQL
-                    rows = await conn.fetch(sql, *_columns(events))
+                    if attempt == 0:
+                        # First try: one autocommitted statement assuming nothing is stored yet (the
+                        # common case, no id look-ups).
+                        rows = await conn.fetch(_APPEND_UNVERSIONED_FAST_SQL, *_columns(events))
+                    else:
+                        # The statement's snapshot is taken before its trigger takes the writers' lock, so
+                        # a commit to any of the batch's streams while it waited for the lock made it take
+                        # a version already used. Here the lock is held before the statement starts: its
+                        # snapshot sees every committed version, and only the careful form's id check is
+                        # left to settle.
+                        async with conn.transaction():
+                            await conn.execute(_APPEND_LOCK_SQL)
+                            rows = await conn.fetch(_APPEND_UNVERSIONED_SQL, *_columns(events))
                 except asyncpg.UniqueViolationError:
                     # An id stored already, or a version another writer took meanwhile: nothing was
-                    # stored; the careful form with a fresh snapshot settles both.
+                    # stored; the careful form under the lock settles both.
                     continue
                 new = {row[1]: (row[0], row[2]) for row in rows}
                 missing = {e.stream for e in events if e.event_id not in new}

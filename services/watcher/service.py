@@ -43,7 +43,7 @@ from services.infra.metrics import EVENTS_APPENDED, KIND_SERVED, OBSERVATIONS, S
 from services.infra.retry import Stopped, retry_until_stopped
 from services.infra.runtime import ServiceRuntime, configure_logging, run_until_stopped
 from services.infra.settings import Settings
-from services.infra.store import EventStore
+from services.infra.store import AppendResult, EventStore
 from services.model.events import Envelope, ObjectObserved, ObservationRejected
 from services.model.shadow import shadowed
 from services.model.sidecarset_streams import (
@@ -293,15 +293,31 @@ class Watcher:
             )
         return event
 
-    async def _append_batch(self, batch: list[Envelope]) -> None:
-        # Retried here until the store takes it: a Postgres restart is waited out, never skipped.
+    async def _append_until_stored(self, events: list[Envelope]) -> list[AppendResult]:
         results = await retry_until_stopped(
-            lambda: self.store.append_unversioned(batch),
+            lambda: self.store.append_unversioned(events),
             what="watcher_append",
             stopping=self.stopping,
         )
         self.appends += 1
         STORE_APPENDS.labels("watcher").inc()
+        return results
+
+    async def _append_batch(self, batch: list[Envelope]) -> None:
+        # Retried here until the store takes it: a Postgres restart is waited out, never skipped.
+        try:
+            results = await self._append_until_stored(batch)
+        except Exception:
+            streams: dict[str, list[Envelope]] = {}
+            for event in batch:
+                streams.setdefault(event.stream, []).append(event)
+            if len(streams) == 1:
+                raise
+            # A row the store refuses fails the whole append: store every other stream's observations
+            # on their own first, so only the refused row's stream is held back (and raises, as before).
+            results = []
+            for events in streams.values():
+                results.extend(await self._append_until_stored(events))
         for result in results:
             for event in result.events:
                 EVENTS_APPENDED.labels("watcher", event.type).inc()

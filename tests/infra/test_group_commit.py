@@ -52,3 +52,24 @@ async def test_writers_of_many_streams_share_appends_each_stream_in_order(event_
         assert [s.envelope.stream_version for s in stored] == [1, 2, 3, 4, 5]
     # One append for the first event, then one for the 99 queued meanwhile: not one per stream.
     assert commit.appends < len(streams)
+
+
+async def test_a_row_the_store_refuses_fails_only_its_own_streams_writers(event_store: EventStore) -> None:
+    streams = [f"CloneSet/default/gc{uuid.uuid4().hex[:8]}/actions" for _ in range(3)]
+    commit = GroupCommit(event_store)
+    # Postgres refuses a NUL character in a JSONB string: the shared append fails as a whole.
+    refused = started(streams[0], "bad\u0000id")
+    outcomes = await asyncio.gather(
+        commit.append(started(streams[0], "a0")),  # the refused row's stream: fails with it
+        commit.append(refused),
+        commit.append(started(streams[1], "a1")),
+        commit.append(started(streams[2], "a2")),
+        return_exceptions=True,
+    )
+    assert commit.appends > 1  # the shared append failed; each stream was then appended on its own
+    assert all(isinstance(outcome, Exception) for outcome in outcomes[:2])
+    # The other workloads' events are stored all the same, not failed with the refused row's error.
+    assert outcomes[2:] == [True, True]
+    for stream, action in ((streams[1], "a1"), (streams[2], "a2")):
+        stored = await event_store.read_stream(stream)
+        assert [s.envelope.payload.action_id for s in stored] == [action]  # type: ignore[union-attr]
