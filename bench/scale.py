@@ -50,7 +50,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from a checkout
 
@@ -194,16 +194,12 @@ async def fresh_database(server_url: str) -> AsyncIterator[str]:
 # --- progress from a watch on CloneSets -----------------------------------------------------------------
 
 
-@dataclass
-class CloneSetWatch:
-    """Every CloneSet of the namespace as last seen by one list+watch: progress without listing pods."""
+class InBackground:
+    """Runs ``_run`` as a task for the length of an ``async with`` block, cancelled at its end."""
 
-    custom: client.CustomObjectsApi
-    objects: dict[str, dict[str, Any]] = field(default_factory=dict)
-    changed: asyncio.Event = field(default_factory=asyncio.Event)
     _task: asyncio.Task[None] | None = None
 
-    async def __aenter__(self) -> CloneSetWatch:
+    async def __aenter__(self) -> Self:
         self._task = asyncio.create_task(self._run())
         return self
 
@@ -211,6 +207,18 @@ class CloneSetWatch:
         assert self._task is not None
         self._task.cancel()
         await asyncio.gather(self._task, return_exceptions=True)
+
+    async def _run(self) -> None:
+        raise NotImplementedError
+
+
+@dataclass
+class CloneSetWatch(InBackground):
+    """Every CloneSet of the namespace as last seen by one list+watch: progress without listing pods."""
+
+    custom: client.CustomObjectsApi
+    objects: dict[str, dict[str, Any]] = field(default_factory=dict)
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def _run(self) -> None:
         resource_version = ""
@@ -445,7 +453,7 @@ def peak_rss_mib(pid: int) -> float:
 # --- where the time goes: Postgres sessions and the hops of an action ----------------------------------
 
 
-class PostgresActivity:
+class PostgresActivity(InBackground):
     """Samples pg_stat_activity of the run's database every ``interval`` seconds during a phase: how many of
     its sessions were running a statement, waiting (on what) or idle, on average. Sessions active on a
     lock or an LWLock mean Postgres is where rounds wait; sessions mostly idle while rounds are slow mean
@@ -462,16 +470,6 @@ class PostgresActivity:
         self.interval = interval
         self.samples = 0
         self.counts: dict[tuple[str, str], int] = {}
-        self._task: asyncio.Task[None] | None = None
-
-    async def __aenter__(self) -> PostgresActivity:
-        self._task = asyncio.create_task(self._run())
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        assert self._task is not None
-        self._task.cancel()
-        await asyncio.gather(self._task, return_exceptions=True)
 
     async def _run(self) -> None:
         connection = await asyncpg.connect(asyncpg_url(self.database_url))
