@@ -38,7 +38,14 @@ SERVER_VERSION = {
     "platform": "linux/amd64",
 }
 _WRITE_METHODS = {"POST", "PUT", "PATCH", "DELETE"}
+# How often a PATCH is re-applied when another write lands between its read and its write (the API
+# server's own bound for patches that carry no resourceVersion).
+PATCH_ATTEMPTS_ON_CONFLICT = 5
 USER_KEY = web.RequestKey("user", rbac.User)  # the authenticated user, when auth is on
+
+
+def _resource_version(obj: dict[str, Any]) -> str | None:
+    return (obj.get("metadata") or {}).get("resourceVersion")
 
 
 def _json(body: Any, status: int = 200) -> web.Response:
@@ -542,13 +549,24 @@ class ApiServer:
     ) -> web.Response:
         content_type = request.headers.get("Content-Type", "")
         body = await self._body(request)
-        old = await self._one_out(rt, self.store.get(self._stored(rt), ns, name))
-        patched = patch.apply_patch(content_type, deep_copy(old), body, rt.custom)
-        if not sub:
-            patched = await self._admit(rt, "UPDATE", patched, old, ns)
-        patched = await self._in(rt, patched, old, sub or None)
-        updated = self.store.update(self._stored(rt), ns, name, patched, subresource=sub or None)
-        return _json(await self._one_out(rt, updated))
+        for attempt in range(1, PATCH_ATTEMPTS_ON_CONFLICT + 1):
+            old = await self._one_out(rt, self.store.get(self._stored(rt), ns, name))
+            patched = patch.apply_patch(content_type, deep_copy(old), body, rt.custom)
+            # A patch that names no resourceVersion is applied to whatever is current: the API server
+            # re-reads and re-applies it when another writer got in between (admission webhooks and
+            # conversion are awaited here, so one can). A patch that names one is a precondition.
+            pinned = _resource_version(patched) != _resource_version(old)
+            if not sub:
+                patched = await self._admit(rt, "UPDATE", patched, old, ns)
+            patched = await self._in(rt, patched, old, sub or None)
+            try:
+                updated = self.store.update(self._stored(rt), ns, name, patched, subresource=sub or None)
+            except ApiError as error:
+                if error.code != 409 or pinned or attempt == PATCH_ATTEMPTS_ON_CONFLICT:
+                    raise
+                continue
+            return _json(await self._one_out(rt, updated))
+        raise AssertionError("unreachable: the last attempt returns or raises")
 
     async def _delete_options(self, request: web.Request) -> dict[str, Any]:
         body = await self._body(request) if request.can_read_body else {}
