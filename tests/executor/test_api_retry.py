@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime
 
 import aiohttp
 import pytest
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from services.executor.api_retry import ApiRetryPolicy, call_with_retries, retry_after_seconds, retry_delay
+from services.executor.api_retry import (
+    DEFAULT_API_RETRY,
+    ApiRetryPolicy,
+    call_with_retries,
+    retry_after_seconds,
+    retry_delay,
+)
 from services.infra.retry import Backoff
 
 NO_JITTER = ApiRetryPolicy(budget=7.0, attempts=10, backoff=Backoff(initial=0.1, maximum=2.0, jitter=0.0))
@@ -59,6 +66,30 @@ def api_error(status: int, retry_after: str | None = None) -> ApiException:
 def test_retry_delay(error: BaseException, failures: int, elapsed: float, expected: float | None) -> None:
     delay = retry_delay(error, failures, elapsed, NO_JITTER, 0.5)
     assert delay == (pytest.approx(expected) if expected is not None else None)
+
+
+@pytest.mark.parametrize(
+    ("error", "failures", "unit_random", "expected"),
+    [
+        (api_error(500), 1, 0.5, 0.02),  # the first wait: 20 ms
+        (api_error(500), 1, 0.0, 0.01),  # jittered by [0.5, 1.5): 10-30 ms
+        (api_error(500), 1, 0.999, 0.02998),
+        (api_error(500), 2, 0.5, 0.04),  # doubling
+        (api_error(500), 5, 0.5, 0.32),
+        (api_error(500), 8, 0.5, 2.0),  # up to 2 s
+        (api_error(500), 8, 0.0, 1.0),  # the jitter applies at the ceiling too
+        (TimeoutError(), 1, 0.5, 0.02),
+        (api_error(429, "1"), 1, 0.5, 1.0),  # Retry-After exactly, whatever the backoff
+        (api_error(429, "1"), 1, 0.0, 1.0),  # and no jitter on it
+        (api_error(429), 1, 0.5, 0.02),  # no Retry-After: the backoff
+    ],
+    ids=lambda v: repr(v) if isinstance(v, BaseException) else str(v),
+)
+def test_default_policy_waits(
+    error: BaseException, failures: int, unit_random: float, expected: float
+) -> None:
+    """The executor's own policy: a 500 costs a pod 10-30 ms before its first retry, not 50-150 ms."""
+    assert retry_delay(error, failures, 0.0, DEFAULT_API_RETRY, unit_random) == pytest.approx(expected)
 
 
 @pytest.mark.parametrize(
@@ -130,3 +161,32 @@ async def test_call_with_retries_sleeps_as_decided_then_succeeds_or_raises() -> 
     with pytest.raises(ApiException):
         await call_with_retries(forbidden, what="createPod", policy=NO_JITTER, sleep=sleep, clock=clock)
     assert slept == []
+
+
+async def test_the_record_before_a_retry_runs_during_the_wait_not_before_it() -> None:
+    """``before_retry`` (the executor's PodActionStarted append) and the backoff wait run together: the
+    next try starts when both are done, not after the one and then the other."""
+    waiting = asyncio.Event()
+    recorded_while_waiting = False
+    answers: list[BaseException | str] = [api_error(500), "patched"]
+
+    async def patch() -> str:
+        answer = answers.pop(0)
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer
+
+    async def sleep(seconds: float) -> None:
+        waiting.set()
+        await asyncio.sleep(0)
+
+    async def record() -> None:
+        nonlocal recorded_while_waiting
+        # Done only once the wait has begun: awaited before the wait, this would never return.
+        await asyncio.wait_for(waiting.wait(), timeout=2.0)
+        recorded_while_waiting = True
+
+    result = await call_with_retries(
+        patch, what="markReady", policy=NO_JITTER, sleep=sleep, before_retry=record
+    )
+    assert result == "patched" and recorded_while_waiting and not answers
