@@ -39,17 +39,18 @@ _RETRY_AFTER_STATUSES = frozenset({429, 503})
 class ApiRetryPolicy:
     # Seconds after the first try within which another may start. In time rather than in tries: a 500
     # costs a backoff step (20 ms at first) and a 429 its Retry-After (often 1 s), so a count of tries
-    # (5, when the first step was 0.1 s) was 1.5 s of the one and 4 s of the other. The consumer reports the action in progress meanwhile
-    # (services/infra/bus.py), so the bus does not hand it to another executor while it is retried.
-    # Past it the action goes back to the bus (a redelivery 0.5 s or more later, its pod's later actions
-    # with it; on the last delivery a failure and a new planning round), which costs more than waiting.
+    # (5, when the first step was 0.1 s) was 1.5 s of the one and 4 s of the other. The consumer reports
+    # the action in progress meanwhile (services/infra/bus.py), so the bus does not hand it to another
+    # executor while it is retried. Past it the action goes back to the bus (a redelivery 0.5 s or more
+    # later, its pod's later actions with it; on the last delivery a failure and a new planning round),
+    # which costs more than waiting.
     budget: float = 7.0
     # A ceiling on tries all the same (client-go's is 10 retries), so a server answering Retry-After: 0
     # again and again is not asked again in a tight loop for the whole budget.
     attempts: int = 10
     # A first wait of 20 ms (10-30 ms jittered), doubling to 2 s. A 500 refused before the write costs the
     # server next to nothing, and the pod, often the slowest of its step, waits for the retry: with 0.1 s
-    # at first, 30% of writes answered 500 spent 6-16 s of waits per 30-pod rollout, a large share of
+    # at first, 30% of writes answered 500 spent 4.5-15.5 s of waits per 30-pod rollout, a large share of
     # the time the errors added (docs/reliability.md, "Where 30% write errors go"). The doubling, the
     # jitter and the ceiling on tries still spread and bound what a failing server is asked; the first
     # wait is of the order of controller-runtime's per-item requeue backoff (5 ms, doubling).
