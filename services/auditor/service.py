@@ -35,7 +35,7 @@ from aiohttp import web
 from nats.aio.msg import Msg
 from prometheus_client import Counter
 
-from services.infra.bus import BODY_HEADER, HEADER_ALLOWANCE, MSG_ID, Bus
+from services.infra.bus import BODY_HEADER, HEADER_ALLOWANCE, MSG_ID, Bus, Outgoing
 from services.infra.checkpoints import checkpoint_loop
 from services.infra.consumer_service import report_consumer_lag
 from services.infra.metrics import (
@@ -61,8 +61,8 @@ RELAY_BATCH = 500
 _POLL_MIN = 0.02
 _POLL_MAX = 0.1
 # Seconds with no new JetStream ack for a batch in flight before the rest of it counts as lost and is
-# published again (nats-py's async publish has no timeout of its own: a connection lost with publishes in
-# flight, or a stream leader killed holding them, would leave them waiting forever). A stall, not a total:
+# published again (a connection lost with publishes in flight, or a stream leader killed holding them,
+# would leave them waiting forever). A stall, not a total:
 # a large batch acked slowly on a busy machine keeps going, while the acks lost with a stream leader cost
 # this long, not the 10 s a bound on the whole batch needed.
 PUBLISH_ACK_STALL = 2.0
@@ -205,48 +205,40 @@ class Relay:
                 delay = min(delay * 2, _POLL_MAX)  # nothing new: back off while idle
 
     async def publish(self, batch: Sequence[StoredEventJson]) -> None:
-        """Publish ``batch`` pipelined and move the position over the prefix JetStream acknowledged.
-        Raises the first failure (after recording the acknowledged prefix); acks that stop coming (the
-        connection dropped, or the stream leader died, with publishes in flight) count as a failure once
-        none came for ``PUBLISH_ACK_STALL`` seconds."""
-        futures: list[asyncio.Future[Any]] = []
+        """Publish ``batch`` pipelined (``Bus.publish_pipelined``: the window is the batch) and move the
+        position over the prefix JetStream acknowledged. Raises the first failure (after recording the
+        acknowledged prefix); acks that stop coming (the connection dropped, or the stream leader died,
+        with publishes in flight) count as a failure once none came for ``PUBLISH_ACK_STALL`` seconds."""
         known = self.known
         largest_inline = self.bus.nc.max_payload - HEADER_ALLOWANCE
-        try:
-            for position, envelope in batch:
-                if known is not None:
-                    known.add(
-                        EventIdentity(position, envelope.event_id, envelope.stream, envelope.stream_version)
-                    )
-                # The payload goes on as the JSON the store returned: no decoding and encoding again.
-                data = _encoder.encode(envelope)
-                if len(data) > largest_inline:
-                    # Perhaps larger than a bus message: the bus decides, and sends a reference to the
-                    # stored body if so (its compact encoding may still fit).
-                    data, headers = self.bus.event_message(decode(data))
-                    if BODY_HEADER in headers:
-                        RELAY_REFERENCES.inc()
-                        log.info("relay_by_reference", event_id=str(envelope.event_id), type=envelope.type)
-                    headers[POSITION_HEADER] = str(position)
-                else:
-                    headers = {MSG_ID: str(envelope.event_id), POSITION_HEADER: str(position)}
-                subject = self.subject(envelope.stream, envelope.type)
-                futures.append(
-                    await self.bus.js.publish_async(subject, data, stream=self.bus.stream, headers=headers)
+        messages: list[Outgoing] = []
+        for position, envelope in batch:
+            if known is not None:
+                known.add(
+                    EventIdentity(position, envelope.event_id, envelope.stream, envelope.stream_version)
                 )
-            done = await _acknowledged(futures, PUBLISH_ACK_STALL)
-        finally:
-            for future in futures:
-                future.cancel()  # an ack that never came: free its slot of the pending-publish window
+            # The payload goes on as the JSON the store returned: no decoding and encoding again.
+            data = _encoder.encode(envelope)
+            if len(data) > largest_inline:
+                # Perhaps larger than a bus message: the bus decides, and sends a reference to the
+                # stored body if so (its compact encoding may still fit).
+                data, headers = self.bus.event_message(decode(data))
+                if BODY_HEADER in headers:
+                    RELAY_REFERENCES.inc()
+                    log.info("relay_by_reference", event_id=str(envelope.event_id), type=envelope.type)
+                headers[POSITION_HEADER] = str(position)
+            else:
+                headers = {MSG_ID: str(envelope.event_id), POSITION_HEADER: str(position)}
+            messages.append((self.subject(envelope.stream, envelope.type), data, headers))
+        outcomes = await self.bus.publish_pipelined(messages, stall=PUBLISH_ACK_STALL)
         acknowledged = 0
         try:
-            for stored, future in zip(batch, futures, strict=True):
-                if future not in done or future.cancelled():
+            for stored, outcome in zip(batch, outcomes, strict=True):
+                if outcome is None:
                     raise TimeoutError(f"no JetStream ack for {PUBLISH_ACK_STALL:g}s")
-                error = future.exception()
-                if error is not None:
+                if isinstance(outcome, Exception):
                     # Publish again from here on; what was stored after it is deduplicated by event id.
-                    raise error
+                    raise outcome
                 self.position = stored.global_position
                 acknowledged += 1
         finally:
@@ -273,22 +265,6 @@ class Relay:
                 event_type=event_type,
             )
         return subject
-
-
-async def _acknowledged(futures: list[asyncio.Future[Any]], stall: float) -> set[asyncio.Future[Any]]:
-    """The futures done before their acks stopped coming: none for ``stall`` seconds means the rest are
-    lost (the connection dropped, or the stream leader died). Acks come back in publish order, so the last
-    one is awaited first and the rest are usually done by then: asyncio.wait over a whole batch (a
-    callback added to and removed from every future) was a third of the relay's publishing CPU."""
-    if not futures:
-        return set()
-    await asyncio.wait(futures[-1:], timeout=stall)
-    pending = [future for future in futures if not future.done()]
-    progressed = len(pending) < len(futures)  # none at all within the first ``stall``: a stall
-    while pending and progressed:
-        acked, still = await asyncio.wait(pending, timeout=stall)
-        progressed, pending = bool(acked), list(still)
-    return {future for future in futures if future.done()}
 
 
 class Audit:

@@ -4,9 +4,14 @@ bus says it stopped, and waits out a Postgres restart instead of giving up."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
 
+import nats.js.errors
 import pytest
 
+import services.auditor.service as auditor
 from services.auditor.service import POSITION_HEADER, Relay, partition_key
 from services.infra.bus import Bus
 from services.infra.embedded import EmbeddedServers
@@ -121,42 +126,130 @@ async def _is_retrying(relay: Relay) -> bool:
     return relay.retrying is not None
 
 
+@contextlib.contextmanager
+def publishing_through(bus: Bus, replacement: Callable[..., Awaitable[None]]) -> Iterator[None]:
+    """Every message the bus's connection publishes goes through ``replacement`` (given the real
+    ``publish``, then its arguments), standing in for a network that loses or delays them."""
+    original = bus.nc.publish
+
+    async def publish(*args: Any, **kwargs: Any) -> None:
+        await replacement(original, *args, **kwargs)
+
+    bus.nc.publish = publish  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        bus.nc.publish = original  # type: ignore[method-assign]
+
+
+@contextlib.contextmanager
+def ack_stall(seconds: float) -> Iterator[None]:
+    saved, auditor.PUBLISH_ACK_STALL = auditor.PUBLISH_ACK_STALL, seconds
+    try:
+        yield
+    finally:
+        auditor.PUBLISH_ACK_STALL = saved
+
+
 async def test_an_unacknowledged_publish_is_published_again(own_store: EventStore, own_bus: Bus) -> None:
-    """An ack lost with the connection: the relay does not move past it, and publishes it again
-    (deduplicated by event id) instead of waiting for it forever."""
+    """A publish lost with its ack (the connection dropped): the relay does not move past it, and
+    publishes it again (deduplicated by event id) instead of waiting for its ack forever."""
     stream = unique_stream()
     await own_store.append(batch(stream, 1, 5), expected_version=0)
     relay = Relay(own_store, own_bus)
     relay.position = await own_store.head_position() - 5
     events = await own_store.read_batch_json(relay.position, 5)
-    original = own_bus.js.publish_async
     calls = 0
 
-    async def first_ack_never_comes(*args: object, **kwargs: object) -> asyncio.Future[object]:
+    async def first_one_lost(publish: Callable[..., Awaitable[None]], *args: Any, **kwargs: Any) -> None:
         nonlocal calls
         calls += 1
-        if calls == 1:
-            return asyncio.get_running_loop().create_future()  # never resolved
-        return await original(*args, **kwargs)  # type: ignore[arg-type]
+        if calls > 1:
+            await publish(*args, **kwargs)
 
-    own_bus.js.publish_async = first_ack_never_comes  # type: ignore[method-assign]
-    import services.auditor.service as auditor
-
-    saved, auditor.PUBLISH_ACK_STALL = auditor.PUBLISH_ACK_STALL, 0.5
-    try:
-        with pytest.raises(TimeoutError):
+    with ack_stall(0.5):
+        with publishing_through(own_bus, first_one_lost), pytest.raises(TimeoutError):
             await relay.publish(events)
-        assert relay.position == events[0].global_position - 1  # nothing acknowledged yet
+        assert relay.position == events[0].global_position - 1  # nothing acknowledged before it
         await relay.publish(events)
         assert relay.position == events[-1].global_position
-    finally:
-        auditor.PUBLISH_ACK_STALL = saved
-        own_bus.js.publish_async = original  # type: ignore[method-assign]
     ids = await published_event_ids(own_bus)
     wanted = [str(e.envelope.event_id) for e in events]
-    # The four acknowledged at the first try, then the one whose ack never came; each stored once.
+    # The four acknowledged at the first try, then the one that was lost; each stored once.
     assert ids[-5:] == wanted[1:] + wanted[:1]
     assert all(ids.count(event_id) == 1 for event_id in wanted)
+
+
+async def test_a_publish_jetstream_refuses_stops_the_position_before_it(
+    own_store: EventStore, own_bus: Bus
+) -> None:
+    """An error ack in the middle of the window: the position moves over the messages before it only,
+    the error is raised, and the next try stores it (the ones after it are duplicates, dropped)."""
+    stream = unique_stream()
+    await own_store.append(batch(stream, 1, 5), expected_version=0)
+    relay = Relay(own_store, own_bus)
+    relay.position = await own_store.head_position() - 5
+    events = await own_store.read_batch_json(relay.position, 5)
+    calls = 0
+
+    async def third_one_for_another_stream(
+        publish: Callable[..., Awaitable[None]], *args: Any, **kwargs: Any
+    ) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 3:
+            kwargs["headers"] = {**kwargs["headers"], "Nats-Expected-Stream": "NOT_THIS_ONE"}
+        await publish(*args, **kwargs)
+
+    with publishing_through(own_bus, third_one_for_another_stream):
+        with pytest.raises(nats.js.errors.APIError):
+            await relay.publish(events)
+    assert relay.position == events[1].global_position
+    await relay.publish(events)
+    assert relay.position == events[-1].global_position
+    ids = await published_event_ids(own_bus)
+    wanted = [str(e.envelope.event_id) for e in events]
+    assert ids[-5:] == wanted[:2] + wanted[3:] + wanted[2:3]
+
+
+async def test_a_crash_in_the_middle_of_a_window_loses_and_repeats_nothing_on_the_bus(
+    own_store: EventStore, own_bus: Bus
+) -> None:
+    """The relay dies (its connection with it) after handing half of a 400-event window to the bus, with
+    no ack read; a new relay, on a connection of its own, resumes from the bus: every stored event is on
+    the bus once, in store order."""
+    await own_store.append(batch(unique_stream(), 1, 400), expected_version=0)
+    doomed = await Bus.connect(own_bus.settings, name="rollbook-relay-doomed")
+    relay = Relay(own_store, doomed)
+    relay.position = await own_store.head_position() - 400
+    events = await own_store.read_batch_json(relay.position, 400)
+    sent = 0
+    half_sent = asyncio.Event()
+
+    async def then_die(publish: Callable[..., Awaitable[None]], *args: Any, **kwargs: Any) -> None:
+        nonlocal sent
+        sent += 1
+        if sent == 200:
+            half_sent.set()
+            await asyncio.Event().wait()  # the process dies here
+        await publish(*args, **kwargs)
+
+    with publishing_through(doomed, then_die):
+        task = asyncio.create_task(relay.publish(events))
+        await asyncio.wait_for(half_sent.wait(), 30)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    await doomed.close()
+    assert relay.position == events[0].global_position - 1
+
+    successor = Relay(own_store, own_bus)
+    stopping, running = await relaying(successor)
+    try:
+        await wait_for(successor.caught_up.wait, within=30, what="the successor caught up")
+    finally:
+        await stop(stopping, running)
+    assert await published_event_ids(own_bus) == await stored_ids(own_store)
 
 
 async def test_acks_that_keep_coming_are_waited_for_however_long_the_batch_takes(
@@ -169,30 +262,20 @@ async def test_acks_that_keep_coming_are_waited_for_however_long_the_batch_takes
     relay = Relay(own_store, own_bus)
     relay.position = await own_store.head_position() - 4
     events = await own_store.read_batch_json(relay.position, 4)
-    original = own_bus.js.publish_async
-    loop = asyncio.get_running_loop()
     sent = 0
+    delayed: list[asyncio.Task[None]] = []
 
-    async def acked_one_every_0_3s(*args: object, **kwargs: object) -> asyncio.Future[object]:
+    async def one_every_0_3s(publish: Callable[..., Awaitable[None]], *args: Any, **kwargs: Any) -> None:
         nonlocal sent
         sent += 1
-        real = await original(*args, **kwargs)  # type: ignore[arg-type]
-        late: asyncio.Future[object] = loop.create_future()
 
-        async def deliver(after: float) -> None:
+        async def later(after: float) -> None:
             await asyncio.sleep(after)
-            late.set_result(await real)
+            await publish(*args, **kwargs)
 
-        loop.create_task(deliver(0.3 * sent))
-        return late
+        delayed.append(asyncio.create_task(later(0.3 * sent)))
 
-    own_bus.js.publish_async = acked_one_every_0_3s  # type: ignore[method-assign]
-    import services.auditor.service as auditor
-
-    saved, auditor.PUBLISH_ACK_STALL = auditor.PUBLISH_ACK_STALL, 0.5
-    try:
+    with ack_stall(0.5), publishing_through(own_bus, one_every_0_3s):
         await relay.publish(events)  # 1.2 s in all, an ack every 0.3 s
-    finally:
-        auditor.PUBLISH_ACK_STALL = saved
-        own_bus.js.publish_async = original  # type: ignore[method-assign]
     assert relay.position == events[-1].global_position
+    assert all(task.done() for task in delayed)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
+from typing import Any
 
 import nats.errors
 import nats.js.errors
@@ -12,7 +13,7 @@ import pytest
 from nats.aio.msg import Msg
 from nats.js.client import JetStreamContext
 
-from services.infra.bus import Bus, in_progress_due, pull, subject_matches
+from services.infra.bus import MSG_ID, Bus, PublishAck, in_progress_due, pull, subject_matches
 from services.model.events import Envelope, RolloutResumed, decode, encode, new_event
 from tests.infra.bus_helpers import T0, eventually, paused, unique
 
@@ -38,6 +39,47 @@ async def test_republished_event_id_is_dropped_by_jetstream(bus: Bus) -> None:
     consumer.stop()
     await task
     assert [e.stream_version for e in seen] == [1, 2, 3]
+
+
+async def test_a_pipelined_publish_answers_each_message_with_its_own_ack(bus: Bus) -> None:
+    """Outcomes in publish order: where each was stored, a duplicate flagged, a subject no stream stores
+    refused; and the late ack of a message an earlier call gave up on is not taken for another's."""
+    stream = f"CloneSet/pipeline/{unique('web')}"
+    first, second, third = (paused(stream, version) for version in (1, 2, 3))
+
+    def message(envelope: Envelope) -> tuple[str, bytes, dict[str, str]]:
+        data, headers = bus.event_message(envelope)
+        return bus.subject_for(envelope), data, headers
+
+    original = bus.nc.publish
+    sends: list[asyncio.Task[None]] = []
+
+    async def a_second_late(*args: Any, **kwargs: Any) -> None:
+        async def later() -> None:
+            await asyncio.sleep(1.0)
+            await original(*args, **kwargs)
+
+        sends.append(asyncio.create_task(later()))
+
+    bus.nc.publish = a_second_late  # type: ignore[method-assign]
+    try:
+        assert await bus.publish_pipelined([message(first)], stall=0.2) == [None]  # its ack comes later
+    finally:
+        bus.nc.publish = original  # type: ignore[method-assign]
+    await asyncio.wait_for(sends[0], 5)  # sent now: its ack is on its way to the same inbox
+    outcomes = await bus.publish_pipelined(
+        [message(second), message(first), ("nowhere.stored", b"{}", {}), message(third)], stall=5.0
+    )
+    acks = [outcome for outcome in outcomes if isinstance(outcome, PublishAck)]
+    assert [type(outcome) for outcome in outcomes] == [
+        PublishAck,
+        PublishAck,
+        nats.js.errors.NoStreamResponseError,
+        PublishAck,
+    ]
+    assert [ack.duplicate for ack in acks] == [False, True, False]
+    stored = {ack.seq: (await bus.js.get_msg(bus.stream, ack.seq)).headers or {} for ack in acks}
+    assert [stored[ack.seq][MSG_ID] for ack in acks] == [str(e.event_id) for e in (second, first, third)]
 
 
 async def test_pull_hands_over_what_is_there_in_order_and_waits_for_what_comes_next(bus: Bus) -> None:
