@@ -491,14 +491,14 @@ async def test_a_handler_slower_than_ack_wait_keeps_its_message_in_progress(bus:
 
         return handle
 
-    # ack_wait 2 s, the handler 5 s: without in-progress signals JetStream would hand the message to
-    # the second worker after 2 s. (The signals go out every ack_wait / 3, so a loaded machine has over a
-    # second of slack before a late one lets the message go.)
-    slow = bus.consumer(durable, bus.event_filter(name=name), handler_for("slow", 5.0), ack_wait=2.0)
+    # ack_wait 3 s, the handler 6 s: without in-progress signals JetStream would hand the message to
+    # the second worker after 3 s. (The signals go out every ack_wait / 3, so a loaded machine has two
+    # seconds of slack before a late one lets the message go; with one second it lost it at load 15.)
+    slow = bus.consumer(durable, bus.event_filter(name=name), handler_for("slow", 6.0), ack_wait=3.0)
     await slow.ensure()
     tasks = [asyncio.create_task(slow.run())]
     await eventually(lambda: slow._held != {}, what="the message in hand")
-    other = bus.consumer(durable, bus.event_filter(name=name), handler_for("other", 0.0), ack_wait=2.0)
+    other = bus.consumer(durable, bus.event_filter(name=name), handler_for("other", 0.0), ack_wait=3.0)
     tasks.append(asyncio.create_task(other.run()))
     await eventually(lambda: slow.stats.handled == 1, within=15, what="the slow handler done")
     info = await bus.js.consumer_info(bus.stream, durable)
