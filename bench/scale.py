@@ -335,6 +335,7 @@ def metric_sum(text: str, name: str, labels: str = "") -> float:
 
 
 PARTS = ("catch_up", "decide", "append")
+API_METHODS = ("GET", "POST", "PATCH", "PUT", "DELETE")
 
 
 def cpu_seconds(pid: int) -> float:
@@ -367,6 +368,8 @@ class Figures:
     watcher_appends: float = 0.0
     published: float = 0.0  # events the relay published to the bus
     handled: dict[str, float] = field(default_factory=dict)  # bus messages handled, by service
+    # the executors' Kubernetes API requests (pod actions and status writes; answered or not), by method
+    executor_requests: dict[str, float] = field(default_factory=dict)
     cpu: dict[str, float] = field(default_factory=dict)  # CPU seconds by process
     at: float = field(default_factory=time.perf_counter)
 
@@ -393,6 +396,10 @@ class Figures:
                     )
             elif proc.service == "executor":
                 figures.actions += metric_sum(text, "rollbook_actions_applied_total")
+                for method in API_METHODS:
+                    figures.executor_requests[method] = figures.executor_requests.get(
+                        method, 0.0
+                    ) + metric_sum(text, "rollbook_kube_api_request_seconds_count", f'method="{method}"')
             elif proc.service == "watcher":
                 figures.watcher_events += metric_sum(text, "rollbook_events_appended_total")
                 figures.watcher_appends += metric_sum(text, "rollbook_store_appends_total")
@@ -416,6 +423,10 @@ class Figures:
                 for name, n in sorted(self.planner_rounds.items())
             )
             text += f"; rounds by planner: {each}"
+        requests = {m: n - before.executor_requests.get(m, 0.0) for m, n in self.executor_requests.items()}
+        if any(requests.values()):
+            each = ", ".join(f"{m} {int(n)}" for m, n in requests.items() if n)
+            text += f"; executor API requests {int(sum(requests.values()))} ({each})"
         appends = self.watcher_appends - before.watcher_appends
         if appends:
             events = self.watcher_events - before.watcher_events

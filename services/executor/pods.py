@@ -48,17 +48,6 @@ def api_of(core: client.CoreV1Api) -> client.ApiClient:
     return api
 
 
-def has_condition(pod: dict[str, Any], condition: dict[str, Any]) -> bool:
-    """The pod carries ``condition`` already (same type, status and reason): writing it again would change
-    nothing but its lastTransitionTime, which must move only on a transition. So a mark action retried
-    after its status write landed (its metadata write answered 429 or 500) retries only what failed."""
-    wanted = {key: condition.get(key) for key in ("type", "status", "reason")}
-    return any(
-        {key: current.get(key) for key in wanted} == wanted
-        for current in (pod.get("status") or {}).get("conditions") or []
-    )
-
-
 def patch_applied(pod: dict[str, Any], action_id: str, patch: dict[str, Any]) -> bool:
     """The pod shows this patch action's effect: its id (the last action applied to the pod), or the
     in-place update state its patch writes. The state is written with the spec, in the same patch, and

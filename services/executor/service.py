@@ -17,7 +17,10 @@ and reports every outcome as an event (docs/services.md, "executor").
   write through pods/status with the pod's uid as precondition instead (``_mark``). An in-place update
   with a not-ready condition (no grace period) is two writes after one read: the condition alone through
   pods/status, then the patch with the action id at the resourceVersion that write returned
-  (``_patch_pod``).
+  (``_patch_pod``). An action naming the resourceVersion the planner computed it from makes its first
+  write at that version with no read before it; a conflict there means the pod changed since (possibly
+  this action, applied by an earlier delivery), and the read decides as above
+  (services/model/pod_writes.py).
 - Taking an action (after the terminal-event check, before any API call), the executor notes the time;
   the outcome carries it (``started_at``) and the executor's name, so the trail shows how long the action
   waited on the bus without a row of its own. Only an action that has to wait appends PodActionStarted,
@@ -57,7 +60,6 @@ from services.executor.pods import (
     CONFLICT_RETRIES,
     MERGE_PATCH,
     ActionFailed,
-    has_condition,
     patch_applied,
     read_target_pod,
 )
@@ -88,6 +90,7 @@ from services.model.events import (
     StatusPlanned,
     new_event,
 )
+from services.model.pod_writes import OBSERVED_VERSION, has_condition
 from services.model.sidecarset_streams import UPDATE_SIDECAR_ACTION, sidecarset_of
 from services.model.sidecarset_streams import actions_stream as sidecarset_actions_stream
 from services.model.streams import (
@@ -510,7 +513,13 @@ class Executor:
         between the two writes leaves the action not applied, and its redelivery finds the condition in
         place (nothing to write again) and writes the patch once. The action counts as applied when the
         pod carries its id or the in-place update state its patch writes (``patch_applied``), checked on
-        the pod as read and on the pod as the condition write returned it."""
+        the pod as read and on the pod as the condition write returned it.
+
+        An action naming the version it was computed from (``details.resourceVersion``) first tries
+        without the read (``_patch_observed``); a pod changed since goes the way above."""
+        unread = await self._patch_observed(request, patch, not_ready)
+        if unread is not None:
+            return unread
         pod = await read_target_pod(self.core, request)
         for attempt in range(CONFLICT_RETRIES):
             if attempt:
@@ -524,18 +533,8 @@ class Executor:
                 # Another executor, delivered the same action, may have applied it since the read.
                 if patch_applied(pod, request.action_id, patch):
                     return metadata.get("uid"), True
-            body = _merge(
-                patch,
-                {
-                    "metadata": {
-                        "annotations": {ACTION_ID_ANNOTATION: request.action_id},
-                        "resourceVersion": metadata.get("resourceVersion"),
-                    }
-                },
-            )
             try:
-                # Raw JSON, not the client's model (unused; it cost more CPU than the call).
-                await kube.patch_namespaced_pod(self.api, request.pod, request.namespace, body)
+                await self._write_patch(request, patch, metadata.get("resourceVersion"))
                 return metadata.get("uid"), False
             except ApiException as error:
                 if error.status != 409:
@@ -543,47 +542,124 @@ class Executor:
                 log.info("conflict_retry", pod=request.target, action=request.action)
         raise ActionFailed("kept conflicting with other writers", retryable=True)
 
+    async def _patch_observed(
+        self, request: PodActionRequested, patch: dict[str, Any], not_ready: dict[str, Any] | None
+    ) -> tuple[str | None, bool] | None:
+        """The first write at the version the planner computed the action from, with no read before it
+        (services/model/pod_writes.py): the condition (``not_ready``) or else the patch names it as
+        precondition, so it lands only on the pod exactly as the planner saw it, on which this action is
+        not applied yet (applying it moves the version) and the condition is missing (the planner names a
+        version only then). The answer of the action (uid, not already applied); None when the action
+        names no version or the pod is not at it any more (409; 404 or 422, gone or replaced): then the
+        read decides, as for an action without one (applied already, a condition in place, gone)."""
+        version = request.details.get(OBSERVED_VERSION)
+        uid = request.details.get("uid")
+        if not version or not uid:
+            return None  # planned by rules before 13, or from a pod observed without a version
+        try:
+            if not_ready:
+                written = await self._write_condition(request, uid, not_ready, resource_version=version)
+                version = (written.get("metadata") or {}).get("resourceVersion")
+            await self._write_patch(request, patch, version)
+        except ApiException as error:
+            if error.status not in (404, 409, 422):
+                raise
+            # Changed since the planner saw it (after a condition write: the kubelet answering it).
+            log.info("observed_version_conflict", pod=request.target, action=request.action)
+            return None
+        return uid, False
+
+    async def _write_patch(
+        self, request: PodActionRequested, patch: dict[str, Any], resource_version: str | None
+    ) -> None:
+        """The action's patch with its id, at ``resource_version``."""
+        body = _merge(
+            patch,
+            {
+                "metadata": {
+                    "annotations": {ACTION_ID_ANNOTATION: request.action_id},
+                    "resourceVersion": resource_version,
+                }
+            },
+        )
+        # Raw JSON, not the client's model (unused; it cost more CPU than the call).
+        await kube.patch_namespaced_pod(self.api, request.pod, request.namespace, body)
+
     async def _write_condition(
-        self, request: PodActionRequested, uid: str | None, condition: dict[str, Any]
+        self,
+        request: PodActionRequested,
+        uid: str | None,
+        condition: dict[str, Any],
+        *,
+        resource_version: str | None = None,
     ) -> dict[str, Any]:
         """One pod condition through pods/status (conditions merge by type, so only this one changes),
-        with the pod's uid as precondition (a replaced pod is refused, 422); the pod as written."""
-        body = {"metadata": {"uid": uid}, "status": {"conditions": [condition]}}
+        with the pod's uid as precondition (a replaced pod is refused, 422), and ``resource_version`` as
+        well when given (409 unless the pod is still at it); the pod as written."""
+        metadata: dict[str, Any] = {"uid": uid}
+        if resource_version:
+            metadata["resourceVersion"] = resource_version
+        body = {"metadata": metadata, "status": {"conditions": [condition]}}
         return await kube.patch_namespaced_pod_status(self.api, request.pod, request.namespace, body)
 
     async def _mark(self, request: PodActionRequested) -> tuple[str | None, bool]:
         """The condition, the labels and the action id in one write, through the status subresource (which
         for pods takes labels, annotations and finalizers too; Kubernetes resets only spec,
         deletionTimestamp and ownerReferences there). One write, not two: each is exposed to the API's
-        errors, and the mark lands whole or not at all, so a retry has nothing half done to find. No
-        resourceVersion precondition: nothing in the patch is computed from the pod as read, and the
+        errors, and the mark lands whole or not at all, so a retry has nothing half done to find.
+
+        A mark naming the version it was computed from (``details.resourceVersion``) is first written at
+        that version, with no read: it lands only on the pod as the planner saw it, so on a pod this mark
+        (or any later action) has not written yet and that lacks the condition (the planner names a
+        version only then). Otherwise, or on a conflict (the pod changed since: a redelivery finds its own
+        write there), the pod is read: its action id means applied already, else the mark is written with
+        no resourceVersion precondition: nothing in the patch is computed from the pod as read, and the
         kubelet answers the condition with a status write of its own, which such a precondition would
-        meet as a conflict. The uid is one instead (as in the kubelet's own status patches): a pod
+        meet as a conflict again. The uid is one instead (as in the kubelet's own status patches): a pod
         replaced since the read is refused (422, uid is immutable), not marked."""
-        pod = await read_target_pod(self.core, request)
-        metadata = pod.get("metadata") or {}
-        if _annotations(pod).get(ACTION_ID_ANNOTATION) == request.action_id:
-            return metadata.get("uid"), True
         patch = request.details.get("patch") or {}
         if set(patch) - {"metadata"}:
             raise ActionFailed(
                 f"a mark's patch may change only metadata, not {sorted(set(patch) - {'metadata'})}"
             )
-        body = _merge(
-            patch,
-            {
-                "metadata": {
-                    "uid": metadata.get("uid"),
-                    "annotations": {ACTION_ID_ANNOTATION: request.action_id},
-                }
-            },
-        )
         condition = request.details.get("condition")
-        if condition and not has_condition(pod, condition):
+        version = request.details.get(OBSERVED_VERSION)
+        uid = request.details.get("uid")
+        if version and uid:
+            try:
+                await self._write_mark(request, patch, uid, condition, resource_version=version)
+                return uid, False
+            except ApiException as error:
+                if error.status not in (404, 409, 422):
+                    raise
+                log.info("observed_version_conflict", pod=request.target, action=request.action)
+        pod = await read_target_pod(self.core, request)
+        metadata = pod.get("metadata") or {}
+        if _annotations(pod).get(ACTION_ID_ANNOTATION) == request.action_id:
+            return metadata.get("uid"), True
+        missing = condition if condition and not has_condition(pod, condition) else None
+        await self._write_mark(request, patch, metadata.get("uid"), missing)
+        return metadata.get("uid"), False
+
+    async def _write_mark(
+        self,
+        request: PodActionRequested,
+        patch: dict[str, Any],
+        uid: str | None,
+        condition: dict[str, Any] | None,
+        *,
+        resource_version: str | None = None,
+    ) -> None:
+        """A mark's one write through pods/status: its patch, the action id and ``condition`` (when
+        given), with ``uid`` as precondition, and ``resource_version`` as well when given."""
+        metadata: dict[str, Any] = {"uid": uid, "annotations": {ACTION_ID_ANNOTATION: request.action_id}}
+        if resource_version:
+            metadata["resourceVersion"] = resource_version
+        body = _merge(patch, {"metadata": metadata})
+        if condition:
             # Conditions merge by type (strategic merge patch), so only this one changes.
             body["status"] = {"conditions": [condition]}
         await kube.patch_namespaced_pod_status(self.api, request.pod, request.namespace, body)
-        return metadata.get("uid"), False
 
     async def _set_pods_to_delete(self, request: PodActionRequested) -> tuple[str | None, bool]:
         name = request.target  # the CloneSet

@@ -31,6 +31,7 @@ from services.model.events import (
     SpecRejected,
     StatusPlanned,
 )
+from services.model.pod_writes import OBSERVED_VERSION, observed_version
 from services.model.streams import derived_id, rollout_id
 from services.planner import plan as planning
 from services.planner import progress_deadline, rounds
@@ -65,8 +66,11 @@ from services.planner.workload_state import WorkloadState
 # 12: a PVC being deleted is not an existing one: a pod reusing its instance id names it in ``pvcs`` (so
 #     waits for a new one) instead of mounting it; a createPod's expectation waits for its action id on
 #     each of its PVCs (the executor writes it on one it found), not any observation of the name.
+# 13: the first action of a round on an existing pod names the resourceVersion it was computed from
+#     (``details.resourceVersion``, services/model/pod_writes.py): the executor's first write takes it as
+#     precondition instead of reading the pod first.
 # tests/planner/test_rules_fingerprint.py fails when the decisions change and this does not.
-RULES_VERSION = 12
+RULES_VERSION = 13
 
 Decide = Callable[[PlanInput], Plan]
 """The decision function: the planner input -> its plan (typed, services/planner/model.py)."""
@@ -151,8 +155,12 @@ def decisions_for(state: WorkloadState, plan: Plan) -> list[Event]:
         if rounds.step_key(step) != state.last_step:
             decisions.append(step)
     round_key = derived_id("round", *sorted(state.through().items()))
+    acted_on: set[str] = set()  # pods an earlier action of this round targets
     for index, action in enumerate(plan.actions):
-        decisions.append(_action(state, action, round_key, index, update))
+        decisions.append(
+            _action(state, action, round_key, index, update, first_on_pod=action.pod not in acted_on)
+        )
+        acted_on.add(action.pod)
     if rejected is None:
         decisions.extend(_hook_transitions(state, plan, now))
     pods_to_delete = plan.pods_to_delete
@@ -294,7 +302,13 @@ def pause_transition(
 
 
 def _action(
-    state: WorkloadState, action: Action, round_key: Any, index: int, update: str | None
+    state: WorkloadState,
+    action: Action,
+    round_key: Any,
+    index: int,
+    update: str | None,
+    *,
+    first_on_pod: bool,
 ) -> PodActionRequested:
     # The request's details are the plan's action as its JSON has it (camelCase keys, defaults left out).
     details: dict[str, Any] = _as_recorded(action)
@@ -308,6 +322,12 @@ def _action(
         details["uid"] = state.uid_of("PersistentVolumeClaim", action.pvc)
     elif details["action"] in EXISTING_POD_ACTIONS:
         details["uid"] = state.uid_of("Pod", action.pod)
+        # The version the action was computed from, for the executor's first write to name instead of
+        # reading the pod. Only on the round's first action on the pod: that one moves the version, so a
+        # later one would only meet a conflict and read anyway.
+        version = observed_version(details, state.pods.get(action.pod)) if first_on_pod else None
+        if version is not None:
+            details[OBSERVED_VERSION] = version
     revision = getattr(action, "revision", None) or None
     return PodActionRequested(
         action_id=str(derived_id("action", round_key, index)),

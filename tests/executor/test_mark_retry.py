@@ -15,11 +15,11 @@ import pytest
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from services.executor.pods import has_condition
 from services.executor.service import Executor
 from services.infra.settings import Settings
 from services.infra.store import EventStore
 from services.model.events import Envelope, PodActionFailed, PodActionRequested, PodActionSucceeded
+from services.model.pod_writes import has_condition
 from services.model.streams import ACTION_ID_ANNOTATION, actions_stream
 from services.simcluster import SimCluster
 from tests.executor.test_concurrency import planned_round

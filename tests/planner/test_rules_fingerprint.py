@@ -52,6 +52,8 @@ FINGERPRINTS = {
     # v12: a PVC being deleted is not an existing one for a new pod's create (with the REUSED_CLAIMS input;
     # its createPod's expectation also waits for its action id on each PVC, which the scripts do not meet)
     12: "04d31568abc42cd1ee43c212a05d91ab488b3033914784097dacdb33c5867023",
+    # v13: the round's first action on an existing pod names the resourceVersion it was computed from
+    13: "38857fb8c1296ce0f7f7b5b837f97018a698c266c2efb31143a3286f8703ef7c",
 }
 START = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 SCRIPTS: tuple[tuple[int | None, dict[str, object]], ...] = (
