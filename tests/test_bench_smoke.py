@@ -147,8 +147,10 @@ RUNS: dict[str, tuple[list[str], list[str]]] = {
     "watcher_appends.py": (
         ["--events", "200", "--clonesets", "5"],
         [
-            rf"one at a time +{NUMBER} events/s; +200 appends, +1\.0 events per append",
-            rf"batched +{NUMBER} events/s; +\d+ appends, +{NUMBER} events per append",
+            rf"one at a time +{NUMBER} events/s, +{NUMBER} us CPU per event; +200 appends, +1\.0 events per"
+            " append",
+            rf"batched +{NUMBER} events/s, +{NUMBER} us CPU per event; +\d+ appends, +{NUMBER} events per"
+            " append",
             rf"batched / one at a time: {NUMBER}x",
         ],
     ),

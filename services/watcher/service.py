@@ -41,7 +41,7 @@ from services.infra import kube
 from services.infra.leader import run_while_leading
 from services.infra.metrics import EVENTS_APPENDED, KIND_SERVED, OBSERVATIONS, STORE_APPENDS, WATCH_RESTARTS
 from services.infra.retry import Stopped, retry_until_stopped
-from services.infra.runtime import ServiceRuntime, configure_logging, run_until_stopped
+from services.infra.runtime import ServiceRuntime, calm_cyclic_collector, configure_logging, run_until_stopped
 from services.infra.settings import Settings
 from services.infra.store import AppendResult, EventStore
 from services.model.events import Envelope, ObjectObserved, ObservationRejected
@@ -221,7 +221,7 @@ class Watcher:
             kept_ids = {event.event_id for event in kept}
             for event in batch:
                 if event.event_id not in kept_ids and isinstance(event.payload, ObjectObserved):
-                    OBSERVATIONS.labels(event.payload.kind, "superseded").inc()
+                    _count_observation(event.payload.kind, "superseded")
         return kept
 
     def _diff(self, kind: str, obj: dict[str, Any], change: str) -> Envelope | None:
@@ -230,24 +230,24 @@ class Watcher:
         known = self.known.get(uid)
         if change == "DELETED":
             if known is None:
-                OBSERVATIONS.labels(kind, "ignored").inc()
+                _count_observation(kind, "ignored")
                 return None
             del self.known[uid]
-            OBSERVATIONS.labels(kind, "emitted").inc()
+            _count_observation(kind, "emitted")
             return self._observation(kind, obj, "DELETED", known.workload)
         workload = workload_of(kind, obj)
         if workload is None:
             if known is not None:  # released by its controller: for that workload it is gone
                 del self.known[uid]
                 return self._observation(kind, obj, "DELETED", known.workload)
-            OBSERVATIONS.labels(kind, "ignored").inc()
+            _count_observation(kind, "ignored")
             return None
         view = comparable(obj)
         if known is not None and known.comparable == view:
-            OBSERVATIONS.labels(kind, "ignored").inc()
+            _count_observation(kind, "ignored")
             return None
         self.known[uid] = Known(kind, workload, view, obj)
-        OBSERVATIONS.labels(kind, "emitted").inc()
+        _count_observation(kind, "emitted")
         return self._observation(kind, obj, "MODIFIED" if known is not None else "ADDED", workload)
 
     async def _emit(self, events: list[Envelope]) -> None:
@@ -282,7 +282,7 @@ class Watcher:
         event = within_ceiling(observed, self.settings.max_event_bytes)
         if event is not observed:
             rejected: ObservationRejected = event.payload  # type: ignore[assignment]
-            OBSERVATIONS.labels(rejected.kind, "rejected").inc()
+            _count_observation(rejected.kind, "rejected")
             log.error(
                 "observation_rejected",
                 stream=event.stream,
@@ -318,9 +318,10 @@ class Watcher:
             results = []
             for events in streams.values():
                 results.extend(await self._append_until_stored(events))
+        appended: dict[str, int] = {}
         for result in results:
             for event in result.events:
-                EVENTS_APPENDED.labels("watcher", event.type).inc()
+                appended[event.type] = appended.get(event.type, 0) + 1
                 if not isinstance(event.payload, ObjectObserved):
                     continue
                 log.info(
@@ -331,6 +332,8 @@ class Watcher:
                     change=event.payload.change,
                     correlation_id=event.correlation_id,
                 )
+        for event_type, count in appended.items():
+            EVENTS_APPENDED.labels("watcher", event_type).inc(count)
 
     # --- list and watch ------------------------------------------------------------------------------
 
@@ -432,6 +435,18 @@ class Watcher:
             kind_watch.resource_version = str(version)
 
 
+_observation_counters: dict[tuple[str, str], Any] = {}
+
+
+def _count_observation(kind: str, outcome: str) -> None:
+    """``OBSERVATIONS`` + 1, its labelled child looked up once per (kind, outcome): ``labels()`` takes a
+    lock and builds its key on every call, and every watch event counts one outcome."""
+    counter = _observation_counters.get((kind, outcome))
+    if counter is None:
+        counter = _observation_counters[(kind, outcome)] = OBSERVATIONS.labels(kind, outcome)
+    counter.inc()
+
+
 async def _sleep_backoff(backoff: float) -> float:
     await asyncio.sleep(backoff * (0.5 + random.random()))
     return min(backoff * 2, _BACKOFF_MAX)
@@ -439,6 +454,7 @@ async def _sleep_backoff(backoff: float) -> float:
 
 async def run(settings: Settings) -> None:
     configure_logging(settings, "watcher")
+    calm_cyclic_collector()  # each watch event's decoded object would set off collections (runtime.py)
     async with ServiceRuntime(settings, "watcher") as runtime:
         store = await EventStore.connect(settings.database_url)
         api = await kube.api_client(settings)
