@@ -47,7 +47,7 @@ from services.infra.metrics import (
     RETRIES,
 )
 from services.infra.retry import DEFAULT_BACKOFF, Stopped, is_transient, retry_until_stopped, wait_or_stop
-from services.infra.runtime import ServiceRuntime, configure_logging, run_until_stopped
+from services.infra.runtime import ServiceRuntime, calm_cyclic_collector, configure_logging, run_until_stopped
 from services.infra.settings import Settings
 from services.infra.store import ConcurrencyError, EventIdentity, EventStore, StoredEventJson
 from services.model.events import Envelope, decode
@@ -353,6 +353,7 @@ class History:
 
 async def run(settings: Settings) -> None:
     configure_logging(settings, "auditor")
+    calm_cyclic_collector()  # each message decodes into many containers, none in a cycle (runtime.py)
     store = await EventStore.connect(settings.database_url)
     runtime = ServiceRuntime(settings, "auditor")
     runtime.app.router.add_get("/history", History(store).handle)

@@ -76,7 +76,7 @@ from services.infra.metrics import (
     EVENTS_HANDLED,
     STATUS_WRITES,
 )
-from services.infra.runtime import ServiceRuntime, configure_logging
+from services.infra.runtime import ServiceRuntime, calm_cyclic_collector, configure_logging
 from services.infra.settings import Settings
 from services.infra.store import EventStore
 from services.model.actions import ActionKind
@@ -872,6 +872,7 @@ def _now() -> datetime:
 
 async def run(settings: Settings) -> None:
     configure_logging(settings, "executor")
+    calm_cyclic_collector()  # each message decodes into many containers, none in a cycle (runtime.py)
     async with ServiceRuntime(settings, "executor") as runtime:
         store = await EventStore.connect(
             settings.database_url, pool_size=store_connections(settings), max_overflow=0

@@ -54,14 +54,14 @@ YOUNG_COLLECTION_THRESHOLD = 10_000
 
 def calm_cyclic_collector() -> None:
     """Keep the cyclic garbage collector off the work of a process that decodes a JSON document per
-    message into plain dicts and lists (the watcher, a pod per watch event): ~100 containers each, none of
-    them in a cycle, so reference counting frees them all, yet at Python's default threshold (700) they
-    set off a young collection every few messages and, as they are promoted, full collections over the
-    whole heap (the imported modules alone are over 100,000 objects): the largest share of the watcher's
-    CPU per watch event. Call once, after the imports: what exists now moves to the permanent generation
-    (``gc.freeze``: never scanned again, still freed by reference counting), and a young collection waits
-    for ``YOUNG_COLLECTION_THRESHOLD`` net allocations. Real cycles (exception tracebacks) are still
-    collected, just later."""
+    message into plain dicts and lists (every service: a pod per watch event, an event per bus message; a
+    pod is ~100 containers). None of them is in a cycle, so reference counting frees them all, yet at
+    Python's default threshold (700) they set off a young collection every few messages and, as they are
+    promoted, full collections over the whole heap (the imported modules alone are over 100,000 objects):
+    the largest share of the watcher's CPU per watch event. Call once, after the imports: what exists now
+    moves to the permanent generation (``gc.freeze``: never scanned again, still freed by reference
+    counting), and a young collection waits for ``YOUNG_COLLECTION_THRESHOLD`` net allocations. Real
+    cycles (exception tracebacks) are still collected, just later."""
     gc.freeze()
     _, older, oldest = gc.get_threshold()
     gc.set_threshold(YOUNG_COLLECTION_THRESHOLD, older, oldest)
