@@ -48,7 +48,6 @@ from services.infra import kube
 from services.infra.leader import (
     _Election,
     _election_record,
-    _lease_path,
     _Lock,
     candidate_identity,
     release_lease,
@@ -336,10 +335,14 @@ class PartitionOwner:
         Leases, and observe the partition Leases this process does not own, so that it reads one only when
         it may take it (``partitions_to_try``). False when the list failed: the last count is kept, and
         every partition is tried as before."""
+        leases = client.CoordinationV1Api(self.api)
         try:
-            listed = await asyncio.wait_for(
-                kube.request_json(self.api, "GET", _lease_path(self.namespace)),
-                self.settings.leader_renew_deadline,
+            listed = await kube.raw_json(
+                await leases.list_namespaced_lease(
+                    self.namespace,
+                    _preload_content=False,  # raw JSON: no model, no timestamp parsed
+                    _request_timeout=self.settings.leader_renew_deadline,
+                )
             )
         except Exception as error:  # keep the last count; the next attempt lists again
             log.warning("member_leases_unreachable", error=repr(error))
