@@ -217,6 +217,32 @@ class _Election(LeaderElection):
         self.holder: str | None = None
         self._on_attempt = on_attempt
 
+    def observe(self, record: LeaderElectionRecord) -> None:
+        """Take ``record`` as read from the Lease by other means (a list of the namespace's Leases), by
+        the library's rule: a record that changed restarts the lease duration on this process's clock."""
+        observed = self.observed_record
+        if observed is None or record.__dict__ != observed.__dict__:
+            self.observed_record = record
+            self.observed_time_milliseconds = int(time.time() * 1000)
+        if record.holder_identity != self.holder:
+            log.info(
+                "leader_changed",
+                lease=f"{self.lock.namespace}/{self.lock.name}",
+                holder=record.holder_identity,
+            )
+            self.holder = record.holder_identity
+
+    def may_be_taken(self, identity: str) -> bool:
+        """Whether an attempt could take the Lease as last observed: never observed (perhaps absent: it
+        is created), free, held under ``identity`` (a predecessor's), or unchanged for the lease
+        duration. False only when another holder renewed it within the lease duration, where an attempt
+        would read it and give up."""
+        record = self.observed_record
+        if record is None or not record.holder_identity or record.holder_identity == identity:
+            return True
+        expires = self.observed_time_milliseconds + self.election_config.lease_duration * 1000
+        return expires <= int(time.time() * 1000)
+
     async def try_acquire_or_renew(self) -> bool:
         sent = time.monotonic()
         error: str | None

@@ -45,7 +45,13 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.leaderelection.electionconfig import Config
 
 from services.infra import kube
-from services.infra.leader import _Election, _Lock, candidate_identity, release_lease
+from services.infra.leader import (
+    _Election,
+    _election_record,
+    _Lock,
+    candidate_identity,
+    release_lease,
+)
 from services.infra.metrics import LEADER, PARTITIONS_OWNED
 from services.infra.runtime import ServiceRuntime
 from services.infra.settings import Settings
@@ -119,6 +125,26 @@ def predecessor_members(
     predecessor's of the same ``ROLLBOOK_INSTANCE`` that died holding it, while this process claimed
     another slot. Not a live replica: not counted, and deleted."""
     return sorted(name for name, (holder, _) in records.items() if holder == identity and name != own)
+
+
+def partitions_to_try(
+    partitions: int,
+    owned: Iterable[int],
+    slots: int,
+    *,
+    listed: bool,
+    may_be_taken: Callable[[int], bool],
+) -> list[int]:
+    """The partitions not ``owned`` to make an attempt on. None while the share is full (``slots`` <= 0):
+    such an attempt could only read the Lease, and the list of the namespace's Leases has observed them
+    all (``listed``); with slots free, those the list saw free, expired or ours. Without a list, every one
+    not owned, each attempt reading its Lease."""
+    free = [p for p in range(partitions) if p not in set(owned)]
+    if not listed:
+        return free
+    if slots <= 0:
+        return []
+    return [p for p in free if may_be_taken(p)]
 
 
 Partition = Callable[[int], Coroutine[Any, Any, None]]
@@ -260,15 +286,21 @@ class PartitionOwner:
             self.runtime.set_ready(
                 False, f"cannot reach the Lease {self.namespace}/{self.member_name}: {error}"
             )
-        await self._count_members()
+        listed = await self._list_leases()
         await asyncio.gather(*(self._renew(p) for p in sorted(self.owned)))
         beyond = partitions_beyond_share(self.owned, self.share)
         for partition in beyond:
             log.info("partition_released_to_share", partition=partition, share=self.share, live=self.live)
         await asyncio.gather(*(self._hand_over(p) for p in beyond))
         if member_ok:  # a replica cut off from the API takes nothing new
-            free = [p for p in range(self.partitions) if p not in self.owned]
             self._slots = self.share - len(self.owned)
+            free = partitions_to_try(
+                self.partitions,
+                self.owned,
+                self._slots,
+                listed=listed,
+                may_be_taken=lambda p: self.elections[p].may_be_taken(self.identity),
+            )
             try:
                 await asyncio.gather(*(self._take(p) for p in free))
             finally:
@@ -298,21 +330,38 @@ class PartitionOwner:
             self.member_name = None
         return False
 
-    async def _count_members(self) -> None:
+    async def _list_leases(self) -> bool:
+        """List the namespace's Leases (one request, raw JSON): count the live replicas by the member
+        Leases, and observe the partition Leases this process does not own, so that it reads one only when
+        it may take it (``partitions_to_try``). False when the list failed: the last count is kept, and
+        every partition is tried as before."""
         leases = client.CoordinationV1Api(self.api)
         try:
-            listed = await leases.list_namespaced_lease(
-                self.namespace, _request_timeout=self.settings.leader_renew_deadline
+            listed = await kube.raw_json(
+                await leases.list_namespaced_lease(
+                    self.namespace,
+                    _preload_content=False,  # raw JSON: no model, no timestamp parsed
+                    _request_timeout=self.settings.leader_renew_deadline,
+                )
             )
         except Exception as error:  # keep the last count; the next attempt lists again
             log.warning("member_leases_unreachable", error=repr(error))
-            return
+            return False
         records: dict[str, tuple[str | None, object]] = {}
-        for lease in listed.items:
-            name = lease.metadata.name if lease.metadata else None
+        partition_of = {partition_lease_name(self.service, p): p for p in range(self.partitions)}
+        for lease in listed.get("items") or []:
+            name = (lease.get("metadata") or {}).get("name")
+            spec = lease.get("spec") or {}
             if name in self.member_slots:
-                spec = lease.spec
-                records[name] = (spec.holder_identity, spec.renew_time) if spec else (None, None)
+                records[name] = (spec.get("holderIdentity"), spec.get("renewTime"))
+            elif name in partition_of and partition_of[name] not in self.owned:
+                # The owned ones are read or renewed by their own attempts (optimistic renewals).
+                self.elections[partition_of[name]].observe(_election_record(spec))
+        await self._count_members(records)
+        return True
+
+    async def _count_members(self, records: dict[str, tuple[str | None, object]]) -> None:
+        """``records``: every member Lease listed, name -> (holder, renewTime)."""
         for name in predecessor_members(records, self.identity, self.member_name):
             del records[name]
             await self._delete_member(name)

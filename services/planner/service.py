@@ -61,6 +61,15 @@ TIMER_SLACK_SECONDS = 0.05
 RETRY_DELAY_SECONDS = 1.0
 # Events a catch-up folds before giving the event loop a turn.
 FOLD_SLICE = 500
+# The planner's Postgres connections, all kept open (no overflow, as the executor's): the rounds of many
+# workloads run at once, one connection each at a time, and a pool with overflow opened connections for
+# every burst of rounds beyond its size and closed them after it (each a connect, a type introspection of
+# every statement, a Postgres backend). The rounds beyond it wait for a connection instead.
+STORE_CONNECTIONS = 10
+
+
+async def connect_store(settings: Settings) -> EventStore:
+    return await EventStore.connect(settings.database_url, pool_size=STORE_CONNECTIONS, max_overflow=0)
 
 
 async def catch_up(store: EventStore, state: rounds.FoldedState) -> int:
@@ -405,7 +414,7 @@ async def run(settings: Settings) -> None:
     configure_logging(settings, "planner")
     calm_cyclic_collector()  # each message decodes into many containers, none in a cycle (runtime.py)
     async with ServiceRuntime(settings, "planner") as runtime:
-        store = await EventStore.connect(settings.database_url)
+        store = await connect_store(settings)
         bus = await Bus.connect(settings, name="rollbook-planner")
         bus.bodies = store.read_event  # events larger than a bus message are read from the store
         planner: Planner | None = None

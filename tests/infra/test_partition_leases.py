@@ -5,7 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from services.infra.partition_leases import Members, partition_share, partitions_beyond_share
+from services.infra.partition_leases import (
+    Members,
+    partition_share,
+    partitions_beyond_share,
+    partitions_to_try,
+)
 
 
 @pytest.mark.parametrize(
@@ -64,3 +69,20 @@ def test_member_leases_unchanged_for_long_are_stale() -> None:
     members.observe({"m-a": ("a", "t2"), "m-b": ("b", "t1")}, now=30.0)
     assert members.stale(40.0, after=40.0) == ["m-b"]
     assert members.stale(39.0, after=40.0) == []
+
+
+@pytest.mark.parametrize(
+    ("owned", "slots", "listed", "takeable", "tried"),
+    [
+        ({0, 1}, 0, True, {2, 3}, []),  # at its share: nothing to read, the list observed them
+        ({0, 1}, 0, False, {2, 3}, [2, 3]),  # no list this attempt: read each as before
+        ({0, 1}, 2, True, {3}, [3]),  # room for two: only the one the list saw free or expired
+        ({0, 1}, 2, True, set(), []),
+        (set(), 4, True, {0, 1, 2, 3}, [0, 1, 2, 3]),
+        (set(), 4, False, set(), [0, 1, 2, 3]),
+    ],
+)
+def test_a_replica_reads_a_partition_lease_it_does_not_own_only_when_it_could_take_it(
+    owned: set[int], slots: int, listed: bool, takeable: set[int], tried: list[int]
+) -> None:
+    assert partitions_to_try(4, owned, slots, listed=listed, may_be_taken=takeable.__contains__) == tried

@@ -12,9 +12,11 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import msgspec
+import pytest
 import pytest_asyncio
 from kubernetes_asyncio import client
 
+from services.infra import kube
 from services.infra.partition_leases import (
     member_lease_names,
     partition_lease_names,
@@ -177,3 +179,39 @@ async def test_a_restarted_instance_takes_its_predecessors_partitions_back_at_on
     assert await restarted.member() == "default/rollbook-planner-member-0"
     assert "rollbook-planner-member-1" not in await lease_names(k8s_client)
     assert (await restarted.readyz())["details"]["partitions"]["live_replicas"] == 1
+
+
+async def test_replicas_at_their_share_read_no_partition_lease_they_do_not_own(
+    simcluster: SimCluster, replicas: list[Replica], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Every attempt lists the namespace's Leases (the member count); a replica at its share cannot take
+    # another partition, so reading the other replica's partition Leases one by one on top of that only
+    # costs it, and the API server, CPU: they are observed from the list.
+    reads: list[str] = []
+    request_json = kube.request_json
+
+    async def counting(api: client.ApiClient, method: str, path: str, *args: Any, **kwargs: Any) -> Any:
+        if method == "GET" and "/leases/rollbook-planner-p" in path:
+            reads.append(path.rsplit("/", 1)[1])
+        return await request_json(api, method, path, *args, **kwargs)
+
+    monkeypatch.setattr(kube, "request_json", counting)
+    settings = slot_settings(simcluster, slots=2)
+    first = Replica(settings)
+    replicas.append(first)
+    await wait_for(lambda: _async(first.working == {0, 1}), within=10, what="the first replica's partitions")
+    second = Replica(settings)
+    replicas.append(second)
+    await wait_for(
+        lambda: _async(first.working == {0} and second.working == {1}), within=15, what="one partition each"
+    )
+    reads.clear()
+    await asyncio.sleep(4 * settings.leader_retry_period)  # four attempts of each replica
+    assert reads == []
+    assert (first.working, second.working) == ({0}, {1})  # and both keep renewing their own
+
+    # The list still observes them: once the second replica is gone (its Lease released or expired),
+    # the first takes its partition back.
+    second.runtime.request_stop()
+    await second.task
+    await wait_for(lambda: _async(first.working == {0, 1}), within=15, what="the partition taken back")
