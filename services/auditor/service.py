@@ -178,7 +178,9 @@ class Relay:
                 if batch:
                     await self.publish(batch)
             except Exception as error:
-                if not is_transient(error):
+                # An error ack is JetStream refusing one publish (a stream leader moving, a full stream):
+                # retried from that event as an outage is, never a reason to stop relaying.
+                if not is_transient(error) and not isinstance(error, nats.js.errors.APIError):
                     raise
                 RETRIES.labels("relay").inc()
                 self.caught_up.clear()

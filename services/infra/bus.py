@@ -237,6 +237,11 @@ class Bus:
     async def close(self) -> None:
         """Flush pending publishes and close the connection."""
         if not self.nc.is_closed:
+            if self._acks is not None:
+                # Acks of a window given up on may still sit in its queue, and draining waits until every
+                # queued message is taken (nats-py's 30 s drain timeout): no ack is awaited any more.
+                await self._acks.unsubscribe()
+                self._acks = None
             await self.nc.drain()
 
     async def ensure_stream(self) -> None:

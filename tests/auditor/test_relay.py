@@ -212,6 +212,36 @@ async def test_a_publish_jetstream_refuses_stops_the_position_before_it(
     assert ids[-5:] == wanted[:2] + wanted[3:] + wanted[2:3]
 
 
+async def test_a_refused_publish_is_retried_and_the_relay_goes_on(
+    own_store: EventStore, own_bus: Bus
+) -> None:
+    """JetStream refusing publishes for a while (an error ack for each) is waited out like an outage: the
+    relay keeps running, and once the refusals stop every event is on the bus once."""
+    stream = unique_stream()
+    await own_store.append(batch(stream, 1, 4), expected_version=0)
+    refusals = 0
+
+    async def refused_three_times(publish: Callable[..., Awaitable[None]], *args: Any, **kwargs: Any) -> None:
+        nonlocal refusals
+        if refusals < 3 and kwargs.get("headers"):  # an event, not the flush of the connection
+            refusals += 1
+            kwargs["headers"] = {**kwargs["headers"], "Nats-Expected-Stream": "NOT_THIS_ONE"}
+        await publish(*args, **kwargs)
+
+    relay = Relay(own_store, own_bus)
+    with publishing_through(own_bus, refused_three_times):
+        stopping, task = await relaying(relay)
+        try:
+            await asyncio.wait_for(relay.caught_up.wait(), 30)
+            assert not task.done()
+            assert refusals == 3
+        finally:
+            await stop(stopping, task)
+    # Each once; a refused event goes on after those acked behind it (deduplicated, not repeated).
+    published = await published_event_ids(own_bus)
+    assert sorted(published) == sorted(await stored_ids(own_store)) and len(set(published)) == len(published)
+
+
 async def test_a_crash_in_the_middle_of_a_window_loses_and_repeats_nothing_on_the_bus(
     own_store: EventStore, own_bus: Bus
 ) -> None:

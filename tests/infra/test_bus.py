@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 import uuid
 from typing import Any
 
@@ -14,6 +15,7 @@ from nats.aio.msg import Msg
 from nats.js.client import JetStreamContext
 
 from services.infra.bus import MSG_ID, Bus, PublishAck, in_progress_due, pull, subject_matches
+from services.infra.settings import Settings
 from services.model.events import Envelope, RolloutResumed, decode, encode, new_event
 from tests.infra.bus_helpers import T0, eventually, paused, unique
 
@@ -80,6 +82,26 @@ async def test_a_pipelined_publish_answers_each_message_with_its_own_ack(bus: Bu
     assert [ack.duplicate for ack in acks] == [False, True, False]
     stored = {ack.seq: (await bus.js.get_msg(bus.stream, ack.seq)).headers or {} for ack in acks}
     assert [stored[ack.seq][MSG_ID] for ack in acks] == [str(e.event_id) for e in (second, first, third)]
+
+
+async def test_closing_after_a_window_given_up_on_does_not_wait_for_its_acks(
+    bus: Bus, settings: Settings
+) -> None:
+    """Acks that come after their window was given up on sit in the ack subscription's queue; closing
+    the connection must not wait for someone to take them (nats-py's drain waits 30 s for that)."""
+    publisher = await Bus.connect(settings, name="rollbook-tests-late-acks")
+    stream = f"CloneSet/late-acks/{unique('web')}"
+    envelopes = [paused(stream, version) for version in (1, 2, 3)]
+    messages = [(publisher.subject_for(e), *publisher.event_message(e)) for e in envelopes]
+    # Given up on at once: every ack arrives after the call returned.
+    assert await publisher.publish_pipelined(messages, stall=1e-6) == [None, None, None]
+    await eventually(
+        lambda: publisher._acks is not None and publisher._acks._pending_queue.qsize() == 3,
+        what="the late acks queued",
+    )
+    began = time.monotonic()
+    await publisher.close()  # (a timeout around it would be swallowed: nats-py's drain catches the cancel)
+    assert time.monotonic() - began < 5 and publisher.nc.is_closed
 
 
 async def test_pull_hands_over_what_is_there_in_order_and_waits_for_what_comes_next(bus: Bus) -> None:
