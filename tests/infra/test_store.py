@@ -5,13 +5,11 @@ from __future__ import annotations
 import asyncio
 
 import asyncpg
-import msgspec
 import pytest
 
 from services.infra import store as store_module
 from services.infra.database import asyncpg_url
 from services.infra.store import ConcurrencyError, EventStore
-from services.model.events import Envelope
 from services.model.upcasting import PayloadDecoder
 from services.replay.audit import audit_log
 from tests.infra.store_helpers import batch, pod_action, unique_stream
@@ -366,67 +364,3 @@ async def test_store_recovers_after_its_connections_are_killed(database_url: str
         assert len(await store.read_stream(stream)) == 2
     finally:
         await store.close()
-
-
-def _with_details(event: Envelope, details: dict[str, object]) -> Envelope:
-    return msgspec.structs.replace(event, payload=msgspec.structs.replace(event.payload, details=details))
-
-
-def _pod_like(containers: int) -> dict[str, object]:
-    """JSON shaped like a pod object in an observation: repetitive keys that pglz compresses well."""
-    return {
-        "containers": [
-            {
-                "name": f"container-{i}",
-                "image": f"registry.example.com/team/app-{i}:1.27.{i}",
-                "ports": [{"containerPort": 8080 + i, "protocol": "TCP"}],
-                "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "256Mi"}},
-                "env": [{"name": f"SETTING_{i}_{j}", "value": f"value-{i}-{j}"} for j in range(4)],
-            }
-            for i in range(containers)
-        ]
-    }
-
-
-async def _stored_forms(event_store: EventStore, events: list[Envelope]) -> list[tuple[int, str | None]]:
-    """(length of the payload's JSON text, its compression method or None) of each event, as stored."""
-    rows = await event_store.query(
-        "SELECT octet_length(payload::text), pg_column_compression(payload) FROM events"
-        " WHERE event_id = ANY($1::uuid[]) ORDER BY stream_version",
-        [e.event_id for e in events],
-    )
-    return [(row[0], row[1]) for row in rows]
-
-
-async def test_a_payload_up_to_a_page_is_stored_uncompressed_and_a_longer_one_compressed(
-    event_store: EventStore,
-) -> None:
-    # An observation of a pod is ~3.5 kB of JSON: compressing it was a tenth of Postgres's CPU in a rollout,
-    # and every reader decompressed it again. Only a row longer than a page is compressed (and moved out).
-    stream = unique_stream()
-    observed, huge = batch(stream, 1, 2)
-    events = [_with_details(observed, _pod_like(8)), _with_details(huge, _pod_like(60))]
-    await event_store.append(events, expected_version=0)
-    (observed_length, observed_compression), (huge_length, huge_compression) = await _stored_forms(
-        event_store, events
-    )
-    assert 3000 < observed_length < 6000 and observed_compression is None
-    assert huge_length > 20000 and huge_compression == "pglz"
-    stored = await event_store.read_stream(stream)
-    assert [s.envelope for s in stored] == events
-    assert (await audit_log(event_store)).findings == []  # both forms hash alike
-
-
-async def test_analyze_gathers_no_statistics_of_the_payload_column(event_store: EventStore) -> None:
-    # No plan reads them (queries filter on payload expressions, whose indexes keep their own statistics);
-    # gathering them sorted and compared every sampled payload each time autovacuum analysed the table.
-    await event_store.append(batch(unique_stream(), 1, 50), expected_version=0)
-    await event_store.query("ANALYZE events")
-    columns = {
-        row[0]
-        for row in await event_store.query(
-            "SELECT attname FROM pg_stats WHERE schemaname = 'public' AND tablename = 'events'"
-        )
-    }
-    assert "stream" in columns, columns  # the table was analysed
-    assert "payload" not in columns, columns
