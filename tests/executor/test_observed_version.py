@@ -54,20 +54,50 @@ async def version_of(core: client.CoreV1Api, pod_name: str) -> str:
     return str((await core.read_namespaced_pod(pod_name, "default")).metadata.resource_version)
 
 
+async def an_observed_update(
+    event_store: EventStore, core: client.CoreV1Api
+) -> tuple[str, str, str, str, Envelope]:
+    """A settled pod and an in-place update of it planned at its current version: the workload, the pod's
+    name, uid and resourceVersion, and the planned action."""
+    workload = f"web{uuid.uuid4().hex[:8]}"
+    pod_name, uid, version = await settled_pod(core, workload)
+    envelope = await observed_update(event_store, workload, pod_name, uid, version)
+    assert isinstance(envelope.payload, PodActionRequested)
+    return workload, pod_name, uid, version, envelope
+
+
+async def executed(executor: Executor, envelope: Envelope) -> PodCalls:
+    """The pod requests ``executor`` made to execute ``envelope``'s action."""
+    calls = PodCalls(executor)
+    assert isinstance(envelope.payload, PodActionRequested)
+    try:
+        await executor.execute(envelope, envelope.payload)
+    finally:
+        calls.detach()
+    return calls
+
+
+async def assert_updated_once(
+    core: client.CoreV1Api, event_store: EventStore, workload: str, pod_name: str, envelope: Envelope
+) -> None:
+    """The pod carries the update, its action id and InPlaceUpdateReady False; one outcome, applied now."""
+    assert isinstance(envelope.payload, PodActionRequested)
+    after = await core.read_namespaced_pod(pod_name, "default")
+    assert after.spec.containers[0].image == "nginx:mainline"
+    assert after.metadata.annotations[ACTION_ID_ANNOTATION] == envelope.payload.action_id
+    assert in_place_ready(after) == ["False"]
+    (outcome,) = await outcomes(event_store, workload)
+    assert isinstance(outcome, PodActionSucceeded) and not outcome.already_applied
+
+
 @pytest.mark.asyncio(loop_scope="session")
 async def test_an_update_at_the_current_version_writes_without_reading(
     settings: Settings, event_store: EventStore, simcluster: SimCluster, k8s_client: client.ApiClient
 ) -> None:
-    workload = f"web{uuid.uuid4().hex[:8]}"
     core = client.CoreV1Api(k8s_client)
-    pod_name, uid, version = await settled_pod(core, workload)
-    envelope = await observed_update(event_store, workload, pod_name, uid, version)
-    assert isinstance(envelope.payload, PodActionRequested)
-    executor = Executor(settings, event_store, k8s_client)
-    calls = PodCalls(executor)
+    workload, pod_name, uid, version, envelope = await an_observed_update(event_store, core)
 
-    await executor.execute(envelope, envelope.payload)
-    calls.detach()
+    calls = await executed(Executor(settings, event_store, k8s_client), envelope)
 
     assert calls.kinds() == ["PATCH status", "PATCH"]  # no GET
     status_body = calls.calls[0][1]
@@ -75,60 +105,39 @@ async def test_an_update_at_the_current_version_writes_without_reading(
         "metadata": {"uid": uid, "resourceVersion": version},
         "status": {"conditions": [NOT_READY]},
     }
-    after = await core.read_namespaced_pod(pod_name, "default")
-    assert after.spec.containers[0].image == "nginx:mainline"
-    assert after.metadata.annotations[ACTION_ID_ANNOTATION] == envelope.payload.action_id
-    assert in_place_ready(after) == ["False"]
-    (outcome,) = await outcomes(event_store, workload)
-    assert isinstance(outcome, PodActionSucceeded) and not outcome.already_applied
+    await assert_updated_once(core, event_store, workload, pod_name, envelope)
 
 
 @pytest.mark.asyncio(loop_scope="session")
 async def test_a_stale_version_reads_the_pod_and_applies_the_update_once(
     settings: Settings, event_store: EventStore, simcluster: SimCluster, k8s_client: client.ApiClient
 ) -> None:
-    workload = f"web{uuid.uuid4().hex[:8]}"
     core = client.CoreV1Api(k8s_client)
-    pod_name, uid, version = await settled_pod(core, workload)
-    envelope = await observed_update(event_store, workload, pod_name, uid, version)
-    assert isinstance(envelope.payload, PodActionRequested)
+    workload, pod_name, _, _, envelope = await an_observed_update(event_store, core)
     # Someone writes the pod after the planner saw it.
     await core.patch_namespaced_pod(pod_name, "default", {"metadata": {"labels": {"other": "x"}}})
-    executor = Executor(settings, event_store, k8s_client)
-    calls = PodCalls(executor)
 
-    await executor.execute(envelope, envelope.payload)
-    calls.detach()
+    calls = await executed(Executor(settings, event_store, k8s_client), envelope)
 
     # The condition at the planner's version is refused (409); then the read, and the writes as without it.
     assert calls.kinds() == ["PATCH status", "GET", "PATCH status", "PATCH"]
     assert "resourceVersion" not in calls.calls[2][1]["metadata"]
-    after = await core.read_namespaced_pod(pod_name, "default")
-    assert after.spec.containers[0].image == "nginx:mainline"
-    assert after.metadata.labels["other"] == "x"
-    assert after.metadata.annotations[ACTION_ID_ANNOTATION] == envelope.payload.action_id
-    assert in_place_ready(after) == ["False"]
-    (outcome,) = await outcomes(event_store, workload)
-    assert isinstance(outcome, PodActionSucceeded) and not outcome.already_applied
+    assert (await core.read_namespaced_pod(pod_name, "default")).metadata.labels["other"] == "x"
+    await assert_updated_once(core, event_store, workload, pod_name, envelope)
 
 
 @pytest.mark.asyncio(loop_scope="session")
 async def test_a_redelivered_update_is_refused_at_its_version_and_reported_already_applied(
     settings: Settings, event_store: EventStore, simcluster: SimCluster, k8s_client: client.ApiClient
 ) -> None:
-    workload = f"web{uuid.uuid4().hex[:8]}"
     core = client.CoreV1Api(k8s_client)
-    pod_name, uid, version = await settled_pod(core, workload)
-    envelope = await observed_update(event_store, workload, pod_name, uid, version)
+    workload, pod_name, _, _, envelope = await an_observed_update(event_store, core)
     assert isinstance(envelope.payload, PodActionRequested)
     # The first delivery applied it and died before reporting.
     await Executor(settings, event_store, k8s_client).apply(envelope.payload)
     applied = await version_of(core, pod_name)
 
-    redelivered = Executor(settings, event_store, k8s_client)
-    calls = PodCalls(redelivered)
-    await redelivered.execute(envelope, envelope.payload)
-    calls.detach()
+    calls = await executed(Executor(settings, event_store, k8s_client), envelope)
 
     assert calls.kinds() == ["PATCH status", "GET"]  # refused at the planner's version, then found applied
     assert await version_of(core, pod_name) == applied  # no second write
@@ -147,11 +156,7 @@ async def test_a_patch_without_a_condition_is_one_request(
     details = {"patch": move, "uid": uid, "resourceVersion": version}
     envelope = await planned(event_store, workload, "patchPod", pod_name, details)
     assert isinstance(envelope.payload, PodActionRequested)
-    executor = Executor(settings, event_store, k8s_client)
-    calls = PodCalls(executor)
-
-    await executor.execute(envelope, envelope.payload)
-    calls.detach()
+    calls = await executed(Executor(settings, event_store, k8s_client), envelope)
 
     assert calls.kinds() == ["PATCH"]
     assert calls.calls[0][1]["metadata"]["resourceVersion"] == version
@@ -192,10 +197,7 @@ async def test_a_mark_at_the_current_version_is_one_write_and_its_redelivery_non
     await wait_for_ready(core, pod_name, "True")  # the kubelet answered the condition
     marked = await version_of(core, pod_name)
 
-    redelivered = Executor(settings, event_store, k8s_client)
-    again = PodCalls(redelivered)
-    await redelivered.execute(envelope, envelope.payload)
-    again.detach()
+    again = await executed(Executor(settings, event_store, k8s_client), envelope)
 
     assert again.kinds() == ["PATCH status", "GET"]  # refused at the planner's version, found applied
     assert await version_of(core, pod_name) == marked  # no second write

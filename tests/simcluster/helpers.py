@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from aiohttp import web
 from kubernetes_asyncio import client
 
 from services.simcluster import SimCluster
@@ -67,3 +69,19 @@ class Kubectl:
 
 def rows(table: str) -> list[list[str]]:
     return [re.split(r"\s{2,}", line.strip()) for line in table.strip().splitlines()]
+
+
+@contextlib.asynccontextmanager
+async def serving(path: str, handler: Callable[[web.Request], Awaitable[web.Response]]) -> AsyncIterator[str]:
+    """``handler`` served over HTTP at ``path`` on 127.0.0.1 (a webhook for the cluster to call): its URL."""
+    app = web.Application()
+    app.router.add_post(path, handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        yield f"http://127.0.0.1:{port}{path}"
+    finally:
+        await runner.cleanup()

@@ -16,7 +16,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from services.webhook.tls import generate_self_signed
 
-from .helpers import pod_manifest, wait_until
+from .helpers import pod_manifest, serving, wait_until
 from .test_rest import cloneset_manifest
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -47,15 +47,8 @@ async def sidecar_webhook() -> AsyncIterator[tuple[str, list[dict[str, Any]]]]:
             }
         )
 
-    app = web.Application()
-    app.router.add_post("/mutate", mutate)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    yield f"http://127.0.0.1:{port}/mutate", reviews
-    await runner.cleanup()
+    async with serving("/mutate", mutate) as url:
+        yield url, reviews
 
 
 def webhook_config(name: str, url: str, failure_policy: str = "Fail", selector: dict | None = None) -> dict:

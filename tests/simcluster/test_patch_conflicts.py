@@ -14,7 +14,7 @@ from aiohttp import web
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from .helpers import pod_manifest
+from .helpers import pod_manifest, serving
 from .test_validating_webhooks import validating_config
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -43,18 +43,11 @@ async def racing_webhook(k8s_client: client.ApiClient) -> AsyncIterator[str]:
             {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": answer}
         )
 
-    app = web.Application()
-    app.router.add_post("/validate", validate)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    await client.AdmissionregistrationV1Api(k8s_client).create_validating_webhook_configuration(
-        validating_config("racer", f"http://127.0.0.1:{port}/validate", operations=("UPDATE",))
-    )
-    yield "racer"
-    await runner.cleanup()
+    async with serving("/validate", validate) as url:
+        await client.AdmissionregistrationV1Api(k8s_client).create_validating_webhook_configuration(
+            validating_config("racer", url, operations=("UPDATE",))
+        )
+        yield "racer"
 
 
 async def test_a_patch_without_resource_version_is_reapplied_over_a_concurrent_write(

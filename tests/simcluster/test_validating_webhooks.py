@@ -14,7 +14,7 @@ from aiohttp import web
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from .helpers import pod_manifest
+from .helpers import pod_manifest, serving
 from .test_admission_gc import sidecar_webhook, webhook_config  # noqa: F401 - a fixture
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -45,15 +45,8 @@ async def validator() -> AsyncIterator[tuple[str, Reviews]]:
             {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": answer}
         )
 
-    app = web.Application()
-    app.router.add_post("/validate", validate)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    yield f"http://127.0.0.1:{port}/validate", reviews
-    await runner.cleanup()
+    async with serving("/validate", validate) as url:
+        yield url, reviews
 
 
 def validating_config(
