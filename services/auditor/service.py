@@ -46,6 +46,7 @@ from services.infra.metrics import (
     RELAY_REFERENCES,
     RETRIES,
 )
+from services.infra.nats_auth import AUDITOR
 from services.infra.retry import DEFAULT_BACKOFF, Stopped, is_transient, retry_until_stopped, wait_or_stop
 from services.infra.runtime import ServiceRuntime, calm_cyclic_collector, configure_logging, run_until_stopped
 from services.infra.settings import Settings
@@ -360,7 +361,7 @@ async def run(settings: Settings) -> None:
     runtime = ServiceRuntime(settings, "auditor")
     runtime.app.router.add_get("/history", History(store).handle)
     async with runtime:
-        bus = await Bus.connect(settings, name="rollbook-auditor")
+        bus = await Bus.connect(settings, name="rollbook-auditor", identity=AUDITOR)
         bus.bodies = store.read_event  # events larger than a bus message are read from the store
         try:
             await bus.ensure_stream()

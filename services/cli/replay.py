@@ -251,7 +251,7 @@ def register(app: typer.Typer) -> None:
             if bus and settings.nats_url:
                 from services.infra.bus import Bus
 
-                connection = await Bus.connect(settings, name="rollbook-audit")
+                connection = await Bus.connect(settings, name="rollbook-audit", identity="operator")
                 try:
                     given += [("JetStream", cp) for cp in await published_checkpoints(connection)]
                 finally:
@@ -284,7 +284,7 @@ def register(app: typer.Typer) -> None:
             if bus and settings.nats_url:
                 from services.infra.bus import Bus
 
-                connection = await Bus.connect(settings, name="rollbook-audit")
+                connection = await Bus.connect(settings, name="rollbook-audit", identity="operator")
                 try:
                     return await take_checkpoint(store, bus=connection, file=checkpoint_file)
                 finally:

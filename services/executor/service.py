@@ -76,6 +76,7 @@ from services.infra.metrics import (
     EVENTS_HANDLED,
     STATUS_WRITES,
 )
+from services.infra.nats_auth import EXECUTOR
 from services.infra.runtime import ServiceRuntime, calm_cyclic_collector, configure_logging
 from services.infra.settings import Settings
 from services.infra.store import EventStore
@@ -877,7 +878,7 @@ async def run(settings: Settings) -> None:
         store = await EventStore.connect(
             settings.database_url, pool_size=store_connections(settings), max_overflow=0
         )
-        bus = await Bus.connect(settings, name="rollbook-executor")
+        bus = await Bus.connect(settings, name="rollbook-executor", identity=EXECUTOR)
         bus.bodies = store.read_event  # events larger than a bus message are read from the store
         api = await kube.api_client(settings)
         try:

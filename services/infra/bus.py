@@ -36,11 +36,18 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StorageType, StreamConfig
 
 from services.infra.keyed import KeyedRunner
+from services.infra.nats_auth import ADMIN, STREAM_MANAGERS, connect_options
 from services.infra.retry import Stopped, retry_until_stopped
 from services.infra.settings import Settings
 from services.model.events import Envelope, decode, encode
 
 log = logging.getLogger(__name__)
+
+
+async def _log_bus_error(error: Exception) -> None:
+    """nats-py's error callback: a permissions violation (a subject this identity may not use) is logged,
+    never silently dropped."""
+    log.error("NATS: %s", error)
 
 
 class Deferred:
@@ -215,24 +222,36 @@ class Bus:
         self._acks: Subscription | None = None
         self._next_ack = 0
         self._pipeline = asyncio.Lock()
+        # Whether this connection's identity creates and updates the stream (else it waits for it).
+        self.manages_streams = True
+        self.identity = ADMIN
 
     # --- connection -----------------------------------------------------------------------------------
 
     @classmethod
-    async def connect(cls, settings: Settings, *, name: str = "rollbook") -> Bus:
-        """Connect to settings.nats_url (must be set: see services.infra.embedded.resolved_settings)."""
+    async def connect(cls, settings: Settings, *, name: str = "rollbook", identity: str = ADMIN) -> Bus:
+        """Connect to settings.nats_url (must be set: see services.infra.embedded.resolved_settings) as
+        ``identity`` (services.infra.nats_auth: every service passes its own; tools and tests default to
+        the admin identity). With no credentials directory configured, no credentials are sent."""
         if not settings.nats_url:
             raise ValueError(
                 "Bus.connect needs a NATS URL; start embedded servers first (services.infra.embedded)"
             )
+        options = connect_options(settings, identity)
         nc = await nats.connect(
             nats_servers(settings.nats_url),
             name=name,
             max_reconnect_attempts=-1,
             reconnect_time_wait=0.5,
             connect_timeout=5,
+            error_cb=_log_bus_error,
+            **options,
         )
-        return cls(settings, nc, nc.jetstream(timeout=10))
+        bus = cls(settings, nc, nc.jetstream(timeout=10))
+        # Without credentials (a server with no authentication) anyone may manage the stream, as before.
+        bus.manages_streams = "user" not in options or identity in STREAM_MANAGERS
+        bus.identity = identity
+        return bus
 
     async def close(self) -> None:
         """Flush pending publishes and close the connection."""
@@ -245,7 +264,11 @@ class Bus:
             await self.nc.drain()
 
     async def ensure_stream(self) -> None:
-        """Create the stream over ``<prefix>.>`` or bring an existing one's settings up to date."""
+        """Create the stream over ``<prefix>.>`` or bring an existing one's settings up to date; an
+        identity that does not manage streams (planner, executor, operator) waits until it exists."""
+        if not self.manages_streams:
+            await self._wait_for_stream()
+            return
         config = StreamConfig(
             name=self.stream,
             subjects=[f"{self.prefix}.>"],
@@ -260,6 +283,19 @@ class Bus:
             if error.err_code != 10058:
                 raise
             await self.js.update_stream(config)
+
+    async def _wait_for_stream(self) -> None:
+        delay, warned = 0.1, False
+        while True:
+            try:
+                await self.js.stream_info(self.stream)
+                return
+            except nats.js.errors.NotFoundError:
+                if not warned:
+                    log.warning("waiting for the auditor to create stream %s", self.stream)
+                    warned = True
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 2.0)
 
     # --- subjects -------------------------------------------------------------------------------------
 

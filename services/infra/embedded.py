@@ -7,7 +7,9 @@ Every command that needs the store or the bus gets its settings through ``resolv
         ...  # settings.database_url and settings.nats_url are set; migrations have run
 
 Layout under data_dir: ``postgres/`` (PGDATA), ``postgres.log``, ``nats/`` (JetStream store),
-``nats-server.log``, ``nats-server.pid``, ``embedded.lock``. Both servers listen on 127.0.0.1 only, on free
+``nats-server.log``, ``nats-server.pid``, ``nats-server.conf`` and ``nats-credentials/`` (one password per
+NATS identity: the embedded nats-server admits no client without one, services/infra/nats_auth.py),
+``embedded.lock``. Both servers listen on 127.0.0.1 only, on free
 ports. An exclusive lock on ``embedded.lock`` keeps two rollbook processes off one data dir; servers left
 running by a killed earlier run are stopped before new ones start, and each server is started with a
 parent-death signal so it goes away with the process that started it. When run as root, Postgres (which
@@ -37,6 +39,7 @@ import asyncpg
 import msgspec
 import psutil
 
+from services.infra.nats_auth import CREDENTIALS_DIR_NAME, ensure_credentials, server_config, write_private
 from services.infra.settings import Settings
 from services.infra.stack import EMBEDDED_DATABASE
 
@@ -59,10 +62,19 @@ class EmbeddedServers:
     """
 
     def __init__(
-        self, settings: Settings, *, migrate: bool = True, postgres_options: Sequence[str] = ()
+        self,
+        settings: Settings,
+        *,
+        migrate: bool = True,
+        postgres_options: Sequence[str] = (),
+        nats_auth: bool = True,
     ) -> None:
         self.settings = settings
         self.migrate = migrate
+        # Start nats-server with one identity per role (services/infra/nats_auth.py). Off only for a test
+        # session's shared server, where every test has a stream and subject prefix of its own, as on
+        # CI's server without authentication.
+        self.nats_auth = nats_auth
         # Extra server settings ("name=value", each passed as -c): e.g. pg_stat_statements for a bench.
         self.postgres_options = tuple(postgres_options)
         self.data_path = settings.data_path
@@ -97,7 +109,12 @@ class EmbeddedServers:
             except BaseException:
                 await self.stop()
                 raise
-            self.resolved = msgspec.structs.replace(settings, database_url=database_url, nats_url=nats_url)
+            credentials = settings.nats_credentials_dir
+            if not settings.nats_url and not credentials and self.nats_auth:
+                credentials = str(self.credentials_dir)
+            self.resolved = msgspec.structs.replace(
+                settings, database_url=database_url, nats_url=nats_url, nats_credentials_dir=credentials
+            )
         if self.migrate:
             await asyncio.to_thread(run_migrations, self.resolved.database_url)
         return self.resolved
@@ -212,16 +229,25 @@ class EmbeddedServers:
         _stop_leftover_pid(pid_file, "nats-server")
         port = _free_port()
         log_path = self.data_path / "nats-server.log"
+        # One password per identity, made once per data dir; the server's config (0600) names each
+        # identity's permissions (services/infra/nats_auth.py).
+        argv = [nats_server_binary(), "-a", "127.0.0.1", "-p", str(port), "-js", "-sd", str(store)]
+        if self.nats_auth:
+            config = self.data_path / "nats-server.conf"
+            passwords = ensure_credentials(self.credentials_dir)
+            write_private(config, server_config(self.settings, passwords))
+            argv += ["-c", str(config)]
         with log_path.open("ab") as log_file:
-            self.nats = _spawn(
-                [nats_server_binary(), "-a", "127.0.0.1", "-p", str(port), "-js", "-sd", str(store)],
-                log_file,
-                signal.SIGTERM,
-            )
+            self.nats = _spawn(argv, log_file, signal.SIGTERM)
         pid_file.write_text(f"{self.nats.pid}\n")
         await _wait_until(lambda: _nats_ready(port), self.nats, "nats-server", log_path)
         log.info("embedded nats-server pid %s on 127.0.0.1:%s", self.nats.pid, port)
         return f"nats://127.0.0.1:{port}"
+
+    @property
+    def credentials_dir(self) -> Path:
+        """Where the embedded nats-server's identities keep their passwords (0700, one 0600 file each)."""
+        return self.data_path / CREDENTIALS_DIR_NAME
 
 
 @contextlib.asynccontextmanager

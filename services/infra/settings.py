@@ -19,6 +19,18 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # NATS URL (nats://host:port), or several servers of one cluster, comma-separated (the client fails
     # over between them). Empty: start an embedded nats-server under data_dir.
     nats_url: str = ""
+    # Directory of this process's NATS password, one file per identity, named after it (auditor, planner,
+    # executor, operator, admin): each process connects as its own identity, whose permissions limit it to
+    # the subjects it needs (docs/security-bus.md). Empty: the one `rollbook up` makes under data_dir for
+    # its embedded nats-server; none against a configured NATS URL (a server without authentication).
+    nats_credentials_dir: str = ""
+    # CA bundle (PEM) the services verify the NATS server with; with the two below, the embedded
+    # nats-server requires TLS on client and route connections and a client certificate signed by it.
+    nats_tls_ca: str = ""
+    # Client certificate (PEM) the services present to NATS (and the embedded server's own certificate).
+    nats_tls_cert: str = ""
+    # Private key (PEM) of nats_tls_cert.
+    nats_tls_key: str = ""
     # Where embedded servers keep their data, and where `rollbook simcluster` writes its kubeconfig.
     data_dir: str = ".rollbook"
     # Kubeconfig file the services use to reach Kubernetes. Empty: in-cluster config, then ~/.kube/config.

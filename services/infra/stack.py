@@ -24,6 +24,7 @@ from typing import Any
 
 import msgspec
 
+from services.infra.nats_auth import CREDENTIALS_DIR_NAME
 from services.infra.settings import Settings
 
 # The database the embedded Postgres serves rollbook from (services/infra/embedded.py creates it).
@@ -40,6 +41,8 @@ class RunningStack:
     nats_url: str
     database_source: str
     nats_source: str
+    # The NATS identities' passwords for that server ("" when none is needed or configured).
+    nats_credentials_dir: str = ""
 
 
 def running_postgres_url(data_path: Path) -> str | None:
@@ -88,11 +91,16 @@ def find_stack(settings: Settings) -> RunningStack:
     nats_url, nats_source = settings.nats_url, "configured"
     if not nats_url:
         nats_url, nats_source = running_nats_url(settings.data_path) or "", "running"
+    credentials = settings.nats_credentials_dir
+    if not credentials and nats_url and nats_source == "running":
+        embedded = settings.data_path / CREDENTIALS_DIR_NAME
+        credentials = str(embedded) if embedded.is_dir() else ""
     return RunningStack(
         database_url,
         nats_url,
         database_source if database_url else "",
         nats_source if nats_url else "",
+        credentials,
     )
 
 
@@ -103,7 +111,12 @@ async def stack_settings(settings: Settings | None = None, *, nats: bool = False
     started here are stopped on exit. Never runs migrations: a read command must not change a schema."""
     settings = settings or Settings.from_env()
     found = find_stack(settings)
-    settings = msgspec.structs.replace(settings, database_url=found.database_url, nats_url=found.nats_url)
+    settings = msgspec.structs.replace(
+        settings,
+        database_url=found.database_url,
+        nats_url=found.nats_url,
+        nats_credentials_dir=found.nats_credentials_dir,
+    )
     if not nats and not settings.nats_url:
         settings = msgspec.structs.replace(settings, nats_url=UNUSED_NATS_URL)
     if settings.database_url and settings.nats_url:

@@ -35,6 +35,7 @@ from services.infra.bus import DEFERRED, Bus, Consumer, Deferred
 from services.infra.consumer_service import ConsumerSpec, report_consumer_lag
 from services.infra.kruise import resolve_selection
 from services.infra.metrics import EVENTS_APPENDED, EVENTS_HANDLED, PLANNING_PART_SECONDS, PLANNING_SECONDS
+from services.infra.nats_auth import PLANNER
 from services.infra.partition_leases import run_owning_partitions
 from services.infra.retry import retry_until_stopped
 from services.infra.runtime import ServiceRuntime, calm_cyclic_collector, configure_logging, run_until_stopped
@@ -415,7 +416,7 @@ async def run(settings: Settings) -> None:
     calm_cyclic_collector()  # each message decodes into many containers, none in a cycle (runtime.py)
     async with ServiceRuntime(settings, "planner") as runtime:
         store = await connect_store(settings)
-        bus = await Bus.connect(settings, name="rollbook-planner")
+        bus = await Bus.connect(settings, name="rollbook-planner", identity=PLANNER)
         bus.bodies = store.read_event  # events larger than a bus message are read from the store
         planner: Planner | None = None
         try:

@@ -52,7 +52,9 @@ async def server_urls() -> AsyncIterator[ServerUrls]:
             data_dir=str(data_dir),
         )
         # Migrations are the database fixture's business (a fresh database per session), not the server's.
-        async with EmbeddedServers(wanted, migrate=False) as resolved:
+        # The session's shared nats-server has no authentication, as CI's: each test has a stream and subject
+        # prefix of its own, which one server's permissions do not name (tests/security/ runs servers with).
+        async with EmbeddedServers(wanted, migrate=False, nats_auth=False) as resolved:
             yield ServerUrls(database_url=resolved.database_url, nats_url=resolved.nats_url)
 
 
