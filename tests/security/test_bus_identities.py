@@ -16,8 +16,12 @@ import pytest_asyncio
 from nats.js.api import ConsumerConfig
 
 from services.infra.bus import Bus
-from services.infra.checkpoints import checkpoint_stream, checkpoint_subject, ensure_checkpoint_stream
-from services.infra.checkpoints import published_checkpoints
+from services.infra.checkpoints import (
+    checkpoint_stream,
+    checkpoint_subject,
+    ensure_checkpoint_stream,
+    published_checkpoints,
+)
 from services.infra.nats_auth import ADMIN, AUDITOR, EXECUTOR, OPERATOR, PLANNER
 from services.infra.settings import Settings
 from tests.security.bus_server import Refusals, auth_nats, connect_as
@@ -147,10 +151,9 @@ async def test_each_service_can_do_its_own_work(secured: tuple[Settings, Bus]) -
         await asyncio.wait_for(executor.ensure_stream(), 10)  # exists: the auditor made it
         await auditor.js.publish(event_subject(settings), b"not an event", stream=settings.stream_name)
         for bus, durable in ((executor, "executor"), (planner, "planner-p0")):
-            handled = asyncio.Event()
 
             async def handler(*_: object) -> None:
-                handled.set()
+                raise AssertionError("an undecodable message never reaches the handler")
 
             consumer = bus.consumer(durable, bus.event_filter(partition=0), handler, batch=1, ack_wait=5)
             task = asyncio.create_task(consumer.run())
