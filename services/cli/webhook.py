@@ -20,7 +20,6 @@ def _serve(options: WebhookOptions, record: str) -> CommandBody:
     async def serve(settings: Settings) -> int:
         from kubernetes_asyncio.config.config_exception import ConfigException
 
-        from services.infra.bus import Bus
         from services.infra.store import EventStore
         from services.webhook.recorder import EventSink, LogSink
         from services.webhook.revisions import StoreRevisions
@@ -29,10 +28,8 @@ def _serve(options: WebhookOptions, record: str) -> CommandBody:
 
         sink: EventSink
         if record == "store":
-            store_sink = EventStoreSink(
-                lambda: EventStore.connect(settings.database_url),
-                lambda: Bus.connect(settings, name="rollbook-webhook"),
-            )
+            # The store only: the auditor's relay publishes what is stored (no NATS identity here).
+            store_sink = EventStoreSink(lambda: EventStore.connect(settings.database_url))
             sink = store_sink
             # The recorded revisions of SidecarSets pinning one are read from the same event store.
             revisions = StoreRevisions(

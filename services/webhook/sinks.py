@@ -1,25 +1,23 @@
-"""The injection events' destination: the Postgres event store first (the truth), then the bus.
+"""The injection events' destination: the Postgres event store, the truth. The webhook never publishes
+on the bus: the auditor's relay publishes what is stored, as for every other service, and the bus
+carries no event the store does not hold (docs/security-bus.md).
 
 Appends use ``expected_version=None``: injections of one SidecarSet come from many admission calls,
 several webhook replicas and any order, and none of them decides anything from the stream's state,
 so there is nothing to check; the store gives each event the next version and its unique event id
-drops repeats. The stored envelope (with its final version) is then published on the bus for the
-planner and the auditor (which skips it, already stored). Store and bus are connected lazily, so the
-webhook starts and admits pods while either is down; the recorder retries until they are back.
+drops repeats. The store is connected lazily, so the webhook starts and admits pods while it is down;
+the recorder retries until it is back.
 """
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Awaitable, Callable
 
-from services.infra.bus import Bus
 from services.infra.store import EventStore
 from services.model.events import Envelope, new_event
 from services.webhook.recorder import PendingEvent
 
 StoreFactory = Callable[[], Awaitable[EventStore]]
-BusFactory = Callable[[], Awaitable[Bus]]
 
 
 def to_envelope(event: PendingEvent) -> Envelope:
@@ -35,36 +33,17 @@ def to_envelope(event: PendingEvent) -> Envelope:
 
 
 class EventStoreSink:
-    """``EventSink`` writing to the event store and, when a bus is given, publishing what was stored."""
+    """``EventSink`` appending to the event store (the relay publishes what was stored)."""
 
-    def __init__(self, connect_store: StoreFactory, connect_bus: BusFactory | None = None) -> None:
+    def __init__(self, connect_store: StoreFactory) -> None:
         self._connect_store = connect_store
-        self._connect_bus = connect_bus
         self._store: EventStore | None = None
-        self._bus: Bus | None = None
-        # Stored but not yet published (a bus outage): publish these on the retry, don't append again.
-        self._unpublished: dict[uuid.UUID, Envelope] = {}
 
     async def append(self, event: PendingEvent) -> None:
-        envelope = self._unpublished.get(event.event_id)
-        if envelope is None:
-            if self._store is None:
-                self._store = await self._connect_store()
-            result = await self._store.append([to_envelope(event)], expected_version=None)
-            if not result.events:
-                return  # already stored by another replica or an earlier attempt, which published it
-            envelope = result.events[0]
-        if self._connect_bus is not None:
-            self._unpublished[event.event_id] = envelope
-            if self._bus is None:
-                bus = await self._connect_bus()
-                await bus.ensure_stream()
-                self._bus = bus
-            await self._bus.publish(envelope)
-            del self._unpublished[event.event_id]
+        if self._store is None:
+            self._store = await self._connect_store()
+        await self._store.append([to_envelope(event)], expected_version=None)
 
     async def close(self) -> None:
-        if self._bus is not None:
-            await self._bus.close()
         if self._store is not None:
             await self._store.close()
