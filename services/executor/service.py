@@ -45,7 +45,7 @@ import socket
 import time
 from collections.abc import Hashable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NoReturn
 
 import aiohttp
 import nats.js.errors
@@ -55,6 +55,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from nats.aio.msg import Msg
 
 from services.executor.api_retry import call_with_retries
+from services.executor.authority import message_payload, refusal
 from services.executor.handed_back import HandedBack
 from services.executor.pods import (
     CONFLICT_RETRIES,
@@ -66,7 +67,7 @@ from services.executor.pods import (
 from services.executor.settled import Settled
 from services.executor.sidecarset import apply_sidecar_upgrade, write_sidecarset_status
 from services.infra import kube
-from services.infra.bus import DEFAULT_RETRY_BACKOFF, Bus
+from services.infra.bus import BODY_HEADER, BODY_IN_STORE, DEFAULT_RETRY_BACKOFF, Bus, Unacceptable
 from services.infra.consumer_service import ConsumerSpec, serve_consumers
 from services.infra.group_commit import GroupCommit
 from services.infra.metrics import (
@@ -74,6 +75,7 @@ from services.infra.metrics import (
     ACTIONS_FAILED,
     EVENTS_APPENDED,
     EVENTS_HANDLED,
+    EXECUTOR_REFUSED,
     STATUS_WRITES,
 )
 from services.infra.nats_auth import EXECUTOR
@@ -139,6 +141,10 @@ HANDED_BACK_TTL = max(DEFAULT_RETRY_BACKOFF) + ACK_WAIT
 # round ($3 NULL, an older request) means no earlier actions.
 _BEFORE_ACTING_SQL = """
 SELECT EXISTS (SELECT 1 FROM events WHERE event_id = $1),
+       (SELECT e.stream = $2 AND e.stream_version = $4 AND e.type = 'PodActionRequested'
+               AND e.causation_id IS NOT DISTINCT FROM $3 AND e.correlation_id IS NOT DISTINCT FROM $7
+               AND e.payload = $8::text::jsonb
+          FROM events e WHERE e.event_id = $6),
        ARRAY(
            SELECT payload->>'action_id' FROM events
            WHERE stream = $2
@@ -153,6 +159,13 @@ SELECT EXISTS (SELECT 1 FROM events WHERE event_id = $1),
 _LATER_STATUS_SQL = (
     "SELECT 1 FROM events WHERE stream = $1 AND stream_version > $2 AND type = 'StatusPlanned' LIMIT 1"
 )
+# Whether the StatusPlanned $1 is stored as the message carries it (NULL: not stored).
+_STORED_STATUS_SQL = """
+SELECT e.stream = $2 AND e.stream_version = $3 AND e.type = 'StatusPlanned'
+       AND e.causation_id IS NOT DISTINCT FROM $4 AND e.correlation_id IS NOT DISTINCT FROM $5
+       AND e.payload = $6::text::jsonb
+  FROM events e WHERE e.event_id = $1
+"""
 
 
 MAX_STORE_CONNECTIONS = 16
@@ -264,27 +277,79 @@ class Executor:
         EVENTS_HANDLED.labels("executor", envelope.type).inc()
         structlog.contextvars.bind_contextvars(correlation_id=envelope.correlation_id)
         try:
+            # What the message says the planner stored, checked against the store before anything is done
+            # (services/executor/authority.py): the payload as it travelled, or "" for an event the bus
+            # carried by reference, whose body the consumer read from the store itself.
+            carried = (
+                "" if (msg.headers or {}).get(BODY_HEADER) == BODY_IN_STORE else message_payload(msg.data)
+            )
+            reason = refusal(envelope.type, envelope.stream, True)
+            if reason is not None:
+                self._refuse(envelope, reason)
             payload = envelope.payload
             if isinstance(payload, PodActionRequested):
                 last_try = msg.metadata.num_delivered >= self.settings.max_deliver
                 try:
-                    await self.execute(envelope, payload, last_try=last_try)
+                    await self.execute(envelope, payload, last_try=last_try, carried=carried)
+                except Unacceptable:
+                    raise
                 except Exception:
                     # the bus hands it back after a delay
                     self.handed_back.add(payload.action_id, time.monotonic())
                     raise
                 self.handed_back.discard([payload.action_id])
             elif isinstance(payload, StatusPlanned):
+                if carried:
+                    await self._check_stored_status(envelope, carried)
                 await call_with_retries(lambda: self.write_status(envelope, payload), what="status")
         finally:
             structlog.contextvars.unbind_contextvars("correlation_id")
 
+    def _refuse(self, envelope: Envelope, reason: str) -> NoReturn:
+        """Count and log the refusal (once: it is dead-lettered, never delivered again), then raise it for
+        the consumer to dead-letter with the reason."""
+        EXECUTOR_REFUSED.labels(envelope.type).inc()
+        log.error(
+            "executor_refused",
+            event_id=str(envelope.event_id),
+            type=envelope.type,
+            stream=envelope.stream,
+            reason=reason,
+        )
+        raise Unacceptable(reason)
+
+    async def _check_stored_status(self, envelope: Envelope, carried: str) -> None:
+        rows = await self.store.query(
+            _STORED_STATUS_SQL,
+            envelope.event_id,
+            envelope.stream,
+            envelope.stream_version,
+            envelope.causation_id,
+            envelope.correlation_id,
+            carried,
+        )
+        reason = refusal(envelope.type, envelope.stream, rows[0][0] if rows else None)
+        if reason is not None:
+            self._refuse(envelope, reason)
+
     # --- actions -------------------------------------------------------------------------------------
 
     async def execute(
-        self, envelope: Envelope, request: PodActionRequested, *, last_try: bool = False
+        self,
+        envelope: Envelope,
+        request: PodActionRequested,
+        *,
+        last_try: bool = False,
+        carried: str | None = None,
     ) -> None:
-        reported, earlier = await self._before_acting(envelope, request)
+        """Carry out one action. ``carried``: the payload the bus message carried (JSON text): the action is
+        refused unless that exact event is stored (``""``: the body was read from the store; None: not
+        from the bus at all, a direct call)."""
+        reported, earlier, stored = await self._before_acting(envelope, request, carried or None)
+        if carried:
+            reason = refusal(envelope.type, envelope.stream, stored)
+            if reason is not None:
+                self._refuse(envelope, reason)
         if reported:
             self.settled.add([request.action_id])
             log.info(
@@ -745,10 +810,14 @@ class Executor:
                 raise EarlierActionPending(f"earlier actions on {request.pod} have no outcome: {pending}")
             await asyncio.sleep(EARLIER_ACTION_POLL)
 
-    async def _before_acting(self, envelope: Envelope, request: PodActionRequested) -> tuple[bool, list[str]]:
-        """One query: whether the action's terminal event is stored already, and the action ids its round
-        planned before it for the same pod. A round is one append (RoundPlanned, then its decisions, each
-        caused by the round), so those are the requests between the round's version and this one's."""
+    async def _before_acting(
+        self, envelope: Envelope, request: PodActionRequested, carried: str | None = None
+    ) -> tuple[bool, list[str], bool | None]:
+        """One query: whether the action's terminal event is stored already, the action ids its round
+        planned before it for the same pod, and, given the payload the message ``carried``, whether this
+        very event is stored as it came (None: no event with its id is stored). A round is one append
+        (RoundPlanned, then its decisions, each caused by the round), so those are the requests between
+        the round's version and this one's."""
         rows = await self.store.query(
             _BEFORE_ACTING_SQL,
             outcome_id(request.action_id),
@@ -756,9 +825,12 @@ class Executor:
             envelope.causation_id,
             envelope.stream_version,
             request.pod,
+            envelope.event_id if carried is not None else None,
+            envelope.correlation_id,
+            carried,
         )
-        reported, earlier = rows[0]
-        return bool(reported), list(earlier)
+        reported, stored, earlier = rows[0]
+        return bool(reported), list(earlier), stored
 
     async def earlier_actions_pending(self, envelope: Envelope, request: PodActionRequested) -> list[str]:
         """Action ids of the same round, for the same pod, planned before this one, with no outcome yet."""

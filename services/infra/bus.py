@@ -58,6 +58,12 @@ class Deferred:
 
 DEFERRED = Deferred()
 
+
+class Unacceptable(Exception):
+    """What a handler raises for a message it must never act on (e.g. an event the store does not hold):
+    dead-lettered at once with this reason, never retried."""
+
+
 Handler = Callable[[Envelope, Msg], Awaitable[Deferred | None]]
 # Reads the body of an event carried by reference: EventStore.read_event.
 BodyReader = Callable[[uuid.UUID], Awaitable[Envelope | None]]
@@ -861,6 +867,9 @@ class Consumer:
             outcome = await self._handle_waiting_out_outages(envelope, msg)
         except Stopped:
             await msg.nak()  # stopping while the store is still down: the next process handles it
+            return
+        except Unacceptable as refused:
+            await self._dead_letter(msg, f"refused: {refused}")
             return
         except Exception as error:
             reason = f"handler failed on delivery {deliveries}: {type(error).__name__}: {error}"

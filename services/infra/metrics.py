@@ -68,6 +68,11 @@ RELAY_REFERENCES = Counter(
     "rollbook_relay_references_total",
     "Events larger than a bus message the relay published as a reference to their stored body",
 )
+EXECUTOR_REFUSED = Counter(
+    "rollbook_executor_refused_total",
+    "Bus messages the executor refused to act on: no such event in the store, or another content",
+    ["type"],
+)
 AUDIT_INGESTED = Counter(
     "rollbook_audit_events_total",
     "Events the auditor saw on the bus, by outcome (stored, present, conflict)",

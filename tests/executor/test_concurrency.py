@@ -22,7 +22,7 @@ from services.infra.consumer_service import serve_consumers
 from services.infra.runtime import ServiceRuntime
 from services.infra.settings import Settings
 from services.infra.store import EventStore
-from services.model.events import Envelope, PodActionRequested, RoundPlanned, new_event
+from services.model.events import Envelope, PodActionRequested, RoundPlanned, encode, new_event
 from services.model.streams import actions_stream, decisions_stream, derived_id
 from services.simcluster import SimCluster
 from services.simcluster.faults import FaultConfig
@@ -186,10 +186,13 @@ def action_id(envelope: Envelope) -> str:
 
 
 class Delivery:
-    """What the executor reads of a JetStream message: how often it was delivered."""
+    """What the executor reads of a JetStream message: how often it was delivered, and the event it carries
+    (as the relay publishes it: the stored event, which the executor checks against the store)."""
 
-    def __init__(self, deliveries: int) -> None:
+    def __init__(self, deliveries: int, envelope: Envelope) -> None:
         self.metadata = type("Metadata", (), {"num_delivered": deliveries})()
+        self.data = encode(envelope)
+        self.headers: dict[str, str] | None = None
 
     async def in_progress(self) -> None:
         pass
@@ -220,7 +223,7 @@ async def mark_handed_back(
     simcluster.set_faults(FaultConfig(write_error_rate=1.0, write_error_codes=(500,)))
     try:
         with pytest.raises(ApiException):
-            await executor.handle(mark, Delivery(1))  # type: ignore[arg-type]
+            await executor.handle(mark, Delivery(1, mark))  # type: ignore[arg-type]
     finally:
         simcluster.set_faults(FaultConfig())
     return executor, mark, update
@@ -236,10 +239,10 @@ async def test_an_action_given_back_to_the_bus_is_not_waited_for_by_the_next_on_
     executor, mark, update = await mark_handed_back(settings, event_store, k8s_client, simcluster, workload)
     started = time.monotonic()
     with pytest.raises(EarlierActionPending, match="went back to the bus"):
-        await executor.handle(update, Delivery(1))  # type: ignore[arg-type]
+        await executor.handle(update, Delivery(1, update))  # type: ignore[arg-type]
     assert time.monotonic() - started < EARLIER_ACTION_WAIT / 4
 
-    await executor.handle(mark, Delivery(2))  # type: ignore[arg-type]
-    await executor.handle(update, Delivery(2))  # type: ignore[arg-type]
+    await executor.handle(mark, Delivery(2, mark))  # type: ignore[arg-type]
+    await executor.handle(update, Delivery(2, update))  # type: ignore[arg-type]
     stored = [s.envelope for s in await event_store.read_stream(actions_stream("default", workload))]
     assert [e.type for e in stored if e.type != "PodActionStarted"] == ["PodActionSucceeded"] * 2

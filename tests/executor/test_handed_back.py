@@ -72,13 +72,13 @@ async def test_on_its_last_delivery_an_action_waits_for_an_earlier_one_handed_ba
         return await without_outcome(action_ids)
 
     here._without_outcome = looking  # type: ignore[method-assign]
-    last = asyncio.create_task(here.handle(update, Delivery(settings.max_deliver)))  # type: ignore[arg-type]
+    last = asyncio.create_task(here.handle(update, Delivery(settings.max_deliver, update)))  # type: ignore[arg-type]
 
     async def polling_or_done() -> bool:
         return len(looks) >= 2 or last.done()
 
     await wait_for(polling_or_done, interval=0.01, what="updateInPlace waiting for markNotReady")
-    await elsewhere.handle(mark, Delivery(2))  # type: ignore[arg-type]
+    await elsewhere.handle(mark, Delivery(2, mark))  # type: ignore[arg-type]
     await asyncio.wait_for(last, timeout=30)
 
     stored = [s.envelope for s in await event_store.read_stream(actions_stream("default", workload))]

@@ -46,8 +46,8 @@ async def test_only_a_stored_outcome_settles_an_earlier_action(
     assert executor.settled.unknown([action_id(mark)]) == [action_id(mark)]
     assert await executor.earlier_actions_pending(update, update.payload) == [action_id(mark)]  # type: ignore[arg-type]
     # Redelivered, it succeeds here: settled without asking the store again, and updateInPlace runs.
-    await executor.handle(mark, Delivery(2))  # type: ignore[arg-type]
+    await executor.handle(mark, Delivery(2, mark))  # type: ignore[arg-type]
     assert executor.settled.unknown([action_id(mark)]) == []
     assert await executor.earlier_actions_pending(update, update.payload) == []  # type: ignore[arg-type]
-    await executor.handle(update, Delivery(1))  # type: ignore[arg-type]
+    await executor.handle(update, Delivery(1, update))  # type: ignore[arg-type]
     assert executor.settled.unknown([action_id(update)]) == []

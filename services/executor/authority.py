@@ -1,0 +1,57 @@
+"""The store is the authority: the executor carries out only what a planner stored (docs/security-bus.md).
+
+A bus message is a notice, not an order. Before acting on a ``PodActionRequested`` or ``StatusPlanned``,
+the executor finds the event the message carries in the event store, with the same event id, stream,
+version, type, cause, rollout and payload (compared as JSON values, in the same query that reads what
+the action needs anyway), on a stream a planner writes. Anything else is refused: counted
+(``rollbook_executor_refused_total``), logged once and dead-lettered with the reason, never carried out.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from services.model.sidecarset_streams import actions_stream as sidecarset_actions_stream
+from services.model.sidecarset_streams import sidecarset_of
+from services.model.streams import WORKLOAD_KIND, actions_stream
+
+# The event types only a planner appends, and so the only ones the executor acts on.
+PLANNED_TYPES = frozenset({"PodActionRequested", "StatusPlanned"})
+
+
+class _RawPayload(msgspec.Struct):
+    payload: msgspec.Raw
+
+
+_raw_decoder = msgspec.json.Decoder(_RawPayload)
+
+
+def message_payload(data: bytes) -> str:
+    """The payload of an event message exactly as it travelled (JSON text), for comparison with the
+    stored one."""
+    return bytes(_raw_decoder.decode(data).payload).decode()
+
+
+def planner_stream(stream: str) -> bool:
+    """Whether ``stream`` is one a planner appends its rounds to: a CloneSet's actions stream (or the
+    CloneSet's own stream, where rules before the actions streams put them), a SidecarSet's actions
+    stream."""
+    parts = stream.split("/")
+    if parts[0] == WORKLOAD_KIND and len(parts) in (3, 4) and all(parts[1:3]):
+        return len(parts) == 3 or stream == actions_stream(parts[1], parts[2])
+    name = sidecarset_of(stream)
+    return name is not None and stream == sidecarset_actions_stream(name)
+
+
+def refusal(event_type: str, stream: str, stored_match: bool | None) -> str | None:
+    """Why a message must not be acted on, None when it may: ``stored_match`` is the store's answer
+    (None: no event with its id is stored; False: one is, with other content)."""
+    if event_type not in PLANNED_TYPES:
+        return f"{event_type} is not an event the executor acts on"
+    if not planner_stream(stream):
+        return f"{event_type} on stream {stream!r}, which no planner writes"
+    if stored_match is None:
+        return "no event with this id is in the event store (not written by a planner)"
+    if not stored_match:
+        return "differs from the event stored with this id (stream, version, cause, rollout or payload)"
+    return None
