@@ -11,9 +11,10 @@ Audit. A durable consumer over every event subject makes sure each event it sees
 with a ``Rollbook-Position`` header whose event id, stream and version are stored at that position is
 settled without writing: the identities come from the relay beside it (what it read from the store) or,
 for a message it did not relay, from one read of the identities at and after that position (the next
-messages carry the next positions). Any other message is stored with ``append_many`` (ON CONFLICT
-(event_id) DO NOTHING): an event someone published directly is stored too. A different event claiming
-the same (stream, version) is a conflict: logged, counted and dead-lettered.
+messages carry the next positions). Any other message is accepted only when the store holds that very
+event (same id, stream, version, type, cause, rollout and payload); otherwise it is quarantined (table
+``bus_quarantine``, counted as ``rollbook_audit_events_total{outcome="quarantined"}``, logged) and never
+stored: the bus is not a way into the trail (docs/security-bus.md).
 
 History. ``GET /history?stream=...`` | ``?correlation_id=...`` | ``?after=<position>&limit=N`` returns the
 stored events as JSON, in global order.
@@ -35,7 +36,7 @@ from aiohttp import web
 from nats.aio.msg import Msg
 from prometheus_client import Counter
 
-from services.infra.bus import BODY_HEADER, HEADER_ALLOWANCE, MSG_ID, Bus, Outgoing
+from services.infra.bus import BODY_HEADER, HEADER_ALLOWANCE, MSG_ID, Bus, Outgoing, carried_payload
 from services.infra.checkpoints import checkpoint_loop
 from services.infra.consumer_service import report_consumer_lag
 from services.infra.metrics import (
@@ -50,7 +51,7 @@ from services.infra.nats_auth import AUDITOR
 from services.infra.retry import DEFAULT_BACKOFF, Stopped, is_transient, retry_until_stopped, wait_or_stop
 from services.infra.runtime import ServiceRuntime, calm_cyclic_collector, configure_logging, run_until_stopped
 from services.infra.settings import Settings
-from services.infra.store import ConcurrencyError, EventIdentity, EventStore, StoredEventJson
+from services.infra.store import EventIdentity, EventStore, StoredEventJson
 from services.model.events import Envelope, decode
 from services.model.streams import workload_stream
 
@@ -302,22 +303,34 @@ class Audit:
         if position is not None and await self.stored_at(envelope, position):
             self._present.inc()
             return
-        try:
-            new = await self.store.append_many([envelope])
-        except ConcurrencyError as error:
-            AUDIT_INGESTED.labels("conflict").inc()
-            log.error(
-                "audit_conflict", event_id=str(envelope.event_id), stream=envelope.stream, error=str(error)
-            )
-            raise  # retried, then dead-lettered with the reason: an operator must look at it
-        AUDIT_INGESTED.labels("stored" if new else "present").inc()
-        if new:
-            log.warning(
-                "audit_stored_missing_event",
-                event_id=str(envelope.event_id),
-                stream=envelope.stream,
-                correlation_id=envelope.correlation_id,
-            )
+        # Not the relay's message as it says: only an event the store holds, exactly as it came, is
+        # accepted. The store is the authority; nothing reaches ``events`` from the bus.
+        carried = carried_payload(msg)
+        stored = True if not carried else await self.store.stored_as_carried(envelope, carried)
+        if stored:
+            self._present.inc()
+            return
+        reason = (
+            "no event with this id in the store (not published by the relay)"
+            if stored is None
+            else "differs from the event stored with this id (stream, version, type, cause, rollout, payload)"
+        )
+        await self.store.quarantine(
+            subject=msg.subject,
+            stream_sequence=msg.metadata.sequence.stream,
+            envelope=envelope,
+            reason=reason,
+            data=msg.data,
+        )
+        AUDIT_INGESTED.labels("quarantined").inc()
+        log.error(
+            "audit_quarantined",
+            event_id=str(envelope.event_id),
+            type=envelope.type,
+            stream=envelope.stream,
+            subject=msg.subject,
+            reason=reason,
+        )
 
     async def stored_at(self, envelope: Envelope, position: int) -> bool:
         """Whether ``envelope`` is the event stored at ``position``, read without writing: the relay's

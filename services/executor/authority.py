@@ -9,27 +9,12 @@ the action needs anyway), on a stream a planner writes. Anything else is refused
 
 from __future__ import annotations
 
-import msgspec
-
 from services.model.sidecarset_streams import actions_stream as sidecarset_actions_stream
 from services.model.sidecarset_streams import sidecarset_of
 from services.model.streams import WORKLOAD_KIND, actions_stream
 
 # The event types only a planner appends, and so the only ones the executor acts on.
 PLANNED_TYPES = frozenset({"PodActionRequested", "StatusPlanned"})
-
-
-class _RawPayload(msgspec.Struct):
-    payload: msgspec.Raw
-
-
-_raw_decoder = msgspec.json.Decoder(_RawPayload)
-
-
-def message_payload(data: bytes) -> str:
-    """The payload of an event message exactly as it travelled (JSON text), for comparison with the
-    stored one."""
-    return bytes(_raw_decoder.decode(data).payload).decode()
 
 
 def planner_stream(stream: str) -> bool:

@@ -55,7 +55,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from nats.aio.msg import Msg
 
 from services.executor.api_retry import call_with_retries
-from services.executor.authority import message_payload, refusal
+from services.executor.authority import refusal
 from services.executor.handed_back import HandedBack
 from services.executor.pods import (
     CONFLICT_RETRIES,
@@ -67,7 +67,7 @@ from services.executor.pods import (
 from services.executor.settled import Settled
 from services.executor.sidecarset import apply_sidecar_upgrade, write_sidecarset_status
 from services.infra import kube
-from services.infra.bus import BODY_HEADER, BODY_IN_STORE, DEFAULT_RETRY_BACKOFF, Bus, Unacceptable
+from services.infra.bus import DEFAULT_RETRY_BACKOFF, Bus, Unacceptable, carried_payload
 from services.infra.consumer_service import ConsumerSpec, serve_consumers
 from services.infra.group_commit import GroupCommit
 from services.infra.metrics import (
@@ -280,9 +280,7 @@ class Executor:
             # What the message says the planner stored, checked against the store before anything is done
             # (services/executor/authority.py): the payload as it travelled, or "" for an event the bus
             # carried by reference, whose body the consumer read from the store itself.
-            carried = (
-                "" if (msg.headers or {}).get(BODY_HEADER) == BODY_IN_STORE else message_payload(msg.data)
-            )
+            carried = carried_payload(msg)
             reason = refusal(envelope.type, envelope.stream, True)
             if reason is not None:
                 self._refuse(envelope, reason)

@@ -79,6 +79,21 @@ class EventReference(msgspec.Struct, frozen=True, kw_only=True):
     size: int  # bytes of the encoded event
 
 
+class _CarriedPayload(msgspec.Struct):
+    payload: msgspec.Raw
+
+
+_carried_decoder = msgspec.json.Decoder(_CarriedPayload)
+
+
+def carried_payload(msg: Msg) -> str:
+    """The payload of the event a message carries, exactly as it travelled (JSON text), to compare with
+    the stored one; "" for an event carried by reference, whose body the consumer read from the store."""
+    if (msg.headers or {}).get(BODY_HEADER) == BODY_IN_STORE:
+        return ""
+    return bytes(_carried_decoder.decode(msg.data).payload).decode()
+
+
 _reference_encoder = msgspec.json.Encoder()
 _reference_decoder = msgspec.json.Decoder(EventReference)
 # What must not run concurrently with (and keeps its order relative to) other messages: e.g. the pod.

@@ -200,6 +200,17 @@ _STORED_IDS_SQL = "SELECT event_id FROM events WHERE event_id = ANY($1::uuid[])"
 _READ_CHAIN_SQL = (
     f"SELECT {CHAIN_COLUMNS} FROM events WHERE global_position > $1 ORDER BY global_position LIMIT $2"
 )
+_STORED_AS_CARRIED_SQL = """
+SELECT e.stream = $2 AND e.stream_version = $3 AND e.type = $4
+       AND e.causation_id IS NOT DISTINCT FROM $5 AND e.correlation_id IS NOT DISTINCT FROM $6
+       AND e.payload = $7::text::jsonb
+  FROM events e WHERE e.event_id = $1
+"""
+_QUARANTINE_SQL = """
+INSERT INTO bus_quarantine (subject, stream_sequence, event_id, event_type, event_stream, reason, data)
+VALUES ($1, $2, $3, $4, $5, $6, $7)
+ON CONFLICT (subject, stream_sequence) DO NOTHING
+"""
 _CHECKPOINT_SQL = """
 INSERT INTO event_checkpoints (global_position, chain_hash)
 SELECT global_position, chain_hash FROM events ORDER BY global_position DESC LIMIT 1
@@ -818,6 +829,43 @@ class EventStore:
             return set()
         rows = await self._fetch(_STORED_IDS_SQL, list(ids))
         return {row[0] for row in rows}
+
+    async def stored_as_carried(self, envelope: Envelope, payload: str) -> bool | None:
+        """Whether ``envelope`` is stored exactly as a bus message carried it (``payload``: its JSON text),
+        same id, stream, version, type, cause, rollout and payload (as JSON values); None when no event
+        with its id is stored. The store is the authority: a message is only what it says when this holds."""
+        rows = await self._fetch(
+            _STORED_AS_CARRIED_SQL,
+            envelope.event_id,
+            envelope.stream,
+            envelope.stream_version,
+            envelope.type,
+            envelope.causation_id,
+            envelope.correlation_id,
+            payload,
+        )
+        return rows[0][0] if rows else None
+
+    async def quarantine(
+        self, *, subject: str, stream_sequence: int, envelope: Envelope | None, reason: str, data: bytes
+    ) -> None:
+        """Keep a bus message that is not a stored event in ``bus_quarantine`` (once per message), never in
+        ``events``."""
+        await self._fetch(
+            _QUARANTINE_SQL,
+            subject,
+            stream_sequence,
+            envelope.event_id if envelope else None,
+            envelope.type if envelope else None,
+            envelope.stream if envelope else None,
+            reason,
+            data,
+        )
+
+    async def quarantined(self) -> int:
+        """How many bus messages the audit quarantined."""
+        rows = await self._fetch("SELECT count(*) FROM bus_quarantine")
+        return int(rows[0][0])
 
     async def query(self, sql: str, *args: object) -> list[asyncpg.Record]:
         """Rows of a read-only SQL statement with ``$n`` parameters, on the asyncpg driver: prepared once

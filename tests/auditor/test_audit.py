@@ -1,7 +1,8 @@
-"""The auditor's audit consumer (bus -> store): every event on the bus ends up stored. A message the relay
-published (it carries the store position) is settled without writing only when that very event is stored
-there; an event published directly, or one the store no longer has, is stored; a different event claiming
-a stored (stream, version) is dead-lettered with the reason."""
+"""The auditor's audit consumer (bus -> store): the store is the authority, the audit never writes an event.
+A message the relay published (it carries the store position) is settled when that very event is stored
+there; any other message is settled when the store holds that exact event, and otherwise quarantined
+(``bus_quarantine``) with the reason: an event published directly, one the store does not have, a
+different event claiming a stored (stream, version)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import msgspec
 import pytest
 
 from services.auditor.service import POSITION_HEADER, Audit, KnownStored, Relay
@@ -55,28 +57,42 @@ async def settled(consumer: Consumer, count: int) -> bool:
     return consumer.stats.handled + consumer.stats.dead_lettered >= count
 
 
-async def test_an_event_published_directly_is_stored(own_store: EventStore, own_bus: Bus) -> None:
+async def quarantined(store: EventStore, bus: Bus) -> list[tuple[str, str]]:
+    """(event id, reason) of the messages of this bus's subjects the audit quarantined."""
+    rows = await store.query(
+        "SELECT event_id::text, reason FROM bus_quarantine WHERE subject LIKE $1 ORDER BY id",
+        f"{bus.prefix}.%",
+    )
+    return [(row[0], row[1]) for row in rows]
+
+
+async def test_an_event_published_directly_is_quarantined_not_stored(
+    own_store: EventStore, own_bus: Bus
+) -> None:
     stream = unique_stream()
     stored = batch(stream, 1, 3)
     await own_store.append(stored, expected_version=0)
     await relay_everything(own_store, own_bus)
     direct = pod_action(stream, 4, index=4)
     await own_bus.publish(direct)  # not through the store: no position header
+    # A stored event, sent again without a position (nor the event id that JetStream would deduplicate):
+    # it is what it says, nothing to do.
+    await own_bus.js.publish(own_bus.subject_for(stored[0]), encode(stored[0]), stream=own_bus.stream)
 
     async with auditing(own_store, own_bus) as consumer:
-        await wait_for(lambda: settled(consumer, 4), within=30, what="the audit settled 4 messages")
-    assert [e.envelope.event_id for e in await own_store.read_stream(stream)] == [
-        *(e.event_id for e in stored),
-        direct.event_id,
+        await wait_for(lambda: settled(consumer, 5), within=30, what="the audit settled 5 messages")
+    assert [e.envelope.event_id for e in await own_store.read_stream(stream)] == [e.event_id for e in stored]
+    assert await quarantined(own_store, own_bus) == [
+        (str(direct.event_id), "no event with this id in the store (not published by the relay)")
     ]
     assert consumer.stats.dead_lettered == 0
 
 
-async def test_relayed_messages_whose_events_the_store_lacks_are_stored(
+async def test_relayed_messages_whose_events_the_store_lacks_are_quarantined(
     own_store: EventStore, own_bus: Bus
 ) -> None:
-    """A batch of relayed messages, some of them for events the store does not hold at the position they
-    carry (a store restored from a backup older than the bus): those are stored, the rest left alone."""
+    """Messages with a position header for events the store does not hold at that position (forged, or a
+    store restored from a backup older than the bus): quarantined for an operator, never stored."""
     stream, lost = unique_stream(), unique_stream()
     stored = batch(stream, 1, 6)
     await own_store.append(stored, expected_version=0)
@@ -90,35 +106,41 @@ async def test_relayed_messages_whose_events_the_store_lacks_are_stored(
 
     async with auditing(own_store, own_bus) as consumer:
         await wait_for(lambda: settled(consumer, 9), within=30, what="the audit settled 9 messages")
-    assert [e.envelope.event_id for e in await own_store.read_stream(lost)] == [
-        claims_a_taken_position.event_id,
-        *(e.event_id for e in beyond_the_head),
+    assert await own_store.read_stream(lost) == []
+    assert [event_id for event_id, _ in await quarantined(own_store, own_bus)] == [
+        str(e.event_id) for e in (claims_a_taken_position, *beyond_the_head)
     ]
     assert [e.envelope.event_id for e in await own_store.read_stream(stream)] == [e.event_id for e in stored]
-    assert await own_store.head_position() == head + 3  # the relayed six were not written again
+    assert await own_store.head_position() == head
     assert consumer.stats.dead_lettered == 0
 
 
-async def test_a_different_event_claiming_a_stored_version_is_dead_lettered(
+async def test_a_different_event_claiming_a_stored_event_id_is_quarantined(
     own_store: EventStore, own_bus: Bus
 ) -> None:
-    """Whether it comes with no header or with the header of the position that version is stored at."""
+    """A message reusing a stored event's id with another payload: quarantined, the stored event stands.
+    With the header of the position that event is stored at, it passes the relay's quick check (id,
+    stream, version, position: only the relay's identity may publish event subjects at all) and is not
+    quarantined; it is stored no more than the other, and the executor compares payloads itself."""
     stream = unique_stream()
     stored = batch(stream, 1, 3)
     await own_store.append(stored, expected_version=0)
     await relay_everything(own_store, own_bus)
     position_of_version_2 = (await own_store.read_stream(stream, 2))[0].global_position
-    direct, relayed = pod_action(stream, 2, index=7), pod_action(stream, 2, index=8)
-    await own_bus.publish(direct)
-    await publish_as_relayed(own_bus, relayed, position_of_version_2)
+    original = stored[1]
+    forged = msgspec.structs.replace(pod_action(stream, 2, index=8), event_id=original.event_id)
+    # Without the event id as Nats-Msg-Id, which JetStream would drop as a duplicate of the original.
+    for headers in ({}, {POSITION_HEADER: str(position_of_version_2)}):
+        await own_bus.js.publish(
+            own_bus.subject_for(forged), encode(forged), stream=own_bus.stream, headers=headers
+        )
 
     async with auditing(own_store, own_bus) as consumer:
         await wait_for(lambda: settled(consumer, 5), within=30, what="the audit settled 5 messages")
-    letters = await own_bus.dead_letters(consumer.durable)
-    wanted = sorted(str(e.event_id) for e in (direct, relayed))
-    assert sorted(letter.msg_id or "" for letter in letters) == wanted
-    assert all("ConcurrencyError" in letter.reason for letter in letters)
-    assert [e.envelope.event_id for e in await own_store.read_stream(stream)] == [e.event_id for e in stored]
+    found = await quarantined(own_store, own_bus)
+    assert [event_id for event_id, _ in found] == [str(original.event_id)]
+    assert all(reason.startswith("differs from the event stored") for _, reason in found)
+    assert [e.envelope for e in await own_store.read_stream(stream)] == stored
 
 
 async def test_the_relay_and_the_audit_beside_it_settle_everything_without_a_write(
