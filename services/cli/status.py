@@ -75,18 +75,25 @@ async def show_status(settings: Settings, workload: str | None) -> int:
 
     namespace, name = parse_workload(workload) if workload else (None, None)
     clonesets = await list_clonesets(settings, namespace, name)
-    if not clonesets:
-        console().print("no CloneSets in the cluster")
-        return 0
     rollouts: dict[tuple[str, str], asyncpg.Record | None] = {}
     trail_error = ""
+    quarantined = 0
     try:
         async with connect(settings) as connection:
             for c in clonesets:
                 key = (c["metadata"].get("namespace", "default"), c["metadata"]["name"])
                 rollouts[key] = await audit_queries.current_rollout(connection, *key)
+            quarantined = await audit_queries.quarantined_messages(connection)
     except (QueryError, OSError, asyncpg.PostgresError) as error:
         trail_error = str(error)
+    if quarantined:
+        console().print(
+            f"[red]bus quarantine:[/] {quarantined} message(s) on event subjects with no matching stored "
+            "event, never stored (SELECT * FROM bus_quarantine; docs/security-bus.md)"
+        )
+    if not clonesets:
+        console().print("no CloneSets in the cluster")
+        return 0
     table = Table(title_justify="left")
     for column in ("cloneset", "replicas", "updated", "ready", "updated ready", "latest rollout", "state"):
         table.add_column(column, overflow="fold")

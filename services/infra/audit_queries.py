@@ -109,3 +109,12 @@ async def shadow_agreement(
     connection: asyncpg.Connection, namespace: str, workload: str
 ) -> list[asyncpg.Record]:
     return list(await connection.fetch(SHADOW_AGREEMENT_SQL, namespace, workload))
+
+
+async def quarantined_messages(connection: asyncpg.Connection) -> int:
+    """Bus messages the audit quarantined (``bus_quarantine``: no matching stored event); 0 on a database
+    from before that table."""
+    try:
+        return int(await connection.fetchval("SELECT count(*) FROM bus_quarantine"))
+    except asyncpg.UndefinedTableError:
+        return 0
