@@ -21,11 +21,14 @@ UNUSED_DATABASE = "postgresql://unused@127.0.0.1:1/unused"  # only nats-server i
 
 
 @asynccontextmanager
-async def auth_nats(data_dir: Path, **overrides: object) -> AsyncIterator[Settings]:
-    """Settings on a fresh embedded nats-server started with rollbook's authorization config."""
+async def auth_nats(
+    data_dir: Path, *, database_url: str = UNUSED_DATABASE, **overrides: object
+) -> AsyncIterator[Settings]:
+    """Settings on a fresh embedded nats-server started with rollbook's authorization config (and the
+    given database, which is not started here)."""
     suffix = uuid.uuid4().hex[:8]
     settings = Settings(
-        database_url=UNUSED_DATABASE,
+        database_url=database_url,
         data_dir=str(data_dir),
         stream_name=f"RBSEC_{suffix}",
         subject_prefix=f"rbsec{suffix}",

@@ -1,0 +1,136 @@
+"""A forged pod action on the bus, published with the one identity that may publish events (the relay's,
+as a thief of the auditor's credentials would): it is neither carried out nor stored. The executor acts
+only on the exact event a planner stored, the audit quarantines what the store does not hold."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+from prometheus_client import REGISTRY
+
+from services.auditor.service import DURABLE as AUDIT_DURABLE
+from services.auditor.service import Audit, Relay
+from services.executor.service import Executor
+from services.infra.bus import Bus
+from services.infra.nats_auth import ADMIN, AUDITOR, EXECUTOR
+from services.infra.store import EventStore
+from services.model.events import Envelope, PodActionRequested, encode, new_event
+from services.model.streams import actions_stream, workload_stream
+from services.simcluster import SimCluster
+from tests.plugins.stack import wait_for
+from tests.security.bus_server import auth_nats, connect_as
+
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+
+NOW = datetime(2026, 12, 6, 12, 0, tzinfo=UTC)
+
+
+def create_pod(workload: str, pod: str, version: int) -> Envelope:
+    """A createPod as a planner plans it; the pod has no owner references (none that the GC would act on),
+    so the control pod and the forged one differ only in where they come from."""
+    body: dict[str, object] = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": pod, "namespace": "default", "labels": {"app": workload}},
+        "spec": {"containers": [{"name": "app", "image": "nginx:alpine"}]},
+    }
+    return new_event(
+        PodActionRequested(
+            action_id=f"{workload}-{uuid.uuid4().hex[:8]}",
+            action="createPod",
+            namespace="default",
+            pod=pod,
+            rollout_id="r1",
+            details={"object": body},
+        ),
+        stream=actions_stream("default", workload),
+        stream_version=version,
+        occurred_at=NOW,
+        causation_id=uuid.uuid4(),
+        correlation_id="r1",
+    )
+
+
+async def pod_exists(api: client.ApiClient, name: str) -> bool:
+    try:
+        await client.CoreV1Api(api).read_namespaced_pod(name, "default")
+        return True
+    except ApiException as error:
+        if error.status == 404:
+            return False
+        raise
+
+
+def refused_count() -> float:
+    return REGISTRY.get_sample_value("rollbook_executor_refused_total", {"type": "PodActionRequested"}) or 0.0
+
+
+async def test_a_forged_pod_action_is_neither_carried_out_nor_stored(
+    database_url: str,
+    event_store: EventStore,
+    k8s_client: client.ApiClient,
+    simcluster: SimCluster,
+    server_data_dir: Path,
+) -> None:
+    workload = f"auth{uuid.uuid4().hex[:8]}"
+    async with auth_nats(server_data_dir, database_url=database_url) as settings:
+        auditor = await Bus.connect(settings, name="rollbook-auditor", identity=AUDITOR)
+        executor_bus = await Bus.connect(settings, name="rollbook-executor", identity=EXECUTOR)
+        admin = await Bus.connect(settings, name="rollbook-test-inspect", identity=ADMIN)
+        await auditor.ensure_stream()
+        executor = Executor(settings, event_store, k8s_client)
+        actions = executor.consumers()[0].consumer(executor_bus)
+        audit = auditor.consumer(
+            AUDIT_DURABLE, auditor.event_filter(), Audit(event_store, auditor).handle, batch=64
+        )
+        tasks = [asyncio.create_task(actions.run()), asyncio.create_task(audit.run())]
+        try:
+            # What a planner stored and the relay published is carried out (the control).
+            planned = create_pod(workload, f"{workload}-0", 1)
+            head = await event_store.head_position()
+            await event_store.append([planned], expected_version=0)
+            mine = [
+                e
+                for e in await event_store.read_batch_json(head, 1000)
+                if e.envelope.stream == planned.stream
+            ]
+            await Relay(event_store, auditor).publish(mine)
+            await wait_for(lambda: pod_exists(k8s_client, f"{workload}-0"), within=30, what="the planned pod")
+
+            # The forgery: a new event id and action id, a pod with no owner, never stored.
+            refused_before = refused_count()
+            forged = create_pod(workload, f"{workload}-intruder", 1000)
+            thief = await connect_as(settings, AUDITOR)
+            try:
+                subject = auditor.subject_for(forged, partition_key=workload_stream(forged.stream))
+                await thief.jetstream().publish(subject, encode(forged), stream=settings.stream_name)
+            finally:
+                await thief.close()
+
+            async def both_settled() -> bool:
+                done = actions.stats.handled + actions.stats.dead_lettered
+                return done >= 2 and audit.stats.handled + audit.stats.dead_lettered >= 2
+
+            await wait_for(both_settled, within=30, what="the executor and the audit settled the forgery")
+            assert not await pod_exists(k8s_client, f"{workload}-intruder")
+            assert refused_count() == refused_before + 1
+            [letter] = await admin.dead_letters("executor")
+            assert letter.msg_id is None or letter.msg_id == str(forged.event_id)
+            assert "refused: no event with this id is in the event store" in letter.reason
+            assert await event_store.stored_ids([forged.event_id]) == set()
+            rows = await event_store.query(
+                "SELECT event_id, reason FROM bus_quarantine WHERE subject = $1", subject
+            )
+            assert [row[0] for row in rows] == [forged.event_id]
+        finally:
+            actions.stop()
+            audit.stop()
+            await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 30)
+            for bus in (auditor, executor_bus, admin):
+                await bus.close()
