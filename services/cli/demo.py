@@ -399,6 +399,7 @@ async def _fresh_database(settings: Settings) -> Settings:
     import asyncpg
 
     from services.infra.database import asyncpg_url, upgrade_async
+    from services.infra.redact import redacted
 
     base = asyncpg_url(settings.database_url)
     name = f"rollbook_demo_{uuid.uuid4().hex[:8]}"
@@ -409,7 +410,7 @@ async def _fresh_database(settings: Settings) -> Settings:
         await admin.close()
     url = base.rsplit("/", 1)[0] + "/" + name
     await upgrade_async(url)
-    console().print(f"  audit trail kept in database {url}")
+    console().print(f"  audit trail kept in database {redacted(url)}")
     return msgspec.structs.replace(settings, database_url=url)
 
 

@@ -21,6 +21,7 @@ import msgspec
 import typer
 
 from services.cli.runtime import run_command
+from services.infra.redact import redacted
 from services.infra.settings import Settings
 
 if TYPE_CHECKING:
@@ -41,8 +42,8 @@ def register(app: typer.Typer) -> None:
 
 
 async def _selfcheck(settings: Settings) -> int:
-    typer.echo(f"postgres  {_redact(settings.database_url)}")
-    typer.echo(f"nats      {settings.nats_url}")
+    typer.echo(f"postgres  {redacted(settings.database_url)}")
+    typer.echo(f"nats      {redacted(settings.nats_url)}")
     checks: list[tuple[str, Callable[[Settings], Awaitable[str]]]] = [
         ("store", _check_store),
         ("bus", _check_bus),
@@ -174,12 +175,3 @@ async def _check_bus(settings: Settings) -> str:
         bus_log.setLevel(level)
         await bus.close()
     return "published (duplicate dropped), consumed with ack, poison message dead-lettered"
-
-
-def _redact(url: str) -> str:
-    # Never print a password.
-    if "@" in url and ":" in url.split("@", 1)[0].split("//", 1)[-1]:
-        scheme, rest = url.split("//", 1)
-        credentials, host = rest.split("@", 1)
-        return f"{scheme}//{credentials.split(':', 1)[0]}:***@{host}"
-    return url

@@ -5,15 +5,21 @@ ROLLBOOK_DATA_DIR).
     rollbook stack                  # one line per server, with where the URL came from
     psql "$(rollbook stack --postgres)"
     eval "$(rollbook stack --env)"  # later commands, and other tools, use the same servers
+
+No secret is printed: passwords are left out of the URLs (masked in the table), and the embedded NATS
+server's identities keep theirs in files; `--nats` names the operator's on stderr (docs/security-bus.md).
 """
 
 from __future__ import annotations
 
 import shlex
+from pathlib import Path
 
 import typer
 
 from services.cli.errors import CommandError
+from services.infra.nats_auth import ADMIN, OPERATOR
+from services.infra.redact import redacted
 from services.infra.settings import Settings
 
 
@@ -45,25 +51,49 @@ def register(app: typer.Typer) -> None:
                 f"no running stack on data dir {settings.data_path} and no ROLLBOOK_DATABASE_URL /"
                 " ROLLBOOK_NATS_URL: start one with `rollbook up`"
             )
-        wanted = [(postgres, found.database_url, "Postgres"), (nats, found.nats_url, "NATS")]
+        # No secret is ever printed: a password in a configured URL is left out of what a client uses
+        # (psql takes it from PGPASSWORD or ~/.pgpass) and masked in the table; the NATS identities'
+        # passwords stay in their files, whose directory is named instead.
+        usable = {
+            "Postgres": redacted(found.database_url, mask=""),
+            "NATS": redacted(found.nats_url, mask=""),
+        }
+        credentials = found.nats_credentials_dir
+        wanted = [(postgres, usable["Postgres"], "Postgres"), (nats, usable["NATS"], "NATS")]
         if postgres or nats:
             for asked, url, what in wanted:
                 if asked and not url:
                     raise CommandError(f"no {what} running on data dir {settings.data_path}")
                 if asked:
                     typer.echo(url)
+            if nats and credentials:
+                typer.echo(nats_login_hint(usable["NATS"], credentials), err=True)
             return
         if env:
-            for variable, url in (
-                ("ROLLBOOK_DATABASE_URL", found.database_url),
-                ("ROLLBOOK_NATS_URL", found.nats_url),
+            for variable, value in (
+                ("ROLLBOOK_DATABASE_URL", usable["Postgres"]),
+                ("ROLLBOOK_NATS_URL", usable["NATS"]),
+                ("ROLLBOOK_NATS_CREDENTIALS_DIR", credentials),
             ):
-                if url:
-                    typer.echo(f"export {variable}={shlex.quote(url)}")
+                if value:
+                    typer.echo(f"export {variable}={shlex.quote(value)}")
             return
         for label, url, source in (
             ("postgres", found.database_url, found.database_source),
             ("nats", found.nats_url, found.nats_source),
         ):
-            typer.echo(f"{label:9} {url or '-':48} {source or 'not running'}")
+            typer.echo(f"{label:9} {redacted(url) or '-':48} {source or 'not running'}")
+        if credentials:
+            typer.echo(f"nats auth {credentials} (one password file per identity; operator: read-only)")
         typer.echo(f"data dir  {settings.data_path}")
+
+
+def nats_login_hint(url: str, credentials: str) -> str:
+    """How an operator logs in to the stack's NATS with a tool of their own, naming the password file,
+    never printing the password."""
+    password = shlex.quote(str(Path(credentials) / OPERATOR))
+    return (
+        f"NATS requires a user: read-only as {OPERATOR}, e.g. "
+        f'nats --server {url} --user {OPERATOR} --password "$(cat {password})" stream ls'
+        f" ({ADMIN}, in the same directory, may do anything)"
+    )

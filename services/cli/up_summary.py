@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from services.infra.redact import redacted
 from services.infra.settings import Settings
 
 
@@ -21,8 +22,8 @@ def summary(settings: Settings, ports: dict[str, int], started: float) -> str:
         (service, f"http://{host}:{port}  (/healthz /readyz /metrics)") for service, port in ports.items()
     ]
     rows += [
-        ("postgres", settings.database_url),
-        ("nats", settings.nats_url),
+        ("postgres", redacted(settings.database_url)),
+        ("nats", redacted(settings.nats_url)),
         ("kubeconfig", settings.kubeconfig or "in-cluster config, else ~/.kube/config"),
         ("logs", f"{log_dir(settings)}/<service>.log"),
         ("next", "rollbook status; rollbook get NS/NAME -w; rollbook stack (URLs for psql)"),

@@ -16,6 +16,8 @@ import asyncio
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from services.infra.redact import redacted
+
 if TYPE_CHECKING:
     from alembic.config import Config
 
@@ -36,7 +38,9 @@ def sqlalchemy_url(database_url: str) -> str:
     for scheme in _PLAIN_SCHEMES:
         if database_url.startswith(scheme):
             return "postgresql+asyncpg://" + database_url[len(scheme) :]
-    raise ValueError(f"not a Postgres URL: {database_url!r} (expected postgresql://user@host:port/db)")
+    raise ValueError(
+        f"not a Postgres URL: {redacted(database_url)!r} (expected postgresql://user@host:port/db)"
+    )
 
 
 def asyncpg_url(database_url: str) -> str:

@@ -25,6 +25,7 @@ from typing import Any
 import msgspec
 
 from services.infra.nats_auth import CREDENTIALS_DIR_NAME
+from services.infra.redact import redacted
 from services.infra.settings import Settings
 
 # The database the embedded Postgres serves rollbook from (services/infra/embedded.py creates it).
@@ -130,18 +131,6 @@ async def stack_settings(settings: Settings | None = None, *, nats: bool = False
 
 class StackUnreachable(RuntimeError):
     """A server of the stack does not answer; the message names it and its URL."""
-
-
-def redacted(url: str) -> str:
-    """The URL without its password, for messages."""
-    from urllib.parse import urlsplit, urlunsplit
-
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    user = f"{parts.username}:***@" if parts.username else ""
-    return urlunsplit(parts._replace(netloc=f"{user}{host}{f':{parts.port}' if parts.port else ''}"))
 
 
 async def connect_database(database_url: str, *, connect_timeout: float = 10.0) -> Any:

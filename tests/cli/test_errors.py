@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import asyncpg
+import nats
 import pytest
 
 from services.infra.embedded import EmbeddedServers
@@ -172,7 +173,16 @@ async def test_commands_find_the_stack_another_process_runs(server_data_dir: Pat
         assert out.splitlines() == [
             f"export ROLLBOOK_DATABASE_URL={running.database_url}",
             f"export ROLLBOOK_NATS_URL={running.nats_url}",
+            f"export ROLLBOOK_NATS_CREDENTIALS_DIR={running.nats_credentials_dir}",
         ]
+        # The NATS URL works for the operator, with the password file named on stderr, never printed.
+        code, out, err = await asyncio.to_thread(rollbook, "stack", "--nats", ROLLBOOK_DATA_DIR=data_dir)
+        assert code == 0 and out.strip() == running.nats_url
+        operator_file = Path(running.nats_credentials_dir) / "operator"
+        password = operator_file.read_text().strip()
+        assert str(operator_file) in err and password not in err + out
+        operator = await nats.connect(out.strip(), user="operator", password=password, allow_reconnect=False)
+        await operator.close()
 
         expected = {
             ("replay", "default/nothere"): (2, "", "rollbook: no events for workload default/nothere"),
