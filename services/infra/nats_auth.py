@@ -147,16 +147,24 @@ def server_config(
     passwords: Mapping[str, str],
     *,
     cluster: Mapping[str, Any] | None = None,
+    clients: bool = True,
 ) -> str:
-    """nats-server configuration (JSON) with one user per identity and its permissions; ``cluster`` (name,
-    listen, routes) adds route connections authenticated as ``ROUTE_USER``. TLS for clients and routes
-    when ``settings.nats_tls_cert`` / ``nats_tls_key`` are set (clients must then present a certificate
-    signed by ``nats_tls_ca``)."""
-    users = [
-        {"user": identity, "password": passwords[identity], "permissions": permissions(identity, settings)}
-        for identity in IDENTITIES
-    ]
-    config: dict[str, Any] = {"authorization": {"users": users}}
+    """nats-server configuration (JSON) with one user per identity and its permissions (unless
+    ``clients`` is false: a server any client may use, as CI's); ``cluster`` (name, listen, routes) adds
+    route connections authenticated as ``ROUTE_USER``. TLS for clients and routes when
+    ``settings.nats_tls_cert`` / ``nats_tls_key`` are set (clients must then present a certificate signed
+    by ``nats_tls_ca``)."""
+    config: dict[str, Any] = {}
+    if clients:
+        users = [
+            {
+                "user": identity,
+                "password": passwords[identity],
+                "permissions": permissions(identity, settings),
+            }
+            for identity in IDENTITIES
+        ]
+        config["authorization"] = {"users": users}
     tls = _server_tls(settings)
     if tls:
         config["tls"] = tls

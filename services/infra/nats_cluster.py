@@ -7,8 +7,10 @@ binary), for the cluster tests and the chaos bench: what production runs, on one
         await cluster.start_node(1) # back on the same ports and data
 
 Each node has its own JetStream store (``<data_dir>/n<i>``), client port and cluster (route) port, and
-routes to every other node; ``start`` returns once JetStream has a meta leader (the cluster can create
-streams). Every node is started with a parent-death signal and stopped on exit.
+routes to every other node, authenticated by a password made per data dir; ``start`` returns once
+JetStream has a meta leader (the cluster can create streams). Every node is started with a parent-death
+signal and stopped on exit. Given ``settings``, every node requires rollbook's identities
+(services/infra/nats_auth.py); ``client_settings`` points settings at the cluster with their passwords.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import time
 from pathlib import Path
 from types import TracebackType
 
+import msgspec
 import nats
 import nats.errors
 
@@ -33,16 +36,30 @@ from services.infra.embedded import (
     _wait_until,
     nats_server_binary,
 )
+from services.infra.nats_auth import (
+    ADMIN,
+    CREDENTIALS_DIR_NAME,
+    connect_options,
+    ensure_credentials,
+    server_config,
+    write_private,
+)
+from services.infra.settings import Settings
 
 CLUSTER_NAME = "rollbook"
 
 
 class EmbeddedNatsCluster:
-    def __init__(self, data_dir: Path, *, size: int = 3) -> None:
+    """``settings``: rollbook's identities for its stream and subject prefix (services/infra/nats_auth.py)
+    on every node, their passwords in ``credentials_dir``; without, any client may connect (as to CI's
+    server). Routes between the nodes always authenticate, with a password made per data dir."""
+
+    def __init__(self, data_dir: Path, *, size: int = 3, settings: Settings | None = None) -> None:
         if size < 1:
             raise ValueError("a cluster needs at least one node")
         self.data_dir = data_dir
         self.size = size
+        self.settings = settings
         self.client_ports = [_free_port() for _ in range(size)]
         self.route_ports = [_free_port() for _ in range(size)]
         self.processes: list[subprocess.Popen[bytes] | None] = [None] * size
@@ -50,6 +67,16 @@ class EmbeddedNatsCluster:
     @property
     def urls(self) -> list[str]:
         return [f"nats://127.0.0.1:{port}" for port in self.client_ports]
+
+    @property
+    def credentials_dir(self) -> Path:
+        """The identities' (and the routes') passwords: one 0600 file each, in a 0700 directory."""
+        return self.data_dir / CREDENTIALS_DIR_NAME
+
+    def client_settings(self, settings: Settings) -> Settings:
+        """``settings`` pointed at this cluster, with the identities' passwords when it requires them."""
+        credentials = str(self.credentials_dir) if self.settings is not None else ""
+        return msgspec.structs.replace(settings, nats_url=self.url, nats_credentials_dir=credentials)
 
     @property
     def url(self) -> str:
@@ -108,7 +135,8 @@ class EmbeddedNatsCluster:
         """Return once the cluster answers JetStream API requests (it has a meta leader)."""
         deadline = time.monotonic() + timeout
         live = [url for url, p in zip(self.urls, self.processes, strict=True) if p is not None]
-        connection = await nats.connect(live, connect_timeout=2, max_reconnect_attempts=-1)
+        options = connect_options(self.client_settings(self.settings or Settings()), ADMIN)
+        connection = await nats.connect(live, connect_timeout=2, max_reconnect_attempts=-1, **options)
         try:
             js = connection.jetstream(timeout=2)
             while True:
@@ -126,8 +154,18 @@ class EmbeddedNatsCluster:
         name = self.node_name(index)
         store = self.data_dir / name
         store.mkdir(parents=True, exist_ok=True)
-        routes = ",".join(
-            f"nats://127.0.0.1:{port}" for other, port in enumerate(self.route_ports) if other != index
+        routes = [f"nats://127.0.0.1:{port}" for other, port in enumerate(self.route_ports) if other != index]
+        # Cluster and routes (with the route password) go in a 0600 config file, never on a command line.
+        config = self.data_dir / f"{name}.conf"
+        cluster = {"name": CLUSTER_NAME, "listen": f"127.0.0.1:{self.route_ports[index]}", "routes": routes}
+        write_private(
+            config,
+            server_config(
+                self.settings or Settings(),
+                ensure_credentials(self.credentials_dir),
+                cluster=cluster,
+                clients=self.settings is not None,
+            ),
         )
         argv = [
             nats_server_binary(),
@@ -140,12 +178,8 @@ class EmbeddedNatsCluster:
             "--jetstream",
             "--store_dir",
             str(store),
-            "--cluster_name",
-            CLUSTER_NAME,
-            "--cluster",
-            f"nats://127.0.0.1:{self.route_ports[index]}",
-            "--routes",
-            routes,
+            "--config",
+            str(config),
         ]
         with (self.data_dir / f"{name}.log").open("ab") as log_file:
             self.processes[index] = _spawn(argv, log_file, signal.SIGTERM)

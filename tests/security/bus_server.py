@@ -13,6 +13,7 @@ import nats
 import nats.errors
 from nats.aio.client import Client
 
+from services.infra.bus import nats_servers
 from services.infra.embedded import EmbeddedServers
 from services.infra.nats_auth import connect_options
 from services.infra.settings import Settings
@@ -60,7 +61,7 @@ async def connect_as(settings: Settings, identity: str | None, refusals: Refusal
     credentials at all when None."""
     options = connect_options(settings, identity) if identity else {}
     return await nats.connect(
-        settings.nats_url,
+        nats_servers(settings.nats_url),
         allow_reconnect=False,
         connect_timeout=5,
         error_cb=(refusals or Refusals()).record,
