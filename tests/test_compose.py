@@ -4,6 +4,7 @@ with `docker-compose config` when that binary is installed."""
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import shutil
@@ -92,26 +93,60 @@ def option(argv: list[str], name: str) -> str:
     return argv[argv.index(name) + 1]
 
 
-def test_nats_runs_a_three_node_jetstream_cluster_with_its_data_on_volumes() -> None:
-    services = compose()["services"]
+def nats_config(tmp_path: Path) -> dict[str, Any]:
+    """The nats-server config `rollbook nats-auth` writes with the command the compose file's header gives."""
+    header = next(line for line in COMPOSE.read_text().splitlines() if "rollbook nats-auth" in line)
+    argv = shlex.split(header.lstrip("# "))
+    assert argv[:3] == ["rollbook", "nats-auth", ".secrets/nats"]
+    result = CliRunner().invoke(app, [*argv[1:2], str(tmp_path / "nats"), *argv[3:]])
+    assert result.exit_code == 0, result.output
+    loaded: dict[str, Any] = json.loads((tmp_path / "nats" / "nats-server.conf").read_text())
+    return loaded
+
+
+def test_nats_runs_a_three_node_jetstream_cluster_with_its_data_on_volumes(tmp_path: Path) -> None:
+    services, secrets = compose()["services"], compose()["secrets"]
+    config = nats_config(tmp_path)
+    store = config["jetstream"]["store_dir"]
+    assert config["cluster"]["name"] == "rollbook" and config["cluster"]["listen"].endswith(":6222")
+    # Every node knows every node, over routes that authenticate.
+    routes = {route.split("@")[-1] for route in config["cluster"]["routes"]}
+    assert routes == {f"{other}:6222" for other in NATS_NODES}
+    assert (
+        all("route:" in route for route in config["cluster"]["routes"]) and config["cluster"]["authorization"]
+    )
+    assert {user["user"] for user in config["authorization"]["users"]} >= {"auditor", "planner", "executor"}
+    assert secrets["nats-server.conf"]["file"] == ".secrets/nats/nats-server.conf"
     names, stores = set(), set()
     for node in NATS_NODES:
         spec = services[node]
         argv = spec["command"]
-        assert "--jetstream" in argv
-        store = option(argv, "--store_dir")
+        assert option(argv, "--config") == "/run/secrets/nats-server.conf"
+        assert spec["secrets"] == ["nats-server.conf"]
         volume = next(v for v in spec["volumes"] if v.endswith(":" + store))
         stores.add(volume.split(":")[0])
         names.add(option(argv, "--server_name"))
-        assert option(argv, "--cluster_name") == "rollbook"
-        assert option(argv, "--cluster").endswith(":6222")
-        routes = set(option(argv, "--routes").split(","))
-        assert routes == {f"nats://{other}:6222" for other in NATS_NODES}  # every node knows every node
         assert "js-enabled-only=true" in " ".join(spec["healthcheck"]["test"])
     assert names == set(NATS_NODES) and len(stores) == 3  # one identity and one volume each
     assert not any(name == "nats" for name in services)
     for service in SERVICES:
         assert set(NATS_NODES) <= set(services[service]["depends_on"])
+
+
+def test_each_service_gets_only_its_own_nats_identity() -> None:
+    services, secrets = compose()["services"], compose()["secrets"]
+    for service in SERVICES:
+        given = services[service].get("secrets", [])
+        if service == "watcher":  # appends to the store only: no NATS identity at all
+            assert given == []
+            continue
+        assert given == [{"source": f"nats-{service}", "target": service}]
+        assert secrets[f"nats-{service}"]["file"] == f".secrets/nats/{service}"
+    for other in ("migrate", "simcluster", *NATS_NODES):
+        assert not any(
+            str(s).startswith("nats-") and s != "nats-server.conf" for s in services[other].get("secrets", [])
+        )
+    assert services["auditor"]["environment"]["ROLLBOOK_NATS_CREDENTIALS_DIR"] == "/run/secrets"
 
 
 def test_the_image_default_command_is_a_real_command() -> None:
