@@ -25,6 +25,14 @@ NUMBER = r"[\d,]+(?:\.\d+)?"
 
 # script -> (smallest arguments that still exercise every case, patterns that must be in the output)
 RUNS: dict[str, tuple[list[str], list[str]]] = {
+    "store_authority.py": (
+        ["--actions", "20", "--rounds", "1"],
+        [
+            rf"the check costs +-?{NUMBER} +-?{NUMBER} +-?{NUMBER}",
+            r"ceiling: [\d,]+ checked actions/s",
+            rf"added CPU at that rate: -?{NUMBER}% of one core",
+        ],
+    ),
     "append_cost.py": (
         ["--statements", "3", "--preload", "14", "--rounds", "1"],
         [
