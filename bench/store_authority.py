@@ -37,7 +37,7 @@ from services.infra.database import asyncpg_url, upgrade_async
 from services.infra.settings import Settings
 from services.infra.store import EventStore
 from services.model.events import Envelope, PodActionRequested, RoundPlanned, encode, new_event
-from services.model.streams import actions_stream, derived_id
+from services.model.streams import decisions_stream, derived_id
 
 # bench/scale.py's in-place figure on a quiet 2-core machine (docs/performance.md): pods per second, each
 # pod one updateInPlace (and, with a grace period, a markNotReady).
@@ -46,7 +46,7 @@ INPLACE_PODS_PER_SECOND = 68.0
 
 def planned_round(workload: str, pods: int) -> list[Envelope]:
     now = datetime.now(UTC)
-    stream = actions_stream("default", workload)
+    stream = decisions_stream("default", workload)
     round_id = derived_id("round", workload)
     events = [
         new_event(

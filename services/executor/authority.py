@@ -9,23 +9,22 @@ the action needs anyway), on a stream a planner writes. Anything else is refused
 
 from __future__ import annotations
 
-from services.model.sidecarset_streams import actions_stream as sidecarset_actions_stream
+from services.model.sidecarset_streams import decisions_stream as sidecarset_decisions_stream
 from services.model.sidecarset_streams import sidecarset_of
-from services.model.streams import WORKLOAD_KIND, actions_stream
+from services.model.streams import WORKLOAD_KIND, decisions_stream
 
 # The event types only a planner appends, and so the only ones the executor acts on.
 PLANNED_TYPES = frozenset({"PodActionRequested", "StatusPlanned"})
 
 
 def planner_stream(stream: str) -> bool:
-    """Whether ``stream`` is one a planner appends its rounds to: a CloneSet's actions stream (or the
-    CloneSet's own stream, where rules before the actions streams put them), a SidecarSet's actions
-    stream."""
+    """Whether ``stream`` is one a planner appends its rounds to: a CloneSet's decisions stream
+    ``CloneSet/<ns>/<name>``, a SidecarSet's ``SidecarSet//<name>/decisions``."""
     parts = stream.split("/")
-    if parts[0] == WORKLOAD_KIND and len(parts) in (3, 4) and all(parts[1:3]):
-        return len(parts) == 3 or stream == actions_stream(parts[1], parts[2])
+    if parts[0] == WORKLOAD_KIND:
+        return len(parts) == 3 and all(parts[1:]) and stream == decisions_stream(parts[1], parts[2])
     name = sidecarset_of(stream)
-    return name is not None and stream == sidecarset_actions_stream(name)
+    return name is not None and stream == sidecarset_decisions_stream(name)
 
 
 def refusal(event_type: str, stream: str, stored_match: bool | None) -> str | None:

@@ -84,7 +84,7 @@ async def test_two_executors_write_statuses_in_planned_order(
     try:
         stream = decisions_stream("default", "ordered")
         now = datetime.now(UTC)
-        await bus.publish_many(
+        planned = [
             new_event(
                 StatusPlanned(kind="CloneSet", namespace="default", name="ordered", status={"replicas": n}),
                 stream=stream,
@@ -92,7 +92,10 @@ async def test_two_executors_write_statuses_in_planned_order(
                 occurred_at=now,
             )
             for n in range(1, STATUSES + 1)
-        )
+        ]
+        # As a planner stores them and the relay publishes them: the executor acts only on stored events.
+        await event_store.append(planned, expected_version=0)
+        await bus.publish_many(planned)
 
         async def all_written() -> bool:
             return len(written) >= STATUSES

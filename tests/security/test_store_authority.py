@@ -21,7 +21,7 @@ from services.infra.bus import Bus
 from services.infra.nats_auth import ADMIN, AUDITOR, EXECUTOR
 from services.infra.store import EventStore
 from services.model.events import Envelope, PodActionRequested, encode, new_event
-from services.model.streams import actions_stream, workload_stream
+from services.model.streams import decisions_stream, workload_stream
 from services.simcluster import SimCluster
 from tests.plugins.stack import wait_for
 from tests.security.bus_server import auth_nats, connect_as
@@ -49,7 +49,7 @@ def create_pod(workload: str, pod: str, version: int) -> Envelope:
             rollout_id="r1",
             details={"object": body},
         ),
-        stream=actions_stream("default", workload),
+        stream=decisions_stream("default", workload),
         stream_version=version,
         occurred_at=NOW,
         causation_id=uuid.uuid4(),
