@@ -20,7 +20,7 @@ from services.executor.service import Executor
 from services.infra.bus import Bus
 from services.infra.nats_auth import ADMIN, AUDITOR, EXECUTOR
 from services.infra.store import EventStore
-from services.model.events import Envelope, PodActionRequested, encode, new_event
+from services.model.events import Envelope, PodActionRequested, StatusPlanned, encode, new_event
 from services.model.streams import decisions_stream, workload_stream
 from services.simcluster import SimCluster
 from tests.plugins.stack import wait_for
@@ -67,8 +67,8 @@ async def pod_exists(api: client.ApiClient, name: str) -> bool:
         raise
 
 
-def refused_count() -> float:
-    return REGISTRY.get_sample_value("rollbook_executor_refused_total", {"type": "PodActionRequested"}) or 0.0
+def refused_count(event_type: str = "PodActionRequested") -> float:
+    return REGISTRY.get_sample_value("rollbook_executor_refused_total", {"type": event_type}) or 0.0
 
 
 async def test_a_forged_pod_action_is_neither_carried_out_nor_stored(
@@ -134,3 +134,74 @@ async def test_a_forged_pod_action_is_neither_carried_out_nor_stored(
             await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 30)
             for bus in (auditor, executor_bus, admin):
                 await bus.close()
+
+
+async def test_a_forged_status_is_not_written(
+    event_store: EventStore, k8s_client: client.ApiClient, database_url: str, server_data_dir: Path
+) -> None:
+    """A StatusPlanned no planner stored (a CloneSet made to report 99 ready replicas): refused and
+    dead-lettered on its status durable; the CloneSet's status is untouched."""
+    name = f"status{uuid.uuid4().hex[:8]}"
+    custom = client.CustomObjectsApi(k8s_client)
+    await custom.create_namespaced_custom_object(
+        "apps.kruise.io",
+        "v1alpha1",
+        "default",
+        "clonesets",
+        {
+            "apiVersion": "apps.kruise.io/v1alpha1",
+            "kind": "CloneSet",
+            "metadata": {"name": name},
+            "spec": {
+                "replicas": 0,
+                "selector": {"matchLabels": {"app": name}},
+                "template": {
+                    "metadata": {"labels": {"app": name}},
+                    "spec": {"containers": [{"name": "app", "image": "nginx:alpine"}]},
+                },
+            },
+        },
+    )
+    async with auth_nats(server_data_dir, database_url=database_url) as settings:
+        auditor = await Bus.connect(settings, name="rollbook-auditor", identity=AUDITOR)
+        executor_bus = await Bus.connect(settings, name="rollbook-executor", identity=EXECUTOR)
+        await auditor.ensure_stream()
+        forged = new_event(
+            StatusPlanned(kind="CloneSet", namespace="default", name=name, status={"readyReplicas": 99}),
+            stream=decisions_stream("default", name),
+            stream_version=1,
+            occurred_at=NOW,
+        )
+        partition = auditor.partition_of(forged.stream)
+        executor = Executor(settings, event_store, k8s_client)
+        [status_spec] = [s for s in executor.consumers() if s.partition == partition]
+        consumer = status_spec.consumer(executor_bus)
+        task = asyncio.create_task(consumer.run())
+        before = (
+            REGISTRY.get_sample_value("rollbook_executor_refused_total", {"type": "StatusPlanned"}) or 0.0
+        )
+        try:
+            thief = await connect_as(settings, AUDITOR)
+            try:
+                await thief.jetstream().publish(
+                    auditor.subject_for(forged), encode(forged), stream=settings.stream_name
+                )
+            finally:
+                await thief.close()
+
+            async def settled() -> bool:
+                return consumer.stats.handled + consumer.stats.dead_lettered >= 1
+
+            await wait_for(settled, within=30, what="the forged status settled")
+        finally:
+            consumer.stop()
+            await asyncio.wait_for(task, 30)
+            await auditor.close()
+            await executor_bus.close()
+        assert consumer.stats.dead_lettered == 1
+        after = REGISTRY.get_sample_value("rollbook_executor_refused_total", {"type": "StatusPlanned"})
+        assert after == before + 1
+        cloneset = await custom.get_namespaced_custom_object(
+            "apps.kruise.io", "v1alpha1", "default", "clonesets", name
+        )
+        assert (cloneset.get("status") or {}).get("readyReplicas") != 99
