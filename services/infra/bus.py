@@ -14,6 +14,7 @@ the envelope's stream (``Kind/namespace/name``) unless the publisher passes the 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import logging
@@ -36,7 +37,8 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StorageType, StreamConfig
 
 from services.infra.keyed import KeyedRunner
-from services.infra.nats_auth import ADMIN, STREAM_MANAGERS, connect_options
+from services.infra.nats_auth import ADMIN, STREAM_MANAGERS, CredentialsError, connect_options
+from services.infra.redact import redacted
 from services.infra.retry import Stopped, retry_until_stopped
 from services.infra.settings import Settings
 from services.model.events import Envelope, decode, encode
@@ -259,15 +261,44 @@ class Bus:
                 "Bus.connect needs a NATS URL; start embedded servers first (services.infra.embedded)"
             )
         options = connect_options(settings, identity)
-        nc = await nats.connect(
-            nats_servers(settings.nats_url),
-            name=name,
-            max_reconnect_attempts=-1,
-            reconnect_time_wait=0.5,
-            connect_timeout=5,
-            error_cb=_log_bus_error,
-            **options,
+        refused = asyncio.Event()
+
+        async def on_error(error: Exception) -> None:
+            if "authorization violation" in str(error).lower():
+                refused.set()
+            await _log_bus_error(error)
+
+        # nats-py retries a first connection for ever (max_reconnect_attempts=-1): a server that refuses
+        # these credentials would never answer otherwise.
+        connecting = asyncio.ensure_future(
+            nats.connect(
+                nats_servers(settings.nats_url),
+                name=name,
+                max_reconnect_attempts=-1,
+                reconnect_time_wait=0.5,
+                connect_timeout=5,
+                error_cb=on_error,
+                **options,
+            )
         )
+        waiting = asyncio.ensure_future(refused.wait())
+        try:
+            await asyncio.wait({connecting, waiting}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waiting.cancel()
+        if not connecting.done():
+            connecting.cancel()
+            with contextlib.suppress(BaseException):
+                await connecting
+            raise CredentialsError(
+                f"NATS at {redacted(settings.nats_url)} refused identity {identity!r}"
+                + (
+                    " (no credentials sent: set ROLLBOOK_NATS_CREDENTIALS_DIR)"
+                    if "user" not in options
+                    else ""
+                )
+            )
+        nc = connecting.result()
         bus = cls(settings, nc, nc.jetstream(timeout=10))
         # Without credentials (a server with no authentication) anyone may manage the stream, as before.
         bus.manages_streams = "user" not in options or identity in STREAM_MANAGERS

@@ -9,6 +9,7 @@ import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import msgspec
 import nats.errors
 import nats.js.errors
 import pytest
@@ -22,7 +23,7 @@ from services.infra.checkpoints import (
     ensure_checkpoint_stream,
     published_checkpoints,
 )
-from services.infra.nats_auth import ADMIN, AUDITOR, EXECUTOR, OPERATOR, PLANNER
+from services.infra.nats_auth import ADMIN, AUDITOR, EXECUTOR, OPERATOR, PLANNER, CredentialsError
 from services.infra.settings import Settings
 from tests.security.bus_server import Refusals, auth_nats, connect_as
 
@@ -183,3 +184,14 @@ async def test_an_identity_unknown_to_rollbook_is_a_clear_error() -> None:
     settings = Settings(nats_url="nats://127.0.0.1:1", nats_credentials_dir="/nonexistent")
     with pytest.raises(ValueError, match="unknown NATS identity"):
         await Bus.connect(settings, identity="watcher-" + uuid.uuid4().hex[:4])
+
+
+async def test_refused_credentials_are_one_clear_error_not_a_hang(
+    secured: tuple[Settings, Bus], tmp_path: Path
+) -> None:
+    settings, _ = secured
+    (tmp_path / EXECUTOR).write_text("guessed\n")
+    for given in ("", str(tmp_path)):
+        wrong = msgspec.structs.replace(settings, nats_credentials_dir=given)
+        with pytest.raises(CredentialsError, match="refused identity 'executor'"):
+            await asyncio.wait_for(Bus.connect(wrong, identity=EXECUTOR), 20)
