@@ -788,18 +788,20 @@ async def main(args: argparse.Namespace) -> None:
     max_pods = max(110, math.ceil(1.5 * total_pods / args.nodes))
     with tempfile.TemporaryDirectory(prefix="rollbook-scale-") as tmp:
         workdir = Path(tmp)
+        suffix = uuid.uuid4().hex[:10]
+        names = {"stream_name": f"RBSCALE_{suffix}", "subject_prefix": f"rbscale{suffix}"}
         async with (
             fresh_database(args.database_url) as database_url,
-            embedded(nats_only(database_url, args.nats_url, workdir)) as (servers, server_pids),
+            # The embedded nats-server's identities are made for this run's stream and subject prefix.
+            embedded(nats_only(database_url, args.nats_url, workdir, **names)) as (servers, server_pids),
             simcluster_process(workdir, args.nodes, max_pods) as (kubeconfig, simcluster_pid),
         ):
-            suffix = uuid.uuid4().hex[:10]
             settings = Settings(
                 database_url=database_url,
                 nats_url=servers.nats_url,
+                nats_credentials_dir=servers.nats_credentials_dir,
                 kubeconfig=str(kubeconfig),
-                stream_name=f"RBSCALE_{suffix}",
-                subject_prefix=f"rbscale{suffix}",
+                **names,
                 log_level="INFO",  # the stack reads each OS-chosen port from the http_listening line
                 **service_settings(args),
             )
@@ -855,9 +857,10 @@ async def metrics_text(base_url: str) -> str:
         return await response.text()
 
 
-def nats_only(database_url: str, nats_url: str, workdir: Path) -> Settings:
-    """Settings for EmbeddedServers: the database given, nats-server started unless ``nats_url``."""
-    return Settings(database_url=database_url, nats_url=nats_url, data_dir=str(workdir / "data"))
+def nats_only(database_url: str, nats_url: str, workdir: Path, **names: str) -> Settings:
+    """Settings for EmbeddedServers: the database given, nats-server started unless ``nats_url``, with
+    rollbook's identities for the stream and subject prefix in ``names``."""
+    return Settings(database_url=database_url, nats_url=nats_url, data_dir=str(workdir / "data"), **names)
 
 
 def service_settings(args: argparse.Namespace) -> dict[str, Any]:
