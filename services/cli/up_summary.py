@@ -24,6 +24,11 @@ def summary(settings: Settings, ports: dict[str, int], started: float) -> str:
     rows += [
         ("postgres", redacted(settings.database_url)),
         ("nats", redacted(settings.nats_url)),
+        *(
+            [("nats auth", f"{settings.nats_credentials_dir}/<identity> (docs/security-bus.md)")]
+            if settings.nats_credentials_dir
+            else []
+        ),
         ("kubeconfig", settings.kubeconfig or "in-cluster config, else ~/.kube/config"),
         ("logs", f"{log_dir(settings)}/<service>.log"),
         ("next", "rollbook status; rollbook get NS/NAME -w; rollbook stack (URLs for psql)"),
