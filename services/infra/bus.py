@@ -14,7 +14,6 @@ the envelope's stream (``Kind/namespace/name``) unless the publisher passes the 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import json
 import logging
@@ -284,12 +283,14 @@ class Bus:
         waiting = asyncio.ensure_future(refused.wait())
         try:
             await asyncio.wait({connecting, waiting}, return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:
+            connecting.cancel()  # this call was cancelled: no connection left behind
+            raise
         finally:
             waiting.cancel()
         if not connecting.done():
             connecting.cancel()
-            with contextlib.suppress(BaseException):
-                await connecting
+            await asyncio.gather(connecting, return_exceptions=True)
             raise CredentialsError(
                 f"NATS at {redacted(settings.nats_url)} refused identity {identity!r}"
                 + (
