@@ -73,7 +73,7 @@ async def test_only_the_relay_publishes_events(secured: tuple[Settings, Bus], id
     refusals = Refusals()
     client = await connect_as(settings, identity, refusals)
     try:
-        js = client.jetstream(timeout=2)
+        js = client.jetstream(timeout=0.5)  # refused at once; nothing answers
         with pytest.raises((nats.errors.TimeoutError, nats.js.errors.Error)):
             await js.publish(event_subject(settings), b'{"forged": true}', stream=settings.stream_name)
         assert PERMISSION in (await refusals.wait()).lower()
@@ -93,7 +93,7 @@ async def test_only_the_owner_deletes_or_purges_the_stream(
     refusals = Refusals()
     client = await connect_as(settings, identity, refusals)
     try:
-        js = client.jetstream(timeout=2)
+        js = client.jetstream(timeout=0.5)  # refused at once; nothing answers
         attack = js.delete_stream if operation == "delete" else js.purge_stream
         with pytest.raises((nats.errors.TimeoutError, nats.js.errors.Error)):
             await attack(settings.stream_name)
@@ -118,7 +118,7 @@ async def test_no_one_else_reads_the_auditors_stream_consumer(
     refusals = Refusals()
     client = await connect_as(settings, identity, refusals)
     try:
-        js = client.jetstream(timeout=2)
+        js = client.jetstream(timeout=0.5)  # refused at once; nothing answers
         with pytest.raises((nats.errors.TimeoutError, nats.js.errors.Error)):
             await js.add_consumer(
                 settings.stream_name, ConsumerConfig(durable_name="auditor", name="auditor")
