@@ -93,7 +93,7 @@ def webhook_command(
         str, typer.Option(help="Pod webhook failurePolicy: Ignore (default) or Fail.")
     ] = "Ignore",
     record: Annotated[
-        str, typer.Option(help="Where SidecarInjected events go: store (event store, then bus) or log.")
+        str, typer.Option(help="Where SidecarInjected events go: store (the event store) or log.")
     ] = "store",
 ) -> None:
     """Run the SidecarSet injection webhook until interrupted."""

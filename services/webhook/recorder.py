@@ -4,7 +4,7 @@ The admission handler hands records to ``InjectionRecorder.submit`` (no I/O, nev
 the API server at once. A background task appends each event to the sink, retrying with backoff
 until it succeeds. Event ids are derived from the AdmissionReview uid and the SidecarSet name, so a
 retried admission, a second webhook replica or a redelivery writes the same event id, which the store
-and the bus deduplicate.
+deduplicates.
 
 Guarantee (docs/sidecarset.md): at least once while the webhook process lives; events still queued
 when the process is killed are lost (counted and logged at shutdown). The pod itself always carries
@@ -43,7 +43,7 @@ class PendingEvent:
 
 
 class EventSink(Protocol):
-    """Where injection events go: the event store (or the bus). ``append`` must be idempotent by event_id."""
+    """Where injection events go: the event store (or the log). ``append`` must be idempotent by event_id."""
 
     async def append(self, event: PendingEvent) -> None: ...
 
@@ -130,7 +130,7 @@ class InjectionRecorder:
                     break
                 except asyncio.CancelledError:
                     raise
-                except Exception as err:  # store/bus outage: keep the event, try again later
+                except Exception as err:  # store outage: keep the event, try again later
                     self.failed_attempts += 1
                     log.warning("injection_event_retry", event_id=str(event.event_id), error=repr(err))
                     await asyncio.sleep(self._backoff.delay(attempt, random.random()))
