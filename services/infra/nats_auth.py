@@ -87,6 +87,7 @@ def permissions(identity: str, settings: Settings) -> dict[str, Any]:
             f"{API}.STREAM.CREATE.{stream}",
             f"{API}.STREAM.UPDATE.{stream}",
             f"{API}.STREAM.MSG.GET.{stream}",
+            f"{API}.DIRECT.GET.{stream}",
             f"{API}.DIRECT.GET.{stream}.>",
             f"{API}.STREAM.CREATE.{checkpoints}",
             f"{API}.STREAM.INFO.{checkpoints}",
