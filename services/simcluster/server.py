@@ -13,7 +13,7 @@ from aiohttp import web
 
 from . import errors, patch, rbac, resources
 from .admission import Admission
-from .auth import Auth
+from .auth import Auth, subject_access_review_status, token_review_status
 from .conversion import VersionView
 from .defaults import apply_defaults
 from .errors import ApiError
@@ -38,6 +38,11 @@ SERVER_VERSION = {
     "platform": "linux/amd64",
 }
 _WRITE_METHODS = {"POST", "PUT", "PATCH", "DELETE"}
+# The review APIs: (group, version, path) -> (plural, kind).
+_REVIEWS = {
+    ("authentication.k8s.io", "v1", ("tokenreviews",)): ("tokenreviews", "TokenReview"),
+    ("authorization.k8s.io", "v1", ("subjectaccessreviews",)): ("subjectaccessreviews", "SubjectAccessReview"),
+}
 # How often a PATCH is re-applied when another write lands between its read and its write (the API
 # server's own bound for patches that carry no resourceVersion).
 PATCH_ATTEMPTS_ON_CONFLICT = 5
@@ -236,7 +241,26 @@ class ApiServer:
             raise errors.ApiError(404, "the server could not find the requested resource", "NotFound")
         if not rest:
             return self._resource_list(group, version)
+        review = _REVIEWS.get((group, version, tuple(rest)))
+        if review is not None:
+            return await self._review(request, group, *review)
         return await self._resource_request(request, group, version, rest)
+
+    async def _review(self, request: web.Request, group: str, plural: str, kind: str) -> web.Response:
+        """TokenReview and SubjectAccessReview: created, answered with a status, never stored. Creating
+        one needs RBAC's ``create`` on it (the ``system:auth-delegator`` ClusterRole grants both)."""
+        if request.method != "POST":
+            raise errors.ApiError(405, f"{request.method} is not supported on {plural}", "MethodNotAllowed")
+        if self.auth is not None:
+            self.auth.authorize(request[USER_KEY], rbac.Request("create", group, plural))
+        body = await self._body(request)
+        if not isinstance(body, dict):
+            raise errors.ApiError(400, "the request body must be an object")
+        if body.get("kind") not in (None, kind):
+            raise errors.ApiError(400, f"the request body must be a {kind}, not {body.get('kind')!r}")
+        answer = token_review_status if plural == "tokenreviews" else subject_access_review_status
+        status = answer(self.auth, body)
+        return _json({**body, "apiVersion": f"{group}/v1", "kind": kind, "status": status}, 201)
 
     # ---- discovery ---------------------------------------------------------------------------------
 
