@@ -363,7 +363,8 @@ def history_query(query: Mapping[str, str]) -> HistoryQuery:
     """The parameters of one ``/history`` request, checked (ValueError with the reason otherwise)."""
     unknown = sorted(set(query) - _HISTORY_PARAMETERS)
     if unknown:
-        raise ValueError(f"unknown parameter {unknown[0]!r} (known: {', '.join(sorted(_HISTORY_PARAMETERS))})")
+        known = ", ".join(sorted(_HISTORY_PARAMETERS))
+        raise ValueError(f"unknown parameter {unknown[0]!r} (known: {known})")
     stream, correlation_id = query.get("stream"), query.get("correlation_id")
     if stream is not None and correlation_id is not None:
         raise ValueError("give stream or correlation_id, not both")

@@ -148,7 +148,9 @@ class KubernetesReview:
             V1TokenReviewSpec,
         )
 
-        review = await self.authentication.create_token_review(V1TokenReview(spec=V1TokenReviewSpec(token=token)))
+        review = await self.authentication.create_token_review(
+            V1TokenReview(spec=V1TokenReviewSpec(token=token))
+        )
         status = review.status
         if status is None or not status.authenticated or status.user is None:
             return Decision(401, "the API server does not authenticate this token")
@@ -189,14 +191,17 @@ async def authenticator(settings: Settings, api: Any | None = None) -> Authentic
     raise ValueError(f"ROLLBOOK_API_AUTH: expected one of {', '.join(MODES)}, got {settings.api_auth!r}")
 
 
-def guard(check: Authenticator) -> Any:
-    """An aiohttp middleware: every request needs an allowed bearer token, except the open paths of
-    ``OPEN_PATHS``. Refusals are JSON ``{"error": reason}`` with 401 (and ``WWW-Authenticate``) or 403."""
+def guard(check: Authenticator, open_paths: frozenset[str] | None = None) -> Any:
+    """An aiohttp middleware: every request needs an allowed bearer token, except those for
+    ``open_paths`` (default ``OPEN_PATHS``). Refusals are JSON ``{"error": reason}``: 401 (with
+    ``WWW-Authenticate``) or 403."""
     from aiohttp import web
+
+    unguarded = OPEN_PATHS if open_paths is None else open_paths
 
     @web.middleware
     async def middleware(request: web.Request, handler: Any) -> web.StreamResponse:
-        if request.path in OPEN_PATHS:
+        if request.path in unguarded:
             return await handler(request)
         token = bearer(request.headers.get("Authorization", ""))
         if not token:

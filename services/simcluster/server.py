@@ -39,9 +39,12 @@ SERVER_VERSION = {
 }
 _WRITE_METHODS = {"POST", "PUT", "PATCH", "DELETE"}
 # The review APIs: (group, version, path) -> (plural, kind).
-_REVIEWS = {
+_REVIEWS: dict[tuple[str, str, tuple[str, ...]], tuple[str, str]] = {
     ("authentication.k8s.io", "v1", ("tokenreviews",)): ("tokenreviews", "TokenReview"),
-    ("authorization.k8s.io", "v1", ("subjectaccessreviews",)): ("subjectaccessreviews", "SubjectAccessReview"),
+    ("authorization.k8s.io", "v1", ("subjectaccessreviews",)): (
+        "subjectaccessreviews",
+        "SubjectAccessReview",
+    ),
 }
 # How often a PATCH is re-applied when another write lands between its read and its write (the API
 # server's own bound for patches that carry no resourceVersion).

@@ -147,7 +147,9 @@ def test_the_auditors_token_only_reviews_history_readers() -> None:
         ("authorization.k8s.io", "subjectaccessreviews", "create", ()),
     }
     manifests = render("standalone")
-    [config] = [m for m in of_kind(manifests, "ConfigMap") if m["metadata"]["name"].startswith("rollbook-config")]
+    [config] = [
+        m for m in of_kind(manifests, "ConfigMap") if m["metadata"]["name"].startswith("rollbook-config")
+    ]
     assert config["data"]["ROLLBOOK_API_AUTH"] == "kubernetes"
 
 

@@ -7,8 +7,8 @@ gets the events; in embedded mode (``token``) only the token file's content open
 from __future__ import annotations
 
 import stat
-from datetime import UTC, datetime
 import uuid
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -105,14 +105,20 @@ async def test_history_in_a_cluster_needs_a_token_rbac_lets_read(
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "ClusterRoleBinding",
             "metadata": {"name": "reader-reads-history"},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "rollbook-history-reader"},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": "rollbook-history-reader",
+            },
             "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": "default"}],
         },
     )
     stream = await _record_one_event(stack)
     kubeconfig = simcluster.service_account_kubeconfig(SYSTEM, "rollbook-auditor", tmp_path / "auditor")
     await stack.start(
-        "auditor", env={"ROLLBOOK_API_AUTH": "kubernetes", "ROLLBOOK_KUBECONFIG": str(kubeconfig)}, ready_timeout=90
+        "auditor",
+        env={"ROLLBOOK_API_AUTH": "kubernetes", "ROLLBOOK_KUBECONFIG": str(kubeconfig)},
+        ready_timeout=90,
     )
     assert simcluster.auth is not None
     history = stack.children["auditor"].base_url + f"/history?stream={stream}"
