@@ -77,7 +77,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     api_token_file: str = ""
     # Deepest JSON nesting of an object the watcher records (levels of objects and arrays); a deeper one
     # is recorded as ObservationRejected. Far below what the JSON decoders of every reader can take.
-    max_object_depth: int = 128
+    max_object_depth: int = 200
     # Seconds between checkpoints of the event hash chain, taken by the auditor when the log moved
     # (database, JetStream stream <stream_name>_CHECKPOINTS, and checkpoint_file if set). 0 turns them off.
     checkpoint_interval: float = 60.0

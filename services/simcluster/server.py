@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import msgspec
 from aiohttp import web
+
+from services.model.jsondepth import depth_over
 
 from . import errors, patch, rbac, resources
 from .admission import Admission
@@ -38,6 +41,21 @@ SERVER_VERSION = {
     "platform": "linux/amd64",
 }
 _WRITE_METHODS = {"POST", "PUT", "PATCH", "DELETE"}
+# kube-apiserver's JSON decoder takes objects nested up to this depth (and stores them where a schema
+# preserves unknown fields); a deeper body is a 400.
+MAX_JSON_DEPTH = 10_000
+# Python's recursion limit while simcluster runs: what decoding, copying, patching and encoding an
+# object MAX_JSON_DEPTH deep (twice that after a patch nests one into another) needs, with room.
+RECURSION_LIMIT = 3 * MAX_JSON_DEPTH
+
+
+def allow_deep_json() -> None:
+    """Let this process handle objects as deep as kube-apiserver stores (msgspec, json and copy all
+    recurse once per level, up to Python's recursion limit: 1,000 by default)."""
+    if sys.getrecursionlimit() < RECURSION_LIMIT:
+        sys.setrecursionlimit(RECURSION_LIMIT)
+
+
 # The review APIs: (group, version, path) -> (plural, kind).
 _REVIEWS: dict[tuple[str, str, tuple[str, ...]], tuple[str, str]] = {
     ("authentication.k8s.io", "v1", ("tokenreviews",)): ("tokenreviews", "TokenReview"),
@@ -98,6 +116,7 @@ class ApiServer:
         auth: Auth | None = None,
     ) -> None:
         self.auth = auth
+        allow_deep_json()
         # Resources this server does not serve (a cluster without a CRD): 404 and absent from discovery.
         self.served = resources.served(disabled_resources)
         self._by_path = {r.key: r for r in self.served}
@@ -179,6 +198,9 @@ class ApiServer:
             response = await handler(request)
         except ApiError as exc:
             return _error_response(exc)
+        except RecursionError:
+            # Whatever part of a request nests too deep to handle is the client's input, never a 500.
+            return _error_response(ApiError(400, "the request nests too deep to be handled", "BadRequest"))
         if write and response.status < 300:
             lost = self.faults.lost_response(request.path)
             if lost is not None:
@@ -498,6 +520,11 @@ class ApiServer:
 
     async def _body(self, request: web.Request) -> Any:
         raw = await request.read()
+        nesting = depth_over(raw, MAX_JSON_DEPTH)
+        if nesting is not None:
+            raise errors.ApiError(
+                400, f"the request body nests {nesting} levels deep, over the {MAX_JSON_DEPTH}-level limit"
+            )
         try:
             return msgspec.json.decode(raw) if raw else {}
         except msgspec.DecodeError as exc:
