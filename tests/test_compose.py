@@ -161,3 +161,22 @@ def test_the_image_is_pinned_and_carries_no_embedded_server() -> None:
     for line in wanted.splitlines():
         if line and not line.startswith("#"):
             assert re.split(r"[<>=\[]", line)[0].lower() in names, line
+
+
+def test_every_image_not_built_here_is_pulled_by_digest() -> None:
+    services = yaml.safe_load(COMPOSE.read_text())["services"]
+    for name, spec in services.items():
+        image = spec.get("image", "")
+        if image.startswith("rollbook:"):
+            assert "build" in spec, name  # built from this repository's Dockerfile, on its pinned inputs
+            continue
+        assert re.fullmatch(r"[\w./-]+:[\w.-]+@sha256:[0-9a-f]{64}", image), (name, image)
+    from tests.deploy.manifests import render
+
+    for overlay in ("standalone", "with-openkruise"):
+        for manifest in render(overlay):
+            pod = (manifest.get("spec") or {}).get("template", {}).get("spec") or {}
+            for container in pod.get("containers", []) + pod.get("initContainers", []):
+                image = container["image"]
+                # rollbook's own image is the one you build and set (kustomize edit set image).
+                assert image.startswith("rollbook:") or "@sha256:" in image, (overlay, image)
