@@ -16,8 +16,10 @@ event (same id, stream, version, type, cause, rollout and payload); otherwise it
 ``bus_quarantine``, counted as ``rollbook_audit_events_total{outcome="quarantined"}``, logged) and never
 stored: the bus is not a way into the trail (docs/security-bus.md).
 
-History. ``GET /history?stream=...`` | ``?correlation_id=...`` | ``?after=<position>&limit=N`` returns the
-stored events as JSON, in global order.
+History. ``GET /history?stream=...[&from_version=N]`` | ``?correlation_id=...[&after=<position>]`` |
+``?after=<position>`` returns one page of stored events (``&limit=N``, at most 10,000) as JSON, to a
+request with a bearer token its ``settings.api_auth`` accepts (401/403 otherwise); a parameter that is
+not an integer where one is expected, or unknown, is a 400 with the reason.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from aiohttp import web
 from nats.aio.msg import Msg
 from prometheus_client import Counter
 
+from services.infra.api_auth import authenticator, guard
 from services.infra.bus import BODY_HEADER, HEADER_ALLOWANCE, MSG_ID, Bus, Outgoing, carried_payload
 from services.infra.checkpoints import checkpoint_loop
 from services.infra.consumer_service import report_consumer_lag
@@ -343,26 +346,77 @@ class Audit:
         return stored_as_relayed(stored, envelope, position)
 
 
+# /history pages: the default and the largest number of events one answer holds.
+HISTORY_PAGE = 1000
+HISTORY_MAX_PAGE = 10_000
+_HISTORY_PARAMETERS = frozenset({"stream", "from_version", "correlation_id", "after", "limit"})
+
+
+class HistoryQuery(msgspec.Struct, frozen=True):
+    stream: str | None
+    correlation_id: str | None
+    from_version: int
+    after: int
+    limit: int
+
+
+def _integer(query: Mapping[str, str], name: str, default: int, lowest: int, highest: int) -> int:
+    raw = query.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw, 10)
+    except ValueError:
+        raise ValueError(f"{name} must be an integer, got {raw[:40]!r}") from None
+    if not lowest <= value <= highest:
+        raise ValueError(f"{name} must be between {lowest} and {highest}, got {value}")
+    return value
+
+
+def history_query(query: Mapping[str, str]) -> HistoryQuery:
+    """The parameters of one ``/history`` request, checked (ValueError with the reason otherwise)."""
+    unknown = sorted(set(query) - _HISTORY_PARAMETERS)
+    if unknown:
+        known = ", ".join(sorted(_HISTORY_PARAMETERS))
+        raise ValueError(f"unknown parameter {unknown[0]!r} (known: {known})")
+    stream, correlation_id = query.get("stream"), query.get("correlation_id")
+    if stream is not None and correlation_id is not None:
+        raise ValueError("give stream or correlation_id, not both")
+    if "from_version" in query and stream is None:
+        raise ValueError("from_version needs stream")
+    if stream == "" or correlation_id == "":
+        raise ValueError("stream and correlation_id must not be empty")
+    biggest = 2**63 - 1
+    return HistoryQuery(
+        stream=stream,
+        correlation_id=correlation_id,
+        from_version=_integer(query, "from_version", 1, 1, biggest),
+        after=_integer(query, "after", 0, 0, biggest),
+        limit=_integer(query, "limit", HISTORY_PAGE, 1, HISTORY_MAX_PAGE),
+    )
+
+
 class History:
+    """``GET /history``: one page of stored events (``limit`` at most ``HISTORY_MAX_PAGE``, the LIMIT of
+    the SQL), behind the API token (services/infra/api_auth.py)."""
+
     def __init__(self, store: EventStore) -> None:
         self.store = store
 
     async def handle(self, request: web.Request) -> web.Response:
-        query = request.query
         try:
-            limit = min(int(query.get("limit", "1000")), 10000)
-            after = int(query.get("after", "0"))
-        except ValueError:
-            return web.json_response({"error": "after and limit must be integers"}, status=400)
-        if "stream" in query:
-            events = await self.store.read_stream(query["stream"], int(query.get("from_version", "1")))
-        elif "correlation_id" in query:
-            events = await self.store.read_correlation(query["correlation_id"])
+            asked = history_query(request.query)
+        except ValueError as error:
+            return web.json_response({"error": str(error)}, status=400)
+        if asked.stream is not None:
+            events = await self.store.read_stream(asked.stream, asked.from_version, asked.limit)
+        elif asked.correlation_id is not None:
+            events = await self.store.read_correlation(asked.correlation_id, asked.after, asked.limit)
         else:
-            events = await self.store.read_batch(after, limit)
+            events = await self.store.read_batch(asked.after, asked.limit)
         body: list[dict[str, Any]] = [
             {"global_position": e.global_position, "recorded_at": e.recorded_at, "event": e.envelope}
-            for e in events[:limit]
+            for e in events
         ]
         return web.Response(body=_encoder.encode(body), content_type="application/json")
 
@@ -372,6 +426,8 @@ async def run(settings: Settings) -> None:
     calm_cyclic_collector()  # each message decodes into many containers, none in a cycle (runtime.py)
     store = await EventStore.connect(settings.database_url)
     runtime = ServiceRuntime(settings, "auditor")
+    check = await authenticator(settings)
+    runtime.app.middlewares.append(guard(check))
     runtime.app.router.add_get("/history", History(store).handle)
     async with runtime:
         bus = await Bus.connect(settings, name="rollbook-auditor", identity=AUDITOR)
@@ -399,6 +455,7 @@ async def run(settings: Settings) -> None:
         finally:
             await bus.close()
             await store.close()
+            await check.close()
 
 
 async def _ready_when_caught_up(runtime: ServiceRuntime, relay: Relay) -> None:

@@ -9,10 +9,19 @@ steps, and the unavailable pods over time against the maxUnavailable line, all r
     GET /                      the page (services/cli/ui_static/)
     GET /api/rollouts          rollouts, newest first
     GET /api/rollout?id=ID     one rollout: its pod actions, partition steps, unavailability, states
+
+Guarded (docs/security.md): a request whose Host header is neither an address literal, ``localhost``,
+the ``--host`` name nor one of ``--allow-host`` is refused (403), so a DNS name rebound to 127.0.0.1 by
+a web page cannot read the trail; every answer carries a Content-Security-Policy allowing only this
+page's own script; recorded strings reach the page as text (``textContent``), never as HTML. Listening
+beyond the loopback needs the API token (``rollbook api-token``; services/infra/api_auth.py) on the
+``/api/`` routes: the page takes it from its URL fragment (``#token=...``), which browsers never send.
 """
 
 from __future__ import annotations
 
+import ipaddress
+from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime, timedelta
 from importlib import resources
 from typing import TYPE_CHECKING, Any
@@ -25,6 +34,7 @@ if TYPE_CHECKING:
     import asyncpg
     from aiohttp import web
 
+    from services.infra.api_auth import Authenticator
     from services.infra.store import EventStore
 
 ROLLOUTS_SQL = """
@@ -60,13 +70,96 @@ def rows(records: list[asyncpg.Record]) -> list[dict[str, Any]]:
     return [{key: jsonable(value) for key, value in record.items()} for record in records]
 
 
+# Sent with every answer: only this page's own script runs, it cannot be framed, and nothing is sniffed.
+SECURITY_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'none'; script-src 'self'; connect-src 'self'; style-src 'self' 'unsafe-inline'; "
+        "img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+}
+UNSPECIFIED = frozenset({"0.0.0.0", "::", ""})
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def host_name(header: str) -> str:
+    """The name of a Host header, without its port (``[::1]:8090`` -> ``::1``), lower case."""
+    header = header.strip().lower()
+    if header.startswith("["):
+        return header[1:].partition("]")[0]
+    if header.count(":") == 1:
+        return header.partition(":")[0]
+    return header
+
+
+def allowed_hosts(bound: str, extra: Iterable[str] = ()) -> frozenset[str]:
+    names = {"localhost", *(name.strip().lower() for name in extra if name.strip())}
+    if bound not in UNSPECIFIED:
+        names.add(bound.lower())
+    return frozenset(names)
+
+
+def host_allowed(header: str, allowed: frozenset[str]) -> bool:
+    """Whether a request's Host header names this server: an address literal (which no DNS answer can
+    rebind), or one of ``allowed``."""
+    name = host_name(header)
+    if not name:
+        return False
+    if name in allowed:
+        return True
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
+
+
+Handler = Callable[["web.Request"], Awaitable["web.StreamResponse"]]
+
+
+def host_guard(allowed: frozenset[str]) -> Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]:
+    from aiohttp import web
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if not host_allowed(request.headers.get("Host", ""), allowed):
+            response: web.StreamResponse = web.Response(
+                status=403, text="rollbook ui: unknown Host header (start it with --allow-host NAME)"
+            )
+        else:
+            response = await handler(request)
+        response.headers.update(SECURITY_HEADERS)
+        return response
+
+    return middleware
+
+
 def static_file(name: str) -> str:
     return (resources.files("services.cli") / "ui_static" / name).read_text()
 
 
-def make_app(pool: asyncpg.Pool, store: EventStore) -> web.Application:
+def make_app(
+    pool: asyncpg.Pool,
+    store: EventStore,
+    *,
+    hosts: frozenset[str] = frozenset({"localhost"}),
+    check: Authenticator | None = None,
+) -> web.Application:
+    """The page's server; ``check``: the bearer token check every ``/api/`` route needs (None: none)."""
     from aiohttp import web
 
+    from services.infra.api_auth import guard
     from services.replay.operations import replay_records
     from services.replay.reads import TargetError
 
@@ -111,7 +204,10 @@ def make_app(pool: asyncpg.Pool, store: EventStore) -> web.Application:
             }
         )
 
-    app = web.Application()
+    middlewares: list[Any] = [host_guard(hosts)]
+    if check is not None:
+        middlewares.append(guard(check, open_paths=frozenset({"/", "/timeline.js"})))
+    app = web.Application(middlewares=middlewares)
     app.router.add_get("/", index)
     app.router.add_get("/timeline.js", script)
     app.router.add_get("/api/rollouts", rollouts)
@@ -119,26 +215,36 @@ def make_app(pool: asyncpg.Pool, store: EventStore) -> web.Application:
     return app
 
 
-async def serve(settings: Settings, host: str, port: int) -> int:
+async def serve(settings: Settings, host: str, port: int, allow_hosts: Iterable[str] = ()) -> int:
     import asyncio
     import signal
 
     import asyncpg
     from aiohttp import web
 
+    from services.infra.api_auth import authenticator
     from services.infra.database import asyncpg_url
     from services.infra.stack import open_store, stack_settings
 
+    # Beyond the loopback, anyone who reaches the port could read the trail: the API routes need a token.
+    check = None if is_loopback(host) else await authenticator(settings)
     async with stack_settings(settings) as resolved:
         pool = await asyncpg.create_pool(asyncpg_url(resolved.database_url), min_size=1, max_size=4)
         store = await open_store(resolved.database_url)
-        runner = web.AppRunner(make_app(pool, store), access_log=None)
+        app = make_app(pool, store, hosts=allowed_hosts(host, allow_hosts), check=check)
+        runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         try:
             site = web.TCPSite(runner, host, port)
             await site.start()
             bound = runner.addresses[0][1]
-            typer.echo(f"rollbook ui on http://{host}:{bound}/ (read-only; Ctrl-C stops)")
+            shown = f"[{host}]" if ":" in host else host
+            typer.echo(f"rollbook ui on http://{shown}:{bound}/ (read-only; Ctrl-C stops)")
+            if check is not None:
+                typer.echo(
+                    f"  beyond the loopback the page needs the API token: open http://{shown}:{bound}/#token=TOKEN"
+                    " with TOKEN from `rollbook api-token`"
+                )
             stop = asyncio.Event()
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGINT, signal.SIGTERM):
@@ -148,16 +254,23 @@ async def serve(settings: Settings, host: str, port: int) -> int:
             await runner.cleanup()
             await store.close()
             await pool.close()
+            if check is not None:
+                await check.close()
     return 0
 
 
 def register(app: typer.Typer) -> None:
     @app.command("ui")
     def ui_command(
-        host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
+        host: str = typer.Option(
+            "127.0.0.1", "--host", help="Address to listen on (beyond the loopback the API token is needed)."
+        ),
         port: int = typer.Option(8090, "--port", help="Port (0: pick a free one)."),
+        allow_host: list[str] | None = typer.Option(  # noqa: B008 (typer's list option)
+            None, "--allow-host", help="Another name the page is reached by (Host header); repeatable."
+        ),
     ) -> None:
         """Serve a read-only web page of the rollouts: a timeline per rollout, and the state at any event."""
         import asyncio
 
-        raise typer.Exit(asyncio.run(serve(Settings.from_env(), host, port)))
+        raise typer.Exit(asyncio.run(serve(Settings.from_env(), host, port, allow_host or ())))

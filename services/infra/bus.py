@@ -906,6 +906,10 @@ class Consumer:
             # Undecodable bytes never become decodable: dead-letter on the first delivery.
             await self._dead_letter(msg, f"undecodable: {error}")
             return
+        except RecursionError as error:
+            # JSON nested deeper than the decoder's recursion limit: as undecodable, and as final.
+            await self._dead_letter(msg, f"undecodable: nested too deep to decode ({error})")
+            return
         if deliveries > max_deliver:
             # Earlier deliveries were never settled (the process died or ack_wait passed while handling).
             await self._dead_letter(msg, f"delivered {deliveries} times without being settled")

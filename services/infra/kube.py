@@ -133,12 +133,9 @@ def _check_exists(path: str, message: str) -> None:
         raise config.ConfigException(message.format(full))
 
 
-async def raw_json(response: Any) -> dict[str, Any]:
-    """Body of a ``_preload_content=False`` call as the API returned it (camelCase JSON, no models).
-
-    kubernetes-asyncio checks the status only when it preloads the content, so this raises the
-    ApiException a preloaded call would: without it a 404/403/500 ``Status`` body would read as an
-    object, or as an empty list (and a relist would then take every object for deleted)."""
+async def raw_body(response: Any) -> bytes:
+    """Bytes of a ``_preload_content=False`` call's 2xx answer; the ApiException of any other status
+    (``raw_json``)."""
     async with response:
         data = await response.read()
     if not 200 <= response.status <= 299:
@@ -146,6 +143,17 @@ async def raw_json(response: Any) -> dict[str, Any]:
         error.body = data.decode("utf-8", errors="replace")
         error.headers = response.headers
         raise error
+    body: bytes = data
+    return body
+
+
+async def raw_json(response: Any) -> dict[str, Any]:
+    """Body of a ``_preload_content=False`` call as the API returned it (camelCase JSON, no models).
+
+    kubernetes-asyncio checks the status only when it preloads the content, so this raises the
+    ApiException a preloaded call would: without it a 404/403/500 ``Status`` body would read as an
+    object, or as an empty list (and a relist would then take every object for deleted)."""
+    data = await raw_body(response)
     parsed: dict[str, Any] = _decode_json(data)  # msgspec: about 3x faster than json.loads, same objects
     return parsed
 

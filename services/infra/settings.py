@@ -80,6 +80,16 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     http_host: str = "127.0.0.1"
     # Base port of those endpoints (0 = pick free ports).
     http_port: int = 0
+    # How a bearer token for trail data over HTTP (the auditor's /history, `rollbook ui` beyond the
+    # loopback) is checked: token (the content of api_token_file) or kubernetes (TokenReview, then RBAC's
+    # `get` on history.rollbook.io by SubjectAccessReview). docs/security.md.
+    api_auth: str = "token"
+    # File of the token for api_auth=token (empty: <data_dir>/api-token, generated 0600 at first use;
+    # `rollbook api-token` prints it).
+    api_token_file: str = ""
+    # Deepest JSON nesting of an object the watcher records (levels of objects and arrays); a deeper one
+    # is recorded as ObservationRejected. Far below what the JSON decoders of every reader can take.
+    max_object_depth: int = 200
     # Seconds between checkpoints of the event hash chain, taken by the auditor when the log moved
     # (database, JetStream stream <stream_name>_CHECKPOINTS, and checkpoint_file if set). 0 turns them off.
     checkpoint_interval: float = 60.0

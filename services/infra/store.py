@@ -171,8 +171,10 @@ _READ_IDENTITIES_SQL = (
     "SELECT global_position, event_id, stream, stream_version FROM events"
     " WHERE global_position > $1 ORDER BY global_position LIMIT $2"
 )
+# LIMIT NULL is no limit.
 _READ_STREAM_SQL = (
     f"SELECT {_COLUMNS} FROM events WHERE stream = $1 AND stream_version >= $2 ORDER BY stream_version"
+    " LIMIT $3"
 )
 # Several streams, each from its own version, in one statement: the planner's catch-up of a workload.
 # Each stream is its own range scan of the (stream, stream_version) key: a LATERAL subquery, kept from
@@ -193,7 +195,10 @@ _READ_STREAM_TYPES_SQL = (
     f"SELECT {_COLUMNS} FROM events WHERE stream = $1 AND stream_version >= $2 AND type = ANY($3::text[]) "
     "ORDER BY stream_version LIMIT $4"
 )
-_READ_CORRELATION_SQL = f"SELECT {_COLUMNS} FROM events WHERE correlation_id = $1 ORDER BY global_position"
+_READ_CORRELATION_SQL = (
+    f"SELECT {_COLUMNS} FROM events WHERE correlation_id = $1 AND global_position > $2"
+    " ORDER BY global_position LIMIT $3"
+)
 _READ_EVENT_SQL = f"SELECT {_COLUMNS} FROM events WHERE event_id = $1"
 _STORED_IDS_SQL = "SELECT event_id FROM events WHERE event_id = ANY($1::uuid[])"
 
@@ -783,8 +788,12 @@ class EventStore:
 
         return await self._retrying(fetch)
 
-    async def read_stream(self, stream: str, from_version: int = 1) -> list[StoredEvent]:
-        rows = await self._fetch(_READ_STREAM_SQL, stream, from_version)
+    async def read_stream(
+        self, stream: str, from_version: int = 1, limit: int | None = None
+    ) -> list[StoredEvent]:
+        """The events of ``stream`` from ``from_version`` on, in stream order: all of them, or the first
+        ``limit`` (a page; the next starts at the last version read + 1)."""
+        rows = await self._fetch(_READ_STREAM_SQL, stream, from_version, limit)
         return _rows_to_stored(rows, self.decoder)
 
     async def read_streams(self, positions: Sequence[tuple[str, int]]) -> list[list[StoredEvent]]:
@@ -812,9 +821,12 @@ class EventStore:
         rows = await self._fetch(_READ_STREAM_TYPES_SQL, stream, from_version, list(types), limit)
         return _rows_to_stored(rows, self.decoder)
 
-    async def read_correlation(self, correlation_id: str) -> list[StoredEvent]:
-        """Every event of one rollout (correlation id), in global order."""
-        rows = await self._fetch(_READ_CORRELATION_SQL, correlation_id)
+    async def read_correlation(
+        self, correlation_id: str, after: int = 0, limit: int | None = None
+    ) -> list[StoredEvent]:
+        """Every event of one rollout (correlation id) after global position ``after``, in global order:
+        all of them, or the first ``limit`` (a page)."""
+        rows = await self._fetch(_READ_CORRELATION_SQL, correlation_id, after, limit)
         return _rows_to_stored(rows, self.decoder)
 
     async def read_event(self, event_id: uuid.UUID) -> Envelope | None:

@@ -37,7 +37,8 @@ class ObjectObserved(_Event, frozen=True, kw_only=True):
 
 class ObservationRejected(_Event, frozen=True, kw_only=True):
     """The watcher saw an object whose observation would exceed the event ceiling
-    (``settings.max_event_bytes``): it stores this instead, so the refusal is on record and the
+    (``settings.max_event_bytes``) or that nests deeper than ``settings.max_object_depth`` (or than a
+    JSON decoder takes): it stores this instead, so the refusal is on record and the
     services go on. The object is not observed until a change brings it under the ceiling."""
 
     kind: str
@@ -49,6 +50,10 @@ class ObservationRejected(_Event, frozen=True, kw_only=True):
     size_bytes: int  # of the observation that was refused
     limit_bytes: int
     reason: str
+    # Set when it was refused for its nesting rather than its size: how deep the object nests, and the
+    # deepest the watcher records (settings.max_object_depth). 0 in events of either kind before.
+    depth: int = 0
+    depth_limit: int = 0
 
 
 # --- decisions (planner) ----------------------------------------------------------------------------

@@ -17,6 +17,51 @@ from .store import Store
 Obj = dict[str, Any]
 
 
+def token_review_status(auth: Auth | None, review: Obj) -> Obj:
+    """The ``status`` kube-apiserver gives a TokenReview (``authentication.k8s.io/v1``): who the token in
+    ``spec.token`` authenticates as, or ``authenticated: false``. Without auth no token is known."""
+    token = str((review.get("spec") or {}).get("token") or "")
+    if auth is None or not token:
+        return {"authenticated": False, "error": "no token, or the cluster runs without authentication"}
+    try:
+        user = auth.authenticate("Bearer " + token)
+    except errors.ApiError:
+        return {"authenticated": False, "error": "invalid bearer token"}
+    return {"authenticated": True, "user": {"username": user.name, "groups": list(user.groups)}}
+
+
+def subject_access_review_status(auth: Auth | None, review: Obj) -> Obj:
+    """The ``status`` of a SubjectAccessReview (``authorization.k8s.io/v1``): whether the RBAC objects
+    stored allow ``spec.user``/``spec.groups`` the resource or non-resource request asked. Without auth
+    every request is allowed, as with kube-apiserver's AlwaysAllow authorizer."""
+    spec = review.get("spec") or {}
+    if not isinstance(spec, dict) or not (spec.get("user") or spec.get("groups")):
+        raise errors.ApiError(422, "spec.user or spec.groups is required", "Invalid")
+    if auth is None:
+        return {"allowed": True, "reason": "the cluster runs without authorization"}
+    user = User(str(spec.get("user") or ""), tuple(str(g) for g in spec.get("groups") or []))
+    resource = spec.get("resourceAttributes")
+    non_resource = spec.get("nonResourceAttributes")
+    if isinstance(resource, dict):
+        request = Request(
+            str(resource.get("verb") or ""),
+            str(resource.get("group") or ""),
+            str(resource.get("resource") or ""),
+            str(resource.get("subresource") or ""),
+            str(resource.get("namespace") or ""),
+            str(resource.get("name") or ""),
+        )
+    elif isinstance(non_resource, dict):
+        request = Request(str(non_resource.get("verb") or ""), path=str(non_resource.get("path") or ""))
+    else:
+        raise errors.ApiError(
+            422, "exactly one of spec.resourceAttributes, spec.nonResourceAttributes is required", "Invalid"
+        )
+    if auth.permits(user, request):
+        return {"allowed": True, "reason": "allowed by RBAC"}
+    return {"allowed": False, "reason": forbidden_message(user, request)}
+
+
 def unauthorized() -> errors.ApiError:
     return errors.ApiError(401, "Unauthorized", "Unauthorized")
 
@@ -49,14 +94,17 @@ class Auth:
             raise unauthorized()
         return service_account_user(namespace, name)
 
-    def authorize(self, user: User, request: Request) -> None:
+    def permits(self, user: User, request: Request) -> bool:
         objects = self.store.objects
         cluster_roles = {key[1]: role for key, role in objects[CLUSTER_ROLES].items()}
         roles = dict(objects[ROLES].items())
         role_bindings = [b for (ns, _), b in objects[ROLE_BINDINGS].items() if ns == request.namespace]
-        if allowed(
+        return allowed(
             user, request, list(objects[CLUSTER_ROLE_BINDINGS].values()), role_bindings, cluster_roles, roles
-        ):
+        )
+
+    def authorize(self, user: User, request: Request) -> None:
+        if self.permits(user, request):
             return
         details: Obj = {"name": request.name, "group": request.group, "kind": request.resource}
         raise errors.ApiError(

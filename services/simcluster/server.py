@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -11,9 +12,11 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
+from services.model.jsondepth import depth_over
+
 from . import errors, patch, rbac, resources
 from .admission import Admission
-from .auth import Auth
+from .auth import Auth, subject_access_review_status, token_review_status
 from .conversion import VersionView
 from .defaults import apply_defaults
 from .errors import ApiError
@@ -38,6 +41,29 @@ SERVER_VERSION = {
     "platform": "linux/amd64",
 }
 _WRITE_METHODS = {"POST", "PUT", "PATCH", "DELETE"}
+# kube-apiserver's JSON decoder takes objects nested up to this depth (and stores them where a schema
+# preserves unknown fields); a deeper body is a 400.
+MAX_JSON_DEPTH = 10_000
+# Python's recursion limit while simcluster runs: what decoding, copying, patching and encoding an
+# object MAX_JSON_DEPTH deep (twice that after a patch nests one into another) needs, with room.
+RECURSION_LIMIT = 3 * MAX_JSON_DEPTH
+
+
+def allow_deep_json() -> None:
+    """Let this process handle objects as deep as kube-apiserver stores (msgspec, json and copy all
+    recurse once per level, up to Python's recursion limit: 1,000 by default)."""
+    if sys.getrecursionlimit() < RECURSION_LIMIT:
+        sys.setrecursionlimit(RECURSION_LIMIT)
+
+
+# The review APIs: (group, version, path) -> (plural, kind).
+_REVIEWS: dict[tuple[str, str, tuple[str, ...]], tuple[str, str]] = {
+    ("authentication.k8s.io", "v1", ("tokenreviews",)): ("tokenreviews", "TokenReview"),
+    ("authorization.k8s.io", "v1", ("subjectaccessreviews",)): (
+        "subjectaccessreviews",
+        "SubjectAccessReview",
+    ),
+}
 # How often a PATCH is re-applied when another write lands between its read and its write (the API
 # server's own bound for patches that carry no resourceVersion).
 PATCH_ATTEMPTS_ON_CONFLICT = 5
@@ -90,6 +116,7 @@ class ApiServer:
         auth: Auth | None = None,
     ) -> None:
         self.auth = auth
+        allow_deep_json()
         # Resources this server does not serve (a cluster without a CRD): 404 and absent from discovery.
         self.served = resources.served(disabled_resources)
         self._by_path = {r.key: r for r in self.served}
@@ -171,6 +198,9 @@ class ApiServer:
             response = await handler(request)
         except ApiError as exc:
             return _error_response(exc)
+        except RecursionError:
+            # Whatever part of a request nests too deep to handle is the client's input, never a 500.
+            return _error_response(ApiError(400, "the request nests too deep to be handled", "BadRequest"))
         if write and response.status < 300:
             lost = self.faults.lost_response(request.path)
             if lost is not None:
@@ -236,7 +266,26 @@ class ApiServer:
             raise errors.ApiError(404, "the server could not find the requested resource", "NotFound")
         if not rest:
             return self._resource_list(group, version)
+        review = _REVIEWS.get((group, version, tuple(rest)))
+        if review is not None:
+            return await self._review(request, group, *review)
         return await self._resource_request(request, group, version, rest)
+
+    async def _review(self, request: web.Request, group: str, plural: str, kind: str) -> web.Response:
+        """TokenReview and SubjectAccessReview: created, answered with a status, never stored. Creating
+        one needs RBAC's ``create`` on it (the ``system:auth-delegator`` ClusterRole grants both)."""
+        if request.method != "POST":
+            raise errors.ApiError(405, f"{request.method} is not supported on {plural}", "MethodNotAllowed")
+        if self.auth is not None:
+            self.auth.authorize(request[USER_KEY], rbac.Request("create", group, plural))
+        body = await self._body(request)
+        if not isinstance(body, dict):
+            raise errors.ApiError(400, "the request body must be an object")
+        if body.get("kind") not in (None, kind):
+            raise errors.ApiError(400, f"the request body must be a {kind}, not {body.get('kind')!r}")
+        answer = token_review_status if plural == "tokenreviews" else subject_access_review_status
+        status = answer(self.auth, body)
+        return _json({**body, "apiVersion": f"{group}/v1", "kind": kind, "status": status}, 201)
 
     # ---- discovery ---------------------------------------------------------------------------------
 
@@ -471,6 +520,11 @@ class ApiServer:
 
     async def _body(self, request: web.Request) -> Any:
         raw = await request.read()
+        nesting = depth_over(raw, MAX_JSON_DEPTH)
+        if nesting is not None:
+            raise errors.ApiError(
+                400, f"the request body nests {nesting} levels deep, over the {MAX_JSON_DEPTH}-level limit"
+            )
         try:
             return msgspec.json.decode(raw) if raw else {}
         except msgspec.DecodeError as exc:

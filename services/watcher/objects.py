@@ -101,6 +101,37 @@ def within_ceiling(event: Envelope, limit_bytes: int) -> Envelope:
     )
 
 
+def too_deep(event: Envelope, depth: int, size_bytes: int, limit_bytes: int, depth_limit: int) -> Envelope:
+    """The ``ObservationRejected`` recorded instead of ``event``, the observation of an object nesting
+    ``depth`` levels (its recorded form cut below ``depth_limit``): same id, stream and correlation."""
+    payload = event.payload
+    assert isinstance(payload, ObjectObserved)
+    return new_event(
+        ObservationRejected(
+            kind=payload.kind,
+            namespace=payload.namespace,
+            name=payload.name,
+            uid=payload.uid,
+            resource_version=payload.resource_version,
+            change=payload.change,
+            size_bytes=size_bytes,
+            limit_bytes=limit_bytes,
+            reason=(
+                f"{payload.kind} {payload.namespace}/{payload.name} nests {depth} levels deep, over the "
+                f"{depth_limit}-level limit (ROLLBOOK_MAX_OBJECT_DEPTH); not observed"
+            ),
+            depth=depth,
+            depth_limit=depth_limit,
+        ),
+        stream=event.stream,
+        stream_version=event.stream_version,
+        occurred_at=event.occurred_at,
+        event_id=event.event_id,
+        causation_id=event.causation_id,
+        correlation_id=event.correlation_id,
+    )
+
+
 def latest_per_object(events: Sequence[Envelope]) -> list[Envelope]:
     """One stream's observations of one append without those a later one of the same object (same uid)
     supersedes: a ``MODIFIED`` followed in the batch by another observation of its object that carries

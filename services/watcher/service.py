@@ -61,9 +61,9 @@ from services.model.streams import (
     observed_stream,
     rollout_id,
 )
-from services.watcher.objects import comparable, latest_per_object, observation, within_ceiling
+from services.watcher.objects import comparable, latest_per_object, observation, too_deep, within_ceiling
 from services.watcher.sidecarsets import SidecarSetRoutes
-from services.watcher.watch_stream import watch_events
+from services.watcher.watch_stream import TooDeep, parse_list, watch_events
 
 log = structlog.get_logger("watcher")
 
@@ -278,6 +278,33 @@ class Watcher:
         # stream's observations keep theirs.
         await self._append_batch([self._within_ceiling(e) for e in events if e.event_id in kept])
 
+    def _too_deep(self, kind: str, obj: TooDeep, change: str) -> list[Envelope]:
+        """The ObservationRejected for an object nesting deeper than max_object_depth: on its workload's
+        stream (nothing when it belongs to none). What the watcher knew of it stays as it was: the
+        object is not observed until a change brings it back within the limit."""
+        uid = str((obj.get("metadata") or {}).get("uid", ""))
+        known = self.known.get(uid)
+        workload = known.workload if known is not None else workload_of(kind, obj)
+        _count_observation(kind, "rejected")
+        log.error(
+            "observation_rejected",
+            kind=kind,
+            name=str((obj.get("metadata") or {}).get("name", "")),
+            depth=obj.depth,
+            depth_limit=self.settings.max_object_depth,
+        )
+        if workload is None:
+            return []
+        stream = observed_stream(*workload)
+        observed = observation(
+            kind, obj, change, stream=stream, correlation_id=correlation_of(kind, obj, workload)
+        )
+        return [
+            too_deep(
+                observed, obj.depth, obj.size, self.settings.max_event_bytes, self.settings.max_object_depth
+            )
+        ]
+
     def _within_ceiling(self, observed: Envelope) -> Envelope:
         event = within_ceiling(observed, self.settings.max_event_bytes)
         if event is not observed:
@@ -339,15 +366,20 @@ class Watcher:
 
     async def relist(self, kind_watch: KindWatch) -> str:
         response = await kind_watch.list_func(_preload_content=False)
-        listing = await kube.raw_json(response)
+        api_version, list_metadata, items = parse_list(
+            await kube.raw_body(response), self.settings.max_object_depth
+        )
         kind = kind_watch.kind
         seen: set[str] = set()
         async with self._emit_lock:
             events: list[Envelope] = []
-            for item in listing.get("items") or []:
+            for item in items:
                 item.setdefault("kind", kind)
-                item.setdefault("apiVersion", listing.get("apiVersion", "v1"))
+                item.setdefault("apiVersion", api_version)
                 seen.add(str((item.get("metadata") or {}).get("uid", "")))
+                if isinstance(item, TooDeep):
+                    events.extend(self._too_deep(kind, item, "ADDED"))
+                    continue
                 event = self._diff(kind, item, "ADDED")
                 if event is not None:
                     events.append(event)
@@ -365,7 +397,7 @@ class Watcher:
         kind_watch.served = True
         KIND_SERVED.labels("watcher", kind).set(1)
         kind_watch.initial_list_done.set()
-        return str((listing.get("metadata") or {}).get("resourceVersion", ""))
+        return str(list_metadata.get("resourceVersion", ""))
 
     async def run_kind(self, kind_watch: KindWatch) -> None:
         backoff = 0.2
@@ -377,6 +409,7 @@ class Watcher:
                     kind_watch.list_func,
                     resource_version=kind_watch.resource_version,
                     timeout_seconds=WATCH_TIMEOUT_SECONDS,
+                    max_depth=self.settings.max_object_depth,
                 )
                 try:
                     async for change, obj in events:
@@ -426,6 +459,13 @@ class Watcher:
         if change in ("ADDED", "MODIFIED", "DELETED"):
             obj.setdefault("kind", kind_watch.kind)
             async with self._emit_lock:
+                if isinstance(obj, TooDeep):
+                    rejected = self._too_deep(kind_watch.kind, obj, change)
+                    if rejected:
+                        await self._emit(rejected)
+                    if version:
+                        kind_watch.resource_version = str(version)
+                    return
                 event = self._diff(kind_watch.kind, obj, change)
                 events = [event] if event is not None else []
                 events.extend(self.sidecarsets.diff(kind_watch.kind, obj, change))

@@ -10,6 +10,9 @@ Here each line is decoded once by msgspec into ``(type, object)``; the request i
   not served, 410 for a resourceVersion too old.
 - An ``ERROR`` event raises ``ApiException`` with the Status's code (410 Gone mid-stream relists).
 - A malformed line raises ``ConnectionError``: the stream is treated as cut and reconnected.
+- An object nested deeper than ``max_depth`` (or too deep for the decoder: RecursionError) comes as a
+  ``TooDeep`` dict: the object cut below that depth (services/model/jsondepth.py), enough to say which
+  object it is, for the watcher to record ``ObservationRejected`` and go on.
 - The server ending the watch (its ``timeoutSeconds``) ends the iteration.
 """
 
@@ -23,6 +26,9 @@ import msgspec
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from services.infra import kube
+from services.model.jsondepth import depth, list_items, object_depth_over, pruned
+
+DEFAULT_MAX_DEPTH = 200
 
 WATCH_READ_GRACE_SECONDS = 30  # beyond the watch's own timeout, before a silent connection counts as dead
 
@@ -40,14 +46,77 @@ class WatchLine(msgspec.Struct):
 _decoder = msgspec.json.Decoder(WatchLine)
 
 
-def parse_line(line: bytes) -> tuple[str, dict[str, Any]] | None:
+class TooDeep(dict[str, Any]):
+    """An object nested deeper than the watcher records, cut below that depth; ``depth`` is how deep
+    the whole object nests."""
+
+    def __init__(self, cut: dict[str, Any], depth: int, size: int) -> None:
+        super().__init__(cut)
+        self.depth = depth
+        self.size = size
+
+
+def bounded(data: bytes, value: dict[str, Any] | None, max_depth: int) -> dict[str, Any] | TooDeep:
+    """The object decoded from ``data`` (``value``; None when the decoder gave up on its depth), or a
+    ``TooDeep`` of it when it nests deeper than ``max_depth``."""
+    if value is not None and not object_depth_over(data, value, max_depth):
+        return value
+    cut = msgspec.json.decode(pruned(data, max_depth + 1))
+    return TooDeep(cut if isinstance(cut, dict) else {}, depth(data), len(data))
+
+
+class ListShape(msgspec.Struct):
+    """A list answer with its items left as bytes, each decoded (and bounded) on its own: one item too
+    deep for the decoder must not make the whole list unreadable."""
+
+    apiVersion: str = "v1"
+    metadata: dict[str, Any] = {}
+    items: list[msgspec.Raw] | None = None
+
+
+_list_decoder = msgspec.json.Decoder(ListShape)
+_item_decoder = msgspec.json.Decoder(dict[str, Any])
+
+
+def parse_list(
+    data: bytes, max_depth: int = DEFAULT_MAX_DEPTH
+) -> tuple[str, dict[str, Any], list[dict[str, Any]]]:
+    """(apiVersion, metadata, items) of a list answer; an item nested deeper than ``max_depth`` comes as
+    a ``TooDeep``."""
+    try:
+        listing = _list_decoder.decode(data)
+    except RecursionError:  # an item too deep for the decoder: read the list without its items
+        listing = _list_decoder.decode(pruned(data, 2))
+        return listing.apiVersion, listing.metadata, [_item(item, max_depth) for item, _ in list_items(data)]
+    return listing.apiVersion, listing.metadata, [_item(bytes(raw), max_depth) for raw in listing.items or []]
+
+
+def _item(item: bytes, max_depth: int) -> dict[str, Any]:
+    try:
+        value: dict[str, Any] | None = _item_decoder.decode(item)
+    except RecursionError:
+        value = None
+    return bounded(item, value, max_depth)
+
+
+def parse_line(line: bytes, max_depth: int = DEFAULT_MAX_DEPTH) -> tuple[str, dict[str, Any]] | None:
     """``(type, object)`` of one watch line; None for a blank line. Raises as the module docstring says."""
     if not line.strip():
         return None
     try:
         event = _decoder.decode(line)
+    except RecursionError:
+        event = _decoder.decode(pruned(line, max_depth + 2))  # the line is one level above its object
+        event.object = TooDeep(event.object, depth(line) - 1, len(line))
     except msgspec.DecodeError as error:  # ValidationError included
         raise ConnectionError(f"malformed watch event: {error}") from error
+    else:
+        if object_depth_over(line, event.object, max_depth):
+            event.object = TooDeep(
+                msgspec.json.decode(pruned(line, max_depth + 2), type=WatchLine).object,
+                depth(line) - 1,
+                len(line),
+            )
     if event.type == "ERROR":
         status = event.object
         raise ApiException(
@@ -59,7 +128,11 @@ def parse_line(line: bytes) -> tuple[str, dict[str, Any]] | None:
 
 
 async def watch_events(
-    list_func: Callable[..., Awaitable[Any]], *, resource_version: str | None, timeout_seconds: int
+    list_func: Callable[..., Awaitable[Any]],
+    *,
+    resource_version: str | None,
+    timeout_seconds: int,
+    max_depth: int = DEFAULT_MAX_DEPTH,
 ) -> AsyncGenerator[tuple[str, dict[str, Any]], None]:
     """The events of one watch from ``resource_version`` (bookmarks requested) until the server ends it.
     Close it (``aclose``) when leaving early: that releases the connection."""
@@ -84,12 +157,12 @@ async def watch_events(
             pending += chunk
             start = 0
             while (end := pending.find(b"\n", max(start, scanned))) >= 0:
-                event = parse_line(bytes(pending[start:end]))
+                event = parse_line(bytes(pending[start:end]), max_depth)
                 start = end + 1
                 if event is not None:
                     yield event
             del pending[:start]
         if pending.strip():
-            event = parse_line(bytes(pending))
+            event = parse_line(bytes(pending), max_depth)
             if event is not None:
                 yield event

@@ -27,6 +27,10 @@ SIDECARSET_WEBHOOK_NAME = "validate-sidecarset.sidecarset.rollbook.io"
 SIDECARSET_MUTATING_WEBHOOK_NAME = "mutate-sidecarset.sidecarset.rollbook.io"
 # Namespaces labelled like this are never sent to the pod webhook (OpenKruise skips `control-plane`).
 OPT_OUT_LABEL = "rollbook.io/sidecar-injection"
+# Namespaces whose pods never reach the pod webhook, matched by the label the API server puts on every
+# namespace (its name), so no later label can bring them back in.
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
+SYSTEM_NAMESPACES = ("kube-system", "kube-public", "kube-node-lease")
 # SidecarSets labelled out of rollbook's management (services/model/management.py) never reach the
 # SidecarSet webhooks: a webhook outage cannot block them. deploy/with-openkruise narrows it to opted-in.
 SIDECARSET_OBJECT_SELECTOR: dict[str, Any] = {
@@ -84,6 +88,8 @@ def mutating_configuration(
                     "matchExpressions": [
                         {"key": "control-plane", "operator": "DoesNotExist"},
                         {"key": OPT_OUT_LABEL, "operator": "NotIn", "values": ["disabled"]},
+                        # The cluster's own namespaces, by the label the API server sets on every one.
+                        {"key": NAMESPACE_NAME_LABEL, "operator": "NotIn", "values": list(SYSTEM_NAMESPACES)},
                     ]
                 },
             }

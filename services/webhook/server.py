@@ -20,7 +20,7 @@ from services.webhook import admission, conversion
 from services.webhook.cache import NamespaceLabels, SidecarSetCache
 from services.webhook.recorder import InjectionRecorder, injection_events
 from services.webhook.revisions import Recorded, RevisionSource
-from services.webhook.tls import ServingCertificate
+from services.webhook.tls import RELOAD_SECONDS, ReloadingContext, ServingCertificate
 
 log = structlog.get_logger("rollbook.webhook")
 
@@ -302,21 +302,40 @@ class RunningServer:
     runner: web.AppRunner
     base_url: str  # https://host:port
     port: int
+    tls: ReloadingContext | None = None
+    reloading: asyncio.Task[None] | None = None
 
     async def stop(self) -> None:
+        if self.reloading is not None:
+            self.reloading.cancel()
+            await asyncio.gather(self.reloading, return_exceptions=True)
         await self.runner.cleanup()
 
 
 async def start_server(
-    state: WebhookState, certificate: ServingCertificate, *, host: str = "127.0.0.1", port: int = 0
+    state: WebhookState,
+    certificate: ServingCertificate,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    reload_seconds: float = RELOAD_SECONDS,
 ) -> RunningServer:
-    """Serve HTTPS on host:port (0 = a free port); returns where it listens."""
+    """Serve HTTPS on host:port (0 = a free port); returns where it listens. The certificate files are
+    looked at every ``reload_seconds`` and a new pair is served without a restart (tls.ReloadingContext)."""
     runner = web.AppRunner(build_app(state), access_log=None, shutdown_timeout=2.0)
     await runner.setup()
-    site = web.TCPSite(runner, host, port, ssl_context=certificate.server_context())
+    tls = ReloadingContext(certificate)
+    site = web.TCPSite(runner, host, port, ssl_context=tls.context)
     await site.start()
     server = site._server
     assert server is not None and isinstance(server, asyncio.base_events.Server)
     bound_port = int(server.sockets[0].getsockname()[1])
     url_host = f"[{host}]" if ":" in host else host
-    return RunningServer(runner=runner, base_url=f"https://{url_host}:{bound_port}", port=bound_port)
+    reloading = asyncio.create_task(tls.follow(reload_seconds), name="webhook-certificate-reload")
+    return RunningServer(
+        runner=runner,
+        base_url=f"https://{url_host}:{bound_port}",
+        port=bound_port,
+        tls=tls,
+        reloading=reloading,
+    )

@@ -7,17 +7,22 @@ bundle then goes into the webhook configurations' ``caBundle``.
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import ipaddress
+import os
 import ssl
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import structlog
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+log = structlog.get_logger("webhook")
 
 DEFAULT_HOSTS: tuple[str, ...] = ("127.0.0.1", "localhost")
 
@@ -37,6 +42,59 @@ class ServingCertificate:
     def client_context(self) -> ssl.SSLContext:
         """A client context trusting only our CA (tests and `rollbook` talking to the webhook)."""
         return ssl.create_default_context(cadata=self.ca_bundle.decode())
+
+    def files_stamp(self) -> tuple[tuple[int, int, int], ...]:
+        """What changes when either file is replaced or rewritten (a Secret volume swaps a symlink)."""
+        stats = [os.stat(path) for path in (self.cert_file, self.key_file)]
+        return tuple((st.st_ino, st.st_mtime_ns, st.st_size) for st in stats)
+
+
+# Seconds between looks at the certificate and key files for a new pair (cert-manager's rotation).
+RELOAD_SECONDS = 2.0
+
+
+class ReloadingContext:
+    """The server's TLS context, following the certificate files without a restart: every handshake
+    switches (``sni_callback``, called for every ClientHello, with or without SNI) to the context of the
+    newest pair that loaded whole. A pair that does not load (the key of the old certificate, a file
+    half written) is logged and the one in use stays; each later change of the files is tried again.
+    Admission and CRD conversion, served by the same server, take the new certificate together."""
+
+    def __init__(self, certificate: ServingCertificate) -> None:
+        self.certificate = certificate
+        self.current = certificate.server_context()
+        self.context = certificate.server_context()  # what the server listens with; it hands over
+        self.context.sni_callback = self._handshake
+        self._stamp = certificate.files_stamp()
+        self.reloads = 0
+
+    def _handshake(self, connection: ssl.SSLObject, _name: str | None, _context: ssl.SSLContext) -> None:
+        connection.context = self.current
+
+    def reload_if_changed(self) -> bool:
+        """Load the files if they changed since last looked at; True when a new pair is now served."""
+        try:
+            stamp = self.certificate.files_stamp()
+        except OSError as error:
+            log.warning("webhook_certificate_unreadable", error=repr(error))
+            return False
+        if stamp == self._stamp:
+            return False
+        self._stamp = stamp
+        try:
+            fresh = self.certificate.server_context()
+        except (OSError, ssl.SSLError, ValueError) as error:
+            log.warning("webhook_certificate_not_reloaded", error=repr(error), kept="the previous pair")
+            return False
+        self.current = fresh
+        self.reloads += 1
+        log.info("webhook_certificate_reloaded", cert_file=str(self.certificate.cert_file))
+        return True
+
+    async def follow(self, every: float = RELOAD_SECONDS) -> None:
+        while True:
+            await asyncio.sleep(every)
+            self.reload_if_changed()
 
 
 def _name(common_name: str) -> x509.Name:

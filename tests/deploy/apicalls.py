@@ -24,6 +24,8 @@ API_CLASSES: dict[str, type] = {
     "apps": client.AppsV1Api,
     "coordination.k8s.io": client.CoordinationV1Api,
     "admissionregistration.k8s.io": client.AdmissionregistrationV1Api,
+    "authentication.k8s.io": client.AuthenticationV1Api,
+    "authorization.k8s.io": client.AuthorizationV1Api,
     "*custom*": client.CustomObjectsApi,  # group and resource are in the call's arguments
 }
 VERBS = {

@@ -140,13 +140,25 @@ def test_the_planner_lease_names_follow_the_partition_and_member_settings() -> N
     }
 
 
-def test_the_auditor_gets_no_token() -> None:
+def test_the_auditors_token_only_reviews_history_readers() -> None:
+    # Its one use of the Kubernetes API: TokenReview and SubjectAccessReview of /history requests.
+    assert set(needed("auditor")) == {
+        ("authentication.k8s.io", "tokenreviews", "create", ()),
+        ("authorization.k8s.io", "subjectaccessreviews", "create", ()),
+    }
     manifests = render("standalone")
-    assert needed("auditor") == {}
-    account = named(manifests, "ServiceAccount", "rollbook-auditor")
-    assert account["automountServiceAccountToken"] is False
-    pod = named(manifests, "Deployment", "rollbook-auditor")["spec"]["template"]["spec"]
-    assert pod["automountServiceAccountToken"] is False
+    [config] = [
+        m for m in of_kind(manifests, "ConfigMap") if m["metadata"]["name"].startswith("rollbook-config")
+    ]
+    assert config["data"]["ROLLBOOK_API_AUTH"] == "kubernetes"
+
+
+def test_nobody_is_bound_to_read_history_by_default() -> None:
+    manifests = render("standalone")
+    reader = named(manifests, "ClusterRole", "rollbook-history-reader")
+    assert reader["rules"] == [{"apiGroups": ["rollbook.io"], "resources": ["history"], "verbs": ["get"]}]
+    bindings = of_kind(manifests, "RoleBinding") + of_kind(manifests, "ClusterRoleBinding")
+    assert not [b for b in bindings if b["roleRef"]["name"] == "rollbook-history-reader"]
 
 
 def test_the_deployed_webhook_runs_without_registering() -> None:

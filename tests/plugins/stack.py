@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -30,6 +32,7 @@ import nats.js.errors
 import pytest
 import pytest_asyncio
 
+from services.infra.api_auth import ensure_token, token_path
 from services.infra.bus import Bus
 from services.infra.database import asyncpg_url, upgrade_async
 from services.infra.settings import Settings
@@ -66,14 +69,18 @@ class Stack(Supervisor):
         except ServiceFailed as failure:
             raise AssertionError(str(failure)) from None
 
+    def api_headers(self) -> dict[str, str]:
+        """The bearer token of the stack's API token file (services/infra/api_auth.py, token mode)."""
+        return {"Authorization": "Bearer " + ensure_token(token_path(self.settings))}
+
     async def get_json(self, name: str, path: str) -> Any:
-        async with aiohttp.ClientSession() as session:
+        async with aiohttp.ClientSession(headers=self.api_headers()) as session:
             async with session.get(self.children[name].base_url + path) as response:
                 response.raise_for_status()
                 return await response.json()
 
     async def get_text(self, name: str, path: str) -> str:
-        async with aiohttp.ClientSession() as session:
+        async with aiohttp.ClientSession(headers=self.api_headers()) as session:
             async with session.get(self.children[name].base_url + path) as response:
                 response.raise_for_status()
                 return await response.text()
@@ -184,7 +191,9 @@ async def settings_for_stack(database_url: str, nats_url: str, kubeconfig: str) 
     """Settings for one test's services on a migrated database: their own JetStream stream and subject
     prefix (deleted afterwards), short leader Leases."""
     suffix = uuid.uuid4().hex[:10]
+    token_dir = Path(tempfile.mkdtemp(prefix="rollbook-api-token-"))
     settings = Settings(
+        api_token_file=str(token_dir / "api-token"),
         database_url=database_url,
         nats_url=nats_url,
         kubeconfig=kubeconfig,
@@ -201,6 +210,7 @@ async def settings_for_stack(database_url: str, nats_url: str, kubeconfig: str) 
     try:
         yield settings
     finally:
+        shutil.rmtree(token_dir, ignore_errors=True)
         bus = await Bus.connect(settings, name="rollbook-e2e-cleanup")
         for stream in (settings.stream_name, f"{settings.stream_name}_CHECKPOINTS"):
             try:

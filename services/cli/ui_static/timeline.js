@@ -1,5 +1,6 @@
 // rollbook ui: the rollout list and one rollout's timeline, drawn as SVG from /api/rollout (the SQL views
 // and the replay fold). No framework, no build step. The URL hash (#rollout=ID&position=N) says what is shown.
+// Recorded strings are data: they reach the DOM only as text (textContent, attribute values), never as HTML.
 "use strict";
 
 const SVG = "http://www.w3.org/2000/svg";
@@ -17,8 +18,19 @@ function hashParams() {
   return new URLSearchParams(location.hash.replace(/^#/, ""));
 }
 
+// Beyond the loopback the API needs the token: given once in the fragment (#token=...), which the browser
+// never sends, kept for this tab, and taken out of the address bar.
+(function takeToken() {
+  const params = hashParams();
+  if (!params.has("token")) return;
+  sessionStorage.setItem("rollbook-token", params.get("token"));
+  params.delete("token");
+  history.replaceState(null, "", location.pathname + location.search + (params.toString() ? "#" + params : ""));
+})();
+
 async function getJSON(url) {
-  const response = await fetch(url);
+  const token = sessionStorage.getItem("rollbook-token");
+  const response = await fetch(url, token ? { headers: { Authorization: "Bearer " + token } } : {});
   if (!response.ok) throw new Error(`${url}: ${response.status} ${await response.text()}`);
   return response.json();
 }
@@ -32,7 +44,9 @@ async function showList() {
     link.href = "#rollout=" + encodeURIComponent(r.rollout_id);
     link.className = "rollout-link";
     link.dataset.rollout = r.rollout_id;
-    link.innerHTML = `${r.namespace}/${r.workload}<br><small>${r.to_revision} · ${r.strategy_type} · ${r.outcome}</small>`;
+    const detail = document.createElement("small");
+    detail.textContent = `${r.to_revision} · ${r.strategy_type} · ${r.outcome}`;
+    link.append(`${r.namespace}/${r.workload}`, document.createElement("br"), detail);
     list.appendChild(link);
   }
 }
@@ -44,7 +58,7 @@ function colorOf(action) {
 
 function draw(data, width) {
   const svg = document.getElementById("timeline");
-  svg.innerHTML = "";
+  svg.replaceChildren();
   const actions = data.actions.filter((a) => a.requested);
   const pods = [...new Set(actions.map((a) => a.pod))];
   const times = [data.rollout.started, data.rollout.finished, ...actions.flatMap((a) => [a.requested, a.finished]),
@@ -117,7 +131,7 @@ function showState(data, index, moveCursor) {
   document.getElementById("position-label").textContent =
     `${index + 1}/${data.states.length} · position ${step.position} · ${step.recordedAt} · ${step.type}`;
   const body = document.querySelector("#state tbody");
-  body.innerHTML = "";
+  body.replaceChildren();
   for (const [name, pod] of Object.entries(step.state.pods)) {
     const row = document.createElement("tr");
     row.dataset.pod = name;
