@@ -15,6 +15,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from services.infra.database import sqlalchemy_url
+from services.infra.db_roles import assume_sql
 from services.infra.settings import Settings
 
 config = context.config
@@ -33,6 +34,10 @@ def _database_url() -> str:
 
 
 def _run(connection: Connection) -> None:
+    # Act as the database's owner role (migration 0016 creates it) when this login may: whatever a
+    # migration creates is then the owner's, and the default privileges grant it to the writer and reader.
+    connection.exec_driver_sql(assume_sql("owner"))
+    connection.commit()
     # transaction_per_migration: a failed revision rolls back alone and leaves the earlier ones applied.
     context.configure(connection=connection, transaction_per_migration=True)
     with context.begin_transaction():

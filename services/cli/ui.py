@@ -119,6 +119,13 @@ def make_app(pool: asyncpg.Pool, store: EventStore) -> web.Application:
     return app
 
 
+async def _act_as_reader(connection: Any) -> None:
+    """Each pooled connection acts as the reader role when its login may (services/infra/db_roles.py)."""
+    from services.infra.db_roles import assume_sql
+
+    await connection.execute(assume_sql("reader"))
+
+
 async def serve(settings: Settings, host: str, port: int) -> int:
     import asyncio
     import signal
@@ -130,8 +137,11 @@ async def serve(settings: Settings, host: str, port: int) -> int:
     from services.infra.stack import open_store, stack_settings
 
     async with stack_settings(settings) as resolved:
-        pool = await asyncpg.create_pool(asyncpg_url(resolved.database_url), min_size=1, max_size=4)
-        store = await open_store(resolved.database_url)
+        reader_url = resolved.url_for("reader")
+        pool = await asyncpg.create_pool(
+            asyncpg_url(reader_url), min_size=1, max_size=4, init=_act_as_reader
+        )
+        store = await open_store(reader_url)
         runner = web.AppRunner(make_app(pool, store), access_log=None)
         await runner.setup()
         try:
