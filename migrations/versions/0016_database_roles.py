@@ -139,11 +139,13 @@ def downgrade() -> None:
         DO $drop$
         DECLARE
             wanted text;
+            owner_role text := {owner};
+            roles text[] := ARRAY[{writer}, {reader}, {hook}, {owner}];
         BEGIN
-            IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = {owner}) THEN
-                EXECUTE format('REASSIGN OWNED BY %I TO %I', {owner}, current_user);
+            IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = owner_role) THEN
+                EXECUTE format('REASSIGN OWNED BY %I TO %I', owner_role, current_user);
             END IF;
-            FOREACH wanted IN ARRAY ARRAY[{writer}, {reader}, {hook}, {owner}] LOOP
+            FOREACH wanted IN ARRAY roles LOOP
                 IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = wanted) THEN
                     EXECUTE format('DROP OWNED BY %I', wanted);
                     EXECUTE format('DROP ROLE %I', wanted);

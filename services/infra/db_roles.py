@@ -1,7 +1,9 @@
 """Database roles by duty: who may do what to the event store (docs/security-database.md).
 
 Migration 0016 creates four roles per database, named after it (``<database>_<duty>``, the database's name
-cut to 48 characters), so databases on one server (a test session's, the demo's) never share a role:
+cut to 48 characters), so databases on one server (a test session's, the demo's) never share a role (a copy
+made with ``CREATE DATABASE ... TEMPLATE`` shares its template's: the roles are found from the owner of
+``events``):
 
 - ``owner`` (no login): owns every table, view, trigger and function; only migrations act as it;
 - ``writer``: what the services run, SELECT and INSERT on ``events``, INSERT and UPDATE on
@@ -34,9 +36,18 @@ def role_name(database: str, duty: Duty) -> str:
     return f"{database[:PREFIX_LENGTH]}_{duty}"
 
 
+# The roles' common prefix in the current database: the owner of ``events`` minus "_owner" once migration
+# 0016 ran (so a database copied from another with CREATE DATABASE ... TEMPLATE, or renamed, keeps using
+# the roles its grants name), else the database's name.
+PREFIX_SQL = rf"""coalesce(
+    (SELECT left(r.rolname, length(r.rolname) - 6) FROM pg_class c JOIN pg_roles r ON r.oid = c.relowner
+      WHERE c.oid = to_regclass('public.events') AND r.rolname LIKE '%\_owner'),
+    left(current_database(), {PREFIX_LENGTH}))"""
+
+
 def role_sql(duty: Duty) -> str:
     """A SQL expression naming the role of ``duty`` in the current database."""
-    return f"left(current_database(), {PREFIX_LENGTH}) || '_{duty}'"
+    return f"({PREFIX_SQL} || '_{duty}')"
 
 
 def assume_sql(duty: Duty) -> str:
