@@ -161,9 +161,7 @@ def redacted(url: str) -> str:
     return urlunsplit(parts._replace(netloc=f"{user}{host}{f':{parts.port}' if parts.port else ''}"))
 
 
-async def connect_database(
-    database_url: str, *, connect_timeout: float = 10.0, duty: Duty = "reader"
-) -> Any:
+async def connect_database(database_url: str, *, connect_timeout: float = 10.0, duty: Duty = "reader") -> Any:
     """An asyncpg connection to ``database_url``, acting as ``duty``'s role (services/infra/db_roles.py)
     when its login may; a server that does not answer is a StackUnreachable naming it (not a connection
     traceback)."""

@@ -85,7 +85,9 @@ async def test_the_services_connection_cannot_rewrite_the_trail(event_store: Eve
 async def test_the_writer_login_cannot_rewrite_the_trail(login_urls: dict[str, str], attack: str) -> None:
     connection = await asyncpg.connect(login_urls["writer"])
     try:
-        assert await connection.fetchval("SELECT rolsuper FROM pg_roles WHERE rolname = current_user") is False
+        assert (
+            await connection.fetchval("SELECT rolsuper FROM pg_roles WHERE rolname = current_user") is False
+        )
         await _refused(connection, ATTACKS[attack].replace("{owner}", f'"{login_urls["owner"]}"'))
     finally:
         await connection.close()
@@ -133,7 +135,9 @@ async def test_the_reader_cannot_write(login_urls: dict[str, str], database_url:
 async def test_the_webhook_only_appends_events(login_urls: dict[str, str]) -> None:
     connection = await asyncpg.connect(login_urls["webhook"])
     try:
-        await _refused(connection, "INSERT INTO event_checkpoints (global_position, chain_hash) VALUES (1, '')")
+        await _refused(
+            connection, "INSERT INTO event_checkpoints (global_position, chain_hash) VALUES (1, '')"
+        )
         await _refused(connection, "SELECT * FROM rollouts")
         await _refused(connection, ATTACKS["update"])
     finally:
