@@ -138,9 +138,7 @@ async def serve(settings: Settings, host: str, port: int) -> int:
 
     async with stack_settings(settings) as resolved:
         reader_url = resolved.url_for("reader")
-        pool = await asyncpg.create_pool(
-            asyncpg_url(reader_url), min_size=1, max_size=4, init=_act_as_reader
-        )
+        pool = await asyncpg.create_pool(asyncpg_url(reader_url), min_size=1, max_size=4, init=_act_as_reader)
         store = await open_store(reader_url)
         runner = web.AppRunner(make_app(pool, store), access_log=None)
         await runner.setup()

@@ -53,7 +53,8 @@ async def server_urls() -> AsyncIterator[ServerUrls]:
         )
         # Migrations are the database fixture's business (a fresh database per session), not the server's.
         async with EmbeddedServers(wanted, migrate=False) as resolved:
-            yield ServerUrls(database_url=resolved.database_url, nats_url=resolved.nats_url)
+            # The owner's URL: a login that may CREATE DATABASE (embedded: the superuser, with its password).
+            yield ServerUrls(database_url=resolved.url_for("owner"), nats_url=resolved.nats_url)
 
 
 @pytest_asyncio.fixture(loop_scope="session")
