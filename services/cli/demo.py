@@ -400,7 +400,7 @@ async def _fresh_database(settings: Settings) -> Settings:
 
     from services.infra.database import asyncpg_url, upgrade_async
 
-    base = asyncpg_url(settings.database_url)
+    base = asyncpg_url(settings.url_for("owner"))  # a login that may create a database
     name = f"rollbook_demo_{uuid.uuid4().hex[:8]}"
     admin = await asyncpg.connect(base)
     try:
@@ -410,7 +410,7 @@ async def _fresh_database(settings: Settings) -> Settings:
     url = base.rsplit("/", 1)[0] + "/" + name
     await upgrade_async(url)
     console().print(f"  audit trail kept in database {url}")
-    return msgspec.structs.replace(settings, database_url=url)
+    return msgspec.structs.replace(settings, database_url=url, database_owner_url=url, database_reader_url="")
 
 
 @contextlib.contextmanager

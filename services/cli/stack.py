@@ -20,7 +20,9 @@ from services.infra.settings import Settings
 def register(app: typer.Typer) -> None:
     @app.command("stack")
     def stack_command(
-        postgres: bool = typer.Option(False, "--postgres", help="Print only the Postgres URL (for psql)."),
+        postgres: bool = typer.Option(
+            False, "--postgres", help="Print only the reader's Postgres URL (for psql; no password in it)."
+        ),
         nats: bool = typer.Option(False, "--nats", help="Print only the NATS URL."),
         env: bool = typer.Option(
             False, "--env", help="Print export lines for ROLLBOOK_DATABASE_URL and ROLLBOOK_NATS_URL."
@@ -45,7 +47,8 @@ def register(app: typer.Typer) -> None:
                 f"no running stack on data dir {settings.data_path} and no ROLLBOOK_DATABASE_URL /"
                 " ROLLBOOK_NATS_URL: start one with `rollbook up`"
             )
-        wanted = [(postgres, found.database_url, "Postgres"), (nats, found.nats_url, "NATS")]
+        reader_url = found.database_reader_url or found.database_url
+        wanted = [(postgres, reader_url, "Postgres"), (nats, found.nats_url, "NATS")]
         if postgres or nats:
             for asked, url, what in wanted:
                 if asked and not url:
@@ -56,6 +59,7 @@ def register(app: typer.Typer) -> None:
         if env:
             for variable, url in (
                 ("ROLLBOOK_DATABASE_URL", found.database_url),
+                ("ROLLBOOK_DATABASE_READER_URL", found.database_reader_url),
                 ("ROLLBOOK_NATS_URL", found.nats_url),
             ):
                 if url:
@@ -64,6 +68,7 @@ def register(app: typer.Typer) -> None:
         for label, url, source in (
             ("postgres", found.database_url, found.database_source),
             ("nats", found.nats_url, found.nats_source),
+            *([("reader", reader_url, found.database_source)] if reader_url != found.database_url else []),
         ):
             typer.echo(f"{label:9} {url or '-':48} {source or 'not running'}")
         typer.echo(f"data dir  {settings.data_path}")
