@@ -2,7 +2,7 @@
 
 The database URL comes from, in order: ``alembic -x url=postgresql://...``, the config attribute
 ``database_url`` (set by services.infra.database.alembic_config for tests and embedded mode), and
-finally ``Settings.from_env().database_url`` (ROLLBOOK_DATABASE_URL).
+finally the owner's URL from the settings (ROLLBOOK_DATABASE_OWNER_URL, else ROLLBOOK_DATABASE_URL).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ config = context.config
 def _database_url() -> str:
     url = context.get_x_argument(as_dictionary=True).get("url") or config.attributes.get("database_url")
     if not url:
-        url = Settings.from_env().database_url
+        url = Settings.from_env().url_for("owner")
     if not url:
         raise SystemExit(
             "no database URL: pass `alembic -x url=postgresql://user@host:port/db`"
