@@ -24,7 +24,8 @@ are per database.
 
 The LOGIN roles get no password here: whoever provisions the logins sets one (embedded mode from its
 pgpass file, deploy/ from the Secrets, through ``rollbook db upgrade``). ``CREATE`` on schema ``public``
-is taken from PUBLIC (already so on Postgres 15), so no role but the owner adds objects there.
+is taken from PUBLIC (already so on Postgres 15) and given to the owner, so no role but the owner adds
+objects there.
 
 Default privileges make whatever the owner creates later readable by the reader and the writer, and
 insertable by the writer (appending is the writer's job; UPDATE, DELETE and TRUNCATE are never granted by
@@ -103,6 +104,8 @@ def _statements() -> list[str]:
         f"""
         DO $grants$
         BEGIN
+            -- Later migrations create their tables and views as the owner.
+            EXECUTE format('GRANT USAGE, CREATE ON SCHEMA public TO %I', {owner});
             EXECUTE format('GRANT USAGE ON SCHEMA public TO %I, %I, %I', {writer}, {reader}, {hook});
             EXECUTE format('GRANT CONNECT ON DATABASE %I TO %I, %I, %I',
                            current_database(), {writer}, {reader}, {hook});

@@ -167,3 +167,29 @@ async def test_the_writer_login_appends_reads_and_checkpoints(login_urls: dict[s
             await connection.fetch("SELECT * FROM pod_actions LIMIT 1")
     finally:
         await store.close()
+
+
+async def test_what_later_migrations_create_gets_the_default_grants(database_url: str) -> None:
+    """A table or view a later migration creates (as the owner: migrations/env.py) is readable by the
+    writer and the reader and insertable by the writer only; nobody but the owner may change it."""
+    admin = await asyncpg.connect(asyncpg_url(database_url))
+    try:
+        owner, writer, reader = [await _role(admin, d) for d in ("owner", "writer", "reader")]
+        transaction = admin.transaction()
+        await transaction.start()
+        try:
+            await admin.execute(f'SET LOCAL ROLE "{owner}"')
+            await admin.execute("CREATE TABLE later_probe (id bigint)")
+            await admin.execute("CREATE VIEW later_probe_view AS SELECT id FROM later_probe")
+            check = "SELECT has_table_privilege($1, $2, $3)"
+            for name in ("later_probe", "later_probe_view"):
+                assert await admin.fetchval(check, reader, name, "SELECT")
+                assert await admin.fetchval(check, writer, name, "SELECT")
+                assert not await admin.fetchval(check, reader, name, "INSERT")
+            assert await admin.fetchval(check, writer, "later_probe", "INSERT")
+            for privilege in ("UPDATE", "DELETE", "TRUNCATE"):
+                assert not await admin.fetchval(check, writer, "later_probe", privilege)
+        finally:
+            await transaction.rollback()
+    finally:
+        await admin.close()
