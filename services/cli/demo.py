@@ -329,13 +329,12 @@ async def _merge_patch(custom: client.CustomObjectsApi, workload: Workload, patc
 async def _summary(settings: Settings, clock: Clock) -> None:
     import asyncio
 
-    import asyncpg
     from rich.table import Table
 
     from services.infra import audit_queries
-    from services.infra.database import asyncpg_url
+    from services.infra.stack import connect_database
 
-    connection = await asyncpg.connect(asyncpg_url(settings.database_url))
+    connection = await connect_database(settings.url_for("reader"))  # the summary reads as the reader
     try:
         deadline = time.monotonic() + STEP_TIMEOUT
         while True:
