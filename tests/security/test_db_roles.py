@@ -16,12 +16,15 @@ from urllib.parse import quote, urlsplit, urlunsplit
 import asyncpg
 import pytest
 
-from services.infra.database import asyncpg_url
+from services.infra.database import asyncpg_url, downgrade_async, upgrade_async
 from services.infra.db_roles import Duty, role_sql
 from services.infra.stack import connect_database
 from services.infra.store import EventStore
 from services.model.events import Envelope
+from services.replay.audit import audit_log
 from tests.infra.store_helpers import pod_action, unique_stream
+from tests.plugins.database import fresh_database
+from tests.plugins.servers import ServerUrls
 
 pytestmark = [pytest.mark.servers, pytest.mark.asyncio(loop_scope="session")]
 
@@ -193,3 +196,42 @@ async def test_what_later_migrations_create_gets_the_default_grants(database_url
             await transaction.rollback()
     finally:
         await admin.close()
+
+
+async def test_a_trail_recorded_before_the_roles_still_verifies_and_grows(server_urls: ServerUrls) -> None:
+    """Migration 0016 on a database holding events: they keep their hashes, verify, and the writer's
+    next appends chain on; the downgrade gives everything back and the events stay."""
+    async with fresh_database(server_urls.database_url, prefix="rollbook_roles_upgrade") as url:
+        await upgrade_async(url, "0013_inplace_mark_of_its_own")
+        before = await EventStore.connect(url)
+        try:
+            stream = unique_stream()
+            await before.append([pod_action(stream, v, index=v) for v in (1, 2, 3)], expected_version=0)
+            hashes = [row async for row in _chain(before)]
+        finally:
+            await before.close()
+        await upgrade_async(url)
+        store = await EventStore.connect(url)
+        try:
+            assert [row async for row in _chain(store)] == hashes
+            await store.append([pod_action(stream, 4, index=4)], expected_version=3)
+            report = await audit_log(store)
+            assert report.clean and report.rows == 4, report.findings
+        finally:
+            await store.close()
+        await downgrade_async(url, "0013_inplace_mark_of_its_own")
+        admin = await asyncpg.connect(asyncpg_url(url))
+        try:
+            assert await admin.fetchval("SELECT count(*) FROM events") == 4
+            assert (
+                await admin.fetchval(f"SELECT count(*) FROM pg_roles WHERE rolname = {role_sql('writer')}")
+                == 0
+            )
+        finally:
+            await admin.close()
+
+
+async def _chain(store: EventStore) -> AsyncIterator[tuple[int, bytes]]:
+    async with store._driver() as connection:
+        for row in await connection.fetch("SELECT global_position, chain_hash FROM events ORDER BY 1"):
+            yield int(row[0]), bytes(row[1])
