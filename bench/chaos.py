@@ -411,8 +411,8 @@ async def main(args: argparse.Namespace) -> int:
             Settings(nats_url="nats://127.0.0.1:1", data_dir=str(root / "pg")), migrate=False
         )
         async with pg as resolved:
-            database_url = with_database(resolved.database_url, f"rollbook_chaos_{uuid.uuid4().hex[:8]}")
-            admin = await asyncpg.connect(asyncpg_url(resolved.database_url))
+            database_url = with_database(resolved.url_for("owner"), f"rollbook_chaos_{uuid.uuid4().hex[:8]}")
+            admin = await asyncpg.connect(asyncpg_url(resolved.url_for("owner")))
             await admin.execute(f'CREATE DATABASE "{database_url.rsplit("/", 1)[1]}"')
             await admin.close()
             await upgrade_async(database_url)

@@ -34,6 +34,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from a checkout
 
@@ -75,6 +76,12 @@ def server_cpu_seconds(postmaster: int) -> dict[str, float]:
         by_kind[kind] = by_kind.get(kind, 0.0) + child_times.user + child_times.system
     return by_kind
 
+
+
+def _on_database(url: str, name: str) -> str:
+    """The same login and server (and passfile) on another database."""
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(path="/" + name))
 
 @dataclass
 class Counters:
@@ -143,7 +150,7 @@ async def main(args: argparse.Namespace) -> int:
         resolved = await servers.start()
         try:
             postmaster = servers.pids["postgres"]
-            server_url = resolved.database_url.rsplit("/", 1)[0] + "/postgres"
+            server_url = _on_database(resolved.url_for("owner"), "postgres")  # the superuser's login
             admin = await asyncpg.connect(server_url)
             await admin.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
             scale = await asyncio.create_subprocess_exec(
@@ -175,7 +182,7 @@ async def main(args: argparse.Namespace) -> int:
                     name = await admin.fetchval(
                         "SELECT datname FROM pg_database WHERE datname LIKE 'rollbook_scale_%'"
                     )
-                    bench_db = await asyncpg.connect(server_url.rsplit("/", 1)[0] + f"/{name}")
+                    bench_db = await asyncpg.connect(_on_database(server_url, name))
                     functions_before = await function_times(bench_db)
                     before = await counters(admin, postmaster)
                 elif ends.match(line) and before is not None and after is None:

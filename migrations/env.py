@@ -2,7 +2,7 @@
 
 The database URL comes from, in order: ``alembic -x url=postgresql://...``, the config attribute
 ``database_url`` (set by services.infra.database.alembic_config for tests and embedded mode), and
-finally ``Settings.from_env().database_url`` (ROLLBOOK_DATABASE_URL).
+finally the owner's URL from the settings (ROLLBOOK_DATABASE_OWNER_URL, else ROLLBOOK_DATABASE_URL).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from services.infra.database import sqlalchemy_url
+from services.infra.db_roles import assume_sql
 from services.infra.settings import Settings
 
 config = context.config
@@ -23,7 +24,7 @@ config = context.config
 def _database_url() -> str:
     url = context.get_x_argument(as_dictionary=True).get("url") or config.attributes.get("database_url")
     if not url:
-        url = Settings.from_env().database_url
+        url = Settings.from_env().url_for("owner")
     if not url:
         raise SystemExit(
             "no database URL: pass `alembic -x url=postgresql://user@host:port/db`"
@@ -33,6 +34,10 @@ def _database_url() -> str:
 
 
 def _run(connection: Connection) -> None:
+    # Act as the database's owner role (migration 0016 creates it) when this login may: whatever a
+    # migration creates is then the owner's, and the default privileges grant it to the writer and reader.
+    connection.exec_driver_sql(assume_sql("owner"))
+    connection.commit()
     # transaction_per_migration: a failed revision rolls back alone and leaves the earlier ones applied.
     context.configure(connection=connection, transaction_per_migration=True)
     with context.begin_transaction():

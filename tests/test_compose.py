@@ -12,6 +12,7 @@ import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import msgspec
 import pytest
@@ -83,9 +84,17 @@ def test_the_four_services_run_as_rollbook_up_runs_them() -> None:
     ports = {settings.http_port + PORT_OFFSETS[s] for s in SERVICES}
     published = services["simcluster"]["ports"][0]
     assert published.endswith(f":{min(ports)}-{max(ports)}") and len(ports) == 4
-    # The migration and simcluster see the same database and kubeconfig as the services.
-    for other in ("migrate", "simcluster"):
-        assert services[other]["environment"] == environments[0]
+    # The migration and simcluster see the same database and kubeconfig as the services; only the
+    # migration has the owner's login, and the services write and read with logins of their own.
+    assert services["simcluster"]["environment"] == environments[0]
+    migrate = dict(services["migrate"]["environment"])
+    owner_url = migrate.pop("ROLLBOOK_DATABASE_OWNER_URL")
+    assert migrate == environments[0]
+    assert "ROLLBOOK_DATABASE_OWNER_URL" not in env
+    logins = {
+        urlsplit(url).username for url in (owner_url, settings.database_url, settings.url_for("reader"))
+    }
+    assert logins == {"rollbook", "rollbook_writer", "rollbook_reader"}
     simcluster_argv = services["simcluster"]["command"]
     assert simcluster_argv[simcluster_argv.index("--kubeconfig") + 1] == settings.kubeconfig
 

@@ -425,10 +425,16 @@ async def run(settings: Settings) -> None:
     configure_logging(settings, "auditor")
     calm_cyclic_collector()  # each message decodes into many containers, none in a cycle (runtime.py)
     store = await EventStore.connect(settings.database_url)
+    # /history reads as the reader role (its own URL if configured): it never needs to write.
+    try:
+        history_store = await EventStore.connect(settings.url_for("reader"), pool_size=2, duty="reader")
+    except BaseException:
+        await store.close()
+        raise
     runtime = ServiceRuntime(settings, "auditor")
     check = await authenticator(settings)
     runtime.app.middlewares.append(guard(check))
-    runtime.app.router.add_get("/history", History(store).handle)
+    runtime.app.router.add_get("/history", History(history_store).handle)
     async with runtime:
         bus = await Bus.connect(settings, name="rollbook-auditor", identity=AUDITOR)
         bus.bodies = store.read_event  # events larger than a bus message are read from the store
@@ -456,6 +462,7 @@ async def run(settings: Settings) -> None:
             await bus.close()
             await store.close()
             await check.close()
+            await history_store.close()
 
 
 async def _ready_when_caught_up(runtime: ServiceRuntime, relay: Relay) -> None:

@@ -28,8 +28,8 @@ def upgrade_command(revision: str = typer.Option("head", help="target revision")
     from services.infra.database import upgrade
 
     async def body(settings: Settings) -> int:
-        await asyncio.to_thread(upgrade, settings.database_url, revision)
-        typer.echo(f"database at {await _current(settings.database_url) or 'base'}")
+        await asyncio.to_thread(upgrade, settings.url_for("owner"), revision)
+        typer.echo(f"database at {await _current(settings.url_for('owner')) or 'base'}")
         return 0
 
     raise typer.Exit(run_command(body, migrate=False))
@@ -40,7 +40,7 @@ def current_command() -> None:
     """Print the migration revision the database is at ("base" when none is applied)."""
 
     async def body(settings: Settings) -> int:
-        typer.echo(await _current(settings.database_url) or "base")
+        typer.echo(await _current(settings.url_for("owner")) or "base")
         return 0
 
     raise typer.Exit(run_command(body, migrate=False))
@@ -63,8 +63,8 @@ def downgrade_command(
     from services.infra.database import downgrade
 
     async def body(settings: Settings) -> int:
-        await asyncio.to_thread(downgrade, settings.database_url, revision)
-        typer.echo(f"database at {await _current(settings.database_url) or 'base'}")
+        await asyncio.to_thread(downgrade, settings.url_for("owner"), revision)
+        typer.echo(f"database at {await _current(settings.url_for('owner')) or 'base'}")
         return 0
 
     raise typer.Exit(run_command(body, migrate=False))

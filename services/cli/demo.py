@@ -329,13 +329,12 @@ async def _merge_patch(custom: client.CustomObjectsApi, workload: Workload, patc
 async def _summary(settings: Settings, clock: Clock) -> None:
     import asyncio
 
-    import asyncpg
     from rich.table import Table
 
     from services.infra import audit_queries
-    from services.infra.database import asyncpg_url
+    from services.infra.stack import connect_database
 
-    connection = await asyncpg.connect(asyncpg_url(settings.database_url))
+    connection = await connect_database(settings.url_for("reader"))  # the summary reads as the reader
     try:
         deadline = time.monotonic() + STEP_TIMEOUT
         while True:
@@ -401,7 +400,7 @@ async def _fresh_database(settings: Settings) -> Settings:
     from services.infra.database import asyncpg_url, upgrade_async
     from services.infra.redact import redacted
 
-    base = asyncpg_url(settings.database_url)
+    base = asyncpg_url(settings.url_for("owner"))  # a login that may create a database
     name = f"rollbook_demo_{uuid.uuid4().hex[:8]}"
     admin = await asyncpg.connect(base)
     try:
@@ -411,7 +410,7 @@ async def _fresh_database(settings: Settings) -> Settings:
     url = base.rsplit("/", 1)[0] + "/" + name
     await upgrade_async(url)
     console().print(f"  audit trail kept in database {redacted(url)}")
-    return msgspec.structs.replace(settings, database_url=url)
+    return msgspec.structs.replace(settings, database_url=url, database_owner_url=url, database_reader_url="")
 
 
 @contextlib.contextmanager

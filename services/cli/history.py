@@ -43,7 +43,7 @@ async def connect(settings: Settings) -> AsyncIterator[asyncpg.Connection]:
 
     try:
         async with stack_settings(settings) as resolved:
-            connection = await connect_database(resolved.database_url)
+            connection = await connect_database(resolved.url_for("reader"))
             try:
                 missing = await connection.fetchval("SELECT to_regclass('pod_actions') IS NULL")
                 if missing:

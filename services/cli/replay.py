@@ -291,7 +291,7 @@ def register(app: typer.Typer) -> None:
                     await connection.close()
             return await take_checkpoint(store, file=checkpoint_file)
 
-        checkpoint = run_with_store(work, nats=bus)
+        checkpoint = run_with_store(work, nats=bus, duty="writer")
         if checkpoint is None:
             typer.echo("the log is empty: nothing to checkpoint")
         else:

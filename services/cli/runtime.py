@@ -20,6 +20,7 @@ from services.cli.errors import CommandError
 from services.infra.settings import Settings
 
 if TYPE_CHECKING:
+    from services.infra.db_roles import Duty
     from services.infra.store import EventStore
 
 log = logging.getLogger(__name__)
@@ -81,9 +82,12 @@ async def _run(body: CommandBody, settings: Settings, migrate: bool) -> int:
             loop.remove_signal_handler(sig)
 
 
-def run_with_store(work: Callable[[EventStore, Settings], Awaitable[T]], *, nats: bool = False) -> T:
+def run_with_store(
+    work: Callable[[EventStore, Settings], Awaitable[T]], *, nats: bool = False, duty: Duty = "reader"
+) -> T:
     """Run ``work`` on the event store of the stack (services/infra/stack.py: configured, else the one
-    `rollbook up` runs, else embedded for this command). A bad target is exit 2."""
+    `rollbook up` runs, else embedded for this command), as ``duty``'s database role (the reader: read
+    commands; the writer for the one that records a checkpoint). A bad target is exit 2."""
     import asyncio
 
     from services.infra.stack import open_store, stack_settings
@@ -93,7 +97,7 @@ def run_with_store(work: Callable[[EventStore, Settings], Awaitable[T]], *, nats
 
     async def run() -> T:
         async with stack_settings(nats=nats) as settings:
-            store = await open_store(settings.database_url)
+            store = await open_store(settings.url_for(duty), duty=duty)
             try:
                 return await work(store, settings)
             finally:

@@ -80,16 +80,19 @@ async def _check_store(settings: Settings) -> str:
     import asyncpg
 
     from services.infra.database import asyncpg_url, upgrade_async
+    from services.infra.db_roles import DUTIES, role_name
     from services.infra.store import EventStore
 
-    admin = await asyncpg.connect(asyncpg_url(settings.database_url))
+    # A scratch database of its own, made by the owner's login (the services' writer may create nothing).
+    admin_url = settings.url_for("owner")
+    admin = await asyncpg.connect(asyncpg_url(admin_url))
     try:
         version = await admin.fetchval("SHOW server_version")
         scratch = f"rollbook_selfcheck_{uuid.uuid4().hex[:10]}"
         await admin.execute(f'CREATE DATABASE "{scratch}"')
     finally:
         await admin.close()
-    scratch_url = _with_database(settings.database_url, scratch)
+    scratch_url = _with_database(admin_url, scratch)
     try:
         await upgrade_async(scratch_url)
         store = await EventStore.connect(scratch_url)
@@ -102,9 +105,11 @@ async def _check_store(settings: Settings) -> str:
         finally:
             await store.close()
     finally:
-        admin = await asyncpg.connect(asyncpg_url(settings.database_url))
+        admin = await asyncpg.connect(asyncpg_url(admin_url))
         try:
             await admin.execute(f'DROP DATABASE IF EXISTS "{scratch}" WITH (FORCE)')
+            for duty in DUTIES:  # its roles (migration 0016), named after it
+                await admin.execute(f'DROP ROLE IF EXISTS "{role_name(scratch, duty)}"')
         finally:
             await admin.close()
     if result.appended != 2 or again.appended != 0:

@@ -26,7 +26,9 @@ from services.infra.settings import Settings
 def register(app: typer.Typer) -> None:
     @app.command("stack")
     def stack_command(
-        postgres: bool = typer.Option(False, "--postgres", help="Print only the Postgres URL (for psql)."),
+        postgres: bool = typer.Option(
+            False, "--postgres", help="Print only the reader's Postgres URL (for psql; no password in it)."
+        ),
         nats: bool = typer.Option(False, "--nats", help="Print only the NATS URL."),
         env: bool = typer.Option(
             False, "--env", help="Print export lines for ROLLBOOK_DATABASE_URL and ROLLBOOK_NATS_URL."
@@ -53,9 +55,10 @@ def register(app: typer.Typer) -> None:
             )
         # No secret is ever printed: a password in a configured URL is left out of what a client uses
         # (psql takes it from PGPASSWORD or ~/.pgpass) and masked in the table; the NATS identities'
-        # passwords stay in their files, whose directory is named instead.
+        # passwords stay in their files, whose directory is named instead. Postgres: the reader's login.
+        reader_url = found.database_reader_url or found.database_url
         usable = {
-            "Postgres": redacted(found.database_url, mask=""),
+            "Postgres": redacted(reader_url, mask=""),
             "NATS": redacted(found.nats_url, mask=""),
         }
         credentials = found.nats_credentials_dir
@@ -71,7 +74,8 @@ def register(app: typer.Typer) -> None:
             return
         if env:
             for variable, value in (
-                ("ROLLBOOK_DATABASE_URL", usable["Postgres"]),
+                ("ROLLBOOK_DATABASE_URL", redacted(found.database_url, mask="")),
+                ("ROLLBOOK_DATABASE_READER_URL", redacted(found.database_reader_url, mask="")),
                 ("ROLLBOOK_NATS_URL", usable["NATS"]),
                 ("ROLLBOOK_NATS_CREDENTIALS_DIR", credentials),
             ):
@@ -81,6 +85,7 @@ def register(app: typer.Typer) -> None:
         for label, url, source in (
             ("postgres", found.database_url, found.database_source),
             ("nats", found.nats_url, found.nats_source),
+            *([("reader", reader_url, found.database_source)] if reader_url != found.database_url else []),
         ):
             typer.echo(f"{label:9} {redacted(url) or '-':48} {source or 'not running'}")
         if credentials:

@@ -215,6 +215,13 @@ def make_app(
     return app
 
 
+async def _act_as_reader(connection: Any) -> None:
+    """Each pooled connection acts as the reader role when its login may (services/infra/db_roles.py)."""
+    from services.infra.db_roles import assume_sql
+
+    await connection.execute(assume_sql("reader"))
+
+
 async def serve(settings: Settings, host: str, port: int, allow_hosts: Iterable[str] = ()) -> int:
     import asyncio
     import signal
@@ -229,8 +236,9 @@ async def serve(settings: Settings, host: str, port: int, allow_hosts: Iterable[
     # Beyond the loopback, anyone who reaches the port could read the trail: the API routes need a token.
     check = None if is_loopback(host) else await authenticator(settings)
     async with stack_settings(settings) as resolved:
-        pool = await asyncpg.create_pool(asyncpg_url(resolved.database_url), min_size=1, max_size=4)
-        store = await open_store(resolved.database_url)
+        reader_url = resolved.url_for("reader")
+        pool = await asyncpg.create_pool(asyncpg_url(reader_url), min_size=1, max_size=4, init=_act_as_reader)
+        store = await open_store(reader_url)
         app = make_app(pool, store, hosts=allowed_hosts(host, allow_hosts), check=check)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()

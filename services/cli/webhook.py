@@ -29,11 +29,11 @@ def _serve(options: WebhookOptions, record: str) -> CommandBody:
         sink: EventSink
         if record == "store":
             # The store only: the auditor's relay publishes what is stored (no NATS identity here).
-            store_sink = EventStoreSink(lambda: EventStore.connect(settings.database_url))
+            store_sink = EventStoreSink(lambda: EventStore.connect(settings.database_url, duty="webhook"))
             sink = store_sink
             # The recorded revisions of SidecarSets pinning one are read from the same event store.
             revisions = StoreRevisions(
-                lambda: EventStore.connect(settings.database_url, pool_size=2),
+                lambda: EventStore.connect(settings.database_url, pool_size=2, duty="webhook"),
                 timeout_seconds=settings.sidecarset_revisions_timeout,
             )
         else:

@@ -9,7 +9,15 @@ Every command that needs the store or the bus gets its settings through ``resolv
 Layout under data_dir: ``postgres/`` (PGDATA), ``postgres.log``, ``nats/`` (JetStream store),
 ``nats-server.log``, ``nats-server.pid``, ``nats-server.conf`` and ``nats-credentials/`` (one password per
 NATS identity: the embedded nats-server admits no client without one, services/infra/nats_auth.py),
-``embedded.lock``. Both servers listen on 127.0.0.1 only, on free
+``embedded.lock``, ``pgpass``.
+
+
+Postgres trusts nobody: every login needs its password (scram-sha-256, pg_hba.conf), generated per data dir
+into ``pgpass`` (a libpq password file, mode 0600, never printed), so another account on a shared host
+cannot connect. The URLs name that file instead of carrying a password (``?passfile=``, which psql
+understands too): the superuser ``postgres`` for migrations (``database_owner_url``; it acts as the owner
+role), ``rollbook_writer`` for the services (``database_url``), ``rollbook_reader`` for read commands
+(``database_reader_url``); docs/security-database.md. Both servers listen on 127.0.0.1 only, on free
 ports. An exclusive lock on ``embedded.lock`` keeps two rollbook processes off one data dir; servers left
 running by a killed earlier run are stopped before new ones start, and each server is started with a
 parent-death signal so it goes away with the process that started it. When run as root, Postgres (which
@@ -19,13 +27,17 @@ refuses to run as root) runs as the system user ``rollbook-pg``, created on firs
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import ctypes
 import fcntl
+import hashlib
+import hmac
 import importlib.metadata
 import importlib.util
 import logging
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -39,9 +51,10 @@ import asyncpg
 import msgspec
 import psutil
 
+from services.infra.db_roles import Duty
 from services.infra.nats_auth import CREDENTIALS_DIR_NAME, ensure_credentials, server_config, write_private
 from services.infra.settings import Settings
-from services.infra.stack import EMBEDDED_DATABASE
+from services.infra.stack import EMBEDDED_DATABASE, EMBEDDED_LOGINS, PASSFILE, embedded_url
 
 log = logging.getLogger(__name__)
 
@@ -116,8 +129,42 @@ class EmbeddedServers:
                 settings, database_url=database_url, nats_url=nats_url, nats_credentials_dir=credentials
             )
         if self.migrate:
-            await asyncio.to_thread(run_migrations, self.resolved.database_url)
+            await asyncio.to_thread(run_migrations, self.resolved.url_for("owner"))
+        if self._postgres_port is not None:
+            self.resolved = await self._role_logins(self.resolved)
         return self.resolved
+
+    async def _role_logins(self, settings: Settings) -> Settings:
+        """Give the duty roles (migration 0016) their passwords and the resolved settings their URLs; a
+        role not there yet (a database not migrated that far) is replaced by the superuser's URL."""
+        port = self._postgres_port
+        assert port is not None
+        passwords = _passwords(self.data_path)
+        owner_url = embedded_url(self.data_path, port, "owner")
+        connection = await asyncpg.connect(owner_url)
+        try:
+            existing = {
+                row[0]
+                for row in await connection.fetch(
+                    "SELECT rolname FROM pg_roles WHERE rolname = ANY($1::text[])", list(passwords)
+                )
+            }
+            for login in sorted(existing - {EMBEDDED_LOGINS["owner"]}):
+                await connection.execute(
+                    f"ALTER ROLE \"{login}\" PASSWORD '{scram_verifier(passwords[login])}'"
+                )
+        finally:
+            await connection.close()
+
+        def url(duty: Duty) -> str:
+            return embedded_url(self.data_path, port, duty if EMBEDDED_LOGINS[duty] in existing else "owner")
+
+        return msgspec.structs.replace(
+            settings,
+            database_url=url("writer"),
+            database_reader_url=settings.database_reader_url or url("reader"),
+            database_owner_url=owner_url,
+        )
 
     async def stop(self) -> None:
         """Stop what was started here (NATS, then Postgres: fast shutdown) and wait for the processes."""
@@ -206,10 +253,11 @@ class EmbeddedServers:
                 signal.SIGINT,
                 user=run_as,
             )
-        admin_url = f"postgresql://postgres@127.0.0.1:{port}/postgres"
+        admin_url = embedded_url(self.data_path, port, "owner", database="postgres")
         await _wait_until(lambda: _postgres_ready(admin_url), self.postgres, "postgres", log_path)
         connection = await asyncpg.connect(admin_url)
         try:
+            await _require_passwords(connection, pgdata, run_as, _passwords(self.data_path))
             exists = await connection.fetchval(
                 "SELECT 1 FROM pg_database WHERE datname = $1", EMBEDDED_DATABASE
             )
@@ -218,7 +266,7 @@ class EmbeddedServers:
         finally:
             await connection.close()
         log.info("embedded postgres pid %s on 127.0.0.1:%s", self.postgres.pid, port)
-        return f"postgresql://postgres@127.0.0.1:{port}/{EMBEDDED_DATABASE}"
+        return embedded_url(self.data_path, port, "owner")
 
     # --- NATS ---------------------------------------------------------------------------------------------
 
@@ -306,24 +354,103 @@ def _initdb(bin_path: Path, pgdata: Path, run_as: str | None) -> None:
     pgdata.mkdir(mode=0o700)
     if run_as:
         _give_to(pgdata, run_as)
-    initdb = subprocess.run(
-        [
-            str(bin_path / "initdb"),
-            "-D",
-            str(pgdata),
-            "--auth=trust",
-            "--username=postgres",
-            "--encoding=UTF8",
-            "--no-sync",  # first start only; the server itself fsyncs as usual
-        ],
-        cwd=pgdata,  # the caller's directory may be closed to the postgres user
-        capture_output=True,
-        **_as_user(run_as),
-    )
+    # The superuser's password, for initdb only, in a file of its own it can read; removed at once.
+    password_file = pgdata.parent / ".initdb-password"
+    _write_private(password_file, _passwords(pgdata.parent)[EMBEDDED_LOGINS["owner"]] + "\n")
+    if run_as:
+        shutil.chown(password_file, user=run_as)
+    try:
+        initdb = subprocess.run(
+            [
+                str(bin_path / "initdb"),
+                "-D",
+                str(pgdata),
+                "--auth-local=scram-sha-256",
+                "--auth-host=scram-sha-256",
+                f"--pwfile={password_file}",
+                "--username=postgres",
+                "--encoding=UTF8",
+                "--no-sync",  # first start only; the server itself fsyncs as usual
+            ],
+            cwd=pgdata,  # the caller's directory may be closed to the postgres user
+            capture_output=True,
+            **_as_user(run_as),
+        )
+    finally:
+        password_file.unlink(missing_ok=True)
+    if initdb.returncode == 0:
+        (pgdata / "pg_hba.conf").write_text(HBA)  # initdb's, plus the marker _require_passwords looks for
     if initdb.returncode != 0:
         shutil.rmtree(pgdata, ignore_errors=True)
         output = (initdb.stdout + initdb.stderr).decode(errors="replace")
         raise EmbeddedError(f"initdb failed ({initdb.returncode}) for {pgdata}:\n{output}")
+
+
+HBA_MARKER = "# rollbook: every login needs its password"
+HBA = f"""{HBA_MARKER} (scram-sha-256); written by services/infra/embedded.py
+local all all scram-sha-256
+host  all all 127.0.0.1/32 scram-sha-256
+host  all all ::1/128 scram-sha-256
+"""
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Write ``text`` to a file only its owner may read (0600 from the start, not chmod-ed after)."""
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w") as file:
+        os.fchmod(file.fileno(), 0o600)
+        file.write(text)
+
+
+def _passwords(data_path: Path) -> dict[str, str]:
+    """The password of each embedded login, from the data dir's pgpass file; missing ones are generated
+    (and the file written, 0600). libpq's format: host:port:database:user:password, any host/port/db."""
+    path = data_path / PASSFILE
+    passwords: dict[str, str] = {}
+    try:
+        for line in path.read_text().splitlines():
+            fields = line.split(":")
+            if len(fields) == 5 and fields[3] and fields[4]:
+                passwords[fields[3]] = fields[4]
+    except FileNotFoundError:
+        pass
+    wanted = set(EMBEDDED_LOGINS.values())
+    if not wanted <= passwords.keys() or path.stat().st_mode & 0o077:
+        for login in sorted(wanted - passwords.keys()):
+            passwords[login] = secrets.token_urlsafe(32)  # [A-Za-z0-9_-]: nothing to escape in the file
+        data_path.mkdir(parents=True, exist_ok=True)
+        _write_private(path, "".join(f"*:*:*:{login}:{pw}\n" for login, pw in sorted(passwords.items())))
+    return passwords
+
+
+def scram_verifier(password: str, *, iterations: int = 4096) -> str:
+    """The SCRAM-SHA-256 verifier Postgres stores for ``password`` (RFC 5802/7677), so that ALTER ROLE
+    ... PASSWORD sends the server no clear-text password that a statement log could keep."""
+    salt = secrets.token_bytes(16)
+    salted = hashlib.pbkdf2_hmac("sha256", password.encode(), salt, iterations)
+    client_key = hmac.new(salted, b"Client Key", "sha256").digest()
+    server_key = hmac.new(salted, b"Server Key", "sha256").digest()
+    stored_key = hashlib.sha256(client_key).digest()
+    salt64, stored64, server64 = (base64.b64encode(part).decode() for part in (salt, stored_key, server_key))
+    return f"SCRAM-SHA-256${iterations}:{salt64}${stored64}:{server64}"
+
+
+async def _require_passwords(
+    connection: asyncpg.Connection, pgdata: Path, run_as: str | None, passwords: dict[str, str]
+) -> None:
+    """A data dir made before passwords were required trusts every local user: give the superuser its
+    password, then require passwords of everyone (pg_hba.conf) and reload."""
+    hba = pgdata / "pg_hba.conf"
+    if hba.read_text().startswith(HBA_MARKER):
+        return
+    login = EMBEDDED_LOGINS["owner"]
+    await connection.execute(f"ALTER ROLE \"{login}\" PASSWORD '{scram_verifier(passwords[login])}'")
+    hba.write_text(HBA)
+    if run_as:
+        shutil.chown(hba, user=run_as)
+    hba.chmod(0o600)
+    await connection.execute("SELECT pg_reload_conf()")
+    log.warning("embedded postgres on %s now requires passwords (pg_hba.conf rewritten)", pgdata)
 
 
 def _parent_death_signal(sig: int) -> Callable[[], None]:

@@ -16,6 +16,12 @@ import msgspec
 class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # Postgres URL (postgresql://user@host:port/db). Empty: start embedded Postgres under data_dir.
     database_url: str = ""
+    # Postgres URL the migrations run with (`rollbook db upgrade`, embedded start, deploy/'s Job): a login
+    # that may act as the database's owner role (docs/security-database.md). Empty: database_url.
+    database_owner_url: str = ""
+    # Postgres URL read commands, `rollbook ui` and the auditor's /history use, as the reader role.
+    # Empty: database_url (the session then acts as the reader role when that login may).
+    database_reader_url: str = ""
     # NATS URL (nats://host:port), or several servers of one cluster, comma-separated (the client fails
     # over between them). Empty: start an embedded nats-server under data_dir.
     nats_url: str = ""
@@ -152,6 +158,14 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
                 continue
             values[field.name] = _convert(field.name, raw, field.type)
         return cls(**values)  # type: ignore[arg-type]
+
+    def url_for(self, duty: str) -> str:
+        """The Postgres URL of a duty (services/infra/db_roles.py): owner, reader, else the services'."""
+        if duty == "owner":
+            return self.database_owner_url or self.database_url
+        if duty == "reader":
+            return self.database_reader_url or self.database_url
+        return self.database_url
 
     @property
     def data_path(self) -> Path:

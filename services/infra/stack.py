@@ -24,6 +24,7 @@ from typing import Any
 
 import msgspec
 
+from services.infra.db_roles import Duty, assume_sql, role_name
 from services.infra.nats_auth import CREDENTIALS_DIR_NAME
 from services.infra.redact import redacted
 from services.infra.settings import Settings
@@ -44,10 +45,31 @@ class RunningStack:
     nats_source: str
     # The NATS identities' passwords for that server ("" when none is needed or configured).
     nats_credentials_dir: str = ""
+    # The URL read commands use (the reader role's login, else database_url).
+    database_reader_url: str = ""
 
 
-def running_postgres_url(data_path: Path) -> str | None:
-    """The URL of the embedded Postgres a rollbook process runs on ``data_path``, or None."""
+# The libpq password file of an embedded Postgres, under the data dir (services/infra/embedded.py).
+PASSFILE = "pgpass"
+# The login of each duty on the embedded Postgres: the superuser runs migrations (acting as the owner role).
+EMBEDDED_LOGINS: dict[Duty, str] = {
+    "owner": "postgres",
+    "writer": role_name(EMBEDDED_DATABASE, "writer"),
+    "reader": role_name(EMBEDDED_DATABASE, "reader"),
+    "webhook": role_name(EMBEDDED_DATABASE, "webhook"),
+}
+
+
+def embedded_url(data_path: Path, port: int, duty: Duty, database: str = EMBEDDED_DATABASE) -> str:
+    """The URL of ``duty``'s login on the embedded Postgres: no password in it, the data dir's passfile
+    named instead (libpq, psql and asyncpg all read ``?passfile=``)."""
+    passfile = data_path.resolve() / PASSFILE
+    return f"postgresql://{EMBEDDED_LOGINS[duty]}@127.0.0.1:{port}/{database}?passfile={passfile}"
+
+
+def running_postgres_url(data_path: Path, duty: Duty = "writer") -> str | None:
+    """The URL of ``duty``'s login on the embedded Postgres a rollbook process runs on ``data_path``, or
+    None."""
     pid_file = data_path / "postgres" / "postmaster.pid"
     try:
         lines = pid_file.read_text().splitlines()
@@ -56,7 +78,7 @@ def running_postgres_url(data_path: Path) -> str | None:
         return None
     if not _alive(pid, "postgres"):
         return None
-    return f"postgresql://postgres@127.0.0.1:{port}/{EMBEDDED_DATABASE}"
+    return embedded_url(data_path, port, duty)
 
 
 def running_nats_url(data_path: Path) -> str | None:
@@ -87,8 +109,10 @@ def _alive(pid: int, name: str) -> bool:
 def find_stack(settings: Settings) -> RunningStack:
     """Configured URLs first, then the embedded servers running on the data dir (steps 1 and 2)."""
     database_url, database_source = settings.database_url, "configured"
+    reader_url = settings.url_for("reader")
     if not database_url:
         database_url, database_source = running_postgres_url(settings.data_path) or "", "running"
+        reader_url = settings.database_reader_url or running_postgres_url(settings.data_path, "reader") or ""
     nats_url, nats_source = settings.nats_url, "configured"
     if not nats_url:
         nats_url, nats_source = running_nats_url(settings.data_path) or "", "running"
@@ -102,6 +126,7 @@ def find_stack(settings: Settings) -> RunningStack:
         database_source if database_url else "",
         nats_source if nats_url else "",
         credentials,
+        reader_url,
     )
 
 
@@ -117,6 +142,7 @@ async def stack_settings(settings: Settings | None = None, *, nats: bool = False
         database_url=found.database_url,
         nats_url=found.nats_url,
         nats_credentials_dir=found.nats_credentials_dir,
+        database_reader_url=found.database_reader_url,
     )
     if not nats and not settings.nats_url:
         settings = msgspec.structs.replace(settings, nats_url=UNUSED_NATS_URL)
@@ -133,31 +159,38 @@ class StackUnreachable(RuntimeError):
     """A server of the stack does not answer; the message names it and its URL."""
 
 
-async def connect_database(database_url: str, *, connect_timeout: float = 10.0) -> Any:
-    """An asyncpg connection to ``database_url``; a server that does not answer is a StackUnreachable
-    naming it (not a connection traceback)."""
+async def connect_database(database_url: str, *, connect_timeout: float = 10.0, duty: Duty = "reader") -> Any:
+    """An asyncpg connection to ``database_url``, acting as ``duty``'s role (services/infra/db_roles.py)
+    when its login may; a server that does not answer is a StackUnreachable naming it (not a connection
+    traceback)."""
     import asyncpg
 
     from services.infra.database import asyncpg_url
 
     try:
-        return await asyncpg.connect(asyncpg_url(database_url), timeout=connect_timeout)
+        connection = await asyncpg.connect(asyncpg_url(database_url), timeout=connect_timeout)
     except (OSError, TimeoutError, asyncpg.CannotConnectNowError) as error:
         raise StackUnreachable(f"cannot reach Postgres at {redacted(database_url)}: {error}") from error
-    except asyncpg.InvalidCatalogNameError as error:
+    except (asyncpg.InvalidCatalogNameError, asyncpg.InvalidAuthorizationSpecificationError) as error:
         raise StackUnreachable(f"Postgres at {redacted(database_url)}: {error}") from error
+    try:
+        await connection.execute(assume_sql(duty))
+    except BaseException:
+        await connection.close()
+        raise
+    return connection
 
 
-async def open_store(database_url: str, *, pool_size: int = 2) -> Any:
-    """The EventStore on ``database_url``; a server that does not answer, or a database without the event
-    store's schema, is a StackUnreachable naming it."""
+async def open_store(database_url: str, *, pool_size: int = 2, duty: Duty = "reader") -> Any:
+    """The EventStore on ``database_url``, acting as ``duty``'s role; a server that does not answer, or a
+    database without the event store's schema, is a StackUnreachable naming it."""
     from sqlalchemy.exc import DBAPIError
 
     from services.infra.store import EventStore
 
     where = f"Postgres at {redacted(database_url)}"
     try:
-        return await EventStore.connect(database_url, pool_size=pool_size)
+        return await EventStore.connect(database_url, pool_size=pool_size, duty=duty)
     except (OSError, TimeoutError) as error:
         raise StackUnreachable(f"cannot reach {where}: {error}") from error
     except DBAPIError as error:

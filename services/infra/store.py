@@ -73,10 +73,12 @@ from typing import Any, NamedTuple, TypeVar
 import asyncpg
 import msgspec
 from sqlalchemy import Select, func, select
+from sqlalchemy import event as sa_event
 from sqlalchemy.exc import DBAPIError, ProgrammingError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from services.infra.database import sqlalchemy_url
+from services.infra.db_roles import Duty, assume_sql
 from services.infra.store_schema import events_table
 from services.model.events import Envelope
 from services.model.hashchain import CHAIN_COLUMNS
@@ -481,14 +483,22 @@ class EventStore:
         pool_size: int = 5,
         max_overflow: int | None = None,
         decoder: PayloadDecoder = DEFAULT_DECODER,
+        duty: Duty = "writer",
     ) -> EventStore:
         """``pool_size`` connections are kept open; up to ``max_overflow`` more (default: as many again)
-        are opened when that many queries run at once, and closed as soon as they are returned."""
+        are opened when that many queries run at once, and closed as soon as they are returned. Each
+        connection acts as the database role of ``duty`` (services/infra/db_roles.py) when its login may."""
         engine = create_async_engine(
             sqlalchemy_url(database_url),
             pool_size=pool_size,
             max_overflow=pool_size if max_overflow is None else max_overflow,
         )
+        assume = assume_sql(duty)
+
+        @sa_event.listens_for(engine.sync_engine, "connect")
+        def act_as_duty(dbapi_connection: Any, _record: object) -> None:
+            dbapi_connection.run_async(lambda driver: driver.execute(assume))
+
         store = cls(engine, decoder)
         try:
             await store.head_position()  # fail fast on a bad URL or an unmigrated database

@@ -68,6 +68,8 @@ def settings_env(settings: Settings) -> dict[str, str]:
     """Environment variables that reproduce ``settings`` in a child process."""
     env: dict[str, str] = {}
     for settings_field in msgspec.structs.fields(Settings):
+        if settings_field.name == "database_owner_url":
+            continue  # services never migrate with a URL set: the owner's login stays with the migration
         value = getattr(settings, settings_field.name)
         name = "ROLLBOOK_" + settings_field.name.upper()
         env[name] = str(value).lower() if isinstance(value, bool) else str(value)

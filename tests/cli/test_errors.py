@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -167,11 +168,13 @@ async def test_commands_find_the_stack_another_process_runs(server_data_dir: Pat
         connection = await asyncpg.connect(out.strip())  # what psql "$(rollbook stack --postgres)" gets
         try:
             assert await connection.fetchval("SELECT count(*) FROM events") == 0
+            assert await connection.fetchval("SELECT current_user") == "rollbook_reader"
         finally:
             await connection.close()
         code, out, _ = await asyncio.to_thread(rollbook, "stack", "--env", ROLLBOOK_DATA_DIR=data_dir)
         assert out.splitlines() == [
-            f"export ROLLBOOK_DATABASE_URL={running.database_url}",
+            f"export ROLLBOOK_DATABASE_URL={shlex.quote(running.database_url)}",
+            f"export ROLLBOOK_DATABASE_READER_URL={shlex.quote(running.database_reader_url)}",
             f"export ROLLBOOK_NATS_URL={running.nats_url}",
             f"export ROLLBOOK_NATS_CREDENTIALS_DIR={running.nats_credentials_dir}",
         ]

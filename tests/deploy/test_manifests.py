@@ -189,6 +189,12 @@ def test_the_migration_job_runs_alembic_once_per_version() -> None:
     [spec] = job["spec"]["template"]["spec"]["containers"]
     assert spec["command"] == ["alembic", "upgrade", "head"]
     assert {"secretRef": {"name": "rollbook-connections"}} in spec["envFrom"]
+    # Only the migration has the owner's login (ROLLBOOK_DATABASE_OWNER_URL).
+    assert {"secretRef": {"name": "rollbook-db-owner"}} in spec["envFrom"]
+    for pod_spec in [container(s) for s in SERVICES] + [container("webhook")]:
+        assert {"secretRef": {"name": "rollbook-db-owner"}} not in pod_spec["envFrom"]
+    assert {"secretRef": {"name": "rollbook-db-reader"}} in container("auditor")["envFrom"]
+    assert {"secretRef": {"name": "rollbook-db-webhook"}} in container("webhook")["envFrom"]
     # The image holds alembic.ini and migrations/ in the Job's working directory.
     dockerfile = (ROOT / "Dockerfile").read_text().splitlines()
     assert f"WORKDIR {spec['workingDir']}" in dockerfile

@@ -15,6 +15,7 @@ import asyncpg
 import pytest
 
 from services.infra.database import asyncpg_url, upgrade_async
+from services.infra.db_roles import DUTIES, role_name
 from services.infra.store import EventStore
 from tests.plugins.servers import ServerUrls
 
@@ -40,6 +41,9 @@ async def fresh_database(server_url: str, prefix: str = "rollbook_test") -> Asyn
         admin = await asyncpg.connect(asyncpg_url(server_url))
         try:
             await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            # Its roles (migration 0016) are the server's, named after it: nobody else uses them.
+            for duty in DUTIES:
+                await admin.execute(f'DROP ROLE IF EXISTS "{role_name(name, duty)}"')
         finally:
             await admin.close()
 

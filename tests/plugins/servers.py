@@ -55,7 +55,8 @@ async def server_urls() -> AsyncIterator[ServerUrls]:
         # The session's shared nats-server has no authentication, as CI's: each test has a stream and subject
         # prefix of its own, which one server's permissions do not name (tests/security/ runs servers with).
         async with EmbeddedServers(wanted, migrate=False, nats_auth=False) as resolved:
-            yield ServerUrls(database_url=resolved.database_url, nats_url=resolved.nats_url)
+            # The owner's URL: a login that may CREATE DATABASE (embedded: the superuser, with its password).
+            yield ServerUrls(database_url=resolved.url_for("owner"), nats_url=resolved.nats_url)
 
 
 @pytest_asyncio.fixture(loop_scope="session")

@@ -35,6 +35,7 @@ import pytest_asyncio
 from services.infra.api_auth import ensure_token, token_path
 from services.infra.bus import Bus
 from services.infra.database import asyncpg_url, upgrade_async
+from services.infra.db_roles import DUTIES, role_name
 from services.infra.settings import Settings
 from services.infra.supervisor import ServiceFailed, Supervisor
 from services.simcluster import SimCluster
@@ -160,7 +161,10 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
             del _templates[server_url]
             try:
                 await _drop_database(server_url, name)
-            except (asyncpg.PostgresConnectionError, asyncpg.InterfaceError, OSError):
+                # The roles its copies shared (migration 0016 named them after the template).
+                for duty in DUTIES:
+                    await _admin_execute(server_url, f'DROP ROLE IF EXISTS "{role_name(name, duty)}"')
+            except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError):
                 pass
 
     if _templates:

@@ -1,0 +1,67 @@
+"""Database roles by duty: who may do what to the event store (docs/security-database.md).
+
+Migration 0016 creates four roles per database, named after it (``<database>_<duty>``, the database's name
+cut to 48 characters), so databases on one server (a test session's, the demo's) never share a role (a copy
+made with ``CREATE DATABASE ... TEMPLATE`` shares its template's: the roles are found from the owner of
+``events``):
+
+- ``owner`` (no login): owns every table, view, trigger and function; only migrations act as it;
+- ``writer``: what the services run, SELECT and INSERT on ``events``, INSERT and UPDATE on
+  ``event_checkpoints``, SELECT on the rest; it owns nothing, so it cannot ALTER, DISABLE TRIGGER, UPDATE,
+  DELETE or TRUNCATE ``events``; a member of ``reader`` and ``webhook``, so a process logged in as the
+  writer can take either narrower duty;
+- ``reader``: SELECT on the tables and views, for read commands, the UI, ``/history`` and people;
+- ``webhook``: SELECT and INSERT on ``events`` only (``rollbook webhook`` records SidecarInjected).
+
+Each process names its duty when it connects. Right after connecting it becomes the duty's role
+(``SET ROLE``) if it logged in as someone else who may (a superuser, such as CI's single URL, or the
+writer taking the reader's duty); a login that may not (the owner's role itself does not exist before
+migration 0016) stays as it logged in. The boundary that holds against a process that turns hostile is
+the login itself: one credential per role (deploy/, docker-compose.yml, embedded mode's pgpass file).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+Duty = Literal["owner", "writer", "reader", "webhook"]
+DUTIES: tuple[Duty, ...] = ("owner", "writer", "reader", "webhook")
+
+# Postgres cuts identifiers at 63 bytes; the longest suffix is "_webhook" (8).
+PREFIX_LENGTH = 48
+
+
+def role_name(database: str, duty: Duty) -> str:
+    """The role of ``duty`` in ``database`` (the same rule as ``role_sql``)."""
+    return f"{database[:PREFIX_LENGTH]}_{duty}"
+
+
+# The roles' common prefix in the current database: the owner of ``events`` minus "_owner" once migration
+# 0016 ran (so a database copied from another with CREATE DATABASE ... TEMPLATE, or renamed, keeps using
+# the roles its grants name), else the database's name.
+PREFIX_SQL = rf"""coalesce(
+    (SELECT left(r.rolname, length(r.rolname) - 6) FROM pg_class c JOIN pg_roles r ON r.oid = c.relowner
+      WHERE c.oid = to_regclass('public.events') AND r.rolname LIKE '%\_owner'),
+    left(current_database(), {PREFIX_LENGTH}))"""
+
+
+def role_sql(duty: Duty) -> str:
+    """A SQL expression naming the role of ``duty`` in the current database."""
+    return f"({PREFIX_SQL} || '_{duty}')"
+
+
+def assume_sql(duty: Duty) -> str:
+    """One statement that makes the session act as the role of ``duty`` when it may and is not already."""
+    return f"""
+DO $rollbook_duty$
+DECLARE
+    wanted text := {role_sql(duty)};
+BEGIN
+    IF current_user <> wanted
+       AND EXISTS (SELECT 1 FROM pg_roles WHERE rolname = wanted)
+       AND pg_has_role(wanted, 'MEMBER') THEN
+        EXECUTE format('SET ROLE %I', wanted);
+    END IF;
+END
+$rollbook_duty$
+"""
