@@ -36,7 +36,6 @@ from nats.aio.msg import Msg
 from prometheus_client import Counter
 
 from services.infra.bus import BODY_HEADER, HEADER_ALLOWANCE, MSG_ID, Bus, Outgoing
-from services.infra.checkpoints import checkpoint_loop
 from services.infra.consumer_service import report_consumer_lag
 from services.infra.metrics import (
     AUDIT_INGESTED,
@@ -50,6 +49,7 @@ from services.infra.retry import DEFAULT_BACKOFF, Stopped, is_transient, retry_u
 from services.infra.runtime import ServiceRuntime, calm_cyclic_collector, configure_logging, run_until_stopped
 from services.infra.settings import Settings
 from services.infra.store import ConcurrencyError, EventIdentity, EventStore, StoredEventJson
+from services.infra.transparency import checkpoint_loop, checkpointer_for
 from services.model.events import Envelope, decode
 from services.model.streams import workload_stream
 
@@ -373,7 +373,16 @@ async def run(settings: Settings) -> None:
             audit_task = asyncio.create_task(consumer.run(), name="audit-consumer")
             lag = asyncio.create_task(report_consumer_lag(bus, runtime, "auditor", DURABLE))
             ready = asyncio.create_task(_ready_when_caught_up(runtime, relay))
-            checkpoints = asyncio.create_task(checkpoint_loop(store, bus, settings, runtime.stopping))
+            # Signed checkpoints of the Merkle tree over the log (docs/audit.md): the key is read now, so a
+            # missing key file stops the auditor at start with its name.
+            checkpointer = None
+            if settings.checkpoint_interval > 0:
+                checkpointer = checkpointer_for(store, settings, bus)
+            checkpoints = asyncio.create_task(
+                checkpoint_loop(checkpointer, settings, runtime.stopping)
+                if checkpointer is not None
+                else asyncio.sleep(0)
+            )
             try:
                 await run_until_stopped(runtime, relay_task, audit_task)
             finally:

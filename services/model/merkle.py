@@ -15,8 +15,9 @@ the (i+1)-th stored event. ``leaf_data`` builds it.
 
 The tree is addressed by perfect subtrees: node (level, index) covers leaves [index * 2**level,
 (index + 1) * 2**level). Every hash a proof needs is a perfect subtree hash or combines a few of them
-along the right edge of the tree (``range_hash``), so the functions here take a ``NodeSource``: whatever
-can give perfect subtree hashes (a list of leaves in tests, the stored tree in services/infra/transparency.py).
+along the right edge of the tree (``range_hash``), so the functions here take a
+``NodeSource``: whatever can give perfect subtree hashes (a list of leaves in tests, the stored tree in
+services/infra/transparency.py).
 Proofs follow RFC 6962 section 2.1.1 (PATH) and 2.1.2 (PROOF/SUBPROOF); verifiers follow RFC 9162
 section 2.1.3.2 and 2.1.4.2.
 """
@@ -227,7 +228,9 @@ class CompactRange:
     def append(self, leaf: bytes, on_node: Callable[[int, int, bytes], None] | None = None) -> None:
         self.push(0, leaf, on_node)
 
-    def push(self, level: int, digest: bytes, on_node: Callable[[int, int, bytes], None] | None = None) -> None:
+    def push(
+        self, level: int, digest: bytes, on_node: Callable[[int, int, bytes], None] | None = None
+    ) -> None:
         """Append a perfect subtree of ``2**level`` leaves (the size must be a multiple of it)."""
         if self.size % (1 << level):
             raise ValueError(f"a subtree of level {level} cannot start at leaf {self.size}")

@@ -66,6 +66,13 @@ CONSISTENCY = [  # (old size, new size, proof)
             "b08693ec2e721597130641e8211e7eedccb4c26413963eee6c1e2ed16ffb1a5f",
             "d37ee418976dd95753c1c73862b9398fa2a2cf9b4ff0fdfe8b30cd95209614b7"]),
 ]  # fmt: skip
+
+
+def flip(proof: list[bytes], at: int, bit: int) -> list[bytes]:
+    """The proof with one bit of one hash flipped."""
+    return [bytes([p[0] ^ bit]) + p[1:] if i == at else p for i, p in enumerate(proof)]
+
+
 HASHED = [leaf_hash(leaf) for leaf in LEAVES]
 SOURCE = leaves_source(HASHED)
 
@@ -100,10 +107,7 @@ def test_inclusion_proofs(index: int, size: int, proof: list[str]) -> None:
         (index, size, HASHED[index], [*made, root], root),
         (index, size, HASHED[index], [root, *made], root),
         (index, size, HASHED[index], made[:-1], root),
-    ] + [
-        (index, size, HASHED[index], [bytes([p[0] ^ 8]) + p[1:] if i == j else p for j, p in enumerate(made)], root)
-        for i in range(len(made))
-    ]  # fmt: skip
+    ] + [(index, size, HASHED[index], flip(made, i, 8), root) for i in range(len(made))]
     for args in tampered:
         if args[0] < args[1] and (args[0], args[1], args[2], list(args[3]), args[4]) != (
             index, size, HASHED[index], made, root
@@ -130,10 +134,7 @@ def test_consistency_proofs(old: int, new: int, proof: list[str]) -> None:
         (old, new, old_root, new_root, made[:-1]),
         (old, new, old_root, new_root, [*made, old_root]),
         (old, new, old_root, new_root, [new_root, *made]),
-        *[
-            (old, new, old_root, new_root, [bytes([p[0] ^ 16]) + p[1:] if i == j else p for j, p in enumerate(made)])
-            for i in range(len(made))
-        ],
+        *[(old, new, old_root, new_root, flip(made, i, 16)) for i in range(len(made))],
     ]:  # fmt: skip
         with pytest.raises(ProofError):
             verify_consistency(*args)
