@@ -278,56 +278,17 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Recompute every event's hash chain and the Merkle tree over the log, and check them against every
         signed checkpoint in the database and outside it. Exit 1 naming every finding."""
-        from services.infra.checkpoints import Checkpoint, UnprotectedStream, file_checkpoints
-        from services.infra.transparency import checkpoint_dir as default_dir
-        from services.infra.transparency import directory_checkpoints, file_notes
-        from services.replay.audit import Finding, TrailSources, audit_trail, read_database_trail
 
         async def work(store: EventStore, settings: Settings) -> Any:
-            verifiers = trusted(settings, public_key)
-            legacy: list[tuple[str, Checkpoint]] = []
-            external: list[tuple[str, str]] = []
-            extra: list[Finding] = []
-            if checkpoint_file is not None:
-                legacy += [(str(checkpoint_file), cp) for cp in file_checkpoints(checkpoint_file)]
-                external += [(str(checkpoint_file), note) for note in file_notes(checkpoint_file)]
-            directory = checkpoint_dir or default_dir(settings)
-            if directory is not None:
-                external += [(str(directory), note) for note in directory_checkpoints(directory)]
-            if bus and settings.nats_url:
-                from services.infra.bus import Bus
-                from services.infra.checkpoints import (
-                    checkpoint_stream,
-                    ensure_checkpoint_stream,
-                    published_checkpoints,
-                )
-                from services.infra.transparency import published_notes
-
-                connection = await Bus.connect(settings, name="rollbook-audit")
-                try:
-                    try:
-                        await ensure_checkpoint_stream(connection)
-                    except UnprotectedStream as error:
-                        extra.append(Finding("bus-stream-unprotected", None, None, None, None, str(error)))
-                    legacy += [("JetStream", cp) for cp in await published_checkpoints(connection)]
-                    external += [
-                        (f"JetStream {checkpoint_stream(connection)}", note)
-                        for note in await published_notes(connection)
-                    ]
-                finally:
-                    await connection.close()
-            notes, keys = await read_database_trail(store)
-            sources = TrailSources(
-                database_notes=notes,
-                external_notes=external,
-                database_keys=keys,
-                trusted=verifiers,
-                legacy=legacy,
-                max_age=settings.audit_max_checkpoint_age if max_age is None else max_age,
+            return await verify_trail(
+                store,
+                settings,
+                trusted(settings, public_key),
+                checkpoint_file=checkpoint_file,
+                checkpoint_dir=checkpoint_dir,
+                max_age=max_age,
+                bus=bus,
             )
-            report = await audit_trail(store, sources)
-            report.findings[:0] = extra
-            return report
 
         report = run_with_store(work, nats=bus)
         for finding in report.findings:
@@ -491,3 +452,60 @@ def register(app: typer.Typer) -> None:
         )
         if not result.pinned:
             typer.echo("note: the key is the receipt's own: compare it with the published one (--public-key)")
+
+
+async def verify_trail(
+    store: EventStore,
+    settings: Settings,
+    verifiers: list[Any],
+    *,
+    checkpoint_file: Path | None = None,
+    checkpoint_dir: Path | None = None,
+    max_age: float | None = None,
+    bus: bool = True,
+) -> Any:
+    """What `rollbook audit verify` checks: the log against every checkpoint it can find (the database,
+    the checkpoint directory, the JSON-lines file, JetStream) with the trusted keys ``verifiers``."""
+    from services.infra.checkpoints import Checkpoint, file_checkpoints
+    from services.infra.transparency import checkpoint_dir as default_dir
+    from services.infra.transparency import directory_checkpoints, file_notes
+    from services.replay.audit import Finding, TrailSources, audit_trail, read_database_trail
+
+    legacy: list[tuple[str, Checkpoint]] = []
+    external: list[tuple[str, str]] = []
+    extra: list[Finding] = []
+    if checkpoint_file is not None:
+        legacy += [(str(checkpoint_file), cp) for cp in file_checkpoints(checkpoint_file)]
+        external += [(str(checkpoint_file), note) for note in file_notes(checkpoint_file)]
+    directory = checkpoint_dir or default_dir(settings)
+    if directory is not None:
+        external += [(str(directory), note) for note in directory_checkpoints(directory)]
+    if bus and settings.nats_url:
+        from services.infra.bus import Bus
+        from services.infra.checkpoints import checkpoint_stream, published_checkpoints, stream_protection
+        from services.infra.transparency import published_notes
+
+        connection = await Bus.connect(settings, name="rollbook-audit")
+        try:
+            problem = await stream_protection(connection)
+            if problem is not None:
+                extra.append(Finding("bus-stream-unprotected", None, None, None, None, problem))
+            legacy += [("JetStream", cp) for cp in await published_checkpoints(connection)]
+            external += [
+                (f"JetStream {checkpoint_stream(connection)}", note)
+                for note in await published_notes(connection)
+            ]
+        finally:
+            await connection.close()
+    notes, keys = await read_database_trail(store)
+    sources = TrailSources(
+        database_notes=notes,
+        external_notes=external,
+        database_keys=keys,
+        trusted=verifiers,
+        legacy=legacy,
+        max_age=settings.audit_max_checkpoint_age if max_age is None else max_age,
+    )
+    report = await audit_trail(store, sources)
+    report.findings[:0] = extra
+    return report

@@ -59,12 +59,23 @@ async def ensure_checkpoint_stream(bus: Bus) -> None:
     except nats.js.errors.BadRequestError as error:
         if error.err_code != 10058:  # already exists with another config: checked below
             raise
-    info = await bus.js.stream_info(checkpoint_stream(bus))
-    if not (info.config.deny_delete and info.config.deny_purge):
-        raise UnprotectedStream(
-            f"JetStream stream {checkpoint_stream(bus)} allows deleting or purging messages"
-            " (deny_delete/deny_purge off): recreate it with both (docs/audit.md)"
-        )
+    problem = await stream_protection(bus)
+    if problem is not None:
+        raise UnprotectedStream(problem)
+
+
+async def stream_protection(bus: Bus) -> str | None:
+    """What is wrong with the checkpoint stream's protection, or None (also when it does not exist)."""
+    try:
+        info = await bus.js.stream_info(checkpoint_stream(bus))
+    except nats.js.errors.NotFoundError:
+        return None
+    if info.config.deny_delete and info.config.deny_purge:
+        return None
+    return (
+        f"JetStream stream {checkpoint_stream(bus)} allows deleting or purging messages"
+        " (deny_delete/deny_purge off): recreate it with both (docs/audit.md)"
+    )
 
 
 async def take_checkpoint(

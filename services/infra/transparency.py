@@ -134,8 +134,9 @@ def trusted_verifiers(settings: Settings, given: Sequence[str] = ()) -> list[Ver
 
 def parse_verifier_keys(source: str) -> list[Verifier]:
     """A verifier key, or a file holding verifier keys one a line."""
-    if source.count("+") == 2 and not Path(source).exists():
-        return [Verifier.parse(source)]
+    if not Path(source).exists():
+        with contextlib.suppress(NoteError):
+            return [Verifier.parse(source)]
     try:
         text = Path(source).read_text()
     except OSError as error:
@@ -393,7 +394,7 @@ def checkpoint_dir(settings: Settings) -> Path | None:
 def write_checkpoint_file(directory: Path, checkpoint: SignedCheckpoint, verifier: Verifier) -> None:
     """checkpoint-<size>.txt (the signed note), created once, read-only; and the public key file."""
     directory.mkdir(parents=True, exist_ok=True)
-    key_file = directory / f"{verifier.name}+{verifier.key_id.hex()}.pub"
+    key_file = directory / f"key-{verifier.key_id.hex()}.pub"
     if not key_file.exists():
         key_file.write_text(verifier.text() + "\n")
         key_file.chmod(0o444)

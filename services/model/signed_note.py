@@ -73,7 +73,7 @@ class Verifier:
 
     @classmethod
     def parse(cls, text: str) -> Verifier:
-        parts = text.strip().split("+")
+        parts = text.strip().split("+", 2)  # base64 may hold "+" too
         if len(parts) != 3:
             raise NoteError("a verifier key is <name>+<hex key id>+<base64 key>")
         name, hex_id, encoded = parts
@@ -127,7 +127,7 @@ class Signer:
 
     @classmethod
     def parse(cls, text: str) -> Signer:
-        parts = text.strip().split("+")
+        parts = text.strip().split("+", 4)  # base64 may hold "+" too
         if len(parts) != 5 or parts[:2] != ["PRIVATE", "KEY"]:
             raise NoteError("a signer key is PRIVATE+KEY+<name>+<hex key id>+<base64 key>")
         _, _, name, hex_id, encoded = parts
