@@ -57,6 +57,13 @@ def kind_counts(reports: list[VerifyReport]) -> str:
     return "; ".join(parts)
 
 
+PUBLIC_KEY_OPTION = typer.Option(
+    "--public-key",
+    help="a trusted public key (C2SP verifier key, or a file of them); repeat for several. Default:"
+    " ROLLBOOK_AUDIT_PUBLIC_KEY, else the public half of the signing key file",
+)
+
+
 UNVERIFIABLE_NOTE = (
     "rounds recorded by other planner rules are not re-run (their decisions are folded as recorded);"
     " `rollbook audit verify` still checks that they are unaltered"
@@ -233,11 +240,6 @@ def register(app: typer.Typer) -> None:
         no_args_is_help=True,
     )
     app.add_typer(audit, name="audit")
-    public_key_option = typer.Option(
-        "--public-key",
-        help="a trusted public key (C2SP verifier key, or a file of them); repeat for several. Default:"
-        " ROLLBOOK_AUDIT_PUBLIC_KEY, else the public half of the signing key file",
-    )
 
     def trusted(settings: Settings, given: list[str] | None) -> list[Any]:
         from services.cli.errors import CommandError
@@ -249,8 +251,9 @@ def register(app: typer.Typer) -> None:
             raise CommandError(str(error)) from None
         if not verifiers:
             raise CommandError(
-                "no trusted public key: give --public-key (`rollbook audit public-key` where the auditor"
-                " runs prints it) or set ROLLBOOK_AUDIT_PUBLIC_KEY; the database's own is never trusted alone"
+                "no trusted public key: give --public-key (`rollbook audit public-key` where the"
+                " auditor runs prints it) or set ROLLBOOK_AUDIT_PUBLIC_KEY; the database's own is never"
+                " trusted alone"
             )
         return verifiers
 
@@ -267,7 +270,7 @@ def register(app: typer.Typer) -> None:
                 " <data_dir>/audit/checkpoints)",
             ),
         ] = None,
-        public_key: Annotated[list[str] | None, public_key_option] = None,
+        public_key: Annotated[list[str] | None, PUBLIC_KEY_OPTION] = None,
         max_age: Annotated[
             float | None,
             typer.Option(
@@ -350,7 +353,7 @@ def register(app: typer.Typer) -> None:
     @audit.command("prove")
     def audit_prove(
         target: str = typer.Argument(..., help="a global position, or an event id"),
-        public_key: Annotated[list[str] | None, public_key_option] = None,
+        public_key: Annotated[list[str] | None, PUBLIC_KEY_OPTION] = None,
         as_json: bool = typer.Option(False, "--json", help="print the proof as JSON"),
     ) -> None:
         """Print the inclusion proof of one event in the newest signed checkpoint (checked before printed)."""
@@ -404,7 +407,7 @@ def register(app: typer.Typer) -> None:
             typer.Option("--rollout", help="the rollout id (<namespace>/<name>@<revision>) or its revision"),
         ],
         output: Annotated[Path, typer.Option("-o", "--output", help="receipt file to write (JSON)")],
-        public_key: Annotated[list[str] | None, public_key_option] = None,
+        public_key: Annotated[list[str] | None, PUBLIC_KEY_OPTION] = None,
     ) -> None:
         """Write a receipt of one rollout: its events, their inclusion proofs, the signed checkpoint and the
         public key, checkable offline with `rollbook audit verify-receipt` or docs/verify_receipt.py."""
@@ -429,7 +432,7 @@ def register(app: typer.Typer) -> None:
     @audit.command("verify-receipt")
     def audit_verify_receipt(
         receipt: Annotated[Path, typer.Argument(help="the receipt file")],
-        public_key: Annotated[list[str] | None, public_key_option] = None,
+        public_key: Annotated[list[str] | None, PUBLIC_KEY_OPTION] = None,
     ) -> None:
         """Check a receipt offline (no database, no server): every event's content, its inclusion proof,
         and the checkpoint's signature. Without --public-key the receipt's own key is used and named."""

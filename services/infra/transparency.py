@@ -126,9 +126,8 @@ def trusted_verifiers(settings: Settings, given: Sequence[str] = ()) -> list[Ver
         public = path.with_suffix(".pub")
         with contextlib.suppress(OSError, NoteError):
             verifiers.append(Signer.parse(path.read_text()).verifier)
-        if not verifiers:
-            with contextlib.suppress(OSError, NoteError):
-                verifiers += parse_verifier_keys(str(public))
+        if not verifiers and public.exists():
+            verifiers += parse_verifier_keys(str(public))
     return verifiers
 
 

@@ -3,6 +3,10 @@ Checkpointer with a key of its own in a temporary data dir, and `audit verify` a
 
 from __future__ import annotations
 
+import asyncio
+import os
+import subprocess
+import sys
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -22,6 +26,7 @@ from services.model.events import PodActionFailed, PodActionSucceeded, new_event
 from services.replay.audit import AuditReport
 from tests.plugins.database import fresh_database
 
+REPO_ROOT = Path(__file__).resolve().parents[2]
 T0 = datetime(2026, 12, 6, 12, 0, tzinfo=UTC)
 CONTENT = (
     "event_id, stream, stream_version, type, schema_version, occurred_at, recorded_at, causation_id,"
@@ -75,6 +80,25 @@ class SignedTrail:
             **kwargs,  # type: ignore[arg-type]
         )
         return report
+
+    async def cli(self, *args: str, **env: str) -> tuple[int, str]:
+        """`rollbook <args>` as a user runs it against this trail; (exit code, stdout + stderr)."""
+        settings = self.settings
+        environment = {k: v for k, v in os.environ.items() if not k.startswith("ROLLBOOK_")}
+        environment.update(
+            ROLLBOOK_DATABASE_URL=self.url,
+            ROLLBOOK_DATA_DIR=settings.data_dir,
+            ROLLBOOK_NATS_URL=settings.nats_url,
+            ROLLBOOK_STREAM_NAME=settings.stream_name,
+            ROLLBOOK_SUBJECT_PREFIX=settings.subject_prefix,
+            **env,
+        )
+        result = await asyncio.to_thread(
+            subprocess.run,
+            [sys.executable, "-m", "services.cli.main", *args],
+            cwd=REPO_ROOT, env=environment, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        return result.returncode, result.stdout + result.stderr
 
     async def owner(self, *statements: str) -> None:
         """Statements run as the database owner, with every trigger off (the append-only guard too)."""
