@@ -91,8 +91,8 @@ class SignedTrail:
             ROLLBOOK_NATS_URL=settings.nats_url,
             ROLLBOOK_STREAM_NAME=settings.stream_name,
             ROLLBOOK_SUBJECT_PREFIX=settings.subject_prefix,
-            **env,
         )
+        environment.update(env)
         result = await asyncio.to_thread(
             subprocess.run,
             [sys.executable, "-m", "services.cli.main", *args],
