@@ -350,6 +350,34 @@ def register(app: typer.Typer) -> None:
         except TransparencyError as error:
             raise CommandError(str(error)) from None
 
+    @audit.command("keygen")
+    def audit_keygen(
+        output: Annotated[
+            Path, typer.Option("-o", "--output", help="private key file to create (mode 0600)")
+        ],
+        name: Annotated[
+            str, typer.Option("--name", help="key name and checkpoint origin, e.g. rollbook.example.com/prod")
+        ] = "rollbook",
+    ) -> None:
+        """Create a checkpoint signing key (C2SP signer key) for the auditor, e.g. for a Kubernetes Secret;
+        print its public key. Never overwrites a file."""
+        import os
+
+        from services.cli.errors import CommandError
+        from services.model.signed_note import NoteError, Signer
+
+        try:
+            signer = Signer.generate(name)
+        except NoteError as error:
+            raise CommandError(str(error), 2) from None
+        try:
+            fd = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except OSError as error:
+            raise CommandError(f"{output}: {error.strerror}") from None
+        with os.fdopen(fd, "w") as out:
+            out.write(signer.text() + "\n")
+        typer.echo(signer.verifier.text())
+
     @audit.command("prove")
     def audit_prove(
         target: str = typer.Argument(..., help="a global position, or an event id"),
