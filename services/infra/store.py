@@ -201,7 +201,7 @@ _READ_CHAIN_SQL = (
     f"SELECT {CHAIN_COLUMNS} FROM events WHERE global_position > $1 ORDER BY global_position LIMIT $2"
 )
 _READ_LEAVES_SQL = """
-SELECT global_position, stream_hash, chain_hash FROM events WHERE global_position > $1
+SELECT global_position, stream_hash FROM events WHERE global_position > $1
 ORDER BY global_position LIMIT $2
 """
 _READ_LEAF_RANGE_SQL = """
@@ -946,8 +946,8 @@ class EventStore:
     # --- the signed Merkle log (migrations/versions/0017_signed_merkle_log.py, docs/audit.md) ---------
 
     async def read_leaf_rows(self, after_position: int, limit: int) -> list[asyncpg.Record]:
-        """(global_position, stream_hash, chain_hash) of up to ``limit`` events after ``after_position``,
-        in global order: what the Merkle tree's leaves are made of."""
+        """(global_position, stream_hash) of up to ``limit`` events after ``after_position``, in global
+        order: what the Merkle tree's leaves are made of."""
         return await self._fetch(_READ_LEAVES_SQL, after_position, limit)
 
     async def read_leaf_range(self, first_position: int, last_position: int) -> list[asyncpg.Record]:

@@ -181,8 +181,8 @@ class MerkleLog:
         self.blocks = 0  # complete blocks stored
         self.last_block_position = 0  # last position of the last complete block
         self.upper = CompactRange()  # over the stored blocks (levels >= BLOCK_LEVEL)
-        self.tail: list[tuple[int, bytes, bytes]] = []  # (position, leaf hash, chain hash) after the blocks
-        self._head_chain: tuple[int, bytes] = (0, ZERO_HASH)  # the last block's last event
+        self.tail: list[tuple[int, bytes]] = []  # (position, leaf hash) of the events after the blocks
+        self._head_chain: tuple[int, bytes] = (0, ZERO_HASH)  # position and chain hash of the last leaf
         self.loaded = False
 
     @property
@@ -227,6 +227,7 @@ class MerkleLog:
         if not self.loaded:
             await self.load()
         after = self.tail[-1][0] if self.tail else self.last_block_position
+        last_read = after
         while True:
             rows = await self.store.read_leaf_rows(after, _READ_CHUNK)
             pending: list[tuple[int, int, bytes, int | None, int | None]] = []
@@ -236,33 +237,37 @@ class MerkleLog:
                     pending.append((level, index, digest, None, None))
 
             tail = self.tail
-            for position, stream_hash, chain in rows:
-                tail.append((position, event_leaf_hash(position, bytes(stream_hash)), bytes(chain)))
+            for position, stream_hash in rows:
+                tail.append((position, event_leaf_hash(position, stream_hash)))
                 if len(tail) == BLOCK:
-                    digest = _block_root([leaf for _, leaf, _ in tail])
+                    digest = _block_root([leaf for _, leaf in tail])
                     pending.append((BLOCK_LEVEL, self.blocks, digest, tail[0][0], tail[-1][0]))
                     self.upper.push(BLOCK_LEVEL, digest, on_node)
                     self.blocks += 1
                     self.last_block_position = tail[-1][0]
-                    self._head_chain = (position, bytes(chain))
                     self.tail = tail = []
             if pending:
                 await self.store.execute_many(_INSERT_NODE, pending)
+            if rows:
+                last_read = rows[-1][0]
             if len(rows) < _READ_CHUNK:
                 break
             after = rows[-1][0]
             await asyncio.sleep(0)
+        if last_read != self._head_chain[0]:
+            chain = await self.store.query(
+                "SELECT chain_hash FROM events WHERE global_position = $1", last_read
+            )
+            self._head_chain = (last_read, bytes(chain[0][0]) if chain else ZERO_HASH)
         return self.head()
 
     def head(self) -> TreeHead:
         frontier = list(self.upper.frontier)
         if self.tail:
-            frontier += CompactRange.of(leaf for _, leaf, _ in self.tail).frontier
-            position, chain = self.tail[-1][0], self.tail[-1][2]
-        else:
-            position, chain = self._head_chain
+            frontier += CompactRange.of(leaf for _, leaf in self.tail).frontier
         if not frontier:
             return TreeHead(0, CompactRange().root(), 0, ZERO_HASH)
+        position, chain = self._head_chain
         return TreeHead(self.size, _frontier_root(frontier), position, chain)
 
     async def _nodes(self, keys: Iterable[tuple[int, int]]) -> dict[tuple[int, int], bytes]:
@@ -299,7 +304,7 @@ class MerkleLog:
             start = int(tip[0][1]) if tip else 0
             leaves = [
                 (int(p), event_leaf_hash(int(p), bytes(h)))
-                for p, h, _ in await self.store.read_leaf_rows(start, BLOCK)
+                for p, h in await self.store.read_leaf_rows(start, BLOCK)
             ]
         for offset, (stored, _) in enumerate(leaves):
             if stored == position:
@@ -364,7 +369,7 @@ class MerkleLog:
         start = spans[block - 1][1] if block > 0 else 0
         return [
             (int(p), event_leaf_hash(int(p), bytes(h)))
-            for p, h, _ in await self.store.read_leaf_rows(start, BLOCK)
+            for p, h in await self.store.read_leaf_rows(start, BLOCK)
         ]
 
 

@@ -162,3 +162,13 @@ def test_proofs_from_larger_trees_verify(size: int, data: st.DataObject) -> None
     verify_inclusion(index, size, leaves[index], inclusion_proof(index, size, source), root)
     old = data.draw(st.integers(min_value=0, max_value=size))
     verify_consistency(old, size, root_of(leaves[:old]), root, consistency_proof(old, size, source))
+
+
+def test_an_events_leaf_is_its_position_and_stream_hash() -> None:
+    from services.model.merkle import event_leaf_hash, leaf_data
+
+    stream_hash = hashlib.sha256(b"content").digest()
+    for position in (1, 255, 2**40 + 3):
+        data = leaf_data(position, stream_hash)
+        assert data == position.to_bytes(8, "big") + stream_hash
+        assert event_leaf_hash(position, stream_hash) == leaf_hash(data)
