@@ -15,6 +15,10 @@ messages carry the next positions). Any other message is stored with ``append_ma
 (event_id) DO NOTHING): an event someone published directly is stored too. A different event claiming
 the same (stream, version) is a conflict: logged, counted and dead-lettered.
 
+Checkpoints. The Merkle tree over the log, kept in ``merkle_nodes``, and a signed checkpoint of its head
+every ``checkpoint_interval`` seconds or ``checkpoint_every_events`` events (services/infra/transparency.py,
+docs/audit.md).
+
 History. ``GET /history?stream=...`` | ``?correlation_id=...`` | ``?after=<position>&limit=N`` returns the
 stored events as JSON, in global order.
 """

@@ -6,7 +6,7 @@ A checkpoint is (global_position, chain_hash at that position). It is written to
 deny_delete and deny_purge (``<stream_name>_CHECKPOINTS`` on subject ``<prefix>-checkpoints``), and, when
 configured, an append-only JSON-lines file. ``rollbook audit verify`` compares the chain stored in the
 database with every checkpoint it can read; one the database no longer agrees with means the history up to
-it was rewritten (docs/replay.md, "Threat model").
+it was rewritten (docs/replay.md; the signed checkpoints that replace these: docs/audit.md).
 """
 
 from __future__ import annotations
