@@ -3,6 +3,7 @@
     .venv/bin/python bench/audit.py append [--seconds 6] [--rounds 3] [--every 10000] [--interval 60]
     .venv/bin/python bench/audit.py prove [--events 1000000] [--proofs 300]
     .venv/bin/python bench/audit.py receipt [--pods 1000]
+    .venv/bin/python bench/audit.py all [any of the options above]
 
 append   Append throughput (append_many of 20 events, one stream each, as the planner's rounds do) with
          and without the auditor's checkpoint loop running beside it in the same process (the default
@@ -272,7 +273,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("mode", choices=["append", "prove", "receipt"])
+    parser.add_argument("mode", choices=["append", "prove", "receipt", "all"])
     parser.add_argument(
         "--database-url",
         default=os.environ.get("ROLLBOOK_DATABASE_URL") or "postgresql://root@127.0.0.1:5432/test",
@@ -285,11 +286,11 @@ def main() -> None:
     parser.add_argument("--proofs", type=int, default=300)
     parser.add_argument("--pods", type=int, default=1000)
     args = parser.parse_args()
-    if args.mode == "append":
+    if args.mode in ("append", "all"):
         asyncio.run(bench_append(args.database_url, args.seconds, args.rounds, args.every, args.interval))
-    elif args.mode == "prove":
+    if args.mode in ("prove", "all"):
         asyncio.run(bench_prove(args.database_url, args.events, args.proofs))
-    else:
+    if args.mode in ("receipt", "all"):
         asyncio.run(bench_receipt(args.database_url, args.pods))
 
 
