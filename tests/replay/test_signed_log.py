@@ -24,6 +24,11 @@ from tests.plugins.servers import ServerUrls
 from tests.security.signed_trail import append_rollout, signed_trail
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
+TRAILS = Path(__file__).resolve().parents[1] / "fixtures" / "trails"
+INSERT_AS_BEFORE = (
+    "INSERT INTO events (event_id, stream, stream_version, type, schema_version, occurred_at, causation_id,"
+    " correlation_id, payload) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::jsonb)"
+)
 
 
 async def test_the_stored_tree_proves_every_event(server_urls: ServerUrls, tmp_path: Path) -> None:
@@ -82,3 +87,60 @@ async def test_the_auditor_builds_the_tree_over_a_trail_recorded_before_it(
         assert SignedCheckpoint.open(taken.note, trusted_verifiers(trail.settings)).body == taken.body
         report = await trail.verify()
         assert report.clean, [f.describe() for f in report.findings]
+
+
+async def test_trails_recorded_before_the_tree_get_one_and_verify(
+    server_urls: ServerUrls, tmp_path: Path
+) -> None:
+    """Two recorded trails (tests/fixtures/trails, one with PodActionRequested schema 1 payloads), stored
+    as rollbook stored them before migration 0017; after the upgrade the auditor's first round builds the
+    tree and signs it, the trail verifies, and each rollout's receipt verifies offline."""
+    import asyncio
+    import gzip
+    import json
+    import uuid
+    from datetime import datetime
+
+    import asyncpg
+
+    from services.infra.database import asyncpg_url, upgrade, upgrade_async
+    from services.infra.settings import Settings
+    from services.infra.store import EventStore
+    from services.replay.audit import TrailSources, audit_trail, read_database_trail
+    from tests.plugins.database import fresh_database
+
+    trails = sorted(TRAILS.glob("rules-v7-*.json.gz"))
+    async with fresh_database(server_urls.database_url, prefix="rollbook_old_trail") as url:
+        await asyncio.to_thread(upgrade, url, "0013_inplace_mark_of_its_own")
+        conn = await asyncpg.connect(asyncpg_url(url))
+        rollouts = set()
+        try:
+            for path in trails:
+                for event in json.loads(gzip.decompress(path.read_bytes()))["events"]:
+                    await conn.execute(
+                        INSERT_AS_BEFORE,
+                        uuid.UUID(event["event_id"]), event["stream"], event["stream_version"], event["type"],
+                        event["schema_version"], datetime.fromisoformat(event["occurred_at"]),
+                        None if event["causation_id"] is None else uuid.UUID(event["causation_id"]),
+                        event["correlation_id"], json.dumps(event["payload"]),
+                    )  # fmt: skip
+                    if event["correlation_id"] and "@" in event["correlation_id"]:
+                        rollouts.add(event["correlation_id"])
+        finally:
+            await conn.close()
+        await upgrade_async(url)
+        store = await EventStore.connect(url)
+        try:
+            settings = Settings(database_url=url, data_dir=str(tmp_path))
+            taken = await checkpointer_for(store, settings, None).checkpoint()
+            assert taken is not None and taken.body.tree_size == await store.head_position()
+            trusted = trusted_verifiers(settings)
+            notes, keys = await read_database_trail(store)
+            report = await audit_trail(store, TrailSources(notes, [], keys, trusted))
+            assert report.clean and report.rows > 300, [f.describe() for f in report.findings]
+            assert rollouts
+            for rollout in sorted(rollouts):
+                receipt = await export_receipt(store, trusted, rollout)
+                assert verify_receipt(canonical_json(receipt), trusted).events == len(receipt["events"])
+        finally:
+            await store.close()
