@@ -144,3 +144,29 @@ async def test_trails_recorded_before_the_tree_get_one_and_verify(
                 assert verify_receipt(canonical_json(receipt), trusted).events == len(receipt["events"])
         finally:
             await store.close()
+
+
+async def test_audit_prove_prints_a_checked_proof(server_urls: ServerUrls, tmp_path: Path) -> None:
+    async with signed_trail(server_urls.database_url, tmp_path, rollouts=1, events=300) as trail:
+        code, out = await trail.cli("audit", "prove", "257")
+        assert code == 0, out
+        lines = out.splitlines()
+        assert lines[0] == "event at position 257: leaf 256 of 300"
+        assert sum(line.startswith("proof[") for line in lines) == 7  # [0, 256), then 6 within [256, 300)
+        assert lines[-1].startswith("\u2014 test.rollbook/log ")
+        event_id = (await trail.store.query("SELECT event_id FROM events WHERE global_position = 5"))[0][0]
+        code, out = await trail.cli("audit", "prove", str(event_id), "--json")
+        assert code == 0 and '"leaf_index": 4' in out, out
+        await append_rollout(trail.store, "prod/later", 1)
+        code, out = await trail.cli("audit", "prove", "301")
+        assert (code, out.strip()) == (
+            1,
+            "rollbook: position 301 is newer than the newest signed checkpoint (tree size 300): it is covered"
+            " by the next one",
+        )
+        code, out = await trail.cli("audit", "prove", "nonsense")
+        assert (code, out.strip()) == (2, "rollbook: 'nonsense' is neither a global position nor an event id")
+        # The stored tree damaged: the proof does not match the signed head, and prove says so.
+        await trail.owner("UPDATE merkle_nodes SET hash = sha256(hash) WHERE level = 8 AND idx = 0")
+        code, out = await trail.cli("audit", "prove", "260")  # its proof holds the first block's hash
+        assert code == 1 and "does not match the signed checkpoint at position 260" in out, out
