@@ -72,3 +72,23 @@ async def test_truncating_the_tail_is_caught(trail: SignedTrail, bus: Bus) -> No
     assert "TRUNCATED: position 200: " in out, out
     assert "the log holds 150" in out
     await bus.js.delete_stream(checkpoint_stream(bus))
+
+
+async def test_a_checkpoint_stream_recreated_without_protection_is_refused_and_named(
+    trail: SignedTrail, bus: Bus
+) -> None:
+    from nats.js.api import StreamConfig
+
+    from services.infra.checkpoints import UnprotectedStream, checkpoint_subject
+
+    # Someone with NATS admin rights replaces the stream with one whose messages can be deleted.
+    await bus.js.delete_stream(checkpoint_stream(bus))
+    await bus.js.add_stream(StreamConfig(name=checkpoint_stream(bus), subjects=[checkpoint_subject(bus)]))
+    await append_rollout(trail.store, "prod/more", 3)
+    with pytest.raises(UnprotectedStream, match="deny_delete/deny_purge off"):
+        await trail.checkpointer.checkpoint()  # the auditor publishes nothing there (and logs it)
+    assert (await bus.js.stream_info(checkpoint_stream(bus))).state.messages == 0
+    code, out = await trail.cli("audit", "verify")
+    assert code == 1, out
+    assert "BUS-STREAM-UNPROTECTED: JetStream stream " in out, out
+    await bus.js.delete_stream(checkpoint_stream(bus))
