@@ -629,6 +629,11 @@ async def prove(
         position = int(rows[0][0])
     assert position is not None
     checkpoint = await newest_checkpoint(store, trusted)
+    if position > checkpoint.body.global_position:
+        raise TransparencyError(
+            f"position {position} is newer than the newest signed checkpoint (tree size"
+            f" {checkpoint.body.tree_size}): it is covered by the next one"
+        )
     tree = MerkleLog(store)
     index, leaves = await tree.leaf_index(position)
     size = checkpoint.body.tree_size
