@@ -78,8 +78,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # Append-only JSON-lines file the auditor also writes checkpoints to (empty: none). docs/audit.md.
     checkpoint_file: str = ""
     # Directory the auditor writes each signed checkpoint to, one read-only file each, never overwritten
-    # (and the public key). Empty: <data_dir>/audit/checkpoints. "none": no directory (deploy/ relies on
-    # JetStream). docs/audit.md.
+    # (and the public key); one directory per log. Empty: <data_dir>/audit/checkpoints when the data dir
+    # holds the embedded Postgres, else none. "none": no directory (deploy/ relies on JetStream).
+    # docs/audit.md.
     audit_checkpoint_dir: str = ""
     # The auditor's Ed25519 signing key (a C2SP signer key, PRIVATE+KEY+...). Empty:
     # <data_dir>/audit/signing.key, created (mode 0600) if missing; a file named here must exist. Never in

@@ -388,11 +388,16 @@ def frontier_keys(blocks: int) -> list[tuple[int, int]]:
 
 
 def checkpoint_dir(settings: Settings) -> Path | None:
+    """audit_checkpoint_dir; by default <data_dir>/audit/checkpoints when the data dir holds the embedded
+    Postgres (its log and its checkpoints then live and go together), else none: one directory must never
+    collect the checkpoints of two logs."""
     if settings.audit_checkpoint_dir == "none":
         return None
     if settings.audit_checkpoint_dir:
         return Path(settings.audit_checkpoint_dir)
-    return settings.data_path / "audit" / "checkpoints"
+    if (settings.data_path / "postgres" / "PG_VERSION").exists():
+        return settings.data_path / "audit" / "checkpoints"
+    return None
 
 
 def write_checkpoint_file(directory: Path, checkpoint: SignedCheckpoint, verifier: Verifier) -> None:

@@ -250,6 +250,7 @@ async def test_the_auditor_signs_checkpoints_periodically_and_every_n_events(
     settings = msgspec.structs.replace(
         bus.settings,
         data_dir=str(tmp_path),
+        audit_checkpoint_dir=str(tmp_path / "audit" / "checkpoints"),
         checkpoint_interval=3600.0,  # by count only, after the first at start
         checkpoint_every_events=3,
         checkpoint_file=str(file),

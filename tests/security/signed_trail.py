@@ -91,6 +91,7 @@ class SignedTrail:
             ROLLBOOK_NATS_URL=settings.nats_url,
             ROLLBOOK_STREAM_NAME=settings.stream_name,
             ROLLBOOK_SUBJECT_PREFIX=settings.subject_prefix,
+            ROLLBOOK_AUDIT_CHECKPOINT_DIR=settings.audit_checkpoint_dir,
         )
         environment.update(env)
         result = await asyncio.to_thread(
@@ -125,6 +126,7 @@ async def signed_trail(
             data_dir=str(data_dir),
             database_url=url,
             audit_key_name="test.rollbook/log",
+            audit_checkpoint_dir=str(data_dir / "audit" / "checkpoints"),
             nats_url=bus.settings.nats_url if bus is not None else "",
             stream_name=bus.settings.stream_name if bus is not None else "ROLLBOOK",
             subject_prefix=bus.settings.subject_prefix if bus is not None else "rollbook",
