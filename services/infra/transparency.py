@@ -42,8 +42,9 @@ from services.model.merkle import (
     ProofError,
     consistency_proof,
     event_leaf_hash,
+    frontier_root,
     inclusion_proof,
-    node_hash,
+    perfect_root,
     verify_inclusion,
 )
 from services.model.receipt import RECEIPT_FORMAT
@@ -151,18 +152,8 @@ def parse_verifier_keys(source: str) -> list[Verifier]:
 # --- the tree --------------------------------------------------------------------------------------------
 
 
-def _block_root(leaves: Sequence[bytes]) -> bytes:
-    level = list(leaves)
-    while len(level) > 1:
-        level = [node_hash(level[i], level[i + 1]) for i in range(0, len(level), 2)]
-    return level[0]
-
-
-def _frontier_root(frontier: Sequence[tuple[int, bytes]]) -> bytes:
-    digest = frontier[-1][1]
-    for _, left in reversed(frontier[:-1]):
-        digest = node_hash(left, digest)
-    return digest
+_block_root = perfect_root
+_frontier_root = frontier_root
 
 
 @dataclass(frozen=True)

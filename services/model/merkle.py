@@ -65,6 +65,24 @@ def _split(n: int) -> int:
     return 1 << ((n - 1).bit_length() - 1)
 
 
+def perfect_root(leaf_hashes: Sequence[bytes]) -> bytes:
+    """The root of a perfect subtree: a power-of-two number of leaf hashes, paired level by level."""
+    level = list(leaf_hashes)
+    while len(level) > 1:
+        level = [node_hash(level[i], level[i + 1]) for i in range(0, len(level), 2)]
+    return level[0]
+
+
+def frontier_root(frontier: Sequence[tuple[int, bytes]]) -> bytes:
+    """MTH of the leaves covered by a compact range's perfect subtrees, largest first."""
+    if not frontier:
+        return EMPTY_ROOT
+    digest = frontier[-1][1]
+    for _, left in reversed(frontier[:-1]):
+        digest = node_hash(left, digest)
+    return digest
+
+
 def root_of(leaf_hashes: Sequence[bytes]) -> bytes:
     """MTH of the given leaf hashes (the whole tree in memory: tests and small trees)."""
     if not leaf_hashes:
@@ -254,12 +272,7 @@ class CompactRange:
 
     def root(self) -> bytes:
         """MTH of the leaves appended so far."""
-        if not self.frontier:
-            return EMPTY_ROOT
-        digest = self.frontier[-1][1]
-        for _, left in reversed(self.frontier[:-1]):
-            digest = node_hash(left, digest)
-        return digest
+        return frontier_root(self.frontier)
 
     @classmethod
     def of(cls, leaves: Iterable[bytes]) -> CompactRange:

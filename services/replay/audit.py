@@ -15,7 +15,8 @@ from services.model.merkle import (
     ProofError,
     consistency_proof,
     event_leaf_hash,
-    root_of,
+    frontier_root,
+    perfect_root,
     verify_consistency,
 )
 from services.model.signed_note import NoteError, SignedCheckpoint, UntrustedKey, Verifier
@@ -65,35 +66,50 @@ def _finding(kind: str, position: int | None, detail: str) -> Finding:
 
 @dataclass
 class _Recomputed:
-    """The tree recomputed from the stored events while the chain is verified."""
+    """The tree recomputed from the stored events while the chain is verified: blocks of 256 leaves
+    hashed as they complete, the perfect subtrees above them kept (consistency proofs), the roots at the
+    checkpoints' sizes, and the leaves of the blocks those proofs reach into."""
 
     wanted_sizes: set[int]
     wanted_blocks: set[int]
-    compact: CompactRange = field(default_factory=CompactRange)
+    upper: CompactRange = field(default_factory=CompactRange)
+    tail: list[bytes] = field(default_factory=list)
     nodes: dict[tuple[int, int], bytes] = field(default_factory=dict)
     blocks: dict[int, list[bytes]] = field(default_factory=dict)
     at_size: dict[int, tuple[bytes, int, bytes]] = field(default_factory=dict)  # root, position, chain
 
+    @property
+    def size(self) -> int:
+        return self.upper.size + len(self.tail)
+
     def feed(self, position: int, stream_hash: bytes, chain: bytes) -> None:
-        leaf = event_leaf_hash(position, stream_hash)
-        index = self.compact.size
-        block = index >> BLOCK_LEVEL
-        if block in self.wanted_blocks:
-            self.blocks.setdefault(block, []).append(leaf)
-        self.compact.append(leaf, self._node)
-        if index + 1 in self.wanted_sizes:
-            self.at_size[index + 1] = (self.compact.root(), position, chain)
+        tail = self.tail
+        tail.append(event_leaf_hash(position, stream_hash))
+        if len(tail) == 1 << BLOCK_LEVEL:
+            block = self.upper.size >> BLOCK_LEVEL
+            if block in self.wanted_blocks:
+                self.blocks[block] = tail
+            self.upper.push(BLOCK_LEVEL, perfect_root(tail), self._node)
+            self.tail = []
+        size = self.upper.size + len(self.tail)
+        if size in self.wanted_sizes:
+            frontier = self.upper.frontier + CompactRange.of(self.tail).frontier
+            self.at_size[size] = (frontier_root(frontier), position, chain)
+
+    def finish(self) -> None:
+        block = self.upper.size >> BLOCK_LEVEL
+        if self.tail and block in self.wanted_blocks:
+            self.blocks[block] = self.tail
 
     def _node(self, level: int, index: int, digest: bytes) -> None:
-        if level >= BLOCK_LEVEL:
-            self.nodes[(level, index)] = digest
+        self.nodes[(level, index)] = digest
 
     def source(self, level: int, index: int) -> bytes:
         if level >= BLOCK_LEVEL:
             return self.nodes[(level, index)]
         block = index >> (BLOCK_LEVEL - level)
         start = (index << level) - (block << BLOCK_LEVEL)
-        return root_of(self.blocks[block][start : start + (1 << level)])
+        return perfect_root(self.blocks[block][start : start + (1 << level)])
 
 
 @dataclass(frozen=True)
@@ -184,9 +200,10 @@ async def audit_trail(store: EventStore, sources: TrailSources, *, batch_size: i
             feed(*row)
             leaf(row[0], bytes(row[11]), bytes(row[12]))
     verifier.finish()
+    recomputed.finish()
     for source, checkpoint in sources.legacy:
         verifier.check_checkpoint(checkpoint.global_position, bytes.fromhex(checkpoint.chain_hash), source)
-    leaves = recomputed.compact.size
+    leaves = recomputed.size
     bad_sizes: set[int] = set()
     for size in sizes:
         source, cp = by_size[size]
