@@ -66,6 +66,30 @@ RUNS: dict[str, tuple[list[str], list[str]]] = {
             rf"audit verify \(hash chain\): \d+ events in {NUMBER}s: {NUMBER} events/s.*findings: 0",
         ],
     ),
+    "audit.py": (
+        [
+            "all",
+            "--seconds",
+            "0.5",
+            "--rounds",
+            "1",
+            "--every",
+            "50",
+            "--events",
+            "600",
+            "--proofs",
+            "5",
+            "--pods",
+            "4",
+        ],
+        [
+            rf"ratio with/without: {NUMBER}",
+            rf"one checkpoint alone over .* {NUMBER}% of append time",
+            rf"tree over 600 leaves: {NUMBER} s",
+            rf"audit prove at 600 events \(10 hashes per proof\): median {NUMBER} ms",
+            rf"receipt of a 4-pod rollout: 20 events of a 28-event log, .* verify offline {NUMBER} s",
+        ],
+    ),
     "audit_views.py": (
         ["--workloads", "2", "--pods", "3", "--rollouts", "2"],
         [

@@ -16,6 +16,10 @@ event (same id, stream, version, type, cause, rollout and payload); otherwise it
 ``bus_quarantine``, counted as ``rollbook_audit_events_total{outcome="quarantined"}``, logged) and never
 stored: the bus is not a way into the trail (docs/security-bus.md).
 
+Checkpoints. The Merkle tree over the log, kept in ``merkle_nodes``, and a signed checkpoint of its head
+every ``checkpoint_interval`` seconds or ``checkpoint_every_events`` events (services/infra/transparency.py,
+docs/audit.md).
+
 History. ``GET /history?stream=...[&from_version=N]`` | ``?correlation_id=...[&after=<position>]`` |
 ``?after=<position>`` returns one page of stored events (``&limit=N``, at most 10,000) as JSON, to a
 request with a bearer token its ``settings.api_auth`` accepts (401/403 otherwise); a parameter that is
@@ -40,7 +44,6 @@ from prometheus_client import Counter
 
 from services.infra.api_auth import authenticator, guard
 from services.infra.bus import BODY_HEADER, HEADER_ALLOWANCE, MSG_ID, Bus, Outgoing, carried_payload
-from services.infra.checkpoints import checkpoint_loop
 from services.infra.consumer_service import report_consumer_lag
 from services.infra.metrics import (
     AUDIT_INGESTED,
@@ -55,6 +58,7 @@ from services.infra.retry import DEFAULT_BACKOFF, Stopped, is_transient, retry_u
 from services.infra.runtime import ServiceRuntime, calm_cyclic_collector, configure_logging, run_until_stopped
 from services.infra.settings import Settings
 from services.infra.store import EventIdentity, EventStore, StoredEventJson
+from services.infra.transparency import checkpoint_loop, checkpointer_for
 from services.model.events import Envelope, decode
 from services.model.streams import workload_stream
 
@@ -449,7 +453,16 @@ async def run(settings: Settings) -> None:
             audit_task = asyncio.create_task(consumer.run(), name="audit-consumer")
             lag = asyncio.create_task(report_consumer_lag(bus, runtime, "auditor", DURABLE))
             ready = asyncio.create_task(_ready_when_caught_up(runtime, relay))
-            checkpoints = asyncio.create_task(checkpoint_loop(store, bus, settings, runtime.stopping))
+            # Signed checkpoints of the Merkle tree over the log (docs/audit.md): the key is read now, so a
+            # missing key file stops the auditor at start with its name.
+            checkpointer = None
+            if settings.checkpoint_interval > 0:
+                checkpointer = checkpointer_for(store, settings, bus)
+            checkpoints = asyncio.create_task(
+                checkpoint_loop(checkpointer, settings, runtime.stopping)
+                if checkpointer is not None
+                else asyncio.sleep(0)
+            )
             try:
                 await run_until_stopped(runtime, relay_task, audit_task)
             finally:

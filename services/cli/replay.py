@@ -57,6 +57,13 @@ def kind_counts(reports: list[VerifyReport]) -> str:
     return "; ".join(parts)
 
 
+PUBLIC_KEY_OPTION = typer.Option(
+    "--public-key",
+    help="a trusted public key (C2SP verifier key, or a file of them); repeat for several. Default:"
+    " ROLLBOOK_AUDIT_PUBLIC_KEY, else the public half of the signing key file",
+)
+
+
 UNVERIFIABLE_NOTE = (
     "rounds recorded by other planner rules are not re-run (their decisions are folded as recorded);"
     " `rollbook audit verify` still checks that they are unaltered"
@@ -228,35 +235,74 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"{label:28}{recorded[key]!s:>14}{replanned[key]!s:>14}")
 
     audit = typer.Typer(
-        help="Tamper evidence of the event log (hash chain, checkpoints).", no_args_is_help=True
+        help="Tamper evidence of the event log: hash chain, Merkle tree, signed checkpoints, receipts"
+        " (docs/audit.md).",
+        no_args_is_help=True,
     )
     app.add_typer(audit, name="audit")
+
+    def trusted(settings: Settings, given: list[str] | None) -> list[Any]:
+        from services.cli.errors import CommandError
+        from services.infra.transparency import TransparencyError, trusted_verifiers
+
+        try:
+            verifiers = trusted_verifiers(settings, given or [])
+        except TransparencyError as error:
+            raise CommandError(str(error)) from None
+        if not verifiers:
+            raise CommandError(
+                "no trusted public key: give --public-key (`rollbook audit public-key` where the"
+                " auditor runs prints it) or set ROLLBOOK_AUDIT_PUBLIC_KEY; the database's own is never"
+                " trusted alone"
+            )
+        return verifiers
 
     @audit.command("verify")
     def audit_verify(
         checkpoint_file: Annotated[
-            Path | None, typer.Option("--checkpoint-file", help="JSON-lines checkpoints to check")
+            Path | None, typer.Option("--checkpoint-file", help="JSON-lines checkpoints to check too")
+        ] = None,
+        checkpoint_dir: Annotated[
+            Path | None,
+            typer.Option(
+                "--checkpoint-dir",
+                help="directory of signed checkpoints (default: ROLLBOOK_AUDIT_CHECKPOINT_DIR, or"
+                " <data_dir>/audit/checkpoints)",
+            ),
+        ] = None,
+        public_key: Annotated[list[str] | None, PUBLIC_KEY_OPTION] = None,
+        max_age: Annotated[
+            float | None,
+            typer.Option(
+                "--max-age", help="seconds the newest checkpoint may lag (ROLLBOOK_AUDIT_MAX_CHECKPOINT_AGE)"
+            ),
         ] = None,
         bus: bool = typer.Option(True, "--bus/--no-bus", help="also check the checkpoints kept in JetStream"),
     ) -> None:
-        """Recompute every event's hash chain and compare it with the stored hashes and the checkpoints kept
-        outside the database. Exit 1 naming every edited, removed or reordered event."""
-        from services.infra.checkpoints import Checkpoint, file_checkpoints, published_checkpoints
-        from services.replay.audit import audit_log
+        """Recompute every event's hash chain and the Merkle tree over the log, and check them against every
+        signed checkpoint in the database and outside it. Exit 1 naming every finding."""
 
         async def work(store: EventStore, settings: Settings) -> Any:
-            given: list[tuple[str, Checkpoint]] = []
-            if checkpoint_file is not None:
-                given += [(str(checkpoint_file), cp) for cp in file_checkpoints(checkpoint_file)]
-            if bus and settings.nats_url:
-                from services.infra.bus import Bus
+            from services.cli.errors import CommandError
 
-                connection = await Bus.connect(settings, name="rollbook-audit", identity="operator")
-                try:
-                    given += [("JetStream", cp) for cp in await published_checkpoints(connection)]
-                finally:
-                    await connection.close()
-            return await audit_log(store, given)
+            try:
+                verifiers = trusted(settings, public_key)
+            except CommandError:
+                # An empty trail (no event, no checkpoint) needs no key: anything else does.
+                if await store.head_position() or await store.query(
+                    "SELECT 1 FROM signed_checkpoints LIMIT 1"
+                ):
+                    raise
+                verifiers = []
+            return await verify_trail(
+                store,
+                settings,
+                verifiers,
+                checkpoint_file=checkpoint_file,
+                checkpoint_dir=checkpoint_dir,
+                max_age=max_age,
+                bus=bus,
+            )
 
         report = run_with_store(work, nats=bus)
         for finding in report.findings:
@@ -277,22 +323,231 @@ def register(app: typer.Typer) -> None:
             True, "--bus/--no-bus", help="publish it to the JetStream checkpoint stream"
         ),
     ) -> None:
-        """Record the chain hash at the head of the log (database, JetStream, file)."""
-        from services.infra.checkpoints import take_checkpoint
+        """Extend the Merkle tree and sign a checkpoint of its head now (database, JetStream, checkpoint
+        directory, file), as the auditor does periodically. Needs the signing key."""
+        from services.cli.errors import CommandError
+        from services.infra.transparency import Checkpointer, TransparencyError, checkpoint_dir, load_signer
 
         async def work(store: EventStore, settings: Settings) -> Any:
+            try:
+                signer = load_signer(settings)
+            except TransparencyError as error:
+                raise CommandError(str(error)) from None
+            checkpointer = Checkpointer(
+                store, signer, directory=checkpoint_dir(settings), file=checkpoint_file
+            )
             if bus and settings.nats_url:
                 from services.infra.bus import Bus
 
-                connection = await Bus.connect(settings, name="rollbook-audit", identity="operator")
-                try:
-                    return await take_checkpoint(store, bus=connection, file=checkpoint_file)
-                finally:
-                    await connection.close()
-            return await take_checkpoint(store, file=checkpoint_file)
+                checkpointer.bus = await Bus.connect(settings, name="rollbook-audit", identity="operator")
+            try:
+                return await checkpointer.checkpoint(force=True)
+            finally:
+                if checkpointer.bus is not None:
+                    await checkpointer.bus.close()
 
         checkpoint = run_with_store(work, nats=bus, duty="writer")
-        if checkpoint is None:
-            typer.echo("the log is empty: nothing to checkpoint")
+        typer.echo(checkpoint.note, nl=False)
+
+    @audit.command("public-key")
+    def audit_public_key() -> None:
+        """Print the auditor's public key (C2SP verifier key), from its signing key file: give it to whoever
+        verifies the trail (`audit verify --public-key`, `audit verify-receipt --public-key`)."""
+        from services.cli.errors import CommandError
+        from services.infra.transparency import TransparencyError, load_signer
+
+        try:
+            typer.echo(load_signer(Settings.from_env(), create=False).verifier.text())
+        except TransparencyError as error:
+            raise CommandError(str(error)) from None
+
+    @audit.command("keygen")
+    def audit_keygen(
+        output: Annotated[
+            Path, typer.Option("-o", "--output", help="private key file to create (mode 0600)")
+        ],
+        name: Annotated[
+            str, typer.Option("--name", help="key name and checkpoint origin, e.g. rollbook.example.com/prod")
+        ] = "rollbook",
+    ) -> None:
+        """Create a checkpoint signing key (C2SP signer key) for the auditor, e.g. for a Kubernetes Secret;
+        print its public key. Never overwrites a file."""
+        import os
+
+        from services.cli.errors import CommandError
+        from services.model.signed_note import NoteError, Signer
+
+        try:
+            signer = Signer.generate(name)
+        except NoteError as error:
+            raise CommandError(str(error), 2) from None
+        try:
+            fd = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except OSError as error:
+            raise CommandError(f"{output}: {error.strerror}") from None
+        with os.fdopen(fd, "w") as out:
+            out.write(signer.text() + "\n")
+        typer.echo(signer.verifier.text())
+
+    @audit.command("prove")
+    def audit_prove(
+        target: str = typer.Argument(..., help="a global position, or an event id"),
+        public_key: Annotated[list[str] | None, PUBLIC_KEY_OPTION] = None,
+        as_json: bool = typer.Option(False, "--json", help="print the proof as JSON"),
+    ) -> None:
+        """Print the inclusion proof of one event in the newest signed checkpoint (checked before printed)."""
+        import uuid
+
+        from services.cli.errors import CommandError
+        from services.infra.transparency import TransparencyError, prove
+
+        position: int | None = None
+        event_id: uuid.UUID | None = None
+        if target.isascii() and target.isdigit():
+            position = int(target)
         else:
-            typer.echo(f"checkpoint at position {checkpoint.global_position}: {checkpoint.chain_hash}")
+            try:
+                event_id = uuid.UUID(target)
+            except ValueError:
+                raise CommandError(f"{target!r} is neither a global position nor an event id", 2) from None
+
+        async def work(store: EventStore, settings: Settings) -> Any:
+            try:
+                return await prove(store, trusted(settings, public_key), position=position, event_id=event_id)
+            except TransparencyError as error:
+                raise CommandError(str(error)) from None
+
+        proof = run_with_store(work)
+        body = proof.checkpoint.body
+        if as_json:
+            _print_json(
+                {
+                    "global_position": proof.global_position,
+                    "leaf_index": proof.leaf_index,
+                    "leaf_hash": proof.leaf_hash.hex(),
+                    "tree_size": body.tree_size,
+                    "inclusion_proof": [p.hex() for p in proof.proof],
+                    "checkpoint": proof.checkpoint.note,
+                }
+            )
+            return
+        typer.echo(f"event at position {proof.global_position}: leaf {proof.leaf_index} of {body.tree_size}")
+        typer.echo(f"leaf hash {proof.leaf_hash.hex()}")
+        for step, digest in enumerate(proof.proof):
+            typer.echo(f"proof[{step}] {digest.hex()}")
+        typer.echo("signed checkpoint:")
+        typer.echo(proof.checkpoint.note, nl=False)
+
+    @audit.command("export")
+    def audit_export(
+        target: Annotated[str, typer.Argument(help="<namespace>/<name> of the workload")],
+        rollout: Annotated[
+            str,
+            typer.Option("--rollout", help="the rollout id (<namespace>/<name>@<revision>) or its revision"),
+        ],
+        output: Annotated[Path, typer.Option("-o", "--output", help="receipt file to write (JSON)")],
+        public_key: Annotated[list[str] | None, PUBLIC_KEY_OPTION] = None,
+    ) -> None:
+        """Write a receipt of one rollout: its events, their inclusion proofs, the signed checkpoint and the
+        public key, checkable offline with `rollbook audit verify-receipt` or docs/verify_receipt.py."""
+        from services.cli.errors import CommandError
+        from services.infra.transparency import TransparencyError, export_receipt
+        from services.model.receipt import canonical_json
+
+        rollout_id = rollout if "@" in rollout else f"{target}@{rollout}"
+        if not rollout_id.startswith(f"{target}@"):
+            raise CommandError(f"rollout {rollout_id} is not one of {target}", 2)
+
+        async def work(store: EventStore, settings: Settings) -> Any:
+            try:
+                return await export_receipt(store, trusted(settings, public_key), rollout_id)
+            except TransparencyError as error:
+                raise CommandError(str(error)) from None
+
+        receipt = run_with_store(work)
+        output.write_bytes(canonical_json(receipt))
+        typer.echo(f"{output}: {len(receipt['events'])} events of {rollout_id}")
+
+    @audit.command("verify-receipt")
+    def audit_verify_receipt(
+        receipt: Annotated[Path, typer.Argument(help="the receipt file")],
+        public_key: Annotated[list[str] | None, PUBLIC_KEY_OPTION] = None,
+    ) -> None:
+        """Check a receipt offline (no database, no server): every event's content, its inclusion proof,
+        and the checkpoint's signature. Without --public-key the receipt's own key is used and named."""
+        from services.cli.errors import CommandError
+        from services.infra.transparency import TransparencyError, parse_verifier_keys
+        from services.model.receipt import ReceiptError, verify_receipt
+
+        try:
+            keys = [v for source in public_key or [] for v in parse_verifier_keys(source)] or None
+            data = receipt.read_bytes()
+        except (TransparencyError, OSError) as error:
+            raise CommandError(str(error)) from None
+        try:
+            result = verify_receipt(data, keys)
+        except ReceiptError as error:
+            raise CommandError(f"receipt refused: {error}") from None
+        typer.echo(
+            f"OK: {result.events} events of {result.rollout} in the log of {result.tree_size} events"
+            f" (up to position {result.global_position}), signed by {result.signer.text()}"
+        )
+        if not result.pinned:
+            typer.echo("note: the key is the receipt's own: compare it with the published one (--public-key)")
+
+
+async def verify_trail(
+    store: EventStore,
+    settings: Settings,
+    verifiers: list[Any],
+    *,
+    checkpoint_file: Path | None = None,
+    checkpoint_dir: Path | None = None,
+    max_age: float | None = None,
+    bus: bool = True,
+) -> Any:
+    """What `rollbook audit verify` checks: the log against every checkpoint it can find (the database,
+    the checkpoint directory, the JSON-lines file, JetStream) with the trusted keys ``verifiers``."""
+    from services.infra.checkpoints import Checkpoint, file_checkpoints
+    from services.infra.transparency import checkpoint_dir as default_dir
+    from services.infra.transparency import directory_checkpoints, file_notes
+    from services.replay.audit import Finding, TrailSources, audit_trail, read_database_trail
+
+    legacy: list[tuple[str, Checkpoint]] = []
+    external: list[tuple[str, str]] = []
+    extra: list[Finding] = []
+    if checkpoint_file is not None:
+        legacy += [(str(checkpoint_file), cp) for cp in file_checkpoints(checkpoint_file)]
+        external += [(str(checkpoint_file), note) for note in file_notes(checkpoint_file)]
+    directory = checkpoint_dir or default_dir(settings)
+    if directory is not None:
+        external += [(str(directory), note) for note in directory_checkpoints(directory)]
+    if bus and settings.nats_url:
+        from services.infra.bus import Bus
+        from services.infra.checkpoints import checkpoint_stream, published_checkpoints, stream_protection
+        from services.infra.transparency import published_notes
+
+        connection = await Bus.connect(settings, name="rollbook-audit", identity="operator")
+        try:
+            problem = await stream_protection(connection)
+            if problem is not None:
+                extra.append(Finding("bus-stream-unprotected", None, None, None, None, problem))
+            legacy += [("JetStream", cp) for cp in await published_checkpoints(connection)]
+            external += [
+                (f"JetStream {checkpoint_stream(connection)}", note)
+                for note in await published_notes(connection)
+            ]
+        finally:
+            await connection.close()
+    notes, keys = await read_database_trail(store)
+    sources = TrailSources(
+        database_notes=notes,
+        external_notes=external,
+        database_keys=keys,
+        trusted=verifiers,
+        legacy=legacy,
+        max_age=settings.audit_max_checkpoint_age if max_age is None else max_age,
+    )
+    report = await audit_trail(store, sources)
+    report.findings[:0] = extra
+    return report

@@ -1,17 +1,16 @@
-"""Checkpoints of the global hash chain, kept where a database superuser cannot rewrite them silently.
+"""Unsigned checkpoints of the global hash chain (before signed checkpoints: services/infra/transparency.py),
+and the JetStream checkpoint stream both kinds are published to.
 
 A checkpoint is (global_position, chain_hash at that position). It is written to three places: the
 ``event_checkpoints`` table (convenient, but inside the attacker's reach), a JetStream stream created with
 deny_delete and deny_purge (``<stream_name>_CHECKPOINTS`` on subject ``<prefix>-checkpoints``), and, when
 configured, an append-only JSON-lines file. ``rollbook audit verify`` compares the chain stored in the
 database with every checkpoint it can read; one the database no longer agrees with means the history up to
-it was rewritten (docs/replay.md, "Threat model").
+it was rewritten (docs/replay.md; the signed checkpoints that replace these: docs/audit.md).
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -22,7 +21,6 @@ import structlog
 from nats.js.api import DeliverPolicy, StorageType, StreamConfig
 
 from services.infra.bus import Bus
-from services.infra.settings import Settings
 from services.infra.store import EventStore
 from services.model.hashchain import Checkpoint
 
@@ -41,7 +39,13 @@ def checkpoint_subject(bus: Bus) -> str:
     return f"{bus.prefix}-checkpoints"
 
 
+class UnprotectedStream(RuntimeError):
+    """The checkpoint stream exists but lets messages be deleted or purged."""
+
+
 async def ensure_checkpoint_stream(bus: Bus) -> None:
+    """Create the checkpoint stream with deny_delete and deny_purge, or check that the existing one has
+    both: UnprotectedStream if not (someone recreated it without them, so messages could be deleted)."""
     config = StreamConfig(
         name=checkpoint_stream(bus),
         subjects=[checkpoint_subject(bus)],
@@ -53,8 +57,25 @@ async def ensure_checkpoint_stream(bus: Bus) -> None:
     try:
         await bus.js.add_stream(config)
     except nats.js.errors.BadRequestError as error:
-        if error.err_code != 10058:  # already exists with another config: keep it as it is
+        if error.err_code != 10058:  # already exists with another config: checked below
             raise
+    problem = await stream_protection(bus)
+    if problem is not None:
+        raise UnprotectedStream(problem)
+
+
+async def stream_protection(bus: Bus) -> str | None:
+    """What is wrong with the checkpoint stream's protection, or None (also when it does not exist)."""
+    try:
+        info = await bus.js.stream_info(checkpoint_stream(bus))
+    except nats.js.errors.NotFoundError:
+        return None
+    if info.config.deny_delete and info.config.deny_purge:
+        return None
+    return (
+        f"JetStream stream {checkpoint_stream(bus)} allows deleting or purging messages"
+        " (deny_delete/deny_purge off): recreate it with both (docs/audit.md)"
+    )
 
 
 async def take_checkpoint(
@@ -76,15 +97,15 @@ async def take_checkpoint(
     return checkpoint
 
 
-async def published_checkpoints(bus: Bus, *, timeout: float = 10.0) -> list[Checkpoint]:  # noqa: ASYNC109
-    """Every checkpoint in the JetStream checkpoint stream, oldest first (empty if there is none). Read
-    with an ephemeral ordered consumer: one subscription, not one request per checkpoint."""
+async def stream_messages(bus: Bus, *, timeout: float = 10.0) -> list[bytes]:  # noqa: ASYNC109
+    """The data of every message in the JetStream checkpoint stream, oldest first (empty if there is
+    none). Read with an ephemeral ordered consumer: one subscription, not one request per message."""
     try:
         info = await bus.js.stream_info(checkpoint_stream(bus))
     except nats.js.errors.NotFoundError:
         return []
     last = info.state.last_seq
-    found: list[Checkpoint] = []
+    found: list[bytes] = []
     if not info.state.messages:
         return found
     subscription = await bus.js.subscribe(
@@ -97,34 +118,27 @@ async def published_checkpoints(bus: Bus, *, timeout: float = 10.0) -> list[Chec
         while True:
             message = await subscription.next_msg(timeout=timeout)
             if message.data:
-                found.append(_decoder.decode(message.data))
+                found.append(message.data)
             if message.metadata.sequence.stream >= last:
                 return found
     finally:
         await subscription.unsubscribe()
 
 
+async def published_checkpoints(bus: Bus, *, timeout: float = 10.0) -> list[Checkpoint]:  # noqa: ASYNC109
+    """The unsigned chain checkpoints (this module's format) in the JetStream checkpoint stream, oldest
+    first; signed ones are read by services/infra/transparency.py."""
+    return [
+        _decoder.decode(data) for data in await stream_messages(bus, timeout=timeout) if data.startswith(b"{")
+    ]
+
+
 def file_checkpoints(path: Path) -> list[Checkpoint]:
+    """The unsigned chain checkpoints of a JSON-lines file (lines holding a signed note are skipped)."""
     if not path.exists():
         return []
-    return [_decoder.decode(line) for line in path.read_bytes().splitlines() if line.strip()]
-
-
-async def checkpoint_loop(store: EventStore, bus: Bus, settings: Settings, stopping: asyncio.Event) -> None:
-    """Every ``settings.checkpoint_interval`` seconds, checkpoint the head if it moved (the auditor runs
-    this). A failure is logged and retried at the next tick: checkpoints are evidence, not a dependency."""
-    if settings.checkpoint_interval <= 0:
-        return
-    file = Path(settings.checkpoint_file) if settings.checkpoint_file else None
-    last = -1
-    while not stopping.is_set():
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stopping.wait(), settings.checkpoint_interval)
-        try:
-            if await store.head_position() != last:
-                taken = await take_checkpoint(store, bus=bus, file=file)
-                if taken is not None:
-                    last = taken.global_position
-                    log.info("checkpoint", position=taken.global_position, chain_hash=taken.chain_hash)
-        except Exception as error:  # noqa: BLE001 - keep the auditor running; the next tick retries
-            log.warning("checkpoint_failed", error=repr(error))
+    return [
+        _decoder.decode(line)
+        for line in path.read_bytes().splitlines()
+        if line.strip() and not line.startswith(b'{"note"')
+    ]

@@ -96,11 +96,33 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # Deepest JSON nesting of an object the watcher records (levels of objects and arrays); a deeper one
     # is recorded as ObservationRejected. Far below what the JSON decoders of every reader can take.
     max_object_depth: int = 200
-    # Seconds between checkpoints of the event hash chain, taken by the auditor when the log moved
-    # (database, JetStream stream <stream_name>_CHECKPOINTS, and checkpoint_file if set). 0 turns them off.
+    # Seconds between signed checkpoints of the event log (Merkle tree head, Ed25519), taken by the auditor
+    # when the log moved: database, JetStream stream <stream_name>_CHECKPOINTS, audit_checkpoint_dir and
+    # checkpoint_file if set (docs/audit.md). 0 turns them off.
     checkpoint_interval: float = 60.0
-    # Append-only JSON-lines file the auditor also writes checkpoints to (empty: none). docs/replay.md.
+    # Also sign a checkpoint as soon as this many events arrived since the last one, before the interval
+    # is up (0: by time only).
+    checkpoint_every_events: int = 10000
+    # Append-only JSON-lines file the auditor also writes checkpoints to (empty: none). docs/audit.md.
     checkpoint_file: str = ""
+    # Directory the auditor writes each signed checkpoint to, one read-only file each, never overwritten
+    # (and the public key); one directory per log. Empty: <data_dir>/audit/checkpoints when the data dir
+    # holds the embedded Postgres, else none. "none": no directory (deploy/ relies on JetStream).
+    # docs/audit.md.
+    audit_checkpoint_dir: str = ""
+    # The auditor's Ed25519 signing key (a C2SP signer key, PRIVATE+KEY+...). Empty:
+    # <data_dir>/audit/signing.key, created (mode 0600) if missing; a file named here must exist. Never in
+    # the database. docs/audit.md.
+    audit_key_file: str = ""
+    # Key name (and checkpoint origin) of a signing key the auditor creates.
+    audit_key_name: str = "rollbook"
+    # Public keys `rollbook audit verify` trusts (C2SP verifier keys <name>+<id>+<key>, or files holding
+    # one a line), comma-separated. Empty: the public half of audit_key_file if readable. Never taken from
+    # the database alone.
+    audit_public_key: str = ""
+    # Seconds the newest signed checkpoint may lag behind the log before `rollbook audit verify` reports
+    # it stale (events after it are not yet protected).
+    audit_max_checkpoint_age: float = 900.0
     # Largest event the watcher stores, in bytes (the encoded ObjectObserved). An object beyond it is
     # recorded as ObservationRejected instead. Events larger than a NATS message (max_payload, 1 MiB by
     # default) still travel: the bus carries a reference and consumers read them from the store.

@@ -218,6 +218,14 @@ INSERT INTO bus_quarantine (subject, stream_sequence, event_id, event_type, even
 VALUES ($1, $2, $3, $4, $5, $6, $7)
 ON CONFLICT (subject, stream_sequence) DO NOTHING
 """
+_READ_LEAVES_SQL = """
+SELECT global_position, stream_hash FROM events WHERE global_position > $1
+ORDER BY global_position LIMIT $2
+"""
+_READ_LEAF_RANGE_SQL = """
+SELECT global_position, stream_hash FROM events WHERE global_position BETWEEN $1 AND $2
+ORDER BY global_position
+"""
 _CHECKPOINT_SQL = """
 INSERT INTO event_checkpoints (global_position, chain_hash)
 SELECT global_position, chain_hash FROM events ORDER BY global_position DESC LIMIT 1
@@ -1004,3 +1012,24 @@ class EventStore:
         """The checkpoints recorded in the database (position, chain_hash), oldest first."""
         rows = await self._fetch("SELECT global_position, chain_hash FROM event_checkpoints ORDER BY 1")
         return [(int(r[0]), bytes(r[1])) for r in rows]
+
+    # --- the signed Merkle log (migrations/versions/0017_signed_merkle_log.py, docs/audit.md) ---------
+
+    async def read_leaf_rows(self, after_position: int, limit: int) -> list[asyncpg.Record]:
+        """(global_position, stream_hash) of up to ``limit`` events after ``after_position``, in global
+        order: what the Merkle tree's leaves are made of."""
+        return await self._fetch(_READ_LEAVES_SQL, after_position, limit)
+
+    async def read_leaf_range(self, first_position: int, last_position: int) -> list[asyncpg.Record]:
+        """(global_position, stream_hash) of the events from ``first_position`` to ``last_position``."""
+        return await self._fetch(_READ_LEAF_RANGE_SQL, first_position, last_position)
+
+    async def execute_many(self, sql: str, rows: Sequence[Sequence[object]]) -> None:
+        """One statement for each row, in one transaction (retried on a lost connection: every caller's
+        statement is idempotent)."""
+
+        async def run() -> None:
+            async with self._driver() as conn, conn.transaction():
+                await conn.executemany(sql, rows)
+
+        await self._retrying(run)

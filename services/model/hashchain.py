@@ -93,6 +93,8 @@ class Finding:
             where.append(f"stream {self.stream} v{self.stream_version}")
         if self.event_id is not None:
             where.append(f"event {self.event_id}")
+        if not where:
+            return f"{self.kind.upper()}: {self.detail}"
         return f"{self.kind.upper()}: {', '.join(where)}: {self.detail}"
 
 

@@ -1,12 +1,25 @@
 """``rollbook audit verify``: recompute the hash chain of the whole log from its raw columns and compare it
-with the stored hashes and with checkpoints kept outside the database (docs/replay.md)."""
+with the stored hashes (``audit_log``), and the Merkle tree over it with every signed checkpoint found in
+the database and outside it (``audit_trail``; docs/audit.md)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 from services.infra.store import EventStore
-from services.model.hashchain import ChainVerifier, Checkpoint, Finding
+from services.model.hashchain import ZERO_HASH, ChainVerifier, Checkpoint, Finding
+from services.model.merkle import (
+    EMPTY_ROOT,
+    CompactRange,
+    ProofError,
+    consistency_proof,
+    event_leaf_hash,
+    frontier_root,
+    perfect_root,
+    verify_consistency,
+)
+from services.model.signed_note import NoteError, SignedCheckpoint, UntrustedKey, Verifier
 
 
 @dataclass
@@ -39,4 +52,228 @@ async def audit_log(
         head=verifier.last_position,
         checkpoints_checked=len(given),
         findings=verifier.findings,
+    )
+
+
+# --- the signed Merkle log (docs/audit.md) -------------------------------------------------------------
+
+BLOCK_LEVEL = 8  # as services/infra/transparency.py stores the tree
+
+
+def _finding(kind: str, position: int | None, detail: str) -> Finding:
+    return Finding(kind, position, None, None, None, detail)
+
+
+@dataclass
+class _Recomputed:
+    """The tree recomputed from the stored events while the chain is verified: blocks of 256 leaves
+    hashed as they complete, the perfect subtrees above them kept (consistency proofs), the roots at the
+    checkpoints' sizes, and the leaves of the blocks those proofs reach into."""
+
+    wanted_sizes: set[int]
+    wanted_blocks: set[int]
+    upper: CompactRange = field(default_factory=CompactRange)
+    tail: list[bytes] = field(default_factory=list)
+    nodes: dict[tuple[int, int], bytes] = field(default_factory=dict)
+    blocks: dict[int, list[bytes]] = field(default_factory=dict)
+    at_size: dict[int, tuple[bytes, int, bytes]] = field(default_factory=dict)  # root, position, chain
+
+    @property
+    def size(self) -> int:
+        return self.upper.size + len(self.tail)
+
+    def feed(self, position: int, stream_hash: bytes, chain: bytes) -> None:
+        tail = self.tail
+        tail.append(event_leaf_hash(position, stream_hash))
+        if len(tail) == 1 << BLOCK_LEVEL:
+            block = self.upper.size >> BLOCK_LEVEL
+            if block in self.wanted_blocks:
+                self.blocks[block] = tail
+            self.upper.push(BLOCK_LEVEL, perfect_root(tail), self._node)
+            self.tail = []
+        size = self.upper.size + len(self.tail)
+        if size in self.wanted_sizes:
+            frontier = self.upper.frontier + CompactRange.of(self.tail).frontier
+            self.at_size[size] = (frontier_root(frontier), position, chain)
+
+    def finish(self) -> None:
+        block = self.upper.size >> BLOCK_LEVEL
+        if self.tail and block in self.wanted_blocks:
+            self.blocks[block] = self.tail
+
+    def _node(self, level: int, index: int, digest: bytes) -> None:
+        self.nodes[(level, index)] = digest
+
+    def source(self, level: int, index: int) -> bytes:
+        if level >= BLOCK_LEVEL:
+            return self.nodes[(level, index)]
+        block = index >> (BLOCK_LEVEL - level)
+        start = (index << level) - (block << BLOCK_LEVEL)
+        return perfect_root(self.blocks[block][start : start + (1 << level)])
+
+
+@dataclass(frozen=True)
+class TrailSources:
+    """What `audit verify` checks the log against: signed notes by where they were found (the database's
+    own and the copies outside it), the trusted public keys, and the unsigned chain checkpoints."""
+
+    database_notes: list[str]
+    external_notes: list[tuple[str, str]]  # (source, note)
+    database_keys: list[str]
+    trusted: list[Verifier]
+    legacy: list[tuple[str, Checkpoint]] = field(default_factory=list)
+    max_age: float = 900.0
+    now: datetime | None = None
+
+
+async def read_database_trail(store: EventStore) -> tuple[list[str], list[str]]:
+    """The signed notes (by tree size) and the published verifier keys kept in the database."""
+    notes = [r[0] for r in await store.query("SELECT note FROM signed_checkpoints ORDER BY tree_size")]
+    keys = [r[0] for r in await store.query("SELECT verifier_key FROM audit_keys ORDER BY created_at")]
+    return notes, keys
+
+
+async def audit_trail(store: EventStore, sources: TrailSources, *, batch_size: int = 5000) -> AuditReport:
+    """``audit_log`` and the signed checkpoints: every signature, every signed tree head against the tree
+    recomputed from the events, consecutive heads linked by consistency proofs, the copies outside the
+    database present in it, a fresh enough newest head, and the database's keys among the trusted ones."""
+    findings: list[Finding] = []
+    trusted_texts = {v.text() for v in sources.trusted}
+    for key in sources.database_keys:
+        if key.strip() not in trusted_texts:
+            findings.append(
+                _finding(
+                    "key-mismatch",
+                    None,
+                    f"the database publishes the public key {key.strip()}, which is not a trusted key"
+                    " (--public-key / ROLLBOOK_AUDIT_PUBLIC_KEY): it was swapped or a key was rotated"
+                    " without telling the verifier",
+                )
+            )
+    valid: list[tuple[str, SignedCheckpoint]] = []
+    given = [("database", note) for note in sources.database_notes] + list(sources.external_notes)
+    for source, note in given:
+        try:
+            valid.append((source, SignedCheckpoint.open(note, sources.trusted)))
+        except UntrustedKey as error:
+            findings.append(_finding("untrusted-key", None, f"a checkpoint in {source}: {error}"))
+        except NoteError as error:
+            findings.append(_finding("signature-invalid", None, f"a checkpoint in {source}: {error}"))
+    in_database = {(cp.body.tree_size, cp.body.root_hash) for source, cp in valid if source == "database"}
+    external = sorted((cp.body.tree_size, source, cp) for source, cp in valid if source != "database")
+    missing = [
+        (size, source) for size, source, cp in external if (size, cp.body.root_hash) not in in_database
+    ]
+    if missing:
+        size, source = missing[-1]
+        findings.append(
+            _finding(
+                "checkpoint-missing-from-database",
+                None,
+                f"the checkpoint of tree size {size} kept in {source} is not in the database"
+                f" ({len(missing)} external checkpoint(s) missing): checkpoints were deleted or replaced",
+            )
+        )
+    by_size: dict[int, tuple[str, SignedCheckpoint]] = {}
+    for source, cp in valid:
+        other = by_size.get(cp.body.tree_size)
+        if other is not None and other[1].body.root_hash != cp.body.root_hash:
+            findings.append(
+                _finding(
+                    "fork",
+                    cp.body.global_position,
+                    f"two signed checkpoints of tree size {cp.body.tree_size} ({other[0]}, {source}) have"
+                    " different roots: the log was rewritten and signed again",
+                )
+            )
+        by_size.setdefault(cp.body.tree_size, (source, cp))
+    sizes = sorted(by_size)
+    recomputed = _Recomputed(
+        set(sizes),
+        {b for s in sizes for b in ((s - 1) >> BLOCK_LEVEL, s >> BLOCK_LEVEL)},
+    )
+    verifier = ChainVerifier(wanted_positions={cp.global_position for _, cp in sources.legacy})
+    async for rows in store.read_chain_batches(0, batch_size):
+        feed = verifier.feed
+        leaf = recomputed.feed
+        for row in rows:
+            feed(*row)
+            leaf(row[0], bytes(row[11]), bytes(row[12]))
+    verifier.finish()
+    recomputed.finish()
+    for source, checkpoint in sources.legacy:
+        verifier.check_checkpoint(checkpoint.global_position, bytes.fromhex(checkpoint.chain_hash), source)
+    leaves = recomputed.size
+    bad_sizes: set[int] = set()
+    for size in sizes:
+        source, cp = by_size[size]
+        body = cp.body
+        if size > leaves:
+            bad_sizes.add(size)
+            findings.append(
+                _finding(
+                    "truncated",
+                    body.global_position,
+                    f"the checkpoint in {source} covers {size} events up to position {body.global_position};"
+                    f" the log holds {leaves}: events it covers were deleted (the tail truncated)",
+                )
+            )
+            continue
+        root, position, chain = recomputed.at_size[size] if size else (EMPTY_ROOT, 0, ZERO_HASH)
+        if (root, position, chain) != (body.root_hash, body.global_position, body.chain_hash):
+            bad_sizes.add(size)
+            differs = [
+                what
+                for what, same in (
+                    ("its tree head", root == body.root_hash),
+                    (f"its last position ({position} here)", position == body.global_position),
+                    ("its chain hash", chain == body.chain_hash),
+                )
+                if not same
+            ]
+            findings.append(
+                _finding(
+                    "checkpoint-mismatch",
+                    body.global_position,
+                    f"the first {size} events of the log do not match the signed checkpoint in {source}"
+                    f" ({', '.join(differs)}): events it covers were rewritten, removed or moved",
+                )
+            )
+    for old, new in zip(sizes, sizes[1:], strict=False):
+        if old in bad_sizes or new in bad_sizes:
+            continue
+        try:
+            proof = consistency_proof(old, new, recomputed.source)
+            verify_consistency(
+                old, new, by_size[old][1].body.root_hash, by_size[new][1].body.root_hash, proof
+            )
+        except (ProofError, KeyError) as error:
+            findings.append(_finding("inconsistent", None, f"checkpoints of sizes {old} and {new}: {error}"))
+    if leaves and not valid:
+        findings.append(
+            _finding(
+                "no-checkpoint",
+                verifier.last_position,
+                f"the log holds {leaves} events and no signed checkpoint verifies anywhere (database, bus,"
+                " files): checkpoints were deleted, or the auditor never ran (`rollbook audit checkpoint`)",
+            )
+        )
+    if valid:
+        newest = by_size[sizes[-1]][1].body
+        age = ((sources.now or datetime.now(UTC)) - newest.taken_at).total_seconds()
+        if leaves > newest.tree_size and age > sources.max_age:
+            findings.append(
+                _finding(
+                    "stale-checkpoint",
+                    newest.global_position,
+                    f"the newest signed checkpoint (tree size {newest.tree_size}) is {age:.0f}s old and"
+                    f" {leaves - newest.tree_size} events came after it (bound {sources.max_age:.0f}s):"
+                    " they are not protected; is the auditor running?",
+                )
+            )
+    return AuditReport(
+        rows=verifier.rows,
+        head=verifier.last_position,
+        checkpoints_checked=len(sources.legacy) + len(given),
+        findings=verifier.findings + findings,
     )

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
+import subprocess
+import sys
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,6 +30,8 @@ from tests.e2e.audit import (
 from tests.e2e.cluster import Cluster, image_of, is_ready, restart_count, seed_cloneset, with_image
 from tests.plugins.simcluster import MakeSimCluster
 from tests.plugins.stack import Stack, wait_for
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="session")]
 
@@ -137,7 +144,9 @@ async def assert_applied_once(stack: Stack, executors: list[str], database_url: 
     assert twice == {}, f"applied more often than succeeded: {twice}; per executor: {per_executor}"
 
 
-async def test_two_executors_in_place_rollout_audit_trail(stack: Stack, cluster: Cluster) -> None:
+async def test_two_executors_in_place_rollout_audit_trail(
+    stack: Stack, cluster: Cluster, tmp_path: Path
+) -> None:
     await stack.start("auditor", "watcher", "planner", "executor")
     await stack.start("executor", name="executor-2")
     strategy = {
@@ -169,7 +178,47 @@ async def test_two_executors_in_place_rollout_audit_trail(stack: Stack, cluster:
     assert await available_at_completion(database_url, "default", NAME, revision) == 5
     await assert_trail_consistent(stack, database_url)
     await assert_applied_once(stack, ["executor", "executor-2"], database_url)
+    await assert_receipt_verifies_offline(stack, f"default/{NAME}@{revision}", tmp_path)
     assert stack.dead() == []
+
+
+async def assert_receipt_verifies_offline(stack: Stack, rollout: str, directory: Path) -> None:
+    """The auditor signed checkpoints with the key it created in the data dir: the trail verifies, and the
+    rollout's receipt verifies with no server reachable, by rollbook and by docs/verify_receipt.py."""
+    from services.infra.supervisor import settings_env
+
+    def rollbook(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "services.cli.main", *args],
+            cwd=REPO_ROOT, env={**os.environ, **settings_env(stack.settings), **env},
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+
+    signed = await asyncio.to_thread(rollbook, "audit", "checkpoint")  # covers the rollout's last events
+    assert signed.returncode == 0, signed.stderr
+    verified = await asyncio.to_thread(rollbook, "audit", "verify")
+    assert verified.returncode == 0 and verified.stdout.startswith("OK: "), verified
+    key = (await asyncio.to_thread(rollbook, "audit", "public-key")).stdout.strip()
+    receipt = directory / "receipt.json"
+    namespace_name, _, revision = rollout.partition("@")
+    exported = await asyncio.to_thread(
+        rollbook, "audit", "export", namespace_name, "--rollout", revision, "-o", str(receipt)
+    )
+    assert exported.returncode == 0, exported.stderr
+    nowhere = {
+        "ROLLBOOK_DATABASE_URL": "postgresql://nobody@127.0.0.1:9/none",
+        "ROLLBOOK_NATS_URL": "nats://127.0.0.1:9",
+    }
+    checked = await asyncio.to_thread(
+        rollbook, "audit", "verify-receipt", str(receipt), "--public-key", key, **nowhere
+    )
+    assert checked.returncode == 0 and checked.stdout.startswith("OK: "), checked
+    script = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-I", str(REPO_ROOT / "docs" / "verify_receipt.py"), str(receipt), key],
+        cwd="/", capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert script.returncode == 0 and f"of {rollout} in a log of" in script.stdout, script
 
 
 async def _completed(database_url: str, revision: str) -> bool:

@@ -17,7 +17,6 @@ import pytest
 
 from services.infra.bus import Bus
 from services.infra.checkpoints import (
-    checkpoint_loop,
     checkpoint_stream,
     file_checkpoints,
     published_checkpoints,
@@ -25,7 +24,16 @@ from services.infra.checkpoints import (
 )
 from services.infra.database import asyncpg_url, upgrade, upgrade_async
 from services.infra.store import EventStore
+from services.infra.transparency import (
+    checkpoint_loop,
+    checkpointer_for,
+    directory_checkpoints,
+    file_notes,
+    published_notes,
+    trusted_verifiers,
+)
 from services.model.events import PodActionFailed, PodActionSucceeded, new_event
+from services.model.signed_note import SignedCheckpoint
 from services.replay.audit import audit_log
 from tests.plugins.database import fresh_database
 from tests.plugins.servers import ServerUrls
@@ -234,45 +242,61 @@ async def test_checkpoints_on_jetstream_cannot_be_deleted_and_catch_a_truncated_
         await bus.js.delete_stream(checkpoint_stream(bus))  # streams can go, messages cannot
 
 
-async def test_the_auditor_checkpoints_the_head_periodically(
+async def test_the_auditor_signs_checkpoints_periodically_and_every_n_events(
     store: tuple[EventStore, str], bus: Bus, tmp_path: Path
 ) -> None:
     events, _ = store
     file = tmp_path / "checkpoints.jsonl"
-    settings = msgspec.structs.replace(bus.settings, checkpoint_interval=0.05, checkpoint_file=str(file))
+    settings = msgspec.structs.replace(
+        bus.settings,
+        data_dir=str(tmp_path),
+        audit_checkpoint_dir=str(tmp_path / "audit" / "checkpoints"),
+        checkpoint_interval=3600.0,  # by count only, after the first at start
+        checkpoint_every_events=3,
+        checkpoint_file=str(file),
+    )
+    checkpointer = checkpointer_for(events, settings, bus)
     stopping = asyncio.Event()
-    loop = asyncio.create_task(checkpoint_loop(events, bus, settings, stopping))
-    try:
-        for _ in range(100):
-            if file_checkpoints(file):
-                break
+    loop = asyncio.create_task(checkpoint_loop(checkpointer, settings, stopping))
+
+    async def sizes_in_file(count: int) -> list[int]:
+        for _ in range(200):
+            taken = [SignedCheckpoint.unchecked(note).body.tree_size for note in file_notes(file)]
+            if len(taken) >= count:
+                return taken
             await asyncio.sleep(0.05)
-        # The head moves: the next tick checkpoints again.
+        raise AssertionError(f"{count} checkpoints expected, found {file_notes(file)}")
+
+    async def append(version: int) -> None:
         more = new_event(
-            PodActionSucceeded(action_id="later"),
+            PodActionSucceeded(action_id=f"later-{version}"),
             stream="CloneSet/prod/a/actions",
-            stream_version=6,
+            stream_version=version,
             occurred_at=T0,
         )
-        await events.append([more], expected_version=5)
-        for _ in range(100):
-            if len(file_checkpoints(file)) > 1:
-                break
-            await asyncio.sleep(0.05)
+        await events.append([more], expected_version=version - 1)
+
+    try:
+        assert await sizes_in_file(1) == [10]  # at start, over what is stored
+        await append(6)
+        await append(7)
+        await asyncio.sleep(1.5)  # two events: below the count, and the interval is an hour
+        assert [SignedCheckpoint.unchecked(n).body.tree_size for n in file_notes(file)] == [10]
+        await append(8)
+        assert await sizes_in_file(2) == [10, 13]
+        await append(9)
         stopping.set()
         await loop
-        published = await published_checkpoints(bus)
+        assert await sizes_in_file(3) == [10, 13, 14], "a last checkpoint on the way out"
+        published = await published_notes(bus)
     finally:
         stopping.set()
         await loop
         await bus.js.delete_stream(checkpoint_stream(bus))
-    taken = file_checkpoints(file)
-    assert published == taken and len(taken) == 2
-    assert taken and taken[-1].global_position == await events.head_position()
-    assert len({cp.global_position for cp in taken}) == len(taken), (
-        "an unmoved head is not checkpointed again"
-    )
-    assert (await audit_log(events, [("file", cp) for cp in taken])).clean
+    assert published == file_notes(file)
+    trusted = trusted_verifiers(settings)
+    assert [SignedCheckpoint.open(note, trusted).body.tree_size for note in published] == [10, 13, 14]
+    assert directory_checkpoints(tmp_path / "audit" / "checkpoints") == published
 
 
 async def test_the_upgrade_chains_events_recorded_before_it(server_urls: ServerUrls) -> None:
