@@ -40,11 +40,13 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from services.infra import kube
 from services.infra.leader import run_while_leading
 from services.infra.metrics import EVENTS_APPENDED, KIND_SERVED, OBSERVATIONS, STORE_APPENDS, WATCH_RESTARTS
+from services.infra.redaction_key import load_policy
 from services.infra.retry import Stopped, retry_until_stopped
 from services.infra.runtime import ServiceRuntime, calm_cyclic_collector, configure_logging, run_until_stopped
 from services.infra.settings import Settings
 from services.infra.store import AppendResult, EventStore
 from services.model.events import Envelope, ObjectObserved, ObservationRejected
+from services.model.redaction import RedactionPolicy
 from services.model.shadow import shadowed
 from services.model.sidecarset_streams import (
     SIDECARSET_GROUP,
@@ -127,8 +129,17 @@ def correlation_of(kind: str, obj: dict[str, Any], workload: tuple[str, str]) ->
 
 
 class Watcher:
-    def __init__(self, settings: Settings, store: EventStore, api: client.ApiClient) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        store: EventStore,
+        api: client.ApiClient,
+        policy: RedactionPolicy | None = None,
+    ) -> None:
         self.settings = settings
+        # Applied to every object as it arrives, before it is diffed, cached or stored (docs/events.md,
+        # "Redaction"): nothing after this point sees a secret value.
+        self.policy = policy if policy is not None else load_policy(settings)
         self.store = store
         self.api = api
         core = client.CoreV1Api(api)
@@ -344,9 +355,12 @@ class Watcher:
         seen: set[str] = set()
         async with self._emit_lock:
             events: list[Envelope] = []
-            for item in listing.get("items") or []:
-                item.setdefault("kind", kind)
-                item.setdefault("apiVersion", listing.get("apiVersion", "v1"))
+            for raw in listing.get("items") or []:
+                raw.setdefault("kind", kind)
+                raw.setdefault("apiVersion", listing.get("apiVersion", "v1"))
+                item = self.policy.redact_object(kind, raw)
+                if item is None:
+                    continue
                 seen.add(str((item.get("metadata") or {}).get("uid", "")))
                 event = self._diff(kind, item, "ADDED")
                 if event is not None:
@@ -425,12 +439,14 @@ class Watcher:
         version = (obj.get("metadata") or {}).get("resourceVersion")
         if change in ("ADDED", "MODIFIED", "DELETED"):
             obj.setdefault("kind", kind_watch.kind)
-            async with self._emit_lock:
-                event = self._diff(kind_watch.kind, obj, change)
-                events = [event] if event is not None else []
-                events.extend(self.sidecarsets.diff(kind_watch.kind, obj, change))
-                if events:
-                    await self._emit(events)
+            redacted = self.policy.redact_object(kind_watch.kind, obj)
+            if redacted is not None:  # None: never recorded (a Secret)
+                async with self._emit_lock:
+                    event = self._diff(kind_watch.kind, redacted, change)
+                    events = [event] if event is not None else []
+                    events.extend(self.sidecarsets.diff(kind_watch.kind, redacted, change))
+                    if events:
+                        await self._emit(events)
         if version:
             kind_watch.resource_version = str(version)
 
