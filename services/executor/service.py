@@ -48,6 +48,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import aiohttp
+import msgspec
 import nats.js.errors
 import structlog
 from kubernetes_asyncio import client
@@ -63,6 +64,7 @@ from services.executor.pods import (
     patch_applied,
     read_target_pod,
 )
+from services.executor.real_values import TemplateMovedOn, restore_cloneset_action
 from services.executor.settled import Settled
 from services.executor.sidecarset import apply_sidecar_upgrade, write_sidecarset_status
 from services.infra import kube
@@ -76,6 +78,7 @@ from services.infra.metrics import (
     EVENTS_HANDLED,
     STATUS_WRITES,
 )
+from services.infra.redaction_key import load_policy
 from services.infra.runtime import ServiceRuntime, calm_cyclic_collector, configure_logging
 from services.infra.settings import Settings
 from services.infra.store import EventStore
@@ -91,6 +94,7 @@ from services.model.events import (
     new_event,
 )
 from services.model.pod_writes import OBSERVED_VERSION, has_condition
+from services.model.redaction import contains_digest
 from services.model.sidecarset_streams import UPDATE_SIDECAR_ACTION, sidecarset_of
 from services.model.sidecarset_streams import actions_stream as sidecarset_actions_stream
 from services.model.streams import (
@@ -222,6 +226,8 @@ class Executor:
         self.api = api
         self.core = client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)
+        # Restores the values the trail records as digests (executor/real_values.py).
+        self.policy = load_policy(settings)
         self.name = f"{socket.gethostname()}/{os.getpid()}"
         # Pod actions this process gave back to the bus (a failure that may pass), until it takes them
         # again, their outcome is seen, or HANDED_BACK_TTL passes.
@@ -305,7 +311,9 @@ class Executor:
         try:
             # Transient API answers are retried here, quickly, before the bus's slower redelivery.
             uid, already = await call_with_retries(
-                lambda: self.apply(request), what=request.action, before_retry=taken.record
+                lambda: self.apply(request, _workload_or_none(envelope.stream)),
+                what=request.action,
+                before_retry=taken.record,
             )
         except ActionFailed as failure:
             await self._report_failure(envelope, request, failure, taken.at)
@@ -348,8 +356,12 @@ class Executor:
             ),
         )
 
-    async def apply(self, request: PodActionRequested) -> tuple[str | None, bool]:
+    async def apply(
+        self, request: PodActionRequested, workload: tuple[str, str] | None = None
+    ) -> tuple[str | None, bool]:
         """Carry out one action; returns (uid of the object, whether it had already been applied)."""
+        if request.action != UPDATE_SIDECAR_ACTION and contains_digest(request.details):
+            request = await self._with_real_values(request, workload)
         details = request.details
         namespace = request.namespace
         action_id = request.action_id
@@ -399,6 +411,29 @@ class Executor:
             case ActionKind.SET_PODS_TO_DELETE:
                 return await self._set_pods_to_delete(request)
         raise ActionFailed(f"unknown action {request.action!r}")
+
+    async def _with_real_values(
+        self, request: PodActionRequested, workload: tuple[str, str] | None
+    ) -> PodActionRequested:
+        """The request with the values redaction replaced by digests restored from the live objects
+        (executor/real_values.py); ActionFailed when the template has moved on."""
+        if workload is None:
+            raise ActionFailed(
+                "the action carries redacted values and names no CloneSet to restore them from"
+            )
+        try:
+            details = await restore_cloneset_action(
+                self.policy,
+                self.api,
+                workload[0],
+                workload[1],
+                request.pod,
+                request.revision,
+                request.details,
+            )
+        except TemplateMovedOn as moved:
+            raise ActionFailed(str(moved)) from None
+        return msgspec.structs.replace(request, details=details)
 
     async def _create(
         self, kind: str, namespace: str, body: dict[str, Any], action_id: str, create: Any, read: Any
@@ -859,6 +894,13 @@ class Taken:
             # the action's failure, nor stop its API retries.
             self._recorded = False
             log.warning("action_taken_not_recorded", action_id=self._action_id, error=repr(error))
+
+
+def _workload_or_none(stream: str) -> tuple[str, str] | None:
+    try:
+        return workload_of(stream)
+    except ValueError:
+        return None
 
 
 def _api_reason(error: ApiException) -> str:
