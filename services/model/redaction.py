@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from services.model.revision_hash import template_fnv
+from services.model.revision_hash import data_fnv, template_fnv
 
 DIGEST_PREFIX = "hmac-sha256:"
 DIGEST_PATTERN = re.compile(r"hmac-sha256:[0-9a-f]{64}")
@@ -48,6 +48,7 @@ GRACE_ANNOTATIONS = ("apps.kruise.io/inplace-update-grace", "inplace-update-grac
 DEFAULT_DENY = ("*TOKEN*", "*PASSWORD*", "*PASSWD*", "*SECRET*", "*KEY*", "*CREDENTIAL*")
 CONTAINER_LISTS = frozenset({"containers", "initContainers", "ephemeralContainers"})
 CLONESET_KIND = "CloneSet"
+SIDECARSET_KIND = "SidecarSet"
 
 
 def parse_patterns(text: str) -> tuple[str, ...]:
@@ -107,6 +108,8 @@ class RedactionPolicy:
             template = (obj.get("spec") or {}).get("template")
             if isinstance(template, dict):
                 mark["templateFnv"] = template_fnv(template)
+        if kind == SIDECARSET_KIND and "sidecarsetHash" not in mark:
+            mark.update(_sidecarset_values(obj))
         result = self.redact_value(obj)
         if kind == "ConfigMap" or obj.get("kind") == "ConfigMap":
             for name in ("data", "binaryData"):
@@ -168,6 +171,22 @@ class RedactionPolicy:
         """The grace annotation's env values and metadata patch redacted, in the planner's own JSON form;
         a value that is not the JSON it should be is digested whole."""
         return _map_grace(value, self.redact_value, self.digest)
+
+
+def _sidecarset_values(obj: dict[str, Any]) -> dict[str, Any]:
+    """What the planner needs of a SidecarSet's real spec: its two hashes (what the webhook writes on the
+    pods) and the FNV of its revision data (the revision's name). Nothing for a spec the planner rejects."""
+    from services.model import sidecarset as ss  # the SidecarSet rules read MARK from this module
+
+    try:
+        parsed = ss.parse_sidecarset(obj)
+    except ss.SidecarSetError:
+        return {}
+    return {
+        "sidecarsetHash": parsed.hash,
+        "sidecarsetHashWithoutImage": parsed.hash_without_image,
+        "revisionFnv": data_fnv(ss.revision_data(parsed.spec)),
+    }
 
 
 def _map_grace(value: str, convert: Callable[[Any], Any], fallback: Callable[[str], str]) -> str:

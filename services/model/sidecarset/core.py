@@ -67,6 +67,9 @@ class SidecarSet:
     controller_revision: str = ""  # status.latestRevision when the cluster reports one
     resource_version: str = ""
     custom_version: str = ""  # CUSTOM_VERSION_LABEL (or spec.customVersion)
+    # FNV of the real spec's revision data when ``spec`` holds redacted values (recorded beside them by the
+    # watcher: docs/events.md, "Redaction"); None when the spec is as the API server returned it.
+    revision_fnv: int | None = None
 
     @property
     def namespace(self) -> str | None:

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from services.model import intorpercent, labels
+from services.model.redaction import MARK
 from services.model.sidecarset.core import (
     AFTER_APP,
     ALWAYS,
@@ -58,11 +59,17 @@ def parse_sidecarset(obj: Mapping[str, Any]) -> SidecarSet:
     spec = _defaulted_spec(raw_spec)
     _validate_spec(spec)
     status = obj.get("status") or {}
+    # A recorded (redacted) SidecarSet carries the hashes of its real spec: the values its pods hold.
+    mark = obj.get(MARK)
+    recorded = mark if isinstance(mark, Mapping) else {}
+    fnv = recorded.get("revisionFnv")
     return SidecarSet(
         name=name,
         spec=spec,
-        hash=sidecarset_hash(spec),
-        hash_without_image=sidecarset_hash_without_image(spec),
+        hash=str(recorded.get("sidecarsetHash") or "") or sidecarset_hash(spec),
+        hash_without_image=str(recorded.get("sidecarsetHashWithoutImage") or "")
+        or sidecarset_hash_without_image(spec),
+        revision_fnv=fnv if isinstance(fnv, int) and not isinstance(fnv, bool) else None,
         controller_revision=str(status.get("latestRevision") or "") if isinstance(status, Mapping) else "",
         resource_version=str(metadata.get("resourceVersion") or ""),
         custom_version=_custom_version(metadata, spec),
