@@ -36,11 +36,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from services.model import sidecarset as ss
 from services.model.revision_hash import data_fnv, template_fnv
+from services.model.sidecarset.core import REDACTION_MARK as MARK  # top-level key of a redacted object
 
 DIGEST_PREFIX = "hmac-sha256:"
 DIGEST_PATTERN = re.compile(r"hmac-sha256:[0-9a-f]{64}")
-MARK = "rollbookRedaction"  # top-level key of a redacted object
 LAST_APPLIED_ANNOTATION = "kubectl.kubernetes.io/last-applied-configuration"
 # The in-place grace annotations (current and legacy key): JSON with a base64 metadata patch and, in the
 # extended mode, the env part of the container patch.
@@ -176,8 +177,6 @@ class RedactionPolicy:
 def _sidecarset_values(obj: dict[str, Any]) -> dict[str, Any]:
     """What the planner needs of a SidecarSet's real spec: its two hashes (what the webhook writes on the
     pods) and the FNV of its revision data (the revision's name). Nothing for a spec the planner rejects."""
-    from services.model import sidecarset as ss  # the SidecarSet rules read MARK from this module
-
     try:
         parsed = ss.parse_sidecarset(obj)
     except ss.SidecarSetError:

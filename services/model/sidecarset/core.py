@@ -14,6 +14,9 @@ KIND = "SidecarSet"
 
 # Pod annotations, as OpenKruise writes them.
 HASH_ANNOTATION = "kruise.io/sidecarset-hash"
+# Top-level key of an object as rollbook records it (redacted): the policy and what decisions need of the
+# real values (services/model/redaction.py, docs/events.md "Redaction").
+REDACTION_MARK = "rollbookRedaction"
 HASH_WITHOUT_IMAGE_ANNOTATION = "kruise.io/sidecarset-hash-without-image"
 INJECTED_LIST_ANNOTATION = "kruise.io/sidecarset-injected-list"
 # rollbook's own: the AdmissionReview uid of the injection, linking the pod to its SidecarInjected events

@@ -11,7 +11,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from services.model import intorpercent, labels
-from services.model.redaction import MARK
 from services.model.sidecarset.core import (
     AFTER_APP,
     ALWAYS,
@@ -21,6 +20,7 @@ from services.model.sidecarset.core import (
     DEFAULT_MAX_UNAVAILABLE,
     KIND,
     PARTIAL,
+    REDACTION_MARK,
     SidecarSet,
     SidecarSetError,
 )
@@ -60,7 +60,7 @@ def parse_sidecarset(obj: Mapping[str, Any]) -> SidecarSet:
     _validate_spec(spec)
     status = obj.get("status") or {}
     # A recorded (redacted) SidecarSet carries the hashes of its real spec: the values its pods hold.
-    mark = obj.get(MARK)
+    mark = obj.get(REDACTION_MARK)
     recorded = mark if isinstance(mark, Mapping) else {}
     fnv = recorded.get("revisionFnv")
     return SidecarSet(
