@@ -209,6 +209,19 @@ def _map_grace(value: str, convert: Callable[[Any], Any], fallback: Callable[[st
     return json.dumps(result, separators=(",", ":"), ensure_ascii=False)
 
 
+def _decoded_grace(value: str) -> dict[str, Any] | None:
+    """A grace annotation with its metadata patch decoded (what ``_map_grace`` converts)."""
+    try:
+        spec = json.loads(value)
+        if not isinstance(spec, dict):
+            return None
+        if isinstance(spec.get("metaDataPatch"), str):
+            spec["metaDataPatch"] = json.loads(base64.b64decode(spec["metaDataPatch"], validate=True))
+    except (ValueError, binascii.Error):
+        return None
+    return spec
+
+
 def is_digest(value: Any) -> bool:
     return isinstance(value, str) and DIGEST_PATTERN.fullmatch(value) is not None
 
@@ -246,6 +259,11 @@ def digest_map(policy: RedactionPolicy, sources: Iterable[Any]) -> dict[str, str
     def collect(real: Any, redacted: Any) -> None:
         if isinstance(real, dict) and isinstance(redacted, dict):
             for k, v in real.items():
+                if k in GRACE_ANNOTATIONS and isinstance(v, str):
+                    decoded = _decoded_grace(v)
+                    if decoded is not None:
+                        collect(decoded, policy.redact_value(decoded))
+                    continue
                 collect(v, redacted.get(k))
         elif isinstance(real, list) and isinstance(redacted, list):
             for a, b in zip(real, redacted, strict=False):
