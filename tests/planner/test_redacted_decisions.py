@@ -104,6 +104,6 @@ def test_a_pod_planned_from_a_redacted_template_is_the_real_pod_once_restored() 
     [create_real] = from_real.actions
     [create_redacted] = from_redacted.actions
     assert isinstance(create_redacted, model.CreatePod) and isinstance(create_real, model.CreatePod)
-    assert SECRET not in str(create_redacted.pod)
-    restored, missing = restore(create_redacted.pod, digest_map(POLICY, [real["spec"]["template"]]))
-    assert missing == [] and restored == create_real.pod
+    assert SECRET not in str(create_redacted.object)
+    restored, missing = restore(create_redacted.object, digest_map(POLICY, [real["spec"]["template"]]))
+    assert missing == [] and restored == create_real.object
