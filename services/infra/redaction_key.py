@@ -25,13 +25,20 @@ def key_path(settings: Settings) -> Path:
 
 
 def _generate(path: Path) -> None:
+    """Write a new key atomically: services started together either make it or read the one made first,
+    never a half-written file."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        return  # another process made it first: read theirs
-    with os.fdopen(fd, "w") as handle:
-        handle.write(secrets.token_hex(32) + "\n")
+        with os.fdopen(fd, "w") as handle:
+            handle.write(secrets.token_hex(32) + "\n")
+        try:
+            os.link(temporary, path)  # fails if another process made it first: theirs is kept
+        except FileExistsError:
+            pass
+    finally:
+        temporary.unlink(missing_ok=True)
 
 
 def load_key(settings: Settings) -> bytes:
