@@ -49,6 +49,8 @@ GRACE_ANNOTATIONS = ("apps.kruise.io/inplace-update-grace", "inplace-update-grac
 DEFAULT_DENY = ("*TOKEN*", "*PASSWORD*", "*PASSWD*", "*SECRET*", "*KEY*", "*CREDENTIAL*")
 CONTAINER_LISTS = frozenset({"containers", "initContainers", "ephemeralContainers"})
 CLONESET_KIND = "CloneSet"
+_DIGEST_CACHE = 4096  # values remembered with their digest (cleared when full)
+_DIGEST_CACHE_TEXT = 1024  # ... only values up to this many characters
 SIDECARSET_KIND = "SidecarSet"
 
 
@@ -64,11 +66,13 @@ class RedactionPolicy:
     key: bytes
     deny: tuple[str, ...] = DEFAULT_DENY
     _lowered: tuple[str, ...] = field(init=False, repr=False, compare=False)
+    _digests: dict[str, str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if len(self.key) < 16:
             raise ValueError("the redaction key must hold at least 16 bytes")
         object.__setattr__(self, "_lowered", tuple(p.lower() for p in self.deny))
+        object.__setattr__(self, "_digests", {})
 
     # --- identity -----------------------------------------------------------------------------------
 
@@ -90,7 +94,19 @@ class RedactionPolicy:
         if isinstance(value, str) and is_digest(value):
             return value
         text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, separators=(",", ":"))
-        return DIGEST_PREFIX + hmac.new(self.key, text.encode(), hashlib.sha256).hexdigest()
+        return self._digest_text(text)
+
+    def _digest_text(self, text: str) -> str:
+        # The pods of a workload repeat their template's values: each is hashed once (bounded memo).
+        cache = self._digests
+        found = cache.get(text)
+        if found is None:
+            found = DIGEST_PREFIX + hmac.new(self.key, text.encode(), hashlib.sha256).hexdigest()
+            if len(text) <= _DIGEST_CACHE_TEXT:
+                if len(cache) >= _DIGEST_CACHE:
+                    cache.clear()
+                cache[text] = found
+        return found
 
     def denied(self, name: str) -> bool:
         lowered = name.lower()
@@ -111,7 +127,11 @@ class RedactionPolicy:
                 mark["templateFnv"] = template_fnv(template)
         if kind == SIDECARSET_KIND and "sidecarsetHash" not in mark:
             mark.update(_sidecarset_values(obj))
-        result = self.redact_value(obj)
+        # status is the API server's and the controllers' (no env values, annotations or labels); managed
+        # fields name fields without their values: neither is walked.
+        result = self.redact_value({k: v for k, v in obj.items() if k != "status"})
+        if "status" in obj:
+            result["status"] = obj["status"]
         if kind == "ConfigMap" or obj.get("kind") == "ConfigMap":
             for name in ("data", "binaryData"):
                 data = result.get(name)
@@ -128,6 +148,8 @@ class RedactionPolicy:
             for k, v in value.items():
                 if k in CONTAINER_LISTS and isinstance(v, list):
                     out[k] = [self._container(c) for c in v]
+                elif k == "managedFields":
+                    out[k] = v
                 elif k == "annotations" and isinstance(v, dict):
                     out[k] = self._annotations(v)
                 elif k in ("labels", "matchLabels") and isinstance(v, dict):
@@ -138,19 +160,21 @@ class RedactionPolicy:
                     out[k] = self.redact_value(v)
             return out
         if isinstance(value, list):
-            return [self.redact_value(item) for item in value]
+            return [self.redact_value(item) if isinstance(item, dict | list) else item for item in value]
         return value
 
     def _container(self, container: Any) -> Any:
         if not isinstance(container, dict):
             return self.redact_value(container)
-        out = self.redact_value({k: v for k, v in container.items() if k != "env"})
-        env = container.get("env")
-        if isinstance(env, list):
-            out["env"] = [self._env(item) for item in env]
-        elif "env" in container:
-            out["env"] = env
-        return {k: out[k] for k in container}  # the container's own key order
+        out: dict[str, Any] = {}
+        for k, v in container.items():  # the container's own key order
+            if k == "env" and isinstance(v, list):
+                out[k] = [self._env(item) for item in v]
+            elif isinstance(v, dict | list):
+                out[k] = self.redact_value(v)
+            else:
+                out[k] = v
+        return out
 
     def _env(self, item: Any) -> Any:
         if isinstance(item, dict) and "value" in item and item.get("value") is not None:

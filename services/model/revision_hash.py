@@ -10,6 +10,7 @@ revision exactly without keeping the data itself.
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any
 
 import msgspec
@@ -42,8 +43,14 @@ def hash_from_fnv(fnv: int, collision_count: int = 0) -> str:
     return safe_encode(str(value))
 
 
+@lru_cache(maxsize=1024)
+def _fnv_cached(canonical: bytes) -> int:
+    return fnv1_32(canonical)
+
+
 def data_fnv(data: Any) -> int:
-    return fnv1_32(canonical_json(data))
+    """FNV of the canonical JSON (remembered: the watcher sees the same template at every status write)."""
+    return _fnv_cached(canonical_json(data))
 
 
 def data_hash(data: Any, collision_count: int = 0) -> str:
