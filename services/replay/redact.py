@@ -124,8 +124,9 @@ def plan_redaction(policy: RedactionPolicy, stored: Sequence[tuple[int, Envelope
             plan.changed[position] = new
         rewritten.append((position, new))
     verifiers: dict[tuple[int, str], Resealer] = {}
+    kinds: tuple[KindPlanner[Any], ...] = (CLONESET, SIDECARSET)
     for _, envelope in rewritten:
-        for rank, kind in enumerate((CLONESET, SIDECARSET)):
+        for rank, kind in enumerate(kinds):
             key = kind.workload_of(envelope.stream)
             if key is None:
                 continue
