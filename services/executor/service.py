@@ -309,11 +309,15 @@ class Executor:
             return
         taken = Taken(self, envelope, request.action_id)
         try:
-            # Transient API answers are retried here, quickly, before the bus's slower redelivery.
-            uid, already = await call_with_retries(
-                lambda: self.apply(request, _workload_or_none(envelope.stream)),
+            # The values the trail holds as digests, restored from the live objects (or ActionFailed).
+            written = await call_with_retries(
+                lambda: self.with_real_values(request, _workload_or_none(envelope.stream)),
                 what=request.action,
                 before_retry=taken.record,
+            )
+            # Transient API answers are retried here, quickly, before the bus's slower redelivery.
+            uid, already = await call_with_retries(
+                lambda: self.apply(written), what=request.action, before_retry=taken.record
             )
         except ActionFailed as failure:
             await self._report_failure(envelope, request, failure, taken.at)
@@ -356,12 +360,8 @@ class Executor:
             ),
         )
 
-    async def apply(
-        self, request: PodActionRequested, workload: tuple[str, str] | None = None
-    ) -> tuple[str | None, bool]:
+    async def apply(self, request: PodActionRequested) -> tuple[str | None, bool]:
         """Carry out one action; returns (uid of the object, whether it had already been applied)."""
-        if request.action != UPDATE_SIDECAR_ACTION and contains_digest(request.details):
-            request = await self._with_real_values(request, workload)
         details = request.details
         namespace = request.namespace
         action_id = request.action_id
@@ -412,11 +412,14 @@ class Executor:
                 return await self._set_pods_to_delete(request)
         raise ActionFailed(f"unknown action {request.action!r}")
 
-    async def _with_real_values(
+    async def with_real_values(
         self, request: PodActionRequested, workload: tuple[str, str] | None
     ) -> PodActionRequested:
         """The request with the values redaction replaced by digests restored from the live objects
-        (executor/real_values.py); ActionFailed when the template has moved on."""
+        (executor/real_values.py); the request itself when it holds none; ActionFailed when the template
+        has moved on."""
+        if request.action == UPDATE_SIDECAR_ACTION or not contains_digest(request.details):
+            return request
         if workload is None:
             raise ActionFailed(
                 "the action carries redacted values and names no CloneSet to restore them from"

@@ -2,10 +2,12 @@
 
 A random canary is planted in a CloneSet's env and in its last-applied annotation, in a SidecarSet
 sidecar's env (and its last-applied annotation) and in a ConfigMap. The four services and the webhook run
-an in-place rollout, a recreate and a sidecar upgrade; ``verify --all``, ``what-if`` and ``audit verify``
-succeed. Then every table and view of the database, every message of every JetStream stream of the test,
-every service log and the auditor's /history answers are searched: the canary is nowhere. The pods, which
-the cluster keeps, carry the real value."""
+an in-place rollout, a recreate and a sidecar upgrade, and record a shadow-mode rollout another writer
+drives (a stand-in for kruise-manager on a CloneSet labelled shadow, with the canary in its env);
+``verify --all``, ``what-if``, ``audit verify`` and the shadow report succeed. Then every table and view
+of the database, every message of every JetStream stream of the test, every service log and the
+auditor's /history answers are searched: the canary is nowhere. The pods, which the cluster keeps, carry
+the real value."""
 
 from __future__ import annotations
 
@@ -31,6 +33,7 @@ from services.infra.database import asyncpg_url
 from services.infra.settings import Settings
 from services.infra.store import EventStore
 from services.infra.supervisor import settings_env
+from services.model.management import MANAGE_LABEL, SHADOW
 from services.model.sidecarset_streams import SIDECARSET_GROUP, SIDECARSET_PLURAL, SIDECARSET_VERSION
 from services.simcluster import SimCluster, SimConfig
 from services.simcluster.kubelet import Timing
@@ -38,6 +41,7 @@ from services.webhook.revisions import StoreRevisions
 from services.webhook.service import RunningWebhook, WebhookOptions, run_webhook
 from services.webhook.sinks import EventStoreSink
 from tests.e2e.cluster import Cluster, image_of, is_ready
+from tests.e2e.kruise_standin import KruiseStandIn
 from tests.plugins.simcluster import MakeSimCluster
 from tests.plugins.stack import REPO_ROOT, Stack, wait_for
 
@@ -46,6 +50,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="session")]
 CANARY = f"canary-{uuid.uuid4().hex}"
 NAME = "secretive"
 SIDECARSET = "secretive-tools"
+SHADOWED = "secretive-shadowed"
 BARE_PODS = ["bare-0", "bare-1"]
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 
@@ -283,6 +288,39 @@ async def test_a_canary_planted_everywhere_is_found_nowhere_and_every_command_su
     assert {p["metadata"]["uid"] for p in upgraded.values()} == {
         p["metadata"]["uid"] for p in injected.values()
     }
+
+    # A CloneSet another controller drives (labelled shadow): its observed trail is redacted as well.
+    shadowed = _cloneset()
+    shadowed["metadata"] = {"name": SHADOWED, "labels": {"app": SHADOWED, MANAGE_LABEL: SHADOW}}
+    shadowed["spec"]["selector"] = {"matchLabels": {"app": SHADOWED}}
+    shadowed["spec"]["template"]["metadata"]["labels"] = {"app": SHADOWED}
+    shadowed["spec"]["replicas"] = 2
+    shadowed["metadata"]["annotations"] = {LAST_APPLIED: json.dumps(shadowed, separators=(",", ":"))}
+    kruise = KruiseStandIn(k8s_client, stack.settings.database_url, SHADOWED)
+    await kruise.create(shadowed)
+    await kruise.write_status()
+    for instance in ("q2w4e", "r6t8y"):
+        await kruise.create_pod(instance)
+    await kruise.write_status()
+    await kruise.set_image("nginx:1.26")
+    await kruise.write_status()
+    while candidates := await kruise.update_candidates():
+        await kruise.update_in_place(candidates[0])
+
+    async def compared() -> list[Any]:
+        connection = await asyncpg.connect(asyncpg_url(stack.settings.database_url))
+        try:
+            rows = await connection.fetch(
+                "SELECT action, verdict FROM shadow_agreement WHERE workload = $1", SHADOWED
+            )
+        finally:
+            await connection.close()
+        return rows if len(rows) == 4 else []
+
+    rows = await wait_for(compared, within=60, what="the shadowed rollout compared")
+    assert {r["verdict"] for r in rows} == {"agree"}
+    report = await asyncio.to_thread(rollbook, stack, "shadow", "report", f"default/{SHADOWED}")
+    assert report.returncode == 0 and CANARY not in report.stdout, report.stdout + report.stderr
 
     # Every command works on the redacted trail (run off the loop: simcluster serves the services from it).
     verified = await asyncio.to_thread(rollbook, stack, "verify", "--all")
