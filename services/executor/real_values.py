@@ -49,8 +49,9 @@ async def restore_cloneset_action(
     pod: str,
     revision: str | None,
     details: dict[str, Any],
-) -> dict[str, Any]:
-    """``details`` with its digests replaced by the real values (raises TemplateMovedOn)."""
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """``details`` with its digests replaced by the real values, and the digests it restored (digest ->
+    real value, to scrub them from an error the API server answers); raises TemplateMovedOn."""
     core = client.CoreV1Api(api)
     custom = client.CustomObjectsApi(api)
     sources: list[Any] = []
@@ -58,10 +59,13 @@ async def restore_cloneset_action(
     missing: list[str] = []
     live_revision = "unknown"
 
+    digests: dict[str, str] = {}
+
     async def attempt(source: Any) -> bool:
-        nonlocal restored, missing
+        nonlocal restored, missing, digests
         sources.append(source)
-        restored, missing = restore(details, digest_map(policy, sources))
+        digests = digest_map(policy, sources)
+        restored, missing = restore(details, digests)
         return not missing
 
     try:
@@ -70,7 +74,7 @@ async def restore_cloneset_action(
         )
         live_revision = str((cloneset.get("status") or {}).get("updateRevision") or "unknown")
         if revision and revision_hash_of(cloneset, revision) and await attempt(cloneset["spec"]["template"]):
-            return restored  # type: ignore[no-any-return]
+            return restored, digests  # type: ignore[return-value]
     except ApiException as error:
         if error.status != 404:
             raise
@@ -81,12 +85,12 @@ async def restore_cloneset_action(
         )
         for item in listing.get("items") or []:
             if await attempt({"metadata": item.get("metadata") or {}, "spec": item.get("spec") or {}}):
-                return restored  # type: ignore[no-any-return]
+                return restored, digests  # type: ignore[return-value]
     if pod:
         try:
             live = await kube.raw_json(await core.read_namespaced_pod(pod, namespace, _preload_content=False))
             if await attempt(live):
-                return restored  # type: ignore[no-any-return]
+                return restored, digests  # type: ignore[return-value]
         except ApiException as error:
             if error.status != 404:
                 raise

@@ -94,7 +94,7 @@ from services.model.events import (
     new_event,
 )
 from services.model.pod_writes import OBSERVED_VERSION, has_condition
-from services.model.redaction import contains_digest
+from services.model.redaction import contains_digest, scrub
 from services.model.sidecarset_streams import UPDATE_SIDECAR_ACTION, sidecarset_of
 from services.model.sidecarset_streams import actions_stream as sidecarset_actions_stream
 from services.model.streams import (
@@ -308,9 +308,10 @@ class Executor:
             await self._report_failure(envelope, request, ActionFailed(str(waiting), retryable=True), None)
             return
         taken = Taken(self, envelope, request.action_id)
+        revealed: dict[str, str] = {}  # digest -> real value written: never repeated in a reason
         try:
             # The values the trail holds as digests, restored from the live objects (or ActionFailed).
-            written = await call_with_retries(
+            written, revealed = await call_with_retries(
                 lambda: self.with_real_values(request, _workload_or_none(envelope.stream)),
                 what=request.action,
                 before_retry=taken.record,
@@ -320,16 +321,16 @@ class Executor:
                 lambda: self.apply(written), what=request.action, before_retry=taken.record
             )
         except ActionFailed as failure:
+            failure = ActionFailed(scrub(failure.reason, revealed), retryable=failure.retryable)
             await self._report_failure(envelope, request, failure, taken.at)
             return
         except ApiException as error:
+            reason = scrub(_api_reason(error), revealed)
             if error.status is not None and 400 <= error.status < 500 and error.status not in (408, 429):
-                await self._report_failure(envelope, request, ActionFailed(_api_reason(error)), taken.at)
+                await self._report_failure(envelope, request, ActionFailed(reason), taken.at)
                 return
             if last_try:
-                await self._report_failure(
-                    envelope, request, ActionFailed(_api_reason(error), retryable=True), taken.at
-                )
+                await self._report_failure(envelope, request, ActionFailed(reason, retryable=True), taken.at)
                 return
             await taken.record()
             raise  # the bus retries it later
@@ -414,18 +415,18 @@ class Executor:
 
     async def with_real_values(
         self, request: PodActionRequested, workload: tuple[str, str] | None
-    ) -> PodActionRequested:
+    ) -> tuple[PodActionRequested, dict[str, str]]:
         """The request with the values redaction replaced by digests restored from the live objects
-        (executor/real_values.py); the request itself when it holds none; ActionFailed when the template
-        has moved on."""
+        (executor/real_values.py), and what it restored (digest -> value); the request itself when it
+        holds none; ActionFailed when the template has moved on."""
         if request.action == UPDATE_SIDECAR_ACTION or not contains_digest(request.details):
-            return request
+            return request, {}
         if workload is None:
             raise ActionFailed(
                 "the action carries redacted values and names no CloneSet to restore them from"
             )
         try:
-            details = await restore_cloneset_action(
+            details, digests = await restore_cloneset_action(
                 self.policy,
                 self.api,
                 workload[0],
@@ -436,7 +437,7 @@ class Executor:
             )
         except TemplateMovedOn as moved:
             raise ActionFailed(str(moved)) from None
-        return msgspec.structs.replace(request, details=details)
+        return msgspec.structs.replace(request, details=details), digests
 
     async def _create(
         self, kind: str, namespace: str, body: dict[str, Any], action_id: str, create: Any, read: Any

@@ -327,3 +327,19 @@ def restore(value: Any, digests: dict[str, str]) -> tuple[Any, list[str]]:
         return node
 
     return walk(value), missing
+
+
+def scrub(text: str, digests: dict[str, str]) -> str:
+    """``text`` (an API server's error, say) with every real value of ``digests`` (digest -> real value)
+    replaced by its digest: a reason recorded or logged never repeats a value the trail holds as a digest.
+    Values shorter than three characters are replaced only where quoted, so the text stays readable."""
+    for digest, real in sorted(digests.items(), key=lambda item: -len(item[1])):
+        if not real:
+            continue
+        forms = {real, json.dumps(real)[1:-1]}
+        for form in forms:
+            if len(form) >= 3:
+                text = text.replace(form, digest)
+            else:
+                text = text.replace(f'"{form}"', f'"{digest}"').replace(f"'{form}'", f"'{digest}'")
+    return text

@@ -159,3 +159,25 @@ async def test_an_action_whose_template_moved_on_is_refused_with_the_reason(
     assert request.revision is not None and request.revision in outcome.reason
     pods = await client.CoreV1Api(k8s_client).list_namespaced_pod("default", label_selector=f"app={name}")
     assert pods.items == []  # nothing written with digests, nothing written at all
+
+
+@pytest.mark.asyncio(loop_scope="session")
+async def test_an_api_error_repeating_a_restored_value_is_recorded_with_its_digest(
+    settings: Settings, event_store: EventStore, simcluster: SimCluster, k8s_client: client.ApiClient
+) -> None:
+    name = f"red{uuid.uuid4().hex[:8]}"
+    bad = f"not a label value {uuid.uuid4().hex}!"  # deny-listed key: digested; the API refuses the value
+    cloneset = _cloneset(name, f"canary-{uuid.uuid4().hex}")
+    cloneset["spec"]["template"]["metadata"]["labels"]["example.com/license-key"] = bad
+    custom = client.CustomObjectsApi(k8s_client)
+    cloneset = await custom.create_namespaced_custom_object(
+        CLONESET_GROUP, CLONESET_VERSION, "default", CLONESET_PLURAL, cloneset
+    )
+    executor = Executor(settings, event_store, k8s_client)
+    envelope, request = await _planned_create(event_store, executor, cloneset)
+
+    await executor.execute(envelope, request)
+
+    [outcome] = await outcomes(event_store, name)
+    assert isinstance(outcome, PodActionFailed) and "Invalid value" in outcome.reason, outcome
+    assert bad not in outcome.reason and executor.policy.digest(bad) in outcome.reason

@@ -218,3 +218,15 @@ def test_restore_brings_back_every_value_from_the_real_source_and_names_what_it_
 def test_a_short_key_is_refused() -> None:
     with pytest.raises(ValueError, match="16 bytes"):
         RedactionPolicy(b"short")
+
+
+def test_scrub_replaces_every_restored_value_in_an_error_text() -> None:
+    from services.model.redaction import scrub
+
+    digests = {POLICY.digest(CANARY): CANARY, POLICY.digest("ab"): "ab", POLICY.digest('q"x'): 'q"x'}
+    quoted = json.dumps({"v": 'q"x'})  # the value JSON-escaped inside a message
+    text = f'Invalid value: "{CANARY}": bad; env "ab" and {quoted}; about'
+    scrubbed = scrub(text, digests)
+    assert CANARY not in scrubbed and '"ab"' not in scrubbed and 'q\\"x' not in scrubbed
+    assert "about" in scrubbed  # a short value is replaced only where quoted
+    assert POLICY.digest(CANARY) in scrubbed
