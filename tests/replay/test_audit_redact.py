@@ -4,8 +4,13 @@ taken before it is accepted only because the record names its hash, and any othe
 
 from __future__ import annotations
 
+import asyncio
 import copy
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -13,7 +18,9 @@ import msgspec
 import pytest
 
 from services.infra.database import asyncpg_url
+from services.infra.settings import Settings
 from services.infra.store import EventStore
+from services.infra.supervisor import settings_env
 from services.model.events import Envelope, encode
 from services.model.hashchain import Checkpoint
 from services.model.redaction import LAST_APPLIED_ANNOTATION, RedactionPolicy
@@ -24,7 +31,7 @@ from services.replay.redact import plan_redaction, redact_trail
 from services.replay.simulation import T0, WorkloadSimulation
 from services.replay.verify import verify_workload
 from tests.plugins.servers import ServerUrls
-from tests.plugins.stack import e2e_database
+from tests.plugins.stack import REPO_ROOT, e2e_database
 
 CANARY = "canary-3f9a61c2d8"
 POLICY = RedactionPolicy(b"audit-redact-key" * 2)
@@ -142,3 +149,47 @@ def test_a_rewrite_that_would_change_a_decision_is_refused(secret_template: None
     )
     with pytest.raises(RedactionAborted, match="would not verify"):
         plan_redaction(POLICY, list(enumerate(events, 1)))
+
+
+def _cli(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "services.cli.main", *args],
+        cwd=REPO_ROOT,
+        env={**os.environ, **settings_env(settings)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+@pytest.mark.asyncio(loop_scope="session")
+async def test_the_command_redacts_once_names_it_in_audit_verify_and_refuses_without_its_key(
+    secret_template: None, server_urls: ServerUrls, tmp_path: Path
+) -> None:
+    events = _trail()
+    async with e2e_database(server_urls.database_url) as url:
+        store = await EventStore.connect(url)
+        try:
+            await _stored(store, events)
+        finally:
+            await store.close()
+        key = tmp_path / "key"
+        key.write_text("k" * 40)
+        settings = Settings(database_url=url, redaction_key_file=str(key), data_dir=str(tmp_path))
+
+        missing = msgspec.structs.replace(settings, redaction_key_file=str(tmp_path / "absent"))
+        refused = await asyncio.to_thread(_cli, missing, "audit", "redact")
+        assert refused.returncode == 1 and refused.stderr.startswith(
+            "rollbook: cannot read the redaction key"
+        )
+        assert "Traceback" not in refused.stderr
+
+        done = await asyncio.to_thread(_cli, settings, "audit", "redact")
+        assert done.returncode == 0 and done.stdout.startswith("redacted "), done.stdout + done.stderr
+        again = await asyncio.to_thread(_cli, settings, "audit", "redact")
+        assert again.returncode == 0 and "nothing rewritten" in again.stdout, again.stdout + again.stderr
+        audit = await asyncio.to_thread(_cli, settings, "audit", "verify", "--no-bus")
+        assert audit.returncode == 0 and "redacted " in audit.stdout and "OK:" in audit.stdout, audit.stdout
+        verified = await asyncio.to_thread(_cli, settings, "verify", "--all")
+        assert verified.returncode == 0, verified.stdout + verified.stderr
