@@ -78,7 +78,7 @@ from services.infra.metrics import (
     EVENTS_HANDLED,
     STATUS_WRITES,
 )
-from services.infra.redaction_key import load_policy
+from services.infra.redaction_key import RedactionKeyError, load_policy
 from services.infra.runtime import ServiceRuntime, calm_cyclic_collector, configure_logging
 from services.infra.settings import Settings
 from services.infra.store import EventStore
@@ -918,6 +918,11 @@ def _now() -> datetime:
 
 async def run(settings: Settings) -> None:
     configure_logging(settings, "executor")
+    try:
+        load_policy(settings)  # nothing is recorded (or restored) without the redaction key
+    except RedactionKeyError as error:
+        log.error("redaction_key_unreadable", detail=str(error))
+        raise SystemExit(2) from None
     calm_cyclic_collector()  # each message decodes into many containers, none in a cycle (runtime.py)
     async with ServiceRuntime(settings, "executor") as runtime:
         store = await EventStore.connect(

@@ -40,7 +40,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from services.infra import kube
 from services.infra.leader import run_while_leading
 from services.infra.metrics import EVENTS_APPENDED, KIND_SERVED, OBSERVATIONS, STORE_APPENDS, WATCH_RESTARTS
-from services.infra.redaction_key import load_policy
+from services.infra.redaction_key import RedactionKeyError, load_policy
 from services.infra.retry import Stopped, retry_until_stopped
 from services.infra.runtime import ServiceRuntime, calm_cyclic_collector, configure_logging, run_until_stopped
 from services.infra.settings import Settings
@@ -470,6 +470,11 @@ async def _sleep_backoff(backoff: float) -> float:
 
 async def run(settings: Settings) -> None:
     configure_logging(settings, "watcher")
+    try:
+        load_policy(settings)  # nothing is recorded (or restored) without the redaction key
+    except RedactionKeyError as error:
+        log.error("redaction_key_unreadable", detail=str(error))
+        raise SystemExit(2) from None
     calm_cyclic_collector()  # each watch event's decoded object would set off collections (runtime.py)
     async with ServiceRuntime(settings, "watcher") as runtime:
         store = await EventStore.connect(settings.database_url)
