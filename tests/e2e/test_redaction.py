@@ -5,9 +5,9 @@ sidecar's env (and its last-applied annotation) and in a ConfigMap. The four ser
 an in-place rollout, a recreate and a sidecar upgrade, and record a shadow-mode rollout another writer
 drives (a stand-in for kruise-manager on a CloneSet labelled shadow, with the canary in its env);
 ``verify --all``, ``what-if``, ``audit verify`` and the shadow report succeed. Then every table and view
-of the database, every message of every JetStream stream of the test, every service log and the
-auditor's /history answers are searched: the canary is nowhere. The pods, which the cluster keeps, carry
-the real value."""
+of the database, every message of every JetStream stream of the test, every service log, the
+auditor's /history answers and the UI's are searched: the canary is nowhere. The pods, which the cluster
+keeps, carry the real value."""
 
 from __future__ import annotations
 
@@ -26,8 +26,10 @@ import asyncpg
 import nats.js.errors
 import pytest
 import pytest_asyncio
+from aiohttp.test_utils import TestClient, TestServer
 from kubernetes_asyncio import client
 
+from services.cli.ui import make_app
 from services.infra.bus import Bus
 from services.infra.database import asyncpg_url
 from services.infra.settings import Settings
@@ -350,12 +352,34 @@ async def test_a_canary_planted_everywhere_is_found_nowhere_and_every_command_su
         answers.append(await stack.get_text("auditor", "/history" + query))
     assert all(answers) and not [a for a in answers if CANARY in a]
     assert json.loads(answers[0])  # the history answered with events
+    timelines = [r for r in rollouts if r.startswith("default/")]  # the UI shows CloneSet rollouts
+    answers = await _ui_answers(stack.settings.database_url, timelines)
+    assert (
+        len(timelines) >= 3 and len(answers) == len(timelines) + 1 and not [a for a in answers if CANARY in a]
+    )
     logs = {name: child.log_path.read_text(errors="replace") for name, child in stack.children.items()}
     leaked = {name: [line for line in text.splitlines() if CANARY in line][:2] for name, text in logs.items()}
     assert logs and not {name: lines for name, lines in leaked.items() if lines}
     for command in (verified, audit, history):
         assert CANARY not in command.stdout + command.stderr
     assert stack.dead() == []
+
+
+async def _ui_answers(database_url: str, rollouts: list[str]) -> list[str]:
+    """What `rollbook ui` serves: the rollout list and every rollout's timeline (its replayed states too)."""
+    pool = await asyncpg.create_pool(asyncpg_url(database_url), min_size=1, max_size=2)
+    store = await EventStore.connect(database_url)
+    try:
+        async with TestClient(TestServer(make_app(pool, store))) as ui:
+            answers = [await (await ui.get("/api/rollouts")).text()]
+            for rollout in rollouts:
+                response = await ui.get("/api/rollout", params={"id": rollout})
+                assert response.status == 200, rollout
+                answers.append(await response.text())
+            return answers
+    finally:
+        await store.close()
+        await pool.close()
 
 
 async def _true(value: bool) -> bool:
