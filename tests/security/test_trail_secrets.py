@@ -125,7 +125,9 @@ async def test_a_four_digit_value_cannot_be_guessed_back_from_what_is_stored(
     watcher: Watcher, event_store: EventStore
 ) -> None:
     stored = b"".join(encode_observation(o) for o in await _observed(watcher, event_store, PIN))
-    # Every candidate, in every form an unkeyed digest could take: none is in the trail.
+    # Every candidate, in every form an unkeyed digest could take: none is in the trail. (The revision
+    # hash, a 32-bit FNV of the real template as Kubernetes computes it, can still confirm a value from a
+    # set this small: docs/events.md, "What a revision hash still tells".)
     candidates = [f"{n:04d}" for n in range(10_000)]
     assert f'"value":"{PIN}"'.encode() not in stored
     for name in ("sha256", "sha1", "md5"):
