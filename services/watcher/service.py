@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
+import msgspec
 import structlog
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
@@ -46,7 +47,7 @@ from services.infra.runtime import ServiceRuntime, calm_cyclic_collector, config
 from services.infra.settings import Settings
 from services.infra.store import AppendResult, EventStore
 from services.model.events import Envelope, ObjectObserved, ObservationRejected
-from services.model.redaction import RedactionPolicy
+from services.model.redaction import MARK, RedactionPolicy
 from services.model.shadow import shadowed
 from services.model.sidecarset_streams import (
     SIDECARSET_GROUP,
@@ -184,12 +185,19 @@ class Watcher:
         # meanwhile (observations of a 1.2 MB object made 5000-row pages block for seconds).
         async for batch in self.store.read_all_batches(0, REBUILD_PAGE):
             for stored in batch:
-                payload = stored.envelope.payload
+                envelope = stored.envelope
+                payload = envelope.payload
                 if not isinstance(payload, ObjectObserved):
                     continue
                 count += 1
-                if is_sidecarset_stream(stored.envelope.stream):
-                    self.sidecarsets.rebuild(stored.envelope)
+                if MARK not in payload.object:
+                    # Recorded before redaction: cached (and re-emitted, e.g. as DELETED) redacted.
+                    payload = msgspec.structs.replace(
+                        payload, object=self.policy.redact_object(payload.kind, payload.object) or {}
+                    )
+                    envelope = msgspec.structs.replace(envelope, payload=payload)
+                if is_sidecarset_stream(envelope.stream):
+                    self.sidecarsets.rebuild(envelope)
                     continue
                 self._track_shadowed(payload.kind, payload.object, stored.envelope.stream, payload.change)
                 if payload.change == "DELETED":

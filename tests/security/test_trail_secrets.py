@@ -21,6 +21,7 @@ from services.infra.store import EventStore
 from services.model.events import ObjectObserved, encode, new_event
 from services.model.redaction import LAST_APPLIED_ANNOTATION, is_digest
 from services.model.streams import observed_stream
+from services.watcher.objects import observation
 from services.watcher.service import Watcher
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -108,8 +109,8 @@ async def test_an_env_value_cannot_be_read_from_the_stored_observations(
     watcher: Watcher, event_store: EventStore
 ) -> None:
     secret = f"s3cret-{uuid.uuid4().hex}"
-    for observation in await _observed(watcher, event_store, secret):
-        assert secret not in json.dumps(observation.object), observation.kind
+    for observed in await _observed(watcher, event_store, secret):
+        assert secret not in json.dumps(observed.object), observed.kind
 
 
 async def test_the_last_applied_annotation_does_not_repeat_the_env_value(
@@ -137,3 +138,56 @@ async def test_a_four_digit_value_cannot_be_guessed_back_from_what_is_stored(
 
 def encode_observation(observation: ObjectObserved) -> bytes:
     return encode(new_event(observation, stream="s", stream_version=1, occurred_at=datetime.now(UTC)))
+
+
+class _Listing:
+    """A list answer as kubernetes-asyncio hands it over with ``_preload_content=False``."""
+
+    status, reason, headers = 200, "OK", {}
+
+    def __init__(self, items: list[dict[str, Any]]) -> None:
+        self.body = json.dumps({"apiVersion": "v1", "metadata": {"resourceVersion": "99"}, "items": items})
+
+    async def __aenter__(self) -> _Listing:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        return None
+
+    async def read(self) -> bytes:
+        return self.body.encode()
+
+
+async def test_an_object_recorded_before_redaction_is_not_recorded_again_in_clear(
+    event_store: EventStore, tmp_path: Path
+) -> None:
+    """A trail from before the upgrade holds a pod in clear; the pod is deleted while the watcher is down.
+    The restarted watcher records it DELETED from its cache, which it rebuilt from that trail."""
+    secret = f"s3cret-{uuid.uuid4().hex}"
+    owner = f"web-{uuid.uuid4().hex[:8]}"
+    old = observation(
+        "Pod", _pod(owner, secret), "ADDED", stream=observed_stream("default", owner), correlation_id=None
+    )
+    await event_store.append([old], expected_version=0)
+    api = client.ApiClient()
+    try:
+        watcher = Watcher(Settings(data_dir=str(tmp_path)), event_store, api)
+        await watcher.rebuild()
+        pods = next(k for k in watcher.kinds if k.kind == "Pod")
+
+        async def listed(**_: Any) -> _Listing:
+            return _Listing([])  # the pod is gone
+
+        pods.list_func = listed
+        appender = asyncio.create_task(watcher.append_queued())
+        try:
+            await watcher.relist(pods)
+            await watcher._idle.wait()
+        finally:
+            appender.cancel()
+            await asyncio.gather(appender, return_exceptions=True)
+    finally:
+        await api.close()
+    stored = await event_store.read_stream(observed_stream("default", owner))
+    [deleted] = [s.envelope.payload for s in stored if s.envelope.payload.change == "DELETED"]  # type: ignore[union-attr]
+    assert secret not in json.dumps(deleted.object)  # type: ignore[union-attr]
