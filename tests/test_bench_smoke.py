@@ -186,6 +186,13 @@ RUNS: dict[str, tuple[list[str], list[str]]] = {
             rf"batched / one at a time: {NUMBER}x",
         ],
     ),
+    "redaction.py": (
+        ["--objects", "20", "--repeat", "1"],
+        [
+            rf"Pod +{NUMBER} bytes +redaction +{NUMBER} us +decode \(ceiling\) +{NUMBER} us",
+            rf"CloneSet +{NUMBER} bytes +redaction +{NUMBER} us +decode \(ceiling\) +{NUMBER} us",
+        ],
+    ),
     "cli_startup.py": (
         ["--repeat", "1"],
         [

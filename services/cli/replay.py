@@ -305,6 +305,8 @@ def register(app: typer.Typer) -> None:
             )
 
         report = run_with_store(work, nats=bus)
+        for line in report.redactions + report.accepted:
+            typer.echo(line)
         for finding in report.findings:
             typer.echo(finding.describe())
         if report.findings:
@@ -312,6 +314,42 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(1)
         typer.echo(
             f"OK: {report.rows} events up to position {report.head}, {report.checkpoints_checked} checkpoints"
+        )
+
+    @audit.command("redact")
+    def audit_redact() -> None:
+        """Rewrite the values recorded before redaction (or under a narrower deny-list) under the current
+        policy, re-chain the log and record it (docs/replay.md, "Redacting a trail"). Stop the services
+        first; ROLLBOOK_DATABASE_URL must be the owner's (the one migrations run with)."""
+        import asyncpg
+
+        from services.cli.errors import CommandError
+        from services.infra.redaction_key import RedactionKeyError, load_policy
+        from services.replay.redact import RedactionAborted, redact_trail
+
+        async def work(store: EventStore, settings: Settings) -> Any:
+            try:
+                return await redact_trail(store, settings.database_url, load_policy(settings))
+            except (RedactionAborted, RedactionKeyError) as error:
+                raise CommandError(str(error)) from None
+            except asyncpg.InsufficientPrivilegeError as error:
+                raise CommandError(
+                    f"the database refused the rewrite ({error}): run it with the owner's"
+                    " ROLLBOOK_DATABASE_URL, the one migrations run with"
+                ) from None
+
+        result = run_with_store(work, nats=False)
+        plan = result.plan
+        if result.record is None:
+            typer.echo(
+                f"OK: {plan.events} events already recorded under policy {plan.policy}; nothing rewritten"
+            )
+            return
+        record = result.record
+        typer.echo(
+            f"redacted {len(record.positions)} of {plan.events} events under policy {record.policy}"
+            f" ({record.rounds_resealed} round input digests resealed, {plan.workloads} workloads verified);"
+            f" chain at position {record.head}: {record.chain_before} -> {record.chain_after}"
         )
 
     @audit.command("checkpoint")

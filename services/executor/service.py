@@ -48,6 +48,7 @@ from datetime import UTC, datetime
 from typing import Any, NoReturn
 
 import aiohttp
+import msgspec
 import nats.js.errors
 import structlog
 from kubernetes_asyncio import client
@@ -64,6 +65,7 @@ from services.executor.pods import (
     patch_applied,
     read_target_pod,
 )
+from services.executor.real_values import TemplateMovedOn, restore_cloneset_action
 from services.executor.settled import Settled
 from services.executor.sidecarset import apply_sidecar_upgrade, write_sidecarset_status
 from services.infra import kube
@@ -79,6 +81,7 @@ from services.infra.metrics import (
     STATUS_WRITES,
 )
 from services.infra.nats_auth import EXECUTOR
+from services.infra.redaction_key import RedactionKeyError, load_policy
 from services.infra.runtime import ServiceRuntime, calm_cyclic_collector, configure_logging
 from services.infra.settings import Settings
 from services.infra.store import EventStore
@@ -94,6 +97,7 @@ from services.model.events import (
     new_event,
 )
 from services.model.pod_writes import OBSERVED_VERSION, has_condition
+from services.model.redaction import contains_digest, scrub
 from services.model.sidecarset_streams import UPDATE_SIDECAR_ACTION, sidecarset_of
 from services.model.sidecarset_streams import actions_stream as sidecarset_actions_stream
 from services.model.streams import (
@@ -236,6 +240,8 @@ class Executor:
         self.api = api
         self.core = client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)
+        # Restores the values the trail records as digests (executor/real_values.py).
+        self.policy = load_policy(settings)
         self.name = f"{socket.gethostname()}/{os.getpid()}"
         # Pod actions this process gave back to the bus (a failure that may pass), until it takes them
         # again, their outcome is seen, or HANDED_BACK_TTL passes.
@@ -366,22 +372,29 @@ class Executor:
             await self._report_failure(envelope, request, ActionFailed(str(waiting), retryable=True), None)
             return
         taken = Taken(self, envelope, request.action_id)
+        revealed: dict[str, str] = {}  # digest -> real value written: never repeated in a reason
         try:
+            # The values the trail holds as digests, restored from the live objects (or ActionFailed).
+            written, revealed = await call_with_retries(
+                lambda: self.with_real_values(request, _workload_or_none(envelope.stream)),
+                what=request.action,
+                before_retry=taken.record,
+            )
             # Transient API answers are retried here, quickly, before the bus's slower redelivery.
             uid, already = await call_with_retries(
-                lambda: self.apply(request), what=request.action, before_retry=taken.record
+                lambda: self.apply(written), what=request.action, before_retry=taken.record
             )
         except ActionFailed as failure:
+            failure = ActionFailed(scrub(failure.reason, revealed), retryable=failure.retryable)
             await self._report_failure(envelope, request, failure, taken.at)
             return
         except ApiException as error:
+            reason = scrub(_api_reason(error), revealed)
             if error.status is not None and 400 <= error.status < 500 and error.status not in (408, 429):
-                await self._report_failure(envelope, request, ActionFailed(_api_reason(error)), taken.at)
+                await self._report_failure(envelope, request, ActionFailed(reason), taken.at)
                 return
             if last_try:
-                await self._report_failure(
-                    envelope, request, ActionFailed(_api_reason(error), retryable=True), taken.at
-                )
+                await self._report_failure(envelope, request, ActionFailed(reason, retryable=True), taken.at)
                 return
             await taken.record()
             raise  # the bus retries it later
@@ -463,6 +476,32 @@ class Executor:
             case ActionKind.SET_PODS_TO_DELETE:
                 return await self._set_pods_to_delete(request)
         raise ActionFailed(f"unknown action {request.action!r}")
+
+    async def with_real_values(
+        self, request: PodActionRequested, workload: tuple[str, str] | None
+    ) -> tuple[PodActionRequested, dict[str, str]]:
+        """The request with the values redaction replaced by digests restored from the live objects
+        (executor/real_values.py), and what it restored (digest -> value); the request itself when it
+        holds none; ActionFailed when the template has moved on."""
+        if request.action == UPDATE_SIDECAR_ACTION or not contains_digest(request.details):
+            return request, {}
+        if workload is None:
+            raise ActionFailed(
+                "the action carries redacted values and names no CloneSet to restore them from"
+            )
+        try:
+            details, digests = await restore_cloneset_action(
+                self.policy,
+                self.api,
+                workload[0],
+                workload[1],
+                request.pod,
+                request.revision,
+                request.details,
+            )
+        except TemplateMovedOn as moved:
+            raise ActionFailed(str(moved)) from None
+        return msgspec.structs.replace(request, details=details), digests
 
     async def _create(
         self, kind: str, namespace: str, body: dict[str, Any], action_id: str, create: Any, read: Any
@@ -932,6 +971,13 @@ class Taken:
             log.warning("action_taken_not_recorded", action_id=self._action_id, error=repr(error))
 
 
+def _workload_or_none(stream: str) -> tuple[str, str] | None:
+    try:
+        return workload_of(stream)
+    except ValueError:
+        return None
+
+
 def _api_reason(error: ApiException) -> str:
     body = error.body[:500] if isinstance(error.body, str) else ""
     return f"HTTP {error.status} {error.reason}: {body}".strip()
@@ -943,6 +989,11 @@ def _now() -> datetime:
 
 async def run(settings: Settings) -> None:
     configure_logging(settings, "executor")
+    try:
+        load_policy(settings)  # nothing is recorded (or restored) without the redaction key
+    except RedactionKeyError as error:
+        log.error("redaction_key_unreadable", detail=str(error))
+        raise SystemExit(2) from None
     calm_cyclic_collector()  # each message decodes into many containers, none in a cycle (runtime.py)
     async with ServiceRuntime(settings, "executor") as runtime:
         store = await EventStore.connect(

@@ -322,12 +322,20 @@ class Bus:
         if not self.manages_streams:
             await self._wait_for_stream()
             return
+        max_age = max(float(self.settings.bus_max_age), 0.0)
+        # JetStream refuses a duplicate window longer than the age limit.
+        duplicate_window = float(self.settings.bus_dedup_window)
+        if max_age:
+            duplicate_window = min(duplicate_window, max_age)
         config = StreamConfig(
             name=self.stream,
             subjects=[f"{self.prefix}.>"],
             storage=StorageType.FILE,
-            duplicate_window=float(self.settings.bus_dedup_window),
+            duplicate_window=duplicate_window,
             num_replicas=self.settings.bus_replicas,
+            # The bus forgets: the event store is the record (docs/bus.md, "Retention").
+            max_age=max_age or None,
+            max_bytes=self.settings.bus_max_bytes if self.settings.bus_max_bytes > 0 else None,
         )
         try:
             await self.js.add_stream(config)

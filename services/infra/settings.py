@@ -127,6 +127,19 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # recorded as ObservationRejected instead. Events larger than a NATS message (max_payload, 1 MiB by
     # default) still travel: the bus carries a reference and consumers read them from the store.
     max_event_bytes: int = 8 * 1024 * 1024
+    # File holding this installation's redaction key (at least 16 bytes; a Secret mounted as a file in
+    # deploy/ and docker-compose.yml). Every recorded env value, last-applied annotation and deny-listed
+    # annotation/label value is an HMAC-SHA256 digest under it (docs/events.md, "Redaction"). Empty:
+    # <data_dir>/redaction.key, generated (mode 0600) when missing. Keep it: another key gives other digests.
+    redaction_key_file: str = ""
+    # Annotation keys, label keys and env names (shell globs, comma-separated, case-insensitive) whose
+    # values are recorded only as digests (every literal env value is digested whatever its name).
+    redact_deny: str = "*TOKEN*,*PASSWORD*,*PASSWD*,*SECRET*,*KEY*,*CREDENTIAL*"
+    # Seconds JetStream keeps an event on rollbook's stream (the event store is the record; a consumer
+    # further behind reads from it: docs/bus.md, "Retention"). 0: no age limit.
+    bus_max_age: float = 7 * 24 * 3600.0
+    # Bytes rollbook's JetStream stream holds at most; the oldest messages go first. -1: no size limit.
+    bus_max_bytes: int = 1024 * 1024 * 1024
     # Python log level: DEBUG, INFO, WARNING, ERROR.
     log_level: str = "INFO"
     # Run the watcher's work only while holding its Lease (rollbook-watcher; services/infra/leader.py), so

@@ -299,6 +299,26 @@ class SidecarInjected(_Event, frozen=True, kw_only=True):
     containers: list[str]
 
 
+# --- audit (rollbook audit redact) ------------------------------------------------------------------
+
+
+class TrailRedacted(_Event, frozen=True, kw_only=True):
+    """``rollbook audit redact`` rewrote recorded values under the redaction policy ``policy`` and re-chained
+    the log (on ``Audit//redaction``). ``positions``: the events rewritten (``rounds_resealed`` of them
+    rounds whose input digest changed with their redacted input); ``chain_before`` / ``chain_after``: the
+    global chain hash at ``head`` before and after; ``checkpoints_before``: the chain hash each checkpoint
+    position had, so a checkpoint kept elsewhere before the rewrite is recognised, and nothing else is."""
+
+    policy: str
+    redacted_at: datetime
+    positions: list[int]
+    rounds_resealed: int
+    head: int
+    chain_before: str  # hex
+    chain_after: str  # hex
+    checkpoints_before: dict[str, str]  # position -> chain hash (hex) before the rewrite
+
+
 Event = (
     ObjectObserved
     | ObservationRejected
@@ -325,6 +345,7 @@ Event = (
     | PodActionObserved
     | ShadowPlanned
     | ShadowCompared
+    | TrailRedacted
 )
 
 EVENT_TYPES: dict[str, type[_Event]] = {cls.__name__: cls for cls in Event.__args__}  # type: ignore[attr-defined]

@@ -11,46 +11,26 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 import msgspec
 
+from services.model.redaction import MARK
+from services.model.revision_hash import canonical_json as canonical_json
+from services.model.revision_hash import data_hash as data_hash
+from services.model.revision_hash import fnv1_32 as fnv1_32
+from services.model.revision_hash import hash_from_fnv, strip_patch, template_fnv
+from services.model.revision_hash import revision_data as revision_data
+from services.model.revision_hash import safe_encode as safe_encode
 from services.planner.names import (
     CLONESET_API_VERSION,
     CLONESET_KIND,
     REVISION_HASH_LABEL,
-    SAFE_ALPHABET,
 )
 from services.planner.spec import CloneSetSpec
 
-_canonical = msgspec.json.Encoder(order="sorted")
-_FNV_OFFSET = 0x811C9DC5
-_FNV_PRIME = 0x01000193
 NAME_PREFIX_LIMIT = 223
-
-
-def canonical_json(value: Any) -> bytes:
-    return _canonical.encode(value)
-
-
-def fnv1_32(data: bytes) -> int:
-    value = _FNV_OFFSET
-    for byte in data:
-        value = (value * _FNV_PRIME) & 0xFFFFFFFF
-        value ^= byte
-    return value
-
-
-def safe_encode(text: str) -> str:
-    return "".join(SAFE_ALPHABET[ord(ch) % len(SAFE_ALPHABET)] for ch in text)
-
-
-def data_hash(data: Any, collision_count: int = 0) -> str:
-    """FNV-1 of the canonical JSON of a revision's data, salted with a non-zero collision count."""
-    raw = canonical_json(data)
-    if collision_count:
-        raw += str(collision_count).encode()
-    return safe_encode(str(fnv1_32(raw)))
 
 
 def template_hash(template: dict[str, Any], collision_count: int = 0) -> str:
@@ -58,24 +38,23 @@ def template_hash(template: dict[str, Any], collision_count: int = 0) -> str:
 
 
 def unclaimed_revision_name(
-    owner: str, data: Any, key: bytes | str, taken: Mapping[str, Any], collision_count: int
+    owner: str,
+    data: Any,
+    key: bytes | str,
+    taken: Mapping[str, Any],
+    collision_count: int,
+    fnv: int | None = None,
 ) -> tuple[str, int]:
     """``<owner>-<hash>`` for ``data`` (whose canonical form is ``key``), the collision count raised while
     the name belongs to other data (``taken``: name -> key), as Kubernetes does; returns the name and
-    the count."""
+    the count. ``fnv``: the FNV of the real data when ``data`` is its redacted copy (the hash is finished
+    from it, so the name is the real data's)."""
     while True:
-        name = revision_name(owner, data_hash(data, collision_count))
+        hash_ = data_hash(data, collision_count) if fnv is None else hash_from_fnv(fnv, collision_count)
+        name = revision_name(owner, hash_)
         if taken.get(name, key) == key:
             return name, collision_count
         collision_count += 1
-
-
-def revision_data(template: dict[str, Any]) -> dict[str, Any]:
-    return {"spec": {"template": {**_strip_patch(template), "$patch": "replace"}}}
-
-
-def _strip_patch(template: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in template.items() if k != "$patch"}
 
 
 def revision_name(cloneset_name: str, hash_: str) -> str:
@@ -93,10 +72,40 @@ class Revision:
     number: int
     template: dict[str, Any]
     template_key: bytes  # canonical JSON of the template, for equality
+    # The template as recorded is redacted (docs/events.md, "Redaction"); ``recorded_fnv`` is then the
+    # FNV of the real template's revision data, recorded beside it. Trails recorded before redaction
+    # hold real templates: their FNV is computed from the template when a comparison needs it.
+    redacted: bool = False
+    recorded_fnv: int | None = None
 
     @property
     def hash(self) -> str:
         return hash_part(self.name)
+
+    @property
+    def fnv(self) -> int:
+        if self.recorded_fnv is not None:
+            return self.recorded_fnv
+        return _fnv_of(self.template_key)
+
+
+@lru_cache(maxsize=256)
+def _fnv_of(template_key: bytes) -> int:
+    return template_fnv(msgspec.json.decode(template_key))
+
+
+def _same_template(revision: Revision, key: bytes, redacted: bool, fnv: int | None) -> bool:
+    """Whether a recorded revision holds the observed template (``key``, redacted or real, ``fnv`` of the
+    real one when redacted). Two records of one kind compare as before (equal redacted values are equal
+    real values: the digests are keyed HMACs); a real record against a redacted one (a trail recorded
+    before redaction, planned on after it) compares the FNV of the real data."""
+    if revision.redacted == redacted:
+        if revision.template_key != key:
+            return False
+        return not redacted or revision.recorded_fnv is None or fnv is None or revision.recorded_fnv == fnv
+    if fnv is None:  # the observation is real, the record redacted
+        return revision.fnv == _fnv_of(key)
+    return revision.fnv == fnv
 
 
 def read_revisions(records: list[dict[str, Any]]) -> list[Revision]:
@@ -110,8 +119,13 @@ def read_revisions(records: list[dict[str, Any]]) -> list[Revision]:
         number = record.get("revision")
         if not isinstance(name, str) or not isinstance(template, dict) or not isinstance(number, int):
             continue
-        clean = _strip_patch(template)
-        revisions.append(Revision(name, number, clean, canonical_json(clean)))
+        clean = strip_patch(template)
+        mark = record.get(MARK)
+        fnv = mark.get("templateFnv") if isinstance(mark, dict) else None
+        if isinstance(fnv, int):
+            revisions.append(Revision(name, number, clean, canonical_json(clean), True, fnv))
+        else:
+            revisions.append(Revision(name, number, clean, canonical_json(clean)))
     revisions.sort(key=lambda r: (r.number, r.name))
     return revisions
 
@@ -133,9 +147,10 @@ def reported_update_revision(
         return None
     if any(r.name == name or r.hash == hash_part(name) for r in recorded):
         return None
-    template = _strip_patch(spec.template)
+    template = strip_patch(spec.template)
     number = max((r.number for r in recorded), default=0) + 1
-    return Revision(name, number, template, canonical_json(template))
+    redacted = spec.template_fnv is not None
+    return Revision(name, number, template, canonical_json(template), redacted, spec.template_fnv)
 
 
 @dataclass(slots=True)
@@ -152,22 +167,32 @@ def plan_revisions(
     spec: CloneSetSpec, recorded: list[Revision], current_name: str | None, collision_count: int
 ) -> RevisionPlan:
     """Pick the update revision (reuse, re-number on rollback, or create) and the current revision."""
-    template = _strip_patch(spec.template)
+    template = strip_patch(spec.template)
     key = canonical_json(template)
+    fnv = spec.template_fnv  # set when the observed template is redacted
+    redacted = fnv is not None
     max_number = max((r.number for r in recorded), default=0)
-    equal = [r for r in recorded if r.template_key == key]
+    equal = [r for r in recorded if _same_template(r, key, redacted, fnv)]
     to_record: list[Revision] = []
     if equal:
         update = equal[-1]
-        if update.number != max_number:
-            update = Revision(update.name, max_number + 1, update.template, key)
+        if redacted and not update.redacted:
+            # A revision recorded before redaction, holding this template's real values: recorded again
+            # under its name with the redacted template, so later rounds compare redacted with redacted.
+            number = update.number if update.number == max_number else max_number + 1
+            update = Revision(update.name, number, template, key, True, fnv)
+            to_record.append(update)
+        elif update.number != max_number:
+            update = Revision(
+                update.name, max_number + 1, update.template, key, update.redacted, update.recorded_fnv
+            )
             to_record.append(update)
     else:
         taken = {r.name: r.template_key for r in recorded}
         name, collision_count = unclaimed_revision_name(
-            spec.name, revision_data(template), key, taken, collision_count
+            spec.name, revision_data(template), key, taken, collision_count, fnv
         )
-        update = Revision(name, max_number + 1, template, key)
+        update = Revision(name, max_number + 1, template, key, redacted, fnv)
         to_record.append(update)
     latest = {r.name: r for r in recorded}
     for revision in to_record:
@@ -212,4 +237,5 @@ def revision_object(spec: CloneSetSpec, revision: Revision) -> dict[str, Any]:
         },
         "revision": revision.number,
         "data": revision_data(revision.template),
+        **({MARK: {"templateFnv": revision.recorded_fnv}} if revision.redacted else {}),
     }

@@ -23,15 +23,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from services.model import sidecarset as ss
-from services.model.sidecarset import REVISION_FIELDS, SIDECARSET_NAME_LABEL
+from services.model.redaction import MARK
+from services.model.revision_hash import data_fnv
+from services.model.sidecarset import SIDECARSET_NAME_LABEL
 from services.planner.revisions import canonical_json, unclaimed_revision_name
 
 DEFAULT_HISTORY_LIMIT = 10
 
 
-def revision_data(spec: Mapping[str, Any]) -> dict[str, Any]:
-    """What a SidecarSet revision stores (OpenKruise's ``copySidecarSetSpecRevision``)."""
-    return {"spec": {"$patch": "replace", **{name: spec.get(name) for name in REVISION_FIELDS}}}
+revision_data = ss.revision_data  # what a SidecarSet revision stores (copySidecarSetSpecRevision)
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +43,23 @@ class SidecarSetRevision:
     sidecarset_hash: str = ""  # the SidecarSet's kruise.io/sidecarset-hash at this revision
     sidecarset_hash_without_image: str = ""
     custom_version: str = ""  # the SidecarSet's custom version when the revision was recorded
+    # ``data`` is redacted; ``recorded_fnv`` is then the real data's FNV, recorded beside it (see
+    # services/planner/revisions.py: the same rules as a CloneSet's revisions).
+    redacted: bool = False
+    recorded_fnv: int | None = None
+
+    @property
+    def fnv(self) -> int:
+        return self.recorded_fnv if self.recorded_fnv is not None else data_fnv(self.data)
+
+
+def _same_data(revision: SidecarSetRevision, key: bytes, data: dict[str, Any], fnv: int | None) -> bool:
+    redacted = fnv is not None
+    if revision.redacted == redacted:
+        return revision.key == key
+    if fnv is None:  # the SidecarSet is real, the record redacted
+        return revision.fnv == data_fnv(data)
+    return revision.fnv == fnv
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +88,8 @@ def read_revisions(records: Iterable[Mapping[str, Any]]) -> list[SidecarSetRevis
             continue
         annotations = metadata.get("annotations") or {}
         labels = metadata.get("labels") or {}
+        mark = record.get(MARK)
+        fnv = mark.get("dataFnv") if isinstance(mark, Mapping) else None
         result.append(
             SidecarSetRevision(
                 name,
@@ -80,6 +99,8 @@ def read_revisions(records: Iterable[Mapping[str, Any]]) -> list[SidecarSetRevis
                 str(annotations.get(ss.HASH_ANNOTATION) or ""),
                 str(annotations.get(ss.HASH_WITHOUT_IMAGE_ANNOTATION) or ""),
                 str(labels.get(ss.CUSTOM_VERSION_LABEL) or ""),
+                isinstance(fnv, int),
+                fnv if isinstance(fnv, int) else None,
             )
         )
     result.sort(key=lambda r: (r.number, r.name))
@@ -120,9 +141,27 @@ def plan_revision(
     # Numbers of records without data (written before revisions carried it) still count.
     numbers = [r.get("revision") for r in records if isinstance(r, Mapping)]
     next_number = max((n for n in numbers if isinstance(n, int)), default=0) + 1
-    equal = [r for r in revisions if r.key == key]
+    fnv = sidecarset.revision_fnv  # set when the spec is redacted
+    redacted = fnv is not None
+    equal = [r for r in revisions if _same_data(r, key, data, fnv)]
     record: SidecarSetRevision | None = None
-    if equal and equal[-1] is revisions[-1]:
+    if equal and redacted and not equal[-1].redacted:
+        # Recorded before redaction with these real values: recorded again under its name, redacted.
+        old = equal[-1]
+        number = old.number if old is revisions[-1] else next_number
+        latest = record = SidecarSetRevision(
+            old.name,
+            number,
+            data,
+            key,
+            old.sidecarset_hash or sidecarset.hash,
+            old.sidecarset_hash_without_image or sidecarset.hash_without_image,
+            old.custom_version,
+            True,
+            fnv,
+        )
+        revisions = [r for r in revisions if r.name != old.name] + [latest]
+    elif equal and equal[-1] is revisions[-1]:
         latest = revisions[-1]
     elif equal:  # a rollback: the equal revision becomes the newest
         old = equal[-1]
@@ -134,11 +173,15 @@ def plan_revision(
             sidecarset.hash,
             sidecarset.hash_without_image,
             old.custom_version,
+            old.redacted,
+            old.recorded_fnv,
         )
         revisions = [r for r in revisions if r.name != old.name] + [latest]
     else:
         taken = {r.name: r.key for r in revisions}
-        name, collision_count = unclaimed_revision_name(sidecarset.name, data, key, taken, collision_count)
+        name, collision_count = unclaimed_revision_name(
+            sidecarset.name, data, key, taken, collision_count, fnv
+        )
         latest = record = SidecarSetRevision(
             name,
             next_number,
@@ -147,6 +190,8 @@ def plan_revision(
             sidecarset.hash,
             sidecarset.hash_without_image,
             sidecarset.custom_version,
+            redacted,
+            fnv,
         )
         revisions = [r for r in revisions if r.name != name] + [latest]
     excess = len(revisions) - history_limit(sidecarset.spec)
@@ -181,4 +226,5 @@ def revision_object(sidecarset: str, revision: SidecarSetRevision) -> dict[str, 
         },
         "revision": revision.number,
         "data": revision.data,
+        **({MARK: {"dataFnv": revision.recorded_fnv}} if revision.redacted else {}),
     }

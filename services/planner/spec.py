@@ -8,6 +8,7 @@ from typing import Any
 
 from services.model import intorpercent
 from services.model.cloneset import desired_replicas
+from services.model.redaction import MARK
 from services.planner.lifecycle import Lifecycle, read_lifecycle
 from services.planner.names import (
     EXCLUDE_PREPARING_DELETE_LABEL,
@@ -54,6 +55,9 @@ class CloneSetSpec:
     lifecycle: Lifecycle | None = None
     progress_deadline_seconds: int | None = None
     exclude_preparing_delete: bool = False
+    # The FNV of the real template's revision data, recorded beside a redacted template by the watcher
+    # (docs/events.md, "Redaction"); None for a template recorded as it is (trails before redaction).
+    template_fnv: int | None = None
 
 
 def resolve(cloneset: dict[str, Any]) -> CloneSetSpec:
@@ -112,4 +116,11 @@ def resolve(cloneset: dict[str, Any]) -> CloneSetSpec:
             None if spec.get("progressDeadlineSeconds") is None else int(spec["progressDeadlineSeconds"])
         ),
         exclude_preparing_delete=(metadata.get("labels") or {}).get(EXCLUDE_PREPARING_DELETE_LABEL) == "true",
+        template_fnv=_recorded_template_fnv(cloneset),
     )
+
+
+def _recorded_template_fnv(cloneset: dict[str, Any]) -> int | None:
+    mark = cloneset.get(MARK)
+    fnv = mark.get("templateFnv") if isinstance(mark, dict) else None
+    return fnv if isinstance(fnv, int) and not isinstance(fnv, bool) else None

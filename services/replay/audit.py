@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from services.infra.store import EventStore
+from services.model.events import TrailRedacted
 from services.model.hashchain import ZERO_HASH, ChainVerifier, Checkpoint, Finding
 from services.model.merkle import (
     EMPTY_ROOT,
@@ -21,6 +22,8 @@ from services.model.merkle import (
 )
 from services.model.signed_note import NoteError, SignedCheckpoint, UntrustedKey, Verifier
 
+REDACTION_STREAM = "Audit//redaction"
+
 
 @dataclass
 class AuditReport:
@@ -28,6 +31,10 @@ class AuditReport:
     head: int
     checkpoints_checked: int
     findings: list[Finding] = field(default_factory=list)
+    # The redactions on record (``rollbook audit redact``), described; and checkpoints kept elsewhere that
+    # predate one, accepted because its record names their exact hash.
+    redactions: list[str] = field(default_factory=list)
+    accepted: list[str] = field(default_factory=list)
 
     @property
     def clean(self) -> bool:
@@ -45,13 +52,36 @@ async def audit_log(
         for row in rows:
             feed(*row)
     verifier.finish()
+    redactions = [
+        s.envelope.payload
+        for s in await store.read_stream(REDACTION_STREAM)
+        if isinstance(s.envelope.payload, TrailRedacted)
+    ]
+    accepted = []
     for source, checkpoint in given:
+        found = len(verifier.findings)
         verifier.check_checkpoint(checkpoint.global_position, bytes.fromhex(checkpoint.chain_hash), source)
+        if len(verifier.findings) == found or verifier.findings[-1].kind != "checkpoint-mismatch":
+            continue
+        record = _redaction_naming(redactions, checkpoint)
+        if record is not None:
+            verifier.findings.pop()
+            accepted.append(
+                f"checkpoint at position {checkpoint.global_position} ({source}) predates the redaction"
+                f" of {record.redacted_at.isoformat()}, which names its hash"
+            )
     return AuditReport(
         rows=verifier.rows,
         head=verifier.last_position,
         checkpoints_checked=len(given),
         findings=verifier.findings,
+        redactions=[
+            f"redacted {r.redacted_at.isoformat()} under policy {r.policy}: {len(r.positions)} events"
+            f" rewritten, log re-chained up to position {r.head}"
+            f" ({r.chain_before[:16]}… -> {r.chain_after[:16]}…)"
+            for r in redactions
+        ],
+        accepted=accepted,
     )
 
 
@@ -277,3 +307,13 @@ async def audit_trail(store: EventStore, sources: TrailSources, *, batch_size: i
         checkpoints_checked=len(sources.legacy) + len(given),
         findings=verifier.findings + findings,
     )
+
+
+def _redaction_naming(redactions: list[TrailRedacted], checkpoint: Checkpoint) -> TrailRedacted | None:
+    """The redaction whose record names this checkpoint's position with exactly this hash, if any."""
+    for record in redactions:
+        if record.checkpoints_before.get(str(checkpoint.global_position)) == checkpoint.chain_hash:
+            return record
+        if record.head == checkpoint.global_position and record.chain_before == checkpoint.chain_hash:
+            return record
+    return None

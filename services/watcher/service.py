@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
+import msgspec
 import structlog
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
@@ -40,11 +41,13 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from services.infra import kube
 from services.infra.leader import run_while_leading
 from services.infra.metrics import EVENTS_APPENDED, KIND_SERVED, OBSERVATIONS, STORE_APPENDS, WATCH_RESTARTS
+from services.infra.redaction_key import RedactionKeyError, load_policy
 from services.infra.retry import Stopped, retry_until_stopped
 from services.infra.runtime import ServiceRuntime, calm_cyclic_collector, configure_logging, run_until_stopped
 from services.infra.settings import Settings
 from services.infra.store import AppendResult, EventStore
 from services.model.events import Envelope, ObjectObserved, ObservationRejected
+from services.model.redaction import MARK, RedactionPolicy
 from services.model.shadow import shadowed
 from services.model.sidecarset_streams import (
     SIDECARSET_GROUP,
@@ -127,8 +130,17 @@ def correlation_of(kind: str, obj: dict[str, Any], workload: tuple[str, str]) ->
 
 
 class Watcher:
-    def __init__(self, settings: Settings, store: EventStore, api: client.ApiClient) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        store: EventStore,
+        api: client.ApiClient,
+        policy: RedactionPolicy | None = None,
+    ) -> None:
         self.settings = settings
+        # Applied to every object as it arrives, before it is diffed, cached or stored (docs/events.md,
+        # "Redaction"): nothing after this point sees a secret value.
+        self.policy = policy if policy is not None else load_policy(settings)
         self.store = store
         self.api = api
         core = client.CoreV1Api(api)
@@ -173,12 +185,19 @@ class Watcher:
         # meanwhile (observations of a 1.2 MB object made 5000-row pages block for seconds).
         async for batch in self.store.read_all_batches(0, REBUILD_PAGE):
             for stored in batch:
-                payload = stored.envelope.payload
+                envelope = stored.envelope
+                payload = envelope.payload
                 if not isinstance(payload, ObjectObserved):
                     continue
                 count += 1
-                if is_sidecarset_stream(stored.envelope.stream):
-                    self.sidecarsets.rebuild(stored.envelope)
+                if MARK not in payload.object:
+                    # Recorded before redaction: cached (and re-emitted, e.g. as DELETED) redacted.
+                    payload = msgspec.structs.replace(
+                        payload, object=self.policy.redact_object(payload.kind, payload.object) or {}
+                    )
+                    envelope = msgspec.structs.replace(envelope, payload=payload)
+                if is_sidecarset_stream(envelope.stream):
+                    self.sidecarsets.rebuild(envelope)
                     continue
                 self._track_shadowed(payload.kind, payload.object, stored.envelope.stream, payload.change)
                 if payload.change == "DELETED":
@@ -373,9 +392,13 @@ class Watcher:
         seen: set[str] = set()
         async with self._emit_lock:
             events: list[Envelope] = []
-            for item in items:
-                item.setdefault("kind", kind)
-                item.setdefault("apiVersion", api_version)
+            for raw in items:
+                raw.setdefault("kind", kind)
+                raw.setdefault("apiVersion", api_version)
+                # A too-deep object is recorded only as rejected; every other one is redacted first.
+                item = raw if isinstance(raw, TooDeep) else self.policy.redact_object(kind, raw)
+                if item is None:  # never recorded (a Secret)
+                    continue
                 seen.add(str((item.get("metadata") or {}).get("uid", "")))
                 if isinstance(item, TooDeep):
                     events.extend(self._too_deep(kind, item, "ADDED"))
@@ -458,19 +481,20 @@ class Watcher:
         version = (obj.get("metadata") or {}).get("resourceVersion")
         if change in ("ADDED", "MODIFIED", "DELETED"):
             obj.setdefault("kind", kind_watch.kind)
-            async with self._emit_lock:
-                if isinstance(obj, TooDeep):
+            if isinstance(obj, TooDeep):
+                async with self._emit_lock:
                     rejected = self._too_deep(kind_watch.kind, obj, change)
                     if rejected:
                         await self._emit(rejected)
-                    if version:
-                        kind_watch.resource_version = str(version)
-                    return
-                event = self._diff(kind_watch.kind, obj, change)
-                events = [event] if event is not None else []
-                events.extend(self.sidecarsets.diff(kind_watch.kind, obj, change))
-                if events:
-                    await self._emit(events)
+            else:
+                redacted = self.policy.redact_object(kind_watch.kind, obj)
+                if redacted is not None:  # None: never recorded (a Secret)
+                    async with self._emit_lock:
+                        event = self._diff(kind_watch.kind, redacted, change)
+                        events = [event] if event is not None else []
+                        events.extend(self.sidecarsets.diff(kind_watch.kind, redacted, change))
+                        if events:
+                            await self._emit(events)
         if version:
             kind_watch.resource_version = str(version)
 
@@ -494,6 +518,11 @@ async def _sleep_backoff(backoff: float) -> float:
 
 async def run(settings: Settings) -> None:
     configure_logging(settings, "watcher")
+    try:
+        load_policy(settings)  # nothing is recorded (or restored) without the redaction key
+    except RedactionKeyError as error:
+        log.error("redaction_key_unreadable", detail=str(error))
+        raise SystemExit(2) from None
     calm_cyclic_collector()  # each watch event's decoded object would set off collections (runtime.py)
     async with ServiceRuntime(settings, "watcher") as runtime:
         store = await EventStore.connect(settings.database_url)

@@ -16,6 +16,7 @@ import structlog
 from aiohttp import web
 
 from services.model import sidecarset as ss
+from services.model.redaction import RedactionPolicy, contains_digest, digest_map, restore
 from services.webhook import admission, conversion
 from services.webhook.cache import NamespaceLabels, SidecarSetCache
 from services.webhook.recorder import InjectionRecorder, injection_events
@@ -87,6 +88,8 @@ class WebhookState:
     served: Callable[[], dict[str, bool | None]] = dict
     clock: Callable[[], datetime] = lambda: datetime.now(UTC)
     metrics: Metrics = field(default_factory=Metrics)
+    # Restores the values recorded revisions hold as digests (None: a revision holding one is unavailable).
+    policy: RedactionPolicy | None = None
 
 
 STATE_KEY = web.AppKey("webhook_state", WebhookState)
@@ -195,13 +198,42 @@ async def _recorded_revisions(
     recorded = await state.revisions.recorded(names)
     # A pinned revision not found in what was read moments ago may have been recorded since: read again.
     missed = admission.unresolved_pins(sidecarsets, recorded.revisions)
-    if not missed:
-        return recorded
-    again = await state.revisions.recorded(missed, recheck=True)
-    return Recorded(
-        revisions={**recorded.revisions, **again.revisions},
-        failed={**{n: r for n, r in recorded.failed.items() if n not in missed}, **again.failed},
-    )
+    if missed:
+        again = await state.revisions.recorded(missed, recheck=True)
+        recorded = Recorded(
+            revisions={**recorded.revisions, **again.revisions},
+            failed={**{n: r for n, r in recorded.failed.items() if n not in missed}, **again.failed},
+        )
+    return _with_real_values(state.policy, recorded, sidecarsets)
+
+
+def _with_real_values(
+    policy: RedactionPolicy | None, recorded: Recorded, sidecarsets: tuple[ss.SidecarSet, ...]
+) -> Recorded:
+    """The recorded revisions with the values the trail holds as digests restored from the live SidecarSet
+    (a pinned revision usually differs from it in images only). A revision holding a value the live
+    SidecarSet no longer has is left out: its pin is unavailable, and the webhook does what
+    ``sidecarset_revisions_unavailable`` says, naming why."""
+    live = {s.name: s for s in sidecarsets}
+    revisions: dict[str, list[dict[str, Any]]] = {}
+    failed = dict(recorded.failed)
+    for name, records in recorded.revisions.items():
+        kept = []
+        for record in records:
+            if not contains_digest(record.get("data")):
+                kept.append(record)
+                continue
+            source = live.get(name)
+            digests = digest_map(policy, [source.spec]) if policy is not None and source is not None else {}
+            restored, missing = restore(record, digests)
+            if missing:
+                failed[name] = (
+                    "its recorded revision holds redacted values the live SidecarSet no longer holds"
+                )
+                continue
+            kept.append(restored)
+        revisions[name] = kept
+    return Recorded(revisions=revisions, failed=failed)
 
 
 def _unavailable_warnings(

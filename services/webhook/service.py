@@ -13,6 +13,7 @@ from kubernetes_asyncio import client
 
 from services.infra import kube
 from services.infra.kruise import resolve_selection
+from services.infra.redaction_key import load_policy
 from services.infra.settings import Settings
 from services.webhook import register as registration
 from services.webhook.cache import (
@@ -101,6 +102,7 @@ async def run_webhook(
         revisions_unavailable=settings.sidecarset_revisions_unavailable,
         revisions_loaded=revisions_loaded.is_set,
         sort_containers_by_name=settings.sidecarset_sort_containers_by_name,
+        policy=load_policy(settings) if revisions is not None else None,
         synced=lambda: all(w.synced.is_set() for w in watches),
         served=lambda: {w.kind: w.served for w in watches},
     )

@@ -49,6 +49,7 @@ from services.model.sidecarset.revisions import (
     pinned_revision,
     pod_sidecar_revisions,
     recorded_revision,
+    revision_data,
     revision_to_inject,
     unpinned,
 )
@@ -81,6 +82,7 @@ __all__ = [
     "PinnedRevision",
     "PodSidecarRevision",
     "REVISION_FIELDS",
+    "revision_data",
     "SIDECARSET_NAME_LABEL",
     "SidecarSet",
     "SidecarSetError",

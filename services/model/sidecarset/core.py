@@ -14,6 +14,9 @@ KIND = "SidecarSet"
 
 # Pod annotations, as OpenKruise writes them.
 HASH_ANNOTATION = "kruise.io/sidecarset-hash"
+# Top-level key of an object as rollbook records it (redacted): the policy and what decisions need of the
+# real values (services/model/redaction.py, docs/events.md "Redaction").
+REDACTION_MARK = "rollbookRedaction"
 HASH_WITHOUT_IMAGE_ANNOTATION = "kruise.io/sidecarset-hash-without-image"
 INJECTED_LIST_ANNOTATION = "kruise.io/sidecarset-injected-list"
 # rollbook's own: the AdmissionReview uid of the injection, linking the pod to its SidecarInjected events
@@ -67,6 +70,9 @@ class SidecarSet:
     controller_revision: str = ""  # status.latestRevision when the cluster reports one
     resource_version: str = ""
     custom_version: str = ""  # CUSTOM_VERSION_LABEL (or spec.customVersion)
+    # FNV of the real spec's revision data when ``spec`` holds redacted values (recorded beside them by the
+    # watcher: docs/events.md, "Redaction"); None when the spec is as the API server returned it.
+    revision_fnv: int | None = None
 
     @property
     def namespace(self) -> str | None:

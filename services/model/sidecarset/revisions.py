@@ -30,6 +30,11 @@ from services.model.sidecarset.hashes import sidecarset_hash, sidecarset_hash_wi
 REVISION_FIELDS = ("containers", "initContainers", "volumes", "imagePullSecrets", "patchPodMetadata")
 
 
+def revision_data(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """What a SidecarSet revision stores (OpenKruise's ``copySidecarSetSpecRevision``)."""
+    return {"spec": {"$patch": "replace", **{name: spec.get(name) for name in REVISION_FIELDS}}}
+
+
 def pod_sidecar_revisions(pod: Mapping[str, Any]) -> dict[str, PodSidecarRevision]:
     """Per SidecarSet name, the revision recorded on the pod at injection (or by a later upgrade).
 

@@ -20,6 +20,7 @@ from services.model.sidecarset.core import (
     DEFAULT_MAX_UNAVAILABLE,
     KIND,
     PARTIAL,
+    REDACTION_MARK,
     SidecarSet,
     SidecarSetError,
 )
@@ -58,11 +59,17 @@ def parse_sidecarset(obj: Mapping[str, Any]) -> SidecarSet:
     spec = _defaulted_spec(raw_spec)
     _validate_spec(spec)
     status = obj.get("status") or {}
+    # A recorded (redacted) SidecarSet carries the hashes of its real spec: the values its pods hold.
+    mark = obj.get(REDACTION_MARK)
+    recorded = mark if isinstance(mark, Mapping) else {}
+    fnv = recorded.get("revisionFnv")
     return SidecarSet(
         name=name,
         spec=spec,
-        hash=sidecarset_hash(spec),
-        hash_without_image=sidecarset_hash_without_image(spec),
+        hash=str(recorded.get("sidecarsetHash") or "") or sidecarset_hash(spec),
+        hash_without_image=str(recorded.get("sidecarsetHashWithoutImage") or "")
+        or sidecarset_hash_without_image(spec),
+        revision_fnv=fnv if isinstance(fnv, int) and not isinstance(fnv, bool) else None,
         controller_revision=str(status.get("latestRevision") or "") if isinstance(status, Mapping) else "",
         resource_version=str(metadata.get("resourceVersion") or ""),
         custom_version=_custom_version(metadata, spec),

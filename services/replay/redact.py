@@ -1,0 +1,261 @@
+"""``rollbook audit redact``: rewrite the values a trail recorded before redaction (or under a narrower
+deny-list) under the current policy, re-chain the log, and record what was done (docs/replay.md,
+"Redacting a trail").
+
+1. Every event is read in global order and its payload redacted (``redacted_payload``): observations as the
+   watcher now records them (with the real template's hash values beside the redacted template), revisions
+   with the real data's FNV, every other payload wherever containers, annotations or labels appear.
+2. Every planned workload is verified on the rewritten events (``Resealer``): a round whose input changed
+   gets the ``input_sha256`` of its rewritten input; any other difference aborts the whole command before
+   anything is written, so ``rollbook verify`` is as exact after it as before.
+3. ``rechain`` rewrites the payloads and recomputes every stream and global chain hash in one transaction,
+   with the append-only guard disabled for that transaction only (the owner's credential is needed).
+4. A ``TrailRedacted`` event records when, which policy, which positions and the chain hashes before and
+   after (also at every checkpoint position): ``rollbook audit verify`` accepts a checkpoint kept elsewhere
+   that predates it only when the record names that exact hash, and names the redaction."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import asyncpg
+import msgspec
+
+from services.infra.store import EventStore
+from services.model.events import (
+    EVENT_TYPES,
+    Envelope,
+    ObjectObserved,
+    RevisionCreated,
+    RoundPlanned,
+    TrailRedacted,
+    new_event,
+)
+from services.model.hashchain import ZERO_HASH, chain_hash, content_bytes, stream_hash
+from services.model.redaction import MARK, RedactionPolicy
+from services.model.revision_hash import data_fnv, template_fnv
+from services.model.sidecarset_streams import is_sidecarset_stream
+from services.planner.kinds import CLONESET, SIDECARSET, KindPlanner
+from services.replay.verify import Divergence, WorkloadVerifier
+
+REDACTION_STREAM = "Audit//redaction"
+
+
+class RedactionAborted(Exception):
+    """The rewritten trail would not verify: nothing was written."""
+
+
+def redacted_payload(policy: RedactionPolicy, envelope: Envelope) -> dict[str, Any]:
+    """The payload as the current policy records it (a builtins dict)."""
+    payload = envelope.payload
+    data: dict[str, Any] = msgspec.to_builtins(payload)
+    if isinstance(payload, ObjectObserved):
+        recorded = policy.redact_object(payload.kind, dict(payload.object))
+        data["object"] = recorded if recorded is not None else {"metadata": {"name": payload.name}}
+        return data
+    if isinstance(payload, RevisionCreated):
+        obj = dict(payload.object)
+        mark = obj.get(MARK) if isinstance(obj.get(MARK), dict) else None
+        result = policy.redact_value(data)
+        if obj and mark is None:
+            if is_sidecarset_stream(envelope.stream):
+                if isinstance(obj.get("data"), dict):
+                    result["object"][MARK] = {"dataFnv": data_fnv(obj["data"])}
+            else:
+                template = ((obj.get("data") or {}).get("spec") or {}).get("template")
+                if isinstance(template, dict):
+                    result["object"][MARK] = {"templateFnv": template_fnv(template)}
+        return result  # type: ignore[no-any-return]
+    return policy.redact_value(data)  # type: ignore[no-any-return]
+
+
+def _with_payload(envelope: Envelope, data: dict[str, Any]) -> Envelope:
+    payload = msgspec.convert(data, type=EVENT_TYPES[envelope.type])
+    return msgspec.structs.replace(envelope, payload=payload)  # type: ignore[arg-type]
+
+
+class Resealer(WorkloadVerifier):
+    """Verifies a workload's rewritten events; a round whose only difference is its input digest (its
+    input was redacted) takes the replayed digest (``resealed``: event id -> digest)."""
+
+    def __init__(self, kind: KindPlanner[Any], key: str) -> None:
+        super().__init__(kind, key)
+        self.resealed: dict[uuid.UUID, str] = {}
+
+    def _open_round(self, recorded_round: Envelope, payload: RoundPlanned) -> None:
+        super()._open_round(recorded_round, payload)
+        divergence = self.report.divergence
+        if divergence is None or divergence.field != "payload.input_sha256":
+            return
+        digest = str(divergence.replayed)
+        self.report.divergence = None
+        self.resealed[recorded_round.event_id] = digest
+        resealed = msgspec.structs.replace(payload, input_sha256=digest)
+        super()._open_round(msgspec.structs.replace(recorded_round, payload=resealed), resealed)
+        if self._recorded:
+            self._recorded[0] = msgspec.structs.replace(recorded_round, payload=resealed)
+
+
+@dataclass
+class RedactionPlan:
+    policy: str
+    changed: dict[int, Envelope] = field(default_factory=dict)  # position -> rewritten envelope
+    events: int = 0
+    rounds_resealed: int = 0
+    workloads: int = 0
+
+
+def plan_redaction(policy: RedactionPolicy, stored: Sequence[tuple[int, Envelope]]) -> RedactionPlan:
+    """What the rewrite changes (pure): raises RedactionAborted naming the first divergence when a planned
+    workload would not verify on the rewritten events."""
+    plan = RedactionPlan(policy.policy_id, events=len(stored))
+    rewritten: list[tuple[int, Envelope]] = []
+    for position, envelope in stored:
+        if isinstance(envelope.payload, TrailRedacted):
+            rewritten.append((position, envelope))
+            continue
+        data = redacted_payload(policy, envelope)
+        new = _with_payload(envelope, data)
+        if new != envelope:
+            plan.changed[position] = new
+        rewritten.append((position, new))
+    verifiers: dict[tuple[int, str], Resealer] = {}
+    kinds: tuple[KindPlanner[Any], ...] = (CLONESET, SIDECARSET)
+    for _, envelope in rewritten:
+        for rank, kind in enumerate(kinds):
+            key = kind.workload_of(envelope.stream)
+            if key is None:
+                continue
+            verifier = verifiers.get((rank, key))
+            if verifier is None:
+                verifier = verifiers[(rank, key)] = Resealer(kind, key)
+            verifier.feed(envelope)
+            break
+    by_id = {envelope.event_id: (position, envelope) for position, envelope in rewritten}
+    for verifier in verifiers.values():
+        report = verifier.finish()
+        if report.divergence is not None:
+            raise RedactionAborted(_describe(report.divergence))
+        for event_id, digest in verifier.resealed.items():
+            position, envelope = by_id[event_id]
+            assert isinstance(envelope.payload, RoundPlanned)
+            payload = msgspec.structs.replace(envelope.payload, input_sha256=digest)
+            plan.changed[position] = msgspec.structs.replace(envelope, payload=payload)
+            plan.rounds_resealed += 1
+    plan.workloads = len(verifiers)
+    return plan
+
+
+def _describe(divergence: Divergence) -> str:
+    return f"the rewritten trail would not verify ({divergence.describe()}); nothing was written"
+
+
+@dataclass
+class Rechained:
+    head: int
+    chain_before: bytes
+    chain_after: bytes
+    checkpoints_before: dict[int, bytes]  # checkpoint position -> chain hash it had
+
+
+async def rechain(connection: asyncpg.Connection, payloads: dict[int, str]) -> Rechained:
+    """Rewrite the payloads at the given positions and recompute every stream and global chain hash, in
+    the caller's transaction, the log locked against appends and the append-only guard off for it.
+    The one place the chain is rebuilt (a signed checkpoint or Merkle root over the chain is re-issued
+    here too when the log carries one)."""
+    await connection.execute("LOCK TABLE events IN EXCLUSIVE MODE")
+    await connection.execute("ALTER TABLE events DISABLE TRIGGER events_append_only")
+    try:
+        for position, payload in sorted(payloads.items()):
+            await connection.execute(
+                "UPDATE events SET payload = $2::jsonb WHERE global_position = $1", position, payload
+            )
+        rows = await connection.fetch(
+            "SELECT global_position, event_id, stream, stream_version, type, schema_version, occurred_at,"
+            " recorded_at, causation_id, correlation_id, payload::text, stream_hash, chain_hash"
+            " FROM events ORDER BY global_position"
+        )
+        tips: dict[str, bytes] = {}
+        previous = ZERO_HASH
+        head, before = 0, ZERO_HASH
+        old_chain: dict[int, bytes] = {}
+        updates = []
+        for row in rows:
+            position = int(row[0])
+            content = content_bytes(
+                row[1], row[2], row[3], row[4], row[5], row[6], row[7], row[8], row[9], row[10]
+            )
+            new_stream = stream_hash(tips.get(row[2], ZERO_HASH), content)
+            tips[row[2]] = new_stream
+            new_chain = chain_hash(previous, position, new_stream)
+            previous = new_chain
+            old_chain[position] = bytes(row[12]) if row[12] is not None else b""
+            head, before = position, old_chain[position]
+            if bytes(row[11] or b"") != new_stream or old_chain[position] != new_chain:
+                updates.append((position, new_stream, new_chain))
+        await connection.executemany(
+            "UPDATE events SET stream_hash = $2, chain_hash = $3 WHERE global_position = $1", updates
+        )
+        checkpoints = await connection.fetch("SELECT global_position FROM event_checkpoints")
+        checkpoints_before = {int(r[0]): old_chain[int(r[0])] for r in checkpoints if int(r[0]) in old_chain}
+        await connection.execute(
+            "UPDATE event_checkpoints c SET chain_hash = e.chain_hash FROM events e"
+            " WHERE e.global_position = c.global_position"
+        )
+    finally:
+        await connection.execute("ALTER TABLE events ENABLE TRIGGER events_append_only")
+    return Rechained(head, before, previous, checkpoints_before)
+
+
+@dataclass
+class RedactionResult:
+    plan: RedactionPlan
+    record: TrailRedacted | None  # None: nothing to rewrite
+
+
+async def redact_trail(store: EventStore, database_url: str, policy: RedactionPolicy) -> RedactionResult:
+    """Rewrite the trail under ``policy`` (see the module docstring); ``database_url`` is the owner's."""
+    from services.infra.database import asyncpg_url
+
+    stored: list[tuple[int, Envelope]] = []
+    async for batch in store.read_all_batches(0, 1000):
+        stored.extend((s.global_position, s.envelope) for s in batch)
+    plan = plan_redaction(policy, stored)
+    if not plan.changed:
+        return RedactionResult(plan, None)
+    payloads = {p: msgspec.json.encode(e.payload).decode() for p, e in plan.changed.items()}
+    connection = await asyncpg.connect(asyncpg_url(database_url))
+    try:
+        async with connection.transaction():
+            head = await connection.fetchval("SELECT max(global_position) FROM events")
+            if head != stored[-1][0]:
+                raise RedactionAborted(
+                    "events were appended while the trail was read: stop the services and run it again"
+                )
+            rechained = await rechain(connection, payloads)
+    finally:
+        await connection.close()
+    record = TrailRedacted(
+        policy=plan.policy,
+        redacted_at=datetime.now(UTC),
+        positions=sorted(plan.changed),
+        rounds_resealed=plan.rounds_resealed,
+        head=rechained.head,
+        chain_before=rechained.chain_before.hex(),
+        chain_after=rechained.chain_after.hex(),
+        checkpoints_before={str(p): h.hex() for p, h in sorted(rechained.checkpoints_before.items())},
+    )
+    version = await store.stream_version(REDACTION_STREAM)
+    await store.append(
+        [
+            new_event(
+                record, stream=REDACTION_STREAM, stream_version=version + 1, occurred_at=record.redacted_at
+            )
+        ],
+        expected_version=version,
+    )
+    return RedactionResult(plan, record)
