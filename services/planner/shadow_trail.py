@@ -89,6 +89,7 @@ class ShadowTrail:
     aliases: dict[str, str] = field(default_factory=dict)  # controller's revision hash -> rollbook's name
     update_revision: str | None = None  # the controller's, from the CloneSet status
     active_rollout: str | None = None
+    rollouts_started: int = 0  # observed rollouts so far: the last one's sequence (its id's #N)
     last_step: tuple[Any, ...] | None = None
     first_seen: datetime | None = None
     left: dict[str, _Left] = field(default_factory=dict)  # pod uid -> left service
@@ -169,7 +170,8 @@ class ShadowTrail:
                 self.active_rollout = None
             self.update_revision = update
             if current and current != update:
-                self.active_rollout = rollout_id(self.namespace, self.name, update)
+                self.rollouts_started += 1
+                self.active_rollout = rollout_id(self.namespace, self.name, update, self.rollouts_started)
                 self.last_step = None
                 events.append(
                     RolloutStarted(
@@ -193,7 +195,9 @@ class ShadowTrail:
     def _rollout_of_now(self) -> str | None:
         if self.active_rollout:
             return self.active_rollout
-        return rollout_id(self.namespace, self.name, self.update_revision) if self.update_revision else None
+        if not self.update_revision:
+            return None
+        return rollout_id(self.namespace, self.name, self.update_revision, self.rollouts_started)
 
     # --- pods ----------------------------------------------------------------------------------------
 

@@ -7,9 +7,8 @@ restores the views exactly."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
-
 import re
+from datetime import UTC, datetime, timedelta
 
 import asyncpg
 
@@ -71,9 +70,7 @@ async def test_old_trail_rollouts_split_by_their_sequence(server_urls: ServerUrl
             before = await conn.fetch("SELECT rollout_id FROM rollouts ORDER BY started_position")
             assert [r[0] for r in before] == ["default/web@web-b", "default/web@web-a"]
             _alembic(url, "upgrade", "0018_rollout_sequence")
-            rollouts = await conn.fetch(
-                "SELECT rollout_id, outcome FROM rollouts ORDER BY started_position"
-            )
+            rollouts = await conn.fetch("SELECT rollout_id, outcome FROM rollouts ORDER BY started_position")
             assert [tuple(r) for r in rollouts] == [
                 ("default/web@web-b#1", "succeeded"),
                 ("default/web@web-a#2", "succeeded"),

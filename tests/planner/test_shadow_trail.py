@@ -84,7 +84,7 @@ def test_a_rollout_as_rollbook_would_drive_it_agrees_throughout() -> None:
     readies = [o for o in of(out, PodActionObserved) if o.action == "becameReady" and o.completes]
     assert {r.completes for r in readies} >= {u.action_id for u in updates.values()}
     assert all(u.started_at < e.occurred_at for u in updates.values() for e in out if e.payload is u)
-    assert all(u.rollout_id == f"default/web@{new}" for u in updates.values())
+    assert all(u.rollout_id == f"default/web@{new}#1" for u in updates.values())
     # Every comparison names the recorded decision it compared with.
     planned = {e.event_id for e in out if isinstance(e.payload, ShadowPlanned)}
     assert {x.decision for x in compared} <= planned
