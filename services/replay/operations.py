@@ -4,10 +4,10 @@
     lines = await replay_lines(store, "default/sample")                        # one line per event
     records = await replay_records(store, "default/sample")                    # the same, as dicts
     summary, last = await replay_at(store, "default/sample", at_time=..., at_position=...)
-    report = await verify_target(store, "default/sample@sample-7656fc4998", decide=...)
+    report = await verify_target(store, "default/sample@sample-7656fc4998#1", decide=...)
     report = await verify_sidecarset(store, "mesh-sidecar")
     reports = await verify_all(store, decide=...)               # every CloneSet and SidecarSet, one pass
-    result = await what_if_rollout(store, "default/sample@sample-7656fc4998", {"partition": 0})
+    result = await what_if_rollout(store, "default/sample@sample-7656fc4998#1", {"partition": 0})
 """
 
 from __future__ import annotations
