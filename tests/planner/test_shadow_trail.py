@@ -65,7 +65,7 @@ def test_a_rollout_as_rollbook_would_drive_it_agrees_throughout() -> None:
     assert [e.stream_version for e in out] == list(range(1, len(out) + 1))
     assert [(r.from_revision, r.to_revision) for r in of(out, RolloutStarted)] == [(old, new)]
     assert [(r.rollout_id, r.outcome) for r in of(out, RolloutCompleted)] == [
-        (f"default/web@{new}", "succeeded")
+        (f"default/web@{new}#1", "succeeded")
     ]
     assert [(s.partition, s.max_unavailable) for s in of(out, PartitionStepPlanned)] == [(0, 1)]
     observed = [(o.action, o.pod) for o in of(out, PodActionObserved)]
