@@ -52,8 +52,8 @@ class ShadowRecorder:
         key = f"{namespace}/{name}"
         trail = self.trails.get(key)
         if trail is None:
-            stored = await self.store.stream_version(shadow_stream(namespace, name))
-            start = await self._recorded_start(namespace, name) if stored else None
+            version = await self.store.stream_version(shadow_stream(namespace, name))
+            start = await self._recorded_start(namespace, name) if version else None
             trail = self.trails[key] = ShadowTrail(
                 namespace,
                 name,
@@ -62,7 +62,7 @@ class ShadowRecorder:
                 start_version=start,
                 since=None if start is not None else self.since,
             )
-            self.stored[key] = stored
+            self.stored[key] = version
         fresh = []
         observed = await self.store.read_stream(observed_stream(namespace, name), trail.observed_version + 1)
         for stored in observed:
