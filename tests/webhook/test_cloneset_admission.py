@@ -86,7 +86,8 @@ ERRORS: dict[str, tuple[dict[str, Any], str, str]] = {
             template={"metadata": {"labels": {"NoUppercaseOrSpecialCharsLike=Equals": "b"}}, "spec": {}}
         ),
         "spec.template.metadata.labels",
-        'spec.template.metadata.labels: Invalid value: map[string]string{"NoUppercaseOrSpecialCharsLike=Equals":"b"}:'
+        "spec.template.metadata.labels: Invalid value:"
+        ' map[string]string{"NoUppercaseOrSpecialCharsLike=Equals":"b"}:'
         " `selector` does not match template `labels`",
     ),
     "invalid-selector": (
@@ -133,7 +134,8 @@ ERRORS: dict[str, tuple[dict[str, Any], str, str]] = {
     "maxSurge with InPlaceOnly": (
         cloneset(strategy={"type": "InPlaceOnly", "maxSurge": 1}),
         "spec.updateStrategy.maxSurge",
-        'spec.updateStrategy.maxSurge: Invalid value: "1": can not use maxSurge with strategy type InPlaceOnly',
+        'spec.updateStrategy.maxSurge: Invalid value: "1":'
+        " can not use maxSurge with strategy type InPlaceOnly",
     ),
 }
 
