@@ -11,7 +11,7 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
-from . import errors, patch, rbac, resources
+from . import errors, event_versions, patch, rbac, resources
 from .admission import Admission
 from .auth import Auth
 from .conversion import VersionView
@@ -95,6 +95,8 @@ class ApiServer:
         self._by_path = {r.key: r for r in self.served}
         # Served versions that are not their CRD's storage version: converted on every read and write.
         self.views: dict[ResourceType, VersionView] = {}
+        if resources.EVENTS in self.served:  # events.k8s.io/v1: a view of the core/v1 Events stored
+            self.serve(event_versions.EVENTS_V1, VersionView(resources.EVENTS, event_versions.convert))
         self.store = store
         self.admission = admission
         self.faults = faults
