@@ -30,15 +30,23 @@ down_revision: str | None = "0013_inplace_mark_of_its_own"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
+# rollout_of is inlined into the views (a SQL function of one expression, no subquery): a numbered id,
+# every row since rules 14, costs a strpos; only an id recorded before goes through rollout_sequence_of,
+# which counts its stream's RolloutStarted events up to it (events_type_stream_idx).
 FUNCTION = """
+CREATE OR REPLACE FUNCTION rollout_sequence_of(stream text, at_position bigint) RETURNS bigint
+LANGUAGE sql STABLE PARALLEL SAFE AS $$
+    SELECT count(*) FROM events AS started
+    WHERE started.type = 'RolloutStarted' AND started.stream = rollout_sequence_of.stream
+      AND started.global_position <= at_position
+$$
+"""
+INLINED = """
 CREATE OR REPLACE FUNCTION rollout_of(stream text, at_position bigint, rollout_id text) RETURNS text
 LANGUAGE sql STABLE PARALLEL SAFE AS $$
     SELECT CASE
         WHEN rollout_id IS NULL OR strpos(rollout_id, '#') > 0 THEN rollout_id
-        ELSE rollout_id || '#' || (
-            SELECT count(*) FROM events AS started
-            WHERE started.type = 'RolloutStarted' AND started.stream = rollout_of.stream
-              AND started.global_position <= at_position)
+        ELSE rollout_id || '#' || rollout_sequence_of(stream, at_position)
     END
 $$
 """
@@ -75,6 +83,7 @@ def _rewrite(pattern: re.Pattern[str], replacement: str) -> None:
 
 def upgrade() -> None:
     op.execute(FUNCTION)
+    op.execute(INLINED)
     op.execute(COMMENT)
     _rewrite(_PLAIN, r"rollout_of(\1stream, \1global_position, (\1payload ->> 'rollout_id'::text))")
 
@@ -82,3 +91,4 @@ def upgrade() -> None:
 def downgrade() -> None:
     _rewrite(_NUMBERED, r"(\1payload ->> 'rollout_id'::text)")
     op.execute("DROP FUNCTION rollout_of(text, bigint, text)")
+    op.execute("DROP FUNCTION rollout_sequence_of(text, bigint)")
