@@ -74,9 +74,15 @@ async def _apply_one(dynamic: DynamicClient, document: dict[str, Any], default_n
     name = document["metadata"]["name"]
     namespace = (document["metadata"].get("namespace") or default_namespace) if resource.namespaced else None
     label = f"{kind} {namespace}/{name}" if namespace else f"{kind} {name}"
-    existing = _failure(await dynamic.get(resource, name=name, namespace=namespace))
+    current = await dynamic.get(resource, name=name, namespace=namespace)
+    existing = _failure(current)
     if existing is not None and existing[0] != 404:
         raise ManifestError(f"{label}: reading it failed: {existing[0]} {existing[1]}")
+    if kind == "CloneSet" and str(api_version).startswith("apps.kruise.io/"):
+        # Refused here as the validating webhook refuses it, with the same message (one validation for
+        # the webhook, the planner and apply): nothing invalid is sent, so nothing is half-applied.
+        stored = None if existing is not None else _as_dict(current)
+        refuse_invalid_cloneset(label, document if stored is None else merge_patch(stored, document))
     if existing is not None:
         failed = _failure(await dynamic.create(resource, body=document, namespace=namespace))
         verb = "created"
@@ -91,6 +97,34 @@ async def _apply_one(dynamic: DynamicClient, document: dict[str, Any], default_n
     if failed is not None:
         raise ManifestError(f"{label}: the API server refused it: {failed[0]} {failed[1]}")
     return f"{label} {verb}"
+
+
+def refuse_invalid_cloneset(label: str, cloneset: dict[str, Any]) -> None:
+    """Raise ManifestError naming the first problem the planner would reject ``cloneset`` for."""
+    from services.model.cloneset_validation import field_error
+    from services.webhook.admission import cloneset_problem
+
+    problem = cloneset_problem(cloneset)
+    if problem is not None:
+        raise ManifestError(f"{label} is invalid: {field_error(problem)}")
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386: ``patch`` merged into ``target`` (what the API server stores for a merge-patch apply)."""
+    if not isinstance(patch, dict):
+        return patch
+    result = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = merge_patch(result.get(key), value)
+    return result
+
+
+def _as_dict(result: Any) -> dict[str, Any]:
+    body = result.to_dict() if hasattr(result, "to_dict") else result
+    return body if isinstance(body, dict) else {}
 
 
 def _failure(result: Any) -> tuple[int, str] | None:

@@ -72,6 +72,26 @@ def seconds(duration: timedelta | None) -> str:
     return f"{duration.total_seconds():.2f}s" if duration is not None else "-"
 
 
+def sequence_of(rollout_id: str | None) -> str:
+    """A rollout's number within its workload (``...@<revision>#<n>`` -> ``n``)."""
+    return (rollout_id or "").rpartition("#")[2] or "-"
+
+
+def resolve_rollout(recorded: list[str], rollout: str) -> str:
+    """The rollout ``--rollout`` names: a full id as given; an id without its ``#<n>`` (as printed before
+    rollouts were numbered) when exactly one rollout went to that revision, refused when several did."""
+    from services.cli.errors import CommandError
+
+    if rollout in recorded or "#" in rollout:
+        return rollout
+    matches = [r for r in recorded if r.rpartition("#")[0] == rollout]
+    if len(matches) > 1:
+        raise CommandError(
+            f"{rollout} names {len(matches)} rollouts ({', '.join(matches)}): give one of them in full"
+        )
+    return matches[0] if matches else rollout
+
+
 async def show_history(settings: Settings, namespace: str, name: str, rollout: str | None) -> int:
     from rich.table import Table
 
@@ -83,12 +103,15 @@ async def show_history(settings: Settings, namespace: str, name: str, rollout: s
     if not rollouts and not actions:
         console().print(f"no rollouts or pod actions recorded for {namespace}/{name}")
         return 1
+    if rollout is not None:
+        rollout = resolve_rollout([r["rollout_id"] for r in rollouts], rollout)
     table = Table(title=f"rollouts of {namespace}/{name}", title_justify="left")
-    for column in ("from → to revision", "strategy", "started", "took", "outcome"):
+    for column in ("#", "from → to revision", "strategy", "started", "took", "outcome"):
         table.add_column(column, overflow="fold")
     for r in rollouts:
         strategy = r["strategy_type"] + (" (observed)" if r["driven_by"] == "observed" else "")  # shadow mode
         table.add_row(
+            sequence_of(r["rollout_id"]),
             f"{short(r['from_revision'], name)} → {short(r['to_revision'], name)}", strategy,
             clock(r["started"]), seconds(r["duration"]), r["outcome"],
         )  # fmt: skip
@@ -102,7 +125,7 @@ async def show_history(settings: Settings, namespace: str, name: str, rollout: s
         if rollout and a["rollout_id"] != rollout:
             continue
         outcome = a["outcome"] + (f": {a['reason']}" if a["reason"] else "")
-        revision = short((a["rollout_id"] or "").rpartition("@")[2], name)
+        revision = short((a["rollout_id"] or "").rpartition("@")[2], name)  # <revision>#<n>
         table.add_row(revision, a["pod"], a["action"], clock(a["requested"]), seconds(a["duration"]), outcome)
     console().print(table)
     return 0
@@ -113,7 +136,8 @@ def register(application: typer.Typer) -> None:
     def history(
         workload: Annotated[str, typer.Argument(help="<namespace>/<cloneset>")],
         rollout: Annotated[
-            str | None, typer.Option(help="Only this rollout's pod actions (<ns>/<name>@<revision>).")
+            str | None,
+            typer.Option(help="Only this rollout's pod actions (<ns>/<name>@<revision>#<n>)."),
         ] = None,
     ) -> None:
         """The rollouts and pod actions of a CloneSet, from the audit trail in SQL (docs/sql.md)."""

@@ -74,7 +74,7 @@ def register(app: typer.Typer) -> None:
     @app.command("replay")
     def replay_command(
         target: str = typer.Argument(
-            ..., help="<namespace>/<name>, or a rollout id <namespace>/<name>@<revision>"
+            ..., help="<namespace>/<name>, or a rollout id <namespace>/<name>@<revision>#<n>"
         ),
         at: Annotated[
             str | None,
@@ -189,7 +189,7 @@ def register(app: typer.Typer) -> None:
 
     @app.command("what-if")
     def what_if_command(
-        rollout_id: str = typer.Argument(..., help="<namespace>/<name>@<revision>"),
+        rollout_id: str = typer.Argument(..., help="<namespace>/<name>@<revision>#<n>"),
         overrides: Annotated[
             list[str] | None,
             typer.Option(

@@ -242,7 +242,7 @@ def _grace_left(annotations: Mapping[str, Any], now: datetime) -> float | None:
 
 def waiting_reasons(view: RolloutView) -> list[str]:
     """Why the rollout is not moving right now, most decisive first; empty when it is moving or done."""
-    if view.rejected:
+    if view.rejected and view.observed_generation >= view.generation:
         return [f"spec rejected: {view.rejected}"]
     reasons: list[str] = []
     if view.observed_generation < view.generation:
@@ -274,12 +274,18 @@ def waiting_reasons(view: RolloutView) -> list[str]:
 
 
 def outcome(view: RolloutView) -> Outcome | None:
-    """How the rollout ended, or None while it goes on (a paused rollout goes on: it can be resumed)."""
+    """How the rollout ended, or None while it goes on (a paused rollout goes on: it can be resumed).
+
+    A status that does not reflect the spec yet (``observedGeneration`` below ``generation``) is never
+    judged: its Rejected condition or its rollout's end are about an earlier spec, e.g. the rejected one a
+    fixed spec just replaced (as ``kubectl rollout status`` waits for the spec update to be observed)."""
+    if view.observed_generation < view.generation:
+        return None
     if view.rejected:
         return Outcome.REJECTED
     if view.rollout_outcome in ("failed", "superseded"):
         return Outcome.FAILED
-    if view.observed_generation < view.generation or not view.update_revision:
+    if not view.update_revision:
         return None
     live = [p for p in view.pods if not p.terminating]
     if len(live) != view.replicas:

@@ -158,7 +158,10 @@ def webhook_config_command(
             ),
         ),
         registration.validating_configuration(
-            registration.service_client_config(namespace, service, "/validate-sidecarset", ca_bundle, port)
+            registration.service_client_config(namespace, service, "/validate-sidecarset", ca_bundle, port),
+            cloneset_client_config=registration.service_client_config(
+                namespace, service, "/validate-cloneset", ca_bundle, port
+            ),
         ),
     ]
     typer.echo(yaml.safe_dump_all(documents, sort_keys=False), nl=False)

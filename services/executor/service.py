@@ -58,6 +58,7 @@ from nats.aio.msg import Msg
 from services.executor.api_retry import call_with_retries
 from services.executor.authority import refusal
 from services.executor.handed_back import HandedBack
+from services.executor.kube_events import KubeEventWriter
 from services.executor.pods import (
     CONFLICT_RETRIES,
     MERGE_PATCH,
@@ -78,6 +79,7 @@ from services.infra.metrics import (
     EVENTS_APPENDED,
     EVENTS_HANDLED,
     EXECUTOR_REFUSED,
+    KUBE_EVENTS,
     STATUS_WRITES,
 )
 from services.infra.nats_auth import EXECUTOR
@@ -96,6 +98,7 @@ from services.model.events import (
     StatusPlanned,
     new_event,
 )
+from services.model.kube_events import EVENT_DECISION_TYPES
 from services.model.pod_writes import OBSERVED_VERSION, has_condition
 from services.model.redaction import contains_digest, scrub
 from services.model.sidecarset_streams import UPDATE_SIDECAR_ACTION, sidecarset_of
@@ -128,6 +131,8 @@ STATUS_DURABLE_PREFIX = "executor-status-p"
 # The single ordered status durable of earlier versions (all partitions, one write at a time in total).
 LEGACY_STATUS_DURABLE = "executor-status"
 STATUS_TYPES = ("StatusPlanned",)
+# The Kubernetes Events of rollout decisions (services/model/kube_events.py): shared by every executor.
+EVENTS_DURABLE = "executor-kube-events"
 # How often an action waiting for an earlier action on its pod (taken by another executor) looks again,
 # and how long it waits before handing its message back to the bus (that one may have been lost with
 # its executor: it is redelivered after ACK_WAIT; or it may be waiting out Retry-After answers there).
@@ -249,6 +254,8 @@ class Executor:
         # Actions whose terminal outcome this process stored or found stored: a later action of the same
         # pod need not ask the store about them (services/executor/settled.py).
         self.settled = Settled()
+        # The Kubernetes Event each rollout decision means (services/executor/kube_events.py).
+        self.kube_events = KubeEventWriter(api, settings.kube_event_interval, self.name)
 
     # --- bus -----------------------------------------------------------------------------------------
 
@@ -277,7 +284,15 @@ class Executor:
             )
             for p in range(self.settings.bus_partitions)
         ]
-        return [actions, *statuses]
+        events = ConsumerSpec(
+            EVENTS_DURABLE, EVENT_DECISION_TYPES, self.handle_kube_event, batch=16, ack_wait=ACK_WAIT
+        )
+        return [actions, *statuses, events]
+
+    async def handle_kube_event(self, envelope: Envelope, msg: Msg) -> None:
+        EVENTS_HANDLED.labels("executor", envelope.type).inc()
+        outcome = await call_with_retries(lambda: self.kube_events.handle(envelope), what="kube event")
+        KUBE_EVENTS.labels(outcome).inc()
 
     async def handle(self, envelope: Envelope, msg: Msg) -> None:
         EVENTS_HANDLED.labels("executor", envelope.type).inc()

@@ -78,6 +78,12 @@ AUDIT_INGESTED = Counter(
     "Events the auditor saw on the bus, by outcome (stored, present, conflict)",
     ["outcome"],
 )
+KUBE_EVENTS = Counter(
+    "rollbook_kube_events_total",
+    "Kubernetes Events of rollout decisions: created, series (an Event's count updated), counted (within"
+    " the rate limit), gone, none",
+    ["outcome"],
+)
 STATUS_WRITES = Counter(
     "rollbook_status_writes_total",
     "Planned workload statuses the executor wrote, or skipped because a later one was planned already",

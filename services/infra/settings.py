@@ -165,6 +165,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # Pod actions one executor carries out at once (different pods in parallel; one pod's in order).
     # docs/performance.md.
     executor_concurrency: int = 64
+    # Kubernetes Events (events.k8s.io/v1) of a CloneSet or SidecarSet: at most one write per object and
+    # reason per this many seconds; repeats within it are counted into the Event's series (docs/services.md).
+    kube_event_interval: float = 30.0
     # Client-side rate limit of each process toward the Kubernetes API, as client-go's QPS: requests per
     # second, shared by every request the process sends (leader election has its own). <= 0: no limit.
     kube_api_qps: float = 100.0

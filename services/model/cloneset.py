@@ -6,6 +6,14 @@ from __future__ import annotations
 from typing import Any
 
 DEFAULT_REPLICAS = 1
+RECREATE = "ReCreate"
+IN_PLACE_IF_POSSIBLE = "InPlaceIfPossible"
+IN_PLACE_ONLY = "InPlaceOnly"
+# OnDelete: the new revision reaches a pod only when the pod is deleted (OpenKruise 1.9; admitted through
+# v1beta1 there, also accepted in v1alpha1 input by rollbook: docs/plan.md).
+ON_DELETE = "OnDelete"
+UPDATE_TYPES = (RECREATE, IN_PLACE_IF_POSSIBLE, IN_PLACE_ONLY, ON_DELETE)
+DEFAULT_MAX_UNAVAILABLE = "20%"
 # The label naming a pod's instance, on the pod and on each of its PVCs (reused by its replacement).
 INSTANCE_ID_LABEL = "apps.kruise.io/cloneset-instance-id"
 # OpenKruise's record of a pod's in-place update (InPlaceUpdateState: revision, updateTimestamp, ...).

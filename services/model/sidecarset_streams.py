@@ -63,9 +63,15 @@ def is_sidecarset_stream(stream: str) -> bool:
     return sidecarset_of(stream) is not None
 
 
-def rollout_id(name: str, revision: str) -> str:
-    """Correlation id of every event of one SidecarSet rollout (``/<name>@<revision name>``, the CloneSet
-    form ``<ns>/<name>@<revision>`` with the empty namespace of a cluster-scoped object)."""
+def rollout_id(name: str, revision: str, sequence: int) -> str:
+    """Correlation id of every event of one SidecarSet rollout (``/<name>@<revision name>#<sequence>``, the
+    CloneSet form ``<ns>/<name>@<revision>#<sequence>`` with the empty namespace of a cluster-scoped
+    object; ``sequence`` counts the SidecarSet's RolloutStarted events, services/model/streams.py)."""
+    return f"/{name}@{revision}#{sequence}"
+
+
+def revision_correlation(name: str, revision: str) -> str:
+    """The correlation id the watcher gives an observation: the revision it shows, not a rollout."""
     return f"/{name}@{revision}"
 
 

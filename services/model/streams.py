@@ -57,9 +57,36 @@ def workload_of(stream: str) -> tuple[str, str]:
     return parts[1], parts[2]
 
 
-def rollout_id(namespace: str, name: str, update_revision: str) -> str:
-    """The correlation id of every event of one rollout."""
-    return f"{namespace}/{name}@{update_revision}"
+def rollout_id(namespace: str, name: str, update_revision: str, sequence: int) -> str:
+    """The correlation id of every event of one rollout: ``<namespace>/<name>@<revision>#<sequence>``, where
+    ``sequence`` is the workload's rollout number (its RolloutStarted events so far, this one included; 0
+    before the first). A rollback to an earlier revision and a second roll to the same revision get ids of
+    their own. Folded from the log, never from a clock, so replay and verify reproduce it (docs/events.md,
+    "Rollout ids")."""
+    return f"{namespace}/{name}@{update_revision}{ROLLOUT_SEQUENCE_MARK}{sequence}"
+
+
+def revision_correlation(namespace: str, name: str, revision: str) -> str:
+    """The correlation id the watcher gives an observation: the revision it shows (``<ns>/<name>@<rev>``).
+    The watcher does not fold the planner's record, so it names the revision, not the rollout."""
+    return f"{namespace}/{name}@{revision}"
+
+
+# Separates a rollout id's revision from its sequence. Kubernetes names never contain it.
+ROLLOUT_SEQUENCE_MARK = "#"
+
+
+def sequenced_rollout_id(rollout_id: str, sequence: int) -> str:
+    """A rollout id recorded before rollouts were numbered (``<ns>/<name>@<revision>``) with the sequence it
+    has in its stream; an id that has one is returned unchanged (services/model/upcasting.py)."""
+    if ROLLOUT_SEQUENCE_MARK in rollout_id:
+        return rollout_id
+    return f"{rollout_id}{ROLLOUT_SEQUENCE_MARK}{sequence}"
+
+
+def rollout_revision(rollout_id: str) -> str:
+    """The revision a rollout id names (``...@<revision>#<sequence>`` -> ``<revision>``)."""
+    return rollout_id.partition("@")[2].partition(ROLLOUT_SEQUENCE_MARK)[0]
 
 
 def derived_id(*parts: object) -> uuid.UUID:

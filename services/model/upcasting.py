@@ -14,13 +14,14 @@ Adding a version of an event type:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import msgspec
 
 from services.model.actions import ActionKind
-from services.model.events import SCHEMA_VERSIONS, Event
+from services.model.events import SCHEMA_VERSIONS, Envelope, Event, RolloutStarted
+from services.model.streams import ROLLOUT_SEQUENCE_MARK, sequenced_rollout_id
 
 Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
 
@@ -92,3 +93,78 @@ def _workload_action_target(data: dict[str, Any]) -> dict[str, Any]:
 
 
 DEFAULT_DECODER = PayloadDecoder()
+
+
+# --- Rollout ids recorded before rollouts were numbered ------------------------------------------------
+
+
+class RolloutSequence:
+    """Numbers the rollout ids of one stream as it is read in order, from its first event.
+
+    Since CloneSet rules 14 (SidecarSet rules 4) a rollout id ends in ``#<sequence>``, the number of
+    ``RolloutStarted`` events of its stream so far (services/model/streams.py). Events recorded before
+    carry ``<ns>/<name>@<revision>``, the same id for a rollback and the rollout it returns to. No single
+    event says which rollout it belongs to, so this upcaster is not a per-row one: it counts the stream's
+    ``RolloutStarted`` events as they pass and gives each old id the sequence in force at its position,
+    exactly as the planner numbers rollouts now and as the SQL function ``rollout_of`` (migration 0018)
+    does. A numbered id passes unchanged."""
+
+    __slots__ = ("started",)
+
+    def __init__(self) -> None:
+        self.started = 0
+
+    def payload(self, payload: Any) -> Any:
+        if isinstance(payload, RolloutStarted):
+            self.started += 1
+        return numbered(payload, self.started)
+
+    def correlation(self, correlation_id: str | None) -> str | None:
+        if correlation_id is None or "@" not in correlation_id or ROLLOUT_SEQUENCE_MARK in correlation_id:
+            return correlation_id  # not a rollout id (a webhook's admission uid), or numbered
+        return sequenced_rollout_id(correlation_id, self.started)
+
+
+def numbered(payload: Any, started: int) -> Any:
+    """``payload`` with its rollout id numbered ``started`` (the stream's RolloutStarted events up to and
+    including it) if it was recorded before rollouts were numbered; otherwise ``payload`` itself."""
+    rollout = getattr(payload, "rollout_id", None)
+    if rollout is None or ROLLOUT_SEQUENCE_MARK in rollout:
+        return payload
+    return msgspec.structs.replace(payload, rollout_id=sequenced_rollout_id(rollout, started))
+
+
+def rollout_stream_of(stream: str) -> str | None:
+    """The stream whose ``RolloutStarted`` events number the rollouts an event of ``stream`` belongs to: a
+    decisions or shadow stream numbers its own; an executor's outcome belongs to its workload's decisions;
+    observations name a revision, not a rollout (None)."""
+    if stream.endswith("/observed"):
+        return None
+    if stream.endswith("/actions"):
+        base = stream[: -len("/actions")]
+        return f"{base}/decisions" if base.startswith("SidecarSet/") else base
+    return stream
+
+
+def number_rollouts(envelopes: Iterable[Envelope]) -> list[Envelope]:
+    """Envelopes of whole streams (each from its first event, in global order) with every rollout id and
+    rollout correlation id numbered (``RolloutSequence``); events already numbered are returned as they
+    are, so a trail recorded by this rollbook goes through unchanged."""
+    sequences: dict[str, RolloutSequence] = {}
+    result: list[Envelope] = []
+    for envelope in envelopes:
+        key = rollout_stream_of(envelope.stream)
+        if key is None:
+            result.append(envelope)
+            continue
+        sequence = sequences.setdefault(key, RolloutSequence())
+        if key == envelope.stream:
+            payload = sequence.payload(envelope.payload)
+        else:
+            payload = envelope.payload  # an outcome: its request carries the rollout id
+        correlation = sequence.correlation(envelope.correlation_id)
+        if payload is envelope.payload and correlation == envelope.correlation_id:
+            result.append(envelope)
+        else:
+            result.append(msgspec.structs.replace(envelope, payload=payload, correlation_id=correlation))
+    return result

@@ -69,8 +69,10 @@ from services.planner.workload_state import WorkloadState
 # 13: the first action of a round on an existing pod names the resourceVersion it was computed from
 #     (``details.resourceVersion``, services/model/pod_writes.py): the executor's first write takes it as
 #     precondition instead of reading the pod first.
+# 14: rollout ids carry the workload's rollout sequence (``<ns>/<name>@<revision>#<n>``, docs/events.md
+#     "Rollout ids"), so a rollback or a second roll to a revision is a rollout of its own.
 # tests/planner/test_rules_fingerprint.py fails when the decisions change and this does not.
-RULES_VERSION = 13
+RULES_VERSION = 14
 
 Decide = Callable[[PlanInput], Plan]
 """The decision function: the planner input -> its plan (typed, services/planner/model.py)."""
@@ -82,9 +84,14 @@ def decide(plan_input: PlanInput) -> Plan:
 
 
 def correlation_of(state: WorkloadState, plan: Plan) -> str | None:
-    """The correlation id of a round's events: the rollout to the plan's update revision."""
+    """The correlation id of a round's events: the rollout to the plan's update revision (numbered as the
+    round's own RolloutStarted, if it starts one, numbers it)."""
     update_revision = plan.update_revision or state.update_revision
-    return rollout_id(state.namespace, state.name, update_revision) if update_revision else None
+    if not update_revision:
+        return None
+    starts = plan.update_revision is not None and plan.update_revision != state.update_revision
+    starts = starts and plan.update_revision != plan.current_revision
+    return rollout_id(state.namespace, state.name, update_revision, state.rollouts_started + int(starts))
 
 
 def decisions_for(state: WorkloadState, plan: Plan) -> list[Event]:
@@ -122,15 +129,19 @@ def decisions_for(state: WorkloadState, plan: Plan) -> list[Event]:
     current = plan.current_revision
     replicas = desired_replicas(state.cloneset)
     strategy = (_planned_shape(state.cloneset).get("spec") or {}).get("updateStrategy") or {}
+    # The workload's rollout sequence: a rollout started by this round takes the next number; every other
+    # event names the rollout to ``update`` under the latest number (docs/events.md, "Rollout ids").
+    sequence = state.rollouts_started
     if update and update != state.update_revision:
         if state.active_rollout:
             decisions.append(
                 RolloutCompleted(rollout_id=state.active_rollout, revision=update, outcome="superseded")
             )
         if update != current:
+            sequence += 1
             decisions.append(
                 RolloutStarted(
-                    rollout_id=rollout_id(state.namespace, state.name, update),
+                    rollout_id=rollout_id(state.namespace, state.name, update, sequence),
                     from_revision=str(current or ""),
                     to_revision=update,
                     strategy=strategy,
@@ -140,9 +151,11 @@ def decisions_for(state: WorkloadState, plan: Plan) -> list[Event]:
         else:
             # First sight of a workload (or a return to the current revision): nothing to roll out.
             decisions.append(
-                RolloutCompleted(rollout_id=rollout_id(state.namespace, state.name, update), revision=update)
+                RolloutCompleted(
+                    rollout_id=rollout_id(state.namespace, state.name, update, sequence), revision=update
+                )
             )
-    active = rollout_id(state.namespace, state.name, update) if update else None
+    active = rollout_id(state.namespace, state.name, update, sequence) if update else None
     if update and plan.partition is not None and update != current:
         step = PartitionStepPlanned(
             rollout_id=str(active),
@@ -158,7 +171,7 @@ def decisions_for(state: WorkloadState, plan: Plan) -> list[Event]:
     acted_on: set[str] = set()  # pods an earlier action of this round targets
     for index, action in enumerate(plan.actions):
         decisions.append(
-            _action(state, action, round_key, index, update, first_on_pod=action.pod not in acted_on)
+            _action(state, action, round_key, index, active, first_on_pod=action.pod not in acted_on)
         )
         acted_on.add(action.pod)
     if rejected is None:
@@ -199,9 +212,7 @@ def decisions_for(state: WorkloadState, plan: Plan) -> list[Event]:
         and rollout_progress(state.cloneset or {}, status_now).complete
         and not plan.actions
     ):
-        decisions.append(
-            RolloutCompleted(rollout_id=rollout_id(state.namespace, state.name, update), revision=update)
-        )
+        decisions.append(RolloutCompleted(rollout_id=str(active), revision=update))
     decisions.extend(pause_transition(state, decisions, plan, status_now))
     requeue = plan.requeue_after_seconds
     if requeue and (decisions or not state.schedules):
@@ -306,7 +317,7 @@ def _action(
     action: Action,
     round_key: Any,
     index: int,
-    update: str | None,
+    rollout: str | None,
     *,
     first_on_pod: bool,
 ) -> PodActionRequested:
@@ -334,7 +345,7 @@ def _action(
         action=details["action"],
         namespace=state.namespace,
         pod=action.pod,
-        rollout_id=rollout_id(state.namespace, state.name, update) if update else None,
+        rollout_id=rollout,
         revision=str(revision) if revision else None,
         details=details,
     )

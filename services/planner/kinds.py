@@ -25,7 +25,6 @@ from services.model.sidecarset_streams import SIDECARSET_KIND, sidecarset_of
 from services.model.sidecarset_streams import actions_stream as sidecarset_actions_stream
 from services.model.sidecarset_streams import decisions_stream as sidecarset_decisions_stream
 from services.model.sidecarset_streams import observed_stream as sidecarset_observed_stream
-from services.model.sidecarset_streams import rollout_id as sidecarset_rollout_id
 from services.model.streams import WORKLOAD_KIND, derived_id, workload_of
 from services.planner import cloneset_decisions, rounds, sidecarset_decisions
 from services.planner.model import PlanInput
@@ -255,9 +254,7 @@ class SidecarSetPlanner:
         result = sidecarset_decisions.round_of(state)
         decisions = sidecarset_decisions.decisions_for(state, result)
         correlation = (
-            sidecarset_rollout_id(state.name, result.revision_name)
-            if isinstance(result, SidecarSetRound)
-            else None
+            sidecarset_decisions.round_rollout(state, result) if isinstance(result, SidecarSetRound) else None
         )
         return decisions, correlation
 

@@ -15,8 +15,9 @@ from typing import Any
 
 import msgspec
 
+from services.model import cloneset_validation as validation
 from services.model.cloneset_conversion import ConversionError, as_v1alpha1
-from services.planner import counting, lifecycle, revisions, scale, status, update, validation
+from services.planner import counting, lifecycle, revisions, scale, status, update
 from services.planner.context import Context
 from services.planner.model import Action, HookHold, Plan, PlanInput, Rejection
 from services.planner.names import REVISION_LABEL

@@ -135,7 +135,13 @@ class Planner:
         # Which objects we plan for (services/model/management.py); the others are only observed.
         self.selection = selection or Selection.parse(settings.manage, settings.manage_namespaces)
         # CloneSets rollbook only observes (docs/shadow.md): all of them in shadow mode, else those labelled.
-        self.shadow = ShadowRecorder(store, shadow_all=settings.shadow, rules=CLONESET_RULES_VERSION)
+        # In shadow mode a trail with nothing stored starts at this process's start (shadow mode's own).
+        self.shadow = ShadowRecorder(
+            store,
+            shadow_all=settings.shadow,
+            rules=CLONESET_RULES_VERSION,
+            since=datetime.now(UTC) if settings.shadow else None,
+        )
         self.workloads: dict[tuple[str, str], Workload] = {}  # (kind, key) -> workload
 
     def workload(self, kind: KindPlanner[Any], key: str) -> Workload:

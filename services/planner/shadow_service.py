@@ -9,6 +9,8 @@ single writer), so a re-derived trail never stores anything twice.
 
 from __future__ import annotations
 
+from datetime import datetime
+
 import structlog
 
 from services.infra.metrics import EVENTS_APPENDED
@@ -18,13 +20,29 @@ from services.model.streams import observed_stream, shadow_stream
 from services.planner.shadow_trail import ShadowTrail
 
 log = structlog.get_logger("planner")
+# What a shadow stream holds (docs/shadow.md): its first event is one of these.
+SHADOW_EVENT_TYPES = (
+    "RolloutStarted",
+    "RolloutCompleted",
+    "PartitionStepPlanned",
+    "PodActionObserved",
+    "ShadowCompared",
+    "ShadowPlanned",
+)
 
 
 class ShadowRecorder:
-    def __init__(self, store: EventStore, *, shadow_all: bool, rules: int) -> None:
+    def __init__(
+        self, store: EventStore, *, shadow_all: bool, rules: int, since: datetime | None = None
+    ) -> None:
+        """``since``: when shadow mode began (``rollbook up --shadow``: the planner's start). A trail with
+        nothing stored yet starts with the first observation made then or later, not with the workload's
+        first observation: what happened before (rollbook driving it, say) is not the shadowed
+        controller's doing. None: a trail starts with the first observation showing the shadow label."""
         self.store = store
         self.shadow_all = shadow_all
         self.rules = rules
+        self.since = since
         self.trails: dict[str, ShadowTrail] = {}
         self.stored: dict[str, int] = {}  # workload -> shadow stream version stored
 
@@ -34,8 +52,17 @@ class ShadowRecorder:
         key = f"{namespace}/{name}"
         trail = self.trails.get(key)
         if trail is None:
-            trail = self.trails[key] = ShadowTrail(namespace, name, self.shadow_all, self.rules)
-            self.stored[key] = await self.store.stream_version(shadow_stream(namespace, name))
+            version = await self.store.stream_version(shadow_stream(namespace, name))
+            start = await self._recorded_start(namespace, name) if version else None
+            trail = self.trails[key] = ShadowTrail(
+                namespace,
+                name,
+                self.shadow_all,
+                self.rules,
+                start_version=start,
+                since=None if start is not None else self.since,
+            )
+            self.stored[key] = version
         fresh = []
         observed = await self.store.read_stream(observed_stream(namespace, name), trail.observed_version + 1)
         for stored in observed:
@@ -62,3 +89,15 @@ class ShadowRecorder:
             differ=[f"{d.action}:{d.pod}: {d.reason}" for d in differ],
         )
         return len(fresh)
+
+    async def _recorded_start(self, namespace: str, name: str) -> int | None:
+        """The observed stream's version where the stored trail started: its first event's cause (the
+        first observation the trail recorded always records rollbook's decision on it)."""
+        first = await self.store.read_stream_page(
+            shadow_stream(namespace, name), 1, list(SHADOW_EVENT_TYPES), 1
+        )
+        cause = first[0].envelope.causation_id if first else None
+        observation = await self.store.read_event(cause) if cause is not None else None
+        if observation is None or observation.stream != observed_stream(namespace, name):
+            return None
+        return observation.stream_version

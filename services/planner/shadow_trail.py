@@ -47,7 +47,14 @@ from services.model.events import (
     new_event,
 )
 from services.model.shadow import shadowed
-from services.model.streams import WORKLOAD_KIND, derived_id, observed_stream, rollout_id, shadow_stream
+from services.model.streams import (
+    WORKLOAD_KIND,
+    derived_id,
+    observed_stream,
+    rollout_id,
+    rollout_revision,
+    shadow_stream,
+)
 from services.planner import plan as planning
 from services.planner.model import Plan, PlanInput
 from services.planner.names import REVISION_LABEL
@@ -81,6 +88,13 @@ class ShadowTrail:
     name: str
     shadow_all: bool
     rules: int
+    # Where the trail starts (shadow mode's own start, docs/shadow.md): the observed stream's version of its
+    # first observation, as stored (the cause of the trail's first event); or, before anything was stored,
+    # ``since``: the first observation made at or after it starts the trail. Observations before the start
+    # are folded (the state needs them) but mean nothing: they happened before shadow mode began. Both None:
+    # the trail starts with the first shadowed observation (the label's case).
+    start_version: int | None = None
+    since: datetime | None = None
     state: WorkloadState = field(init=False)
     observed_version: int = 0
     version: int = 0  # of the shadow stream, as produced
@@ -89,6 +103,8 @@ class ShadowTrail:
     aliases: dict[str, str] = field(default_factory=dict)  # controller's revision hash -> rollbook's name
     update_revision: str | None = None  # the controller's, from the CloneSet status
     active_rollout: str | None = None
+    last_rollout: str | None = None  # the latest rollout this trail recorded (RolloutStarted)
+    rollouts_started: int = 0  # observed rollouts so far: the last one's sequence (its id's #N)
     last_step: tuple[Any, ...] | None = None
     first_seen: datetime | None = None
     left: dict[str, _Left] = field(default_factory=dict)  # pod uid -> left service
@@ -118,10 +134,19 @@ class ShadowTrail:
         self.observed_version = envelope.stream_version
         if not isinstance(payload, ObjectObserved):
             return []
-        if self.first_seen is None:
+        if self.start_version is None and self.since is not None and envelope.occurred_at >= self.since:
+            self.start_version = envelope.stream_version
+        starting = envelope.stream_version == self.start_version
+        if self.first_seen is None or starting:
             self.first_seen = envelope.occurred_at
         before = self._view(payload.name) if payload.kind == "Pod" else None
         self.state.fold(envelope)
+        started = self.start_version is not None and envelope.stream_version >= self.start_version
+        if (self.since is not None or self.start_version is not None) and not started:
+            # before shadow mode began (rollbook, or nobody, drove it then): fold it, record nothing
+            self.decision = None
+            self._forget(payload, before)
+            return []
         if not shadowed(self.state.cloneset, shadow_all=self.shadow_all):
             # rollbook drives it (or it is gone): nothing to record, but keep what later moments need.
             self.decision = None
@@ -130,7 +155,14 @@ class ShadowTrail:
         events: list[Event] = []
         if payload.kind == WORKLOAD_KIND:
             events += self._rollout_events(payload)
-        elif payload.kind == "Pod":
+        elif starting and self.state.cloneset is not None:
+            # the trail starts on a pod: a rollout already under way is recorded from here
+            events += self._rollout_events(
+                msgspec.structs.replace(
+                    payload, kind=WORKLOAD_KIND, change="MODIFIED", object=self.state.cloneset
+                )
+            )
+        if payload.kind == "Pod":
             after = None if payload.change == "DELETED" else pod_view(payload.object)
             events += self._pod_events(envelope, payload, before, after)
         planned, decision = self._plan()
@@ -169,7 +201,9 @@ class ShadowTrail:
                 self.active_rollout = None
             self.update_revision = update
             if current and current != update:
-                self.active_rollout = rollout_id(self.namespace, self.name, update)
+                self.rollouts_started += 1
+                self.active_rollout = rollout_id(self.namespace, self.name, update, self.rollouts_started)
+                self.last_rollout = self.active_rollout
                 self.last_step = None
                 events.append(
                     RolloutStarted(
@@ -193,7 +227,12 @@ class ShadowTrail:
     def _rollout_of_now(self) -> str | None:
         if self.active_rollout:
             return self.active_rollout
-        return rollout_id(self.namespace, self.name, self.update_revision) if self.update_revision else None
+        # After a rollout ended, actions at its revision (scaling) stay with it; before any rollout this
+        # trail recorded they belong to none (not to a rollout it never saw start).
+        last = self.last_rollout
+        if last is not None and self.update_revision and rollout_revision(last) == self.update_revision:
+            return last
+        return None
 
     # --- pods ----------------------------------------------------------------------------------------
 

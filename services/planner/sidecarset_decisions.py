@@ -39,7 +39,8 @@ from services.planner.sidecarset_upgrade import SidecarSetRound, plan_sidecarset
 # versioned. 2: SidecarSet revisions (RevisionCreated / RevisionsPruned). 3: a revision recorded while the
 # SidecarSet has a custom version carries it as a label (apps.kruise.io/sidecarset-custom-version), and
 # resourcesPolicy / injectionStrategy.revision are validated (an invalid one is a SpecRejected).
-RULES_VERSION = 3
+# 4: rollout ids carry the SidecarSet's rollout sequence (``/<name>@<revision>#<n>``, docs/events.md).
+RULES_VERSION = 4
 
 
 def round_of(state: SidecarSetState) -> SidecarSetRound | SidecarSetError:
@@ -56,6 +57,13 @@ def round_of(state: SidecarSetState) -> SidecarSetRound | SidecarSetError:
         return error
 
 
+def round_rollout(state: SidecarSetState, result: SidecarSetRound) -> str:
+    """The rollout a round's events name: one it starts takes the SidecarSet's next rollout number; any
+    other names the rollout to its target under the latest number (docs/events.md, "Rollout ids")."""
+    starts = result.revision_name != state.update_revision and not result.done
+    return rollout_id(state.name, result.revision_name, state.rollouts_started + int(starts))
+
+
 def decisions_for(state: SidecarSetState, result: SidecarSetRound | SidecarSetError) -> list[Event]:
     """The decision events a round means, given what was already decided (nothing repeated). Pure: a
     replay calls it with the same state and gets the same list."""
@@ -67,7 +75,7 @@ def decisions_for(state: SidecarSetState, result: SidecarSetRound | SidecarSetEr
         return [SpecRejected(field=result.field, reason=result.reason, generation=generation)]
     decisions: list[Event] = []
     target = result.revision_name
-    rollout = rollout_id(state.name, target)
+    rollout = round_rollout(state, result)
     recorded = result.revisions.record
     if recorded is not None:
         spec = recorded.data.get("spec") or {}

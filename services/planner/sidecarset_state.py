@@ -34,6 +34,7 @@ from services.model.sidecarset_streams import (
     decisions_stream,
     observed_stream,
 )
+from services.model.upcasting import numbered
 from services.planner import rounds
 from services.planner.rounds import EXPECTATION_TIMEOUT
 
@@ -61,6 +62,7 @@ class SidecarSetState:
     revisions: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> ControllerRevision-shaped
     update_revision: str | None = None
     active_rollout: str | None = None
+    rollouts_started: int = 0  # RolloutStarted events so far: the last rollout's sequence (its id's #N)
     paused: bool = False
     last_step: rounds.StepKey | None = None
     last_status: dict[str, Any] | None = None
@@ -78,6 +80,10 @@ class SidecarSetState:
         if not rounds.advance(self, envelope, decisions_stream(self.name)):
             return
         payload = envelope.payload
+        if isinstance(payload, RolloutStarted):
+            self.rollouts_started += 1
+        # a rollout id recorded before rollouts were numbered reads as numbered (services/model/upcasting.py)
+        payload = numbered(payload, self.rollouts_started)
         match payload:
             case ObjectObserved():
                 self._fold_observed(payload)

@@ -7,7 +7,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from services.model import intorpercent
-from services.model.cloneset import desired_replicas
+from services.model.cloneset import (  # noqa: F401 - the update types are the planner's vocabulary too
+    DEFAULT_MAX_UNAVAILABLE,
+    IN_PLACE_IF_POSSIBLE,
+    IN_PLACE_ONLY,
+    ON_DELETE,
+    RECREATE,
+    UPDATE_TYPES,
+    desired_replicas,
+)
 from services.model.redaction import MARK
 from services.planner.lifecycle import Lifecycle, read_lifecycle
 from services.planner.names import (
@@ -16,15 +24,6 @@ from services.planner.names import (
     INPLACE_MODE_EXTENDED,
 )
 
-RECREATE = "ReCreate"
-IN_PLACE_IF_POSSIBLE = "InPlaceIfPossible"
-IN_PLACE_ONLY = "InPlaceOnly"
-# OnDelete: the new revision reaches a pod only when the pod is deleted (OpenKruise 1.9; admitted through
-# v1beta1 there, also accepted in v1alpha1 input by rollbook: docs/plan.md).
-ON_DELETE = "OnDelete"
-UPDATE_TYPES = (RECREATE, IN_PLACE_IF_POSSIBLE, IN_PLACE_ONLY, ON_DELETE)
-
-DEFAULT_MAX_UNAVAILABLE = "20%"
 DEFAULT_REVISION_HISTORY_LIMIT = 10
 
 

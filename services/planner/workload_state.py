@@ -44,6 +44,7 @@ from services.model.streams import (
     decisions_stream,
     observed_stream,
 )
+from services.model.upcasting import numbered
 from services.planner import rounds
 from services.planner.input_digest import PlanInputDigest
 from services.planner.model import PlanInput
@@ -103,6 +104,7 @@ class WorkloadState:
     last_status: dict[str, Any] | None = None
     update_revision: str | None = None
     active_rollout: str | None = None
+    rollouts_started: int = 0  # RolloutStarted events so far: the last rollout's sequence (its id's #N)
     paused: bool = False  # the active rollout is halted (RolloutPaused without a RolloutResumed since)
     last_step: rounds.StepKey | None = None
     last_rejection: tuple[Any, ...] | None = None
@@ -131,6 +133,10 @@ class WorkloadState:
         if not rounds.advance(self, envelope, decisions_stream(self.namespace, self.name)):
             return
         payload = envelope.payload
+        if isinstance(payload, RolloutStarted):
+            self.rollouts_started += 1
+        # a rollout id recorded before rollouts were numbered reads as numbered (services/model/upcasting.py)
+        payload = numbered(payload, self.rollouts_started)
         if isinstance(payload, ObjectObserved):
             self._fold_observed(payload)
         elif isinstance(payload, PodActionSucceeded):

@@ -4,10 +4,10 @@
     lines = await replay_lines(store, "default/sample")                        # one line per event
     records = await replay_records(store, "default/sample")                    # the same, as dicts
     summary, last = await replay_at(store, "default/sample", at_time=..., at_position=...)
-    report = await verify_target(store, "default/sample@sample-7656fc4998", decide=...)
+    report = await verify_target(store, "default/sample@sample-7656fc4998#1", decide=...)
     report = await verify_sidecarset(store, "mesh-sidecar")
     reports = await verify_all(store, decide=...)               # every CloneSet and SidecarSet, one pass
-    result = await what_if_rollout(store, "default/sample@sample-7656fc4998", {"partition": 0})
+    result = await what_if_rollout(store, "default/sample@sample-7656fc4998#1", {"partition": 0})
 """
 
 from __future__ import annotations
@@ -22,7 +22,14 @@ from services.infra.store import EventStore, StoredEvent
 from services.planner.cloneset_decisions import Decide
 from services.planner.cloneset_decisions import decide as planner_decide
 from services.planner.kinds import CLONESET, SIDECARSET, CloneSetPlanner, KindPlanner
-from services.replay.reads import TargetError, parse_target, rollout_span, workload_events
+from services.replay.reads import (
+    TargetError,
+    numbered_events,
+    parse_target,
+    resolve_rollout,
+    rollout_span,
+    workload_events,
+)
 from services.replay.timeline import Step, fold_timeline, one_line, state_at, summarise
 from services.replay.verify import VerifyReport, WorkloadVerifier, verify_streams
 from services.replay.whatif import WhatIfResult, what_if
@@ -57,7 +64,7 @@ async def _events_for(
     events = await workload_events(store, namespace, name)
     if not events:
         raise TargetError(f"no events for workload {namespace}/{name}")
-    span = rollout_span(events, rollout) if rollout else None
+    span = rollout_span(events, resolve_rollout(events, rollout)) if rollout else None
     return namespace, name, events, span
 
 
@@ -125,7 +132,9 @@ async def verify_target(store: EventStore, target: str, decide: Decide = planner
 async def verify_sidecarset(store: EventStore, name: str) -> VerifyReport:
     """Every recorded round of SidecarSet ``name`` (its observed, actions and decisions streams)."""
     state = SIDECARSET.new_state(name)
-    streams = [[s.envelope for s in await store.read_stream(stream)] for stream in state.streams]
+    streams = [
+        [s.envelope for s in numbered_events(await store.read_stream(stream))] for stream in state.streams
+    ]
     return verify_streams(SIDECARSET, name, *streams)
 
 
@@ -178,4 +187,4 @@ async def what_if_rollout(store: EventStore, rollout_id: str, overrides: dict[st
     if rollout is None:
         raise TargetError(f"what-if takes a rollout id <namespace>/<name>@<revision>, got {rollout_id!r}")
     events = await workload_events(store, namespace, name)
-    return what_if(namespace, name, events, rollout, overrides)
+    return what_if(namespace, name, events, resolve_rollout(events, rollout), overrides)

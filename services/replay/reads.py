@@ -4,8 +4,18 @@ from __future__ import annotations
 
 import heapq
 
+import msgspec
+
 from services.infra.store import EventStore, StoredEvent
-from services.model.streams import actions_stream, decisions_stream, observed_stream, shadow_stream
+from services.model.events import RolloutStarted
+from services.model.streams import (
+    ROLLOUT_SEQUENCE_MARK,
+    actions_stream,
+    decisions_stream,
+    observed_stream,
+    shadow_stream,
+)
+from services.model.upcasting import number_rollouts
 
 
 class TargetError(ValueError):
@@ -13,19 +23,21 @@ class TargetError(ValueError):
 
 
 def parse_target(target: str) -> tuple[str, str, str | None]:
-    """``ns/name`` or a rollout id ``ns/name@revision`` -> (namespace, name, rollout id or None)."""
+    """``ns/name`` or a rollout id ``ns/name@revision#n`` -> (namespace, name, rollout id or None). A
+    rollout id without ``#n`` is resolved against the log by ``resolve_rollout``."""
     workload, _, revision = target.partition("@")
     namespace, _, name = workload.partition("/")
-    if not namespace or not name or "/" in name:
+    if not namespace or not name or "/" in name or revision.startswith("#"):
         raise TargetError(
-            f"expected <namespace>/<name> or a rollout id <namespace>/<name>@<revision>: {target!r}"
+            f"expected <namespace>/<name> or a rollout id <namespace>/<name>@<revision>#<n>: {target!r}"
         )
     return namespace, name, target if revision else None
 
 
 async def workload_events(store: EventStore, namespace: str, name: str) -> list[StoredEvent]:
     """Every event of the workload's streams (observed, actions, decisions, and the shadow trail of a
-    CloneSet rollbook only shadows: docs/shadow.md), in global order."""
+    CloneSet rollbook only shadows: docs/shadow.md), in global order, rollout ids recorded before rollouts
+    were numbered read numbered (services/model/upcasting.py)."""
     streams = [
         await store.read_stream(stream)
         for stream in (
@@ -35,7 +47,36 @@ async def workload_events(store: EventStore, namespace: str, name: str) -> list[
             shadow_stream(namespace, name),
         )
     ]
-    return list(heapq.merge(*streams, key=lambda e: e.global_position))
+    return numbered_events(list(heapq.merge(*streams, key=lambda e: e.global_position)))
+
+
+def numbered_events(events: list[StoredEvent]) -> list[StoredEvent]:
+    """Whole streams' events (global order) with their rollout ids numbered; unchanged ones kept as is."""
+    envelopes = number_rollouts(e.envelope for e in events)
+    return [
+        stored if envelope is stored.envelope else msgspec.structs.replace(stored, envelope=envelope)
+        for stored, envelope in zip(events, envelopes, strict=True)
+    ]
+
+
+def resolve_rollout(events: list[StoredEvent], rollout_id: str) -> str:
+    """The rollout ``rollout_id`` names in the workload's (numbered) events. An id without its ``#n`` (as
+    rollbook printed before rollouts were numbered) names the one rollout to that revision, and is refused
+    when there were several: a rollback or a second roll to the same revision must be named in full."""
+    started = [
+        e.envelope.payload.rollout_id for e in events if isinstance(e.envelope.payload, RolloutStarted)
+    ]
+    if rollout_id in started or ROLLOUT_SEQUENCE_MARK in rollout_id:
+        return rollout_id
+    candidates = [r for r in started if r.partition(ROLLOUT_SEQUENCE_MARK)[0] == rollout_id]
+    if len(candidates) == 1:
+        return candidates[0]
+    if len(candidates) > 1:
+        raise TargetError(
+            f"{rollout_id!r} names {len(candidates)} rollouts to that revision: {', '.join(candidates)}"
+            " (name one)"
+        )
+    return rollout_id
 
 
 def rollout_span(events: list[StoredEvent], rollout_id: str) -> tuple[int, int]:

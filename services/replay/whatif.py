@@ -41,7 +41,7 @@ from services.model.events import (
     RolloutStarted,
     RoundPlanned,
 )
-from services.model.streams import ACTION_ID_ANNOTATION, WORKLOAD_KIND
+from services.model.streams import ACTION_ID_ANNOTATION, WORKLOAD_KIND, rollout_revision
 from services.planner import plan as planning
 from services.planner.model import Plan
 from services.planner.names import REVISION_LABEL
@@ -198,7 +198,7 @@ def read_record(namespace: str, name: str, events: list[StoredEvent], rollout_id
 
     completed = False  # RolloutCompleted(succeeded) seen
     done_at: datetime | None = None  # ... and then every pod updated and available: the model's end too
-    target_hash = revision_hash(rollout_id.rsplit("@", 1)[-1])
+    target_hash = revision_hash(rollout_revision(rollout_id))
     replicas = desired_replicas(state.cloneset)
     spec_changes: list[tuple[float, dict[str, Any]]] = []
     last_spec = (state.cloneset or {}).get("spec")

@@ -14,7 +14,7 @@ from aiohttp import web
 
 from services.model.jsondepth import depth_over
 
-from . import errors, patch, rbac, resources
+from . import errors, event_versions, patch, rbac, resources
 from .admission import Admission
 from .auth import Auth, subject_access_review_status, token_review_status
 from .conversion import VersionView
@@ -122,6 +122,8 @@ class ApiServer:
         self._by_path = {r.key: r for r in self.served}
         # Served versions that are not their CRD's storage version: converted on every read and write.
         self.views: dict[ResourceType, VersionView] = {}
+        if resources.EVENTS in self.served:  # events.k8s.io/v1: a view of the core/v1 Events stored
+            self.serve(event_versions.EVENTS_V1, VersionView(resources.EVENTS, event_versions.convert))
         self.store = store
         self.admission = admission
         self.faults = faults

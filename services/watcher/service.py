@@ -62,7 +62,7 @@ from services.model.streams import (
     CLONESET_VERSION,
     WORKLOAD_KIND,
     observed_stream,
-    rollout_id,
+    revision_correlation,
 )
 from services.watcher.objects import comparable, latest_per_object, observation, too_deep, within_ceiling
 from services.watcher.sidecarsets import SidecarSetRoutes
@@ -126,7 +126,7 @@ def correlation_of(kind: str, obj: dict[str, Any], workload: tuple[str, str]) ->
         revision = (obj.get("status") or {}).get("updateRevision")
     else:
         revision = ((obj.get("metadata") or {}).get("labels") or {}).get("controller-revision-hash")
-    return rollout_id(workload[0], workload[1], revision) if revision else None
+    return revision_correlation(workload[0], workload[1], revision) if revision else None
 
 
 class Watcher:

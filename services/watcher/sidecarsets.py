@@ -21,8 +21,8 @@ from services.model.sidecarset import injected_sidecarsets, pod_sidecar_revision
 from services.model.sidecarset_streams import (
     SIDECARSET_KIND,
     observed_stream,
+    revision_correlation,
     revision_name,
-    rollout_id,
     sidecarset_of,
 )
 from services.watcher.objects import comparable, observation
@@ -56,7 +56,7 @@ def _correlation(kind: str, obj: dict[str, Any], stream: str) -> str | None:
     else:
         recorded = pod_sidecar_revisions(obj).get(name)
         hash_ = recorded.hash if recorded else None
-    return rollout_id(name, revision_name(name, hash_)) if hash_ else None
+    return revision_correlation(name, revision_name(name, hash_)) if hash_ else None
 
 
 class SidecarSetRoutes:

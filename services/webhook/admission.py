@@ -14,6 +14,8 @@ from datetime import datetime
 from typing import Any
 
 from services.model import sidecarset as ss
+from services.model.cloneset_conversion import ConversionError, as_v1alpha1
+from services.model.cloneset_validation import Invalid, field_error, validate
 from services.model.management import Selection
 
 REVIEW_API_VERSION = "admission.k8s.io/v1"
@@ -213,6 +215,40 @@ def review_sidecarset(
     if conflicts:
         return _response(uid, allowed=False, code=422, message="; ".join(conflicts))
     return _response(uid)
+
+
+def cloneset_problem(obj: Any) -> Invalid | None:
+    """What the planner would reject in a CloneSet (v1alpha1, or v1beta1 converted as the planner reads it),
+    as the shared validation says it (services/model/cloneset_validation.py); None when it can be planned."""
+    try:
+        planned = as_v1alpha1(obj) if isinstance(obj, dict) else obj
+    except ConversionError as error:
+        return Invalid(error.field, error.reason)
+    return validate(planned)
+
+
+def review_cloneset(request: Mapping[str, Any], selection: Selection = ALL) -> dict[str, Any]:
+    """Refuse, with 422 Invalid and OpenKruise's message and field path, a CloneSet the planner would
+    reject, so `kubectl apply` fails instead of the spec being stored and then rejected. A CloneSet rollbook
+    does not manage (``selection``) passes untouched: its controller judges it."""
+    uid = str(request["uid"])
+    obj = request.get("object")
+    if request.get("operation") not in ("CREATE", "UPDATE") or not isinstance(obj, Mapping):
+        return _response(uid)
+    if not selection.manages(obj):
+        return _response(uid)
+    problem = cloneset_problem(dict(obj))
+    if problem is None:
+        return _response(uid)
+    response = _response(uid, allowed=False, code=422, message=field_error(problem))
+    name = str((obj.get("metadata") or {}).get("name", ""))
+    response["status"]["details"] = {
+        "name": name,
+        "group": "apps.kruise.io",
+        "kind": "CloneSet",
+        "causes": [{"reason": "FieldValueInvalid", "message": field_error(problem), "field": problem.field}],
+    }
+    return response
 
 
 def mutate_sidecarset(request: Mapping[str, Any], selection: Selection = ALL) -> dict[str, Any]:

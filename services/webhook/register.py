@@ -1,7 +1,8 @@
 """The webhook configurations that make the API server call us, and their registration.
 
 - ``MutatingWebhookConfiguration``: pod CREATE -> /mutate-pod.
-- ``ValidatingWebhookConfiguration``: SidecarSet CREATE/UPDATE -> /validate-sidecarset.
+- ``ValidatingWebhookConfiguration``: SidecarSet CREATE/UPDATE -> /validate-sidecarset; CloneSet
+  (v1alpha1 and v1beta1) CREATE/UPDATE -> /validate-cloneset.
 
 ``client_config`` is either URL-based (simcluster, a webhook running outside the cluster) or
 service-based (a real cluster; see deploy/base/webhook.yaml). Registration goes through kubernetes-asyncio's
@@ -25,6 +26,7 @@ CONFIGURATION_NAME = "rollbook-sidecarset"
 POD_WEBHOOK_NAME = "mutate-pod.sidecarset.rollbook.io"
 SIDECARSET_WEBHOOK_NAME = "validate-sidecarset.sidecarset.rollbook.io"
 SIDECARSET_MUTATING_WEBHOOK_NAME = "mutate-sidecarset.sidecarset.rollbook.io"
+CLONESET_WEBHOOK_NAME = "validate-cloneset.cloneset.rollbook.io"
 # Namespaces labelled like this are never sent to the pod webhook (OpenKruise skips `control-plane`).
 OPT_OUT_LABEL = "rollbook.io/sidecar-injection"
 # Namespaces whose pods never reach the pod webhook, matched by the label the API server puts on every
@@ -121,10 +123,46 @@ _SIDECARSET_RULE: dict[str, Any] = {
 }
 
 
+_CLONESET_RULE: dict[str, Any] = {
+    "apiGroups": ["apps.kruise.io"],
+    "apiVersions": ["v1alpha1", "v1beta1"],
+    "operations": ["CREATE", "UPDATE"],
+    "resources": ["clonesets"],
+    "scope": "Namespaced",
+}
+
+
 def validating_configuration(
-    client_config: dict[str, Any], *, name: str = CONFIGURATION_NAME, timeout_seconds: int = 5
+    client_config: dict[str, Any],
+    *,
+    name: str = CONFIGURATION_NAME,
+    timeout_seconds: int = 5,
+    cloneset_client_config: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """SidecarSet CREATE/UPDATE. ``Fail``: a conflicting SidecarSet must not slip in while we are down."""
+    """SidecarSet CREATE/UPDATE. ``Fail``: a conflicting SidecarSet must not slip in while we are down.
+    CloneSet CREATE/UPDATE (``cloneset_client_config``, when given): a spec the planner would reject is
+    refused at the door. ``Ignore``: a webhook outage must not block CloneSets; what slips in meanwhile
+    the planner still rejects (a SpecRejected and the Rejected condition)."""
+    configuration = _validating_sidecarset(client_config, name=name, timeout_seconds=timeout_seconds)
+    if cloneset_client_config is not None:
+        configuration["webhooks"].append(
+            {
+                "name": CLONESET_WEBHOOK_NAME,
+                "admissionReviewVersions": ["v1"],
+                "clientConfig": cloneset_client_config,
+                "rules": [_CLONESET_RULE],
+                "failurePolicy": "Ignore",
+                "sideEffects": "None",
+                "timeoutSeconds": timeout_seconds,
+                "objectSelector": SIDECARSET_OBJECT_SELECTOR,
+            }
+        )
+    return configuration
+
+
+def _validating_sidecarset(
+    client_config: dict[str, Any], *, name: str, timeout_seconds: int
+) -> dict[str, Any]:
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingWebhookConfiguration",
@@ -186,7 +224,9 @@ async def register(
             admissions.read_validating_webhook_configuration,
             admissions.replace_validating_webhook_configuration,
             validating_configuration(
-                url_client_config(base_url, "/validate-sidecarset", ca_bundle), name=name
+                url_client_config(base_url, "/validate-sidecarset", ca_bundle),
+                name=name,
+                cloneset_client_config=url_client_config(base_url, "/validate-cloneset", ca_bundle),
             ),
         )
     except ApiException as err:

@@ -276,6 +276,23 @@ async def validate_sidecarset(request: web.Request) -> web.Response:
     return web.json_response(admission.review_envelope(response))
 
 
+async def validate_cloneset(request: web.Request) -> web.Response:
+    state = request.app[STATE_KEY]
+    started = time.perf_counter()
+    try:
+        review = await _read_review(request)
+    except admission.ReviewError as err:
+        state.metrics.reviews.labels("validate-cloneset", "bad-request").inc()
+        return _bad_request(str(err))
+    response = admission.review_cloneset(review, state.sidecarsets.selection)
+    outcome = "allowed" if response["allowed"] else "refused"
+    if not response["allowed"]:
+        log.info("cloneset_refused", uid=review["uid"], message=response["status"]["message"])
+    state.metrics.reviews.labels("validate-cloneset", outcome).inc()
+    state.metrics.latency.labels("validate-cloneset").observe(time.perf_counter() - started)
+    return web.json_response(admission.review_envelope(response))
+
+
 async def mutate_sidecarset(request: web.Request) -> web.Response:
     state = request.app[STATE_KEY]
     started = time.perf_counter()
@@ -321,6 +338,7 @@ def build_app(state: WebhookState) -> web.Application:
     app[STATE_KEY] = state
     app.router.add_post("/mutate-pod", mutate_pod)
     app.router.add_post("/validate-sidecarset", validate_sidecarset)
+    app.router.add_post("/validate-cloneset", validate_cloneset)
     app.router.add_post("/mutate-sidecarset", mutate_sidecarset)
     conversion.add_routes(app, state.metrics.reviews, state.metrics.latency)
     app.router.add_get("/healthz", healthz)

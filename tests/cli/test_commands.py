@@ -4,11 +4,13 @@ to a simcluster and SQL to Postgres."""
 from __future__ import annotations
 
 import asyncio
+import copy
 import os
 import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from services.infra.store import EventStore
 from services.simcluster import SimCluster
@@ -79,7 +81,38 @@ async def test_apply_refuses_bad_input_with_a_clear_message(simcluster: SimClust
         "apiVersion: apps.kruise.io/v1alpha1\nkind: CloneSet\nmetadata:\n  name: bad\nspec:\n  replicas: -1\n"
     )
     code, output = await rollbook("apply", "-f", str(invalid), ROLLBOOK_KUBECONFIG=kubeconfig)
-    assert code == 1 and "CloneSet default/bad: the API server refused it: 422" in output, output
+    # refused before it is sent, by the validation the webhook and the planner share
+    assert code == 1 and output.startswith("rollbook apply: CloneSet default/bad is invalid: spec."), output
+
+
+async def test_apply_refuses_what_the_planner_would_reject_and_changes_nothing(
+    simcluster: SimCluster, tmp_path: Path
+) -> None:
+    """The issue's cases: `maxUnavailable: 0` with `maxSurge: 0`, or `partition: "abc%"`, printed
+    "configured" and exited 0; now one `rollbook apply:` line with OpenKruise's message, exit 1."""
+    kubeconfig = str(simcluster.kubeconfig_path)
+    seed = yaml.safe_load((SEED / "cloneset-sample.yaml").read_text())
+    code, output = await rollbook(
+        "apply", "-f", str(SEED / "cloneset-sample.yaml"), ROLLBOOK_KUBECONFIG=kubeconfig
+    )
+    assert code == 0, output
+    cases = [
+        ({"maxUnavailable": 0, "maxSurge": 0}, "spec.updateStrategy.maxUnavailable: Invalid value:"),
+        ({"partition": "abc%"}, 'spec.updateStrategy.partition: Invalid value: "abc%": failed'),
+    ]
+    for strategy, message in cases:
+        changed = copy.deepcopy(seed)
+        changed["spec"]["template"]["spec"]["containers"][0]["image"] = "nginx:mainline"
+        changed["spec"]["updateStrategy"] = strategy
+        (tmp_path / "changed.yaml").write_text(yaml.safe_dump(changed))
+        code, output = await rollbook(
+            "apply", "-f", str(tmp_path / "changed.yaml"), ROLLBOOK_KUBECONFIG=kubeconfig
+        )
+        assert code == 1, output
+        assert len(output.strip().splitlines()) == 1 and message in output, output
+    async with await api_client_for(simcluster) as api:
+        sample = await Cluster(api).cloneset("sample")
+    assert sample["spec"]["template"]["spec"]["containers"][0]["image"] == "nginx:alpine"  # nothing applied
 
 
 async def test_history_prints_rollouts_and_pod_actions_from_sql(

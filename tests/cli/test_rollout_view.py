@@ -163,6 +163,19 @@ def test_a_failed_or_superseded_rollout_ends_the_watch() -> None:
     assert outcome(view(cloneset(), HALF, outcome_="failed")) == Outcome.FAILED
 
 
+def test_a_status_of_an_earlier_spec_is_not_judged() -> None:
+    """`apply` of a fixed spec then `get -w` at once: the status still says the rejected generation's
+    Rejected condition (or its rollout superseded) until the planner catches up; the watch waits for it."""
+    stale = cloneset(generation=5, observed=4, rejected="spec.updateStrategy.partition: invalid")
+    assert outcome(view(stale, ALL_NEW)) is None
+    said = waiting_reasons(view(stale, ALL_NEW))
+    assert said[0] == "spec generation 5 not planned yet (status at 4)", said
+    assert outcome(view(cloneset(generation=5, observed=4), HALF, outcome_="superseded")) is None
+    # once the status reflects the spec it is judged: still rejected, or finished
+    assert outcome(view(cloneset(generation=5, observed=5, rejected="bad"), ALL_NEW)) == Outcome.REJECTED
+    assert outcome(view(cloneset(generation=5, observed=5), ALL_NEW)) == Outcome.FINISHED
+
+
 def test_pods_show_how_and_in_which_batch_they_were_updated() -> None:
     def action(pod_name: str, kind: str, at: int, finished: int | None) -> PodAction:
         return PodAction(

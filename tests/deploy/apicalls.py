@@ -52,6 +52,13 @@ def _api_methods() -> dict[str, str]:
 
 
 API_METHODS = _api_methods()
+# events.k8s.io/v1 Events (EventsV1Api) share their method names with CoreV1Api's core/v1 Events: a call
+# on a receiver named ``events`` (services/executor/kube_events.py: ``self.events``) is to EventsV1Api,
+# recorded as ``events.k8s.io:<method>``.
+EVENTS_V1_RECEIVER = "events"
+EVENTS_V1_METHODS = {
+    name for name in dir(client.EventsV1Api) if name.split("_")[0] in VERBS and "_with_http_info" not in name
+}
 
 
 @dataclass(frozen=True)
@@ -124,7 +131,10 @@ def _api_calls(entry: str) -> tuple[Call, ...]:
             if isinstance(node, ast.Attribute) and node.attr in API_METHODS:
                 arguments = _arguments(module, node, parents) if API_METHODS[node.attr] == "*custom*" else ()
                 watched = watches and node.attr.startswith("list_")
-                calls.append(Call(node.attr, module, node.lineno, arguments, watched))
+                method = node.attr
+                if method in EVENTS_V1_METHODS and _receiver(node) == EVENTS_V1_RECEIVER:
+                    method = f"events.k8s.io:{method}"
+                calls.append(Call(method, module, node.lineno, arguments, watched))
     return tuple(calls)
 
 
@@ -174,9 +184,16 @@ def custom_rbac_of(call: Call) -> tuple[str, str, str]:
     return group, plural + ("/status" if call.method.endswith("_status") else ""), verb
 
 
+def _receiver(node: ast.Attribute) -> str | None:
+    value = node.value
+    return value.attr if isinstance(value, ast.Attribute) else _name(value)
+
+
 def rbac_of(method: str) -> tuple[str, str, str]:
     """(apiGroup, resource[/subresource], verb) of a typed API method; the custom-object methods name
     their group and resource in their arguments and are listed with them in the declared table."""
+    if method.startswith("events.k8s.io:"):
+        return ("events.k8s.io", *rbac_of(method.split(":", 1)[1])[1:])
     group = API_METHODS[method]
     if group == "*custom*":
         raise ValueError(f"{method}: group and resource are arguments")

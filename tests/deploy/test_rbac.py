@@ -61,7 +61,7 @@ def needed(service: str) -> dict[Permission, list[str]]:
     for call in api_calls(ENTRIES[service]):
         if call.module.startswith(skipped):
             continue
-        custom = API_METHODS[call.method] == "*custom*"
+        custom = API_METHODS.get(call.method) == "*custom*"
         group, resource, verb = custom_rbac_of(call) if custom else rbac_of(call.method)
         verbs = [verb, "watch"] if call.watched else [verb]
         for each in verbs:

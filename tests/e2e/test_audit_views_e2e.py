@@ -60,7 +60,7 @@ async def test_views_answer_the_rollout_questions_from_the_services_trail(
     pods = await wait_for(lambda: settled(cluster, 5, "nginx:mainline"), within=60, what="all updated")
     revision = (await cluster.cloneset(NAME))["status"]["updateRevision"]
     database_url = stack.settings.database_url
-    rollout_id = f"default/{NAME}@{revision}"
+    rollout_id = f"default/{NAME}@{revision}#1"
 
     async def finished() -> list[asyncpg.Record]:
         rows = await query(database_url, "SELECT * FROM rollouts WHERE finished IS NOT NULL")
@@ -165,7 +165,7 @@ async def test_an_update_without_grace_is_one_action_and_the_views_see_the_pod_u
     pods = await wait_for(lambda: settled(cluster, 5, "nginx:mainline"), within=60, what="all updated")
     revision = (await cluster.cloneset(NAME))["status"]["updateRevision"]
     database_url = stack.settings.database_url
-    rollout_id = f"default/{NAME}@{revision}"
+    rollout_id = f"default/{NAME}@{revision}#1"
 
     async def finished() -> list[asyncpg.Record]:
         rows = await query(database_url, "SELECT * FROM rollouts WHERE finished IS NOT NULL")

@@ -101,14 +101,14 @@ async def test_a_foreign_controllers_rollouts_are_recorded_compared_and_never_ac
     # Rollout 1: one pod at a time, in OpenKruise's order: what rollbook would do too.
     await kruise.set_image("nginx:1.26")
     await kruise.write_status()
-    first = f"default/{NAME}@{kruise.update_revision}"
+    first = f"default/{NAME}@{kruise.update_revision}#1"
     while candidates := await kruise.update_candidates():
         await kruise.update_in_place(candidates[0])
 
     # Rollout 2: two pods at once although maxUnavailable is 1, then the last one.
     await kruise.set_image("nginx:1.27")
     await kruise.write_status()
-    second = f"default/{NAME}@{kruise.update_revision}"
+    second = f"default/{NAME}@{kruise.update_revision}#2"
     candidates = await kruise.update_candidates()
     await kruise.update_in_place(*candidates[:2])
     await kruise.update_in_place(candidates[2])
@@ -248,7 +248,7 @@ async def test_a_cloneset_labelled_shadow_is_recorded_and_left_alone_by_the_runn
     await kruise.write_status()
     while candidates := await kruise.update_candidates():
         await kruise.update_in_place(candidates[0])
-    rollout = f"default/{LABELLED}@{kruise.update_revision}"
+    rollout = f"default/{LABELLED}@{kruise.update_revision}#1"
 
     async def compared() -> list[dict[str, Any]]:
         rows = await query(

@@ -101,3 +101,27 @@ async def test_a_rejected_spec_is_shown_with_its_reason_and_ends_the_watch(
     code, output = await rollbook(stack, "get", f"default/{NAME}", "-w", "--timeout", "60")
     assert code == 3, output
     assert "rejected:" in output and "partition" in output and "spec rejected (exit 3)" in output, output
+
+
+async def test_get_watch_right_after_a_fixed_spec_waits_for_it_and_exits_0(
+    stack: Stack, cluster: Cluster
+) -> None:
+    """`apply` a spec the planner rejects, then the fixed one, then `get -w` at once (`apply && get -w` in
+    CI): the status still says the rejected generation until the planner catches up; the watch must wait
+    for the fixed generation and end with the rollout (exit 0), never judge the stale status (exit 3)."""
+    await stack.start(*SERVICES)
+    seed = seed_cloneset("cloneset-sample-data.yaml")
+    await cluster.create_cloneset(seed)
+    await wait_for(lambda: five_ready(cluster), within=180, what="5 ready pods")
+    await cluster.patch_cloneset(NAME, {"spec": {"updateStrategy": {"partition": "abc%"}}})
+
+    async def rejected() -> bool:
+        return rejection(await cluster.cloneset(NAME)) is not None
+
+    await wait_for(rejected, within=60, what="the CloneSet's Rejected condition")
+    fixed = with_image(seed, "nginx:mainline")
+    fixed["spec"]["updateStrategy"] = {"partition": 0, "maxUnavailable": 2}
+    await cluster.patch_cloneset(NAME, fixed)
+    code, output = await rollbook(stack, "get", f"default/{NAME}", "-w", "--timeout", "150")
+    assert code == 0, output
+    assert "finished (exit 0)" in output and "exit 3" not in output, output

@@ -49,7 +49,7 @@ class Trail:
         self.store = store
         self.namespace = f"ns{uuid.uuid4().hex[:10]}"
         self.name = name
-        self.rollout = f"{self.namespace}/{name}@{NEW}"
+        self.rollout = f"{self.namespace}/{name}@{NEW}#1"  # as this rollbook numbers its first rollout
 
     async def _append(self, stream: str, payload: Event, at: float, correlation: str | None = None) -> None:
         version = await self.store.stream_version(stream) + 1
@@ -194,7 +194,7 @@ class SidecarSetTrail:
         self.name = f"ss{uuid.uuid4().hex[:10]}"
         self.old = f"{self.name}-1111111111"
         self.new = f"{self.name}-2222222222"
-        self.rollout = sidecarset_streams.rollout_id(self.name, self.new)
+        self.rollout = sidecarset_streams.rollout_id(self.name, self.new, 1)
         self.restarts: dict[str, int] = {}  # pod key -> how many times its sidecar was restarted
         self.annotations: dict[str, dict[str, str]] = {}  # pod key -> annotations
 

@@ -249,7 +249,7 @@ async def test_an_in_place_update_takes_its_steps_from_its_own_rollout_only(
     earlier = trail.rollout
     mark = await trail.request("markNotReady", "web-0", 1)  # an earlier rollout, superseded mid-way
     await trail.succeed(mark, 1.1)
-    trail.rollout = f"{trail.namespace}/web@web-333"
+    trail.rollout = f"{trail.namespace}/web@web-333#2"
     update = await trail.request("updateInPlace", "web-0", 5)  # no grace period in this one
     await trail.succeed(update, 5.1)
     ready = await trail.request("markReady", "web-0", 6)
@@ -261,7 +261,7 @@ async def test_an_in_place_update_takes_its_steps_from_its_own_rollout_only(
     )
     assert rows == [
         {
-            "rollout_id": f"{trail.namespace}/web@web-333",
+            "rollout_id": f"{trail.namespace}/web@web-333#2",
             "requested": T0 + timedelta(seconds=5),
             "started": T0 + timedelta(seconds=5),
             "duration": timedelta(seconds=1.2),

@@ -54,6 +54,8 @@ FINGERPRINTS = {
     12: "04d31568abc42cd1ee43c212a05d91ab488b3033914784097dacdb33c5867023",
     # v13: the round's first action on an existing pod names the resourceVersion it was computed from
     13: "38857fb8c1296ce0f7f7b5b837f97018a698c266c2efb31143a3286f8703ef7c",
+    # v14: rollout ids carry the workload's rollout sequence (<ns>/<name>@<revision>#<n>)
+    14: "f2c126455bd027709b759f068beb4ba5cad89455003574926ceb195a8ba66a03",
 }
 START = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 SCRIPTS: tuple[tuple[int | None, dict[str, object]], ...] = (

@@ -8,6 +8,7 @@ import uuid
 import pytest
 
 from services.infra.store import EventStore
+from services.model.events import PodActionObserved, RolloutStarted
 from services.model.streams import shadow_stream
 from services.planner.cloneset_decisions import RULES_VERSION
 from services.planner.shadow_service import ShadowRecorder
@@ -54,3 +55,44 @@ async def test_a_restarted_recorder_appends_only_what_is_not_stored_and_the_trai
         (e.event_id, e.stream_version, e.type) for e in expected
     ]
     assert [e.payload for e in stored] == [e.payload for e in expected]
+
+
+async def test_shadow_mode_records_from_its_own_start_and_a_restart_keeps_that_start(
+    event_store: EventStore,
+) -> None:
+    """`rollbook up --shadow` on a CloneSet whose pods were created before (by rollbook, say): no observed
+    action stamped before shadow mode began, and a restarted planner (a new ``since``) re-derives the
+    same trail from the start the stored one recorded."""
+    log = KruiseLog(name=f"web-{uuid.uuid4().hex[:8]}", maxUnavailable=1)
+    log.write_status()
+    pods = [log.create_pod(i) for i in ("aaaaa", "bbbbb")]
+    log.write_status()
+    begun = len(log.envelopes) + 1
+    old = log.revision
+    log.set_image("nginx:2.0")
+    log.write_status(current=old)
+    middle = len(log.envelopes) + 2
+    for pod in pods:
+        log.start_in_place(pod)
+        log.patch_in_place(pod)
+        log.set_ready(pod)
+    log.write_status()
+    since = log.envelopes[begun - 1].occurred_at
+
+    await event_store.append(log.envelopes[:middle], expected_version=0)
+    first = ShadowRecorder(event_store, shadow_all=True, rules=RULES_VERSION, since=since)
+    assert await first.record(log.namespace, log.name) > 0
+    await event_store.append(log.envelopes[middle:], expected_version=middle)
+    later = log.envelopes[-1].occurred_at  # a restart long after: its own start is not the trail's
+    second = ShadowRecorder(event_store, shadow_all=True, rules=RULES_VERSION, since=later)
+    assert await second.record(log.namespace, log.name) > 0
+
+    stored = [s.envelope for s in await event_store.read_stream(shadow_stream(log.namespace, log.name))]
+    pure = ShadowTrail(log.namespace, log.name, True, RULES_VERSION, since=since)
+    expected = [e for envelope in log.envelopes for e in pure.step(envelope)]
+    assert [(e.event_id, e.payload) for e in stored] == [(e.event_id, e.payload) for e in expected]
+    actions = [e.payload for e in stored if isinstance(e.payload, PodActionObserved)]
+    assert actions and all(a.started_at >= since for a in actions)
+    assert not any(a.action == "createPod" for a in actions)
+    started = [e.payload for e in stored if isinstance(e.payload, RolloutStarted)]
+    assert len(started) == 1 and {a.rollout_id for a in actions} == {started[0].rollout_id}

@@ -65,7 +65,7 @@ def test_a_rollout_as_rollbook_would_drive_it_agrees_throughout() -> None:
     assert [e.stream_version for e in out] == list(range(1, len(out) + 1))
     assert [(r.from_revision, r.to_revision) for r in of(out, RolloutStarted)] == [(old, new)]
     assert [(r.rollout_id, r.outcome) for r in of(out, RolloutCompleted)] == [
-        (f"default/web@{new}", "succeeded")
+        (f"default/web@{new}#1", "succeeded")
     ]
     assert [(s.partition, s.max_unavailable) for s in of(out, PartitionStepPlanned)] == [(0, 1)]
     observed = [(o.action, o.pod) for o in of(out, PodActionObserved)]
@@ -84,7 +84,7 @@ def test_a_rollout_as_rollbook_would_drive_it_agrees_throughout() -> None:
     readies = [o for o in of(out, PodActionObserved) if o.action == "becameReady" and o.completes]
     assert {r.completes for r in readies} >= {u.action_id for u in updates.values()}
     assert all(u.started_at < e.occurred_at for u in updates.values() for e in out if e.payload is u)
-    assert all(u.rollout_id == f"default/web@{new}" for u in updates.values())
+    assert all(u.rollout_id == f"default/web@{new}#1" for u in updates.values())
     # Every comparison names the recorded decision it compared with.
     planned = {e.event_id for e in out if isinstance(e.payload, ShadowPlanned)}
     assert {x.decision for x in compared} <= planned

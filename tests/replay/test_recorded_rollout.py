@@ -114,7 +114,7 @@ async def test_record_replay_verify_and_what_if(
             lambda: updated(cluster, "nginx:mainline", 5), within=60, what="5 updated"
         )
         revision = (await cluster.cloneset(NAME))["status"]["updateRevision"]
-        rollout = f"{WORKLOAD}@{revision}"
+        rollout = f"{WORKLOAD}@{revision}#1"
 
         async def completed() -> bool:
             events = await workload_events(store, "default", NAME)

@@ -40,7 +40,7 @@ def test_cli_and_deploy_manifests_match_registration(tmp_path: Path) -> None:
     deployed = {d["kind"]: d for d in yaml.safe_load_all(DEPLOY.read_text())}
     expected = {
         "MutatingWebhookConfiguration": register.mutating_configuration({}, sidecarset_client_config={}),
-        "ValidatingWebhookConfiguration": register.validating_configuration({}),
+        "ValidatingWebhookConfiguration": register.validating_configuration({}, cloneset_client_config={}),
     }
     for kind, config in expected.items():
         assert without_client_config(printed[kind]) == without_client_config(config)

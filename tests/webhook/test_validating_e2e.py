@@ -39,8 +39,10 @@ async def test_validating_configuration_is_registered_for_sidecarset_writes(
     configuration = await client.AdmissionregistrationV1Api(k8s_client).read_validating_webhook_configuration(
         register.CONFIGURATION_NAME
     )
-    [hook] = configuration.webhooks
-    assert hook.name == register.SIDECARSET_WEBHOOK_NAME and hook.failure_policy == "Fail"
+    hooks = {h.name: h for h in configuration.webhooks}
+    assert set(hooks) == {register.SIDECARSET_WEBHOOK_NAME, register.CLONESET_WEBHOOK_NAME}
+    hook = hooks[register.SIDECARSET_WEBHOOK_NAME]
+    assert hook.failure_policy == "Fail"
     assert hook.client_config.url.endswith("/validate-sidecarset")
     [rule] = hook.rules
     assert sorted(rule.operations) == ["CREATE", "UPDATE"] and rule.resources == ["sidecarsets"]
@@ -95,3 +97,73 @@ async def test_conflicting_sidecarset_is_refused_naming_both(
     assert "'unlabelled-tools'" in message and "'test-sidecarset'" in message
     stored = await custom.get_cluster_custom_object(GROUP, VERSION, PLURAL, "unlabelled-tools")
     assert stored["spec"]["selector"] == unlabelled
+
+
+CLONESET_DENIED = f'admission webhook "{register.CLONESET_WEBHOOK_NAME}" denied the request: '
+
+
+def seed_cloneset(name: str, **strategy: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "apps.kruise.io/v1alpha1",
+        "kind": "CloneSet",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "replicas": 3,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {"containers": [{"name": "main", "image": "nginx:alpine"}]},
+            },
+            "updateStrategy": {"type": "InPlaceIfPossible", **strategy},
+        },
+    }
+
+
+async def test_an_invalid_cloneset_is_refused_at_the_door_with_422_and_openkruises_message(
+    webhook: RunningWebhook,  # noqa: F811 - the fixture imported above
+    k8s_client: client.ApiClient,
+) -> None:
+    """The issue's cases: `partition: "abc%"` and `maxUnavailable: 0` with `maxSurge: 0` were stored (and
+    `kubectl get` then showed pods "updated" to an image never rolled out); now the API server refuses them,
+    on create and on update, and nothing is stored."""
+    custom = client.CustomObjectsApi(k8s_client)
+    hook = next(
+        h
+        for h in (
+            await client.AdmissionregistrationV1Api(k8s_client).read_validating_webhook_configuration(
+                register.CONFIGURATION_NAME
+            )
+        ).webhooks
+        if h.name == register.CLONESET_WEBHOOK_NAME
+    )
+    assert hook.failure_policy == "Ignore" and hook.client_config.url.endswith("/validate-cloneset")
+    assert sorted(hook.rules[0].api_versions) == ["v1alpha1", "v1beta1"]
+
+    status, message = await refusal_of(
+        custom.create_namespaced_custom_object(
+            GROUP, "v1alpha1", "default", "clonesets", body=seed_cloneset("web-abc", partition="abc%")
+        )
+    )
+    assert status == 422, message
+    assert message == (
+        CLONESET_DENIED + 'spec.updateStrategy.partition: Invalid value: "abc%": failed'
+        " GetScaledValueFromIntOrPercent for partition: invalid value for IntOrString: invalid value"
+        ' "abc%": strconv.Atoi: parsing "abc": invalid syntax'
+    )
+    await custom.create_namespaced_custom_object(
+        GROUP, "v1alpha1", "default", "clonesets", body=seed_cloneset("web-ok", maxUnavailable=1)
+    )
+    status, message = await refusal_of(
+        custom.patch_namespaced_custom_object(
+            GROUP, "v1alpha1", "default", "clonesets", "web-ok",
+            {"spec": {"updateStrategy": {"maxUnavailable": 0, "maxSurge": 0}}},
+            _content_type="application/merge-patch+json",  # type: ignore[call-arg]
+        )
+    )  # fmt: skip
+    assert status == 422 and message.startswith(CLONESET_DENIED + "spec.updateStrategy.maxUnavailable: "), (
+        message
+    )
+    assert message.endswith("maxUnavailable and maxSurge should not both be less than 1")
+    listed = await custom.list_namespaced_custom_object(GROUP, "v1alpha1", "default", "clonesets")
+    stored = {i["metadata"]["name"]: i for i in listed["items"]}
+    assert "web-abc" not in stored and stored["web-ok"]["spec"]["updateStrategy"]["maxUnavailable"] == 1

@@ -1,21 +1,92 @@
-"""CloneSet validation: every problem is a (field, reason) rejection, never an exception."""
+"""CloneSet validation: every problem is a (field, reason) rejection, never an exception.
+
+One function for everyone who judges a CloneSet: the planner (a spec it cannot plan is a SpecRejected),
+the validating admission webhook (services/webhook/admission.py: refused with 422 Invalid before it is
+stored) and ``rollbook apply`` (refused before it is sent). Where OpenKruise's validating webhook
+(pkg/webhook/cloneset/validating) refuses the same thing, the field path and reason are its own, and
+``field_error`` renders them as its ``field.Error`` does: ``<field>: Invalid value: <value>: <reason>``.
+"""
 
 from __future__ import annotations
 
+import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
 from services.model import intorpercent
 from services.model import labels as selectors
-from services.planner.spec import DEFAULT_MAX_UNAVAILABLE, IN_PLACE_ONLY, UPDATE_TYPES
+from services.model.cloneset import DEFAULT_MAX_UNAVAILABLE, IN_PLACE_ONLY, UPDATE_TYPES
 
 _INT_FIELDS_NON_NEGATIVE = ("minReadySeconds", "revisionHistoryLimit")
+
+
+class _NoValue:
+    def __repr__(self) -> str:
+        return "<no value>"
+
+
+NO_VALUE: Any = _NoValue()
+
+
+@dataclass(frozen=True, slots=True)
+class GoValue:
+    """A bad value as Go's ``%#v`` prints it (OpenKruise passes some as structs, not strings)."""
+
+    text: str
 
 
 @dataclass(frozen=True, slots=True)
 class Invalid:
     field: str
     reason: str
+    value: Any = NO_VALUE  # the offending value, for field_error (NO_VALUE: none named)
+
+
+def field_error(problem: Invalid) -> str:
+    """``problem`` as Kubernetes' ``field.Error`` prints an Invalid one (what kubectl shows)."""
+    if problem.value is NO_VALUE:
+        return f"{problem.field}: Invalid value: {problem.reason}"
+    return f"{problem.field}: Invalid value: {go_value(problem.value)}: {problem.reason}"
+
+
+def go_value(value: Any) -> str:
+    if isinstance(value, GoValue):
+        return value.text
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return str(value)
+    if isinstance(value, str):
+        return json.dumps(value)
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def go_intorstring(value: Any) -> GoValue:
+    """An IntOrString as Go's ``%#v`` prints it (``field.Invalid`` given a ``*intstr.IntOrString``)."""
+    if isinstance(value, str):
+        return GoValue(f"intstr.IntOrString{{Type:1, IntVal:0, StrVal:{json.dumps(value)}}}")
+    number = value if isinstance(value, int) and not isinstance(value, bool) else 0
+    return GoValue(f'intstr.IntOrString{{Type:0, IntVal:{number}, StrVal:""}}')
+
+
+def intstr_error(value: Any) -> str | None:
+    """Kubernetes' ``GetScaledValueFromIntOrPercent`` error for a value it cannot read, or None."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return None
+    if not isinstance(value, str):
+        return "invalid value for IntOrString: invalid type: neither int nor percentage"
+    if not value.endswith("%"):
+        return "invalid value for IntOrString: invalid type: string is not a percentage"
+    digits = value[:-1]
+    if re.fullmatch(r"[+-]?[0-9]+", digits) is None:
+        return (
+            f"invalid value for IntOrString: invalid value {json.dumps(value)}:"
+            f" strconv.Atoi: parsing {json.dumps(digits)}: invalid syntax"
+        )
+    return None
 
 
 def _is_int(value: Any) -> bool:
@@ -56,8 +127,10 @@ def validate(cloneset: Any) -> Invalid | None:
 
 def _validate_spec(spec: dict[str, Any]) -> Invalid | None:
     replicas = spec.get("replicas")
-    if replicas is not None and (not _is_int(replicas) or replicas < 0):
-        return Invalid("spec.replicas", f"must be a non-negative integer, got {replicas!r}")
+    if replicas is not None and not _is_int(replicas):
+        return Invalid("spec.replicas", "must be an integer", replicas)
+    if replicas is not None and replicas < 0:
+        return Invalid("spec.replicas", "must be greater than or equal to 0", replicas)
     for name in _INT_FIELDS_NON_NEGATIVE:
         value = spec.get(name)
         if value is not None and (not _is_int(value) or value < 0):
@@ -196,7 +269,15 @@ def _validate_selector_and_template(spec: dict[str, Any]) -> Invalid | None:
     if not _string_map(template_meta.get("annotations")):
         return Invalid("spec.template.metadata.annotations", "must be a map of strings")
     if not selectors.matches(selector, template_labels):
-        return Invalid("spec.template.metadata.labels", "`selector` does not match template `labels`")
+        return Invalid(
+            "spec.template.metadata.labels",
+            "`selector` does not match template `labels`",
+            GoValue(
+                "map[string]string{"
+                + ", ".join(f"{json.dumps(k)}:{json.dumps(v)}" for k, v in sorted(template_labels.items()))
+                + "}"
+            ),
+        )
     pod_spec = template.get("spec")
     if not isinstance(pod_spec, dict):
         return Invalid("spec.template.spec", "required")
@@ -240,21 +321,36 @@ def _validate_update_strategy(spec: dict[str, Any], replicas: int) -> Invalid | 
         value = strategy.get(name)
         if value is None:
             continue
+        where = f"spec.updateStrategy.{name}"
+        refused = intstr_error(value)
         try:
             number, _ = intorpercent.parse(value)
         except intorpercent.IntOrPercentError as error:
-            return Invalid(f"spec.updateStrategy.{name}", str(error))
+            # OpenKruise's message where Kubernetes' parser refuses it too, else rollbook's own.
+            reason = f"failed GetScaledValueFromIntOrPercent for {name}: {refused}" if refused else str(error)
+            return Invalid(where, reason, value)
         if number < 0:
-            return Invalid(f"spec.updateStrategy.{name}", f"must not be negative, got {value!r}")
+            if name == "partition":
+                scaled = intorpercent.scaled(value, replicas, round_up=True)
+                return Invalid(where, "must be greater than or equal to 0", scaled)
+            return Invalid(where, "must not be negative", value)
         resolved[name] = intorpercent.scaled(value, replicas, round_up=True)
     max_surge = resolved.get("maxSurge", 0)
     if update_type == IN_PLACE_ONLY and max_surge > 0:
-        return Invalid("spec.updateStrategy.maxSurge", "can not use maxSurge with strategy type InPlaceOnly")
+        return Invalid(
+            "spec.updateStrategy.maxSurge",
+            "can not use maxSurge with strategy type InPlaceOnly",
+            str(strategy.get("maxSurge")),
+        )
     max_unavailable = resolved.get("maxUnavailable")
     if "maxUnavailable" not in strategy:
         max_unavailable = intorpercent.scaled(DEFAULT_MAX_UNAVAILABLE, replicas, round_up=True)
     if replicas > 0 and (max_unavailable or 0) < 1 and max_surge < 1:
-        return Invalid("spec.updateStrategy.maxUnavailable", "maxUnavailable and maxSurge can not both be 0")
+        return Invalid(
+            "spec.updateStrategy.maxUnavailable",
+            "maxUnavailable and maxSurge should not both be less than 1",
+            go_intorstring(strategy.get("maxUnavailable", DEFAULT_MAX_UNAVAILABLE)),
+        )
     paused = strategy.get("paused")
     if paused is not None and not isinstance(paused, bool):
         return Invalid("spec.updateStrategy.paused", f"must be a boolean, got {paused!r}")
@@ -330,8 +426,12 @@ def _validate_scale_strategy(spec: dict[str, Any], replicas: int) -> Invalid | N
     if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
         return Invalid("spec.scaleStrategy.podsToDelete", "must be a list of pod names")
     if len(set(names)) != len(names):
-        duplicate = next(n for n in names if names.count(n) > 1)
-        return Invalid("spec.scaleStrategy.podsToDelete", f"duplicate pod name {duplicate!r}")
+        duplicated = sorted({n for n in names if names.count(n) > 1})
+        return Invalid(
+            "spec.scaleStrategy.podsToDelete",
+            f"duplicated items [{' '.join(duplicated)}]",
+            GoValue("[]string{" + ", ".join(json.dumps(n) for n in names) + "}"),
+        )
     reuse = scale.get("disablePVCReuse")
     if reuse is not None and not isinstance(reuse, bool):
         return Invalid("spec.scaleStrategy.disablePVCReuse", f"must be a boolean, got {reuse!r}")
