@@ -39,6 +39,12 @@ def _api_exception(error: BaseException) -> str | None:
 
 
 def _os_error(error: OSError) -> str:
+    import errno
+
+    if error.errno == errno.EADDRINUSE:
+        return f"cannot listen: {error.strerror or error} (another process holds that port)"
+    if error.filename is not None and error.errno == errno.EISDIR:
+        return f"{error.filename} is a directory, not a file"
     if error.filename is not None:
         return f"cannot read {error.filename}: {error.strerror or error}"
     return f"cannot connect: {error}"
@@ -76,6 +82,16 @@ def describe(error: BaseException) -> tuple[str, int]:
     if isinstance(error, RuntimeError) and _is_domain(error):
         return str(error), 1
     return f"internal error: {type(error).__name__}: {error} (run with --debug for the traceback)", 1
+
+
+def is_configuration_error(error: BaseException) -> bool:
+    """A failure that starting the same process again cannot mend: no usable kubeconfig, or a port another
+    process holds. A supervisor stops on it rather than restart for ever (services/infra/supervisor.py)."""
+    import errno
+
+    if _type_name(error) == "kubernetes_asyncio.config.config_exception.ConfigException":
+        return True
+    return isinstance(error, OSError) and error.errno == errno.EADDRINUSE
 
 
 def _is_domain(error: BaseException) -> bool:
