@@ -26,6 +26,17 @@ class CommandError(Exception):
         self.exit_code = exit_code
 
 
+def check_range(
+    option: str, value: float | None, low: float, high: float | None = None, what: str = ""
+) -> None:
+    """A number option out of its range is a usage error (exit 2) in one line, before anything runs."""
+    if value is None:
+        return
+    if value < low or (high is not None and value > high):
+        wanted = f"from {low:g} to {high:g}" if high is not None else f"{low:g} or more"
+        raise CommandError(f"{option} must be {wanted}{what}, not {value:g}", exit_code=2)
+
+
 def _type_name(error: BaseException) -> str:
     return f"{type(error).__module__}.{type(error).__qualname__}"
 

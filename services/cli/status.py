@@ -139,6 +139,9 @@ def register(application: typer.Typer) -> None:
         """CloneSets with replicas/updated/ready counts and their latest rollout from the audit trail.
         With -w: a live tree per CloneSet (`rollbook get -w`), exiting when every rollout ended: 0
         finished, 3 spec rejected, 4 failed or superseded, 5 timed out."""
+        from services.cli.errors import check_range
+
+        check_range("--timeout", timeout, 0, what=" seconds")
         if watch:
             from services.cli.watch import follow
 

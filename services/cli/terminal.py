@@ -48,6 +48,8 @@ def invocation(argv0: str | None = None, cwd: str | None = None, path: str | Non
     cwd = os.getcwd() if cwd is None else cwd
     if argv0.endswith(".py") or argv0 in ("-m", "-c", ""):
         return f"{_shell_word(sys.executable)} -m services.cli.main"
+    if "/" not in argv0:  # found on PATH by the shell
+        return _shell_word(argv0)
     program = os.path.abspath(os.path.join(cwd, argv0))
     on_path = shutil.which("rollbook", path=os.environ.get("PATH") if path is None else path)
     if on_path and os.path.realpath(on_path) == os.path.realpath(program):

@@ -246,6 +246,10 @@ def register(app: typer.Typer) -> None:
         5 timed out."""
         import asyncio
 
+        from services.cli.errors import check_range
+
+        check_range("--timeout", timeout, 0, what=" seconds")
+        check_range("--interval", interval, 0.05, what=" seconds")
         raise typer.Exit(
             asyncio.run(
                 follow(Settings.from_env(), workload, watch=watch, timeout=timeout, interval=interval)

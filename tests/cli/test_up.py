@@ -58,7 +58,8 @@ def test_up_without_a_kubeconfig_stops_at_once_with_one_line(tmp_path: Path) -> 
     assert code == 1 and out == ""
     assert err.splitlines() == [
         f"rollbook: no usable kubeconfig: the kubeconfig {tmp_path / 'missing'} does not exist; set"
-        " ROLLBOOK_KUBECONFIG, e.g. to the file `rollbook simcluster` writes (.rollbook/simcluster/kubeconfig)"
+        " ROLLBOOK_KUBECONFIG, e.g. to the file `rollbook simcluster` writes"
+        " (.rollbook/simcluster/kubeconfig)"
     ]
     assert time.monotonic() - started < 30
     assert not (tmp_path / "data" / "logs").exists()  # no service was started (and restarted)
@@ -162,7 +163,8 @@ async def test_a_child_that_cannot_run_is_not_restarted(settings: Settings, tmp_
     assert said == []  # never restarted
     assert str(raised.value) == (
         f"watcher cannot run: no usable kubeconfig: the kubeconfig {missing} does not exist; set"
-        " ROLLBOOK_KUBECONFIG, e.g. to the file `rollbook simcluster` writes (.rollbook/simcluster/kubeconfig)"
+        " ROLLBOOK_KUBECONFIG, e.g. to the file `rollbook simcluster` writes"
+        " (.rollbook/simcluster/kubeconfig)"
     )
 
 
