@@ -104,6 +104,9 @@ async def show_status(settings: Settings, workload: str | None) -> int:
             state = rollout["outcome"]
             if rollout["outcome"] == "in progress" and rollout["partition"] is not None:
                 state += f", partition {rollout['partition']}"
+        if ((c.get("spec") or {}).get("updateStrategy") or {}).get("paused") is True:
+            # Nothing rolls on until someone resumes it (`rollbook rollout resume`, or unset the field).
+            state = "[yellow]paused[/]" + (f" ({state})" if state else "")
         rejected = rejection(c)
         if rejected:  # the planner acts on nothing until the spec is fixed: say so first
             state = f"[red]spec rejected:[/] {rejected}" + (f" ({state})" if state else "")
