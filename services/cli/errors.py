@@ -46,7 +46,26 @@ def _api_exception(error: BaseException) -> str | None:
     if _type_name(error) != "kubernetes_asyncio.client.exceptions.ApiException":
         return None
     status, reason = getattr(error, "status", None), getattr(error, "reason", None)
-    return f"the Kubernetes API server answered {status} {reason}"
+    said = api_message(getattr(error, "body", None))
+    return f"the Kubernetes API server answered {status} {reason}" + (f": {said}" if said else "")
+
+
+def api_message(body: object) -> str:
+    """The reason an API server gives in its answer: a ``Status`` object's message (a conversion webhook
+    that cannot be reached, a missing resource, a refusal), else the body's first line as text."""
+    import json
+
+    if isinstance(body, bytes):
+        body = body.decode("utf-8", errors="replace")
+    if not isinstance(body, str) or not body.strip():
+        return ""
+    try:
+        parsed = json.loads(body)
+    except ValueError:
+        return body.strip().splitlines()[0][:300]
+    if isinstance(parsed, dict):
+        return str(parsed.get("message") or parsed.get("reason") or "")
+    return ""
 
 
 def _os_error(error: OSError) -> str:

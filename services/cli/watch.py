@@ -128,8 +128,7 @@ def render(view: RolloutView, result: Outcome | None) -> RenderableType:
     else:
         tree.add(
             f"partition {view.partition} (pods kept at old revisions)"
-            f"  maxUnavailable {unavailable_text(view)}"
-            + ("  [yellow]paused[/]" if view.paused else "")
+            f"  maxUnavailable {unavailable_text(view)}" + ("  [yellow]paused[/]" if view.paused else "")
         )
     if view.rollout_id:
         tree.add(f"rollout {view.rollout_id}: {rollout_state(view, result)}")

@@ -161,3 +161,67 @@ async def test_sidecarset_verify_of_a_name_never_recorded_fails(
     )
     assert code == 2 and "OK" not in out, out
     one_line_error(err, "nothing recorded for SidecarSet nothere")
+
+
+def test_status_names_a_missing_crd_or_an_unreachable_conversion_webhook() -> None:
+    import json
+
+    from services.cli.errors import describe
+    from services.cli.status import cloneset_read_error
+
+    def status_body(code: int, message: str) -> str:
+        return json.dumps({"kind": "Status", "status": "Failure", "code": code, "message": message})
+
+    gone = status_body(404, 'clonesets.apps.kruise.io "web" not found')
+    assert cloneset_read_error(404, gone, "default", "web") == "CloneSet default/web not found"
+    no_crd = status_body(404, "the server could not find the requested resource")
+    for name in (None, "web"):
+        said = cloneset_read_error(404, no_crd, "default", name)
+        assert said.startswith(
+            "the cluster does not serve CloneSets (apps.kruise.io/v1alpha1): is the CloneSet"
+        )
+        assert "the server could not find the requested resource" in said
+    assert "does not serve CloneSets" in cloneset_read_error(404, "404 page not found\n", None, None)
+    webhook = status_body(
+        500,
+        'conversion webhook for apps.kruise.io/v1beta1, Kind=CloneSet failed: Post "https://rollbook-webhook'
+        '.rollbook.svc:443/convert?timeout=30s": dial tcp 10.0.0.9:443: connect: connection refused',
+    )
+    said = cloneset_read_error(500, webhook, None, None)
+    assert said.startswith(
+        "the API server cannot convert CloneSets to apps.kruise.io/v1alpha1: their conversion"
+    )
+    assert "connection refused" in said
+
+    from kubernetes_asyncio.client import ApiException
+
+    error = ApiException(status=500, reason="Internal Server Error")
+    error.body = webhook
+    message, code = describe(error)  # any other command's answer carries the reason too
+    assert code == 1 and message.startswith("the Kubernetes API server answered 500 Internal Server Error: ")
+    assert "conversion webhook for apps.kruise.io/v1beta1" in message
+
+
+@pytest.mark.asyncio(loop_scope="session")
+async def test_status_says_a_cloneset_is_paused(
+    simcluster: SimCluster, database_url: str, tmp_path: Path
+) -> None:
+    import asyncio
+
+    manifest = tmp_path / "paused.yaml"
+    manifest.write_text(
+        (SEED / "cloneset-sample.yaml").read_text().replace("name: sample", "name: held", 1)
+        + "  updateStrategy:\n    paused: true\n"
+    )
+    kubeconfig = str(simcluster.kubeconfig_path)
+    code, _, err = await asyncio.to_thread(
+        rollbook, "apply", "-f", str(manifest), ROLLBOOK_KUBECONFIG=kubeconfig
+    )
+    assert code == 0, err
+    code, out, err = await asyncio.to_thread(
+        rollbook, "status", "default/held", ROLLBOOK_KUBECONFIG=kubeconfig,
+        ROLLBOOK_DATABASE_URL=database_url,
+    )  # fmt: skip
+    assert code == 0, err
+    row = next(line for line in out.splitlines() if "default/held" in line)
+    assert row.rstrip(" │").endswith("paused"), out
