@@ -46,7 +46,39 @@ def load_documents(text: str, source: str = "<input>") -> list[dict[str, Any]]:
             missing.append("metadata.name")
         if missing:
             raise ManifestError(f"{where}: missing {', '.join(missing)}")
+        _check_integer_fields(document, where)
     return documents
+
+
+# Integer fields of the workloads rollbook runs, by kind: a value of another type in the YAML
+# (`replicas: "ten"`) is named with its type here, before the API server's range message would hide it.
+INTEGER_FIELDS = {
+    "CloneSet": (("spec", "replicas"), ("spec", "revisionHistoryLimit"), ("spec", "minReadySeconds")),
+}
+
+
+def _check_integer_fields(document: dict[str, Any], where: str) -> None:
+    for path in INTEGER_FIELDS.get(str(document.get("kind")), ()):
+        value: Any = document
+        for key in path:
+            value = value.get(key) if isinstance(value, dict) else None
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            shown = f"the string {value!r}" if isinstance(value, str) else f"{type(value).__name__} {value!r}"
+            raise ManifestError(f"{where}: {'.'.join(path)} must be an integer, not {shown}")
+
+
+YAML_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+def manifest_files(file: Path) -> list[Path]:
+    """``file``, or for a directory (as `kubectl apply -f DIR`) its .yaml, .yml and .json files in name
+    order, not descending into subdirectories; a directory with none of them is an error."""
+    if str(file) == "-" or not file.is_dir():
+        return [file]
+    found = sorted(p for p in file.iterdir() if p.is_file() and p.suffix in YAML_SUFFIXES)
+    if not found:
+        raise ManifestError(f"{file}: a directory with no .yaml, .yml or .json files")
+    return found
 
 
 async def apply_documents(
@@ -152,14 +184,18 @@ def apply(
 
     from kubernetes_asyncio import client
 
+    from services.cli.errors import CommandError, describe
     from services.infra.kube import api_client
 
     settings = Settings.from_env()
+
     try:
-        documents = [d for f in file for d in load_documents(_read(f), str(f))]
-    except (OSError, ManifestError) as error:
-        typer.echo(f"rollbook apply: {error}", err=True)
-        raise typer.Exit(1) from None
+        files = [found for f in file for found in manifest_files(f)]
+        documents = [d for f in files for d in load_documents(_read(f), str(f))]
+    except ManifestError as error:
+        raise CommandError(str(error)) from None
+    except OSError as error:
+        raise CommandError(describe(error)[0]) from None
 
     async def run() -> list[str]:
         api = await api_client(settings)
@@ -169,15 +205,14 @@ def apply(
     try:
         lines = asyncio.run(run())
     except ManifestError as error:
-        typer.echo(f"rollbook apply: {error}", err=True)
-        raise typer.Exit(1) from None
+        raise CommandError(str(error)) from None
     except client.ApiException as error:
-        typer.echo(f"rollbook apply: the API server refused: {_api_message(error)}", err=True)
-        raise typer.Exit(1) from None
+        raise CommandError(f"the API server refused: {_api_message(error)}") from None
     except Exception as error:  # dynamic client wraps ApiException in its own classes
-        message = getattr(error, "summary", None)
-        typer.echo(f"rollbook apply: {message() if callable(message) else error}", err=True)
-        raise typer.Exit(1) from None
+        summary = getattr(error, "summary", None)
+        if not callable(summary):
+            raise  # the error boundary describes it (a kubeconfig, a server that does not answer)
+        raise CommandError(str(summary())) from None
     for line in lines:
         typer.echo(line)
 

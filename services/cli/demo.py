@@ -21,6 +21,7 @@ import copy
 import fcntl
 import logging
 import os
+import shlex
 import shutil
 import time
 import uuid
@@ -36,7 +37,7 @@ import typer
 from services.cli.apply import apply_documents, load_documents
 from services.cli.runtime import run_command
 from services.cli.services import SERVICES
-from services.cli.terminal import console
+from services.cli.terminal import console, invocation
 from services.infra.settings import Settings
 from services.model.cloneset import desired_replicas
 
@@ -474,7 +475,7 @@ def register(application: typer.Typer) -> None:
             clock.step("Postgres and NATS stopped; nothing left running")
             console().print(
                 f"Done in {time.monotonic() - clock.started:.1f}s. Query the trail again with:\n"
-                f"  ROLLBOOK_DATA_DIR={run_dir} rollbook history ops/sample-data"
+                f"  ROLLBOOK_DATA_DIR={shlex.quote(str(run_dir))} {invocation()} history ops/sample-data"
                 if embedded
                 else f"Done in {time.monotonic() - clock.started:.1f}s."
             )

@@ -26,6 +26,17 @@ class CommandError(Exception):
         self.exit_code = exit_code
 
 
+def check_range(
+    option: str, value: float | None, low: float, high: float | None = None, what: str = ""
+) -> None:
+    """A number option out of its range is a usage error (exit 2) in one line, before anything runs."""
+    if value is None:
+        return
+    if value < low or (high is not None and value > high):
+        wanted = f"from {low:g} to {high:g}" if high is not None else f"{low:g} or more"
+        raise CommandError(f"{option} must be {wanted}{what}, not {value:g}", exit_code=2)
+
+
 def _type_name(error: BaseException) -> str:
     return f"{type(error).__module__}.{type(error).__qualname__}"
 
@@ -35,10 +46,35 @@ def _api_exception(error: BaseException) -> str | None:
     if _type_name(error) != "kubernetes_asyncio.client.exceptions.ApiException":
         return None
     status, reason = getattr(error, "status", None), getattr(error, "reason", None)
-    return f"the Kubernetes API server answered {status} {reason}"
+    said = api_message(getattr(error, "body", None))
+    return f"the Kubernetes API server answered {status} {reason}" + (f": {said}" if said else "")
+
+
+def api_message(body: object) -> str:
+    """The reason an API server gives in its answer: a ``Status`` object's message (a conversion webhook
+    that cannot be reached, a missing resource, a refusal), else the body's first line as text."""
+    import json
+
+    if isinstance(body, bytes):
+        body = body.decode("utf-8", errors="replace")
+    if not isinstance(body, str) or not body.strip():
+        return ""
+    try:
+        parsed = json.loads(body)
+    except ValueError:
+        return body.strip().splitlines()[0][:300]
+    if isinstance(parsed, dict):
+        return str(parsed.get("message") or parsed.get("reason") or "")
+    return ""
 
 
 def _os_error(error: OSError) -> str:
+    import errno
+
+    if error.errno == errno.EADDRINUSE:
+        return f"cannot listen: {error.strerror or error} (another process holds that port)"
+    if error.filename is not None and error.errno == errno.EISDIR:
+        return f"{error.filename} is a directory, not a file"
     if error.filename is not None:
         return f"cannot read {error.filename}: {error.strerror or error}"
     return f"cannot connect: {error}"
@@ -76,6 +112,16 @@ def describe(error: BaseException) -> tuple[str, int]:
     if isinstance(error, RuntimeError) and _is_domain(error):
         return str(error), 1
     return f"internal error: {type(error).__name__}: {error} (run with --debug for the traceback)", 1
+
+
+def is_configuration_error(error: BaseException) -> bool:
+    """A failure that starting the same process again cannot mend: no usable kubeconfig, or a port another
+    process holds. A supervisor stops on it rather than restart for ever (services/infra/supervisor.py)."""
+    import errno
+
+    if _type_name(error) == "kubernetes_asyncio.config.config_exception.ConfigException":
+        return True
+    return isinstance(error, OSError) and error.errno == errno.EADDRINUSE
 
 
 def _is_domain(error: BaseException) -> bool:

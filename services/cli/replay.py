@@ -201,13 +201,14 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Re-plan a recorded rollout with another strategy against a model driven by its recorded pod
         timings; print it beside what happened. Nothing is written."""
+        from services.cli.errors import CommandError
         from services.replay.operations import what_if_rollout
         from services.replay.whatif import WhatIfError, parse_overrides
 
         try:
             parsed = parse_overrides(overrides or [])
         except WhatIfError as error:
-            raise typer.BadParameter(str(error)) from None
+            raise CommandError(str(error), exit_code=2) from None
         result = run_with_store(lambda store, _: what_if_rollout(store, rollout_id, parsed))
         recorded, replanned = result.recorded.as_dict(), result.replanned.as_dict()
         if as_json:

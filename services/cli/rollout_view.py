@@ -100,6 +100,12 @@ class RolloutView:
         return sum(1 for p in self.pods if p.updated and p.available)
 
     @property
+    def updating_old_pods(self) -> bool:
+        """Pods of an older revision are left to update: only then does maxUnavailable hold anything back
+        (a new CloneSet's pods, all at the update revision, start however many are unavailable)."""
+        return any(p.revision != self.update_revision for p in self.pods)
+
+    @property
     def target_updated(self) -> int:
         """Pods the rollout updates: all but the partition."""
         return max(self.replicas - self.partition, 0)
@@ -135,9 +141,16 @@ class RolloutView:
             )
         update_hash = revision_hash(status.get("updateRevision"))
         mine = [a for a in actions if rollout_id is not None and a.rollout_id == rollout_id]
-        # A batch is a planning round that requested updates (or creations) of this rollout; metadata-only
-        # actions (lifecycle-label moves, readiness marks) of pods it does not update do not open one.
-        rounds = sorted({a.requested for a in mine if a.requested is not None and a.action in UPDATE_ACTIONS})
+        # A batch is a planning round that requested the update (or creation) of a pod shown, numbered from
+        # 1 in this rollout. Metadata-only actions (lifecycle-label moves, readiness marks) do not open one,
+        # nor do the deletions of a ReCreate's old pods (gone from the list; their successors' creations
+        # are the batch), so a ReCreate's batches count 1, 2, 3 like an in-place rollout's.
+        shown = {_name(pod) for pod in pods}
+        last_update: dict[str, datetime] = {}
+        for a in mine:
+            if a.pod in shown and a.action in UPDATE_ACTIONS and a.requested is not None:
+                last_update[a.pod] = a.requested
+        rounds = sorted(set(last_update.values()))
         rows = tuple(
             _pod_row(pod, update_hash, [a for a in mine if a.pod == _name(pod)], rounds, now)
             for pod in sorted(pods, key=_name)
@@ -293,3 +306,24 @@ def outcome(view: RolloutView) -> Outcome | None:
     if view.updated_available >= view.target_updated and all(p.available for p in live):
         return Outcome.FINISHED
     return None
+
+
+def unavailable_text(view: RolloutView) -> str:
+    """maxUnavailable in use against the allowed number; for pods that are all new (a new or scaled
+    CloneSet) maxUnavailable holds nothing back, and `5/1 allowed` would read as a breach."""
+    if view.updating_old_pods:
+        return f"{view.unavailable} in use of {view.max_unavailable} allowed"
+    return f"{view.unavailable} unavailable, all at the update revision (maxUnavailable limits updates only)"
+
+
+def rollout_state(view: RolloutView, result: Outcome | None) -> str:
+    """The rollout's outcome as shown beside its id: the trail's, unless the watch has seen it end first
+    (the trail records the end a moment later), so the last frame never says "in progress" under
+    "finished"."""
+    recorded = view.rollout_outcome or ""
+    if result is not None and recorded in ("", "in progress"):
+        return {
+            Outcome.FINISHED: "finished (the trail records it in a moment)",
+            Outcome.REJECTED: "spec rejected",
+        }.get(result, recorded)
+    return recorded

@@ -31,7 +31,7 @@ T = TypeVar("T")
 
 def run_command(body: CommandBody, *, settings: Settings | None = None, migrate: bool = True) -> int:
     """Run ``body(resolved_settings)``; returns the process exit code (body's result, 0 for None, 130 when
-    interrupted, 1 when embedded servers cannot start)."""
+    interrupted); embedded servers that cannot start are a CommandError."""
     import asyncio
 
     from services.infra.embedded import EmbeddedError
@@ -43,9 +43,8 @@ def run_command(body: CommandBody, *, settings: Settings | None = None, migrate:
     logging.getLogger("alembic").setLevel(logging.WARNING)  # its INFO lines list plugins, not progress
     try:
         return asyncio.run(_run(body, settings, migrate))
-    except EmbeddedError as error:
-        log.error("%s", error)
-        return 1
+    except EmbeddedError as error:  # a second `rollbook up` on one data dir, a server that cannot start
+        raise CommandError(str(error)) from None
 
 
 async def _run(body: CommandBody, settings: Settings, migrate: bool) -> int:

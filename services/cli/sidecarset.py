@@ -80,6 +80,7 @@ def verify_command(
     """Replay every recorded round of SidecarSet NAME from the event store; exit 1 at a divergence. Rounds
     recorded by other planner rules (an older rollbook) are reported as not re-verifiable, exit 0 unless
     --strict."""
+    from services.cli.errors import CommandError
     from services.cli.runtime import run_with_store
     from services.planner.sidecarset_decisions import RULES_VERSION
     from services.replay.operations import verify_sidecarset
@@ -90,6 +91,12 @@ def verify_command(
 
     def body() -> int:
         report = run_with_store(read)
+        if report.events == 0:
+            raise CommandError(
+                f"nothing recorded for SidecarSet {name} (is the name right? a SidecarSet is cluster-scoped,"
+                " named without a namespace)",
+                exit_code=2,
+            )
         for version, count in sorted(report.skipped.items()):
             typer.echo(
                 f"NOT RE-VERIFIABLE SidecarSet {name}: {count} round{'s' if count != 1 else ''} recorded by"

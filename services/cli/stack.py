@@ -34,24 +34,43 @@ def register(app: typer.Typer) -> None:
             False, "--env", help="Print export lines for ROLLBOOK_DATABASE_URL and ROLLBOOK_NATS_URL."
         ),
         wait: float = typer.Option(
-            0.0, "--wait", help="Seconds to wait for a stack that is starting (`rollbook up &`)."
+            0.0,
+            "--wait",
+            help="Seconds to wait for a stack that is starting (`rollbook up &`): its servers, and the"
+            " services of a `rollbook up` on the data dir until they are ready.",
         ),
     ) -> None:
         """Print the running stack's Postgres and NATS URLs (exit 1 when none runs)."""
         import time
 
+        from services.cli.up_summary import running_up
         from services.infra.stack import find_stack
 
+        if wait < 0:
+            raise CommandError(f"--wait must be 0 or more seconds, not {wait:g}", exit_code=2)
         settings = Settings.from_env()
         deadline = time.monotonic() + wait
+
+        def starting() -> bool:
+            # Its servers appear one after the other, then `rollbook up`'s services become ready (its
+            # up.json says so): with --wait, the stack is there once both have.
+            servers = find_stack(settings)
+            up = running_up(settings.data_path)
+            return not (servers.database_url and servers.nats_url) or (up is not None and not up["ready"])
+
+        while wait and starting() and time.monotonic() < deadline:
+            time.sleep(0.2)
         found = find_stack(settings)
-        while not (found.database_url and found.nats_url) and time.monotonic() < deadline:
-            time.sleep(0.2)  # a stack starting: its servers appear one after the other
-            found = find_stack(settings)
         if not found.database_url and not found.nats_url:
             raise CommandError(
                 f"no running stack on data dir {settings.data_path} and no ROLLBOOK_DATABASE_URL /"
                 " ROLLBOOK_NATS_URL: start one with `rollbook up`"
+            )
+        up = running_up(settings.data_path)
+        if wait and up is not None and not up["ready"]:
+            raise CommandError(
+                f"`rollbook up` (pid {up['pid']}) on data dir {settings.data_path}: its services are not"
+                f" ready after {wait:g}s; see {settings.data_path / 'logs'}"
             )
         # No secret is ever printed: a password in a configured URL is left out of what a client uses
         # (psql takes it from PGPASSWORD or ~/.pgpass) and masked in the table; the NATS identities'
@@ -90,6 +109,12 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"{label:9} {redacted(url) or '-':48} {source or 'not running'}")
         if credentials:
             typer.echo(f"nats auth {credentials} (one password file per identity; operator: read-only)")
+        if up is not None:
+            ports: dict[str, int] = up.get("ports") or {}  # type: ignore[assignment]
+            said = ", ".join(f"{name} :{port}" for name, port in ports.items())
+            typer.echo(
+                f"services  {'ready: ' + said if up['ready'] else 'starting'} (rollbook up, pid {up['pid']})"
+            )
         typer.echo(f"data dir  {settings.data_path}")
 
 

@@ -48,15 +48,36 @@ async def read_clonesets(api: Any, namespace: str | None, name: str | None) -> l
             ]
         listing = await custom.list_cluster_custom_object(CLONESET_GROUP, CLONESET_VERSION, CLONESET_PLURAL)
     except client.ApiException as error:
-        if error.status == 404 and name is not None:
-            raise CommandError(f"CloneSet {namespace}/{name} not found") from None
-        raise
+        raise CommandError(cloneset_read_error(error.status, error.body, namespace, name)) from None
     except OSError as error:
         raise CommandError(
             f"cannot reach the Kubernetes API server at {api.configuration.host}: {error}"
         ) from None
     items: list[dict[str, Any]] = listing.get("items") or []
     return sorted(items, key=lambda c: (c["metadata"].get("namespace", ""), c["metadata"]["name"]))
+
+
+def cloneset_read_error(status: int | None, body: object, namespace: str | None, name: str | None) -> str:
+    """What an error answer to reading CloneSets means: the CloneSet is not there, the cluster does not
+    serve CloneSets (no CRD: a 404 that is not a Status about the object), or the API server's own reason
+    (a 500 from a conversion webhook it cannot reach says so in its message)."""
+    from services.cli.errors import api_message
+
+    said = api_message(body)
+    served = f"{CLONESET_GROUP}/{CLONESET_VERSION}"
+    if status == 404 and name is not None and f'"{name}" not found' in said:  # the object, not the kind
+        return f"CloneSet {namespace}/{name} not found"
+    if status == 404:
+        return (
+            f"the cluster does not serve CloneSets ({served}): is the CloneSet CRD installed?"
+            f" (`kubectl apply -k deploy/standalone`; the API server said: {said or 'not found'})"
+        )
+    if status is not None and status >= 500 and "conversion webhook" in said:
+        return (
+            f"the API server cannot convert CloneSets to {served}: their conversion webhook cannot be"
+            f" reached (the API server said: {said})"
+        )
+    return f"the Kubernetes API server answered {status} reading CloneSets: {said or 'no reason given'}"
 
 
 def rejection(cloneset: dict[str, Any]) -> str | None:
@@ -111,6 +132,9 @@ async def show_status(settings: Settings, workload: str | None) -> int:
             state = rollout["outcome"]
             if rollout["outcome"] == "in progress" and rollout["partition"] is not None:
                 state += f", partition {rollout['partition']}"
+        if ((c.get("spec") or {}).get("updateStrategy") or {}).get("paused") is True:
+            # Nothing rolls on until someone resumes it (`rollbook rollout resume`, or unset the field).
+            state = "[yellow]paused[/]" + (f" ({state})" if state else "")
         rejected = rejection(c)
         if rejected:  # the planner acts on nothing until the spec is fixed: say so first
             state = f"[red]spec rejected:[/] {rejected}" + (f" ({state})" if state else "")
@@ -146,6 +170,9 @@ def register(application: typer.Typer) -> None:
         """CloneSets with replicas/updated/ready counts and their latest rollout from the audit trail.
         With -w: a live tree per CloneSet (`rollbook get -w`), exiting when every rollout ended: 0
         finished, 3 spec rejected, 4 failed or superseded, 5 timed out."""
+        from services.cli.errors import check_range
+
+        check_range("--timeout", timeout, 0, what=" seconds")
         if watch:
             from services.cli.watch import follow
 

@@ -281,4 +281,7 @@ def register(app: typer.Typer) -> None:
         """Serve a read-only web page of the rollouts: a timeline per rollout, and the state at any event."""
         import asyncio
 
+        from services.cli.errors import check_range
+
+        check_range("--port", port, 0, 65535, what=" (0: pick a free one)")
         raise typer.Exit(asyncio.run(serve(Settings.from_env(), host, port, allow_host or ())))

@@ -17,7 +17,15 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from services.cli.rollout_view import Outcome, PodAction, RolloutView, outcome, waiting_reasons
+from services.cli.rollout_view import (
+    Outcome,
+    PodAction,
+    RolloutView,
+    outcome,
+    rollout_state,
+    unavailable_text,
+    waiting_reasons,
+)
 from services.cli.terminal import console
 from services.infra.settings import Settings
 
@@ -119,12 +127,11 @@ def render(view: RolloutView, result: Outcome | None) -> RenderableType:
         tree.add(f"[red]rejected:[/] {view.rejected}")
     else:
         tree.add(
-            f"partition {view.partition} (pods kept at old revisions)  maxUnavailable"
-            f" {view.unavailable} in use of {view.max_unavailable} allowed"
-            + ("  [yellow]paused[/]" if view.paused else "")
+            f"partition {view.partition} (pods kept at old revisions)"
+            f"  maxUnavailable {unavailable_text(view)}" + ("  [yellow]paused[/]" if view.paused else "")
         )
     if view.rollout_id:
-        tree.add(f"rollout {view.rollout_id}: {view.rollout_outcome}")
+        tree.add(f"rollout {view.rollout_id}: {rollout_state(view, result)}")
     revisions = sorted(
         {p.revision for p in view.pods},
         key=lambda r: (r != view.update_revision, r != view.current_revision, r),
@@ -152,7 +159,7 @@ def progress_line(view: RolloutView) -> str:
     return (
         f"{view.namespace}/{view.name}: updated {view.updated}/{view.target_updated},"
         f" available {sum(1 for p in view.pods if p.available)}/{view.replicas},"
-        f" unavailable {view.unavailable}/{view.max_unavailable} allowed: {reasons}"
+        f" maxUnavailable {unavailable_text(view)}: {reasons}"
     )
 
 
@@ -246,6 +253,10 @@ def register(app: typer.Typer) -> None:
         5 timed out."""
         import asyncio
 
+        from services.cli.errors import check_range
+
+        check_range("--timeout", timeout, 0, what=" seconds")
+        check_range("--interval", interval, 0.05, what=" seconds")
         raise typer.Exit(
             asyncio.run(
                 follow(Settings.from_env(), workload, watch=watch, timeout=timeout, interval=interval)

@@ -36,8 +36,20 @@ from services.infra.settings import Settings
 
 STOP_TIMEOUT = 20.0  # seconds a child has to finish its in-flight work after SIGTERM
 READY_TIMEOUT = 60.0
-RESTART_DELAY = 1.0
+RESTART_DELAY = 1.0  # the first restart's delay; it doubles with each failure in a row
+MAX_RESTART_DELAY = 60.0  # the cap of that backoff
+STABLE_AFTER = 60.0  # seconds of running after which an exit starts the backoff from its first delay
+# A child's exit code for a failure no restart can mend: a missing or unusable kubeconfig, a server that
+# is not there, a port another process holds (sysexits.h's EX_CONFIG). `keep_running` stops on it.
+EXIT_CONFIGURATION = 78
+TAIL_LINES = 5  # a failed child's last log lines shown with the news of its exit
 _POLL = 0.1
+
+
+def backoff_delay(failures: int, first: float = RESTART_DELAY, cap: float = MAX_RESTART_DELAY) -> float:
+    """Seconds before restarting a child that failed ``failures`` times in a row (1 = the first time):
+    ``first``, doubling each time, never more than ``cap``."""
+    return min(cap, first * 2 ** max(0, min(failures - 1, 32)))
 
 
 def _parent_death_signal() -> Callable[[], None] | None:
@@ -62,6 +74,21 @@ _DIE_WITH_PARENT = _parent_death_signal()
 
 class ServiceFailed(RuntimeError):
     """A child did not start, did not become ready, or did not stop; the message has its log's tail."""
+
+
+class ServiceCannotRun(ServiceFailed):
+    """A child exited with ``EXIT_CONFIGURATION``: restarting it would fail the same way. The message is
+    the child's own reason (its last ``rollbook:`` line) and ``tail`` its log's last lines."""
+
+    def __init__(self, name: str, reason: str, tail: str) -> None:
+        super().__init__(f"{name} cannot run: {reason}")
+        self.name, self.reason, self.tail = name, reason, tail
+
+
+def _last_reason(tail: str) -> str:
+    """A child's own reason for exiting: the last ``rollbook: ...`` line it printed (its error boundary)."""
+    reasons = [line for line in tail.splitlines() if line.startswith("rollbook: ")]
+    return reasons[-1].removeprefix("rollbook: ") if reasons else ""
 
 
 def settings_env(settings: Settings) -> dict[str, str]:
@@ -95,6 +122,8 @@ class Child:
     log_start: int  # the log's size when the process started (a restart appends to the same file)
     port: int = 0  # its HTTP port, read back from the log; 0 until it has logged it
     env: Mapping[str, str] = field(default_factory=dict)  # its own variables beside the supervisor's
+    started: float = field(default_factory=time.monotonic)
+    failures: int = 0  # exits in a row before this start, each after less than STABLE_AFTER seconds
 
     @property
     def base_url(self) -> str:
@@ -147,7 +176,7 @@ class Supervisor:
         """Start each service without waiting; the children's names."""
         return [(await self._spawn(service, name or service, env or {})).name for service in services]
 
-    async def _spawn(self, service: str, name: str, own_env: Mapping[str, str]) -> Child:
+    async def _spawn(self, service: str, name: str, own_env: Mapping[str, str], failures: int = 0) -> Child:
         if name in self.children:
             raise ServiceFailed(f"{name} is already running")
         if any(child.name == name and child.process.returncode is None for child in self.exited):
@@ -173,7 +202,7 @@ class Supervisor:
                 stderr=log_file,
                 preexec_fn=_DIE_WITH_PARENT,
             )
-        child = Child(name, service, process, log_path, log_start, env=dict(own_env))
+        child = Child(name, service, process, log_path, log_start, env=dict(own_env), failures=failures)
         self.children[name] = child
         return child
 
@@ -211,19 +240,44 @@ class Supervisor:
         unknown = "" if child and child.port else " (it never logged http_listening: log level above INFO?)"
         raise ServiceFailed(f"{name} not ready after {timeout:.0f}s{unknown}:\n{self.tail(name)}")
 
-    async def keep_running(self, restart_delay: float = RESTART_DELAY) -> None:
-        """Restart every child that exits, until cancelled (`rollbook up` runs this until SIGTERM/SIGINT)."""
+    async def keep_running(
+        self,
+        restart_delay: float = RESTART_DELAY,
+        *,
+        max_delay: float = MAX_RESTART_DELAY,
+        stable_after: float = STABLE_AFTER,
+        say: Callable[[str], None] | None = None,
+    ) -> None:
+        """Restart every child that exits, until cancelled (`rollbook up` runs this until SIGTERM/SIGINT).
+
+        Each exit is said (``say``, stderr by default) with the child's last log lines. A child that
+        keeps failing waits longer each time (``backoff_delay``: doubling up to ``max_delay``; a child
+        that ran ``stable_after`` seconds starts again from the first delay), so a crash loop costs
+        little. A child that exits with ``EXIT_CONFIGURATION`` is not restarted: ``ServiceCannotRun``."""
+        say = say or (lambda text: print(text, file=sys.stderr, flush=True))
+        pending: dict[str, tuple[float, Child]] = {}  # name -> (when to start it again, the exited child)
         while True:
+            now = time.monotonic()
             for name in self.dead():
                 child = self.children.pop(name)
                 self.exited.append(child)
-                print(
-                    f"rollbook up: {name} exited with {child.process.returncode}; restarting",
-                    file=sys.stderr,
-                    flush=True,
+                code = child.process.returncode
+                tail = self.tail(name, TAIL_LINES, since=child.log_start)
+                if code == EXIT_CONFIGURATION:
+                    raise ServiceCannotRun(name, _last_reason(tail) or f"exited with {code}", tail)
+                failures = 1 if now - child.started >= stable_after else child.failures + 1
+                delay = backoff_delay(failures, restart_delay, max_delay)
+                child.failures = failures
+                pending[name] = (now + delay, child)
+                say(
+                    f"rollbook up: {name} exited with {code}; restarting in {delay:.3g}s"
+                    f" (failure {failures} in a row); last lines of {child.log_path}:\n"
+                    + "\n".join(f"    {line}" for line in tail.splitlines())
                 )
-                await asyncio.sleep(restart_delay)
-                await self._spawn(child.service, name, child.env)
+            for name, (when, child) in list(pending.items()):
+                if when <= now:
+                    del pending[name]
+                    await self._spawn(child.service, name, child.env, failures=child.failures)
             await asyncio.sleep(_POLL * 5)
 
     # --- stopping --------------------------------------------------------------------------------------
@@ -277,11 +331,16 @@ class Supervisor:
         """Children that exited without being asked to."""
         return [name for name, child in self.children.items() if child.process.returncode is not None]
 
-    def tail(self, name: str, lines: int = 40) -> str:
+    def tail(self, name: str, lines: int = 40, *, since: int = 0) -> str:
+        """The last ``lines`` lines of the child's log (from byte ``since``: one start's)."""
         path = self.log_dir / f"{name}.log"
-        if not path.exists():
+        try:
+            with path.open("rb") as log:
+                log.seek(since)
+                text = log.read().decode(errors="replace")
+        except OSError:
             return "(no log)"
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+        return "\n".join(text.splitlines()[-lines:])
 
     def tails(self, lines: int = 8) -> str:
         names = dict.fromkeys([c.name for c in self.exited] + list(self.children))

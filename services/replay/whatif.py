@@ -117,9 +117,24 @@ def _containers_current(pod: dict[str, Any]) -> bool:
     )
 
 
+# The fields of a v1alpha1 CloneSet's spec.updateStrategy a what-if can change: anything else would be
+# written where the planner never reads it and "predict" the recorded rollout under another name.
+STRATEGY_FIELDS = (
+    "type",
+    "partition",
+    "maxUnavailable",
+    "maxSurge",
+    "paused",
+    "priorityStrategy",
+    "scatterStrategy",
+    "inPlaceUpdateStrategy",
+)
+
+
 def parse_overrides(pairs: Iterable[str]) -> dict[str, Any]:
     """``updateStrategy.partition=0`` / ``maxUnavailable=100%`` -> {"partition": 0, "maxUnavailable": "100%"}
-    (paths under spec.updateStrategy; numbers become ints, anything else stays a string)."""
+    (paths under spec.updateStrategy, first part one of ``STRATEGY_FIELDS``; numbers become ints, anything
+    else stays a string)."""
     overrides: dict[str, Any] = {}
     for pair in pairs:
         key, sep, raw = pair.partition("=")
@@ -128,6 +143,10 @@ def parse_overrides(pairs: Iterable[str]) -> dict[str, Any]:
         path = key.removeprefix("spec.").removeprefix("updateStrategy.")
         if not path or any(not part for part in path.split(".")):
             raise WhatIfError(f"bad path in --set {pair!r}")
+        if path.split(".")[0] not in STRATEGY_FIELDS:
+            raise WhatIfError(
+                f"--set {pair!r}: {key} is not an updateStrategy field; known: {', '.join(STRATEGY_FIELDS)}"
+            )
         value: Any = int(raw) if raw.lstrip("-").isdigit() else raw
         overrides[path] = value
     return overrides

@@ -193,7 +193,7 @@ async def test_commands_find_the_stack_another_process_runs(server_data_dir: Pat
             ("what-if", "default/nothere@nothere-1"): (2, "", None),
             ("audit", "verify"): (0, "OK: 0 events", ""),
             ("history", "default/nothere"): (1, "no rollouts or pod actions recorded", ""),
-            ("sidecarset", "verify", "nothere"): (0, "OK: 0 rounds", ""),
+            ("sidecarset", "verify", "nothere"): (2, "", None),
         }
         for command, (want_code, want_out, want_err) in expected.items():
             code, out, err = await asyncio.to_thread(rollbook, *command, ROLLBOOK_DATA_DIR=data_dir)

@@ -3,6 +3,7 @@ shaped as the API server returns them."""
 
 from __future__ import annotations
 
+import io
 import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -206,3 +207,52 @@ def test_pods_show_how_and_in_which_batch_they_were_updated() -> None:
     assert rows["p2"].out_of_service_seconds is not None  # still out: counted up to now
     assert (rows["p3"].how, rows["p3"].batch) == ("", None)  # an earlier rollout's action is not this one's
     assert [r.updated for r in rows.values()] == [True, True, True, False]
+
+
+def test_recreate_batches_count_from_one() -> None:
+    """A ReCreate rollout deletes each old pod in one round and creates its successor in the next: the
+    deletions (of pods no longer listed) opened batches of their own, numbering the new pods 2, 4, 6."""
+
+    def action(pod_name: str, kind: str, at: int) -> PodAction:
+        requested = NOW + timedelta(seconds=at)
+        return PodAction(pod_name, kind, f"default/sample@{NEW}", requested, requested, "succeeded", False)
+
+    actions = tuple(
+        a
+        for batch in range(3)
+        for a in (
+            action(f"old{batch}", "deletePod", 10 * batch),
+            action(f"new{batch}", "createPod", 10 * batch + 5),
+        )
+    )
+    pods = [pod(f"new{batch}") for batch in range(3)]
+    rows = view(cloneset(replicas=3), pods, actions).pods
+    assert [(row.name, row.how, row.batch) for row in rows] == [
+        ("new0", "created", 1), ("new1", "created", 2), ("new2", "created", 3)
+    ]  # fmt: skip
+
+
+def test_a_new_cloneset_is_not_shown_above_max_unavailable() -> None:
+    from services.cli.rollout_view import unavailable_text
+
+    starting = [pod(f"p{i}", ready=False) for i in range(5)]
+    fresh = view(cloneset(replicas=5, strategy={"maxUnavailable": 1}), starting)
+    assert "allowed" not in unavailable_text(fresh) and "5 unavailable" in unavailable_text(fresh)
+    assert unavailable_text(view(cloneset(), HALF)) == "0 in use of 1 allowed"  # an update: as before
+
+
+def test_the_last_frame_never_says_in_progress_under_finished() -> None:
+    from services.cli.rollout_view import rollout_state
+    from services.cli.watch import render
+
+    done = view(cloneset(), ALL_NEW, outcome_="in progress")  # the trail has not recorded the end yet
+    assert outcome(done) == Outcome.FINISHED
+    assert rollout_state(done, Outcome.FINISHED).startswith("finished")
+    assert rollout_state(done, None) == "in progress"  # while it goes on, the trail's word
+    assert rollout_state(view(cloneset(), ALL_NEW, outcome_="succeeded"), Outcome.FINISHED) == "succeeded"
+    from rich.console import Console
+
+    out = Console(width=200, record=True, file=io.StringIO())
+    out.print(render(done, Outcome.FINISHED))
+    text = out.export_text()
+    assert "in progress" not in text and "finished (exit 0)" in text, text
