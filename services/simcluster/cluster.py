@@ -15,6 +15,7 @@ from aiohttp import web
 
 from .admission import Admission
 from .auth import Auth
+from .controllers import ControllerManager, controller_manager
 from .conversion import Conversions
 from .crds import CrdController
 from .faults import FaultConfig, Faults
@@ -69,6 +70,9 @@ class SimConfig:
     # Where the Services a CRD's conversion webhook names are reached: "namespace/name" -> base URL
     # (https://127.0.0.1:port). simcluster routes no Service traffic of its own; see route_service.
     service_urls: dict[str, str] = field(default_factory=dict)
+    # kube-controller-manager's workload controllers (Deployment, ReplicaSet, Job, StatefulSet,
+    # EndpointSlice, PodDisruptionBudget). None: run them when the kubelet runs.
+    controllers: bool | None = None
 
 
 class SimCluster:
@@ -105,6 +109,9 @@ class SimCluster:
             auth=self.auth,
         )
         self.store.create_hooks.append(ClusterIPs())
+        self.controllers: ControllerManager | None = None
+        if cfg.kubelet if cfg.controllers is None else cfg.controllers:
+            self.controllers = controller_manager(self.store, self.api.admitted_create)
         self.crds = CrdController(self.store, self.api.serve, self.api.stop_serving, self.conversions)
         self._runner: web.AppRunner | None = None
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
@@ -118,6 +125,8 @@ class SimCluster:
             )
         if self.agents:
             self.nodes.register_nodes()
+        if self.controllers is not None:
+            self.controllers.start()
         self._runner = web.AppRunner(self.api.app, access_log=None, shutdown_timeout=0.5)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.config.host, self.config.port)
@@ -143,6 +152,8 @@ class SimCluster:
 
     async def stop(self) -> None:
         self.api.cut_watches()
+        if self.controllers is not None:
+            await self.controllers.close()
         for agent in self.agents:
             await agent.close()
         await self.gc.close()

@@ -22,7 +22,7 @@ import msgspec
 
 from . import errors
 from . import schema as crd_schema
-from .defaults import apply_defaults, initial_status
+from .defaults import apply_defaults, generated_selector, initial_status
 from .plugins import check_namespace
 from .resources import ALL, NAMESPACES, PODS, ResourceType
 from .validation import validate_create, validate_update
@@ -316,6 +316,7 @@ class Store:
         meta["uid"] = str(uuid.UUID(int=self.rng.getrandbits(128), version=4))
         meta["creationTimestamp"] = now_iso()
         meta["generation"] = 1
+        generated_selector(rt, obj)
         if rt.has_status and rt.custom:
             obj.pop("status", None)  # CRDs with a status subresource drop status on create
         return self._commit(rt, "ADDED", obj, None)
