@@ -226,7 +226,31 @@ def _service(obj: Obj) -> None:
         ]
 
 
-_BY_KIND = {"Deployment": _deployment, "Job": _job}
+def _replica_set(obj: Obj) -> None:
+    spec = obj.setdefault("spec", {})
+    spec.setdefault("replicas", 1)
+    _template_defaults(spec)
+
+
+def _stateful_set(obj: Obj) -> None:
+    spec = obj.setdefault("spec", {})
+    spec.setdefault("replicas", 1)
+    spec.setdefault("podManagementPolicy", "OrderedReady")
+    strategy = spec.setdefault("updateStrategy", {})
+    strategy.setdefault("type", "RollingUpdate")
+    if strategy["type"] == "RollingUpdate":
+        strategy.setdefault("rollingUpdate", {}).setdefault("partition", 0)
+    spec.setdefault("revisionHistoryLimit", 10)
+    spec.setdefault("persistentVolumeClaimRetentionPolicy", {"whenDeleted": "Retain", "whenScaled": "Retain"})
+    _template_defaults(spec)
+
+
+_BY_KIND = {
+    "Deployment": _deployment,
+    "Job": _job,
+    "ReplicaSet": _replica_set,
+    "StatefulSet": _stateful_set,
+}
 
 
 def generated_selector(rt: ResourceType, obj: Obj) -> None:

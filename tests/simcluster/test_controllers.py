@@ -4,11 +4,12 @@ EndpointSlices, PodDisruptionBudgets report and guard evictions."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
 import pytest
-from kubernetes_asyncio import client
+from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from services.simcluster import SimConfig
@@ -369,3 +370,177 @@ async def test_pdb_status_and_eviction_honouring_it(k8s_client: client.ApiClient
 
     # The evicted pod goes; its Deployment replaces it.
     await wait_until(live, lambda names: name not in names and len(names) == 2)
+
+
+def statefulset(name: str, replicas: int = 3, **spec: Any) -> Obj:
+    body: Obj = {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "serviceName": name,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {"containers": [{"name": "db", "image": "postgres:16"}]},
+            },
+        },
+    }
+    body["spec"].update(spec)
+    return body
+
+
+def sts_rolled_out(s: client.V1StatefulSet) -> bool:
+    """kubectl rollout status's test for a StatefulSet without a partition."""
+    st = s.status
+    return (
+        st is not None
+        and (st.observed_generation or 0) >= s.metadata.generation
+        and (st.ready_replicas or 0) >= s.spec.replicas
+        and st.update_revision == st.current_revision
+        and (st.updated_replicas or 0) == s.spec.replicas
+    )
+
+
+async def test_statefulset_creates_ordinals_in_order_with_claims(k8s_client: client.ApiClient) -> None:
+    apps, core = client.AppsV1Api(k8s_client), client.CoreV1Api(k8s_client)
+    # Each pod of an OrderedReady set is created only once the one before it is Running and Ready.
+    ready_when_next_added: list[tuple[str, bool]] = []
+    last_ready: dict[str, bool] = {}
+
+    async def observe() -> None:
+        stream = watch.Watch().stream(
+            core.list_namespaced_pod, "default", label_selector="app=db", timeout_seconds=10
+        )
+        async for event in stream:
+            pod = event["object"]
+            name = pod.metadata.name
+            if event["type"] == "ADDED":
+                ordinal = int(name.rsplit("-", 1)[1])
+                ready_when_next_added.append(
+                    (name, ordinal == 0 or last_ready.get(f"db-{ordinal - 1}", False))
+                )
+            last_ready[name] = pod.status.phase == "Running" and any(
+                c.type == "Ready" and c.status == "True" for c in pod.status.conditions or []
+            )
+            if len(ready_when_next_added) == 3 and all(last_ready.get(f"db-{i}") for i in range(3)):
+                return
+
+    watcher = asyncio.create_task(observe())
+    await asyncio.sleep(0.05)  # the watch is open before the set exists
+    claims = [
+        {
+            "metadata": {"name": "data"},
+            "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+        }
+    ]
+    await apps.create_namespaced_stateful_set("default", statefulset("db", volumeClaimTemplates=claims))
+    sts = await wait_until(lambda: apps.read_namespaced_stateful_set("db", "default"), sts_rolled_out)
+    await asyncio.wait_for(watcher, 10)
+    assert ready_when_next_added == [("db-0", True), ("db-1", True), ("db-2", True)]
+    pods = {
+        p.metadata.name: p for p in (await core.list_namespaced_pod("default", label_selector="app=db")).items
+    }
+    revision = sts.status.update_revision
+    assert all(p.metadata.labels["controller-revision-hash"] == revision for p in pods.values())
+    assert pods["db-1"].spec.hostname == "db-1" and pods["db-1"].spec.subdomain == "db"
+    (data,) = [v for v in pods["db-2"].spec.volumes if v.name == "data"]
+    assert data.persistent_volume_claim.claim_name == "data-db-2"
+    assert (
+        await core.read_namespaced_persistent_volume_claim("data-db-0", "default")
+    ).spec.resources.requests == {"storage": "1Gi"}
+    revisions = (await apps.list_namespaced_controller_revision("default")).items
+    assert [
+        (r.metadata.name, r.revision) for r in revisions if r.metadata.owner_references[0].name == "db"
+    ] == [(revision, 1)]
+
+
+async def test_statefulset_rolls_down_to_its_partition_then_all(k8s_client: client.ApiClient) -> None:
+    apps, core = client.AppsV1Api(k8s_client), client.CoreV1Api(k8s_client)
+    await apps.create_namespaced_stateful_set("default", statefulset("part"))
+    first = await wait_until(lambda: apps.read_namespaced_stateful_set("part", "default"), sts_rolled_out)
+    strategy = {"type": "RollingUpdate", "rollingUpdate": {"partition": 2}}
+    await apps.patch_namespaced_stateful_set(
+        "part",
+        "default",
+        {
+            "spec": {
+                "updateStrategy": strategy,
+                "template": {"spec": {"containers": [{"name": "db", "image": "postgres:17"}]}},
+            }
+        },
+    )
+
+    async def images() -> dict[str, str]:
+        pods = (await core.list_namespaced_pod("default", label_selector="app=part")).items
+        return {
+            p.metadata.name: p.spec.containers[0].image for p in pods if not p.metadata.deletion_timestamp
+        }
+
+    sts = await wait_until(
+        lambda: apps.read_namespaced_stateful_set("part", "default"),
+        lambda s: s.status.updated_replicas == 1 and s.status.ready_replicas == 3,
+    )
+    assert await images() == {"part-0": "postgres:16", "part-1": "postgres:16", "part-2": "postgres:17"}
+    assert sts.status.current_revision == first.status.current_revision != sts.status.update_revision
+    await apps.patch_namespaced_stateful_set(
+        "part", "default", {"spec": {"updateStrategy": {"rollingUpdate": {"partition": 0}}}}
+    )
+    sts = await wait_until(lambda: apps.read_namespaced_stateful_set("part", "default"), sts_rolled_out)
+    assert set((await images()).values()) == {"postgres:17"} and sts.status.current_replicas == 3
+
+
+async def test_statefulset_on_delete_updates_a_pod_only_when_it_is_deleted(
+    k8s_client: client.ApiClient,
+) -> None:
+    apps, core = client.AppsV1Api(k8s_client), client.CoreV1Api(k8s_client)
+    await apps.create_namespaced_stateful_set(
+        "default", statefulset("od", 2, updateStrategy={"type": "OnDelete"})
+    )
+    await wait_until(
+        lambda: apps.read_namespaced_stateful_set("od", "default"),
+        lambda s: (s.status.ready_replicas or 0) == 2,
+    )
+    await apps.patch_namespaced_stateful_set(
+        "od",
+        "default",
+        {"spec": {"template": {"spec": {"containers": [{"name": "db", "image": "postgres:17"}]}}}},
+    )
+    await wait_until(
+        lambda: apps.read_namespaced_stateful_set("od", "default"),
+        lambda s: s.status.observed_generation == 2,
+    )
+    assert {
+        p.spec.containers[0].image
+        for p in (await core.list_namespaced_pod("default", label_selector="app=od")).items
+    } == {"postgres:16"}
+    await core.delete_namespaced_pod("od-1", "default")
+    sts = await wait_until(
+        lambda: apps.read_namespaced_stateful_set("od", "default"),
+        lambda s: s.status.updated_replicas == 1 and s.status.ready_replicas == 2,
+    )
+    pods = {
+        p.metadata.name: p.spec.containers[0].image
+        for p in (await core.list_namespaced_pod("default", label_selector="app=od")).items
+    }
+    assert pods == {"od-0": "postgres:16", "od-1": "postgres:17"} and sts.status.current_replicas == 1
+
+
+async def test_statefulset_parallel_scales_down_from_the_highest_ordinal(
+    k8s_client: client.ApiClient,
+) -> None:
+    apps, core = client.AppsV1Api(k8s_client), client.CoreV1Api(k8s_client)
+    await apps.create_namespaced_stateful_set(
+        "default", statefulset("par", 4, podManagementPolicy="Parallel")
+    )
+    await wait_until(lambda: apps.read_namespaced_stateful_set("par", "default"), sts_rolled_out)
+    await apps.patch_namespaced_stateful_set_scale("par", "default", {"spec": {"replicas": 2}})
+
+    async def names() -> set[str]:
+        return {
+            p.metadata.name
+            for p in (await core.list_namespaced_pod("default", label_selector="app=par")).items
+        }
+
+    assert await wait_until(names, lambda n: len(n) == 2) == {"par-0", "par-1"}

@@ -11,6 +11,7 @@ from .disruption import DisruptionController
 from .endpointslice import EndpointSliceController
 from .job import JobController
 from .replicaset import ReplicaSetController
+from .statefulset import StatefulSetController
 
 __all__ = ["ControllerManager", "controller_manager"]
 
@@ -19,6 +20,7 @@ def controller_manager(store: Store, create: CreateFn, now: NowFn = utc_now) -> 
     controllers: list[Controller] = [
         DeploymentController(store, create, now),
         ReplicaSetController(store, create, now),
+        StatefulSetController(store, create, now),
         JobController(store, create, now),
         EndpointSliceController(store, create, now),
         DisruptionController(store, create, now),
