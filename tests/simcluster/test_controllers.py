@@ -203,7 +203,7 @@ async def test_pause_holds_a_template_change_and_resume_rolls_it(k8s_client: cli
         "default",
         {"spec": {"template": {"spec": {"containers": [{"name": "app", "image": "nginx:1.26"}]}}}},
     )
-    d = await wait_until(
+    await wait_until(
         lambda: apps.read_namespaced_deployment("pause", "default"),
         lambda d: (
             d.status.observed_generation == 3

@@ -287,7 +287,7 @@ def deployment_timed_out(deployment: Obj, status: dict[str, Any], now: datetime)
     since = parse_time(condition.get("lastUpdateTime"))
     if since is None:
         return False
-    deadline = int((deployment.get("spec") or {}).get("progressDeadlineSeconds"))
+    deadline = int((deployment.get("spec") or {}).get("progressDeadlineSeconds") or 0)
     return since + timedelta(seconds=deadline) < now
 
 
@@ -400,7 +400,7 @@ def rollout_status(
         and not deployment_complete(deployment, full)
     ):
         since = parse_time(current.get("lastUpdateTime")) or now
-        deadline = int((deployment.get("spec") or {}).get("progressDeadlineSeconds"))
+        deadline = int((deployment.get("spec") or {}).get("progressDeadlineSeconds") or 0)
         recheck = max((since + timedelta(seconds=deadline) - now).total_seconds(), 0.0) + 1.0
     return status, recheck
 
@@ -471,9 +471,8 @@ def cleanup_candidates(deployment: Obj, old_rss: list[Obj]) -> list[Obj]:
     if diff <= 0:
         return []
     out = []
-    for rs in sorted(alive, key=lambda r: (revision_of(r), _created(r))):
-        if len(out) >= diff:
-            break
+    # The ``diff`` oldest are looked at; one that still has pods is kept this time (as upstream does).
+    for rs in sorted(alive, key=lambda r: (revision_of(r), _created(r)))[:diff]:
         if (
             status_int(rs, "replicas") != 0
             or replicas_of(rs) != 0

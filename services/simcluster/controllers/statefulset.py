@@ -226,9 +226,9 @@ class StatefulSetController(Controller):
         self.write_status(STATEFULSETS, sts, status)
         keep = {status["currentRevision"], update} | {pod_revision(p) for p in all_pods}
         limit = int((sts.get("spec") or {}).get("revisionHistoryLimit", 10))
-        for revision in history_to_delete(controlled(self.store, sts, CONTROLLER_REVISIONS), keep, limit):
+        for stale in history_to_delete(controlled(self.store, sts, CONTROLLER_REVISIONS), keep, limit):
             with contextlib.suppress(ApiError):
-                self.store.delete(CONTROLLER_REVISIONS, key[0], revision["metadata"]["name"])
+                self.store.delete(CONTROLLER_REVISIONS, key[0], stale["metadata"]["name"])
         return 1.0 if failed else None
 
     def _revisions(self, sts: Obj) -> tuple[str, str]:
