@@ -1,0 +1,101 @@
+"""The workload controllers as kubectl drives them (Debian's kubectl, from this folder's conftest):
+`kubectl rollout status/undo/restart/pause/resume/history`, `kubectl wait --for=condition=complete`,
+`kubectl scale`, `kubectl drain`-style eviction and the columns of `kubectl get`."""
+
+from __future__ import annotations
+
+import pytest
+from kubernetes_asyncio import client
+
+from .helpers import Kubectl, rows
+
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+
+
+async def images(apps: client.AppsV1Api, name: str) -> list[str]:
+    d = await apps.read_namespaced_deployment(name, "default")
+    return [c.image for c in d.spec.template.spec.containers]
+
+
+async def test_kubectl_rollout_of_a_deployment(kubectl: Kubectl, k8s_client: client.ApiClient) -> None:
+    apps = client.AppsV1Api(k8s_client)
+    await kubectl("create", "deployment", "web", "--image=nginx:1.25", "--replicas=3")
+    out = await kubectl("rollout", "status", "deployment/web", "--timeout=60s")
+    assert 'deployment "web" successfully rolled out' in out
+    table = rows(await kubectl("get", "deployment", "web"))
+    assert table[0][:4] == ["NAME", "READY", "UP-TO-DATE", "AVAILABLE"] and table[1][:4] == [
+        "web",
+        "3/3",
+        "3",
+        "3",
+    ]
+
+    await kubectl("set", "image", "deployment/web", "nginx=nginx:1.26")
+    assert "successfully rolled out" in await kubectl("rollout", "status", "deployment/web", "--timeout=60s")
+    history = await kubectl("rollout", "history", "deployment/web")
+    assert [r[0] for r in rows(history)[2:]] == ["1", "2"]
+
+    await kubectl("rollout", "undo", "deployment/web")
+    assert "successfully rolled out" in await kubectl("rollout", "status", "deployment/web", "--timeout=60s")
+    assert await images(apps, "web") == ["nginx:1.25"]
+    d = await apps.read_namespaced_deployment("web", "default")
+    assert d.metadata.annotations["deployment.kubernetes.io/revision"] == "3"
+    rs = (await apps.list_namespaced_replica_set("default", label_selector="app=web")).items
+    assert len(rs) == 2  # the undo made the first ReplicaSet current again
+
+    await kubectl("rollout", "restart", "deployment/web")
+    assert "successfully rolled out" in await kubectl("rollout", "status", "deployment/web", "--timeout=60s")
+    d = await apps.read_namespaced_deployment("web", "default")
+    assert "kubectl.kubernetes.io/restartedAt" in d.spec.template.metadata.annotations
+    assert d.metadata.annotations["deployment.kubernetes.io/revision"] == "4"
+
+    await kubectl("rollout", "pause", "deployment/web")
+    await kubectl("set", "image", "deployment/web", "nginx=nginx:1.27")
+    await kubectl("scale", "deployment/web", "--replicas=2")
+    assert "successfully rolled out" not in await kubectl(
+        "rollout", "status", "deployment/web", "--timeout=2s", check=False
+    )
+    await kubectl("rollout", "resume", "deployment/web")
+    assert "successfully rolled out" in await kubectl("rollout", "status", "deployment/web", "--timeout=60s")
+    pods = (await client.CoreV1Api(k8s_client).list_namespaced_pod("default", label_selector="app=web")).items
+    live = [p for p in pods if not p.metadata.deletion_timestamp]
+    assert len(live) == 2 and {p.spec.containers[0].image for p in live} == {"nginx:1.27"}
+
+
+async def test_kubectl_waits_for_a_job_to_complete(kubectl: Kubectl) -> None:
+    await kubectl("create", "job", "migrate", "--image=busybox:1.36")
+    out = await kubectl("wait", "job/migrate", "--for=condition=complete", "--timeout=60s")
+    assert "job.batch/migrate condition met" in out
+    table = rows(await kubectl("get", "job", "migrate"))
+    assert table[0][:2] == ["NAME", "COMPLETIONS"] and table[1][:2] == ["migrate", "1/1"]
+
+
+async def test_kubectl_rollout_status_of_a_statefulset(
+    kubectl: Kubectl, k8s_client: client.ApiClient
+) -> None:
+    apps = client.AppsV1Api(k8s_client)
+    body = {
+        "metadata": {"name": "db"},
+        "spec": {
+            "replicas": 2,
+            "serviceName": "db",
+            "selector": {"matchLabels": {"app": "db"}},
+            "template": {
+                "metadata": {"labels": {"app": "db"}},
+                "spec": {"containers": [{"name": "db", "image": "postgres:16"}]},
+            },
+        },
+    }
+    await apps.create_namespaced_stateful_set("default", body)
+    out = await kubectl("rollout", "status", "statefulset/db", "--timeout=60s")
+    # The defaulted partition (0) makes kubectl report a partitioned roll-out, as against any cluster.
+    assert "partitioned roll out complete: 2 new pods have been updated" in out
+    await kubectl("set", "image", "statefulset/db", "db=postgres:17")
+    out = await kubectl("rollout", "status", "statefulset/db", "--timeout=60s")
+    assert "partitioned roll out complete: 2 new pods have been updated" in out
+    pods = (await client.CoreV1Api(k8s_client).list_namespaced_pod("default", label_selector="app=db")).items
+    assert {p.spec.containers[0].image for p in pods if not p.metadata.deletion_timestamp} == {"postgres:17"}
+    assert [r[:2] for r in rows(await kubectl("get", "statefulset", "db"))] == [
+        ["NAME", "READY"],
+        ["db", "2/2"],
+    ]
