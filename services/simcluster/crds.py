@@ -263,7 +263,7 @@ class CrdController:
             if rt not in served_now and rt is not storage_rt:
                 self.store.schemas.pop(rt, None)
                 self.stop_serving(rt)
-            if rt is not storage_rt and rt not in served_now:
+            if rt is not storage_rt:
                 for watcher in list(self.store.watchers):  # the old storage's watches end; clients relist
                     if watcher.resource is rt:
                         watcher.queue.put_nowait(None)
