@@ -48,9 +48,20 @@ async def read_clonesets(api: Any, namespace: str | None, name: str | None) -> l
             ]
         listing = await custom.list_cluster_custom_object(CLONESET_GROUP, CLONESET_VERSION, CLONESET_PLURAL)
     except client.ApiException as error:
-        if error.status == 404 and name is not None:
+        message = _status_message(error)
+        resource = f"{CLONESET_PLURAL}.{CLONESET_GROUP}/{CLONESET_VERSION}"
+        if error.status == 404 and (
+            name is None or message == "the server could not find the requested resource"
+        ):
+            raise CommandError(
+                f"the Kubernetes API server does not serve CloneSets ({resource}): is their CRD installed?"
+            ) from None
+        if error.status == 404:
             raise CommandError(f"CloneSet {namespace}/{name} not found") from None
-        raise
+        raise CommandError(
+            f"the Kubernetes API server cannot give the CloneSets ({resource}): "
+            f"HTTP {error.status}: {message or error.reason}"
+        ) from None
     except OSError as error:
         raise CommandError(
             f"cannot reach the Kubernetes API server at {api.configuration.host}: {error}"
@@ -147,3 +158,14 @@ def register(application: typer.Typer) -> None:
                 asyncio.run(follow(settings, workload, watch=True, timeout=timeout, interval=1.0))
             )
         raise typer.Exit(asyncio.run(show_status(Settings.from_env(), workload)))
+
+
+def _status_message(error: Any) -> str:
+    """The message of the Status an ApiException carries (e.g. why a conversion webhook failed)."""
+    import json
+
+    try:
+        body = json.loads(error.body) if error.body else {}
+    except (TypeError, ValueError):
+        return ""
+    return str(body.get("message") or "") if isinstance(body, dict) else ""
