@@ -12,7 +12,7 @@ import pytest
 from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from services.simcluster import SimConfig
+from services.simcluster import SimConfig, Timing
 
 from ..plugins.simcluster import MakeSimCluster, api_client_for
 from .helpers import wait_until
@@ -544,3 +544,36 @@ async def test_statefulset_parallel_scales_down_from_the_highest_ordinal(
         }
 
     assert await wait_until(names, lambda n: len(n) == 2) == {"par-0", "par-1"}
+
+
+async def test_deleting_a_job_removes_its_pods_despite_the_tracking_finalizer(
+    make_simcluster: MakeSimCluster,
+) -> None:
+    sim = await make_simcluster(SimConfig(timing=Timing(run=60.0)))  # its pods keep running
+    async with await api_client_for(sim) as api:
+        batch, core = client.BatchV1Api(api), client.CoreV1Api(api)
+        body = {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": "long"},
+            "spec": {
+                "parallelism": 2,
+                "completions": 4,
+                "template": {
+                    "spec": {"restartPolicy": "Never", "containers": [{"name": "m", "image": "busybox:1.36"}]}
+                },
+            },
+        }
+        await batch.create_namespaced_job("default", body)
+
+        async def pods() -> list[client.V1Pod]:
+            return (await core.list_namespaced_pod("default", label_selector="job-name=long")).items
+
+        running = await wait_until(
+            pods, lambda items: len(items) == 2 and all(p.status.phase == "Running" for p in items)
+        )
+        assert all("batch.kubernetes.io/job-tracking" in p.metadata.finalizers for p in running)
+        job = await batch.read_namespaced_job("long", "default")
+        assert (job.status.active, job.status.ready) == (2, 2)
+        await batch.delete_namespaced_job("long", "default", propagation_policy="Background")
+        await wait_until(pods, lambda items: not items)
