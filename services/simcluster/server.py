@@ -288,6 +288,19 @@ class ApiServer:
                         "verbs": ["get", "patch", "update"],
                     }
                 )
+            if r is PODS:
+                # What kubectl drain looks for to evict rather than delete.
+                entries.append(
+                    {
+                        "name": "pods/eviction",
+                        "singularName": "",
+                        "namespaced": True,
+                        "group": "policy",
+                        "version": "v1",
+                        "kind": "Eviction",
+                        "verbs": ["create"],
+                    }
+                )
             if r.has_status:
                 entries.append(
                     {

@@ -4,10 +4,17 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from kubernetes_asyncio import client
 
-from .helpers import Kubectl, rows
+from services.simcluster import SimConfig, Timing
+from services.simcluster.resources import PODS
+from services.simcluster.store import WatchEvent
+
+from ..plugins.simcluster import MakeSimCluster, api_client_for
+from .helpers import Kubectl, rows, wait_until
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -99,3 +106,63 @@ async def test_kubectl_rollout_status_of_a_statefulset(
         ["NAME", "READY"],
         ["db", "2/2"],
     ]
+
+
+async def test_kubectl_drain_evicts_within_the_disruption_budget(
+    make_simcluster: MakeSimCluster, kubectl_binary: Path, tmp_path: Path
+) -> None:
+    """kubectl drain cordons the node and evicts (pods/eviction, found in discovery) rather than deletes:
+    with minAvailable 5 of 6 (two pods per node) the second eviction is refused (429) and kubectl retries
+    it until the first pod's replacement, on another node, is ready: whenever a pod starts terminating,
+    the five others are ready."""
+    # Pods take a second to become ready, so a replacement is not ready when kubectl evicts the next pod.
+    sim = await make_simcluster(SimConfig(timing=Timing(ready=1.0)))
+    kubectl = Kubectl(kubectl_binary, sim, tmp_path / "cache")
+    healthy_when_evicted: list[int] = []
+
+    def on_event(event: WatchEvent) -> None:
+        meta, before = event.obj["metadata"], ((event.prev or {}).get("metadata") or {})
+        if event.resource is PODS and meta.get("deletionTimestamp") and not before.get("deletionTimestamp"):
+            others = [
+                p
+                for p in sim.store.objects[PODS].values()
+                if (p["metadata"].get("labels") or {}).get("app") == "drained"
+                and p["metadata"]["name"] != meta["name"]
+                and not p["metadata"].get("deletionTimestamp")
+                and any(
+                    c.get("type") == "Ready" and c.get("status") == "True"
+                    for c in p["status"].get("conditions") or []
+                )
+            ]
+            healthy_when_evicted.append(len(others))
+
+    sim.store.listeners.append(on_event)
+    async with await api_client_for(sim) as k8s_client:
+        await _drain(kubectl, k8s_client)
+    assert healthy_when_evicted == [5, 5]
+
+
+async def _drain(kubectl: Kubectl, k8s_client: client.ApiClient) -> None:
+    core = client.CoreV1Api(k8s_client)
+    await kubectl("create", "deployment", "drained", "--image=nginx:1.25", "--replicas=6")
+    await kubectl("rollout", "status", "deployment/drained", "--timeout=60s")
+    await client.PolicyV1Api(k8s_client).create_namespaced_pod_disruption_budget(
+        "default",
+        {
+            "metadata": {"name": "drained"},
+            "spec": {"minAvailable": 5, "selector": {"matchLabels": {"app": "drained"}}},
+        },
+    )
+    await wait_until(
+        lambda: client.PolicyV1Api(k8s_client).read_namespaced_pod_disruption_budget("drained", "default"),
+        lambda p: p.status is not None and p.status.disruptions_allowed == 1,
+    )
+    out = await kubectl("drain", "sim-node-0", "--ignore-daemonsets", "--timeout=60s")
+    assert "node/sim-node-0 cordoned" in out and "evicting pod default/drained-" in out, out
+    assert "node/sim-node-0 evicted" in out or "node/sim-node-0 drained" in out, out  # kubectl 1.20 / newer
+    pods = (await core.list_namespaced_pod("default", label_selector="app=drained")).items
+    live = [p for p in pods if not p.metadata.deletion_timestamp]
+    assert len(live) == 6 and all(p.spec.node_name != "sim-node-0" for p in live)
+    node = await core.read_node("sim-node-0")
+    assert node.spec.unschedulable
+    await kubectl("uncordon", "sim-node-0")
