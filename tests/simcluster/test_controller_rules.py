@@ -795,3 +795,28 @@ def test_scaled_value_rounds_as_intstr() -> None:
     ]
     with pytest.raises(ValueError, match="not a percentage"):
         scaled_value("3", 10, True)
+
+
+@pytest.mark.parametrize(
+    ("name", "before", "after", "new", "old", "expected_new", "expected_old"),
+    [
+        ("proportional scaling: 5 -> 10", 5, 10, 3, 2, 6, 4),
+        ("proportional scaling: 5 -> 3", 5, 3, 3, 2, 2, 1),
+        ("proportional scaling: 9 -> 4", 9, 4, 8, 1, 4, 0),
+        ("proportional scaling: 7 -> 11, each share rounded", 7, 11, 3, 4, 5, 6),
+    ],
+)
+def test_proportional_scaling(
+    name: str, before: int, after: int, new: int, old: int, expected_new: int, expected_old: int
+) -> None:
+    """The first two are upstream's TestScale cases (sync_test.go), the others its rounding (half away from
+    zero) and bounds: maxSurge and maxUnavailable 0, each ReplicaSet annotated with the Deployment's
+    replicas before the change."""
+    d = deployment(after, 0, 0)
+    d["status"] = {"replicas": before}
+    annotations = {dep.MAX_REPLICAS: str(before), dep.DESIRED_REPLICAS: str(before)}
+    new_rs = rs("new", new, created="2016-05-20T02:00:00Z", annotations=annotations)
+    old_rs = rs("old", old, created="2016-05-20T01:00:00Z", annotations=annotations)
+    changes = dep.proportional_scale(d, [new_rs, old_rs], new_rs)
+    got = (changes.get("new", new), changes.get("old", old))
+    assert got == (expected_new, expected_old), name

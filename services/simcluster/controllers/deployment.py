@@ -423,9 +423,26 @@ def paused_condition(deployment: Obj, now: datetime) -> list[dict[str, Any]] | N
     return None
 
 
+def _round(value: float) -> int:
+    """integer.RoundToInt32: half away from zero."""
+    return int(value - 0.5) if value < 0 else int(value + 0.5)
+
+
+def _max_replicas(rs: Obj, deployment: Obj) -> int:
+    """The Deployment's replicas + surge when ``rs`` was last scaled (its max-replicas annotation), else
+    the Deployment's current status.replicas."""
+    try:
+        value = int(((rs.get("metadata") or {}).get("annotations") or {}).get(MAX_REPLICAS, ""))
+    except ValueError:
+        value = 0
+    return value if value > 0 else status_int(deployment, "replicas")
+
+
 def proportional_scale(deployment: Obj, active: list[Obj], new_rs: Obj | None) -> dict[str, int]:
-    """A scaling event (spec.replicas changed) spreads over the active ReplicaSets in proportion to their
-    size, the rounding leftover going to the largest (newest first on ties), as the controller's scale()."""
+    """A scaling event (spec.replicas changed) spread over the active ReplicaSets in proportion to their
+    size (the controller's scale() with getReplicaSetFraction/getProportion): each gets its share of the
+    new replicas + maxSurge, rounded; what rounding leaves goes to the largest (newer first when scaling
+    up, older first when scaling down). Name -> new replicas, for those that change."""
     replicas = replicas_of(deployment)
     if not active:
         return {}
@@ -438,26 +455,26 @@ def proportional_scale(deployment: Obj, active: list[Obj], new_rs: Obj | None) -
     ):
         return {rs["metadata"]["name"]: 0 for rs in active if rs is not new_rs}
     allowed = replicas + max_surge(deployment)
-    current = sum(replicas_of(rs) for rs in active)
-    to_add = allowed - current
-    if to_add == 0 or current == 0:
+    to_add = allowed - sum(replicas_of(rs) for rs in active)
+    if to_add == 0:
         return {}
-    ordered = sorted(active, key=lambda rs: (-replicas_of(rs), tuple(-ord(c) for c in _created(rs)[0])))
+    by_age = sorted(active, key=_created, reverse=to_add > 0)  # newer first when scaling up
+    ordered = sorted(by_age, key=lambda rs: -replicas_of(rs))  # stable: largest first
     out: dict[str, int] = {}
     added = 0
     for rs in ordered:
-        share = (
-            (replicas_of(rs) * to_add) // current if to_add > 0 else -((replicas_of(rs) * -to_add) // current)
-        )
-        out[rs["metadata"]["name"]] = replicas_of(rs) + share
-        added += share
+        proportion = 0
+        annotated = _max_replicas(rs, deployment)
+        if annotated > 0:
+            fraction = _round(replicas_of(rs) * allowed / annotated) - replicas_of(rs)
+            left = to_add - added
+            proportion = min(fraction, left) if to_add > 0 else max(fraction, left)
+        out[rs["metadata"]["name"]] = replicas_of(rs) + proportion
+        added += proportion
     first = ordered[0]["metadata"]["name"]
     out[first] = max(out[first] + (to_add - added), 0)
-    return {
-        name: value
-        for name, value in out.items()
-        if value != replicas_of(next(r for r in active if r["metadata"]["name"] == name))
-    }
+    sizes = {rs["metadata"]["name"]: replicas_of(rs) for rs in active}
+    return {name: value for name, value in out.items() if value != sizes[name]}
 
 
 def cleanup_candidates(deployment: Obj, old_rss: list[Obj]) -> list[Obj]:
