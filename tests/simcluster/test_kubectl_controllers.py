@@ -102,6 +102,14 @@ async def test_kubectl_rollout_status_of_a_statefulset(
     assert "partitioned roll out complete: 2 new pods have been updated" in out
     pods = (await client.CoreV1Api(k8s_client).list_namespaced_pod("default", label_selector="app=db")).items
     assert {p.spec.containers[0].image for p in pods if not p.metadata.deletion_timestamp} == {"postgres:17"}
+    assert [r[0] for r in rows(await kubectl("rollout", "history", "statefulset/db"))[2:]] == ["1", "2"]
+    await kubectl("rollout", "undo", "statefulset/db")
+    out = await kubectl("rollout", "status", "statefulset/db", "--timeout=60s")
+    sts = await client.AppsV1Api(k8s_client).read_namespaced_stateful_set("db", "default")
+    assert sts.spec.template.spec.containers[0].image == "postgres:16"
+    assert sts.status.update_revision == sts.status.current_revision
+    revisions = (await client.AppsV1Api(k8s_client).list_namespaced_controller_revision("default")).items
+    assert sorted(r.revision for r in revisions if r.metadata.owner_references[0].name == "db") == [2, 3]
     assert [r[:2] for r in rows(await kubectl("get", "statefulset", "db"))] == [
         ["NAME", "READY"],
         ["db", "2/2"],
