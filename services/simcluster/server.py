@@ -509,6 +509,13 @@ class ApiServer:
         if container not in containers:
             raise errors.ApiError(400, f"container {container} is not valid for pod {name}")
         status = statuses.get(container)
+        terminated = ((status or {}).get("state") or {}).get("terminated")
+        if terminated is not None:  # a finished container's log stays readable (a Job's pods)
+            text = (
+                f"{terminated.get('startedAt', '')} simcluster: container {container} ran image "
+                f"{(status or {}).get('image')} and exited with code {terminated.get('exitCode', 0)}\n"
+            )
+            return web.Response(text=text, content_type="text/plain")
         if status is None or "running" not in (status.get("state") or {}):
             reason = ((status or {}).get("state") or {}).get("waiting", {}).get("reason", "ContainerCreating")
             raise errors.ApiError(

@@ -73,6 +73,8 @@ async def test_kubectl_waits_for_a_job_to_complete(kubectl: Kubectl) -> None:
     await kubectl("create", "job", "migrate", "--image=busybox:1.36")
     out = await kubectl("wait", "job/migrate", "--for=condition=complete", "--timeout=60s")
     assert "job.batch/migrate condition met" in out
+    logs = await kubectl("logs", "job/migrate")
+    assert "container migrate ran image busybox:1.36 and exited with code 0" in logs
     table = rows(await kubectl("get", "job", "migrate"))
     assert table[0][:2] == ["NAME", "COMPLETIONS"] and table[1][:2] == ["migrate", "1/1"]
 
