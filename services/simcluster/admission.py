@@ -20,6 +20,7 @@ from services.model.labels import matches
 
 from .errors import ApiError
 from .resources import MUTATING_WEBHOOKS, NAMESPACES, VALIDATING_WEBHOOKS, ResourceType
+from .routing import ServiceRouter
 from .store import Store
 
 
@@ -39,8 +40,9 @@ def _rule_matches(rule: dict[str, Any], rt: ResourceType, operation: str) -> boo
 
 
 class Admission:
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, router: ServiceRouter) -> None:
         self.store = store
+        self.router = router
         self._session: aiohttp.ClientSession | None = None
 
     async def close(self) -> None:
@@ -142,9 +144,7 @@ class Admission:
         namespace: str,
     ) -> dict[str, Any]:
         client_config = hook.get("clientConfig") or {}
-        url = client_config.get("url")
-        if not url:
-            raise RuntimeError("simcluster can only call webhooks with clientConfig.url (no Services here)")
+        url = self.router.url(client_config, float(hook.get("timeoutSeconds", 10)))
         ssl_context = webhook_ssl(client_config, url)
         meta = obj.get("metadata") or {}
         request_uid = str(uuid.uuid4())

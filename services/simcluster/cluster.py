@@ -15,6 +15,7 @@ from aiohttp import web
 
 from .admission import Admission
 from .auth import Auth
+from .controllers import ControllerManager, controller_manager
 from .conversion import Conversions
 from .crds import CrdController
 from .faults import FaultConfig, Faults
@@ -27,6 +28,7 @@ from .nodes import Clock, EventRecorder, NodeConfig, Nodes, Timing
 from .plugins import ClusterIPs
 from .pvcs import PvcBinder
 from .resources import NAMESPACES
+from .routing import ServiceRouter
 from .scheduler import Scheduler
 from .server import ApiServer
 from .store import Store
@@ -66,9 +68,12 @@ class SimConfig:
     # Bearer tokens and RBAC (auth.py): the written kubeconfig is an administrator's; per-ServiceAccount
     # ones come from SimCluster.service_account_kubeconfig. Off: every request is allowed.
     auth: bool = False
-    # Where the Services a CRD's conversion webhook names are reached: "namespace/name" -> base URL
-    # (https://127.0.0.1:port). simcluster routes no Service traffic of its own; see route_service.
+    # Services whose traffic (admission and conversion webhooks) goes to a server of the caller's instead
+    # of through the Service's endpoints: "namespace/name" -> base URL (https://127.0.0.1:port).
     service_urls: dict[str, str] = field(default_factory=dict)
+    # kube-controller-manager's workload controllers (Deployment, ReplicaSet, Job, StatefulSet,
+    # EndpointSlice, PodDisruptionBudget). None: run them when the kubelet runs.
+    controllers: bool | None = None
 
 
 class SimCluster:
@@ -79,8 +84,9 @@ class SimCluster:
             history_window=cfg.history_window, seed=cfg.seed, extended_inplace=cfg.extended_inplace
         )
         self.faults = Faults(cfg.faults)
-        self.admission = Admission(self.store)
-        self.conversions = Conversions(cfg.service_urls)
+        self.router = ServiceRouter(self.store, cfg.service_urls)
+        self.admission = Admission(self.store, self.router)
+        self.conversions = Conversions(self.router)
         self.gc = GarbageCollector(self.store)
         self.namespace_controller = NamespaceController(self.store)
         # The simulated node agents, one job each (the API server alone when cfg.kubelet is False).
@@ -105,6 +111,9 @@ class SimCluster:
             auth=self.auth,
         )
         self.store.create_hooks.append(ClusterIPs())
+        self.controllers: ControllerManager | None = None
+        if cfg.kubelet if cfg.controllers is None else cfg.controllers:
+            self.controllers = controller_manager(self.store, self.api.admitted_create)
         self.crds = CrdController(self.store, self.api.serve, self.api.stop_serving, self.conversions)
         self._runner: web.AppRunner | None = None
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
@@ -118,6 +127,8 @@ class SimCluster:
             )
         if self.agents:
             self.nodes.register_nodes()
+        if self.controllers is not None:
+            self.controllers.start()
         self._runner = web.AppRunner(self.api.app, access_log=None, shutdown_timeout=0.5)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.config.host, self.config.port)
@@ -143,6 +154,8 @@ class SimCluster:
 
     async def stop(self) -> None:
         self.api.cut_watches()
+        if self.controllers is not None:
+            await self.controllers.close()
         for agent in self.agents:
             await agent.close()
         await self.gc.close()
@@ -163,8 +176,9 @@ class SimCluster:
         await self.stop()
 
     def route_service(self, namespace: str, name: str, base_url: str) -> None:
-        """Send what is addressed to the Service namespace/name (a CRD conversion webhook) to base_url."""
-        self.conversions.service_urls[f"{namespace}/{name}"] = base_url
+        """Send what is addressed to the Service namespace/name (an admission or conversion webhook) to
+        base_url instead of through its endpoints."""
+        self.router.service_urls[f"{namespace}/{name}"] = base_url
 
     # ---- test knobs --------------------------------------------------------------------------------
 

@@ -10,15 +10,14 @@ and of the same kind; of the metadata only labels and annotations may change (th
 A failure is the API server's 500 ``conversion webhook for <group/version, Kind> failed: …``, so a client
 reading or writing at a non-storage version gets nothing while the webhook is down.
 
-The webhook is reached at ``clientConfig.url``, or for ``clientConfig.service`` at the base URL that
-``SimConfig.service_urls`` gives for ``namespace/name`` (simcluster has no Service routing of its own),
-plus the service's ``path``.
+The webhook is reached at ``clientConfig.url``, or for ``clientConfig.service`` through the Service's
+endpoints (routing.py).
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +26,7 @@ import aiohttp
 from .admission import webhook_ssl
 from .errors import ApiError
 from .resources import ResourceType
+from .routing import ServiceRouter
 from .store import deep_copy
 
 Obj = dict[str, Any]
@@ -58,8 +58,8 @@ def _failed(rt: ResourceType, reason: str) -> ApiError:
 class Conversions:
     """Builds the converter of a CRD; owns the HTTP session its webhooks are called with."""
 
-    def __init__(self, service_urls: Mapping[str, str]) -> None:
-        self.service_urls = dict(service_urls)
+    def __init__(self, router: ServiceRouter) -> None:
+        self.router = router
         self._session: aiohttp.ClientSession | None = None
 
     async def close(self) -> None:
@@ -85,16 +85,6 @@ class Conversions:
 
         return convert
 
-    def _url(self, client_config: Obj) -> str:
-        if client_config.get("url"):
-            return str(client_config["url"])
-        service = client_config.get("service") or {}
-        key = f"{service.get('namespace', '')}/{service.get('name', '')}"
-        base = self.service_urls.get(key)
-        if base is None:
-            raise RuntimeError(f'service "{key}" has no endpoint simcluster can reach (service_urls)')
-        return base.rstrip("/") + str(service.get("path") or "/")
-
     async def _call(self, webhook: Obj, rt: ResourceType, objects: list[Obj], desired: str) -> list[Obj]:
         client_config = webhook.get("clientConfig") or {}
         if "v1" not in (webhook.get("conversionReviewVersions") or []):
@@ -106,7 +96,7 @@ class Conversions:
             "request": {"uid": uid, "desiredAPIVersion": desired, "objects": objects},
         }
         try:
-            url = self._url(client_config)
+            url = self.router.url(client_config, WEBHOOK_TIMEOUT_SECONDS)
             ssl_context = webhook_ssl(client_config, url)
             if self._session is None:
                 self._session = aiohttp.ClientSession()

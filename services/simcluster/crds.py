@@ -149,6 +149,18 @@ def resource_types(crd: Obj) -> list[tuple[ResourceType, Obj]]:
     ]
 
 
+def _serving(crd: Obj) -> Any:
+    """What of a CRD decides how its resource is served (a change re-registers it)."""
+    spec = crd.get("spec") or {}
+    return (
+        spec.get("group"),
+        spec.get("names"),
+        spec.get("scope"),
+        spec.get("versions"),
+        spec.get("conversion"),
+    )
+
+
 def established_status(crd: Obj, now: str) -> Obj:
     names = dict(crd["spec"]["names"])
     names.setdefault("singular", names["kind"].lower())
@@ -213,12 +225,14 @@ class CrdController:
             for rt in self._by_crd.pop(name, []):
                 self._forget(rt)
             return
-        if event.type == "ADDED":
+        if event.type == "ADDED" or _serving(crd) != _serving(event.prev or {}):
             self._register(name, crd)
 
     def _register(self, name: str, crd: Obj) -> None:
         """Objects are stored once, under the storage version's type; every other served version is a
-        view converted to and from it (conversion.py)."""
+        view converted to and from it (conversion.py). A CRD replaced (updated) or created over a resource
+        simcluster served already keeps the objects stored so far, each at the version it was written at
+        (``status.storedVersions``), converted when read, as kube-apiserver does."""
         spec = crd["spec"]
         served = [(self._native_or(rt), schema) for rt, schema in resource_types(crd)]
         stored = next(v for v in spec["versions"] if v.get("storage"))
@@ -226,17 +240,51 @@ class CrdController:
             (rt for rt, _ in served if rt.version == stored["name"]),
             self._native_or(_resource_type(spec, stored)),  # stored but not served
         )
+        previous = [
+            *self._by_crd.get(name, []),
+            *(
+                rt
+                for rt in self._native.values()
+                if (rt.group, rt.plural) == (spec["group"], spec["names"]["plural"])
+            ),
+        ]
         self.store.register(storage_rt, stored["schema"]["openAPIV3Schema"])
+        for rt in previous:
+            if rt is not storage_rt:
+                self.store.move(rt, storage_rt)
+        versions = [
+            str((o.get("apiVersion") or "").rpartition("/")[2])
+            for o in self.store.objects.get(storage_rt, {}).values()
+        ]
+        mixed = any(v != storage_rt.version for v in versions)
         registered = [storage_rt]
+        served_now = {rt for rt, _ in served}
+        for rt in previous:
+            if rt not in served_now and rt is not storage_rt:
+                self.store.schemas.pop(rt, None)
+                self.stop_serving(rt)
+            if rt is not storage_rt:
+                for watcher in list(self.store.watchers):  # the old storage's watches end; clients relist
+                    if watcher.resource is rt:
+                        watcher.queue.put_nowait(None)
         for rt, schema in served:
             if rt is storage_rt:
-                self.serve(rt, None)
+                view = VersionView(storage_rt, self.conversions.converter(crd, rt)) if mixed else None
+                self.serve(rt, view)
                 continue
             self.store.schemas[rt] = schema  # what a write at this version is checked against
             self.serve(rt, VersionView(storage_rt, self.conversions.converter(crd, rt)))
             registered.append(rt)
         self._by_crd[name] = registered
-        established = dict(crd, status=established_status(crd, now_iso()))
+        status = established_status(crd, now_iso())
+        kept = list((crd.get("status") or {}).get("storedVersions") or [])
+        for version in [*sorted(set(versions)), storage_rt.version]:
+            if version and version not in kept:
+                kept.append(version)
+        status["storedVersions"] = kept
+        if (crd.get("status") or {}).get("conditions"):
+            status["conditions"] = crd["status"]["conditions"]
+        established = dict(crd, status=status)
         self.store.commit_internal(CRDS, established)
 
     def _native_or(self, rt: ResourceType) -> ResourceType:

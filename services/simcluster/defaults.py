@@ -226,4 +226,54 @@ def _service(obj: Obj) -> None:
         ]
 
 
-_BY_KIND = {"Deployment": _deployment, "Job": _job}
+def _replica_set(obj: Obj) -> None:
+    spec = obj.setdefault("spec", {})
+    spec.setdefault("replicas", 1)
+    _template_defaults(spec)
+
+
+def _stateful_set(obj: Obj) -> None:
+    spec = obj.setdefault("spec", {})
+    spec.setdefault("replicas", 1)
+    spec.setdefault("podManagementPolicy", "OrderedReady")
+    strategy = spec.setdefault("updateStrategy", {})
+    strategy.setdefault("type", "RollingUpdate")
+    if strategy["type"] == "RollingUpdate":
+        strategy.setdefault("rollingUpdate", {}).setdefault("partition", 0)
+    spec.setdefault("revisionHistoryLimit", 10)
+    spec.setdefault("persistentVolumeClaimRetentionPolicy", {"whenDeleted": "Retain", "whenScaled": "Retain"})
+    _template_defaults(spec)
+
+
+_BY_KIND = {
+    "Deployment": _deployment,
+    "Job": _job,
+    "ReplicaSet": _replica_set,
+    "StatefulSet": _stateful_set,
+}
+
+
+def generated_selector(rt: ResourceType, obj: Obj) -> None:
+    """The Job strategy's PrepareForCreate once the uid is known: unless ``spec.manualSelector``, the
+    selector is ``batch.kubernetes.io/controller-uid`` and the template carries the controller-uid and
+    job-name labels (both the ``batch.kubernetes.io/`` and the legacy unprefixed ones)."""
+    if rt.kind != "Job" or rt.group != "batch":
+        return
+    spec = obj.get("spec")
+    if not isinstance(spec, dict) or spec.get("manualSelector"):
+        return
+    meta = obj["metadata"]
+    uid, name = meta["uid"], meta.get("name", "")
+    spec["selector"] = {"matchLabels": {"batch.kubernetes.io/controller-uid": uid}}
+    template = spec.setdefault("template", {})
+    if isinstance(template, dict):
+        tmeta = template.setdefault("metadata", {})
+        tmeta["labels"] = dict(
+            tmeta.get("labels") or {},
+            **{
+                "batch.kubernetes.io/controller-uid": uid,
+                "batch.kubernetes.io/job-name": name,
+                "controller-uid": uid,
+                "job-name": name,
+            },
+        )

@@ -48,6 +48,8 @@ class ContainerRuntime:
     last_terminated: dict[str, Any] | None = None
     crashes: int = 0  # consecutive crashes, for the back-off
     restart_at: float | None = None  # loop time when a crashed container is started again
+    exit_at: float | None = None  # loop time when a run-to-completion container exits 0
+    terminated: dict[str, Any] | None = None  # the state of a container that exited and stays so
 
 
 @dataclass
@@ -59,6 +61,10 @@ class PodRuntime:
     containers: dict[str, ContainerRuntime] = field(default_factory=dict)
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     task: asyncio.Task[None] | None = None
+
+
+def _restart_policy(pod: Obj) -> str:
+    return str((pod.get("spec") or {}).get("restartPolicy") or "Always")
 
 
 class Kubelet:
@@ -159,6 +165,8 @@ class Kubelet:
                 current = ContainerRuntime(name=name, image=image, fingerprint=fingerprint)
                 runtime.containers[name] = current
                 todo.append((current, image, fingerprint))
+            elif current.terminated is not None:
+                continue  # exited for good (restartPolicy Never, or OnFailure after success)
             elif not current.running and current.waiting_reason == "ContainerCreating":
                 todo.append((current, image, fingerprint))
             elif current.image != image or current.fingerprint != fingerprint:
@@ -193,6 +201,9 @@ class Kubelet:
             if pod["metadata"].get("deletionTimestamp"):
                 await self._terminate(key, runtime, pod)
                 return
+            if self._exits(pod, runtime, loop.time()):
+                self._write_status(key, runtime)
+                continue
             todo = self._containers_to_start(pod, runtime, loop.time())
             if todo:
                 if not await self._start_containers(key, runtime, pod, todo):
@@ -211,6 +222,7 @@ class Kubelet:
             if runtime.wake.is_set():
                 continue
             restarts = [c.restart_at for c in runtime.containers.values() if c.restart_at is not None]
+            restarts += [c.exit_at for c in runtime.containers.values() if c.exit_at is not None]
             if restarts:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(runtime.wake.wait(), max(min(restarts) - loop.time(), 0.0))
@@ -248,6 +260,8 @@ class Kubelet:
             self.events.emit(pod, "Started", f"Started container {container_rt.name}")
             if self.images.crashes(image):
                 crashing.append(container_rt)
+            elif _restart_policy(pod) != "Always":
+                container_rt.exit_at = asyncio.get_running_loop().time() + self.clock.timing.run
         self._write_status(key, runtime)
         if crashing:
             await self.clock.sleep(self.clock.timing.ready)  # it runs a moment, then exits with an error
@@ -258,13 +272,18 @@ class Kubelet:
             for container_rt in crashing:
                 if not container_rt.running:
                     continue
-                container_rt.last_terminated = {
+                exited = {
                     "exitCode": 1,
                     "reason": "Error",
                     "startedAt": container_rt.started_at,
                     "finishedAt": now_iso(),
                     "containerID": container_rt.container_id,
                 }
+                if _restart_policy(current_pod) == "Never":
+                    container_rt.running, container_rt.ready = False, False
+                    container_rt.terminated = exited
+                    continue
+                container_rt.last_terminated = exited
                 container_rt.running, container_rt.ready = False, False
                 container_rt.restart_count += 1
                 container_rt.waiting_reason = "CrashLoopBackOff"
@@ -278,6 +297,25 @@ class Kubelet:
                 )
             self._write_status(key, runtime)
         return True
+
+    def _exits(self, pod: Obj, runtime: PodRuntime, now: float) -> bool:
+        """Run-to-completion containers whose time is up exit 0 (Completed) and stay terminated."""
+        exited = False
+        for container in runtime.containers.values():
+            if container.exit_at is None or now < container.exit_at or not container.running:
+                continue
+            container.exit_at = None
+            container.running, container.ready = False, False
+            container.waiting_reason = ""
+            container.terminated = {
+                "exitCode": 0,
+                "reason": "Completed",
+                "startedAt": container.started_at,
+                "finishedAt": now_iso(),
+                "containerID": container.container_id,
+            }
+            exited = True
+        return exited
 
     async def _terminate(self, key: Key, runtime: PodRuntime, pod: Obj) -> None:
         grace = pod["metadata"].get("deletionGracePeriodSeconds")
@@ -316,6 +354,11 @@ class Kubelet:
                 entry["imageID"] = f"docker.io/library/{rt.image}@sha256:{digest(rt.image)}"
                 entry["containerID"] = rt.container_id
                 entry["state"] = {"running": {"startedAt": rt.started_at}}
+            elif rt.terminated is not None:
+                entry["imageID"] = f"docker.io/library/{rt.image}@sha256:{digest(rt.image)}"
+                entry["containerID"] = rt.container_id
+                entry["state"] = {"terminated": rt.terminated}
+                entry["started"] = False
             else:
                 entry["state"] = {"waiting": {"reason": rt.waiting_reason}}
             if rt.last_terminated:
@@ -366,15 +409,28 @@ class Kubelet:
         ready_reason = (
             "" if ready else ("ContainersNotReady" if not containers_ready else "ReadinessGatesNotReady")
         )
+        containers = spec.get("containers") or []
+        finished = (
+            _restart_policy(pod) != "Always"
+            and len(runtime.containers) == len(containers)
+            and all(c.terminated is not None for c in runtime.containers.values())
+        )
+        if finished:
+            ready_reason = "PodCompleted"
+            conditions = set_condition(conditions, "ContainersReady", "False", "PodCompleted")
         conditions = set_condition(conditions, "Ready", "True" if ready else "False", ready_reason)
         any_running = any(s.get("started") for s in statuses) or any(
             c.restart_count > 0 for c in runtime.containers.values()
         )
+        phase = "Running" if any_running else "Pending"
+        if finished:
+            failed = any(c.terminated and c.terminated.get("exitCode") for c in runtime.containers.values())
+            phase = "Failed" if failed else "Succeeded"
         node = self.nodes.get(runtime.node)
         status = dict(old_status)
         status.update(
             {
-                "phase": "Running" if any_running else "Pending",
+                "phase": phase,
                 "conditions": conditions,
                 "hostIP": f"192.168.0.{node.index + 10}" if node else "",
                 "podIP": runtime.ip,

@@ -39,6 +39,7 @@ class Timing:
     terminate: float = 0.0  # graceful deletion (capped by the pod's grace period)
     pvc_bind: float = 0.0
     crash_backoff: float = 0.0  # first CrashLoopBackOff wait, doubling to 30x (floor 0.05 s)
+    run: float = 0.0  # a container of a pod with restartPolicy Never/OnFailure exits 0 after this long
     jitter: float = 0.0  # each delay is multiplied by uniform(1 - jitter, 1 + jitter)
 
     @classmethod
@@ -53,6 +54,7 @@ class Timing:
             terminate=1.0,
             pvc_bind=0.5,
             crash_backoff=2.0,
+            run=2.0,
             jitter=0.2,
         )
 

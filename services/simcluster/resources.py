@@ -98,7 +98,33 @@ DEPLOYMENTS = ResourceType(
     has_status=True,
     short_names=("deploy",),
     categories=("all",),
+    scale=(".spec.replicas", ".status.replicas", ""),
 )
+# What kube-controller-manager's workload controllers (controllers/) create and act on.
+REPLICASETS = ResourceType(
+    "apps",
+    "v1",
+    "replicasets",
+    "ReplicaSet",
+    True,
+    has_status=True,
+    short_names=("rs",),
+    categories=("all",),
+    scale=(".spec.replicas", ".status.replicas", ""),
+)
+STATEFULSETS = ResourceType(
+    "apps",
+    "v1",
+    "statefulsets",
+    "StatefulSet",
+    True,
+    has_status=True,
+    short_names=("sts",),
+    categories=("all",),
+    scale=(".spec.replicas", ".status.replicas", ""),
+)
+CONTROLLER_REVISIONS = ResourceType("apps", "v1", "controllerrevisions", "ControllerRevision", True)
+ENDPOINT_SLICES = ResourceType("discovery.k8s.io", "v1", "endpointslices", "EndpointSlice", True)
 JOBS = ResourceType("batch", "v1", "jobs", "Job", True, has_status=True, categories=("all",))
 PDBS = ResourceType(
     "policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True, has_status=True, short_names=("pdb",)
@@ -134,6 +160,10 @@ ALL: tuple[ResourceType, ...] = (
     CONFIGMAPS,
     SERVICES,
     DEPLOYMENTS,
+    REPLICASETS,
+    STATEFULSETS,
+    CONTROLLER_REVISIONS,
+    ENDPOINT_SLICES,
     JOBS,
     PDBS,
     ROLES,

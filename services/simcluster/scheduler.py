@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 
 from .nodes import Clock, EventRecorder, Nodes, Tasks, pod_cpu, set_condition
-from .resources import PODS
+from .resources import NODES, PODS
 from .store import Key, Store, WatchEvent, key_of
 
 
@@ -23,7 +23,16 @@ class Scheduler:
         store.listeners.append(self._on_event)
 
     def _on_event(self, event: WatchEvent) -> None:
-        if self.tasks.closed or event.resource is not PODS:
+        if self.tasks.closed:
+            return
+        if event.resource is NODES:
+            uncordoned = ((event.prev or {}).get("spec") or {}).get("unschedulable") and not (
+                event.obj.get("spec") or {}
+            ).get("unschedulable")
+            if uncordoned and self._pending:
+                self.tasks.spawn(self._retry_pending())
+            return
+        if event.resource is not PODS:
             return
         key = key_of(event.obj)
         if event.type == "DELETED":
@@ -51,6 +60,7 @@ class Scheduler:
             n
             for n in self.nodes.by_name.values()
             if n.fits(cpu)
+            and not self._cordoned(n.config.name)
             and all(
                 dict(n.config.labels, **{"kubernetes.io/hostname": n.config.name}).get(k) == v
                 for k, v in selector.items()
@@ -94,6 +104,11 @@ class Scheduler:
                 self._pending.discard(key)
                 continue
             await self._schedule(key, pod["metadata"]["uid"])
+
+    def _cordoned(self, node: str) -> bool:
+        """``kubectl cordon`` / ``drain``: a node with ``spec.unschedulable`` takes no new pods."""
+        obj = self.store.objects[NODES].get(("", node))
+        return bool(((obj or {}).get("spec") or {}).get("unschedulable"))
 
     async def close(self) -> None:
         await self.tasks.close()

@@ -17,12 +17,14 @@ from services.model.jsondepth import depth_over
 from . import errors, event_versions, patch, rbac, resources
 from .admission import Admission
 from .auth import Auth, subject_access_review_status, token_review_status
+from .controllers.base import utc_now
+from .controllers.disruption import evict, matching_pods_budgets
 from .conversion import VersionView
 from .defaults import apply_defaults
 from .errors import ApiError
 from .faults import Faults
 from .plugins import admit_pod, check_namespace
-from .resources import NAMESPACES, PODS, SERVICE_ACCOUNTS, ResourceType
+from .resources import NAMESPACES, PDBS, PODS, SERVICE_ACCOUNTS, ResourceType
 from .selectors import parse_field_selector, parse_label_selector
 from .store import Store, Watcher, WatchEvent, deep_copy
 from .tables import PLAIN, Rendering, negotiate, partial, partial_list, to_table
@@ -337,6 +339,19 @@ class ApiServer:
                         "verbs": ["get", "patch", "update"],
                     }
                 )
+            if r is PODS:
+                # What kubectl drain looks for to evict rather than delete.
+                entries.append(
+                    {
+                        "name": "pods/eviction",
+                        "singularName": "",
+                        "namespaced": True,
+                        "group": "policy",
+                        "version": "v1",
+                        "kind": "Eviction",
+                        "verbs": ["create"],
+                    }
+                )
             if r.has_status:
                 entries.append(
                     {
@@ -374,6 +389,7 @@ class ApiServer:
             (sub == "status" and rt.has_status)
             or (sub == "scale" and rt.scale is not None)
             or (sub == "log" and rt is PODS)
+            or (sub == "eviction" and rt is PODS)
         )
         if sub and not allowed:
             raise errors.ApiError(404, "the server could not find the requested resource", "NotFound")
@@ -405,6 +421,10 @@ class ApiServer:
             return await self._scale(request, rt, ns, name)
         if sub == "log" and method == "GET":
             return self._log(rt, ns, name, query.get("container"))
+        if sub == "eviction":
+            if method != "POST":
+                raise errors.ApiError(405, f"{method} is not supported on eviction", "MethodNotAllowed")
+            return await self._evict(request, ns, name)
         if method == "GET":
             rendering = self._rendering(request)
             if name:
@@ -492,6 +512,38 @@ class ApiServer:
         updated["metadata"]["resourceVersion"] = (wanted.get("metadata") or {}).get("resourceVersion") or ""
         return _json(as_scale(self.store.update(rt, ns, name, updated)))
 
+    async def _evict(self, request: web.Request, ns: str, name: str) -> web.Response:
+        """``pods/eviction``: delete the pod unless its PodDisruptionBudget allows no disruption (429), as
+        kube-apiserver's eviction REST does; the budget's disruptionsAllowed and disruptedPods are updated
+        in the same step as the deletion."""
+        body = await self._body(request)
+        if not isinstance(body, dict) or body.get("kind") not in (None, "Eviction"):
+            raise errors.ApiError(400, "the request body must be an Eviction")
+        if (body.get("metadata") or {}).get("name") not in (None, name):
+            raise errors.ApiError(400, f"name in URL does not match name in Eviction object: {name}")
+        options = body.get("deleteOptions") or {}
+        pod = self.store.get(PODS, ns, name)
+        pdbs = matching_pods_budgets(self.store, pod) if PDBS in self.served else []
+        decided = evict(pod, pdbs, utc_now())
+        if decided is not None:
+            pdb = pdbs[0]
+            self.store.update(
+                PDBS, ns, pdb["metadata"]["name"], dict(pdb, status=decided), subresource="status"
+            )
+        grace = options.get("gracePeriodSeconds")
+        preconditions = options.get("preconditions") or {}
+        self.store.delete(
+            PODS,
+            ns,
+            name,
+            grace_seconds=int(grace) if grace is not None else None,
+            precondition_uid=preconditions.get("uid"),
+            precondition_rv=preconditions.get("resourceVersion"),
+        )
+        return _json(
+            {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}, 201
+        )
+
     def _log(self, rt: ResourceType, ns: str, name: str, container: str | None) -> web.Response:
         """`kubectl logs`: simulated containers print what the kubelet did with them."""
         pod = self.store.get(rt, ns, name)
@@ -508,6 +560,13 @@ class ApiServer:
         if container not in containers:
             raise errors.ApiError(400, f"container {container} is not valid for pod {name}")
         status = statuses.get(container)
+        terminated = ((status or {}).get("state") or {}).get("terminated")
+        if terminated is not None:  # a finished container's log stays readable (a Job's pods)
+            text = (
+                f"{terminated.get('startedAt', '')} simcluster: container {container} ran image "
+                f"{(status or {}).get('image')} and exited with code {terminated.get('exitCode', 0)}\n"
+            )
+            return web.Response(text=text, content_type="text/plain")
         if status is None or "running" not in (status.get("state") or {}):
             reason = ((status or {}).get("state") or {}).get("waiting", {}).get("reason", "ContainerCreating")
             raise errors.ApiError(
@@ -578,6 +637,12 @@ class ApiServer:
         body = await self._in(rt, body, None, None)
         created = self.store.create(self._stored(rt), ns, body, defaulted=True)
         return _json(await self._one_out(rt, created), 201)
+
+    async def admitted_create(self, rt: ResourceType, ns: str, body: Obj) -> Obj:
+        """A create by an in-process controller (a ReplicaSet's pod), through defaulting, the admission
+        plugins and the webhooks as any client's create."""
+        body = await self._admit(rt, "CREATE", body, None, ns)
+        return self.store.create(rt, ns, body, defaulted=True)
 
     async def _admit(self, rt: ResourceType, operation: str, body: Obj, old: Obj | None, ns: str) -> Obj:
         """What kube-apiserver does between decoding a write and storing it: defaulting, the compiled-in

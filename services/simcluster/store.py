@@ -22,7 +22,7 @@ import msgspec
 
 from . import errors
 from . import schema as crd_schema
-from .defaults import apply_defaults, initial_status
+from .defaults import apply_defaults, generated_selector, initial_status
 from .plugins import check_namespace
 from .resources import ALL, NAMESPACES, PODS, ResourceType
 from .validation import validate_create, validate_update
@@ -263,6 +263,26 @@ class Store:
             return old
         return self._commit(rt, "MODIFIED", new, old)
 
+    def move(self, source: ResourceType, target: ResourceType) -> int:
+        """Keep the objects stored under ``source`` under ``target`` instead, unchanged (each keeps the
+        apiVersion it was stored at, as etcd keeps what was written): a CRD whose storage version changed
+        keeps its objects. No watch event: the stored data did not change. Returns how many moved."""
+        table = self.objects.get(source) or {}
+        moved = 0
+        for key, obj in list(table.items()):
+            if key in self.objects.setdefault(target, {}):
+                continue
+            del table[key]
+            self.objects[target][key] = obj
+            self._by_uid[obj["metadata"]["uid"]] = (target, key)
+            for ref in obj["metadata"].get("ownerReferences") or []:
+                dependents = self._dependents.get(ref.get("uid"), set())
+                if (source, key) in dependents:
+                    dependents.discard((source, key))
+                    dependents.add((target, key))
+            moved += 1
+        return moved
+
     def compact(self) -> None:
         """Forget all kept events (as etcd compaction does): older resourceVersions now get 410 Gone."""
         if self.history:
@@ -316,6 +336,7 @@ class Store:
         meta["uid"] = str(uuid.UUID(int=self.rng.getrandbits(128), version=4))
         meta["creationTimestamp"] = now_iso()
         meta["generation"] = 1
+        generated_selector(rt, obj)
         if rt.has_status and rt.custom:
             obj.pop("status", None)  # CRDs with a status subresource drop status on create
         return self._commit(rt, "ADDED", obj, None)

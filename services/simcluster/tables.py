@@ -10,7 +10,20 @@ from datetime import UTC, datetime
 from typing import Any
 
 from .errors import ApiError
-from .resources import CLONESETS, EVENTS, NAMESPACES, NODES, PODS, PVCS, SIDECARSETS, ResourceType
+from .resources import (
+    CLONESETS,
+    DEPLOYMENTS,
+    EVENTS,
+    JOBS,
+    NAMESPACES,
+    NODES,
+    PODS,
+    PVCS,
+    REPLICASETS,
+    SIDECARSETS,
+    STATEFULSETS,
+    ResourceType,
+)
 
 Obj = dict[str, Any]
 
@@ -167,6 +180,126 @@ _COLUMNS: dict[ResourceType, tuple[list[Column], Callable[[Obj], list[Any]]]] = 
         ],
     ),
 }
+
+
+def _images(o: Obj) -> tuple[str, str]:
+    containers = (((o.get("spec") or {}).get("template") or {}).get("spec") or {}).get("containers") or []
+    return ",".join(c.get("name", "") for c in containers), ",".join(c.get("image", "") for c in containers)
+
+
+def _selector(o: Obj) -> str:
+    selector = (o.get("spec") or {}).get("selector") or {}
+    return ",".join(f"{k}={v}" for k, v in (selector.get("matchLabels") or {}).items())
+
+
+_WIDE = [
+    ("Containers", "string", "Names of each container in the template.", 1),
+    ("Images", "string", "Images referenced by each container in the template.", 1),
+    ("Selector", "string", "Label selector for pods.", 1),
+]
+# The columns kube-apiserver's printers give the workload kinds (kubectl get deploy/rs/sts/job).
+_COLUMNS[DEPLOYMENTS] = (
+    [
+        ("Name", "string", "Name", 0),
+        ("Ready", "string", "Number of the pod with ready state", 0),
+        (
+            "Up-to-date",
+            "string",
+            "Total number of non-terminated pods targeted by this deployment that have the desired "
+            "template spec.",
+            0,
+        ),
+        (
+            "Available",
+            "string",
+            "Total number of available pods (ready for at least minReadySeconds) targeted by this "
+            "deployment.",
+            0,
+        ),
+        ("Age", "string", "CreationTimestamp", 0),
+        *_WIDE,
+    ],
+    lambda o: [
+        o["metadata"]["name"],
+        f"{_status(o, 'readyReplicas')}/{(o.get('spec') or {}).get('replicas', 1)}",
+        _status(o, "updatedReplicas"),
+        _status(o, "availableReplicas"),
+        _age(o),
+        *_images(o),
+        _selector(o),
+    ],
+)
+_COLUMNS[REPLICASETS] = (
+    [
+        ("Name", "string", "Name", 0),
+        ("Desired", "integer", "Number of desired pods.", 0),
+        ("Current", "integer", "Number of actual replicas.", 0),
+        ("Ready", "integer", "Number of ready replicas.", 0),
+        ("Age", "string", "CreationTimestamp", 0),
+        *_WIDE,
+    ],
+    lambda o: [
+        o["metadata"]["name"],
+        (o.get("spec") or {}).get("replicas", 1),
+        _status(o, "replicas"),
+        _status(o, "readyReplicas"),
+        _age(o),
+        *_images(o),
+        _selector(o),
+    ],
+)
+_COLUMNS[STATEFULSETS] = (
+    [
+        ("Name", "string", "Name", 0),
+        ("Ready", "string", "Number of the pod with ready state", 0),
+        ("Age", "string", "CreationTimestamp", 0),
+        ("Containers", "string", "Names of each container in the template.", 1),
+        ("Images", "string", "Images referenced by each container in the template.", 1),
+    ],
+    lambda o: [
+        o["metadata"]["name"],
+        f"{_status(o, 'readyReplicas')}/{(o.get('spec') or {}).get('replicas', 1)}",
+        _age(o),
+        *_images(o),
+    ],
+)
+
+
+def _job_row(o: Obj) -> list[Any]:
+    completions = (o.get("spec") or {}).get("completions")
+    return [
+        o["metadata"]["name"],
+        f"{_status(o, 'succeeded')}/{completions if completions is not None else 1}",
+        _job_duration(o),
+        _age(o),
+        *_images(o),
+        _selector(o),
+    ]
+
+
+def _job_duration(o: Obj) -> str:
+    status = o.get("status") or {}
+    start, end = status.get("startTime"), status.get("completionTime")
+    if not start:
+        return ""
+
+    def parse(text: str) -> datetime:
+        return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+
+    seconds = int(((parse(end) if end else datetime.now(UTC)) - parse(start)).total_seconds())
+    return f"{seconds}s" if seconds < 120 else f"{seconds // 60}m"
+
+
+_COLUMNS[JOBS] = (
+    [
+        ("Name", "string", "Name", 0),
+        ("Completions", "string", "The completion status of the job.", 0),
+        ("Duration", "string", "Time required to complete the job.", 0),
+        ("Age", "string", "CreationTimestamp", 0),
+        *_WIDE,
+    ],
+    _job_row,
+)
 _COLUMNS[NAMESPACES] = (
     [
         ("Name", "string", "Name", 0),

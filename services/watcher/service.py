@@ -22,11 +22,16 @@ to ``CloneSet/<ns>/<name>/observed`` for every real change (see docs/services.md
 - SidecarSets are optional: on a cluster without the Kruise SidecarSet CRD their list answers 404. The
   watcher then logs ``resource_not_served``, reports the kind as not served (``rollbook_kind_served`` 0,
   ``/readyz`` details) and tries again every minute, without holding back readiness or the other kinds.
+- A required kind the API server refuses to list or watch (CloneSets whose CRD is missing, 404, or whose
+  conversion webhook cannot be reached, 500) is reported by name with the API server's reason: the log
+  line ``resource_failing`` (once per new reason), ``/readyz`` details ``kinds_failing``, and readiness,
+  which stays 503 with that reason until the kind lists again.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -176,6 +181,8 @@ class Watcher:
         self._idle.set()
         self.appends = 0  # store appends made
         self.stopping: asyncio.Event | None = None  # set by the service: ends retries on shutdown
+        self.failing: dict[str, str] = {}  # required kind -> why the API server refuses it
+        self.health_changed = asyncio.Event()  # a kind listed, failed or recovered
 
     # --- start: rebuild what was already observed ----------------------------------------------------
 
@@ -419,7 +426,10 @@ class Watcher:
             log.info("resource_served", kind=kind)
         kind_watch.served = True
         KIND_SERVED.labels("watcher", kind).set(1)
+        if self.failing.pop(kind, None) is not None:
+            log.info("resource_recovered", kind=kind)
         kind_watch.initial_list_done.set()
+        self.health_changed.set()
         return str(list_metadata.get("resourceVersion", ""))
 
     async def run_kind(self, kind_watch: KindWatch) -> None:
@@ -453,12 +463,22 @@ class Watcher:
                     kind_watch.resource_version = None
                     continue
                 WATCH_RESTARTS.labels(kind_watch.kind, f"http_{error.status}").inc()
-                log.warning("watch_failed", kind=kind_watch.kind, status=error.status, reason=error.reason)
+                self._failing(kind_watch, error)
                 backoff = await _sleep_backoff(backoff)
             except (TimeoutError, aiohttp.ClientError, ConnectionError) as error:
                 WATCH_RESTARTS.labels(kind_watch.kind, "cut").inc()
                 log.warning("watch_cut", kind=kind_watch.kind, error=repr(error))
                 backoff = await _sleep_backoff(backoff)
+
+    def _failing(self, kind_watch: KindWatch, error: ApiException) -> None:
+        """A required kind the API server refuses: its name and the server's reason, logged once per new
+        reason and kept for /readyz until it lists again."""
+        why = failure_reason(kind_watch.kind, error)
+        if self.failing.get(kind_watch.kind) != why:
+            log.warning("resource_failing", kind=kind_watch.kind, status=error.status, reason=why)
+        self.failing[kind_watch.kind] = why
+        kind_watch.resource_version = None  # list again once it answers: what changed meanwhile is diffed
+        self.health_changed.set()
 
     def _not_served(self, kind_watch: KindWatch) -> None:
         if kind_watch.served is not False:
@@ -471,6 +491,7 @@ class Watcher:
         kind_watch.served = False
         KIND_SERVED.labels("watcher", kind_watch.kind).set(0)
         kind_watch.initial_list_done.set()  # known to be absent: not a reason to hold back readiness
+        self.health_changed.set()
 
     def not_served(self) -> list[str]:
         """Kinds the API server does not serve (reported in /readyz details)."""
@@ -497,6 +518,20 @@ class Watcher:
                             await self._emit(events)
         if version:
             kind_watch.resource_version = str(version)
+
+
+def failure_reason(kind: str, error: ApiException) -> str:
+    """Why the API server refuses ``kind``: its Status message (e.g. a conversion webhook's failure), or
+    for a 404 that the resource is not served."""
+    message = ""
+    try:
+        body = json.loads(error.body) if error.body else {}
+        message = str(body.get("message") or "") if isinstance(body, dict) else ""
+    except (TypeError, ValueError):
+        message = ""
+    if error.status == 404:
+        return f"the API server does not serve {kind} (HTTP 404; is its CRD installed?)"
+    return f"HTTP {error.status}: {message or error.reason}"
 
 
 _observation_counters: dict[tuple[str, str], Any] = {}
@@ -549,7 +584,8 @@ async def watch_until_stopped(runtime: ServiceRuntime, store: EventStore, api: c
     tasks = [asyncio.create_task(watcher.run_kind(k), name=f"watch-{k.kind}") for k in watcher.kinds]
     appender = asyncio.create_task(watcher.append_queued(), name="watcher-appender")
     runtime.add_detail("kinds_not_served", watcher.not_served)
-    ready = asyncio.create_task(_mark_ready(runtime, watcher))
+    runtime.add_detail("kinds_failing", lambda: dict(watcher.failing))
+    ready = asyncio.create_task(_track_readiness(runtime, watcher))
     try:
         await run_until_stopped(runtime, *tasks, appender)
     finally:
@@ -570,7 +606,17 @@ async def watch_until_stopped(runtime: ServiceRuntime, store: EventStore, api: c
             log.warning("observations_not_stored_on_stop", queued=len(watcher._queued))
 
 
-async def _mark_ready(runtime: ServiceRuntime, watcher: Watcher) -> None:
-    await asyncio.gather(*(k.initial_list_done.wait() for k in watcher.kinds))
-    runtime.set_ready()
-    log.info("ready", kinds_not_served=watcher.not_served())
+async def _track_readiness(runtime: ServiceRuntime, watcher: Watcher) -> None:
+    """Ready once every kind has listed (or is known not served), and while no required kind fails."""
+    announced = False
+    while not runtime.stopping.is_set():
+        watcher.health_changed.clear()
+        if watcher.failing:
+            failing = "; ".join(f"{kind}: {why}" for kind, why in sorted(watcher.failing.items()))
+            runtime.set_ready(False, f"cannot observe {failing}")
+        elif all(k.initial_list_done.is_set() for k in watcher.kinds):
+            runtime.set_ready()
+            if not announced:
+                log.info("ready", kinds_not_served=watcher.not_served())
+                announced = True
+        await watcher.health_changed.wait()

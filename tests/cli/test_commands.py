@@ -11,12 +11,13 @@ from pathlib import Path
 
 import pytest
 import yaml
+from kubernetes_asyncio import client
 
 from services.infra.store import EventStore
-from services.simcluster import SimCluster
+from services.simcluster import SimCluster, SimConfig
 from tests.e2e.cluster import Cluster
 from tests.infra.audit_helpers import Trail
-from tests.plugins.simcluster import api_client_for
+from tests.plugins.simcluster import MakeSimCluster, api_client_for
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -167,3 +168,44 @@ async def test_status_shows_counts_and_the_latest_rollout(
     cells = [c.strip() for c in row.split("│")[1:-1]]
     assert cells[1] == "0/2"  # no controller ran: the status counts nothing yet
     assert trail.rollout in cells[5] and cells[6] == "in progress, partition 0"
+
+
+async def test_status_names_clonesets_the_api_server_cannot_give(
+    make_simcluster: MakeSimCluster, database_url: str
+) -> None:
+    """rollbook's CloneSet CRD stores v1beta1; `rollbook status` reads v1alpha1, through the conversion
+    webhook, whose Service does not exist: the one line says which resource and why."""
+    import yaml
+
+    sim = await make_simcluster(SimConfig())
+    async with await api_client_for(sim) as api:
+        crd = yaml.safe_load((REPO_ROOT / "deploy" / "base" / "crds" / "clonesets.yaml").read_text())
+        await client.ApiextensionsV1Api(api).create_custom_resource_definition(crd)
+        body = yaml.safe_load((SEED / "cloneset-sample.yaml").read_text())
+        body["apiVersion"] = "apps.kruise.io/v1beta1"
+        await client.CustomObjectsApi(api).create_namespaced_custom_object(
+            "apps.kruise.io", "v1beta1", "default", "clonesets", body
+        )
+    code, output = await rollbook(
+        "status", ROLLBOOK_KUBECONFIG=str(sim.kubeconfig_path), ROLLBOOK_DATABASE_URL=database_url
+    )
+    assert code == 1 and "Traceback" not in output
+    assert output.strip().startswith(
+        "rollbook: the API server cannot convert CloneSets to apps.kruise.io/v1alpha1: their conversion"
+        " webhook cannot be reached (the API server said: "
+    ), output
+    assert 'service "rollbook-webhook" not found' in output
+
+
+async def test_status_says_when_clonesets_are_not_served(
+    make_simcluster: MakeSimCluster, database_url: str
+) -> None:
+    sim = await make_simcluster(SimConfig(disabled_resources=("clonesets",)))
+    code, output = await rollbook(
+        "status", ROLLBOOK_KUBECONFIG=str(sim.kubeconfig_path), ROLLBOOK_DATABASE_URL=database_url
+    )
+    assert code == 1
+    assert output.strip().startswith(
+        "rollbook: the cluster does not serve CloneSets (apps.kruise.io/v1alpha1):"
+        " is the CloneSet CRD installed?"
+    ), output

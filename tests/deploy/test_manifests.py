@@ -235,7 +235,8 @@ def test_every_file_in_deploy_is_part_of_an_overlay() -> None:
 
 
 def test_the_overlay_in_docs_install_renders_with_the_image_it_names(tmp_path: Path) -> None:
-    block = re.search(r"```yaml\n# my-rollbook/kustomization.yaml\n(.*?)```", INSTALL_DOC.read_text(), re.S)
+    heredoc = r"cat > my-rollbook/kustomization.yaml <<'EOF'\n(.*?\n)EOF\n"
+    block = re.search(heredoc, INSTALL_DOC.read_text(), re.S)
     assert block, "docs/install.md lost its example overlay"
     version = subprocess.run([kubectl(), "version", "--client"], capture_output=True, text=True).stdout
     found = re.search(r"Kustomize Version: v(\d+)", version)
