@@ -181,14 +181,3 @@ def register(application: typer.Typer) -> None:
                 asyncio.run(follow(settings, workload, watch=True, timeout=timeout, interval=1.0))
             )
         raise typer.Exit(asyncio.run(show_status(Settings.from_env(), workload)))
-
-
-def _status_message(error: Any) -> str:
-    """The message of the Status an ApiException carries (e.g. why a conversion webhook failed)."""
-    import json
-
-    try:
-        body = json.loads(error.body) if error.body else {}
-    except (TypeError, ValueError):
-        return ""
-    return str(body.get("message") or "") if isinstance(body, dict) else ""
