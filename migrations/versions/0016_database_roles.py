@@ -114,6 +114,7 @@ def _statements() -> list[str]:
             EXECUTE format('GRANT SELECT, INSERT ON events TO %I', {hook});
             EXECUTE format('GRANT INSERT, UPDATE ON event_checkpoints TO %I', {writer});
             EXECUTE format('GRANT INSERT ON bus_quarantine TO %I', {writer});  -- the auditor's quarantine (0014)
+            EXECUTE format('GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO %I', {writer});
             EXECUTE format('REVOKE ALL ON alembic_version FROM %I, %I', {writer}, {reader});
             -- What later migrations create (as the owner) is readable, and insertable by the writer.
             EXECUTE format('ALTER DEFAULT PRIVILEGES FOR ROLE %I IN SCHEMA public'

@@ -83,7 +83,7 @@ async def test_apply_refuses_bad_input_with_a_clear_message(simcluster: SimClust
     )
     code, output = await rollbook("apply", "-f", str(invalid), ROLLBOOK_KUBECONFIG=kubeconfig)
     # refused before it is sent, by the validation the webhook and the planner share
-    assert code == 1 and output.startswith("rollbook apply: CloneSet default/bad is invalid: spec."), output
+    assert code == 1 and output.startswith("rollbook: CloneSet default/bad is invalid: spec."), output
 
 
 async def test_apply_refuses_what_the_planner_would_reject_and_changes_nothing(
