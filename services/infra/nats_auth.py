@@ -6,7 +6,8 @@ Identities::
     auditor    the relay (the only publisher of <prefix>.ev.>), the audit consumer, creates and updates
                rollbook's two streams, publishes checkpoints
     planner    its partition durables planner-p<N> (reads wake-ups), their dead letters; no event subject
-    executor   its durables executor and executor-status-p<N>, their dead letters; no event subject
+    executor   its durables executor, executor-kube-events and executor-status-p<N>, their dead
+               letters; no event subject
     operator   read-only: stream and consumer info, the checkpoints (`rollbook audit verify`), and taking a
                checkpoint (`rollbook audit checkpoint`); no event subject, no consumer of the event stream
     admin      everything (the stream's owner: deletes and purges); held by the operator, used by
@@ -102,7 +103,12 @@ def permissions(identity: str, settings: Settings) -> dict[str, Any]:
     elif identity == EXECUTOR:
         publish += [
             f"{API}.CONSUMER.DELETE.{stream}.executor-status",  # the status durable of earlier versions
-            *_consumer_rights(stream, prefix, ["executor", *(f"executor-status-p{p}" for p in partitions)]),
+            *_consumer_rights(
+                stream,
+                prefix,
+                # executor-kube-events: the Kubernetes Events it writes (services/executor/service.py)
+                ["executor", "executor-kube-events", *(f"executor-status-p{p}" for p in partitions)],
+            ),
         ]
     elif identity == OPERATOR:
         publish += [
