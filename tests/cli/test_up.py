@@ -173,17 +173,22 @@ async def test_a_child_that_cannot_run_is_not_restarted(settings: Settings, tmp_
 async def test_a_crashing_child_is_restarted_with_backoff_and_its_last_lines(
     settings: Settings, tmp_path: Path
 ) -> None:
-    """A watcher whose API server is not there exits 1 each time: each exit is said with the log's last
-    lines, and the delays double."""
-    config = kubeconfig_to(tmp_path / "kubeconfig", f"http://127.0.0.1:{closed_port()}")
-    child_settings = msgspec.structs.replace(settings, kubeconfig=str(config), data_dir=str(tmp_path))
+    """A watcher whose database is not there exits 1 each time (an API server that is not there is
+    waited for, not a crash): each exit is said with the log's last lines, and the delays double."""
+    child_settings = msgspec.structs.replace(
+        settings,
+        database_url=f"postgresql://rollbook@127.0.0.1:{closed_port()}/rollbook",
+        data_dir=str(tmp_path),
+    )
     said: list[str] = []
     async with Supervisor(child_settings, tmp_path / "logs") as supervisor:
         await supervisor.spawn("watcher")
         running = asyncio.create_task(supervisor.keep_running(restart_delay=0.2, say=said.append))
+        deadline = time.monotonic() + 30
         try:
             while len(said) < 3:
                 assert not running.done(), running
+                assert time.monotonic() < deadline, f"three restarts were not said in 30 s: {said}"
                 await asyncio.sleep(0.1)
         finally:
             running.cancel()
