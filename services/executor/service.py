@@ -12,8 +12,10 @@ and reports every outcome as an event (docs/services.md, "executor").
 - Once in effect: every create or patch writes the action id in the ``rollbook.io/action-id`` annotation
   in the same API call; deletes carry a uid precondition. Before acting, the executor looks for the
   action's terminal event in the store and then at the object: an action already applied (a redelivery,
-  or another executor's) is acknowledged and reported ``already_applied``, never repeated. Patches carry
-  the resourceVersion they were computed from; a 409 Conflict means re-read and retry. A mark is one
+  or another executor's) is acknowledged and reported ``already_applied``, never repeated. A patch of an
+  existing pod is a JSON patch testing each value it changes as it was in the pod it was computed from
+  (the action id annotation among them): a status write (the kubelet's) does not conflict with it, any
+  change to a field it writes makes it refused (422), which means re-read and retry. A mark is one
   write through pods/status with the pod's uid as precondition instead (``_mark``). An in-place update
   with a not-ready condition (no grace period) is two writes after one read: the condition alone through
   pods/status, then the patch with the action id at the resourceVersion that write returned
@@ -99,7 +101,7 @@ from services.model.events import (
     new_event,
 )
 from services.model.kube_events import EVENT_DECISION_TYPES
-from services.model.pod_writes import OBSERVED_VERSION, has_condition
+from services.model.pod_writes import JSON_PATCH, OBSERVED_VERSION, has_condition, json_patch_from
 from services.model.redaction import contains_digest, scrub
 from services.model.sidecarset_streams import UPDATE_SIDECAR_ACTION, sidecarset_of
 from services.model.sidecarset_streams import actions_stream as sidecarset_actions_stream
@@ -623,15 +625,17 @@ class Executor:
     async def _patch_pod(
         self, request: PodActionRequested, patch: dict[str, Any], not_ready: dict[str, Any] | None = None
     ) -> tuple[str | None, bool]:
-        """Patch with the resourceVersion it was computed from; re-read after a conflict.
+        """Patch as a JSON patch with tests computed from the pod (``_write_patch_from``); after a refused
+        test (the pod changed in a field the patch writes), re-read and try again.
 
         With ``not_ready`` (an in-place update with no grace period) the condition goes first, through
-        pods/status, then the patch with the resourceVersion that write returned (no second read). The
-        condition write carries only the condition and the uid precondition, not the action id: a crash
-        between the two writes leaves the action not applied, and its redelivery finds the condition in
-        place (nothing to write again) and writes the patch once. The action counts as applied when the
-        pod carries its id or the in-place update state its patch writes (``patch_applied``), checked on
-        the pod as read and on the pod as the condition write returned it.
+        pods/status, then the spec patch computed from the pod as that write returned it (no second read;
+        the kubelet's status write answering the condition does not conflict with it). The condition
+        write carries only the condition and the uid precondition, not the action id: a crash between the
+        two writes leaves the action not applied, and its redelivery finds the condition in place (nothing
+        to write again) and writes the patch once. The action counts as applied when the pod carries its
+        id or the in-place update state its patch writes (``patch_applied``), checked on the pod as read
+        and on the pod as the condition write returned it.
 
         An action naming the version it was computed from (``details.resourceVersion``) first tries
         without the read (``_patch_observed``); a pod changed since goes the way above."""
@@ -639,9 +643,7 @@ class Executor:
         if unread is not None:
             return unread
         pod = await read_target_pod(self.core, request)
-        for attempt in range(CONFLICT_RETRIES):
-            if attempt:
-                pod = await read_target_pod(self.core, request)
+        for _ in range(CONFLICT_RETRIES):
             metadata = pod.get("metadata") or {}
             if patch_applied(pod, request.action_id, patch):
                 return metadata.get("uid"), True
@@ -652,11 +654,15 @@ class Executor:
                 if patch_applied(pod, request.action_id, patch):
                     return metadata.get("uid"), True
             try:
-                await self._write_patch(request, patch, metadata.get("resourceVersion"))
+                await self._write_patch_from(request, patch, pod)
                 return metadata.get("uid"), False
             except ApiException as error:
-                if error.status != 409:
+                if error.status not in (409, 422):
                     raise
+                computed_from = metadata.get("resourceVersion")
+                pod = await read_target_pod(self.core, request)
+                if computed_from and (pod.get("metadata") or {}).get("resourceVersion") == computed_from:
+                    raise  # the pod is as the patch was computed from: the API refuses the patch itself
                 log.info("conflict_retry", pod=request.target, action=request.action)
         raise ActionFailed("kept conflicting with other writers", retryable=True)
 
@@ -667,9 +673,11 @@ class Executor:
         (services/model/pod_writes.py): the condition (``not_ready``) or else the patch names it as
         precondition, so it lands only on the pod exactly as the planner saw it, on which this action is
         not applied yet (applying it moves the version) and the condition is missing (the planner names a
-        version only then). The answer of the action (uid, not already applied); None when the action
-        names no version or the pod is not at it any more (409; 404 or 422, gone or replaced): then the
-        read decides, as for an action without one (applied already, a condition in place, gone)."""
+        version only then). After the condition, the spec patch is computed from the pod that write
+        returned. The answer of the action (uid, not already applied); None when the action names no
+        version or the pod is not at it any more (409; 404 or 422, gone or replaced; or a test of the
+        spec patch refused): then the read decides, as for an action without one (applied already, a
+        condition in place, gone)."""
         version = request.details.get(OBSERVED_VERSION)
         uid = request.details.get("uid")
         if not version or not uid:
@@ -677,12 +685,13 @@ class Executor:
         try:
             if not_ready:
                 written = await self._write_condition(request, uid, not_ready, resource_version=version)
-                version = (written.get("metadata") or {}).get("resourceVersion")
-            await self._write_patch(request, patch, version)
+                await self._write_patch_from(request, patch, written)
+            else:
+                await self._write_patch(request, patch, version)
         except ApiException as error:
             if error.status not in (404, 409, 422):
                 raise
-            # Changed since the planner saw it (after a condition write: the kubelet answering it).
+            # Changed since the planner saw it (after a condition write: in a field the patch writes).
             log.info("observed_version_conflict", pod=request.target, action=request.action)
             return None
         return uid, False
@@ -702,6 +711,19 @@ class Executor:
         )
         # Raw JSON, not the client's model (unused; it cost more CPU than the call).
         await kube.patch_namespaced_pod(self.api, request.pod, request.namespace, body)
+
+    async def _write_patch_from(
+        self, request: PodActionRequested, patch: dict[str, Any], pod: dict[str, Any]
+    ) -> None:
+        """The action's patch with its id, as a JSON patch computed from ``pod`` with a test of each value
+        it changes as ``pod`` has it (services/model/pod_writes.py ``json_patch_from``): refused (422)
+        when the pod changed since in a field it writes, the action id among them, so it lands once; a
+        status write does not stand in its way, as a resourceVersion precondition would."""
+        with_id = _merge(patch, {"metadata": {"annotations": {ACTION_ID_ANNOTATION: request.action_id}}})
+        operations = json_patch_from(pod, with_id)
+        await kube.patch_namespaced_pod(
+            self.api, request.pod, request.namespace, operations, content_type=JSON_PATCH
+        )
 
     async def _write_condition(
         self,

@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from services.model.strategic_merge import MERGE_KEYS, strategic_merge_patch
+
 # The details key of a pod action (PodActionRequested.details) naming the version it was computed from.
 OBSERVED_VERSION = "resourceVersion"
 # The details keys of the conditions an action on an existing pod writes: an in-place update's
@@ -48,3 +50,105 @@ def observed_version(details: Mapping[str, Any], pod: Mapping[str, Any] | None) 
         if isinstance(condition, Mapping) and has_condition(pod, condition):
             return None
     return str(version)
+
+
+# --- the spec patch as a JSON patch with tests --------------------------------------------------------
+#
+# A strategic merge patch cannot say what it was computed from except by resourceVersion, and any write to
+# the pod moves that: the kubelet's status write answering the InPlaceUpdateReady condition made the spec
+# patch that followed it meet 409 (then a read and a second patch: 5 requests per in-place pod). The JSON
+# patch ``json_patch_from`` builds says it field by field instead: before each value it changes, a
+# ``test`` of that value as it was in the pod the patch was computed from (null when absent). A status
+# write changes none of them, so it does not conflict; anything that changed a field the patch writes
+# (this action applied already: its id annotation is among them; another writer's spec change) fails the
+# test, and the API server refuses the whole patch (422), as the resourceVersion precondition did.
+
+JSON_PATCH = "application/json-patch+json"
+
+_ABSENT = object()
+# What the JSON patch leaves to the strategic merge's whole-value rule (test the old value, write the
+# new one) rather than going into field by field.
+_WHOLE_VALUE_DIRECTIVES = frozenset({"$patch", "$retainKeys"})
+
+
+def json_patch_from(current: Mapping[str, Any], patch: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The JSON patch (RFC 6902) that makes ``current`` (a pod as read or as a write returned it) what the
+    strategic merge ``patch`` makes of it: ``test /metadata/uid`` first (the same incarnation), then per
+    field the patch writes a ``test`` of its value in ``current`` and the change. Maps are gone into key by
+    key, and a list merged by key (containers by name) item by item when the merge changes items in place
+    (the item's index is tested by its key); anything else (a replaced list, an item added or removed, a
+    ``$patch`` directive) is one value. A field whose value does not change is tested, not written."""
+    operations: list[dict[str, Any]] = []
+    uid = (current.get("metadata") or {}).get("uid")
+    if uid:
+        operations.append({"op": "test", "path": "/metadata/uid", "value": uid})
+    merged = strategic_merge_patch(dict(current), dict(patch))
+    _fields(operations, "", current, merged, patch)
+    return operations
+
+
+def _pointer(path: str, key: str | int) -> str:
+    return f"{path}/{str(key).replace('~', '~0').replace('/', '~1')}"
+
+
+def _fields(
+    operations: list[dict[str, Any]],
+    path: str,
+    old: Mapping[str, Any],
+    new: Mapping[str, Any],
+    patch: Mapping[str, Any],
+) -> None:
+    touched: list[str] = []
+    for key in patch:
+        if key.startswith("$"):
+            field = key.split("/", 1)[1] if "/" in key else None
+            if field is not None and field not in touched:
+                touched.append(field)  # $setElementOrder/…, $deleteFromPrimitiveList/…
+        elif key not in touched:
+            touched.append(key)
+    for key in touched:
+        pointer = _pointer(path, key)
+        before, after, change = old.get(key, _ABSENT), new.get(key, _ABSENT), patch.get(key)
+        if (
+            isinstance(before, Mapping)
+            and isinstance(after, Mapping)
+            and isinstance(change, Mapping)
+            and not _WHOLE_VALUE_DIRECTIVES & change.keys()
+        ):
+            _fields(operations, pointer, before, after, change)
+        elif not _items(operations, pointer, key, before, after, change):
+            _value(operations, pointer, before, after)
+
+
+def _items(operations: list[dict[str, Any]], path: str, field: str, old: Any, new: Any, patch: Any) -> bool:
+    """A list merged by key whose items the merge changed in place, field by field; False (nothing
+    written) when it is not one."""
+    merge_key = MERGE_KEYS.get(field)
+    if (
+        merge_key is None
+        or not isinstance(old, list)
+        or not isinstance(new, list)
+        or not isinstance(patch, list)
+        or len(old) != len(new)
+        or not all(isinstance(item, dict) for item in (*old, *new, *patch))
+        or any(_WHOLE_VALUE_DIRECTIVES & item.keys() for item in patch)
+        or [item.get(merge_key) for item in old] != [item.get(merge_key) for item in new]
+    ):
+        return False
+    index = {item.get(merge_key): i for i, item in enumerate(old)}
+    if any(item.get(merge_key) not in index for item in patch):
+        return False
+    for item in patch:
+        at = index[item.get(merge_key)]
+        # The item's key first: the index names the same item still.
+        _fields(operations, _pointer(path, at), old[at], new[at], {merge_key: None, **item})
+    return True
+
+
+def _value(operations: list[dict[str, Any]], path: str, before: Any, after: Any) -> None:
+    operations.append({"op": "test", "path": path, "value": None if before is _ABSENT else before})
+    if after is _ABSENT:
+        if before is not _ABSENT:
+            operations.append({"op": "remove", "path": path})
+    elif after != before:
+        operations.append({"op": "add", "path": path, "value": after})

@@ -109,6 +109,38 @@ async def test_an_update_at_the_current_version_writes_without_reading(
 
 
 @pytest.mark.asyncio(loop_scope="session")
+async def test_the_kubelets_status_write_between_the_two_writes_costs_no_request(
+    settings: Settings, event_store: EventStore, simcluster: SimCluster, k8s_client: client.ApiClient
+) -> None:
+    # A pod behind the InPlaceUpdateReady readiness gate: the kubelet answers the condition with a status
+    # write of its own (Ready False), here always before the spec patch is sent.
+    workload = f"web{uuid.uuid4().hex[:8]}"
+    core = client.CoreV1Api(k8s_client)
+    pod_name = await ready_pod_with_gate(core, workload)
+    pod = await core.read_namespaced_pod(pod_name, "default")
+    envelope = await observed_update(
+        event_store, workload, pod_name, pod.metadata.uid, pod.metadata.resource_version
+    )
+    assert isinstance(envelope.payload, PodActionRequested)
+    executor = Executor(settings, event_store, k8s_client)
+    versions: list[str] = []
+
+    async def kubelet_first(_: Any) -> None:
+        await wait_for_ready(core, pod_name, "False")
+        versions.append(await version_of(core, pod_name))
+
+    calls = PodCalls(executor, before_spec=kubelet_first)
+    await executor.execute(envelope, envelope.payload)
+    calls.detach()
+
+    # The condition at the planner's version, then the spec: no 409, no read, no second patch.
+    assert calls.kinds() == ["PATCH status", "PATCH"]
+    (between,) = versions
+    assert between != pod.metadata.resource_version  # the kubelet did write in between
+    await assert_updated_once(core, event_store, workload, pod_name, envelope)
+
+
+@pytest.mark.asyncio(loop_scope="session")
 async def test_a_stale_version_reads_the_pod_and_applies_the_update_once(
     settings: Settings, event_store: EventStore, simcluster: SimCluster, k8s_client: client.ApiClient
 ) -> None:
