@@ -371,6 +371,7 @@ class Figures:
     # the executors' Kubernetes API requests (pod actions and status writes; answered or not), by method
     executor_requests: dict[str, float] = field(default_factory=dict)
     cpu: dict[str, float] = field(default_factory=dict)  # CPU seconds by process
+    services: set[str] = field(default_factory=set)  # which of those are rollbook's (the supervisor's)
     at: float = field(default_factory=time.perf_counter)
 
     @staticmethod
@@ -378,6 +379,7 @@ class Figures:
         figures = Figures()
         for proc in list(supervisor.children.values()):
             figures.cpu[proc.name] = cpu_seconds(proc.process.pid)
+            figures.services.add(proc.name)
             if not proc.port:
                 continue  # restarting: it has not reported its port yet (its counters start over anyway)
             text = await metrics_text(proc.base_url)
@@ -442,6 +444,19 @@ class Figures:
             )
             text += f"; relay published {int(published)} events, handled per event: {each}"
         return text
+
+    def per_pod(self, before: Figures, pods: int) -> str:
+        """What each pod of the phase cost: the executors' API requests by method, and the CPU of
+        rollbook's own processes (not simcluster, nats-server or Postgres), by process."""
+        pods = max(pods, 1)
+        requests = {m: n - before.executor_requests.get(m, 0.0) for m, n in self.executor_requests.items()}
+        each = ", ".join(f"{m} {n / pods:.2f}" for m, n in requests.items() if n)
+        used = {n: self.cpu[n] - before.cpu.get(n, 0.0) for n in sorted(self.services) if n in self.cpu}
+        cpu = ", ".join(f"{n} {1000 * c / pods:.1f}" for n, c in sorted(used.items(), key=lambda i: -i[1]))
+        return (
+            f"per pod: {sum(requests.values()) / pods:.2f} API requests ({each or 'none'}); "
+            f"rollbook CPU {1000 * sum(used.values()) / pods:.1f} ms ({cpu})"
+        )
 
     def cpu_since(self, before: Figures) -> str:
         """CPU seconds of each process over the phase, and their sum as cores busy on average."""
@@ -642,6 +657,7 @@ class Bench:
         after = await self.figures()
         print(f"  {what}: {seconds:.2f} s; {after.since(before)}; {load()}", flush=True)
         print(f"    {after.cpu_since(before)}", flush=True)
+        print(f"    {after.per_pod(before, replicas * len(names) if pods is None else pods)}", flush=True)
         print(f"    {activity.summary()}", flush=True)
         hops = await action_hops(self.stack.settings.database_url, wall_started, time.time())
         print(f"    {hops}", flush=True)

@@ -101,7 +101,14 @@ from services.model.events import (
     new_event,
 )
 from services.model.kube_events import EVENT_DECISION_TYPES
-from services.model.pod_writes import JSON_PATCH, OBSERVED_VERSION, has_condition, json_patch_from
+from services.model.pod_writes import (
+    JSON_PATCH,
+    OBSERVED_VERSION,
+    Written,
+    has_condition,
+    json_patch_from,
+    mark_from_written,
+)
 from services.model.redaction import contains_digest, scrub
 from services.model.sidecarset_streams import UPDATE_SIDECAR_ACTION, sidecarset_of
 from services.model.sidecarset_streams import actions_stream as sidecarset_actions_stream
@@ -180,6 +187,8 @@ SELECT e.stream = $2 AND e.stream_version = $3 AND e.type = 'StatusPlanned'
 
 
 MAX_STORE_CONNECTIONS = 16
+# Pods whose last spec patch by this executor is remembered for the mark after it: the pods in flight.
+WRITTEN_CAPACITY = 10_000
 
 
 class EarlierActionPending(Exception):
@@ -256,6 +265,9 @@ class Executor:
         # Actions whose terminal outcome this process stored or found stored: a later action of the same
         # pod need not ask the store about them (services/executor/settled.py).
         self.settled = Settled()
+        # Per pod, what this executor's last spec patch of it returned, for the mark that usually follows
+        # (``_mark_from_written``); the oldest are forgotten past WRITTEN_CAPACITY.
+        self.written: dict[tuple[str, str], Written] = {}
         # The Kubernetes Event each rollout decision means (services/executor/kube_events.py).
         self.kube_events = KubeEventWriter(api, settings.kube_event_interval, self.name)
 
@@ -721,9 +733,14 @@ class Executor:
         status write does not stand in its way, as a resourceVersion precondition would."""
         with_id = _merge(patch, {"metadata": {"annotations": {ACTION_ID_ANNOTATION: request.action_id}}})
         operations = json_patch_from(pod, with_id)
-        await kube.patch_namespaced_pod(
+        written = await kube.patch_namespaced_pod(
             self.api, request.pod, request.namespace, operations, content_type=JSON_PATCH
         )
+        key = (request.namespace, request.pod)
+        self.written.pop(key, None)  # to the end: the oldest go first
+        self.written[key] = Written(written)
+        if len(self.written) > WRITTEN_CAPACITY:
+            del self.written[next(iter(self.written))]
 
     async def _write_condition(
         self,
@@ -765,6 +782,8 @@ class Executor:
         condition = request.details.get("condition")
         version = request.details.get(OBSERVED_VERSION)
         uid = request.details.get("uid")
+        if version and uid and not patch and await self._mark_from_written(request, uid, condition):
+            return uid, False
         if version and uid:
             try:
                 await self._write_mark(request, patch, uid, condition, resource_version=version)
@@ -780,6 +799,30 @@ class Executor:
         missing = condition if condition and not has_condition(pod, condition) else None
         await self._write_mark(request, patch, metadata.get("uid"), missing)
         return metadata.get("uid"), False
+
+    async def _mark_from_written(
+        self, request: PodActionRequested, uid: str, condition: dict[str, Any] | None
+    ) -> bool:
+        """A mark changing nothing but its condition and action id, written as a JSON patch computed from
+        the pod this executor's last spec patch of it returned (``mark_from_written``), not at the version
+        the planner saw: the kubelet's status writes since (the containers restarted) do not conflict with
+        it, while any action applied since (this mark's earlier delivery included) or a replaced pod
+        refuses it (422). Whether it was written; False (nothing written) when the pod is not remembered
+        or the patch was refused: then the mark goes the way it went without."""
+        written = self.written.pop((request.namespace, request.pod), None)
+        operations = mark_from_written(written, uid, condition, request.action_id) if written else None
+        if operations is None:
+            return False
+        try:
+            await kube.patch_namespaced_pod_status(
+                self.api, request.pod, request.namespace, operations, content_type=JSON_PATCH
+            )
+        except ApiException as error:
+            if error.status not in (404, 409, 422):
+                raise
+            log.info("written_state_conflict", pod=request.target, action=request.action)
+            return False
+        return True
 
     async def _write_mark(
         self,

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from services.model.strategic_merge import MERGE_KEYS, strategic_merge_patch
+from services.model.streams import ACTION_ID_ANNOTATION
 
 # The details key of a pod action (PodActionRequested.details) naming the version it was computed from.
 OBSERVED_VERSION = "resourceVersion"
@@ -152,3 +153,45 @@ def _value(operations: list[dict[str, Any]], path: str, before: Any, after: Any)
             operations.append({"op": "remove", "path": path})
     elif after != before:
         operations.append({"op": "add", "path": path, "value": after})
+
+
+# --- a mark after this executor's own write -----------------------------------------------------------
+
+
+class Written:
+    """What a mark needs of the pod one of this executor's writes returned: its uid, the action id it
+    carried, and the types of its conditions in order."""
+
+    __slots__ = ("action_id", "condition_types", "uid")
+
+    def __init__(self, pod: Mapping[str, Any]) -> None:
+        metadata = pod.get("metadata") or {}
+        self.uid: str | None = metadata.get("uid")
+        self.action_id: str | None = (metadata.get("annotations") or {}).get(ACTION_ID_ANNOTATION)
+        conditions = (pod.get("status") or {}).get("conditions") or []
+        self.condition_types: tuple[Any, ...] = tuple(c.get("type") for c in conditions)
+
+
+def mark_from_written(
+    written: Written, uid: str | None, condition: Mapping[str, Any] | None, action_id: str
+) -> list[dict[str, Any]] | None:
+    """A mark (its condition and action id, no other change) as a JSON patch of pods/status computed from
+    the pod this executor's last write to it returned, instead of a write at the version the planner saw:
+    the kubelet's status writes since (containers restarted, Ready) do not conflict with it. It tests the
+    uid, that the action id is still the one that write left (no action applied since, this mark
+    included) and the condition's place among the conditions; None when the written pod is another
+    incarnation or lacks the condition's type (then the write at the planner's version, as before)."""
+    if condition is None or written.uid is None or written.uid != uid or written.action_id is None:
+        return None
+    kind = condition.get("type")
+    if kind not in written.condition_types:
+        return None
+    at = written.condition_types.index(kind)
+    key = "/metadata/annotations/" + ACTION_ID_ANNOTATION.replace("~", "~0").replace("/", "~1")
+    return [
+        {"op": "test", "path": "/metadata/uid", "value": uid},
+        {"op": "test", "path": key, "value": written.action_id},
+        {"op": "add", "path": key, "value": action_id},
+        {"op": "test", "path": f"/status/conditions/{at}/type", "value": kind},
+        {"op": "replace", "path": f"/status/conditions/{at}", "value": dict(condition)},
+    ]
