@@ -555,10 +555,11 @@ WHERE type = 'RoundPlanned' AND recorded_at >= $1 ORDER BY stream, global_positi
 """
 
 
-# The rows a phase stored, by event type: every row is stored (hash chain), relayed, published and read
-# back, so rows per pod is a cost of the data path.
+# The rows a phase stored, by event type, and their size as stored (pg_column_size of the row): every row
+# is stored (hash chain), relayed, published and read back, so rows per pod is a cost of the data path.
 ROWS_SQL = """
-SELECT type, count(*) FROM events WHERE recorded_at BETWEEN $1 AND $2 GROUP BY 1 ORDER BY 2 DESC
+SELECT type, count(*), sum(pg_column_size(events.*)) FROM events
+WHERE recorded_at BETWEEN $1 AND $2 GROUP BY 1 ORDER BY 2 DESC
 """
 
 
@@ -570,9 +571,13 @@ async def rows_stored(database_url: str, since: float, until: float, pods: int) 
         rows = await connection.fetch(ROWS_SQL, start, end)
     finally:
         await connection.close()
-    total = sum(count for _, count in rows)
-    per_type = ", ".join(f"{kind} {count / max(pods, 1):.2f}" for kind, count in rows)
-    return f"rows stored: {total} = {total / max(pods, 1):.2f} per pod ({per_type})"
+    total = sum(count for _, count, _ in rows)
+    size = sum(int(b or 0) for *_, b in rows)
+    per_type = ", ".join(f"{kind} {count / max(pods, 1):.2f}" for kind, count, _ in rows)
+    return (
+        f"rows stored: {total} = {total / max(pods, 1):.2f} per pod, {size / max(pods, 1) / 1024:.1f} KiB"
+        f" per pod (row bytes as stored, before indexes and WAL) ({per_type})"
+    )
 
 
 def _percentiles(values: list[float]) -> str:
