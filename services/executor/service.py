@@ -265,7 +265,7 @@ class Executor:
         # Actions whose terminal outcome this process stored or found stored: a later action of the same
         # pod need not ask the store about them (services/executor/settled.py).
         self.settled = Settled()
-        # Per pod, what this executor's last spec patch of it returned, for the mark that usually follows
+        # Per pod, what this executor's last create or spec patch of it returned, for the mark that follows
         # (``_mark_from_written``); the oldest are forgotten past WRITTEN_CAPACITY.
         self.written: dict[tuple[str, str], Written] = {}
         # The Kubernetes Event each rollout decision means (services/executor/kube_events.py).
@@ -539,6 +539,8 @@ class Executor:
         try:
             # The answer as raw JSON: building the client's model of a pod costs more CPU than the call.
             created = await kube.raw_json(await create(namespace, body, _preload_content=False))
+            if kind == "Pod":
+                self._remember(namespace, name, Written(created, created=True))
             return (created.get("metadata") or {}).get("uid"), False
         except ApiException as error:
             if error.status != 409:
@@ -736,9 +738,13 @@ class Executor:
         written = await kube.patch_namespaced_pod(
             self.api, request.pod, request.namespace, operations, content_type=JSON_PATCH
         )
-        key = (request.namespace, request.pod)
+        self._remember(request.namespace, request.pod, Written(written))
+
+    def _remember(self, namespace: str, pod: str, written: Written) -> None:
+        """What this executor's write of ``pod`` returned, for the mark after it (``_mark_from_written``)."""
+        key = (namespace, pod)
         self.written.pop(key, None)  # to the end: the oldest go first
-        self.written[key] = Written(written)
+        self.written[key] = written
         if len(self.written) > WRITTEN_CAPACITY:
             del self.written[next(iter(self.written))]
 
@@ -804,11 +810,12 @@ class Executor:
         self, request: PodActionRequested, uid: str, condition: dict[str, Any] | None
     ) -> bool:
         """A mark changing nothing but its condition and action id, written as a JSON patch computed from
-        the pod this executor's last spec patch of it returned (``mark_from_written``), not at the version
-        the planner saw: the kubelet's status writes since (the containers restarted) do not conflict with
-        it, while any action applied since (this mark's earlier delivery included) or a replaced pod
-        refuses it (422). Whether it was written; False (nothing written) when the pod is not remembered
-        or the patch was refused: then the mark goes the way it went without."""
+        the pod this executor's last create or spec patch of it returned (``mark_from_written``), not at
+        the version the planner saw: the kubelet's status writes since (the containers started or
+        restarted) do not conflict with it, while any action applied since (this mark's earlier
+        delivery included) or a replaced pod refuses it (422). Whether it was written; False (nothing
+        written) when the pod is not remembered or the patch was refused: then the mark goes the way it
+        went without."""
         written = self.written.pop((request.namespace, request.pod), None)
         operations = mark_from_written(written, uid, condition, request.action_id) if written else None
         if operations is None:

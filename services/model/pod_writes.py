@@ -160,11 +160,12 @@ def _value(operations: list[dict[str, Any]], path: str, before: Any, after: Any)
 
 class Written:
     """What a mark needs of the pod one of this executor's writes returned: its uid, the action id it
-    carried, and the types of its conditions in order."""
+    carried, the types of its conditions in order, and whether the write created it."""
 
-    __slots__ = ("action_id", "condition_types", "uid")
+    __slots__ = ("action_id", "condition_types", "created", "uid")
 
-    def __init__(self, pod: Mapping[str, Any]) -> None:
+    def __init__(self, pod: Mapping[str, Any], *, created: bool = False) -> None:
+        self.created = created
         metadata = pod.get("metadata") or {}
         self.uid: str | None = metadata.get("uid")
         self.action_id: str | None = (metadata.get("annotations") or {}).get(ACTION_ID_ANNOTATION)
@@ -179,19 +180,27 @@ def mark_from_written(
     the pod this executor's last write to it returned, instead of a write at the version the planner saw:
     the kubelet's status writes since (containers restarted, Ready) do not conflict with it. It tests the
     uid, that the action id is still the one that write left (no action applied since, this mark
-    included) and the condition's place among the conditions; None when the written pod is another
-    incarnation or lacks the condition's type (then the write at the planner's version, as before)."""
+    included) and the condition's place among the conditions. A pod this executor created gets the
+    condition appended instead (the readiness gate's first value): its conditions are the kubelet's
+    until a mark gives it this one, and no action but a mark (each moving the action id) writes it
+    before the pod is first ready. None when the written pod is another incarnation, or an updated pod
+    lacks the condition's type (then the write at the planner's version, as before)."""
     if condition is None or written.uid is None or written.uid != uid or written.action_id is None:
         return None
     kind = condition.get("type")
-    if kind not in written.condition_types:
-        return None
-    at = written.condition_types.index(kind)
     key = "/metadata/annotations/" + ACTION_ID_ANNOTATION.replace("~", "~0").replace("/", "~1")
-    return [
+    operations: list[dict[str, Any]] = [
         {"op": "test", "path": "/metadata/uid", "value": uid},
         {"op": "test", "path": key, "value": written.action_id},
         {"op": "add", "path": key, "value": action_id},
-        {"op": "test", "path": f"/status/conditions/{at}/type", "value": kind},
-        {"op": "replace", "path": f"/status/conditions/{at}", "value": dict(condition)},
     ]
+    if kind in written.condition_types:
+        at = written.condition_types.index(kind)
+        operations.append({"op": "test", "path": f"/status/conditions/{at}/type", "value": kind})
+        operations.append({"op": "replace", "path": f"/status/conditions/{at}", "value": dict(condition)})
+    elif written.created:
+        # Refused (422) while the pod has no conditions yet: then the way without this.
+        operations.append({"op": "add", "path": "/status/conditions/-", "value": dict(condition)})
+    else:
+        return None
+    return operations

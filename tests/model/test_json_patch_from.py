@@ -186,3 +186,24 @@ def test_a_mark_from_the_pod_this_executor_wrote(
     # ... and once marked (or after any other action) it is refused.
     with pytest.raises(ApiError):
         json_patch(marked, operations)
+
+
+CREATED: dict[str, Any] = {
+    "metadata": {"uid": "u-1", "annotations": {ACTION: "create"}},
+    "status": {"phase": "Pending"},
+}
+
+
+def test_a_pod_this_executor_created_gets_the_condition_appended_once() -> None:
+    operations = mark_from_written(Written(CREATED, created=True), "u-1", READY, "mark")
+    assert operations is not None
+    started = copy.deepcopy(CREATED)  # the kubelet's conditions since the create
+    started["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
+    marked = json_patch(started, operations)
+    assert marked["status"]["conditions"] == [{"type": "Ready", "status": "False"}, READY]
+    with pytest.raises(ApiError):  # delivered again: applied already
+        json_patch(marked, operations)
+    with pytest.raises(ApiError):  # no conditions yet: refused, the mark goes the way without this
+        json_patch(CREATED, operations)
+    # Not created here (an update's answer) and the type absent: not this way.
+    assert mark_from_written(Written(CREATED), "u-1", READY, "mark") is None
