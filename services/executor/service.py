@@ -18,10 +18,11 @@ and reports every outcome as an event (docs/services.md, "executor").
   change to a field it writes makes it refused (422), which means re-read and retry. A mark is one
   write through pods/status with the pod's uid as precondition instead (``_mark``). An in-place update
   with a not-ready condition (no grace period) is two writes after one read: the condition alone through
-  pods/status, then the patch with the action id at the resourceVersion that write returned
-  (``_patch_pod``). An action naming the resourceVersion the planner computed it from makes its first
-  write at that version with no read before it; a conflict there means the pod changed since (possibly
-  this action, applied by an earlier delivery), and the read decides as above
+  pods/status, then the patch with the action id computed from the pod that write returned
+  (``_patch_pod``); a mark after this executor's create or spec patch of the pod is computed from that
+  write's answer (``_mark_from_written``). An action naming the resourceVersion the planner computed it
+  from makes its first write at that version with no read before it; a conflict there means the pod
+  changed since (possibly this action, applied by an earlier delivery), and the read decides as above
   (services/model/pod_writes.py).
 - Taking an action (after the terminal-event check, before any API call), the executor notes the time;
   the outcome carries it (``started_at``) and the executor's name, so the trail shows how long the action
@@ -187,7 +188,7 @@ SELECT e.stream = $2 AND e.stream_version = $3 AND e.type = 'StatusPlanned'
 
 
 MAX_STORE_CONNECTIONS = 16
-# Pods whose last spec patch by this executor is remembered for the mark after it: the pods in flight.
+# Pods whose last create or spec patch by this executor is remembered for the mark after it (those in flight).
 WRITTEN_CAPACITY = 10_000
 
 
