@@ -132,9 +132,8 @@ class Kubelet:
         self.pods.pop(key)
         if runtime.task is not None and runtime.task is not asyncio.current_task():
             runtime.task.cancel()
-        if self.processes is not None and runtime.process:
+        if runtime.process:  # its loopback address is freed once its processes have stopped
             self.nodes.release(runtime.node, key, "")
-            self.processes.release_ip(runtime.ip)
         else:
             self.nodes.release(runtime.node, key, runtime.ip)
 

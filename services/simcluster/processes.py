@@ -254,6 +254,7 @@ class ProcessRuntime:
             )
             if self.pods.get(key) is state:
                 self.pods.pop(key)
+            self.release_ip(runtime.ip)
 
     async def _terminate(self, kubelet: Kubelet, pod: Obj, state: ProcessPodState, grace: float) -> None:
         state.stopping = True
@@ -268,6 +269,7 @@ class ProcessRuntime:
         """Start the container's process, probe it, and restart it as ``restartPolicy`` says."""
         rt = runtime.containers[container["name"]]
         crashes = 0
+        reported = ""
         while not state.stopping:
             pod = kubelet._current(key, runtime)
             if pod is None:
@@ -275,11 +277,13 @@ class ProcessRuntime:
             try:
                 argv, env = self._prepare(pod, container, state, runtime.ip)
             except ConfigError as error:
-                rt.waiting_reason = error.reason
-                kubelet._write_status(key, runtime)
-                kubelet.events.emit(pod, "Failed", f"Error: {error}", warning=True)
+                if str(error) != reported:  # once per new reason, not at every retry
+                    rt.waiting_reason, reported = error.reason, str(error)
+                    kubelet._write_status(key, runtime)
+                    kubelet.events.emit(pod, "Failed", f"Error: {error}", warning=True)
                 await asyncio.sleep(2.0)
                 continue
+            reported = ""
             log = state.root / "logs" / f"{rt.name}.log"
             log.parent.mkdir(parents=True, exist_ok=True)
             try:

@@ -661,6 +661,13 @@ class ApiServer:
         mutated = await self.admission.mutate(rt, operation, body, old, ns)
         if mutated is not body:
             apply_defaults(rt, mutated, old)  # what a webhook added is defaulted too
+        # Object validation (a CRD's schema included) comes before the validating webhooks, as in
+        # kube-apiserver's registry: a malformed object is refused with its message, unseen by them. An
+        # update is checked against the schema only here: its conflict and immutability checks stay first.
+        if operation == "CREATE":
+            self.store.check(rt, deep_copy(mutated), None)
+        else:
+            self.store.check_schema(rt, mutated)
         await self.admission.validate(rt, operation, mutated, old, ns)
         return mutated
 

@@ -13,15 +13,21 @@ a stream name and subject prefix of its own (as every test here does, the NATS s
 from __future__ import annotations
 
 import asyncio
+import copy
 import os
 import re
 import shutil
 import signal
 import sys
 import uuid
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 from kubernetes_asyncio import client, config
 
 from ..plugins.database import fresh_database
@@ -75,10 +81,23 @@ def gone(pid: int) -> bool:
     return False
 
 
-async def test_the_page_installs_rolls_out_and_uninstalls_on_simcluster(
-    kubectl_binary: Path, server_urls: ServerUrls, tmp_path: Path
-) -> None:
-    start, names, secrets, certificates, apply_and_wait, rollout = section_blocks("## Try it on simcluster")
+@dataclass
+class Installed:
+    api: client.ApiClient
+    kubeconfig: Path
+    clone: Path
+    env: dict[str, str]
+    names: str  # the page's block naming KUBECONFIG, DB and NATS, with this test's servers
+    children: set[int]  # process ids of the pods' processes seen; all must be gone at the end
+
+
+@asynccontextmanager
+async def installed(
+    kubectl_binary: Path, server_urls: ServerUrls, tmp_path: Path, edit: Callable[[str], str] = str
+) -> AsyncIterator[Installed]:
+    """The page up to its step 4 (``edit`` changes the apply block), checked; at exit the page's full
+    uninstall, then Ctrl-C to simcluster, which must stop every process it ran."""
+    start, names, secrets, certificates, apply_and_wait, _ = section_blocks("## Try it on simcluster")
     _, uninstall = section_blocks("## Uninstall")
     clone = tmp_path / "rollbook"
     for folder in ("deploy", "migrations", "tests/fixtures/seed", "tests/fixtures/install"):
@@ -97,8 +116,10 @@ async def test_the_page_installs_rolls_out_and_uninstalls_on_simcluster(
         names = re.sub(r"^NATS=.*$", f"NATS={server_urls.nats_url}", names, flags=re.M)
         literals = "literals: [ROLLBOOK_SERVICE_ACCOUNT_DIR=/var/run/secrets/kubernetes.io/serviceaccount"
         assert literals in apply_and_wait
-        apply_and_wait = apply_and_wait.replace(
-            literals, f"{literals}, ROLLBOOK_STREAM_NAME=TRY{unique}, ROLLBOOK_SUBJECT_PREFIX=try{unique}"
+        apply_and_wait = edit(
+            apply_and_wait.replace(
+                literals, f"{literals}, ROLLBOOK_STREAM_NAME=TRY{unique}, ROLLBOOK_SUBJECT_PREFIX=try{unique}"
+            )
         )
         log = (tmp_path / "simcluster.log").open("wb")
         simcluster = await asyncio.create_subprocess_exec(
@@ -129,39 +150,12 @@ async def test_the_page_installs_rolls_out_and_uninstalls_on_simcluster(
                 # Leader election (one watcher holds its Lease) and partitioned planners (both hold some).
                 leases = (await client.CoordinationV1Api(api).list_namespaced_lease(NAMESPACE)).items
                 holders = {lease.metadata.name: lease.spec.holder_identity for lease in leases}
-                planner_pods = {
-                    p.metadata.name for p in pods if p.metadata.name.startswith("rollbook-planner-")
-                }
+                planners = {p.metadata.name for p in pods if p.metadata.name.startswith("rollbook-planner-")}
                 partitions = {h for n, h in holders.items() if re.fullmatch(r"rollbook-planner-p\d+", n)}
-                assert partitions == planner_pods, holders
+                assert partitions == planners, holders
                 assert holders.get("rollbook-watcher", "").startswith("rollbook-watcher-"), holders
 
-                out = await bash(names + rollout, clone, env)
-                assert "default/sample" in out and "diverge" not in out.lower(), out
-                clone_set = await client.CustomObjectsApi(api).get_namespaced_custom_object(
-                    "apps.kruise.io", "v1alpha1", "default", "clonesets", "sample"
-                )
-                assert clone_set["status"]["updatedReadyReplicas"] == 5
-                sample = (await core.list_namespaced_pod("default")).items
-                assert all(p.spec.containers[0].image == "nginx:1.27-alpine" for p in sample)
-                assert (
-                    sum(s.restart_count for p in sample for s in p.status.container_statuses) == 5
-                )  # in place
-
-                # One replica of each service killed; its Deployment replaces it.
-                killed = set()
-                for service in SERVICES:
-                    victim = next(p for p in pods if p.metadata.name.startswith(f"rollbook-{service}-"))
-                    await core.delete_namespaced_pod(victim.metadata.name, NAMESPACE)
-                    killed.add(victim.metadata.name)
-
-                async def replaced() -> list[client.V1Deployment]:
-                    current = {p.metadata.name for p in (await core.list_namespaced_pod(NAMESPACE)).items}
-                    if current & killed:
-                        return []
-                    return (await apps.list_namespaced_deployment(NAMESPACE)).items
-
-                await wait_until(replaced, lambda ds: len(ds) == 5 and all(map(available, ds)), within=120)
+                yield Installed(api, kubeconfig, clone, env, names, children)
                 children |= process_ids((await core.list_namespaced_pod(NAMESPACE)).items)
 
             await bash(f"export KUBECONFIG={kubeconfig}\n" + uninstall, clone, env)
@@ -176,3 +170,85 @@ async def test_the_page_installs_rolls_out_and_uninstalls_on_simcluster(
             log.close()
         assert simcluster.returncode == 0, (tmp_path / "simcluster.log").read_text()[-3000:]
         assert children and all(gone(pid) for pid in children)
+
+
+async def test_the_page_installs_rolls_out_and_uninstalls_on_simcluster(
+    kubectl_binary: Path, server_urls: ServerUrls, tmp_path: Path
+) -> None:
+    rollout = section_blocks("## Try it on simcluster")[-1]
+    async with installed(kubectl_binary, server_urls, tmp_path) as it:
+        apps, core = client.AppsV1Api(it.api), client.CoreV1Api(it.api)
+        out = await bash(it.names + rollout, it.clone, it.env)
+        assert "default/sample" in out and "diverge" not in out.lower(), out
+        clone_set = await client.CustomObjectsApi(it.api).get_namespaced_custom_object(
+            "apps.kruise.io", "v1alpha1", "default", "clonesets", "sample"
+        )
+        assert clone_set["status"]["updatedReadyReplicas"] == 5
+        sample = (await core.list_namespaced_pod("default")).items
+        assert all(p.spec.containers[0].image == "nginx:1.27-alpine" for p in sample)
+        assert sum(s.restart_count for p in sample for s in p.status.container_statuses) == 5  # in place
+
+        # One replica of each service killed; its Deployment replaces it.
+        pods = (await core.list_namespaced_pod(NAMESPACE)).items
+        killed = set()
+        for service in SERVICES:
+            victim = next(p for p in pods if p.metadata.name.startswith(f"rollbook-{service}-"))
+            await core.delete_namespaced_pod(victim.metadata.name, NAMESPACE)
+            killed.add(victim.metadata.name)
+
+        async def replaced() -> list[client.V1Deployment]:
+            current = {p.metadata.name for p in (await core.list_namespaced_pod(NAMESPACE)).items}
+            if current & killed:
+                return []
+            return (await apps.list_namespaced_deployment(NAMESPACE)).items
+
+        await wait_until(replaced, lambda ds: len(ds) == 5 and all(map(available, ds)), within=120)
+
+
+def beside_openkruise(block: str) -> str:
+    """The apply block for deploy/with-openkruise on a cluster serving OpenKruise's CloneSets: no CRD to
+    patch, and the webhooks keep the overlay's objectSelectors (their CA bundle patched in, not replaced)."""
+    assert "bases: [../deploy/standalone]" in block
+    block = block.replace("bases: [../deploy/standalone]", "bases: [../deploy/with-openkruise]")
+    block = re.sub(r"rollbook webhook-config .*\\\n.*\n", "", block)
+    block = re.sub(r"kubectl patch crd .*\\\n.*\n", "", block)
+    ops = ",".join(
+        f'{{"op":"add","path":"/webhooks/{i}/clientConfig/caBundle","value":"$CA"}}' for i in (0, 1)
+    ).replace('"', '\\"')  # inside the shell's double quotes
+    block += "CA=$(base64 -w0 webhook-tls/ca.crt)\n"
+    for kind in ("mutatingwebhookconfiguration", "validatingwebhookconfiguration"):
+        block += f'kubectl patch {kind} rollbook-sidecarset --type=json -p "[{ops}]"\n'
+    return block
+
+
+async def test_beside_openkruise_unlabelled_clonesets_stay_untouched(
+    kubectl_binary: Path, server_urls: ServerUrls, tmp_path: Path
+) -> None:
+    seed = yaml.safe_load((ROOT / "tests" / "fixtures" / "seed" / "cloneset-sample.yaml").read_text())
+    async with installed(kubectl_binary, server_urls, tmp_path, beside_openkruise) as it:
+        custom, core = client.CustomObjectsApi(it.api), client.CoreV1Api(it.api)
+        unlabelled = await custom.create_namespaced_custom_object(
+            "apps.kruise.io", "v1alpha1", "default", "clonesets", seed
+        )
+        labelled = copy.deepcopy(seed)
+        labelled["metadata"]["name"] = "managed"
+        labelled["metadata"].setdefault("labels", {})["rollbook.io/manage"] = "true"
+        await custom.create_namespaced_custom_object(
+            "apps.kruise.io", "v1alpha1", "default", "clonesets", labelled
+        )
+
+        async def managed() -> dict[str, Any]:
+            obj: dict[str, Any] = await custom.get_namespaced_custom_object(
+                "apps.kruise.io", "v1alpha1", "default", "clonesets", "managed"
+            )
+            return obj
+
+        await wait_until(managed, lambda c: (c.get("status") or {}).get("readyReplicas") == 5, within=120)
+        # By then the watcher has seen both; rollbook acted on the labelled one only.
+        after = await custom.get_namespaced_custom_object(
+            "apps.kruise.io", "v1alpha1", "default", "clonesets", "sample"
+        )
+        assert after["metadata"]["resourceVersion"] == unlabelled["metadata"]["resourceVersion"]
+        pods = (await core.list_namespaced_pod("default")).items
+        owners = {ref.name for p in pods for ref in p.metadata.owner_references or []}
+        assert owners == {"managed"}
