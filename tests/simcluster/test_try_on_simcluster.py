@@ -40,6 +40,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "install.md"
 SERVICES = ("watcher", "planner", "executor", "auditor", "webhook")
 NAMESPACE = "rollbook-system"
+POLL = 0.5  # seconds between looks at the cluster, which also serves the ten services
 
 
 def section_blocks(heading: str) -> list[str]:
@@ -147,13 +148,22 @@ async def installed(
                 children |= process_ids(pods)
                 assert len(children) >= 11  # ten service replicas and the migration, each a process
 
-                # Leader election (one watcher holds its Lease) and partitioned planners (both hold some).
-                leases = (await client.CoordinationV1Api(api).list_namespaced_lease(NAMESPACE)).items
-                holders = {lease.metadata.name: lease.spec.holder_identity for lease in leases}
+                # Leader election (one watcher holds its Lease) and partitioned planners: once both
+                # replicas hold a member Lease, the partitions are shared between them (a rebalance).
                 planners = {p.metadata.name for p in pods if p.metadata.name.startswith("rollbook-planner-")}
-                partitions = {h for n, h in holders.items() if re.fullmatch(r"rollbook-planner-p\d+", n)}
-                assert partitions == planners, holders
-                assert holders.get("rollbook-watcher", "").startswith("rollbook-watcher-"), holders
+                leases_api = client.CoordinationV1Api(api)
+
+                async def holders() -> dict[str, str]:
+                    await asyncio.sleep(POLL)
+                    leases = (await leases_api.list_namespaced_lease(NAMESPACE)).items
+                    return {lease.metadata.name: lease.spec.holder_identity or "" for lease in leases}
+
+                def shared(held: dict[str, str]) -> bool:
+                    partitions = {h for n, h in held.items() if re.fullmatch(r"rollbook-planner-p\d+", n)}
+                    return partitions == planners
+
+                held = await wait_until(holders, shared, within=120)
+                assert held.get("rollbook-watcher", "").startswith("rollbook-watcher-"), held
 
                 yield Installed(api, kubeconfig, clone, env, names, children)
                 children |= process_ids((await core.list_namespaced_pod(NAMESPACE)).items)
@@ -197,6 +207,7 @@ async def test_the_page_installs_rolls_out_and_uninstalls_on_simcluster(
             killed.add(victim.metadata.name)
 
         async def replaced() -> list[client.V1Deployment]:
+            await asyncio.sleep(POLL)
             current = {p.metadata.name for p in (await core.list_namespaced_pod(NAMESPACE)).items}
             if current & killed:
                 return []
@@ -238,6 +249,7 @@ async def test_beside_openkruise_unlabelled_clonesets_stay_untouched(
         )
 
         async def managed() -> dict[str, Any]:
+            await asyncio.sleep(POLL)
             obj: dict[str, Any] = await custom.get_namespaced_custom_object(
                 "apps.kruise.io", "v1alpha1", "default", "clonesets", "managed"
             )
