@@ -38,6 +38,7 @@ import fnmatch
 import os
 import re
 import shlex
+import shutil
 import signal
 import ssl
 import sys
@@ -254,6 +255,7 @@ class ProcessRuntime:
             )
             if self.pods.get(key) is state:
                 self.pods.pop(key)
+            shutil.rmtree(state.root, ignore_errors=True)  # its Secrets' copies go with the pod
             self.release_ip(runtime.ip)
 
     async def _terminate(self, kubelet: Kubelet, pod: Obj, state: ProcessPodState, grace: float) -> None:

@@ -273,7 +273,7 @@ def gone(pid: int) -> bool:
     return False
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL])
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL], ids=lambda s: s.name)
 async def test_every_way_simcluster_ends_stops_its_children(tmp_path: Path, signum: int) -> None:
     kubeconfig = tmp_path / "kubeconfig"
     env = {k: v for k, v in os.environ.items() if not k.startswith("ROLLBOOK_")}
