@@ -175,7 +175,8 @@ class SimCluster:
         else:
             target = Path(self.config.kubeconfig_path)
         token = self.auth.admin_token if self.auth is not None else "simcluster"
-        self.kubeconfig_path = write_kubeconfig(target, self.url, token=token)
+        address, authority = self._server()
+        self.kubeconfig_path = write_kubeconfig(target, address, token=token, ca_pem=authority)
         return self
 
     def service_account_kubeconfig(self, namespace: str, name: str, path: Path) -> Path:
@@ -183,7 +184,16 @@ class SimCluster:
         its RBAC rules. Needs ``SimConfig(auth=True)``."""
         if self.auth is None:
             raise ValueError("service_account_kubeconfig needs SimConfig(auth=True)")
-        return write_kubeconfig(path, self.url, namespace=namespace, token=self.auth.issue(namespace, name))
+        token = self.auth.issue(namespace, name)
+        address, authority = self._server()
+        return write_kubeconfig(path, address, namespace=namespace, token=token, ca_pem=authority)
+
+    def _server(self) -> tuple[str, str | None]:
+        """Where kubeconfigs point: the HTTPS listener when there is one (kubectl sends a token over HTTPS
+        only), with its CA; else plain HTTP."""
+        if self.https_url:
+            return self.https_url, self.namespace_controller.root_ca
+        return self.url, None
 
     async def stop(self) -> None:
         try:
