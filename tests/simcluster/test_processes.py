@@ -305,3 +305,15 @@ async def test_leaving_simcluster_on_an_exception_stops_its_children() -> None:
             pid = await _pids_of_running_pod(sim.kubeconfig_path)
             raise RuntimeError("the test's own failure")
     assert pid and gone(pid)
+
+
+async def test_a_malformed_run_image_is_one_line_of_error() -> None:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "services.cli.main", "simcluster", "--run-image", "rollbook:*",
+        cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await process.communicate()
+    assert process.returncode == 2 and not out
+    assert err.decode().splitlines() == [
+        "rollbook: --run-image 'rollbook:*': expected IMAGE=COMMAND, e.g. 'rollbook:*=env'"
+    ]

@@ -190,6 +190,10 @@ async def test_the_page_installs_rolls_out_and_uninstalls_on_simcluster(
         apps, core = client.AppsV1Api(it.api), client.CoreV1Api(it.api)
         out = await bash(it.names + rollout, it.clone, it.env)
         assert "default/sample" in out and "diverge" not in out.lower(), out
+        logs = await bash(
+            it.names + "kubectl -n rollbook-system logs deploy/rollbook-planner", it.clone, it.env
+        )
+        assert "manage_selection" in logs  # what step 4 says the planner's log shows
         clone_set = await client.CustomObjectsApi(it.api).get_namespaced_custom_object(
             "apps.kruise.io", "v1alpha1", "default", "clonesets", "sample"
         )
