@@ -50,11 +50,27 @@ def simcluster(
     auth: Annotated[
         bool, typer.Option(help="Bearer tokens and RBAC; the kubeconfig written is an administrator's.")
     ] = False,
+    run_image: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="IMAGE=COMMAND: pods whose image matches IMAGE (a pattern such as 'rollbook:*') run as "
+            "local processes, COMMAND's words before the container's command (docs/simcluster.md, "
+            "'The process runtime'); repeatable."
+        ),
+    ] = None,
 ) -> None:
     """Start simcluster: a Kubernetes API server with simulated scheduler and kubelet, for laptops and CI."""
     import asyncio
 
     from services.simcluster import FaultConfig, NodeConfig, SimCluster, SimConfig, Timing
+    from services.simcluster.processes import parse_run_image
+
+    from .errors import CommandError
+
+    try:
+        run_images = tuple(parse_run_image(item) for item in run_image or ())
+    except ValueError as error:
+        raise CommandError(str(error), exit_code=2) from error
 
     settings = Settings.from_env()
     target = kubeconfig or settings.data_path / "simcluster" / "kubeconfig"
@@ -77,6 +93,7 @@ def simcluster(
         kubeconfig_path=str(target),
         failing_images=tuple(failing_image or ()),
         crashing_images=tuple(crashing_image or ()),
+        run_images=run_images,
     )
 
     async def serve() -> None:
@@ -84,6 +101,8 @@ def simcluster(
             mode = "extended in-place" if config.extended_inplace else "stock in-place"
             typer.echo(f"simcluster listening on {sim.url} ({nodes} nodes, {mode} kubelet)")
             typer.echo(f"kubeconfig: {sim.kubeconfig_path}")
+            for item in run_images:
+                typer.echo(f"  pods of images {item.pattern} run as processes: {' '.join(item.command)} ...")
             typer.echo(
                 f"  export KUBECONFIG={sim.kubeconfig_path}   # ROLLBOOK_KUBECONFIG for rollbook services"
             )

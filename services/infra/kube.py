@@ -88,7 +88,12 @@ async def api_client(settings: Settings, *, group: str = API_GROUP) -> client.Ap
         await config.load_kube_config(config_file=settings.kubeconfig, client_configuration=configuration)
     else:
         try:
-            config.load_incluster_config(client_configuration=configuration)
+            account = settings.service_account_dir.rstrip("/")
+            config.load_incluster_config(
+                client_configuration=configuration,
+                token_filename=f"{account}/token",
+                cert_filename=f"{account}/ca.crt",
+            )
         except config.ConfigException:
             _check_exists(
                 config.KUBE_CONFIG_DEFAULT_LOCATION,

@@ -41,6 +41,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     data_dir: str = ".rollbook"
     # Kubeconfig file the services use to reach Kubernetes. Empty: in-cluster config, then ~/.kube/config.
     kubeconfig: str = ""
+    # Folder of the in-cluster ServiceAccount token and CA (token, ca.crt), read when kubeconfig is empty.
+    # Another path for a token projected elsewhere, or for simcluster's process runtime, which maps mount
+    # paths named in env values (docs/simcluster.md).
+    service_account_dir: str = "/var/run/secrets/kubernetes.io/serviceaccount"
     # JetStream stream holding every rollbook subject. Tests set a unique one per run.
     stream_name: str = "ROLLBOOK"
     # First token of every subject (`<prefix>.ev.…`, `<prefix>.dlq.…`). Tests set a unique one per run.

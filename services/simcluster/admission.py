@@ -144,7 +144,7 @@ class Admission:
         namespace: str,
     ) -> dict[str, Any]:
         client_config = hook.get("clientConfig") or {}
-        url = self.router.url(client_config, float(hook.get("timeoutSeconds", 10)))
+        url, server_name = self.router.target(client_config, float(hook.get("timeoutSeconds", 10)))
         ssl_context = webhook_ssl(client_config, url)
         meta = obj.get("metadata") or {}
         request_uid = str(uuid.uuid4())
@@ -173,7 +173,9 @@ class Admission:
         if self._session is None:
             self._session = aiohttp.ClientSession()
         timeout = aiohttp.ClientTimeout(total=float(hook.get("timeoutSeconds", 10)))
-        async with self._session.post(url, json=review, ssl=ssl_context, timeout=timeout) as response:
+        async with self._session.post(
+            url, json=review, ssl=ssl_context, timeout=timeout, server_hostname=server_name
+        ) as response:
             if response.status != 200:
                 raise RuntimeError(f"webhook answered HTTP {response.status}")
             body = await response.json(content_type=None)

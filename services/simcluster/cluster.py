@@ -6,6 +6,7 @@ async with SimCluster(SimConfig(extended_inplace=True)) as sc:
 
 from __future__ import annotations
 
+import ssl
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,12 +27,14 @@ from .kubelet import Kubelet
 from .namespaces import NamespaceController
 from .nodes import Clock, EventRecorder, NodeConfig, Nodes, Timing
 from .plugins import ClusterIPs
+from .processes import ApiEndpoint, ProcessRuntime, RunImage, parse_run_image
 from .pvcs import PvcBinder
 from .resources import NAMESPACES
 from .routing import ServiceRouter
 from .scheduler import Scheduler
 from .server import ApiServer
 from .store import Store
+from .tls import serving_context
 
 
 def default_nodes() -> tuple[NodeConfig, ...]:
@@ -74,6 +77,10 @@ class SimConfig:
     # kube-controller-manager's workload controllers (Deployment, ReplicaSet, Job, StatefulSet,
     # EndpointSlice, PodDisruptionBudget). None: run them when the kubelet runs.
     controllers: bool | None = None
+    # The process runtime (processes.py): pods whose container image matches one of these run as local
+    # child processes, reached through their own loopback address; simcluster then also serves HTTPS
+    # for their in-cluster config. Items are RunImage or "IMAGE=COMMAND" strings.
+    run_images: tuple[RunImage | str, ...] = ()
 
 
 class SimCluster:
@@ -92,12 +99,21 @@ class SimCluster:
         # The simulated node agents, one job each (the API server alone when cfg.kubelet is False).
         self.nodes = Nodes(self.store, list(cfg.nodes))
         self.agents: list[Scheduler | Kubelet | PvcBinder] = []
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        self.processes: ProcessRuntime | None = None
+        self._tls: ssl.SSLContext | None = None
+        if cfg.run_images and cfg.kubelet:
+            self._tmp = tempfile.TemporaryDirectory(prefix="simcluster-")
+            run_images = tuple(r if isinstance(r, RunImage) else parse_run_image(r) for r in cfg.run_images)
+            self.processes = ProcessRuntime(
+                self.store, run_images, Path(self._tmp.name) / "pods", self._token_for
+            )
         if cfg.kubelet:
             clock = Clock(cfg.timing, cfg.seed)
             events = EventRecorder(self.store, cfg.kubelet_events, cfg.max_events)
             images = ImagePuller(cfg.timing, events, cfg.failing_images, cfg.crashing_images)
             self.agents = [
-                Kubelet(self.store, self.nodes, clock, events, images, cfg.extended_inplace),
+                Kubelet(self.store, self.nodes, clock, events, images, cfg.extended_inplace, self.processes),
                 Scheduler(self.store, self.nodes, clock, events),
                 PvcBinder(self.store, clock),
             ]
@@ -110,17 +126,26 @@ class SimCluster:
             disabled_resources=cfg.disabled_resources,
             auth=self.auth,
         )
+        if self.processes is not None:
+            self.api.process_logs = self.processes.log_of
         self.store.create_hooks.append(ClusterIPs())
         self.controllers: ControllerManager | None = None
         if cfg.kubelet if cfg.controllers is None else cfg.controllers:
             self.controllers = controller_manager(self.store, self.api.admitted_create)
         self.crds = CrdController(self.store, self.api.serve, self.api.stop_serving, self.conversions)
         self._runner: web.AppRunner | None = None
-        self._tmp: tempfile.TemporaryDirectory[str] | None = None
         self.url = ""
+        self.https_url = ""  # the HTTPS listener of the in-cluster config (with the process runtime)
         self.kubeconfig_path = Path()
 
+    def _token_for(self, namespace: str, account: str) -> str:
+        """The projected token of a pod's ServiceAccount (any token is accepted without auth)."""
+        return self.auth.issue(namespace, account) if self.auth is not None else "simcluster"
+
     async def start(self) -> SimCluster:
+        if self.processes is not None and self._tmp is not None:
+            ca_pem, self._tls = serving_context(Path(self._tmp.name) / "tls")
+            self.namespace_controller.root_ca = ca_pem
         for namespace in self.config.namespaces:
             self.store.create(
                 NAMESPACES, "", {"metadata": {"name": namespace}, "status": {"phase": "Active"}}
@@ -136,13 +161,22 @@ class SimCluster:
         server = site._server  # the bound socket tells the real port when 0 was asked for
         port = server.sockets[0].getsockname()[1] if server is not None else self.config.port  # type: ignore[attr-defined]
         self.url = f"http://{self.config.host}:{port}"
+        if self.processes is not None and self._tls is not None:
+            secure = web.TCPSite(self._runner, "127.0.0.1", 0, ssl_context=self._tls)
+            await secure.start()
+            bound = secure._server
+            https_port = bound.sockets[0].getsockname()[1] if bound is not None else 0  # type: ignore[attr-defined]
+            self.https_url = f"https://127.0.0.1:{https_port}"
+            self.processes.api = ApiEndpoint("127.0.0.1", https_port, self.namespace_controller.root_ca)
         if self.config.kubeconfig_path is None:
-            self._tmp = tempfile.TemporaryDirectory(prefix="simcluster-")
+            if self._tmp is None:
+                self._tmp = tempfile.TemporaryDirectory(prefix="simcluster-")
             target = Path(self._tmp.name) / "kubeconfig"
         else:
             target = Path(self.config.kubeconfig_path)
         token = self.auth.admin_token if self.auth is not None else "simcluster"
-        self.kubeconfig_path = write_kubeconfig(target, self.url, token=token)
+        address, authority = self._server()
+        self.kubeconfig_path = write_kubeconfig(target, address, token=token, ca_pem=authority)
         return self
 
     def service_account_kubeconfig(self, namespace: str, name: str, path: Path) -> Path:
@@ -150,9 +184,25 @@ class SimCluster:
         its RBAC rules. Needs ``SimConfig(auth=True)``."""
         if self.auth is None:
             raise ValueError("service_account_kubeconfig needs SimConfig(auth=True)")
-        return write_kubeconfig(path, self.url, namespace=namespace, token=self.auth.issue(namespace, name))
+        token = self.auth.issue(namespace, name)
+        address, authority = self._server()
+        return write_kubeconfig(path, address, namespace=namespace, token=token, ca_pem=authority)
+
+    def _server(self) -> tuple[str, str | None]:
+        """Where kubeconfigs point: the HTTPS listener when there is one (kubectl sends a token over HTTPS
+        only), with its CA; else plain HTTP."""
+        if self.https_url:
+            return self.https_url, self.namespace_controller.root_ca
+        return self.url, None
 
     async def stop(self) -> None:
+        try:
+            await self._stop()
+        finally:
+            if self.processes is not None:  # the children go whatever failed above
+                await self.processes.close()
+
+    async def _stop(self) -> None:
         self.api.cut_watches()
         if self.controllers is not None:
             await self.controllers.close()
@@ -166,6 +216,7 @@ class SimCluster:
             await self._runner.cleanup()
         if self._tmp is not None:
             self._tmp.cleanup()
+            self._tmp = None
 
     async def __aenter__(self) -> SimCluster:
         return await self.start()

@@ -92,12 +92,14 @@ class Conversions:
             "request": {"uid": uid, "desiredAPIVersion": desired, "objects": objects},
         }
         try:
-            url = self.router.url(client_config, WEBHOOK_TIMEOUT_SECONDS)
+            url, server_name = self.router.target(client_config, WEBHOOK_TIMEOUT_SECONDS)
             ssl_context = webhook_ssl(client_config, url)
             if self._session is None:
                 self._session = aiohttp.ClientSession()
             timeout = aiohttp.ClientTimeout(total=WEBHOOK_TIMEOUT_SECONDS)
-            async with self._session.post(url, json=review, ssl=ssl_context, timeout=timeout) as response:
+            async with self._session.post(
+                url, json=review, ssl=ssl_context, timeout=timeout, server_hostname=server_name
+            ) as response:
                 if response.status != 200:
                     raise RuntimeError(f"the server responded with HTTP {response.status}")
                 body = await response.json(content_type=None)

@@ -19,6 +19,7 @@ from typing import Any
 
 from .images import ImagePuller
 from .nodes import Clock, EventRecorder, NodeConfig, Nodes, Tasks, Timing, digest, pod_cpu, set_condition
+from .processes import ProcessRuntime
 from .resources import PODS, ResourceType
 from .store import Key, Obj, Store, WatchEvent, key_of, now_iso
 
@@ -61,6 +62,7 @@ class PodRuntime:
     containers: dict[str, ContainerRuntime] = field(default_factory=dict)
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     task: asyncio.Task[None] | None = None
+    process: bool = False  # run by the process runtime (processes.py)
 
 
 def _restart_policy(pod: Obj) -> str:
@@ -76,8 +78,10 @@ class Kubelet:
         events: EventRecorder,
         images: ImagePuller,
         extended_inplace: bool = False,
+        processes: ProcessRuntime | None = None,
     ) -> None:
         self.store = store
+        self.processes = processes  # runs the pods whose images it matches as local processes
         self.nodes = nodes
         self.clock = clock
         self.events = events
@@ -90,6 +94,8 @@ class Kubelet:
 
     async def close(self) -> None:
         await self.tasks.close(*(p.task for p in self.pods.values() if p.task is not None))
+        if self.processes is not None:
+            await self.processes.close()
 
     def _graceful_delete(self, rt: ResourceType, obj: Obj, grace: int | None) -> bool:
         """A pod on a node terminates gracefully (the kubelet removes it) unless the grace period is 0."""
@@ -126,18 +132,31 @@ class Kubelet:
         self.pods.pop(key)
         if runtime.task is not None and runtime.task is not asyncio.current_task():
             runtime.task.cancel()
-        self.nodes.release(runtime.node, key, runtime.ip)
+        if runtime.process:  # its loopback address is freed once its processes have stopped
+            self.nodes.release(runtime.node, key, "")
+        else:
+            self.nodes.release(runtime.node, key, runtime.ip)
 
     def _start_pod(self, key: Key, pod: Obj, node_name: str) -> None:
         node = self.nodes.get(node_name)
+        process = self.processes is not None and self.processes.runs(pod)
         ip = ""
         if node is not None:
             if key not in node.pods:  # bound by someone else (spec.nodeName set at create)
                 self.nodes.reserve(node, key, pod_cpu(pod))
-            ip = self.nodes.take_ip(node)
-        runtime = PodRuntime(uid=pod["metadata"]["uid"], node=node_name, ip=ip, start_time=now_iso())
+            if not process:
+                ip = self.nodes.take_ip(node)
+        if self.processes is not None and process:
+            ip = self.processes.take_ip()  # its own loopback address: its ports are its own
+        runtime = PodRuntime(
+            uid=pod["metadata"]["uid"], node=node_name, ip=ip, start_time=now_iso(), process=process
+        )
         self.pods[key] = runtime
-        runtime.task = asyncio.get_running_loop().create_task(self._run_pod(key, runtime))
+        loop = asyncio.get_running_loop()
+        if self.processes is not None and process:
+            runtime.task = loop.create_task(self.processes.run_pod(self, key, runtime))
+        else:
+            runtime.task = loop.create_task(self._run_pod(key, runtime))
 
     def _current(self, key: Key, runtime: PodRuntime) -> Obj | None:
         pod = self.store.objects[PODS].get(key)

@@ -88,6 +88,7 @@ def _resource_name(rt: ResourceType) -> str:
 
 class NamespaceController:
     def __init__(self, store: Store) -> None:
+        self.root_ca = SIMULATED_CA  # the CA of simcluster's HTTPS listener, when it has one
         self.store = store
         self._tasks: set[asyncio.Task[None]] = set()
         self._pending: set[str] = set()  # namespaces with a sync already scheduled
@@ -123,7 +124,7 @@ class NamespaceController:
                 namespace,
                 {
                     "metadata": {"name": ROOT_CA_CONFIGMAP, "namespace": namespace},
-                    "data": {"ca.crt": SIMULATED_CA},
+                    "data": {"ca.crt": self.root_ca},
                 },
             )
 

@@ -129,6 +129,10 @@ JOBS = ResourceType("batch", "v1", "jobs", "Job", True, has_status=True, categor
 PDBS = ResourceType(
     "policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True, has_status=True, short_names=("pdb",)
 )
+# Stored and served only: nothing here enforces them (simulated pods and local processes share a network)
+NETWORK_POLICIES = ResourceType(
+    "networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy", True, short_names=("netpol",)
+)
 _RBAC = "rbac.authorization.k8s.io"
 ROLES = ResourceType(_RBAC, "v1", "roles", "Role", True)
 ROLE_BINDINGS = ResourceType(_RBAC, "v1", "rolebindings", "RoleBinding", True)
@@ -166,6 +170,7 @@ ALL: tuple[ResourceType, ...] = (
     ENDPOINT_SLICES,
     JOBS,
     PDBS,
+    NETWORK_POLICIES,
     ROLES,
     ROLE_BINDINGS,
     CLUSTER_ROLES,

@@ -118,6 +118,8 @@ class ApiServer:
         auth: Auth | None = None,
     ) -> None:
         self.auth = auth
+        # (namespace, pod, container) -> the log of a container run as a process, None for simulated ones
+        self.process_logs: Callable[[str, str, str], str | None] | None = None
         allow_deep_json()
         # Resources this server does not serve (a cluster without a CRD): 404 and absent from discovery.
         self.served = resources.served(disabled_resources)
@@ -559,6 +561,9 @@ class ApiServer:
         statuses = {c["name"]: c for c in (pod.get("status") or {}).get("containerStatuses") or []}
         if container not in containers:
             raise errors.ApiError(400, f"container {container} is not valid for pod {name}")
+        logged = self.process_logs(ns, name, container) if self.process_logs is not None else None
+        if logged is not None:  # a container run as a process (processes.py): what it printed
+            return web.Response(text=logged, content_type="text/plain")
         status = statuses.get(container)
         terminated = ((status or {}).get("state") or {}).get("terminated")
         if terminated is not None:  # a finished container's log stays readable (a Job's pods)
@@ -656,6 +661,13 @@ class ApiServer:
         mutated = await self.admission.mutate(rt, operation, body, old, ns)
         if mutated is not body:
             apply_defaults(rt, mutated, old)  # what a webhook added is defaulted too
+        # Object validation (a CRD's schema included) comes before the validating webhooks, as in
+        # kube-apiserver's registry: a malformed object is refused with its message, unseen by them. An
+        # update is checked against the schema only here: its conflict and immutability checks stay first.
+        if operation == "CREATE":
+            self.store.check(rt, deep_copy(mutated), None)
+        else:
+            self.store.check_schema(rt, mutated)
         await self.admission.validate(rt, operation, mutated, old, ns)
         return mutated
 

@@ -132,6 +132,10 @@ class Store:
             raise errors.invalid(rt.group, rt.kind, name, causes)
         return prepared
 
+    def check_schema(self, rt: ResourceType, obj: Obj) -> None:
+        """422 when ``obj`` does not match its CRD's schema (nothing for kinds without one)."""
+        self._apply_schema(rt, deep_copy(obj))
+
     def check(self, rt: ResourceType, obj: Obj, old: Obj | None, *, subresource: str | None = None) -> Obj:
         """A write at a version that is not stored as such (a CRD's non-storage version): pruned, defaulted
         and validated by that version's schema and rules before it is converted to the storage version."""

@@ -12,8 +12,10 @@ image run for real and is not part of this test."""
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import shutil
+import sys
 from contextlib import AsyncExitStack
 from pathlib import Path
 
@@ -46,6 +48,7 @@ def shell_blocks(section: str) -> list[str]:
 async def run(script: str, sim: SimCluster, kubectl_binary: Path, cwd: Path, cache: Path) -> str:
     binding = f'"{kubectl_binary}" --kubeconfig "{sim.kubeconfig_path}" --cache-dir "{cache}"'
     prelude = f'kubectl() {{ {binding} "$@"; }}\n'
+    env = dict(os.environ, PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]))
     process = await asyncio.create_subprocess_exec(
         "bash",
         "-euo",
@@ -53,6 +56,7 @@ async def run(script: str, sim: SimCluster, kubectl_binary: Path, cwd: Path, cac
         "-c",
         prelude + script,
         cwd=cwd,
+        env=env,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
     )
@@ -78,8 +82,9 @@ async def test_install_page_applies_waits_and_uninstalls(
             "wait", "--for=condition=Established", "crd/certificates.cert-manager.io", "--timeout=10s"
         )
 
-        (secret,) = shell_blocks("**1. Connection URLs.**")
-        await run(secret, sim, kubectl_binary, clone, cache)
+        # The Secrets, the NATS identities, the audit and redaction keys (rollbook's commands from PATH).
+        for block in shell_blocks("**1. Database logins and connection URLs.**"):
+            await run(block, sim, kubectl_binary, clone, cache)
         (overlay,) = shell_blocks("**3. Your overlay**")
         await run(overlay, sim, kubectl_binary, clone, cache)
         kustomization = clone / "my-rollbook" / "kustomization.yaml"
