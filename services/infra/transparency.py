@@ -36,6 +36,7 @@ from services.infra.checkpoints import (
 )
 from services.infra.settings import Settings
 from services.infra.store import EventStore
+from services.model.events import REDACTION_STREAM, TrailRedacted
 from services.model.hashchain import ZERO_HASH, micros
 from services.model.merkle import (
     CompactRange,
@@ -45,6 +46,8 @@ from services.model.merkle import (
     frontier_root,
     inclusion_proof,
     perfect_root,
+    range_hash,
+    verify_consistency,
     verify_inclusion,
 )
 from services.model.receipt import RECEIPT_FORMAT
@@ -659,6 +662,63 @@ async def consistency(store: EventStore, old_size: int, new_size: int) -> list[b
     tree = MerkleLog(store)
     source = await tree.node_source(lambda node: consistency_proof(old_size, new_size, node))
     return consistency_proof(old_size, new_size, source)
+
+
+@dataclass(frozen=True)
+class Standing:
+    """Where a checkpoint held outside the log (a receipt's, a proof's) stands against the log today."""
+
+    state: str  # current | superseded | unaccounted
+    detail: str
+
+
+async def checkpoint_standing(
+    store: EventStore, trusted: list[Verifier], held: SignedCheckpoint, positions: Sequence[int] = ()
+) -> Standing:
+    """``current`` when the newest signed checkpoint extends ``held`` (a consistency proof from the stored
+    tree, checked against both signed roots); ``superseded`` when a redaction record names ``held`` and the
+    newest checkpoint proves that record included (``positions``: the held events, to name those it
+    rewrote); else ``unaccounted``: the log no longer holds what was signed, and nothing on it says why."""
+    newest = await newest_checkpoint(store, trusted)
+    old, new = held.body.tree_size, newest.body.tree_size
+    if old <= new:
+        try:
+            proof = await consistency(store, old, new)
+            verify_consistency(old, new, held.body.root_hash, newest.body.root_hash, proof)
+            # ... and the log as stored still hashes to the held root (not only the signed heads agree).
+            tree = MerkleLog(store)
+            source = await tree.node_source(lambda node: range_hash(0, old, node))
+            if old and range_hash(0, old, source) == held.body.root_hash:
+                return Standing(
+                    "current",
+                    f"the log holds it, and the newest signed checkpoint (tree size {new}) extends it",
+                )
+        except (ProofError, TransparencyError):
+            pass
+    root = held.body.root_hash.hex()
+    for stored in await store.read_stream(REDACTION_STREAM):
+        record = stored.envelope.payload
+        if not isinstance(record, TrailRedacted) or record.signed_superseded.get(str(old)) != root:
+            continue
+        try:
+            await prove(store, trusted, position=stored.global_position)
+        except TransparencyError:
+            continue  # a record the signed log does not hold accounts for nothing
+        rewritten = sorted(set(positions) & set(record.positions))
+        return Standing(
+            "superseded",
+            f"superseded by the redaction of {record.redacted_at.isoformat()} under policy {record.policy}"
+            f" (position {stored.global_position}, in the newest signed checkpoint, tree size {new}):"
+            f" {len(rewritten)} of its events were rewritten"
+            + (f" (positions {', '.join(map(str, rewritten[:10]))}{'…' if len(rewritten) > 10 else ''})"
+               if rewritten else "")
+            + "; export a new receipt for the log as it is now",
+        )  # fmt: skip
+    return Standing(
+        "unaccounted",
+        f"the log no longer holds the tree of size {old} this was signed over, and no signed redaction"
+        " record names it: the log was rewritten (run `rollbook audit verify`)",
+    )
 
 
 _RECEIPT_ROWS = """
