@@ -65,3 +65,59 @@ BEGIN
 END
 $rollbook_duty$
 """
+
+
+class LoginPasswordError(ValueError):
+    """A URL that names no password, or a login that is not one of this database's duty roles."""
+
+
+async def set_login_passwords(owner_url: str, urls: dict[Duty, str]) -> list[str]:
+    """Give each duty role's login the password its URL carries (deploy/'s Secrets are then the only
+    place the passwords live: the migration Job sets them, nobody types ALTER ROLE). Runs as the owner's
+    login (it created the roles, so it may change them). Only the writer, reader and webhook roles of this
+    database are touched, never the owner or another login; a URL without a password is skipped (its
+    login authenticates otherwise). The password reaches the server as a SCRAM verifier, never in clear.
+    Returns the roles set. LoginPasswordError before anything is changed."""
+    import asyncpg
+
+    from services.infra.database import asyncpg_url
+    from services.infra.embedded import scram_verifier
+
+    connection = await asyncpg.connect(asyncpg_url(owner_url))
+    try:
+        wanted: list[tuple[str, str]] = []
+        for duty, url in urls.items():
+            if duty == "owner":
+                raise LoginPasswordError("the owner role has no login: its password is never set")
+            parsed = _login_of(url)
+            if parsed is None:
+                continue
+            user, password = parsed
+            role = await connection.fetchval(f"SELECT {role_sql(duty)}")
+            if user != role:
+                raise LoginPasswordError(
+                    f"the {duty}'s URL logs in as {user!r}, not as the {duty} role {role!r}: passwords are"
+                    " set only for this database's own logins (docs/security-database.md)"
+                )
+            wanted.append((role, password))
+        for role, password in wanted:
+            await connection.execute(f"ALTER ROLE {_quote(role)} LOGIN PASSWORD '{scram_verifier(password)}'")
+        return [role for role, _ in wanted]
+    finally:
+        await connection.close()
+
+
+def _login_of(url: str) -> tuple[str, str] | None:
+    """(user, password) of a postgresql:// URL; None when it carries no password."""
+    from urllib.parse import unquote, urlsplit
+
+    if not url:
+        return None
+    parts = urlsplit(url)
+    if parts.password is None or parts.username is None:
+        return None
+    return unquote(parts.username), unquote(parts.password)
+
+
+def _quote(identifier: str) -> str:
+    return '"' + identifier.replace('"', '""') + '"'
