@@ -475,14 +475,18 @@ class Checkpointer:
     async def checkpoint(self, *, force: bool = False) -> SignedCheckpoint | None:
         """Extend the tree, then sign and publish its head if it grew since the last checkpoint (or, with
         ``force``, even if not). None when there was nothing new."""
+        rows = await self.store.query("SELECT note FROM signed_checkpoints ORDER BY tree_size DESC LIMIT 1")
+        newest: SignedCheckpoint | None = None
+        if rows:
+            with contextlib.suppress(NoteError):
+                newest = SignedCheckpoint.unchecked(rows[0][0])
+        if newest is not None and (self.last is None or newest.body.tree_size > self.last.body.tree_size):
+            if self.last is not None:
+                # Someone else signed since (`audit redact`, which rebuilt the stored tree over a rewritten
+                # log, or `audit checkpoint`): the tree kept in memory may hash the old leaves.
+                self.tree = MerkleLog(self.store)
+            self.last = newest
         head = await self.tree.extend()
-        if self.last is None:
-            rows = await self.store.query(
-                "SELECT note FROM signed_checkpoints ORDER BY tree_size DESC LIMIT 1"
-            )
-            if rows:
-                with contextlib.suppress(NoteError):
-                    self.last = SignedCheckpoint.unchecked(rows[0][0])
         if not force and self.last is not None and self.last.body.tree_size == head.size:
             return None
         if not force and self.last is None and head.size == 0:

@@ -145,7 +145,8 @@ async def test_a_signed_trail_redacted_verifies_and_names_the_checkpoints_and_re
             await _stored(store, events)
             settings = _settings(url, tmp_path)
             trusted = trusted_verifiers(settings) or [load_signer(settings).verifier]
-            signed_before = await checkpointer_for(store, settings, None).checkpoint()
+            auditor = checkpointer_for(store, settings, None)  # the auditor's, left running meanwhile
+            signed_before = await auditor.checkpoint()
             assert signed_before is not None and signed_before.body.tree_size == len(events)
             rollout = _rollout(events)
             receipt_before = canonical_json(await export_receipt(store, trusted, rollout))
@@ -187,6 +188,15 @@ async def test_a_signed_trail_redacted_verifies_and_names_the_checkpoints_and_re
             receipt_after = await export_receipt(store, trusted, rollout)
             assert CANARY not in canonical_json(receipt_after).decode()
             held = SignedCheckpoint.open(receipt_after["checkpoint"], trusted)
+            assert (await checkpoint_standing(store, trusted, held)).state == "current"
+
+            # An auditor that kept its tree in memory across the redaction signs the log as it is now.
+            assert await auditor.checkpoint() is None  # the redaction's checkpoint covers everything
+            await _stored(store, WorkloadSimulation("team-b", "api", replicas=2, start=T0).run())
+            later = await auditor.checkpoint()
+            assert later is not None and later.body.tree_size > after.body.tree_size
+            report = await verify_trail(store, settings, trusted, bus=False)
+            assert report.clean, [f.describe() for f in report.findings]
             assert (await checkpoint_standing(store, trusted, held)).state == "current"
         finally:
             await store.close()
