@@ -4,10 +4,10 @@ written to the database and to sinks outside it, inclusion proofs and receipts (
 The tree (services/model/merkle.py) has one leaf per stored event, in global order. ``MerkleLog`` keeps the
 hashes of its perfect subtrees of 256 leaves and more (a few rows per thousand events) and recomputes
 anything smaller from the events' ``stream_hash`` when a proof needs it. ``MerkleLog.extend`` catches the
-stored tree up with the log; ``MerkleLog.rebuild`` builds it again from the first event (a redaction drops
-the stale tree as the owner first). ``checkpoint`` extends the tree, signs its head with the auditor's key
-and publishes it: the ``signed_checkpoints`` table, the JetStream checkpoint stream (deny_delete and
-deny_purge, checked), a directory of read-only files, and the JSON-lines checkpoint file if configured.
+stored tree up with the log; ``MerkleLog.rebuild`` drops it and builds it again from the events (as the
+owner). ``checkpoint`` extends the tree, signs its head with the auditor's key and publishes it: the
+``signed_checkpoints`` table, the JetStream checkpoint stream (deny_delete and deny_purge, checked), a
+directory of read-only files, and the JSON-lines checkpoint file if configured.
 The public key goes with it (``audit_keys``, the bus message's header, the directory).
 """
 
@@ -208,9 +208,9 @@ class MerkleLog:
         self.loaded = True
 
     async def rebuild(self) -> TreeHead:
-        """Build the tree again from the first event, adding the nodes missing from the stored one. The
-        services' role may not delete nodes: a tree made stale by a rewrite is dropped by the owner in the
-        rewrite's own transaction (services/replay/redact.py ``rechain``)."""
+        """Drop the stored tree and build it again from the events (the owner's store: the services' role
+        may not delete nodes; `audit redact` drops it in its rewrite's own transaction instead)."""
+        await self.store.execute_many("DELETE FROM merkle_nodes WHERE level >= $1", [(BLOCK_LEVEL,)])
         self.blocks, self.last_block_position = 0, 0
         self.upper, self.tail = CompactRange(), []
         self._head_chain = (0, ZERO_HASH)
@@ -487,9 +487,10 @@ class Checkpointer:
                 self.tree = MerkleLog(self.store)
             self.last = newest
         head = await self.tree.extend()
+        # An empty log is signed too: from an auditor's first round on, a log always has a checkpoint, so
+        # the events that follow are an unsigned tail (bounded by the stale-checkpoint rule), never
+        # "no checkpoint anywhere".
         if not force and self.last is not None and self.last.body.tree_size == head.size:
-            return None
-        if not force and self.last is None and head.size == 0:
             return None
         body = CheckpointBody(
             origin=self.signer.name,
