@@ -22,6 +22,10 @@ the login itself: one credential per role (deploy/, docker-compose.yml, embedded
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
+import secrets
 from typing import Literal
 
 Duty = Literal["owner", "writer", "reader", "webhook"]
@@ -81,7 +85,6 @@ async def set_login_passwords(owner_url: str, urls: dict[Duty, str]) -> list[str
     import asyncpg
 
     from services.infra.database import asyncpg_url
-    from services.infra.embedded import scram_verifier
 
     connection = await asyncpg.connect(asyncpg_url(owner_url))
     try:
@@ -121,3 +124,15 @@ def _login_of(url: str) -> tuple[str, str] | None:
 
 def _quote(identifier: str) -> str:
     return '"' + identifier.replace('"', '""') + '"'
+
+
+def scram_verifier(password: str, *, iterations: int = 4096) -> str:
+    """The SCRAM-SHA-256 verifier Postgres stores for ``password`` (RFC 5802/7677), so that ALTER ROLE
+    ... PASSWORD sends the server no clear-text password that a statement log could keep."""
+    salt = secrets.token_bytes(16)
+    salted = hashlib.pbkdf2_hmac("sha256", password.encode(), salt, iterations)
+    client_key = hmac.new(salted, b"Client Key", "sha256").digest()
+    server_key = hmac.new(salted, b"Server Key", "sha256").digest()
+    stored_key = hashlib.sha256(client_key).digest()
+    salt64, stored64, server64 = (base64.b64encode(part).decode() for part in (salt, stored_key, server_key))
+    return f"SCRAM-SHA-256${iterations}:{salt64}${stored64}:{server64}"
