@@ -3,6 +3,7 @@
     .venv/bin/python bench/audit.py append [--seconds 6] [--rounds 3] [--every 10000] [--interval 60]
     .venv/bin/python bench/audit.py prove [--events 1000000] [--proofs 300]
     .venv/bin/python bench/audit.py receipt [--pods 1000]
+    .venv/bin/python bench/audit.py redact [--workloads 20]
     .venv/bin/python bench/audit.py all [any of the options above]
 
 append   Append throughput (append_many of 20 events, one stream each, as the planner's rounds do) with
@@ -17,6 +18,10 @@ prove    A log of --events events loaded with COPY-speed SQL (the hash-chain and
 receipt  A rollout of --pods pods (5 events per pod: requested, started, succeeded, and two
          observations) among other workloads' events, its receipt exported, then verified offline
          (services.model.receipt and docs/verify_receipt.py): times and size.
+redact   --workloads simulated CloneSets rolled in place with a secret in their env and last-applied
+         annotation (services/replay/simulation.py), stored and signed; then `rollbook audit redact`'s
+         steps timed: the audit of the trail as it is, the rewrite (plan, verify, re-chain), and the
+         re-signing (tree rebuilt, checkpoint signed); and one `audit verify` of the result beside them.
 
 Each mode creates its own database (random name) on the server of --database-url / ROLLBOOK_DATABASE_URL
 (default postgresql://root@127.0.0.1:5432/test), migrates it, and drops it at the end.
@@ -269,11 +274,86 @@ async def bench_receipt(server: str, pods: int) -> None:
         await drop(server, url)
 
 
+async def bench_redact(server: str, workloads: int) -> None:
+    from services.cli.replay import verify_trail
+    from services.model.redaction import LAST_APPLIED_ANNOTATION, RedactionPolicy
+    from services.replay import simulation
+    from services.replay.redact import redact_trail
+
+    plain = simulation.base_cloneset
+
+    def with_secret(*args: object, **kwargs: object) -> dict[str, object]:
+        cloneset = plain(*args, **kwargs)  # type: ignore[arg-type]
+        cloneset["spec"]["template"]["spec"]["containers"][0]["env"] = [
+            {"name": "API_TOKEN", "value": "s3cr3t"}
+        ]
+        cloneset["metadata"]["annotations"] = {LAST_APPLIED_ANNOTATION: '{"token":"s3cr3t"}'}
+        return cloneset
+
+    simulation.base_cloneset = with_secret  # type: ignore[assignment]
+    url = await fresh(server)
+    store = await EventStore.connect(url)
+    try:
+        for w in range(workloads):
+            for envelope in simulation.WorkloadSimulation(f"team-{w}", "web", replicas=4, start=T0).run():
+                await store.append([envelope], expected_version=envelope.stream_version - 1)
+        with tempfile.TemporaryDirectory() as data_dir:
+            settings = settings_for(url, data_dir, audit_checkpoint_dir=str(Path(data_dir) / "checkpoints"))
+            checkpointer = checkpointer_for(store, settings, None)
+            assert await checkpointer.checkpoint() is not None
+            trusted = trusted_verifiers(settings)
+            spent: dict[str, float] = {"audit": 0.0, "tree": 0.0, "sign": 0.0}
+
+            async def audit() -> object:
+                start = time.perf_counter()
+                report = await verify_trail(store, settings, trusted, max_age=float("inf"), bus=False)
+                spent["audit"] += time.perf_counter() - start
+                return report
+
+            async def tree_head() -> tuple[int, bytes]:
+                start = time.perf_counter()
+                head = await MerkleLog(store).extend()
+                spent["tree"] += time.perf_counter() - start
+                return head.size, head.root
+
+            async def sign() -> object:
+                start = time.perf_counter()
+                checkpointer.tree = MerkleLog(store)
+                checkpointer.last = None
+                signed = await checkpointer.checkpoint(force=True)
+                spent["sign"] += time.perf_counter() - start
+                return signed
+
+            start = time.perf_counter()
+            result = await redact_trail(
+                store, url, RedactionPolicy(b"bench-redaction-key" * 2),
+                audit=audit, tree_head=tree_head, sign=sign,  # type: ignore[arg-type]
+            )  # fmt: skip
+            total = time.perf_counter() - start
+            start = time.perf_counter()
+            after = await verify_trail(store, settings, trusted, bus=False)
+            verified = time.perf_counter() - start
+        assert result.record is not None and after.clean, [f.describe() for f in after.findings]
+        rewrite = total - sum(spent.values())
+        signing = spent["tree"] + spent["sign"]
+        rewritten = len(result.record.positions)
+        print(
+            f"audit redact of {result.plan.events:,} events ({workloads} workloads, {rewritten:,} rewritten):"
+            f" {total:.2f} s = audit first {spent['audit']:.2f} s + rewrite {rewrite:.2f} s"
+            f" + tree head before and re-signing {signing:.2f} s ({100 * signing / total:.1f}% of it);"
+            f" one audit verify of the result {verified:.2f} s (redact / verify: {total / verified:.1f})"
+        )
+    finally:
+        simulation.base_cloneset = plain  # type: ignore[assignment]
+        await store.close()
+        await drop(server, url)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("mode", choices=["append", "prove", "receipt", "all"])
+    parser.add_argument("mode", choices=["append", "prove", "receipt", "redact", "all"])
     parser.add_argument(
         "--database-url",
         default=os.environ.get("ROLLBOOK_DATABASE_URL") or "postgresql://root@127.0.0.1:5432/test",
@@ -285,6 +365,7 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--proofs", type=int, default=300)
     parser.add_argument("--pods", type=int, default=1000)
+    parser.add_argument("--workloads", type=int, default=20)
     args = parser.parse_args()
     if args.mode in ("append", "all"):
         asyncio.run(bench_append(args.database_url, args.seconds, args.rounds, args.every, args.interval))
@@ -292,6 +373,8 @@ def main() -> None:
         asyncio.run(bench_prove(args.database_url, args.events, args.proofs))
     if args.mode in ("receipt", "all"):
         asyncio.run(bench_receipt(args.database_url, args.pods))
+    if args.mode in ("redact", "all"):
+        asyncio.run(bench_redact(args.database_url, args.workloads))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,8 @@
 """`rollbook db`: the schema of the event store (Alembic migrations) on the configured Postgres.
 
-rollbook db upgrade [--revision head]      apply migrations (what services do at start in embedded mode)
+rollbook db upgrade [--revision head] [--set-passwords]
+                                           apply migrations (what services do at start in embedded mode);
+                                           then set the duty logins' passwords from their URLs
 rollbook db current                        print the revision the database is at
 rollbook db downgrade --revision REV --yes revert to REV ("base" drops the events table and every event)
 """
@@ -20,16 +22,37 @@ def register(app: typer.Typer) -> None:
 
 
 @db_app.command("upgrade")
-def upgrade_command(revision: str = typer.Option("head", help="target revision")) -> None:
+def upgrade_command(
+    revision: str = typer.Option("head", help="target revision"),
+    set_passwords: bool = typer.Option(
+        False,
+        "--set-passwords",
+        help="then give the writer, reader and webhook logins the passwords in ROLLBOOK_DATABASE_URL,"
+        " ROLLBOOK_DATABASE_READER_URL and ROLLBOOK_DATABASE_WEBHOOK_URL (deploy/'s migration Job)",
+    ),
+) -> None:
     """Apply migrations up to REVISION (default: the newest)."""
 
     import asyncio
 
+    from services.cli.errors import CommandError
     from services.infra.database import upgrade
+    from services.infra.db_roles import Duty, LoginPasswordError, set_login_passwords
 
     async def body(settings: Settings) -> int:
         await asyncio.to_thread(upgrade, settings.url_for("owner"), revision)
         typer.echo(f"database at {await _current(settings.url_for('owner')) or 'base'}")
+        if set_passwords:
+            urls: dict[Duty, str] = {
+                "writer": settings.database_url,
+                "reader": settings.database_reader_url,
+                "webhook": settings.database_webhook_url,
+            }
+            try:
+                roles = await set_login_passwords(settings.url_for("owner"), urls)
+            except LoginPasswordError as error:
+                raise CommandError(str(error)) from None
+            typer.echo(f"passwords set: {', '.join(roles) or 'none (no URL carries one)'}")
         return 0
 
     raise typer.Exit(run_command(body, migrate=False))

@@ -318,28 +318,57 @@ def register(app: typer.Typer) -> None:
         )
 
     @audit.command("redact")
-    def audit_redact() -> None:
+    def audit_redact(
+        public_key: Annotated[list[str] | None, PUBLIC_KEY_OPTION] = None,
+        bus: bool = typer.Option(
+            True, "--bus/--no-bus", help="check and publish to the JetStream checkpoint stream"
+        ),
+    ) -> None:
         """Rewrite the values recorded before redaction (or under a narrower deny-list) under the current
-        policy, re-chain the log and record it (docs/replay.md, "Redacting a trail"). Stop the services
-        first; ROLLBOOK_DATABASE_URL must be the owner's (the one migrations run with)."""
+        policy, re-chain the log, record it, rebuild the Merkle tree and sign a checkpoint of it
+        (docs/audit.md, "Redacting a signed trail"). Stop the services first; ROLLBOOK_DATABASE_OWNER_URL (or
+        ROLLBOOK_DATABASE_URL) must be the owner's, and the auditor's signing key must be at hand."""
         import asyncpg
 
         from services.cli.errors import CommandError
         from services.infra.redaction_key import RedactionKeyError, load_policy
-        from services.replay.redact import RedactionAborted, redact_trail
+        from services.infra.transparency import TransparencyError, load_signer
+        from services.replay.redact import RedactionAborted
 
         async def work(store: EventStore, settings: Settings) -> Any:
             try:
-                return await redact_trail(store, settings.database_url, load_policy(settings))
-            except (RedactionAborted, RedactionKeyError) as error:
+                policy = load_policy(settings)
+            except RedactionKeyError as error:
+                raise CommandError(str(error)) from None
+            signed_before = bool(await store.query("SELECT 1 FROM signed_checkpoints LIMIT 1"))
+            try:
+                # A log signed before needs the key that signed it; a new one is made only for a log
+                # that never had a checkpoint (as the auditor would at its start).
+                signer = load_signer(settings, create=not signed_before)
+            except TransparencyError as error:
+                raise CommandError(
+                    f"{error}: a redaction re-signs the log with the auditor's key, so it is needed here"
+                ) from None
+            verifiers = trusted(settings, public_key)
+            connection = None
+            if bus and settings.nats_url:
+                from services.infra.bus import Bus
+
+                connection = await Bus.connect(settings, name="rollbook-audit", identity="operator")
+            try:
+                return await redact_signed(store, settings, policy, signer, verifiers, bus=connection)
+            except RedactionAborted as error:
                 raise CommandError(str(error)) from None
             except asyncpg.InsufficientPrivilegeError as error:
                 raise CommandError(
                     f"the database refused the rewrite ({error}): run it with the owner's"
-                    " ROLLBOOK_DATABASE_URL, the one migrations run with"
+                    " ROLLBOOK_DATABASE_OWNER_URL, the one migrations run with"
                 ) from None
+            finally:
+                if connection is not None:
+                    await connection.close()
 
-        result = run_with_store(work, nats=False)
+        result = run_with_store(work, nats=bus, duty="writer")
         plan = result.plan
         if result.record is None:
             typer.echo(
@@ -352,6 +381,13 @@ def register(app: typer.Typer) -> None:
             f" ({record.rounds_resealed} round input digests resealed, {plan.workloads} workloads verified);"
             f" chain at position {record.head}: {record.chain_before} -> {record.chain_after}"
         )
+        if result.checkpoint is not None:
+            body = result.checkpoint.body
+            typer.echo(
+                f"signed checkpoint of the rewritten log: tree size {body.tree_size}, root"
+                f" {body.root_hash.hex()} (before: {record.tree_size_before} events, root"
+                f" {record.root_before}); it supersedes {len(record.signed_superseded)} signed checkpoint(s)"
+            )
 
     @audit.command("checkpoint")
     def audit_checkpoint(
@@ -511,6 +547,12 @@ def register(app: typer.Typer) -> None:
     def audit_verify_receipt(
         receipt: Annotated[Path, typer.Argument(help="the receipt file")],
         public_key: Annotated[list[str] | None, PUBLIC_KEY_OPTION] = None,
+        against_log: bool = typer.Option(
+            False,
+            "--log",
+            help="also ask the log as it is now: still extended by its newest signed checkpoint,"
+            " superseded by a signed redaction, or rewritten without one (exit 1)",
+        ),
     ) -> None:
         """Check a receipt offline (no database, no server): every event's content, its inclusion proof,
         and the checkpoint's signature. Without --public-key the receipt's own key is used and named."""
@@ -533,6 +575,31 @@ def register(app: typer.Typer) -> None:
         )
         if not result.pinned:
             typer.echo("note: the key is the receipt's own: compare it with the published one (--public-key)")
+        if not against_log:
+            return
+        import json
+
+        from services.infra.transparency import checkpoint_standing
+        from services.model.signed_note import SignedCheckpoint
+
+        document = json.loads(data)
+        positions = [int(e["global_position"]) for e in document["events"]]
+        held = SignedCheckpoint.open(document["checkpoint"], [result.signer])
+
+        async def work(store: EventStore, settings: Settings) -> Any:
+            try:
+                return await checkpoint_standing(store, [result.signer], held, positions)
+            except TransparencyError as error:
+                raise CommandError(str(error)) from None
+
+        standing = run_with_store(work)
+        if standing.state == "current":
+            typer.echo(f"current: {standing.detail}")
+        elif standing.state == "superseded":
+            typer.echo(f"SUPERSEDED: {standing.detail}")
+        else:
+            typer.echo(f"NOT IN THE LOG: {standing.detail}")
+            raise typer.Exit(1)
 
 
 async def verify_trail(
@@ -590,3 +657,45 @@ async def verify_trail(
     report = await audit_trail(store, sources)
     report.findings[:0] = extra
     return report
+
+
+async def redact_signed(
+    store: EventStore,
+    settings: Settings,
+    policy: Any,
+    signer: Any,
+    verifiers: list[Any],
+    *,
+    bus: Any = None,
+) -> Any:
+    """`rollbook audit redact` (services/replay/redact.py) wired to the signed log: the trail as it is must
+    pass `audit verify` (every sink, JetStream too when ``bus`` is given), and the rewritten log is signed
+    with ``signer`` into the database and every sink (the checkpoint directory, the file, JetStream)."""
+    import math
+
+    from services.infra.transparency import Checkpointer, MerkleLog, checkpoint_dir
+    from services.replay.redact import redact_trail
+
+    checkpointer = Checkpointer(
+        store,
+        signer,
+        bus=bus,
+        directory=checkpoint_dir(settings),
+        file=Path(settings.checkpoint_file) if settings.checkpoint_file else None,
+    )
+
+    async def audit() -> Any:
+        return await verify_trail(store, settings, verifiers, max_age=math.inf, bus=bus is not None)
+
+    async def tree_head() -> tuple[int, bytes]:
+        head = await MerkleLog(store).extend()
+        return head.size, head.root
+
+    async def sign() -> Any:
+        checkpointer.tree = MerkleLog(store)  # over the rewritten log, from its first event
+        checkpointer.last = None
+        return await checkpointer.checkpoint(force=True)
+
+    return await redact_trail(
+        store, settings.url_for("owner"), policy, audit=audit, tree_head=tree_head, sign=sign
+    )

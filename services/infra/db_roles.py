@@ -22,6 +22,10 @@ the login itself: one credential per role (deploy/, docker-compose.yml, embedded
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
+import secrets
 from typing import Literal
 
 Duty = Literal["owner", "writer", "reader", "webhook"]
@@ -65,3 +69,70 @@ BEGIN
 END
 $rollbook_duty$
 """
+
+
+class LoginPasswordError(ValueError):
+    """A URL that names no password, or a login that is not one of this database's duty roles."""
+
+
+async def set_login_passwords(owner_url: str, urls: dict[Duty, str]) -> list[str]:
+    """Give each duty role's login the password its URL carries (deploy/'s Secrets are then the only
+    place the passwords live: the migration Job sets them, nobody types ALTER ROLE). Runs as the owner's
+    login (it created the roles, so it may change them). Only the writer, reader and webhook roles of this
+    database are touched, never the owner or another login; a URL without a password is skipped (its
+    login authenticates otherwise). The password reaches the server as a SCRAM verifier, never in clear.
+    Returns the roles set. LoginPasswordError before anything is changed."""
+    import asyncpg
+
+    from services.infra.database import asyncpg_url
+
+    connection = await asyncpg.connect(asyncpg_url(owner_url))
+    try:
+        wanted: list[tuple[str, str]] = []
+        for duty, url in urls.items():
+            if duty == "owner":
+                raise LoginPasswordError("the owner role has no login: its password is never set")
+            parsed = _login_of(url)
+            if parsed is None:
+                continue
+            user, password = parsed
+            role = await connection.fetchval(f"SELECT {role_sql(duty)}")
+            if user != role:
+                raise LoginPasswordError(
+                    f"the {duty}'s URL logs in as {user!r}, not as the {duty} role {role!r}: passwords are"
+                    " set only for this database's own logins (docs/security-database.md)"
+                )
+            wanted.append((role, password))
+        for role, password in wanted:
+            await connection.execute(f"ALTER ROLE {_quote(role)} LOGIN PASSWORD '{scram_verifier(password)}'")
+        return [role for role, _ in wanted]
+    finally:
+        await connection.close()
+
+
+def _login_of(url: str) -> tuple[str, str] | None:
+    """(user, password) of a postgresql:// URL; None when it carries no password."""
+    from urllib.parse import unquote, urlsplit
+
+    if not url:
+        return None
+    parts = urlsplit(url)
+    if parts.password is None or parts.username is None:
+        return None
+    return unquote(parts.username), unquote(parts.password)
+
+
+def _quote(identifier: str) -> str:
+    return '"' + identifier.replace('"', '""') + '"'
+
+
+def scram_verifier(password: str, *, iterations: int = 4096) -> str:
+    """The SCRAM-SHA-256 verifier Postgres stores for ``password`` (RFC 5802/7677), so that ALTER ROLE
+    ... PASSWORD sends the server no clear-text password that a statement log could keep."""
+    salt = secrets.token_bytes(16)
+    salted = hashlib.pbkdf2_hmac("sha256", password.encode(), salt, iterations)
+    client_key = hmac.new(salted, b"Client Key", "sha256").digest()
+    server_key = hmac.new(salted, b"Server Key", "sha256").digest()
+    stored_key = hashlib.sha256(client_key).digest()
+    salt64, stored64, server64 = (base64.b64encode(part).decode() for part in (salt, stored_key, server_key))
+    return f"SCRAM-SHA-256${iterations}:{salt64}${stored64}:{server64}"

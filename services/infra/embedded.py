@@ -27,12 +27,9 @@ refuses to run as root) runs as the system user ``rollbook-pg``, created on firs
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import ctypes
 import fcntl
-import hashlib
-import hmac
 import importlib.metadata
 import importlib.util
 import logging
@@ -51,7 +48,7 @@ import asyncpg
 import msgspec
 import psutil
 
-from services.infra.db_roles import Duty
+from services.infra.db_roles import Duty, scram_verifier
 from services.infra.embedded_logins import EMBEDDED_DATABASE, EMBEDDED_LOGINS, PASSFILE, embedded_url
 from services.infra.nats_auth import CREDENTIALS_DIR_NAME, ensure_credentials, server_config, write_private
 from services.infra.settings import Settings
@@ -421,18 +418,6 @@ def _passwords(data_path: Path) -> dict[str, str]:
         data_path.mkdir(parents=True, exist_ok=True)
         _write_private(path, "".join(f"*:*:*:{login}:{pw}\n" for login, pw in sorted(passwords.items())))
     return passwords
-
-
-def scram_verifier(password: str, *, iterations: int = 4096) -> str:
-    """The SCRAM-SHA-256 verifier Postgres stores for ``password`` (RFC 5802/7677), so that ALTER ROLE
-    ... PASSWORD sends the server no clear-text password that a statement log could keep."""
-    salt = secrets.token_bytes(16)
-    salted = hashlib.pbkdf2_hmac("sha256", password.encode(), salt, iterations)
-    client_key = hmac.new(salted, b"Client Key", "sha256").digest()
-    server_key = hmac.new(salted, b"Server Key", "sha256").digest()
-    stored_key = hashlib.sha256(client_key).digest()
-    salt64, stored64, server64 = (base64.b64encode(part).decode() for part in (salt, stored_key, server_key))
-    return f"SCRAM-SHA-256${iterations}:{salt64}${stored64}:{server64}"
 
 
 async def _require_passwords(

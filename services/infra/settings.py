@@ -22,6 +22,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # Postgres URL read commands, `rollbook ui` and the auditor's /history use, as the reader role.
     # Empty: database_url (the session then acts as the reader role when that login may).
     database_reader_url: str = ""
+    # The webhook's Postgres URL as its own login, read only by `rollbook db upgrade --set-passwords`
+    # (deploy/'s migration Job) to give that login the password in it; the webhook itself connects with
+    # database_url from its own Secret.
+    database_webhook_url: str = ""
     # NATS URL (nats://host:port), or several servers of one cluster, comma-separated (the client fails
     # over between them). Empty: start an embedded nats-server under data_dir.
     nats_url: str = ""

@@ -4,10 +4,10 @@ written to the database and to sinks outside it, inclusion proofs and receipts (
 The tree (services/model/merkle.py) has one leaf per stored event, in global order. ``MerkleLog`` keeps the
 hashes of its perfect subtrees of 256 leaves and more (a few rows per thousand events) and recomputes
 anything smaller from the events' ``stream_hash`` when a proof needs it. ``MerkleLog.extend`` catches the
-stored tree up with the log; ``MerkleLog.rebuild`` drops it and builds it again from the events (after a
-redaction re-chained them). ``checkpoint`` extends the tree, signs its head with the auditor's key and
-publishes it: the ``signed_checkpoints`` table, the JetStream checkpoint stream (deny_delete and
-deny_purge, checked), a directory of read-only files, and the JSON-lines checkpoint file if configured.
+stored tree up with the log; ``MerkleLog.rebuild`` drops it and builds it again from the events (as the
+owner). ``checkpoint`` extends the tree, signs its head with the auditor's key and publishes it: the
+``signed_checkpoints`` table, the JetStream checkpoint stream (deny_delete and deny_purge, checked), a
+directory of read-only files, and the JSON-lines checkpoint file if configured.
 The public key goes with it (``audit_keys``, the bus message's header, the directory).
 """
 
@@ -36,6 +36,7 @@ from services.infra.checkpoints import (
 )
 from services.infra.settings import Settings
 from services.infra.store import EventStore
+from services.model.events import REDACTION_STREAM, TrailRedacted
 from services.model.hashchain import ZERO_HASH, micros
 from services.model.merkle import (
     CompactRange,
@@ -45,6 +46,8 @@ from services.model.merkle import (
     frontier_root,
     inclusion_proof,
     perfect_root,
+    range_hash,
+    verify_consistency,
     verify_inclusion,
 )
 from services.model.receipt import RECEIPT_FORMAT
@@ -205,7 +208,8 @@ class MerkleLog:
         self.loaded = True
 
     async def rebuild(self) -> TreeHead:
-        """Drop the stored tree and build it again from the events (after a redaction re-chained them)."""
+        """Drop the stored tree and build it again from the events (the owner's store: the services' role
+        may not delete nodes; `audit redact` drops it in its rewrite's own transaction instead)."""
         await self.store.execute_many("DELETE FROM merkle_nodes WHERE level >= $1", [(BLOCK_LEVEL,)])
         self.blocks, self.last_block_position = 0, 0
         self.upper, self.tail = CompactRange(), []
@@ -471,14 +475,18 @@ class Checkpointer:
     async def checkpoint(self, *, force: bool = False) -> SignedCheckpoint | None:
         """Extend the tree, then sign and publish its head if it grew since the last checkpoint (or, with
         ``force``, even if not). None when there was nothing new."""
+        rows = await self.store.query("SELECT note FROM signed_checkpoints ORDER BY tree_size DESC LIMIT 1")
+        newest: SignedCheckpoint | None = None
+        if rows:
+            with contextlib.suppress(NoteError):
+                newest = SignedCheckpoint.unchecked(rows[0][0])
+        if newest is not None and (self.last is None or newest.body.tree_size > self.last.body.tree_size):
+            if self.last is not None:
+                # Someone else signed since (`audit redact`, which rebuilt the stored tree over a rewritten
+                # log, or `audit checkpoint`): the tree kept in memory may hash the old leaves.
+                self.tree = MerkleLog(self.store)
+            self.last = newest
         head = await self.tree.extend()
-        if self.last is None:
-            rows = await self.store.query(
-                "SELECT note FROM signed_checkpoints ORDER BY tree_size DESC LIMIT 1"
-            )
-            if rows:
-                with contextlib.suppress(NoteError):
-                    self.last = SignedCheckpoint.unchecked(rows[0][0])
         # An empty log is signed too: from an auditor's first round on, a log always has a checkpoint, so
         # the events that follow are an unsigned tail (bounded by the stale-checkpoint rule), never
         # "no checkpoint anywhere".
@@ -660,6 +668,63 @@ async def consistency(store: EventStore, old_size: int, new_size: int) -> list[b
     tree = MerkleLog(store)
     source = await tree.node_source(lambda node: consistency_proof(old_size, new_size, node))
     return consistency_proof(old_size, new_size, source)
+
+
+@dataclass(frozen=True)
+class Standing:
+    """Where a checkpoint held outside the log (a receipt's, a proof's) stands against the log today."""
+
+    state: str  # current | superseded | unaccounted
+    detail: str
+
+
+async def checkpoint_standing(
+    store: EventStore, trusted: list[Verifier], held: SignedCheckpoint, positions: Sequence[int] = ()
+) -> Standing:
+    """``current`` when the newest signed checkpoint extends ``held`` (a consistency proof from the stored
+    tree, checked against both signed roots); ``superseded`` when a redaction record names ``held`` and the
+    newest checkpoint proves that record included (``positions``: the held events, to name those it
+    rewrote); else ``unaccounted``: the log no longer holds what was signed, and nothing on it says why."""
+    newest = await newest_checkpoint(store, trusted)
+    old, new = held.body.tree_size, newest.body.tree_size
+    if old <= new:
+        try:
+            proof = await consistency(store, old, new)
+            verify_consistency(old, new, held.body.root_hash, newest.body.root_hash, proof)
+            # ... and the log as stored still hashes to the held root (not only the signed heads agree).
+            tree = MerkleLog(store)
+            source = await tree.node_source(lambda node: range_hash(0, old, node))
+            if old and range_hash(0, old, source) == held.body.root_hash:
+                return Standing(
+                    "current",
+                    f"the log holds it, and the newest signed checkpoint (tree size {new}) extends it",
+                )
+        except (ProofError, TransparencyError):
+            pass
+    root = held.body.root_hash.hex()
+    for stored in await store.read_stream(REDACTION_STREAM):
+        record = stored.envelope.payload
+        if not isinstance(record, TrailRedacted) or record.signed_superseded.get(str(old)) != root:
+            continue
+        try:
+            await prove(store, trusted, position=stored.global_position)
+        except TransparencyError:
+            continue  # a record the signed log does not hold accounts for nothing
+        rewritten = sorted(set(positions) & set(record.positions))
+        return Standing(
+            "superseded",
+            f"superseded by the redaction of {record.redacted_at.isoformat()} under policy {record.policy}"
+            f" (position {stored.global_position}, in the newest signed checkpoint, tree size {new}):"
+            f" {len(rewritten)} of its events were rewritten"
+            + (f" (positions {', '.join(map(str, rewritten[:10]))}{'…' if len(rewritten) > 10 else ''})"
+               if rewritten else "")
+            + "; export a new receipt for the log as it is now",
+        )  # fmt: skip
+    return Standing(
+        "unaccounted",
+        f"the log no longer holds the tree of size {old} this was signed over, and no signed redaction"
+        " record names it: the log was rewritten (run `rollbook audit verify`)",
+    )
 
 
 _RECEIPT_ROWS = """

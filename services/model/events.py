@@ -301,13 +301,20 @@ class SidecarInjected(_Event, frozen=True, kw_only=True):
 
 # --- audit (rollbook audit redact) ------------------------------------------------------------------
 
+REDACTION_STREAM = "Audit//redaction"  # the stream of TrailRedacted records
+
 
 class TrailRedacted(_Event, frozen=True, kw_only=True):
     """``rollbook audit redact`` rewrote recorded values under the redaction policy ``policy`` and re-chained
     the log (on ``Audit//redaction``). ``positions``: the events rewritten (``rounds_resealed`` of them
     rounds whose input digest changed with their redacted input); ``chain_before`` / ``chain_after``: the
     global chain hash at ``head`` before and after; ``checkpoints_before``: the chain hash each checkpoint
-    position had, so a checkpoint kept elsewhere before the rewrite is recognised, and nothing else is."""
+    position had, so a checkpoint kept elsewhere before the rewrite is recognised, and nothing else is.
+    ``tree_size_before`` / ``root_before``: the Merkle tree head of the whole log before the rewrite;
+    ``signed_superseded``: tree size -> root (hex) of every signed checkpoint the rewrite superseded (those
+    covering a rewritten position). ``rollbook audit verify`` accepts such a checkpoint, wherever it is
+    kept, only while a signed checkpoint taken after the rewrite covers this record (records made before
+    signed checkpoints existed carry none of the three)."""
 
     policy: str
     redacted_at: datetime
@@ -317,6 +324,9 @@ class TrailRedacted(_Event, frozen=True, kw_only=True):
     chain_before: str  # hex
     chain_after: str  # hex
     checkpoints_before: dict[str, str]  # position -> chain hash (hex) before the rewrite
+    tree_size_before: int = 0
+    root_before: str = ""  # hex
+    signed_superseded: dict[str, str] = {}  # tree size -> root hash (hex) of a superseded checkpoint
 
 
 Event = (

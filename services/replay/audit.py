@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from services.infra.store import EventStore
-from services.model.events import TrailRedacted
+from services.model.events import REDACTION_STREAM, TrailRedacted
 from services.model.hashchain import ZERO_HASH, ChainVerifier, Checkpoint, Finding
 from services.model.merkle import (
     EMPTY_ROOT,
@@ -21,8 +21,6 @@ from services.model.merkle import (
     verify_consistency,
 )
 from services.model.signed_note import NoteError, SignedCheckpoint, UntrustedKey, Verifier
-
-REDACTION_STREAM = "Audit//redaction"
 
 
 @dataclass
@@ -75,12 +73,7 @@ async def audit_log(
         head=verifier.last_position,
         checkpoints_checked=len(given),
         findings=verifier.findings,
-        redactions=[
-            f"redacted {r.redacted_at.isoformat()} under policy {r.policy}: {len(r.positions)} events"
-            f" rewritten, log re-chained up to position {r.head}"
-            f" ({r.chain_before[:16]}… -> {r.chain_after[:16]}…)"
-            for r in redactions
-        ],
+        redactions=[describe_redaction(r) for r in redactions],
         accepted=accepted,
     )
 
@@ -231,10 +224,9 @@ async def audit_trail(store: EventStore, sources: TrailSources, *, batch_size: i
             leaf(row[0], bytes(row[11]), bytes(row[12]))
     verifier.finish()
     recomputed.finish()
-    for source, checkpoint in sources.legacy:
-        verifier.check_checkpoint(checkpoint.global_position, bytes.fromhex(checkpoint.chain_hash), source)
     leaves = recomputed.size
     bad_sizes: set[int] = set()
+    mismatched: dict[int, Finding] = {}
     for size in sizes:
         source, cp = by_size[size]
         body = cp.body
@@ -261,13 +253,49 @@ async def audit_trail(store: EventStore, sources: TrailSources, *, batch_size: i
                 )
                 if not same
             ]
-            findings.append(
-                _finding(
-                    "checkpoint-mismatch",
-                    body.global_position,
-                    f"the first {size} events of the log do not match the signed checkpoint in {source}"
-                    f" ({', '.join(differs)}): events it covers were rewritten, removed or moved",
-                )
+            mismatched[size] = _finding(
+                "checkpoint-mismatch",
+                body.global_position,
+                f"the first {size} events of the log do not match the signed checkpoint in {source}"
+                f" ({', '.join(differs)}): events it covers were rewritten, removed or moved",
+            )
+    # A redaction rewrote the log on purpose: the checkpoints it names as superseded are accepted as history
+    # while a valid signed checkpoint taken after it covers its record; any other mismatch stays a finding.
+    covered = max((by_size[s][1].body.global_position for s in sizes if s not in bad_sizes), default=0)
+    redactions = await read_redactions(store)
+    accepted: list[str] = []
+    for size, finding in mismatched.items():
+        source, cp = by_size[size]
+        named = cp.body.root_hash.hex()
+        naming = [(p, r) for p, r in redactions if r.signed_superseded.get(str(size)) == named]
+        signed = [(p, r) for p, r in naming if p <= covered]
+        if signed:
+            position, superseding = signed[0]
+            accepted.append(
+                f"checkpoint of tree size {size} ({source}) is superseded by the redaction of"
+                f" {superseding.redacted_at.isoformat()} (position {position}), which names its root"
+            )
+            continue
+        if naming:
+            finding = _finding(
+                finding.kind,
+                finding.global_position,
+                f"{finding.detail}; a redaction record at position {naming[0][0]} names it, but no valid"
+                " signed checkpoint taken after that record covers it (a redaction is signed with the"
+                " auditor's key: this one was not)",
+            )
+        findings.append(finding)
+    for source, checkpoint in sources.legacy:
+        found = len(verifier.findings)
+        verifier.check_checkpoint(checkpoint.global_position, bytes.fromhex(checkpoint.chain_hash), source)
+        if len(verifier.findings) == found or verifier.findings[-1].kind != "checkpoint-mismatch":
+            continue
+        legacy_record = _redaction_naming([r for p, r in redactions if p <= covered], checkpoint)
+        if legacy_record is not None:
+            verifier.findings.pop()
+            accepted.append(
+                f"checkpoint at position {checkpoint.global_position} ({source}) predates the redaction"
+                f" of {legacy_record.redacted_at.isoformat()}, which names its hash"
             )
     for old, new in zip(sizes, sizes[1:], strict=False):
         if old in bad_sizes or new in bad_sizes:
@@ -306,7 +334,35 @@ async def audit_trail(store: EventStore, sources: TrailSources, *, batch_size: i
         head=verifier.last_position,
         checkpoints_checked=len(sources.legacy) + len(given),
         findings=verifier.findings + findings,
+        redactions=[describe_redaction(r, signed=p <= covered) for p, r in redactions],
+        accepted=accepted,
     )
+
+
+async def read_redactions(store: EventStore) -> list[tuple[int, TrailRedacted]]:
+    """The redaction records on the log, with their global positions, oldest first."""
+    return [
+        (s.global_position, s.envelope.payload)
+        for s in await store.read_stream(REDACTION_STREAM)
+        if isinstance(s.envelope.payload, TrailRedacted)
+    ]
+
+
+def describe_redaction(record: TrailRedacted, *, signed: bool | None = None) -> str:
+    """One line naming a redaction: when, which policy, what it rewrote, the heads before and after."""
+    line = (
+        f"redacted {record.redacted_at.isoformat()} under policy {record.policy}:"
+        f" {len(record.positions)} events rewritten, log re-chained up to position {record.head}"
+        f" ({record.chain_before[:16]}… -> {record.chain_after[:16]}…)"
+    )
+    if record.root_before:
+        line += (
+            f"; tree head before: {record.tree_size_before} events, root {record.root_before[:16]}…;"
+            f" {len(record.signed_superseded)} signed checkpoint(s) superseded"
+        )
+    if signed is False:
+        line += " (NOT covered by a valid signed checkpoint)"
+    return line
 
 
 def _redaction_naming(redactions: list[TrailRedacted], checkpoint: Checkpoint) -> TrailRedacted | None:

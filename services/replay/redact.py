@@ -8,16 +8,22 @@ deny-list) under the current policy, re-chain the log, and record what was done 
 2. Every planned workload is verified on the rewritten events (``Resealer``): a round whose input changed
    gets the ``input_sha256`` of its rewritten input; any other difference aborts the whole command before
    anything is written, so ``rollbook verify`` is as exact after it as before.
-3. ``rechain`` rewrites the payloads and recomputes every stream and global chain hash in one transaction,
-   with the append-only guard disabled for that transaction only (the owner's credential is needed).
-4. A ``TrailRedacted`` event records when, which policy, which positions and the chain hashes before and
-   after (also at every checkpoint position): ``rollbook audit verify`` accepts a checkpoint kept elsewhere
-   that predates it only when the record names that exact hash, and names the redaction."""
+3. ``rollbook audit verify`` of the trail as it is must find nothing: a redaction accounts for what it
+   rewrites, never for an edit made before it.
+4. ``rechain`` rewrites the payloads and recomputes every stream and global chain hash in one transaction,
+   with the append-only guard disabled for that transaction only (the owner's credential is needed), and
+   drops the stored Merkle tree.
+5. A ``TrailRedacted`` event records when, which policy, which positions, the chain hashes before and
+   after (also at every checkpoint position), the tree head before and every signed checkpoint the rewrite
+   supersedes. The tree is built again over the rewritten log and a checkpoint of it signed with the
+   auditor's key, covering the record. ``rollbook audit verify`` accepts a checkpoint that predates the
+   rewrite only when a record covered by a later valid signed checkpoint names that exact hash or root, and
+   names the redaction (as Certificate Transparency would: the rewrite is on the log, never silent)."""
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -28,6 +34,7 @@ import msgspec
 from services.infra.store import EventStore
 from services.model.events import (
     EVENT_TYPES,
+    REDACTION_STREAM,
     Envelope,
     ObjectObserved,
     RevisionCreated,
@@ -39,10 +46,10 @@ from services.model.hashchain import ZERO_HASH, chain_hash, content_bytes, strea
 from services.model.redaction import MARK, RedactionPolicy
 from services.model.revision_hash import data_fnv, template_fnv
 from services.model.sidecarset_streams import is_sidecarset_stream
+from services.model.signed_note import NoteError, SignedCheckpoint
 from services.planner.kinds import CLONESET, SIDECARSET, KindPlanner
+from services.replay.audit import AuditReport
 from services.replay.verify import Divergence, WorkloadVerifier
-
-REDACTION_STREAM = "Audit//redaction"
 
 
 class RedactionAborted(Exception):
@@ -165,8 +172,8 @@ class Rechained:
 async def rechain(connection: asyncpg.Connection, payloads: dict[int, str]) -> Rechained:
     """Rewrite the payloads at the given positions and recompute every stream and global chain hash, in
     the caller's transaction, the log locked against appends and the append-only guard off for it.
-    The one place the chain is rebuilt (a signed checkpoint or Merkle root over the chain is re-issued
-    here too when the log carries one)."""
+    The one place the chain is rebuilt; the stored Merkle tree is dropped with it (``redact_trail`` builds
+    it again and signs a checkpoint of it)."""
     await connection.execute("LOCK TABLE events IN EXCLUSIVE MODE")
     await connection.execute("ALTER TABLE events DISABLE TRIGGER events_append_only")
     try:
@@ -206,6 +213,9 @@ async def rechain(connection: asyncpg.Connection, payloads: dict[int, str]) -> R
             "UPDATE event_checkpoints c SET chain_hash = e.chain_hash FROM events e"
             " WHERE e.global_position = c.global_position"
         )
+        # The stored Merkle tree hashes the old leaves: dropped with the rewrite (the writer may not delete
+        # it), built again from the rewritten events before the new checkpoint is signed.
+        await connection.execute("DELETE FROM merkle_nodes")
     finally:
         await connection.execute("ALTER TABLE events ENABLE TRIGGER events_append_only")
     return Rechained(head, before, previous, checkpoints_before)
@@ -215,11 +225,31 @@ async def rechain(connection: asyncpg.Connection, payloads: dict[int, str]) -> R
 class RedactionResult:
     plan: RedactionPlan
     record: TrailRedacted | None  # None: nothing to rewrite
+    checkpoint: SignedCheckpoint | None = None  # signed over the rewritten log and the record
 
 
-async def redact_trail(store: EventStore, database_url: str, policy: RedactionPolicy) -> RedactionResult:
-    """Rewrite the trail under ``policy`` (see the module docstring); ``database_url`` is the owner's."""
+# Findings that do not stop a redaction: a trail recorded before signed checkpoints has none, and the
+# newest checkpoint lagging is mended by the one the redaction signs.
+_TOLERATED = {"no-checkpoint", "stale-checkpoint"}
+
+
+async def redact_trail(
+    store: EventStore,
+    owner_url: str,
+    policy: RedactionPolicy,
+    *,
+    audit: Callable[[], Awaitable[AuditReport]],
+    tree_head: Callable[[], Awaitable[tuple[int, bytes]]],
+    sign: Callable[[], Awaitable[SignedCheckpoint | None]],
+) -> RedactionResult:
+    """Rewrite the trail under ``policy`` (see the module docstring). ``owner_url``: the owner's database
+    URL; ``store``: the writer's (it appends the record). ``audit`` is `rollbook audit verify` of the trail
+    as it is, which must find nothing before anything is rewritten: a redaction accounts for what it
+    changes, never for an earlier edit. ``tree_head``: the Merkle tree's size and root over the stored log;
+    ``sign`` builds the tree again over the rewritten log and signs a checkpoint of it with the auditor's
+    key (services/infra/transparency.py, wired by the CLI: replay code reaches no bus)."""
     from services.infra.database import asyncpg_url
+    from services.infra.db_roles import assume_sql
 
     stored: list[tuple[int, Envelope]] = []
     async for batch in store.read_all_batches(0, 1000):
@@ -227,9 +257,27 @@ async def redact_trail(store: EventStore, database_url: str, policy: RedactionPo
     plan = plan_redaction(policy, stored)
     if not plan.changed:
         return RedactionResult(plan, None)
+    report = await audit()
+    blocking = [f for f in report.findings if f.kind not in _TOLERATED]
+    if blocking:
+        raise RedactionAborted(
+            f"`rollbook audit verify` finds {len(blocking)} problem(s) in the trail as it is (first:"
+            f" {blocking[0].describe()}); a redaction would hide them, so nothing was written"
+        )
+    size_before, root_before = await tree_head()
+    first = min(plan.changed)
+    superseded: dict[str, str] = {}
+    for (note,) in await store.query("SELECT note FROM signed_checkpoints ORDER BY tree_size"):
+        try:
+            signed = SignedCheckpoint.unchecked(note)
+        except NoteError:
+            continue  # the audit above found every stored note valid; an unreadable one names nothing
+        if signed.body.global_position >= first:
+            superseded[str(signed.body.tree_size)] = signed.body.root_hash.hex()
     payloads = {p: msgspec.json.encode(e.payload).decode() for p, e in plan.changed.items()}
-    connection = await asyncpg.connect(asyncpg_url(database_url))
+    connection = await asyncpg.connect(asyncpg_url(owner_url))
     try:
+        await connection.execute(assume_sql("owner"))
         async with connection.transaction():
             head = await connection.fetchval("SELECT max(global_position) FROM events")
             if head != stored[-1][0]:
@@ -248,6 +296,9 @@ async def redact_trail(store: EventStore, database_url: str, policy: RedactionPo
         chain_before=rechained.chain_before.hex(),
         chain_after=rechained.chain_after.hex(),
         checkpoints_before={str(p): h.hex() for p, h in sorted(rechained.checkpoints_before.items())},
+        tree_size_before=size_before,
+        root_before=root_before.hex(),
+        signed_superseded=superseded,
     )
     version = await store.stream_version(REDACTION_STREAM)
     await store.append(
@@ -258,4 +309,6 @@ async def redact_trail(store: EventStore, database_url: str, policy: RedactionPo
         ],
         expected_version=version,
     )
-    return RedactionResult(plan, record)
+    # The tree over the rewritten log (and the record), and a checkpoint of it signed now: the record is
+    # covered by it, which is what lets `audit verify` accept the checkpoints it supersedes.
+    return RedactionResult(plan, record, await sign())

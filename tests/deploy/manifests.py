@@ -15,7 +15,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
-OVERLAYS = ("standalone", "with-openkruise", "monitoring")
+OVERLAYS = ("standalone", "with-openkruise", "monitoring", "namespaced-executor")
 NAMESPACE = "rollbook-system"
 SERVICES = ("watcher", "planner", "executor", "auditor", "webhook")
 

@@ -187,7 +187,7 @@ def test_the_migration_job_runs_alembic_once_per_version() -> None:
     [job] = of_kind(render("standalone"), "Job")
     assert job["metadata"]["name"] == f"rollbook-migrate-{VERSION}"
     [spec] = job["spec"]["template"]["spec"]["containers"]
-    assert spec["command"] == ["alembic", "upgrade", "head"]
+    assert spec["command"] == ["rollbook", "db", "upgrade", "--set-passwords"]
     assert {"secretRef": {"name": "rollbook-connections"}} in spec["envFrom"]
     # Only the migration has the owner's login (ROLLBOOK_DATABASE_OWNER_URL).
     assert {"secretRef": {"name": "rollbook-db-owner"}} in spec["envFrom"]
@@ -255,7 +255,8 @@ def test_the_overlay_in_docs_install_renders_with_the_image_it_names(tmp_path: P
         for m in of_kind(manifests, "Deployment") + of_kind(manifests, "Job")
         for c in m["spec"]["template"]["spec"]["containers"]
     }
-    assert images == {"registry.example.com/rollbook:0.1.0"}
+    # By digest: a tag can be moved to another image (docs/install.md, "Updating the pinned image").
+    assert images == {"registry.example.com/rollbook@sha256:" + "0" * 64}
     [config_map] = of_kind(manifests, "ConfigMap")
     assert (
         config_map["data"]["ROLLBOOK_MANAGE"] == "all" and config_map["data"]["ROLLBOOK_LOG_LEVEL"] == "INFO"
@@ -306,3 +307,28 @@ def test_the_kustomizations_stay_readable_by_kubectl_1_20() -> None:
             assert (path.parent / resource).is_file(), f"{where}: directories go under bases: ({resource})"
         for base in kustomization.get("bases") or []:
             assert (path.parent / base / "kustomization.yaml").is_file(), (where, base)
+
+
+def test_the_migration_job_sets_each_logins_password_from_its_secret() -> None:
+    """`kubectl apply -k` yields working logins: the Job reads every duty's URL from the Secret that
+    service reads, under the setting `rollbook db upgrade --set-passwords` takes it from."""
+    from services.infra.settings import Settings
+
+    [job] = of_kind(render("standalone"), "Job")
+    [spec] = job["spec"]["template"]["spec"]["containers"]
+    refs = {e["secretRef"]["name"] for e in spec["envFrom"]}
+    # The writer's URL (rollbook-connections) and the reader's (rollbook-db-reader) under their own keys.
+    assert {"rollbook-connections", "rollbook-db-reader"} <= refs
+    [webhook] = [e for e in spec["env"] if e["name"] == "ROLLBOOK_DATABASE_WEBHOOK_URL"]
+    # The very Secret and key the webhook Deployment connects with.
+    assert webhook["valueFrom"]["secretKeyRef"] == {
+        "name": "rollbook-db-webhook",
+        "key": "ROLLBOOK_DATABASE_URL",
+    }
+    assert {"secretRef": {"name": "rollbook-db-webhook"}} in container("webhook")["envFrom"]
+    fields = {f"ROLLBOOK_{name.upper()}" for name in Settings.__struct_fields__}
+    assert {
+        "ROLLBOOK_DATABASE_WEBHOOK_URL",
+        "ROLLBOOK_DATABASE_READER_URL",
+        "ROLLBOOK_DATABASE_URL",
+    } <= fields

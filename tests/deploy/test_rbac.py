@@ -83,7 +83,7 @@ def granted(service: str, manifests: list[Manifest]) -> dict[Permission, str]:
             continue
         role_ref = binding["roleRef"]
         role = named(manifests, role_ref["kind"], role_ref["name"])
-        if binding["kind"] == "RoleBinding":
+        if binding["kind"] == "RoleBinding" and role_ref["kind"] == "Role":
             assert role["metadata"]["namespace"] == binding["metadata"]["namespace"]
         for rule in role["rules"]:
             for group in rule["apiGroups"]:
@@ -95,7 +95,7 @@ def granted(service: str, manifests: list[Manifest]) -> dict[Permission, str]:
 
 
 @pytest.mark.parametrize("service", sorted(ENTRIES))
-@pytest.mark.parametrize("overlay", ["standalone", "with-openkruise"])
+@pytest.mark.parametrize("overlay", ["standalone", "with-openkruise", "namespaced-executor"])
 def test_each_service_is_granted_exactly_the_calls_its_code_makes(service: str, overlay: str) -> None:
     manifests = render(overlay)
     need = needed(service)
@@ -178,3 +178,47 @@ def test_the_scan_sees_calls_made_through_list_functions_and_the_leader_library(
     assert ("apps.kruise.io", "sidecarsets", "watch", ()) in watcher
     assert ("coordination.k8s.io", "leases", "create", ()) in watcher  # kubernetes-asyncio's LeaseLock
     assert ("apps.kruise.io", "sidecarsets", "list", ()) in needed("webhook")  # passed with args=(...)
+
+
+def _executor_bindings(manifests: list[Manifest]) -> list[Manifest]:
+    """The bindings that name the executor's ServiceAccount."""
+    return [
+        b
+        for b in of_kind(manifests, "RoleBinding") + of_kind(manifests, "ClusterRoleBinding")
+        if any(s["name"] == "rollbook-executor" for s in b.get("subjects") or [])
+    ]
+
+
+def _namespaced_rules(manifests: list[Manifest], binding: Manifest) -> list[str]:
+    """The namespaced resources a binding's role grants (pods, PVCs, CloneSets, Events)."""
+    role = named(manifests, binding["roleRef"]["kind"], binding["roleRef"]["name"])
+    cluster_scoped = {"sidecarsets", "sidecarsets/status"}
+    return [r for rule in role["rules"] for r in rule["resources"] if r not in cluster_scoped]
+
+
+def test_by_default_the_executor_acts_in_every_namespace() -> None:
+    manifests = render("standalone")
+    wide = [b for b in _executor_bindings(manifests) if b["kind"] == "ClusterRoleBinding"]
+    assert any("pods" in _namespaced_rules(manifests, b) for b in wide)
+
+
+def test_the_namespaced_executor_may_touch_pods_only_in_the_managed_namespaces() -> None:
+    manifests = render("namespaced-executor")
+    [config] = [
+        m for m in of_kind(manifests, "ConfigMap") if m["metadata"]["name"].startswith("rollbook-config")
+    ]
+    managed = {n.strip() for n in config["data"]["ROLLBOOK_MANAGE_NAMESPACES"].split(",") if n.strip()}
+    assert managed, "the overlay names the namespaces it manages"
+    bindings = _executor_bindings(manifests)
+    for binding in bindings:
+        if binding["kind"] == "ClusterRoleBinding":
+            assert _namespaced_rules(manifests, binding) == [], binding["metadata"]["name"]
+    granting = {
+        b["metadata"]["namespace"]
+        for b in bindings
+        if b["kind"] == "RoleBinding" and "pods" in _namespaced_rules(manifests, b)
+    }
+    assert granting == managed
+    # The emptied ClusterRoleBinding grants nobody anything.
+    emptied = named(manifests, "ClusterRoleBinding", "rollbook-executor")
+    assert emptied["subjects"] == []

@@ -1,11 +1,13 @@
 """``rollbook audit redact`` on a trail recorded before redaction: afterwards nothing of the secret is
-left, every workload still verifies, the hash chain is whole, the redaction is on record, a checkpoint
-taken before it is accepted only because the record names its hash, and any other edit is still caught."""
+left, every workload still verifies, the hash chain is whole, the redaction is on record, the Merkle tree
+is rebuilt and a checkpoint of it signed, a checkpoint or receipt taken before it is accepted as history
+only because a signed record names it, and any other edit is still caught."""
 
 from __future__ import annotations
 
 import asyncio
 import copy
+import json
 import os
 import subprocess
 import sys
@@ -17,17 +19,29 @@ import asyncpg
 import msgspec
 import pytest
 
+from services.cli.replay import redact_signed, verify_trail
 from services.infra.database import asyncpg_url
+from services.infra.db_roles import assume_sql
 from services.infra.settings import Settings
 from services.infra.store import EventStore
 from services.infra.supervisor import settings_env
-from services.model.events import Envelope, encode
+from services.infra.transparency import (
+    MerkleLog,
+    checkpoint_standing,
+    checkpointer_for,
+    export_receipt,
+    load_signer,
+    trusted_verifiers,
+)
+from services.model.events import REDACTION_STREAM, Envelope, TrailRedacted, encode, new_event
 from services.model.hashchain import Checkpoint
+from services.model.receipt import canonical_json, verify_receipt
 from services.model.redaction import LAST_APPLIED_ANNOTATION, RedactionPolicy
+from services.model.signed_note import SignedCheckpoint
 from services.replay import simulation
 from services.replay.audit import audit_log
 from services.replay.operations import verify_all
-from services.replay.redact import plan_redaction, redact_trail
+from services.replay.redact import RedactionAborted, RedactionResult, plan_redaction, rechain
 from services.replay.simulation import T0, WorkloadSimulation
 from services.replay.verify import verify_workload
 from tests.plugins.servers import ServerUrls
@@ -78,9 +92,192 @@ async def _stored(store: EventStore, events: list[Envelope]) -> None:
         await store.append([envelope], expected_version=envelope.stream_version - 1)
 
 
+def _settings(url: str, data_dir: Path) -> Settings:
+    return Settings(
+        database_url=url,
+        data_dir=str(data_dir),
+        audit_key_name="test.rollbook/redact",
+        audit_checkpoint_dir=str(data_dir / "audit" / "checkpoints"),
+    )
+
+
+async def _redact(store: EventStore, settings: Settings) -> RedactionResult:
+    """`rollbook audit redact` as the CLI runs it (no bus): checked, rewritten, recorded, signed."""
+    signer = load_signer(settings)
+    result: RedactionResult = await redact_signed(
+        store, settings, POLICY, signer, trusted_verifiers(settings)
+    )
+    return result
+
+
+async def _rewrite_as_owner(url: str, store: EventStore, position: int) -> None:
+    """An insider with the owner's login but not the signing key: edits one event, recomputes every hash
+    with rollbook's own code, and rebuilds the Merkle tree over the edited log."""
+    rows = await store.query("SELECT payload::text FROM events WHERE global_position = $1", position)
+    edited = rows[0][0][:-1] + ', "forged": true}'
+    connection = await asyncpg.connect(asyncpg_url(url))
+    try:
+        await connection.execute(assume_sql("owner"))
+        async with connection.transaction():
+            await rechain(connection, {position: edited})
+    finally:
+        await connection.close()
+    await MerkleLog(store).extend()
+
+
+def _rollout(events: list[Envelope]) -> str:
+    """A rollout of the simulated trail whose events carried the secret."""
+    return next(
+        e.correlation_id
+        for e in events
+        if e.correlation_id and "@" in e.correlation_id and CANARY.encode() in encode(e)
+    )
+
+
+@pytest.mark.asyncio(loop_scope="session")
+async def test_a_signed_trail_redacted_verifies_and_names_the_checkpoints_and_receipts_it_supersedes(
+    secret_template: None, server_urls: ServerUrls, tmp_path: Path
+) -> None:
+    events = _trail()
+    async with e2e_database(server_urls.database_url) as url:
+        store = await EventStore.connect(url)
+        try:
+            await _stored(store, events)
+            settings = _settings(url, tmp_path)
+            trusted = trusted_verifiers(settings) or [load_signer(settings).verifier]
+            auditor = checkpointer_for(store, settings, None)  # the auditor's, left running meanwhile
+            signed_before = await auditor.checkpoint()
+            assert signed_before is not None and signed_before.body.tree_size == len(events)
+            rollout = _rollout(events)
+            receipt_before = canonical_json(await export_receipt(store, trusted, rollout))
+            assert (await verify_trail(store, settings, trusted, bus=False)).clean
+
+            result = await _redact(store, settings)
+
+            record, after = result.record, result.checkpoint
+            assert record is not None and after is not None
+            # The record names the tree head before and the checkpoint it supersedes; the log is signed
+            # again over the rewritten events and the record.
+            assert (record.tree_size_before, record.root_before) == (
+                len(events),
+                signed_before.body.root_hash.hex(),
+            )
+            assert record.signed_superseded == {str(len(events)): signed_before.body.root_hash.hex()}
+            assert after.body.tree_size == len(events) + 1
+            assert after.body.root_hash != signed_before.body.root_hash
+            # Both checkpoints stay where they were kept: history is not deleted.
+            notes = await store.query("SELECT tree_size FROM signed_checkpoints ORDER BY tree_size")
+            assert [r[0] for r in notes] == [len(events), len(events) + 1]
+            assert len(list((tmp_path / "audit" / "checkpoints").glob("checkpoint-*.txt"))) == 2
+
+            report = await verify_trail(store, settings, trusted, bus=False)
+            assert report.clean, [f.describe() for f in report.findings]
+            assert len(report.redactions) == 1 and POLICY.policy_id in report.redactions[0]
+            assert f"tree head before: {len(events)} events" in report.redactions[0]
+            assert len(report.accepted) == 1, report.accepted
+            assert report.accepted[0].startswith(f"checkpoint of tree size {len(events)} (")
+            assert "superseded by the redaction of" in report.accepted[0]
+
+            # The receipt exported before: still authentic offline, and reported as superseded by the
+            # named redaction against the log; one exported now is current.
+            assert verify_receipt(receipt_before, trusted).events > 0
+            held = SignedCheckpoint.open(json.loads(receipt_before)["checkpoint"], trusted)
+            standing = await checkpoint_standing(store, trusted, held)
+            assert standing.state == "superseded", standing.detail
+            assert record.redacted_at.isoformat() in standing.detail
+            receipt_after = await export_receipt(store, trusted, rollout)
+            assert CANARY not in canonical_json(receipt_after).decode()
+            held = SignedCheckpoint.open(receipt_after["checkpoint"], trusted)
+            assert (await checkpoint_standing(store, trusted, held)).state == "current"
+
+            # An auditor that kept its tree in memory across the redaction signs the log as it is now.
+            assert await auditor.checkpoint() is None  # the redaction's checkpoint covers everything
+            await _stored(store, WorkloadSimulation("team-b", "api", replicas=2, start=T0).run())
+            later = await auditor.checkpoint()
+            assert later is not None and later.body.tree_size > after.body.tree_size
+            report = await verify_trail(store, settings, trusted, bus=False)
+            assert report.clean, [f.describe() for f in report.findings]
+            assert (await checkpoint_standing(store, trusted, held)).state == "current"
+        finally:
+            await store.close()
+
+
+@pytest.mark.asyncio(loop_scope="session")
+async def test_an_edit_after_a_redaction_is_caught_even_with_a_forged_redaction_record(
+    secret_template: None, server_urls: ServerUrls, tmp_path: Path
+) -> None:
+    events = _trail()
+    async with e2e_database(server_urls.database_url) as url:
+        store = await EventStore.connect(url)
+        try:
+            await _stored(store, events)
+            settings = _settings(url, tmp_path)
+            trusted = trusted_verifiers(settings) or [load_signer(settings).verifier]
+            assert await checkpointer_for(store, settings, None).checkpoint() is not None
+            result = await _redact(store, settings)
+            after = result.checkpoint
+            assert after is not None
+            receipt = await export_receipt(store, trusted, _rollout(events))
+
+            # The owner edits an event and recomputes chain and tree, without the key.
+            await _rewrite_as_owner(url, store, 5)
+            # Both checkpoints mismatch now, and the redaction no longer accounts for the older one: no
+            # valid signed checkpoint covers its record any more.
+            report = await verify_trail(store, settings, trusted, bus=False)
+            kinds = [f.kind for f in report.findings]
+            assert kinds == ["checkpoint-mismatch"] * 2, [f.describe() for f in report.findings]
+            assert f"the first {after.body.tree_size} events" in report.findings[1].detail
+            assert report.accepted == []
+            held = SignedCheckpoint.open(receipt["checkpoint"], trusted)
+            assert (await checkpoint_standing(store, trusted, held)).state == "unaccounted"
+
+            # ... and appends a redaction record of their own naming the checkpoint the edit broke.
+            version = await store.stream_version(REDACTION_STREAM)
+            forged = msgspec.structs.replace(
+                result.record,
+                signed_superseded={str(after.body.tree_size): after.body.root_hash.hex()},
+            )
+            assert isinstance(forged, TrailRedacted)
+            await store.append(
+                [new_event(forged, stream=REDACTION_STREAM, stream_version=version + 1, occurred_at=T0)],
+                expected_version=version,
+            )
+            report = await verify_trail(store, settings, trusted, bus=False)
+            assert [f.kind for f in report.findings] == ["checkpoint-mismatch"] * 2
+            assert "no valid signed checkpoint taken after that record covers it" in report.findings[1].detail
+            assert report.accepted == []
+            assert "NOT covered by a valid signed checkpoint" in report.redactions[-1]
+            assert (await checkpoint_standing(store, trusted, held)).state == "unaccounted"
+        finally:
+            await store.close()
+
+
+@pytest.mark.asyncio(loop_scope="session")
+async def test_a_redaction_refuses_to_account_for_an_earlier_edit(
+    secret_template: None, server_urls: ServerUrls, tmp_path: Path
+) -> None:
+    events = _trail()
+    async with e2e_database(server_urls.database_url) as url:
+        store = await EventStore.connect(url)
+        try:
+            await _stored(store, events)
+            settings = _settings(url, tmp_path)
+            assert await checkpointer_for(store, settings, None).checkpoint() is not None
+            await _rewrite_as_owner(url, store, 5)
+
+            with pytest.raises(RedactionAborted, match="finds 1 problem.*CHECKPOINT-MISMATCH"):
+                await _redact(store, settings)
+
+            assert not await store.read_stream(REDACTION_STREAM)
+            rows = await store.query("SELECT count(*) FROM events WHERE payload::text LIKE $1", f"%{CANARY}%")
+            assert rows[0][0] > 0  # nothing was rewritten
+        finally:
+            await store.close()
+
+
 @pytest.mark.asyncio(loop_scope="session")
 async def test_redacting_the_store_rechains_records_it_and_still_catches_other_edits(
-    secret_template: None, server_urls: ServerUrls
+    secret_template: None, server_urls: ServerUrls, tmp_path: Path
 ) -> None:
     events = _trail()
     async with e2e_database(server_urls.database_url) as url:
@@ -92,7 +289,7 @@ async def test_redacting_the_store_rechains_records_it_and_still_catches_other_e
             before = Checkpoint(global_position=taken[0], chain_hash=taken[1].hex(), taken_at=T0)
             forged = msgspec.structs.replace(before, chain_hash="00" * 32)
 
-            result = await redact_trail(store, url, POLICY)
+            result = await _redact(store, _settings(url, tmp_path))
 
             record = result.record
             assert record is not None and record.policy == POLICY.policy_id
@@ -133,8 +330,6 @@ async def test_redacting_the_store_rechains_records_it_and_still_catches_other_e
 
 
 def test_a_rewrite_that_would_change_a_decision_is_refused(secret_template: None) -> None:
-    from services.replay.redact import RedactionAborted
-
     events = _trail()
     # A decision recorded with a value no redaction of the inputs gives: the rewrite cannot keep it exact.
     position, tampered = next(
@@ -185,11 +380,26 @@ async def test_the_command_redacts_once_names_it_in_audit_verify_and_refuses_wit
         )
         assert "Traceback" not in refused.stderr
 
-        done = await asyncio.to_thread(_cli, settings, "audit", "redact")
-        assert done.returncode == 0 and done.stdout.startswith("redacted "), done.stdout + done.stderr
-        again = await asyncio.to_thread(_cli, settings, "audit", "redact")
+        # A signed checkpoint and a customer's receipt taken before the redaction.
+        signed = await asyncio.to_thread(_cli, settings, "audit", "checkpoint", "--no-bus")
+        assert signed.returncode == 0, signed.stdout + signed.stderr
+        rollout = _rollout(events)
+        receipt = tmp_path / "receipt.json"
+        exported = await asyncio.to_thread(
+            _cli, settings, "audit", "export", rollout.split("@")[0], "--rollout", rollout, "-o", str(receipt)
+        )
+        assert exported.returncode == 0, exported.stdout + exported.stderr
+
+        done = await asyncio.to_thread(_cli, settings, "audit", "redact", "--no-bus")
+        assert done.returncode == 0 and "\nredacted " in f"\n{done.stdout}", done.stdout + done.stderr
+        assert "it supersedes 1 signed checkpoint(s)" in done.stdout, done.stdout
+        again = await asyncio.to_thread(_cli, settings, "audit", "redact", "--no-bus")
         assert again.returncode == 0 and "nothing rewritten" in again.stdout, again.stdout + again.stderr
         audit = await asyncio.to_thread(_cli, settings, "audit", "verify", "--no-bus")
         assert audit.returncode == 0 and "redacted " in audit.stdout and "OK:" in audit.stdout, audit.stdout
+        assert "is superseded by the redaction of" in audit.stdout, audit.stdout
+        checked = await asyncio.to_thread(_cli, settings, "audit", "verify-receipt", str(receipt), "--log")
+        assert checked.returncode == 0, checked.stdout + checked.stderr
+        assert "\nSUPERSEDED: superseded by the redaction of" in checked.stdout, checked.stdout
         verified = await asyncio.to_thread(_cli, settings, "verify", "--all")
         assert verified.returncode == 0, verified.stdout + verified.stderr
