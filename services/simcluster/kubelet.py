@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from dataclasses import dataclass, field
 from typing import Any
 
 from .images import ImagePuller
 from .nodes import Clock, EventRecorder, NodeConfig, Nodes, Tasks, Timing, digest, pod_cpu, set_condition
+from .pod_runtimes import ContainerRuntime, PodRuntime
 from .processes import ProcessRuntime
 from .resources import PODS, ResourceType
 from .store import Key, Obj, Store, WatchEvent, key_of, now_iso
@@ -33,36 +33,6 @@ def _rebuild_fingerprint(container: dict[str, Any], volumes: list[Any]) -> str:
     return digest(
         repr((container.get("env"), container.get("envFrom"), container.get("volumeMounts"), relevant))
     )
-
-
-@dataclass
-class ContainerRuntime:
-    name: str
-    image: str  # the image this container runs (or is starting with)
-    fingerprint: str
-    restart_count: int = 0
-    running: bool = False
-    ready: bool = False
-    waiting_reason: str = "ContainerCreating"
-    started_at: str = ""
-    container_id: str = ""
-    last_terminated: dict[str, Any] | None = None
-    crashes: int = 0  # consecutive crashes, for the back-off
-    restart_at: float | None = None  # loop time when a crashed container is started again
-    exit_at: float | None = None  # loop time when a run-to-completion container exits 0
-    terminated: dict[str, Any] | None = None  # the state of a container that exited and stays so
-
-
-@dataclass
-class PodRuntime:
-    uid: str
-    node: str
-    ip: str
-    start_time: str
-    containers: dict[str, ContainerRuntime] = field(default_factory=dict)
-    wake: asyncio.Event = field(default_factory=asyncio.Event)
-    task: asyncio.Task[None] | None = None
-    process: bool = False  # run by the process runtime (processes.py)
 
 
 def _restart_policy(pod: Obj) -> str:

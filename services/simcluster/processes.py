@@ -50,11 +50,12 @@ from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
+from .pod_runtimes import ContainerRuntime, PodRuntime
 from .resources import CONFIGMAPS, PODS, SECRETS
 from .store import Key, Obj, Store, now_iso
 
 if TYPE_CHECKING:
-    from .kubelet import ContainerRuntime, Kubelet, PodRuntime
+    from .kubelet import Kubelet
 
 __all__ = ["ApiEndpoint", "ProcessRuntime", "RunImage", "parse_run_image"]
 
@@ -217,8 +218,6 @@ class ProcessRuntime:
         safe = re.sub(r"[^A-Za-z0-9_.-]", "_", f"{key[0]}_{key[1]}_{runtime.uid[:8]}")
         state = ProcessPodState(root=self.workdir / safe)
         self.pods[key] = state
-        from .kubelet import ContainerRuntime
-
         tasks: list[asyncio.Task[None]] = []
         try:
             for container in (pod.get("spec") or {}).get("containers") or []:
