@@ -129,6 +129,11 @@ JOBS = ResourceType("batch", "v1", "jobs", "Job", True, has_status=True, categor
 PDBS = ResourceType(
     "policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True, has_status=True, short_names=("pdb",)
 )
+# Stored and validated only: simcluster has no pod network, so nothing enforces a policy (as with a CNI
+# without NetworkPolicy support).
+NETWORK_POLICIES = ResourceType(
+    "networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy", True, short_names=("netpol",)
+)
 _RBAC = "rbac.authorization.k8s.io"
 ROLES = ResourceType(_RBAC, "v1", "roles", "Role", True)
 ROLE_BINDINGS = ResourceType(_RBAC, "v1", "rolebindings", "RoleBinding", True)
@@ -166,6 +171,7 @@ ALL: tuple[ResourceType, ...] = (
     ENDPOINT_SLICES,
     JOBS,
     PDBS,
+    NETWORK_POLICIES,
     ROLES,
     ROLE_BINDINGS,
     CLUSTER_ROLES,

@@ -206,6 +206,7 @@ async def test_kubectl_apply_k_deploy_standalone_serves_rollbooks_own_crds(
         "deployment.apps",
         "job.batch",
         "poddisruptionbudget.policy",
+        "networkpolicy.networking.k8s.io",
         "issuer.cert-manager.io",
         "certificate.cert-manager.io",
         "mutatingwebhookconfiguration.admissionregistration.k8s.io",
