@@ -646,7 +646,8 @@ class ApiServer:
 
     async def _admit(self, rt: ResourceType, operation: str, body: Obj, old: Obj | None, ns: str) -> Obj:
         """What kube-apiserver does between decoding a write and storing it: defaulting, the compiled-in
-        admission plugins, the mutating webhooks (their result defaulted again), the validating webhooks."""
+        admission plugins, the mutating webhooks (their result defaulted again), a custom resource's schema,
+        the validating webhooks."""
         apply_defaults(rt, body, old)
         if operation == "CREATE":
             meta = body.get("metadata") or {}
@@ -656,6 +657,10 @@ class ApiServer:
         mutated = await self.admission.mutate(rt, operation, body, old, ns)
         if mutated is not body:
             apply_defaults(rt, mutated, old)  # what a webhook added is defaulted too
+        if rt in self.store.schemas:
+            # A custom resource's schema is the strategy's validation, which kube-apiserver runs before
+            # the validating webhooks (they see a pruned, well-typed object, or are not called at all).
+            mutated = self.store.check(rt, mutated, old)
         await self.admission.validate(rt, operation, mutated, old, ns)
         return mutated
 
