@@ -1,4 +1,4 @@
-"""docs/install.md's commands, as written, against simcluster with Debian's kubectl: the Secret, the
+"""docs/install.md's commands, as written, against simcluster with Debian's kubectl: the Secrets, the
 overlay made in a folder of a clone, `kubectl apply -k` of it, the migration Job waited for, the five
 Deployments' rollout status, then both uninstall recipes, each command exiting 0.
 
@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import re
 import shutil
+import sys
 from contextlib import AsyncExitStack
 from pathlib import Path
 
@@ -45,7 +46,8 @@ def shell_blocks(section: str) -> list[str]:
 
 async def run(script: str, sim: SimCluster, kubectl_binary: Path, cwd: Path, cache: Path) -> str:
     binding = f'"{kubectl_binary}" --kubeconfig "{sim.kubeconfig_path}" --cache-dir "{cache}"'
-    prelude = f'kubectl() {{ {binding} "$@"; }}\n'
+    # `rollbook` (nats-auth, audit keygen) is this environment's CLI, as the page assumes it installed.
+    prelude = f'kubectl() {{ {binding} "$@"; }}\nexport PATH="{Path(sys.executable).parent}:$PATH"\n'
     process = await asyncio.create_subprocess_exec(
         "bash",
         "-euo",
@@ -78,8 +80,12 @@ async def test_install_page_applies_waits_and_uninstalls(
             "wait", "--for=condition=Established", "crd/certificates.cert-manager.io", "--timeout=10s"
         )
 
-        (secret,) = shell_blocks("**1. Connection URLs.**")
-        await run(secret, sim, kubectl_binary, clone, cache)
+        # The Secrets of the logins, NATS identities, audit signing key and redaction key, as step 1 makes
+        # them (the SQL block is the database administrator's, not run here).
+        secrets = shell_blocks("**1. Database logins and connection URLs.**")
+        assert len(secrets) == 4 and all("create secret generic" in block for block in secrets), secrets
+        for block in secrets:
+            await run(block, sim, kubectl_binary, clone, cache)
         (overlay,) = shell_blocks("**3. Your overlay**")
         await run(overlay, sim, kubectl_binary, clone, cache)
         kustomization = clone / "my-rollbook" / "kustomization.yaml"
