@@ -27,12 +27,13 @@ from services.infra.database import asyncpg_url, upgrade_async  # noqa: E402
 from services.infra.settings import Settings  # noqa: E402
 
 # One statement per event kind, set-based (generate_series), so building a million rows takes seconds.
-# w = workload, r = rollout, p = pod; every workload's events are in its own streams.
+# w = workload, r = rollout, p = pod; every workload's events are in its own streams. Rollout ids are
+# as the planner records them since migration 0018: <ns>/<name>@<revision>#<sequence in the stream>.
 FILL = """
 WITH ids AS (
     SELECT w, r, p,
            'ns' || w AS ns, 'CloneSet/ns' || w || '/web' AS stream,
-           'ns' || w || '/web@web-' || r AS rollout,
+           'ns' || w || '/web@web-' || r || '#' || r AS rollout,
            timestamptz '2026-01-01' + make_interval(secs => w * 100000 + r * 1000 + p * 5) AS t0
     FROM generate_series(1, $1::int) AS w, generate_series(1, $3::int) AS r, generate_series(1, $2::int) AS p
 ),
@@ -92,7 +93,7 @@ ORDER BY t0, k
 ROLLOUT_FRAME = """
 WITH ids AS (
     SELECT w, r, 'ns' || w AS ns, 'CloneSet/ns' || w || '/web' AS stream,
-           'ns' || w || '/web@web-' || r AS rollout,
+           'ns' || w || '/web@web-' || r || '#' || r AS rollout,
            timestamptz '2026-01-01' + make_interval(secs => w * 100000 + r * 1000) AS t0
     FROM generate_series(1, $1::int) AS w, generate_series(1, $3::int) AS r
 ),
@@ -143,7 +144,7 @@ FROM generate_series(1, $1::int) AS w, generate_series(0, $2::int) AS p
 
 QUERIES = {
     "pods updated in place in one rollout, with durations": (
-        "SELECT pod, duration FROM pod_actions WHERE rollout_id = 'ns1/web@web-1' AND in_place",
+        "SELECT pod, duration FROM pod_actions WHERE rollout_id = 'ns1/web@web-1#1' AND in_place",
     ),
     "one workload's rollouts": ("SELECT * FROM rollouts WHERE namespace = 'ns1' AND workload = 'web'",),
     "one workload's pod actions (rollbook history)": (

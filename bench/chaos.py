@@ -411,9 +411,11 @@ async def main(args: argparse.Namespace) -> int:
             Settings(nats_url="nats://127.0.0.1:1", data_dir=str(root / "pg")), migrate=False
         )
         async with pg as resolved:
-            database_url = with_database(resolved.url_for("owner"), f"rollbook_chaos_{uuid.uuid4().hex[:8]}")
+            # The database is named, not cut from the URL: the embedded owner's URL ends in ?passfile=<path>.
+            database = f"rollbook_chaos_{uuid.uuid4().hex[:8]}"
+            database_url = with_database(resolved.url_for("owner"), database)
             admin = await asyncpg.connect(asyncpg_url(resolved.url_for("owner")))
-            await admin.execute(f'CREATE DATABASE "{database_url.rsplit("/", 1)[1]}"')
+            await admin.execute(f'CREATE DATABASE "{database}"')
             await admin.close()
             await upgrade_async(database_url)
             async with EmbeddedNatsCluster(root / "nats", size=3) as nats_cluster:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .resources import NAMESPACES, PODS, PVCS, SERVICES, ResourceType
+from .resources import NAMESPACES, NETWORK_POLICIES, PODS, PVCS, SERVICES, ResourceType
 
 Obj = dict[str, Any]
 
@@ -62,6 +62,8 @@ def apply_defaults(rt: ResourceType, obj: Obj, old: Obj | None) -> None:
             spec.setdefault("finalizers", ["kubernetes"])
     elif rt is SERVICES:
         _service(obj)
+    elif rt is NETWORK_POLICIES:
+        _network_policy(obj)
     elif rt.kind in _BY_KIND and rt.group in ("apps", "batch"):
         _BY_KIND[rt.kind](obj)
 
@@ -224,6 +226,22 @@ def _service(obj: Obj) -> None:
             else p
             for p in ports
         ]
+
+
+def _network_policy(obj: Obj) -> None:
+    """SetDefaults_NetworkPolicy: policyTypes is Ingress, plus Egress when there are egress rules; a
+    port's protocol is TCP."""
+    spec = obj.setdefault("spec", {})
+    if not isinstance(spec, dict):
+        return
+    spec.setdefault("podSelector", {})
+    if not spec.get("policyTypes"):
+        spec["policyTypes"] = ["Ingress"] + (["Egress"] if spec.get("egress") else [])
+    for direction in ("ingress", "egress"):
+        for rule in spec.get(direction) or []:
+            for port in (rule.get("ports") or []) if isinstance(rule, dict) else []:
+                if isinstance(port, dict):
+                    port.setdefault("protocol", "TCP")
 
 
 def _replica_set(obj: Obj) -> None:

@@ -129,7 +129,8 @@ JOBS = ResourceType("batch", "v1", "jobs", "Job", True, has_status=True, categor
 PDBS = ResourceType(
     "policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True, has_status=True, short_names=("pdb",)
 )
-# Stored and served only: nothing here enforces them (simulated pods and local processes share a network)
+# Stored and validated only: simcluster has no pod network, so nothing enforces a policy (as with a CNI
+# without NetworkPolicy support).
 NETWORK_POLICIES = ResourceType(
     "networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy", True, short_names=("netpol",)
 )

@@ -11,6 +11,7 @@ customised kubelet) container `env`, `envFrom`, `volumeMounts`, pod `volumes` an
 from __future__ import annotations
 
 import functools
+import ipaddress
 import json
 import re
 from fractions import Fraction
@@ -19,7 +20,7 @@ from typing import Any
 from services.model.labels import SelectorError, matches, validate_selector
 
 from .errors import ApiError, invalid
-from .resources import CLONESETS, NAMESPACES, PODS, ResourceType
+from .resources import CLONESETS, NAMESPACES, NETWORK_POLICIES, PODS, ResourceType
 
 _DNS_LABEL_FMT = "[a-z0-9]([-a-z0-9]*[a-z0-9])?"
 _DNS_SUBDOMAIN_FMT = _DNS_LABEL_FMT + "(\\." + _DNS_LABEL_FMT + ")*"
@@ -178,6 +179,8 @@ def validate_create(rt: ResourceType, obj: dict[str, Any]) -> None:
         causes += _pod_spec_causes(obj.get("spec") or {})
     if rt is CLONESETS:
         causes += _cloneset_causes(obj.get("spec") or {})
+    if rt is NETWORK_POLICIES:
+        causes += network_policy_causes(obj.get("spec") or {})
     if causes:
         raise invalid(rt.group, rt.kind, name, causes)
 
@@ -196,6 +199,8 @@ def validate_update(
         old_selector = (old.get("spec") or {}).get("selector")
         if old_selector != (new.get("spec") or {}).get("selector"):
             causes.append(("spec.selector", "FieldValueForbidden", "Forbidden: selector is immutable"))
+    if rt is NETWORK_POLICIES:
+        causes += network_policy_causes(new.get("spec") or {})
     if causes:
         raise invalid(rt.group, rt.kind, name, causes)
 
@@ -364,6 +369,118 @@ def _cloneset_causes(spec: dict[str, Any]) -> list[Cause]:
                 "`selector` does not match template `labels`",
             )
         )
+    return causes
+
+
+def _selector_causes(selector: Any, field: str) -> list[Cause]:
+    try:
+        validate_selector(selector, field)
+    except SelectorError as exc:
+        return [(exc.field, "FieldValueInvalid", exc.reason)]
+    return []
+
+
+def _unsupported(field: str, value: Any, supported: tuple[str, ...]) -> Cause:
+    choices = ", ".join(_quote(s) for s in supported)
+    return (
+        field,
+        "FieldValueNotSupported",
+        f"Unsupported value: {_quote(value)}: supported values: {choices}",
+    )
+
+
+def _network_cidr(
+    field: str, value: Any
+) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network | None, list[Cause]]:
+    if not value:
+        return None, [(field, "FieldValueRequired", "Required value")]
+    try:
+        return ipaddress.ip_network(str(value), strict=False), []
+    except ValueError:
+        return None, [_bad(field, value, "must be a valid CIDR value, (e.g. 10.9.8.0/24 or 2001:db8::/64)")]
+
+
+def _peer_causes(peer: Any, field: str) -> list[Cause]:
+    """A peer is pods and/or namespaces by selector, or an ipBlock alone (ValidateNetworkPolicyPeer)."""
+    if not isinstance(peer, dict):
+        return [_bad(field, peer, "must be an object")]
+    causes: list[Cause] = []
+    for key in ("podSelector", "namespaceSelector"):
+        if peer.get(key) is not None:
+            causes += _selector_causes(peer[key], f"{field}.{key}")
+    block = peer.get("ipBlock")
+    if block is not None:
+        block = block if isinstance(block, dict) else {}
+        cidr, problems = _network_cidr(f"{field}.ipBlock.cidr", block.get("cidr"))
+        causes += problems
+        for i, text in enumerate(block.get("except") or []):
+            where = f"{field}.ipBlock.except[{i}]"
+            excluded, problems = _network_cidr(where, text)
+            causes += problems
+            if (
+                cidr is not None
+                and excluded is not None
+                and not (
+                    excluded.version == cidr.version and excluded.subnet_of(cidr) and excluded != cidr  # type: ignore[arg-type]
+                )
+            ):
+                causes.append(_bad(where, text, "must be a strict subset of `cidr`"))
+    present = sum(peer.get(k) is not None for k in ("podSelector", "namespaceSelector", "ipBlock"))
+    if present == 0:
+        causes.append((field, "FieldValueRequired", "Required value: must specify a peer"))
+    elif present > 1 and block is not None:
+        causes.append(
+            (field, "FieldValueForbidden", "Forbidden: may not specify both ipBlock and another peer")
+        )
+    return causes
+
+
+def _port_causes(port: Any, field: str) -> list[Cause]:
+    if not isinstance(port, dict):
+        return [_bad(field, port, "must be an object")]
+    causes: list[Cause] = []
+    protocol = port.get("protocol", "TCP")
+    if protocol not in ("TCP", "UDP", "SCTP"):
+        causes.append(_unsupported(f"{field}.protocol", protocol, ("SCTP", "TCP", "UDP")))
+    number, end = port.get("port"), port.get("endPort")
+    if isinstance(number, int) and not 1 <= number <= 65535:
+        causes.append(_bad(f"{field}.port", number, "must be between 1 and 65535, inclusive"))
+    elif isinstance(number, str) and not re.fullmatch(
+        r"(?=.*[a-z])[a-z0-9]([a-z0-9-]{0,13}[a-z0-9])?", number
+    ):
+        causes.append(_bad(f"{field}.port", number, "must be a valid port name (IANA_SVC_NAME)"))
+    if end is not None:
+        if not isinstance(number, int):
+            causes.append(
+                (
+                    f"{field}.endPort",
+                    "FieldValueRequired",
+                    "Required value: may not be specified when `port` is not a number",
+                )
+            )  # noqa: E501
+        elif not isinstance(end, int) or end < number:
+            causes.append(_bad(f"{field}.endPort", end, "must be greater than or equal to `port`"))
+    return causes
+
+
+def network_policy_causes(spec: dict[str, Any]) -> list[Cause]:
+    """networking.k8s.io/v1 NetworkPolicy as ValidateNetworkPolicySpec words it: the pod selector, each
+    rule's ports and peers, and the policy types."""
+    causes = _selector_causes(spec.get("podSelector"), "spec.podSelector")
+    for direction, peers in (("ingress", "from"), ("egress", "to")):
+        for i, rule in enumerate(spec.get(direction) or []):
+            where = f"spec.{direction}[{i}]"
+            rule = rule if isinstance(rule, dict) else {}
+            for j, port in enumerate(rule.get("ports") or []):
+                causes += _port_causes(port, f"{where}.ports[{j}]")
+            for j, peer in enumerate(rule.get(peers) or []):
+                causes += _peer_causes(peer, f"{where}.{peers}[{j}]")
+    types = spec.get("policyTypes") or []
+    for i, kind in enumerate(types):
+        if kind not in ("Ingress", "Egress"):
+            causes.append(_unsupported(f"spec.policyTypes[{i}]", kind, ("Egress", "Ingress")))
+    if len(types) > 2:
+        causes.append(_bad("spec.policyTypes", types, "may not specify more than two policyTypes"))
     return causes
 
 

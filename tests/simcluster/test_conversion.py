@@ -174,6 +174,10 @@ async def test_a_v1alpha1_write_is_stored_once_and_reads_back_at_both_versions(i
 
 async def test_a_v1alpha1_watch_sees_v1beta1_writes_converted(installed: Installed) -> None:
     events: list[dict[str, Any]] = []
+    # The watch starts at this list's resourceVersion, so it sees both writes however late it connects
+    # (from no resourceVersion, a watch opened after the patch would see one ADDED and wait on).
+    listed = await installed.custom.list_namespaced_custom_object(GROUP, "v1alpha1", "default", PLURAL)
+    since = listed["metadata"]["resourceVersion"]
 
     async def follow() -> None:
         stream = watch.Watch().stream(
@@ -182,6 +186,7 @@ async def test_a_v1alpha1_watch_sees_v1beta1_writes_converted(installed: Install
             "v1alpha1",
             "default",
             PLURAL,
+            resource_version=since,
             timeout_seconds=20,
         )
         async for event in stream:
@@ -192,7 +197,6 @@ async def test_a_v1alpha1_watch_sees_v1beta1_writes_converted(installed: Install
     watching = asyncio.create_task(follow())
     beta = example("sample-inplace.yaml")
     beta["metadata"]["namespace"] = "default"
-    await asyncio.sleep(0)  # let the watch open; events from before it would come as ADDED anyway
     await installed.custom.create_namespaced_custom_object(GROUP, "v1beta1", "default", PLURAL, beta)
     await installed.custom.patch_namespaced_custom_object(
         GROUP,

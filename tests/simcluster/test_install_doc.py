@@ -1,4 +1,4 @@
-"""docs/install.md's commands, as written, against simcluster with Debian's kubectl: the Secret, the
+"""docs/install.md's commands, as written, against simcluster with Debian's kubectl: the Secrets, the
 overlay made in a folder of a clone, `kubectl apply -k` of it, the migration Job waited for, the five
 Deployments' rollout status, then both uninstall recipes, each command exiting 0.
 
@@ -82,8 +82,11 @@ async def test_install_page_applies_waits_and_uninstalls(
             "wait", "--for=condition=Established", "crd/certificates.cert-manager.io", "--timeout=10s"
         )
 
-        # The Secrets, the NATS identities, the audit and redaction keys (rollbook's commands from PATH).
-        for block in shell_blocks("**1. Database logins and connection URLs.**"):
+        # The Secrets of the logins, NATS identities, audit signing key and redaction key, as step 1 makes
+        # them (the SQL block is the database administrator's, not run here).
+        secrets = shell_blocks("**1. Database logins and connection URLs.**")
+        assert len(secrets) == 4 and all("create secret generic" in block for block in secrets), secrets
+        for block in secrets:
             await run(block, sim, kubectl_binary, clone, cache)
         (overlay,) = shell_blocks("**3. Your overlay**")
         await run(overlay, sim, kubectl_binary, clone, cache)

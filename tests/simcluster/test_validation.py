@@ -127,3 +127,54 @@ async def test_uid_and_name_cannot_change_on_update(k8s_client: client.ApiClient
     refused = await _refused(core.replace_namespaced_pod("fixed", "default", pod))
     assert refused["code"] == 400 and refused["reason"] == "BadRequest"
     assert refused["message"] == "the name of the object (other) does not match the name on the URL (fixed)"
+
+
+async def test_network_policies_are_stored_defaulted_and_validated(k8s_client: client.ApiClient) -> None:
+    """networking.k8s.io/v1 NetworkPolicy (stored, not enforced): SetDefaults_NetworkPolicy fills
+    policyTypes and port protocols; ValidateNetworkPolicySpec refuses a peer naming nothing, an ipBlock
+    beside a selector, an except outside its cidr, an unknown protocol and an unknown policy type."""
+    api = client.NetworkingV1Api(k8s_client)
+    good = {
+        "metadata": {"name": "from-web"},
+        "spec": {
+            "podSelector": {"matchLabels": {"app": "db"}},
+            "ingress": [
+                {"from": [{"podSelector": {"matchLabels": {"app": "web"}}}], "ports": [{"port": 5432}]}
+            ],
+            "egress": [{"to": [{"ipBlock": {"cidr": "10.0.0.0/8", "except": ["10.1.0.0/16"]}}]}],
+        },
+    }
+    await api.create_namespaced_network_policy("default", good)
+    raw = await api.read_namespaced_network_policy("from-web", "default", _preload_content=False)
+    stored = (await raw.json())["spec"]
+    assert stored["policyTypes"] == ["Ingress", "Egress"]
+    assert stored["ingress"][0]["ports"] == [{"port": 5432, "protocol": "TCP"}]
+
+    bad = {
+        "metadata": {"name": "bad"},
+        "spec": {
+            "podSelector": {},
+            "policyTypes": ["Ingress", "Sideways"],
+            "ingress": [
+                {
+                    "from": [
+                        {},
+                        {"ipBlock": {"cidr": "10.0.0.0/8", "except": ["192.168.0.0/16"]}, "podSelector": {}},
+                    ],
+                    "ports": [{"protocol": "ICMP", "port": 80}],
+                }
+            ],
+        },
+    }
+    refused = await _refused(api.create_namespaced_network_policy("default", bad))
+    assert refused["code"] == 422 and refused["reason"] == "Invalid"
+    fields = {cause["field"] for cause in refused["details"]["causes"]}
+    assert fields == {
+        "spec.policyTypes[1]",
+        "spec.ingress[0].from[0]",
+        "spec.ingress[0].from[1]",
+        "spec.ingress[0].from[1].ipBlock.except[0]",
+        "spec.ingress[0].ports[0].protocol",
+    }, refused
+    assert "must specify a peer" in refused["message"]
+    assert "may not specify both ipBlock and another peer" in refused["message"]
