@@ -177,7 +177,9 @@ def _condition(obj: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
     return None
 
 
-def pod_view(obj: Mapping[str, Any], revision_label: str) -> PodView:
+def pod_view(obj: Mapping[str, Any], revision_label: str, *, evictions: bool = True) -> PodView:
+    """What tells a pod's actions apart. ``evictions``: an eviction is told from a deletion (a CloneSet's
+    shadow trail records both as deletePod, as it always has)."""
     metadata = obj.get("metadata") or {}
     containers = (obj.get("spec") or {}).get("containers") or []
     ready = _condition(obj, READY_CONDITION)
@@ -189,7 +191,8 @@ def pod_view(obj: Mapping[str, Any], revision_label: str) -> PodView:
         ready=ready is not None and str(ready.get("status")) == "True",
         in_service=pod_available(obj),
         terminating=bool(metadata.get("deletionTimestamp")),
-        evicted=disruption is not None
+        evicted=evictions
+        and disruption is not None
         and str(disruption.get("status")) == "True"
         and disruption.get("reason") == "EvictionByEvictionAPI",
     )
