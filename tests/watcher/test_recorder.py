@@ -19,6 +19,7 @@ from services.infra.settings import Settings
 from services.infra.store import EventStore
 from services.simcluster import SimCluster, SimConfig
 from services.watcher.service import Watcher
+from tests.cli.test_commands import rollbook
 from tests.plugins.simcluster import MakeSimCluster, api_client_for
 from tests.simcluster.helpers import Kubectl
 
@@ -28,7 +29,12 @@ pytestmark = pytest.mark.asyncio(loop_scope="session")
 @asynccontextmanager
 async def recording(store: EventStore, api: client.ApiClient, tmp_path: Path) -> AsyncIterator[Watcher]:
     """The watcher with the recorder on for every Deployment and StatefulSet, in this event loop."""
-    watcher = Watcher(Settings(data_dir=str(tmp_path), record="all"), store, api)
+    async with running(Watcher(Settings(data_dir=str(tmp_path), record="all"), store, api)) as watcher:
+        yield watcher
+
+
+@asynccontextmanager
+async def running(watcher: Watcher) -> AsyncIterator[Watcher]:
     await watcher.rebuild()
     tasks = [asyncio.create_task(watcher.run_kind(k)) for k in watcher.kinds]
     tasks += [asyncio.create_task(watcher.append_queued()), asyncio.create_task(watcher.record_dirty())]
@@ -237,3 +243,124 @@ async def test_statefulset_partition_steps_and_pods_updated_from_the_highest_ord
         {"partition": 2, "expected_updated": 1, "max_unavailable": 1},
         {"partition": 0, "expected_updated": 3, "max_unavailable": 1},
     ]
+
+
+async def test_only_labelled_workloads_are_recorded_without_their_secrets(
+    event_store: EventStore, database_url: str, k8s_client: client.ApiClient, tmp_path: Path
+) -> None:
+    ns = await namespace(k8s_client)
+    apps = client.AppsV1Api(k8s_client)
+
+    def web(name: str, image: str, **labels: str) -> dict[str, Any]:
+        container = {"name": "app", "image": image, "env": [{"name": "DB_PASSWORD", "value": "hunter2"}]}
+        return {
+            "metadata": {"name": name, "labels": labels},
+            "spec": {
+                "replicas": 2,
+                "selector": {"matchLabels": {"app": name}},
+                "template": {"metadata": {"labels": {"app": name}}, "spec": {"containers": [container]}},
+            },
+        }
+
+    for name, labels in (("marked", {"rollbook.io/record": "true"}), ("plain", {})):
+        await apps.create_namespaced_deployment(ns, web(name, "nginx:1.25", **labels))
+    for name in ("marked", "plain"):  # running before the watcher starts: its lists may see pods first
+        await until_ready(apps, ns, name)
+    watcher = Watcher(Settings(data_dir=str(tmp_path), record="label"), event_store, k8s_client)
+    async with running(watcher):
+        observed = "SELECT payload->>'kind' AS kind FROM events WHERE stream = $1"
+        await until(
+            database_url,
+            observed,
+            (f"Deployment/{ns}/marked/observed",),
+            lambda rows: (
+                sum(r["kind"] == "Pod" for r in rows) == 2
+            ),  # held until the Deployment showed its label
+        )
+        patch = {"spec": {"template": {"spec": {"containers": [{"name": "app", "image": "nginx:1.26"}]}}}}
+        await apps.patch_namespaced_deployment("marked", ns, patch)
+        await apps.patch_namespaced_deployment("plain", ns, patch)
+        await until(
+            database_url,
+            ROLLOUTS,
+            ("Deployment", ns, "marked"),
+            lambda rows: rows[:1] and rows[0]["outcome"] == "succeeded",
+        )
+        await until_ready(apps, ns, "plain")
+    streams = await until(
+        database_url,
+        "SELECT DISTINCT stream FROM events WHERE stream LIKE $1 ORDER BY stream",
+        (f"%/{ns}/%",),
+        lambda rows: bool(rows),
+    )
+    assert [r["stream"] for r in streams] == [
+        f"Deployment/{ns}/marked/observed",
+        f"Deployment/{ns}/marked/recorded",
+    ]
+    leaked = await until(
+        database_url,
+        "SELECT count(*) AS n FROM events WHERE stream LIKE $1 AND payload::text LIKE '%hunter2%'",
+        (f"%/{ns}/%",),
+        lambda rows: True,
+    )
+    assert leaked == [{"n": 0}]  # every recorded env value is a digest (services/model/redaction.py)
+    code, output = await rollbook("history", f"{ns}/marked", ROLLBOOK_DATABASE_URL=database_url)
+    assert code == 0, output
+    assert "RollingUpdate (observed)" in output and "succeeded" in output, output
+
+
+async def until_ready(apps: client.AppsV1Api, ns: str, name: str) -> None:
+    deadline = asyncio.get_running_loop().time() + 30
+    while True:
+        d = await apps.read_namespaced_deployment(name, ns)
+        status = d.status
+        if (
+            (status.observed_generation or 0) >= d.metadata.generation
+            and status.updated_replicas == status.available_replicas == status.replicas == d.spec.replicas
+        ):
+            return
+        assert asyncio.get_running_loop().time() < deadline, f"{name} not rolled out: {status}"
+        await asyncio.sleep(0.05)
+
+
+async def test_a_pod_seen_before_its_labelled_deployment_is_recorded_once_the_label_shows(
+    event_store: EventStore, tmp_path: Path
+) -> None:
+    ns = f"held-{uuid.uuid4().hex[:8]}"
+    api = client.ApiClient()  # never called: the watch events are fed in
+    watcher = Watcher(Settings(data_dir=str(tmp_path), record="label"), event_store, api)
+    appender = asyncio.create_task(watcher.append_queued())
+
+    def kind_watch(kind: str) -> Any:
+        return next(k for k in watcher.kinds if k.kind == kind)
+
+    owner = {"controller": True, "kind": "ReplicaSet", "apiVersion": "apps/v1", "name": "web-abc"}
+    pod = {
+        "metadata": {
+            "namespace": ns, "name": "web-abc-1", "uid": f"{ns}-p", "resourceVersion": "1",
+            "labels": {"pod-template-hash": "abc"}, "ownerReferences": [owner],
+        },
+    }  # fmt: skip
+    deployment = {
+        "metadata": {"namespace": ns, "name": "web", "uid": f"{ns}-d", "resourceVersion": "2", "labels": {}},
+        "spec": {"replicas": 1},
+    }
+    stream = f"Deployment/{ns}/web/observed"
+    try:
+        await watcher._on_watch_event(kind_watch("Pod"), "ADDED", pod)
+        await watcher._on_watch_event(kind_watch("Deployment"), "ADDED", deployment)
+        await watcher._idle.wait()
+        assert await event_store.read_stream(stream) == []  # not labelled: nothing of it is recorded
+        labelled = {**deployment, "metadata": {**deployment["metadata"], "resourceVersion": "3",
+                                               "labels": {"rollbook.io/record": "true"}}}  # fmt: skip
+        await watcher._on_watch_event(kind_watch("Deployment"), "MODIFIED", labelled)
+        await watcher._idle.wait()
+        stored = [
+            (e.envelope.payload.kind, e.envelope.payload.change)
+            for e in await event_store.read_stream(stream)
+        ]  # type: ignore[union-attr]
+        assert stored == [("Deployment", "ADDED"), ("Pod", "ADDED")]
+    finally:
+        appender.cancel()
+        await asyncio.gather(appender, return_exceptions=True)
+        await api.close()
