@@ -172,9 +172,12 @@ class Watcher:
             k for k in registry.KINDS.values() if k.route is not None and (k.driven or self.scope.on)
         )
         if self.scope.on:
+            apis = {"core": core, "apps": apps}
             for kind in registry.RECORDED:
                 for watched in kind.watches:
-                    self.kinds.append(KindWatch(watched.kind, getattr(apps, watched.method)))
+                    # a recorded kind's resources are core or apps/v1 (a CRD's would need its group here)
+                    list_func = getattr(apis[watched.api], watched.method)
+                    self.kinds.append(KindWatch(watched.kind, list_func, optional=watched.optional))
         # Observed streams of the recorded workloads (the opt-in said yes), and what was seen of workloads
         # whose opt-in is not known yet (a pod listed before its labelled Deployment): observed stream ->
         # uid -> (kind, object), emitted once the workload shows it is recorded.
