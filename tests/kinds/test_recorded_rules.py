@@ -172,7 +172,14 @@ def replicaset(hash_: str, number: int, replicas: int, image: str) -> dict[str, 
 
 
 def deployment(
-    number: int, generation: int, *, updated: int, available: int, total: int = 3, **spec: Any
+    number: int,
+    generation: int,
+    *,
+    updated: int,
+    available: int,
+    total: int = 3,
+    manager: str = "kubectl-set",
+    **spec: Any,
 ) -> dict[str, Any]:
     conditions = spec.pop("conditions", [])
     return {
@@ -193,7 +200,9 @@ def deployment(
             "availableReplicas": available,
             "conditions": conditions,
         },
-        SPEC_MANAGERS: [{"manager": "kubectl-set", "operation": "Update", "time": "2026-12-06T12:00:00Z"}],
+        SPEC_MANAGERS: [
+            {"manager": manager, "operation": "Update", "time": f"2026-12-06T12:00:{generation:02}Z"}
+        ],
     }
 
 
@@ -236,9 +245,10 @@ def test_a_deployment_rolled_then_undone_before_it_finished() -> None:
             deployment(2, 2, updated=1, available=3, total=4),
             replicaset("b", 2, 2, "nginx:2"),  # a scale step
             deployment(2, 3, updated=2, available=2, total=4, paused=True),
-            replicaset("a", 3, 3, "nginx:1"),  # kubectl rollout undo re-numbers the first ReplicaSet
-            deployment(3, 4, updated=3, available=2, total=5),
-            deployment(3, 4, updated=3, available=3),
+            # kubectl rollout undo re-numbers the first ReplicaSet, seen before the Deployment's own change
+            replicaset("a", 3, 3, "nginx:1"),
+            deployment(3, 4, updated=3, available=2, total=5, manager="kubectl-rollout"),
+            deployment(3, 4, updated=3, available=3, manager="kubectl-rollout"),
         ],
     )
     first, undo = "ops/web@web-b#1", "ops/web@web-a#2"
@@ -251,7 +261,7 @@ def test_a_deployment_rolled_then_undone_before_it_finished() -> None:
         ("RolloutPaused", first),
         ("RevisionCreated", "web-a", 3, ["spec.containers[app].image"]),
         ("RolloutCompleted", first, "rolled back"),
-        ("RolloutStarted", undo, "web-b", "kubectl-set"),
+        ("RolloutStarted", undo, "web-b", "kubectl-rollout"),
         ("RolloutResumed", undo),
         ("PartitionStepPlanned", 0, 3, 0, 1),
         ("RolloutCompleted", undo, "succeeded"),

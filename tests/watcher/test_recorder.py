@@ -12,18 +12,34 @@ from typing import Any
 
 import asyncpg
 import pytest
+import pytest_asyncio
 from kubernetes_asyncio import client
 
 from services.infra.database import asyncpg_url
 from services.infra.settings import Settings
 from services.infra.store import EventStore
+from services.model.events import ObjectObserved
 from services.simcluster import SimCluster, SimConfig
 from services.watcher.service import Watcher
 from tests.cli.test_commands import rollbook
+from tests.plugins.servers import ServerUrls
 from tests.plugins.simcluster import MakeSimCluster, api_client_for
+from tests.plugins.stack import e2e_database
 from tests.simcluster.helpers import Kubectl
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def trail(server_urls: ServerUrls) -> AsyncIterator[tuple[str, EventStore]]:
+    """A database of its own: each test's simcluster starts from the same seed, so the same uids, and
+    observation ids derive from them."""
+    async with e2e_database(server_urls.database_url) as url:
+        store = await EventStore.connect(url)
+        try:
+            yield url, store
+        finally:
+            await store.close()
 
 
 @asynccontextmanager
@@ -41,9 +57,11 @@ async def running(watcher: Watcher) -> AsyncIterator[Watcher]:
     try:
         yield watcher
     finally:
+        crashed = [t for t in tasks if t.done() and not t.cancelled() and t.exception() is not None]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+    assert not crashed, [t.exception() for t in crashed]  # a watch that died would stop recording
 
 
 async def until(
@@ -77,12 +95,12 @@ ROLLOUTS = (
 
 
 async def test_set_image_then_rollout_undo_is_two_rollouts_with_steps_and_pod_actions(
-    event_store: EventStore,
-    database_url: str,
+    trail: tuple[str, EventStore],
     k8s_client: client.ApiClient,
     kubectl: Kubectl,
     tmp_path: Path,
 ) -> None:
+    database_url, event_store = trail
     ns = await namespace(k8s_client)
     async with recording(event_store, k8s_client, tmp_path):
         await kubectl("-n", ns, "create", "deployment", "web", "--image=nginx:1.25", "--replicas=3")
@@ -98,6 +116,15 @@ async def test_set_image_then_rollout_undo_is_two_rollouts_with_steps_and_pod_ac
             lambda rows: len(rows) == 2 and all(r["outcome"] == "succeeded" for r in rows),
         )
     first, undo = rollouts
+    managers = await until(
+        database_url,
+        "SELECT payload->'changed_by'->>'manager' AS manager FROM events WHERE type = 'RolloutStarted'"
+        " AND stream = $1 ORDER BY global_position",
+        (f"Deployment/{ns}/web/recorded",),
+        lambda rows: len(rows) == 2,
+    )
+    # who changed the spec: `set image` names its field manager; `rollout undo` is known by its User-Agent
+    assert [m["manager"] for m in managers] == ["kubectl-set", "kubectl"]
     assert undo["to_revision"] == first["from_revision"] and undo["from_revision"] == first["to_revision"]
     assert {r["driven_by"] for r in rollouts} == {"observed"}
     assert {r["strategy_type"] for r in rollouts} == {"RollingUpdate"}
@@ -140,8 +167,9 @@ async def test_set_image_then_rollout_undo_is_two_rollouts_with_steps_and_pod_ac
 
 
 async def test_a_rollout_stuck_past_its_progress_deadline_is_on_record(
-    make_simcluster: MakeSimCluster, event_store: EventStore, database_url: str, tmp_path: Path
+    make_simcluster: MakeSimCluster, trail: tuple[str, EventStore], tmp_path: Path
 ) -> None:
+    database_url, event_store = trail
     sim: SimCluster = await make_simcluster(SimConfig(failing_images=("*:broken",)))
     async with await api_client_for(sim) as api, recording(event_store, api, tmp_path):
         ns = await namespace(api)
@@ -183,8 +211,9 @@ async def test_a_rollout_stuck_past_its_progress_deadline_is_on_record(
 
 
 async def test_statefulset_partition_steps_and_pods_updated_from_the_highest_ordinal(
-    event_store: EventStore, database_url: str, k8s_client: client.ApiClient, tmp_path: Path
+    trail: tuple[str, EventStore], k8s_client: client.ApiClient, tmp_path: Path
 ) -> None:
+    database_url, event_store = trail
     ns = await namespace(k8s_client)
     apps = client.AppsV1Api(k8s_client)
 
@@ -246,8 +275,9 @@ async def test_statefulset_partition_steps_and_pods_updated_from_the_highest_ord
 
 
 async def test_only_labelled_workloads_are_recorded_without_their_secrets(
-    event_store: EventStore, database_url: str, k8s_client: client.ApiClient, tmp_path: Path
+    trail: tuple[str, EventStore], k8s_client: client.ApiClient, tmp_path: Path
 ) -> None:
+    database_url, event_store = trail
     ns = await namespace(k8s_client)
     apps = client.AppsV1Api(k8s_client)
 
@@ -284,7 +314,7 @@ async def test_only_labelled_workloads_are_recorded_without_their_secrets(
             database_url,
             ROLLOUTS,
             ("Deployment", ns, "marked"),
-            lambda rows: rows[:1] and rows[0]["outcome"] == "succeeded",
+            lambda rows: bool(rows) and rows[0]["outcome"] == "succeeded",
         )
         await until_ready(apps, ns, "plain")
     streams = await until(
@@ -324,8 +354,9 @@ async def until_ready(apps: client.AppsV1Api, ns: str, name: str) -> None:
 
 
 async def test_a_pod_seen_before_its_labelled_deployment_is_recorded_once_the_label_shows(
-    event_store: EventStore, tmp_path: Path
+    trail: tuple[str, EventStore], tmp_path: Path
 ) -> None:
+    event_store = trail[1]
     ns = f"held-{uuid.uuid4().hex[:8]}"
     api = client.ApiClient()  # never called: the watch events are fed in
     watcher = Watcher(Settings(data_dir=str(tmp_path), record="label"), event_store, api)
@@ -341,24 +372,22 @@ async def test_a_pod_seen_before_its_labelled_deployment_is_recorded_once_the_la
             "labels": {"pod-template-hash": "abc"}, "ownerReferences": [owner],
         },
     }  # fmt: skip
-    deployment = {
-        "metadata": {"namespace": ns, "name": "web", "uid": f"{ns}-d", "resourceVersion": "2", "labels": {}},
-        "spec": {"replicas": 1},
-    }
+    metadata: dict[str, Any] = {"namespace": ns, "name": "web", "uid": f"{ns}-d", "resourceVersion": "2"}
+    deployment = {"metadata": {**metadata, "labels": {}}, "spec": {"replicas": 1}}
     stream = f"Deployment/{ns}/web/observed"
     try:
         await watcher._on_watch_event(kind_watch("Pod"), "ADDED", pod)
         await watcher._on_watch_event(kind_watch("Deployment"), "ADDED", deployment)
         await watcher._idle.wait()
         assert await event_store.read_stream(stream) == []  # not labelled: nothing of it is recorded
-        labelled = {**deployment, "metadata": {**deployment["metadata"], "resourceVersion": "3",
-                                               "labels": {"rollbook.io/record": "true"}}}  # fmt: skip
+        labelled = {
+            **deployment,
+            "metadata": {**metadata, "resourceVersion": "3", "labels": {"rollbook.io/record": "true"}},
+        }
         await watcher._on_watch_event(kind_watch("Deployment"), "MODIFIED", labelled)
         await watcher._idle.wait()
-        stored = [
-            (e.envelope.payload.kind, e.envelope.payload.change)
-            for e in await event_store.read_stream(stream)
-        ]  # type: ignore[union-attr]
+        payloads = [e.envelope.payload for e in await event_store.read_stream(stream)]
+        stored = [(p.kind, p.change) for p in payloads if isinstance(p, ObjectObserved)]
         assert stored == [("Deployment", "ADDED"), ("Pod", "ADDED")]
     finally:
         appender.cancel()

@@ -3,11 +3,12 @@
 - Its revisions are its ReplicaSets: number ``deployment.kubernetes.io/revision``, hash the
   ``pod-template-hash`` label, the pod template. ``kubectl rollout undo`` re-numbers an old ReplicaSet:
   a ``RevisionCreated`` for an existing name, as a CloneSet rollback records.
-- The update revision is the ReplicaSet whose revision number is the Deployment's own (the controller
-  writes the Deployment's annotation after creating or re-numbering it), once the status reflects the
-  spec (``observedGeneration``); a rollout goes from the previous update revision, or, when the trail
-  starts mid-rollout, from the old ReplicaSet holding most replicas.
-- It is complete as ``kubectl rollout status`` says: every replica updated, no old one left, all available.
+- The update revision is the ReplicaSet with the highest revision number: the controller creates a new
+  template's ReplicaSet, or re-numbers an old one, before it scales anything or writes the Deployment's
+  annotation, so the rollout starts before its first pod shows. A rollout goes from the previous update
+  revision, or, when the trail starts mid-rollout, from the old ReplicaSet holding most replicas.
+- It is complete as ``kubectl rollout status`` says, once the status reflects the spec and names that
+  revision: every replica updated, no old one left, all available.
 - A step is the new ReplicaSet's desired replicas changing: ``expected_updated`` those, ``partition`` the
   rest of ``spec.replicas``, maxSurge (rounded up) and maxUnavailable (down) resolved against
   ``spec.replicas`` as the Deployment controller resolves them (both 0: maxUnavailable 1). Recreate: all
@@ -77,26 +78,28 @@ class DeploymentTrail(RecordedTrail):
         deployment = self.workload or {}
         metadata, spec = deployment.get("metadata") or {}, deployment.get("spec") or {}
         status = deployment.get("status") or {}
-        if int(status.get("observedGeneration") or 0) < int(metadata.get("generation") or 0):
-            return None  # the status does not reflect this spec yet
-        number = revision_number(deployment)
-        new = [name for name, rs in self.revisions.items() if revision_number(rs) == number]
-        if number is None or not new:
-            return None  # the ReplicaSet is not observed yet
-        update = new[0]
-        old = [
-            (int((rs.get("status") or {}).get("replicas") or 0), n)
-            for n, rs in self.revisions.items()
-            if n != update
-        ]
+        numbered = {n: revision_number(rs) for n, rs in self.revisions.items()}
+        known = {n: k for n, k in numbered.items() if k is not None}
+        if not known:
+            return None  # no ReplicaSet observed yet
+        # The newest ReplicaSet is the update revision, as the controller makes it (a new template's
+        # ReplicaSet, or an old one re-numbered by a rollback), seen before the Deployment's status says so:
+        # its pods may be observed before the Deployment is.
+        update = max(known, key=lambda n: known[n])
+        old = [(int((rs.get("status") or {}).get("replicas") or 0), n) for n, rs in self.revisions.items()]
+        old = [o for o in old if o[1] != update]
         current = max(old)[1] if old and max(old)[0] > 0 else None
         replicas = desired(deployment)
+        fresh = int(status.get("observedGeneration") or 0) >= int(metadata.get("generation") or 0)
         complete = (
-            int(status.get("updatedReplicas") or 0) == replicas
+            fresh
+            and revision_number(deployment) == known[update]
+            and int(status.get("updatedReplicas") or 0) == replicas
             and int(status.get("replicas") or 0) == replicas
             and int(status.get("availableReplicas") or 0) == replicas
         )
         progressing = condition(deployment, "Progressing") or {}
+        deadline = int(spec.get("progressDeadlineSeconds") or DEFAULT_PROGRESS_DEADLINE_SECONDS)
         return Target(
             update=update,
             current=current,
@@ -104,12 +107,12 @@ class DeploymentTrail(RecordedTrail):
             replicas=replicas,
             strategy=dict(spec.get("strategy") or {}),
             paused=bool(spec.get("paused")),
-            deadline_exceeded=progressing.get("status") == "False"
+            deadline_exceeded=fresh
+            and progressing.get("status") == "False"
             and progressing.get("reason") == "ProgressDeadlineExceeded",
-            progress_deadline_seconds=int(
-                spec.get("progressDeadlineSeconds") or DEFAULT_PROGRESS_DEADLINE_SECONDS
-            ),
+            progress_deadline_seconds=deadline,
             progressing_since=str(progressing.get("lastUpdateTime") or ""),
+            settled=fresh and revision_number(deployment) == known[update],
         )
 
     def step(self, target: Target) -> Step | None:

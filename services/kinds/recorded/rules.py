@@ -112,13 +112,6 @@ def spec_managers(obj: Mapping[str, Any]) -> list[dict[str, Any]]:
     return sorted(entries, key=lambda e: e["time"], reverse=True)
 
 
-def changed_by(obj: Mapping[str, Any]) -> dict[str, Any] | None:
-    managers = obj.get(SPEC_MANAGERS)
-    if isinstance(managers, list) and managers and isinstance(managers[0], dict):
-        return dict(managers[0])
-    return None
-
-
 # --- template diffs --------------------------------------------------------------------------------------
 
 
@@ -276,6 +269,7 @@ class Target:
     deadline_exceeded: bool = False
     progress_deadline_seconds: int = 0
     progressing_since: str = ""
+    settled: bool = True  # the workload's own record names ``update`` (its spec's writer is known)
 
 
 @dataclass(frozen=True)
@@ -316,6 +310,10 @@ class RecordedTrail:
     first_seen: datetime | None = None
     awaiting_ready: dict[str, str] = field(default_factory=dict)  # pod uid -> action id it completes
     names_used: set[str] = field(default_factory=set)
+    spec_writer: dict[str, Any] | None = None  # the last manager that wrote the spec (managedFields)
+    # A rollout seen starting (its revision object came first) before the workload's record names it: its
+    # id is known (pods created for it are its actions), its RolloutStarted waits for the spec's writer.
+    pending_start: RolloutStarted | None = None
 
     # --- the kind's readings (overridden) ----------------------------------------------------------------
 
@@ -354,6 +352,7 @@ class RecordedTrail:
         events: list[Event] = []
         gone = payload.change == "DELETED"
         if payload.kind == self.workload_kind:
+            self._note_spec_writer(payload.object)
             self.workload = None if gone else payload.object
         elif payload.kind == self.revision_kind:
             events += self._revision_events(payload)
@@ -361,6 +360,19 @@ class RecordedTrail:
             events += self._pod_events(envelope, payload)
         events += self._rollout_events()
         return self._envelopes(envelope, events)
+
+    def _note_spec_writer(self, obj: Mapping[str, Any]) -> None:
+        """Who wrote the spec last: the manager whose entry is new or newer than in the previous
+        observation (managedFields times have whole seconds, so two writes in one second tie on time)."""
+        managers = obj.get(SPEC_MANAGERS)
+        if not isinstance(managers, list):
+            return
+        before = (self.workload or {}).get(SPEC_MANAGERS) or []
+        fresh = [m for m in managers if m not in before]
+        if fresh:
+            self.spec_writer = dict(fresh[0])
+        elif self.spec_writer is None and managers:
+            self.spec_writer = dict(managers[0])
 
     # --- revisions ---------------------------------------------------------------------------------------
 
@@ -405,9 +417,13 @@ class RecordedTrail:
             current = target.current if first else self.update_revision
             if self.active_rollout:
                 undone = target.update == self.active_from
-                outcome = "rolled back" if undone else "superseded"
+                events += self._start_pending()
                 events.append(
-                    RolloutCompleted(rollout_id=self.active_rollout, revision=target.update, outcome=outcome)  # type: ignore[arg-type]
+                    RolloutCompleted(
+                        rollout_id=self.active_rollout,
+                        revision=target.update,
+                        outcome="rolled back" if undone else "superseded",
+                    )
                 )
                 self.active_rollout = None
             self.update_revision = target.update
@@ -420,26 +436,24 @@ class RecordedTrail:
                 self.last_rollout = self.active_rollout
                 self.last_step = None
                 self.deadline_reported = False
-                started = RolloutStarted(
+                self.pending_start = RolloutStarted(
                     rollout_id=self.active_rollout,
                     from_revision=current,
                     to_revision=target.update,
                     strategy=target.strategy,
                     replicas=target.replicas,
                 )
-                by = changed_by(self.workload)
-                if by is not None:
-                    started = RolloutStarted(**{**_fields(started), "changed_by": by})
-                events.append(started)
+        if target.settled:
+            events += self._start_pending()
         rollout = self.active_rollout or self.last_rollout
-        if rollout is not None and target.paused != self.paused:
+        if rollout is not None and target.paused != self.paused and self.pending_start is None:
             events.append(
                 RolloutPaused(rollout_id=rollout, reason="spec.paused")
                 if target.paused
                 else RolloutResumed(rollout_id=rollout)
             )
-        self.paused = target.paused
-        if self.active_rollout:
+            self.paused = target.paused
+        if self.active_rollout and self.pending_start is None:
             step = self.step(target)
             if step is not None and step != self.last_step:
                 self.last_step = step
@@ -460,6 +474,16 @@ class RecordedTrail:
         if not target.deadline_exceeded:
             self.progressing_since = target.progressing_since
         return events
+
+    def _start_pending(self) -> list[Event]:
+        """The started rollout's ``RolloutStarted``, once the workload's own record names its revision (so
+        the spec's writer is known), or when it ends before that."""
+        started, self.pending_start = self.pending_start, None
+        if started is None:
+            return []
+        if self.spec_writer is not None:
+            started = RolloutStarted(**{**_fields(started), "changed_by": self.spec_writer})
+        return [started]
 
     def _rollout_of_now(self) -> str | None:
         if self.active_rollout:
