@@ -348,3 +348,48 @@ def test_a_statefulset_rolled_by_partition_steps() -> None:
         ("PartitionStepPlanned", 0),
         ("RolloutCompleted", None),
     ]
+
+
+def pod(name: str, hash_: str, version: int, *, ready: bool = True, deleting: bool = False) -> dict[str, Any]:
+    metadata: dict[str, Any] = {
+        "namespace": "ops",
+        "name": name,
+        "uid": f"uid-{name}",
+        "resourceVersion": f"p{version}",
+        "labels": {"pod-template-hash": hash_},
+        "creationTimestamp": "2026-12-06T12:00:30Z",
+    }
+    if deleting:
+        metadata["deletionTimestamp"] = "2026-12-06T12:00:40Z"
+    condition = {"type": "Ready", "status": "True" if ready else "False"}
+    return {"kind": "Pod", "metadata": metadata, "status": {"conditions": [condition]}}
+
+
+def test_a_rollbacks_pods_seen_before_the_rollback_itself_are_its_actions() -> None:
+    events = fold(
+        DeploymentTrail("ops", "web"),
+        [
+            replicaset("a", 1, 3, "nginx:1"),
+            deployment(1, 1, updated=3, available=3),
+            replicaset("b", 2, 3, "nginx:2"),
+            deployment(2, 2, updated=3, available=3),  # rolled out and complete
+            pod("web-b-1", "b", 0),
+            # kubectl rollout undo: the pod watch is ahead of the ReplicaSet and Deployment watches
+            pod("web-a-1", "a", 1, ready=False),
+            pod("web-b-1", "b", 2, deleting=True),
+            deployment(3, 3, updated=3, available=3, manager="kubectl-rollout") | {"status": {}},
+            replicaset("a", 3, 1, "nginx:1"),
+            deployment(3, 4, updated=1, available=3, total=4, manager="kubectl-rollout"),
+        ],
+    )
+    actions = [
+        (e.payload.action, e.payload.pod, e.payload.rollout_id)
+        for e in events
+        if e.type == "PodActionObserved"
+    ]  # type: ignore[union-attr]
+    assert [(str(a), p, r) for a, p, r in actions] == [
+        ("createPod", "web-b-1", "ops/web@web-b#1"),
+        ("becameReady", "web-b-1", "ops/web@web-b#1"),
+        ("createPod", "web-a-1", "ops/web@web-a#2"),  # waited for the rollback to show
+        ("deletePod", "web-b-1", "ops/web@web-a#2"),
+    ]

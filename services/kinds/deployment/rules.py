@@ -115,6 +115,11 @@ class DeploymentTrail(RecordedTrail):
             settled=fresh and revision_number(deployment) == known[update],
         )
 
+    def settled(self) -> bool:
+        """The Deployment's record reflects its spec and names the newest ReplicaSet as its revision."""
+        numbers = [n for n in (revision_number(rs) for rs in self.revisions.values()) if n is not None]
+        return super().settled() and bool(numbers) and revision_number(self.workload or {}) == max(numbers)
+
     def step(self, target: Target) -> Step | None:
         new = self.revisions.get(target.update)
         if new is None:

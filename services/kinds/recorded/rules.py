@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+import msgspec
+
 from services.model.actions import BECAME_READY, ActionKind
 from services.model.availability import READY_CONDITION, pod_available
 from services.model.events import (
@@ -314,6 +316,7 @@ class RecordedTrail:
     # A rollout seen starting (its revision object came first) before the workload's record names it: its
     # id is known (pods created for it are its actions), its RolloutStarted waits for the spec's writer.
     pending_start: RolloutStarted | None = None
+    waiting: list[PodActionObserved] = field(default_factory=list)  # pod actions not yet attributed
 
     # --- the kind's readings (overridden) ----------------------------------------------------------------
 
@@ -357,9 +360,40 @@ class RecordedTrail:
         elif payload.kind == self.revision_kind:
             events += self._revision_events(payload)
         elif payload.kind == "Pod":
-            events += self._pod_events(envelope, payload)
+            self.waiting += self._pod_events(envelope, payload)
         events += self._rollout_events()
+        events += self._attributed(workload_seen=payload.kind == self.workload_kind)
         return self._envelopes(envelope, events)
+
+    def _attributed(self, *, workload_seen: bool) -> list[Event]:
+        """The pod actions waiting for their rollout, once the workload's record is settled: the watches of
+        pods, revisions and the workload are separate streams, so a rollback's first pods can be observed
+        before the re-numbered revision or the workload that says a rollout began. A pod created at another
+        revision than the update one, with no rollout under way, is such a sign: it waits for the next
+        settled observation of the workload itself."""
+        if not self.waiting or not self.settled():
+            return []
+        early = any(
+            a.action in (ActionKind.CREATE_POD, ActionKind.RECREATE_POD) and not self._at_update(a.revision)
+            for a in self.waiting
+        )
+        if early and self.active_rollout is None and not workload_seen:
+            return []
+        rollout = self._rollout_of_now()
+        waiting, self.waiting = self.waiting, []
+        return [msgspec.structs.replace(a, rollout_id=rollout) for a in waiting]
+
+    def _at_update(self, revision: str | None) -> bool:
+        """Whether a pod's revision label names the update revision (a Deployment's pods carry the hash its
+        ReplicaSet's name ends with; a StatefulSet's, the ControllerRevision's name)."""
+        update = self.update_revision
+        return revision is not None and update is not None and update in (revision, f"{self.name}-{revision}")
+
+    def settled(self) -> bool:
+        """Whether the workload's latest record reflects its spec (a kind may ask for more)."""
+        workload = self.workload or {}
+        generation = int((workload.get("metadata") or {}).get("generation") or 0)
+        return int((workload.get("status") or {}).get("observedGeneration") or 0) >= generation
 
     def _note_spec_writer(self, obj: Mapping[str, Any]) -> None:
         """Who wrote the spec last: the manager whose entry is new or newer than in the previous
@@ -499,7 +533,7 @@ class RecordedTrail:
 
     # --- pods --------------------------------------------------------------------------------------------
 
-    def _pod_events(self, envelope: Envelope, observed: ObjectObserved) -> list[Event]:
+    def _pod_events(self, envelope: Envelope, observed: ObjectObserved) -> list[PodActionObserved]:
         previous = self.pods.get(observed.name)
         before = pod_view(previous, self.revision_label) if previous is not None else None
         if observed.change == "DELETED":
@@ -513,7 +547,7 @@ class RecordedTrail:
             self.names_used.add(observed.name)
         if before is None and self._existed_before(_created_at(observed.object)):
             return []  # there before the trail started: nothing we saw happen
-        events: list[Event] = []
+        events: list[PodActionObserved] = []
         for index, change in enumerate(found):
             if change.action == "leftService":
                 continue
@@ -537,7 +571,7 @@ class RecordedTrail:
                     pod_uid=change.uid,
                     observation=envelope.event_id,
                     started_at=envelope.occurred_at,
-                    rollout_id=self._rollout_of_now(),
+                    rollout_id=None,  # set when attributed (``_attributed``)
                     revision=change.revision,
                     from_revision=change.from_revision,
                     completes=completes,
