@@ -59,8 +59,8 @@ from services.infra.runtime import ServiceRuntime, calm_cyclic_collector, config
 from services.infra.settings import Settings
 from services.infra.store import EventIdentity, EventStore, StoredEventJson
 from services.infra.transparency import checkpoint_loop, checkpointer_for
+from services.kinds.registry import partition_key
 from services.model.events import Envelope, decode
-from services.model.streams import workload_stream
 
 log = structlog.get_logger("auditor")
 
@@ -84,11 +84,6 @@ AUDIT_READ_AHEAD = 256
 KNOWN_CAPACITY = 20_000
 SUBJECT_CACHE = 10_000  # (stream, event type) -> subject pairs the relay keeps
 _encoder = msgspec.json.Encoder()
-
-
-def partition_key(stream: str) -> str:
-    """All streams of one workload share its bus partition (so one planner partition sees them all)."""
-    return workload_stream(stream) if stream.count("/") > 2 else stream
 
 
 class KnownStored:

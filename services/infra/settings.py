@@ -193,6 +193,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # actions its real controller took and what rollbook would have done (docs/shadow.md). One CloneSet
     # alone: label it rollbook.io/manage=shadow.
     shadow: bool = False
+    # The flight recorder for Deployments and StatefulSets, which rollbook never drives (docs/kinds.md): the
+    # watcher records their revisions, rollouts, steps and pod actions. `off`; `label` (those labelled
+    # rollbook.io/record=true); `all`; or comma-separated namespaces (theirs, and labelled ones anywhere).
+    record: str = "off"
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:

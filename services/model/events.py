@@ -67,6 +67,10 @@ class RevisionCreated(_Event, frozen=True, kw_only=True):
     # The ControllerRevision exactly as the decision function built it (what the next rounds get back as
     # their "revisions" input). A RevisionCreated for an existing name re-numbers it (a rollback).
     object: dict[str, Any] = {}
+    # A recorded kind's revision (a Deployment's ReplicaSet, a StatefulSet's ControllerRevision): how its
+    # template differs from the revision before it, ``[{path, from, to}]`` (services/kinds/recorded/rules.py).
+    # Absent (left out of the JSON) in rollbook's own revisions, so their record is as before.
+    diff: list[dict[str, Any]] | msgspec.UnsetType = msgspec.UNSET
 
 
 class RevisionsPruned(_Event, frozen=True, kw_only=True):
@@ -81,6 +85,9 @@ class RolloutStarted(_Event, frozen=True, kw_only=True):
     to_revision: str
     strategy: dict[str, Any]  # the updateStrategy in force when it started
     replicas: int
+    # A recorded kind's rollout: who changed the spec, from the workload's managedFields
+    # ({manager, operation, time}; services/kinds/recorded/rules.py). Absent in rollbook's own rollouts.
+    changed_by: dict[str, Any] | msgspec.UnsetType = msgspec.UNSET
 
 
 class RolloutPaused(_Event, frozen=True, kw_only=True):
@@ -95,7 +102,8 @@ class RolloutResumed(_Event, frozen=True, kw_only=True):
 class RolloutCompleted(_Event, frozen=True, kw_only=True):
     rollout_id: str
     revision: str
-    outcome: Literal["succeeded", "superseded", "failed"] = "succeeded"
+    # "rolled back": a recorded rollout undone before it finished (its from revision rolled out again).
+    outcome: Literal["succeeded", "superseded", "failed", "rolled back"] = "succeeded"
 
 
 class RolloutProgressDeadlineExceeded(_Event, frozen=True, kw_only=True):

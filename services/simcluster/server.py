@@ -14,7 +14,7 @@ from aiohttp import web
 
 from services.model.jsondepth import depth_over
 
-from . import errors, event_versions, patch, rbac, resources
+from . import errors, event_versions, managed_fields, patch, rbac, resources
 from .admission import Admission
 from .auth import Auth, subject_access_review_status, token_review_status
 from .controllers.base import utc_now
@@ -451,6 +451,7 @@ class ApiServer:
             if not sub:
                 body = await self._admit(rt, "UPDATE", body, old, ns)
             body = await self._in(rt, body, old, sub or None)
+            _managed(request, rt, body, old, sub)
             updated = self.store.update(
                 self._stored(rt), ns, name, body, subresource=sub or None, require_resource_version=rt.custom
             )
@@ -640,6 +641,7 @@ class ApiServer:
             body["status"] = {"phase": "Active"}
         body = await self._admit(rt, "CREATE", body, None, ns)
         body = await self._in(rt, body, None, None)
+        _managed(request, rt, body, None, "")
         created = self.store.create(self._stored(rt), ns, body, defaulted=True)
         return _json(await self._one_out(rt, created), 201)
 
@@ -692,6 +694,7 @@ class ApiServer:
             if not sub:
                 patched = await self._admit(rt, "UPDATE", patched, old, ns)
             patched = await self._in(rt, patched, old, sub or None)
+            _managed(request, rt, patched, old, sub)
             try:
                 updated = self.store.update(self._stored(rt), ns, name, patched, subresource=sub or None)
             except ApiError as error:
@@ -893,3 +896,17 @@ class ApiServer:
         if event_type == event.type:
             return event.encoded()
         return msgspec.json.encode({"type": event_type, "object": obj}) + b"\n"
+
+
+def _managed(request: web.Request, rt: ResourceType, obj: Obj, old: Obj | None, sub: str) -> None:
+    """Note a client's write in the object's managedFields (services/simcluster/managed_fields.py)."""
+    managed_fields.record(
+        obj,
+        old,
+        manager=managed_fields.manager_of(
+            request.query.get("fieldManager"), request.headers.get("User-Agent")
+        ),
+        content_type=request.headers.get("Content-Type", ""),
+        subresource=sub or None,
+        api_version=rt.api_version,
+    )

@@ -51,6 +51,9 @@ from services.infra.retry import Stopped, retry_until_stopped
 from services.infra.runtime import ServiceRuntime, calm_cyclic_collector, configure_logging, run_until_stopped
 from services.infra.settings import Settings
 from services.infra.store import AppendResult, EventStore
+from services.kinds import registry
+from services.kinds.base import Kind
+from services.kinds.recorded.rules import SPEC_MANAGERS, RecordScope, spec_managers
 from services.model.events import Envelope, ObjectObserved, ObservationRejected
 from services.model.redaction import MARK, RedactionPolicy
 from services.model.shadow import shadowed
@@ -66,10 +69,10 @@ from services.model.streams import (
     CLONESET_PLURAL,
     CLONESET_VERSION,
     WORKLOAD_KIND,
-    observed_stream,
     revision_correlation,
 )
 from services.watcher.objects import comparable, latest_per_object, observation, too_deep, within_ceiling
+from services.watcher.recorder import Recorder
 from services.watcher.sidecarsets import SidecarSetRoutes
 from services.watcher.watch_stream import TooDeep, parse_list, watch_events
 
@@ -86,6 +89,8 @@ MAX_BATCH = 500
 NOT_SERVED_RETRY_SECONDS = 60.0
 
 ListFunc = Callable[..., Awaitable[Any]]
+# (kind, namespace, name) of the workload an object's observations go to (services/kinds/registry.py).
+WorkloadKey = tuple[str, str, str]
 
 
 @dataclass
@@ -93,7 +98,7 @@ class Known:
     """What the watcher last emitted for one object."""
 
     kind: str
-    workload: tuple[str, str]
+    workload: WorkloadKey
     comparable: dict[str, Any]
     obj: dict[str, Any]
 
@@ -110,28 +115,20 @@ class KindWatch:
     initial_list_done: asyncio.Event = field(default_factory=asyncio.Event)
 
 
-def workload_of(kind: str, obj: dict[str, Any]) -> tuple[str, str] | None:
-    """(namespace, CloneSet name) an object belongs to; None for objects no CloneSet controls."""
-    metadata = obj.get("metadata") or {}
-    namespace = metadata.get("namespace") or ""
-    if kind == WORKLOAD_KIND:
-        return namespace, metadata.get("name", "")
-    owner = kube.controller_owner(obj)
-    if (
-        owner
-        and owner.get("kind") == WORKLOAD_KIND
-        and str(owner.get("apiVersion", "")).startswith(CLONESET_GROUP + "/")
-    ):
-        return namespace, str(owner.get("name"))
-    return None
+def observed_stream_of(workload: WorkloadKey) -> str:
+    return registry.KINDS[workload[0]].observed_stream(workload[1], workload[2])
 
 
-def correlation_of(kind: str, obj: dict[str, Any], workload: tuple[str, str]) -> str | None:
-    if kind == WORKLOAD_KIND:
+def correlation_of(kind: str, obj: dict[str, Any], workload: WorkloadKey) -> str | None:
+    """The revision an observation shows: a workload's ``status.updateRevision``, a pod's revision label."""
+    workload_kind = registry.KINDS[workload[0]]
+    if kind == workload_kind.name:
         revision = (obj.get("status") or {}).get("updateRevision")
+    elif kind == "Pod":
+        revision = ((obj.get("metadata") or {}).get("labels") or {}).get(workload_kind.revision_label)
     else:
-        revision = ((obj.get("metadata") or {}).get("labels") or {}).get("controller-revision-hash")
-    return revision_correlation(workload[0], workload[1], revision) if revision else None
+        revision = None
+    return revision_correlation(workload[1], workload[2], revision) if revision else None
 
 
 class Watcher:
@@ -150,6 +147,7 @@ class Watcher:
         self.api = api
         core = client.CoreV1Api(api)
         custom = client.CustomObjectsApi(api)
+        apps = client.AppsV1Api(api)
 
         def list_clonesets(**kwargs: Any) -> Awaitable[Any]:
             return custom.list_cluster_custom_object(
@@ -167,6 +165,27 @@ class Watcher:
             KindWatch("PersistentVolumeClaim", core.list_persistent_volume_claim_for_all_namespaces),
             KindWatch(SIDECARSET_KIND, list_sidecarsets, optional=True),
         ]
+        # The flight recorder (docs/kinds.md): the recorded kinds' own resources are watched only when it is
+        # on; their pods come with the Pod watch.
+        self.scope = RecordScope.parse(settings.record)
+        self.routed: tuple[Kind, ...] = tuple(
+            k for k in registry.KINDS.values() if k.route is not None and (k.driven or self.scope.on)
+        )
+        if self.scope.on:
+            apis = {"core": core, "apps": apps}
+            for kind in registry.RECORDED:
+                for watched in kind.watches:
+                    # a recorded kind's resources are core or apps/v1 (a CRD's would need its group here)
+                    list_func = getattr(apis[watched.api], watched.method)
+                    self.kinds.append(KindWatch(watched.kind, list_func, optional=watched.optional))
+        # Observed streams of the recorded workloads (the opt-in said yes), and what was seen of workloads
+        # whose opt-in is not known yet (a pod listed before its labelled Deployment): observed stream ->
+        # uid -> (kind, object), emitted once the workload shows it is recorded.
+        self.recorded: set[str] = set()
+        self.held: dict[str, dict[str, tuple[str, dict[str, Any]]]] = {}
+        self.recorder = Recorder(store)
+        self.dirty: set[str] = set()  # recorded workloads' observed streams with observations to fold
+        self._record_wake = asyncio.Event()
         self.not_served_retry_seconds = NOT_SERVED_RETRY_SECONDS
         self.known: dict[str, Known] = {}  # uid -> last emitted state
         # Observed streams of CloneSets labelled rollbook.io/manage=shadow: their shadow trail compares
@@ -207,23 +226,57 @@ class Watcher:
                     self.sidecarsets.rebuild(envelope)
                     continue
                 self._track_shadowed(payload.kind, payload.object, stored.envelope.stream, payload.change)
+                found = registry.workload_of(envelope.stream)
+                if found is not None and not found[0].driven:
+                    self._track_recorded(found[0], payload, envelope.stream)
                 if payload.change == "DELETED":
                     self.known.pop(payload.uid, None)
                     continue
-                workload = workload_of(payload.kind, payload.object)
-                if workload is not None:
+                if found is not None and (found[0].driven or envelope.stream in self.recorded):
+                    workload = (found[0].name, found[1], found[2])
                     self.known[payload.uid] = Known(
                         payload.kind, workload, comparable(payload.object), payload.object
                     )
+        self.dirty |= self.recorded  # catch every recorded trail up with what was observed while down
+        self._record_wake.set()
         log.info("cache_rebuilt", observations=count, objects=len(self.known))
         return count
 
+    def _track_recorded(self, kind: Kind, payload: ObjectObserved, stream: str) -> None:
+        if payload.kind != kind.name:
+            return
+        labels = (payload.object.get("metadata") or {}).get("labels") or {}
+        if payload.change != "DELETED" and self.scope.records(payload.namespace, labels):
+            self.recorded.add(stream)
+        else:
+            self.recorded.discard(stream)
+
+    # --- routing -------------------------------------------------------------------------------------
+
+    def workload_of(self, kind: str, obj: dict[str, Any]) -> tuple[WorkloadKey | None, bool]:
+        """The workload an object's observations go to, and whether that is decided: (None, True) for an
+        object of no workload rollbook observes, (key, False) for one of a workload whose opt-in to the
+        recorder is not known yet (held until it is)."""
+        found = registry.route(kind, obj, self.routed)
+        if found is None:
+            return None, True
+        workload_kind, (namespace, name) = found
+        key = (workload_kind.name, namespace, name)
+        if workload_kind.driven:
+            return key, True
+        stream = workload_kind.observed_stream(namespace, name)
+        if kind == workload_kind.name:
+            labels = (obj.get("metadata") or {}).get("labels") or {}
+            return (key, True) if self.scope.records(namespace, labels) else (None, True)
+        decided = self.scope.records(namespace, None)
+        if decided is None:
+            return (key, True) if stream in self.recorded else (key, False)
+        return (key, True) if decided else (None, True)
+
     # --- emitting ------------------------------------------------------------------------------------
 
-    def _observation(
-        self, kind: str, obj: dict[str, Any], change: str, workload: tuple[str, str]
-    ) -> Envelope:
-        stream = observed_stream(*workload)
+    def _observation(self, kind: str, obj: dict[str, Any], change: str, workload: WorkloadKey) -> Envelope:
+        stream = observed_stream_of(workload)
         self._track_shadowed(kind, obj, stream, change)
         return observation(
             kind, obj, change, stream=stream, correlation_id=correlation_of(kind, obj, workload)
@@ -250,31 +303,78 @@ class Watcher:
                     _count_observation(event.payload.kind, "superseded")
         return kept
 
-    def _diff(self, kind: str, obj: dict[str, Any], change: str) -> Envelope | None:
-        """The observation to emit for one watch/list item, or None when nothing really changed."""
+    def _diff(self, kind: str, obj: dict[str, Any], change: str) -> list[Envelope]:
+        """The observations to emit for one watch/list item: none when nothing really changed; a recorded
+        workload's first observation brings what was held for it."""
         uid = str((obj.get("metadata") or {}).get("uid", ""))
         known = self.known.get(uid)
         if change == "DELETED":
+            self._forget_held(uid)
             if known is None:
                 _count_observation(kind, "ignored")
-                return None
+                return []
             del self.known[uid]
             _count_observation(kind, "emitted")
-            return self._observation(kind, obj, "DELETED", known.workload)
-        workload = workload_of(kind, obj)
+            if known.workload[0] == kind and not registry.KINDS[kind].driven:
+                self.recorded.discard(observed_stream_of(known.workload))
+            return [self._mark_dirty(self._observation(kind, obj, "DELETED", known.workload))]
+        workload, decided = self.workload_of(kind, obj)
+        if not decided and workload is not None:
+            self.held.setdefault(observed_stream_of(workload), {})[uid] = (kind, obj)
+            _count_observation(kind, "held")
+            return []
         if workload is None:
-            if known is not None:  # released by its controller: for that workload it is gone
+            if known is not None:
                 del self.known[uid]
-                return self._observation(kind, obj, "DELETED", known.workload)
+                if not registry.KINDS[known.workload[0]].driven:
+                    # no longer recorded (its label removed): the trail stops here, nothing was deleted
+                    self.recorded.discard(observed_stream_of(known.workload))
+                    return []
+                # released by its controller: for that workload it is gone
+                return [self._observation(kind, obj, "DELETED", known.workload)]
             _count_observation(kind, "ignored")
-            return None
+            return []
+        if kind == workload[0] and not registry.KINDS[kind].driven:
+            obj = {**obj, SPEC_MANAGERS: spec_managers(obj)}  # managedFields are not stored
         view = comparable(obj)
         if known is not None and known.comparable == view:
             _count_observation(kind, "ignored")
-            return None
+            return []
         self.known[uid] = Known(kind, workload, view, obj)
         _count_observation(kind, "emitted")
-        return self._observation(kind, obj, "MODIFIED" if known is not None else "ADDED", workload)
+        events = [self._observation(kind, obj, "MODIFIED" if known is not None else "ADDED", workload)]
+        stream = observed_stream_of(workload)
+        if kind == workload[0] and not registry.KINDS[kind].driven and stream not in self.recorded:
+            self.recorded.add(stream)
+            for held_kind, held in self.held.pop(stream, {}).values():
+                events += self._diff(held_kind, held, "ADDED")
+        return [self._mark_dirty(e) for e in events]
+
+    def _forget_held(self, uid: str) -> None:
+        for objects in self.held.values():
+            objects.pop(uid, None)
+
+    def _mark_dirty(self, event: Envelope) -> Envelope:
+        if event.stream in self.recorded:
+            self.dirty.add(event.stream)
+        return event
+
+    async def record_dirty(self) -> None:
+        """The recorder: until cancelled, fold the recorded workloads' new observations (once stored) into
+        their trails (services/watcher/recorder.py)."""
+        while True:
+            await self._record_wake.wait()
+            self._record_wake.clear()
+            await self._idle.wait()  # what was queued is stored first
+            streams, self.dirty = sorted(self.dirty), set()
+            for stream in streams:
+                try:
+                    await self.recorder.record(stream)
+                except Exception as error:  # the next wake-up tries again from the store
+                    log.warning("record_failed", stream=stream, error=repr(error))
+                    self.dirty.add(stream)
+                    await asyncio.sleep(1.0)
+                    self._record_wake.set()
 
     async def _emit(self, events: list[Envelope]) -> None:
         """Queue observations for the appender (``append_queued``; see the module docstring); waits only
@@ -310,7 +410,7 @@ class Watcher:
         object is not observed until a change brings it back within the limit."""
         uid = str((obj.get("metadata") or {}).get("uid", ""))
         known = self.known.get(uid)
-        workload = known.workload if known is not None else workload_of(kind, obj)
+        workload = known.workload if known is not None else self.workload_of(kind, obj)[0]
         _count_observation(kind, "rejected")
         log.error(
             "observation_rejected",
@@ -321,7 +421,7 @@ class Watcher:
         )
         if workload is None:
             return []
-        stream = observed_stream(*workload)
+        stream = observed_stream_of(workload)
         observed = observation(
             kind, obj, change, stream=stream, correlation_id=correlation_of(kind, obj, workload)
         )
@@ -387,6 +487,8 @@ class Watcher:
                 )
         for event_type, count in appended.items():
             EVENTS_APPENDED.labels("watcher", event_type).inc(count)
+        if self.dirty:
+            self._record_wake.set()
 
     # --- list and watch ------------------------------------------------------------------------------
 
@@ -410,15 +512,11 @@ class Watcher:
                 if isinstance(item, TooDeep):
                     events.extend(self._too_deep(kind, item, "ADDED"))
                     continue
-                event = self._diff(kind, item, "ADDED")
-                if event is not None:
-                    events.append(event)
+                events.extend(self._diff(kind, item, "ADDED"))
                 events.extend(self.sidecarsets.diff(kind, item, "ADDED"))
             for uid, known in list(self.known.items()):
                 if known.kind == kind and uid not in seen:
-                    event = self._diff(kind, known.obj, "DELETED")
-                    if event is not None:
-                        events.append(event)
+                    events.extend(self._diff(kind, known.obj, "DELETED"))
             events.extend(self.sidecarsets.vanished(kind, seen))
             if events:
                 await self._emit(events)
@@ -519,8 +617,7 @@ class Watcher:
                 redacted = await self._redacted(kind_watch.kind, obj)
                 if redacted is not None:  # None: never recorded (a Secret)
                     async with self._emit_lock:
-                        event = self._diff(kind_watch.kind, redacted, change)
-                        events = [event] if event is not None else []
+                        events = self._diff(kind_watch.kind, redacted, change)
                         events.extend(self.sidecarsets.diff(kind_watch.kind, redacted, change))
                         if events:
                             await self._emit(events)
@@ -593,6 +690,8 @@ async def watch_until_stopped(runtime: ServiceRuntime, store: EventStore, api: c
         return
     tasks = [asyncio.create_task(watcher.run_kind(k), name=f"watch-{k.kind}") for k in watcher.kinds]
     appender = asyncio.create_task(watcher.append_queued(), name="watcher-appender")
+    if watcher.scope.on:
+        tasks.append(asyncio.create_task(watcher.record_dirty(), name="watcher-recorder"))
     runtime.add_detail("kinds_not_served", watcher.not_served)
     runtime.add_detail("kinds_failing", lambda: dict(watcher.failing))
     ready = asyncio.create_task(_track_readiness(runtime, watcher))

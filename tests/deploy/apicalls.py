@@ -119,7 +119,10 @@ def closure(entry: str) -> dict[str, ast.Module]:
 @functools.cache
 def _api_calls(entry: str) -> tuple[Call, ...]:
     calls: list[Call] = []
-    for module, tree in closure(entry).items():
+    modules = closure(entry)
+    # The watcher lists and watches each registered kind's resources by name (getattr(api, Watched.method)).
+    lists_kinds = "services.watcher.service" in modules
+    for module, tree in modules.items():
         parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
         # kubernetes-asyncio's Watch, or the watcher's own watch stream (services/watcher/watch_stream.py)
         watches = any(
@@ -135,6 +138,15 @@ def _api_calls(entry: str) -> tuple[Call, ...]:
                 if method in EVENTS_V1_METHODS and _receiver(node) == EVENTS_V1_RECEIVER:
                     method = f"events.k8s.io:{method}"
                 calls.append(Call(method, module, node.lineno, arguments, watched))
+            elif (
+                lists_kinds
+                and module.startswith("services.kinds.")
+                and isinstance(node, ast.Constant)
+                and isinstance(node.value, str)
+                and node.value in API_METHODS
+            ):
+                # A kind's Watched(method=...): the watcher lists and watches with getattr(api, method).
+                calls.append(Call(node.value, module, node.lineno, (), node.value.startswith("list_")))
     return tuple(calls)
 
 

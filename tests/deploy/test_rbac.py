@@ -176,6 +176,7 @@ def test_the_scan_sees_calls_made_through_list_functions_and_the_leader_library(
     watcher = needed("watcher")
     assert ("", "pods", "watch", ()) in watcher  # core.list_pod_for_all_namespaces passed to a watch
     assert ("apps.kruise.io", "sidecarsets", "watch", ()) in watcher
+    assert ("apps", "replicasets", "watch", ()) in watcher  # a recorded kind's Watched (services/kinds)
     assert ("coordination.k8s.io", "leases", "create", ()) in watcher  # kubernetes-asyncio's LeaseLock
     assert ("apps.kruise.io", "sidecarsets", "list", ()) in needed("webhook")  # passed with args=(...)
 
