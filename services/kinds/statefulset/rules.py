@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from services.kinds.recorded.rules import RecordedTrail, Step, Target
-from services.model.intorpercent import IntOrPercentError, scaled
+from services.model.intorpercent import IntOrPercentError, expected_updated, scaled
 
 KIND = "StatefulSet"
 REVISION_KIND = "ControllerRevision"
@@ -80,7 +80,7 @@ class StatefulSetTrail(RecordedTrail):
         return Step(
             partition=partition,
             replicas=target.replicas,
-            expected_updated=target.replicas - partition,
+            expected_updated=expected_updated(target.replicas, partition),
             max_unavailable=unavailable,
             max_surge=0,
         )
