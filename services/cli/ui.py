@@ -51,7 +51,7 @@ FROM rollouts WHERE kind = 'CloneSet' ORDER BY started_position DESC
 """
 ACTIONS_SQL = """
 SELECT pod, action, update_kind, in_place, requested, started, finished, outcome, reason
-FROM pod_actions WHERE rollout_id = $1 ORDER BY position
+FROM pod_actions WHERE rollout_key = split_part($1, '#', 1) AND rollout_id = $1 ORDER BY position
 """
 STEPS_SQL = """
 SELECT partition, replicas, expected_updated, max_unavailable, planned, position
