@@ -371,6 +371,7 @@ class Figures:
     # the executors' Kubernetes API requests (pod actions and status writes; answered or not), by method
     executor_requests: dict[str, float] = field(default_factory=dict)
     cpu: dict[str, float] = field(default_factory=dict)  # CPU seconds by process
+    services: set[str] = field(default_factory=set)  # which of those are rollbook's (the supervisor's)
     at: float = field(default_factory=time.perf_counter)
 
     @staticmethod
@@ -378,6 +379,7 @@ class Figures:
         figures = Figures()
         for proc in list(supervisor.children.values()):
             figures.cpu[proc.name] = cpu_seconds(proc.process.pid)
+            figures.services.add(proc.name)
             if not proc.port:
                 continue  # restarting: it has not reported its port yet (its counters start over anyway)
             text = await metrics_text(proc.base_url)
@@ -442,6 +444,19 @@ class Figures:
             )
             text += f"; relay published {int(published)} events, handled per event: {each}"
         return text
+
+    def per_pod(self, before: Figures, pods: int) -> str:
+        """What each pod of the phase cost: the executors' API requests by method, and the CPU of
+        rollbook's own processes (not simcluster, nats-server or Postgres), by process."""
+        pods = max(pods, 1)
+        requests = {m: n - before.executor_requests.get(m, 0.0) for m, n in self.executor_requests.items()}
+        each = ", ".join(f"{m} {n / pods:.2f}" for m, n in requests.items() if n)
+        used = {n: self.cpu[n] - before.cpu.get(n, 0.0) for n in sorted(self.services) if n in self.cpu}
+        cpu = ", ".join(f"{n} {1000 * c / pods:.1f}" for n, c in sorted(used.items(), key=lambda i: -i[1]))
+        return (
+            f"per pod: {sum(requests.values()) / pods:.2f} API requests ({each or 'none'}); "
+            f"rollbook CPU {1000 * sum(used.values()) / pods:.1f} ms ({cpu})"
+        )
 
     def cpu_since(self, before: Figures) -> str:
         """CPU seconds of each process over the phase, and their sum as cores busy on average."""
@@ -540,10 +555,11 @@ WHERE type = 'RoundPlanned' AND recorded_at >= $1 ORDER BY stream, global_positi
 """
 
 
-# The rows a phase stored, by event type: every row is stored (hash chain), relayed, published and read
-# back, so rows per pod is a cost of the data path.
+# The rows a phase stored, by event type, and their size as stored (pg_column_size of the row): every row
+# is stored (hash chain), relayed, published and read back, so rows per pod is a cost of the data path.
 ROWS_SQL = """
-SELECT type, count(*) FROM events WHERE recorded_at BETWEEN $1 AND $2 GROUP BY 1 ORDER BY 2 DESC
+SELECT type, count(*), sum(pg_column_size(events.*)) FROM events
+WHERE recorded_at BETWEEN $1 AND $2 GROUP BY 1 ORDER BY 2 DESC
 """
 
 
@@ -555,9 +571,13 @@ async def rows_stored(database_url: str, since: float, until: float, pods: int) 
         rows = await connection.fetch(ROWS_SQL, start, end)
     finally:
         await connection.close()
-    total = sum(count for _, count in rows)
-    per_type = ", ".join(f"{kind} {count / max(pods, 1):.2f}" for kind, count in rows)
-    return f"rows stored: {total} = {total / max(pods, 1):.2f} per pod ({per_type})"
+    total = sum(count for _, count, _ in rows)
+    size = sum(int(b or 0) for *_, b in rows)
+    per_type = ", ".join(f"{kind} {count / max(pods, 1):.2f}" for kind, count, _ in rows)
+    return (
+        f"rows stored: {total} = {total / max(pods, 1):.2f} per pod, {size / max(pods, 1) / 1024:.1f} KiB"
+        f" per pod (row bytes as stored, before indexes and WAL) ({per_type})"
+    )
 
 
 def _percentiles(values: list[float]) -> str:
@@ -642,6 +662,7 @@ class Bench:
         after = await self.figures()
         print(f"  {what}: {seconds:.2f} s; {after.since(before)}; {load()}", flush=True)
         print(f"    {after.cpu_since(before)}", flush=True)
+        print(f"    {after.per_pod(before, replicas * len(names) if pods is None else pods)}", flush=True)
         print(f"    {activity.summary()}", flush=True)
         hops = await action_hops(self.stack.settings.database_url, wall_started, time.time())
         print(f"    {hops}", flush=True)

@@ -70,3 +70,53 @@ def test_every_sidecarset_rules_module_is_a_layer() -> None:
     modules = {p.stem for p in package.glob("*.py") if p.stem != "__init__"}
     layered = {m.strip() for layer in contract["layers"] for m in str(layer).split("|")}  # type: ignore[attr-defined]
     assert sorted(modules) == sorted(layered)
+
+
+def import_cycles() -> list[list[str]]:
+    """Each set of rollbook modules that import one another round in a circle (a function-level import
+    counts: it is still a dependency), found as the strongly connected components of the import graph."""
+    import grimp
+
+    graph = grimp.build_graph("services")
+    modules = graph.modules
+    imports = {m: sorted(graph.find_modules_directly_imported_by(m) & modules) for m in sorted(modules)}
+    index: dict[str, int] = {}
+    lowest: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+    for root in imports:
+        if root in index:
+            continue
+        # Tarjan's algorithm, iterative: (module, position in its import list).
+        work = [(root, 0)]
+        while work:
+            module, position = work.pop()
+            if position == 0:
+                index[module] = lowest[module] = len(index)
+                stack.append(module)
+            if position < len(imports[module]):
+                work.append((module, position + 1))
+                target = imports[module][position]
+                if target not in index:
+                    work.append((target, 0))
+                elif target in stack:
+                    lowest[module] = min(lowest[module], index[target])
+                continue
+            if lowest[module] == index[module]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    component.append(member)
+                    if member == module:
+                        break
+                if len(component) > 1:
+                    cycles.append(sorted(component))
+            if work:
+                parent = work[-1][0]
+                lowest[parent] = min(lowest[parent], lowest[module])
+    return cycles
+
+
+def test_no_module_imports_itself_round_a_circle() -> None:
+    # A circle means neither module can be understood, tested or moved without the other.
+    assert import_cycles() == []

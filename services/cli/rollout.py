@@ -92,7 +92,7 @@ async def change(settings: Settings, verb: str, namespace: str, name: str) -> st
 
     from kubernetes_asyncio import client
 
-    from services.cli.status import cloneset_read_error
+    from services.cli.clonesets import cloneset_read_error
     from services.infra.kube import api_client
 
     api = await api_client(settings)

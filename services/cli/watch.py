@@ -51,7 +51,7 @@ class Sources:
         self.trail_error = trail_error
 
     async def clonesets(self, namespace: str | None, name: str | None) -> list[dict[str, Any]]:
-        from services.cli.status import read_clonesets
+        from services.cli.clonesets import read_clonesets
 
         return await read_clonesets(self.api, namespace, name)
 

@@ -12,14 +12,17 @@ and reports every outcome as an event (docs/services.md, "executor").
 - Once in effect: every create or patch writes the action id in the ``rollbook.io/action-id`` annotation
   in the same API call; deletes carry a uid precondition. Before acting, the executor looks for the
   action's terminal event in the store and then at the object: an action already applied (a redelivery,
-  or another executor's) is acknowledged and reported ``already_applied``, never repeated. Patches carry
-  the resourceVersion they were computed from; a 409 Conflict means re-read and retry. A mark is one
+  or another executor's) is acknowledged and reported ``already_applied``, never repeated. A patch of an
+  existing pod is a JSON patch testing each value it changes as it was in the pod it was computed from
+  (the action id annotation among them): a status write (the kubelet's) does not conflict with it, any
+  change to a field it writes makes it refused (422), which means re-read and retry. A mark is one
   write through pods/status with the pod's uid as precondition instead (``_mark``). An in-place update
   with a not-ready condition (no grace period) is two writes after one read: the condition alone through
-  pods/status, then the patch with the action id at the resourceVersion that write returned
-  (``_patch_pod``). An action naming the resourceVersion the planner computed it from makes its first
-  write at that version with no read before it; a conflict there means the pod changed since (possibly
-  this action, applied by an earlier delivery), and the read decides as above
+  pods/status, then the patch with the action id computed from the pod that write returned
+  (``_patch_pod``); a mark after this executor's create or spec patch of the pod is computed from that
+  write's answer (``_mark_from_written``). An action naming the resourceVersion the planner computed it
+  from makes its first write at that version with no read before it; a conflict there means the pod
+  changed since (possibly this action, applied by an earlier delivery), and the read decides as above
   (services/model/pod_writes.py).
 - Taking an action (after the terminal-event check, before any API call), the executor notes the time;
   the outcome carries it (``started_at``) and the executor's name, so the trail shows how long the action
@@ -99,7 +102,14 @@ from services.model.events import (
     new_event,
 )
 from services.model.kube_events import EVENT_DECISION_TYPES
-from services.model.pod_writes import OBSERVED_VERSION, has_condition
+from services.model.pod_writes import (
+    JSON_PATCH,
+    OBSERVED_VERSION,
+    Written,
+    has_condition,
+    json_patch_from,
+    mark_from_written,
+)
 from services.model.redaction import contains_digest, scrub
 from services.model.sidecarset_streams import UPDATE_SIDECAR_ACTION, sidecarset_of
 from services.model.sidecarset_streams import actions_stream as sidecarset_actions_stream
@@ -178,6 +188,8 @@ SELECT e.stream = $2 AND e.stream_version = $3 AND e.type = 'StatusPlanned'
 
 
 MAX_STORE_CONNECTIONS = 16
+# Pods whose last create or spec patch by this executor is remembered for the mark after it (those in flight).
+WRITTEN_CAPACITY = 10_000
 
 
 class EarlierActionPending(Exception):
@@ -254,6 +266,9 @@ class Executor:
         # Actions whose terminal outcome this process stored or found stored: a later action of the same
         # pod need not ask the store about them (services/executor/settled.py).
         self.settled = Settled()
+        # Per pod, what this executor's last create or spec patch of it returned, for the mark that follows
+        # (``_mark_from_written``); the oldest are forgotten past WRITTEN_CAPACITY.
+        self.written: dict[tuple[str, str], Written] = {}
         # The Kubernetes Event each rollout decision means (services/executor/kube_events.py).
         self.kube_events = KubeEventWriter(api, settings.kube_event_interval, self.name)
 
@@ -525,6 +540,8 @@ class Executor:
         try:
             # The answer as raw JSON: building the client's model of a pod costs more CPU than the call.
             created = await kube.raw_json(await create(namespace, body, _preload_content=False))
+            if kind == "Pod":
+                self._remember(namespace, name, Written(created, created=True))
             return (created.get("metadata") or {}).get("uid"), False
         except ApiException as error:
             if error.status != 409:
@@ -623,15 +640,17 @@ class Executor:
     async def _patch_pod(
         self, request: PodActionRequested, patch: dict[str, Any], not_ready: dict[str, Any] | None = None
     ) -> tuple[str | None, bool]:
-        """Patch with the resourceVersion it was computed from; re-read after a conflict.
+        """Patch as a JSON patch with tests computed from the pod (``_write_patch_from``); after a refused
+        test (the pod changed in a field the patch writes), re-read and try again.
 
         With ``not_ready`` (an in-place update with no grace period) the condition goes first, through
-        pods/status, then the patch with the resourceVersion that write returned (no second read). The
-        condition write carries only the condition and the uid precondition, not the action id: a crash
-        between the two writes leaves the action not applied, and its redelivery finds the condition in
-        place (nothing to write again) and writes the patch once. The action counts as applied when the
-        pod carries its id or the in-place update state its patch writes (``patch_applied``), checked on
-        the pod as read and on the pod as the condition write returned it.
+        pods/status, then the spec patch computed from the pod as that write returned it (no second read;
+        the kubelet's status write answering the condition does not conflict with it). The condition
+        write carries only the condition and the uid precondition, not the action id: a crash between the
+        two writes leaves the action not applied, and its redelivery finds the condition in place (nothing
+        to write again) and writes the patch once. The action counts as applied when the pod carries its
+        id or the in-place update state its patch writes (``patch_applied``), checked on the pod as read
+        and on the pod as the condition write returned it.
 
         An action naming the version it was computed from (``details.resourceVersion``) first tries
         without the read (``_patch_observed``); a pod changed since goes the way above."""
@@ -639,9 +658,7 @@ class Executor:
         if unread is not None:
             return unread
         pod = await read_target_pod(self.core, request)
-        for attempt in range(CONFLICT_RETRIES):
-            if attempt:
-                pod = await read_target_pod(self.core, request)
+        for _ in range(CONFLICT_RETRIES):
             metadata = pod.get("metadata") or {}
             if patch_applied(pod, request.action_id, patch):
                 return metadata.get("uid"), True
@@ -652,11 +669,15 @@ class Executor:
                 if patch_applied(pod, request.action_id, patch):
                     return metadata.get("uid"), True
             try:
-                await self._write_patch(request, patch, metadata.get("resourceVersion"))
+                await self._write_patch_from(request, patch, pod)
                 return metadata.get("uid"), False
             except ApiException as error:
-                if error.status != 409:
+                if error.status not in (409, 422):
                     raise
+                computed_from = metadata.get("resourceVersion")
+                pod = await read_target_pod(self.core, request)
+                if computed_from and (pod.get("metadata") or {}).get("resourceVersion") == computed_from:
+                    raise  # the pod is as the patch was computed from: the API refuses the patch itself
                 log.info("conflict_retry", pod=request.target, action=request.action)
         raise ActionFailed("kept conflicting with other writers", retryable=True)
 
@@ -667,9 +688,11 @@ class Executor:
         (services/model/pod_writes.py): the condition (``not_ready``) or else the patch names it as
         precondition, so it lands only on the pod exactly as the planner saw it, on which this action is
         not applied yet (applying it moves the version) and the condition is missing (the planner names a
-        version only then). The answer of the action (uid, not already applied); None when the action
-        names no version or the pod is not at it any more (409; 404 or 422, gone or replaced): then the
-        read decides, as for an action without one (applied already, a condition in place, gone)."""
+        version only then). After the condition, the spec patch is computed from the pod that write
+        returned. The answer of the action (uid, not already applied); None when the action names no
+        version or the pod is not at it any more (409; 404 or 422, gone or replaced; or a test of the
+        spec patch refused): then the read decides, as for an action without one (applied already, a
+        condition in place, gone)."""
         version = request.details.get(OBSERVED_VERSION)
         uid = request.details.get("uid")
         if not version or not uid:
@@ -677,12 +700,13 @@ class Executor:
         try:
             if not_ready:
                 written = await self._write_condition(request, uid, not_ready, resource_version=version)
-                version = (written.get("metadata") or {}).get("resourceVersion")
-            await self._write_patch(request, patch, version)
+                await self._write_patch_from(request, patch, written)
+            else:
+                await self._write_patch(request, patch, version)
         except ApiException as error:
             if error.status not in (404, 409, 422):
                 raise
-            # Changed since the planner saw it (after a condition write: the kubelet answering it).
+            # Changed since the planner saw it (after a condition write: in a field the patch writes).
             log.info("observed_version_conflict", pod=request.target, action=request.action)
             return None
         return uid, False
@@ -702,6 +726,28 @@ class Executor:
         )
         # Raw JSON, not the client's model (unused; it cost more CPU than the call).
         await kube.patch_namespaced_pod(self.api, request.pod, request.namespace, body)
+
+    async def _write_patch_from(
+        self, request: PodActionRequested, patch: dict[str, Any], pod: dict[str, Any]
+    ) -> None:
+        """The action's patch with its id, as a JSON patch computed from ``pod`` with a test of each value
+        it changes as ``pod`` has it (services/model/pod_writes.py ``json_patch_from``): refused (422)
+        when the pod changed since in a field it writes, the action id among them, so it lands once; a
+        status write does not stand in its way, as a resourceVersion precondition would."""
+        with_id = _merge(patch, {"metadata": {"annotations": {ACTION_ID_ANNOTATION: request.action_id}}})
+        operations = json_patch_from(pod, with_id)
+        written = await kube.patch_namespaced_pod(
+            self.api, request.pod, request.namespace, operations, content_type=JSON_PATCH
+        )
+        self._remember(request.namespace, request.pod, Written(written))
+
+    def _remember(self, namespace: str, pod: str, written: Written) -> None:
+        """What this executor's write of ``pod`` returned, for the mark after it (``_mark_from_written``)."""
+        key = (namespace, pod)
+        self.written.pop(key, None)  # to the end: the oldest go first
+        self.written[key] = written
+        if len(self.written) > WRITTEN_CAPACITY:
+            del self.written[next(iter(self.written))]
 
     async def _write_condition(
         self,
@@ -743,6 +789,8 @@ class Executor:
         condition = request.details.get("condition")
         version = request.details.get(OBSERVED_VERSION)
         uid = request.details.get("uid")
+        if version and uid and not patch and await self._mark_from_written(request, uid, condition):
+            return uid, False
         if version and uid:
             try:
                 await self._write_mark(request, patch, uid, condition, resource_version=version)
@@ -758,6 +806,31 @@ class Executor:
         missing = condition if condition and not has_condition(pod, condition) else None
         await self._write_mark(request, patch, metadata.get("uid"), missing)
         return metadata.get("uid"), False
+
+    async def _mark_from_written(
+        self, request: PodActionRequested, uid: str, condition: dict[str, Any] | None
+    ) -> bool:
+        """A mark changing nothing but its condition and action id, written as a JSON patch computed from
+        the pod this executor's last create or spec patch of it returned (``mark_from_written``), not at
+        the version the planner saw: the kubelet's status writes since (the containers started or
+        restarted) do not conflict with it, while any action applied since (this mark's earlier
+        delivery included) or a replaced pod refuses it (422). Whether it was written; False (nothing
+        written) when the pod is not remembered or the patch was refused: then the mark goes the way it
+        went without."""
+        written = self.written.pop((request.namespace, request.pod), None)
+        operations = mark_from_written(written, uid, condition, request.action_id) if written else None
+        if operations is None:
+            return False
+        try:
+            await kube.patch_namespaced_pod_status(
+                self.api, request.pod, request.namespace, operations, content_type=JSON_PATCH
+            )
+        except ApiException as error:
+            if error.status not in (404, 409, 422):
+                raise
+            log.info("written_state_conflict", pod=request.target, action=request.action)
+            return False
+        return True
 
     async def _write_mark(
         self,

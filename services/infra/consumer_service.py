@@ -57,22 +57,6 @@ class ConsumerSpec:
         )
 
 
-async def serve_consumer(
-    runtime: ServiceRuntime,
-    bus: Bus,
-    *,
-    service: str,
-    durable: str,
-    event_types: Sequence[str],
-    handler: Handler,
-    batch: int,
-    ack_wait: float,
-) -> None:
-    """``serve_consumers`` with a single consumer."""
-    spec = ConsumerSpec(durable, event_types, handler, batch=batch, ack_wait=ack_wait)
-    await serve_consumers(runtime, bus, service=service, consumers=[spec])
-
-
 async def serve_consumers(
     runtime: ServiceRuntime, bus: Bus, *, service: str, consumers: Sequence[ConsumerSpec]
 ) -> None:

@@ -52,9 +52,9 @@ import msgspec
 import psutil
 
 from services.infra.db_roles import Duty
+from services.infra.embedded_logins import EMBEDDED_DATABASE, EMBEDDED_LOGINS, PASSFILE, embedded_url
 from services.infra.nats_auth import CREDENTIALS_DIR_NAME, ensure_credentials, server_config, write_private
 from services.infra.settings import Settings
-from services.infra.stack import EMBEDDED_DATABASE, EMBEDDED_LOGINS, PASSFILE, embedded_url
 
 log = logging.getLogger(__name__)
 

@@ -172,20 +172,29 @@ async def read_namespaced_pod(api: client.ApiClient, name: str, namespace: str) 
 
 
 async def patch_namespaced_pod(
-    api: client.ApiClient, name: str, namespace: str, body: dict[str, Any]
+    api: client.ApiClient,
+    name: str,
+    namespace: str,
+    body: dict[str, Any] | list[dict[str, Any]],
+    *,
+    content_type: str = STRATEGIC_MERGE_PATCH,
 ) -> dict[str, Any]:
-    """A strategic merge patch, as the generated method sends a dict."""
-    return await request_json(
-        api, "PATCH", _pod_path(namespace, name), body, content_type=STRATEGIC_MERGE_PATCH
-    )
+    """A strategic merge patch, as the generated method sends a dict; or ``content_type``'s (a JSON patch
+    is a list of operations)."""
+    return await request_json(api, "PATCH", _pod_path(namespace, name), body, content_type=content_type)
 
 
 async def patch_namespaced_pod_status(
-    api: client.ApiClient, name: str, namespace: str, body: dict[str, Any]
+    api: client.ApiClient,
+    name: str,
+    namespace: str,
+    body: dict[str, Any] | list[dict[str, Any]],
+    *,
+    content_type: str = STRATEGIC_MERGE_PATCH,
 ) -> dict[str, Any]:
-    """A strategic merge patch of the status subresource (conditions merge by type)."""
+    """A strategic merge patch of the status subresource (conditions merge by type), or ``content_type``'s."""
     return await request_json(
-        api, "PATCH", _pod_path(namespace, name) + "/status", body, content_type=STRATEGIC_MERGE_PATCH
+        api, "PATCH", _pod_path(namespace, name) + "/status", body, content_type=content_type
     )
 
 

@@ -24,13 +24,12 @@ from typing import Any
 
 import msgspec
 
-from services.infra.db_roles import Duty, assume_sql, role_name
+from services.infra.db_roles import Duty, assume_sql
+from services.infra.embedded_logins import embedded_url
 from services.infra.nats_auth import CREDENTIALS_DIR_NAME
 from services.infra.redact import redacted
 from services.infra.settings import Settings
 
-# The database the embedded Postgres serves rollbook from (services/infra/embedded.py creates it).
-EMBEDDED_DATABASE = "rollbook"
 # Stands in for a NATS URL a command never uses, so that resolving settings starts no nats-server.
 UNUSED_NATS_URL = "nats://unused.invalid:4222"
 
@@ -47,24 +46,6 @@ class RunningStack:
     nats_credentials_dir: str = ""
     # The URL read commands use (the reader role's login, else database_url).
     database_reader_url: str = ""
-
-
-# The libpq password file of an embedded Postgres, under the data dir (services/infra/embedded.py).
-PASSFILE = "pgpass"
-# The login of each duty on the embedded Postgres: the superuser runs migrations (acting as the owner role).
-EMBEDDED_LOGINS: dict[Duty, str] = {
-    "owner": "postgres",
-    "writer": role_name(EMBEDDED_DATABASE, "writer"),
-    "reader": role_name(EMBEDDED_DATABASE, "reader"),
-    "webhook": role_name(EMBEDDED_DATABASE, "webhook"),
-}
-
-
-def embedded_url(data_path: Path, port: int, duty: Duty, database: str = EMBEDDED_DATABASE) -> str:
-    """The URL of ``duty``'s login on the embedded Postgres: no password in it, the data dir's passfile
-    named instead (libpq, psql and asyncpg all read ``?passfile=``)."""
-    passfile = data_path.resolve() / PASSFILE
-    return f"postgresql://{EMBEDDED_LOGINS[duty]}@127.0.0.1:{port}/{database}?passfile={passfile}"
 
 
 def running_postgres_url(data_path: Path, duty: Duty = "writer") -> str | None:

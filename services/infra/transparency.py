@@ -479,9 +479,10 @@ class Checkpointer:
             if rows:
                 with contextlib.suppress(NoteError):
                     self.last = SignedCheckpoint.unchecked(rows[0][0])
+        # An empty log is signed too: from an auditor's first round on, a log always has a checkpoint, so
+        # the events that follow are an unsigned tail (bounded by the stale-checkpoint rule), never
+        # "no checkpoint anywhere".
         if not force and self.last is not None and self.last.body.tree_size == head.size:
-            return None
-        if not force and self.last is None and head.size == 0:
             return None
         body = CheckpointBody(
             origin=self.signer.name,

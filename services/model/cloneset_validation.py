@@ -214,38 +214,6 @@ def _selector_shape(selector: Any, where: str) -> Invalid | None:
     return None
 
 
-def _validate_containers(pod_spec: dict[str, Any]) -> Invalid | None:
-    containers = pod_spec.get("containers")
-    if not isinstance(containers, list) or not containers:
-        return Invalid("spec.template.spec.containers", "at least one container is required")
-    seen: set[str] = set()
-    for i, container in enumerate(containers):
-        if (
-            not isinstance(container, dict)
-            or not isinstance(container.get("name"), str)
-            or not container["name"]
-        ):
-            return Invalid(f"spec.template.spec.containers[{i}].name", "required")
-        if container["name"] in seen:
-            return Invalid(
-                f"spec.template.spec.containers[{i}].name", f"duplicate name {container['name']!r}"
-            )
-        seen.add(container["name"])
-        if not isinstance(container.get("image", ""), str):
-            return Invalid(f"spec.template.spec.containers[{i}].image", "must be a string")
-        for key in ("env", "volumeMounts"):
-            items = container.get(key)
-            if items is not None and (
-                not isinstance(items, list) or not all(isinstance(e, dict) for e in items)
-            ):
-                return Invalid(f"spec.template.spec.containers[{i}].{key}", "must be a list of objects")
-    for key in ("volumes", "readinessGates"):
-        items = pod_spec.get(key)
-        if items is not None and (not isinstance(items, list) or not all(isinstance(e, dict) for e in items)):
-            return Invalid(f"spec.template.spec.{key}", "must be a list of objects")
-    return None
-
-
 def _validate_selector_and_template(spec: dict[str, Any]) -> Invalid | None:
     selector = spec.get("selector")
     problem = _selector_shape(selector, "spec.selector") if selector is not None else None

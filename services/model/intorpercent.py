@@ -57,3 +57,9 @@ def partition_count(partition: Any, replicas: int) -> int:
     if replicas > 1 and is_percent and partition.strip() != "100%" and kept == replicas:
         kept = replicas - 1
     return max(0, min(kept, replicas))
+
+
+def expected_updated(replicas: int, partition: int) -> int:
+    """Pods wanted at the update revision: those the partition does not keep (OpenKruise's
+    ``expectedUpdatedReplicas``). The one place this difference is taken."""
+    return max(replicas - partition, 0)

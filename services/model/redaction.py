@@ -67,12 +67,14 @@ class RedactionPolicy:
     deny: tuple[str, ...] = DEFAULT_DENY
     _lowered: tuple[str, ...] = field(init=False, repr=False, compare=False)
     _digests: dict[str, str] = field(init=False, repr=False, compare=False)
+    _denied: dict[str, bool] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if len(self.key) < 16:
             raise ValueError("the redaction key must hold at least 16 bytes")
         object.__setattr__(self, "_lowered", tuple(p.lower() for p in self.deny))
         object.__setattr__(self, "_digests", {})
+        object.__setattr__(self, "_denied", {})
 
     # --- identity -----------------------------------------------------------------------------------
 
@@ -109,8 +111,17 @@ class RedactionPolicy:
         return found
 
     def denied(self, name: str) -> bool:
-        lowered = name.lower()
-        return any(fnmatch.fnmatchcase(lowered, pattern) for pattern in self._lowered)
+        # Every observation of a pod names the same few label and annotation keys: each is matched against
+        # the patterns once (bounded memo; fnmatch per key was about 8% of the watcher's CPU).
+        cache = self._denied
+        found = cache.get(name)
+        if found is None:
+            lowered = name.lower()
+            found = any(fnmatch.fnmatchcase(lowered, pattern) for pattern in self._lowered)
+            if len(cache) >= _DIGEST_CACHE:
+                cache.clear()
+            cache[name] = found
+        return found
 
     # --- objects ------------------------------------------------------------------------------------
 

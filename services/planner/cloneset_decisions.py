@@ -11,6 +11,7 @@ from typing import Any
 
 import msgspec
 
+from services.model import intorpercent
 from services.model.actions import EXISTING_POD_ACTIONS, ActionKind
 from services.model.cloneset import desired_replicas
 from services.model.cloneset_conversion import ConversionError, as_v1alpha1
@@ -161,7 +162,8 @@ def decisions_for(state: WorkloadState, plan: Plan) -> list[Event]:
             rollout_id=str(active),
             partition=plan.partition,
             replicas=replicas,
-            expected_updated=plan.expected_updated_replicas or max(replicas - plan.partition, 0),
+            expected_updated=plan.expected_updated_replicas
+            or intorpercent.expected_updated(replicas, plan.partition),
             max_unavailable=plan.max_unavailable or 0,
             max_surge=plan.max_surge or 0,
         )

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from services.model import intorpercent
 from services.planner.context import Context
 from services.planner.podstate import PodView
 from services.planner.spec import RECREATE
@@ -119,7 +120,7 @@ def calculate(ctx: Context, classes: Classes) -> Diffs:
 
     # Raising the partition never moves updated pods back (CloneSetPartitionRollback off).
     update_old_diff = max(old_active - partition, 0)
-    update_new_diff = min(new_active - (replicas - partition), 0)
+    update_new_diff = min(new_active - intorpercent.expected_updated(replicas, partition), 0)
 
     diffs = Diffs()
     if max_surge > 0:

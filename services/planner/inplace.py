@@ -367,16 +367,6 @@ def _volumes_patch(change: Change) -> dict[str, Any]:
     }
 
 
-def read_json(value: Any) -> dict[str, Any] | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        parsed = json.loads(value)
-    except ValueError:
-        return None
-    return parsed if isinstance(parsed, dict) else None
-
-
 def _state(revision_name: str, update_timestamp: str, update_images: bool) -> dict[str, Any]:
     state: dict[str, Any] = {
         "revision": revision_name,

@@ -16,6 +16,7 @@ from typing import Any
 import msgspec
 
 from services.model import cloneset_validation as validation
+from services.model import intorpercent
 from services.model.cloneset_conversion import ConversionError, as_v1alpha1
 from services.planner import counting, lifecycle, revisions, scale, status, update
 from services.planner.context import Context
@@ -108,7 +109,7 @@ def _plan(request: PlanInput) -> Plan:
         pods_to_delete=kept_names if len(kept_names) != len(spec.pods_to_delete) else None,
         max_unavailable=spec.max_unavailable,
         max_surge=spec.max_surge,
-        expected_updated_replicas=spec.replicas - spec.partition,
+        expected_updated_replicas=intorpercent.expected_updated(spec.replicas, spec.partition),
         hook_holds=_hook_holds(ctx),
     )
 

@@ -55,11 +55,6 @@ def format_time(epoch: float) -> str:
     return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def format_time_precise(epoch: float) -> str:
-    """Microseconds: for times a duration is measured from (a grace period must never be cut short)."""
-    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
 def _deletion_cost(value: Any) -> int:
     # Kubernetes accepts only canonical int32 text: "+5" and "007" are malformed and count as 0.
     if not isinstance(value, str) or not value:

@@ -31,6 +31,7 @@ from typing import Any
 
 import msgspec
 
+from services.model import intorpercent
 from services.model.actions import BECAME_READY, PVC_ACTIONS, ActionKind
 from services.model.availability import unavailable
 from services.model.cloneset import desired_replicas
@@ -369,7 +370,8 @@ class ShadowTrail:
                 rollout_id=self.active_rollout,
                 partition=partition,
                 replicas=replicas,
-                expected_updated=plan.expected_updated_replicas or max(replicas - partition, 0),
+                expected_updated=plan.expected_updated_replicas
+                or intorpercent.expected_updated(replicas, partition),
                 max_unavailable=max_unavailable,
                 max_surge=plan.max_surge or 0,
             )

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from services.model import intorpercent
 from services.model.actions import ActionKind
 from services.planner import progress_deadline
 from services.planner.context import Context
@@ -178,7 +179,7 @@ def compute(ctx: Context) -> tuple[dict[str, Any], int | None]:
         "updatedReplicas": updated,
         "updatedReadyReplicas": updated_ready,
         "updatedAvailableReplicas": updated_available,
-        "expectedUpdatedReplicas": spec.replicas - spec.partition,
+        "expectedUpdatedReplicas": intorpercent.expected_updated(spec.replicas, spec.partition),
         "updateRevision": revisions.update.name,
         "currentRevision": current.name,
         "collisionCount": revisions.collision_count,

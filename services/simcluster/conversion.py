@@ -43,10 +43,6 @@ class VersionView:
     convert: Convert
 
 
-def storage_version(crd: Obj) -> str:
-    return str(next(v["name"] for v in crd["spec"]["versions"] if v.get("storage")))
-
-
 def _failed(rt: ResourceType, reason: str) -> ApiError:
     return ApiError(
         500,

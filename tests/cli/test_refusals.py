@@ -166,8 +166,8 @@ async def test_sidecarset_verify_of_a_name_never_recorded_fails(
 def test_status_names_a_missing_crd_or_an_unreachable_conversion_webhook() -> None:
     import json
 
+    from services.cli.clonesets import cloneset_read_error
     from services.cli.errors import describe
-    from services.cli.status import cloneset_read_error
 
     def status_body(code: int, message: str) -> str:
         return json.dumps({"kind": "Status", "status": "Failure", "code": code, "message": message})

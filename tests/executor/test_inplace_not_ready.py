@@ -1,6 +1,8 @@
 """An in-place update with no grace period is one action: the executor reads the pod once, writes the
 InPlaceUpdateReady=False condition alone through pods/status (uid precondition, no action id), then the
-spec patch with the action id at the resourceVersion that write returned. A crash between the two writes
+spec patch with the action id as a JSON patch computed from the pod that write returned, testing each
+value it changes (the action id among them): the kubelet's status write in between does not conflict
+with it, a change to a field it writes does (422, re-read). A crash between the two writes
 leaves the action not applied: its redelivery finds the condition in place and writes the spec once. The
 action counts as applied by its id or by the in-place update state its patch writes, which stays after
 markReady replaces the id, on the pod as read and as the condition write returned it."""
@@ -128,7 +130,7 @@ class PodCalls:
     def __init__(
         self,
         executor: Executor,
-        before_spec: Callable[[dict[str, Any]], Awaitable[None]] | None = None,
+        before_spec: Callable[[Any], Awaitable[None]] | None = None,
         before_status: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.calls: list[tuple[str, Any]] = []
@@ -198,8 +200,13 @@ def in_place_ready(pod: Any) -> list[str]:
     return [c.status for c in pod.status.conditions or [] if c.type == "InPlaceUpdateReady"]
 
 
+def values_tested(operations: list[dict[str, Any]]) -> dict[str, Any]:
+    """The values a JSON patch tests, by path."""
+    return {op["path"]: op["value"] for op in operations if op["op"] == "test"}
+
+
 @pytest.mark.asyncio(loop_scope="session")
-async def test_one_read_the_condition_alone_then_the_spec_at_the_version_it_returned(
+async def test_one_read_the_condition_alone_then_the_spec_computed_from_what_it_returned(
     settings: Settings, event_store: EventStore, simcluster: SimCluster, k8s_client: client.ApiClient
 ) -> None:
     workload = f"web{uuid.uuid4().hex[:8]}"
@@ -209,10 +216,9 @@ async def test_one_read_the_condition_alone_then_the_spec_at_the_version_it_retu
     executor = Executor(settings, event_store, k8s_client)
     seen_before_spec: list[Any] = []
 
-    async def look(body: dict[str, Any]) -> None:
+    async def look(body: Any) -> None:
         # What the spec patch is computed from: the pod as the status write left it.
         pod = await core.read_namespaced_pod(pod_name, "default")
-        seen_before_spec.append((pod.metadata.resource_version, body["metadata"]["resourceVersion"]))
         seen_before_spec.append(
             (in_place_ready(pod), (pod.metadata.annotations or {}).get(ACTION_ID_ANNOTATION))
         )
@@ -225,8 +231,13 @@ async def test_one_read_the_condition_alone_then_the_spec_at_the_version_it_retu
     assert calls.kinds() == ["GET", "PATCH status", "PATCH"]  # one read, no second GET
     status_body = calls.calls[1][1]
     assert status_body == {"metadata": {"uid": uid}, "status": {"conditions": [NOT_READY]}}  # no action id
-    (current, sent), (condition, annotated) = seen_before_spec
-    assert sent == current  # the resourceVersion the status write returned
+    tested = values_tested(calls.calls[2][1])
+    # The same incarnation, no action applied since (the pod had no annotations), the image it replaces:
+    # no resourceVersion.
+    assert tested["/metadata/uid"] == uid
+    assert tested["/metadata/annotations"] is None
+    assert tested["/spec/containers/0/image"] == "nginx:alpine"
+    ((condition, annotated),) = seen_before_spec
     assert condition == ["False"] and annotated is None  # condition written, action not yet applied
     after = await core.read_namespaced_pod(pod_name, "default")
     assert after.spec.containers[0].image == "nginx:mainline"
@@ -290,7 +301,7 @@ async def test_a_crash_between_the_two_writes_is_redelivered_and_applies_the_spe
 
 
 @pytest.mark.asyncio(loop_scope="session")
-async def test_a_conflict_after_the_condition_rereads_and_patches_without_writing_it_again(
+async def test_another_writer_between_the_writes_conflicts_only_on_a_field_the_patch_writes(
     settings: Settings, event_store: EventStore, simcluster: SimCluster, k8s_client: client.ApiClient
 ) -> None:
     workload = f"web{uuid.uuid4().hex[:8]}"
@@ -299,25 +310,46 @@ async def test_a_conflict_after_the_condition_rereads_and_patches_without_writin
     envelope = await update_request(event_store, workload, pod_name, uid)
     assert isinstance(envelope.payload, PodActionRequested)
     executor = Executor(settings, event_store, k8s_client)
+
+    async def label_elsewhere(_: Any) -> None:
+        await core.patch_namespaced_pod(pod_name, "default", {"metadata": {"labels": {"other": "x"}}})
+
+    calls = PodCalls(executor, before_spec=label_elsewhere)
+    await executor.execute(envelope, envelope.payload)
+    calls.detach()
+
+    # A label the patch does not write: no conflict, both kept.
+    assert calls.kinds() == ["GET", "PATCH status", "PATCH"]
+    after = await core.read_namespaced_pod(pod_name, "default")
+    assert after.metadata.labels["other"] == "x"
+    assert after.spec.containers[0].image == "nginx:mainline"
+    assert after.metadata.annotations[ACTION_ID_ANNOTATION] == envelope.payload.action_id
+
+    # The next update, while someone changes the image it replaces between its two writes.
+    second_pod, second_uid = await ungated_pod(core, f"{workload}b")
+    second = await update_request(event_store, f"{workload}b", second_pod, second_uid)
+    assert isinstance(second.payload, PodActionRequested)
     others = 0
 
-    async def another_writer(_: dict[str, Any]) -> None:
+    async def image_elsewhere(_: Any) -> None:
         nonlocal others
-        if others == 0:  # someone else writes the pod between the status write and the spec patch
+        if others == 0:
             others += 1
-            await core.patch_namespaced_pod(pod_name, "default", {"metadata": {"labels": {"other": "x"}}})
+            image = {"spec": {"containers": [{"name": "app", "image": "nginx:perl"}]}}
+            await core.patch_namespaced_pod(second_pod, "default", image)
 
-    calls = PodCalls(executor, before_spec=another_writer)
-    await executor.execute(envelope, envelope.payload)
+    calls = PodCalls(executor, before_spec=image_elsewhere)
+    await executor.execute(second, second.payload)
+    calls.detach()
 
-    # The stale spec patch met 409: re-read, condition already there, patched again.
+    # The test of the image refused the patch (422): re-read, condition already there, patched again.
     assert calls.kinds() == ["GET", "PATCH status", "PATCH", "GET", "PATCH"]
-    after = await core.read_namespaced_pod(pod_name, "default")
+    assert values_tested(calls.calls[4][1])["/spec/containers/0/image"] == "nginx:perl"
+    after = await core.read_namespaced_pod(second_pod, "default")
     assert after.spec.containers[0].image == "nginx:mainline"
-    assert after.metadata.labels["other"] == "x"
-    assert after.metadata.annotations[ACTION_ID_ANNOTATION] == envelope.payload.action_id
-    (outcome,) = await outcomes(event_store, workload)
-    assert isinstance(outcome, PodActionSucceeded)
+    assert after.metadata.annotations[ACTION_ID_ANNOTATION] == second.payload.action_id
+    (outcome,) = await outcomes(event_store, f"{workload}b")
+    assert isinstance(outcome, PodActionSucceeded) and not outcome.already_applied
 
 
 @pytest.mark.asyncio(loop_scope="session")

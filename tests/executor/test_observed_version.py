@@ -109,6 +109,38 @@ async def test_an_update_at_the_current_version_writes_without_reading(
 
 
 @pytest.mark.asyncio(loop_scope="session")
+async def test_the_kubelets_status_write_between_the_two_writes_costs_no_request(
+    settings: Settings, event_store: EventStore, simcluster: SimCluster, k8s_client: client.ApiClient
+) -> None:
+    # A pod behind the InPlaceUpdateReady readiness gate: the kubelet answers the condition with a status
+    # write of its own (Ready False), here always before the spec patch is sent.
+    workload = f"web{uuid.uuid4().hex[:8]}"
+    core = client.CoreV1Api(k8s_client)
+    pod_name = await ready_pod_with_gate(core, workload)
+    pod = await core.read_namespaced_pod(pod_name, "default")
+    envelope = await observed_update(
+        event_store, workload, pod_name, pod.metadata.uid, pod.metadata.resource_version
+    )
+    assert isinstance(envelope.payload, PodActionRequested)
+    executor = Executor(settings, event_store, k8s_client)
+    versions: list[str] = []
+
+    async def kubelet_first(_: Any) -> None:
+        await wait_for_ready(core, pod_name, "False")
+        versions.append(await version_of(core, pod_name))
+
+    calls = PodCalls(executor, before_spec=kubelet_first)
+    await executor.execute(envelope, envelope.payload)
+    calls.detach()
+
+    # The condition at the planner's version, then the spec: no 409, no read, no second patch.
+    assert calls.kinds() == ["PATCH status", "PATCH"]
+    (between,) = versions
+    assert between != pod.metadata.resource_version  # the kubelet did write in between
+    await assert_updated_once(core, event_store, workload, pod_name, envelope)
+
+
+@pytest.mark.asyncio(loop_scope="session")
 async def test_a_stale_version_reads_the_pod_and_applies_the_update_once(
     settings: Settings, event_store: EventStore, simcluster: SimCluster, k8s_client: client.ApiClient
 ) -> None:
@@ -203,3 +235,43 @@ async def test_a_mark_at_the_current_version_is_one_write_and_its_redelivery_non
     assert await version_of(core, pod_name) == marked  # no second write
     (outcome,) = await outcomes(event_store, workload)
     assert isinstance(outcome, PodActionSucceeded) and outcome.already_applied
+
+
+@pytest.mark.asyncio(loop_scope="session")
+async def test_a_mark_after_this_executors_update_is_one_write_though_the_kubelet_wrote_since(
+    settings: Settings, event_store: EventStore, simcluster: SimCluster, k8s_client: client.ApiClient
+) -> None:
+    # The in-place update, then the markReady the planner computes from the pod as the update left it,
+    # while the kubelet still writes the restarted container's status (here: always before the mark).
+    core = client.CoreV1Api(k8s_client)
+    workload = f"web{uuid.uuid4().hex[:8]}"
+    pod_name = await ready_pod_with_gate(core, workload)
+    pod = await core.read_namespaced_pod(pod_name, "default")
+    uid = pod.metadata.uid
+    update = await observed_update(event_store, workload, pod_name, uid, pod.metadata.resource_version)
+    executor = Executor(settings, event_store, k8s_client)
+    assert await executed(executor, update)
+    seen_by_planner = await version_of(core, pod_name)
+    details: dict[str, Any] = {"condition": READY, "uid": uid, "resourceVersion": seen_by_planner}
+    mark = await planned(event_store, workload, "markReady", pod_name, details)
+    assert isinstance(mark.payload, PodActionRequested)
+    other = {"type": "example.com/Probe", "status": "True"}  # a status write after the planner saw it
+    await core.patch_namespaced_pod_status(pod_name, "default", {"status": {"conditions": [other]}})
+    assert await version_of(core, pod_name) != seen_by_planner
+
+    calls = await executed(executor, mark)
+
+    assert calls.kinds() == ["PATCH status"]  # no 409, no read
+    await wait_for_ready(core, pod_name, "True")
+    after = await core.read_namespaced_pod(pod_name, "default")
+    assert after.metadata.annotations[ACTION_ID_ANNOTATION] == mark.payload.action_id
+    assert in_place_ready(after) == ["True"]
+    marked = await version_of(core, pod_name)
+
+    # Delivered again, its outcome lost with another executor: found applied, nothing written.
+    redelivered = Executor(settings, event_store, k8s_client)
+    again = PodCalls(redelivered)
+    assert await redelivered.apply(mark.payload) == (uid, True)
+    again.detach()
+    assert again.kinds() == ["PATCH status", "GET"]
+    assert await version_of(core, pod_name) == marked

@@ -9,6 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from services.infra.database import upgrade_async
+from services.infra.settings import Settings
+from services.infra.store import EventStore
 from services.infra.transparency import (
     MerkleLog,
     checkpointer_for,
@@ -20,8 +23,9 @@ from services.infra.transparency import (
 from services.model.merkle import CompactRange, event_leaf_hash, verify_consistency
 from services.model.receipt import canonical_json, verify_receipt
 from services.model.signed_note import SignedCheckpoint
+from tests.plugins.database import fresh_database
 from tests.plugins.servers import ServerUrls
-from tests.security.signed_trail import append_rollout, signed_trail
+from tests.security.signed_trail import SignedTrail, append_rollout, signed_trail
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 TRAILS = Path(__file__).resolve().parents[1] / "fixtures" / "trails"
@@ -170,3 +174,30 @@ async def test_audit_prove_prints_a_checked_proof(server_urls: ServerUrls, tmp_p
         await trail.owner("UPDATE merkle_nodes SET hash = sha256(hash) WHERE level = 8 AND idx = 0")
         code, out = await trail.cli("audit", "prove", "260")  # its proof holds the first block's hash
         assert code == 1 and "does not match the signed checkpoint at position 260" in out, out
+
+
+async def test_a_log_is_signed_from_the_auditors_first_round_even_when_empty(
+    server_urls: ServerUrls, tmp_path: Path
+) -> None:
+    # A stack verified moments after it started: the auditor's first round signed the empty log, so the
+    # events since are a tail within the stale bound, not "no signed checkpoint anywhere".
+    async with fresh_database(server_urls.database_url, prefix="rollbook_signed") as url:
+        await upgrade_async(url)
+        store = await EventStore.connect(url)
+        try:
+            settings = Settings(
+                data_dir=str(tmp_path),
+                database_url=url,
+                audit_key_name="test.rollbook/log",
+                audit_checkpoint_dir=str(tmp_path / "audit" / "checkpoints"),
+                nats_url="",
+            )
+            checkpointer = checkpointer_for(store, settings, None)
+            first = await checkpointer.checkpoint()
+            assert first is not None and first.body.tree_size == 0
+            await append_rollout(store, "prod/fresh", 30)
+            trail = SignedTrail(url, store, settings, checkpointer)
+            report = await trail.verify()
+            assert report.clean, [f.describe() for f in report.findings]
+        finally:
+            await store.close()

@@ -31,6 +31,7 @@ def deep_observation(stream: str) -> bytes:
     return encode(envelope).replace(b'"HOLE"', b"[" * DEPTH + b"]" * DEPTH)
 
 
+@pytest.mark.usefixtures("services_recursion_limit")
 async def test_a_message_nested_too_deep_is_dead_lettered_once(bus: Bus) -> None:
     name = unique("deep")
     stream = f"CloneSet/default/{name}"

@@ -42,6 +42,7 @@ def test_depth_is_exact_whatever_the_strings_hold(value: object) -> None:
         assert reference_depth(cut) == 1
 
 
+@pytest.mark.usefixtures("services_recursion_limit")
 def test_ten_thousand_levels_are_measured_and_cut() -> None:
     data = b'{"metadata":{"name":"x"},"spec":' + b"[" * 10_000 + b"]" * 10_000 + b"}"
     assert depth(data) == 10_001 and depth_over(data, 200) == 10_001
