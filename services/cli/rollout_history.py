@@ -327,8 +327,8 @@ async def undo(settings: Any, namespace: str, name: str, to_revision: int) -> st
 
     from kubernetes_asyncio import client
 
+    from services.cli.clonesets import cloneset_read_error
     from services.cli.rollout import FIELD_MANAGER, who_am_i
-    from services.cli.status import cloneset_read_error
     from services.infra.kube import api_client
     from services.model.streams import CLONESET_GROUP, CLONESET_PLURAL, CLONESET_VERSION
 
