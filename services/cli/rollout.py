@@ -202,4 +202,8 @@ def register(app: typer.Typer) -> None:
 
         check_range("--to-revision", to_revision, 0)
         found_namespace, name = parse_target(target, namespace)
-        typer.echo(asyncio.run(undo(Settings.from_env(), found_namespace, name, to_revision)))
+        settings = Settings.from_env()
+        rolled = undo(
+            settings, found_namespace, name, to_revision, who=who_am_i(), field_manager=FIELD_MANAGER
+        )
+        typer.echo(asyncio.run(rolled))

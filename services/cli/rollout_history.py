@@ -322,13 +322,16 @@ def _when(moment: datetime | None) -> str:
     return moment.astimezone().isoformat(timespec="seconds") if moment else "-"
 
 
-async def undo(settings: Any, namespace: str, name: str, to_revision: int) -> str:
+async def undo(
+    settings: Any, namespace: str, name: str, to_revision: int, *, who: str, field_manager: str
+) -> str:
+    """Roll ``namespace/name`` back; ``who`` and ``field_manager``: as the other rollout verbs record them
+    (services/cli/rollout.py)."""
     from datetime import UTC
 
     from kubernetes_asyncio import client
 
     from services.cli.clonesets import cloneset_read_error
-    from services.cli.rollout import FIELD_MANAGER, who_am_i
     from services.infra.kube import api_client
     from services.model.streams import CLONESET_GROUP, CLONESET_PLURAL, CLONESET_VERSION
 
@@ -345,7 +348,7 @@ async def undo(settings: Any, namespace: str, name: str, to_revision: int) -> st
         revisions = await read_revisions(settings, namespace, name)
         target = undo_target(revisions, to_revision, key)
         stamp = datetime.now(UTC).astimezone().isoformat(timespec="seconds")
-        patch = undo_patch(cloneset, target, who_am_i(), stamp, key)
+        patch = undo_patch(cloneset, target, who, stamp, key)
         if patch is None:
             return (
                 f"cloneset.apps.kruise.io/{name} skipped rollback"
@@ -354,7 +357,7 @@ async def undo(settings: Any, namespace: str, name: str, to_revision: int) -> st
         try:
             await custom.patch_namespaced_custom_object(
                 CLONESET_GROUP, CLONESET_VERSION, namespace, CLONESET_PLURAL, name, patch,
-                field_manager=FIELD_MANAGER,
+                field_manager=field_manager,
                 _content_type="application/json-patch+json",  # type: ignore[call-arg]
             )  # fmt: skip
         except client.ApiException as error:
