@@ -144,7 +144,9 @@ FROM generate_series(1, $1::int) AS w, generate_series(0, $2::int) AS p
 
 QUERIES = {
     "pods updated in place in one rollout, with durations": (
-        "SELECT pod, duration FROM pod_actions WHERE rollout_id = 'ns1/web@web-1#1' AND in_place",
+        # The fill numbers each rollout as the planner records it (rollout_of); the key finds it by index.
+        "SELECT pod, duration FROM pod_actions"
+        " WHERE rollout_key = 'ns1/web@web-1' AND rollout_id = 'ns1/web@web-1#1' AND in_place",
     ),
     "one workload's rollouts": ("SELECT * FROM rollouts WHERE namespace = 'ns1' AND workload = 'web'",),
     "one workload's pod actions (rollbook history)": (

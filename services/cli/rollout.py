@@ -1,11 +1,13 @@
-"""`rollbook rollout pause|resume|restart|status`: the verbs of kubectl-kruise's `rollout` for a CloneSet,
-acting through the API server as kubectl does (a JSON merge patch, field manager ``rollbook-cli``).
+"""`rollbook rollout pause|resume|restart|status|history|undo`: the verbs of kubectl-kruise's `rollout` for
+a CloneSet, acting through the API server as kubectl does (a patch, field manager ``rollbook-cli``).
 
     pause    spec.updateStrategy.paused: true     ("already paused": exit 1)
     resume   spec.updateStrategy.paused: false    ("not paused": exit 1)
     restart  the template annotation kubectl.kubernetes.io/restartedAt, so every pod is updated again
     status   follow the rollout until it ends, with the exit codes of `get -w` (0 finished, 3 spec
              rejected, 4 failed or superseded, 5 --timeout)
+    history  the revisions recorded in the trail, who changed what (services/cli/rollout_history.py)
+    undo     restore a recorded revision's template (services/cli/rollout_history.py)
 
 Each change is recorded as who did what: the CloneSet's annotations ``rollbook.io/changed-by`` (the
 local user and host) and ``rollbook.io/change`` (the verb and when) travel in the same patch, so the
@@ -113,7 +115,8 @@ async def change(settings: Settings, verb: str, namespace: str, name: str) -> st
 
 def register(app: typer.Typer) -> None:
     rollout = typer.Typer(
-        help="Manage a CloneSet's rollout as kubectl-kruise does: pause, resume, restart, status.",
+        help="Manage a CloneSet's rollout as kubectl-kruise does: pause, resume, restart, status, history,"
+        " undo.",
         no_args_is_help=True,
     )
     app.add_typer(rollout, name="rollout")
@@ -161,3 +164,46 @@ def register(app: typer.Typer) -> None:
                 )
             )
         )
+
+    @rollout.command("history")
+    def history_command(
+        target: str = typer.Argument(..., help="cloneset/NAME (with -n) or NAMESPACE/NAME"),
+        namespace: str = typer.Option(None, "-n", "--namespace", help="Namespace (default: default)."),
+        revision: int = typer.Option(
+            None, "--revision", help="Show this revision's pod template and its diff against the one before."
+        ),
+    ) -> None:
+        """The revisions recorded in the audit trail: number, name, when, who changed the template to it
+        and how, and what changed."""
+        import asyncio
+
+        from services.cli.errors import check_range
+        from services.cli.rollout_history import history_text, read_revisions
+
+        check_range("--revision", revision, 1)
+        found_namespace, name = parse_target(target, namespace)
+        revisions = asyncio.run(read_revisions(Settings.from_env(), found_namespace, name))
+        typer.echo(history_text(revisions, found_namespace, name, revision))
+
+    @rollout.command("undo")
+    def undo_command(
+        target: str = typer.Argument(..., help="cloneset/NAME (with -n) or NAMESPACE/NAME"),
+        namespace: str = typer.Option(None, "-n", "--namespace", help="Namespace (default: default)."),
+        to_revision: int = typer.Option(
+            0, "--to-revision", help="The revision to roll back to (0: the one before the latest)."
+        ),
+    ) -> None:
+        """Roll back to a recorded revision's pod template (kubectl's `rollout undo`); the planner records
+        it as a rollout of its own."""
+        import asyncio
+
+        from services.cli.errors import check_range
+        from services.cli.rollout_history import undo
+
+        check_range("--to-revision", to_revision, 0)
+        found_namespace, name = parse_target(target, namespace)
+        settings = Settings.from_env()
+        rolled = undo(
+            settings, found_namespace, name, to_revision, who=who_am_i(), field_manager=FIELD_MANAGER
+        )
+        typer.echo(asyncio.run(rolled))

@@ -8,7 +8,14 @@ steps, and the unavailable pods over time against the maxUnavailable line, all r
 
     GET /                      the page (services/cli/ui_static/)
     GET /api/rollouts          rollouts, newest first
-    GET /api/rollout?id=ID     one rollout: its pod actions, partition steps, unavailability, states
+    GET /api/rollout?id=ID     one rollout: its pod actions, partition steps, unavailability, paused
+                               periods, states
+
+The page polls while a rollout runs (every POLL_SECONDS), so it moves with the trail, and shades the
+periods a rollout was paused (RolloutPaused to RolloutResumed). When the event store cannot be reached
+(the stack is down) the API answers 503 with the reason as JSON, the terminal gets one line (no
+traceback), and the page shows a banner and keeps retrying; the server starts even while the stack is
+down and connects when it comes up. When the page's own server is gone, the page says so too.
 
 Guarded (docs/security.md): a request whose Host header is neither an address literal, ``localhost``,
 the ``--host`` name nor one of ``--allow-host`` is refused (403), so a DNS name rebound to 127.0.0.1 by
@@ -44,11 +51,18 @@ FROM rollouts WHERE kind = 'CloneSet' ORDER BY started_position DESC
 """
 ACTIONS_SQL = """
 SELECT pod, action, update_kind, in_place, requested, started, finished, outcome, reason
-FROM pod_actions WHERE rollout_id = $1 ORDER BY position
+FROM pod_actions WHERE rollout_key = split_part($1, '#', 1) AND rollout_id = $1 ORDER BY position
 """
 STEPS_SQL = """
 SELECT partition, replicas, expected_updated, max_unavailable, planned, position
 FROM partition_steps WHERE rollout_id = $1 ORDER BY position
+"""
+PAUSES_SQL = """
+SELECT type, occurred_at AS at, payload ->> 'reason' AS reason
+FROM events
+WHERE type IN ('RolloutPaused', 'RolloutResumed') AND stream = $2
+  AND rollout_of(stream, global_position, payload ->> 'rollout_id') = $1
+ORDER BY global_position
 """
 UNAVAILABILITY_SQL = """
 SELECT position, at, replicas, available, unavailable
@@ -68,6 +82,124 @@ def jsonable(value: Any) -> Any:
 
 def rows(records: list[asyncpg.Record]) -> list[dict[str, Any]]:
     return [{key: jsonable(value) for key, value in record.items()} for record in records]
+
+
+def paused_periods(transitions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """RolloutPaused / RolloutResumed rows (in trail order) as periods ``{from, to, reason}``; ``to`` is
+    None while the rollout is still paused. A resume without a pause before it, or a second pause, changes
+    nothing (the planner records each transition once)."""
+    periods: list[dict[str, Any]] = []
+    for row in transitions:
+        open_period = bool(periods) and periods[-1]["to"] is None
+        if row["type"] == "RolloutPaused" and not open_period:
+            periods.append({"from": jsonable(row["at"]), "to": None, "reason": row.get("reason") or ""})
+        elif row["type"] == "RolloutResumed" and open_period:
+            periods[-1]["to"] = jsonable(row["at"])
+    return periods
+
+
+# How often the page asks again while a rollout runs or the stack is down (it says so in its banner).
+POLL_SECONDS = 2.0
+
+
+class Unreachable(RuntimeError):
+    """The event store does not answer: the stack is down, or its database is."""
+
+
+class Trail:
+    """The reader's pool and event store, opened on first use and again after the database went away, so
+    the page's server outlives the stack it reads."""
+
+    def __init__(
+        self, url: str | None = None, pool: asyncpg.Pool | None = None, store: EventStore | None = None
+    ) -> None:
+        self.url, self.pool, self.store = url, pool, store
+        self.down: str | None = None  # why the last read failed (None: it worked)
+
+    async def open(self) -> tuple[asyncpg.Pool, EventStore]:
+        if self.pool is not None and self.store is not None:
+            return self.pool, self.store
+        if self.url is None:
+            raise Unreachable("no database to read")
+        import asyncpg
+
+        from services.infra.database import asyncpg_url
+        from services.infra.stack import open_store
+
+        try:
+            if self.pool is None:
+                self.pool = await asyncpg.create_pool(
+                    asyncpg_url(self.url), min_size=1, max_size=4, init=_act_as_reader, timeout=5
+                )
+            if self.store is None:
+                self.store = await open_store(self.url)
+        except BaseException:
+            await self.close()
+            raise
+        return self.pool, self.store
+
+    async def lost(self) -> None:
+        """The database went away: reopen on the next request (a Trail given open objects keeps them)."""
+        if self.url is not None:
+            await self.close()
+
+    async def close(self) -> None:
+        pool, store, self.pool, self.store = self.pool, self.store, None, None
+        if store is not None:
+            await store.close()
+        if pool is not None:
+            pool.terminate()
+
+
+def unreachable_errors() -> tuple[type[BaseException], ...]:
+    """What a read raises when the database does not answer (not a wrong query: that stays a 500)."""
+    import asyncpg
+    from sqlalchemy.exc import DBAPIError
+
+    from services.infra.stack import StackUnreachable
+
+    return (
+        OSError,
+        TimeoutError,
+        Unreachable,
+        StackUnreachable,
+        asyncpg.PostgresConnectionError,
+        asyncpg.InterfaceError,
+        asyncpg.OperatorInterventionError,
+        DBAPIError,
+    )
+
+
+def store_guard(trail: Trail) -> Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]:
+    """An ``/api/`` read that cannot reach the event store answers 503 ``{"error": why}`` (the page shows a
+    banner) and writes one line to the terminal when the store goes away and one when it is back."""
+    import sys
+
+    from aiohttp import web
+
+    errors = unreachable_errors()
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if not request.path.startswith("/api/"):
+            return await handler(request)
+        try:
+            response = await handler(request)
+        except errors as error:
+            why = str(error).splitlines()[0] if str(error) else type(error).__name__
+            if trail.down is None:
+                print(
+                    f"rollbook ui: the event store is unreachable ({why}); the page retries", file=sys.stderr
+                )
+            trail.down = why
+            await trail.lost()
+            return web.json_response({"error": f"the event store is unreachable: {why}"}, status=503)
+        if trail.down is not None:
+            print("rollbook ui: the event store answers again", file=sys.stderr)
+            trail.down = None
+        return response
+
+    return middleware
 
 
 # Sent with every answer: only this page's own script runs, it cannot be framed, and nothing is sniffed.
@@ -150,16 +282,19 @@ def static_file(name: str) -> str:
 
 
 def make_app(
-    pool: asyncpg.Pool,
-    store: EventStore,
+    pool: asyncpg.Pool | None,
+    store: EventStore | None,
     *,
     hosts: frozenset[str] = frozenset({"localhost"}),
     check: Authenticator | None = None,
+    trail: Trail | None = None,
 ) -> web.Application:
-    """The page's server; ``check``: the bearer token check every ``/api/`` route needs (None: none)."""
+    """The page's server on an open ``pool`` and ``store``, or on ``trail`` (opened when first read);
+    ``check``: the bearer token check every ``/api/`` route needs (None: none)."""
     from aiohttp import web
 
     from services.infra.api_auth import guard
+    from services.model.streams import decisions_stream
     from services.replay.operations import replay_records
     from services.replay.reads import TargetError
 
@@ -169,12 +304,16 @@ def make_app(
     async def script(_: web.Request) -> web.Response:
         return web.Response(text=static_file("timeline.js"), content_type="application/javascript")
 
+    source = trail if trail is not None else Trail(pool=pool, store=store)
+
     async def rollouts(_: web.Request) -> web.Response:
+        pool, _store = await source.open()
         async with pool.acquire() as connection:
             return web.json_response(rows(await connection.fetch(ROLLOUTS_SQL)))
 
     async def rollout(request: web.Request) -> web.Response:
         rollout_id = request.query.get("id", "")
+        pool, store = await source.open()
         async with pool.acquire() as connection:
             found = [r for r in rows(await connection.fetch(ROLLOUTS_SQL)) if r["rollout_id"] == rollout_id]
             if not found:
@@ -185,6 +324,8 @@ def make_app(
             )
             actions = rows(await connection.fetch(ACTIONS_SQL, rollout_id))
             steps = rows(await connection.fetch(STEPS_SQL, rollout_id))
+            decisions = decisions_stream(head["namespace"], head["workload"])
+            paused = paused_periods(rows(await connection.fetch(PAUSES_SQL, rollout_id, decisions)))
             unavailability = rows(
                 await connection.fetch(
                     UNAVAILABILITY_SQL, head["namespace"], head["workload"], head["started_position"], last
@@ -200,13 +341,16 @@ def make_app(
                 "actions": actions,
                 "steps": steps,
                 "unavailability": unavailability,
+                "paused": paused,
                 "states": states,
+                "poll_seconds": POLL_SECONDS,
             }
         )
 
     middlewares: list[Any] = [host_guard(hosts)]
     if check is not None:
         middlewares.append(guard(check, open_paths=frozenset({"/", "/timeline.js"})))
+    middlewares.append(store_guard(source))
     app = web.Application(middlewares=middlewares)
     app.router.add_get("/", index)
     app.router.add_get("/timeline.js", script)
@@ -226,20 +370,18 @@ async def serve(settings: Settings, host: str, port: int, allow_hosts: Iterable[
     import asyncio
     import signal
 
-    import asyncpg
     from aiohttp import web
 
     from services.infra.api_auth import authenticator
-    from services.infra.database import asyncpg_url
-    from services.infra.stack import open_store, stack_settings
+    from services.infra.stack import stack_settings
 
     # Beyond the loopback, anyone who reaches the port could read the trail: the API routes need a token.
     check = None if is_loopback(host) else await authenticator(settings)
     async with stack_settings(settings) as resolved:
-        reader_url = resolved.url_for("reader")
-        pool = await asyncpg.create_pool(asyncpg_url(reader_url), min_size=1, max_size=4, init=_act_as_reader)
-        store = await open_store(reader_url)
-        app = make_app(pool, store, hosts=allowed_hosts(host, allow_hosts), check=check)
+        # Opened on the first read, and again after the database went away: the page works while the
+        # stack comes and goes (a banner says when it is down).
+        trail = Trail(url=resolved.url_for("reader"))
+        app = make_app(None, None, hosts=allowed_hosts(host, allow_hosts), check=check, trail=trail)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         try:
@@ -260,8 +402,7 @@ async def serve(settings: Settings, host: str, port: int, allow_hosts: Iterable[
             await stop.wait()
         finally:
             await runner.cleanup()
-            await store.close()
-            await pool.close()
+            await trail.close()
             if check is not None:
                 await check.close()
     return 0

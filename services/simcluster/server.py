@@ -14,7 +14,7 @@ from aiohttp import web
 
 from services.model.jsondepth import depth_over
 
-from . import errors, event_versions, managed_fields, patch, rbac, resources
+from . import errors, event_versions, managed_fields, openapi, patch, rbac, resources
 from .admission import Admission
 from .auth import Auth, subject_access_review_status, token_review_status
 from .controllers.base import utc_now
@@ -238,7 +238,9 @@ class ApiServer:
     async def _dispatch(self, request: web.Request) -> web.StreamResponse:
         parts = [p for p in request.path.split("/") if p]
         if not parts:
-            return _json({"paths": ["/api", "/api/v1", "/apis", "/version", "/healthz", "/openapi/v2"]})
+            return _json(
+                {"paths": ["/api", "/api/v1", "/apis", "/version", "/healthz", "/openapi/v2", "/openapi/v3"]}
+            )
         head = parts[0]
         if head in ("healthz", "readyz", "livez"):
             return web.Response(text="ok")
@@ -250,6 +252,8 @@ class ApiServer:
             return web.Response(
                 body=b"", content_type="application/com.github.proto-openapi.spec.v2.v1.0+protobuf"
             )
+        if head == "openapi" and parts[1:2] == ["v3"]:
+            return self._openapi_v3("/".join(parts[2:]))
         if head == "api":
             if len(parts) == 1:
                 return _json(
@@ -294,6 +298,31 @@ class ApiServer:
         return _json({**body, "apiVersion": f"{group}/v1", "kind": kind, "status": status}, 201)
 
     # ---- discovery ---------------------------------------------------------------------------------
+
+    def _openapi_v3(self, path: str) -> web.Response:
+        """The OpenAPI v3 index (``path`` empty) or one group version's document (services/simcluster/
+        openapi.py): the schemas of the custom resources served now."""
+        docs = openapi.documents(self._served_schemas(), SERVER_VERSION["gitVersion"])
+        if not path:
+            return _json(openapi.discovery(docs))
+        if path not in docs:
+            raise errors.ApiError(404, "the server could not find the requested resource", "NotFound")
+        return _json(docs[path])
+
+    def _served_schemas(self) -> list[tuple[str, str, str, str, bool, Any]]:
+        """Every custom resource served with its schema: a stored CRD's, else for simcluster's own
+        CloneSets and SidecarSets the schema of rollbook's CRD for them (kruise_crds.py)."""
+        from .kruise_crds import cloneset_crd, sidecarset_crd
+
+        defined = openapi.crd_schemas(self.store.objects.get(resources.CRDS, {}).values())
+        own = openapi.crd_schemas([cloneset_crd(), sidecarset_crd()])
+        served = []
+        for rt in self.served:
+            key = (rt.group, rt.version, rt.kind)
+            schema = (defined.get(key) or own.get(key)) if rt.custom else defined.get(key)
+            if schema is not None:
+                served.append((rt.group, rt.version, rt.kind, rt.plural, rt.namespaced, schema))
+        return served
 
     def _group_entry(self, group: str, versions: list[str]) -> Obj:
         entries = [{"groupVersion": f"{group}/{v}", "version": v} for v in versions]

@@ -195,7 +195,9 @@ def review_pod(
 def review_sidecarset(
     request: Mapping[str, Any], existing: Iterable[ss.SidecarSet], selection: Selection = ALL
 ) -> dict[str, Any]:
-    """Refuse an invalid SidecarSet, or one whose containers clash with another SidecarSet's.
+    """Refuse an invalid SidecarSet, or one whose containers clash with another SidecarSet's, as OpenKruise's
+    validating webhook refuses it: code 500 (its handler answers a failed validation with
+    ``admission.Errored(InternalServerError)``) and its ``field.Error`` wording (``ss.KruiseError``).
     A SidecarSet rollbook does not manage (``selection``) passes untouched: its controller judges it."""
     uid = str(request["uid"])
     if request.get("operation") not in ("CREATE", "UPDATE"):
@@ -203,18 +205,22 @@ def review_sidecarset(
     obj = request.get("object")
     if isinstance(obj, Mapping) and not selection.manages(obj):
         return _response(uid)
-    name = ((obj or {}).get("metadata") or {}).get("name", "") if isinstance(obj, Mapping) else ""
     try:
         candidate = ss.parse_sidecarset(obj or {})
         old = request.get("oldObject")
         if request.get("operation") == "UPDATE" and isinstance(old, Mapping):
             ss.validate_update(ss.parse_sidecarset(old), candidate)
     except ss.SidecarSetError as err:
-        return _response(uid, allowed=False, code=422, message=f"SidecarSet {name!r} is invalid: {err}")
-    conflicts = ss.find_conflicts(candidate, existing)
+        return _errored(uid, err.admission_message())
+    conflicts = ss.conflict_errors(candidate, existing)
     if conflicts:
-        return _response(uid, allowed=False, code=422, message="; ".join(conflicts))
+        return _errored(uid, ss.aggregate(conflicts))
     return _response(uid)
+
+
+def _errored(uid: str, message: str) -> dict[str, Any]:
+    """controller-runtime's ``admission.Errored(500, err)``: a code and a message, no reason."""
+    return {"uid": uid, "allowed": False, "status": {"code": 500, "message": message}}
 
 
 def cloneset_problem(obj: Any) -> Invalid | None:

@@ -1,11 +1,17 @@
 // rollbook ui: the rollout list and one rollout's timeline, drawn as SVG from /api/rollout (the SQL views
 // and the replay fold). No framework, no build step. The URL hash (#rollout=ID&position=N) says what is shown.
+// The page polls: the list always, the rollout shown while it runs (or after a failed read), so it moves with
+// the trail; when the stack or this page's server is down a banner says so and the polling goes on.
 // Recorded strings are data: they reach the DOM only as text (textContent, attribute values), never as HTML.
 "use strict";
 
 const SVG = "http://www.w3.org/2000/svg";
 const COLORS = { inPlace: "#2b7bb9", recreatePod: "#e8871e", createPod: "#3a9d4a", other: "#888" };
 const LEFT = 190, RIGHT = 20, ROW = 18, CHART = 90;
+const PAUSED = "#f3e2a9";
+let pollSeconds = 2; // the server says how often (poll_seconds); this until it has
+let shown = null; // the rollout on the page: { id, data, stale }
+let refreshes = 0;
 
 function el(name, attrs, text) {
   const node = document.createElementNS(SVG, name);
@@ -28,25 +34,58 @@ function hashParams() {
   history.replaceState(null, "", location.pathname + location.search + (params.toString() ? "#" + params : ""));
 })();
 
+// A failed read: "server-gone" (this page's server does not answer), "stack-down" (it answers 503: the event
+// store is unreachable), or "error" (any other answer).
+class ReadError extends Error {
+  constructor(kind, message) { super(message); this.kind = kind; }
+}
+
 async function getJSON(url) {
   const token = sessionStorage.getItem("rollbook-token");
-  const response = await fetch(url, token ? { headers: { Authorization: "Bearer " + token } } : {});
-  if (!response.ok) throw new Error(`${url}: ${response.status} ${await response.text()}`);
+  let response;
+  try {
+    response = await fetch(url, token ? { headers: { Authorization: "Bearer " + token } } : {});
+  } catch (error) {
+    throw new ReadError("server-gone", "rollbook ui does not answer (stopped, or the network is down)");
+  }
+  if (response.status === 503) {
+    let reason = "";
+    try { reason = (await response.json()).error; } catch (ignored) { reason = "" }
+    throw new ReadError("stack-down", reason || "the event store is unreachable");
+  }
+  if (!response.ok) throw new ReadError("error", `${url}: ${response.status} ${await response.text()}`);
   return response.json();
+}
+
+function setBanner(error) {
+  const banner = document.getElementById("banner");
+  if (!error) {
+    banner.hidden = true;
+    delete document.body.dataset.banner;
+    return;
+  }
+  const kind = error.kind || "error";
+  const lead = { "stack-down": "The stack is down: ", "server-gone": "No connection: " }[kind] || "Error: ";
+  banner.textContent = `${lead}${error.message}. Retrying every ${pollSeconds} s; what is shown is as last read.`;
+  banner.dataset.kind = kind;
+  banner.hidden = false;
+  document.body.dataset.banner = kind;
 }
 
 async function showList() {
   const list = document.getElementById("rollouts");
   const rollouts = await getJSON("api/rollouts");
   list.textContent = rollouts.length ? "" : "no rollouts recorded";
+  const id = shown ? shown.id : hashParams().get("rollout");
   for (const r of rollouts) {
     const link = document.createElement("a");
     link.href = "#rollout=" + encodeURIComponent(r.rollout_id);
     link.className = "rollout-link";
     link.dataset.rollout = r.rollout_id;
     const detail = document.createElement("small");
-    detail.textContent = `${r.to_revision} · ${r.strategy_type} · ${r.outcome}`;
+    detail.textContent = `${r.to_revision} · ${r.strategy_type} · ${r.outcome || "in progress"}`;
     link.append(`${r.namespace}/${r.workload}`, document.createElement("br"), detail);
+    link.classList.toggle("current", r.rollout_id === id);
     list.appendChild(link);
   }
 }
@@ -61,8 +100,10 @@ function draw(data, width) {
   svg.replaceChildren();
   const actions = data.actions.filter((a) => a.requested);
   const pods = [...new Set(actions.map((a) => a.pod))];
+  const paused = data.paused || [];
   const times = [data.rollout.started, data.rollout.finished, ...actions.flatMap((a) => [a.requested, a.finished]),
-    ...data.unavailability.map((u) => u.at)].filter(Boolean).map((t) => Date.parse(t));
+    ...data.unavailability.map((u) => u.at), ...paused.flatMap((p) => [p.from, p.to])]
+    .filter(Boolean).map((t) => Date.parse(t));
   const t0 = Math.min(...times), t1 = Math.max(...times, t0 + 1000);
   const x = (t) => LEFT + ((Date.parse(t) - t0) / (t1 - t0)) * (width - LEFT - RIGHT);
   const top = 22, rowsHeight = pods.length * ROW, chartTop = top + rowsHeight + 30;
@@ -75,6 +116,16 @@ function draw(data, width) {
     svg.appendChild(el("text", { x: px, y: chartTop + CHART + 16, "text-anchor": "middle" },
       `+${((t - t0) / 1000).toFixed(1)}s`));
   }
+  // paused periods, behind everything else: from RolloutPaused to RolloutResumed (or to the end so far)
+  for (const p of paused) {
+    const end = p.to || data.rollout.finished || new Date(t1).toISOString();
+    const shade = el("rect", { x: x(p.from), y: top - 6, width: Math.max(x(end) - x(p.from), 2),
+      height: chartTop + CHART - top + 6, fill: PAUSED, "fill-opacity": 0.7, class: "paused",
+      "data-from": p.from, "data-to": p.to || "", "data-reason": p.reason });
+    shade.appendChild(el("title", {}, `paused${p.to ? "" : " (still)"}: ${p.reason}`));
+    svg.appendChild(shade);
+  }
+  svg.dataset.paused = paused.length;
   pods.forEach((pod, i) => {
     svg.appendChild(el("text", { x: LEFT - 6, y: top + i * ROW + 12, "text-anchor": "end", class: "pod-label" }, pod));
   });
@@ -146,16 +197,26 @@ function showState(data, index, moveCursor) {
   moveCursor(step.recordedAt);
 }
 
+// Draw rollout ``id``; ``position``: the event to show the state after (null: the latest). A refresh keeps the
+// slider where the user left it, or on the latest event when it was there.
 async function showRollout(id, position) {
   document.querySelectorAll(".rollout-link").forEach((a) => a.classList.toggle("current", a.dataset.rollout === id));
   const data = await getJSON("api/rollout?id=" + encodeURIComponent(id));
+  shown = { id, data, stale: false };
+  pollSeconds = data.poll_seconds || pollSeconds;
   const r = data.rollout;
+  const paused = data.paused || [];
+  const still = paused.length && !paused[paused.length - 1].to && !r.finished;
   document.getElementById("empty").hidden = true;
   document.getElementById("rollout").hidden = false;
   document.getElementById("title").textContent = `${r.namespace}/${r.workload}: ${r.from_revision || "-"} → ${r.to_revision}`;
   document.getElementById("summary").textContent =
-    `${r.strategy_type}, ${r.replicas} replicas, ${r.outcome}` + (r.duration !== null ? `, took ${r.duration.toFixed(1)}s` : "") +
-    `; ${data.actions.length} pod actions, ${data.steps.length} partition steps`;
+    `${r.strategy_type}, ${r.replicas} replicas, ${r.outcome || (still ? "paused" : "in progress")}` +
+    (r.duration !== null ? `, took ${r.duration.toFixed(1)}s` : "") +
+    `; ${data.actions.length} pod actions, ${data.steps.length} partition steps` +
+    (paused.length ? `, paused ${paused.length}×` : "") + (r.finished ? "" : " (live)");
+  document.body.dataset.live = r.finished ? "false" : "true";
+  document.body.dataset.outcome = r.outcome || "";
   const moveCursor = draw(data, Math.max(700, document.querySelector("main").clientWidth - 40));
   const slider = document.getElementById("position");
   slider.max = data.states.length - 1;
@@ -177,8 +238,33 @@ async function route() {
   else document.body.dataset.ready = "true";
 }
 
-showList().then(route).catch((error) => {
-  document.getElementById("empty").textContent = "error: " + error.message;
+// What a refresh redraws: the rollout shown while it has not finished, or when the last read failed.
+function keptPosition() {
+  const slider = document.getElementById("position");
+  if (!shown || Number(slider.value) >= Number(slider.max)) return null;
+  return shown.data.states[Number(slider.value)].position;
+}
+
+async function refresh() {
+  try {
+    await showList();
+    if (shown && (shown.stale || !shown.data.rollout.finished)) await showRollout(shown.id, keptPosition());
+    else if (!shown && hashParams().get("rollout")) await route();
+    setBanner(null);
+  } catch (error) {
+    if (shown) shown.stale = true;
+    setBanner(error);
+    const list = document.getElementById("rollouts");
+    if (list.textContent === "loading…") list.textContent = "unavailable";
+  }
+  refreshes += 1;
+  document.body.dataset.refreshes = refreshes;
+  setTimeout(refresh, pollSeconds * 1000);
+}
+
+showList().then(route).then(() => setBanner(null)).catch((error) => {
+  setBanner(error);
+  document.getElementById("rollouts").textContent = "unavailable";
   document.body.dataset.ready = "error";
-});
-window.addEventListener("hashchange", () => route());
+}).finally(() => setTimeout(refresh, pollSeconds * 1000));
+window.addEventListener("hashchange", () => { shown = null; route().catch(setBanner); });

@@ -12,7 +12,12 @@ webhook, SidecarSet validating webhook and sidecarcontrol package); rollbook's c
 docs/sidecarset.md. Everything is re-exported here, so ``from services.model import sidecarset`` reaches it.
 """
 
-from services.model.sidecarset.conflicts import find_conflicts, scopes_overlap, selectors_overlap
+from services.model.sidecarset.conflicts import (
+    conflict_errors,
+    find_conflicts,
+    scopes_overlap,
+    selectors_overlap,
+)
 from services.model.sidecarset.core import (
     AFTER_APP,
     API_VERSION,
@@ -20,17 +25,22 @@ from services.model.sidecarset.core import (
     CUSTOM_VERSION_LABEL,
     DEFAULT_EXCLUDED_NAMESPACES,
     DEFAULT_MAX_UNAVAILABLE,
+    DUPLICATE,
     HASH_ANNOTATION,
     HASH_WITHOUT_IMAGE_ANNOTATION,
     INJECTED_ENV,
     INJECTED_LIST_ANNOTATION,
     INJECTION_ID_ANNOTATION,
+    INVALID,
     KIND,
+    REQUIRED,
     InjectionError,
     InjectionRecord,
+    KruiseError,
     PodSidecarRevision,
     SidecarSet,
     SidecarSetError,
+    aggregate,
     json_object,
 )
 from services.model.sidecarset.hashes import sidecarset_hash, sidecarset_hash_without_image
@@ -86,9 +96,15 @@ __all__ = [
     "SIDECARSET_NAME_LABEL",
     "SidecarSet",
     "SidecarSetError",
+    "KruiseError",
+    "aggregate",
+    "REQUIRED",
+    "INVALID",
+    "DUPLICATE",
     "apply_patch",
     "computed_resources",
     "find_conflicts",
+    "conflict_errors",
     "fold_revision",
     "format_time",
     "history_sidecarset",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from services.model.sidecarset.core import SidecarSet
+from services.model.sidecarset.core import INVALID, KruiseError, SidecarSet
 
 
 def _requirements(
@@ -60,9 +60,11 @@ def scopes_overlap(a: SidecarSet, b: SidecarSet) -> bool:
     return True
 
 
-def find_conflicts(candidate: SidecarSet, existing: Iterable[SidecarSet]) -> list[str]:
-    """Why ``candidate`` cannot be applied next to ``existing`` (empty when it can). Messages name both."""
-    problems: list[str] = []
+def _clashes(candidate: SidecarSet, existing: Iterable[SidecarSet]) -> list[tuple[str, str, str]]:
+    """(``container`` or ``volume``, its name, the other SidecarSet's name) for each clash of ``candidate``
+    with a SidecarSet that can select the same pods: a container name both declare, or a volume name both
+    declare differently."""
+    clashes: list[tuple[str, str, str]] = []
     own_names = [c["name"] for c in candidate.containers + candidate.init_containers]
     own_volumes = {v["name"]: v for v in candidate.volumes}
     for other in sorted(existing, key=lambda ss: ss.name):
@@ -71,17 +73,38 @@ def find_conflicts(candidate: SidecarSet, existing: Iterable[SidecarSet]) -> lis
         if not (scopes_overlap(candidate, other) and selectors_overlap(candidate.selector, other.selector)):
             continue
         other_names = {c["name"] for c in other.containers + other.init_containers}
-        for name in own_names:
-            if name in other_names:
-                problems.append(
-                    f"container {name!r} of SidecarSet {candidate.name!r} already exists in SidecarSet "
-                    f"{other.name!r}, and both can select the same pods"
-                )
+        clashes += [("container", name, other.name) for name in own_names if name in other_names]
         for volume in other.volumes:
             mine = own_volumes.get(volume["name"])
             if mine is not None and mine != volume:
-                problems.append(
-                    f"volume {volume['name']!r} of SidecarSet {candidate.name!r} differs from the volume of "
-                    f"that name in SidecarSet {other.name!r}, and both can select the same pods"
-                )
-    return problems
+                clashes.append(("volume", volume["name"], other.name))
+    return clashes
+
+
+def find_conflicts(candidate: SidecarSet, existing: Iterable[SidecarSet]) -> list[str]:
+    """Why ``candidate`` cannot be applied next to ``existing`` (empty when it can). Messages name both."""
+    return [
+        f"container {name!r} of SidecarSet {candidate.name!r} already exists in SidecarSet "
+        f"{other!r}, and both can select the same pods"
+        if kind == "container"
+        else f"volume {name!r} of SidecarSet {candidate.name!r} differs from the volume of "
+        f"that name in SidecarSet {other!r}, and both can select the same pods"
+        for kind, name, other in _clashes(candidate, existing)
+    ]
+
+
+def conflict_errors(candidate: SidecarSet, existing: Iterable[SidecarSet]) -> list[KruiseError]:
+    """The clashes of ``find_conflicts`` as OpenKruise's webhook words them (validateSidecarConflict): one
+    per container or volume name, naming the last SidecarSet by name that declares it (OpenKruise keeps one
+    SidecarSet per name, overwritten in the API server's list order)."""
+    last: dict[tuple[str, str], str] = {}
+    for kind, name, other in _clashes(candidate, existing):
+        last[kind, name] = other
+    return [
+        KruiseError(INVALID, "spec.containers", f"container {name} already exist in {other}", name)
+        if kind == "container"
+        else KruiseError(
+            INVALID, "spec.volumes", f"volume {name} is in conflict with sidecarset {other}", name
+        )
+        for (kind, name), other in last.items()
+    ]

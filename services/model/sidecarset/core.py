@@ -50,13 +50,54 @@ class InjectionError(ValueError):
     with no target container): OpenKruise's webhook refuses such a pod, and so does rollbook's."""
 
 
-class SidecarSetError(ValueError):
-    """A SidecarSet is invalid; ``field`` is the JSON path of the offending part."""
+REQUIRED, INVALID, DUPLICATE = "Required value", "Invalid value", "Duplicate value"
 
-    def __init__(self, field: str, reason: str) -> None:
+
+@dataclass(frozen=True)
+class KruiseError:
+    """A problem as OpenKruise's SidecarSet validating webhook states it: a Kubernetes ``field.Error`` of
+    ``kind`` (REQUIRED, INVALID, DUPLICATE) at OpenKruise's own field path (some of its paths are not the
+    object's: ``spec.container.podInjectPolicy``, ``spec[0].resourcesPolicy``, ``revision.policy``)."""
+
+    kind: str
+    field: str
+    detail: str = ""
+    value: Any = None  # rendered as Go's field.Error prints it (services.model.cloneset_validation.go_value)
+
+    def text(self) -> str:
+        from services.model.cloneset_validation import go_value
+
+        if self.kind == REQUIRED:
+            return f"{self.field}: {REQUIRED}" + (f": {self.detail}" if self.detail else "")
+        if self.kind == DUPLICATE:
+            return f"{self.field}: {DUPLICATE}: {go_value(self.value)}"
+        return f"{self.field}: {self.kind}: {go_value(self.value)}" + (
+            f": {self.detail}" if self.detail else ""
+        )
+
+
+def aggregate(errors: list[KruiseError]) -> str:
+    """Several errors as Kubernetes' ``ErrorList.ToAggregate()`` prints them (one alone, else bracketed)."""
+    texts = list(dict.fromkeys(e.text() for e in errors))
+    return texts[0] if len(texts) == 1 else "[" + ", ".join(texts) + "]"
+
+
+class SidecarSetError(ValueError):
+    """A SidecarSet is invalid; ``field`` is the JSON path of the offending part. ``kruise``: the same
+    problem as OpenKruise's webhook words it, where it has the rule (the admission webhook answers with it);
+    None for rollbook's own checks."""
+
+    def __init__(self, field: str, reason: str, kruise: KruiseError | None = None) -> None:
         super().__init__(f"{field}: {reason}")
         self.field = field
         self.reason = reason
+        self.kruise = kruise
+
+    def admission_message(self) -> str:
+        """What the admission webhook answers: OpenKruise's wording, else this problem in its form."""
+        if self.kruise is not None:
+            return self.kruise.text()
+        return f"{self.field}: {INVALID}: {self.reason}" if self.field else self.reason
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from services.model import intorpercent, labels
+from services.model.cloneset_validation import GoValue, go_intorstring
 from services.model.sidecarset.core import (
     AFTER_APP,
     ALWAYS,
@@ -18,9 +19,13 @@ from services.model.sidecarset.core import (
     BEFORE_APP,
     CUSTOM_VERSION_LABEL,
     DEFAULT_MAX_UNAVAILABLE,
+    DUPLICATE,
+    INVALID,
     KIND,
     PARTIAL,
     REDACTION_MARK,
+    REQUIRED,
+    KruiseError,
     SidecarSet,
     SidecarSetError,
 )
@@ -32,6 +37,22 @@ _SHARE_POLICIES = {"enabled", "disabled"}
 _UPGRADE_TYPES = {"ColdUpgrade", "HotUpgrade"}
 _UPDATE_TYPES = {"RollingUpdate", "NotUpdate"}
 _NAME_RE = re.compile(r"^[a-zA-Z0-9-]+$")
+# OpenKruise's wording of its name rule (validateSidecarSetName, a RegexError) and of a bad percent
+# (Kubernetes' IsValidPercent).
+_NAME_MSG = (
+    "sidecarset name must consist of alphanumeric characters or '-' (e.g. 'example-com', regex used for"
+    " validation is '^[a-zA-Z0-9\\-]+$')"
+)
+_PERCENT_MSG = (
+    "a valid percent string must be a numeric string followed by an ending '%' (e.g. '1%',  or '93%',"
+    " regex used for validation is '[0-9]+%')"
+)
+
+
+def _container_path(where: str) -> str:
+    """OpenKruise's path for a container's resourcesPolicy: its webhook indexes the root path
+    (``spec[0]``), for init containers and containers alike."""
+    return "spec[" + where.rsplit("[", 1)[1]
 
 
 def parse_sidecarset(obj: Mapping[str, Any]) -> SidecarSet:
@@ -50,9 +71,23 @@ def parse_sidecarset(obj: Mapping[str, Any]) -> SidecarSet:
     metadata = obj.get("metadata") or {}
     name = metadata.get("name") if isinstance(metadata, Mapping) else None
     if not name or not isinstance(name, str):
-        raise SidecarSetError("metadata.name", "required")
-    if len(name) > 63 or not _NAME_RE.match(name):
-        raise SidecarSetError("metadata.name", f"{name!r} must be at most 63 characters of [a-zA-Z0-9-]")
+        raise SidecarSetError(
+            "metadata.name",
+            "required",
+            KruiseError(REQUIRED, "metadata.name", "name or generateName is required"),
+        )
+    if not _NAME_RE.match(name):
+        raise SidecarSetError(
+            "metadata.name",
+            f"{name!r} must be at most 63 characters of [a-zA-Z0-9-]",
+            KruiseError(INVALID, "metadata.name", _NAME_MSG, name),
+        )
+    if len(name) > 63:
+        raise SidecarSetError(
+            "metadata.name",
+            f"{name!r} must be at most 63 characters of [a-zA-Z0-9-]",
+            KruiseError(INVALID, "metadata.name", "must be no more than 63 characters", name),
+        )
     raw_spec = obj.get("spec")
     if not isinstance(raw_spec, Mapping):
         raise SidecarSetError("spec", "required")
@@ -125,38 +160,68 @@ def _defaulted_spec(raw_spec: Mapping[str, Any]) -> dict[str, Any]:
 
 def _validate_int_or_percent(value: Any, where: str) -> None:
     """The Kruise int-or-percent parser, as for CloneSets: decimal percents such as "12.5%" are accepted."""
+    # OpenKruise (ValidatePositiveIntOrPercent): a string that is no percent, or a negative integer.
+    if isinstance(value, str):
+        kruise = KruiseError(INVALID, where, _PERCENT_MSG, go_intorstring(value))
+    else:
+        kruise = KruiseError(INVALID, where, "must be greater than or equal to 0", value)
     try:
         number, _ = intorpercent.parse(value)
     except intorpercent.IntOrPercentError as error:
-        raise SidecarSetError(where, str(error)) from None
+        raise SidecarSetError(where, str(error), kruise) from None
     if number < 0:
-        raise SidecarSetError(where, f"must not be negative, got {value!r}")
+        raise SidecarSetError(where, f"must not be negative, got {value!r}", kruise)
 
 
 def _validate_container(container: Mapping[str, Any], where: str, *, init: bool) -> None:
     name = container.get("name")
     if not name or not isinstance(name, str):
-        raise SidecarSetError(f"{where}.name", "required")
+        raise SidecarSetError(f"{where}.name", "required", KruiseError(REQUIRED, f"{where}.name"))
     if not container.get("image"):
-        raise SidecarSetError(f"{where}.image", f"container {name!r} needs an image")
+        raise SidecarSetError(
+            f"{where}.image", f"container {name!r} needs an image", KruiseError(REQUIRED, f"{where}.image")
+        )
     if container.get("podInjectPolicy") not in _INJECT_POLICIES:
         raise SidecarSetError(
             f"{where}.podInjectPolicy",
             f"must be {BEFORE_APP} or {AFTER_APP}, got {container.get('podInjectPolicy')!r}",
+            None
+            if init  # OpenKruise checks the policy of containers only
+            else KruiseError(
+                INVALID,
+                "spec.container.podInjectPolicy",
+                "unsupported pod inject policy",
+                container.get("podInjectPolicy"),
+            ),
         )
     policy = container.get("resourcesPolicy")
     if policy is not None:
+        kruise_at = _container_path(where) + ".resourcesPolicy"
         if init and container.get("restartPolicy") != "Always":
             raise SidecarSetError(
-                f"{where}.resourcesPolicy", "is only supported for containers with restartPolicy Always"
+                f"{where}.resourcesPolicy",
+                "is only supported for containers with restartPolicy Always",
+                KruiseError(
+                    INVALID,
+                    kruise_at,
+                    "resourcesPolicy is only supported for containers with RestartPolicy Always",
+                    policy,
+                ),
             )
-        _validate_resources_policy(container, policy, f"{where}.resourcesPolicy")
+        _validate_resources_policy(container, policy, f"{where}.resourcesPolicy", kruise_at)
     if init:
         return
     share = (container.get("shareVolumePolicy") or {}).get("type")
     if share not in _SHARE_POLICIES:
         raise SidecarSetError(
-            f"{where}.shareVolumePolicy.type", f"must be enabled or disabled, got {share!r}"
+            f"{where}.shareVolumePolicy.type",
+            f"must be enabled or disabled, got {share!r}",
+            KruiseError(
+                INVALID,
+                "spec.container.shareVolumePolicy",
+                "unsupported share volume policy",
+                GoValue(f"v1beta1.ShareVolumePolicy{{Type:{go_string(share)}}}"),
+            ),
         )
     upgrade = (container.get("upgradeStrategy") or {}).get("upgradeType")
     if upgrade not in _UPGRADE_TYPES:
@@ -171,13 +236,26 @@ def _validate_container(container: Mapping[str, Any], where: str, *, init: bool)
             raise SidecarSetError(at, "needs envName or envNames")
 
 
-def _validate_resources_policy(container: Mapping[str, Any], policy: Any, where: str) -> None:
+def go_string(value: Any) -> str:
+    """A string-typed Go field as ``%#v`` prints it."""
+    import json
+
+    return json.dumps(value if isinstance(value, str) else "")
+
+
+def _validate_resources_policy(container: Mapping[str, Any], policy: Any, where: str, kruise_at: str) -> None:
     """OpenKruise 1.9's checks of a resourcesPolicy (the mode is a CRD enum)."""
     if not isinstance(policy, Mapping):
         raise SidecarSetError(where, "must be an object")
     resources = container.get("resources") or {}
     if not isinstance(resources, Mapping) or resources.get("limits") or resources.get("requests"):
-        raise SidecarSetError(where, "resourcesPolicy and resources cannot be configured together")
+        raise SidecarSetError(
+            where,
+            "resourcesPolicy and resources cannot be configured together",
+            KruiseError(
+                INVALID, kruise_at, "resourcesPolicy and resources cannot be configured together", policy
+            ),
+        )
     if policy.get("targetContainersMode") not in (SUM, MAX):
         raise SidecarSetError(
             f"{where}.targetContainersMode", f"must be sum or max, got {policy.get('targetContainersMode')!r}"
@@ -186,7 +264,11 @@ def _validate_resources_policy(container: Mapping[str, Any], policy: Any, where:
     if not isinstance(regex, str):
         raise SidecarSetError(f"{where}.targetContainersNameRegex", "must be a string")
     if not regex:
-        raise SidecarSetError(f"{where}.targetContainersNameRegex", "invalid empty regex")
+        raise SidecarSetError(
+            f"{where}.targetContainersNameRegex",
+            "invalid empty regex",
+            KruiseError(REQUIRED, f"{kruise_at}.targetContainersNameRegex", "invalid empty regex"),
+        )
     try:
         re.compile(str(regex))
     except re.error as err:
@@ -198,7 +280,16 @@ def _validate_resources_policy(container: Mapping[str, Any], policy: Any, where:
         if not isinstance(expressions.get(kind) or {}, Mapping):
             raise SidecarSetError(f"{where}.resourcesExpr.{kind}", "must be an object")
     if not expressions.get("limits") and not expressions.get("requests"):
-        raise SidecarSetError(f"{where}.resourcesExpr", "needs limits or requests (or both)")
+        raise SidecarSetError(
+            f"{where}.resourcesExpr",
+            "needs limits or requests (or both)",
+            KruiseError(
+                INVALID,
+                f"{kruise_at}.resourcesExpr",
+                "at least one of limits or requests must be configured",
+                expressions,
+            ),
+        )
     for kind in ("limits", "requests"):
         for resource, expression in (expressions.get(kind) or {}).items():
             if resource not in ("cpu", "memory"):
@@ -231,7 +322,14 @@ def _validate_injection_strategy(spec: Mapping[str, Any]) -> None:
     policy = revision.get("policy")
     if policy not in (None, "", ALWAYS, PARTIAL):
         raise SidecarSetError(
-            "spec.injectionStrategy.revision.policy", f"must be {ALWAYS} or {PARTIAL}, got {policy!r}"
+            "spec.injectionStrategy.revision.policy",
+            f"must be {ALWAYS} or {PARTIAL}, got {policy!r}",
+            KruiseError(
+                INVALID,
+                "revision.policy",  # OpenKruise's path, not rooted at spec
+                f"Invalid policy {policy}, supported: [{ALWAYS}, {PARTIAL}]",
+                revision,
+            ),
         )
 
 
@@ -242,7 +340,18 @@ def _validate_spec(spec: Mapping[str, Any]) -> None:
     except labels.SelectorError as err:
         raise SidecarSetError(err.field, err.reason) from None
     if labels.is_empty(selector):
-        raise SidecarSetError("spec.selector", "required and must not be empty")
+        raise SidecarSetError(
+            "spec.selector",
+            "required and must not be empty",
+            KruiseError(REQUIRED, "spec.selector", "no selector defined for SidecarSet")
+            if selector is None
+            else KruiseError(
+                INVALID,
+                "spec.selector",
+                "empty selector is not valid for sidecarset.",
+                _go_selector(selector),
+            ),
+        )
     if spec.get("namespace") and spec.get("namespaceSelector"):
         raise SidecarSetError("spec.namespaceSelector", "namespace and namespaceSelector cannot both be set")
     if spec.get("namespaceSelector"):
@@ -254,7 +363,11 @@ def _validate_spec(spec: Mapping[str, Any]) -> None:
     containers = spec.get("containers") or []
     init_containers = spec.get("initContainers") or []
     if not containers and not init_containers:
-        raise SidecarSetError("spec.containers", "at least one container or init container is required")
+        raise SidecarSetError(
+            "spec.containers",
+            "at least one container or init container is required",
+            KruiseError(REQUIRED, "spec", "no initContainer or container defined for SidecarSet"),
+        )
     seen: dict[str, str] = {}
     for kind, items in (("containers", containers), ("initContainers", init_containers)):
         for i, container in enumerate(items):
@@ -262,15 +375,23 @@ def _validate_spec(spec: Mapping[str, Any]) -> None:
             _validate_container(container, where, init=kind == "initContainers")
             if container["name"] in seen:
                 raise SidecarSetError(
-                    f"{where}.name", f"{container['name']!r} is also {seen[container['name']]}"
+                    f"{where}.name",
+                    f"{container['name']!r} is also {seen[container['name']]}",
+                    KruiseError(DUPLICATE, f"{where}.name", value=container["name"]),
                 )
             seen[container["name"]] = where
     volume_names: set[str] = set()
     for i, volume in enumerate(spec.get("volumes") or []):
         if not isinstance(volume, Mapping) or not volume.get("name"):
-            raise SidecarSetError(f"spec.volumes[{i}].name", "required")
+            raise SidecarSetError(
+                f"spec.volumes[{i}].name", "required", KruiseError(REQUIRED, f"spec.volumes[{i}].name")
+            )
         if volume["name"] in volume_names:
-            raise SidecarSetError(f"spec.volumes[{i}].name", f"duplicate volume {volume['name']!r}")
+            raise SidecarSetError(
+                f"spec.volumes[{i}].name",
+                f"duplicate volume {volume['name']!r}",
+                KruiseError(DUPLICATE, f"spec.volumes[{i}].name", value=volume["name"]),
+            )
         volume_names.add(volume["name"])
     strategy = spec.get("updateStrategy") or {}
     if strategy.get("type") not in _UPDATE_TYPES:
@@ -283,7 +404,16 @@ def _validate_spec(spec: Mapping[str, Any]) -> None:
         partition = strategy.get("partition")
         if strategy.get("selector") and partition not in (0, "0%"):
             raise SidecarSetError(
-                "spec.updateStrategy.selector", "selector and partition cannot be used together"
+                "spec.updateStrategy.selector",
+                "selector and partition cannot be used together",
+                # OpenKruise's path is not rooted at spec; its value is the strategy printed by Go's %+v,
+                # shown here as JSON.
+                KruiseError(
+                    INVALID,
+                    "updateStrategy",
+                    "Partition and Selector cannot be used together",
+                    json_text(strategy),
+                ),
             )
         if strategy.get("selector"):
             try:
@@ -292,7 +422,13 @@ def _validate_spec(spec: Mapping[str, Any]) -> None:
                 raise SidecarSetError(err.field, err.reason) from None
         if any(c.get("restartPolicy") == "Always" for c in init_containers):
             raise SidecarSetError(
-                "spec.updateStrategy.type", "init containers with restartPolicy Always require NotUpdate"
+                "spec.updateStrategy.type",
+                "init containers with restartPolicy Always require NotUpdate",
+                KruiseError(
+                    REQUIRED,
+                    "spec.updateStrategy",
+                    "The initContainer in-place upgrade is not currently supported.",
+                ),
             )
 
 
@@ -306,6 +442,12 @@ def validate_update(old: SidecarSet, new: SidecarSet) -> None:
                 f"spec.containers[{i}].name",
                 f"container {container['name']!r} is not in the existing SidecarSet {old.name!r}: "
                 "containers cannot be added or renamed (create another SidecarSet)",
+                KruiseError(
+                    INVALID,
+                    "spec.containers.name",
+                    f"container {container['name']} is not found",
+                    container["name"],
+                ),
             )
         old_type = previous["upgradeStrategy"]["upgradeType"]
         new_type = container["upgradeStrategy"]["upgradeType"]
@@ -313,4 +455,27 @@ def validate_update(old: SidecarSet, new: SidecarSet) -> None:
             raise SidecarSetError(
                 f"spec.containers[{i}].upgradeStrategy.upgradeType",
                 f"immutable: was {old_type}, got {new_type}",
+                KruiseError(
+                    INVALID,
+                    "spec.containers.upgradeStrategy.upgradeType",
+                    f"container {container['name']} upgradeType is immutable",
+                    container["name"],
+                ),
             )
+
+
+def json_text(value: Any) -> str:
+    import json
+
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def _go_selector(selector: Mapping[str, Any]) -> GoValue:
+    """An empty LabelSelector as ``%#v`` prints it (nil or empty map and list)."""
+    labels_ = "map[string]string{}" if "matchLabels" in selector else "map[string]string(nil)"
+    expressions = (
+        "[]v1.LabelSelectorRequirement{}"
+        if "matchExpressions" in selector
+        else "[]v1.LabelSelectorRequirement(nil)"
+    )
+    return GoValue(f"v1.LabelSelector{{MatchLabels:{labels_}, MatchExpressions:{expressions}}}")
