@@ -65,7 +65,7 @@ ACTIONS_SQL = (
 
 async def test_pod_actions_reach_one_rollout_through_an_index(server_urls: ServerUrls) -> None:
     async with fresh_database(server_urls.database_url, prefix="rollbook_migrations") as url:
-        _alembic(url, "upgrade", "0018_rollout_sequence")
+        _alembic(url, "upgrade", "0019_recorded_kinds")
         original = await _views(url)
         store = await EventStore.connect(url)
         versions: dict[str, int] = {}
@@ -110,7 +110,7 @@ async def test_pod_actions_reach_one_rollout_through_an_index(server_urls: Serve
             assert "events_rollout_key_idx" in plan, plan
         finally:
             await conn.close()
-        _alembic(url, "downgrade", "0018_rollout_sequence")
+        _alembic(url, "downgrade", "0019_recorded_kinds")
         assert _unparenthesised(await _views(url)) == _unparenthesised(original)
         conn = await asyncpg.connect(asyncpg_url(url))
         try:
