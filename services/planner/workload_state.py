@@ -460,6 +460,8 @@ def _as_expected(requested: PodActionRequested) -> PodActionRequested:
     kept = {key: value for key, value in details.items() if key in _EXPECTED_DETAILS}
     if requested.action == ActionKind.CREATE_POD and details.get("pvcs"):
         kept["pvcs"] = created_claims(details)
+    if requested.action == ActionKind.RESIZE and "resources" in details:
+        kept["resources"] = details["resources"]  # what its expectation compares the pod's spec with
     return msgspec.structs.replace(requested, details=kept)
 
 
