@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import copy
 import json
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
+from services.model.events import ObjectObserved, PodActionRequested, new_event
+from services.model.streams import decisions_stream, observed_stream
 from services.planner import inplace, model, resize
 from services.planner.names import INPLACE_STATE_ANNOTATION
 from services.planner.plan import plan
+from services.planner.workload_state import WorkloadState
 from tests.planner.builders import IDS, cloneset, plan_input, revision_record, running_pod
 
 CPU_MEM = {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"cpu": "1", "memory": "128Mi"}}
@@ -261,3 +265,38 @@ def test_a_started_resize(strategy: str, condition: dict[str, Any] | None, expec
         assert result.status["updatedReplicas"] == 1
     else:
         assert kinds == [expected] and "resize" in result.actions[0].reason
+
+
+def test_a_resize_request_is_in_effect_once_the_pods_spec_has_its_resources() -> None:
+    """pods/resize writes no action id, so the planner's expectation compares the pod's spec with the
+    resources the request asked for; a spec still at the old resources keeps the round waiting."""
+    at = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+    state = WorkloadState("default", "sample")
+    target = {"nginx": {"requests": {"cpu": "200m"}}}
+    request = PodActionRequested(
+        action_id="r-1",
+        action="resize",
+        namespace="default",
+        pod="p",
+        details={"action": "resize", "pod": "p", "uid": "u", "resources": target, "revision": "x"},
+    )
+    state.fold(
+        new_event(request, stream=decisions_stream("default", "sample"), stream_version=1, occurred_at=at)
+    )
+
+    def observe(cpu: str, version: int) -> None:
+        pod = {
+            "metadata": {"name": "p", "namespace": "default", "uid": "u"},
+            "spec": {"containers": [{"name": "nginx", "resources": {"requests": {"cpu": cpu}}}]},
+        }
+        observed = ObjectObserved(
+            kind="Pod", namespace="default", name="p", uid="u", resource_version=str(version),
+            change="MODIFIED", object=pod,
+        )  # fmt: skip
+        stream = observed_stream("default", "sample")
+        state.fold(new_event(observed, stream=stream, stream_version=version, occurred_at=at))
+
+    observe("100m", 1)
+    assert [p.event.action_id for p in state.pending()] == ["r-1"]
+    observe("0.2", 2)  # the same quantity as 200m
+    assert state.pending() == []
