@@ -12,129 +12,109 @@ container, with no ``PodResizePending`` or ``PodResizeInProgress`` condition Tru
 actuation is its ``duration``. Until then the row is ``pending`` (a resize the kubelet defers or finds
 infeasible stays so; the planner recreates or refuses the pod, other rows show it).
 
-The column list is unchanged, so the view is replaced in place; stored events are untouched. The downgrade
-restores 0013's definition exactly, built from that migration's own text.
+The view is edited as the database holds it (``pg_get_viewdef``), so this applies on top of whichever
+migration defined it last; its columns are unchanged, so it is replaced in place. Stored events are
+untouched. The downgrade removes exactly what the upgrade added.
 """
 
 from __future__ import annotations
 
-import importlib.util
+import re
 from collections.abc import Sequence
-from pathlib import Path
-from types import ModuleType
 
 from alembic import op
+from sqlalchemy import text
 
 revision: str = "0024_resize"
 down_revision: str | None = "0018_rollout_sequence"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
-# Each (0013's text, this migration's), replaced exactly once.
-_EDITS: tuple[tuple[str, str], ...] = (
+_RESIZED = """ LEFT JOIN LATERAL ( SELECT o.occurred_at AS finished
+           FROM events o
+          WHERE ((a.action = 'resize'::text) AND (a.outcome = 'succeeded'::text)
+            AND (o.type = 'ObjectObserved'::text)
+            AND (o.stream = ((((a.kind || '/'::text) || a.namespace) || '/'::text) || a.workload) || '/observed'::text)
+            AND ((o.payload ->> 'kind'::text) = 'Pod'::text) AND ((o.payload ->> 'name'::text) = a.pod)
+            AND (o.global_position > a."position") AND ((o.payload ->> 'change'::text) <> 'DELETED'::text)
+            AND (NOT (EXISTS ( SELECT 1
+                   FROM jsonb_array_elements(COALESCE((((o.payload -> 'object'::text) -> 'status'::text) -> 'conditions'::text), '[]'::jsonb)) c(value)
+                  WHERE ((c.value ->> 'type'::text) = ANY (ARRAY['PodResizePending'::text, 'PodResizeInProgress'::text]))
+                    AND ((c.value ->> 'status'::text) = 'True'::text))))
+            AND (NOT (EXISTS ( SELECT 1
+                   FROM jsonb_each(COALESCE((a.details -> 'resources'::text), '{}'::jsonb)) want(container, resources)
+                  WHERE (NOT (EXISTS ( SELECT 1
+                           FROM jsonb_array_elements(COALESCE((((o.payload -> 'object'::text) -> 'status'::text) -> 'containerStatuses'::text), '[]'::jsonb)) s(value)
+                          WHERE (((s.value ->> 'name'::text) = want.container)
+                            AND (COALESCE(((s.value -> 'resources'::text) -> 'requests'::text), '{}'::jsonb) @> COALESCE((want.resources -> 'requests'::text), '{}'::jsonb))
+                            AND (COALESCE(((s.value -> 'resources'::text) -> 'limits'::text), '{}'::jsonb) @> COALESCE((want.resources -> 'limits'::text), '{}'::jsonb))))))))))
+          ORDER BY o.global_position
+         LIMIT 1) resized ON (true))
+    """
+
+# (as the database prints the view, what this migration makes of it, how many times it is there)
+_EDITS: tuple[tuple[str, str, int], ...] = (
     (
-        """               CASE WHEN a.action IN ('updateInPlace', 'updateSidecarInPlace') THEN 'in place'
-                    WHEN a.action = 'recreatePod' THEN 'recreate' END AS update_kind,
-               a.action IN ('updateInPlace', 'updateSidecarInPlace') AS in_place,""",
-        """               CASE WHEN a.action IN ('updateInPlace', 'updateSidecarInPlace') THEN 'in place'
-                    WHEN a.action = 'resize' THEN 'resize'
-                    WHEN a.action = 'recreatePod' THEN 'recreate' END AS update_kind,
-               a.action IN ('updateInPlace', 'updateSidecarInPlace', 'resize') AS in_place,""",
+        "WHEN (a.action = 'recreatePod'::text) THEN 'recreate'::text",
+        "WHEN (a.action = 'resize'::text) THEN 'resize'::text WHEN (a.action = 'recreatePod'::text) THEN 'recreate'::text",
+        1,
     ),
     (
-        """               CASE a.action WHEN 'updateInPlace' THEN after.finished
-                             WHEN 'updateSidecarInPlace' THEN back.finished
-                             ELSE a.finished END AS finished,
-               CASE a.action WHEN 'updateInPlace' THEN after.finished
-                             WHEN 'updateSidecarInPlace' THEN back.finished
-                             ELSE a.finished END""",
-        """               CASE a.action WHEN 'updateInPlace' THEN after.finished
-                             WHEN 'updateSidecarInPlace' THEN back.finished
-                             WHEN 'resize' THEN resized.finished
-                             ELSE a.finished END AS finished,
-               CASE a.action WHEN 'updateInPlace' THEN after.finished
-                             WHEN 'updateSidecarInPlace' THEN back.finished
-                             WHEN 'resize' THEN resized.finished
-                             ELSE a.finished END""",
+        "(a.action = ANY (ARRAY['updateInPlace'::text, 'updateSidecarInPlace'::text])) AS in_place",
+        "(a.action = ANY (ARRAY['updateInPlace'::text, 'updateSidecarInPlace'::text, 'resize'::text])) AS in_place",
+        1,
     ),
     (
-        "                         OR (a.action = 'updateSidecarInPlace' AND back.finished IS NULL)"
-        " THEN 'pending'",
-        """                         OR (a.action = 'updateSidecarInPlace' AND back.finished IS NULL)
-                         OR (a.action = 'resize' AND resized.finished IS NULL) THEN 'pending'""",
+        "WHEN 'updateSidecarInPlace'::text THEN back.finished\n",
+        "WHEN 'updateSidecarInPlace'::text THEN back.finished WHEN 'resize'::text THEN resized.finished\n",
+        2,
     ),
     (
-        """        ) AS back ON true
-        LEFT JOIN LATERAL (
-            SELECT min(""",
-        """        ) AS back ON true
-        LEFT JOIN LATERAL (
-            SELECT o.occurred_at AS finished
-            FROM events AS o
-            WHERE a.action = 'resize' AND a.outcome = 'succeeded'
-              AND o.type = 'ObjectObserved'
-              AND o.stream = a.kind || '/' || a.namespace || '/' || a.workload || '/observed'
-              AND o.payload->>'kind' = 'Pod' AND o.payload->>'name' = a.pod
-              AND o.global_position > a.position AND o.payload->>'change' <> 'DELETED'
-              AND NOT EXISTS (
-                  SELECT 1
-                  FROM jsonb_array_elements(coalesce(o.payload->'object'->'status'->'conditions', '[]')) AS c
-                  WHERE c->>'type' IN ('PodResizePending', 'PodResizeInProgress') AND c->>'status' = 'True')
-              AND NOT EXISTS (
-                  SELECT 1
-                  FROM jsonb_each(coalesce(a.details->'resources', '{}')) AS want(container, resources)
-                  WHERE NOT EXISTS (
-                      SELECT 1
-                      FROM jsonb_array_elements(
-                               coalesce(o.payload->'object'->'status'->'containerStatuses', '[]')) AS s
-                      WHERE s->>'name' = want.container
-                        AND coalesce(s->'resources'->'requests', '{}')
-                            @> coalesce(want.resources->'requests', '{}')
-                        AND coalesce(s->'resources'->'limits', '{}')
-                            @> coalesce(want.resources->'limits', '{}')))
-            ORDER BY o.global_position
-            LIMIT 1
-        ) AS resized ON true
-        LEFT JOIN LATERAL (
-            SELECT min(""",
+        "(back.finished IS NULL))) THEN 'pending'::text",
+        "(back.finished IS NULL)) OR ((a.action = 'resize'::text) AND (resized.finished IS NULL))) THEN 'pending'::text",
+        1,
+    ),
+    ("FROM ((((action_outcomes a", "FROM (((((action_outcomes a", 1),
+    (
+        "LIMIT 1) back ON (true))\n     LEFT JOIN LATERAL ( SELECT min(",
+        "LIMIT 1) back ON (true))\n    " + _RESIZED + " LEFT JOIN LATERAL ( SELECT min(",
+        1,
     ),
 )
 
 
-def _migration(file: str) -> ModuleType:
-    """An earlier migration module, whose view text this one builds on or restores verbatim."""
-    path = Path(__file__).with_name(file)
-    spec = importlib.util.spec_from_file_location(f"rollbook_migration_{path.stem}", path)
-    if spec is None or spec.loader is None:
-        raise RuntimeError(f"cannot load {path.name}, whose view 0024 redefines")
-    module: ModuleType = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def _definition() -> str:
+    sql = op.get_bind().execute(text("SELECT pg_get_viewdef('pod_actions'::regclass)")).scalar_one()
+    return str(sql).rstrip().rstrip(";")
 
 
-def _pod_actions_0013() -> tuple[str, str]:
-    """The view and its comment as 0013_inplace_mark_of_its_own defined them (their latest definition)."""
-    module = _migration("0013_inplace_mark_of_its_own.py")
-    sql, comment = module._pod_actions_0012()
-    return sql.replace(module._BEFORE_0005, module._BEFORE_0013), comment
-
-
-def resize_view() -> str:
-    sql, _ = _pod_actions_0013()
-    for before, after in _EDITS:
-        if sql.count(before) != 1:  # not an assert: `python -O` would let a wrong view through
-            raise RuntimeError("0013's pod_actions no longer reads as 0024 expects")
-        sql = sql.replace(before, after)
+def resize_view(sql: str) -> str:
+    """``sql`` (the view as the database prints it) with the resize rows' columns and their join."""
+    for old, new, count in _EDITS:
+        if sql.count(old) != count:  # not an assert: `python -O` would let a wrong view through
+            raise RuntimeError(f"pod_actions: expected {count} of {old!r} in its definition")
+        sql = sql.replace(old, new)
     return sql
 
 
 def upgrade() -> None:
-    _, comment = _pod_actions_0013()
-    op.execute(f"CREATE OR REPLACE VIEW pod_actions AS {resize_view()}")
-    op.execute(f"COMMENT ON VIEW pod_actions IS '{comment}'")
+    op.execute(f"CREATE OR REPLACE VIEW pod_actions AS {resize_view(_definition())}")
 
 
 def downgrade() -> None:
-    sql, comment = _pod_actions_0013()
+    sql = _definition()
+    sql, joins = re.subn(
+        r"\n\s*LEFT JOIN LATERAL \( SELECT o\.occurred_at AS finished\s+FROM events o\s+WHERE \(\(a\.action = "
+        r"'resize'::text\).*?\) resized ON \(true\)\)",
+        "",
+        sql,
+        flags=re.S,
+    )
+    sql, froms = re.subn(r"FROM \(\(\(\(\((action_outcomes a)", r"FROM ((((\1", sql)
+    sql, kinds = re.subn(r"\s*WHEN \(a\.action = 'resize'::text\) THEN 'resize'::text", "", sql)
+    sql, ins = re.subn(r", 'resize'::text\]\)\) AS in_place", "])) AS in_place", sql)
+    sql, ends = re.subn(r"\s*WHEN 'resize'::text THEN resized\.finished", "", sql)
+    sql, pend = re.subn(r" OR \(\(a\.action = 'resize'::text\) AND \(resized\.finished IS NULL\)\)", "", sql)
+    if (joins, froms, kinds, ins, ends, pend) != (1, 1, 1, 1, 2, 1):
+        raise RuntimeError("pod_actions no longer reads as 0024_resize left it")
     op.execute(f"CREATE OR REPLACE VIEW pod_actions AS {sql}")
-    op.execute(f"COMMENT ON VIEW pod_actions IS '{comment}'")
