@@ -205,6 +205,17 @@ RUNS: dict[str, tuple[list[str], list[str]]] = {
             rf"inject -f pod\.yaml +{NUMBER} +{NUMBER} +{NUMBER} +{NUMBER} +{NUMBER}  none",
         ],
     ),
+    "resize.py": (
+        # 4 replicas: both changes, in place then recreated, on Timing.realistic (about 30-60 s).
+        ["--replicas", "4", "--max-unavailable", "2"],
+        [
+            rf"scale 0->4: +{NUMBER} s",
+            rf"resize in place \(NotRequired\) +{NUMBER} s +{NUMBER} pods/s  container restarts 0"
+            rf"  pods recreated 0  unready per pod +{NUMBER} s",
+            rf"recreate \(ReCreate\) +{NUMBER} s +{NUMBER} pods/s  container restarts \d+  pods recreated 4",
+            rf"recreate / resize time: {NUMBER}x",
+        ],
+    ),
     "services_rollout.py": (
         # 2 replicas, maxUnavailable 1: both phases, two rollout steps; 7-10 s (four service processes start).
         ["--replicas", "2", "--max-unavailable", "1", "--executors", "1"],

@@ -30,7 +30,7 @@ from services.planner.names import (
 
 # Lifecycle states in which a pod waits on a hook (another controller removes the hook's finalizer/label).
 HOOK_STATES = frozenset({"PreparingUpdate", "PreparingDelete", "Updated"})
-IN_PLACE_ACTIONS = frozenset({ActionKind.UPDATE_IN_PLACE})
+IN_PLACE_ACTIONS = frozenset({ActionKind.UPDATE_IN_PLACE, ActionKind.RESIZE})
 RECREATE_ACTIONS = frozenset({ActionKind.RECREATE_POD, ActionKind.DELETE_POD, ActionKind.CREATE_POD})
 UPDATE_ACTIONS = IN_PLACE_ACTIONS | RECREATE_ACTIONS
 

@@ -70,6 +70,7 @@ from services.executor.pods import (
     read_target_pod,
 )
 from services.executor.real_values import TemplateMovedOn, restore_cloneset_action
+from services.executor.resize import ResizeDiscovery, apply_resize
 from services.executor.settled import Settled
 from services.executor.sidecarset import apply_sidecar_upgrade, write_sidecarset_status
 from services.infra import kube
@@ -271,6 +272,8 @@ class Executor:
         self.written: dict[tuple[str, str], Written] = {}
         # The Kubernetes Event each rollout decision means (services/executor/kube_events.py).
         self.kube_events = KubeEventWriter(api, settings.kube_event_interval, self.name)
+        # Whether the cluster serves pods/resize, discovered on the first resize (executor/resize.py).
+        self.resize_discovery = ResizeDiscovery()
 
     # --- bus -----------------------------------------------------------------------------------------
 
@@ -501,6 +504,8 @@ class Executor:
                 return details.get("uid"), already
             case ActionKind.UPDATE_IN_PLACE | ActionKind.RECREATE_POD | ActionKind.PATCH_POD:
                 return await self._patch_pod(request, details.get("patch") or {}, details.get("notReady"))
+            case ActionKind.RESIZE:  # pods/resize (executor/resize.py)
+                return await apply_resize(self.core, self.resize_discovery, request)
             case ActionKind.MARK_NOT_READY | ActionKind.MARK_READY:
                 return await self._mark(request)
             case ActionKind.SET_PODS_TO_DELETE:

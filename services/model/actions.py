@@ -18,6 +18,8 @@ class ActionKind(StrEnum):
     DELETE_PVC = "deletePVC"
     RECREATE_POD = "recreatePod"
     UPDATE_IN_PLACE = "updateInPlace"
+    # container resources resized in the running pod through pods/resize (Kubernetes 1.33+)
+    RESIZE = "resize"
     MARK_NOT_READY = "markNotReady"
     MARK_READY = "markReady"
     PATCH_POD = "patchPod"
@@ -34,6 +36,7 @@ PVC_ACTIONS = frozenset({ActionKind.CREATE_PVC, ActionKind.DELETE_PVC})
 EXISTING_POD_ACTIONS = frozenset(
     {
         ActionKind.UPDATE_IN_PLACE,
+        ActionKind.RESIZE,
         ActionKind.RECREATE_POD,
         ActionKind.MARK_NOT_READY,
         ActionKind.MARK_READY,

@@ -72,8 +72,12 @@ from services.planner.workload_state import WorkloadState
 #     precondition instead of reading the pod first.
 # 14: rollout ids carry the workload's rollout sequence (``<ns>/<name>@<revision>#<n>``, docs/events.md
 #     "Rollout ids"), so a rollback or a second roll to a revision is a rollout of its own.
+# 15: a template change of container cpu/memory on a pod whose node resizes pods (it reports container
+#     resources in status) is resized in place through pods/resize (a ``resize`` action after the start
+#     patch), not recreated; a resize that restarts nothing costs no maxUnavailable; an Infeasible (or
+#     Deferred too long) resize is recreated under InPlaceIfPossible and refused under InPlaceOnly.
 # tests/planner/test_rules_fingerprint.py fails when the decisions change and this does not.
-RULES_VERSION = 14
+RULES_VERSION = 15
 
 Decide = Callable[[PlanInput], Plan]
 """The decision function: the planner input -> its plan (typed, services/planner/model.py)."""

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from services.model import labels as selectors
+from services.planner import resize
 from services.planner.inplace import Change, classify, template_from_pod, update_complete
 from services.planner.lifecycle import UPDATING
 from services.planner.names import (
@@ -144,6 +145,11 @@ class Context:
                 else classify(old, self.revisions.update.template, self.spec.extended_inplace)
             )
         return self._changes[key]
+
+    def in_place(self, pod: PodView, change: Change) -> bool:
+        """Whether ``change`` can be applied to ``pod`` in place: not Static, and a resize only on a node
+        that resizes pods (resize.supported)."""
+        return change.in_place and (not change.resize or resize.supported(pod.obj))
 
     def pvcs_by_instance(self) -> dict[str, list[dict[str, Any]]]:
         grouped: dict[str, list[dict[str, Any]]] = {}

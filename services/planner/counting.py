@@ -89,7 +89,11 @@ def classify_pods(ctx: Context) -> Classes:
                 needs = recreates.get(key)
                 if needs is None:
                     change = ctx.change_for(pod)
-                    needs = recreates[key] = change is None or not change.in_place
+                    needs = change is None or not change.in_place
+                    if change is not None and change.resize:
+                        needs = not ctx.in_place(pod, change)  # depends on the pod's node
+                    else:
+                        recreates[key] = needs
                 recreate += needs
     return Classes(
         new,

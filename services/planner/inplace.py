@@ -5,6 +5,11 @@ Classes, from mildest to hardest:
 - Dynamic: applied to the running pod with no container restart (template metadata; probes in extended mode);
 - Rebuild: the container is recreated in place, the pod is kept (image; env/envFrom/volumeMounts/volumes in
   extended mode);
+- Resize: container cpu/memory requests and limits, resized in the running pod through ``pods/resize``
+  (Kubernetes 1.33+) where the API server allows it (services/planner/resize.py); the containers whose
+  changed resource has ``resizePolicy: RestartContainer`` restart, the others keep running. It combines
+  with the other classes (carried in ``Change.resize`` beside ``kind``); on a node that does not resize
+  pods, a resize is Static;
 - Static: the pod must be recreated (everything else).
 The default mode is what stock Kubernetes and OpenKruise accept; the extended mode is switched on per
 CloneSet with the annotation ``rollbook.io/inplace-mode: extended`` and needs a kubelet that accepts it.
@@ -18,6 +23,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from services.planner import resize
 from services.planner.names import (
     INPLACE_GRACE_ANNOTATION,
     INPLACE_GRACE_ANNOTATION_OLD,
@@ -50,10 +56,24 @@ class Change:
     volumes: list[Any] | None = None  # new pod volumes (extended mode), when they changed
     removed_volumes: list[str] = field(default_factory=list)
     spec_patch: dict[str, Any] | None = None  # built once per change, shared by every pod it applies to
+    resize: dict[str, dict[str, Any]] = field(default_factory=dict)  # container -> resources (pods/resize)
+    resize_restart: list[str] = field(default_factory=list)  # containers the resize restarts
 
     @property
     def in_place(self) -> bool:
         return self.kind != STATIC
+
+    @property
+    def class_name(self) -> str:
+        """The class as the trail names it: Dynamic, Rebuild, Resize, or Rebuild+Resize and the like."""
+        if not self.resize:
+            return CLASS_NAMES[self.kind]
+        return resize.CLASS_NAME if self.kind <= DYNAMIC else f"{CLASS_NAMES[self.kind]}+{resize.CLASS_NAME}"
+
+    @property
+    def restarts(self) -> bool:
+        """Whether applying it restarts a container (the pod leaves service meanwhile)."""
+        return self.kind >= REBUILD or bool(self.resize_restart)
 
     def bump(self, kind: int, where: str | None = None) -> None:
         if kind == STATIC and self.static_field is None:
@@ -226,6 +246,11 @@ def classify(old: dict[str, Any], new: dict[str, Any], extended: bool) -> Change
         else:
             change.bump(STATIC, f"spec.template.spec.{key}")
     _classify_containers(change, old_spec.get("containers") or [], new_spec.get("containers") or [], extended)
+    if change.resize and resize.qos_class(old_spec) != resize.qos_class(new_spec):
+        # The API server refuses a resize that changes the pod's QoS class: the pod is recreated.
+        change.bump(STATIC, f"spec.template.spec.containers[{sorted(change.resize)[0]}].resources")
+    if change.kind == STATIC:
+        change.resize, change.resize_restart = {}, []
     return change
 
 
@@ -245,6 +270,13 @@ def _classify_containers(change: Change, old: list[Any], new: list[Any], extende
             changed[key] = after.get(key)
             if key == "image":
                 restart = True
+            elif key == "resources" and resize.resizable(before.get(key), after.get(key), after) is None:
+                del changed[key]  # not part of the pod patch: written through pods/resize
+                if resize.same(before.get(key), after.get(key)):
+                    continue  # the same quantities written differently
+                change.resize[name] = resize.defaulted(after.get(key))
+                if resize.restarts(before.get(key), after.get(key), after):
+                    change.resize_restart.append(name)
             elif extended and key in _PROBES:
                 change.bump(DYNAMIC)
             elif extended and key in _EXTENDED_REBUILD:
@@ -254,7 +286,8 @@ def _classify_containers(change: Change, old: list[Any], new: list[Any], extende
         if restart:
             change.bump(REBUILD)
             change.restart.append(name)
-        change.containers[name] = changed
+        if changed:
+            change.containers[name] = changed
 
 
 def _classify_volumes(change: Change, old: list[Any], new: list[Any], new_spec: dict[str, Any]) -> None:
@@ -317,6 +350,9 @@ def container_patch(change: Change, old_containers: list[Any]) -> list[dict[str,
 # lastContainerStatuses entry (a container restarted without an image change).
 
 EXTENDED_PATCH_KEY = "rollbookContainerPatch"
+# The resize's target resources (container -> resources) in the state annotation, beside OpenKruise's
+# ``updateResources``: the update is complete once the kubelet has actuated them (resize.actuated).
+RESIZE_STATE_KEY = "rollbookResize"
 
 
 def metadata_patch(change: Change) -> dict[str, Any] | None:
@@ -367,14 +403,20 @@ def _volumes_patch(change: Change) -> dict[str, Any]:
     }
 
 
-def _state(revision_name: str, update_timestamp: str, update_images: bool) -> dict[str, Any]:
+def _state(
+    revision_name: str, update_timestamp: str, update_images: bool, targets: dict[str, Any] | None = None
+) -> dict[str, Any]:
     state: dict[str, Any] = {
         "revision": revision_name,
         "updateTimestamp": update_timestamp,
         "lastContainerStatuses": None,
     }
+    if targets:
+        state["updateResources"] = True
     if update_images:
         state["updateImages"] = True
+    if targets:
+        state[RESIZE_STATE_KEY] = targets
     return state
 
 
@@ -410,6 +452,8 @@ def _apply(
         if state.get(key):
             ordered[key] = state[key]
     ordered["containerBatchesRecord"] = records
+    if state.get(RESIZE_STATE_KEY):
+        ordered[RESIZE_STATE_KEY] = state[RESIZE_STATE_KEY]
     return ordered
 
 
@@ -430,7 +474,7 @@ def start_patch(
     labels: dict[str, str | None] = {REVISION_LABEL: revision_hash, POD_TEMPLATE_HASH_LABEL: revision_hash}
     labels.update(lifecycle_patch["metadata"]["labels"])
     annotations: dict[str, str | None] = dict(lifecycle_patch["metadata"]["annotations"])
-    state = _state(revision_name, now_text, bool(container_images(change)))
+    state = _state(revision_name, now_text, bool(container_images(change)), change.resize)
     annotations[INPLACE_STATE_ANNOTATION_OLD] = None
     patch: dict[str, Any] = {"metadata": {"labels": labels, "annotations": annotations}}
     if grace_seconds > 0:
@@ -540,6 +584,9 @@ def update_complete(pod: dict[str, Any], state: dict[str, Any]) -> bool:
     for key in ("nextContainerImages", "nextContainerRefMetadata", "nextContainerResources"):
         if state.get(key):
             return False
+    targets = state.get(RESIZE_STATE_KEY)
+    if isinstance(targets, dict) and targets and not resize.actuated(pod, targets):
+        return False
     recorded = state.get("lastContainerStatuses") or {}
     if not isinstance(recorded, dict):
         return True

@@ -72,6 +72,14 @@ class UpdateInPlace(_Action, frozen=True, kw_only=True, tag=ActionKind.UPDATE_IN
     not_ready: dict[str, Any] | None = None
 
 
+class ResizePod(_Action, frozen=True, kw_only=True, tag=ActionKind.RESIZE.value):
+    """Container resources written through ``pods/resize`` (after the in-place update's start patch)."""
+
+    revision: str
+    resources: dict[str, Any]  # container name -> resources (requests/limits), as the template sets them
+    restart_containers: list[str] = []  # containers whose resizePolicy makes the kubelet restart them
+
+
 class MarkNotReady(_Action, frozen=True, kw_only=True, tag=ActionKind.MARK_NOT_READY.value):
     # the pod condition to write (status subresource): InPlaceUpdateReady or KruisePodReady
     condition: dict[str, Any]
@@ -96,6 +104,7 @@ Action = (
     | DeletePVC
     | RecreatePod
     | UpdateInPlace
+    | ResizePod
     | MarkNotReady
     | MarkReady
     | PatchPod

@@ -162,7 +162,17 @@ def _validate_objects(kind: str, objects: list[dict[str, Any]]) -> validation.In
 def _in_place_only_refusal(ctx: Context) -> tuple[str, str] | None:
     named = set(ctx.spec.pods_to_delete)
     for pod in sorted(ctx.pods, key=lambda p: p.name):
-        if ctx.is_updated(pod) or pod.specified_delete or pod.name in named:
+        if pod.specified_delete or pod.name in named:
+            continue
+        if ctx.is_updated(pod):
+            state = pod.inplace_state
+            why = update.resize_stall(pod, state, ctx.now)[0] if state is not None else ""
+            if why:
+                return (
+                    "spec.template.spec.containers",
+                    f"InPlaceOnly: pod {pod.name}: {why}; it cannot be resized in place and InPlaceOnly "
+                    "does not recreate it",
+                )
             continue
         change = ctx.change_for(pod)
         if change is None:
@@ -171,6 +181,12 @@ def _in_place_only_refusal(ctx: Context) -> tuple[str, str] | None:
                 f"InPlaceOnly: pod {pod.name} is at revision {pod.revision_hash!r}, which is "
                 "not recorded and differs from the template beyond its images, so no in-place update can "
                 "be computed for it",
+            )
+        if change.in_place and not ctx.in_place(pod, change):
+            return (
+                "spec.template.spec.containers",
+                f"InPlaceOnly: pod {pod.name} runs on a node that does not resize pods in place "
+                "(pods/resize), so its resources cannot change without recreating it; nothing was changed",
             )
         if not change.in_place:
             field = change.static_field or "spec.template.spec"

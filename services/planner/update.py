@@ -10,10 +10,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from services.model import labels as selectors
-from services.planner import inplace, lifecycle
+from services.planner import inplace, lifecycle, resize
 from services.planner.context import Context
 from services.planner.counting import Classes, Diffs
-from services.planner.model import Action, MarkNotReady, MarkReady, PatchPod, RecreatePod, UpdateInPlace
+from services.planner.model import (
+    Action,
+    MarkNotReady,
+    MarkReady,
+    PatchPod,
+    RecreatePod,
+    ResizePod,
+    UpdateInPlace,
+)
 from services.planner.names import (
     INPLACE_GRACE_ANNOTATION,
     INPLACE_GRACE_ANNOTATION_OLD,
@@ -23,7 +31,7 @@ from services.planner.names import (
 from services.planner.podstate import PodView, format_time, parse_time
 from services.planner.revisions import hash_part
 from services.planner.scatter import scatter
-from services.planner.spec import ON_DELETE, RECREATE
+from services.planner.spec import IN_PLACE_ONLY, ON_DELETE, RECREATE
 
 _TRAILING_INT = re.compile(r"(\d+)$")
 
@@ -60,6 +68,50 @@ def refresh(ctx: Context) -> StepResult:
 
 
 _SETTLED = frozenset({"", lifecycle.NORMAL})
+
+
+def resize_stall(pod: PodView, state: dict[str, Any], now: float) -> tuple[str, float]:
+    """A started resize that is not actuated: ("", seconds to wait) while it may still be; (why, 0) once it
+    will not be: Infeasible, Deferred longer than the bound, or not even written within it."""
+    targets = state.get(inplace.RESIZE_STATE_KEY)
+    if not isinstance(targets, dict) or not targets:
+        return "", 0.0
+    pending = resize.pending(pod.obj)
+    if pending is not None and pending.get("reason") == resize.INFEASIBLE:
+        return f"resize Infeasible: {pending.get('message', '')}", 0.0
+    if pending is not None:
+        since = parse_time(pending.get("lastTransitionTime"))
+        what = f"resize Deferred over {resize.DEFERRED_BOUND_SECONDS}s: {pending.get('message', '')}"
+    else:
+        specs = {c.get("name"): c for c in (pod.obj.get("spec") or {}).get("containers") or []}
+        if all(resize.same((specs.get(n) or {}).get("resources"), t) for n, t in targets.items()):
+            return "", 0.0  # written, being actuated: the kubelet decides
+        since = parse_time(state.get("updateTimestamp"))
+        what = f"resize not written within {resize.DEFERRED_BOUND_SECONDS}s"
+    remaining = (since if since is not None else now) + resize.DEFERRED_BOUND_SECONDS - now
+    return ("", remaining) if remaining > 0 else (what, 0.0)
+
+
+def _resize_stalled(ctx: Context, pod: PodView, state: dict[str, Any], result: StepResult) -> bool:
+    """Under InPlaceIfPossible a resize that will not happen recreates the pod (True); under InPlaceOnly
+    the plan is refused instead (plan.py), so nothing is done here."""
+    why, wait = resize_stall(pod, state, ctx.now)
+    if not why:
+        if wait > 0:
+            result.requeue.append(math.ceil(wait))
+        return False
+    if ctx.spec.update_type == IN_PLACE_ONLY or pod.specified_delete:
+        return False
+    result.actions.append(
+        RecreatePod(
+            pod=pod.name,
+            revision=ctx.revisions.update.name,
+            patch={"metadata": {"labels": {SPECIFIED_DELETE_LABEL: "true"}}},
+            reason=f"{why}; recreated instead (InPlaceIfPossible)",
+        )
+    )
+    result.refreshed.add(pod.name)
+    return True
 
 
 def _marks_not_ready(spec_lifecycle: lifecycle.Lifecycle | None) -> bool:
@@ -108,6 +160,8 @@ def _refresh_pod(ctx: Context, pod: PodView, result: StepResult) -> None:
                 )
     else:
         complete = state is None or inplace.update_complete(pod.obj, state)
+        if not complete and state is not None and _resize_stalled(ctx, pod, state, result):
+            return
         if complete and pod.inplace_ready is not True and pod.has_inplace_gate:
             reason = "InPlaceUpdateCompleted" if state else "PodCreated"
             actions.append(
@@ -256,15 +310,40 @@ def update_step(ctx: Context, classes: Classes, diffs: Diffs) -> StepResult:
     # Pods at the target that are not available yet, plus old pods already on their way there.
     busy = classes.unavailable_new + classes.in_flight_old
     chosen: list[PodView] = []
-    # The walk stops after at most `limit` available candidates; unavailable ones cost nothing.
-    wanted = min(diffs.update_num, unavailable + limit + 1)
+    charged = 0  # chosen pods that leave service (a resize without a restart keeps the pod ready)
+    keeps_ready: dict[str, bool] = {}
+
+    def stays_ready(pod: PodView) -> bool:
+        key = ctx.change_key(pod)
+        if key not in keeps_ready:
+            change = None if spec.update_type == RECREATE else ctx.change_for(pod)
+            keeps_ready[key] = (
+                change is not None and change.in_place and bool(change.resize) and not change.restarts
+            )
+        return keeps_ready[key] and ctx.in_place(
+            pod, ctx.change_for(pod) or inplace.Change(kind=inplace.STATIC)
+        )
+
+    # The walk stops after at most `limit` available candidates; unavailable ones cost nothing; nor do
+    # pods whose change is a resize that restarts nothing (it counts against maxUnavailable only while a
+    # pod is not ready, and such a pod stays ready).
+    free = any(stays_ready(p) for p in ctx.pods if p.revision_hash != ctx.update_hash)
+    wanted = diffs.update_num if free else min(diffs.update_num, unavailable + limit + 1)
     for pod in candidates(ctx, wanted, result.refreshed):
-        if busy + len(chosen) >= limit:
+        if free and stays_ready(pod) and pod.cs_available(spec.min_ready_seconds, ctx.now):
+            chosen.append(pod)
+            continue
+        if busy + charged >= limit:
+            if free:
+                continue
             break
         if pod.cs_available(spec.min_ready_seconds, ctx.now):
             if unavailable >= limit:
+                if free:
+                    continue
                 break
             unavailable += 1
+        charged += 1
         chosen.append(pod)
     shared = _SharedPayloads.of(ctx)
     for pod in chosen:
@@ -294,17 +373,16 @@ def _update_pod(ctx: Context, pod: PodView, shared: _SharedPayloads, result: Ste
     spec = ctx.spec
     update = ctx.revisions.update
     change = None if spec.update_type == RECREATE else ctx.change_for(pod)
-    if change is None or not change.in_place:
+    if change is None or not ctx.in_place(pod, change):
         # Recreation does not consult the lifecycle: the preDelete hook applies when the pod is deleted.
+        if spec.update_type == RECREATE:
+            why = "recreate update"
+        elif change is not None and change.in_place:
+            why = "change cannot be applied in place: the pod's node does not resize pods (pods/resize)"
+        else:
+            why = "change cannot be applied in place"
         result.actions.append(
-            RecreatePod(
-                pod=pod.name,
-                revision=update.name,
-                patch=shared.recreate_patch,
-                reason="recreate update"
-                if spec.update_type == RECREATE
-                else "change cannot be applied in place",
-            )
+            RecreatePod(pod=pod.name, revision=update.name, patch=shared.recreate_patch, reason=why)
         )
         return
     if not _released_for_in_place(ctx, pod, result):
@@ -326,16 +404,17 @@ def _update_pod(ctx: Context, pod: PodView, shared: _SharedPayloads, result: Ste
         grace,
         spec.extended_inplace,
     )
-    if change.kind < inplace.REBUILD:
+    if change.kind < inplace.REBUILD and not change.resize_restart:
         result.actions.append(
             UpdateInPlace(
                 pod=pod.name,
                 revision=update.name,
                 patch=patch,
-                change=inplace.CLASS_NAMES[change.kind],
+                change=change.class_name,
                 reason="in-place update, no container restart",
             )
         )
+        _add_resize(result, pod, change, update.name)
         return
     if grace > 0:
         result.actions.append(
@@ -347,6 +426,7 @@ def _update_pod(ctx: Context, pod: PodView, shared: _SharedPayloads, result: Ste
                 reason=f"in-place update after a {grace}s grace period",
             )
         )
+        _add_resize(result, pod, change, update.name)
         result.requeue.append(grace)
         return
     # No grace period: InPlaceUpdateReady=False and the spec in one action, the condition first (OpenKruise
@@ -356,10 +436,28 @@ def _update_pod(ctx: Context, pod: PodView, shared: _SharedPayloads, result: Ste
             pod=pod.name,
             revision=update.name,
             patch=patch,
-            change=inplace.CLASS_NAMES[change.kind],
+            change=change.class_name,
             restart_containers=list(change.restart),
             not_ready=shared.not_ready,
             reason="in-place update",
+        )
+    )
+    _add_resize(result, pod, change, update.name)
+
+
+def _add_resize(result: StepResult, pod: PodView, change: inplace.Change, revision: str) -> None:
+    """The resize after the start patch (same round, so the executor runs it after that patch)."""
+    if not change.resize:
+        return
+    restart = sorted(change.resize_restart)
+    result.actions.append(
+        ResizePod(
+            pod=pod.name,
+            revision=revision,
+            resources=change.resize,
+            restart_containers=restart,
+            reason="resize in place"
+            + (f", restarting {', '.join(restart)} (resizePolicy RestartContainer)" if restart else ""),
         )
     )
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import msgspec
 
+from services.model import pod_resize
 from services.model.actions import PVC_ACTIONS, ActionKind
 from services.model.events import (
     Envelope,
@@ -259,6 +260,14 @@ class WorkloadState:
             )
         if action == ActionKind.SET_PODS_TO_DELETE:
             return requested.action_id in self.seen_action_ids.get((WORKLOAD_KIND, self.name), set())
+        if action == ActionKind.RESIZE:
+            # pods/resize writes no annotation: in effect once the pod's spec has the resources (or the
+            # pod the action targeted is gone). Only checked while unsettled, so it stays true once seen.
+            if self._gone("Pod", requested.pod, details.get("uid")):
+                return True
+            wanted = details.get("resources")
+            pod = self.pods.get(requested.pod)
+            return isinstance(wanted, dict) and pod is not None and pod_resize.spec_matches(pod, wanted)
         if action == ActionKind.CREATE_POD and not all(
             requested.action_id in self.seen_action_ids.get(("PersistentVolumeClaim", name), set())
             for name in created_claims(details)
@@ -451,6 +460,8 @@ def _as_expected(requested: PodActionRequested) -> PodActionRequested:
     kept = {key: value for key, value in details.items() if key in _EXPECTED_DETAILS}
     if requested.action == ActionKind.CREATE_POD and details.get("pvcs"):
         kept["pvcs"] = created_claims(details)
+    if requested.action == ActionKind.RESIZE and "resources" in details:
+        kept["resources"] = details["resources"]  # what its expectation compares the pod's spec with
     return msgspec.structs.replace(requested, details=kept)
 
 

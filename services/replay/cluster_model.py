@@ -8,6 +8,10 @@ returns them, so the real planner reads them.
   carries its action id in the ``rollbook.io/action-id`` annotation, as the executor writes it.
 - A new pod starts after the ``createPod`` ready delay; an in-place update restarts the changed containers
   and the pod is ready again after the ``updateInPlace`` ready delay; Ready follows the readiness gates.
+- The kubelet resizes pods in place (Kubernetes 1.33+): it reports container ``resources`` in status, a
+  ``resize`` action changes them in the spec and the status when it takes effect (actuated at once; the
+  model has no node capacity, so nothing is Deferred or Infeasible), and restarts the containers it names
+  (``restartContainers``), the pod ready again after the ``resize`` ready delay.
 """
 
 from __future__ import annotations
@@ -108,6 +112,7 @@ class ClusterModel:
         self.queue: list[tuple[float, int, str, Any]] = []  # (time, seq, what, data)
         self.in_flight = 0
         self.restarting: set[str] = set()
+        self.resize_restarts: dict[str, list[str]] = {}  # pod -> containers a resize restarts
 
     def schedule_spec(self, offset: float, cloneset: dict[str, Any]) -> None:
         """A spec change (the CloneSet as observed) at ``offset`` seconds; the overrides apply on top."""
@@ -170,13 +175,24 @@ class ClusterModel:
         if action_id is not None:
             self.applied.append(action_id)
         changed = self.carry_out(action, action_id)
-        self._annotate(changed, action_id)
+        if not isinstance(action, model.ResizePod):  # pods/resize keeps no annotation of the write
+            self._annotate(changed, action_id)
         if isinstance(action, model.CreatePod):
             self._at(self.now + self.delay(ActionKind.CREATE_POD, "ready"), "start", action.pod)
-        elif isinstance(action, model.UpdateInPlace) and changed is not None:
+        elif (
+            isinstance(action, model.UpdateInPlace)
+            and changed is not None
+            and (action.restart_containers or action.not_ready is not None or action.change != "Resize")
+        ):
+            # An update that only resizes (restarting nothing) keeps the pod in service.
             self.restarting.add(action.pod)
             self._set_ready(changed, False)
             self._at(self.now + self.delay(ActionKind.UPDATE_IN_PLACE, "ready"), "restart", action.pod)
+        elif isinstance(action, model.ResizePod) and changed is not None and action.restart_containers:
+            self.restarting.add(action.pod)
+            self.resize_restarts[action.pod] = list(action.restart_containers)
+            self._set_ready(changed, False)
+            self._at(self.now + self.delay(ActionKind.RESIZE, "ready"), "restart", action.pod)
 
     def carry_out(self, action: Action, action_id: str | None = None) -> dict[str, Any] | None:
         """Apply one action to the objects now, as the executor and the API server would (strategic merge
@@ -213,6 +229,14 @@ class ClusterModel:
             _set_condition(pod, action.not_ready)  # the executor's pods/status write, before the patch
         if isinstance(action, model.RecreatePod | model.UpdateInPlace | model.PatchPod):
             _merge(pod, action.patch)
+        elif isinstance(action, model.ResizePod):
+            # pods/resize writes no action id: the caller's annotation is the model's bookkeeping only.
+            for container in (pod.get("spec") or {}).get("containers") or []:
+                if container.get("name") in action.resources:
+                    container["resources"] = copy.deepcopy(action.resources[container["name"]])
+            for status in (pod.get("status") or {}).get("containerStatuses") or []:
+                if status.get("name") in action.resources:
+                    status["resources"] = copy.deepcopy(action.resources[status["name"]])
         elif isinstance(action, model.MarkNotReady | model.MarkReady):
             if action.patch:
                 _merge(pod, action.patch)
@@ -287,6 +311,7 @@ class ClusterModel:
                 "ready": True,
                 "restartCount": 0,
                 "started": True,
+                "resources": copy.deepcopy(c.get("resources") or {}),
             }
             for c in pod["spec"].get("containers") or []
         ]
@@ -297,9 +322,12 @@ class ClusterModel:
         if pod is None:
             return
         by_name = {c.get("name"): c for c in (pod.get("status") or {}).get("containerStatuses") or []}
+        resized = self.resize_restarts.pop(pod_name, [])
         for container in (pod.get("spec") or {}).get("containers") or []:
             status = by_name.get(container.get("name"))
-            if status is not None and status.get("image") != container.get("image"):
+            if status is not None and (
+                status.get("image") != container.get("image") or container.get("name") in resized
+            ):
                 status.update(
                     image=container.get("image"),
                     imageID=f"sha256:{container.get('image')}",

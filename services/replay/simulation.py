@@ -40,6 +40,7 @@ SIMULATED_EXECUTOR = "simulation"  # the executor named in the simulated outcome
 TIMINGS: dict[str, dict[str, float]] = {
     ActionKind.CREATE_POD: {"effect": 0.2, "ready": 3.0},
     ActionKind.UPDATE_IN_PLACE: {"effect": 0.2, "ready": 2.0},
+    ActionKind.RESIZE: {"effect": 0.2, "ready": 2.0},
     ActionKind.MARK_NOT_READY: {"effect": 0.1},
     ActionKind.MARK_READY: {"effect": 0.1},
 }
@@ -82,6 +83,7 @@ class WorkloadSimulation:
         foreign_pod_spec: dict[str, Any] | None = None,
         started_events: bool = False,
         volume_claim_templates: list[dict[str, Any]] | None = None,
+        resize: tuple[dict[str, Any], dict[str, Any]] | None = None,
     ) -> None:
         """``rollout``: the template changes 30 s in (else the CloneSet is only scaled up). ``handed_over``:
         the CloneSet starts as another controller left it, its pods up and labelled with that controller's
@@ -90,7 +92,8 @@ class WorkloadSimulation:
         CloneSet was edited to remove them after its status was last written (a generation later).
         ``started_events``: actions recorded as executors did before outcomes carried ``started_at``, a
         ``PodActionStarted`` before each outcome (today an outcome carries when its action was taken).
-        ``volume_claim_templates``: the CloneSet's, a PVC per template and pod."""
+        ``volume_claim_templates``: the CloneSet's, a PVC per template and pod. ``resize``: the container's
+        resources before and after, the rollout's change instead of its image (resized in place)."""
         self.namespace, self.name = namespace, name
         v1 = base_cloneset(
             name, namespace, replicas, strategy or {"type": "InPlaceIfPossible", "maxUnavailable": 1}
@@ -98,8 +101,13 @@ class WorkloadSimulation:
         v1["metadata"]["uid"] = str(uuid.uuid5(uuid.NAMESPACE_URL, f"{namespace}/{name}"))
         if volume_claim_templates:
             v1["spec"]["volumeClaimTemplates"] = copy.deepcopy(volume_claim_templates)
+        if resize is not None:
+            v1["spec"]["template"]["spec"]["containers"][0]["resources"] = copy.deepcopy(resize[0])
         v2 = copy.deepcopy(v1)
-        v2["spec"]["template"]["spec"]["containers"][0]["image"] = "nginx:mainline"
+        if resize is not None:
+            v2["spec"]["template"]["spec"]["containers"][0]["resources"] = copy.deepcopy(resize[1])
+        else:
+            v2["spec"]["template"]["spec"]["containers"][0]["image"] = "nginx:mainline"
         v2["metadata"]["generation"] = 2
         pods: dict[str, dict[str, Any]] = {}
         pvcs: dict[str, dict[str, Any]] = {}

@@ -66,7 +66,8 @@ class SimConfig:
     # Images whose container exits with an error shortly after starting: CrashLoopBackOff, restarts growing.
     crashing_images: tuple[str, ...] = ()
     # Resources the API server does not serve, by plural or plural.group (e.g. "sidecarsets" for a cluster
-    # without the Kruise SidecarSet CRD): 404 on every path and absent from discovery.
+    # without the Kruise SidecarSet CRD): 404 on every path and absent from discovery. "pods/resize": a
+    # cluster before in-place pod resize (Kubernetes < 1.33): no such subresource, no resources in status.
     disabled_resources: tuple[str, ...] = ()
     # Bearer tokens and RBAC (auth.py): the written kubeconfig is an administrator's; per-ServiceAccount
     # ones come from SimCluster.service_account_kubeconfig. Off: every request is allowed.
@@ -113,7 +114,16 @@ class SimCluster:
             events = EventRecorder(self.store, cfg.kubelet_events, cfg.max_events)
             images = ImagePuller(cfg.timing, events, cfg.failing_images, cfg.crashing_images)
             self.agents = [
-                Kubelet(self.store, self.nodes, clock, events, images, cfg.extended_inplace, self.processes),
+                Kubelet(
+                    self.store,
+                    self.nodes,
+                    clock,
+                    events,
+                    images,
+                    cfg.extended_inplace,
+                    self.processes,
+                    resize_pods="pods/resize" not in cfg.disabled_resources,
+                ),
                 Scheduler(self.store, self.nodes, clock, events),
                 PvcBinder(self.store, clock),
             ]

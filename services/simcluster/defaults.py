@@ -25,7 +25,7 @@ def _pull_policy(image: str) -> str:
     return "Always" if ":" not in tail or tail.endswith(":latest") else "IfNotPresent"
 
 
-def _qos_class(spec: Obj) -> str:
+def qos_class(spec: Obj) -> str:
     resources = [
         c.get("resources") or {}
         for field in ("initContainers", "containers")
@@ -75,7 +75,7 @@ def initial_status(rt: ResourceType, obj: Obj) -> None:
         spec = obj.get("spec")
         status: Obj = {"phase": "Pending"}
         if isinstance(spec, dict):
-            status["qosClass"] = _qos_class(spec)
+            status["qosClass"] = qos_class(spec)
         obj["status"] = status
     elif rt is PVCS:
         obj["status"] = {"phase": "Pending"}

@@ -2,8 +2,12 @@
 Running -> ready; ``podIP`` comes from the node's range; pod ``Ready`` needs every container ready and every
 ``readinessGates`` condition True. An image change on a running container restarts that container only
 (restartCount + 1, new imageID, waiting reason ``ContainerRebuilding``, pod NotReady meanwhile); UID, IP and
-node stay. Probe changes apply with no restart. With ``extended_inplace`` env/envFrom/volumeMounts/volumes
-changes restart the container too. Deleted pods on a node terminate gracefully (``Timing.terminate``).
+node stay. Probe changes apply with no restart. A resize (``pods/resize``) is checked against the node's
+allocatable and the other pods' requests (``PodResizePending`` Infeasible / Deferred), then allocated
+(``allocatedResources``, ``PodResizeInProgress``) and actuated (``resources``), restarting only the
+containers whose changed resource has ``resizePolicy: RestartContainer``. With ``extended_inplace``
+env/envFrom/volumeMounts/volumes changes restart the container too. Deleted pods on a node terminate
+gracefully (``Timing.terminate``).
 
 Its siblings, one job each: scheduler.py binds pods to nodes, images.py pulls images, pvcs.py binds and
 protects PVCs; nodes.py holds what they share. All delays come from ``Timing``, jittered by one seeded RNG;
@@ -16,8 +20,20 @@ import asyncio
 import contextlib
 from typing import Any
 
+from . import resize
 from .images import ImagePuller
-from .nodes import Clock, EventRecorder, NodeConfig, Nodes, Tasks, Timing, digest, pod_cpu, set_condition
+from .nodes import (
+    Clock,
+    EventRecorder,
+    NodeConfig,
+    Nodes,
+    Tasks,
+    Timing,
+    digest,
+    pod_cpu,
+    pod_memory,
+    set_condition,
+)
 from .pod_runtimes import ContainerRuntime, PodRuntime
 from .processes import ProcessRuntime
 from .resources import PODS, ResourceType
@@ -49,6 +65,7 @@ class Kubelet:
         images: ImagePuller,
         extended_inplace: bool = False,
         processes: ProcessRuntime | None = None,
+        resize_pods: bool = True,
     ) -> None:
         self.store = store
         self.processes = processes  # runs the pods whose images it matches as local processes
@@ -57,6 +74,8 @@ class Kubelet:
         self.events = events
         self.images = images
         self.extended_inplace = extended_inplace
+        # Resizes pods in place and reports container resources (a 1.33+ kubelet); off: an older one.
+        self.resize_pods = resize_pods
         self.pods: dict[Key, PodRuntime] = {}
         self.tasks = Tasks()
         store.listeners.append(self._on_event)
@@ -106,6 +125,9 @@ class Kubelet:
             self.nodes.release(runtime.node, key, "")
         else:
             self.nodes.release(runtime.node, key, runtime.ip)
+        for other in self.pods.values():
+            if other.node == runtime.node and other.resize_pending is not None:
+                other.wake.set()  # capacity freed: a deferred resize is tried again
 
     def _start_pod(self, key: Key, pod: Obj, node_name: str) -> None:
         node = self.nodes.get(node_name)
@@ -113,7 +135,7 @@ class Kubelet:
         ip = ""
         if node is not None:
             if key not in node.pods:  # bound by someone else (spec.nodeName set at create)
-                self.nodes.reserve(node, key, pod_cpu(pod))
+                self.nodes.reserve(node, key, pod_cpu(pod), pod_memory(pod))
             if not process:
                 ip = self.nodes.take_ip(node)
         if self.processes is not None and process:
@@ -151,7 +173,10 @@ class Kubelet:
             fingerprint = _rebuild_fingerprint(container, volumes) if self.extended_inplace else ""
             current = runtime.containers.get(name)
             if current is None:
-                current = ContainerRuntime(name=name, image=image, fingerprint=fingerprint)
+                resources = dict(container.get("resources") or {})
+                current = ContainerRuntime(
+                    name=name, image=image, fingerprint=fingerprint, allocated=resources, actual=resources
+                )
                 runtime.containers[name] = current
                 todo.append((current, image, fingerprint))
             elif current.terminated is not None:
@@ -192,6 +217,8 @@ class Kubelet:
                 return
             if self._exits(pod, runtime, loop.time()):
                 self._write_status(key, runtime)
+                continue
+            if await self._resize(key, runtime, pod):
                 continue
             todo = self._containers_to_start(pod, runtime, loop.time())
             if todo:
@@ -287,6 +314,72 @@ class Kubelet:
             self._write_status(key, runtime)
         return True
 
+    async def _resize(self, key: Key, runtime: PodRuntime, pod: Obj) -> bool:
+        """Admit and actuate a resize of the pod's containers; True when it moved the pod on (loop again),
+        False when there is none or it waits (Deferred: tried again when the node frees capacity;
+        Infeasible: until the spec changes)."""
+        if not self.resize_pods:
+            return False
+        specs = {c["name"]: c for c in (pod.get("spec") or {}).get("containers") or []}
+        desired = {n: dict(c.get("resources") or {}) for n, c in specs.items() if n in runtime.containers}
+        changed = [n for n, res in desired.items() if not resize.same(runtime.containers[n].allocated, res)]
+        if not changed:
+            if runtime.resize_pending is not None:  # the resize was withdrawn
+                runtime.resize_pending = None
+                self._write_status(key, runtime)
+            return False
+        node = self.nodes.get(runtime.node)
+        allocated = {n: c.allocated for n, c in runtime.containers.items()}
+        wanted = resize.pod_requests({**allocated, **desired})
+        if node is not None:
+            capacity = {"cpu": f"{node.config.cpu_millis}m", "memory": f"{node.config.memory_mib}Mi"}
+            used = {
+                "cpu": resize.quantity(f"{node.cpu_used}m"),
+                "memory": resize.quantity(node.memory_used),
+            }
+            verdict = resize.feasibility(wanted, resize.pod_requests(allocated), used, capacity)
+            if verdict is not None:
+                if runtime.resize_pending != verdict:
+                    runtime.resize_pending = verdict
+                    reason = "ResizeInfeasible" if verdict[0] == resize.INFEASIBLE else "ResizeDeferred"
+                    self.events.emit(pod, reason, f"Pod resize {verdict[0]}: {verdict[1]}", warning=True)
+                    self._write_status(key, runtime)
+                return False
+        runtime.resize_pending = None
+        for name in changed:
+            runtime.containers[name].allocated = desired[name]
+        if node is not None:
+            self.nodes.resize(runtime.node, key, int(wanted["cpu"] * 1000), int(wanted["memory"]))
+        runtime.resize_in_progress = True
+        self._write_status(key, runtime)
+        await self.clock.sleep(self.clock.timing.resize)
+        current = self._current(key, runtime)
+        if current is None:
+            return True
+        for name in changed:
+            container = runtime.containers[name]
+            if container.running and resize.restarts(container.actual, container.allocated, specs[name]):
+                self._restart_for_resize(current, container)
+            container.actual = container.allocated
+        runtime.resize_in_progress = False
+        self.events.emit(current, "ResizeCompleted", f"Pod resize completed: {', '.join(sorted(changed))}")
+        self._write_status(key, runtime)
+        return True
+
+    def _restart_for_resize(self, pod: Obj, container: ContainerRuntime) -> None:
+        """A container whose resizePolicy says RestartContainer is stopped and started again."""
+        container.last_terminated = {
+            "exitCode": 0,
+            "reason": "Completed",
+            "startedAt": container.started_at,
+            "finishedAt": now_iso(),
+            "containerID": container.container_id,
+        }
+        container.restart_count += 1
+        container.running, container.ready, container.restart_at = False, False, None
+        container.waiting_reason = "ContainerCreating"
+        self.events.emit(pod, "Killing", f"Container {container.name} resize requires a restart")
+
     def _exits(self, pod: Obj, runtime: PodRuntime, now: float) -> bool:
         """Run-to-completion containers whose time is up exit 0 (Completed) and stay terminated."""
         exited = False
@@ -354,6 +447,9 @@ class Kubelet:
                 entry["lastState"] = {"terminated": rt.last_terminated}
             else:
                 entry["lastState"] = {}
+            if self.resize_pods:
+                entry["allocatedResources"] = dict(rt.allocated.get("requests") or {})
+                entry["resources"] = rt.actual
             statuses.append(entry)
         init_statuses = [
             {
@@ -386,6 +482,15 @@ class Kubelet:
             (by_type.get(g.get("conditionType")) or {}).get("status") == "True"
             for g in spec.get("readinessGates") or []
         )
+        if runtime.resize_pending is not None:
+            reason, message = runtime.resize_pending
+            conditions = set_condition(conditions, resize.PENDING, "True", reason, message)
+        else:
+            conditions = [c for c in conditions if c.get("type") != resize.PENDING]
+        if runtime.resize_in_progress:
+            conditions = set_condition(conditions, resize.IN_PROGRESS, "True")
+        else:
+            conditions = [c for c in conditions if c.get("type") != resize.IN_PROGRESS]
         conditions = set_condition(conditions, "PodScheduled", "True")
         conditions = set_condition(conditions, "Initialized", "True")
         conditions = set_condition(

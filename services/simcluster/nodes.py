@@ -16,6 +16,7 @@ from typing import Any
 from .errors import ApiError
 from .resources import EVENTS, NODES
 from .store import Key, Obj, Store, now_iso
+from .validation import parse_quantity
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,7 @@ class Timing:
     terminate: float = 0.0  # graceful deletion (capped by the pod's grace period)
     pvc_bind: float = 0.0
     crash_backoff: float = 0.0  # first CrashLoopBackOff wait, doubling to 30x (floor 0.05 s)
+    resize: float = 0.0  # an allocated pod resize -> actuated (cgroups updated)
     run: float = 0.0  # a container of a pod with restartPolicy Never/OnFailure exits 0 after this long
     jitter: float = 0.0  # each delay is multiplied by uniform(1 - jitter, 1 + jitter)
 
@@ -54,6 +56,7 @@ class Timing:
             terminate=1.0,
             pvc_bind=0.5,
             crash_backoff=2.0,
+            resize=0.2,
             run=2.0,
             jitter=0.2,
         )
@@ -73,6 +76,18 @@ def pod_cpu(pod: Obj) -> int:
     )
 
 
+def memory_bytes(value: Any) -> int:
+    parsed = parse_quantity(value) if value is not None else None
+    return int(parsed) if parsed is not None else 0
+
+
+def pod_memory(pod: Obj) -> int:
+    return sum(
+        memory_bytes(((c.get("resources") or {}).get("requests") or {}).get("memory"))
+        for c in (pod.get("spec") or {}).get("containers") or []
+    )
+
+
 def digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
@@ -85,11 +100,20 @@ class NodeState:
         self.index = index
         self.pods: set[Key] = set()
         self.cpu_used = 0
+        self.memory_used = 0  # bytes of memory requests, for pod resize's feasibility
         self.images: set[str] = set()
         self.free_ips = list(range(2, 255))
 
-    def fits(self, cpu: int) -> bool:
-        return len(self.pods) < self.config.max_pods and self.cpu_used + cpu <= self.config.cpu_millis
+    def fits(self, cpu: int, memory: int = 0) -> bool:
+        return (
+            len(self.pods) < self.config.max_pods
+            and self.cpu_used + cpu <= self.config.cpu_millis
+            and self.memory_used + memory <= self.memory_capacity
+        )
+
+    @property
+    def memory_capacity(self) -> int:
+        return self.config.memory_mib * 2**20
 
 
 class Nodes:
@@ -99,6 +123,7 @@ class Nodes:
         self.store = store
         self.by_name = {n.name: NodeState(n, i) for i, n in enumerate(configs)}
         self.pod_cpu: dict[Key, int] = {}
+        self.pod_memory: dict[Key, int] = {}
 
     def get(self, name: str) -> NodeState | None:
         return self.by_name.get(name)
@@ -106,10 +131,21 @@ class Nodes:
     def __len__(self) -> int:
         return len(self.by_name)
 
-    def reserve(self, node: NodeState, key: Key, cpu: int) -> None:
+    def reserve(self, node: NodeState, key: Key, cpu: int, memory: int = 0) -> None:
         node.pods.add(key)
         node.cpu_used += cpu
+        node.memory_used += memory
         self.pod_cpu[key] = cpu
+        self.pod_memory[key] = memory
+
+    def resize(self, node_name: str, key: Key, cpu: int, memory: int) -> None:
+        """A bound pod's requests changed in place (an allocated resize)."""
+        node = self.by_name.get(node_name)
+        if node is None or key not in node.pods:
+            return
+        node.cpu_used += cpu - self.pod_cpu.get(key, 0)
+        node.memory_used += memory - self.pod_memory.get(key, 0)
+        self.pod_cpu[key], self.pod_memory[key] = cpu, memory
 
     def take_ip(self, node: NodeState) -> str:
         return f"10.244.{node.index}.{node.free_ips.pop(0)}" if node.free_ips else ""
@@ -119,6 +155,7 @@ class Nodes:
         if node is not None and key in node.pods:
             node.pods.discard(key)
             node.cpu_used -= self.pod_cpu.pop(key, 0)
+            node.memory_used -= self.pod_memory.pop(key, 0)
             host = int(ip.rsplit(".", 1)[1]) if ip else 0
             if host:
                 node.free_ips.append(host)

@@ -24,6 +24,8 @@ class ContainerRuntime:
     restart_at: float | None = None  # loop time when a crashed container is started again
     exit_at: float | None = None  # loop time when a run-to-completion container exits 0
     terminated: dict[str, Any] | None = None  # the state of a container that exited and stays so
+    allocated: dict[str, Any] = field(default_factory=dict)  # resources the kubelet admitted
+    actual: dict[str, Any] = field(default_factory=dict)  # resources the runtime applied
 
 
 @dataclass
@@ -36,3 +38,5 @@ class PodRuntime:
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     task: asyncio.Task[None] | None = None
     process: bool = False  # run by the process runtime (processes.py)
+    resize_pending: tuple[str, str] | None = None  # (Deferred | Infeasible, message)
+    resize_in_progress: bool = False

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
-from .nodes import Clock, EventRecorder, Nodes, Tasks, pod_cpu, set_condition
+from .nodes import Clock, EventRecorder, Nodes, Tasks, pod_cpu, pod_memory, set_condition
 from .resources import NODES, PODS
 from .store import Key, Store, WatchEvent, key_of
 
@@ -54,12 +54,12 @@ class Scheduler:
         if pod is None or pod["metadata"]["uid"] != uid or (pod.get("spec") or {}).get("nodeName"):
             self._pending.discard(key)
             return
-        cpu = pod_cpu(pod)
+        cpu, memory = pod_cpu(pod), pod_memory(pod)
         selector = (pod.get("spec") or {}).get("nodeSelector") or {}
         candidates = [
             n
             for n in self.nodes.by_name.values()
-            if n.fits(cpu)
+            if n.fits(cpu, memory)
             and not self._cordoned(n.config.name)
             and all(
                 dict(n.config.labels, **{"kubernetes.io/hostname": n.config.name}).get(k) == v
@@ -86,7 +86,7 @@ class Scheduler:
         status["conditions"] = set_condition(status.get("conditions") or [], "PodScheduled", "True")
         bound = dict(pod, spec=dict(pod["spec"], nodeName=wanted_node.config.name), status=status)
         # Reserve before the write: the write's own event starts the pod on this node.
-        self.nodes.reserve(wanted_node, key, cpu)
+        self.nodes.reserve(wanted_node, key, cpu, memory)
         self._unschedulable_reported.discard(uid)
         bound = self.store.commit_internal(PODS, bound)
         self.events.emit(

@@ -31,6 +31,8 @@ from .tables import PLAIN, Rendering, negotiate, partial, partial_list, to_table
 from .validation import ensure_kind
 
 Obj = dict[str, Any]
+RESIZE_SUBRESOURCE = "pods/resize"
+
 SERVER_VERSION = {
     "major": "1",
     "minor": "30",
@@ -122,7 +124,10 @@ class ApiServer:
         self.process_logs: Callable[[str, str, str], str | None] | None = None
         allow_deep_json()
         # Resources this server does not serve (a cluster without a CRD): 404 and absent from discovery.
-        self.served = resources.served(disabled_resources)
+        # ``pods/resize`` is served unless disabled (a cluster before Kubernetes 1.33, or with the
+        # InPlacePodVerticalScaling gate off): 404 there and absent from discovery.
+        self.resize_served = RESIZE_SUBRESOURCE not in disabled_resources
+        self.served = resources.served(tuple(d for d in disabled_resources if d != RESIZE_SUBRESOURCE))
         self._by_path = {r.key: r for r in self.served}
         # Served versions that are not their CRD's storage version: converted on every read and write.
         self.views: dict[ResourceType, VersionView] = {}
@@ -383,6 +388,17 @@ class ApiServer:
                         "verbs": ["create"],
                     }
                 )
+            if r is PODS and self.resize_served:
+                # How clients discover that the cluster resizes pods in place.
+                entries.append(
+                    {
+                        "name": "pods/resize",
+                        "singularName": "",
+                        "namespaced": True,
+                        "kind": "Pod",
+                        "verbs": ["get", "patch", "update"],
+                    }
+                )
             if r.has_status:
                 entries.append(
                     {
@@ -421,6 +437,7 @@ class ApiServer:
             or (sub == "scale" and rt.scale is not None)
             or (sub == "log" and rt is PODS)
             or (sub == "eviction" and rt is PODS)
+            or (sub == "resize" and rt is PODS and self.resize_served)
         )
         if sub and not allowed:
             raise errors.ApiError(404, "the server could not find the requested resource", "NotFound")

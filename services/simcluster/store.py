@@ -20,7 +20,7 @@ from typing import Any
 
 import msgspec
 
-from . import errors
+from . import errors, resize
 from . import schema as crd_schema
 from .defaults import apply_defaults, generated_selector, initial_status
 from .plugins import check_namespace
@@ -398,15 +398,26 @@ class Store:
                     )
                 ],
             )
-        merged = self._prepare_update(rt, old, new, subresource)
-        if validate:
-            merged = self._apply_schema(rt, merged)
-        if subresource is None:
+        if subresource == "resize" and rt is PODS:
+            # pods/resize keeps nothing of the write but container resources and resize policies.
+            merged = resize.prepare(old, new)
             apply_defaults(rt, merged, old)
+            if validate:
+                causes = resize.causes(old, merged)
+                if causes:
+                    raise errors.invalid(rt.group, rt.kind, name, causes)
             if _spec_part(merged) != _spec_part(old):
                 merged["metadata"]["generation"] = int(old["metadata"].get("generation", 1)) + 1
-        if validate and (subresource is None or rt is PODS):  # pods/status may change metadata
-            validate_update(rt, old, merged, self.extended_inplace)
+        else:
+            merged = self._prepare_update(rt, old, new, subresource)
+            if validate:
+                merged = self._apply_schema(rt, merged)
+            if subresource is None:
+                apply_defaults(rt, merged, old)
+                if _spec_part(merged) != _spec_part(old):
+                    merged["metadata"]["generation"] = int(old["metadata"].get("generation", 1)) + 1
+            if validate and (subresource is None or rt is PODS):  # pods/status may change metadata
+                validate_update(rt, old, merged, self.extended_inplace)
         merged["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
         if merged == old:
             return old  # a no-op write does not bump the resourceVersion, as in Kubernetes

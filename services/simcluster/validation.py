@@ -318,6 +318,11 @@ def _pod_spec_causes(spec: dict[str, Any]) -> list[Cause]:
     return causes
 
 
+def pod_spec_causes(spec: dict[str, Any]) -> list[Cause]:
+    """What a pod spec is refused for on any write (``validatePodMetadataAndSpec``'s part here)."""
+    return _pod_spec_causes(spec)
+
+
 def _pod_update_causes(old: dict[str, Any], new: dict[str, Any], extended: bool) -> list[Cause]:
     def masked(spec: dict[str, Any]) -> dict[str, Any]:
         out = dict(spec)

@@ -217,6 +217,8 @@ def rbac_of(method: str) -> tuple[str, str, str]:
     subresource = ""
     if rest.endswith("_status"):
         rest, subresource = rest.removesuffix("_status"), "/status"
+    elif rest.endswith("_resize"):
+        rest, subresource = rest.removesuffix("_resize"), "/resize"
     resource = rest.replace("_", "") + "s"
     verb = "deletecollection" if verb_word == "delete_collection" else VERBS[verb_word]
     return group, resource + subresource, verb

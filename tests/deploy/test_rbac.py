@@ -27,6 +27,9 @@ ENTRIES = {
 # configurations are in deploy/base/webhook.yaml instead.
 NOT_DEPLOYED = {"webhook": ("services.webhook.register",)}
 
+# Discovery calls (GET /api/v1 and the like), which no Role grants.
+DISCOVERY = frozenset({"get_api_resources"})
+
 Permission = tuple[str, str, str, tuple[str, ...]]  # apiGroup, resource, verb, resourceNames (() = any)
 
 
@@ -61,6 +64,8 @@ def needed(service: str) -> dict[Permission, list[str]]:
     for call in api_calls(ENTRIES[service]):
         if call.module.startswith(skipped):
             continue
+        if call.method in DISCOVERY:
+            continue  # API discovery: every authenticated user may (the system:discovery ClusterRole)
         custom = API_METHODS.get(call.method) == "*custom*"
         group, resource, verb = custom_rbac_of(call) if custom else rbac_of(call.method)
         verbs = [verb, "watch"] if call.watched else [verb]

@@ -56,6 +56,8 @@ FINGERPRINTS = {
     13: "38857fb8c1296ce0f7f7b5b837f97018a698c266c2efb31143a3286f8703ef7c",
     # v14: rollout ids carry the workload's rollout sequence (<ns>/<name>@<revision>#<n>)
     14: "f2c126455bd027709b759f068beb4ba5cad89455003574926ceb195a8ba66a03",
+    # v15: resources resized in place through pods/resize (with the RESIZE input)
+    15: "fe3fad0a5d8bf07c9b916c5eb281902b1ba54e899db93dd671546182bffd99df",
 }
 START = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 SCRIPTS: tuple[tuple[int | None, dict[str, object]], ...] = (
@@ -102,6 +104,22 @@ def _reused_claims_input() -> PlanInput:
     return plan_input(cs, [running_pod(cs, i) for i in IDS[:4]], [revision_record(cs, 1)], pvcs)
 
 
+def _resize_input() -> PlanInput:
+    """A cpu request raised on pods whose kubelet reports container resources (added with rules v15, which
+    resize them through pods/resize instead of recreating them: earlier entries fingerprint the rest)."""
+    old, new = (
+        cloneset(strategy={"type": "InPlaceIfPossible"}),
+        cloneset(strategy={"type": "InPlaceIfPossible"}),
+    )
+    for cs, cpu in ((old, "100m"), (new, "200m")):
+        cs["spec"]["template"]["spec"]["containers"][0]["resources"] = {"requests": {"cpu": cpu}}
+    pods = [running_pod(old, i) for i in IDS[:5]]
+    for pod in pods:
+        for status in pod["status"]["containerStatuses"]:
+            status["resources"] = {"requests": {"cpu": "100m"}}
+    return plan_input(new, pods, [revision_record(old, 1)])
+
+
 def decisions_fingerprint() -> tuple[str, dict[str, int]]:
     digest = hashlib.sha256()
     counts: dict[str, int] = {}
@@ -126,6 +144,7 @@ def decisions_fingerprint() -> tuple[str, dict[str, int]]:
                 digest.update(envelope.type.encode() + msgspec.json.encode(envelope.payload))
                 counts[envelope.type] = counts.get(envelope.type, 0) + 1
     digest.update(msgspec.json.encode(plan(_reused_claims_input()).actions))
+    digest.update(msgspec.json.encode(plan(_resize_input()).actions))
     return digest.hexdigest(), counts
 
 
