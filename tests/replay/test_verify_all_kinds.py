@@ -7,8 +7,10 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+import tempfile
 from collections.abc import AsyncIterator
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -20,6 +22,7 @@ from services.infra.settings import Settings
 from services.infra.store import EventStore
 from services.model.events import Event, ObjectObserved, new_event
 from services.model.sidecarset_streams import SIDECARSET_KIND, decisions_stream, observed_stream
+from services.model.signed_note import Signer
 from services.model.streams import decisions_stream as cloneset_decisions_stream
 from services.planner.cloneset_decisions import RULES_VERSION as CLONESET_RULES
 from services.planner.kinds import SIDECARSET as SIDECARSET_PLANNER
@@ -69,6 +72,9 @@ async def record_sidecarset_rollout(store: EventStore) -> None:
     await planner.plan_round(workload)
 
 
+AUDITOR_KEY = Signer.generate("test.rollbook/log").verifier.text()
+
+
 @pytest.fixture
 async def database(server_urls: ServerUrls) -> AsyncIterator[str]:
     async with fresh_database(server_urls.database_url, prefix="rollbook_verify_kinds") as url:
@@ -89,7 +95,14 @@ async def rollbook(database_url: str, *args: str) -> tuple[int, str]:
         "services.cli.main",
         *args,
         cwd=REPO_ROOT,
-        env={**os.environ, "ROLLBOOK_DATABASE_URL": database_url},
+        # A data dir of this database's own (checkpoints other runs left in the default one are not its)
+        # and an auditor's public key to trust, though no auditor signed this log.
+        env={
+            **os.environ,
+            "ROLLBOOK_DATABASE_URL": database_url,
+            "ROLLBOOK_DATA_DIR": str(Path(tempfile.gettempdir()) / database_url.rsplit("/", 1)[-1]),
+            "ROLLBOOK_AUDIT_PUBLIC_KEY": AUDITOR_KEY,
+        },
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
     )
