@@ -11,7 +11,8 @@ would (a service that exits is started again, and counted). Each trial rolls out
 (image change, InPlaceIfPossible); the fault strikes once a seeded random share of its pods is updated.
 
 Faults: none (the baseline), postgres-restart (immediate stop, start after --fault-seconds), nats-restart
-(SIGKILL every node, start them again), nats-node-loss (SIGKILL the node leading the stream, back after
+(SIGKILL every node, start them again on their storage), nats-wipe (SIGKILL every node, delete every
+node's JetStream storage, start them again: what the bus held is gone), nats-node-loss (SIGKILL the node leading the stream, back after
 the trial), api-errors-30 (30% of writes answered 500/429 for the rest of the rollout),
 api-errors-30-from-start (the same, striking as the image changes: the whole rollout meets them),
 api-500-30-from-start (30% of writes answered 500 only, from the image change: no Retry-After to honour),
@@ -75,6 +76,7 @@ FAULTS = (
     "none",
     "postgres-restart",
     "nats-restart",
+    "nats-wipe",
     "nats-node-loss",
     "api-errors-30",
     "api-errors-30-from-start",
@@ -277,9 +279,12 @@ class Chaos:
             await self.pg.stop_postgres(immediate=True)
             await asyncio.sleep(args.fault_seconds)  # the outage itself: how long the database is down
             await self.pg.start_postgres()
-        elif fault == "nats-restart":
+        elif fault in ("nats-restart", "nats-wipe"):
             for node in range(self.nats.size):
                 await self.nats.kill(node)
+            if fault == "nats-wipe":
+                for node in range(self.nats.size):
+                    await self.nats.wipe(node)  # every disk lost: the cluster comes back with no stream
             await asyncio.sleep(args.fault_seconds)
             for node in range(self.nats.size):
                 await self.nats.start_node(node)
@@ -411,9 +416,11 @@ async def main(args: argparse.Namespace) -> int:
             Settings(nats_url="nats://127.0.0.1:1", data_dir=str(root / "pg")), migrate=False
         )
         async with pg as resolved:
-            database_url = with_database(resolved.url_for("owner"), f"rollbook_chaos_{uuid.uuid4().hex[:8]}")
+            database = f"rollbook_chaos_{uuid.uuid4().hex[:8]}"
+            database_url = with_database(resolved.url_for("owner"), database)
             admin = await asyncpg.connect(asyncpg_url(resolved.url_for("owner")))
-            await admin.execute(f'CREATE DATABASE "{database_url.rsplit("/", 1)[1]}"')
+            # The name itself: the URL may go on with a query (the embedded server's ?passfile=...).
+            await admin.execute(f'CREATE DATABASE "{database}"')
             await admin.close()
             await upgrade_async(database_url)
             async with EmbeddedNatsCluster(root / "nats", size=3) as nats_cluster:
