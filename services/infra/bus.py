@@ -121,6 +121,9 @@ HEADER_ALLOWANCE = 4096
 # 60 s request timeouts), so only a hung handler reaches it; its message is then delivered again.
 MAX_HELD_SECONDS = 300.0
 
+# Seconds a consumer fetches nothing before it asks whether its durable still exists (lost with the
+# stream when the bus lost its storage: services/auditor/bus_loss.py).
+DURABLE_CHECK_IDLE = 5.0
 # Retry delays (seconds) after the 1st, 2nd, ... failed delivery; the last one repeats.
 DEFAULT_RETRY_BACKOFF: tuple[float, ...] = (0.5, 2.0, 5.0, 15.0, 30.0)
 _MAX_HEADER_CHARS = 2000
@@ -783,6 +786,7 @@ class Consumer:
         sub = await self.bus.js.pull_subscribe_bind(self.durable, stream=self.bus.stream)
         runner = KeyedRunner(self.concurrency) if self.concurrency > 1 else None
         heartbeat = asyncio.create_task(self._heartbeat(), name=f"{self.durable}-in-progress")
+        looked = time.monotonic()  # when the durable was last known to exist
         try:
             while not self._stopping.is_set():
                 wanted = self.batch
@@ -793,6 +797,13 @@ class Consumer:
                 try:
                     msgs = await pull(sub, wanted, self.fetch_timeout)
                 except (TimeoutError, nats.errors.TimeoutError):  # nats-py raises either
+                    # A durable deleted with its stream answers some pulls as over (409), not as an
+                    # error: an idle consumer looks now and then whether it is still there.
+                    if time.monotonic() - looked >= DURABLE_CHECK_IDLE:
+                        looked = time.monotonic()
+                        if await self._durable_gone():
+                            log.error("consumer %s is gone from the bus; making it again", self.durable)
+                            sub = await self._bind_again(sub)
                     continue
                 except nats.errors.ConnectionClosedError:
                     log.warning("bus connection closed; consumer %s stops", self.durable)

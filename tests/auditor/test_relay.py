@@ -309,3 +309,46 @@ async def test_acks_that_keep_coming_are_waited_for_however_long_the_batch_takes
         await relay.publish(events)  # 1.2 s in all, an ack every 0.3 s
     assert relay.position == events[-1].global_position
     assert all(task.done() for task in delayed)
+
+
+async def test_a_stream_lost_behind_the_store_is_made_again_with_the_original_events(
+    own_store: EventStore, own_bus: Bus
+) -> None:
+    """The bus loses everything (its storage wiped): the relay makes the stream again and publishes every
+    event it held as itself (same id, same bytes), reporting the gap until it is closed."""
+    stream = unique_stream()
+    await own_store.append(batch(stream, 1, 12), expected_version=0)
+    reports: list[str | None] = []
+    relay = Relay(own_store, own_bus, on_gap=reports.append)
+    stopping, task = await relaying(relay)
+    try:
+        await wait_for(relay.caught_up.wait, within=30, what="the relay caught up")
+        await wait_for(
+            lambda: _true(relay.held_from == 1), within=30, what="the relay saw what the bus holds"
+        )
+        before = [await own_bus.js.get_msg(own_bus.stream, seq) for seq in range(1, 13)]
+        await own_bus.js.delete_stream(own_bus.stream)
+        await own_store.append(batch(stream, 13, 3), expected_version=12)
+
+        async def published_again() -> bool:
+            try:
+                return await published_event_ids(own_bus) == await stored_ids(own_store)
+            except nats.js.errors.NotFoundError:
+                return False  # not made again yet
+
+        await wait_for(published_again, within=30, what="every stored event on the new stream")
+        after = [await own_bus.js.get_msg(own_bus.stream, seq) for seq in range(1, 13)]
+        assert [m.data for m in after] == [m.data for m in before]
+        assert [(m.headers or {})["Nats-Msg-Id"] for m in after] == [
+            (m.headers or {})["Nats-Msg-Id"] for m in before
+        ]
+        await wait_for(lambda: _true(reports[-1:] == [None]), within=30, what="the gap closed")
+        opened = reports[0]
+        assert opened is not None and opened.startswith("the bus lost events 1..") and "stream" in opened
+        assert relay.detail()["bus_gap"] is None
+    finally:
+        await stop(stopping, task)
+
+
+async def _true(value: bool) -> bool:
+    return value

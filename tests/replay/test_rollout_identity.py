@@ -114,7 +114,12 @@ async def test_views_tree_replay_and_what_if_keep_a_rollback_apart(
         list(simulation.model.pods.values()),
         [
             PodAction(
-                r["pod"], r["action"], r["rollout_id"], r["requested"], r["finished"], r["outcome"],
+                r["pod"],
+                r["action"],
+                r["rollout_id"],
+                r["requested"],
+                r["finished"],
+                r["outcome"],
                 r["update_kind"] == "in place",
             )
             for r in actions
