@@ -12,8 +12,9 @@ would (a service that exits is started again, and counted). Each trial rolls out
 
 Faults: none (the baseline), postgres-restart (immediate stop, start after --fault-seconds), nats-restart
 (SIGKILL every node, start them again on their storage), nats-wipe (SIGKILL every node, delete every
-node's JetStream storage, start them again: what the bus held is gone), nats-node-loss (SIGKILL the node leading the stream, back after
-the trial), api-errors-30 (30% of writes answered 500/429 for the rest of the rollout),
+node's JetStream storage, start them again: what the bus held is gone), nats-node-loss (SIGKILL the
+node leading the stream, back after the trial), api-errors-30 (30% of writes answered 500/429 for the
+rest of the rollout),
 api-errors-30-from-start (the same, striking as the image changes: the whole rollout meets them),
 api-500-30-from-start (30% of writes answered 500 only, from the image change: no Retry-After to honour),
 api-latency (0.2-0.5 s per request), oversized-object (a second CloneSet carrying a 1.2 MB env value

@@ -49,6 +49,9 @@ _TRANSIENT_TYPES: tuple[type[BaseException], ...] = (
     asyncpg.CrashShutdownError,
     asyncpg.TooManyConnectionsError,
     asyncpg.ConnectionDoesNotExistError,
+    # No server of a multi-host URL is writable yet (target_session_attrs=read-write): a failover under
+    # way, its standby not promoted yet.
+    asyncpg.TargetServerAttributeNotMatched,
     sqlalchemy.exc.DisconnectionError,
     # NATS: reconnecting, or JetStream answering 503 / nobody during a restart or a leader election.
     nats.errors.NoServersError,
