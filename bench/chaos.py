@@ -44,7 +44,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,6 +55,7 @@ import aiohttp  # noqa: E402
 import asyncpg  # noqa: E402
 from kubernetes_asyncio import config  # noqa: E402
 
+from bench.replicated_postgres import DEFAULT_BIN, ReplicatedPostgres  # noqa: E402
 from services.infra.bus import Bus  # noqa: E402
 from services.infra.checkpoints import published_checkpoints  # noqa: E402
 from services.infra.database import asyncpg_url, upgrade_async  # noqa: E402
@@ -88,7 +89,10 @@ FAULTS = (
     "kill-planner",
     "kill-executor",
     "kill-auditor",
+    "pg-failover-sync",
+    "pg-failover-async",
 )
+FAILOVERS = frozenset({"pg-failover-sync", "pg-failover-async"})
 # Faults that strike as the image changes rather than once some pods are updated: what a rollout started
 # in an API's bad hour costs from its first pod.
 FROM_START = frozenset({"api-errors-30-from-start", "api-500-30-from-start"})
@@ -153,7 +157,12 @@ async def count(database_url: str, sql: str, *args: Any) -> int:
 
 class Chaos:
     def __init__(
-        self, args: argparse.Namespace, stack: Stack, sim: SimCluster, cluster: Cluster, pg: EmbeddedServers
+        self,
+        args: argparse.Namespace,
+        stack: Stack,
+        sim: SimCluster,
+        cluster: Cluster,
+        pg: EmbeddedServers | ReplicatedPostgres,
     ) -> None:
         self.args = args
         self.stack = stack
@@ -202,6 +211,9 @@ class Chaos:
             strike_after = 0  # drawn all the same, so the seeded draws that follow stay as they were
         actions = f"CloneSet/default/{name}/actions"
 
+        if fault in FAILOVERS and isinstance(self.pg, ReplicatedPostgres):
+            # Commits wait for the standby (sync) or not (async): what the failover may lose.
+            await self.pg.set_synchronous(fault == "pg-failover-sync")
         started = time.monotonic()
         await self.cluster.patch_cloneset(name, with_image(seed, "nginx:mainline"))
         updated_sql = (
@@ -276,10 +288,15 @@ class Chaos:
     async def inject(self, fault: str, name: str, seed: dict[str, Any], extra: list[str]) -> float:
         """Strike; returns the monotonic time the fault ended."""
         args = self.args
-        if fault == "postgres-restart":
+        if fault == "postgres-restart" and isinstance(self.pg, ReplicatedPostgres):
+            await self.pg.restart_primary(args.fault_seconds)
+        elif fault == "postgres-restart":
             await self.pg.stop_postgres(immediate=True)
             await asyncio.sleep(args.fault_seconds)  # the outage itself: how long the database is down
             await self.pg.start_postgres()
+        elif fault in FAILOVERS:
+            assert isinstance(self.pg, ReplicatedPostgres)
+            await self.pg.fail_over()  # the primary SIGKILLed, the standby promoted
         elif fault in ("nats-restart", "nats-wipe"):
             for node in range(self.nats.size):
                 await self.nats.kill(node)
@@ -328,6 +345,8 @@ class Chaos:
 
     async def end_fault(self, fault: str) -> None:
         self.sim.faults.configure(FaultConfig())
+        if fault in FAILOVERS and isinstance(self.pg, ReplicatedPostgres):
+            await self.pg.rebuild_standby()  # the next trial fails over again
         for node, process in enumerate(self.nats.processes):
             if process is None:
                 await self.nats.start_node(node)
@@ -397,6 +416,31 @@ def table(trials: list[Trial], faults: list[str]) -> list[str]:
     return lines
 
 
+@contextlib.asynccontextmanager
+async def bench_postgres(
+    root: Path, faults: list[str], pg_bin: Path
+) -> AsyncIterator[tuple[EmbeddedServers | ReplicatedPostgres, str]]:
+    """The bench's own Postgres and a fresh database on it: a primary and its streaming standby when a
+    failover fault runs (every fault then runs on them, through the URL that lists both), else an
+    embedded server. Stopped on every way out."""
+    database = f"rollbook_chaos_{uuid.uuid4().hex[:8]}"
+    if FAILOVERS & set(faults):
+        async with ReplicatedPostgres(root / "pg-pair", bin_dir=pg_bin) as pair:
+            admin = await asyncpg.connect(pair.url())
+            await admin.execute(f'CREATE DATABASE "{database}"')
+            await admin.close()
+            yield pair, pair.url(database)
+        return
+    # Postgres only (a NATS URL is given, so none is started): the bench's own, for postgres-restart.
+    pg = EmbeddedServers(Settings(nats_url="nats://127.0.0.1:1", data_dir=str(root / "pg")), migrate=False)
+    async with pg as resolved:
+        admin = await asyncpg.connect(asyncpg_url(resolved.url_for("owner")))
+        # The name itself: the URL may go on with a query (the embedded server's ?passfile=...).
+        await admin.execute(f'CREATE DATABASE "{database}"')
+        await admin.close()
+        yield pg, with_database(resolved.url_for("owner"), database)
+
+
 async def main(args: argparse.Namespace) -> int:
     faults = list(FAULTS) if args.faults == "all" else list(dict.fromkeys(args.faults.split(",")))
     unknown = set(faults) - set(FAULTS)
@@ -412,17 +456,7 @@ async def main(args: argparse.Namespace) -> int:
         root = Path(scratch)
         (root / "nats").mkdir()
         (root / "logs").mkdir()
-        # Postgres only (a NATS URL is given, so none is started): the bench's own, for postgres-restart.
-        pg = EmbeddedServers(
-            Settings(nats_url="nats://127.0.0.1:1", data_dir=str(root / "pg")), migrate=False
-        )
-        async with pg as resolved:
-            database = f"rollbook_chaos_{uuid.uuid4().hex[:8]}"
-            database_url = with_database(resolved.url_for("owner"), database)
-            admin = await asyncpg.connect(asyncpg_url(resolved.url_for("owner")))
-            # The name itself: the URL may go on with a query (the embedded server's ?passfile=...).
-            await admin.execute(f'CREATE DATABASE "{database}"')
-            await admin.close()
+        async with bench_postgres(root, faults, Path(args.pg_bin)) as (pg, database_url):
             await upgrade_async(database_url)
             async with EmbeddedNatsCluster(root / "nats", size=3) as nats_cluster:
                 args.nats_cluster = nats_cluster
@@ -460,7 +494,7 @@ async def run(
     stack: Stack,
     sim: SimCluster,
     cluster: Cluster,
-    pg: EmbeddedServers,
+    pg: EmbeddedServers | ReplicatedPostgres,
     faults: list[str],
 ) -> int:
     await stack.start(*SERVICES, ready_timeout=120)  # four interpreters starting on a busy machine
@@ -522,6 +556,9 @@ if __name__ == "__main__":
     parser.add_argument("--timeout", type=float, default=180.0, help="seconds a rollout may take")
     parser.add_argument(
         "--interleave", action="store_true", help="run the faults in turn, one trial each per round"
+    )
+    parser.add_argument(
+        "--pg-bin", default=str(DEFAULT_BIN), help="Postgres binaries for the failover faults' two servers"
     )
     parser.add_argument("--log-dir", default="", help="keep the services' logs here (default: a temp dir)")
     sys.exit(asyncio.run(main(parser.parse_args())))

@@ -7,10 +7,17 @@ past events the bus no longer has, and a rollout stops for good. The relay compa
 stream with what the stream is now (``bus_loss``) and, on a loss, rewinds (``rewind_position``) to
 publish those events again as themselves: same bytes, same ``Nats-Msg-Id`` (the event id), so whatever
 the bus kept drops them as duplicates.
+
+The store can go back too: a standby promoted after an asynchronous primary was lost may lack the last
+commits, which the relay had already published. ``store_divergence`` finds the last position both still
+agree on and the published events the store no longer holds: the relay goes on from there (what the new
+primary committed at those positions is published too) and names the lost ones.
 """
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -60,3 +67,35 @@ def rewind_position(reason: str, position: int, held_from: int | None, kept_up_t
         return min(position, kept_up_to)
     start = 0 if held_from is None else max(0, held_from - 1)
     return min(position, start)
+
+
+@dataclass(frozen=True)
+class Sent:
+    """An event the relay published (JetStream acknowledged it), as it remembers it by store position."""
+
+    event_id: uuid.UUID
+    stream: str
+    stream_version: int
+    type: str
+
+
+def store_divergence(
+    sent: Mapping[int, Sent], stored: Mapping[int, uuid.UUID]
+) -> tuple[int, list[tuple[int, Sent]]] | None:
+    """Whether the store went back behind the bus: ``sent`` maps positions to what the relay published
+    from them (those it checks), ``stored`` the event ids the store holds at those positions now. None
+    while each holds the event published from it. Otherwise the position before the first that does not
+    (the relay goes on after it, so that what was committed in the meantime at positions it had passed is
+    published too) and the published events the store no longer holds anywhere in that range: lost with
+    a primary whose last commits its standby never received."""
+    differ = [position for position, event in sent.items() if stored.get(position) != event.event_id]
+    if not differ:
+        return None
+    common = min(differ) - 1
+    still_stored = set(stored.values())
+    lost = sorted(
+        (position, event)
+        for position, event in sent.items()
+        if position > common and event.event_id not in still_stored
+    )
+    return common, lost

@@ -48,7 +48,15 @@ from aiohttp import web
 from nats.aio.msg import Msg
 from prometheus_client import Counter
 
-from services.auditor.bus_loss import SHORTENED, StreamMark, bus_loss, later_mark, rewind_position
+from services.auditor.bus_loss import (
+    SHORTENED,
+    Sent,
+    StreamMark,
+    bus_loss,
+    later_mark,
+    rewind_position,
+    store_divergence,
+)
 from services.infra.api_auth import authenticator, guard
 from services.infra.bus import (
     BODY_HEADER,
@@ -68,6 +76,7 @@ from services.infra.metrics import (
     RELAY_POSITION,
     RELAY_PUBLISHED,
     RELAY_REFERENCES,
+    RELAY_STORE_LOST,
     RETRIES,
 )
 from services.infra.nats_auth import AUDITOR
@@ -95,6 +104,12 @@ PUBLISH_ACK_STALL = 2.0
 _RESUME_SCAN = 1000  # messages to look back for a position header (dead letters carry none)
 # Seconds between two looks at the stream for events the bus lost (one stream_info request).
 BUS_CHECK_INTERVAL = 1.0
+# Published events the relay remembers by position (~250 bytes each), to find those a store failover lost.
+SENT_CAPACITY = 20_000
+LOST_SHOWN = 50  # lost events named in /readyz (every one is logged)
+# Published events checked against the store every BUS_CHECK_INTERVAL (one index range scan): a failover
+# must come within this many events of the last commits its standby received for them to be caught.
+STORE_CHECK_WINDOW = 2000
 # Identities read at once when the audit meets a relayed message it knows nothing about (the consumer
 # fetches 256 messages at a time, and relayed messages come in position order).
 AUDIT_READ_AHEAD = 256
@@ -174,10 +189,24 @@ class Relay:
         # The events the bus lost and the relay has yet to publish again: reason, from, until (positions).
         self.gap: dict[str, Any] | None = None
         self.on_gap = on_gap  # told the gap's description when one opens, None when it closes
+        self.sent: dict[int, Sent] = {}  # position -> what was published from it, the newest SENT_CAPACITY
+        # Published events the store lost (a failover to a standby without them), by position: the events
+        # consumers may have acted on that the record no longer holds.
+        self.store_lost: dict[int, Sent] = {}
 
     def detail(self) -> dict[str, Any]:
         """``details.relay`` of /readyz."""
-        return {"position": self.position, "retrying": self.retrying, "bus_gap": self.gap}
+        lost = [
+            {"position": p, "event_id": str(e.event_id), "stream": e.stream, "version": e.stream_version,
+             "type": e.type}
+            for p, e in list(self.store_lost.items())[-LOST_SHOWN:]
+        ]  # fmt: skip
+        return {
+            "position": self.position,
+            "retrying": self.retrying,
+            "bus_gap": self.gap,
+            "store_lost": {"count": len(self.store_lost), "events": lost} if lost else None,
+        }
 
     async def resume_position(self) -> int:
         """The position carried by the newest relayed message in the stream (0 for an empty stream)."""
@@ -211,6 +240,7 @@ class Relay:
         newest messages), create it again if it is gone, move the position back to publish them again,
         and open the gap. Then note what the stream is and the oldest position it holds."""
         self._checked_at = time.monotonic()
+        await self.check_store()
         info = await self._stream_info()
         if info is None and self.bus.manages_streams:
             await self.bus.ensure_stream()  # its consumers wait for it (Consumer.run makes them again)
@@ -242,6 +272,39 @@ class Relay:
                 self.held_from = await self.oldest_position(info.state.first_seq, info.state.last_seq)
                 self._held_seq = info.state.first_seq
         self._gap_progress()
+
+    async def check_store(self) -> None:
+        """Whether the store still holds, at the positions of the last ``STORE_CHECK_WINDOW`` events
+        published, the events published from them; if not (a failover to a standby that never received
+        the last commits), go back to the position before the first that differs, and name every published
+        event it lost (log, metric, /readyz)."""
+        window = {p: e for p, e in self.sent.items() if p <= self.position}
+        if len(window) > STORE_CHECK_WINDOW:
+            window = dict(list(window.items())[-STORE_CHECK_WINDOW:])
+        if not window:
+            return
+        first = min(window)
+        # Positions may skip numbers (a sequence's), never repeat: the range holds at most this many rows.
+        identities = await self.store.read_identities(first - 1, self.position - first + 1)
+        found = store_divergence(window, {i.global_position: i.event_id for i in identities})
+        if found is None:
+            return
+        common, lost = found
+        for position, event in lost:
+            self.store_lost[position] = event
+            log.error(
+                "relay_store_lost_event",
+                position=position,
+                event_id=str(event.event_id),
+                stream=event.stream,
+                version=event.stream_version,
+                type=event.type,
+            )
+        RELAY_STORE_LOST.inc(len(lost))
+        log.error("relay_store_went_back", position=self.position, goes_on_after=common, lost=len(lost))
+        self.sent = {p: e for p, e in self.sent.items() if p <= common}
+        self.position = common
+        self.caught_up.clear()
 
     async def oldest_position(self, first: int, last: int) -> int | None:
         """The position carried by the oldest relayed message from stream sequence ``first`` on."""
@@ -355,6 +418,10 @@ class Relay:
                     raise outcome
                 self.position = stored.global_position
                 acknowledged += 1
+                if len(self.sent) >= SENT_CAPACITY:
+                    del self.sent[next(iter(self.sent))]
+                sent = stored.envelope
+                self.sent[self.position] = Sent(sent.event_id, sent.stream, sent.stream_version, sent.type)
                 self._saw_ack(outcome)
         finally:
             RELAY_PUBLISHED.inc(acknowledged)

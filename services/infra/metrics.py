@@ -69,6 +69,10 @@ RELAY_BUS_LOSSES = Counter(
     "Times the relay found the bus had lost events it had published (stream gone, recreated or shortened)",
     ["reason"],
 )
+RELAY_STORE_LOST = Counter(
+    "rollbook_relay_store_lost_events_total",
+    "Events the relay had published that the store no longer holds (a failover to a standby without them)",
+)
 RELAY_BUS_GAP = Gauge(
     "rollbook_relay_bus_gap_events",
     "Stored events the bus lost that the relay has yet to publish again (0: the bus holds what it held)",

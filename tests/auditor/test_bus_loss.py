@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from datetime import UTC, datetime
 
 import pytest
@@ -10,10 +11,12 @@ from services.auditor.bus_loss import (
     GONE,
     RECREATED,
     SHORTENED,
+    Sent,
     StreamMark,
     bus_loss,
     later_mark,
     rewind_position,
+    store_divergence,
 )
 
 BORN = datetime(2026, 1, 1, tzinfo=UTC)
@@ -69,3 +72,43 @@ def test_the_relay_publishes_again_what_the_bus_lost_and_no_further_back(
     reason: str, position: int, held_from: int | None, kept_up_to: int, rewound: int
 ) -> None:
     assert rewind_position(reason, position, held_from, kept_up_to) == rewound
+
+
+def sent(n: int) -> Sent:
+    return Sent(uuid.UUID(int=n), "CloneSet/default/web", n, "PodActionRequested")
+
+
+def at(*positions: int) -> dict[int, uuid.UUID]:
+    return {p: uuid.UUID(int=p) for p in positions}
+
+
+@pytest.mark.parametrize(
+    ("published", "stored", "found"),
+    [
+        ({}, {}, None),
+        ({1: sent(1), 2: sent(2)}, at(1, 2), None),  # the store holds what was published
+        ({1: sent(1), 2: sent(2)}, at(1, 2, 3), None),  # and more since
+        # A failover lost 3 and 4; the new primary has committed nothing yet.
+        ({1: sent(1), 2: sent(2), 3: sent(3), 4: sent(4)}, at(1, 2), (2, [(3, sent(3)), (4, sent(4))])),
+        # ... or committed other events at those positions, which the relay must publish after 2.
+        (
+            {1: sent(1), 2: sent(2), 3: sent(3), 4: sent(4)},
+            {**at(1, 2), 3: uuid.UUID(int=99)},
+            (2, [(3, sent(3)), (4, sent(4))]),
+        ),
+        # ... and the relay had already published those before it looked: 5 and 6 are still lost.
+        (
+            {p: sent(p) for p in range(1, 10)},
+            at(1, 2, 3, 4, 7, 8, 9),
+            (4, [(5, sent(5)), (6, sent(6))]),
+        ),
+        # Nothing the relay remembers is left: it goes on from before the oldest it remembers.
+        ({5: sent(5), 6: sent(6)}, {}, (4, [(5, sent(5)), (6, sent(6))])),
+    ],
+)
+def test_a_store_gone_back_behind_the_bus_names_the_events_it_lost(
+    published: dict[int, Sent],
+    stored: dict[int, uuid.UUID],
+    found: tuple[int, list[tuple[int, Sent]]] | None,
+) -> None:
+    assert store_divergence(published, stored) == found

@@ -8,6 +8,7 @@ import contextlib
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
+import asyncpg
 import nats.js.errors
 import pytest
 
@@ -352,3 +353,43 @@ async def test_a_stream_lost_behind_the_store_is_made_again_with_the_original_ev
 
 async def _true(value: bool) -> bool:
     return value
+
+
+async def test_events_a_failover_lost_from_the_store_are_named_and_what_follows_is_published(
+    own_store: EventStore, own_bus: Bus
+) -> None:
+    """The store goes back behind the bus (a standby promoted without the primary's last commits, here
+    those commits deleted): the relay names each published event the store lost and publishes what the
+    new primary commits, though its positions may be ones the relay had passed."""
+    stream, other = unique_stream(), unique_stream()
+    await own_store.append(batch(stream, 1, 6), expected_version=0)
+    relay = Relay(own_store, own_bus)
+    stopping, task = await relaying(relay)
+    try:
+        await wait_for(relay.caught_up.wait, within=30, what="the relay caught up")
+        lost = [e async for e in own_store.read_all()][-2:]
+        # As the database's superuser: the store's own connections act as the writer, who may not.
+        url = own_store.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+        connection = await asyncpg.connect(url)
+        try:
+            await connection.execute("ALTER TABLE events DISABLE TRIGGER events_append_only")
+            await connection.execute(
+                "DELETE FROM events WHERE global_position >= $1", lost[0].global_position
+            )
+            await connection.execute("ALTER TABLE events ENABLE TRIGGER events_append_only")
+        finally:
+            await connection.close()
+        await own_store.append(batch(other, 1, 3), expected_version=0)
+
+        async def named_and_published() -> bool:
+            return relay.detail()["store_lost"] is not None and set(await stored_ids(own_store)) <= set(
+                await published_event_ids(own_bus)
+            )
+
+        await wait_for(named_and_published, within=30, what="the lost named, the new primary's published")
+        named = relay.detail()["store_lost"]
+        assert named["count"] == 2
+        assert [e["event_id"] for e in named["events"]] == [str(e.envelope.event_id) for e in lost]
+        assert {e["stream"] for e in named["events"]} == {stream}
+    finally:
+        await stop(stopping, task)
