@@ -396,7 +396,7 @@ class Chaos:
 
 def table(trials: list[Trial], faults: list[str]) -> list[str]:
     header = (
-        "| fault            | finished | restarts/pod | lost PG/JS | dup | breach | verify | audit |"
+        "| fault             | finished | restarts/pod | lost PG/JS | dup | breach | verify | audit |"
         " recovery s | rollout s | restarts |"
     )
     lines = [header, "|" + "|".join("-" * (len(c)) for c in header.split("|")[1:-1]) + "|"]
@@ -404,7 +404,7 @@ def table(trials: list[Trial], faults: list[str]) -> list[str]:
         rows = [t for t in trials if t.fault == fault]
         n = len(rows)
         lines.append(
-            f"| {fault:<16} | {sum(t.finished for t in rows):>4}/{n:<3} |"
+            f"| {fault:<17} | {sum(t.finished for t in rows):>4}/{n:<3} |"
             f" {max(t.max_restarts_per_pod for t in rows):>12} |"
             f" {sum(t.lost_in_bus for t in rows):>4}/{sum(t.lost_in_store for t in rows):<5} |"
             f" {sum(t.duplicates for t in rows):>3} | {sum(t.breach for t in rows):>6} |"

@@ -34,6 +34,11 @@ def _wrapped_by_sqlalchemy(driver_error: BaseException) -> sqlalchemy.exc.DBAPIE
         (asyncpg.InterfaceError("connection is closed"), True),
         # A failover under way: the URL's servers are down or still standbys (target_session_attrs).
         (asyncpg.TargetServerAttributeNotMatched('None of the hosts match "read-write"'), True),
+        (
+            asyncpg.InternalClientError("cannot switch to state 12; another operation (2) is in progress"),
+            True,
+        ),
+        (asyncpg.InternalClientError("something else inside asyncpg"), False),
         # A read-only server written to is not a wait: a URL without target_session_attrs, a mistake.
         (asyncpg.ReadOnlySQLTransactionError("cannot execute INSERT in a read-only transaction"), False),
         (ConnectionRefusedError(111, "Connect call failed"), True),
