@@ -296,7 +296,9 @@ class Chaos:
             await self.pg.start_postgres()
         elif fault in FAILOVERS:
             assert isinstance(self.pg, ReplicatedPostgres)
-            await self.pg.fail_over()  # the primary SIGKILLed, the standby promoted
+            # The standby --fault-seconds behind (its WAL receiver stopped), the primary SIGKILLed, the
+            # standby promoted: async loses what was committed meanwhile, sync never acknowledged it.
+            await self.pg.fail_over(lag=args.fault_seconds)
         elif fault in ("nats-restart", "nats-wipe"):
             for node in range(self.nats.size):
                 await self.nats.kill(node)

@@ -5,7 +5,7 @@ binaries (--pg-bin, default /usr/lib/postgresql/15/bin).
     async with ReplicatedPostgres(root) as pair:
         url = pair.url("rollbook")       # both servers, target_session_attrs=read-write
         await pair.set_synchronous(True) # commits wait for the standby (False: asynchronous)
-        await pair.fail_over()           # SIGKILL the primary, promote the standby
+        await pair.fail_over(lag=1.0)    # the standby 1 s behind; SIGKILL the primary, promote the standby
         await pair.rebuild_standby()     # the old primary, made again from the new one, follows it
 
 Every server is started with a parent-death signal and stopped on exit (services/infra/embedded.py's
@@ -15,6 +15,7 @@ helpers). Logins are trusted from 127.0.0.1 only: the servers listen there and n
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import signal
 import subprocess
@@ -162,23 +163,36 @@ class ReplicatedPostgres:
         await self._execute(self.primary, "SELECT pg_reload_conf()")
         self.synchronous = synchronous
 
-    async def fail_over(self) -> float:
-        """SIGKILL the primary, as a lost machine; promote the standby. Returns the monotonic time the new
-        primary took writes."""
+    async def fail_over(self, lag: float = 0.0) -> None:
+        """SIGKILL the primary, as a lost machine; promote the standby. With ``lag``, the standby's WAL
+        receiver is stopped (SIGSTOP) that many seconds before: what the primary commits meanwhile never
+        reaches the standby (asynchronous replication: committed and lost; synchronous: the commits wait,
+        and are not acknowledged)."""
         old = self.primary
+        new = 1 - old
+        receiver = 0
+        if lag > 0:
+            connection = await asyncpg.connect(self.server_url(new))
+            try:
+                receiver = int(await connection.fetchval("SELECT pid FROM pg_stat_wal_receiver") or 0)
+            finally:
+                await connection.close()
+            if receiver:
+                os.kill(receiver, signal.SIGSTOP)
+            await asyncio.sleep(lag)
         process = self.processes[old]
         assert process is not None
         process.kill()
         await asyncio.to_thread(process.wait)
         self.processes[old] = None
-        new = 1 - old
+        if receiver:
+            os.kill(receiver, signal.SIGCONT)
         await asyncio.to_thread(self._run, "pg_ctl", "promote", "-w", "-D", str(self._data(new)))
         self.primary = new
         # Alone, the new primary cannot wait for a standby: asynchronous until one follows it again (what
         # Patroni's non-strict synchronous mode does).
         await self._execute(new, "ALTER SYSTEM RESET synchronous_standby_names")
         await self._execute(new, "SELECT pg_reload_conf()")
-        return asyncio.get_running_loop().time()
 
     async def rebuild_standby(self) -> None:
         """Make the old primary again, from the new one, as its standby (as the operator does after a
