@@ -57,7 +57,6 @@ import aiohttp  # noqa: E402
 import asyncpg  # noqa: E402
 from kubernetes_asyncio import config  # noqa: E402
 
-from bench.replicated_postgres import DEFAULT_BIN, ReplicatedPostgres  # noqa: E402
 from services.infra.bus import Bus  # noqa: E402
 from services.infra.checkpoints import published_checkpoints  # noqa: E402
 from services.infra.database import asyncpg_url, upgrade_async  # noqa: E402
@@ -73,6 +72,7 @@ from services.simcluster import FaultConfig, SimCluster, SimConfig, Timing  # no
 from tests.e2e.audit import min_available_during_rollout, published_event_ids  # noqa: E402
 from tests.e2e.cluster import Cluster, image_of, is_ready, restart_count, seed_cloneset, with_image  # noqa: E402
 from tests.plugins.database import with_database  # noqa: E402
+from tests.plugins.replicated_postgres import DEFAULT_BIN, ReplicatedPostgres  # noqa: E402
 from tests.plugins.stack import Stack  # noqa: E402
 
 SERVICES = ("auditor", "watcher", "planner", "executor")
@@ -299,7 +299,7 @@ class Chaos:
             await self.pg.start_postgres()
         elif fault in FAILOVERS:
             assert isinstance(self.pg, ReplicatedPostgres)
-            # The standby --fault-seconds behind (its WAL receiver stopped), the primary SIGKILLed, the
+            # The standby --fault-seconds behind (the WAL sender stopped), the primary SIGKILLed, the
             # standby promoted: async loses what was committed meanwhile, sync never acknowledged it.
             await self.pg.fail_over(lag=args.fault_seconds)
         elif fault in ("nats-restart", "nats-wipe"):

@@ -77,11 +77,11 @@ def server_cpu_seconds(postmaster: int) -> dict[str, float]:
     return by_kind
 
 
-
 def _on_database(url: str, name: str) -> str:
     """The same login and server (and passfile) on another database."""
     parts = urlsplit(url)
     return urlunsplit(parts._replace(path="/" + name))
+
 
 @dataclass
 class Counters:

@@ -28,6 +28,7 @@ ROW = re.compile(
 )
 
 
+@pytest.mark.timeout(960)  # one bench run of every fault, bounded below at 900 s (the default is 300 s)
 async def test_every_fault_leaves_a_finished_clean_rollout() -> None:
     process = await asyncio.create_subprocess_exec(
         sys.executable, str(REPO_ROOT / "bench" / "chaos.py"), "--faults", "all", "--trials", "1",

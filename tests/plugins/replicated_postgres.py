@@ -164,29 +164,30 @@ class ReplicatedPostgres:
         self.synchronous = synchronous
 
     async def fail_over(self, lag: float = 0.0) -> None:
-        """SIGKILL the primary, as a lost machine; promote the standby. With ``lag``, the standby's WAL
-        receiver is stopped (SIGSTOP) that many seconds before: what the primary commits meanwhile never
-        reaches the standby (asynchronous replication: committed and lost; synchronous: the commits wait,
-        and are not acknowledged)."""
+        """SIGKILL the primary and every process of it at once, as a lost machine; promote the standby.
+        With ``lag``, the primary's WAL sender is stopped (SIGSTOP) that many seconds before: what the
+        primary commits meanwhile never leaves it (asynchronous replication: committed, acknowledged and
+        lost; synchronous: the commits wait for the standby, and are never acknowledged). Stopping the
+        standby's receiver instead would not do: what the sender already wrote waits in the socket and
+        reaches the standby after all."""
         old = self.primary
         new = 1 - old
-        receiver = 0
         if lag > 0:
-            connection = await asyncpg.connect(self.server_url(new))
+            connection = await asyncpg.connect(self.server_url(old))
             try:
-                receiver = int(await connection.fetchval("SELECT pid FROM pg_stat_wal_receiver") or 0)
+                sender = await connection.fetchval(
+                    "SELECT pid FROM pg_stat_replication WHERE application_name = $1", STANDBY_NAME
+                )
             finally:
                 await connection.close()
-            if receiver:
-                os.kill(receiver, signal.SIGSTOP)
+            if sender:
+                os.kill(int(sender), signal.SIGSTOP)
             await asyncio.sleep(lag)
         process = self.processes[old]
         assert process is not None
-        process.kill()
+        os.killpg(process.pid, signal.SIGKILL)  # its own session (_spawn): the postmaster and its children
         await asyncio.to_thread(process.wait)
         self.processes[old] = None
-        if receiver:
-            os.kill(receiver, signal.SIGCONT)
         await asyncio.to_thread(self._run, "pg_ctl", "promote", "-w", "-D", str(self._data(new)))
         self.primary = new
         # Alone, the new primary cannot wait for a standby: asynchronous until one follows it again (what
