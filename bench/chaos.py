@@ -96,8 +96,7 @@ FAULTS = (
 )
 FAILOVERS = frozenset({"pg-failover-sync", "pg-failover-async"})
 # Faults `--faults all` leaves out, and why: an asynchronous failover that lost published events leaves the
-# rollout standing still (the planner does not act on pods carrying the ids of actions the store lost;
-# docs/reliability.md). Run it by name.
+# rollout standing still (the planner plans nothing more; docs/reliability.md). Run it by name.
 NOT_IN_ALL = frozenset({"pg-failover-async"})
 # Faults that strike as the image changes rather than once some pods are updated: what a rollout started
 # in an API's bad hour costs from its first pod.
