@@ -193,6 +193,10 @@ class Relay:
         # Published events the store lost (a failover to a standby without them), by position: the events
         # consumers may have acted on that the record no longer holds.
         self.store_lost: dict[int, Sent] = {}
+        # Up to this position, events are published with a message id of their own (event id and
+        # position): the store went back behind it (check_store).
+        self.reissue_until = 0
+        self.lost_ids: set[uuid.UUID] = set()  # ids of the events in store_lost, published anew by id too
 
     def detail(self) -> dict[str, Any]:
         """``details.relay`` of /readyz."""
@@ -292,6 +296,7 @@ class Relay:
         common, lost = found
         for position, event in lost:
             self.store_lost[position] = event
+            self.lost_ids.add(event.event_id)
             log.error(
                 "relay_store_lost_event",
                 position=position,
@@ -303,6 +308,7 @@ class Relay:
         RELAY_STORE_LOST.inc(len(lost))
         log.error("relay_store_went_back", position=self.position, goes_on_after=common, lost=len(lost))
         self.sent = {p: e for p, e in self.sent.items() if p <= common}
+        self.reissue_until = max(self.reissue_until, self.position, max(lost, default=(0,))[0])
         self.position = common
         self.caught_up.clear()
 
@@ -406,6 +412,11 @@ class Relay:
                 headers[POSITION_HEADER] = str(position)
             else:
                 headers = {MSG_ID: str(envelope.event_id), POSITION_HEADER: str(position)}
+            if position <= self.reissue_until or envelope.event_id in self.lost_ids:
+                # Published again after the store went back: an event the new primary stored anew with
+                # the id of a lost one (ids are derived from what they record) would be dropped by the
+                # bus's dedup window as the lost one, and no consumer would hear of it.
+                headers[MSG_ID] = f"{envelope.event_id}@{position}"
             messages.append((self.subject(envelope.stream, envelope.type), data, headers))
         outcomes = await self.bus.publish_pipelined(messages, stall=PUBLISH_ACK_STALL)
         acknowledged = 0

@@ -381,6 +381,15 @@ async def test_events_a_failover_lost_from_the_store_are_named_and_what_follows_
             await connection.close()
         await own_store.append(batch(other, 1, 3), expected_version=0)
 
+        async def carried_again() -> bool:
+            try:
+                message = await own_bus.js.get_last_msg(
+                    own_bus.stream, own_bus.subject_for(lost[-1].envelope)
+                )
+            except nats.js.errors.NotFoundError:
+                return False
+            return (message.headers or {}).get(POSITION_HEADER) == str(again.last_position)
+
         async def named_and_published() -> bool:
             return relay.detail()["store_lost"] is not None and set(await stored_ids(own_store)) <= set(
                 await published_event_ids(own_bus)
@@ -391,5 +400,10 @@ async def test_events_a_failover_lost_from_the_store_are_named_and_what_follows_
         assert named["count"] == 2
         assert [e["event_id"] for e in named["events"]] == [str(e.envelope.event_id) for e in lost]
         assert {e["stream"] for e in named["events"]} == {stream}
+        # The new primary stores one of the lost events anew (its id derives from what it records, as an
+        # observation's does): the bus must carry it at its new position, not drop it as a duplicate.
+        again = await own_store.append([lost[-1].envelope], expected_version=None)
+        assert again.last_position is not None
+        await wait_for(carried_again, within=30, what="the lost event stored anew, on the bus again")
     finally:
         await stop(stopping, task)
