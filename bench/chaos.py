@@ -95,9 +95,6 @@ FAULTS = (
     "pg-failover-async",
 )
 FAILOVERS = frozenset({"pg-failover-sync", "pg-failover-async"})
-# Faults `--faults all` leaves out, and why: an asynchronous failover that lost published events leaves the
-# rollout standing still (the planner plans nothing more; docs/reliability.md). Run it by name.
-NOT_IN_ALL = frozenset({"pg-failover-async"})
 # Faults that strike as the image changes rather than once some pods are updated: what a rollout started
 # in an API's bad hour costs from its first pod.
 FROM_START = frozenset({"api-errors-30-from-start", "api-500-30-from-start"})
@@ -466,10 +463,7 @@ async def bench_postgres(
 
 
 async def main(args: argparse.Namespace) -> int:
-    if args.faults == "all":
-        faults = [fault for fault in FAULTS if fault not in NOT_IN_ALL]
-    else:
-        faults = list(dict.fromkeys(args.faults.split(",")))
+    faults = list(FAULTS) if args.faults == "all" else list(dict.fromkeys(args.faults.split(",")))
     unknown = set(faults) - set(FAULTS)
     if unknown:
         print(f"unknown fault(s): {', '.join(sorted(unknown))}; known: {', '.join(FAULTS)}", file=sys.stderr)
