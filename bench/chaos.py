@@ -11,8 +11,10 @@ would (a service that exits is started again, and counted). Each trial rolls out
 (image change, InPlaceIfPossible); the fault strikes once a seeded random share of its pods is updated.
 
 Faults: none (the baseline), postgres-restart (immediate stop, start after --fault-seconds), nats-restart
-(SIGKILL every node, start them again), nats-node-loss (SIGKILL the node leading the stream, back after
-the trial), api-errors-30 (30% of writes answered 500/429 for the rest of the rollout),
+(SIGKILL every node, start them again on their storage), nats-wipe (SIGKILL every node, delete every
+node's JetStream storage, start them again: what the bus held is gone), nats-node-loss (SIGKILL the
+node leading the stream, back after the trial), api-errors-30 (30% of writes answered 500/429 for the
+rest of the rollout),
 api-errors-30-from-start (the same, striking as the image changes: the whole rollout meets them),
 api-500-30-from-start (30% of writes answered 500 only, from the image change: no Retry-After to honour),
 api-latency (0.2-0.5 s per request), oversized-object (a second CloneSet carrying a 1.2 MB env value
@@ -25,7 +27,8 @@ dup (pods updated more than once or replaced), breach (trials where availability
 maxUnavailable), verify and audit (`rollbook verify` / `rollbook audit verify` clean), recovery (seconds
 from the fault's end until every service is healthy and ready and the rollout moves again, worst trial),
 rollout (mean seconds from the image change to the last pod ready), restarts (service processes that
-exited and were started).
+exited and were started), unnamed (events published but no longer stored that the relay did not name as
+lost: an asynchronous failover's loss must be named).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ import argparse
 import asyncio
 import contextlib
 import copy
+import json
 import os
 import random
 import signal
@@ -42,7 +46,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -68,6 +72,7 @@ from services.simcluster import FaultConfig, SimCluster, SimConfig, Timing  # no
 from tests.e2e.audit import min_available_during_rollout, published_event_ids  # noqa: E402
 from tests.e2e.cluster import Cluster, image_of, is_ready, restart_count, seed_cloneset, with_image  # noqa: E402
 from tests.plugins.database import with_database  # noqa: E402
+from tests.plugins.replicated_postgres import DEFAULT_BIN, ReplicatedPostgres  # noqa: E402
 from tests.plugins.stack import Stack  # noqa: E402
 
 SERVICES = ("auditor", "watcher", "planner", "executor")
@@ -75,6 +80,7 @@ FAULTS = (
     "none",
     "postgres-restart",
     "nats-restart",
+    "nats-wipe",
     "nats-node-loss",
     "api-errors-30",
     "api-errors-30-from-start",
@@ -85,7 +91,10 @@ FAULTS = (
     "kill-planner",
     "kill-executor",
     "kill-auditor",
+    "pg-failover-sync",
+    "pg-failover-async",
 )
+FAILOVERS = frozenset({"pg-failover-sync", "pg-failover-async"})
 # Faults that strike as the image changes rather than once some pods are updated: what a rollout started
 # in an API's bad hour costs from its first pod.
 FROM_START = frozenset({"api-errors-30-from-start", "api-500-30-from-start"})
@@ -108,6 +117,7 @@ class Trial:
     service_restarts: int = 0
     notes: list[str] = field(default_factory=list)
     lost_ids: list[str] = field(default_factory=list)  # a few of the lost events, to look them up
+    unnamed: int = 0  # published, not stored, and not named by the relay as lost (a failover's loss)
 
 
 async def healthy(stack: Stack) -> bool:
@@ -150,7 +160,12 @@ async def count(database_url: str, sql: str, *args: Any) -> int:
 
 class Chaos:
     def __init__(
-        self, args: argparse.Namespace, stack: Stack, sim: SimCluster, cluster: Cluster, pg: EmbeddedServers
+        self,
+        args: argparse.Namespace,
+        stack: Stack,
+        sim: SimCluster,
+        cluster: Cluster,
+        pg: EmbeddedServers | ReplicatedPostgres,
     ) -> None:
         self.args = args
         self.stack = stack
@@ -199,6 +214,9 @@ class Chaos:
             strike_after = 0  # drawn all the same, so the seeded draws that follow stay as they were
         actions = f"CloneSet/default/{name}/actions"
 
+        if fault in FAILOVERS and isinstance(self.pg, ReplicatedPostgres):
+            # Commits wait for the standby (sync) or not (async): what the failover may lose.
+            await self.pg.set_synchronous(fault == "pg-failover-sync")
         started = time.monotonic()
         await self.cluster.patch_cloneset(name, with_image(seed, "nginx:mainline"))
         updated_sql = (
@@ -273,13 +291,23 @@ class Chaos:
     async def inject(self, fault: str, name: str, seed: dict[str, Any], extra: list[str]) -> float:
         """Strike; returns the monotonic time the fault ended."""
         args = self.args
-        if fault == "postgres-restart":
+        if fault == "postgres-restart" and isinstance(self.pg, ReplicatedPostgres):
+            await self.pg.restart_primary(args.fault_seconds)
+        elif fault == "postgres-restart":
             await self.pg.stop_postgres(immediate=True)
             await asyncio.sleep(args.fault_seconds)  # the outage itself: how long the database is down
             await self.pg.start_postgres()
-        elif fault == "nats-restart":
+        elif fault in FAILOVERS:
+            assert isinstance(self.pg, ReplicatedPostgres)
+            # The standby --fault-seconds behind (the WAL sender stopped), the primary SIGKILLed, the
+            # standby promoted: async loses what was committed meanwhile, sync never acknowledged it.
+            await self.pg.fail_over(lag=args.fault_seconds)
+        elif fault in ("nats-restart", "nats-wipe"):
             for node in range(self.nats.size):
                 await self.nats.kill(node)
+            if fault == "nats-wipe":
+                for node in range(self.nats.size):
+                    await self.nats.wipe(node)  # every disk lost: the cluster comes back with no stream
             await asyncio.sleep(args.fault_seconds)
             for node in range(self.nats.size):
                 await self.nats.start_node(node)
@@ -322,6 +350,8 @@ class Chaos:
 
     async def end_fault(self, fault: str) -> None:
         self.sim.faults.configure(FaultConfig())
+        if fault in FAILOVERS and isinstance(self.pg, ReplicatedPostgres):
+            await self.pg.rebuild_standby()  # the next trial fails over again
         for node, process in enumerate(self.nats.processes):
             if process is None:
                 await self.nats.start_node(node)
@@ -340,6 +370,18 @@ class Chaos:
         text = "".join("\t".join(str(v) for v in row) + "\n" for row in rows)
         await asyncio.to_thread(path.write_text, text)
 
+    def named_lost(self) -> set[str]:
+        """The event ids the relay named as published and lost by the store (its log: every one)."""
+        named: set[str] = set()
+        path = Path(self.args.services_log_dir) / "auditor.log"
+        if not path.exists():
+            return named
+        for line in path.read_text(errors="replace").splitlines():
+            if "relay_store_lost_event" in line:
+                with contextlib.suppress(ValueError):
+                    named.add(str(json.loads(line)["event_id"]))
+        return named
+
     async def check_trail(self, name: str, result: Trial) -> None:
         store = await EventStore.connect(self.database_url)
         bus = await Bus.connect(self.stack.settings, name="rollbook-chaos-audit")
@@ -357,7 +399,10 @@ class Chaos:
                 result.lost_in_store = len(published - positions.keys())
                 unsent, unstored = stored_by_head - published, published - positions.keys()
                 result.lost_ids = sorted(unstored)[:3] + sorted(unsent)[:3]
-                return not result.lost_in_bus and not result.lost_in_store
+                result.unnamed = len(unstored - await asyncio.to_thread(self.named_lost))
+                # Published and no longer stored, but named by the relay: an asynchronous failover's loss,
+                # final (waiting will not bring it back).
+                return not result.lost_in_bus and not result.unnamed
 
             await poll(relayed, 30, interval=0.5)
             report = await verify_target(store, f"default/{name}")
@@ -371,15 +416,15 @@ class Chaos:
 
 def table(trials: list[Trial], faults: list[str]) -> list[str]:
     header = (
-        "| fault            | finished | restarts/pod | lost PG/JS | dup | breach | verify | audit |"
-        " recovery s | rollout s | restarts |"
+        "| fault             | finished | restarts/pod | lost PG/JS | dup | breach | verify | audit |"
+        " recovery s | rollout s | restarts | unnamed |"
     )
     lines = [header, "|" + "|".join("-" * (len(c)) for c in header.split("|")[1:-1]) + "|"]
     for fault in faults:
         rows = [t for t in trials if t.fault == fault]
         n = len(rows)
         lines.append(
-            f"| {fault:<16} | {sum(t.finished for t in rows):>4}/{n:<3} |"
+            f"| {fault:<17} | {sum(t.finished for t in rows):>4}/{n:<3} |"
             f" {max(t.max_restarts_per_pod for t in rows):>12} |"
             f" {sum(t.lost_in_bus for t in rows):>4}/{sum(t.lost_in_store for t in rows):<5} |"
             f" {sum(t.duplicates for t in rows):>3} | {sum(t.breach for t in rows):>6} |"
@@ -387,8 +432,34 @@ def table(trials: list[Trial], faults: list[str]) -> list[str]:
             f" {max(t.recovery_s for t in rows):>10.1f} |"
             f" {statistics.mean(t.rollout_s for t in rows):>9.1f} |"
             f" {sum(t.service_restarts for t in rows):>8} |"
+            f" {sum(t.unnamed for t in rows):>7} |"
         )
     return lines
+
+
+@contextlib.asynccontextmanager
+async def bench_postgres(
+    root: Path, faults: list[str], pg_bin: Path
+) -> AsyncIterator[tuple[EmbeddedServers | ReplicatedPostgres, str]]:
+    """The bench's own Postgres and a fresh database on it: a primary and its streaming standby when a
+    failover fault runs (every fault then runs on them, through the URL that lists both), else an
+    embedded server. Stopped on every way out."""
+    database = f"rollbook_chaos_{uuid.uuid4().hex[:8]}"
+    if FAILOVERS & set(faults):
+        async with ReplicatedPostgres(root / "pg-pair", bin_dir=pg_bin) as pair:
+            admin = await asyncpg.connect(pair.url())
+            await admin.execute(f'CREATE DATABASE "{database}"')
+            await admin.close()
+            yield pair, pair.url(database)
+        return
+    # Postgres only (a NATS URL is given, so none is started): the bench's own, for postgres-restart.
+    pg = EmbeddedServers(Settings(nats_url="nats://127.0.0.1:1", data_dir=str(root / "pg")), migrate=False)
+    async with pg as resolved:
+        admin = await asyncpg.connect(asyncpg_url(resolved.url_for("owner")))
+        # The name itself: the URL may go on with a query (the embedded server's ?passfile=...).
+        await admin.execute(f'CREATE DATABASE "{database}"')
+        await admin.close()
+        yield pg, with_database(resolved.url_for("owner"), database)
 
 
 async def main(args: argparse.Namespace) -> int:
@@ -406,17 +477,7 @@ async def main(args: argparse.Namespace) -> int:
         root = Path(scratch)
         (root / "nats").mkdir()
         (root / "logs").mkdir()
-        # Postgres only (a NATS URL is given, so none is started): the bench's own, for postgres-restart.
-        pg = EmbeddedServers(
-            Settings(nats_url="nats://127.0.0.1:1", data_dir=str(root / "pg")), migrate=False
-        )
-        async with pg as resolved:
-            # The database is named, not cut from the URL: the embedded owner's URL ends in ?passfile=<path>.
-            database = f"rollbook_chaos_{uuid.uuid4().hex[:8]}"
-            database_url = with_database(resolved.url_for("owner"), database)
-            admin = await asyncpg.connect(asyncpg_url(resolved.url_for("owner")))
-            await admin.execute(f'CREATE DATABASE "{database}"')
-            await admin.close()
+        async with bench_postgres(root, faults, Path(args.pg_bin)) as (pg, database_url):
             await upgrade_async(database_url)
             async with EmbeddedNatsCluster(root / "nats", size=3) as nats_cluster:
                 args.nats_cluster = nats_cluster
@@ -440,6 +501,7 @@ async def main(args: argparse.Namespace) -> int:
                     )
                     log_dir = Path(args.log_dir) if args.log_dir else root / "logs"
                     log_dir.mkdir(parents=True, exist_ok=True)
+                    args.services_log_dir = str(log_dir)
                     stack = Stack(settings, log_dir)
                     api = await config.new_client_from_config(config_file=str(sim.kubeconfig_path))
                     try:
@@ -454,7 +516,7 @@ async def run(
     stack: Stack,
     sim: SimCluster,
     cluster: Cluster,
-    pg: EmbeddedServers,
+    pg: EmbeddedServers | ReplicatedPostgres,
     faults: list[str],
 ) -> int:
     await stack.start(*SERVICES, ready_timeout=120)  # four interpreters starting on a busy machine
@@ -479,7 +541,7 @@ async def run(
                 f"trial {index} {fault}: finished={trial.finished} rollout={trial.rollout_s:.1f}s"
                 f" recovery={trial.recovery_s:.1f}s lost={trial.lost_in_bus}/{trial.lost_in_store}"
                 f" dup={trial.duplicates} breach={trial.breach} verify={trial.verify_ok}"
-                f" audit={trial.audit_ok} restarts={trial.service_restarts}"
+                f" audit={trial.audit_ok} restarts={trial.service_restarts} unnamed={trial.unnamed}"
                 + (f" notes={trial.notes}" if trial.notes else "")
                 + (f" lost_ids={trial.lost_ids}" if trial.lost_ids else ""),
                 flush=True,
@@ -516,6 +578,9 @@ if __name__ == "__main__":
     parser.add_argument("--timeout", type=float, default=180.0, help="seconds a rollout may take")
     parser.add_argument(
         "--interleave", action="store_true", help="run the faults in turn, one trial each per round"
+    )
+    parser.add_argument(
+        "--pg-bin", default=str(DEFAULT_BIN), help="Postgres binaries for the failover faults' two servers"
     )
     parser.add_argument("--log-dir", default="", help="keep the services' logs here (default: a temp dir)")
     sys.exit(asyncio.run(main(parser.parse_args())))

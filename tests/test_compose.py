@@ -143,6 +143,12 @@ def test_nats_runs_a_three_node_jetstream_cluster_with_its_data_on_volumes(tmp_p
         assert set(NATS_NODES) <= set(services[service]["depends_on"])
 
 
+def test_nats_flushes_every_acknowledged_message_to_disk(tmp_path: Path) -> None:
+    # nats-server's default flushes every 2 minutes: a power loss of the whole cluster could take back
+    # messages it had acknowledged (docs/reliability.md).
+    assert nats_config(tmp_path)["jetstream"]["sync_interval"] == "always"
+
+
 def test_each_service_gets_only_its_own_nats_identity() -> None:
     services, secrets = compose()["services"], compose()["secrets"]
     for service in SERVICES:

@@ -6,6 +6,10 @@ never skips: the store serialises writers) and publishes each event with Nats-Ms
 ``Rollbook-Position`` header. After a crash it resumes from the position in the last message of the
 JetStream stream: one connection publishes in order, so everything before that message was stored;
 whatever it republishes beyond is dropped by the server's dedup window and by idempotent consumers.
+Every second, and after a failed publish, it compares the stream with what it saw of it
+(services/auditor/bus_loss.py): a stream gone (created again here), made anew or short of its newest
+messages lost events the relay had published, so it publishes them again from the store as the original
+events, reporting the gap in /readyz (not ready, ``details.relay.bus_gap``) and as metrics until it closes.
 
 Audit. A durable consumer over every event subject makes sure each event it sees is stored. A message
 with a ``Rollbook-Position`` header whose event id, stream and version are stored at that position is
@@ -29,9 +33,11 @@ not an integer where one is expected, or unknown, is a 400 with the reason.
 from __future__ import annotations
 
 import asyncio
+import functools
 import random
+import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import msgspec
@@ -42,15 +48,35 @@ from aiohttp import web
 from nats.aio.msg import Msg
 from prometheus_client import Counter
 
+from services.auditor.bus_loss import (
+    SHORTENED,
+    Sent,
+    StreamMark,
+    bus_loss,
+    later_mark,
+    rewind_position,
+    store_divergence,
+)
 from services.infra.api_auth import authenticator, guard
-from services.infra.bus import BODY_HEADER, HEADER_ALLOWANCE, MSG_ID, Bus, Outgoing, carried_payload
+from services.infra.bus import (
+    BODY_HEADER,
+    HEADER_ALLOWANCE,
+    MSG_ID,
+    Bus,
+    Outgoing,
+    PublishAck,
+    carried_payload,
+)
 from services.infra.consumer_service import report_consumer_lag
 from services.infra.metrics import (
     AUDIT_INGESTED,
     EVENTS_HANDLED,
+    RELAY_BUS_GAP,
+    RELAY_BUS_LOSSES,
     RELAY_POSITION,
     RELAY_PUBLISHED,
     RELAY_REFERENCES,
+    RELAY_STORE_LOST,
     RETRIES,
 )
 from services.infra.nats_auth import AUDITOR
@@ -76,6 +102,14 @@ _POLL_MAX = 0.1
 # this long, not the 10 s a bound on the whole batch needed.
 PUBLISH_ACK_STALL = 2.0
 _RESUME_SCAN = 1000  # messages to look back for a position header (dead letters carry none)
+# Seconds between two looks at the stream for events the bus lost (one stream_info request).
+BUS_CHECK_INTERVAL = 1.0
+# Published events the relay remembers by position (~250 bytes each), to find those a store failover lost.
+SENT_CAPACITY = 20_000
+LOST_SHOWN = 50  # lost events named in /readyz (every one is logged)
+# Published events checked against the store every BUS_CHECK_INTERVAL (one index range scan): a failover
+# must come within this many events of the last commits its standby received for them to be caught.
+STORE_CHECK_WINDOW = 2000
 # Identities read at once when the audit meets a relayed message it knows nothing about (the consumer
 # fetches 256 messages at a time, and relayed messages come in position order).
 AUDIT_READ_AHEAD = 256
@@ -127,7 +161,13 @@ def stored_as_relayed(stored: EventIdentity | None, envelope: Envelope, position
 
 
 class Relay:
-    def __init__(self, store: EventStore, bus: Bus, known: KnownStored | None = None) -> None:
+    def __init__(
+        self,
+        store: EventStore,
+        bus: Bus,
+        known: KnownStored | None = None,
+        on_gap: Callable[[str | None], None] | None = None,
+    ) -> None:
         self.store = store
         self.bus = bus
         self.known = known  # where the audit beside it learns what the relay read from the store
@@ -135,10 +175,37 @@ class Relay:
         self.position = 0
         self.caught_up = asyncio.Event()
         self.retrying: str | None = None  # the error the relay is waiting out, None while it flows
+        # What the relay saw of the stream, and the position of the oldest relayed message it held (at
+        # first_seq _held_seq): what to publish again if the bus loses it (services/auditor/bus_loss.py).
+        self.mark: StreamMark | None = None
+        self.held_from: int | None = None
+        self._held_seq = 0
+        self._checked_at = 0.0
+        # The events the bus lost and the relay has yet to publish again: reason, from, until (positions).
+        self.gap: dict[str, Any] | None = None
+        self.on_gap = on_gap  # told the gap's description when one opens, None when it closes
+        self.sent: dict[int, Sent] = {}  # position -> what was published from it, the newest SENT_CAPACITY
+        # Published events the store lost (a failover to a standby without them), by position: the events
+        # consumers may have acted on that the record no longer holds.
+        self.store_lost: dict[int, Sent] = {}
+        # Up to this position, events are published with a message id of their own (event id and
+        # position): the store went back behind it (check_store).
+        self.reissue_until = 0
+        self.lost_ids: set[uuid.UUID] = set()  # ids of the events in store_lost, published anew by id too
 
     def detail(self) -> dict[str, Any]:
         """``details.relay`` of /readyz."""
-        return {"position": self.position, "retrying": self.retrying}
+        lost = [
+            {"position": p, "event_id": str(e.event_id), "stream": e.stream, "version": e.stream_version,
+             "type": e.type}
+            for p, e in list(self.store_lost.items())[-LOST_SHOWN:]
+        ]  # fmt: skip
+        return {
+            "position": self.position,
+            "retrying": self.retrying,
+            "bus_gap": self.gap,
+            "store_lost": {"count": len(self.store_lost), "events": lost} if lost else None,
+        }
 
     async def resume_position(self) -> int:
         """The position carried by the newest relayed message in the stream (0 for an empty stream)."""
@@ -161,6 +228,107 @@ class Relay:
                 return min(position, await self.store.head_position())
         return 0
 
+    async def _stream_info(self) -> Any:
+        try:
+            return await self.bus.js.stream_info(self.bus.stream)
+        except nats.js.errors.NotFoundError:
+            return None
+
+    async def check_bus(self) -> None:
+        """Look at the stream: if it lost events the relay published (gone, made anew, or short of its
+        newest messages), create it again if it is gone, move the position back to publish them again,
+        and open the gap. Then note what the stream is and the oldest position it holds."""
+        self._checked_at = time.monotonic()
+        await self.check_store()
+        info = await self._stream_info()
+        if info is None and self.bus.manages_streams:
+            await self.bus.ensure_stream()  # its consumers wait for it (Consumer.run makes them again)
+            info = await self._stream_info()
+        now = None if info is None else StreamMark(info.created, info.state.last_seq)
+        reason = bus_loss(self.mark, now)
+        if reason is not None:
+            kept = await self.resume_position() if reason == SHORTENED else 0
+            rewound = rewind_position(reason, self.position, self.held_from, kept)
+            head = await self.store.head_position()
+            RELAY_BUS_LOSSES.labels(reason).inc()
+            log.error(
+                "relay_bus_lost",
+                reason=reason,
+                position=self.position,
+                republish_from=rewound + 1,
+                republish_until=head,
+            )
+            if self.gap is None or rewound < self.gap["from"] - 1:
+                self.gap = {"reason": reason, "from": rewound + 1, "until": max(head, self.position)}
+            self.position = rewound
+            self.caught_up.clear()
+            self.held_from, self._held_seq = None, 0
+            if self.on_gap is not None:
+                self.on_gap(f"the bus lost events {self.gap['from']}..{self.gap['until']} ({reason})")
+        if now is not None:
+            self.mark = now
+            if info.state.messages and info.state.first_seq != self._held_seq:
+                self.held_from = await self.oldest_position(info.state.first_seq, info.state.last_seq)
+                self._held_seq = info.state.first_seq
+        self._gap_progress()
+
+    async def check_store(self) -> None:
+        """Whether the store still holds, at the positions of the last ``STORE_CHECK_WINDOW`` events
+        published, the events published from them; if not (a failover to a standby that never received
+        the last commits), go back to the position before the first that differs, and name every published
+        event it lost (log, metric, /readyz)."""
+        window = {p: e for p, e in self.sent.items() if p <= self.position}
+        if len(window) > STORE_CHECK_WINDOW:
+            window = dict(list(window.items())[-STORE_CHECK_WINDOW:])
+        if not window:
+            return
+        first = min(window)
+        # Positions may skip numbers (a sequence's), never repeat: the range holds at most this many rows.
+        identities = await self.store.read_identities(first - 1, self.position - first + 1)
+        found = store_divergence(window, {i.global_position: i.event_id for i in identities})
+        if found is None:
+            return
+        common, lost = found
+        for position, event in lost:
+            self.store_lost[position] = event
+            self.lost_ids.add(event.event_id)
+            log.error(
+                "relay_store_lost_event",
+                position=position,
+                event_id=str(event.event_id),
+                stream=event.stream,
+                version=event.stream_version,
+                type=event.type,
+            )
+        RELAY_STORE_LOST.inc(len(lost))
+        log.error("relay_store_went_back", position=self.position, goes_on_after=common, lost=len(lost))
+        self.sent = {p: e for p, e in self.sent.items() if p <= common}
+        self.reissue_until = max(self.reissue_until, self.position, max(lost, default=(0,))[0])
+        self.position = common
+        self.caught_up.clear()
+
+    async def oldest_position(self, first: int, last: int) -> int | None:
+        """The position carried by the oldest relayed message from stream sequence ``first`` on."""
+        for seq in range(first, min(last, first + _RESUME_SCAN) + 1):
+            try:
+                message = await self.bus.js.get_msg(self.bus.stream, seq)
+            except nats.js.errors.NotFoundError:
+                continue
+            position = relayed_position(message.headers)
+            if position is not None:
+                return position
+        return None
+
+    def _gap_progress(self) -> None:
+        if self.gap is None:
+            return
+        RELAY_BUS_GAP.set(max(0, self.gap["until"] - self.position))
+        if self.position >= self.gap["until"]:
+            log.info("relay_bus_restored", republished_from=self.gap["from"], until=self.gap["until"])
+            self.gap = None
+            if self.on_gap is not None:
+                self.on_gap(None)
+
     async def run(self, stopping: asyncio.Event) -> None:
         """Relay until ``stopping``. A store or bus that is unreachable (Postgres or NATS restarting, a
         connection lost mid-batch) is waited out with bounded, jittered backoff, never given up on: the
@@ -178,9 +346,12 @@ class Relay:
         failures = 0
         while not stopping.is_set():
             try:
+                if time.monotonic() - self._checked_at >= BUS_CHECK_INTERVAL:
+                    await self.check_bus()
                 batch = await self.store.read_batch_json(self.position, RELAY_BATCH)
                 if batch:
                     await self.publish(batch)
+                    self._gap_progress()
             except Exception as error:
                 # An error ack is JetStream refusing one publish (a stream leader moving, a full stream):
                 # retried from that event as an outage is, never a reason to stop relaying.
@@ -192,6 +363,7 @@ class Relay:
                 log.warning("relay_retrying", position=self.position, delay=round(wait, 3), error=repr(error))
                 failures += 1
                 self.retrying = repr(error)
+                self._checked_at = 0.0  # the stream may be gone: look before the next attempt
                 await wait_or_stop(stopping, wait)
                 continue
             if failures:
@@ -235,6 +407,11 @@ class Relay:
                 headers[POSITION_HEADER] = str(position)
             else:
                 headers = {MSG_ID: str(envelope.event_id), POSITION_HEADER: str(position)}
+            if position <= self.reissue_until or envelope.event_id in self.lost_ids:
+                # Published again after the store went back: an event the new primary stored anew with
+                # the id of a lost one (ids are derived from what they record) would be dropped by the
+                # bus's dedup window as the lost one, and no consumer would hear of it.
+                headers[MSG_ID] = f"{envelope.event_id}@{position}"
             messages.append((self.subject(envelope.stream, envelope.type), data, headers))
         outcomes = await self.bus.publish_pipelined(messages, stall=PUBLISH_ACK_STALL)
         acknowledged = 0
@@ -247,9 +424,22 @@ class Relay:
                     raise outcome
                 self.position = stored.global_position
                 acknowledged += 1
+                if len(self.sent) >= SENT_CAPACITY:
+                    del self.sent[next(iter(self.sent))]
+                sent = stored.envelope
+                self.sent[self.position] = Sent(sent.event_id, sent.stream, sent.stream_version, sent.type)
+                self._saw_ack(outcome)
         finally:
             RELAY_PUBLISHED.inc(acknowledged)
             RELAY_POSITION.set(self.position)
+
+    def _saw_ack(self, ack: PublishAck) -> None:
+        """Keep the stream's mark at the acknowledged sequence; a new message at a sequence the stream had
+        already passed means it started again: look at it before the next batch."""
+        if self.mark is not None and not ack.duplicate and ack.seq <= self.mark.last_seq:
+            self._checked_at = 0.0
+            return
+        self.mark = later_mark(self.mark, ack.seq)
 
     def subject(self, stream: str, event_type: str) -> str:
         """``Bus.subject_for`` an event of ``stream`` and ``event_type`` on its workload's partition,
@@ -440,7 +630,7 @@ async def run(settings: Settings) -> None:
         try:
             await bus.ensure_stream()
             known = KnownStored()
-            relay = Relay(store, bus, known)
+            relay = Relay(store, bus, known, on_gap=functools.partial(_report_gap, runtime))
             runtime.add_detail("relay", relay.detail)
             audit = Audit(store, bus, known)
             consumer = bus.consumer(DURABLE, bus.event_filter(), audit.handle, batch=256, ack_wait=60.0)
@@ -471,6 +661,12 @@ async def run(settings: Settings) -> None:
             await store.close()
             await check.close()
             await history_store.close()
+
+
+def _report_gap(runtime: ServiceRuntime, gap: str | None) -> None:
+    """Not ready while the relay publishes again what the bus lost (the reason says which events)."""
+    if not runtime.stopping.is_set():
+        runtime.set_ready(gap is None, gap or "")
 
 
 async def _ready_when_caught_up(runtime: ServiceRuntime, relay: Relay) -> None:

@@ -56,7 +56,7 @@ def register(app: typer.Typer) -> None:
             listed = [route.strip() for route in routes.split(",") if route.strip()]
             cluster = {"name": cluster_name, "listen": cluster_listen, "routes": listed}
         config = json.loads(server_config(settings, passwords, cluster=cluster))
-        config["jetstream"] = {"store_dir": store_dir}
+        config["jetstream"]["store_dir"] = store_dir  # beside sync_interval (flush each write)
         write_private(directory / "nats-server.conf", json.dumps(config, indent=2) + "\n")
         typer.echo(
             f"wrote {directory}/nats-server.conf and a password file per identity ({', '.join(IDENTITIES)})"

@@ -1102,7 +1102,9 @@ async def run(settings: Settings) -> None:
                 await bus.js.delete_consumer(bus.stream, LEGACY_STATUS_DURABLE)
             except nats.js.errors.NotFoundError:
                 pass
-            await serve_consumers(runtime, bus, service="executor", consumers=executor.consumers())
+            await serve_consumers(
+                runtime, bus, service="executor", consumers=executor.consumers(), store=store
+            )
         finally:
             await api.close()
             await bus.close()

@@ -121,6 +121,9 @@ HEADER_ALLOWANCE = 4096
 # 60 s request timeouts), so only a hung handler reaches it; its message is then delivered again.
 MAX_HELD_SECONDS = 300.0
 
+# Seconds a consumer fetches nothing before it asks whether its durable still exists (lost with the
+# stream when the bus lost its storage: services/auditor/bus_loss.py).
+DURABLE_CHECK_IDLE = 5.0
 # Retry delays (seconds) after the 1st, 2nd, ... failed delivery; the last one repeats.
 DEFAULT_RETRY_BACKOFF: tuple[float, ...] = (0.5, 2.0, 5.0, 15.0, 30.0)
 _MAX_HEADER_CHARS = 2000
@@ -783,6 +786,7 @@ class Consumer:
         sub = await self.bus.js.pull_subscribe_bind(self.durable, stream=self.bus.stream)
         runner = KeyedRunner(self.concurrency) if self.concurrency > 1 else None
         heartbeat = asyncio.create_task(self._heartbeat(), name=f"{self.durable}-in-progress")
+        looked = time.monotonic()  # when the durable was last known to exist
         try:
             while not self._stopping.is_set():
                 wanted = self.batch
@@ -793,12 +797,26 @@ class Consumer:
                 try:
                     msgs = await pull(sub, wanted, self.fetch_timeout)
                 except (TimeoutError, nats.errors.TimeoutError):  # nats-py raises either
+                    # A durable deleted with its stream answers some pulls as over (409), not as an
+                    # error: an idle consumer looks now and then whether it is still there.
+                    if time.monotonic() - looked >= DURABLE_CHECK_IDLE:
+                        looked = time.monotonic()
+                        if await self._durable_gone():
+                            log.error("consumer %s is gone from the bus; making it again", self.durable)
+                            sub = await self._bind_again(sub)
                     continue
                 except nats.errors.ConnectionClosedError:
                     log.warning("bus connection closed; consumer %s stops", self.durable)
                     return
-                except Exception:
-                    log.exception("fetch failed on consumer %s; retrying", self.durable)
+                except Exception as error:
+                    if await self._durable_gone():
+                        # The bus lost its storage, or the stream was deleted: the durable went with it,
+                        # and no fetch will ever succeed again. Make it again (on the stream the auditor
+                        # makes again) from the stream's start: the relay publishes again what was lost.
+                        log.error("consumer %s is gone from the bus; making it again", self.durable)
+                        sub = await self._bind_again(sub)
+                        continue
+                    log.warning("fetch failed on consumer %s; retrying: %r", self.durable, error)
                     await asyncio.sleep(1.0)
                     continue
                 fetched = time.monotonic()
@@ -830,6 +848,34 @@ class Consumer:
                 await sub.unsubscribe()
             except Exception:  # the connection may be gone already; nothing to release then
                 log.debug("unsubscribe failed", exc_info=True)
+
+    async def _durable_gone(self) -> bool:
+        """Whether JetStream no longer knows this durable (or its stream); False when it cannot tell."""
+        try:
+            await self.bus.js.consumer_info(self.bus.stream, self.durable)
+        except nats.js.errors.NotFoundError:
+            return True
+        except Exception:  # unreachable, or no leader yet: not known to be gone
+            return False
+        return False
+
+    async def _bind_again(self, sub: JetStreamContext.PullSubscription) -> JetStreamContext.PullSubscription:
+        """Make the stream (or wait for it) and the durable again, and bind a new pull subscription; the
+        old one is returned when that fails (tried again on the next failed fetch)."""
+        try:
+            async with asyncio.timeout(5.0):  # a stream not made yet: the next failed fetch looks again
+                await self.bus.ensure_stream()
+            await self.ensure()
+            bound = await self.bus.js.pull_subscribe_bind(self.durable, stream=self.bus.stream)
+        except Exception as error:
+            log.warning("could not make consumer %s again yet: %r", self.durable, error)
+            await asyncio.sleep(1.0)
+            return sub
+        try:
+            await sub.unsubscribe()
+        except Exception:  # the connection may have dropped it already
+            log.debug("unsubscribe failed", exc_info=True)
+        return bound
 
     async def _heartbeat(self) -> None:
         """Tell JetStream every message in hand is still in progress, a third of ack_wait after it last

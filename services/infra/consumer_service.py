@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from services.infra.bus import Bus, Consumer, Handler, OrderKey
 from services.infra.metrics import CONSUMER_ACK_PENDING, CONSUMER_LAG
 from services.infra.runtime import ServiceRuntime, run_until_stopped
+from services.infra.store import EventStore
 
 LAG_INTERVAL_SECONDS = 2.0
 
@@ -58,7 +59,12 @@ class ConsumerSpec:
 
 
 async def serve_consumers(
-    runtime: ServiceRuntime, bus: Bus, *, service: str, consumers: Sequence[ConsumerSpec]
+    runtime: ServiceRuntime,
+    bus: Bus,
+    *,
+    service: str,
+    consumers: Sequence[ConsumerSpec],
+    store: EventStore | None = None,
 ) -> None:
     """Run ``consumers`` until SIGTERM or a crash of any of them; ready once they all run. On the way out
     each finishes the message in hand and hands the rest of its fetched batch back to the bus."""
@@ -71,12 +77,20 @@ async def serve_consumers(
     tasks += [
         asyncio.create_task(report_consumer_lag(bus, runtime, service, spec.durable)) for spec in consumers
     ]
+    # The store losing what this service appended (an asynchronous failover) stops it: its successor
+    # starts from the record as it is.
+    watching = (
+        [asyncio.create_task(store.watch_appends(runtime.stopping), name="store-failover-watch")]
+        if store is not None
+        else []
+    )
     runtime.set_ready()
     try:
-        await run_until_stopped(runtime, *tasks[: len(running)])
+        await run_until_stopped(runtime, *tasks[: len(running)], *watching)
     finally:
         for consumer in running:
             consumer.stop()
         for task in tasks[len(running) :]:
             task.cancel()
+        tasks += watching
         await asyncio.gather(*tasks, return_exceptions=True)

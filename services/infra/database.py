@@ -32,15 +32,29 @@ _PLAIN_SCHEMES = ("postgresql://", "postgres://")
 
 
 def sqlalchemy_url(database_url: str) -> str:
-    """``postgresql://…`` (or ``postgres://…``) -> ``postgresql+asyncpg://…``; already-asyncpg URLs pass."""
+    """``postgresql://…`` (or ``postgres://…``) -> ``postgresql+asyncpg://…``; already-asyncpg URLs pass.
+    A libpq multi-host URL (``postgresql://u@h1:5432,h2:5432/db?target_session_attrs=read-write``: a
+    primary and its standbys, the first writable one wins) takes SQLAlchemy's form for it, one ``host``
+    parameter per server (its own parser reads ``h1:5432,h2`` as one host with port ``5432,h2``)."""
     if database_url.startswith(_DRIVER_SCHEMES):
         return database_url
     for scheme in _PLAIN_SCHEMES:
         if database_url.startswith(scheme):
-            return "postgresql+asyncpg://" + database_url[len(scheme) :]
+            return "postgresql+asyncpg://" + _hosts_as_parameters(database_url[len(scheme) :])
     raise ValueError(
         f"not a Postgres URL: {redacted(database_url)!r} (expected postgresql://user@host:port/db)"
     )
+
+
+def _hosts_as_parameters(rest: str) -> str:
+    """``user@h1:p1,h2:p2/db?q`` -> ``user@/db?host=h1:p1&host=h2:p2&q``; one host stays as it is."""
+    authority, slash, tail = rest.partition("/")
+    user, at, hosts = authority.rpartition("@")
+    if "," not in hosts:
+        return rest
+    path, question, query = tail.partition("?")
+    parameters = "&".join(f"host={host}" for host in hosts.split(",") if host)
+    return f"{user}{at}/{path}?{parameters}" + (f"&{query}" if query else "")
 
 
 def asyncpg_url(database_url: str) -> str:

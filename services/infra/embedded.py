@@ -276,12 +276,12 @@ class EmbeddedServers:
         log_path = self.data_path / "nats-server.log"
         # One password per identity, made once per data dir; the server's config (0600) names each
         # identity's permissions (services/infra/nats_auth.py).
+        # Without identities the config holds only JetStream's flush setting (services/infra/nats_auth.py).
+        config = self.data_path / "nats-server.conf"
+        passwords = ensure_credentials(self.credentials_dir) if self.nats_auth else {}
+        write_private(config, server_config(self.settings, passwords, clients=self.nats_auth))
         argv = [nats_server_binary(), "-a", "127.0.0.1", "-p", str(port), "-js", "-sd", str(store)]
-        if self.nats_auth:
-            config = self.data_path / "nats-server.conf"
-            passwords = ensure_credentials(self.credentials_dir)
-            write_private(config, server_config(self.settings, passwords))
-            argv += ["-c", str(config)]
+        argv += ["-c", str(config)]
         with log_path.open("ab") as log_file:
             self.nats = _spawn(argv, log_file, signal.SIGTERM)
         pid_file.write_text(f"{self.nats.pid}\n")

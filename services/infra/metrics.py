@@ -64,6 +64,19 @@ WATCH_RESTARTS = Counter(
 )
 RELAY_POSITION = Gauge("rollbook_relay_position", "Global position of the last event the relay published")
 RELAY_PUBLISHED = Counter("rollbook_relay_published_total", "Events the relay published (incl. duplicates)")
+RELAY_BUS_LOSSES = Counter(
+    "rollbook_relay_bus_losses_total",
+    "Times the relay found the bus had lost events it had published (stream gone, recreated or shortened)",
+    ["reason"],
+)
+RELAY_STORE_LOST = Counter(
+    "rollbook_relay_store_lost_events_total",
+    "Events the relay had published that the store no longer holds (a failover to a standby without them)",
+)
+RELAY_BUS_GAP = Gauge(
+    "rollbook_relay_bus_gap_events",
+    "Stored events the bus lost that the relay has yet to publish again (0: the bus holds what it held)",
+)
 RELAY_REFERENCES = Counter(
     "rollbook_relay_references_total",
     "Events larger than a bus message the relay published as a reference to their stored body",

@@ -149,19 +149,27 @@ def ensure_credentials(directory: Path) -> dict[str, str]:
     return passwords
 
 
+# How often JetStream flushes its files to disk. nats-server's default (2 minutes) acknowledges messages a
+# power loss of the whole cluster can take back (docs/reliability.md, "When NATS loses what it held");
+# "always" flushes each write before it is acknowledged, at the cost measured there.
+JETSTREAM_SYNC_INTERVAL = "always"
+
+
 def server_config(
     settings: Settings,
     passwords: Mapping[str, str],
     *,
     cluster: Mapping[str, Any] | None = None,
     clients: bool = True,
+    sync_interval: str = JETSTREAM_SYNC_INTERVAL,
 ) -> str:
     """nats-server configuration (JSON) with one user per identity and its permissions (unless
     ``clients`` is false: a server any client may use, as CI's); ``cluster`` (name, listen, routes) adds
     route connections authenticated as ``ROUTE_USER``. TLS for clients and routes when
     ``settings.nats_tls_cert`` / ``nats_tls_key`` are set (clients must then present a certificate signed
-    by ``nats_tls_ca``)."""
-    config: dict[str, Any] = {}
+    by ``nats_tls_ca``). JetStream flushes to disk at ``sync_interval`` ("always", or a duration such
+    as "2m", nats-server's default)."""
+    config: dict[str, Any] = {"jetstream": {"sync_interval": sync_interval}}
     if clients:
         users = [
             {

@@ -5,6 +5,7 @@ binary), for the cluster tests and the chaos bench: what production runs, on one
         settings = Settings(nats_url=cluster.url, bus_replicas=3, ...)   # url: the three, comma-separated
         await cluster.kill(1)       # SIGKILL one node (its JetStream data stays)
         await cluster.start_node(1) # back on the same ports and data
+        await cluster.wipe(1)       # a stopped node's storage deleted (its next start knows no stream)
 
 Each node has its own JetStream store (``<data_dir>/n<i>``), client port and cluster (route) port, and
 routes to every other node, authenticated by a password made per data dir; ``start`` returns once
@@ -16,6 +17,7 @@ signal and stopped on exit. Given ``settings``, every node requires rollbook's i
 from __future__ import annotations
 
 import asyncio
+import shutil
 import signal
 import subprocess
 import time
@@ -39,6 +41,7 @@ from services.infra.embedded import (
 from services.infra.nats_auth import (
     ADMIN,
     CREDENTIALS_DIR_NAME,
+    JETSTREAM_SYNC_INTERVAL,
     connect_options,
     ensure_credentials,
     server_config,
@@ -54,12 +57,20 @@ class EmbeddedNatsCluster:
     on every node, their passwords in ``credentials_dir``; without, any client may connect (as to CI's
     server). Routes between the nodes always authenticate, with a password made per data dir."""
 
-    def __init__(self, data_dir: Path, *, size: int = 3, settings: Settings | None = None) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        size: int = 3,
+        settings: Settings | None = None,
+        sync_interval: str = JETSTREAM_SYNC_INTERVAL,
+    ) -> None:
         if size < 1:
             raise ValueError("a cluster needs at least one node")
         self.data_dir = data_dir
         self.size = size
         self.settings = settings
+        self.sync_interval = sync_interval  # JetStream's flush to disk (nats_auth.JETSTREAM_SYNC_INTERVAL)
         self.client_ports = [_free_port() for _ in range(size)]
         self.route_ports = [_free_port() for _ in range(size)]
         self.processes: list[subprocess.Popen[bytes] | None] = [None] * size
@@ -124,6 +135,13 @@ class EmbeddedNatsCluster:
         await asyncio.to_thread(process.wait)
         self.processes[index] = None
 
+    async def wipe(self, index: int) -> None:
+        """Delete a stopped node's JetStream storage, as a lost disk (or a power loss before any flush)
+        would: it comes back knowing no stream."""
+        if self.processes[index] is not None:
+            raise EmbeddedError(f"node {self.node_name(index)} is running")
+        await asyncio.to_thread(shutil.rmtree, self.data_dir / self.node_name(index), True)
+
     async def start_node(self, index: int) -> None:
         """Start a killed or stopped node again, on its ports and data."""
         if self.processes[index] is not None:
@@ -165,6 +183,7 @@ class EmbeddedNatsCluster:
                 ensure_credentials(self.credentials_dir),
                 cluster=cluster,
                 clients=self.settings is not None,
+                sync_interval=self.sync_interval,
             ),
         )
         argv = [

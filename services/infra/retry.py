@@ -49,6 +49,9 @@ _TRANSIENT_TYPES: tuple[type[BaseException], ...] = (
     asyncpg.CrashShutdownError,
     asyncpg.TooManyConnectionsError,
     asyncpg.ConnectionDoesNotExistError,
+    # No server of a multi-host URL is writable yet (target_session_attrs=read-write): a failover under
+    # way, its standby not promoted yet.
+    asyncpg.TargetServerAttributeNotMatched,
     sqlalchemy.exc.DisconnectionError,
     # NATS: reconnecting, or JetStream answering 503 / nobody during a restart or a leader election.
     nats.errors.NoServersError,
@@ -74,6 +77,12 @@ def is_transient(error: BaseException) -> bool:
         if current is None or id(current) in seen or len(seen) >= _MAX_CAUSE_DEPTH:
             continue
         seen.add(id(current))
+        if isinstance(current, asyncpg.InternalClientError) and str(current).startswith(
+            "cannot switch to state"
+        ):
+            # asyncpg's protocol state broken by a server that went away mid-operation (seen when a
+            # primary was killed for a failover; asyncpg issue 1069): the connection is lost, not the work.
+            return True
         if isinstance(current, asyncpg.InterfaceError):
             # "connection is closed" / "another operation is in progress" after a loss; misuse is not.
             if "closed" in str(current) or "connection" in str(current).lower():

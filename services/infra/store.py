@@ -95,6 +95,21 @@ __all__ = [
 ]
 
 
+# What a check of the store meets while the database is down, restarting or failing over.
+_DATABASE_TROUBLE = (
+    OSError,
+    TimeoutError,
+    asyncpg.PostgresError,
+    asyncpg.InterfaceError,
+    asyncpg.InternalClientError,
+    SQLAlchemyError,
+)
+
+
+class StoreWentBack(Exception):
+    """The store lost events this process appended (a failover to a standby that never received them)."""
+
+
 class ConcurrencyError(Exception):
     """The stream was not at the version the writer expected; nothing was stored."""
 
@@ -481,6 +496,8 @@ class EventStore:
 
     def __init__(self, engine: AsyncEngine, decoder: PayloadDecoder = DEFAULT_DECODER) -> None:
         self.engine = engine
+        # (position, event id) of the newest event this process appended: watch_appends.
+        self.last_appended: tuple[int, uuid.UUID] | None = None
         self.decoder = decoder  # how stored payloads are read (upcasting older schema versions)
 
     @classmethod
@@ -569,7 +586,49 @@ class EventStore:
 
     async def append(self, events: Sequence[Envelope], expected_version: int | None) -> AppendResult:
         stream = _check_consecutive(events, expected_version)
-        return await self._retrying(lambda: self._append(stream, events, expected_version))
+        result = await self._retrying(lambda: self._append(stream, events, expected_version))
+        self._appended([result])
+        return result
+
+    def _appended(self, results: Sequence[AppendResult]) -> None:
+        """Remember the newest event this process appended, for ``watch_appends``."""
+        for result in results:
+            if result.last_position is not None and result.events:
+                if self.last_appended is None or result.last_position > self.last_appended[0]:
+                    self.last_appended = (result.last_position, result.events[-1].event_id)
+
+    async def lost_appends(self) -> tuple[int, uuid.UUID] | None:
+        """The newest event this process appended, as (position, event id), if the store no longer holds
+        it there: the database failed over to a standby that never received it (asynchronous
+        replication), and what this process built on its appends is ahead of the record."""
+        appended = self.last_appended
+        if appended is None:
+            return None
+        rows = await self.read_identities(appended[0] - 1, 1)
+        if rows and (rows[0].global_position, rows[0].event_id) == appended:
+            return None
+        return appended
+
+    async def watch_appends(self, stopping: asyncio.Event, interval: float = 1.0) -> None:
+        """Every ``interval`` seconds until ``stopping``, check ``lost_appends``; raise ``StoreWentBack``
+        when the store lost what this process appended, so that the process stops (a dead part stops the
+        whole process) and its successor rebuilds from the record as it is now. An unreachable store is
+        an outage: looked at again at the next turn."""
+        while not stopping.is_set():
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(stopping.wait(), interval)
+            if stopping.is_set():
+                return
+            try:
+                lost = await self.lost_appends()
+            except _DATABASE_TROUBLE:  # down, restarting, failing over: looked at again at the next turn
+                continue
+            if lost is not None:
+                raise StoreWentBack(
+                    f"the store no longer holds event {lost[1]} at position {lost[0]}, appended by this"
+                    " process: the database failed over to a standby without it; stopping, so that the"
+                    " next process starts from the record as it is"
+                )
 
     async def _append(
         self, stream: str, events: Sequence[Envelope], expected_version: int | None
@@ -687,7 +746,9 @@ class EventStore:
                 raise ValueError(f"event {event.event_id}: needs a stream name")
             unique.setdefault(event.event_id, event)
         batch = list(unique.values())
-        return await self._retrying(lambda: self._append_unversioned(batch))
+        results = await self._retrying(lambda: self._append_unversioned(batch))
+        self._appended(results)
+        return results
 
     async def _append_unversioned(self, events: list[Envelope]) -> list[AppendResult]:
         for attempt in range(_UNCHECKED_RETRIES):

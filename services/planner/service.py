@@ -441,7 +441,10 @@ async def run(settings: Settings) -> None:
                 ),
                 name="planner-partitions",
             )
-            await run_until_stopped(runtime, owning)
+            # The store losing what this planner appended (an asynchronous failover) stops it: its
+            # successor plans from the record as it is.
+            watching = asyncio.create_task(store.watch_appends(runtime.stopping), name="store-failover-watch")
+            await run_until_stopped(runtime, owning, watching)
             await owning
         finally:
             if planner is not None:

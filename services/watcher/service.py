@@ -695,8 +695,11 @@ async def watch_until_stopped(runtime: ServiceRuntime, store: EventStore, api: c
     runtime.add_detail("kinds_not_served", watcher.not_served)
     runtime.add_detail("kinds_failing", lambda: dict(watcher.failing))
     ready = asyncio.create_task(_track_readiness(runtime, watcher))
+    # The store losing what this watcher appended (an asynchronous failover) stops it: its successor
+    # relists, and records what the cluster is now.
+    watching = asyncio.create_task(store.watch_appends(runtime.stopping), name="store-failover-watch")
     try:
-        await run_until_stopped(runtime, *tasks, appender)
+        await run_until_stopped(runtime, *tasks, appender, watching)
     finally:
         ready.cancel()
         for task in tasks:

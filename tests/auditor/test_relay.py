@@ -8,6 +8,7 @@ import contextlib
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
+import asyncpg
 import nats.js.errors
 import pytest
 
@@ -309,3 +310,100 @@ async def test_acks_that_keep_coming_are_waited_for_however_long_the_batch_takes
         await relay.publish(events)  # 1.2 s in all, an ack every 0.3 s
     assert relay.position == events[-1].global_position
     assert all(task.done() for task in delayed)
+
+
+async def test_a_stream_lost_behind_the_store_is_made_again_with_the_original_events(
+    own_store: EventStore, own_bus: Bus
+) -> None:
+    """The bus loses everything (its storage wiped): the relay makes the stream again and publishes every
+    event it held as itself (same id, same bytes), reporting the gap until it is closed."""
+    stream = unique_stream()
+    await own_store.append(batch(stream, 1, 12), expected_version=0)
+    reports: list[str | None] = []
+    relay = Relay(own_store, own_bus, on_gap=reports.append)
+    stopping, task = await relaying(relay)
+    try:
+        await wait_for(relay.caught_up.wait, within=30, what="the relay caught up")
+        await wait_for(
+            lambda: _true(relay.held_from == 1), within=30, what="the relay saw what the bus holds"
+        )
+        before = [await own_bus.js.get_msg(own_bus.stream, seq) for seq in range(1, 13)]
+        await own_bus.js.delete_stream(own_bus.stream)
+        await own_store.append(batch(stream, 13, 3), expected_version=12)
+
+        async def published_again() -> bool:
+            try:
+                return await published_event_ids(own_bus) == await stored_ids(own_store)
+            except nats.js.errors.NotFoundError:
+                return False  # not made again yet
+
+        await wait_for(published_again, within=30, what="every stored event on the new stream")
+        after = [await own_bus.js.get_msg(own_bus.stream, seq) for seq in range(1, 13)]
+        assert [m.data for m in after] == [m.data for m in before]
+        assert [(m.headers or {})["Nats-Msg-Id"] for m in after] == [
+            (m.headers or {})["Nats-Msg-Id"] for m in before
+        ]
+        await wait_for(lambda: _true(reports[-1:] == [None]), within=30, what="the gap closed")
+        opened = reports[0]
+        assert opened is not None and opened.startswith("the bus lost events 1..") and "stream" in opened
+        assert relay.detail()["bus_gap"] is None
+    finally:
+        await stop(stopping, task)
+
+
+async def _true(value: bool) -> bool:
+    return value
+
+
+async def test_events_a_failover_lost_from_the_store_are_named_and_what_follows_is_published(
+    own_store: EventStore, own_bus: Bus
+) -> None:
+    """The store goes back behind the bus (a standby promoted without the primary's last commits, here
+    those commits deleted): the relay names each published event the store lost and publishes what the
+    new primary commits, though its positions may be ones the relay had passed."""
+    stream, other = unique_stream(), unique_stream()
+    await own_store.append(batch(stream, 1, 6), expected_version=0)
+    relay = Relay(own_store, own_bus)
+    stopping, task = await relaying(relay)
+    try:
+        await wait_for(relay.caught_up.wait, within=30, what="the relay caught up")
+        lost = [e async for e in own_store.read_all()][-2:]
+        # As the database's superuser: the store's own connections act as the writer, who may not.
+        url = own_store.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+        connection = await asyncpg.connect(url)
+        try:
+            await connection.execute("ALTER TABLE events DISABLE TRIGGER events_append_only")
+            await connection.execute(
+                "DELETE FROM events WHERE global_position >= $1", lost[0].global_position
+            )
+            await connection.execute("ALTER TABLE events ENABLE TRIGGER events_append_only")
+        finally:
+            await connection.close()
+        await own_store.append(batch(other, 1, 3), expected_version=0)
+
+        async def carried_again() -> bool:
+            try:
+                message = await own_bus.js.get_last_msg(
+                    own_bus.stream, own_bus.subject_for(lost[-1].envelope)
+                )
+            except nats.js.errors.NotFoundError:
+                return False
+            return (message.headers or {}).get(POSITION_HEADER) == str(again.last_position)
+
+        async def named_and_published() -> bool:
+            return relay.detail()["store_lost"] is not None and set(await stored_ids(own_store)) <= set(
+                await published_event_ids(own_bus)
+            )
+
+        await wait_for(named_and_published, within=30, what="the lost named, the new primary's published")
+        named = relay.detail()["store_lost"]
+        assert named["count"] == 2
+        assert [e["event_id"] for e in named["events"]] == [str(e.envelope.event_id) for e in lost]
+        assert {e["stream"] for e in named["events"]} == {stream}
+        # The new primary stores one of the lost events anew (its id derives from what it records, as an
+        # observation's does): the bus must carry it at its new position, not drop it as a duplicate.
+        again = await own_store.append([lost[-1].envelope], expected_version=None)
+        assert again.last_position is not None
+        await wait_for(carried_again, within=30, what="the lost event stored anew, on the bus again")
+    finally:
+        await stop(stopping, task)

@@ -111,7 +111,8 @@ async def stored_event_ids(database_url: str) -> list[str]:
 
 
 async def published_event_ids(bus: Bus) -> list[str]:
-    """The Nats-Msg-Id of every event message in the stream (one entry per stored message)."""
+    """The event id of every event message in the stream (one entry per stored message): its Nats-Msg-Id,
+    less the ``@<position>`` the relay adds to an event published again after a database failover."""
     sub = await bus.js.pull_subscribe(
         f"{bus.prefix}.ev.>",
         stream=bus.stream,
@@ -126,7 +127,7 @@ async def published_event_ids(bus: Bus) -> list[str]:
                 msgs = await sub.fetch(500, timeout=1.0)
             except (TimeoutError, nats.errors.TimeoutError):  # nats-py raises either
                 break
-            ids += [(m.headers or {}).get(MSG_ID, "") for m in msgs]
+            ids += [(m.headers or {}).get(MSG_ID, "").split("@", 1)[0] for m in msgs]
     finally:
         await sub.unsubscribe()
     return ids

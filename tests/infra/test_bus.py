@@ -546,3 +546,45 @@ def test_a_message_held_past_the_limit_is_no_longer_reported_in_progress() -> No
     fetched = {1: 0.0, 2: 9.0}
     assert in_progress_due(heard, now=12.0, period=1.0, fetched=fetched, max_held=5.0) == [2]
     assert in_progress_due(heard, now=12.0, period=1.0, fetched=fetched, max_held=20.0) == [1, 2]
+
+
+async def test_a_consumer_whose_stream_was_lost_makes_its_durable_again_and_goes_on(
+    settings: Settings,
+) -> None:
+    """The bus lost its storage (the stream and every durable with it): the consumer does not wait for
+    ever on a durable that no longer exists; once the stream is back it makes the durable again and
+    handles what is published there."""
+    suffix = uuid.uuid4().hex[:8]
+    own = Settings(
+        nats_url=settings.nats_url,
+        nats_credentials_dir=settings.nats_credentials_dir,
+        stream_name=f"RBLOST_{suffix}",
+        subject_prefix=f"rblost{suffix}",
+    )
+    bus = await Bus.connect(own, name="rollbook-test-lost")
+    await bus.ensure_stream()
+    handled: list[uuid.UUID] = []
+
+    async def handle(envelope: Envelope, msg: Msg) -> None:
+        handled.append(envelope.event_id)
+
+    consumer = bus.consumer("lost", bus.event_filter(), handle, fetch_timeout=0.2)
+    task = asyncio.create_task(consumer.run())
+    try:
+        first = paused("CloneSet/default/lost", 1)
+        await bus.publish(first)
+        await eventually(lambda: handled == [first.event_id], what="the first event handled")
+        await bus.js.delete_stream(own.stream_name)
+        await bus.ensure_stream()
+        again = paused("CloneSet/default/lost", 2)
+        await bus.publish(again)
+        await eventually(
+            lambda: handled == [first.event_id, again.event_id], what="handled on the new stream"
+        )
+        assert not task.done()
+    finally:
+        consumer.stop()
+        await asyncio.wait_for(task, 30)
+        with contextlib.suppress(nats.js.errors.NotFoundError):
+            await bus.js.delete_stream(own.stream_name)
+        await bus.close()

@@ -32,6 +32,15 @@ def _wrapped_by_sqlalchemy(driver_error: BaseException) -> sqlalchemy.exc.DBAPIE
         (_wrapped_by_sqlalchemy(asyncpg.AdminShutdownError("terminating connection")), True),
         (asyncpg.ConnectionDoesNotExistError("connection was closed in the middle of operation"), True),
         (asyncpg.InterfaceError("connection is closed"), True),
+        # A failover under way: the URL's servers are down or still standbys (target_session_attrs).
+        (asyncpg.TargetServerAttributeNotMatched('None of the hosts match "read-write"'), True),
+        (
+            asyncpg.InternalClientError("cannot switch to state 12; another operation (2) is in progress"),
+            True,
+        ),
+        (asyncpg.InternalClientError("something else inside asyncpg"), False),
+        # A read-only server written to is not a wait: a URL without target_session_attrs, a mistake.
+        (asyncpg.ReadOnlySQLTransactionError("cannot execute INSERT in a read-only transaction"), False),
         (ConnectionRefusedError(111, "Connect call failed"), True),
         (OSError("Multiple exceptions: [Errno 111] Connect call failed"), True),
         (TimeoutError(), True),

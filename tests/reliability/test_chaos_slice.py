@@ -1,8 +1,9 @@
 """A slice of the fault matrix (bench/chaos.py): one trial of every fault at small, fast settings (4 pods,
 1 s outages), all on one stack as the bench runs them. Every fault must leave the rollout finished, nothing
-lost between Postgres and JetStream, no pod updated twice, no maxUnavailable breach, `verify` and `audit
-verify` clean, and every service healthy and ready again with the rollout moving. How fast it recovers is
-the bench's figure, measured on the matrix's settings."""
+lost between Postgres and JetStream (but for an asynchronous failover, whose losses the relay must name),
+no pod updated twice, no maxUnavailable breach, `verify` and `audit verify` clean, and every service
+healthy and ready again with the rollout moving. How fast it recovers is the bench's figure, measured on
+the matrix's settings."""
 
 from __future__ import annotations
 
@@ -21,11 +22,13 @@ pytestmark = [pytest.mark.slow, pytest.mark.servers]  # starts its own Postgres,
 ROW = re.compile(
     r"^\| (?P<fault>[a-z0-9-]+) +\| +(?P<done>\d+)/(?P<trials>\d+) +\| +(?P<restarts>\d+) \|"
     r" +(?P<lost_pg>\d+)/(?P<lost_js>\d+) +\| +(?P<dup>\d+) \| +(?P<breach>\d+) \|"
-    r" +(?P<verify>\d+)/\d+ +\| +(?P<audit>\d+)/\d+ +\| +(?P<recovery>[\d.]+|inf) \|",
+    r" +(?P<verify>\d+)/\d+ +\| +(?P<audit>\d+)/\d+ +\| +(?P<recovery>[\d.]+|inf) \|"
+    r" +[\d.]+ \| +\d+ \| +(?P<unnamed>\d+) \|",
     re.M,
 )
 
 
+@pytest.mark.timeout(960)  # one bench run of every fault, bounded below at 900 s (the default is 300 s)
 async def test_every_fault_leaves_a_finished_clean_rollout() -> None:
     process = await asyncio.create_subprocess_exec(
         sys.executable, str(REPO_ROOT / "bench" / "chaos.py"), "--faults", "all", "--trials", "1",
@@ -46,10 +49,16 @@ async def test_every_fault_leaves_a_finished_clean_rollout() -> None:
     for fault, row in rows.items():
         trials = int(row["trials"])
         assert int(row["done"]) == trials, f"{fault} did not finish:\n{output}"
-        assert (row["lost_pg"], row["lost_js"]) == ("0", "0"), f"{fault} lost events:\n{output}"
+        assert row["lost_pg"] == "0", f"{fault}: stored events never published:\n{output}"
+        # Only an asynchronous failover may lose published events from the store, and every one of them
+        # is named by the relay; audit verify then tells the signed checkpoints that covered them.
+        lost = int(row["lost_js"])
+        assert lost == 0 or fault == "pg-failover-async", f"{fault} lost events:\n{output}"
+        assert row["unnamed"] == "0", f"{fault}: lost events the relay did not name:\n{output}"
         assert row["dup"] == "0" and row["breach"] == "0", f"{fault}:\n{output}"
         assert int(row["restarts"]) == 1, f"{fault}: a pod restarted more than once:\n{output}"
-        assert int(row["verify"]) == int(row["audit"]) == trials, f"{fault}: verify/audit:\n{output}"
+        assert int(row["verify"]) == trials, f"{fault}: verify:\n{output}"
+        assert int(row["audit"]) == trials or lost, f"{fault}: audit:\n{output}"
         # Recovered (every service healthy and ready, the rollout moving) within the trial's timeout; the
         # seconds it took are the bench's figure (docs/reliability.md), too noisy on a shared machine here.
         assert row["recovery"] != "inf", f"{fault}: never recovered:\n{output}"
