@@ -21,6 +21,7 @@ from services.model import intorpercent
 from services.model.actions import ActionKind
 from services.model.availability import pod_available, revision_hash, unavailable
 from services.model.cloneset import desired_replicas
+from services.model.timestamps import parse_kube_time
 from services.planner.names import (
     INPLACE_GRACE_ANNOTATION,
     LIFECYCLE_STATE_LABEL,
@@ -211,7 +212,7 @@ def _pod_row(
     if update is not None and update.in_place and update.requested is not None:
         out = ((update.finished or now) - update.requested).total_seconds()
     elif not available:
-        since = _parse_time((conditions.get("Ready") or {}).get("lastTransitionTime"))
+        since = parse_kube_time((conditions.get("Ready") or {}).get("lastTransitionTime"))
         out = (now - since).total_seconds() if since else None
     return PodRow(
         name=_name(pod),
@@ -229,22 +230,13 @@ def _pod_row(
     )
 
 
-def _parse_time(text: Any) -> datetime | None:
-    if not text:
-        return None
-    try:
-        return datetime.fromisoformat(str(text).replace("Z", "+00:00"))
-    except ValueError:
-        return None
-
-
 def _grace_left(annotations: Mapping[str, Any], now: datetime) -> float | None:
     raw = annotations.get(INPLACE_GRACE_ANNOTATION)
     if not raw:
         return None
     try:
         grace = json.loads(raw)
-        marked = _parse_time(grace.get("markedAt"))
+        marked = parse_kube_time(grace.get("markedAt"))
         seconds = float(grace.get("graceSeconds") or 0)
     except (ValueError, TypeError, AttributeError):
         return None

@@ -56,6 +56,7 @@ from services.model.streams import (
     rollout_revision,
     shadow_stream,
 )
+from services.model.timestamps import parse_kube_time
 from services.planner import plan as planning
 from services.planner.model import Plan, PlanInput
 from services.planner.names import REVISION_LABEL
@@ -463,13 +464,7 @@ def _with_aliases(plan_input: PlanInput, aliases: dict[str, str]) -> PlanInput:
 
 
 def _created_at(obj: dict[str, Any]) -> datetime | None:
-    value = (obj.get("metadata") or {}).get("creationTimestamp")
-    if not value:
-        return None
-    try:
-        return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-    except ValueError:
-        return None
+    return parse_kube_time((obj.get("metadata") or {}).get("creationTimestamp"))
 
 
 def _image_details(change: Change) -> dict[str, Any]:

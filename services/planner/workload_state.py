@@ -45,6 +45,7 @@ from services.model.streams import (
     decisions_stream,
     observed_stream,
 )
+from services.model.timestamps import parse_kube_time
 from services.model.upcasting import numbered
 from services.planner import rounds
 from services.planner.input_digest import PlanInputDigest
@@ -321,7 +322,7 @@ class WorkloadState:
         # over the pods, no sort and no index of the claims.
         deleting = []
         for name, pod in self.pods.items():
-            deleted_at = _parse_time((pod.get("metadata") or {}).get("deletionTimestamp"))
+            deleted_at = parse_kube_time((pod.get("metadata") or {}).get("deletionTimestamp"))
             if deleted_at is not None and self.now - deleted_at < EXPECTATION_TIMEOUT:
                 deleting.append((name, pod, deleted_at))
         if not deleting:
@@ -478,15 +479,6 @@ def _waits_on(requested: PodActionRequested, workload: str) -> list[tuple[str, s
     if action == ActionKind.CREATE_POD:
         return [("Pod", requested.pod)] + [("PersistentVolumeClaim", n) for n in created_claims(details)]
     return [("Pod", requested.pod)]
-
-
-def _parse_time(value: Any) -> datetime | None:
-    if not value:
-        return None
-    try:
-        return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-    except ValueError:
-        return None
 
 
 def _name(revision: dict[str, Any]) -> str:

@@ -45,6 +45,7 @@ from services.model.events import (
     new_event,
 )
 from services.model.streams import derived_id, rollout_id
+from services.model.timestamps import parse_kube_time
 
 # A workload carrying this label is recorded (ROLLBOOK_RECORD=label or a namespace list).
 RECORD_LABEL = "rollbook.io/record"
@@ -612,13 +613,7 @@ def _fields(value: Any) -> dict[str, Any]:
 
 
 def _created_at(obj: Mapping[str, Any]) -> datetime | None:
-    value = (obj.get("metadata") or {}).get("creationTimestamp")
-    if not value:
-        return None
-    try:
-        return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-    except ValueError:
-        return None
+    return parse_kube_time((obj.get("metadata") or {}).get("creationTimestamp"))
 
 
 def condition(obj: Mapping[str, Any] | None, kind: str) -> Mapping[str, Any] | None:
