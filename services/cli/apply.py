@@ -19,6 +19,7 @@ import msgspec
 import typer
 
 from services.infra.settings import Settings
+from services.model.strategic_merge import merge_patch
 
 if TYPE_CHECKING:  # imported where used: `rollbook --help` must not pay for kubernetes_asyncio
     from kubernetes_asyncio import client
@@ -139,19 +140,6 @@ def refuse_invalid_cloneset(label: str, cloneset: dict[str, Any]) -> None:
     problem = cloneset_problem(cloneset)
     if problem is not None:
         raise ManifestError(f"{label} is invalid: {field_error(problem)}")
-
-
-def merge_patch(target: Any, patch: Any) -> Any:
-    """RFC 7386: ``patch`` merged into ``target`` (what the API server stores for a merge-patch apply)."""
-    if not isinstance(patch, dict):
-        return patch
-    result = dict(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            result.pop(key, None)
-        else:
-            result[key] = merge_patch(result.get(key), value)
-    return result
 
 
 def _as_dict(result: Any) -> dict[str, Any]:
