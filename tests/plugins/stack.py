@@ -193,11 +193,13 @@ async def _drop_database(server_url: str, name: str) -> None:
 @asynccontextmanager
 async def settings_for_stack(database_url: str, nats_url: str, kubeconfig: str) -> AsyncIterator[Settings]:
     """Settings for one test's services on a migrated database: their own JetStream stream and subject
-    prefix (deleted afterwards), short leader Leases."""
+    prefix (deleted afterwards), their own data dir (the auditor's signing key and checkpoint files, the
+    redaction key: another stack's checkpoints are not this log's), short leader Leases."""
     suffix = uuid.uuid4().hex[:10]
-    token_dir = Path(tempfile.mkdtemp(prefix="rollbook-api-token-"))
+    stack_dir = Path(tempfile.mkdtemp(prefix="rollbook-stack-"))
     settings = Settings(
-        api_token_file=str(token_dir / "api-token"),
+        data_dir=str(stack_dir),
+        api_token_file=str(stack_dir / "api-token"),
         database_url=database_url,
         nats_url=nats_url,
         kubeconfig=kubeconfig,
@@ -214,7 +216,7 @@ async def settings_for_stack(database_url: str, nats_url: str, kubeconfig: str) 
     try:
         yield settings
     finally:
-        shutil.rmtree(token_dir, ignore_errors=True)
+        shutil.rmtree(stack_dir, ignore_errors=True)
         bus = await Bus.connect(settings, name="rollbook-e2e-cleanup")
         for stream in (settings.stream_name, f"{settings.stream_name}_CHECKPOINTS"):
             try:

@@ -194,10 +194,15 @@ async def test_the_page_installs_rolls_out_and_uninstalls_on_simcluster(
             it.names + "kubectl -n rollbook-system logs deploy/rollbook-planner", it.clone, it.env
         )
         assert "manage_selection" in logs  # what step 4 says the planner's log shows
-        clone_set = await client.CustomObjectsApi(it.api).get_namespaced_custom_object(
-            "apps.kruise.io", "v1alpha1", "default", "clonesets", "sample"
-        )
-        assert clone_set["status"]["updatedReadyReplicas"] == 5
+        # The rollout is over in the trail; the CloneSet's status is the executor's next write after it.
+        for _ in range(120):
+            clone_set = await client.CustomObjectsApi(it.api).get_namespaced_custom_object(
+                "apps.kruise.io", "v1alpha1", "default", "clonesets", "sample"
+            )
+            if clone_set["status"].get("updatedReadyReplicas") == 5:
+                break
+            await asyncio.sleep(0.25)
+        assert clone_set["status"]["updatedReadyReplicas"] == 5, clone_set["status"]
         sample = (await core.list_namespaced_pod("default")).items
         assert all(p.spec.containers[0].image == "nginx:1.27-alpine" for p in sample)
         assert sum(s.restart_count for p in sample for s in p.status.container_statuses) == 5  # in place
