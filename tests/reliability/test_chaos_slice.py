@@ -1,6 +1,6 @@
-"""A slice of the fault matrix (bench/chaos.py): one trial of every fault at small, fast settings (4 pods,
-1 s outages), all on one stack as the bench runs them. Every fault must leave the rollout finished, nothing
-lost between Postgres and JetStream (but for an asynchronous failover, whose losses the relay must name),
+"""A slice of the fault matrix (bench/chaos.py): one trial of every fault but two at small, fast settings
+(4 pods, 1 s outages), all on one stack as the bench runs them. Every fault must leave the rollout finished,
+nothing lost between Postgres and JetStream (but for an asynchronous failover, whose losses the relay must name),
 no pod updated twice, no maxUnavailable breach, `verify` and `audit verify` clean, and every service
 healthy and ready again with the rollout moving. How fast it recovers is the bench's figure, measured on
 the matrix's settings."""
@@ -17,6 +17,11 @@ import pytest
 from bench.chaos import FAULTS
 from tests.plugins.stack import REPO_ROOT
 
+# Every fault but two that a harder one covers here, to keep CI short: the bus restarted with its storage
+# kept (nats-wipe loses it too) and the synchronous failover (the asynchronous one also loses events).
+# `bench/chaos.py --faults all` runs them all.
+SLICE = tuple(f for f in FAULTS if f not in {"nats-restart", "pg-failover-sync"})
+
 pytestmark = [pytest.mark.slow, pytest.mark.servers]  # starts its own Postgres, NATS cluster and services
 
 ROW = re.compile(
@@ -28,10 +33,10 @@ ROW = re.compile(
 )
 
 
-@pytest.mark.timeout(960)  # one bench run of every fault, bounded below at 900 s (the default is 300 s)
+@pytest.mark.timeout(960)  # one bench run of the slice, bounded below at 900 s (the default is 300 s)
 async def test_every_fault_leaves_a_finished_clean_rollout() -> None:
     process = await asyncio.create_subprocess_exec(
-        sys.executable, str(REPO_ROOT / "bench" / "chaos.py"), "--faults", "all", "--trials", "1",
+        sys.executable, str(REPO_ROOT / "bench" / "chaos.py"), "--faults", ",".join(SLICE), "--trials", "1",
         "--replicas", "4", "--max-unavailable", "2", "--ready", "0.1", "--fault-seconds", "1",
         "--timeout", "90", "--seed", "7",
         cwd=REPO_ROOT, env=dict(os.environ, PYTHONPATH=str(REPO_ROOT)),
@@ -45,7 +50,7 @@ async def test_every_fault_leaves_a_finished_clean_rollout() -> None:
         raise
     assert process.returncode == 0, output
     rows = {m["fault"]: m for m in ROW.finditer(output)}
-    assert set(rows) == set(FAULTS), output
+    assert set(rows) == set(SLICE), output
     for fault, row in rows.items():
         trials = int(row["trials"])
         assert int(row["done"]) == trials, f"{fault} did not finish:\n{output}"
