@@ -1,9 +1,9 @@
 """A slice of the fault matrix (bench/chaos.py): one trial of every fault but two at small, fast settings
-(4 pods, 1 s outages), all on one stack as the bench runs them. Every fault must leave the rollout finished,
-nothing lost between Postgres and JetStream (but for an asynchronous failover, whose losses the relay must name),
-no pod updated twice, no maxUnavailable breach, `verify` and `audit verify` clean, and every service
-healthy and ready again with the rollout moving. How fast it recovers is the bench's figure, measured on
-the matrix's settings."""
+(4 pods, 1 s outages), all on one stack as the bench runs them. Every fault must leave the rollout
+finished, nothing lost between Postgres and JetStream (but for an asynchronous failover, whose losses the
+relay must name), no pod updated twice, no maxUnavailable breach, `verify` and `audit verify` clean, and
+every service healthy and ready again with the rollout moving. How fast it recovers is the bench's
+figure, measured on the matrix's settings."""
 
 from __future__ import annotations
 
