@@ -71,6 +71,9 @@ def demo_timing() -> Timing:
 
 SERVICE_READY_TIMEOUT = 45.0
 STEP_TIMEOUT = 40.0
+# The auditor signs a checkpoint this often while the log moves (default 60 s), so the demo's receipt
+# has one to be proven against moments after the last rollout.
+DEMO_CHECKPOINT_INTERVAL = 1.0
 STOP_TIMEOUT = 20.0
 MANIFESTS = ("cloneset-sample.yaml", "cloneset-sample-data.yaml")
 OPS_NAMESPACE = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ops"}}
@@ -236,7 +239,8 @@ async def _demo(
             api = await api_client(settings)
             async with api:
                 await _scenario(api, services, clock)
-                await _summary(settings, clock)
+                rollouts = await _summary(settings, clock)
+                await _receipt(settings, str(rollouts[-1]["rollout_id"]), run_dir, clock)
         except (DemoFailed, ServiceFailed, client.ApiException, asyncpg.PostgresError, OSError) as failure:
             known = isinstance(failure, DemoFailed | ServiceFailed)
             reason = failure if known else f"{type(failure).__name__}: {failure}"
@@ -327,7 +331,8 @@ async def _merge_patch(custom: client.CustomObjectsApi, workload: Workload, patc
     )  # fmt: skip
 
 
-async def _summary(settings: Settings, clock: Clock) -> None:
+async def _summary(settings: Settings, clock: Clock) -> list[Any]:
+    """Wait until every rollout finished and every action has its outcome; print them; return the rollouts."""
     import asyncio
 
     from rich.table import Table
@@ -388,6 +393,61 @@ async def _summary(settings: Settings, clock: Clock) -> None:
     console().print("every requested pod action has exactly one terminal event: [green]yes[/]")
     if exceeded:
         raise DemoFailed("the audit trail shows maxUnavailable exceeded")
+    return list(rollouts)
+
+
+async def _receipt(settings: Settings, rollout_id: str, run_dir: Path, clock: Clock) -> None:
+    """Export the last rollout's receipt once a signed checkpoint covers the whole trail, and check it as
+    a third party would: from the file alone, with no database (docs/audit.md, "Receipts")."""
+    import asyncio
+
+    from services.infra.stack import open_store
+    from services.infra.transparency import (
+        TransparencyError,
+        export_receipt,
+        newest_checkpoint,
+        trusted_verifiers,
+    )
+    from services.model.receipt import ReceiptError, canonical_json, verify_receipt
+
+    trusted = trusted_verifiers(settings)
+    if not trusted:
+        raise DemoFailed(f"no public key to trust: the auditor's signing key is missing from {run_dir}")
+    store = await open_store(settings.url_for("reader"))
+    try:
+        head = await store.head_position()
+        deadline = time.monotonic() + STEP_TIMEOUT
+        while True:  # the auditor signs every DEMO_CHECKPOINT_INTERVAL seconds while the log moves
+            try:
+                covered = (await newest_checkpoint(store, trusted)).body.global_position
+            except TransparencyError:
+                covered = 0
+            if covered >= head:
+                break
+            if time.monotonic() > deadline:
+                raise DemoFailed(f"no signed checkpoint covers position {head} after {STEP_TIMEOUT:.0f}s")
+            await asyncio.sleep(0.2)
+        try:
+            receipt = await export_receipt(store, trusted, rollout_id)
+        except TransparencyError as error:
+            raise DemoFailed(f"receipt of {rollout_id}: {error}") from None
+    finally:
+        await store.close()
+    path = run_dir / "receipt.json"
+    path.write_bytes(canonical_json(receipt))
+    try:
+        result = verify_receipt(path.read_bytes(), trusted)  # the file alone: no database from here on
+    except ReceiptError as error:
+        raise DemoFailed(f"the exported receipt does not verify: {error}") from None
+    clock.step(
+        f"receipt of {rollout_id}: {result.events} events, proven against a signed checkpoint,"
+        " verified offline"
+    )
+    check = f"{invocation()} audit verify-receipt {shlex.quote(str(path))}"
+    key = shlex.quote(result.signer.text())
+    console().print(
+        f"  {path}\n  check it anywhere: {check} --public-key {key}", highlight=False, soft_wrap=True
+    )
 
 
 def _short(revision: str, workload: str) -> str:
@@ -450,6 +510,7 @@ def register(application: typer.Typer) -> None:
                     stream_name=f"ROLLBOOK_DEMO_{suffix}",
                     subject_prefix=f"rbdemo{suffix}",
                     http_port=0,
+                    checkpoint_interval=DEMO_CHECKPOINT_INTERVAL,
                     log_level="INFO",
                 )
                 console().print(

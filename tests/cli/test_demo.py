@@ -4,6 +4,7 @@ its loud failure when a step does not finish."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -64,6 +65,34 @@ def test_demo_runs_everything_and_leaves_nothing_running(tmp_path: Path) -> None
     # The audit summary lists every pod of both CloneSets as updated in place (6 + 5).
     assert output.count("succeeded") >= 2 + 11, output
     assert processes_using(tmp_path / "data") == []
+    # The last rollout's receipt, written by the demo, verifies from the file alone: every server is
+    # stopped and the checking command gets a data dir that holds nothing.
+    assert "verified offline" in output, output
+    found = re.search(r"audit verify-receipt (\S+) --public-key (\S+)", output)
+    assert found is not None, output
+    receipt, key = Path(found[1]), found[2]
+    assert receipt == tmp_path / "data" / "demo" / "receipt.json"
+    nowhere = {**env, "ROLLBOOK_DATA_DIR": str(tmp_path / "empty")}
+    checked = subprocess.run(
+        [sys.executable, "-m", "services.cli.main", "audit", "verify-receipt", str(receipt),
+         "--public-key", key],
+        cwd=REPO_ROOT, env=nowhere, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert checked.returncode == 0 and checked.stdout.startswith("OK: "), checked.stdout + checked.stderr
+    by_script = subprocess.run(
+        [sys.executable, "-I", str(REPO_ROOT / "docs" / "verify_receipt.py"), str(receipt), key],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert by_script.returncode == 0, by_script.stdout + by_script.stderr
+    forged = bytearray(receipt.read_bytes())
+    forged[forged.index(b'"payload"') + 12] ^= 1  # one byte of the first event's payload
+    (tmp_path / "forged.json").write_bytes(bytes(forged))
+    refused = subprocess.run(
+        [sys.executable, "-m", "services.cli.main", "audit", "verify-receipt", str(tmp_path / "forged.json"),
+         "--public-key", key],
+        cwd=REPO_ROOT, env=nowhere, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert refused.returncode != 0 and "receipt refused" in refused.stdout + refused.stderr
 
 
 async def test_a_step_that_does_not_finish_fails_with_its_name_and_last_status(
