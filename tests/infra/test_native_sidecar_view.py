@@ -22,8 +22,8 @@ async def _rows(database_url: str, rollout: str) -> list[dict[str, Any]]:
     connection = await asyncpg.connect(asyncpg_url(database_url))
     try:
         sql = (
-            "SELECT pod, action, update_kind, in_place, outcome, requested, finished, duration FROM pod_actions"
-            " WHERE rollout_id = $1 ORDER BY requested"
+            "SELECT pod, action, update_kind, in_place, outcome, requested, finished, duration"
+            " FROM pod_actions WHERE rollout_id = $1 ORDER BY requested"
         )
         return [dict(r) for r in await connection.fetch(sql, rollout)]
     finally:
