@@ -2,7 +2,8 @@
 (docs/sidecarset.md, "Upgrade in place").
 
 - ``updateSidecarInPlace`` is a strategic merge patch of the pod: the sidecar containers' images (merged
-  by container name, so app containers are untouched and only the sidecars restart), the pod's
+  by container name, so app containers are untouched and only the sidecars restart; native sidecars'
+  under ``spec.initContainers``, merged the same way), the pod's
   ``kruise.io/sidecarset-hash`` entry and ``kruise.io/sidecarset-inplace-update-state`` entry for this
   SidecarSet, and the action id in ``rollbook.io/sidecarset-action-id`` in the same call (once in effect:
   a pod already carrying the action id is reported ``already_applied``).

@@ -40,7 +40,9 @@ from services.planner.sidecarset_upgrade import SidecarSetRound, plan_sidecarset
 # SidecarSet has a custom version carries it as a label (apps.kruise.io/sidecarset-custom-version), and
 # resourcesPolicy / injectionStrategy.revision are validated (an invalid one is a SpecRejected).
 # 4: rollout ids carry the SidecarSet's rollout sequence (``/<name>@<revision>#<n>``, docs/events.md).
-RULES_VERSION = 4
+# 5: native sidecars (init containers with restartPolicy Always) under RollingUpdate are upgraded in place
+# (before: a SpecRejected); a pod without one of them is not matched.
+RULES_VERSION = 5
 
 
 def round_of(state: SidecarSetState) -> SidecarSetRound | SidecarSetError:

@@ -6,7 +6,7 @@ in docs/sidecarset.md ("Upgrade in place"). No I/O and no wall clock: ``now`` on
 the same input always gives the same round.
 
 - matched pods M: active pods of the SidecarSet's scope and selector whose injected-list names it and
-  that still have every sidecar container;
+  that still have every sidecar container (and every native sidecar among their init containers);
 - updated: the pod's recorded hash is the SidecarSet's; upgradable: the recorded without-image hash is
   the SidecarSet's (only image changes roll to running pods);
 - candidates W: not updated, upgradable, selected by ``updateStrategy.selector``, not mid-upgrade (a
@@ -15,6 +15,10 @@ the same input always gives the same round.
 - partition P over |M|; ``n = |W| - P`` candidates at most; maxUnavailable U over |M| (rounded
   up, default 1): a not-ready candidate is taken for free, a ready one while busy < U; the walk stops at
   the first ready candidate that would exceed U.
+
+Native sidecars (init containers with ``restartPolicy: Always``) are upgraded like the containers: their
+image is set in ``spec.initContainers`` (the API server lets a running pod's init container images change),
+the kubelet restarts them in place, and completion reads ``status.initContainerStatuses``.
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ class PodUpgrade:
     pod: str
     uid: str
     from_revision: str  # the hash the pod had
-    images: dict[str, str]  # sidecar container -> new image (only the ones that change)
+    images: dict[str, str]  # sidecar container -> new image (only the ones that change; init ones too)
     patch: dict[str, Any]  # strategic merge patch: sidecar images + the pod's SidecarSet annotations
 
 
@@ -96,7 +100,13 @@ def pod_key(pod: Mapping[str, Any]) -> str:
 
 
 def _container_statuses(pod: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    return {c.get("name", ""): c for c in (pod.get("status") or {}).get("containerStatuses") or ()}
+    """Every container's status by name, init containers' included: a native sidecar reports in
+    ``initContainerStatuses`` (names are unique across both lists)."""
+    status = pod.get("status") or {}
+    return {
+        c.get("name", ""): c
+        for c in [*(status.get("initContainerStatuses") or ()), *(status.get("containerStatuses") or ())]
+    }
 
 
 def is_matched(sidecarset: ss.SidecarSet, pod: Mapping[str, Any]) -> bool:
@@ -113,8 +123,12 @@ def is_matched(sidecarset: ss.SidecarSet, pod: Mapping[str, Any]) -> bool:
         return False
     if not labels.matches(sidecarset.selector, (pod.get("metadata") or {}).get("labels") or {}):
         return False
-    names = {c.get("name") for c in (pod.get("spec") or {}).get("containers") or ()}
-    return all(c["name"] in names for c in sidecarset.containers)
+    spec = pod.get("spec") or {}
+    names = {c.get("name") for c in spec.get("containers") or ()}
+    init_names = {c.get("name") for c in spec.get("initContainers") or ()}
+    return all(c["name"] in names for c in sidecarset.containers) and all(
+        c["name"] in init_names for c in sidecarset.native_sidecars
+    )
 
 
 def running_ready(pod: Mapping[str, Any]) -> bool:
@@ -172,24 +186,39 @@ def upgrade_patch(
     sidecarset: ss.SidecarSet, pod: Mapping[str, Any], now: datetime, controller_revision: str | None = None
 ) -> PodUpgrade:
     """The strategic merge patch upgrading ``pod`` to the SidecarSet's images: sidecar images by container
-    name, the pod's ``kruise.io/sidecarset-hash`` entry for this SidecarSet (others kept), and the in-place
-    state recording the image ids the sidecars run now (completion = they change). The without-image hash
-    annotation is left alone (OpenKruise writes it at injection only). The entry's ``controllerRevision``
-    is ``controller_revision`` (this round's latest revision), else the SidecarSet's
-    ``status.latestRevision``."""
+    name (``spec.containers``, and ``spec.initContainers`` for the init containers the hash covers), the
+    pod's ``kruise.io/sidecarset-hash`` entry for this SidecarSet (others kept), and the in-place state
+    recording the image ids the restarted sidecars run now (completion = they change). A plain init
+    container has run to completion and the kubelet does not run it again, so its new image is only
+    recorded in the spec and not waited for. The without-image hash annotation is left alone (OpenKruise
+    writes it at injection only). The entry's ``controllerRevision`` is ``controller_revision`` (this
+    round's latest revision), else the SidecarSet's ``status.latestRevision``."""
     metadata = pod.get("metadata") or {}
     stamp = ss.format_time(now)
-    by_name = {c.get("name"): c for c in (pod.get("spec") or {}).get("containers") or ()}
-    images = {
+    spec = pod.get("spec") or {}
+    by_name = {c.get("name"): c for c in spec.get("containers") or ()}
+    init_by_name = {c.get("name"): c for c in spec.get("initContainers") or ()}
+    container_images = {
         c["name"]: c["image"]
         for c in sidecarset.containers
         if (by_name.get(c["name"]) or {}).get("image") != c["image"]
+    }
+    init_images = {
+        c["name"]: c["image"]
+        for c in sidecarset.upgradable_init_containers
+        if c["name"] in init_by_name and init_by_name[c["name"]].get("image") != c["image"]
+    }
+    images = {**container_images, **init_images}
+    restarted = set(container_images) | {
+        c["name"] for c in sidecarset.native_sidecars if c["name"] in init_images
     }
     hashes = _json_annotation(pod, ss.HASH_ANNOTATION)
     previous = hashes.get(sidecarset.name)
     entry: dict[str, Any] = dict(previous) if isinstance(previous, dict) else {}
     entry.update({"updateTimestamp": stamp, "hash": sidecarset.hash, "sidecarSetName": sidecarset.name})
-    entry.setdefault("sidecarList", sorted(c["name"] for c in sidecarset.containers))
+    entry.setdefault(
+        "sidecarList", sorted(c["name"] for c in [*sidecarset.containers, *sidecarset.native_sidecars])
+    )
     revision = sidecarset.controller_revision if controller_revision is None else controller_revision
     if revision:
         entry["controllerRevision"] = revision
@@ -200,7 +229,8 @@ def upgrade_patch(
         "revision": sidecarset.hash,
         "updateTimestamp": stamp,
         "lastContainerStatuses": {
-            name: {"imageID": str((statuses.get(name) or {}).get("imageID") or "")} for name in sorted(images)
+            name: {"imageID": str((statuses.get(name) or {}).get("imageID") or "")}
+            for name in sorted(restarted)
         },
     }
     patch: dict[str, Any] = {
@@ -214,7 +244,15 @@ def upgrade_patch(
         }
     }
     if images:
-        patch["spec"] = {"containers": [{"name": name, "image": images[name]} for name in sorted(images)]}
+        patch["spec"] = {}
+        if container_images:
+            patch["spec"]["containers"] = [
+                {"name": name, "image": image} for name, image in sorted(container_images.items())
+            ]
+        if init_images:
+            patch["spec"]["initContainers"] = [
+                {"name": name, "image": image} for name, image in sorted(init_images.items())
+            ]
     recorded = ss.pod_sidecar_revisions(pod).get(sidecarset.name)
     return PodUpgrade(
         namespace=ss.pod_namespace(pod),

@@ -9,6 +9,14 @@ containers whose changed resource has ``resizePolicy: RestartContainer``. With `
 env/envFrom/volumeMounts/volumes changes restart the container too. Deleted pods on a node terminate
 gracefully (``Timing.terminate``).
 
+Native sidecars (init containers with ``restartPolicy: Always``) run as the kubelet's
+``computeInitContainerActions`` runs them: in spec order, each started before the next init container and
+before any app container; once the pod is initialized they keep running beside the app containers, a
+crashed one is restarted whatever the pod's ``restartPolicy``, and one whose image changed is restarted in
+place on its own (``restartCount`` + 1 in ``initContainerStatuses``, new ``imageID``, ready after start); the
+app containers are untouched. Their readiness counts towards ``ContainersReady`` and ``Ready``. Plain init
+containers are reported completed at once. The process runtime (processes.py) does not run native sidecars.
+
 Its siblings, one job each: scheduler.py binds pods to nodes, images.py pulls images, pvcs.py binds and
 protects PVCs; nodes.py holds what they share. All delays come from ``Timing``, jittered by one seeded RNG;
 all zero makes everything immediate.
@@ -53,6 +61,15 @@ def _rebuild_fingerprint(container: dict[str, Any], volumes: list[Any]) -> str:
 
 def _restart_policy(pod: Obj) -> str:
     return str((pod.get("spec") or {}).get("restartPolicy") or "Always")
+
+
+def _native_sidecars(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    """The init containers with ``restartPolicy: Always``, in spec order."""
+    return [c for c in spec.get("initContainers") or [] if c.get("restartPolicy") == "Always"]
+
+
+def _image_id(image: str) -> str:
+    return f"docker.io/library/{image}@sha256:{digest(image)}"
 
 
 class Kubelet:
@@ -164,10 +181,25 @@ class Kubelet:
     def _containers_to_start(
         self, pod: Obj, runtime: PodRuntime, now: float
     ) -> list[tuple[ContainerRuntime, str, str]]:
-        """Containers to (re)start: new ones, changed ones (in place), crashed ones whose back-off is over."""
+        """Containers to (re)start: new ones, changed ones (in place), crashed ones whose back-off is over.
+        Native sidecars come first: until the pod is initialized (an app container created, the kubelet's
+        ``podHasInitialized``) each must be running before the next one or any app container starts."""
         spec = pod.get("spec") or {}
         volumes = spec.get("volumes") or []
         todo: list[tuple[ContainerRuntime, str, str]] = []  # (container, image, fingerprint)
+        initialized = bool(runtime.containers)
+        for container in _native_sidecars(spec):
+            name, image = container["name"], container.get("image", "")
+            fingerprint = _rebuild_fingerprint(container, volumes) if self.extended_inplace else ""
+            sidecar = runtime.sidecars.get(name)
+            if sidecar is None:
+                sidecar = ContainerRuntime(name=name, image=image, fingerprint=fingerprint, sidecar=True)
+                runtime.sidecars[name] = sidecar
+                todo.append((sidecar, image, fingerprint))
+            elif self._must_start(pod, sidecar, image, fingerprint, now):
+                todo.append((sidecar, image, fingerprint))
+            if not initialized and not sidecar.running:
+                return todo  # the next init container and the app containers wait for this one
         for container in spec.get("containers") or []:
             name, image = container["name"], container.get("image", "")
             fingerprint = _rebuild_fingerprint(container, volumes) if self.extended_inplace else ""
@@ -179,31 +211,41 @@ class Kubelet:
                 )
                 runtime.containers[name] = current
                 todo.append((current, image, fingerprint))
-            elif current.terminated is not None:
-                continue  # exited for good (restartPolicy Never, or OnFailure after success)
-            elif not current.running and current.waiting_reason == "ContainerCreating":
-                todo.append((current, image, fingerprint))
-            elif current.image != image or current.fingerprint != fingerprint:
-                if current.running:
-                    current.last_terminated = {
-                        "exitCode": 0,
-                        "reason": "Completed",
-                        "startedAt": current.started_at,
-                        "finishedAt": now_iso(),
-                        "containerID": current.container_id,
-                    }
-                    current.restart_count += 1
-                    self.events.emit(
-                        pod, "Killing", f"Container {name} definition changed, will be restarted"
-                    )
-                current.running, current.ready, current.restart_at = False, False, None
-                current.crashes = 0
-                current.waiting_reason = "ContainerRebuilding"
-                todo.append((current, image, fingerprint))
-            elif current.restart_at is not None and now >= current.restart_at:
-                current.restart_at = None
+            elif self._must_start(pod, current, image, fingerprint, now):
                 todo.append((current, image, fingerprint))
         return todo
+
+    def _must_start(
+        self, pod: Obj, current: ContainerRuntime, image: str, fingerprint: str, now: float
+    ) -> bool:
+        """Whether a known container is (re)started now: still being created, changed (restarted in place:
+        the old one killed, restartCount + 1), or crashed with its back-off over."""
+        if current.terminated is not None:
+            return False  # exited for good (restartPolicy Never, or OnFailure after success)
+        if not current.running and current.waiting_reason == "ContainerCreating":
+            return True
+        if current.image != image or current.fingerprint != fingerprint:
+            if current.running:
+                current.last_terminated = {
+                    "exitCode": 0,
+                    "reason": "Completed",
+                    "startedAt": current.started_at,
+                    "finishedAt": now_iso(),
+                    "containerID": current.container_id,
+                }
+                current.restart_count += 1
+                kind = "Init container" if current.sidecar else "Container"
+                self.events.emit(
+                    pod, "Killing", f"{kind} {current.name} definition changed, will be restarted"
+                )
+            current.running, current.ready, current.restart_at = False, False, None
+            current.crashes = 0
+            current.waiting_reason = "ContainerRebuilding"
+            return True
+        if current.restart_at is not None and now >= current.restart_at:
+            current.restart_at = None
+            return True
+        return False
 
     async def _run_pod(self, key: Key, runtime: PodRuntime) -> None:
         loop = asyncio.get_running_loop()
@@ -225,7 +267,8 @@ class Kubelet:
                 if not await self._start_containers(key, runtime, pod, todo):
                     return
                 continue
-            unready = [c for c in runtime.containers.values() if c.running and not c.ready]
+            every = [*runtime.sidecars.values(), *runtime.containers.values()]
+            unready = [c for c in every if c.running and not c.ready]
             if unready:
                 await self.clock.sleep(self.clock.timing.ready)
                 if self._current(key, runtime) is None:
@@ -237,7 +280,7 @@ class Kubelet:
             self._write_status(key, runtime)
             if runtime.wake.is_set():
                 continue
-            restarts = [c.restart_at for c in runtime.containers.values() if c.restart_at is not None]
+            restarts = [c.restart_at for c in every if c.restart_at is not None]
             restarts += [c.exit_at for c in runtime.containers.values() if c.exit_at is not None]
             if restarts:
                 with contextlib.suppress(TimeoutError):
@@ -276,7 +319,7 @@ class Kubelet:
             self.events.emit(pod, "Started", f"Started container {container_rt.name}")
             if self.images.crashes(image):
                 crashing.append(container_rt)
-            elif _restart_policy(pod) != "Always":
+            elif _restart_policy(pod) != "Always" and not container_rt.sidecar:
                 container_rt.exit_at = asyncio.get_running_loop().time() + self.clock.timing.run
         self._write_status(key, runtime)
         if crashing:
@@ -295,7 +338,7 @@ class Kubelet:
                     "finishedAt": now_iso(),
                     "containerID": container_rt.container_id,
                 }
-                if _restart_policy(current_pod) == "Never":
+                if _restart_policy(current_pod) == "Never" and not container_rt.sidecar:
                     container_rt.running, container_rt.ready = False, False
                     container_rt.terminated = exited
                     continue
@@ -404,7 +447,7 @@ class Kubelet:
         delay = (
             self.clock.timing.terminate if grace is None else min(self.clock.timing.terminate, float(grace))
         )
-        for name, container in runtime.containers.items():
+        for name, container in [*runtime.containers.items(), *runtime.sidecars.items()]:
             if container.running:
                 self.events.emit(pod, "Killing", f"Stopping container {name}")
         await self.clock.sleep(delay)
@@ -423,59 +466,30 @@ class Kubelet:
             rt = runtime.containers.get(container["name"])
             if rt is None:
                 continue
-            image = rt.image if rt.running else container.get("image", rt.image)
-            entry: dict[str, Any] = {
-                "name": rt.name,
-                "image": image,
-                "imageID": "",
-                "ready": rt.ready,
-                "restartCount": rt.restart_count,
-                "started": rt.running,
-            }
-            if rt.running:
-                entry["imageID"] = f"docker.io/library/{rt.image}@sha256:{digest(rt.image)}"
-                entry["containerID"] = rt.container_id
-                entry["state"] = {"running": {"startedAt": rt.started_at}}
-            elif rt.terminated is not None:
-                entry["imageID"] = f"docker.io/library/{rt.image}@sha256:{digest(rt.image)}"
-                entry["containerID"] = rt.container_id
-                entry["state"] = {"terminated": rt.terminated}
-                entry["started"] = False
-            else:
-                entry["state"] = {"waiting": {"reason": rt.waiting_reason}}
-            if rt.last_terminated:
-                entry["lastState"] = {"terminated": rt.last_terminated}
-            else:
-                entry["lastState"] = {}
+            entry = _status_entry(rt, container)
             if self.resize_pods:
                 entry["allocatedResources"] = dict(rt.allocated.get("requests") or {})
                 entry["resources"] = rt.actual
             statuses.append(entry)
-        init_statuses = [
-            {
-                "name": c["name"],
-                "image": c.get("image", ""),
-                "imageID": f"docker.io/library/{c.get('image', '')}@sha256:{digest(c.get('image', ''))}",
-                "ready": True,
-                "restartCount": 0,
-                "started": False,
-                "state": {
-                    "terminated": {
-                        "exitCode": 0,
-                        "reason": "Completed",
-                        "startedAt": runtime.start_time,
-                        "finishedAt": runtime.start_time,
-                    }
-                },
-                "lastState": {},
-            }
-            for c in spec.get("initContainers") or []
-        ]
+        init_statuses = []
+        sidecars_ready = True
+        for c in spec.get("initContainers") or []:
+            rt = runtime.sidecars.get(c["name"])
+            if rt is not None:
+                init_statuses.append(_status_entry(rt, c))
+                sidecars_ready = sidecars_ready and rt.ready
+            elif c.get("restartPolicy") == "Always" and not runtime.process:
+                init_statuses.append(_waiting_entry(c))  # a native sidecar not started yet
+                sidecars_ready = False
+            else:
+                init_statuses.append(_completed_entry(c, runtime.start_time))
         containers_ready = (
             bool(statuses)
             and len(statuses) == len(spec.get("containers") or [])
             and all(s["ready"] for s in statuses)
+            and sidecars_ready
         )
+        initialized = bool(runtime.containers) or runtime.process or not _native_sidecars(spec)
         conditions = list(old_status.get("conditions") or [])
         by_type = {c.get("type"): c for c in conditions}
         gates_ok = all(
@@ -492,7 +506,12 @@ class Kubelet:
         else:
             conditions = [c for c in conditions if c.get("type") != resize.IN_PROGRESS]
         conditions = set_condition(conditions, "PodScheduled", "True")
-        conditions = set_condition(conditions, "Initialized", "True")
+        conditions = set_condition(
+            conditions,
+            "Initialized",
+            "True" if initialized else "False",
+            "" if initialized else "ContainersNotInitialized",
+        )
         conditions = set_condition(
             conditions,
             "ContainersReady",
@@ -536,3 +555,57 @@ class Kubelet:
         if init_statuses:
             status["initContainerStatuses"] = init_statuses
         self.store.commit_internal(PODS, dict(pod, status=status))
+
+
+def _status_entry(rt: ContainerRuntime, container: dict[str, Any]) -> dict[str, Any]:
+    """A container's (or a native sidecar's) status as the kubelet reports what it runs."""
+    entry: dict[str, Any] = {
+        "name": rt.name,
+        "image": rt.image if rt.running else container.get("image", rt.image),
+        "imageID": "",
+        "ready": rt.ready,
+        "restartCount": rt.restart_count,
+        "started": rt.running,
+    }
+    if rt.running:
+        entry["imageID"] = _image_id(rt.image)
+        entry["containerID"] = rt.container_id
+        entry["state"] = {"running": {"startedAt": rt.started_at}}
+    elif rt.terminated is not None:
+        entry["imageID"] = _image_id(rt.image)
+        entry["containerID"] = rt.container_id
+        entry["state"] = {"terminated": rt.terminated}
+        entry["started"] = False
+    else:
+        entry["state"] = {"waiting": {"reason": rt.waiting_reason}}
+    entry["lastState"] = {"terminated": rt.last_terminated} if rt.last_terminated else {}
+    return entry
+
+
+def _waiting_entry(container: dict[str, Any]) -> dict[str, Any]:
+    """An init container the kubelet has not started yet."""
+    return {
+        "name": container["name"],
+        "image": container.get("image", ""),
+        "imageID": "",
+        "ready": False,
+        "restartCount": 0,
+        "started": False,
+        "state": {"waiting": {"reason": "PodInitializing"}},
+        "lastState": {},
+    }
+
+
+def _completed_entry(container: dict[str, Any], at: str) -> dict[str, Any]:
+    """A plain init container: reported as run to completion when the pod started."""
+    image = container.get("image", "")
+    return {
+        "name": container["name"],
+        "image": image,
+        "imageID": _image_id(image),
+        "ready": True,
+        "restartCount": 0,
+        "started": False,
+        "state": {"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": at, "finishedAt": at}},
+        "lastState": {},
+    }

@@ -26,6 +26,7 @@ class ContainerRuntime:
     terminated: dict[str, Any] | None = None  # the state of a container that exited and stays so
     allocated: dict[str, Any] = field(default_factory=dict)  # resources the kubelet admitted
     actual: dict[str, Any] = field(default_factory=dict)  # resources the runtime applied
+    sidecar: bool = False  # a native sidecar (init container, restartPolicy Always): always restarted
 
 
 @dataclass
@@ -35,6 +36,8 @@ class PodRuntime:
     ip: str
     start_time: str
     containers: dict[str, ContainerRuntime] = field(default_factory=dict)
+    # The native sidecars (init containers with restartPolicy Always) the simulated kubelet runs.
+    sidecars: dict[str, ContainerRuntime] = field(default_factory=dict)
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     task: asyncio.Task[None] | None = None
     process: bool = False  # run by the process runtime (processes.py)

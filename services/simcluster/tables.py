@@ -53,6 +53,8 @@ def pod_status_reason(pod: Obj) -> str:
     reason = status.get("reason") or status.get("phase") or "Pending"
     for container in status.get("initContainerStatuses") or []:
         state = container.get("state") or {}
+        if container.get("name") in _native_sidecar_names(pod) and container.get("started"):
+            continue  # a started native sidecar does not hold initialization (kubectl's printPod)
         if "terminated" in state and state["terminated"].get("exitCode", 0) == 0:
             continue
         if "waiting" in state and state["waiting"].get("reason") not in (None, "PodInitializing"):
@@ -74,9 +76,21 @@ def pod_status_reason(pod: Obj) -> str:
     return str(reason)
 
 
+def _native_sidecar_names(pod: Obj) -> set[str]:
+    return {
+        str(c.get("name"))
+        for c in (pod.get("spec") or {}).get("initContainers") or []
+        if c.get("restartPolicy") == "Always"
+    }
+
+
 def _pod_row(pod: Obj) -> list[Any]:
-    statuses = (pod.get("status") or {}).get("containerStatuses") or []
-    total = len((pod.get("spec") or {}).get("containers") or [])
+    status = pod.get("status") or {}
+    native = _native_sidecar_names(pod)
+    # Native sidecars count in READY and RESTARTS beside the containers, as kubectl's printPod counts them.
+    sidecars = [c for c in status.get("initContainerStatuses") or [] if c.get("name") in native]
+    statuses = [*sidecars, *(status.get("containerStatuses") or [])]
+    total = len((pod.get("spec") or {}).get("containers") or []) + len(native)
     ready = sum(1 for c in statuses if c.get("ready"))
     restarts = sum(int(c.get("restartCount", 0)) for c in statuses)
     gates = (pod.get("spec") or {}).get("readinessGates") or []

@@ -41,6 +41,7 @@ from services.model.events import (
     RolloutPaused,
     RolloutResumed,
     RolloutStarted,
+    RoundPlanned,
 )
 from services.model.sidecarset_streams import (
     SIDECARSET_GROUP,
@@ -649,3 +650,132 @@ async def test_watcher_and_planner_killed_mid_rollout_resume_without_repeating_a
     ]
     assert completed and completed[-1].rollout_id == actions[0].rollout_id  # the rollout is recorded as done
     assert stack.dead() == []
+
+
+def native_status(pod: dict[str, Any], name: str) -> dict[str, Any]:
+    return next(c for c in pod["status"].get("initContainerStatuses") or [] if c["name"] == name)
+
+
+def native_spec_image(pod: dict[str, Any], name: str) -> str:
+    return str(next(c["image"] for c in pod["spec"]["initContainers"] if c["name"] == name))
+
+
+async def test_a_native_sidecar_of_cloneset_pods_upgrades_in_place_in_batches(
+    stack: Stack, webhook: RunningWebhook, cluster: Cluster, k8s_client: client.ApiClient, store: EventStore
+) -> None:
+    """A native sidecar (init container with restartPolicy Always) under RollingUpdate, partition 1 and
+    maxUnavailable 2 over a 4-pod CloneSet: three pods get the new image in place, at most two at once,
+    each pod keeping its UID and app container; the trail reads back and replays as for ordinary sidecars."""
+    custom = client.CustomObjectsApi(k8s_client)
+    native = "mesh"
+    proxy = {"name": "proxy", "image": "envoy:1.30", "restartPolicy": "Always"}
+    sidecarset = {
+        "apiVersion": ss.API_VERSION,
+        "kind": "SidecarSet",
+        "metadata": {"name": native},
+        "spec": {
+            "selector": {"matchLabels": {"app": "sample"}},
+            "initContainers": [proxy],
+            "updateStrategy": {"type": "RollingUpdate", "maxUnavailable": 2, "partition": 1},
+        },
+    }
+    await custom.create_cluster_custom_object(
+        SIDECARSET_GROUP, SIDECARSET_VERSION, SIDECARSET_PLURAL, sidecarset
+    )
+    await wait_for(
+        lambda: _async(any(s.name == native for s in webhook.state.sidecarsets.snapshot())),
+        what="the webhook to see the SidecarSet",
+    )
+    await stack.start("watcher", "planner", "executor", "auditor")
+    await cluster.create_cloneset(seed_cloneset("cloneset-sample.yaml", replicas=4))
+
+    async def settled(image: str, count: int) -> dict[str, dict[str, Any]] | None:
+        pods = await cluster.pods("sample")
+        if len(pods) != 4 or not all(running_ready(p) for p in pods.values()):
+            return None
+        running = [p for p in pods.values() if native_status(p, "proxy").get("image") == image]
+        return (
+            pods
+            if len(running) == count and all(native_status(p, "proxy")["ready"] for p in running)
+            else None
+        )
+
+    before = await wait_for(lambda: settled("envoy:1.30", 4), what="four ready CloneSet pods")
+    assert all([c["name"] for c in p["spec"]["initContainers"]] == ["proxy"] for p in before.values())
+    cloneset_actions_before = await _cloneset_actions(store)
+
+    await custom.patch_cluster_custom_object(
+        SIDECARSET_GROUP,
+        SIDECARSET_VERSION,
+        SIDECARSET_PLURAL,
+        native,
+        {"spec": {"initContainers": [{**proxy, "image": "envoy:1.31"}]}},
+        _content_type="application/merge-patch+json",  # type: ignore[call-arg]
+    )
+
+    async def status_is(**expected: Any) -> bool:
+        obj = await custom.get_cluster_custom_object(
+            SIDECARSET_GROUP, SIDECARSET_VERSION, SIDECARSET_PLURAL, native
+        )
+        current = cast(dict[str, Any], obj).get("status") or {}
+        return all(current.get(k) == v for k, v in expected.items())
+
+    after = await wait_for(lambda: settled("envoy:1.31", 3), within=30, what="three native sidecars upgraded")
+    await wait_for(
+        lambda: status_is(matchedPods=4, updatedPods=3, updatedReadyPods=3), what="the SidecarSet status"
+    )
+    await wait_for(lambda: nothing_left_to_plan(store, SIDECARSET, native), what="nothing left to plan")
+    await wait_for(
+        lambda: nothing_left_to_plan(store, CLONESET, "default/sample"), what="nothing left to plan"
+    )
+    assert await _cloneset_actions(store) == cloneset_actions_before  # the CloneSet planner did nothing
+    assert {n: p["metadata"]["uid"] for n, p in after.items()} == {
+        n: p["metadata"]["uid"] for n, p in before.items()
+    }
+    upgraded = sorted(n for n, p in after.items() if native_spec_image(p, "proxy") == "envoy:1.31")
+    assert len(upgraded) == 3
+    for name, pod in after.items():
+        assert container(pod, "nginx")["restartCount"] == 0
+        assert container(pod, "nginx")["containerID"] == container(before[name], "nginx")["containerID"]
+        restarted = native_status(pod, "proxy")
+        assert restarted["restartCount"] == (1 if name in upgraded else 0)
+        assert (restarted["imageID"] != native_status(before[name], "proxy")["imageID"]) == (name in upgraded)
+
+    # Batches: maxUnavailable 2 held over the watcher's observations, and the requests say the same.
+    observed = await store.read_stream(observed_stream(native))
+    assert max_unavailable_at_once(observed) <= 2
+    decided = await store.read_stream(decisions_stream(native))
+    requests = [s.envelope.payload for s in decided if isinstance(s.envelope.payload, PodActionRequested)]
+    assert sorted(r.pod for r in requests) == upgraded
+    batches: list[int] = []
+    for stored in decided:
+        if isinstance(stored.envelope.payload, RoundPlanned):
+            batches.append(0)
+        elif isinstance(stored.envelope.payload, PodActionRequested):
+            batches[-1] += 1
+    assert [b for b in batches if b] == [2, 1]  # two at once, then the third once they were back
+    assert all(
+        r.details["patch"]["spec"] == {"initContainers": [{"name": "proxy", "image": "envoy:1.31"}]}
+        for r in requests
+    )
+    # The trail: each upgrade an in-place row finished once its restarted sidecar was back, maxUnavailable
+    # never exceeded; every round replays to the same decisions.
+    connection = await asyncpg.connect(asyncpg_url(stack.settings.database_url))
+    try:
+        rows = await connection.fetch(
+            "SELECT pod, update_kind, outcome, duration FROM pod_actions"
+            " WHERE kind = 'SidecarSet' AND workload = $1 AND in_place",
+            native,
+        )
+        assert sorted(r["pod"] for r in rows) == upgraded
+        assert {(r["update_kind"], r["outcome"]) for r in rows} == {("in place", "succeeded")}
+        assert all(r["duration"] is not None for r in rows)
+        exceeded = await audit_queries.max_unavailable_exceeded(connection)
+        assert [r for r in exceeded if r["workload"] == native] == []
+    finally:
+        await connection.close()
+    outcomes = [s.envelope for s in await store.read_stream(actions_stream(native))]
+    report = verify_streams(
+        SIDECARSET, native, [s.envelope for s in observed], outcomes, [s.envelope for s in decided]
+    )
+    assert report.clean and report.rounds >= 2, report.divergence

@@ -189,8 +189,9 @@ class SidecarSetTrail:
 
     Pods are ``<namespace>/<name>`` keys: a SidecarSet's pods span namespaces."""
 
-    def __init__(self, store: EventStore) -> None:
+    def __init__(self, store: EventStore, *, native: bool = False) -> None:
         self.store = store
+        self.native = native  # the sidecar is a native one: an init container with restartPolicy Always
         self.name = f"ss{uuid.uuid4().hex[:10]}"
         self.old = f"{self.name}-1111111111"
         self.new = f"{self.name}-2222222222"
@@ -225,16 +226,16 @@ class SidecarSetTrail:
         id per restart of the sidecar)."""
         namespace, name = pod.split("/")
         image_id = f"{image}@sha256:{pod}-{self.restarts.get(pod, 0)}"
+        tools = {"name": "tools", "image": image, "imageID": image_id, "ready": ready}
+        app = {"name": "app", "image": "nginx:1.15.1", "imageID": "nginx@sha256:1", "ready": True}
         obj = {
             "metadata": {"name": name, "namespace": namespace, "uid": f"uid-{pod}",
                          "annotations": dict(self.annotations.get(pod, {}))},
             "status": {
                 "phase": "Running",
                 "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
-                "containerStatuses": [
-                    {"name": "tools", "image": image, "imageID": image_id, "ready": ready},
-                    {"name": "app", "image": "nginx:1.15.1", "imageID": "nginx@sha256:1", "ready": True},
-                ],
+                **({"initContainerStatuses": [tools], "containerStatuses": [app]} if self.native
+                   else {"containerStatuses": [tools, app]}),
             },
         }  # fmt: skip
         payload = ObjectObserved(
@@ -272,7 +273,9 @@ class SidecarSetTrail:
             "metadata": {
                 "annotations": {SIDECARSET_INPLACE_STATE_ANNOTATION: json.dumps(state, sort_keys=True)}
             },
-            "spec": {"containers": [{"name": "tools", "image": SIDECAR_NEW}]},
+            "spec": {
+                "initContainers" if self.native else "containers": [{"name": "tools", "image": SIDECAR_NEW}]
+            },
         }
         await self.decide(
             PodActionRequested(

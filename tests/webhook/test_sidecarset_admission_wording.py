@@ -55,10 +55,6 @@ EXACT = {
         {"containers": []},
         "spec: Required value: no initContainer or container defined for SidecarSet",
     ),
-    "The initContainer in-place upgrade is not currently supported.": (
-        {"containers": [], "initContainers": [container("init", restartPolicy="Always")]},
-        "spec.updateStrategy: Required value: The initContainer in-place upgrade is not currently supported.",
-    ),
     "container without an image": (
         {"containers": [{"name": "test-sidecar"}]},
         "spec.containers[0].image: Required value",
@@ -141,6 +137,19 @@ def test_rules_with_a_struct_value_have_openkruises_field_type_and_detail(case: 
     change, field, kind, detail = STRUCTS[case]
     message = refusal(with_spec(change))
     assert message.startswith(f"{field}: {kind}: ") and message.endswith(f": {detail}"), message
+
+
+def test_native_sidecars_under_rolling_update_are_accepted() -> None:
+    """OpenKruise refuses this case ("The initContainer in-place upgrade is not currently supported.");
+    rollbook upgrades native sidecars in place, so a RollingUpdate SidecarSet may carry them."""
+    native = with_spec(
+        {
+            "containers": [],
+            "initContainers": [container("init", restartPolicy="Always")],
+            "updateStrategy": {"type": "RollingUpdate", "partition": 1, "maxUnavailable": "50%"},
+        }
+    )
+    assert admission.review_sidecarset(request(native), [])["allowed"] is True
 
 
 def test_the_name_rules() -> None:

@@ -136,6 +136,17 @@ class SidecarSet:
         return self.spec.get("initContainers") or []
 
     @property
+    def native_sidecars(self) -> list[dict[str, Any]]:
+        """The init containers with ``restartPolicy: Always``: they run beside the app containers."""
+        return [c for c in self.init_containers if c.get("restartPolicy") == "Always"]
+
+    @property
+    def upgradable_init_containers(self) -> list[dict[str, Any]]:
+        """The init containers the hashes cover, so an in-place upgrade sets their images: all of them
+        when one is a native sidecar (as OpenKruise's hash), none otherwise."""
+        return self.init_containers if self.native_sidecars else []
+
+    @property
     def volumes(self) -> list[dict[str, Any]]:
         return self.spec.get("volumes") or []
 

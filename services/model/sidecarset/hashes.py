@@ -1,6 +1,7 @@
 """SidecarSet hashes (``kruise.io/sidecarset-hash`` and the without-image hash), which decide upgrades.
 
-Only containers count (and native-sidecar init containers); volumes, selector, strategies do not.
+Only containers count, and the init containers when one of them is a native sidecar (``restartPolicy:
+Always``), as OpenKruise's ``encodeSidecarSet``; volumes, selector, strategies do not.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ def _hash_input(spec: Mapping[str, Any], *, without_image: bool) -> dict[str, An
         for container in containers + init_containers:
             container["image"] = ""
     payload: dict[str, Any] = {"containers": containers}
-    # Native sidecars (init containers with restartPolicy Always) are upgradable, so they count.
+    # Native sidecars (init containers with restartPolicy Always) are upgradable, so they count; with one,
+    # every init container does (OpenKruise's encodeSidecarSet), which keeps recorded hashes as they are.
     if any(c.get("restartPolicy") == "Always" for c in init_containers):
         payload["initContainers"] = init_containers
     return payload

@@ -420,16 +420,9 @@ def _validate_spec(spec: Mapping[str, Any]) -> None:
                 labels.validate_selector(strategy["selector"], "spec.updateStrategy.selector")
             except labels.SelectorError as err:
                 raise SidecarSetError(err.field, err.reason) from None
-        if any(c.get("restartPolicy") == "Always" for c in init_containers):
-            raise SidecarSetError(
-                "spec.updateStrategy.type",
-                "init containers with restartPolicy Always require NotUpdate",
-                KruiseError(
-                    REQUIRED,
-                    "spec.updateStrategy",
-                    "The initContainer in-place upgrade is not currently supported.",
-                ),
-            )
+        # Native sidecars (init containers with restartPolicy Always) are upgraded in place like the
+        # containers; OpenKruise refuses them here ("The initContainer in-place upgrade is not currently
+        # supported."), rollbook does not (docs/sidecarset.md, "Native sidecars").
 
 
 def validate_update(old: SidecarSet, new: SidecarSet) -> None:
