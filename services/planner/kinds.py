@@ -29,7 +29,7 @@ from services.model.streams import WORKLOAD_KIND, derived_id, workload_of
 from services.planner import cloneset_decisions, rounds, sidecarset_decisions
 from services.planner.model import PlanInput
 from services.planner.rounds import EXPECTATION_TIMEOUT
-from services.planner.sidecarset_state import SidecarSetState
+from services.planner.sidecarset_state import SidecarSetInput, SidecarSetState
 from services.planner.sidecarset_upgrade import SidecarSetRound
 from services.planner.workload_state import WorkloadState
 
@@ -247,18 +247,18 @@ class SidecarSetPlanner:
         pending = state.pending()
         return min(pending) + EXPECTATION_TIMEOUT if pending else None
 
-    def plan_input(self, state: SidecarSetState) -> dict[str, Any]:
+    def plan_input(self, state: SidecarSetState) -> SidecarSetInput:
         return state.plan_input()
 
-    def decide(self, state: SidecarSetState, plan_input: dict[str, Any]) -> tuple[list[Event], str | None]:
-        result = sidecarset_decisions.round_of(state)
+    def decide(self, state: SidecarSetState, plan_input: SidecarSetInput) -> tuple[list[Event], str | None]:
+        result = sidecarset_decisions.round_of(plan_input)
         decisions = sidecarset_decisions.decisions_for(state, result)
         correlation = (
             sidecarset_decisions.round_rollout(state, result) if isinstance(result, SidecarSetRound) else None
         )
         return decisions, correlation
 
-    def input_sha256(self, state: SidecarSetState, plan_input: dict[str, Any]) -> str:
+    def input_sha256(self, state: SidecarSetState, plan_input: SidecarSetInput) -> str:
         return rounds.encode_input(plan_input)[1]
 
     def round_id(self, state: SidecarSetState) -> UUID:

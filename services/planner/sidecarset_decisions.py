@@ -29,7 +29,7 @@ from services.model.sidecarset_streams import (
 from services.model.streams import derived_id
 from services.planner import rounds
 from services.planner.sidecarset_revisions import revision_object
-from services.planner.sidecarset_state import SidecarSetState
+from services.planner.sidecarset_state import SidecarSetInput, SidecarSetState
 from services.planner.sidecarset_upgrade import SidecarSetRound, plan_sidecarset
 
 # The version of the SidecarSet planner's rules, written on every RoundPlanned (``rules``). Bump it with
@@ -40,18 +40,20 @@ from services.planner.sidecarset_upgrade import SidecarSetRound, plan_sidecarset
 # SidecarSet has a custom version carries it as a label (apps.kruise.io/sidecarset-custom-version), and
 # resourcesPolicy / injectionStrategy.revision are validated (an invalid one is a SpecRejected).
 # 4: rollout ids carry the SidecarSet's rollout sequence (``/<name>@<revision>#<n>``, docs/events.md).
-RULES_VERSION = 4
+# 5: the round's input (``SidecarSetInput``, its hash on RoundPlanned) holds the recorded revisions and the
+# collision count the round decides on; the decisions are those of 4.
+RULES_VERSION = 5
 
 
-def round_of(state: SidecarSetState) -> SidecarSetRound | SidecarSetError:
-    assert state.sidecarset is not None and state.now is not None
+def round_of(plan_input: SidecarSetInput) -> SidecarSetRound | SidecarSetError:
+    """The upgrade round on the decision input alone (what its hash covers)."""
     try:
         return plan_sidecarset(
-            state.sidecarset,
-            state.pods.values(),
-            state.now,
-            revisions=[state.revisions[name] for name in sorted(state.revisions)],
-            collision_count=state.collision_count(),
+            plan_input.sidecar_set,
+            plan_input.pods,
+            plan_input.now,
+            revisions=plan_input.revisions,
+            collision_count=plan_input.collision_count,
         )
     except SidecarSetError as error:
         return error

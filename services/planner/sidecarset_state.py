@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+import msgspec
+
 from services.model import sidecarset as ss
 from services.model.events import (
     Envelope,
@@ -42,6 +44,19 @@ from services.planner.rounds import EXPECTATION_TIMEOUT
 def _key(obj: dict[str, Any]) -> str:
     metadata = obj.get("metadata") or {}
     return f"{metadata.get('namespace') or 'default'}/{metadata.get('name', '')}"
+
+
+class SidecarSetInput(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    """Everything a SidecarSet round decides on (``sidecarset_decisions.round_of``), all of it hashed into
+    ``RoundPlanned.input_sha256``: the SidecarSet, its pods (by namespace/name), the revisions recorded so
+    far (by name) and the collision count last planned into its status. Rounds of rules 4 and before
+    hashed the first two and ``now`` only."""
+
+    sidecar_set: dict[str, Any]
+    pods: list[dict[str, Any]]
+    revisions: list[dict[str, Any]]
+    collision_count: int
+    now: datetime
 
 
 @dataclass
@@ -166,10 +181,12 @@ class SidecarSetState:
             result.append(at)
         return result
 
-    def plan_input(self) -> dict[str, Any]:
+    def plan_input(self) -> SidecarSetInput:
         assert self.sidecarset is not None and self.now is not None
-        return {
-            "sidecarSet": self.sidecarset,
-            "pods": [self.pods[key] for key in sorted(self.pods)],
-            "now": self.now.isoformat().replace("+00:00", "Z"),
-        }
+        return SidecarSetInput(
+            sidecar_set=self.sidecarset,
+            pods=[self.pods[key] for key in sorted(self.pods)],
+            revisions=[self.revisions[name] for name in sorted(self.revisions)],
+            collision_count=self.collision_count(),
+            now=self.now,
+        )
