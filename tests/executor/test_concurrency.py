@@ -22,6 +22,7 @@ from services.infra.consumer_service import serve_consumers
 from services.infra.runtime import ServiceRuntime
 from services.infra.settings import Settings
 from services.infra.store import EventStore
+from services.kinds.registry import RequestedAction
 from services.model.events import Envelope, PodActionRequested, RoundPlanned, encode, new_event
 from services.model.streams import actions_stream, decisions_stream, derived_id
 from services.simcluster import SimCluster
@@ -44,13 +45,15 @@ class RecordingExecutor(Executor):
         self.running = 0
         self.most_running = 0
 
-    async def apply(self, request: PodActionRequested) -> tuple[str | None, bool]:
+    async def apply(
+        self, request: PodActionRequested, action: RequestedAction | None = None
+    ) -> tuple[str | None, bool]:
         self.log.append(("start", request.pod, request.action))
         self.running += 1
         self.most_running = max(self.most_running, self.running)
         try:
             await asyncio.sleep(self.rng.uniform(0, 0.03))  # a slow API server, unevenly slow
-            return await super().apply(request)
+            return await super().apply(request, action)
         finally:
             self.running -= 1
             self.log.append(("end", request.pod, request.action))

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from services.kinds.base import Kind, Watched, Workload, own_name, owned_by
+from services.kinds.cloneset.actions import ACTIONS
 from services.model.streams import CLONESET_GROUP, CLONESET_PLURAL, CLONESET_VERSION, WORKLOAD_KIND
 
 REVISION_LABEL = "controller-revision-hash"
@@ -34,5 +35,7 @@ KIND = Kind(
     ),
     route=route,
     revision_label=REVISION_LABEL,
+    actions=ACTIONS,
+    decisions="",
     suffixes=("", "observed", "actions", "shadow"),
 )

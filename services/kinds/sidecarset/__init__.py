@@ -7,6 +7,7 @@ needs what the watcher knows of every SidecarSet: services/watcher/sidecarsets.p
 from __future__ import annotations
 
 from services.kinds.base import Kind, Watched
+from services.kinds.sidecarset.actions import ACTIONS
 from services.model.sidecarset_streams import (
     SIDECARSET_GROUP,
     SIDECARSET_KIND,
@@ -23,5 +24,7 @@ KIND = Kind(
             SIDECARSET_KIND, "custom", SIDECARSET_PLURAL, SIDECARSET_GROUP, SIDECARSET_VERSION, optional=True
         ),
     ),
+    actions=ACTIONS,
+    decisions="decisions",
     suffixes=("", "observed", "decisions", "actions"),
 )
