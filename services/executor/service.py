@@ -91,8 +91,9 @@ from services.infra.redaction_key import RedactionKeyError, load_policy
 from services.infra.runtime import ServiceRuntime, calm_cyclic_collector, configure_logging
 from services.infra.settings import Settings
 from services.infra.store import EventStore
+from services.kinds import registry
 from services.kinds.cloneset import actions as cs
-from services.kinds.registry import InvalidAction, RequestedAction, requested_action
+from services.kinds.registry import CLONESET, SIDECARSET, InvalidAction, RequestedAction, requested_action
 from services.kinds.sidecarset.actions import UpdateSidecarInPlace
 from services.model.actions import ActionKind
 from services.model.cloneset import INSTANCE_ID_LABEL
@@ -114,16 +115,13 @@ from services.model.pod_writes import (
     mark_from_written,
 )
 from services.model.redaction import contains_digest, scrub
-from services.model.sidecarset_streams import UPDATE_SIDECAR_ACTION, sidecarset_of
-from services.model.sidecarset_streams import actions_stream as sidecarset_actions_stream
+from services.model.sidecarset_streams import UPDATE_SIDECAR_ACTION
 from services.model.streams import (
     ACTION_ID_ANNOTATION,
     CLONESET_GROUP,
     CLONESET_PLURAL,
     CLONESET_VERSION,
-    actions_stream,
     derived_id,
-    workload_of,
 )
 
 log = structlog.get_logger("executor")
@@ -216,7 +214,7 @@ def pod_key(envelope: Envelope) -> Hashable:
     """What a pod action must be ordered with: the pod (or the CloneSet, for setPodsToDelete)."""
     payload = envelope.payload
     if isinstance(payload, PodActionRequested):
-        kind = "CloneSet" if payload.action == ActionKind.SET_PODS_TO_DELETE else "Pod"
+        kind = CLONESET.name if payload.action == ActionKind.SET_PODS_TO_DELETE else "Pod"
         return (kind, payload.namespace, payload.target)
     return ("event", envelope.event_id)
 
@@ -912,7 +910,7 @@ class Executor:
             STATUS_WRITES.labels("superseded").inc()
             return
         STATUS_WRITES.labels("written").inc()
-        if sidecarset_of(envelope.stream) is not None:
+        if registry.kind_of_stream(envelope.stream) is SIDECARSET:
             if not await write_sidecarset_status(self.custom, planned):
                 log.info("status_target_gone", name=planned.name)
             return
@@ -1035,12 +1033,11 @@ class Executor:
     ) -> None:
         """Append to the actions stream of the request's workload, with an id derived from the action id
         (stored once, whoever writes it and however often); ``occurred_at`` defaults to now."""
-        sidecarset = sidecarset_of(envelope.stream)
-        stream = (
-            sidecarset_actions_stream(sidecarset)
-            if sidecarset is not None
-            else actions_stream(*workload_of(envelope.stream))
-        )
+        workload = registry.workload_of(envelope.stream)
+        if workload is None:
+            raise ValueError(f"not a workload's stream: {envelope.stream!r}")
+        kind, namespace, name = workload
+        stream = kind.actions_stream(namespace, name)
         event = new_event(
             outcome,
             stream=stream,
@@ -1089,10 +1086,8 @@ class Taken:
 
 
 def _workload_or_none(stream: str) -> tuple[str, str] | None:
-    try:
-        return workload_of(stream)
-    except ValueError:
-        return None
+    """The CloneSet whose template a redacted action's values are restored from."""
+    return CLONESET.workload_of(stream)
 
 
 def _api_reason(error: ApiException) -> str:

@@ -86,6 +86,8 @@ class Kind:
         parts = stream.split("/", 3)
         if len(parts) < 3 or parts[0] != self.name or not parts[2]:
             return None
+        if (parts[1] == "") != self.cluster_scoped:  # a namespace exactly when the kind has them
+            return None
         return parts[1], parts[2]
 
     def planned_streams(self, namespace: str, name: str) -> tuple[str, str, str]:

@@ -67,6 +67,15 @@ def workload_of(stream: str) -> tuple[Kind, str, str] | None:
     return kind, parts[1], parts[2]
 
 
+def decisions_workload(stream: str) -> tuple[Kind, str, str] | None:
+    """(kind, namespace, name) when ``stream`` is a driven kind's decisions stream, else None."""
+    kind = kind_of_stream(stream)
+    workload = None if kind is None else kind.workload_of(stream)
+    if kind is None or workload is None or kind.decisions is None:
+        return None
+    return (kind, *workload) if stream == kind.decisions_stream(*workload) else None
+
+
 def partition_key(stream: str) -> str:
     """All streams of one workload share its bus partition: the workload's stream, ``<Kind>/<ns>/<name>``
     (a stream of three segments or fewer is its own key)."""

@@ -10,6 +10,7 @@ from typing import Any
 
 import msgspec
 
+from services.kinds.registry import SIDECARSET
 from services.model import sidecarset as ss
 from services.model.events import (
     Envelope,
@@ -29,13 +30,7 @@ from services.model.events import (
     SpecRejected,
     StatusPlanned,
 )
-from services.model.sidecarset_streams import (
-    SIDECARSET_ACTION_ANNOTATION,
-    SIDECARSET_KIND,
-    actions_stream,
-    decisions_stream,
-    observed_stream,
-)
+from services.model.sidecarset_streams import SIDECARSET_ACTION_ANNOTATION, SIDECARSET_KIND
 from services.model.upcasting import numbered
 from services.planner import rounds
 from services.planner.rounds import EXPECTATION_TIMEOUT
@@ -86,13 +81,13 @@ class SidecarSetState:
 
     @property
     def streams(self) -> tuple[str, str, str]:
-        return observed_stream(self.name), actions_stream(self.name), decisions_stream(self.name)
+        return SIDECARSET.planned_streams("", self.name)
 
     def through(self) -> dict[str, int]:
         return {stream: self.versions.get(stream, 0) for stream in self.streams}
 
     def fold(self, envelope: Envelope) -> None:
-        if not rounds.advance(self, envelope, decisions_stream(self.name)):
+        if not rounds.advance(self, envelope, SIDECARSET.decisions_stream("", self.name)):
             return
         payload = envelope.payload
         if isinstance(payload, RolloutStarted):
