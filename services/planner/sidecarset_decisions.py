@@ -141,6 +141,7 @@ def decisions_for(state: SidecarSetState, result: SidecarSetRound | SidecarSetEr
                 pod=upgrade.pod,
                 rollout_id=active,
                 revision=target,
+                # read by the executor as services/kinds/sidecarset/actions.py (tests/kinds/test_actions.py)
                 details={
                     "uid": upgrade.uid,
                     "sidecarSet": state.name,
