@@ -33,8 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script 
 from services.infra.database import asyncpg_url, upgrade_async
 from services.infra.settings import Settings
 from services.infra.store import EventStore
+from services.kinds.registry import CLONESET
 from services.model.events import Envelope
-from services.model.streams import workload_of
 from services.planner.workload_state import WorkloadState
 from services.replay.audit import audit_log
 from services.replay.operations import PAGE_SIZE, cyclic_gc_paused, verify_all
@@ -65,7 +65,9 @@ async def replay(store: EventStore) -> tuple[int, int]:
             envelope = stored.envelope
             state = states.get(envelope.stream)
             if state is None:
-                key = workload_of(envelope.stream)
+                key = CLONESET.workload_of(envelope.stream)
+                if key is None:
+                    continue  # not a CloneSet's
                 state = states[envelope.stream] = workloads.get(key) or WorkloadState(*key)
                 workloads[key] = state
             state.fold(envelope)

@@ -36,8 +36,9 @@ from services.infra.bus import _carried_decoder
 from services.infra.database import asyncpg_url, upgrade_async
 from services.infra.settings import Settings
 from services.infra.store import EventStore
+from services.kinds.registry import CLONESET
 from services.model.events import Envelope, PodActionRequested, RoundPlanned, encode, new_event
-from services.model.streams import decisions_stream, derived_id
+from services.model.streams import derived_id
 
 # bench/scale.py's in-place figure on a quiet 2-core machine (docs/performance.md): pods per second, each
 # pod one updateInPlace (and, with a grace period, a markNotReady).
@@ -46,7 +47,7 @@ INPLACE_PODS_PER_SECOND = 68.0
 
 def planned_round(workload: str, pods: int) -> list[Envelope]:
     now = datetime.now(UTC)
-    stream = decisions_stream("default", workload)
+    stream = CLONESET.decisions_stream("default", workload)
     round_id = derived_id("round", workload)
     events = [
         new_event(

@@ -113,6 +113,10 @@ RUNS: dict[str, tuple[list[str], list[str]]] = {
         ["20"],
         [rf"publish_many +20 events +{NUMBER} events/s", rf"consume \(ack\) +20 events +{NUMBER} events/s"],
     ),
+    "call_path.py": (
+        ["--size", "5"],
+        [r"read once: \d+ files, \d+ returns to a file already left", r"as run: +\d+ files, \d+ returns"],
+    ),
     "planner.py": (
         ["--sizes", "50", "--repeat", "1"],
         [rf"50 ReCreate +{NUMBER} +{NUMBER}", rf"50 InPlaceIfPossible +{NUMBER} +{NUMBER}"],

@@ -15,8 +15,7 @@ import typer
 
 from services.cli.runtime import run_with_store
 from services.infra.settings import Settings
-from services.model.sidecarset_streams import SIDECARSET_KIND
-from services.model.streams import WORKLOAD_KIND
+from services.kinds.registry import CLONESET, DRIVEN
 
 if TYPE_CHECKING:  # imported where used: the store pulls in SQLAlchemy, which `--help` does not need
     from services.infra.store import EventStore
@@ -46,7 +45,7 @@ def kind_counts(reports: list[VerifyReport]) -> str:
     """One line with how many workloads of each kind were verified and how many diverged (and, when
     any, how many have rounds recorded by other planner rules)."""
     parts = []
-    for kind in (WORKLOAD_KIND, SIDECARSET_KIND):
+    for kind in (k.name for k in DRIVEN):
         mine = [r for r in reports if r.kind == kind]
         diverged = sum(1 for r in mine if r.divergence is not None)
         part = f"{kind}: {len(mine)} verified, {diverged} diverged"
@@ -168,7 +167,7 @@ def register(app: typer.Typer) -> None:
                 raise typer.Exit(1)
             return
         for report in reports:
-            shown = report.workload if report.kind == WORKLOAD_KIND else f"{report.kind} {report.workload}"
+            shown = report.workload if report.kind == CLONESET.name else f"{report.kind} {report.workload}"
             if report.divergence is None:
                 typer.echo(
                     f"OK {shown}: {report.rounds} rounds, {report.decisions} decisions,"

@@ -254,15 +254,15 @@ def _json(value: Any) -> Any:
 
 
 async def recorded_revisions(connection: Any, namespace: str, name: str) -> list[Revision]:
-    from services.model.streams import decisions_stream, observed_stream
+    from services.kinds.registry import CLONESET
 
     events = [
         (r["type"], r["global_position"], r["occurred_at"], _json(r["payload"]) or {})
-        for r in await connection.fetch(REVISIONS_SQL, decisions_stream(namespace, name))
+        for r in await connection.fetch(REVISIONS_SQL, CLONESET.decisions_stream(namespace, name))
     ]
     observations = [
         Observation(r["global_position"], _json(r["template"]) or {}, _json(r["annotations"]) or {})
-        for r in await connection.fetch(OBSERVATIONS_SQL, observed_stream(namespace, name))
+        for r in await connection.fetch(OBSERVATIONS_SQL, CLONESET.observed_stream(namespace, name))
     ]
     return attribute(fold_revisions(events), observations)
 

@@ -294,7 +294,7 @@ def make_app(
     from aiohttp import web
 
     from services.infra.api_auth import guard
-    from services.model.streams import decisions_stream
+    from services.kinds.registry import CLONESET
     from services.replay.operations import replay_records
     from services.replay.reads import TargetError
 
@@ -324,7 +324,7 @@ def make_app(
             )
             actions = rows(await connection.fetch(ACTIONS_SQL, rollout_id))
             steps = rows(await connection.fetch(STEPS_SQL, rollout_id))
-            decisions = decisions_stream(head["namespace"], head["workload"])
+            decisions = CLONESET.decisions_stream(head["namespace"], head["workload"])
             paused = paused_periods(rows(await connection.fetch(PAUSES_SQL, rollout_id, decisions)))
             unavailability = rows(
                 await connection.fetch(

@@ -9,22 +9,17 @@ the action needs anyway), on a stream a planner writes. Anything else is refused
 
 from __future__ import annotations
 
-from services.model.sidecarset_streams import decisions_stream as sidecarset_decisions_stream
-from services.model.sidecarset_streams import sidecarset_of
-from services.model.streams import WORKLOAD_KIND, decisions_stream
+from services.kinds.registry import decisions_workload
 
 # The event types only a planner appends, and so the only ones the executor acts on.
 PLANNED_TYPES = frozenset({"PodActionRequested", "StatusPlanned"})
 
 
 def planner_stream(stream: str) -> bool:
-    """Whether ``stream`` is one a planner appends its rounds to: a CloneSet's decisions stream
-    ``CloneSet/<ns>/<name>``, a SidecarSet's ``SidecarSet//<name>/decisions``."""
-    parts = stream.split("/")
-    if parts[0] == WORKLOAD_KIND:
-        return len(parts) == 3 and all(parts[1:]) and stream == decisions_stream(parts[1], parts[2])
-    name = sidecarset_of(stream)
-    return name is not None and stream == sidecarset_decisions_stream(name)
+    """Whether ``stream`` is one a planner appends its rounds to: a driven kind's decisions stream
+    (services/kinds/registry.py), e.g. a CloneSet's ``CloneSet/<ns>/<name>``, a SidecarSet's
+    ``SidecarSet//<name>/decisions``."""
+    return decisions_workload(stream) is not None
 
 
 def refusal(event_type: str, stream: str, stored_match: bool | None) -> str | None:

@@ -9,6 +9,7 @@ import structlog
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from services.kinds import registry
 from services.model.events import Envelope
 from services.model.kube_events import (
     Create,
@@ -24,6 +25,13 @@ from services.model.streams import CLONESET_GROUP, CLONESET_PLURAL, CLONESET_VER
 
 log = structlog.get_logger("executor")
 
+
+def regarding_of(stream: str) -> Regarding | None:
+    """The workload whose decisions stream ``stream`` is (services/kinds/registry.py), or None."""
+    found = registry.decisions_workload(stream)
+    return None if found is None else Regarding(found[0].name, found[1], found[2])
+
+
 MERGE_PATCH = "application/merge-patch+json"
 
 
@@ -36,7 +44,7 @@ class KubeEventWriter:
 
     async def handle(self, envelope: Envelope) -> str:
         """Write (or count) the Event ``envelope`` means; returns what was done."""
-        intent = intent_of(envelope)
+        intent = intent_of(envelope, regarding_of(envelope.stream))
         if intent is None:
             return "none"
         step = self.limiter.offer(intent)

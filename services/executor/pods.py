@@ -27,16 +27,17 @@ class ActionFailed(Exception):
         self.retryable = retryable
 
 
-async def read_target_pod(core: client.CoreV1Api, request: PodActionRequested) -> dict[str, Any]:
+async def read_target_pod(
+    core: client.CoreV1Api, request: PodActionRequested, uid: str | None
+) -> dict[str, Any]:
     """The pod an action targets, as the API returns it; ActionFailed when it is gone or was replaced
-    by a new incarnation (the request's ``details.uid``)."""
+    by a new incarnation (``uid``, the one the action names)."""
     try:
         pod = await kube.read_namespaced_pod(api_of(core), request.pod, request.namespace)
     except ApiException as error:
         if error.status == 404:
             raise ActionFailed(f"pod {request.namespace}/{request.pod} not found") from None
         raise
-    uid = request.details.get("uid")
     if uid and (pod.get("metadata") or {}).get("uid") != uid:
         raise ActionFailed(f"pod {request.namespace}/{request.pod} was replaced (uid {uid} is gone)")
     return pod

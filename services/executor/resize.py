@@ -12,11 +12,11 @@
 from __future__ import annotations
 
 import time
-from typing import Any
 
 from kubernetes_asyncio import client
 
 from services.executor.pods import ActionFailed, read_target_pod
+from services.kinds.cloneset.actions import ResizePod, uid_of
 from services.model import pod_resize
 from services.model.events import PodActionRequested
 
@@ -43,15 +43,15 @@ class ResizeDiscovery:
 
 
 async def apply_resize(
-    core: client.CoreV1Api, discovery: ResizeDiscovery, request: PodActionRequested
+    core: client.CoreV1Api, discovery: ResizeDiscovery, request: PodActionRequested, action: ResizePod
 ) -> tuple[str | None, bool]:
-    """Resize the pod's containers to ``details.resources``; (uid, already applied)."""
-    targets: Any = request.details.get("resources")
-    if not isinstance(targets, dict) or not targets:
+    """Resize the pod's containers to ``action.resources``; (uid, already applied)."""
+    targets = action.resources
+    if not targets:
         raise ActionFailed("resize: no container resources in the request")
     if not await discovery.served(core):
         raise ActionFailed("the cluster does not serve pods/resize (in-place pod resize, Kubernetes 1.33+)")
-    pod = await read_target_pod(core, request)
+    pod = await read_target_pod(core, request, uid_of(action))
     uid = (pod.get("metadata") or {}).get("uid")
     if pod_resize.spec_matches(pod, targets):
         return uid, True

@@ -91,6 +91,10 @@ from services.infra.redaction_key import RedactionKeyError, load_policy
 from services.infra.runtime import ServiceRuntime, calm_cyclic_collector, configure_logging
 from services.infra.settings import Settings
 from services.infra.store import EventStore
+from services.kinds import registry
+from services.kinds.cloneset import actions as cs
+from services.kinds.registry import CLONESET, SIDECARSET, InvalidAction, RequestedAction, requested_action
+from services.kinds.sidecarset.actions import UpdateSidecarInPlace
 from services.model.actions import ActionKind
 from services.model.cloneset import INSTANCE_ID_LABEL
 from services.model.events import (
@@ -105,23 +109,19 @@ from services.model.events import (
 from services.model.kube_events import EVENT_DECISION_TYPES
 from services.model.pod_writes import (
     JSON_PATCH,
-    OBSERVED_VERSION,
     Written,
     has_condition,
     json_patch_from,
     mark_from_written,
 )
 from services.model.redaction import contains_digest, scrub
-from services.model.sidecarset_streams import UPDATE_SIDECAR_ACTION, sidecarset_of
-from services.model.sidecarset_streams import actions_stream as sidecarset_actions_stream
+from services.model.sidecarset_streams import UPDATE_SIDECAR_ACTION
 from services.model.streams import (
     ACTION_ID_ANNOTATION,
     CLONESET_GROUP,
     CLONESET_PLURAL,
     CLONESET_VERSION,
-    actions_stream,
     derived_id,
-    workload_of,
 )
 
 log = structlog.get_logger("executor")
@@ -214,7 +214,7 @@ def pod_key(envelope: Envelope) -> Hashable:
     """What a pod action must be ordered with: the pod (or the CloneSet, for setPodsToDelete)."""
     payload = envelope.payload
     if isinstance(payload, PodActionRequested):
-        kind = "CloneSet" if payload.action == ActionKind.SET_PODS_TO_DELETE else "Pod"
+        kind = CLONESET.name if payload.action == ActionKind.SET_PODS_TO_DELETE else "Pod"
         return (kind, payload.namespace, payload.target)
     return ("event", envelope.event_id)
 
@@ -396,6 +396,7 @@ class Executor:
                 action_id=request.action_id,
             )
             return
+        action = self._typed(envelope, request)
         try:
             await self._wait_for_earlier_actions(request, earlier, last_try=last_try)
         except EarlierActionPending as waiting:
@@ -413,9 +414,11 @@ class Executor:
                 what=request.action,
                 before_retry=taken.record,
             )
+            if written is not request:
+                action = self._typed(envelope, written)
             # Transient API answers are retried here, quickly, before the bus's slower redelivery.
             uid, already = await call_with_retries(
-                lambda: self.apply(written), what=request.action, before_retry=taken.record
+                lambda: self.apply(written, action), what=request.action, before_retry=taken.record
             )
         except ActionFailed as failure:
             failure = ActionFailed(scrub(failure.reason, revealed), retryable=failure.retryable)
@@ -458,66 +461,79 @@ class Executor:
             ),
         )
 
-    async def apply(self, request: PodActionRequested) -> tuple[str | None, bool]:
-        """Carry out one action; returns (uid of the object, whether it had already been applied)."""
-        details = request.details
+    def _typed(self, envelope: Envelope, request: PodActionRequested) -> RequestedAction:
+        """The request's typed action (its kind's actions.py); a request no kind reads (an unknown
+        action, details not of its shape) is refused: dead-lettered with the reason, never carried out."""
+        try:
+            return requested_action(request)
+        except InvalidAction as invalid:
+            self._refuse(envelope, str(invalid))
+
+    async def apply(
+        self, request: PodActionRequested, action: RequestedAction | None = None
+    ) -> tuple[str | None, bool]:
+        """Carry out one action (``action``: its typed details, decoded here when not given); returns (uid
+        of the object, whether it had already been applied)."""
+        if action is None:
+            action = requested_action(request)
         namespace = request.namespace
         action_id = request.action_id
-        if request.action == UPDATE_SIDECAR_ACTION:  # SidecarSet in-place upgrade (executor/sidecarset.py)
-            return await apply_sidecar_upgrade(self.core, request)
-        match request.action:
-            case ActionKind.CREATE_POD:
-                await self._create_claims(request)
+        match action:
+            case UpdateSidecarInPlace():  # SidecarSet in-place upgrade (executor/sidecarset.py)
+                return await apply_sidecar_upgrade(self.core, request, action)
+            case cs.CreatePod():
+                await self._create_claims(request, action)
                 return await self._create(
                     "Pod",
                     namespace,
-                    _with_action(details["object"], action_id),
+                    _with_action(action.object, action_id),
                     action_id,
                     self.core.create_namespaced_pod,
                     self.core.read_namespaced_pod,
                 )
-            case ActionKind.CREATE_PVC:
+            case cs.CreatePVC():
                 return await self._create(
                     "PersistentVolumeClaim",
                     namespace,
-                    _with_action(details["object"], action_id),
+                    _with_action(action.object, action_id),
                     action_id,
                     self.core.create_namespaced_persistent_volume_claim,
                     self.core.read_namespaced_persistent_volume_claim,
                 )
-            case ActionKind.DELETE_POD:
-                already = await self._delete(
-                    self.core.delete_namespaced_pod, request.pod, namespace, details.get("uid")
-                )
-                if details.get("withPVCs"):
-                    uids = details.get("pvcUids") or {}
-                    for pvc in details.get("pvcs") or []:
+            case cs.DeletePod():
+                uid = cs.uid_of(action)
+                already = await self._delete(self.core.delete_namespaced_pod, request.pod, namespace, uid)
+                if action.with_pvcs:
+                    uids = action.pvc_uids or {}
+                    for pvc in action.pvcs:
                         await self._delete(
                             self.core.delete_namespaced_persistent_volume_claim, pvc, namespace, uids.get(pvc)
                         )
-                return details.get("uid"), already
-            case ActionKind.DELETE_PVC:
-                pvc = str(details.get("pvc"))
+                return uid, already
+            case cs.DeletePVC():
+                uid = cs.uid_of(action)
                 already = await self._delete(
-                    self.core.delete_namespaced_persistent_volume_claim, pvc, namespace, details.get("uid")
+                    self.core.delete_namespaced_persistent_volume_claim, action.pvc, namespace, uid
                 )
-                return details.get("uid"), already
-            case ActionKind.UPDATE_IN_PLACE | ActionKind.RECREATE_POD | ActionKind.PATCH_POD:
-                return await self._patch_pod(request, details.get("patch") or {}, details.get("notReady"))
-            case ActionKind.RESIZE:  # pods/resize (executor/resize.py)
-                return await apply_resize(self.core, self.resize_discovery, request)
-            case ActionKind.MARK_NOT_READY | ActionKind.MARK_READY:
-                return await self._mark(request)
-            case ActionKind.SET_PODS_TO_DELETE:
-                return await self._set_pods_to_delete(request)
-        raise ActionFailed(f"unknown action {request.action!r}")
+                return uid, already
+            case cs.UpdateInPlace():
+                return await self._patch_pod(request, action, action.not_ready)
+            case cs.RecreatePod() | cs.PatchPod():
+                return await self._patch_pod(request, action)
+            case cs.ResizePod():  # pods/resize (executor/resize.py)
+                return await apply_resize(self.core, self.resize_discovery, request, action)
+            case cs.MarkNotReady() | cs.MarkReady():
+                return await self._mark(request, action)
+            case cs.SetPodsToDelete():
+                return await self._set_pods_to_delete(request, action)
 
     async def with_real_values(
         self, request: PodActionRequested, workload: tuple[str, str] | None
     ) -> tuple[PodActionRequested, dict[str, str]]:
         """The request with the values redaction replaced by digests restored from the live objects
         (executor/real_values.py), and what it restored (digest -> value); the request itself when it
-        holds none; ActionFailed when the template has moved on."""
+        holds none; ActionFailed when the template has moved on. The details go whole to the redaction
+        walk (a digest may be anywhere in them); the restored request is typed again by ``execute``."""
         if request.action == UPDATE_SIDECAR_ACTION or not contains_digest(request.details):
             return request, {}
         if workload is None:
@@ -556,7 +572,7 @@ class Executor:
             return (existing.get("metadata") or {}).get("uid"), True
         raise ActionFailed(f"{kind} {namespace}/{name} already exists (created by someone else)")
 
-    async def _create_claims(self, request: PodActionRequested) -> None:
+    async def _create_claims(self, request: PodActionRequested, action: cs.CreatePod) -> None:
         """The claims a createPod names, before its pod (OpenKruise createOnePod: each claim of the instance
         not existing yet, then the pod). One already there is fine when it belongs to this instance: an
         earlier delivery of this action made it, or it was kept from an earlier pod of this instance id
@@ -564,9 +580,9 @@ class Executor:
         it has none). A claim being deleted is not: the pod would start on a claim about to go. A claim
         accepted from before gets this action's id too, as a created one carries it: the expectation
         waits for the id on each claim, so an older observation of the name does not satisfy it."""
-        instance_id = request.details.get("instanceId")
+        instance_id = action.instance_id or None
         create: Any = self.core.create_namespaced_persistent_volume_claim  # takes the raw dict too
-        for claim in request.details.get("pvcs") or []:
+        for claim in action.pvcs:
             body = _with_action(claim, request.action_id)
             name = body["metadata"]["name"]
             try:
@@ -643,7 +659,7 @@ class Executor:
             raise
 
     async def _patch_pod(
-        self, request: PodActionRequested, patch: dict[str, Any], not_ready: dict[str, Any] | None = None
+        self, request: PodActionRequested, action: cs.Patch, not_ready: dict[str, Any] | None = None
     ) -> tuple[str | None, bool]:
         """Patch as a JSON patch with tests computed from the pod (``_write_patch_from``); after a refused
         test (the pod changed in a field the patch writes), re-read and try again.
@@ -659,10 +675,11 @@ class Executor:
 
         An action naming the version it was computed from (``details.resourceVersion``) first tries
         without the read (``_patch_observed``); a pod changed since goes the way above."""
-        unread = await self._patch_observed(request, patch, not_ready)
+        patch, uid = action.patch, cs.uid_of(action)
+        unread = await self._patch_observed(request, patch, not_ready, uid, cs.observed_version(action))
         if unread is not None:
             return unread
-        pod = await read_target_pod(self.core, request)
+        pod = await read_target_pod(self.core, request, uid)
         for _ in range(CONFLICT_RETRIES):
             metadata = pod.get("metadata") or {}
             if patch_applied(pod, request.action_id, patch):
@@ -680,14 +697,19 @@ class Executor:
                 if error.status not in (409, 422):
                     raise
                 computed_from = metadata.get("resourceVersion")
-                pod = await read_target_pod(self.core, request)
+                pod = await read_target_pod(self.core, request, uid)
                 if computed_from and (pod.get("metadata") or {}).get("resourceVersion") == computed_from:
                     raise  # the pod is as the patch was computed from: the API refuses the patch itself
                 log.info("conflict_retry", pod=request.target, action=request.action)
         raise ActionFailed("kept conflicting with other writers", retryable=True)
 
     async def _patch_observed(
-        self, request: PodActionRequested, patch: dict[str, Any], not_ready: dict[str, Any] | None
+        self,
+        request: PodActionRequested,
+        patch: dict[str, Any],
+        not_ready: dict[str, Any] | None,
+        uid: str | None,
+        version: str | None,
     ) -> tuple[str | None, bool] | None:
         """The first write at the version the planner computed the action from, with no read before it
         (services/model/pod_writes.py): the condition (``not_ready``) or else the patch names it as
@@ -698,8 +720,6 @@ class Executor:
         version or the pod is not at it any more (409; 404 or 422, gone or replaced; or a test of the
         spec patch refused): then the read decides, as for an action without one (applied already, a
         condition in place, gone)."""
-        version = request.details.get(OBSERVED_VERSION)
-        uid = request.details.get("uid")
         if not version or not uid:
             return None  # planned by rules before 13, or from a pod observed without a version
         try:
@@ -771,7 +791,7 @@ class Executor:
         body = {"metadata": metadata, "status": {"conditions": [condition]}}
         return await kube.patch_namespaced_pod_status(self.api, request.pod, request.namespace, body)
 
-    async def _mark(self, request: PodActionRequested) -> tuple[str | None, bool]:
+    async def _mark(self, request: PodActionRequested, action: cs.Mark) -> tuple[str | None, bool]:
         """The condition, the labels and the action id in one write, through the status subresource (which
         for pods takes labels, annotations and finalizers too; Kubernetes resets only spec,
         deletionTimestamp and ownerReferences there). One write, not two: each is exposed to the API's
@@ -786,14 +806,14 @@ class Executor:
         kubelet answers the condition with a status write of its own, which such a precondition would
         meet as a conflict again. The uid is one instead (as in the kubelet's own status patches): a pod
         replaced since the read is refused (422, uid is immutable), not marked."""
-        patch = request.details.get("patch") or {}
+        patch = action.patch or {}
         if set(patch) - {"metadata"}:
             raise ActionFailed(
                 f"a mark's patch may change only metadata, not {sorted(set(patch) - {'metadata'})}"
             )
-        condition = request.details.get("condition")
-        version = request.details.get(OBSERVED_VERSION)
-        uid = request.details.get("uid")
+        condition = action.condition
+        version = cs.observed_version(action)
+        uid = cs.uid_of(action)
         if version and uid and not patch and await self._mark_from_written(request, uid, condition):
             return uid, False
         if version and uid:
@@ -804,7 +824,7 @@ class Executor:
                 if error.status not in (404, 409, 422):
                     raise
                 log.info("observed_version_conflict", pod=request.target, action=request.action)
-        pod = await read_target_pod(self.core, request)
+        pod = await read_target_pod(self.core, request, uid)
         metadata = pod.get("metadata") or {}
         if _annotations(pod).get(ACTION_ID_ANNOTATION) == request.action_id:
             return metadata.get("uid"), True
@@ -857,7 +877,9 @@ class Executor:
             body["status"] = {"conditions": [condition]}
         await kube.patch_namespaced_pod_status(self.api, request.pod, request.namespace, body)
 
-    async def _set_pods_to_delete(self, request: PodActionRequested) -> tuple[str | None, bool]:
+    async def _set_pods_to_delete(
+        self, request: PodActionRequested, action: cs.SetPodsToDelete
+    ) -> tuple[str | None, bool]:
         name = request.target  # the CloneSet
         current = await self.custom.get_namespaced_custom_object(
             CLONESET_GROUP, CLONESET_VERSION, request.namespace, CLONESET_PLURAL, name
@@ -866,7 +888,7 @@ class Executor:
             return (current.get("metadata") or {}).get("uid"), True
         body = {
             "metadata": {"annotations": {ACTION_ID_ANNOTATION: request.action_id}},
-            "spec": {"scaleStrategy": {"podsToDelete": request.details.get("podsToDelete") or []}},
+            "spec": {"scaleStrategy": {"podsToDelete": action.pods_to_delete}},
         }
         await self.custom.patch_namespaced_custom_object(
             CLONESET_GROUP,
@@ -888,7 +910,7 @@ class Executor:
             STATUS_WRITES.labels("superseded").inc()
             return
         STATUS_WRITES.labels("written").inc()
-        if sidecarset_of(envelope.stream) is not None:
+        if registry.kind_of_stream(envelope.stream) is SIDECARSET:
             if not await write_sidecarset_status(self.custom, planned):
                 log.info("status_target_gone", name=planned.name)
             return
@@ -1011,12 +1033,11 @@ class Executor:
     ) -> None:
         """Append to the actions stream of the request's workload, with an id derived from the action id
         (stored once, whoever writes it and however often); ``occurred_at`` defaults to now."""
-        sidecarset = sidecarset_of(envelope.stream)
-        stream = (
-            sidecarset_actions_stream(sidecarset)
-            if sidecarset is not None
-            else actions_stream(*workload_of(envelope.stream))
-        )
+        workload = registry.workload_of(envelope.stream)
+        if workload is None:
+            raise ValueError(f"not a workload's stream: {envelope.stream!r}")
+        kind, namespace, name = workload
+        stream = kind.actions_stream(namespace, name)
         event = new_event(
             outcome,
             stream=stream,
@@ -1065,10 +1086,8 @@ class Taken:
 
 
 def _workload_or_none(stream: str) -> tuple[str, str] | None:
-    try:
-        return workload_of(stream)
-    except ValueError:
-        return None
+    """The CloneSet whose template a redacted action's values are restored from."""
+    return CLONESET.workload_of(stream)
 
 
 def _api_reason(error: ApiException) -> str:

@@ -25,6 +25,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from services.executor.pods import CONFLICT_RETRIES, MERGE_PATCH, ActionFailed, api_of, read_target_pod
 from services.infra import kube
+from services.kinds.sidecarset.actions import UpdateSidecarInPlace
 from services.model.events import PodActionRequested, StatusPlanned
 from services.model.sidecarset import HASH_ANNOTATION, json_object
 from services.model.sidecarset_streams import (
@@ -58,17 +59,17 @@ def merged_patch(planned: dict[str, Any], pod: dict[str, Any], sidecarset: str) 
 
 
 async def apply_sidecar_upgrade(
-    core: client.CoreV1Api, request: PodActionRequested
+    core: client.CoreV1Api, request: PodActionRequested, action: UpdateSidecarInPlace
 ) -> tuple[str | None, bool]:
     """Upgrade one pod's sidecars in place; returns (pod uid, whether it had already been applied)."""
-    details = request.details
-    sidecarset = str(details.get("sidecarSet") or "")
+    sidecarset = action.sidecar_set
+    uid = action.uid if isinstance(action.uid, str) else None
     for _ in range(CONFLICT_RETRIES):
-        pod = await read_target_pod(core, request)
+        pod = await read_target_pod(core, request, uid)
         metadata = pod.get("metadata") or {}
         if (metadata.get("annotations") or {}).get(SIDECARSET_ACTION_ANNOTATION) == request.action_id:
             return metadata.get("uid"), True
-        body = merged_patch(details.get("patch") or {}, pod, sidecarset)
+        body = merged_patch(action.patch, pod, sidecarset)
         body_metadata = body.setdefault("metadata", {})
         body_metadata.setdefault("annotations", {})[SIDECARSET_ACTION_ANNOTATION] = request.action_id
         body_metadata["resourceVersion"] = metadata.get("resourceVersion")

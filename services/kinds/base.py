@@ -3,7 +3,7 @@ how the watcher routes an object to it."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,21 +42,61 @@ class Kind:
     suffixes: tuple[str, ...] = field(default=("observed",))
     # A recorded kind's fold (services/kinds/recorded/rules.py): called with (namespace, name).
     trail: Callable[[str, str], Any] | None = None
+    # A driven kind's pod actions: PodActionRequested.action -> the Struct its details decode to (the
+    # kind's actions.py), which the executor matches on.
+    actions: Mapping[str, type[Any]] = field(default_factory=dict)
+
+    # A driven kind's planner decisions stream, as a suffix ("" for CloneSet's ``CloneSet/<ns>/<name>``,
+    # "decisions" for SidecarSet's, whose workload stream holds the webhook's injections); None: not driven.
+    decisions: str | None = None
 
     def prefix(self) -> str:
         return f"{self.name}/"
 
     def stream(self, namespace: str, name: str, suffix: str = "") -> str:
-        """``<Kind>/<namespace>/<name>[/<suffix>]``: every stream of a workload starts so."""
+        """``<Kind>/<namespace>/<name>[/<suffix>]``: every stream of a workload is named so, here only (a
+        cluster-scoped kind's namespace is "")."""
         base = f"{self.name}/{namespace}/{name}"
         return f"{base}/{suffix}" if suffix else base
 
     def observed_stream(self, namespace: str, name: str) -> str:
+        """The watcher's ``ObjectObserved`` of the workload and the objects routed to it."""
         return self.stream(namespace, name, "observed")
 
     def recorded_stream(self, namespace: str, name: str) -> str:
         """A recorded kind's trail: revisions, rollouts, steps and pod actions folded from observations."""
         return self.stream(namespace, name, "recorded")
+
+    def decisions_stream(self, namespace: str, name: str) -> str:
+        """A driven kind's planner rounds and decisions (one writer, expected versions)."""
+        if self.decisions is None:
+            raise ValueError(f"{self.name} is not driven by rollbook: it has no decisions stream")
+        return self.stream(namespace, name, self.decisions)
+
+    def actions_stream(self, namespace: str, name: str) -> str:
+        """A driven kind's executor outcomes (store-assigned versions)."""
+        return self.stream(namespace, name, "actions")
+
+    def shadow_stream(self, namespace: str, name: str) -> str:
+        """What a shadowed workload's own controller did and rollbook would have done (docs/shadow.md)."""
+        return self.stream(namespace, name, "shadow")
+
+    def workload_of(self, stream: str) -> Workload | None:
+        """(namespace, name) of the workload of this kind ``stream`` belongs to; None for another's."""
+        parts = stream.split("/", 3)
+        if len(parts) < 3 or parts[0] != self.name or not parts[2]:
+            return None
+        if (parts[1] == "") != self.cluster_scoped:  # a namespace exactly when the kind has them
+            return None
+        return parts[1], parts[2]
+
+    def planned_streams(self, namespace: str, name: str) -> tuple[str, str, str]:
+        """What a driven kind's planner folds, in its fold's order: observed, actions, decisions."""
+        return (
+            self.observed_stream(namespace, name),
+            self.actions_stream(namespace, name),
+            self.decisions_stream(namespace, name),
+        )
 
 
 def controller_owner(obj: dict[str, Any]) -> dict[str, Any] | None:

@@ -412,10 +412,6 @@ def new_event(
     )
 
 
-def stream_name(kind: str, namespace: str, name: str) -> str:
-    return f"{kind}/{namespace}/{name}"
-
-
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder(Envelope)
 

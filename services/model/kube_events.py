@@ -28,7 +28,7 @@ from services.model.events import (
     RolloutStarted,
     SpecRejected,
 )
-from services.model.streams import WORKLOAD_KIND, derived_id
+from services.model.streams import derived_id
 
 EVENTS_GROUP, EVENTS_VERSION = "events.k8s.io", "v1"
 REPORTING_CONTROLLER = "rollbook.io/rollbook"
@@ -69,19 +69,10 @@ class EventIntent:
     at: datetime
 
 
-def regarding_of(stream: str) -> Regarding | None:
-    """The object a decisions stream belongs to: CloneSet/<ns>/<name> or SidecarSet//<name>/decisions."""
-    parts = stream.split("/")
-    if len(parts) == 3 and parts[0] == WORKLOAD_KIND:
-        return Regarding(WORKLOAD_KIND, parts[1], parts[2])
-    if len(parts) == 4 and parts[0] == "SidecarSet" and parts[1] == "" and parts[3] == "decisions":
-        return Regarding("SidecarSet", "", parts[2])
-    return None
-
-
-def intent_of(envelope: Envelope) -> EventIntent | None:
-    """The Event a decision means, or None (not one an operator is told about, or not a workload's)."""
-    regarding = regarding_of(envelope.stream)
+def intent_of(envelope: Envelope, regarding: Regarding | None) -> EventIntent | None:
+    """The Event a decision means, or None (not one an operator is told about, or ``regarding`` is None:
+    not a decision of a workload; the executor names it from the decisions stream through the kinds'
+    registry)."""
     if regarding is None:
         return None
     payload = envelope.payload

@@ -1,8 +1,9 @@
-"""Streams, names and annotations of SidecarSet in-place upgrades, shared by the watcher, the planner and the
+"""Names and annotations of SidecarSet in-place upgrades, shared by the watcher, the planner and the
 executor (docs/sidecarset.md, "Upgrade in place").
 
-A SidecarSet is cluster-scoped, so its streams have an empty namespace. It owns four streams, all published
-with ``SidecarSet//<name>`` as partition key (one bus partition per SidecarSet):
+A SidecarSet is cluster-scoped, so its streams have an empty namespace. It owns four streams (named by its
+kind, services/kinds/sidecarset), all published with ``SidecarSet//<name>`` as partition key (one bus
+partition per SidecarSet):
 
 - ``SidecarSet//<name>``: ``SidecarInjected`` from the webhook (any replica, store-assigned versions);
 - ``SidecarSet//<name>/observed``: ``ObjectObserved`` of the SidecarSet and of every pod whose
@@ -32,35 +33,6 @@ SIDECARSET_ACTION_ANNOTATION = "rollbook.io/sidecarset-action-id"
 # Not the CloneSet in-place state (apps.kruise.io/inplace-update-state, services/planner/names.py): a
 # per-SidecarSet map of the sidecar upgrade state, OpenKruise's SidecarSetUpgradeSpec.
 SIDECARSET_INPLACE_STATE_ANNOTATION = "kruise.io/sidecarset-inplace-update-state"
-
-_PREFIX = f"{SIDECARSET_KIND}//"
-
-
-def injections_stream(name: str) -> str:
-    return f"{_PREFIX}{name}"
-
-
-def observed_stream(name: str) -> str:
-    return f"{_PREFIX}{name}/observed"
-
-
-def decisions_stream(name: str) -> str:
-    return f"{_PREFIX}{name}/decisions"
-
-
-def actions_stream(name: str) -> str:
-    return f"{_PREFIX}{name}/actions"
-
-
-def sidecarset_of(stream: str) -> str | None:
-    """The SidecarSet name any of its streams belongs to; None for other streams."""
-    if not stream.startswith(_PREFIX):
-        return None
-    return stream[len(_PREFIX) :].split("/", 1)[0] or None
-
-
-def is_sidecarset_stream(stream: str) -> bool:
-    return sidecarset_of(stream) is not None
 
 
 def rollout_id(name: str, revision: str, sequence: int) -> str:

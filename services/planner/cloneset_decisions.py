@@ -327,7 +327,8 @@ def _action(
     *,
     first_on_pod: bool,
 ) -> PodActionRequested:
-    # The request's details are the plan's action as its JSON has it (camelCase keys, defaults left out).
+    # The request's details are the plan's action as its JSON has it (camelCase keys, defaults left out);
+    # the executor reads them as services/kinds/cloneset/actions.py (same keys, tests/kinds/test_actions.py).
     details: dict[str, Any] = _as_recorded(action)
     # Deletes name the exact objects they target, so a later object with the same name is not
     # mistaken for the deleted one (expectations, and the executor's precondition).

@@ -20,16 +20,14 @@ from datetime import datetime
 from typing import Any, Generic, Protocol, TypeVar
 from uuid import UUID
 
+from services.kinds import registry
+from services.kinds.base import Kind
 from services.model.events import Envelope, Event
-from services.model.sidecarset_streams import SIDECARSET_KIND, sidecarset_of
-from services.model.sidecarset_streams import actions_stream as sidecarset_actions_stream
-from services.model.sidecarset_streams import decisions_stream as sidecarset_decisions_stream
-from services.model.sidecarset_streams import observed_stream as sidecarset_observed_stream
-from services.model.streams import WORKLOAD_KIND, derived_id, workload_of
+from services.model.streams import derived_id
 from services.planner import cloneset_decisions, rounds, sidecarset_decisions
 from services.planner.model import PlanInput
 from services.planner.rounds import EXPECTATION_TIMEOUT
-from services.planner.sidecarset_state import SidecarSetState
+from services.planner.sidecarset_state import SidecarSetInput, SidecarSetState
 from services.planner.sidecarset_upgrade import SidecarSetRound
 from services.planner.workload_state import WorkloadState
 
@@ -41,6 +39,9 @@ class KindPlanner(Protocol[S]):
 
     kind: str  # the Kubernetes kind: CloneSet, SidecarSet
     rules_version: int  # written on every RoundPlanned; see each kind's RULES_VERSION
+    # Whether a workload of this kind may be shadowed (docs/shadow.md): only then does the planner keep a
+    # shadow trail for it instead of rounds, and in shadow mode plan it at all.
+    shadowed: bool
 
     def workload_of(self, stream: str) -> str | None:
         """The workload key of one of this kind's planned streams (observed, actions, decisions), else
@@ -152,6 +153,15 @@ def next_step(kind: KindPlanner[S], state: S) -> Step:
     return _round(kind, state, plan_input, decisions, correlation)
 
 
+def planned_workload(kind: Kind, stream: str) -> tuple[str, str] | None:
+    """(namespace, name) when ``stream`` is one the planner folds for a workload of ``kind`` (observed,
+    actions, decisions; not a SidecarSet's injections, nor a CloneSet's shadow trail), else None."""
+    workload = kind.workload_of(stream)
+    if workload is None or stream not in kind.planned_streams(*workload):
+        return None
+    return workload
+
+
 # --- CloneSet ----------------------------------------------------------------------------------------
 
 
@@ -160,20 +170,16 @@ class CloneSetPlanner:
     input -> typed plan, services/planner/model.py); verify passes another one to evaluate a planner
     change."""
 
-    kind = WORKLOAD_KIND
+    kind = registry.CLONESET.name
     rules_version = cloneset_decisions.RULES_VERSION
+    shadowed = True
 
     def __init__(self, decide: cloneset_decisions.Decide = cloneset_decisions.decide) -> None:
         self.decide_plan = decide
 
     def workload_of(self, stream: str) -> str | None:
-        if not stream.startswith(WORKLOAD_KIND + "/"):
-            return None
-        try:
-            namespace, name = workload_of(stream)
-        except ValueError:
-            return None
-        return f"{namespace}/{name}"
+        workload = planned_workload(registry.CLONESET, stream)
+        return None if workload is None else f"{workload[0]}/{workload[1]}"
 
     def new_state(self, key: str) -> WorkloadState:
         namespace, name = key.split("/", 1)
@@ -221,15 +227,13 @@ class SidecarSetPlanner:
     """SidecarSets (``SidecarSet/<name>/observed|actions|decisions`` streams; its injections stream is
     recorded, not planned)."""
 
-    kind = SIDECARSET_KIND
+    kind = registry.SIDECARSET.name
     rules_version = sidecarset_decisions.RULES_VERSION
+    shadowed = False
 
     def workload_of(self, stream: str) -> str | None:
-        name = sidecarset_of(stream)
-        if name is None:
-            return None
-        planned = (sidecarset_observed_stream(name), sidecarset_actions_stream(name))
-        return name if stream in planned or stream == sidecarset_decisions_stream(name) else None
+        workload = planned_workload(registry.SIDECARSET, stream)
+        return None if workload is None else workload[1]
 
     def new_state(self, key: str) -> SidecarSetState:
         return SidecarSetState(key)
@@ -247,18 +251,18 @@ class SidecarSetPlanner:
         pending = state.pending()
         return min(pending) + EXPECTATION_TIMEOUT if pending else None
 
-    def plan_input(self, state: SidecarSetState) -> dict[str, Any]:
+    def plan_input(self, state: SidecarSetState) -> SidecarSetInput:
         return state.plan_input()
 
-    def decide(self, state: SidecarSetState, plan_input: dict[str, Any]) -> tuple[list[Event], str | None]:
-        result = sidecarset_decisions.round_of(state)
+    def decide(self, state: SidecarSetState, plan_input: SidecarSetInput) -> tuple[list[Event], str | None]:
+        result = sidecarset_decisions.round_of(plan_input)
         decisions = sidecarset_decisions.decisions_for(state, result)
         correlation = (
             sidecarset_decisions.round_rollout(state, result) if isinstance(result, SidecarSetRound) else None
         )
         return decisions, correlation
 
-    def input_sha256(self, state: SidecarSetState, plan_input: dict[str, Any]) -> str:
+    def input_sha256(self, state: SidecarSetState, plan_input: SidecarSetInput) -> str:
         return rounds.encode_input(plan_input)[1]
 
     def round_id(self, state: SidecarSetState) -> UUID:

@@ -46,7 +46,7 @@ from services.model.management import Selection
 from services.model.shadow import shadowed
 from services.planner import rounds
 from services.planner.cloneset_decisions import RULES_VERSION as CLONESET_RULES_VERSION
-from services.planner.kinds import CLONESET, KINDS, KindPlanner, Round, Wait, kind_for_stream, next_step
+from services.planner.kinds import KINDS, KindPlanner, Round, Wait, kind_for_stream, next_step
 from services.planner.shadow_service import ShadowRecorder
 
 log = structlog.get_logger("planner")
@@ -165,8 +165,8 @@ class Planner:
         kind = kind_for_stream(envelope.stream, self.kinds)
         if kind is None:
             return None  # not a planned workload's event (e.g. an observation of another kind)
-        if self.settings.shadow and kind is not CLONESET:
-            return None  # shadow mode acts on nothing; only CloneSets have a shadow trail
+        if self.settings.shadow and not kind.shadowed:
+            return None  # shadow mode acts on nothing; only a kind that can be shadowed has a trail
         key = kind.workload_of(envelope.stream)
         assert key is not None
         workload = self.workload(kind, key)
@@ -302,7 +302,7 @@ class Planner:
                 return
             observed = kind.workload_object(state)
             if observed is not None and state.now is not None:
-                if kind is CLONESET and shadowed(observed, shadow_all=False):  # rollbook.io/manage=shadow
+                if kind.shadowed and shadowed(observed, shadow_all=False):  # rollbook.io/manage=shadow
                     await self.shadow.record(*workload.key.split("/", 1))
                     return
                 if not self.selection.manages(observed):

@@ -15,8 +15,8 @@ import structlog
 
 from services.infra.metrics import EVENTS_APPENDED
 from services.infra.store import ConcurrencyError, EventStore
+from services.kinds.registry import CLONESET
 from services.model.events import PodActionObserved, ShadowCompared
-from services.model.streams import observed_stream, shadow_stream
 from services.planner.shadow_trail import ShadowTrail
 
 log = structlog.get_logger("planner")
@@ -52,7 +52,7 @@ class ShadowRecorder:
         key = f"{namespace}/{name}"
         trail = self.trails.get(key)
         if trail is None:
-            version = await self.store.stream_version(shadow_stream(namespace, name))
+            version = await self.store.stream_version(CLONESET.shadow_stream(namespace, name))
             start = await self._recorded_start(namespace, name) if version else None
             trail = self.trails[key] = ShadowTrail(
                 namespace,
@@ -64,7 +64,9 @@ class ShadowRecorder:
             )
             self.stored[key] = version
         fresh = []
-        observed = await self.store.read_stream(observed_stream(namespace, name), trail.observed_version + 1)
+        observed = await self.store.read_stream(
+            CLONESET.observed_stream(namespace, name), trail.observed_version + 1
+        )
         for stored in observed:
             fresh += [e for e in trail.step(stored.envelope) if e.stream_version > self.stored[key]]
         if not fresh:
@@ -94,10 +96,10 @@ class ShadowRecorder:
         """The observed stream's version where the stored trail started: its first event's cause (the
         first observation the trail recorded always records rollbook's decision on it)."""
         first = await self.store.read_stream_page(
-            shadow_stream(namespace, name), 1, list(SHADOW_EVENT_TYPES), 1
+            CLONESET.shadow_stream(namespace, name), 1, list(SHADOW_EVENT_TYPES), 1
         )
         cause = first[0].envelope.causation_id if first else None
         observation = await self.store.read_event(cause) if cause is not None else None
-        if observation is None or observation.stream != observed_stream(namespace, name):
+        if observation is None or observation.stream != CLONESET.observed_stream(namespace, name):
             return None
         return observation.stream_version

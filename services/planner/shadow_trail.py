@@ -31,6 +31,7 @@ from typing import Any
 
 import msgspec
 
+from services.kinds.registry import CLONESET
 from services.model import intorpercent
 from services.model.actions import BECAME_READY, PVC_ACTIONS, ActionKind
 from services.model.availability import unavailable
@@ -48,14 +49,7 @@ from services.model.events import (
     new_event,
 )
 from services.model.shadow import shadowed
-from services.model.streams import (
-    WORKLOAD_KIND,
-    derived_id,
-    observed_stream,
-    rollout_id,
-    rollout_revision,
-    shadow_stream,
-)
+from services.model.streams import derived_id, rollout_id, rollout_revision
 from services.model.timestamps import parse_kube_time
 from services.planner import plan as planning
 from services.planner.model import Plan, PlanInput
@@ -119,11 +113,11 @@ class ShadowTrail:
 
     @property
     def observed(self) -> str:
-        return observed_stream(self.namespace, self.name)
+        return CLONESET.observed_stream(self.namespace, self.name)
 
     @property
     def stream(self) -> str:
-        return shadow_stream(self.namespace, self.name)
+        return CLONESET.shadow_stream(self.namespace, self.name)
 
     # --- one observation -----------------------------------------------------------------------------
 
@@ -155,13 +149,13 @@ class ShadowTrail:
             self._forget(payload, before)
             return []
         events: list[Event] = []
-        if payload.kind == WORKLOAD_KIND:
+        if payload.kind == CLONESET.name:
             events += self._rollout_events(payload)
         elif starting and self.state.cloneset is not None:
             # the trail starts on a pod: a rollout already under way is recorded from here
             events += self._rollout_events(
                 msgspec.structs.replace(
-                    payload, kind=WORKLOAD_KIND, change="MODIFIED", object=self.state.cloneset
+                    payload, kind=CLONESET.name, change="MODIFIED", object=self.state.cloneset
                 )
             )
         if payload.kind == "Pod":

@@ -29,7 +29,7 @@ from services.model.sidecarset_streams import (
 from services.model.streams import derived_id
 from services.planner import rounds
 from services.planner.sidecarset_revisions import revision_object
-from services.planner.sidecarset_state import SidecarSetState
+from services.planner.sidecarset_state import SidecarSetInput, SidecarSetState
 from services.planner.sidecarset_upgrade import SidecarSetRound, plan_sidecarset
 
 # The version of the SidecarSet planner's rules, written on every RoundPlanned (``rules``). Bump it with
@@ -41,19 +41,21 @@ from services.planner.sidecarset_upgrade import SidecarSetRound, plan_sidecarset
 # resourcesPolicy / injectionStrategy.revision are validated (an invalid one is a SpecRejected).
 # 4: rollout ids carry the SidecarSet's rollout sequence (``/<name>@<revision>#<n>``, docs/events.md).
 # 5: native sidecars (init containers with restartPolicy Always) under RollingUpdate are upgraded in place
-# (before: a SpecRejected); a pod without one of them is not matched.
+# (before: a SpecRejected); a pod without one of them is not matched. The round's input
+# (``SidecarSetInput``, its hash on RoundPlanned) holds the recorded revisions and the collision count the
+# round decides on.
 RULES_VERSION = 5
 
 
-def round_of(state: SidecarSetState) -> SidecarSetRound | SidecarSetError:
-    assert state.sidecarset is not None and state.now is not None
+def round_of(plan_input: SidecarSetInput) -> SidecarSetRound | SidecarSetError:
+    """The upgrade round on the decision input alone (what its hash covers)."""
     try:
         return plan_sidecarset(
-            state.sidecarset,
-            state.pods.values(),
-            state.now,
-            revisions=[state.revisions[name] for name in sorted(state.revisions)],
-            collision_count=state.collision_count(),
+            plan_input.sidecar_set,
+            plan_input.pods,
+            plan_input.now,
+            revisions=plan_input.revisions,
+            collision_count=plan_input.collision_count,
         )
     except SidecarSetError as error:
         return error
@@ -141,6 +143,7 @@ def decisions_for(state: SidecarSetState, result: SidecarSetRound | SidecarSetEr
                 pod=upgrade.pod,
                 rollout_id=active,
                 revision=target,
+                # read by the executor as services/kinds/sidecarset/actions.py (tests/kinds/test_actions.py)
                 details={
                     "uid": upgrade.uid,
                     "sidecarSet": state.name,

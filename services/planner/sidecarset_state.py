@@ -8,6 +8,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+import msgspec
+
+from services.kinds.registry import SIDECARSET
 from services.model import sidecarset as ss
 from services.model.events import (
     Envelope,
@@ -27,13 +30,7 @@ from services.model.events import (
     SpecRejected,
     StatusPlanned,
 )
-from services.model.sidecarset_streams import (
-    SIDECARSET_ACTION_ANNOTATION,
-    SIDECARSET_KIND,
-    actions_stream,
-    decisions_stream,
-    observed_stream,
-)
+from services.model.sidecarset_streams import SIDECARSET_ACTION_ANNOTATION, SIDECARSET_KIND
 from services.model.upcasting import numbered
 from services.planner import rounds
 from services.planner.rounds import EXPECTATION_TIMEOUT
@@ -42,6 +39,19 @@ from services.planner.rounds import EXPECTATION_TIMEOUT
 def _key(obj: dict[str, Any]) -> str:
     metadata = obj.get("metadata") or {}
     return f"{metadata.get('namespace') or 'default'}/{metadata.get('name', '')}"
+
+
+class SidecarSetInput(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    """Everything a SidecarSet round decides on (``sidecarset_decisions.round_of``), all of it hashed into
+    ``RoundPlanned.input_sha256``: the SidecarSet, its pods (by namespace/name), the revisions recorded so
+    far (by name) and the collision count last planned into its status. Rounds of rules 4 and before
+    hashed the first two and ``now`` only."""
+
+    sidecar_set: dict[str, Any]
+    pods: list[dict[str, Any]]
+    revisions: list[dict[str, Any]]
+    collision_count: int
+    now: datetime
 
 
 @dataclass
@@ -71,13 +81,13 @@ class SidecarSetState:
 
     @property
     def streams(self) -> tuple[str, str, str]:
-        return observed_stream(self.name), actions_stream(self.name), decisions_stream(self.name)
+        return SIDECARSET.planned_streams("", self.name)
 
     def through(self) -> dict[str, int]:
         return {stream: self.versions.get(stream, 0) for stream in self.streams}
 
     def fold(self, envelope: Envelope) -> None:
-        if not rounds.advance(self, envelope, decisions_stream(self.name)):
+        if not rounds.advance(self, envelope, SIDECARSET.decisions_stream("", self.name)):
             return
         payload = envelope.payload
         if isinstance(payload, RolloutStarted):
@@ -166,10 +176,12 @@ class SidecarSetState:
             result.append(at)
         return result
 
-    def plan_input(self) -> dict[str, Any]:
+    def plan_input(self) -> SidecarSetInput:
         assert self.sidecarset is not None and self.now is not None
-        return {
-            "sidecarSet": self.sidecarset,
-            "pods": [self.pods[key] for key in sorted(self.pods)],
-            "now": self.now.isoformat().replace("+00:00", "Z"),
-        }
+        return SidecarSetInput(
+            sidecar_set=self.sidecarset,
+            pods=[self.pods[key] for key in sorted(self.pods)],
+            revisions=[self.revisions[name] for name in sorted(self.revisions)],
+            collision_count=self.collision_count(),
+            now=self.now,
+        )

@@ -15,6 +15,7 @@ from typing import Any
 
 import msgspec
 
+from services.kinds.registry import CLONESET
 from services.model import pod_resize
 from services.model.actions import PVC_ACTIONS, ActionKind
 from services.model.events import (
@@ -38,13 +39,7 @@ from services.model.events import (
     SpecRejected,
     StatusPlanned,
 )
-from services.model.streams import (
-    ACTION_ID_ANNOTATION,
-    WORKLOAD_KIND,
-    actions_stream,
-    decisions_stream,
-    observed_stream,
-)
+from services.model.streams import ACTION_ID_ANNOTATION
 from services.model.timestamps import parse_kube_time
 from services.model.upcasting import numbered
 from services.planner import rounds
@@ -120,11 +115,7 @@ class WorkloadState:
 
     @property
     def streams(self) -> tuple[str, str, str]:
-        return (
-            observed_stream(self.namespace, self.name),
-            actions_stream(self.namespace, self.name),
-            decisions_stream(self.namespace, self.name),
-        )
+        return CLONESET.planned_streams(self.namespace, self.name)
 
     def through(self) -> dict[str, int]:
         return {stream: self.versions.get(stream, 0) for stream in self.streams}
@@ -132,7 +123,7 @@ class WorkloadState:
     # --- folding -------------------------------------------------------------------------------------
 
     def fold(self, envelope: Envelope) -> None:
-        if not rounds.advance(self, envelope, decisions_stream(self.namespace, self.name)):
+        if not rounds.advance(self, envelope, CLONESET.decisions_stream(self.namespace, self.name)):
             return
         payload = envelope.payload
         if isinstance(payload, RolloutStarted):
@@ -221,7 +212,7 @@ class WorkloadState:
         if observed.change == "DELETED" or metadata.get("deletionTimestamp"):
             self.gone_uids.add(observed.uid)
         table: dict[str, dict[str, Any]] | None
-        if observed.kind == WORKLOAD_KIND:
+        if observed.kind == CLONESET.name:
             self.cloneset = None if observed.change == "DELETED" else obj
             return
         table = (
@@ -260,7 +251,7 @@ class WorkloadState:
                 ("PersistentVolumeClaim", str(details.get("pvc"))), set()
             )
         if action == ActionKind.SET_PODS_TO_DELETE:
-            return requested.action_id in self.seen_action_ids.get((WORKLOAD_KIND, self.name), set())
+            return requested.action_id in self.seen_action_ids.get((CLONESET.name, self.name), set())
         if action == ActionKind.RESIZE:
             # pods/resize writes no annotation: in effect once the pod's spec has the resources (or the
             # pod the action targeted is gone). Only checked while unsettled, so it stays true once seen.
@@ -404,7 +395,7 @@ class WorkloadState:
     def outcomes_since_last_round(self) -> list[ActionOutcome]:
         """Terminal outcomes folded after the last recorded round's ``through`` (actions stream order):
         what the failure conditions of this round's status react to. A function of the folded state."""
-        seen = self.round_through.get(actions_stream(self.namespace, self.name), 0)
+        seen = self.round_through.get(CLONESET.actions_stream(self.namespace, self.name), 0)
         fresh: list[ActionOutcome] = []
         for action_id in reversed(self.outcome_log):
             outcome = self.outcome_log[action_id]
@@ -475,7 +466,7 @@ def _waits_on(requested: PodActionRequested, workload: str) -> list[tuple[str, s
     if action in (ActionKind.DELETE_PVC, ActionKind.CREATE_PVC):
         return [("PersistentVolumeClaim", str(details.get("pvc")))]
     if action == ActionKind.SET_PODS_TO_DELETE:
-        return [(WORKLOAD_KIND, workload)]
+        return [(CLONESET.name, workload)]
     if action == ActionKind.CREATE_POD:
         return [("Pod", requested.pod)] + [("PersistentVolumeClaim", n) for n in created_claims(details)]
     return [("Pod", requested.pod)]

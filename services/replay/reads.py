@@ -7,14 +7,9 @@ import heapq
 import msgspec
 
 from services.infra.store import EventStore, StoredEvent
+from services.kinds.registry import CLONESET
 from services.model.events import RolloutStarted
-from services.model.streams import (
-    ROLLOUT_SEQUENCE_MARK,
-    actions_stream,
-    decisions_stream,
-    observed_stream,
-    shadow_stream,
-)
+from services.model.streams import ROLLOUT_SEQUENCE_MARK
 from services.model.upcasting import number_rollouts
 
 
@@ -41,10 +36,10 @@ async def workload_events(store: EventStore, namespace: str, name: str) -> list[
     streams = [
         await store.read_stream(stream)
         for stream in (
-            observed_stream(namespace, name),
-            actions_stream(namespace, name),
-            decisions_stream(namespace, name),
-            shadow_stream(namespace, name),
+            CLONESET.observed_stream(namespace, name),
+            CLONESET.actions_stream(namespace, name),
+            CLONESET.decisions_stream(namespace, name),
+            CLONESET.shadow_stream(namespace, name),
         )
     ]
     return numbered_events(list(heapq.merge(*streams, key=lambda e: e.global_position)))

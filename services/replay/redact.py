@@ -32,6 +32,7 @@ import asyncpg
 import msgspec
 
 from services.infra.store import EventStore
+from services.kinds import registry
 from services.model.events import (
     EVENT_TYPES,
     REDACTION_STREAM,
@@ -45,7 +46,6 @@ from services.model.events import (
 from services.model.hashchain import ZERO_HASH, chain_hash, content_bytes, stream_hash
 from services.model.redaction import MARK, RedactionPolicy
 from services.model.revision_hash import data_fnv, template_fnv
-from services.model.sidecarset_streams import is_sidecarset_stream
 from services.model.signed_note import NoteError, SignedCheckpoint
 from services.planner.kinds import CLONESET, SIDECARSET, KindPlanner
 from services.replay.audit import AuditReport
@@ -69,7 +69,7 @@ def redacted_payload(policy: RedactionPolicy, envelope: Envelope) -> dict[str, A
         mark = obj.get(MARK) if isinstance(obj.get(MARK), dict) else None
         result = policy.redact_value(data)
         if obj and mark is None:
-            if is_sidecarset_stream(envelope.stream):
+            if registry.kind_of_stream(envelope.stream) is registry.SIDECARSET:
                 if isinstance(obj.get("data"), dict):
                     result["object"][MARK] = {"dataFnv": data_fnv(obj["data"])}
             else:

@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from services.kinds.registry import CLONESET
 from services.model.actions import ActionKind
 from services.model.events import (
     Envelope,
@@ -27,7 +28,7 @@ from services.model.events import (
     RequeueScheduled,
     new_event,
 )
-from services.model.streams import actions_stream, decisions_stream, derived_id, observed_stream
+from services.model.streams import derived_id
 from services.planner.cloneset_decisions import decide
 from services.planner.kinds import CloneSetPlanner, Round, Wait, next_step
 from services.planner.model import Plan, PlanInput
@@ -177,7 +178,7 @@ class WorkloadSimulation:
                     change=change,
                     object=shown,
                 ),
-                observed_stream(self.namespace, self.name),
+                CLONESET.observed_stream(self.namespace, self.name),
                 at=now,
                 event_id=derived_id(uid, self.resource_version, change),
             )
@@ -187,7 +188,7 @@ class WorkloadSimulation:
                 self.emitted[key] = msgspec.json.encode(obj)
 
     def outcomes(self) -> None:
-        stream, now = actions_stream(self.namespace, self.name), self.model.moment()
+        stream, now = CLONESET.actions_stream(self.namespace, self.name), self.model.moment()
         for action_id in self.model.applied:
             if self.started_events:
                 self.emit(
@@ -240,7 +241,7 @@ class WorkloadSimulation:
             if due <= now:
                 self.emit(
                     RequeueDue(due_at=due, scheduled_by=uuid.UUID(scheduled)),
-                    decisions_stream(self.namespace, self.name),
+                    CLONESET.decisions_stream(self.namespace, self.name),
                     at=due,
                     event_id=derived_id("requeue-due", scheduled),
                 )

@@ -31,7 +31,6 @@ from typing import Any
 import msgspec
 
 from services.model.events import Envelope, RoundPlanned
-from services.model.streams import WORKLOAD_KIND
 from services.planner.cloneset_decisions import Decide
 from services.planner.cloneset_decisions import decide as planner_decide
 from services.planner.kinds import CLONESET, CloneSetPlanner, KindPlanner, plan_round
@@ -50,11 +49,11 @@ class Divergence:
     field: str  # e.g. payload.details.pod, input_sha256, (event)
     recorded: Any
     replayed: Any
-    kind: str = WORKLOAD_KIND
+    kind: str = CLONESET.kind
 
     def describe(self) -> str:
         event = f"{self.event_type} {self.event_id}" if self.event_id else "(no recorded event)"
-        shown = self.workload if self.kind == WORKLOAD_KIND else f"{self.kind} {self.workload}"
+        shown = self.workload if self.kind == CLONESET.kind else f"{self.kind} {self.workload}"
         return (
             f"DIVERGENCE in {shown} at {self.stream} v{self.stream_version} ({event}),"
             f" round {self.round_id}: field {self.field}: recorded {_show(self.recorded)},"
@@ -69,7 +68,7 @@ class VerifyReport:
     rounds: int = 0
     decisions: int = 0
     divergence: Divergence | None = None
-    kind: str = WORKLOAD_KIND
+    kind: str = CLONESET.kind
     rules: int = CLONESET.rules_version  # this code's planner rules for the kind
     # recorded rules version -> rounds recorded by it, not compared (not re-verifiable with these rules)
     skipped: dict[int, int] = field(default_factory=dict)

@@ -29,6 +29,7 @@ from typing import Any
 import msgspec
 
 from services.infra.store import StoredEvent
+from services.kinds.registry import CLONESET
 from services.model.actions import BECAME_READY, ActionKind
 from services.model.availability import pod_available as available
 from services.model.availability import revision_hash, unavailable
@@ -41,7 +42,7 @@ from services.model.events import (
     RolloutStarted,
     RoundPlanned,
 )
-from services.model.streams import ACTION_ID_ANNOTATION, WORKLOAD_KIND, rollout_revision
+from services.model.streams import ACTION_ID_ANNOTATION, rollout_revision
 from services.planner import plan as planning
 from services.planner.model import Plan
 from services.planner.names import REVISION_LABEL
@@ -270,7 +271,7 @@ def read_record(namespace: str, name: str, events: list[StoredEvent], rollout_id
                 done_at = moment
         elif isinstance(payload, ObjectObserved):
             last_moment = max(last_moment, moment)
-            if payload.kind == WORKLOAD_KIND:
+            if payload.kind == CLONESET.name:
                 spec = payload.object.get("spec")
                 if payload.change != "DELETED" and spec != last_spec:
                     spec_changes.append((_seconds(moment, t0), payload.object))

@@ -62,15 +62,8 @@ from services.model.sidecarset_streams import (
     SIDECARSET_KIND,
     SIDECARSET_PLURAL,
     SIDECARSET_VERSION,
-    is_sidecarset_stream,
 )
-from services.model.streams import (
-    CLONESET_GROUP,
-    CLONESET_PLURAL,
-    CLONESET_VERSION,
-    WORKLOAD_KIND,
-    revision_correlation,
-)
+from services.model.streams import CLONESET_GROUP, CLONESET_PLURAL, CLONESET_VERSION, revision_correlation
 from services.watcher.objects import comparable, latest_per_object, observation, too_deep, within_ceiling
 from services.watcher.recorder import Recorder
 from services.watcher.sidecarsets import SidecarSetRoutes
@@ -160,7 +153,7 @@ class Watcher:
             )
 
         self.kinds = [
-            KindWatch(WORKLOAD_KIND, list_clonesets),
+            KindWatch(registry.CLONESET.name, list_clonesets),
             KindWatch("Pod", core.list_pod_for_all_namespaces),
             KindWatch("PersistentVolumeClaim", core.list_persistent_volume_claim_for_all_namespaces),
             KindWatch(SIDECARSET_KIND, list_sidecarsets, optional=True),
@@ -222,7 +215,7 @@ class Watcher:
                         payload, object=self.policy.redact_object(payload.kind, payload.object) or {}
                     )
                     envelope = msgspec.structs.replace(envelope, payload=payload)
-                if is_sidecarset_stream(envelope.stream):
+                if registry.kind_of_stream(envelope.stream) is registry.SIDECARSET:
                     self.sidecarsets.rebuild(envelope)
                     continue
                 self._track_shadowed(payload.kind, payload.object, stored.envelope.stream, payload.change)
@@ -283,7 +276,7 @@ class Watcher:
         )
 
     def _track_shadowed(self, kind: str, obj: dict[str, Any], stream: str, change: str) -> None:
-        if kind != WORKLOAD_KIND:
+        if kind != registry.CLONESET.name:
             return
         if change != "DELETED" and shadowed(obj, shadow_all=False):
             self.shadowed_streams.add(stream)

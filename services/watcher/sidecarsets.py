@@ -16,15 +16,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from services.kinds.registry import SIDECARSET
+from services.kinds.sidecarset import sidecarset_of
 from services.model.events import Envelope, ObjectObserved
 from services.model.sidecarset import injected_sidecarsets, pod_sidecar_revisions
-from services.model.sidecarset_streams import (
-    SIDECARSET_KIND,
-    observed_stream,
-    revision_correlation,
-    revision_name,
-    sidecarset_of,
-)
+from services.model.sidecarset_streams import SIDECARSET_KIND, revision_correlation, revision_name
 from services.watcher.objects import comparable, observation
 
 
@@ -40,9 +36,9 @@ def streams_of(kind: str, obj: dict[str, Any]) -> frozenset[str]:
     """The SidecarSet observed streams an object belongs to (none for other kinds)."""
     if kind == SIDECARSET_KIND:
         name = (obj.get("metadata") or {}).get("name")
-        return frozenset({observed_stream(str(name))}) if name else frozenset()
+        return frozenset({SIDECARSET.observed_stream("", str(name))}) if name else frozenset()
     if kind == "Pod":
-        return frozenset(observed_stream(n) for n in injected_sidecarsets(obj))
+        return frozenset(SIDECARSET.observed_stream("", n) for n in injected_sidecarsets(obj))
     return frozenset()
 
 

@@ -24,6 +24,7 @@ from typing import Protocol
 import structlog
 
 from services.infra.retry import Backoff
+from services.kinds.registry import SIDECARSET
 from services.model import events
 from services.model import sidecarset as ss
 
@@ -50,7 +51,7 @@ class EventSink(Protocol):
 
 def injection_stream(sidecarset: str) -> str:
     """The SidecarSet's own stream, ``SidecarSet//<name>`` (cluster-scoped: empty namespace)."""
-    return events.stream_name("SidecarSet", "", sidecarset)
+    return SIDECARSET.stream("", sidecarset)
 
 
 def injection_events(

@@ -31,9 +31,9 @@ import structlog
 
 from services.infra.retry import Backoff
 from services.infra.store import EventStore, StoredEvent
+from services.kinds.registry import SIDECARSET
 from services.model import sidecarset as ss
 from services.model.events import RevisionCreated, RevisionsPruned
-from services.model.sidecarset_streams import decisions_stream
 
 log = structlog.get_logger("rollbook.webhook.revisions")
 
@@ -142,7 +142,10 @@ class StoreRevisions:
             store = await self._connected()
             while True:
                 page = await store.read_stream_page(
-                    decisions_stream(name), stream.version + 1, REVISION_EVENT_TYPES, self._page_size
+                    SIDECARSET.decisions_stream("", name),
+                    stream.version + 1,
+                    REVISION_EVENT_TYPES,
+                    self._page_size,
                 )
                 for event in page:  # kept page by page: a read cut short resumes after the last page
                     _fold(stream.revisions, event)

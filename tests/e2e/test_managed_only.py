@@ -11,9 +11,9 @@ import pytest
 from kubernetes_asyncio import client
 
 from services.infra.store import EventStore
+from services.kinds.registry import CLONESET
 from services.model.events import ObjectObserved, RoundPlanned
 from services.model.management import MANAGE_LABEL
-from services.model.streams import decisions_stream, observed_stream
 from tests.e2e.cluster import Cluster, is_ready, seed_cloneset
 from tests.infra.test_kruise import kruise_webhook_configuration
 from tests.plugins.stack import Stack, wait_for
@@ -61,7 +61,9 @@ async def test_only_the_labelled_cloneset_is_rolled_out_beside_kruise_manager(
 
     store = await EventStore.connect(stack.settings.database_url)
     try:
-        observed = [e.envelope for e in await store.read_stream(observed_stream("default", "kruises"))]
+        observed = [
+            e.envelope for e in await store.read_stream(CLONESET.observed_stream("default", "kruises"))
+        ]
         labelled_at = min(
             e.stream_version
             for e in observed
@@ -71,10 +73,12 @@ async def test_only_the_labelled_cloneset_is_rolled_out_beside_kruise_manager(
         )
         assert labelled_at > 1, "it was observed unlabelled first"
         # No decision was ever taken on its unlabelled state: the first round folded the labelled one.
-        decisions = [e.envelope for e in await store.read_stream(decisions_stream("default", "kruises"))]
+        decisions = [
+            e.envelope for e in await store.read_stream(CLONESET.decisions_stream("default", "kruises"))
+        ]
         first = decisions[0].payload
         assert isinstance(first, RoundPlanned)
-        assert first.through[observed_stream("default", "kruises")] >= labelled_at
+        assert first.through[CLONESET.observed_stream("default", "kruises")] >= labelled_at
     finally:
         await store.close()
     assert stack.dead() == []

@@ -22,7 +22,8 @@ from kubernetes_asyncio import client
 
 from services.infra.database import asyncpg_url
 from services.infra.store import EventStore
-from services.model.streams import ACTION_ID_ANNOTATION, decisions_stream
+from services.kinds import registry
+from services.model.streams import ACTION_ID_ANNOTATION
 from services.replay.operations import replay_lines, what_if_rollout
 from tests.e2e.cluster import GROUP, PLURAL, VERSION
 from tests.e2e.kruise_standin import KruiseStandIn
@@ -189,7 +190,11 @@ async def test_a_foreign_controllers_rollouts_are_recorded_compared_and_never_ac
 
     # rollbook acted on nothing: no decision of its own, no action id on any pod.
     assert (
-        await query(database_url, "SELECT 1 FROM events WHERE stream = $1", decisions_stream("default", NAME))
+        await query(
+            database_url,
+            "SELECT 1 FROM events WHERE stream = $1",
+            registry.CLONESET.decisions_stream("default", NAME),
+        )
         == []
     )
     listed: Any = await client.CoreV1Api(api).list_namespaced_pod("default", _preload_content=False)
@@ -273,7 +278,7 @@ async def test_a_cloneset_labelled_shadow_is_recorded_and_left_alone_by_the_runn
         {"outcome": "succeeded", "driven_by": "observed"}
     ]
     # The executor ran all along, yet rollbook decided nothing for the labelled CloneSet.
-    decisions = decisions_stream("default", LABELLED)
+    decisions = registry.CLONESET.decisions_stream("default", LABELLED)
     assert await query(database_url, "SELECT type FROM events WHERE stream = $1", decisions) == []
     pods = await kruise.pods()
     assert not [p for p in pods.values() if ACTION_ID_ANNOTATION in (p["metadata"].get("annotations") or {})]

@@ -30,6 +30,7 @@ from services.infra.database import asyncpg_url
 from services.infra.settings import Settings
 from services.infra.store import EventStore, StoredEvent
 from services.infra.supervisor import settings_env
+from services.kinds import registry
 from services.model import sidecarset as ss
 from services.model.events import (
     ObjectObserved,
@@ -49,11 +50,7 @@ from services.model.sidecarset_streams import (
     SIDECARSET_PLURAL,
     SIDECARSET_VERSION,
     UPDATE_SIDECAR_ACTION,
-    actions_stream,
-    decisions_stream,
-    observed_stream,
 )
-from services.model.streams import decisions_stream as cloneset_decisions_stream
 from services.planner.kinds import CLONESET, SIDECARSET
 from services.replay.verify import verify_streams
 from services.simcluster import SimCluster, SimConfig
@@ -209,7 +206,9 @@ async def test_paused_then_partition_50_percent_upgrades_two_pods_one_at_a_time(
     await wait_for(lambda: nothing_left_to_plan(store, SIDECARSET, NAME), what="nothing left to plan")
     paused_pods = await read_pods(core)
     assert {spec_image(p, "tools") for p in paused_pods.values()} == {OLD_IMAGE}
-    decisions = [s.envelope.payload for s in await store.read_stream(decisions_stream(NAME))]
+    decisions = [
+        s.envelope.payload for s in await store.read_stream(registry.SIDECARSET.decisions_stream("", NAME))
+    ]
     assert not [d for d in decisions if isinstance(d, PodActionRequested)]
     assert any(isinstance(d, RolloutStarted) for d in decisions)
     assert any(isinstance(d, RolloutPaused) and d.reason == "updateStrategy.paused" for d in decisions)
@@ -239,7 +238,7 @@ async def test_paused_then_partition_50_percent_upgrades_two_pods_one_at_a_time(
     await wait_for(lambda: nothing_left_to_plan(store, SIDECARSET, NAME), what="nothing left to plan")
     requested = [
         s.envelope.payload
-        for s in await store.read_stream(decisions_stream(NAME))
+        for s in await store.read_stream(registry.SIDECARSET.decisions_stream("", NAME))
         if isinstance(s.envelope.payload, PodActionRequested)
     ]
     assert len(requested) == 2
@@ -260,7 +259,7 @@ async def test_paused_then_partition_50_percent_upgrades_two_pods_one_at_a_time(
     assert current["updatedPods"] == 2 and current["latestRevision"] == latest
 
     # The audit trail: the step, two in-place actions with one success each, one pod at a time.
-    decided = await store.read_stream(decisions_stream(NAME))
+    decided = await store.read_stream(registry.SIDECARSET.decisions_stream("", NAME))
     payloads = [s.envelope.payload for s in decided]
     assert any(isinstance(d, RolloutResumed) for d in payloads)
     assert revisions_recorded(payloads) == revisions  # a strategy change records no revision
@@ -272,11 +271,13 @@ async def test_paused_then_partition_50_percent_upgrades_two_pods_one_at_a_time(
         UPDATE_SIDECAR_ACTION
     ] * 2
     assert sorted(cast(PodActionRequested, r.envelope.payload).pod for r in requests) == upgraded
-    outcomes = [s.envelope.payload for s in await store.read_stream(actions_stream(NAME))]
+    outcomes = [
+        s.envelope.payload for s in await store.read_stream(registry.SIDECARSET.actions_stream("", NAME))
+    ]
     assert sorted(o.action_id for o in outcomes if isinstance(o, PodActionSucceeded)) == sorted(
         cast(PodActionRequested, r.envelope.payload).action_id for r in requests
     )
-    observed = await store.read_stream(observed_stream(NAME))
+    observed = await store.read_stream(registry.SIDECARSET.observed_stream("", NAME))
     assert max_unavailable_at_once(observed) == 1
     # The second upgrade was asked for only after the first pod was seen upgraded and ready again.
     first = cast(PodActionRequested, requests[0].envelope.payload).pod
@@ -296,7 +297,7 @@ async def test_paused_then_partition_50_percent_upgrades_two_pods_one_at_a_time(
     # event (SidecarSet streams have an empty namespace token) was published once on the bus.
     database = stack.settings.database_url
     resumed_at = next(s.global_position for s in decided if isinstance(s.envelope.payload, RolloutResumed))
-    rows = await audit.fetch(database, audit.AVAILABILITY_SQL, observed_stream(NAME))
+    rows = await audit.fetch(database, audit.AVAILABILITY_SQL, registry.SIDECARSET.observed_stream("", NAME))
     assert min(r["available"] for r in rows if r["pos"] > resumed_at) == 3
     assert {(r["action"], r["terminals"], r["applied"]) for r in await audit.action_terminals(database)} == {
         (UPDATE_SIDECAR_ACTION, 1, 1)
@@ -336,7 +337,9 @@ async def test_paused_then_partition_50_percent_upgrades_two_pods_one_at_a_time(
         await bus.close()
 
     # Every recorded round replays to the same decisions; an edited decision is found.
-    outcome_envelopes = [s.envelope for s in await store.read_stream(actions_stream(NAME))]
+    outcome_envelopes = [
+        s.envelope for s in await store.read_stream(registry.SIDECARSET.actions_stream("", NAME))
+    ]
     decision_envelopes = [s.envelope for s in decided]
     observed_envelopes = [s.envelope for s in observed]
     report = verify_streams(SIDECARSET, NAME, observed_envelopes, outcome_envelopes, decision_envelopes)
@@ -499,7 +502,7 @@ async def test_sidecars_of_cloneset_pods_upgrade_in_place_and_the_cloneset_leave
 async def _cloneset_actions(store: EventStore) -> list[str]:
     return [
         f"{s.envelope.payload.action}:{s.envelope.payload.pod}"
-        for s in await store.read_stream(cloneset_decisions_stream("default", "sample"))
+        for s in await store.read_stream(registry.CLONESET.decisions_stream("default", "sample"))
         if isinstance(s.envelope.payload, PodActionRequested)
     ]
 
@@ -608,7 +611,7 @@ async def test_watcher_and_planner_killed_mid_rollout_resume_without_repeating_a
     async def requested() -> list[PodActionRequested]:
         return [
             s.envelope.payload
-            for s in await store.read_stream(decisions_stream(NAME))
+            for s in await store.read_stream(registry.SIDECARSET.decisions_stream("", NAME))
             if isinstance(s.envelope.payload, PodActionRequested)
         ]
 
@@ -639,7 +642,11 @@ async def test_watcher_and_planner_killed_mid_rollout_resume_without_repeating_a
     assert all(container(p, "app")["restartCount"] == 0 for p in pods.values())
     streams = [
         [s.envelope for s in await store.read_stream(stream)]
-        for stream in (observed_stream(NAME), actions_stream(NAME), decisions_stream(NAME))
+        for stream in (
+            registry.SIDECARSET.observed_stream("", NAME),
+            registry.SIDECARSET.actions_stream("", NAME),
+            registry.SIDECARSET.decisions_stream("", NAME),
+        )
     ]
     report = verify_streams(SIDECARSET, NAME, *streams)
     assert report.clean, report.divergence

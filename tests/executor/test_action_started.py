@@ -17,6 +17,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from services.executor.service import Executor
 from services.infra.settings import Settings
 from services.infra.store import EventStore
+from services.kinds.registry import CLONESET
 from services.model.events import (
     Envelope,
     PodActionRequested,
@@ -24,7 +25,7 @@ from services.model.events import (
     PodActionSucceeded,
     new_event,
 )
-from services.model.streams import actions_stream, decisions_stream, derived_id
+from services.model.streams import derived_id
 from services.simcluster import SimCluster
 from services.simcluster.faults import FaultConfig
 from tests.plugins.stack import wait_for
@@ -50,7 +51,7 @@ def create_pod(workload: str) -> tuple[Envelope, PodActionRequested]:
     )
     envelope = new_event(
         request,
-        stream=decisions_stream("default", workload),
+        stream=CLONESET.decisions_stream("default", workload),
         stream_version=7,
         occurred_at=datetime.now(UTC),
         event_id=uuid.uuid4(),
@@ -73,7 +74,7 @@ async def test_an_action_completed_in_one_delivery_carries_when_it_was_taken_in_
 
     await executor(settings, event_store, k8s_client, "executor-a").execute(envelope, request)
 
-    stored = [s.envelope for s in await event_store.read_stream(actions_stream("default", workload))]
+    stored = [s.envelope for s in await event_store.read_stream(CLONESET.actions_stream("default", workload))]
     assert [e.type for e in stored] == ["PodActionSucceeded"]  # no PodActionStarted row of its own
     outcome = stored[0]
     assert isinstance(outcome.payload, PodActionSucceeded) and outcome.payload.executor == "executor-a"
@@ -86,7 +87,7 @@ async def test_an_action_waiting_on_api_retries_shows_as_taken_before_its_outcom
 ) -> None:
     workload = f"web{uuid.uuid4().hex[:8]}"
     envelope, request = create_pod(workload)
-    stream = actions_stream("default", workload)
+    stream = CLONESET.actions_stream("default", workload)
 
     async def stored_types() -> list[str]:
         return [s.envelope.type for s in await event_store.read_stream(stream)]
@@ -132,7 +133,7 @@ async def test_a_redelivered_action_is_recorded_started_once_before_its_outcome(
     await second.execute(envelope, request)
     await second.execute(envelope, request)
 
-    stored = [s.envelope for s in await event_store.read_stream(actions_stream("default", workload))]
+    stored = [s.envelope for s in await event_store.read_stream(CLONESET.actions_stream("default", workload))]
     assert [e.type for e in stored] == ["PodActionStarted", "PodActionSucceeded"]
     started, outcome = stored
     assert started.payload == PodActionStarted(action_id=request.action_id, executor="executor-a")
@@ -159,7 +160,7 @@ async def test_an_action_given_back_to_the_bus_without_a_retry_shows_as_taken(
     finally:
         simcluster.set_faults(FaultConfig())
 
-    stored = [s.envelope for s in await event_store.read_stream(actions_stream("default", workload))]
+    stored = [s.envelope for s in await event_store.read_stream(CLONESET.actions_stream("default", workload))]
     assert [e.payload for e in stored] == [
         PodActionStarted(action_id=request.action_id, executor="executor-a")
     ]
@@ -199,6 +200,6 @@ async def test_an_action_whose_taking_cannot_be_recorded_still_retries_and_succe
         simcluster.set_faults(FaultConfig())
     await running
 
-    stored = [s.envelope for s in await event_store.read_stream(actions_stream("default", workload))]
+    stored = [s.envelope for s in await event_store.read_stream(CLONESET.actions_stream("default", workload))]
     # Not a failure with the database's error as its reason: the API retries went on and succeeded.
     assert [e.type for e in stored] == ["PodActionSucceeded"]

@@ -22,8 +22,9 @@ from services.infra.consumer_service import serve_consumers
 from services.infra.runtime import ServiceRuntime
 from services.infra.settings import Settings
 from services.infra.store import EventStore
+from services.kinds.registry import CLONESET, RequestedAction
 from services.model.events import Envelope, PodActionRequested, RoundPlanned, encode, new_event
-from services.model.streams import actions_stream, decisions_stream, derived_id
+from services.model.streams import derived_id
 from services.simcluster import SimCluster
 from services.simcluster.faults import FaultConfig
 from tests.plugins.stack import wait_for
@@ -44,13 +45,15 @@ class RecordingExecutor(Executor):
         self.running = 0
         self.most_running = 0
 
-    async def apply(self, request: PodActionRequested) -> tuple[str | None, bool]:
+    async def apply(
+        self, request: PodActionRequested, action: RequestedAction | None = None
+    ) -> tuple[str | None, bool]:
         self.log.append(("start", request.pod, request.action))
         self.running += 1
         self.most_running = max(self.most_running, self.running)
         try:
             await asyncio.sleep(self.rng.uniform(0, 0.03))  # a slow API server, unevenly slow
-            return await super().apply(request)
+            return await super().apply(request, action)
         finally:
             self.running -= 1
             self.log.append(("end", request.pod, request.action))
@@ -58,7 +61,7 @@ class RecordingExecutor(Executor):
 
 def planned_round(workload: str, pods: list[str]) -> list[Envelope]:
     """One round as the planner appends it: RoundPlanned, then markNotReady and updateInPlace per pod."""
-    stream = decisions_stream("default", workload)
+    stream = CLONESET.decisions_stream("default", workload)
     round_id = uuid.uuid4()
     now = datetime.now(UTC)
     envelopes = [
@@ -144,7 +147,7 @@ async def test_two_concurrent_executors_keep_each_pods_order_and_report_each_act
     ]
     try:
         await buses[0].publish_many(envelopes[1:])
-        outcomes_stream = actions_stream("default", workload)
+        outcomes_stream = CLONESET.actions_stream("default", workload)
 
         async def all_reported() -> bool:
             stored = await event_store.read_stream(outcomes_stream)
@@ -159,7 +162,7 @@ async def test_two_concurrent_executors_keep_each_pods_order_and_report_each_act
         for bus in buses:
             await bus.close()
 
-    stored = [s.envelope for s in await event_store.read_stream(actions_stream("default", workload))]
+    stored = [s.envelope for s in await event_store.read_stream(CLONESET.actions_stream("default", workload))]
     outcomes = [e for e in stored if e.type != "PodActionStarted"]
     assert sorted(action_id(e) for e in outcomes) == sorted(action_id(e) for e in envelopes[1:]), (
         "exactly one outcome per action"
@@ -244,5 +247,5 @@ async def test_an_action_given_back_to_the_bus_is_not_waited_for_by_the_next_on_
 
     await executor.handle(mark, Delivery(2, mark))  # type: ignore[arg-type]
     await executor.handle(update, Delivery(2, update))  # type: ignore[arg-type]
-    stored = [s.envelope for s in await event_store.read_stream(actions_stream("default", workload))]
+    stored = [s.envelope for s in await event_store.read_stream(CLONESET.actions_stream("default", workload))]
     assert [e.type for e in stored if e.type != "PodActionStarted"] == ["PodActionSucceeded"] * 2

@@ -15,9 +15,10 @@ from services.executor.service import Executor
 from services.infra import kube
 from services.infra.settings import Settings
 from services.infra.store import EventStore
+from services.kinds.registry import CLONESET
 from services.model.cloneset import INSTANCE_ID_LABEL
 from services.model.events import Envelope, PodActionFailed, PodActionRequested, PodActionSucceeded, new_event
-from services.model.streams import ACTION_ID_ANNOTATION, actions_stream, decisions_stream, derived_id
+from services.model.streams import ACTION_ID_ANNOTATION, derived_id
 from services.simcluster import SimCluster
 from services.simcluster.faults import FaultConfig
 
@@ -65,7 +66,7 @@ def _create_with_claims(workload: str) -> tuple[Envelope, PodActionRequested, li
     )
     envelope = new_event(
         request,
-        stream=decisions_stream("default", workload),
+        stream=CLONESET.decisions_stream("default", workload),
         stream_version=7,
         occurred_at=datetime.now(UTC),
         event_id=uuid.uuid4(),
@@ -135,7 +136,7 @@ async def test_a_create_redelivered_after_its_claims_and_before_its_pod_creates_
         assert after is not None and before is not None
         assert after["metadata"]["uid"] == before["metadata"]["uid"]  # the same claim, not made again
         assert after["metadata"]["annotations"][ACTION_ID_ANNOTATION] == request.action_id
-    stored = [s.envelope for s in await event_store.read_stream(actions_stream("default", workload))]
+    stored = [s.envelope for s in await event_store.read_stream(CLONESET.actions_stream("default", workload))]
     assert [e.type for e in stored] == ["PodActionStarted", "PodActionSucceeded"]
     outcome = stored[1].payload
     assert isinstance(outcome, PodActionSucceeded) and outcome.pod_uid == pod["metadata"]["uid"]
@@ -160,7 +161,9 @@ async def test_a_claim_kept_from_the_instance_is_used_and_anyone_elses_fails_the
     # It carries this create's id now (the expectation waits for it on each claim), the same claim.
     assert first_claim["metadata"]["annotations"][ACTION_ID_ANNOTATION] == request.action_id
     assert await _read_claim(k8s_client, claims[1]) is not None
-    stored = [s.envelope.payload for s in await event_store.read_stream(actions_stream("default", kept))]
+    stored = [
+        s.envelope.payload for s in await event_store.read_stream(CLONESET.actions_stream("default", kept))
+    ]
     assert isinstance(stored[-1], PodActionSucceeded)
 
     # A claim of the same name belonging to another instance: the create fails, no pod is made.
@@ -169,7 +172,9 @@ async def test_a_claim_kept_from_the_instance_is_used_and_anyone_elses_fails_the
     await core.create_namespaced_persistent_volume_claim("default", _claim(claims[0], "someone-else"))  # type: ignore[arg-type]
     await executor.execute(envelope, request)
     assert await _pods_named(k8s_client, other) == []
-    stored = [s.envelope.payload for s in await event_store.read_stream(actions_stream("default", other))]
+    stored = [
+        s.envelope.payload for s in await event_store.read_stream(CLONESET.actions_stream("default", other))
+    ]
     assert isinstance(stored[-1], PodActionFailed) and "not of this instance" in stored[-1].reason
 
 
@@ -201,7 +206,10 @@ async def test_a_claim_of_the_instance_controlled_by_another_owner_fails_the_cre
     await core.create_namespaced_persistent_volume_claim("default", left)  # type: ignore[arg-type]
     await executor.execute(envelope, request)
     assert [p["metadata"]["name"] for p in await _pods_named(k8s_client, workload)] == []
-    stored = [s.envelope.payload for s in await event_store.read_stream(actions_stream("default", workload))]
+    stored = [
+        s.envelope.payload
+        for s in await event_store.read_stream(CLONESET.actions_stream("default", workload))
+    ]
     failed = stored[-1]
     assert isinstance(failed, PodActionFailed) and not failed.retryable
     assert "controlled by another owner" in failed.reason and before["metadata"]["uid"] in failed.reason

@@ -16,8 +16,8 @@ from services.executor.handed_back import HandedBack
 from services.executor.service import Executor
 from services.infra.settings import Settings
 from services.infra.store import EventStore
+from services.kinds.registry import CLONESET
 from services.model.events import PodActionFailed, PodActionSucceeded
-from services.model.streams import actions_stream
 from services.simcluster import SimCluster
 from tests.executor.test_concurrency import Delivery, action_id, mark_handed_back
 from tests.plugins.stack import wait_for
@@ -81,7 +81,7 @@ async def test_on_its_last_delivery_an_action_waits_for_an_earlier_one_handed_ba
     await elsewhere.handle(mark, Delivery(2, mark))  # type: ignore[arg-type]
     await asyncio.wait_for(last, timeout=30)
 
-    stored = [s.envelope for s in await event_store.read_stream(actions_stream("default", workload))]
+    stored = [s.envelope for s in await event_store.read_stream(CLONESET.actions_stream("default", workload))]
     outcomes = {action_id(e): type(e.payload) for e in stored if e.type != "PodActionStarted"}
     assert outcomes == {action_id(mark): PodActionSucceeded, action_id(update): PodActionSucceeded}, [
         (e.type, getattr(e.payload, "reason", "")) for e in stored

@@ -21,6 +21,7 @@ from services.executor.pods import patch_applied
 from services.executor.service import Executor
 from services.infra.settings import Settings
 from services.infra.store import EventStore
+from services.kinds.registry import CLONESET
 from services.model.cloneset import INPLACE_STATE_ANNOTATION
 from services.model.events import (
     Envelope,
@@ -30,7 +31,7 @@ from services.model.events import (
     RoundPlanned,
     new_event,
 )
-from services.model.streams import ACTION_ID_ANNOTATION, actions_stream, decisions_stream, derived_id
+from services.model.streams import ACTION_ID_ANNOTATION, derived_id
 from services.simcluster import SimCluster
 from tests.executor.test_mark_retry import ready_pod_with_gate, wait_for_ready
 
@@ -67,7 +68,7 @@ async def planned(
     event_store: EventStore, workload: str, action: str, pod_name: str, details: dict[str, Any]
 ) -> Envelope:
     """A round planning one action, stored after the workload's earlier rounds."""
-    stream = decisions_stream("default", workload)
+    stream = CLONESET.decisions_stream("default", workload)
     version = await event_store.stream_version(stream)
     round_id = uuid.uuid4()
     now = datetime.now(UTC)
@@ -168,7 +169,7 @@ class PodCalls:
 
 
 async def outcomes(event_store: EventStore, workload: str) -> list[Any]:
-    stored = await event_store.read_stream(actions_stream("default", workload))
+    stored = await event_store.read_stream(CLONESET.actions_stream("default", workload))
     return [
         s.envelope.payload
         for s in stored

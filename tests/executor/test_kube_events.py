@@ -10,7 +10,7 @@ from typing import Any
 
 from kubernetes_asyncio import client
 
-from services.executor.kube_events import KubeEventWriter
+from services.executor.kube_events import KubeEventWriter, regarding_of
 from services.model.events import (
     Envelope,
     Event,
@@ -23,11 +23,16 @@ from services.model.events import (
     SpecRejected,
     new_event,
 )
-from services.model.kube_events import Create, EventLimiter, UpdateSeries, intent_of
+from services.model.kube_events import Create, EventIntent, EventLimiter, UpdateSeries, intent_of
 from services.simcluster import SimCluster
 
 T0 = datetime(2026, 12, 6, 6, 0, tzinfo=UTC)
 ROLLOUT = "default/web@web-b#1"
+
+
+def intent_for(envelope: Envelope) -> EventIntent | None:
+    """The Event the executor writes for a decision: its workload named from the stream by the registry."""
+    return intent_of(envelope, regarding_of(envelope.stream))
 
 
 def decided(payload: Event, seconds: float = 0, stream: str = "CloneSet/default/web") -> Envelope:
@@ -49,17 +54,17 @@ def test_each_rollout_decision_means_one_event() -> None:
          "ProgressDeadlineExceeded", "Warning"),
     ]  # fmt: skip
     for payload, reason, type_ in cases:
-        intent = intent_of(decided(payload))
+        intent = intent_for(decided(payload))
         assert intent is not None and (intent.reason, intent.type) == (reason, type_), payload
         assert intent.regarding.key == ("CloneSet", "default", "web")
-    assert intent_of(decided(RequeueScheduled(due_at=T0, reason="grace"))) is None
-    sidecar = intent_of(
+    assert intent_for(decided(RequeueScheduled(due_at=T0, reason="grace"))) is None
+    sidecar = intent_for(
         decided(RolloutPaused(rollout_id="/s@s-1#1", reason="p"), stream="SidecarSet//s/decisions")
     )
     assert sidecar is not None and sidecar.regarding.key == ("SidecarSet", "", "s")
     # a redelivered decision names the same Event (written once: 409)
     envelope = decided(cases[0][0])
-    assert intent_of(envelope) == intent_of(envelope)
+    assert intent_for(envelope) == intent_for(envelope)
 
 
 def test_one_write_per_object_and_reason_per_interval_repeats_counted_into_the_series() -> None:
@@ -67,14 +72,14 @@ def test_one_write_per_object_and_reason_per_interval_repeats_counted_into_the_s
     paused = [
         decided(RolloutPaused(rollout_id=ROLLOUT, reason="updateStrategy.paused"), s) for s in (0, 5, 10, 40)
     ]
-    steps = [limiter.offer(intent) for intent in (intent_of(e) for e in paused) if intent is not None]
+    steps = [limiter.offer(intent) for intent in (intent_for(e) for e in paused) if intent is not None]
     assert isinstance(steps[0], Create)
     assert steps[1] is None and steps[2] is None  # within 30 s: counted, not written
     assert (
         isinstance(steps[3], UpdateSeries) and steps[3].count == 4 and steps[3].name == steps[0].intent.name
     )
     # another reason of the same object is not held back by it
-    started = intent_of(decided(RolloutStarted(rollout_id=ROLLOUT, from_revision="a", to_revision="b",
+    started = intent_for(decided(RolloutStarted(rollout_id=ROLLOUT, from_revision="a", to_revision="b",
                                                strategy={}, replicas=3), 6))  # fmt: skip
     assert started is not None and isinstance(limiter.offer(started), Create)
 

@@ -18,9 +18,10 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from services.executor.service import Executor
 from services.infra.settings import Settings
 from services.infra.store import EventStore
+from services.kinds.registry import CLONESET
 from services.model.events import Envelope, PodActionFailed, PodActionRequested, PodActionSucceeded
 from services.model.pod_writes import has_condition
-from services.model.streams import ACTION_ID_ANNOTATION, actions_stream
+from services.model.streams import ACTION_ID_ANNOTATION
 from services.simcluster import SimCluster
 from tests.executor.test_concurrency import planned_round
 
@@ -88,9 +89,10 @@ async def mark_request(event_store: EventStore, workload: str, pod_name: str) ->
 
 
 async def last_outcome(event_store: EventStore, workload: str) -> Any:
-    return [s.envelope.payload for s in await event_store.read_stream(actions_stream("default", workload))][
-        -1
-    ]
+    return [
+        s.envelope.payload
+        for s in await event_store.read_stream(CLONESET.actions_stream("default", workload))
+    ][-1]
 
 
 class CountingWrites:

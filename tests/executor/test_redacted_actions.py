@@ -15,6 +15,7 @@ from kubernetes_asyncio import client
 from services.executor.service import Executor
 from services.infra.settings import Settings
 from services.infra.store import EventStore
+from services.kinds.registry import CLONESET
 from services.model.events import (
     Envelope,
     PodActionFailed,
@@ -24,13 +25,7 @@ from services.model.events import (
     new_event,
 )
 from services.model.redaction import contains_digest
-from services.model.streams import (
-    CLONESET_GROUP,
-    CLONESET_PLURAL,
-    CLONESET_VERSION,
-    decisions_stream,
-    derived_id,
-)
+from services.model.streams import CLONESET_GROUP, CLONESET_PLURAL, CLONESET_VERSION, derived_id
 from services.planner import model
 from services.planner.plan import plan
 from services.simcluster import SimCluster
@@ -75,7 +70,7 @@ async def _planned_create(
     [create] = result.actions
     assert isinstance(create, model.CreatePod)
     name = cloneset["metadata"]["name"]
-    stream = decisions_stream("default", name)
+    stream = CLONESET.decisions_stream("default", name)
     round_id = uuid.uuid4()
     now = datetime.now(UTC)
     request = PodActionRequested(

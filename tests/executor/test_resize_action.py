@@ -11,6 +11,8 @@ from kubernetes_asyncio import client
 
 from services.executor.pods import ActionFailed
 from services.executor.resize import ResizeDiscovery, apply_resize
+from services.kinds.cloneset.actions import ResizePod
+from services.kinds.registry import requested_action
 from services.model.events import PodActionRequested
 from services.simcluster import SimConfig
 from tests.plugins.simcluster import MakeSimCluster, api_client_for
@@ -24,6 +26,12 @@ TARGET = {"app": {"requests": {"cpu": "300m", "memory": "64Mi"}, "limits": {"mem
 def _pod(name: str) -> dict[str, Any]:
     resources = {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"memory": "64Mi"}}
     return pod_manifest(name, containers=[{"name": "app", "image": "nginx:1", "resources": resources}])
+
+
+def _typed(request: PodActionRequested) -> tuple[PodActionRequested, ResizePod]:
+    action = requested_action(request)
+    assert isinstance(action, ResizePod)
+    return request, action
 
 
 def _request(pod: str, uid: str) -> PodActionRequested:
@@ -40,12 +48,12 @@ async def test_resize_written_then_already_applied(make_simcluster: MakeSimClust
         await core.create_namespaced_pod("default", _pod("grow"))
         pod = await ready_pod(core, "grow")
         discovery = ResizeDiscovery()
-        uid, already = await apply_resize(core, discovery, _request("grow", pod.metadata.uid))
+        uid, already = await apply_resize(core, discovery, *_typed(_request("grow", pod.metadata.uid)))
         assert (uid, already) == (pod.metadata.uid, False)
         resized = await core.read_namespaced_pod("grow", "default")
         assert resized.spec.containers[0].resources.requests["cpu"] == "300m"
         # Delivered again: nothing to write.
-        assert await apply_resize(core, discovery, _request("grow", pod.metadata.uid)) == (
+        assert await apply_resize(core, discovery, *_typed(_request("grow", pod.metadata.uid))) == (
             pod.metadata.uid,
             True,
         )
@@ -58,7 +66,7 @@ async def test_a_cluster_without_pods_resize_fails_the_action(make_simcluster: M
         await core.create_namespaced_pod("default", _pod("old"))
         pod = await ready_pod(core, "old")
         with pytest.raises(ActionFailed) as failed:
-            await apply_resize(core, ResizeDiscovery(), _request("old", pod.metadata.uid))
+            await apply_resize(core, ResizeDiscovery(), *_typed(_request("old", pod.metadata.uid)))
         assert "does not serve pods/resize" in failed.value.reason and not failed.value.retryable
         unchanged = await core.read_namespaced_pod("old", "default")
         assert unchanged.spec.containers[0].resources.requests["cpu"] == "100m"

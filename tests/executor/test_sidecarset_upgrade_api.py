@@ -14,6 +14,8 @@ from kubernetes_asyncio import client
 
 from services.executor.pods import ActionFailed
 from services.executor.sidecarset import apply_sidecar_upgrade
+from services.kinds.registry import requested_action
+from services.kinds.sidecarset.actions import UpdateSidecarInPlace
 from services.model import sidecarset as ss
 from services.model.events import PodActionRequested
 from services.model.sidecarset_streams import SIDECARSET_ACTION_ANNOTATION, UPDATE_SIDECAR_ACTION
@@ -21,6 +23,12 @@ from services.planner.sidecarset_upgrade import plan_sidecarset
 from tests.planner.test_sidecarset_upgrade import NEW, OLD, sidecarset
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
+
+
+def typed(request: PodActionRequested) -> UpdateSidecarInPlace:
+    action = requested_action(request)
+    assert isinstance(action, UpdateSidecarInPlace)
+    return action
 
 
 async def read(core: client.CoreV1Api, name: str) -> dict[str, Any]:
@@ -58,8 +66,11 @@ async def test_applied_once_and_only_the_sidecar_restarts(k8s_client: client.Api
         pod="web",
         details={"uid": upgrade.uid, "sidecarSet": "test-sidecarset", "patch": upgrade.patch},
     )
-    assert await apply_sidecar_upgrade(core, request) == (upgrade.uid, False)
-    assert await apply_sidecar_upgrade(core, request) == (upgrade.uid, True)  # a redelivery changes nothing
+    assert await apply_sidecar_upgrade(core, request, typed(request)) == (upgrade.uid, False)
+    assert await apply_sidecar_upgrade(core, request, typed(request)) == (
+        upgrade.uid,
+        True,
+    )  # a redelivery changes nothing
     after = await running(core, "web", NEW)
     statuses = {c["name"]: c for c in after["status"]["containerStatuses"]}
     assert statuses["tools"]["restartCount"] == 1 and statuses["app"]["restartCount"] == 0
@@ -80,4 +91,4 @@ async def test_applied_once_and_only_the_sidecar_restarts(k8s_client: client.Api
         details={"uid": "an-older-incarnation", "sidecarSet": "test-sidecarset", "patch": upgrade.patch},
     )
     with pytest.raises(ActionFailed, match="was replaced"):
-        await apply_sidecar_upgrade(core, replaced)
+        await apply_sidecar_upgrade(core, replaced, typed(replaced))

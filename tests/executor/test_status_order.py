@@ -21,8 +21,8 @@ from services.executor.service import Executor
 from services.infra.bus import Bus
 from services.infra.settings import Settings
 from services.infra.store import EventStore
+from services.kinds.registry import CLONESET
 from services.model.events import Envelope, StatusPlanned, new_event
-from services.model.streams import decisions_stream
 from tests.plugins.stack import wait_for
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -82,7 +82,7 @@ async def test_two_executors_write_statuses_in_planned_order(
     consumers = [spec.consumer(bus) for executor in executors for spec in executor.consumers()]
     tasks = [asyncio.create_task(c.run()) for c in consumers]
     try:
-        stream = decisions_stream("default", "ordered")
+        stream = CLONESET.decisions_stream("default", "ordered")
         now = datetime.now(UTC)
         planned = [
             new_event(
@@ -162,7 +162,7 @@ async def test_statuses_already_replaced_are_skipped_and_each_workload_ends_on_i
         name: [
             new_event(
                 StatusPlanned(kind="CloneSet", namespace="default", name=name, status={"replicas": n}),
-                stream=decisions_stream("default", name),
+                stream=CLONESET.decisions_stream("default", name),
                 stream_version=n,
                 occurred_at=now,
             )

@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from services.infra.store import EventStore
+from services.kinds.registry import CLONESET, SIDECARSET
 from services.model import sidecarset_streams
 from services.model.events import (
     Event,
@@ -29,7 +30,6 @@ from services.model.sidecarset_streams import (
     SIDECARSET_KIND,
     UPDATE_SIDECAR_ACTION,
 )
-from services.model.streams import actions_stream, decisions_stream, observed_stream
 from services.planner.inplace import condition
 
 T0 = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
@@ -63,7 +63,7 @@ class Trail:
         await self.store.append([event], expected_version=version - 1)
 
     async def decide(self, payload: Event, at: float) -> None:
-        await self._append(decisions_stream(self.namespace, self.name), payload, at, self.rollout)
+        await self._append(CLONESET.decisions_stream(self.namespace, self.name), payload, at, self.rollout)
 
     async def observe_cloneset(self, replicas: int, at: float) -> None:
         obj = {"metadata": {"name": self.name, "namespace": self.namespace}, "spec": {"replicas": replicas}}
@@ -86,7 +86,7 @@ class Trail:
             resource_version=str(uuid.uuid4().int % 10**9), change=change,  # type: ignore[arg-type]
             object=obj,
         )  # fmt: skip
-        await self._append(observed_stream(self.namespace, self.name), payload, at)
+        await self._append(CLONESET.observed_stream(self.namespace, self.name), payload, at)
 
     async def request(self, action: str, pod: str, at: float, details: dict[str, Any] | None = None) -> str:
         """A request; ``details`` as the planner records them (default: a markNotReady writes the
@@ -113,17 +113,17 @@ class Trail:
     async def start(self, action_id: str, at: float, executor: str = "executor-a") -> None:
         """An executor took the action (PodActionStarted, on the actions stream like its outcome)."""
         payload = PodActionStarted(action_id=action_id, executor=executor)
-        await self._append(actions_stream(self.namespace, self.name), payload, at, self.rollout)
+        await self._append(CLONESET.actions_stream(self.namespace, self.name), payload, at, self.rollout)
 
     async def succeed(self, action_id: str, at: float, *, taken: float | None = None) -> None:
         """The outcome; ``taken``: when the executor took the action, as today's outcomes carry it (None:
         as outcomes were recorded before they carried it)."""
         payload = PodActionSucceeded(action_id=action_id, **_taken(taken))
-        await self._append(actions_stream(self.namespace, self.name), payload, at, self.rollout)
+        await self._append(CLONESET.actions_stream(self.namespace, self.name), payload, at, self.rollout)
 
     async def fail(self, action_id: str, reason: str, at: float, *, taken: float | None = None) -> None:
         payload = PodActionFailed(action_id=action_id, reason=reason, **_taken(taken))
-        await self._append(actions_stream(self.namespace, self.name), payload, at, self.rollout)
+        await self._append(CLONESET.actions_stream(self.namespace, self.name), payload, at, self.rollout)
 
     async def start_rollout(self, at: float, max_unavailable: int = 1, replicas: int = 3) -> None:
         await self.decide(RevisionCreated(name=NEW, revision=2, hash="222", template=_template("web:2")), at)
@@ -211,7 +211,7 @@ class SidecarSetTrail:
         await self.store.append([event], expected_version=version - 1)
 
     async def decide(self, payload: Event, at: float) -> None:
-        await self._append(sidecarset_streams.decisions_stream(self.name), payload, at, self.rollout)
+        await self._append(SIDECARSET.decisions_stream("", self.name), payload, at, self.rollout)
 
     async def observe_sidecarset(self, at: float) -> None:
         payload = ObjectObserved(
@@ -219,7 +219,7 @@ class SidecarSetTrail:
             resource_version=str(uuid.uuid4().int % 10**9), change="MODIFIED",
             object={"metadata": {"name": self.name}, "spec": {"containers": [{"name": "tools"}]}},
         )  # fmt: skip
-        await self._append(sidecarset_streams.observed_stream(self.name), payload, at)
+        await self._append(SIDECARSET.observed_stream("", self.name), payload, at)
 
     async def observe_pod(self, pod: str, at: float, *, ready: bool = True, image: str = SIDECAR_OLD) -> None:
         """The pod as the watcher sees it: Running, Ready or not, its sidecar's image and image id (a new
@@ -242,7 +242,7 @@ class SidecarSetTrail:
             kind="Pod", namespace=namespace, name=name, uid=f"uid-{pod}",
             resource_version=str(uuid.uuid4().int % 10**9), change="MODIFIED", object=obj,
         )  # fmt: skip
-        await self._append(sidecarset_streams.observed_stream(self.name), payload, at)
+        await self._append(SIDECARSET.observed_stream("", self.name), payload, at)
 
     async def start_rollout(self, at: float, pods: int, max_unavailable: int = 1, partition: int = 0) -> None:
         template = {"containers": [{"name": "tools", "image": SIDECAR_NEW}]}
@@ -292,7 +292,7 @@ class SidecarSetTrail:
         """The executor's patch succeeded: the pod carries the action id and the new image in its spec,
         still running (and Ready with) the old sidecar until the kubelet restarts it."""
         await self._append(
-            sidecarset_streams.actions_stream(self.name), PodActionSucceeded(action_id=action_id), at,
+            SIDECARSET.actions_stream("", self.name), PodActionSucceeded(action_id=action_id), at,
             self.rollout,
         )  # fmt: skip
         self.annotations.setdefault(pod, {})[SIDECARSET_ACTION_ANNOTATION] = action_id
@@ -300,7 +300,7 @@ class SidecarSetTrail:
 
     async def fail(self, action_id: str, reason: str, at: float) -> None:
         payload = PodActionFailed(action_id=action_id, reason=reason)
-        await self._append(sidecarset_streams.actions_stream(self.name), payload, at, self.rollout)
+        await self._append(SIDECARSET.actions_stream("", self.name), payload, at, self.rollout)
 
     async def restart_sidecar(self, pod: str, at: float, *, comes_back: bool = True) -> None:
         """The kubelet restarts the sidecar on the new image: not ready, then (unless it crash-loops) ready

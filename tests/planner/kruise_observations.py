@@ -9,8 +9,9 @@ import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from services.kinds.registry import CLONESET
 from services.model.events import Envelope, ObjectObserved, new_event
-from services.model.streams import derived_id, observed_stream
+from services.model.streams import derived_id
 
 GATE = "InPlaceUpdateReady"
 START = datetime(2026, 12, 1, 10, 0, 0, tzinfo=UTC)
@@ -66,7 +67,7 @@ class KruiseLog:
                     change=change,  # type: ignore[arg-type]
                     object=copy.deepcopy(obj),
                 ),
-                stream=observed_stream(self.namespace, self.name),
+                stream=CLONESET.observed_stream(self.namespace, self.name),
                 stream_version=self.version,
                 occurred_at=self.clock,
                 event_id=derived_id("test-observation", self.name, self.version),

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
+from services.kinds.registry import CLONESET
 from services.model.events import PodActionFailed, PodActionSucceeded, RoundPlanned, StatusPlanned
-from services.model.streams import actions_stream, decisions_stream, observed_stream
 from services.planner.cloneset_decisions import decisions_for
 from services.planner.model import Plan
 from services.planner.status import (
@@ -196,7 +196,7 @@ def test_status_keeps_other_conditions_and_replaces_its_own() -> None:
 
 def _round(log: Log, through: dict[str, int], seconds: int) -> Any:
     return log.add(
-        decisions_stream(NS, NAME),
+        CLONESET.decisions_stream(NS, NAME),
         RoundPlanned(through=through, now=at(seconds), input_sha256="0" * 64),
         at(seconds),
     )
@@ -235,7 +235,7 @@ def test_the_status_decision_reports_a_failure_then_its_retry_succeeding() -> No
     events += [_round(log, through, 5)]
     events += [
         log.add(
-            decisions_stream(NS, NAME),
+            CLONESET.decisions_stream(NS, NAME),
             StatusPlanned(
                 kind="CloneSet", namespace=NS, name=NAME, status={"replicas": 1, "conditions": conditions}
             ),
@@ -257,8 +257,10 @@ def test_the_status_decision_reports_a_failure_then_its_retry_succeeding() -> No
     # Order independence: the outcome stream folded before the decisions gives the same conditions.
     by_stream = sorted(
         events,
-        key=lambda e: [observed_stream(NS, NAME), actions_stream(NS, NAME), decisions_stream(NS, NAME)].index(
-            e.stream
-        ),
+        key=lambda e: [
+            CLONESET.observed_stream(NS, NAME),
+            CLONESET.actions_stream(NS, NAME),
+            CLONESET.decisions_stream(NS, NAME),
+        ].index(e.stream),
     )
     assert _planned_conditions(folded(by_stream)) == _planned_conditions(state)

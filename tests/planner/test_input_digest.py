@@ -9,8 +9,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from services.kinds import registry
 from services.model.events import ObjectObserved, new_event
-from services.model.streams import observed_stream
 from services.planner.kinds import CLONESET
 from services.planner.rounds import encode_input
 from services.planner.workload_state import WorkloadState
@@ -41,7 +41,7 @@ class Observer:
             object=obj,
         )
         at = T0 + timedelta(seconds=self.version)
-        stream = observed_stream(NS, NAME)
+        stream = registry.CLONESET.observed_stream(NS, NAME)
         self.state.fold(new_event(payload, stream=stream, stream_version=self.version, occurred_at=at))
 
     def digest_agrees(self) -> None:

@@ -12,7 +12,7 @@ import pytest
 
 from services.infra.settings import Settings
 from services.infra.store import EventStore
-from services.model.streams import decisions_stream, observed_stream
+from services.kinds import registry
 from services.planner.kinds import CLONESET
 from services.planner.service import Planner
 from services.watcher.objects import observation
@@ -46,7 +46,11 @@ async def test_a_round_interrupted_before_its_append_decides_on_the_retry(
     cloneset["metadata"].update(namespace="default", name=name, uid=str(uuid.uuid4()), resourceVersion="1")
     cloneset["metadata"]["generation"] = 1
     observed = observation(
-        "CloneSet", cloneset, "ADDED", stream=observed_stream("default", name), correlation_id=None
+        "CloneSet",
+        cloneset,
+        "ADDED",
+        stream=registry.CLONESET.observed_stream("default", name),
+        correlation_id=None,
     )
     await event_store.append([observed], expected_version=None)
     flaky = StoreDownOnFirstAppend(event_store)
@@ -56,6 +60,9 @@ async def test_a_round_interrupted_before_its_append_decides_on_the_retry(
     # The first attempt folds the observation, then its append fails; the retry finds nothing new to fold.
     await planner._round_waiting_out_outages(workload, [], [], False)
     assert flaky.failed
-    decided = [e.envelope.type for e in await event_store.read_stream(decisions_stream("default", name))]
+    decided = [
+        e.envelope.type
+        for e in await event_store.read_stream(registry.CLONESET.decisions_stream("default", name))
+    ]
     assert decided[0] == "RoundPlanned"
     assert decided.count("PodActionRequested") >= 2  # the two pods, planned without waiting for a timer

@@ -14,11 +14,9 @@ import yaml
 
 from services.infra.settings import Settings
 from services.infra.store import EventStore
+from services.kinds import registry
 from services.model.events import ObjectObserved, new_event
 from services.model.management import MANAGE_LABEL, ManageMode, Selection
-from services.model.sidecarset_streams import decisions_stream as sidecarset_decisions
-from services.model.sidecarset_streams import observed_stream as sidecarset_observed
-from services.model.streams import decisions_stream, observed_stream
 from services.planner.kinds import CLONESET, SIDECARSET
 from services.planner.service import Planner
 
@@ -57,16 +55,19 @@ async def test_an_unlabelled_cloneset_gets_no_decision_until_labelled(
     planner = Planner(settings, event_store, LABELLED)
     workload = planner.workload(CLONESET, f"{namespace}/sample")
 
-    await observe(event_store, observed_stream(namespace, "sample"), cloneset, 1)
+    await observe(event_store, registry.CLONESET.observed_stream(namespace, "sample"), cloneset, 1)
     await planner.plan_round(workload)
     assert workload.state.cloneset is not None  # folded: the trail has it
-    assert await event_store.read_stream(decisions_stream(namespace, "sample")) == []
+    assert await event_store.read_stream(registry.CLONESET.decisions_stream(namespace, "sample")) == []
 
     labelled = copy.deepcopy(cloneset)
     labelled["metadata"]["labels"][MANAGE_LABEL] = "true"
-    await observe(event_store, observed_stream(namespace, "sample"), labelled, 2)
+    await observe(event_store, registry.CLONESET.observed_stream(namespace, "sample"), labelled, 2)
     await planner.plan_round(workload)
-    decided = [e.envelope.type for e in await event_store.read_stream(decisions_stream(namespace, "sample"))]
+    decided = [
+        e.envelope.type
+        for e in await event_store.read_stream(registry.CLONESET.decisions_stream(namespace, "sample"))
+    ]
     assert decided[0] == "RoundPlanned" and "PodActionRequested" in decided
 
 
@@ -77,9 +78,12 @@ async def test_a_cloneset_in_a_listed_namespace_is_managed_without_its_label(
     cloneset = seed("cloneset-sample.yaml")
     cloneset["metadata"].update(namespace=namespace, uid=str(uuid.uuid4()), generation=1)
     planner = Planner(settings, event_store, Selection(ManageMode.LABELLED, frozenset({namespace})))
-    await observe(event_store, observed_stream(namespace, "sample"), cloneset, 1)
+    await observe(event_store, registry.CLONESET.observed_stream(namespace, "sample"), cloneset, 1)
     await planner.plan_round(planner.workload(CLONESET, f"{namespace}/sample"))
-    decided = [e.envelope.type for e in await event_store.read_stream(decisions_stream(namespace, "sample"))]
+    decided = [
+        e.envelope.type
+        for e in await event_store.read_stream(registry.CLONESET.decisions_stream(namespace, "sample"))
+    ]
     assert "PodActionRequested" in decided
 
 
@@ -90,17 +94,19 @@ async def test_an_unlabelled_sidecarset_gets_no_decision_until_labelled(
     name = f"sc-{uuid.uuid4().hex[:8]}"
     sidecarset["metadata"].update(name=name, uid=str(uuid.uuid4()), generation=1)
     planner = Planner(settings, event_store, LABELLED)
-    await observe(event_store, sidecarset_observed(name), sidecarset, 1)
+    await observe(event_store, registry.SIDECARSET.observed_stream("", name), sidecarset, 1)
     workload = planner.workload(SIDECARSET, name)
     await planner.plan_round(workload)
     assert workload.state.sidecarset is not None
-    assert await event_store.read_stream(sidecarset_decisions(name)) == []
+    assert await event_store.read_stream(registry.SIDECARSET.decisions_stream("", name)) == []
 
     labelled = copy.deepcopy(sidecarset)
     labelled["metadata"].setdefault("labels", {})[MANAGE_LABEL] = "true"
-    await observe(event_store, sidecarset_observed(name), labelled, 2)
+    await observe(event_store, registry.SIDECARSET.observed_stream("", name), labelled, 2)
     await planner.plan_round(workload)
-    decided = [e.envelope.type for e in await event_store.read_stream(sidecarset_decisions(name))]
+    decided = [
+        e.envelope.type for e in await event_store.read_stream(registry.SIDECARSET.decisions_stream("", name))
+    ]
     assert decided and decided[0] == "RoundPlanned"
 
 
@@ -113,9 +119,9 @@ async def test_a_cloneset_labelled_out_mid_life_gets_no_further_decision(
     cloneset["metadata"].update(namespace=namespace, uid=str(uuid.uuid4()), generation=1)
     planner = Planner(settings, event_store, Selection(ManageMode.ALL))
     workload = planner.workload(CLONESET, f"{namespace}/sample")
-    await observe(event_store, observed_stream(namespace, "sample"), cloneset, 1)
+    await observe(event_store, registry.CLONESET.observed_stream(namespace, "sample"), cloneset, 1)
     await planner.plan_round(workload)
-    before = await event_store.read_stream(decisions_stream(namespace, "sample"))
+    before = await event_store.read_stream(registry.CLONESET.decisions_stream(namespace, "sample"))
     assert before and not any(e.envelope.type == "PodActionRequested" for e in before)
 
     # Released (say, to OpenKruise) and scaled up in the same change: the new owner creates the pods.
@@ -123,7 +129,9 @@ async def test_a_cloneset_labelled_out_mid_life_gets_no_further_decision(
     released["metadata"]["labels"][MANAGE_LABEL] = "false"
     released["metadata"]["generation"] = 2
     released["spec"]["replicas"] = 3
-    await observe(event_store, observed_stream(namespace, "sample"), released, 2)
+    await observe(event_store, registry.CLONESET.observed_stream(namespace, "sample"), released, 2)
     await planner.plan_round(workload)
     assert workload.state.cloneset is not None and workload.state.cloneset["spec"]["replicas"] == 3
-    assert len(await event_store.read_stream(decisions_stream(namespace, "sample"))) == len(before)
+    assert len(await event_store.read_stream(registry.CLONESET.decisions_stream(namespace, "sample"))) == len(
+        before
+    )

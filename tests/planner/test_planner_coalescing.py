@@ -17,8 +17,8 @@ from nats.aio.msg import Msg
 from services.infra.bus import DEFERRED
 from services.infra.settings import Settings
 from services.infra.store import EventStore
+from services.kinds.registry import CLONESET
 from services.model.events import Envelope, ObjectObserved, RoundPlanned, new_event
-from services.model.streams import decisions_stream, observed_stream
 from services.planner.service import Planner
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -78,7 +78,7 @@ async def observe(store: EventStore, namespace: str, replicas: int, version: int
             change="ADDED" if version == 1 else "MODIFIED",
             object=cloneset,
         ),
-        stream=observed_stream(namespace, "sample"),
+        stream=CLONESET.observed_stream(namespace, "sample"),
         stream_version=version,
         occurred_at=datetime.now(UTC),
     )
@@ -87,7 +87,7 @@ async def observe(store: EventStore, namespace: str, replicas: int, version: int
 
 
 async def rounds_of(store: EventStore, namespace: str) -> list[RoundPlanned]:
-    stored = await store.read_stream(decisions_stream(namespace, "sample"))
+    stored = await store.read_stream(CLONESET.decisions_stream(namespace, "sample"))
     return [s.envelope.payload for s in stored if isinstance(s.envelope.payload, RoundPlanned)]
 
 
@@ -103,9 +103,9 @@ async def test_a_burst_of_wake_ups_is_planned_in_one_pass(
         assert await planner.handle(envelope, cast(Msg, wake_up)) is DEFERRED  # settled by the round
     await asyncio.wait_for(asyncio.gather(*(w.acked.wait() for w in wake_ups)), 30)
     # One catch-up and one round over the four observations (the last one's 4 replicas), not four.
-    assert counting.reads[observed_stream(namespace, "sample")] == 1
+    assert counting.reads[CLONESET.observed_stream(namespace, "sample")] == 1
     [planned] = await rounds_of(event_store, namespace)
-    assert planned.through[observed_stream(namespace, "sample")] == 4
+    assert planned.through[CLONESET.observed_stream(namespace, "sample")] == 4
     assert not any(w.naked for w in wake_ups)
 
 
@@ -117,7 +117,7 @@ async def test_rounds_of_different_workloads_run_concurrently(
     planner = Planner(settings, cast(EventStore, counting))
     # The slow workload's catch-up is held until the fast one's round is stored: planned one after the
     # other, the slow one would wait for ever.
-    released = counting.hold[observed_stream(slow, "sample")] = asyncio.Event()
+    released = counting.hold[CLONESET.observed_stream(slow, "sample")] = asyncio.Event()
     slow_wake, fast_wake = WakeUp(), WakeUp()
     await planner.handle(await observe(event_store, slow, 2, 1), cast(Msg, slow_wake))
     await planner.handle(await observe(event_store, fast, 2, 1), cast(Msg, fast_wake))
@@ -141,18 +141,18 @@ async def test_a_wake_up_for_events_already_folded_reads_nothing(
     await planner.handle(first, cast(Msg, first_wake))
     await asyncio.wait_for(first_wake.acked.wait(), 30)
     [planned] = await rounds_of(event_store, namespace)
-    assert planned.through[observed_stream(namespace, "sample")] == 2
+    assert planned.through[CLONESET.observed_stream(namespace, "sample")] == 2
     second_wake = WakeUp()
     await planner.handle(second, cast(Msg, second_wake))
     await asyncio.wait_for(second_wake.acked.wait(), 30)
     # Settled without another read of the store (and without another round).
-    assert counting.reads[observed_stream(namespace, "sample")] == 1
+    assert counting.reads[CLONESET.observed_stream(namespace, "sample")] == 1
     assert len(await rounds_of(event_store, namespace)) == 1
     # A wake-up for an event not folded yet is still read and planned.
     third_wake = WakeUp()
     await planner.handle(await observe(event_store, namespace, 3, 3), cast(Msg, third_wake))
     await asyncio.wait_for(third_wake.acked.wait(), 30)
-    assert counting.reads[observed_stream(namespace, "sample")] == 2
+    assert counting.reads[CLONESET.observed_stream(namespace, "sample")] == 2
 
 
 class FailingOnceStore(CountingStore):

@@ -12,9 +12,8 @@ from nats.aio.msg import Msg
 
 from services.infra.settings import Settings
 from services.infra.store import EventStore
+from services.kinds.registry import CLONESET, SIDECARSET
 from services.model.events import PodActionStarted, new_event
-from services.model.sidecarset_streams import actions_stream as sidecarset_actions_stream
-from services.model.streams import actions_stream
 from services.planner.service import Planner
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -24,7 +23,7 @@ async def test_an_executor_taking_an_action_does_not_wake_the_planner(
     settings: Settings, event_store: EventStore
 ) -> None:
     planner = Planner(settings, event_store)
-    for stream in (actions_stream("default", "web"), sidecarset_actions_stream("sidecars")):
+    for stream in (CLONESET.actions_stream("default", "web"), SIDECARSET.actions_stream("", "sidecars")):
         taken = new_event(
             PodActionStarted(action_id="a-1", executor="executor-a"),
             stream=stream,

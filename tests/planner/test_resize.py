@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
+from services.kinds.registry import CLONESET
 from services.model.events import ObjectObserved, PodActionRequested, new_event
-from services.model.streams import decisions_stream, observed_stream
 from services.planner import inplace, model, resize
 from services.planner.names import INPLACE_STATE_ANNOTATION
 from services.planner.plan import plan
@@ -281,7 +281,9 @@ def test_a_resize_request_is_in_effect_once_the_pods_spec_has_its_resources() ->
         details={"action": "resize", "pod": "p", "uid": "u", "resources": target, "revision": "x"},
     )
     state.fold(
-        new_event(request, stream=decisions_stream("default", "sample"), stream_version=1, occurred_at=at)
+        new_event(
+            request, stream=CLONESET.decisions_stream("default", "sample"), stream_version=1, occurred_at=at
+        )
     )
 
     def observe(cpu: str, version: int) -> None:
@@ -293,7 +295,7 @@ def test_a_resize_request_is_in_effect_once_the_pods_spec_has_its_resources() ->
             kind="Pod", namespace="default", name="p", uid="u", resource_version=str(version),
             change="MODIFIED", object=pod,
         )  # fmt: skip
-        stream = observed_stream("default", "sample")
+        stream = CLONESET.observed_stream("default", "sample")
         state.fold(new_event(observed, stream=stream, stream_version=version, occurred_at=at))
 
     observe("100m", 1)

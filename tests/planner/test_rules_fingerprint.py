@@ -20,8 +20,8 @@ from typing import Any
 import msgspec
 import pytest
 
+from services.kinds.registry import CLONESET
 from services.model.events import RoundPlanned
-from services.model.streams import decisions_stream
 from services.planner.cloneset_decisions import RULES_VERSION
 from services.planner.model import PlanInput
 from services.planner.plan import plan
@@ -123,7 +123,7 @@ def _resize_input() -> PlanInput:
 def decisions_fingerprint() -> tuple[str, dict[str, int]]:
     digest = hashlib.sha256()
     counts: dict[str, int] = {}
-    stream = decisions_stream("team-a", "web")
+    stream = CLONESET.decisions_stream("team-a", "web")
     scripts: list[tuple[int | None, dict[str, object], bool, dict[str, Any], list[dict[str, Any]]]]
     scripts = [(r, s, False, {}, []) for r, s in SCRIPTS] + [(r, s, True, f, []) for r, s, f in HANDED_OVER]
     scripts += [(r, s, False, {}, CLAIM_TEMPLATES) for r, s in CLAIMS]

@@ -8,8 +8,8 @@ import uuid
 import pytest
 
 from services.infra.store import EventStore
+from services.kinds.registry import CLONESET
 from services.model.events import PodActionObserved, RolloutStarted
-from services.model.streams import shadow_stream
 from services.planner.cloneset_decisions import RULES_VERSION
 from services.planner.shadow_service import ShadowRecorder
 from services.planner.shadow_trail import ShadowTrail
@@ -47,7 +47,9 @@ async def test_a_restarted_recorder_appends_only_what_is_not_stored_and_the_trai
     await event_store.append(log.envelopes[before_rollout:], expected_version=before_rollout)
     second = ShadowRecorder(event_store, shadow_all=True, rules=RULES_VERSION)
     assert await second.record(log.namespace, log.name) > 0
-    stored = [s.envelope for s in await event_store.read_stream(shadow_stream(log.namespace, log.name))]
+    stored = [
+        s.envelope for s in await event_store.read_stream(CLONESET.shadow_stream(log.namespace, log.name))
+    ]
 
     pure = ShadowTrail(log.namespace, log.name, True, RULES_VERSION)
     expected = [e for envelope in log.envelopes for e in pure.step(envelope)]
@@ -87,7 +89,9 @@ async def test_shadow_mode_records_from_its_own_start_and_a_restart_keeps_that_s
     second = ShadowRecorder(event_store, shadow_all=True, rules=RULES_VERSION, since=later)
     assert await second.record(log.namespace, log.name) > 0
 
-    stored = [s.envelope for s in await event_store.read_stream(shadow_stream(log.namespace, log.name))]
+    stored = [
+        s.envelope for s in await event_store.read_stream(CLONESET.shadow_stream(log.namespace, log.name))
+    ]
     pure = ShadowTrail(log.namespace, log.name, True, RULES_VERSION, since=since)
     expected = [e for envelope in log.envelopes for e in pure.step(envelope)]
     assert [(e.event_id, e.payload) for e in stored] == [(e.event_id, e.payload) for e in expected]

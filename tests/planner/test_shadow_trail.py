@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from services.kinds.registry import CLONESET
 from services.model.events import (
     Envelope,
     PartitionStepPlanned,
@@ -14,7 +15,6 @@ from services.model.events import (
     ShadowCompared,
     ShadowPlanned,
 )
-from services.model.streams import shadow_stream
 from services.planner.cloneset_decisions import RULES_VERSION
 from services.planner.shadow_trail import ShadowTrail
 from tests.planner.kruise_observations import KruiseLog
@@ -61,7 +61,7 @@ def test_a_rollout_as_rollbook_would_drive_it_agrees_throughout() -> None:
     update_one_by_one(log, [c, b, a])  # newest first: OpenKruise's (and rollbook's) order for ready pods
     trail, out = trail_of(log)
 
-    assert {e.stream for e in out} == {shadow_stream("default", "web")}
+    assert {e.stream for e in out} == {CLONESET.shadow_stream("default", "web")}
     assert [e.stream_version for e in out] == list(range(1, len(out) + 1))
     assert [(r.from_revision, r.to_revision) for r in of(out, RolloutStarted)] == [(old, new)]
     assert [(r.rollout_id, r.outcome) for r in of(out, RolloutCompleted)] == [

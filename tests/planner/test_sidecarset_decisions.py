@@ -59,7 +59,7 @@ def replay(state: SidecarSetState, events: list[Any]) -> None:
 
 
 def decide(state: SidecarSetState) -> list[Any]:
-    events = decisions_for(state, round_of(state))
+    events = decisions_for(state, round_of(state.plan_input()))
     replay(state, events)
     return events
 
@@ -118,3 +118,26 @@ def test_an_invalid_sidecarset_is_rejected_once() -> None:
     assert kinds(rejected) == ["SpecRejected"] and rejected[0].field == "spec.updateStrategy.partition"
     assert decide(state) == []
     assert not any(isinstance(e, PodActionRequested) for e in rejected)
+
+
+def test_the_round_decides_on_its_hashed_input_revisions_and_collision_count_included() -> None:
+    """What the round reads is what RoundPlanned.input_sha256 covers: the recorded revisions and the
+    collision count change the hash, and the round decides from the input it was given, not the state."""
+    from services.planner.kinds import SIDECARSET as planner
+
+    state = state_with(sidecarset(OLD), [pod("a")])
+    bare = state.plan_input()
+    first = decide(state)  # records the SidecarSet's first revision and its status
+    assert kinds(first)[0] == "RevisionCreated"
+    recorded = state.plan_input()
+    assert recorded.revisions and planner.input_sha256(state, recorded) != planner.input_sha256(state, bare)
+
+    state.last_status = {**(state.last_status or {}), "collisionCount": 3}
+    collided = state.plan_input()
+    assert collided.collision_count == 3
+    assert planner.input_sha256(state, collided) != planner.input_sha256(state, recorded)
+
+    # Given the input without the revisions, the round registers the revision again: it read the input.
+    again, _ = planner.decide(state, bare)
+    assert any(isinstance(e, RevisionCreated) for e in again)
+    assert not any(isinstance(e, RevisionCreated) for e in planner.decide(state, recorded)[0])

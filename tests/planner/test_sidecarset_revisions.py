@@ -12,6 +12,7 @@ from typing import Any
 import msgspec
 import pytest
 
+from services.kinds import registry
 from services.model import sidecarset as ss
 from services.model.events import (
     Envelope,
@@ -21,7 +22,7 @@ from services.model.events import (
     StatusPlanned,
     new_event,
 )
-from services.model.sidecarset_streams import SIDECARSET_KIND, observed_stream
+from services.model.sidecarset_streams import SIDECARSET_KIND
 from services.planner.kinds import SIDECARSET, plan_round
 from services.planner.sidecarset_revisions import (
     SIDECARSET_NAME_LABEL,
@@ -200,7 +201,7 @@ class Recorder:
                 change="MODIFIED",
                 object=copy.deepcopy(obj),
             ),
-            stream=observed_stream(NAME),
+            stream=registry.SIDECARSET.observed_stream("", NAME),
             stream_version=len(self.observed) + 1,
             occurred_at=self.clock,
         )

@@ -9,9 +9,9 @@ from typing import Any
 
 import msgspec
 
+from services.kinds import registry
 from services.model.actions import ActionKind
 from services.model.events import SCHEMA_VERSIONS, ObjectObserved, PodActionRequested, new_event
-from services.model.streams import observed_stream
 from services.model.upcasting import DEFAULT_DECODER
 from services.planner.kinds import CLONESET, Round, next_step
 from services.planner.workload_state import WorkloadState
@@ -36,7 +36,7 @@ def write_back_request() -> PodActionRequested:
                 change="ADDED",
                 object=obj,
             ),
-            stream=observed_stream("default", "web"),
+            stream=registry.CLONESET.observed_stream("default", "web"),
             stream_version=1,
             occurred_at=T0,
         )

@@ -7,6 +7,7 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from services.kinds.registry import CLONESET
 from services.model.events import (
     Envelope,
     Event,
@@ -17,7 +18,7 @@ from services.model.events import (
     PodActionSucceeded,
     new_event,
 )
-from services.model.streams import ACTION_ID_ANNOTATION, actions_stream, decisions_stream, observed_stream
+from services.model.streams import ACTION_ID_ANNOTATION
 from services.planner.rounds import EXPECTATION_TIMEOUT, UNREPORTED_TIMEOUT, encode_input
 from services.planner.workload_state import WorkloadState
 
@@ -51,7 +52,7 @@ class Log:
         payload = ObjectObserved(
             kind=kind, namespace=NS, name=name, uid=uid, resource_version="1", change=change, object=obj
         )  # type: ignore[arg-type]
-        return self.add(observed_stream(NS, NAME), payload, at)
+        return self.add(CLONESET.observed_stream(NS, NAME), payload, at)
 
     def request(
         self,
@@ -65,14 +66,14 @@ class Log:
         payload = PodActionRequested(
             action_id=action_id, action=action, namespace=NS, pod=pod, details=details
         )
-        stream = decisions_stream(NS, NAME)
+        stream = CLONESET.decisions_stream(NS, NAME)
         version = self.versions[stream] = self.versions.get(stream, 0) + 1
         return new_event(
             payload, stream=stream, stream_version=version, occurred_at=at, causation_id=round_id
         )
 
     def outcome(self, payload: Event, at: datetime = T0) -> Envelope:
-        return self.add(actions_stream(NS, NAME), payload, at)
+        return self.add(CLONESET.actions_stream(NS, NAME), payload, at)
 
 
 def folded(events: list[Envelope]) -> WorkloadState:
@@ -306,7 +307,10 @@ def test_an_executor_taking_an_action_is_no_planner_input() -> None:
     taken = folded([*events, started])
     # Folded (a round's ``through`` covers it, so replay reads the same versions) but changing nothing
     # the planner decides on: not the input, not the round's clock, not its cause.
-    assert taken.through()[actions_stream(NS, NAME)] == without.through()[actions_stream(NS, NAME)] + 1
+    assert (
+        taken.through()[CLONESET.actions_stream(NS, NAME)]
+        == without.through()[CLONESET.actions_stream(NS, NAME)] + 1
+    )
     assert encode_input(taken.plan_input()) == encode_input(without.plan_input())
     assert (taken.now, taken.last_input_id) == (without.now, without.last_input_id)
     assert taken.pending() == without.pending() == []
@@ -333,7 +337,7 @@ def test_a_pod_deleted_by_someone_else_holds_planning_until_gone_while_its_pvcs_
     pvc = {"metadata": {"name": "data-web-x", "uid": "p1", "labels": label}}
     events = [
         log.add(
-            observed_stream(NS, NAME),
+            CLONESET.observed_stream(NS, NAME),
             ObjectObserved(
                 kind="PersistentVolumeClaim",
                 namespace=NS,
@@ -346,7 +350,7 @@ def test_a_pod_deleted_by_someone_else_holds_planning_until_gone_while_its_pvcs_
             T0,
         ),
         log.add(
-            observed_stream(NS, NAME),
+            CLONESET.observed_stream(NS, NAME),
             ObjectObserved(
                 kind="Pod",
                 namespace=NS,

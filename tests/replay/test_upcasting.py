@@ -15,8 +15,8 @@ import pytest
 
 from services.infra.database import upgrade_async
 from services.infra.store import EventStore
+from services.kinds.registry import CLONESET
 from services.model.events import EVENT_TYPES, SCHEMA_VERSIONS, ObjectObserved, PodActionFailed, new_event
-from services.model.streams import actions_stream, observed_stream
 from services.model.upcasting import PayloadDecoder, UpcastError
 from services.replay.reads import workload_events
 from services.replay.timeline import state_at
@@ -74,7 +74,7 @@ async def test_a_v1_event_replays_with_v2_code(database: str) -> None:
                         change="ADDED",
                         object=obj,
                     ),
-                    stream=observed_stream("prod", "web"),
+                    stream=CLONESET.observed_stream("prod", "web"),
                     stream_version=i,
                     occurred_at=T0,
                 )
@@ -85,7 +85,7 @@ async def test_a_v1_event_replays_with_v2_code(database: str) -> None:
         )
         failed = new_event(
             PodActionFailed(action_id="a1", reason="422 Unprocessable Entity: spec.containers is invalid"),
-            stream=actions_stream("prod", "web"),
+            stream=CLONESET.actions_stream("prod", "web"),
             stream_version=1,
             occurred_at=T0,
             event_id=uuid.uuid4(),

@@ -20,10 +20,10 @@ import pytest
 from services.infra.database import asyncpg_url, upgrade_async
 from services.infra.settings import Settings
 from services.infra.store import EventStore
+from services.kinds import registry
 from services.model.events import Event, ObjectObserved, new_event
-from services.model.sidecarset_streams import SIDECARSET_KIND, decisions_stream, observed_stream
+from services.model.sidecarset_streams import SIDECARSET_KIND
 from services.model.signed_note import Signer
-from services.model.streams import decisions_stream as cloneset_decisions_stream
 from services.planner.cloneset_decisions import RULES_VERSION as CLONESET_RULES
 from services.planner.kinds import SIDECARSET as SIDECARSET_PLANNER
 from services.planner.service import Planner
@@ -52,7 +52,7 @@ async def observe(store: EventStore, obj: dict[str, Any], seconds: float) -> Non
         change="MODIFIED",
         object=obj,
     )
-    stream = observed_stream(SIDECARSET)
+    stream = registry.SIDECARSET.observed_stream("", SIDECARSET)
     version = (await store.stream_version(stream)) + 1
     event = new_event(
         payload, stream=stream, stream_version=version, occurred_at=T0 + timedelta(seconds=seconds)
@@ -119,7 +119,7 @@ async def edit_partition_step(database_url: str) -> None:
             changed = await conn.execute(
                 "UPDATE events SET payload = jsonb_set(payload, '{partition}', '0')"
                 " WHERE stream = $1 AND type = 'PartitionStepPlanned'",
-                decisions_stream(SIDECARSET),
+                registry.SIDECARSET.decisions_stream("", SIDECARSET),
             )
             assert changed == "UPDATE 1"
     finally:
@@ -174,13 +174,13 @@ async def forget_rules(database_url: str, cloneset_rounds: int) -> int:
             versions = await conn.fetch(
                 "SELECT stream_version FROM events WHERE stream = $1 AND type = 'RoundPlanned'"
                 " ORDER BY stream_version",
-                cloneset_decisions_stream("team-a", "web"),
+                registry.CLONESET.decisions_stream("team-a", "web"),
             )
             changed = await conn.execute(
                 "UPDATE events SET payload = payload - 'rules' WHERE type = 'RoundPlanned'"
                 " AND (stream = $1 OR (stream = $2 AND stream_version <= $3))",
-                decisions_stream(SIDECARSET),
-                cloneset_decisions_stream("team-a", "web"),
+                registry.SIDECARSET.decisions_stream("", SIDECARSET),
+                registry.CLONESET.decisions_stream("team-a", "web"),
                 versions[cloneset_rounds - 1]["stream_version"],
             )
             assert changed == f"UPDATE {cloneset_rounds + 2}"

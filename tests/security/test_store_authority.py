@@ -20,8 +20,9 @@ from services.executor.service import Executor
 from services.infra.bus import Bus
 from services.infra.nats_auth import ADMIN, AUDITOR, EXECUTOR
 from services.infra.store import EventStore
+from services.kinds.registry import CLONESET
 from services.model.events import Envelope, PodActionRequested, StatusPlanned, encode, new_event
-from services.model.streams import decisions_stream, workload_stream
+from services.model.streams import workload_stream
 from services.simcluster import SimCluster
 from tests.plugins.stack import wait_for
 from tests.security.bus_server import auth_nats, connect_as
@@ -49,7 +50,7 @@ def create_pod(workload: str, pod: str, version: int) -> Envelope:
             rollout_id="r1",
             details={"object": body},
         ),
-        stream=decisions_stream("default", workload),
+        stream=CLONESET.decisions_stream("default", workload),
         stream_version=version,
         occurred_at=NOW,
         causation_id=uuid.uuid4(),
@@ -168,7 +169,7 @@ async def test_a_forged_status_is_not_written(
         await auditor.ensure_stream()
         forged = new_event(
             StatusPlanned(kind="CloneSet", namespace="default", name=name, status={"readyReplicas": 99}),
-            stream=decisions_stream("default", name),
+            stream=CLONESET.decisions_stream("default", name),
             stream_version=1,
             occurred_at=NOW,
         )

@@ -18,9 +18,9 @@ from kubernetes_asyncio import client
 
 from services.infra.settings import Settings
 from services.infra.store import EventStore
+from services.kinds.registry import CLONESET
 from services.model.events import ObjectObserved, encode, new_event
 from services.model.redaction import LAST_APPLIED_ANNOTATION, is_digest
-from services.model.streams import observed_stream
 from services.watcher.objects import observation
 from services.watcher.service import Watcher
 
@@ -99,7 +99,7 @@ async def _observed(watcher: Watcher, store: EventStore, secret: str) -> list[Ob
     await watcher._on_watch_event(kinds["CloneSet"], "ADDED", _cloneset(owner, secret))
     await watcher._on_watch_event(kinds["Pod"], "ADDED", _pod(owner, secret))
     await watcher._idle.wait()
-    stored = await store.read_stream(observed_stream("default", owner))
+    stored = await store.read_stream(CLONESET.observed_stream("default", owner))
     observed = [s.envelope.payload for s in stored if isinstance(s.envelope.payload, ObjectObserved)]
     assert {o.kind for o in observed} == {"CloneSet", "Pod"}
     return observed
@@ -166,7 +166,11 @@ async def test_an_object_recorded_before_redaction_is_not_recorded_again_in_clea
     secret = f"s3cret-{uuid.uuid4().hex}"
     owner = f"web-{uuid.uuid4().hex[:8]}"
     old = observation(
-        "Pod", _pod(owner, secret), "ADDED", stream=observed_stream("default", owner), correlation_id=None
+        "Pod",
+        _pod(owner, secret),
+        "ADDED",
+        stream=CLONESET.observed_stream("default", owner),
+        correlation_id=None,
     )
     await event_store.append([old], expected_version=0)
     api = client.ApiClient()
@@ -188,6 +192,6 @@ async def test_an_object_recorded_before_redaction_is_not_recorded_again_in_clea
             await asyncio.gather(appender, return_exceptions=True)
     finally:
         await api.close()
-    stored = await event_store.read_stream(observed_stream("default", owner))
+    stored = await event_store.read_stream(CLONESET.observed_stream("default", owner))
     [deleted] = [s.envelope.payload for s in stored if s.envelope.payload.change == "DELETED"]  # type: ignore[union-attr]
     assert secret not in json.dumps(deleted.object)  # type: ignore[union-attr]

@@ -17,9 +17,10 @@ from kubernetes_asyncio import client
 
 from services.infra.settings import Settings
 from services.infra.store import EventStore
+from services.kinds.registry import CLONESET
 from services.model.events import Envelope, ObjectObserved
 from services.model.management import MANAGE_LABEL, SHADOW
-from services.model.streams import ACTION_ID_ANNOTATION, observed_stream
+from services.model.streams import ACTION_ID_ANNOTATION
 from services.planner.workload_state import WorkloadState
 from services.watcher.objects import observation
 from services.watcher.service import KindWatch, Watcher
@@ -105,7 +106,7 @@ async def feed(watcher: Watcher, kind: str, events: list[tuple[str, dict[str, An
 
 
 async def stored_pods(store: EventStore, owner: str) -> list[tuple[str, str]]:
-    stored = await store.read_stream(observed_stream(NS, owner))
+    stored = await store.read_stream(CLONESET.observed_stream(NS, owner))
     return [
         (e.envelope.payload.name, e.envelope.payload.resource_version)
         for e in stored
@@ -135,13 +136,13 @@ async def test_a_pods_burst_in_one_append_is_stored_as_its_last_state(
     assert await stored_pods(event_store, owner) == [("a", "1"), ("b", "12"), ("a", "13"), ("a", "14")]
 
     # The planner folds what was stored to the state it folds from every watch event.
-    stored = [e.envelope for e in await event_store.read_stream(observed_stream(NS, owner))]
+    stored = [e.envelope for e in await event_store.read_stream(CLONESET.observed_stream(NS, owner))]
     every = stored[:2] + [
         observation(
             "Pod",
             watcher.policy.redact_object("Pod", obj) or {},  # as the watcher records every object
             change,
-            stream=observed_stream(NS, owner),
+            stream=CLONESET.observed_stream(NS, owner),
             correlation_id=None,
         )
         for change, obj in burst

@@ -11,7 +11,7 @@ from kubernetes_asyncio import client
 
 from services.infra.settings import Settings
 from services.infra.store import EventStore
-from services.model.streams import observed_stream
+from services.kinds.registry import CLONESET
 from services.simcluster import SimCluster, SimConfig
 from tests.plugins.servers import ServerUrls
 from tests.plugins.simcluster import MakeSimCluster, api_client_for
@@ -78,7 +78,8 @@ async def test_watcher_ready_without_sidecarset_crd(
     store = await EventStore.connect(watcher_stack.settings.database_url)
     try:
         observed = await wait_for(
-            lambda: store.read_stream(observed_stream("default", "web")), what="the CloneSet observed"
+            lambda: store.read_stream(CLONESET.observed_stream("default", "web")),
+            what="the CloneSet observed",
         )
     finally:
         await store.close()

@@ -6,9 +6,9 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from services.kinds.registry import SIDECARSET
 from services.model.events import ObjectObserved
 from services.model.sidecarset import INJECTED_LIST_ANNOTATION
-from services.model.sidecarset_streams import observed_stream
 from services.watcher.sidecarsets import SidecarSetRoutes
 
 
@@ -39,22 +39,22 @@ def test_a_bare_pod_goes_to_every_sidecarset_that_injected_it_once_per_real_chan
     routes = SidecarSetRoutes()
     first = routes.diff("Pod", pod("alpha,beta"), "ADDED")
     assert [(e.stream, e.payload.change) for e in first] == [  # type: ignore[union-attr]
-        (observed_stream("alpha"), "ADDED"),
-        (observed_stream("beta"), "ADDED"),
+        (SIDECARSET.observed_stream("", "alpha"), "ADDED"),
+        (SIDECARSET.observed_stream("", "beta"), "ADDED"),
     ]
     assert len({e.event_id for e in first}) == 2  # one pod version, two streams: two distinct ids
     assert summary(routes, "Pod", pod("alpha,beta", version="2"), "MODIFIED") == []  # only the version moved
     changed = pod("alpha,beta", version="3", app="nginx", tier="web")
     assert summary(routes, "Pod", changed, "MODIFIED") == [
-        (observed_stream("alpha"), "MODIFIED"),
-        (observed_stream("beta"), "MODIFIED"),
+        (SIDECARSET.observed_stream("", "alpha"), "MODIFIED"),
+        (SIDECARSET.observed_stream("", "beta"), "MODIFIED"),
     ]
     assert summary(routes, "Pod", pod("beta", version="4", app="nginx", tier="web"), "MODIFIED") == [
-        (observed_stream("alpha"), "DELETED"),  # no longer injected by alpha: gone for alpha
-        (observed_stream("beta"), "MODIFIED"),  # its annotations changed
+        (SIDECARSET.observed_stream("", "alpha"), "DELETED"),  # no longer injected by alpha: gone for alpha
+        (SIDECARSET.observed_stream("", "beta"), "MODIFIED"),  # its annotations changed
     ]
     assert summary(routes, "Pod", pod("beta", version="5"), "DELETED") == [
-        (observed_stream("beta"), "DELETED")
+        (SIDECARSET.observed_stream("", "beta"), "DELETED")
     ]
     assert summary(routes, "Pod", pod("beta", version="6"), "DELETED") == []
 
@@ -68,10 +68,12 @@ def test_pods_nothing_injected_and_other_kinds_are_not_routed() -> None:
 def test_sidecarsets_go_to_their_own_stream_and_a_relist_deletes_what_vanished() -> None:
     routes = SidecarSetRoutes()
     sidecarset = {"kind": "SidecarSet", "metadata": {"name": "alpha", "uid": "ss-1", "resourceVersion": "7"}}
-    assert summary(routes, "SidecarSet", sidecarset, "ADDED") == [(observed_stream("alpha"), "ADDED")]
+    assert summary(routes, "SidecarSet", sidecarset, "ADDED") == [
+        (SIDECARSET.observed_stream("", "alpha"), "ADDED")
+    ]
     routes.diff("Pod", pod("alpha"), "ADDED")
     assert [(e.stream, e.payload.kind) for e in routes.vanished("SidecarSet", set())] == [  # type: ignore[union-attr]
-        (observed_stream("alpha"), "SidecarSet")
+        (SIDECARSET.observed_stream("", "alpha"), "SidecarSet")
     ]
     assert routes.vanished("Pod", {"uid-1"}) == []
 
@@ -86,6 +88,6 @@ def test_rebuilt_from_the_store_a_restart_emits_only_what_changed() -> None:
     assert summary(after, "Pod", pod("alpha", version="3"), "MODIFIED") == []
     moved = copy.deepcopy(pod("alpha,gamma", version="4"))
     assert summary(after, "Pod", moved, "MODIFIED") == [
-        (observed_stream("alpha"), "MODIFIED"),
-        (observed_stream("gamma"), "ADDED"),
+        (SIDECARSET.observed_stream("", "alpha"), "MODIFIED"),
+        (SIDECARSET.observed_stream("", "gamma"), "ADDED"),
     ]

@@ -12,9 +12,9 @@ import aiohttp
 import pytest
 
 from services.infra.store import EventStore
+from services.kinds.registry import SIDECARSET
 from services.model import sidecarset as ss
 from services.model.events import RevisionCreated, new_event
-from services.model.sidecarset_streams import decisions_stream
 from services.planner.sidecarset_revisions import plan_revision, revision_object
 from services.webhook.cache import NamespaceLabels, SidecarSetCache
 from services.webhook.recorder import InjectionRecorder
@@ -69,7 +69,7 @@ async def record_revision(store: EventStore, obj: dict[str, Any], recorded: dict
     assert decision.record is not None
     record = revision_object(parsed.name, decision.record)
     recorded[decision.record.name] = record
-    stream = decisions_stream(parsed.name)
+    stream = SIDECARSET.decisions_stream("", parsed.name)
     event = RevisionCreated(
         name=decision.record.name,
         revision=decision.record.number,

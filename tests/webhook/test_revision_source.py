@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from services.infra.store import StoredEvent
+from services.kinds.registry import SIDECARSET
 from services.model.events import RevisionCreated, RevisionsPruned, RolloutPaused, new_event
-from services.model.sidecarset_streams import decisions_stream
 from services.webhook.revisions import REVISION_EVENT_TYPES, StoreRevisions, load_pinned
 from tests.planner.test_sidecarset_upgrade import NEW, sidecarset
 
@@ -41,7 +41,7 @@ class FakeStore:
             await asyncio.wait_for(self._read_seen.wait(), 2.0)
 
     def add(self, name: str, payload: Any, at: datetime = NOW) -> None:
-        stream = decisions_stream(name)
+        stream = SIDECARSET.decisions_stream("", name)
         events = self.streams.setdefault(stream, [])
         envelope = new_event(payload, stream=stream, stream_version=len(events) + 1, occurred_at=at)
         events.append(StoredEvent(global_position=len(events) + 1, recorded_at=at, envelope=envelope))
@@ -248,7 +248,7 @@ async def test_revisions_carry_the_time_they_were_first_recorded() -> None:
     }
     assert stamps == {"a-1": (3, "2026-11-30T12:00:00Z"), "a-2": (2, "2026-11-30T12:01:00Z")}
     # The event's own object is left as it was.
-    first = store.streams[decisions_stream("a")][0].envelope.payload
+    first = store.streams[SIDECARSET.decisions_stream("", "a")][0].envelope.payload
     assert isinstance(first, RevisionCreated) and "creationTimestamp" not in first.object["metadata"]
 
 
@@ -279,7 +279,7 @@ async def test_the_event_store_returns_revision_events_a_page_at_a_time(event_st
     import uuid
 
     name = f"paged-{uuid.uuid4().hex[:8]}"
-    stream = decisions_stream(name)
+    stream = SIDECARSET.decisions_stream("", name)
     events = []
     for i in range(count):
         payload = (
