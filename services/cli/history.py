@@ -38,6 +38,7 @@ def parse_workload(text: str) -> tuple[str, str]:
 async def connect(settings: Settings) -> AsyncIterator[asyncpg.Connection]:
     """A connection to the audit trail's database, found as every command finds the stack
     (services/infra/stack.py); started for the command when nothing runs."""
+    from services.infra import audit_queries
     from services.infra.embedded import EmbeddedError
     from services.infra.stack import connect_database, stack_settings
 
@@ -45,8 +46,7 @@ async def connect(settings: Settings) -> AsyncIterator[asyncpg.Connection]:
         async with stack_settings(settings) as resolved:
             connection = await connect_database(resolved.url_for("reader"))
             try:
-                missing = await connection.fetchval("SELECT to_regclass('pod_actions') IS NULL")
-                if missing:
+                if await audit_queries.view_missing(connection, "pod_actions"):
                     raise QueryError(
                         "the audit views are missing from this database: run `rollbook db upgrade`"
                     )

@@ -30,8 +30,8 @@ from typing import Any, Protocol
 import structlog
 
 from services.infra.retry import Backoff
-from services.infra.store import EventStore, StoredEvent
 from services.model import sidecarset as ss
+from services.model.event_store import EventStore, StoredEvent
 from services.model.events import RevisionCreated, RevisionsPruned
 from services.model.sidecarset_streams import decisions_stream
 
