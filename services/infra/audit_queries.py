@@ -31,7 +31,7 @@ POD_ACTIONS_SQL = """
 SELECT rollout_id, kind, pod_namespace, pod, action, update_kind, requested, started, finished, duration,
        outcome, reason, driven_by
 FROM pod_actions
-WHERE namespace = $1 AND workload = $2
+WHERE namespace = $1 AND workload = $2 AND ($3::text IS NULL OR kind = $3)
 ORDER BY position
 """
 
@@ -40,7 +40,7 @@ SELECT r.rollout_id, r.from_revision, r.to_revision, r.strategy_type, r.started,
        (SELECT p.partition FROM partition_steps AS p
          WHERE p.rollout_id = r.rollout_id ORDER BY p.position DESC LIMIT 1) AS partition
 FROM rollouts AS r
-WHERE r.namespace = $1 AND r.workload = $2
+WHERE r.namespace = $1 AND r.workload = $2 AND ($3::text IS NULL OR r.kind = $3)
 ORDER BY r.started_position DESC
 LIMIT 1
 """
@@ -62,14 +62,17 @@ async def in_place_updates(
     return list(await connection.fetch(IN_PLACE_UPDATES_SQL, rollout_id))
 
 
-async def pod_actions(connection: asyncpg.Connection, namespace: str, workload: str) -> list[asyncpg.Record]:
-    return list(await connection.fetch(POD_ACTIONS_SQL, namespace, workload))
+async def pod_actions(
+    connection: asyncpg.Connection, namespace: str, workload: str, kind: str | None = None
+) -> list[asyncpg.Record]:
+    """The pod actions of a workload (of ``kind``; None: of any kind of that name), in order."""
+    return list(await connection.fetch(POD_ACTIONS_SQL, namespace, workload, kind))
 
 
 async def current_rollout(
-    connection: asyncpg.Connection, namespace: str, workload: str
+    connection: asyncpg.Connection, namespace: str, workload: str, kind: str | None = None
 ) -> asyncpg.Record | None:
-    row: asyncpg.Record | None = await connection.fetchrow(CURRENT_ROLLOUT_SQL, namespace, workload)
+    row: asyncpg.Record | None = await connection.fetchrow(CURRENT_ROLLOUT_SQL, namespace, workload, kind)
     return row
 
 
