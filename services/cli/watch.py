@@ -154,23 +154,6 @@ def _snake(kind: str) -> str:
     return "".join(f"_{c.lower()}" if c.isupper() else c for c in kind).lstrip("_")
 
 
-def recorded_target(workload: str) -> tuple[Kind | None, str]:
-    """``<kind>/<namespace>/<name>`` of a recorded kind (any case) -> (kind, ``<namespace>/<name>``);
-    anything else names a CloneSet: (None, ``workload``)."""
-    from services.kinds.registry import RECORDED
-
-    if workload.count("/") != 2:
-        return None, workload
-    first, _, rest = workload.partition("/")
-    kind = next((k for k in RECORDED if k.name.lower() == first.lower()), None)
-    if kind is None:
-        raise typer.BadParameter(
-            f"{first!r} is not a kind rollbook records ({', '.join(k.name for k in RECORDED)}): expected"
-            " <namespace>/<cloneset> or <kind>/<namespace>/<name>"
-        )
-    return kind, rest
-
-
 @contextlib.asynccontextmanager
 async def sources(settings: Settings) -> AsyncIterator[Sources]:
     import asyncpg
@@ -275,7 +258,7 @@ async def follow(
     from rich.console import Group
     from rich.live import Live
 
-    from services.cli.history import parse_workload
+    from services.cli.history import parse_workload, recorded_target
 
     kind, workload = recorded_target(workload) if workload else (None, workload)
     namespace, name = parse_workload(workload) if workload else (None, None)

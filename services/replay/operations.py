@@ -27,6 +27,7 @@ from services.model.events import (
     PodActionObserved,
     RevisionCreated,
     RolloutCompleted,
+    RolloutStarted,
 )
 from services.planner.cloneset_decisions import Decide
 from services.planner.cloneset_decisions import decide as planner_decide
@@ -143,6 +144,9 @@ def _recorded_line(step: RecordedStep) -> str:
         what += f" partition {payload.partition} expected updated {payload.expected_updated}"
     elif isinstance(payload, RolloutCompleted):
         what += f" {payload.outcome}"
+    elif isinstance(payload, RolloutStarted):
+        who = payload.changed_by.get("manager") if isinstance(payload.changed_by, dict) else None
+        what += f" {payload.from_revision} -> {payload.to_revision}" + (f" by {who}" if who else "")
     elif isinstance(payload, RevisionCreated):
         what += f" {payload.name} #{payload.revision}"
     ready = sum(1 for p in state["pods"].values() if p["ready"])

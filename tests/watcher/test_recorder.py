@@ -180,6 +180,13 @@ async def test_set_image_then_rollout_undo_is_two_rollouts_with_steps_and_pod_ac
     assert f"rollout {undo['rollout_id']}" in output, output
     assert f"revision {undo['to_revision'].rpartition('-')[2]} (update)" in output, output
 
+    code, output = await rollbook("history", f"deployment/{ns}/web", ROLLBOOK_DATABASE_URL=database_url)
+    assert code == 0 and output.count("RollingUpdate (observed)") == 2, output
+    code, output = await rollbook("history", f"statefulset/{ns}/web", ROLLBOOK_DATABASE_URL=database_url)
+    assert code == 1 and f"no rollouts or pod actions recorded for {ns}/web" in output, (
+        output
+    )  # the kind counts
+
     # `rollbook replay`: the trail folded again from the observations is the trail stored.
     code, output = await rollbook("replay", f"Deployment/{ns}/web", ROLLBOOK_DATABASE_URL=database_url)
     assert code == 0, output
@@ -257,7 +264,7 @@ async def test_a_rollout_stuck_past_its_progress_deadline_is_on_record(
 
 
 async def test_statefulset_partition_steps_and_pods_updated_from_the_highest_ordinal(
-    trail: tuple[str, EventStore], k8s_client: client.ApiClient, tmp_path: Path
+    trail: tuple[str, EventStore], k8s_client: client.ApiClient, simcluster_kubeconfig: str, tmp_path: Path
 ) -> None:
     database_url, event_store = trail
     ns = await namespace(k8s_client)
@@ -302,6 +309,14 @@ async def test_statefulset_partition_steps_and_pods_updated_from_the_highest_ord
             lambda rows: len(rows) == n,
         )
         assert [r["pod"] for r in await recreated(1)] == ["db-2"]
+        # `get -w` ends once the pods the partition lets through are updated and available, as `kubectl
+        # rollout status` says of a partitioned roll out.
+        code, output = await rollbook(
+            "get", "-w", f"statefulset/{ns}/db", "--timeout", "60",
+            ROLLBOOK_DATABASE_URL=database_url, ROLLBOOK_KUBECONFIG=simcluster_kubeconfig,
+        )  # fmt: skip
+        assert code == 0, output
+        assert f"StatefulSet {ns}/db  replicas 3  updated 1/1" in output and "partition 2" in output, output
         await partition(0)
         assert [r["pod"] for r in await recreated(3)] == ["db-2", "db-1", "db-0"]
         await until(
@@ -318,6 +333,8 @@ async def test_statefulset_partition_steps_and_pods_updated_from_the_highest_ord
         {"partition": 2, "expected_updated": 1, "max_unavailable": 1},
         {"partition": 0, "expected_updated": 3, "max_unavailable": 1},
     ]
+    code, output = await rollbook("replay", f"statefulset/{ns}/db", ROLLBOOK_DATABASE_URL=database_url)
+    assert code == 0 and output.splitlines()[-1].startswith(f"OK StatefulSet {ns}/db: "), output
 
 
 async def test_only_labelled_workloads_are_recorded_without_their_secrets(
