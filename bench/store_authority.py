@@ -7,13 +7,12 @@ be on this machine: server CPU is read from /proc/<pid>/stat of the backend), mi
 in-place actions as the planner does (RoundPlanned, then markNotReady and updateInPlace per pod, on the
 workload's actions stream) and drops it at the end.
 
-Each round runs the executor's per-action query (``_BEFORE_ACTING_SQL``, one per action, as the executor
-sends it) over every stored updateInPlace twice: as before the check (no carried payload: the event
-comparison is skipped) and with it (the payload the bus message carried, compared with the stored one),
-the cases taking turns. It prints, per action, the medians of server CPU, client CPU (including reading the
-payload out of the message) and wall time, the difference (what the check costs), and the ceiling: how many
-checked actions per second one connection sustains, beside the in-place rate of bench/scale.py.
-"""
+Each round runs the executor's per-action query (``BEFORE_ACTING_SQL`` of services/infra/store.py, one per
+action, as the executor sends it) over every stored updateInPlace twice: as before the check (no carried
+payload: the event comparison is skipped) and with it (the payload the bus message carried, compared with the
+stored one), the cases taking turns. It prints, per action, the medians of server CPU, client CPU (including
+reading the payload out of the message) and wall time, the difference (what the check costs), and the ceiling:
+how many checked actions per second one connection sustains, beside the in-place rate of bench/scale.py."""
 
 from __future__ import annotations
 
@@ -31,11 +30,11 @@ import asyncpg
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from a checkout
 
 from bench.eventstore import _process_cpu, load_average
-from services.executor.service import _BEFORE_ACTING_SQL, outcome_id
+from services.executor.service import outcome_id
 from services.infra.bus import _carried_decoder
 from services.infra.database import asyncpg_url, upgrade_async
 from services.infra.settings import Settings
-from services.infra.store import EventStore
+from services.infra.store import BEFORE_ACTING_SQL, EventStore
 from services.kinds.registry import CLONESET
 from services.model.events import Envelope, PodActionRequested, RoundPlanned, encode, new_event
 from services.model.streams import derived_id
@@ -112,7 +111,7 @@ async def run(args: argparse.Namespace) -> None:
             await store.close()
         conn = await asyncpg.connect(url)
         pid = await conn.fetchval("SELECT pg_backend_pid()")
-        statement = await conn.prepare(_BEFORE_ACTING_SQL)
+        statement = await conn.prepare(BEFORE_ACTING_SQL)
         print(f"{len(actions)} stored actions; load average {load_average()}")
 
         async def case(checked: bool) -> tuple[float, float, float]:

@@ -356,7 +356,7 @@ async def _summary(settings: Settings, clock: Clock) -> list[Any]:
             await asyncio.sleep(0.2)
         in_place = await audit_queries.in_place_updates(connection)
         exceeded = await audit_queries.max_unavailable_exceeded(connection)
-        events = await connection.fetchval("SELECT count(*) FROM events")
+        events = await audit_queries.event_count(connection)
     finally:
         await connection.close()
     clock.step(f"audit trail read back from SQL ({events} events)")
@@ -456,18 +456,12 @@ def _short(revision: str, workload: str) -> str:
 
 async def _fresh_database(settings: Settings) -> Settings:
     """A database of the demo's own on the configured server, migrated."""
-    import asyncpg
-
-    from services.infra.database import asyncpg_url, upgrade_async
+    from services.infra.database import asyncpg_url, create_database, upgrade_async
     from services.infra.redact import redacted
 
     base = asyncpg_url(settings.url_for("owner"))  # a login that may create a database
     name = f"rollbook_demo_{uuid.uuid4().hex[:8]}"
-    admin = await asyncpg.connect(base)
-    try:
-        await admin.execute(f'CREATE DATABASE "{name}"')
-    finally:
-        await admin.close()
+    await create_database(base, name)
     url = base.rsplit("/", 1)[0] + "/" + name
     await upgrade_async(url)
     console().print(f"  audit trail kept in database {redacted(url)}")

@@ -21,6 +21,8 @@ from services.infra.settings import Settings
 if TYPE_CHECKING:
     import asyncpg
 
+    from services.kinds.base import Kind
+
 
 class QueryError(RuntimeError):
     """The database cannot answer (missing views, no server); the message says what to do."""
@@ -34,10 +36,28 @@ def parse_workload(text: str) -> tuple[str, str]:
     return namespace or "default", name
 
 
+def recorded_target(workload: str) -> tuple[Kind | None, str]:
+    """``<kind>/<namespace>/<name>`` of a recorded kind (any case) -> (kind, ``<namespace>/<name>``);
+    anything else names a CloneSet: (None, ``workload``)."""
+    from services.kinds.registry import RECORDED
+
+    if workload.count("/") != 2:
+        return None, workload
+    first, _, rest = workload.partition("/")
+    kind = next((k for k in RECORDED if k.name.lower() == first.lower()), None)
+    if kind is None:
+        raise typer.BadParameter(
+            f"{first!r} is not a kind rollbook records ({', '.join(k.name for k in RECORDED)}): expected"
+            " <namespace>/<cloneset> or <kind>/<namespace>/<name>"
+        )
+    return kind, rest
+
+
 @contextlib.asynccontextmanager
 async def connect(settings: Settings) -> AsyncIterator[asyncpg.Connection]:
     """A connection to the audit trail's database, found as every command finds the stack
     (services/infra/stack.py); started for the command when nothing runs."""
+    from services.infra import audit_queries
     from services.infra.embedded import EmbeddedError
     from services.infra.stack import connect_database, stack_settings
 
@@ -45,8 +65,7 @@ async def connect(settings: Settings) -> AsyncIterator[asyncpg.Connection]:
         async with stack_settings(settings) as resolved:
             connection = await connect_database(resolved.url_for("reader"))
             try:
-                missing = await connection.fetchval("SELECT to_regclass('pod_actions') IS NULL")
-                if missing:
+                if await audit_queries.view_missing(connection, "pod_actions"):
                     raise QueryError(
                         "the audit views are missing from this database: run `rollbook db upgrade`"
                     )
@@ -92,14 +111,16 @@ def resolve_rollout(recorded: list[str], rollout: str) -> str:
     return matches[0] if matches else rollout
 
 
-async def show_history(settings: Settings, namespace: str, name: str, rollout: str | None) -> int:
+async def show_history(
+    settings: Settings, namespace: str, name: str, rollout: str | None, kind: str | None = None
+) -> int:
     from rich.table import Table
 
     from services.infra import audit_queries
 
     async with connect(settings) as connection:
-        rollouts = await audit_queries.rollouts(connection, namespace, name)
-        actions = await audit_queries.pod_actions(connection, namespace, name)
+        rollouts = await audit_queries.rollouts(connection, namespace, name, kind)
+        actions = await audit_queries.pod_actions(connection, namespace, name, kind)
     if not rollouts and not actions:
         console().print(f"no rollouts or pod actions recorded for {namespace}/{name}")
         return 1
@@ -134,14 +155,25 @@ async def show_history(settings: Settings, namespace: str, name: str, rollout: s
 def register(application: typer.Typer) -> None:
     @application.command("history")
     def history(
-        workload: Annotated[str, typer.Argument(help="<namespace>/<cloneset>")],
+        workload: Annotated[
+            str,
+            typer.Argument(
+                help="<namespace>/<name> (a workload of any kind of that name), or <kind>/<namespace>/<name>"
+            ),
+        ],
         rollout: Annotated[
             str | None,
             typer.Option(help="Only this rollout's pod actions (<ns>/<name>@<revision>#<n>)."),
         ] = None,
     ) -> None:
-        """The rollouts and pod actions of a CloneSet, from the audit trail in SQL (docs/sql.md)."""
+        """The rollouts and pod actions of a workload (a CloneSet, or a Deployment or StatefulSet rollbook
+        records), from the audit trail in SQL (docs/sql.md)."""
         import asyncio
 
+        kind, workload = recorded_target(workload)
         namespace, name = parse_workload(workload)
-        raise typer.Exit(asyncio.run(show_history(Settings.from_env(), namespace, name, rollout)))
+        raise typer.Exit(
+            asyncio.run(
+                show_history(Settings.from_env(), namespace, name, rollout, kind.name if kind else None)
+            )
+        )

@@ -73,7 +73,9 @@ def register(app: typer.Typer) -> None:
     @app.command("replay")
     def replay_command(
         target: str = typer.Argument(
-            ..., help="<namespace>/<name>, or a rollout id <namespace>/<name>@<revision>#<n>"
+            ...,
+            help="<namespace>/<name>, or a rollout id <namespace>/<name>@<revision>#<n>; a recorded"
+            " Deployment or StatefulSet as <kind>/<namespace>/<name>[@<revision>#<n>]",
         ),
         at: Annotated[
             str | None,
@@ -89,8 +91,13 @@ def register(app: typer.Typer) -> None:
         ),
     ) -> None:
         """Rebuild a workload's state from the event store alone: one line per event with the state after
-        it, or the full state at a time / global position."""
-        from services.replay.operations import replay_at, replay_lines, replay_records
+        it, or the full state at a time / global position. For a recorded Deployment or StatefulSet
+        (<kind>/<namespace>/<name>) its observations are folded again and the stored trail checked against
+        them: exit 1 if they differ."""
+        from services.replay.operations import replay_at, replay_lines, replay_records, verify_recorded
+        from services.replay.reads import split_kind
+
+        recorded = split_kind(target)[0] is not None
 
         moment: datetime | None = None
         if at is not None:
@@ -106,8 +113,18 @@ def register(app: typer.Typer) -> None:
             sys.stdout.flush()
             return
         if moment is None and position is None:
-            for line in run_with_store(lambda store, _: replay_lines(store, target)):
+
+            async def lines(store: EventStore, _: Settings) -> tuple[list[str], Any]:
+                shown = await replay_lines(store, target)
+                return shown, (await verify_recorded(store, target) if recorded else None)
+
+            shown, report = run_with_store(lines)
+            for line in shown:
                 typer.echo(line)
+            if report is not None:
+                typer.echo(report.describe())
+                if report.divergence is not None:
+                    raise typer.Exit(1)
             return
         summary, last = run_with_store(
             lambda store, _: replay_at(store, target, at_time=moment, at_position=position)
@@ -122,7 +139,11 @@ def register(app: typer.Typer) -> None:
 
     @app.command("verify")
     def verify_command(
-        target: str | None = typer.Argument(None, help="<namespace>/<name> or a rollout id; omit with --all"),
+        target: str | None = typer.Argument(
+            None,
+            help="<namespace>/<name> or a rollout id; <kind>/<namespace>/<name> for a recorded Deployment or"
+            " StatefulSet; omit with --all",
+        ),
         all_workloads: bool = typer.Option(
             False, "--all", help="verify every workload in the log: every CloneSet and every SidecarSet"
         ),
@@ -146,11 +167,22 @@ def register(app: typer.Typer) -> None:
         planner rules (an older rollbook) are not re-run: reported as not re-verifiable, exit 0 unless
         --strict."""
         from services.planner.cloneset_decisions import decide as planner_decide
-        from services.replay.operations import verify_all, verify_target
+        from services.replay.operations import verify_all, verify_recorded, verify_target
+        from services.replay.reads import split_kind
 
         if all_workloads == (target is not None):
             raise typer.BadParameter("give a target or --all, not both")
         decision = load_decide(decide) if decide else planner_decide
+
+        if target is not None and split_kind(target)[0] is not None:
+            report = run_with_store(lambda store, _: verify_recorded(store, target))
+            if as_json:
+                _print_json([dataclasses.asdict(report)])
+            else:
+                typer.echo(report.describe())
+            if report.divergence is not None:
+                raise typer.Exit(1)
+            return
 
         async def work(store: EventStore, _: Settings) -> list[Any]:
             if target is not None:
@@ -289,9 +321,7 @@ def register(app: typer.Typer) -> None:
                 verifiers = trusted(settings, public_key)
             except CommandError:
                 # An empty trail (no event, no checkpoint) needs no key: anything else does.
-                if await store.head_position() or await store.query(
-                    "SELECT 1 FROM signed_checkpoints LIMIT 1"
-                ):
+                if await store.head_position() or await store.has_signed_checkpoint():
                     raise
                 verifiers = []
             return await verify_trail(
@@ -339,7 +369,7 @@ def register(app: typer.Typer) -> None:
                 policy = load_policy(settings)
             except RedactionKeyError as error:
                 raise CommandError(str(error)) from None
-            signed_before = bool(await store.query("SELECT 1 FROM signed_checkpoints LIMIT 1"))
+            signed_before = await store.has_signed_checkpoint()
             try:
                 # A log signed before needs the key that signed it; a new one is made only for a log
                 # that never had a checkpoint (as the auditor would at its start).

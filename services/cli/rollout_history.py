@@ -235,34 +235,24 @@ def undo_patch(
 
 # --- the edges: the trail, the API server, the terminal -------------------------------------------------
 
-REVISIONS_SQL = """
-SELECT type, global_position, occurred_at, payload FROM events
-WHERE stream = $1 AND type IN ('RevisionCreated', 'RevisionsPruned') ORDER BY global_position
-"""
-OBSERVATIONS_SQL = """
-SELECT global_position, payload -> 'object' -> 'spec' -> 'template' AS template,
-       payload -> 'object' -> 'metadata' -> 'annotations' AS annotations
-FROM events
-WHERE stream = $1 AND type = 'ObjectObserved' AND payload ->> 'kind' = 'CloneSet'
-  AND payload ->> 'change' <> 'DELETED'
-ORDER BY global_position
-"""
-
 
 def _json(value: Any) -> Any:
     return json.loads(value) if isinstance(value, str) else value
 
 
 async def recorded_revisions(connection: Any, namespace: str, name: str) -> list[Revision]:
+    from services.infra import audit_queries
     from services.kinds.registry import CLONESET
 
     events = [
         (r["type"], r["global_position"], r["occurred_at"], _json(r["payload"]) or {})
-        for r in await connection.fetch(REVISIONS_SQL, CLONESET.decisions_stream(namespace, name))
+        for r in await audit_queries.revision_events(connection, CLONESET.decisions_stream(namespace, name))
     ]
     observations = [
         Observation(r["global_position"], _json(r["template"]) or {}, _json(r["annotations"]) or {})
-        for r in await connection.fetch(OBSERVATIONS_SQL, CLONESET.observed_stream(namespace, name))
+        for r in await audit_queries.observed_templates(
+            connection, CLONESET.observed_stream(namespace, name), CLONESET.name
+        )
     ]
     return attribute(fold_revisions(events), observations)
 

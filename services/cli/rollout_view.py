@@ -17,6 +17,7 @@ from datetime import datetime
 from enum import IntEnum
 from typing import Any
 
+from services.kinds.base import Kind
 from services.model import intorpercent
 from services.model.actions import ActionKind
 from services.model.availability import pod_available, revision_hash, unavailable
@@ -91,6 +92,12 @@ class RolloutView:
     rollout_id: str | None
     rollout_outcome: str | None  # the rollouts view's outcome ("in progress", "succeeded", ...)
     pods: tuple[PodRow, ...] = field(default_factory=tuple)
+    kind: str = "CloneSet"
+    paused_field: str = "spec.updateStrategy.paused"  # where the workload says it is paused
+    # The spec field holding pods at the old revision; None: the step is the controller's own (a
+    # Deployment's new ReplicaSet scaled up in steps), nothing a user lowers.
+    partition_field: str | None = "spec.updateStrategy.partition"
+    max_surge: int = 0  # pods the controller may add above replicas: unavailability then holds nothing up
 
     @property
     def updated(self) -> int:
@@ -174,6 +181,62 @@ class RolloutView:
             pods=rows,
         )
 
+    @staticmethod
+    def read_recorded(
+        kind: Kind,
+        workload: Mapping[str, Any],
+        revisions: Sequence[Mapping[str, Any]],
+        pods: Sequence[Mapping[str, Any]],
+        actions: Sequence[PodAction],
+        rollout_id: str | None,
+        rollout_outcome: str | None,
+        now: datetime,
+    ) -> RolloutView:
+        """A workload rollbook records (a Deployment with its ReplicaSets, a StatefulSet with its
+        ControllerRevisions), read by its kind's rules as the recorder reads it: the update revision, the
+        step (a Deployment's new ReplicaSet's replicas; a StatefulSet's partition), maxUnavailable as its
+        controller resolves it, paused, past its progress deadline (the rollout failed)."""
+        assert kind.trail is not None
+        metadata = workload.get("metadata") or {}
+        status = workload.get("status") or {}
+        trail = kind.trail(str(metadata.get("namespace", "")), str(metadata.get("name", "")))
+        trail.workload = dict(workload)
+        trail.revisions = {_name(r): dict(r) for r in revisions}
+        target = trail.target()
+        step = trail.step(target) if target is not None else None
+        replicas = int((workload.get("spec") or {}).get("replicas", 1))
+        update_hash = revision_hash(target.update) if target is not None else ""
+        mine = [a for a in actions if rollout_id is not None and a.rollout_id == rollout_id]
+        rows = tuple(
+            _pod_row(pod, update_hash, [a for a in mine if a.pod == _name(pod)], [], now, kind.revision_label)
+            for pod in sorted(pods, key=_name)
+        )
+        if target is not None and target.deadline_exceeded:
+            rollout_outcome = "failed"  # as `kubectl rollout status` ends: the deadline passed
+        return RolloutView(
+            namespace=str(metadata.get("namespace", "default")),
+            name=str(metadata.get("name", "")),
+            generation=int(metadata.get("generation") or 0),
+            observed_generation=int(status.get("observedGeneration") or 0),
+            replicas=replicas,
+            update_revision=update_hash,
+            current_revision=revision_hash(target.current) if target is not None else "",
+            partition=step.partition if step is not None else 0,
+            max_unavailable=step.max_unavailable if step is not None else 0,
+            unavailable=unavailable(replicas, [p for p in pods]),
+            paused=target is not None and target.paused,
+            rejected=None,
+            rollout_id=rollout_id,
+            rollout_outcome=rollout_outcome,
+            pods=rows,
+            kind=kind.name,
+            paused_field="spec.paused" if kind.name == "Deployment" else "spec.updateStrategy.paused",
+            partition_field=None
+            if kind.name == "Deployment"
+            else "spec.updateStrategy.rollingUpdate.partition",
+            max_surge=step.max_surge if step is not None else 0,
+        )
+
 
 def _resolved(compute: Any, default: int) -> int:
     try:
@@ -187,12 +250,17 @@ def _name(pod: Mapping[str, Any]) -> str:
 
 
 def _pod_row(
-    pod: Mapping[str, Any], update_hash: str, actions: list[PodAction], rounds: list[datetime], now: datetime
+    pod: Mapping[str, Any],
+    update_hash: str,
+    actions: list[PodAction],
+    rounds: list[datetime],
+    now: datetime,
+    revision_label: str = REVISION_LABEL,
 ) -> PodRow:
     metadata = pod.get("metadata") or {}
     labels = metadata.get("labels") or {}
     status = pod.get("status") or {}
-    revision = revision_hash(labels.get(REVISION_LABEL))
+    revision = revision_hash(labels.get(revision_label))
     conditions = {c.get("type"): c for c in status.get("conditions") or ()}
     ready = (conditions.get("Ready") or {}).get("status") == "True"
     available = pod_available(pod)
@@ -255,7 +323,7 @@ def waiting_reasons(view: RolloutView) -> list[str]:
             f"spec generation {view.generation} not planned yet (status at {view.observed_generation})"
         )
     if view.paused:
-        reasons.append("paused (spec.updateStrategy.paused: true)")
+        reasons.append(f"paused ({view.paused_field}: true)")
     graced = [p for p in view.pods if p.in_grace_seconds is not None]
     for pod in graced:
         reasons.append(f"grace period: {pod.name} marked not ready, updated in {pod.in_grace_seconds:.0f}s")
@@ -268,12 +336,17 @@ def waiting_reasons(view: RolloutView) -> list[str]:
     if not_ready:
         reasons.append(f"pods not ready: {', '.join(not_ready)}")
     old_left = sum(1 for p in view.pods if not p.updated and not p.terminating)
-    if view.unavailable >= view.max_unavailable and old_left > view.partition and not view.paused:
+    if (
+        view.unavailable >= view.max_unavailable
+        and old_left > view.partition
+        and not view.paused
+        and not view.max_surge
+    ):
         reasons.append(f"maxUnavailable in use: {view.unavailable} of {view.max_unavailable} allowed")
-    if view.partition and view.updated >= view.target_updated and old_left:
+    if view.partition and view.updated >= view.target_updated and old_left and view.partition_field:
         reasons.append(
             f"partition reached: {view.partition} pod{'s' if view.partition != 1 else ''} kept at the old"
-            " revision (lower spec.updateStrategy.partition to continue)"
+            f" revision (lower {view.partition_field} to continue)"
         )
     return reasons
 

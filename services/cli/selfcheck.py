@@ -77,21 +77,14 @@ def _sample_event(stream: str, version: int = 1) -> Envelope:
 async def _check_store(settings: Settings) -> str:
     """Migrate a scratch database on the same server, append and read back through the EventStore, drop
     it. The real event log is append-only (and should hold only real events), so it is not written to."""
-    import asyncpg
-
-    from services.infra.database import asyncpg_url, upgrade_async
+    from services.infra.database import create_database, drop_database, upgrade_async
     from services.infra.db_roles import DUTIES, role_name
     from services.infra.store import EventStore
 
     # A scratch database of its own, made by the owner's login (the services' writer may create nothing).
     admin_url = settings.url_for("owner")
-    admin = await asyncpg.connect(asyncpg_url(admin_url))
-    try:
-        version = await admin.fetchval("SHOW server_version")
-        scratch = f"rollbook_selfcheck_{uuid.uuid4().hex[:10]}"
-        await admin.execute(f'CREATE DATABASE "{scratch}"')
-    finally:
-        await admin.close()
+    scratch = f"rollbook_selfcheck_{uuid.uuid4().hex[:10]}"
+    version = await create_database(admin_url, scratch)
     scratch_url = _with_database(admin_url, scratch)
     try:
         await upgrade_async(scratch_url)
@@ -105,13 +98,8 @@ async def _check_store(settings: Settings) -> str:
         finally:
             await store.close()
     finally:
-        admin = await asyncpg.connect(asyncpg_url(admin_url))
-        try:
-            await admin.execute(f'DROP DATABASE IF EXISTS "{scratch}" WITH (FORCE)')
-            for duty in DUTIES:  # its roles (migration 0016), named after it
-                await admin.execute(f'DROP ROLE IF EXISTS "{role_name(scratch, duty)}"')
-        finally:
-            await admin.close()
+        # With its roles (migration 0016), named after it.
+        await drop_database(admin_url, scratch, tuple(role_name(scratch, duty) for duty in DUTIES))
     if result.appended != 2 or again.appended != 0:
         raise CheckFailed(f"append stored {result.appended} then {again.appended}; expected 2 then 0")
     if read != written:

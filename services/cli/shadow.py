@@ -102,8 +102,7 @@ async def shadow_report(settings: Settings, namespace: str, name: str, as_json: 
     from services.infra import audit_queries  # asyncpg: imported by the command that uses it
 
     async with connect(settings) as connection:
-        missing = await connection.fetchval("SELECT to_regclass('shadow_agreement') IS NULL")
-        if missing:
+        if await audit_queries.view_missing(connection, "shadow_agreement"):
             raise QueryError("the shadow views are missing from this database: run `alembic upgrade head`")
         rows = await audit_queries.shadow_agreement(connection, namespace, name)
     if not rows:

@@ -1,6 +1,7 @@
 """`rollbook ui`: a read-only web page of the audit trail, on 127.0.0.1 by default.
 
-The list of CloneSet rollouts, and per rollout a timeline: pods as rows, each pod action as a bar (queued
+The list of rollouts (CloneSets', and the Deployments' and StatefulSets' rollbook records), and per
+rollout a timeline: pods as rows, each pod action as a bar (queued
 from requested to started, then running to finished; in place, recreate, create, delete), the partition
 steps, and the unavailable pods over time against the maxUnavailable line, all read from the SQL views
 (docs/sql.md); a slider shows the workload's state after any event of the rollout, from the same fold
@@ -43,33 +44,6 @@ if TYPE_CHECKING:
 
     from services.infra.api_auth import Authenticator
     from services.infra.store import EventStore
-
-ROLLOUTS_SQL = """
-SELECT rollout_id, namespace, workload, from_revision, to_revision, strategy_type, replicas, started,
-       finished, duration, outcome, started_position, finished_position
-FROM rollouts WHERE kind = 'CloneSet' ORDER BY started_position DESC
-"""
-ACTIONS_SQL = """
-SELECT pod, action, update_kind, in_place, requested, started, finished, outcome, reason
-FROM pod_actions WHERE rollout_key = split_part($1, '#', 1) AND rollout_id = $1 ORDER BY position
-"""
-STEPS_SQL = """
-SELECT partition, replicas, expected_updated, max_unavailable, planned, position
-FROM partition_steps WHERE rollout_id = $1 ORDER BY position
-"""
-PAUSES_SQL = """
-SELECT type, occurred_at AS at, payload ->> 'reason' AS reason
-FROM events
-WHERE type IN ('RolloutPaused', 'RolloutResumed') AND stream = $2
-  AND rollout_of(stream, global_position, payload ->> 'rollout_id') = $1
-ORDER BY global_position
-"""
-UNAVAILABILITY_SQL = """
-SELECT position, at, replicas, available, unavailable
-FROM unavailability
-WHERE kind = 'CloneSet' AND namespace = $1 AND workload = $2 AND position >= $3 AND position <= $4
-ORDER BY position
-"""
 
 
 def jsonable(value: Any) -> Any:
@@ -124,12 +98,13 @@ class Trail:
         import asyncpg
 
         from services.infra.database import asyncpg_url
+        from services.infra.db_roles import act_as_reader
         from services.infra.stack import open_store
 
         try:
             if self.pool is None:
                 self.pool = await asyncpg.create_pool(
-                    asyncpg_url(self.url), min_size=1, max_size=4, init=_act_as_reader, timeout=5
+                    asyncpg_url(self.url), min_size=1, max_size=4, init=act_as_reader, timeout=5
                 )
             if self.store is None:
                 self.store = await open_store(self.url)
@@ -293,8 +268,9 @@ def make_app(
     ``check``: the bearer token check every ``/api/`` route needs (None: none)."""
     from aiohttp import web
 
+    from services.infra import audit_queries
     from services.infra.api_auth import guard
-    from services.kinds.registry import CLONESET
+    from services.kinds.registry import KINDS
     from services.replay.operations import replay_records
     from services.replay.reads import TargetError
 
@@ -309,30 +285,40 @@ def make_app(
     async def rollouts(_: web.Request) -> web.Response:
         pool, _store = await source.open()
         async with pool.acquire() as connection:
-            return web.json_response(rows(await connection.fetch(ROLLOUTS_SQL)))
+            return web.json_response(rows(await audit_queries.timeline_rollouts(connection)))
 
     async def rollout(request: web.Request) -> web.Response:
         rollout_id = request.query.get("id", "")
         pool, store = await source.open()
         async with pool.acquire() as connection:
-            found = [r for r in rows(await connection.fetch(ROLLOUTS_SQL)) if r["rollout_id"] == rollout_id]
+            # A CloneSet and a recorded Deployment of the same name could share a rollout id: the first
+            # (newest) is shown.
+            found = rows(await audit_queries.timeline_rollouts(connection, rollout_id))
             if not found:
                 raise web.HTTPNotFound(text=f"no rollout {rollout_id!r}")
             head = found[0]
-            last = head["finished_position"] or await connection.fetchval(
-                "SELECT max(global_position) FROM events"
+            kind = KINDS[head["kind"]]
+            namespace, workload = head["namespace"], head["workload"]
+            last = head["finished_position"] or await audit_queries.head_position(connection)
+            actions = rows(await audit_queries.rollout_actions(connection, rollout_id))
+            steps = rows(await audit_queries.partition_steps(connection, rollout_id))
+            # The pauses are in the planner's decisions stream, or in a recorded kind's trail.
+            trail = (
+                kind.decisions_stream(namespace, workload)
+                if kind.driven
+                else kind.recorded_stream(namespace, workload)
             )
-            actions = rows(await connection.fetch(ACTIONS_SQL, rollout_id))
-            steps = rows(await connection.fetch(STEPS_SQL, rollout_id))
-            decisions = CLONESET.decisions_stream(head["namespace"], head["workload"])
-            paused = paused_periods(rows(await connection.fetch(PAUSES_SQL, rollout_id, decisions)))
+            paused = paused_periods(
+                rows(await audit_queries.pause_transitions(connection, rollout_id, trail))
+            )
             unavailability = rows(
-                await connection.fetch(
-                    UNAVAILABILITY_SQL, head["namespace"], head["workload"], head["started_position"], last
+                await audit_queries.unavailability(
+                    connection, kind.name, namespace, workload, head["started_position"], last
                 )
             )
+        target = rollout_id if kind.driven else f"{kind.name}/{rollout_id}"
         try:
-            states = await replay_records(store, rollout_id)
+            states = await replay_records(store, target)
         except TargetError as error:
             raise web.HTTPNotFound(text=str(error)) from None
         return web.json_response(
@@ -357,13 +343,6 @@ def make_app(
     app.router.add_get("/api/rollouts", rollouts)
     app.router.add_get("/api/rollout", rollout)
     return app
-
-
-async def _act_as_reader(connection: Any) -> None:
-    """Each pooled connection acts as the reader role when its login may (services/infra/db_roles.py)."""
-    from services.infra.db_roles import assume_sql
-
-    await connection.execute(assume_sql("reader"))
 
 
 async def serve(settings: Settings, host: str, port: int, allow_hosts: Iterable[str] = ()) -> int:

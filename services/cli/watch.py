@@ -34,6 +34,8 @@ if TYPE_CHECKING:
     from kubernetes_asyncio import client
     from rich.console import RenderableType
 
+    from services.kinds.base import Kind
+
 OUTCOME_TEXT = {
     Outcome.FINISHED: "[green]finished[/]",
     Outcome.REJECTED: "[red]spec rejected[/]",
@@ -58,7 +60,6 @@ class Sources:
     async def view(self, cloneset: dict[str, Any], now: datetime) -> RolloutView:
         from kubernetes_asyncio import client
 
-        from services.infra import audit_queries
         from services.infra.kube import raw_json
         from services.planner.status import label_selector_string
 
@@ -69,29 +70,88 @@ class Sources:
             namespace, label_selector=selector, _preload_content=False
         )
         pods = (await raw_json(response)).get("items") or []
-        actions: list[PodAction] = []
-        rollout_id = rollout_outcome = None
+        actions, rollout_id, rollout_outcome = await self.trail(namespace, name)
         step_max_unavailable = None
-        if self.connection is not None:
-            rollout = await audit_queries.current_rollout(self.connection, namespace, name)
-            if rollout is not None:
-                rollout_id, rollout_outcome = rollout["rollout_id"], rollout["outcome"]
-                step_max_unavailable = await audit_queries.latest_max_unavailable(self.connection, rollout_id)
-            actions = [
-                PodAction(
-                    pod=row["pod"],
-                    action=row["action"],
-                    rollout_id=row["rollout_id"],
-                    requested=row["requested"],
-                    finished=row["finished"],
-                    outcome=row["outcome"],
-                    in_place=row["update_kind"] == "in place" or row["action"].endswith("InPlace"),
-                )
-                for row in await audit_queries.pod_actions(self.connection, namespace, name)
-            ]
+        if self.connection is not None and rollout_id is not None:
+            from services.infra import audit_queries
+
+            step_max_unavailable = await audit_queries.latest_max_unavailable(self.connection, rollout_id)
         return RolloutView.read(
             cloneset, pods, actions, step_max_unavailable, rollout_id, rollout_outcome, now
         )
+
+    async def trail(
+        self, namespace: str, name: str, kind: str | None = None
+    ) -> tuple[list[PodAction], str | None, str | None]:
+        """The workload's pod actions, its latest rollout and that rollout's outcome, from the audit trail
+        (nothing when it cannot be reached)."""
+        from services.infra import audit_queries
+
+        if self.connection is None:
+            return [], None, None
+        rollout = await audit_queries.current_rollout(self.connection, namespace, name, kind)
+        actions = [
+            PodAction(
+                pod=row["pod"],
+                action=row["action"],
+                rollout_id=row["rollout_id"],
+                requested=row["requested"],
+                finished=row["finished"],
+                outcome=row["outcome"],
+                in_place=row["update_kind"] == "in place" or row["action"].endswith("InPlace"),
+            )
+            for row in await audit_queries.pod_actions(self.connection, namespace, name, kind)
+        ]
+        if rollout is None:
+            return actions, None, None
+        return actions, rollout["rollout_id"], rollout["outcome"]
+
+    async def recorded(self, kind: Kind, namespace: str, name: str, now: datetime) -> RolloutView | None:
+        """A Deployment or StatefulSet rollbook records, with its revision objects (ReplicaSets,
+        ControllerRevisions) and pods from the cluster; None when the cluster has no such workload."""
+        from kubernetes_asyncio import client
+        from kubernetes_asyncio.client.exceptions import ApiException
+
+        from services.infra.kube import raw_json
+        from services.kinds.base import owned_by
+        from services.planner.status import label_selector_string
+
+        apps = client.AppsV1Api(self.api)
+        try:
+            response = await getattr(apps, f"read_namespaced_{_snake(kind.name)}")(
+                name, namespace, _preload_content=False
+            )
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+        workload = await raw_json(response)
+        selector = label_selector_string((workload.get("spec") or {}).get("selector") or {})
+        revision_kind = next(w.kind for w in kind.watches if w.kind != kind.name)
+        listed = await getattr(apps, f"list_namespaced_{_snake(revision_kind)}")(
+            namespace, label_selector=selector, _preload_content=False
+        )
+        revisions = [
+            r for r in (await raw_json(listed)).get("items") or [] if owned_by(r, kind.name, "apps") == name
+        ]
+        listed = await client.CoreV1Api(self.api).list_namespaced_pod(
+            namespace, label_selector=selector, _preload_content=False
+        )
+        assert kind.route is not None
+        pods = [
+            p
+            for p in (await raw_json(listed)).get("items") or []
+            if kind.route("Pod", p) == (namespace, name)
+        ]
+        actions, rollout_id, rollout_outcome = await self.trail(namespace, name, kind.name)
+        return RolloutView.read_recorded(
+            kind, workload, revisions, pods, actions, rollout_id, rollout_outcome, now
+        )
+
+
+def _snake(kind: str) -> str:
+    """``StatefulSet`` -> ``stateful_set``: the kubernetes-asyncio method names' spelling of a kind."""
+    return "".join(f"_{c.lower()}" if c.isupper() else c for c in kind).lstrip("_")
 
 
 @contextlib.asynccontextmanager
@@ -116,7 +176,7 @@ def render(view: RolloutView, result: Outcome | None) -> RenderableType:
     from rich.tree import Tree
 
     head = (
-        f"[bold]CloneSet {view.namespace}/{view.name}[/]  replicas {view.replicas}"
+        f"[bold]{view.kind} {view.namespace}/{view.name}[/]  replicas {view.replicas}"
         f"  updated {view.updated}/{view.target_updated}  available"
         f" {sum(1 for p in view.pods if p.available)}/{view.replicas}"
         f"  generation {view.generation}"
@@ -198,8 +258,9 @@ async def follow(
     from rich.console import Group
     from rich.live import Live
 
-    from services.cli.history import parse_workload
+    from services.cli.history import parse_workload, recorded_target
 
+    kind, workload = recorded_target(workload) if workload else (None, workload)
     namespace, name = parse_workload(workload) if workload else (None, None)
     deadline = None if timeout is None else time.monotonic() + timeout
     terminal = console()
@@ -209,7 +270,15 @@ async def follow(
         with live or contextlib.nullcontext():
             while True:
                 now = datetime.now(UTC)
-                views = [await source.view(c, now) for c in await source.clonesets(namespace, name)]
+                if kind is not None and namespace is not None and name is not None:
+                    found = await source.recorded(kind, namespace, name, now)
+                    if found is None:
+                        from services.cli.errors import CommandError
+
+                        raise CommandError(f"no {kind.name} {namespace}/{name} in the cluster")
+                    views = [found]
+                else:
+                    views = [await source.view(c, now) for c in await source.clonesets(namespace, name)]
                 results = [outcome(v) for v in views]
                 timed_out = deadline is not None and time.monotonic() > deadline
                 if timed_out:
@@ -241,16 +310,20 @@ async def follow(
 def register(app: typer.Typer) -> None:
     @app.command("get")
     def get_command(
-        workload: str = typer.Argument(..., help="<namespace>/<cloneset>"),
+        workload: str = typer.Argument(
+            ...,
+            help="<namespace>/<cloneset>, or <kind>/<namespace>/<name> of a recorded Deployment or"
+            " StatefulSet",
+        ),
         watch: bool = typer.Option(False, "-w", "--watch", help="Follow the rollout until it ends."),
         timeout: float = typer.Option(
             None, "--timeout", help="With -w: give up after this many seconds (exit 5)."
         ),
         interval: float = typer.Option(1.0, "--interval", help="Seconds between refreshes."),
     ) -> None:
-        """A CloneSet as a tree: revisions, pods, partition, maxUnavailable and why it waits. With -w it
-        follows the rollout and exits when it ends: 0 finished, 3 spec rejected, 4 failed or superseded,
-        5 timed out."""
+        """A CloneSet (or a recorded Deployment or StatefulSet) as a tree: revisions, pods, partition,
+        maxUnavailable and why it waits. With -w it follows the rollout and exits when it ends: 0 finished,
+        3 spec rejected, 4 failed, superseded or past its progress deadline, 5 timed out."""
         import asyncio
 
         from services.cli.errors import check_range

@@ -155,39 +155,6 @@ EARLIER_ACTION_WAIT = 20.0
 HANDED_BACK_TTL = max(DEFAULT_RETRY_BACKOFF) + ACK_WAIT
 
 
-# The executor's per-action reads, as SQL the store prepares once per connection (EventStore.query).
-# Whether the outcome ($1) is stored, and the actions of the same round (the event $3 that caused this
-# request, in stream $2) for the same pod ($5) planned before this request (version $4), in order. No
-# round ($3 NULL, an older request) means no earlier actions.
-_BEFORE_ACTING_SQL = """
-SELECT EXISTS (SELECT 1 FROM events WHERE event_id = $1),
-       (SELECT e.stream = $2 AND e.stream_version = $4 AND e.type = 'PodActionRequested'
-               AND e.causation_id IS NOT DISTINCT FROM $3 AND e.correlation_id IS NOT DISTINCT FROM $7
-               AND e.payload = $8::text::jsonb
-          FROM events e WHERE e.event_id = $6),
-       ARRAY(
-           SELECT payload->>'action_id' FROM events
-           WHERE stream = $2
-             AND stream_version > (SELECT stream_version FROM events WHERE event_id = $3)
-             AND stream_version < $4
-             AND type = 'PodActionRequested'
-             AND payload->>'pod' = $5
-           ORDER BY stream_version
-       )
-"""
-# A StatusPlanned of the stream ($1) later than version $2.
-_LATER_STATUS_SQL = (
-    "SELECT 1 FROM events WHERE stream = $1 AND stream_version > $2 AND type = 'StatusPlanned' LIMIT 1"
-)
-# Whether the StatusPlanned $1 is stored as the message carries it (NULL: not stored).
-_STORED_STATUS_SQL = """
-SELECT e.stream = $2 AND e.stream_version = $3 AND e.type = 'StatusPlanned'
-       AND e.causation_id IS NOT DISTINCT FROM $4 AND e.correlation_id IS NOT DISTINCT FROM $5
-       AND e.payload = $6::text::jsonb
-  FROM events e WHERE e.event_id = $1
-"""
-
-
 MAX_STORE_CONNECTIONS = 16
 # Pods whose last create or spec patch by this executor is remembered for the mark after it (those in flight).
 WRITTEN_CAPACITY = 10_000
@@ -356,16 +323,8 @@ class Executor:
         raise Unacceptable(reason)
 
     async def _check_stored_status(self, envelope: Envelope, carried: str) -> None:
-        rows = await self.store.query(
-            _STORED_STATUS_SQL,
-            envelope.event_id,
-            envelope.stream,
-            envelope.stream_version,
-            envelope.causation_id,
-            envelope.correlation_id,
-            carried,
-        )
-        reason = refusal(envelope.type, envelope.stream, rows[0][0] if rows else None)
+        stored = await self.store.status_stored_as_carried(envelope, carried)
+        reason = refusal(envelope.type, envelope.stream, stored)
         if reason is not None:
             self._refuse(envelope, reason)
 
@@ -934,7 +893,7 @@ class Executor:
 
     async def status_superseded(self, envelope: Envelope) -> bool:
         """A later StatusPlanned of the same workload is in the store (so on its way to us, in order)."""
-        return bool(await self.store.query(_LATER_STATUS_SQL, envelope.stream, envelope.stream_version))
+        return await self.store.later_status_planned(envelope.stream, envelope.stream_version)
 
     async def _wait_for_earlier_actions(
         self, request: PodActionRequested, earlier: list[str], *, last_try: bool = False
@@ -970,19 +929,7 @@ class Executor:
         very event is stored as it came (None: no event with its id is stored). A round is one append
         (RoundPlanned, then its decisions, each caused by the round), so those are the requests between
         the round's version and this one's."""
-        rows = await self.store.query(
-            _BEFORE_ACTING_SQL,
-            outcome_id(request.action_id),
-            envelope.stream,
-            envelope.causation_id,
-            envelope.stream_version,
-            request.pod,
-            envelope.event_id if carried is not None else None,
-            envelope.correlation_id,
-            carried,
-        )
-        reported, stored, earlier = rows[0]
-        return bool(reported), list(earlier), stored
+        return await self.store.before_acting(envelope, outcome_id(request.action_id), request.pod, carried)
 
     async def earlier_actions_pending(self, envelope: Envelope, request: PodActionRequested) -> list[str]:
         """Action ids of the same round, for the same pod, planned before this one, with no outcome yet."""

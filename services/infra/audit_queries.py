@@ -31,7 +31,7 @@ POD_ACTIONS_SQL = """
 SELECT rollout_id, kind, pod_namespace, pod, action, update_kind, requested, started, finished, duration,
        outcome, reason, driven_by
 FROM pod_actions
-WHERE namespace = $1 AND workload = $2
+WHERE namespace = $1 AND workload = $2 AND ($3::text IS NULL OR kind = $3)
 ORDER BY position
 """
 
@@ -40,7 +40,7 @@ SELECT r.rollout_id, r.from_revision, r.to_revision, r.strategy_type, r.started,
        (SELECT p.partition FROM partition_steps AS p
          WHERE p.rollout_id = r.rollout_id ORDER BY p.position DESC LIMIT 1) AS partition
 FROM rollouts AS r
-WHERE r.namespace = $1 AND r.workload = $2
+WHERE r.namespace = $1 AND r.workload = $2 AND ($3::text IS NULL OR r.kind = $3)
 ORDER BY r.started_position DESC
 LIMIT 1
 """
@@ -62,14 +62,17 @@ async def in_place_updates(
     return list(await connection.fetch(IN_PLACE_UPDATES_SQL, rollout_id))
 
 
-async def pod_actions(connection: asyncpg.Connection, namespace: str, workload: str) -> list[asyncpg.Record]:
-    return list(await connection.fetch(POD_ACTIONS_SQL, namespace, workload))
+async def pod_actions(
+    connection: asyncpg.Connection, namespace: str, workload: str, kind: str | None = None
+) -> list[asyncpg.Record]:
+    """The pod actions of a workload (of ``kind``; None: of any kind of that name), in order."""
+    return list(await connection.fetch(POD_ACTIONS_SQL, namespace, workload, kind))
 
 
 async def current_rollout(
-    connection: asyncpg.Connection, namespace: str, workload: str
+    connection: asyncpg.Connection, namespace: str, workload: str, kind: str | None = None
 ) -> asyncpg.Record | None:
-    row: asyncpg.Record | None = await connection.fetchrow(CURRENT_ROLLOUT_SQL, namespace, workload)
+    row: asyncpg.Record | None = await connection.fetchrow(CURRENT_ROLLOUT_SQL, namespace, workload, kind)
     return row
 
 
@@ -118,3 +121,111 @@ async def quarantined_messages(connection: asyncpg.Connection) -> int:
         return int(await connection.fetchval("SELECT count(*) FROM bus_quarantine"))
     except asyncpg.UndefinedTableError:
         return 0
+
+
+async def view_missing(connection: asyncpg.Connection, view: str) -> bool:
+    """Whether ``view`` (a view or table of the audit schema) is missing: the migrations have not run."""
+    return bool(await connection.fetchval("SELECT to_regclass($1) IS NULL", view))
+
+
+async def event_count(connection: asyncpg.Connection) -> int:
+    return int(await connection.fetchval("SELECT count(*) FROM events"))
+
+
+async def head_position(connection: asyncpg.Connection) -> int:
+    """The highest global position stored (0 when empty)."""
+    return int(await connection.fetchval("SELECT coalesce(max(global_position), 0) FROM events"))
+
+
+# --- the timeline page (services/cli/ui.py): every kind's rollouts, driven or recorded ------------------
+
+TIMELINE_ROLLOUTS_SQL = """
+SELECT rollout_id, kind, namespace, workload, from_revision, to_revision, strategy_type, replicas, started,
+       finished, duration, outcome, driven_by, started_position, finished_position
+FROM rollouts WHERE kind <> 'SidecarSet' AND ($1::text IS NULL OR rollout_id = $1)
+ORDER BY started_position DESC
+"""
+
+ROLLOUT_ACTIONS_SQL = """
+SELECT pod, action, update_kind, in_place, requested, started, finished, outcome, reason
+FROM pod_actions WHERE rollout_key = split_part($1, '#', 1) AND rollout_id = $1 ORDER BY position
+"""
+
+PARTITION_STEPS_SQL = """
+SELECT partition, replicas, expected_updated, max_unavailable, planned, position
+FROM partition_steps WHERE rollout_id = $1 ORDER BY position
+"""
+
+PAUSES_SQL = """
+SELECT type, occurred_at AS at, payload ->> 'reason' AS reason
+FROM events
+WHERE type IN ('RolloutPaused', 'RolloutResumed') AND stream = $2
+  AND rollout_of(stream, global_position, payload ->> 'rollout_id') = $1
+ORDER BY global_position
+"""
+
+UNAVAILABILITY_SQL = """
+SELECT position, at, replicas, available, unavailable
+FROM unavailability
+WHERE kind = $1 AND namespace = $2 AND workload = $3 AND position >= $4 AND position <= $5
+ORDER BY position
+"""
+
+
+async def timeline_rollouts(
+    connection: asyncpg.Connection, rollout_id: str | None = None
+) -> list[asyncpg.Record]:
+    """The rollouts of CloneSets and recorded kinds, newest first, with their start and end positions (all,
+    or the one ``rollout_id``)."""
+    return list(await connection.fetch(TIMELINE_ROLLOUTS_SQL, rollout_id))
+
+
+async def rollout_actions(connection: asyncpg.Connection, rollout_id: str) -> list[asyncpg.Record]:
+    return list(await connection.fetch(ROLLOUT_ACTIONS_SQL, rollout_id))
+
+
+async def partition_steps(connection: asyncpg.Connection, rollout_id: str) -> list[asyncpg.Record]:
+    return list(await connection.fetch(PARTITION_STEPS_SQL, rollout_id))
+
+
+async def pause_transitions(
+    connection: asyncpg.Connection, rollout_id: str, stream: str
+) -> list[asyncpg.Record]:
+    """RolloutPaused / RolloutResumed of the rollout in ``stream`` (its decisions or recorded stream)."""
+    return list(await connection.fetch(PAUSES_SQL, rollout_id, stream))
+
+
+async def unavailability(
+    connection: asyncpg.Connection, kind: str, namespace: str, workload: str, first: int, last: int
+) -> list[asyncpg.Record]:
+    """The workload's unavailable pods over time between global positions ``first`` and ``last``."""
+    return list(await connection.fetch(UNAVAILABILITY_SQL, kind, namespace, workload, first, last))
+
+
+# --- `rollbook rollout history` (services/cli/rollout_history.py) ----------------------------------------
+
+REVISION_EVENTS_SQL = """
+SELECT type, global_position, occurred_at, payload FROM events
+WHERE stream = $1 AND type IN ('RevisionCreated', 'RevisionsPruned') ORDER BY global_position
+"""
+
+OBSERVED_TEMPLATES_SQL = """
+SELECT global_position, payload -> 'object' -> 'spec' -> 'template' AS template,
+       payload -> 'object' -> 'metadata' -> 'annotations' AS annotations
+FROM events
+WHERE stream = $1 AND type = 'ObjectObserved' AND payload ->> 'kind' = $2
+  AND payload ->> 'change' <> 'DELETED'
+ORDER BY global_position
+"""
+
+
+async def revision_events(connection: asyncpg.Connection, stream: str) -> list[asyncpg.Record]:
+    """RevisionCreated / RevisionsPruned of ``stream``, in order: (type, global_position, occurred_at,
+    payload)."""
+    return list(await connection.fetch(REVISION_EVENTS_SQL, stream))
+
+
+async def observed_templates(connection: asyncpg.Connection, stream: str, kind: str) -> list[asyncpg.Record]:
+    """The pod template and annotations of every observation of the ``kind`` object in ``stream`` (deletions
+    left out), in order: (global_position, template, annotations)."""
+    return list(await connection.fetch(OBSERVED_TEMPLATES_SQL, stream, kind))

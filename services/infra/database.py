@@ -93,3 +93,39 @@ async def upgrade_async(database_url: str, revision: str = "head") -> None:
 
 async def downgrade_async(database_url: str, revision: str = "base") -> None:
     await asyncio.to_thread(downgrade, database_url, revision)
+
+
+# --- scratch databases (`rollbook selfcheck`, `rollbook demo`): made and dropped by the owner's login ---
+
+
+async def create_database(admin_url: str, name: str) -> str:
+    """Create database ``name`` on the server of ``admin_url`` (a login that may); returns the server's
+    version."""
+    import asyncpg
+
+    admin = await asyncpg.connect(asyncpg_url(admin_url))
+    try:
+        version = str(await admin.fetchval("SHOW server_version"))
+        await admin.execute(f'CREATE DATABASE "{_identifier(name)}"')
+    finally:
+        await admin.close()
+    return version
+
+
+async def drop_database(admin_url: str, name: str, roles: tuple[str, ...] = ()) -> None:
+    """Drop database ``name`` (its sessions ended) and the ``roles`` made for it, if they exist."""
+    import asyncpg
+
+    admin = await asyncpg.connect(asyncpg_url(admin_url))
+    try:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{_identifier(name)}" WITH (FORCE)')
+        for role in roles:
+            await admin.execute(f'DROP ROLE IF EXISTS "{_identifier(role)}"')
+    finally:
+        await admin.close()
+
+
+def _identifier(name: str) -> str:
+    if '"' in name or "\0" in name:
+        raise ValueError(f"not a usable database or role name: {name!r}")
+    return name

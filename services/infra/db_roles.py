@@ -26,7 +26,7 @@ import base64
 import hashlib
 import hmac
 import secrets
-from typing import Literal
+from typing import Any, Literal
 
 Duty = Literal["owner", "writer", "reader", "webhook"]
 DUTIES: tuple[Duty, ...] = ("owner", "writer", "reader", "webhook")
@@ -136,3 +136,8 @@ def scram_verifier(password: str, *, iterations: int = 4096) -> str:
     stored_key = hashlib.sha256(client_key).digest()
     salt64, stored64, server64 = (base64.b64encode(part).decode() for part in (salt, stored_key, server_key))
     return f"SCRAM-SHA-256${iterations}:{salt64}${stored64}:{server64}"
+
+
+async def act_as_reader(connection: Any) -> None:
+    """An asyncpg pool's ``init``: each pooled connection acts as the reader role when its login may."""
+    await connection.execute(assume_sql("reader"))

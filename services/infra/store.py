@@ -1,5 +1,7 @@
 """The Postgres event store: append-only ``events`` table, per-stream optimistic concurrency, idempotent
-appends by event id, gap-free reads by global position.
+appends by event id, gap-free reads by global position. ``PostgresEventStore`` (also named ``EventStore``
+here) implements the services' view of it, the protocol ``services.model.event_store.EventStore``; every
+SQL text of rollbook lives in services/infra (this module, audit_queries.py and their neighbours).
 
 Public API (all coroutines unless noted)::
 
@@ -80,6 +82,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from services.infra.database import sqlalchemy_url
 from services.infra.db_roles import Duty, assume_sql
 from services.infra.store_schema import events_table
+from services.model.event_store import AppendResult, ConcurrencyError, StoredEvent
 from services.model.events import Envelope
 from services.model.hashchain import CHAIN_COLUMNS
 from services.model.upcasting import DEFAULT_DECODER, PayloadDecoder
@@ -90,6 +93,7 @@ __all__ = [
     "EnvelopeJson",
     "EventIdentity",
     "EventStore",
+    "PostgresEventStore",
     "StoredEvent",
     "StoredEventJson",
 ]
@@ -110,28 +114,8 @@ class StoreWentBack(Exception):
     """The store lost events this process appended (a failover to a standby that never received them)."""
 
 
-class ConcurrencyError(Exception):
-    """The stream was not at the version the writer expected; nothing was stored."""
-
-    def __init__(self, stream: str, expected: int, actual: int, detail: str = "") -> None:
-        self.stream = stream
-        self.expected = expected
-        self.actual = actual
-        message = (
-            f"concurrency conflict on stream {stream!r}: expected version {expected}, "
-            f"but the stream is at version {actual}"
-        )
-        super().__init__(message + (f" ({detail})" if detail else ""))
-
-
 class _RaceLost(Exception):
     """Internal: a concurrent writer stored one of our event ids between our check and our insert."""
-
-
-class StoredEvent(msgspec.Struct, frozen=True):
-    global_position: int
-    recorded_at: datetime
-    envelope: Envelope
 
 
 class EventIdentity(NamedTuple):
@@ -164,15 +148,6 @@ class StoredEventJson(NamedTuple):
 
     global_position: int
     envelope: EnvelopeJson
-
-
-class AppendResult(msgspec.Struct, frozen=True, kw_only=True):
-    stream: str
-    appended: int  # rows new in this call
-    skipped: int  # events whose event_id was already stored
-    stream_version: int  # the stream's version after the append
-    last_position: int | None  # global position of the last new row (None when nothing was new)
-    events: list[Envelope]  # the envelopes stored by this call, with their final stream versions
 
 
 _COLUMNS = (
@@ -344,6 +319,39 @@ _IMPORT_COLUMNS = [
 ]
 _VERSION_CONSTRAINT = "events_stream_version_key"
 _STREAM_VERSION_SQL = "SELECT coalesce(max(stream_version), 0) FROM events WHERE stream = $1"
+
+# The executor's per-action reads (before_acting, later_status_planned, status_stored_as_carried), prepared
+# once per pooled connection.
+# Whether the outcome ($1) is stored, and the actions of the same round (the event $3 that caused this
+# request, in stream $2) for the same pod ($5) planned before this request (version $4), in order. No
+# round ($3 NULL, an older request) means no earlier actions.
+BEFORE_ACTING_SQL = """
+SELECT EXISTS (SELECT 1 FROM events WHERE event_id = $1),
+       (SELECT e.stream = $2 AND e.stream_version = $4 AND e.type = 'PodActionRequested'
+               AND e.causation_id IS NOT DISTINCT FROM $3 AND e.correlation_id IS NOT DISTINCT FROM $7
+               AND e.payload = $8::text::jsonb
+          FROM events e WHERE e.event_id = $6),
+       ARRAY(
+           SELECT payload->>'action_id' FROM events
+           WHERE stream = $2
+             AND stream_version > (SELECT stream_version FROM events WHERE event_id = $3)
+             AND stream_version < $4
+             AND type = 'PodActionRequested'
+             AND payload->>'pod' = $5
+           ORDER BY stream_version
+       )
+"""
+# A StatusPlanned of the stream ($1) later than version $2.
+_LATER_STATUS_SQL = (
+    "SELECT 1 FROM events WHERE stream = $1 AND stream_version > $2 AND type = 'StatusPlanned' LIMIT 1"
+)
+# Whether the StatusPlanned $1 is stored as the message carries it (NULL: not stored).
+_STORED_STATUS_SQL = """
+SELECT e.stream = $2 AND e.stream_version = $3 AND e.type = 'StatusPlanned'
+       AND e.causation_id IS NOT DISTINCT FROM $4 AND e.correlation_id IS NOT DISTINCT FROM $5
+       AND e.payload = $6::text::jsonb
+  FROM events e WHERE e.event_id = $1
+"""
 _CHECKOUT_ATTEMPTS = 3
 _CONNECTION_ATTEMPTS = 2
 # Errors that may mean "this connection is gone" rather than "this statement failed"; _connection_lost
@@ -491,8 +499,9 @@ def _unversioned_results(
     return results
 
 
-class EventStore:
-    """See the module docstring. Create with ``await EventStore.connect(url)``; close with ``close()``."""
+class PostgresEventStore:
+    """See the module docstring; it implements ``services.model.event_store.EventStore``. Create with
+    ``await EventStore.connect(url)``; close with ``close()``."""
 
     def __init__(self, engine: AsyncEngine, decoder: PayloadDecoder = DEFAULT_DECODER) -> None:
         self.engine = engine
@@ -509,7 +518,7 @@ class EventStore:
         max_overflow: int | None = None,
         decoder: PayloadDecoder = DEFAULT_DECODER,
         duty: Duty = "writer",
-    ) -> EventStore:
+    ) -> PostgresEventStore:
         """``pool_size`` connections are kept open; up to ``max_overflow`` more (default: as many again)
         are opened when that many queries run at once, and closed as soon as they are returned. Each
         connection acts as the database role of ``duty`` (services/infra/db_roles.py) when its login may."""
@@ -965,6 +974,47 @@ class EventStore:
         connection lost under it."""
         return await self._fetch(sql, *args)
 
+    # --- the executor's per-action reads ----------------------------------------------------------------
+
+    async def before_acting(
+        self, envelope: Envelope, outcome_id: uuid.UUID, pod: str, carried: str | None
+    ) -> tuple[bool, list[str], bool | None]:
+        """For a PodActionRequested ``envelope``, one statement: whether its terminal event
+        (``outcome_id``) is stored, the action ids its round planned before it for ``pod`` (in order), and,
+        given the payload the bus message ``carried``, whether this very event is stored as it came (None:
+        no event with its id is stored, or nothing carried)."""
+        rows = await self._fetch(
+            BEFORE_ACTING_SQL,
+            outcome_id,
+            envelope.stream,
+            envelope.causation_id,
+            envelope.stream_version,
+            pod,
+            envelope.event_id if carried is not None else None,
+            envelope.correlation_id,
+            carried,
+        )
+        reported, stored, earlier = rows[0]
+        return bool(reported), list(earlier), stored
+
+    async def later_status_planned(self, stream: str, stream_version: int) -> bool:
+        """Whether ``stream`` has a StatusPlanned after ``stream_version``."""
+        return bool(await self._fetch(_LATER_STATUS_SQL, stream, stream_version))
+
+    async def status_stored_as_carried(self, envelope: Envelope, carried: str) -> bool | None:
+        """Whether the StatusPlanned ``envelope`` is stored as the bus message carried it (``carried``: its
+        payload's JSON); None when no event with its id is stored."""
+        rows = await self._fetch(
+            _STORED_STATUS_SQL,
+            envelope.event_id,
+            envelope.stream,
+            envelope.stream_version,
+            envelope.causation_id,
+            envelope.correlation_id,
+            carried,
+        )
+        return rows[0][0] if rows else None
+
     async def read_batch(self, from_position: int = 0, limit: int = 1000) -> list[StoredEvent]:
         """Up to ``limit`` events with global_position > ``from_position``, in order (one poll)."""
         rows = await self._fetch(_READ_ALL_SQL, from_position, limit)
@@ -1076,6 +1126,17 @@ class EventStore:
 
     # --- the signed Merkle log (migrations/versions/0017_signed_merkle_log.py, docs/audit.md) ---------
 
+    async def signed_notes(self) -> list[str]:
+        """The signed checkpoint notes kept in the database (``signed_checkpoints``), by tree size."""
+        return [r[0] for r in await self._fetch("SELECT note FROM signed_checkpoints ORDER BY tree_size")]
+
+    async def verifier_keys(self) -> list[str]:
+        """The auditor's published verifier keys (``audit_keys``), oldest first."""
+        return [r[0] for r in await self._fetch("SELECT verifier_key FROM audit_keys ORDER BY created_at")]
+
+    async def has_signed_checkpoint(self) -> bool:
+        return bool(await self._fetch("SELECT 1 FROM signed_checkpoints LIMIT 1"))
+
     async def read_leaf_rows(self, after_position: int, limit: int) -> list[asyncpg.Record]:
         """(global_position, stream_hash) of up to ``limit`` events after ``after_position``, in global
         order: what the Merkle tree's leaves are made of."""
@@ -1094,3 +1155,7 @@ class EventStore:
                 await conn.executemany(sql, rows)
 
         await self._retrying(run)
+
+
+# The name every caller knows it by.
+EventStore = PostgresEventStore

@@ -438,12 +438,11 @@ async def publish_key(store: EventStore, verifier: Verifier) -> None:
 
 
 async def stored_notes(store: EventStore) -> list[str]:
-    rows = await store.query("SELECT note FROM signed_checkpoints ORDER BY tree_size")
-    return [r[0] for r in rows]
+    return await store.signed_notes()
 
 
 async def stored_keys(store: EventStore) -> list[str]:
-    return [r[0] for r in await store.query("SELECT verifier_key FROM audit_keys ORDER BY created_at")]
+    return await store.verifier_keys()
 
 
 async def published_notes(bus: Bus, *, timeout: float = 10.0) -> list[str]:  # noqa: ASYNC109

@@ -151,9 +151,7 @@ class TrailSources:
 
 async def read_database_trail(store: EventStore) -> tuple[list[str], list[str]]:
     """The signed notes (by tree size) and the published verifier keys kept in the database."""
-    notes = [r[0] for r in await store.query("SELECT note FROM signed_checkpoints ORDER BY tree_size")]
-    keys = [r[0] for r in await store.query("SELECT verifier_key FROM audit_keys ORDER BY created_at")]
-    return notes, keys
+    return await store.signed_notes(), await store.verifier_keys()
 
 
 async def audit_trail(store: EventStore, sources: TrailSources, *, batch_size: int = 5000) -> AuditReport:

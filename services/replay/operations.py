@@ -13,12 +13,22 @@
 from __future__ import annotations
 
 import gc
+import heapq
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, TypeVar
 
-from services.infra.store import EventStore, StoredEvent
+from services.kinds.base import Kind
+from services.model.event_store import EventStore, StoredEvent
+from services.model.events import (
+    ObjectObserved,
+    PartitionStepPlanned,
+    PodActionObserved,
+    RevisionCreated,
+    RolloutCompleted,
+    RolloutStarted,
+)
 from services.planner.cloneset_decisions import Decide
 from services.planner.cloneset_decisions import decide as planner_decide
 from services.planner.kinds import CLONESET, SIDECARSET, CloneSetPlanner, KindPlanner
@@ -28,8 +38,10 @@ from services.replay.reads import (
     parse_target,
     resolve_rollout,
     rollout_span,
+    split_kind,
     workload_events,
 )
+from services.replay.recorded import RecordedReport, RecordedStep, check_recorded, recorded_steps
 from services.replay.timeline import Step, fold_timeline, one_line, state_at, summarise
 from services.replay.verify import VerifyReport, WorkloadVerifier, verify_streams
 from services.replay.whatif import WhatIfResult, what_if
@@ -70,25 +82,95 @@ async def _events_for(
 
 async def replay_lines(store: EventStore, target: str) -> list[str]:
     """One line per event of the workload (or of the rollout), each with the state right after it."""
+    kind, rest = split_kind(target)
+    if kind is not None:
+        return [_recorded_line(step) for step in (await replay_recorded(store, kind, rest))[0]]
     return await _span_steps(store, target, one_line)
 
 
 async def replay_records(store: EventStore, target: str) -> list[dict[str, Any]]:
     """The same as JSON-able records: the event's coordinates and the full state after it."""
+    kind, rest = split_kind(target)
+    if kind is not None:
+        steps = (await replay_recorded(store, kind, rest))[0]
+        return [_coordinates(step.event) | {"state": step.state} for step in steps]
     return await _span_steps(store, target, _record)
 
 
-def _record(step: Step) -> dict[str, Any]:
-    envelope = step.event.envelope
+async def replay_recorded(
+    store: EventStore, kind: Kind, target: str
+) -> tuple[list[RecordedStep], RecordedReport]:
+    """A recorded workload (``<namespace>/<name>`` or one of its rollout ids): the state after each event
+    of its observed and recorded streams (within the rollout's span for a rollout id), and the check of its
+    stored trail against the fold of its observations."""
+    namespace, name, rollout = parse_target(target)
+    observed, recorded = (
+        await store.read_stream(kind.observed_stream(namespace, name)),
+        await store.read_stream(kind.recorded_stream(namespace, name)),
+    )
+    if not observed and not recorded:
+        raise TargetError(f"no events for {kind.name} {namespace}/{name}")
+    events = list(heapq.merge(observed, recorded, key=lambda e: e.global_position))
+    span = rollout_span(recorded, resolve_rollout(recorded, rollout)) if rollout else None
+    steps = [
+        step
+        for step in recorded_steps(kind, namespace, name, events)
+        if span is None or span[0] <= step.event.global_position <= span[1]
+    ]
+    report = check_recorded(
+        kind, namespace, name, [e.envelope for e in observed], [e.envelope for e in recorded]
+    )
+    return steps, report
+
+
+async def verify_recorded(store: EventStore, target: str) -> RecordedReport:
+    """``<Kind>/<namespace>/<name>``: whether its stored trail is the fold of its observations."""
+    kind, rest = split_kind(target)
+    if kind is None:
+        raise TargetError(f"expected <kind>/<namespace>/<name> of a recorded kind, got {target!r}")
+    return (await replay_recorded(store, kind, rest))[1]
+
+
+def _recorded_line(step: RecordedStep) -> str:
+    """One line per event: what was observed or recorded, and the workload right after it."""
+    stored, state = step.event, step.state
+    envelope, payload = stored.envelope, stored.envelope.payload
+    what = envelope.type
+    if isinstance(payload, ObjectObserved):
+        what += f" {payload.kind} {payload.name} {payload.change}"
+    elif isinstance(payload, PodActionObserved):
+        what += f" {payload.action} {payload.pod}"
+    elif isinstance(payload, PartitionStepPlanned):
+        what += f" partition {payload.partition} expected updated {payload.expected_updated}"
+    elif isinstance(payload, RolloutCompleted):
+        what += f" {payload.outcome}"
+    elif isinstance(payload, RolloutStarted):
+        who = payload.changed_by.get("manager") if isinstance(payload.changed_by, dict) else None
+        what += f" {payload.from_revision} -> {payload.to_revision}" + (f" by {who}" if who else "")
+    elif isinstance(payload, RevisionCreated):
+        what += f" {payload.name} #{payload.revision}"
+    ready = sum(1 for p in state["pods"].values() if p["ready"])
+    return (
+        f"{stored.global_position:>8} {stored.recorded_at.isoformat()} {what:<48}"
+        f" update={state['updateRevision'] or '-'} rollout={state['activeRollout'] or '-'}"
+        f" pods={len(state['pods'])} ready={ready}"
+    )
+
+
+def _coordinates(stored: StoredEvent) -> dict[str, Any]:
+    envelope = stored.envelope
     return {
-        "position": step.event.global_position,
-        "recordedAt": step.event.recorded_at.isoformat(),
+        "position": stored.global_position,
+        "recordedAt": stored.recorded_at.isoformat(),
         "stream": envelope.stream,
         "streamVersion": envelope.stream_version,
         "type": envelope.type,
         "eventId": str(envelope.event_id),
-        "state": summarise(step.state),
     }
+
+
+def _record(step: Step) -> dict[str, Any]:
+    return _coordinates(step.event) | {"state": summarise(step.state)}
 
 
 async def _span_steps(store: EventStore, target: str, render: Callable[[Step], T]) -> list[T]:
@@ -110,6 +192,18 @@ async def replay_at(
 ) -> tuple[dict[str, Any], StoredEvent | None]:
     """The workload's state after the last event at or before the time / position (for a rollout id with
     neither: at the rollout's last event)."""
+    kind, rest = split_kind(target)
+    if kind is not None:
+        steps = (await replay_recorded(store, kind, rest))[0]
+        if at_time is None and at_position is None and steps:
+            at_position = steps[-1].event.global_position
+        shown = [
+            s
+            for s in steps
+            if (at_position is None or s.event.global_position <= at_position)
+            and (at_time is None or s.event.recorded_at <= at_time)
+        ]
+        return (shown[-1].state, shown[-1].event) if shown else ({}, None)
     namespace, name, events, span = await _events_for(store, target)
     if span and at_time is None and at_position is None:
         at_position = span[1]

@@ -6,8 +6,9 @@ import heapq
 
 import msgspec
 
-from services.infra.store import EventStore, StoredEvent
-from services.kinds.registry import CLONESET
+from services.kinds.base import Kind
+from services.kinds.registry import CLONESET, RECORDED
+from services.model.event_store import EventStore, StoredEvent
 from services.model.events import RolloutStarted
 from services.model.streams import ROLLOUT_SEQUENCE_MARK
 from services.model.upcasting import number_rollouts
@@ -15,6 +16,23 @@ from services.model.upcasting import number_rollouts
 
 class TargetError(ValueError):
     """A replay/verify target that names nothing in the log."""
+
+
+def split_kind(target: str) -> tuple[Kind | None, str]:
+    """``<Kind>/<namespace>/<name>[@...]`` -> (that recorded kind, the rest); anything else -> (None,
+    target): a target without a kind names a CloneSet. The kind's name is matched without regard to case
+    (``deployment/shop/web``)."""
+    workload = target.partition("@")[0]
+    if workload.count("/") != 2:
+        return None, target
+    first, _, rest = target.partition("/")
+    kind = next((k for k in RECORDED if k.name.lower() == first.lower()), None)
+    if kind is None:
+        raise TargetError(
+            f"{first!r} is not a recorded kind ({', '.join(k.name for k in RECORDED)}): expected"
+            " [<kind>/]<namespace>/<name>"
+        )
+    return kind, rest
 
 
 def parse_target(target: str) -> tuple[str, str, str | None]:

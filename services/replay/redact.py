@@ -28,9 +28,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-import asyncpg
 import msgspec
 
+from services.infra.rechain import HeadMoved, rewrite_payloads
 from services.infra.store import EventStore
 from services.kinds import registry
 from services.model.events import (
@@ -43,7 +43,6 @@ from services.model.events import (
     TrailRedacted,
     new_event,
 )
-from services.model.hashchain import ZERO_HASH, chain_hash, content_bytes, stream_hash
 from services.model.redaction import MARK, RedactionPolicy
 from services.model.revision_hash import data_fnv, template_fnv
 from services.model.signed_note import NoteError, SignedCheckpoint
@@ -162,66 +161,6 @@ def _describe(divergence: Divergence) -> str:
 
 
 @dataclass
-class Rechained:
-    head: int
-    chain_before: bytes
-    chain_after: bytes
-    checkpoints_before: dict[int, bytes]  # checkpoint position -> chain hash it had
-
-
-async def rechain(connection: asyncpg.Connection, payloads: dict[int, str]) -> Rechained:
-    """Rewrite the payloads at the given positions and recompute every stream and global chain hash, in
-    the caller's transaction, the log locked against appends and the append-only guard off for it.
-    The one place the chain is rebuilt; the stored Merkle tree is dropped with it (``redact_trail`` builds
-    it again and signs a checkpoint of it)."""
-    await connection.execute("LOCK TABLE events IN EXCLUSIVE MODE")
-    await connection.execute("ALTER TABLE events DISABLE TRIGGER events_append_only")
-    try:
-        for position, payload in sorted(payloads.items()):
-            await connection.execute(
-                "UPDATE events SET payload = $2::jsonb WHERE global_position = $1", position, payload
-            )
-        rows = await connection.fetch(
-            "SELECT global_position, event_id, stream, stream_version, type, schema_version, occurred_at,"
-            " recorded_at, causation_id, correlation_id, payload::text, stream_hash, chain_hash"
-            " FROM events ORDER BY global_position"
-        )
-        tips: dict[str, bytes] = {}
-        previous = ZERO_HASH
-        head, before = 0, ZERO_HASH
-        old_chain: dict[int, bytes] = {}
-        updates = []
-        for row in rows:
-            position = int(row[0])
-            content = content_bytes(
-                row[1], row[2], row[3], row[4], row[5], row[6], row[7], row[8], row[9], row[10]
-            )
-            new_stream = stream_hash(tips.get(row[2], ZERO_HASH), content)
-            tips[row[2]] = new_stream
-            new_chain = chain_hash(previous, position, new_stream)
-            previous = new_chain
-            old_chain[position] = bytes(row[12]) if row[12] is not None else b""
-            head, before = position, old_chain[position]
-            if bytes(row[11] or b"") != new_stream or old_chain[position] != new_chain:
-                updates.append((position, new_stream, new_chain))
-        await connection.executemany(
-            "UPDATE events SET stream_hash = $2, chain_hash = $3 WHERE global_position = $1", updates
-        )
-        checkpoints = await connection.fetch("SELECT global_position FROM event_checkpoints")
-        checkpoints_before = {int(r[0]): old_chain[int(r[0])] for r in checkpoints if int(r[0]) in old_chain}
-        await connection.execute(
-            "UPDATE event_checkpoints c SET chain_hash = e.chain_hash FROM events e"
-            " WHERE e.global_position = c.global_position"
-        )
-        # The stored Merkle tree hashes the old leaves: dropped with the rewrite (the writer may not delete
-        # it), built again from the rewritten events before the new checkpoint is signed.
-        await connection.execute("DELETE FROM merkle_nodes")
-    finally:
-        await connection.execute("ALTER TABLE events ENABLE TRIGGER events_append_only")
-    return Rechained(head, before, previous, checkpoints_before)
-
-
-@dataclass
 class RedactionResult:
     plan: RedactionPlan
     record: TrailRedacted | None  # None: nothing to rewrite
@@ -248,9 +187,6 @@ async def redact_trail(
     changes, never for an earlier edit. ``tree_head``: the Merkle tree's size and root over the stored log;
     ``sign`` builds the tree again over the rewritten log and signs a checkpoint of it with the auditor's
     key (services/infra/transparency.py, wired by the CLI: replay code reaches no bus)."""
-    from services.infra.database import asyncpg_url
-    from services.infra.db_roles import assume_sql
-
     stored: list[tuple[int, Envelope]] = []
     async for batch in store.read_all_batches(0, 1000):
         stored.extend((s.global_position, s.envelope) for s in batch)
@@ -267,7 +203,7 @@ async def redact_trail(
     size_before, root_before = await tree_head()
     first = min(plan.changed)
     superseded: dict[str, str] = {}
-    for (note,) in await store.query("SELECT note FROM signed_checkpoints ORDER BY tree_size"):
+    for note in await store.signed_notes():
         try:
             signed = SignedCheckpoint.unchecked(note)
         except NoteError:
@@ -275,18 +211,12 @@ async def redact_trail(
         if signed.body.global_position >= first:
             superseded[str(signed.body.tree_size)] = signed.body.root_hash.hex()
     payloads = {p: msgspec.json.encode(e.payload).decode() for p, e in plan.changed.items()}
-    connection = await asyncpg.connect(asyncpg_url(owner_url))
     try:
-        await connection.execute(assume_sql("owner"))
-        async with connection.transaction():
-            head = await connection.fetchval("SELECT max(global_position) FROM events")
-            if head != stored[-1][0]:
-                raise RedactionAborted(
-                    "events were appended while the trail was read: stop the services and run it again"
-                )
-            rechained = await rechain(connection, payloads)
-    finally:
-        await connection.close()
+        rechained = await rewrite_payloads(owner_url, stored[-1][0], payloads)
+    except HeadMoved:
+        raise RedactionAborted(
+            "events were appended while the trail was read: stop the services and run it again"
+        ) from None
     record = TrailRedacted(
         policy=plan.policy,
         redacted_at=datetime.now(UTC),

@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from services.infra.store import StoredEvent
 from services.model.availability import pod_available, revision_hash, unavailable
 from services.model.cloneset import desired_replicas
+from services.model.event_store import StoredEvent
 from services.model.events import (
     ObjectObserved,
     PodActionFailed,

@@ -28,12 +28,12 @@ from typing import Any
 
 import msgspec
 
-from services.infra.store import StoredEvent
 from services.kinds.registry import CLONESET
 from services.model.actions import BECAME_READY, ActionKind
 from services.model.availability import pod_available as available
 from services.model.availability import revision_hash, unavailable
 from services.model.cloneset import desired_replicas
+from services.model.event_store import StoredEvent
 from services.model.events import (
     ObjectObserved,
     PodActionObserved,

@@ -15,8 +15,8 @@ from typing import Any
 import structlog
 
 from services.infra.metrics import EVENTS_APPENDED
-from services.infra.store import ConcurrencyError, EventStore
 from services.kinds import registry
+from services.model.event_store import ConcurrencyError, EventStore
 
 log = structlog.get_logger("watcher")
 PAGE = 500

@@ -30,9 +30,9 @@ from typing import Any, Protocol
 import structlog
 
 from services.infra.retry import Backoff
-from services.infra.store import EventStore, StoredEvent
 from services.kinds.registry import SIDECARSET
 from services.model import sidecarset as ss
+from services.model.event_store import EventStore, StoredEvent
 from services.model.events import RevisionCreated, RevisionsPruned
 
 log = structlog.get_logger("rollbook.webhook.revisions")

@@ -256,3 +256,96 @@ def test_the_last_frame_never_says_in_progress_under_finished() -> None:
     out.print(render(done, Outcome.FINISHED))
     text = out.export_text()
     assert "in progress" not in text and "finished (exit 0)" in text, text
+
+
+# --- a recorded Deployment (docs/kinds.md): read by its kind's rules, followed until `rollout status` ends --
+
+
+def _rs(hash_: str, number: int, replicas: int) -> dict[str, Any]:
+    return {
+        "kind": "ReplicaSet",
+        "metadata": {
+            "namespace": "ops",
+            "name": f"web-{hash_}",
+            "labels": {"pod-template-hash": hash_},
+            "annotations": {"deployment.kubernetes.io/revision": str(number)},
+        },
+        "spec": {"replicas": replicas},
+        "status": {"replicas": replicas},
+    }
+
+
+def _deployment(*, updated: int, available: int, total: int = 3, **extra: Any) -> dict[str, Any]:
+    conditions = extra.pop("conditions", [])
+    return {
+        "kind": "Deployment",
+        "metadata": {
+            "namespace": "ops",
+            "name": "web",
+            "generation": 2,
+            "annotations": {"deployment.kubernetes.io/revision": "2"},
+        },
+        "spec": {"replicas": 3, "strategy": {"type": "RollingUpdate"}, **extra},
+        "status": {
+            "observedGeneration": 2,
+            "replicas": total,
+            "updatedReplicas": updated,
+            "availableReplicas": available,
+            "conditions": conditions,
+        },
+    }
+
+
+def _pod(name: str, hash_: str, *, ready: bool = True) -> dict[str, Any]:
+    condition = {"type": "Ready", "status": "True" if ready else "False"}
+    return {
+        "metadata": {"namespace": "ops", "name": name, "labels": {"pod-template-hash": hash_}},
+        "status": {"conditions": [condition]},
+    }
+
+
+def recorded(
+    deployment: dict[str, Any], revisions: list[dict[str, Any]], pods: list[dict[str, Any]]
+) -> RolloutView:
+    from services.kinds.registry import KINDS
+
+    actions = [PodAction("web-b-1", "createPod", "ops/web@web-b#1", NOW, None, "succeeded", False)]
+    return RolloutView.read_recorded(
+        KINDS["Deployment"], deployment, revisions, pods, actions, "ops/web@web-b#1", "in progress", NOW
+    )
+
+
+def test_a_recorded_deployment_mid_rollout_waits_for_its_new_replicaset() -> None:
+    shown = recorded(
+        _deployment(updated=1, available=3, total=4),
+        [_rs("a", 1, 3), _rs("b", 2, 1)],
+        [_pod("web-a-1", "a"), _pod("web-a-2", "a"), _pod("web-a-3", "a"), _pod("web-b-1", "b", ready=False)],
+    )
+    assert (shown.kind, shown.update_revision, shown.current_revision) == ("Deployment", "b", "a")
+    # The step: the new ReplicaSet's 1 of 3; maxUnavailable 25% of 3 rounds down to 0.
+    assert (shown.partition, shown.target_updated, shown.max_unavailable) == (2, 1, 0)
+    assert [(p.name, p.updated, p.how) for p in shown.pods][-1] == ("web-b-1", True, "created")
+    assert waiting_reasons(shown) == ["pods not ready: web-b-1"]
+    assert outcome(shown) is None  # four pods live, three wanted: the old ones are still going
+
+
+def test_a_recorded_deployment_ends_as_rollout_status_says() -> None:
+    done = recorded(
+        _deployment(updated=3, available=3),
+        [_rs("a", 1, 0), _rs("b", 2, 3)],
+        [_pod("web-b-1", "b"), _pod("web-b-2", "b"), _pod("web-b-3", "b")],
+    )
+    assert (done.partition, done.updated, outcome(done)) == (0, 3, Outcome.FINISHED)
+    stuck = {"type": "Progressing", "status": "False", "reason": "ProgressDeadlineExceeded"}
+    past = recorded(
+        _deployment(updated=1, available=3, total=4, conditions=[stuck]),
+        [_rs("a", 1, 3), _rs("b", 2, 1)],
+        [_pod("web-a-1", "a"), _pod("web-a-2", "a"), _pod("web-a-3", "a"), _pod("web-b-1", "b", ready=False)],
+    )
+    assert outcome(past) == Outcome.FAILED  # past its progress deadline: exit 4
+    paused = recorded(
+        _deployment(updated=1, available=3, total=4, paused=True),
+        [_rs("a", 1, 3), _rs("b", 2, 1)],
+        [_pod("web-a-1", "a"), _pod("web-a-2", "a"), _pod("web-a-3", "a"), _pod("web-b-1", "b")],
+    )
+    assert waiting_reasons(paused)[0] == "paused (spec.paused: true)" and outcome(paused) is None

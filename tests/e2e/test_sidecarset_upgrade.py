@@ -749,9 +749,9 @@ async def test_a_native_sidecar_of_cloneset_pods_upgrades_in_place_in_batches(
         assert (restarted["imageID"] != native_status(before[name], "proxy")["imageID"]) == (name in upgraded)
 
     # Batches: maxUnavailable 2 held over the watcher's observations, and the requests say the same.
-    observed = await store.read_stream(observed_stream(native))
+    observed = await store.read_stream(registry.SIDECARSET.observed_stream("", native))
     assert max_unavailable_at_once(observed) <= 2
-    decided = await store.read_stream(decisions_stream(native))
+    decided = await store.read_stream(registry.SIDECARSET.decisions_stream("", native))
     requests = [s.envelope.payload for s in decided if isinstance(s.envelope.payload, PodActionRequested)]
     assert sorted(r.pod for r in requests) == upgraded
     batches: list[int] = []
@@ -781,7 +781,7 @@ async def test_a_native_sidecar_of_cloneset_pods_upgrades_in_place_in_batches(
         assert [r for r in exceeded if r["workload"] == native] == []
     finally:
         await connection.close()
-    outcomes = [s.envelope for s in await store.read_stream(actions_stream(native))]
+    outcomes = [s.envelope for s in await store.read_stream(registry.SIDECARSET.actions_stream("", native))]
     report = verify_streams(
         SIDECARSET, native, [s.envelope for s in observed], outcomes, [s.envelope for s in decided]
     )

@@ -1,6 +1,6 @@
 """The planner service's loop (services/planner/service.py): a burst of wake-ups for one workload is planned
 in one pass over all of them, each wake-up is acknowledged once a round covering it is stored, and the
-rounds of different workloads run concurrently."""
+rounds of different workloads run concurrently. On the in-memory event store: no server needed."""
 
 from __future__ import annotations
 
@@ -16,9 +16,10 @@ from nats.aio.msg import Msg
 
 from services.infra.bus import DEFERRED
 from services.infra.settings import Settings
-from services.infra.store import EventStore
 from services.kinds.registry import CLONESET
+from services.model.event_store import EventStore
 from services.model.events import Envelope, ObjectObserved, RoundPlanned, new_event
+from services.model.memory_store import InMemoryEventStore
 from services.planner.service import Planner
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -91,9 +92,8 @@ async def rounds_of(store: EventStore, namespace: str) -> list[RoundPlanned]:
     return [s.envelope.payload for s in stored if isinstance(s.envelope.payload, RoundPlanned)]
 
 
-async def test_a_burst_of_wake_ups_is_planned_in_one_pass(
-    settings: Settings, event_store: EventStore
-) -> None:
+async def test_a_burst_of_wake_ups_is_planned_in_one_pass() -> None:
+    settings, event_store = Settings(), InMemoryEventStore()
     namespace = f"burst-{uuid.uuid4().hex[:8]}"
     counting = CountingStore(event_store)
     planner = Planner(settings, cast(EventStore, counting))
@@ -109,9 +109,8 @@ async def test_a_burst_of_wake_ups_is_planned_in_one_pass(
     assert not any(w.naked for w in wake_ups)
 
 
-async def test_rounds_of_different_workloads_run_concurrently(
-    settings: Settings, event_store: EventStore
-) -> None:
+async def test_rounds_of_different_workloads_run_concurrently() -> None:
+    settings, event_store = Settings(), InMemoryEventStore()
     slow, fast = (f"{name}-{uuid.uuid4().hex[:8]}" for name in ("slow", "fast"))
     counting = CountingStore(event_store)
     planner = Planner(settings, cast(EventStore, counting))
@@ -128,9 +127,8 @@ async def test_rounds_of_different_workloads_run_concurrently(
     assert len(await rounds_of(event_store, slow)) == 1
 
 
-async def test_a_wake_up_for_events_already_folded_reads_nothing(
-    settings: Settings, event_store: EventStore
-) -> None:
+async def test_a_wake_up_for_events_already_folded_reads_nothing() -> None:
+    settings, event_store = Settings(), InMemoryEventStore()
     namespace = f"ahead-{uuid.uuid4().hex[:8]}"
     counting = CountingStore(event_store)
     planner = Planner(settings, cast(EventStore, counting))
@@ -170,9 +168,8 @@ class FailingOnceStore(CountingStore):
         return await super().append(envelopes, expected_version)
 
 
-async def test_a_wake_up_redelivered_after_a_failed_round_is_planned_again(
-    settings: Settings, event_store: EventStore
-) -> None:
+async def test_a_wake_up_redelivered_after_a_failed_round_is_planned_again() -> None:
+    settings, event_store = Settings(), InMemoryEventStore()
     namespace = f"failed-{uuid.uuid4().hex[:8]}"
     failing = FailingOnceStore(event_store)
     planner = Planner(settings, cast(EventStore, failing))

@@ -22,6 +22,7 @@ import pytest
 from services.cli.replay import redact_signed, verify_trail
 from services.infra.database import asyncpg_url
 from services.infra.db_roles import assume_sql
+from services.infra.rechain import rechain
 from services.infra.settings import Settings
 from services.infra.store import EventStore
 from services.infra.supervisor import settings_env
@@ -41,7 +42,7 @@ from services.model.signed_note import SignedCheckpoint
 from services.replay import simulation
 from services.replay.audit import audit_log
 from services.replay.operations import verify_all
-from services.replay.redact import RedactionAborted, RedactionResult, plan_redaction, rechain
+from services.replay.redact import RedactionAborted, RedactionResult, plan_redaction
 from services.replay.simulation import T0, WorkloadSimulation
 from services.replay.verify import verify_workload
 from tests.plugins.servers import ServerUrls

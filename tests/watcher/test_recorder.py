@@ -13,8 +13,10 @@ from typing import Any
 import asyncpg
 import pytest
 import pytest_asyncio
+from aiohttp.test_utils import TestClient, TestServer
 from kubernetes_asyncio import client
 
+from services.cli.ui import make_app
 from services.infra.database import asyncpg_url
 from services.infra.settings import Settings
 from services.infra.store import EventStore
@@ -98,6 +100,7 @@ async def test_set_image_then_rollout_undo_is_two_rollouts_with_steps_and_pod_ac
     trail: tuple[str, EventStore],
     k8s_client: client.ApiClient,
     kubectl: Kubectl,
+    simcluster_kubeconfig: str,
     tmp_path: Path,
 ) -> None:
     database_url, event_store = trail
@@ -165,6 +168,49 @@ async def test_set_image_then_rollout_undo_is_two_rollouts_with_steps_and_pod_ac
         created = {r["pod"] for r in actions if r["action"] == "createPod"}
         assert all(pod.startswith(rollout["to_revision"] + "-") for pod in created)
 
+    # `rollbook get`: the Deployment as a tree, at its update revision, with the rollout that put it there.
+    code, output = await rollbook(
+        "get",
+        f"deployment/{ns}/web",
+        ROLLBOOK_DATABASE_URL=database_url,
+        ROLLBOOK_KUBECONFIG=simcluster_kubeconfig,
+    )
+    assert code == 0, output
+    assert f"Deployment {ns}/web  replicas 3  updated 3/3  available 3/3" in output, output
+    assert f"rollout {undo['rollout_id']}" in output, output
+    assert f"revision {undo['to_revision'].rpartition('-')[2]} (update)" in output, output
+
+    code, output = await rollbook("history", f"deployment/{ns}/web", ROLLBOOK_DATABASE_URL=database_url)
+    assert code == 0 and output.count("RollingUpdate (observed)") == 2, output
+    code, output = await rollbook("history", f"statefulset/{ns}/web", ROLLBOOK_DATABASE_URL=database_url)
+    assert code == 1 and f"no rollouts or pod actions recorded for {ns}/web" in output, (
+        output
+    )  # the kind counts
+
+    # `rollbook replay`: the trail folded again from the observations is the trail stored.
+    code, output = await rollbook("replay", f"Deployment/{ns}/web", ROLLBOOK_DATABASE_URL=database_url)
+    assert code == 0, output
+    assert output.splitlines()[-1].startswith(f"OK Deployment {ns}/web: "), output
+    assert sum("RolloutStarted" in line for line in output.splitlines()) == 2, output
+    code, output = await rollbook("verify", f"deployment/{ns}/web", ROLLBOOK_DATABASE_URL=database_url)
+    assert code == 0 and output.startswith(f"OK Deployment {ns}/web: "), output
+
+    # The timeline page: both rollouts listed, each with its steps, pod actions and states.
+    pool = await asyncpg.create_pool(asyncpg_url(database_url), min_size=1, max_size=2)
+    async with pool, TestClient(TestServer(make_app(pool, event_store))) as ui:
+        listed = await (await ui.get("/api/rollouts")).json()
+        mine = [r for r in listed if r["kind"] == "Deployment" and r["namespace"] == ns]
+        assert [r["rollout_id"] for r in mine] == [undo["rollout_id"], first["rollout_id"]]  # newest first
+        for rollout in (first, undo):
+            answer = await ui.get("/api/rollout", params={"id": rollout["rollout_id"]})
+            assert answer.status == 200, await answer.text()
+            page = await answer.json()
+            assert page["rollout"]["kind"] == "Deployment"
+            assert sum(a["action"] == "createPod" for a in page["actions"]) == 3
+            assert page["steps"][-1]["expected_updated"] == 3
+            assert page["states"] and page["states"][-1]["state"]["kind"] == "Deployment"
+            assert all(s["stream"].startswith(f"Deployment/{ns}/web/") for s in page["states"])
+
 
 async def test_a_rollout_stuck_past_its_progress_deadline_is_on_record(
     make_simcluster: MakeSimCluster, trail: tuple[str, EventStore], tmp_path: Path
@@ -205,13 +251,20 @@ async def test_a_rollout_stuck_past_its_progress_deadline_is_on_record(
         rollouts = await until(
             database_url, ROLLOUTS, ("Deployment", ns, "stuck"), lambda rows: len(rows) == 1
         )
+        # `rollbook get -w` ends as `kubectl rollout status` does: the rollout failed (exit 4).
+        code, output = await rollbook(
+            "get", "-w", f"deployment/{ns}/stuck", "--timeout", "60",
+            ROLLBOOK_DATABASE_URL=database_url, ROLLBOOK_KUBECONFIG=str(sim.kubeconfig_path),
+        )  # fmt: skip
+        assert code == 4, output
+        assert "rollout failed or superseded (exit 4)" in output, output
     assert deadlines[0]["rollout_id"] == rollouts[0]["rollout_id"]
     assert deadlines[0]["progress_deadline_seconds"] == 1
     assert rollouts[0]["outcome"] == "in progress"  # the deadline is on record; the rollout is not over
 
 
 async def test_statefulset_partition_steps_and_pods_updated_from_the_highest_ordinal(
-    trail: tuple[str, EventStore], k8s_client: client.ApiClient, tmp_path: Path
+    trail: tuple[str, EventStore], k8s_client: client.ApiClient, simcluster_kubeconfig: str, tmp_path: Path
 ) -> None:
     database_url, event_store = trail
     ns = await namespace(k8s_client)
@@ -256,6 +309,14 @@ async def test_statefulset_partition_steps_and_pods_updated_from_the_highest_ord
             lambda rows: len(rows) == n,
         )
         assert [r["pod"] for r in await recreated(1)] == ["db-2"]
+        # `get -w` ends once the pods the partition lets through are updated and available, as `kubectl
+        # rollout status` says of a partitioned roll out.
+        code, output = await rollbook(
+            "get", "-w", f"statefulset/{ns}/db", "--timeout", "60",
+            ROLLBOOK_DATABASE_URL=database_url, ROLLBOOK_KUBECONFIG=simcluster_kubeconfig,
+        )  # fmt: skip
+        assert code == 0, output
+        assert f"StatefulSet {ns}/db  replicas 3  updated 1/1" in output and "partition 2" in output, output
         await partition(0)
         assert [r["pod"] for r in await recreated(3)] == ["db-2", "db-1", "db-0"]
         await until(
@@ -272,6 +333,8 @@ async def test_statefulset_partition_steps_and_pods_updated_from_the_highest_ord
         {"partition": 2, "expected_updated": 1, "max_unavailable": 1},
         {"partition": 0, "expected_updated": 3, "max_unavailable": 1},
     ]
+    code, output = await rollbook("replay", f"statefulset/{ns}/db", ROLLBOOK_DATABASE_URL=database_url)
+    assert code == 0 and output.splitlines()[-1].startswith(f"OK StatefulSet {ns}/db: "), output
 
 
 async def test_only_labelled_workloads_are_recorded_without_their_secrets(

@@ -11,22 +11,23 @@ from typing import Any
 
 import pytest
 
-from services.infra.store import StoredEvent
 from services.kinds.registry import SIDECARSET
+from services.model.event_store import StoredEvent
 from services.model.events import RevisionCreated, RevisionsPruned, RolloutPaused, new_event
+from services.model.memory_store import InMemoryEventStore
 from services.webhook.revisions import REVISION_EVENT_TYPES, StoreRevisions, load_pinned
 from tests.planner.test_sidecarset_upgrade import NEW, sidecarset
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
 
-class FakeStore:
-    """Streams of events, read a page at a time with a type filter as the event store does. ``down``
-    makes every read fail; ``down_for`` fails the reads of some SidecarSets; ``gate`` (when set) makes
-    every read wait for it; ``reads`` records (SidecarSet, from_version) of each read."""
+class FakeStore(InMemoryEventStore):
+    """The in-memory event store, with faults: ``down`` makes every read fail; ``down_for`` fails the reads
+    of some SidecarSets; ``gate`` (when set) makes every read wait for it; ``reads`` records (SidecarSet,
+    from_version) of each read."""
 
     def __init__(self) -> None:
-        self.streams: dict[str, list[StoredEvent]] = {}
+        super().__init__()
         self.down = False
         self.down_for: set[str] = set()
         self.gate: asyncio.Event | None = None
@@ -42,9 +43,8 @@ class FakeStore:
 
     def add(self, name: str, payload: Any, at: datetime = NOW) -> None:
         stream = SIDECARSET.decisions_stream("", name)
-        events = self.streams.setdefault(stream, [])
-        envelope = new_event(payload, stream=stream, stream_version=len(events) + 1, occurred_at=at)
-        events.append(StoredEvent(global_position=len(events) + 1, recorded_at=at, envelope=envelope))
+        version = len(self._streams.get(stream, [])) + 1
+        self._store(new_event(payload, stream=stream, stream_version=version, occurred_at=at), recorded_at=at)
 
     async def read_stream_page(
         self, stream: str, from_version: int, types: Sequence[str], limit: int
@@ -57,12 +57,7 @@ class FakeStore:
         if self.down or name in self.down_for:
             raise ConnectionError("event store unavailable")
         self.reads_done += 1
-        matching = [
-            e
-            for e in self.streams.get(stream, [])
-            if e.envelope.stream_version >= from_version and e.envelope.type in types
-        ]
-        return matching[:limit]
+        return await super().read_stream_page(stream, from_version, types, limit)
 
 
 class Clock:
@@ -248,7 +243,7 @@ async def test_revisions_carry_the_time_they_were_first_recorded() -> None:
     }
     assert stamps == {"a-1": (3, "2026-11-30T12:00:00Z"), "a-2": (2, "2026-11-30T12:01:00Z")}
     # The event's own object is left as it was.
-    first = store.streams[SIDECARSET.decisions_stream("", "a")][0].envelope.payload
+    first = (await store.read_stream(SIDECARSET.decisions_stream("", "a")))[0].envelope.payload
     assert isinstance(first, RevisionCreated) and "creationTimestamp" not in first.object["metadata"]
 
 

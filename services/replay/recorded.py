@@ -1,0 +1,148 @@
+"""Replay of a workload rollbook records but does not drive (a Deployment, a StatefulSet; docs/kinds.md).
+
+There are no planner decisions to re-plan: replaying its trail means folding its observations again with its
+kind's rules (services/kinds/<kind>/rules.py) and checking that every event stored in its ``/recorded``
+stream is the one the fold gives at that version, same id, cause, rollout and payload. Pure: events in,
+a report and the states after each observation out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from services.kinds.base import Kind
+from services.model.availability import pod_available
+from services.model.event_store import StoredEvent
+from services.model.events import Envelope
+
+_encode = msgspec.json.Encoder(order="sorted").encode
+
+
+@dataclass(frozen=True)
+class RecordedReport:
+    kind: str
+    workload: str  # <namespace>/<name>
+    observations: int  # observed events folded
+    recorded: int  # events stored in the recorded stream
+    refolded: int  # events the fold gives
+    divergence: str | None = None  # the first stored event that is not what the fold gives
+
+    @property
+    def pending(self) -> int:
+        """Events the fold gives past the stored ones: observations the recorder has not caught up with."""
+        return max(self.refolded - self.recorded, 0)
+
+    def describe(self) -> str:
+        head = f"{self.kind} {self.workload}"
+        if self.divergence is not None:
+            return f"DIVERGED {head}: {self.divergence}"
+        note = f" ({self.pending} not recorded yet)" if self.pending else ""
+        return (
+            f"OK {head}: {self.recorded} recorded events are what its {self.observations} observations"
+            f" fold into{note}"
+        )
+
+
+def _identity(envelope: Envelope) -> tuple[Any, ...]:
+    return (
+        envelope.event_id,
+        envelope.stream,
+        envelope.stream_version,
+        envelope.type,
+        envelope.causation_id,
+        envelope.correlation_id,
+        envelope.occurred_at,
+        _encode(envelope.payload),
+    )
+
+
+_FIELDS = ("event id", "stream", "version", "type", "cause", "rollout", "time", "payload")
+
+
+def refold(kind: Kind, namespace: str, name: str, observed: Sequence[Envelope]) -> list[Envelope]:
+    """The recorded events the workload's observations fold into, in order."""
+    if kind.trail is None:
+        raise ValueError(f"{kind.name} is not a recorded kind")
+    trail = kind.trail(namespace, name)
+    return [event for observation in observed for event in trail.fold(observation)]
+
+
+def check_recorded(
+    kind: Kind, namespace: str, name: str, observed: Sequence[Envelope], recorded: Sequence[Envelope]
+) -> RecordedReport:
+    """Compare the stored ``recorded`` stream with the fold of ``observed`` (both in stream order)."""
+    expected = refold(kind, namespace, name, observed)
+    divergence = None
+    for index, stored in enumerate(recorded):
+        if index >= len(expected):
+            divergence = (
+                f"{stored.type} at version {stored.stream_version} has no observation behind it"
+                f" (the observations fold into {len(expected)} events)"
+            )
+            break
+        mine, theirs = _identity(stored), _identity(expected[index])
+        if mine != theirs:
+            differ = [f for f, a, b in zip(_FIELDS, mine, theirs, strict=True) if a != b]
+            divergence = (
+                f"{stored.type} at version {stored.stream_version} differs from the fold's"
+                f" {expected[index].type} in its {', '.join(differ)}"
+            )
+            break
+    return RecordedReport(
+        kind.name, f"{namespace}/{name}", len(observed), len(recorded), len(expected), divergence
+    )
+
+
+@dataclass(frozen=True)
+class RecordedStep:
+    event: StoredEvent
+    state: dict[str, Any]
+
+
+def recorded_steps(
+    kind: Kind, namespace: str, name: str, events: Sequence[StoredEvent]
+) -> Iterator[RecordedStep]:
+    """The workload as its trail knew it after each event of its observed and recorded streams (global
+    order): the update revision, the rollout under way, the revisions and the pods."""
+    if kind.trail is None:
+        raise ValueError(f"{kind.name} is not a recorded kind")
+    trail = kind.trail(namespace, name)
+    for stored in events:
+        trail.fold(stored.envelope)  # a recorded event is not an observation: the fold skips it
+        yield RecordedStep(stored, summarise_trail(kind, trail))
+
+
+def summarise_trail(kind: Kind, trail: Any) -> dict[str, Any]:
+    workload = trail.workload or {}
+    spec = workload.get("spec") or {}
+    return {
+        "kind": kind.name,
+        "workload": f"{trail.namespace}/{trail.name}",
+        "exists": trail.workload is not None,
+        "generation": (workload.get("metadata") or {}).get("generation"),
+        "replicas": spec.get("replicas"),
+        "updateRevision": trail.update_revision,
+        "activeRollout": trail.active_rollout,
+        "paused": trail.paused,
+        "revisions": {name: trail.numbers[name] for name in sorted(trail.numbers)},
+        "pods": {pod_name: _pod(pod, kind.revision_label) for pod_name, pod in sorted(trail.pods.items())},
+    }
+
+
+def _pod(pod: dict[str, Any], revision_label: str) -> dict[str, Any]:
+    metadata = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return {
+        "uid": metadata.get("uid"),
+        "revision": (metadata.get("labels") or {}).get(revision_label),
+        "images": [c.get("image") for c in spec.get("containers") or []],
+        "phase": (pod.get("status") or {}).get("phase"),
+        "ready": any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions),
+        "available": pod_available(pod),
+        "terminating": bool(metadata.get("deletionTimestamp")),
+    }
