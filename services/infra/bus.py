@@ -99,6 +99,9 @@ _reference_encoder = msgspec.json.Encoder()
 _reference_decoder = msgspec.json.Decoder(EventReference)
 # What must not run concurrently with (and keeps its order relative to) other messages: e.g. the pod.
 OrderKey = Callable[[Envelope], Hashable]
+# Whether a delivered message is known to need no handling, decided before it is decoded (the audit: a
+# message its own relay published, by the stream sequence JetStream acknowledged): acked unread.
+Skip = Callable[[Msg], bool]
 
 # Headers a dead letter carries besides the original bytes.
 DLQ_REASON = "Rollbook-Dlq-Reason"
@@ -229,6 +232,7 @@ class ConsumerStats:
     retried: int = 0  # handler raised, message nak'ed for a later delivery
     dead_lettered: int = 0
     filtered: int = 0  # outside the filter subjects (a server < 2.10 ignores several filters): acked unread
+    skipped: int = 0  # the consumer's ``skip`` said it needs no handling: acked unread
 
 
 class Bus:
@@ -518,6 +522,7 @@ class Bus:
         fetch_timeout: float = 1.0,
         concurrency: int = 1,
         order_key: OrderKey | None = None,
+        skip: Skip | None = None,
     ) -> Consumer:
         """A durable pull consumer; call ``await c.run()`` (until ``c.stop()`` or cancellation).
 
@@ -527,7 +532,8 @@ class Bus:
 
         ``concurrency`` > 1 handles up to that many messages at once in this process; messages with the
         same ``order_key`` (default: each message its own) are handled one after another in delivery
-        order (``services.infra.keyed.KeyedRunner``)."""
+        order (``services.infra.keyed.KeyedRunner``). A message ``skip`` returns True for is acked
+        without being decoded or handled."""
         filters = [filter_subjects] if isinstance(filter_subjects, str) else list(filter_subjects)
         concurrency = 1 if ordered else max(1, concurrency)
         return Consumer(
@@ -542,6 +548,7 @@ class Bus:
             fetch_timeout=fetch_timeout,
             concurrency=concurrency,
             order_key=order_key,
+            skip=skip,
         )
 
     async def consume(
@@ -748,6 +755,7 @@ class Consumer:
     fetch_timeout: float
     concurrency: int = 1
     order_key: OrderKey | None = None
+    skip: Skip | None = None
     stats: ConsumerStats = field(default_factory=ConsumerStats)
     _stopping: asyncio.Event = field(default_factory=asyncio.Event)
     _in_progress: asyncio.Future[None] | None = None
@@ -945,6 +953,10 @@ class Consumer:
             # the handler still sees only what it asked for.
             await msg.ack()
             self.stats.filtered += 1
+            return
+        if self.skip is not None and self.skip(msg):
+            await msg.ack()
+            self.stats.skipped += 1
             return
         deliveries = msg.metadata.num_delivered
         max_deliver = self.bus.settings.max_deliver

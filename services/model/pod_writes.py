@@ -160,21 +160,32 @@ def _value(operations: list[dict[str, Any]], path: str, before: Any, after: Any)
 
 class Written:
     """What a mark needs of the pod one of this executor's writes returned: its uid, the action id it
-    carried, the types of its conditions in order, and whether the write created it."""
+    carried, its labels and annotations, the types of its conditions in order, and whether the write
+    created it."""
 
-    __slots__ = ("action_id", "condition_types", "created", "uid")
+    __slots__ = ("action_id", "annotations", "condition_types", "created", "labels", "uid")
 
     def __init__(self, pod: Mapping[str, Any], *, created: bool = False) -> None:
         self.created = created
         metadata = pod.get("metadata") or {}
         self.uid: str | None = metadata.get("uid")
-        self.action_id: str | None = (metadata.get("annotations") or {}).get(ACTION_ID_ANNOTATION)
+        self.labels: Mapping[str, Any] | None = metadata.get("labels")
+        self.annotations: Mapping[str, Any] | None = metadata.get("annotations")
+        self.action_id: str | None = (self.annotations or {}).get(ACTION_ID_ANNOTATION)
         conditions = (pod.get("status") or {}).get("conditions") or []
         self.condition_types: tuple[Any, ...] = tuple(c.get("type") for c in conditions)
 
 
+# The parts of a mark's metadata patch ``mark_from_written`` writes key by key (maps of strings).
+_MARK_MAPS = ("labels", "annotations")
+
+
 def mark_from_written(
-    written: Written, uid: str | None, condition: Mapping[str, Any] | None, action_id: str
+    written: Written,
+    uid: str | None,
+    condition: Mapping[str, Any] | None,
+    action_id: str,
+    patch: Mapping[str, Any] | None = None,
 ) -> list[dict[str, Any]] | None:
     """A mark (its condition and action id, no other change) as a JSON patch of pods/status computed from
     the pod this executor's last write to it returned, instead of a write at the version the planner saw:
@@ -183,9 +194,15 @@ def mark_from_written(
     included) and the condition's place among the conditions. A pod this executor created gets the
     condition appended instead (the readiness gate's first value): its conditions are the kubelet's
     until a mark gives it this one, and no action but a mark (each moving the action id) writes it
-    before the pod is first ready. None when the written pod is another incarnation, or an updated pod
-    lacks the condition's type (then the write at the planner's version, as before)."""
+    before the pod is first ready. The mark's metadata ``patch`` (labels and annotations: the lifecycle
+    state a finished update moves to) goes key by key, each tested as the written pod had it, so a
+    change to one since (by anyone) refuses the mark as the planner's version would. None when the
+    written pod is another incarnation, an updated pod lacks the condition's type, or the patch writes
+    something else (then the write at the planner's version, as before)."""
     if condition is None or written.uid is None or written.uid != uid or written.action_id is None:
+        return None
+    metadata = (patch or {}).get("metadata") or {}
+    if set(patch or {}) - {"metadata"} or set(metadata) - set(_MARK_MAPS):
         return None
     kind = condition.get("type")
     key = "/metadata/annotations/" + ACTION_ID_ANNOTATION.replace("~", "~0").replace("/", "~1")
@@ -194,6 +211,18 @@ def mark_from_written(
         {"op": "test", "path": key, "value": written.action_id},
         {"op": "add", "path": key, "value": action_id},
     ]
+    for part in _MARK_MAPS:
+        changes = metadata.get(part)
+        if not changes:
+            continue
+        current = written.labels if part == "labels" else written.annotations
+        if not isinstance(changes, Mapping) or current is None or ACTION_ID_ANNOTATION in changes:
+            return None  # a map the pod lacks would need adding whole: the way at the planner's version
+        for name, value in changes.items():
+            before = current.get(name, _ABSENT)
+            _value(
+                operations, _pointer(f"/metadata/{part}", name), before, _ABSENT if value is None else value
+            )
     if kind in written.condition_types:
         at = written.condition_types.index(kind)
         operations.append({"op": "test", "path": f"/status/conditions/{at}/type", "value": kind})

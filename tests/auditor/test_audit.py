@@ -30,7 +30,9 @@ async def auditing(store: EventStore, bus: Bus, known: KnownStored | None = None
     on its second delivery within a second)."""
     audit = Audit(store, bus, known)
     durable = f"audit-{uuid.uuid4().hex[:8]}"
-    consumer = bus.consumer(durable, bus.event_filter(), audit.handle, batch=256, retry_backoff=(0.2,))
+    consumer = bus.consumer(
+        durable, bus.event_filter(), audit.handle, batch=256, retry_backoff=(0.2,), skip=audit.relayed_here
+    )
     task = asyncio.create_task(consumer.run(), name="audit-consumer")
     try:
         yield consumer
@@ -54,7 +56,7 @@ async def relay_everything(store: EventStore, bus: Bus) -> None:
 
 
 async def settled(consumer: Consumer, count: int) -> bool:
-    return consumer.stats.handled + consumer.stats.dead_lettered >= count
+    return consumer.stats.handled + consumer.stats.skipped + consumer.stats.dead_lettered >= count
 
 
 async def quarantined(store: EventStore, bus: Bus) -> list[tuple[str, str]]:
@@ -162,3 +164,83 @@ async def test_the_relay_and_the_audit_beside_it_settle_everything_without_a_wri
     assert consumer.stats.dead_lettered == 0
     assert len(known) == 0  # each identity the relay recorded was taken by the audit
     assert await own_store.head_position() == head
+
+
+async def test_what_the_relay_beside_it_published_is_settled_unread_and_the_rest_audited(
+    own_store: EventStore, own_bus: Bus
+) -> None:
+    """The messages JetStream stored for the relay's own publishes (by the sequence each ack gave) are
+    settled without decoding or a store read; a message published directly among them is still audited
+    and quarantined."""
+    stream = unique_stream()
+    stored = batch(stream, 1, 6)
+    await own_store.append(stored[:3], expected_version=0)
+    known = KnownStored()
+    relay = Relay(own_store, own_bus, known)
+    await relay.publish(await own_store.read_batch_json(0, 1000))
+    direct = pod_action(stream, 7, index=7)
+    await own_bus.publish(direct)
+    await own_store.append(stored[3:], expected_version=3)
+    await relay.publish(await own_store.read_batch_json(relay.position, 1000))
+
+    async with auditing(own_store, own_bus, known) as consumer:
+        await wait_for(lambda: settled(consumer, 7), within=30, what="the audit settled 7 messages")
+    assert consumer.stats.skipped == 6
+    assert consumer.stats.handled == 1
+    assert [event_id for event_id, _ in await quarantined(own_store, own_bus)] == [str(direct.event_id)]
+    assert len(known) == 0  # the relay's identities were taken with the messages
+
+
+async def test_a_message_published_ahead_of_the_relay_with_its_event_id_is_still_audited(
+    own_store: EventStore, own_bus: Bus
+) -> None:
+    """An attacker publishes, before the relay, a forged message with the id (and subject) of an event
+    about to be stored: JetStream drops the relay's publish as its duplicate and acks it with the
+    forged message's sequence. That sequence is not the relay's message, so the audit reads it and
+    quarantines it."""
+    stream = unique_stream()
+    event = pod_action(stream, 1, index=1)
+    forged = msgspec.structs.replace(pod_action(stream, 1, index=9), event_id=event.event_id)
+    await own_bus.js.publish(
+        own_bus.subject_for(event),
+        encode(forged),
+        stream=own_bus.stream,
+        headers={MSG_ID: str(event.event_id)},
+    )
+    await own_store.append([event], expected_version=0)
+    known = KnownStored()
+    await Relay(own_store, own_bus, known).publish(await own_store.read_batch_json(0, 1000))
+
+    async with auditing(own_store, own_bus, known) as consumer:
+        await wait_for(lambda: settled(consumer, 1), within=30, what="the audit settled the message")
+    assert consumer.stats.skipped == 0
+    assert [event_id for event_id, _ in await quarantined(own_store, own_bus)] == [str(event.event_id)]
+
+
+async def test_after_the_stream_was_made_anew_its_reused_sequences_are_audited(
+    own_store: EventStore, own_bus: Bus
+) -> None:
+    """The stream lost and made anew gives its sequences again: a forged message copying what the relay
+    published at a sequence of the old stream (subject, message id) is audited, not taken for it."""
+    stream = unique_stream()
+    event = pod_action(stream, 1, index=1)
+    await own_store.append([event], expected_version=0)
+    known = KnownStored()
+    relay = Relay(own_store, own_bus, known)
+    await relay.check_bus()
+    await relay.publish(await own_store.read_batch_json(0, 1000))
+    await own_bus.js.delete_stream(own_bus.stream)
+    await own_bus.ensure_stream()
+    forged = msgspec.structs.replace(pod_action(stream, 1, index=9), event_id=event.event_id)
+    await own_bus.js.publish(
+        own_bus.subject_for(event),
+        encode(forged),
+        stream=own_bus.stream,
+        headers={MSG_ID: str(event.event_id)},
+    )
+    await relay.check_bus()  # sees the new stream
+
+    async with auditing(own_store, own_bus, known) as consumer:
+        await wait_for(lambda: settled(consumer, 1), within=30, what="the audit settled the message")
+    assert consumer.stats.skipped == 0
+    assert [event_id for event_id, _ in await quarantined(own_store, own_bus)] == [str(event.event_id)]

@@ -237,9 +237,23 @@ async def test_a_mark_at_the_current_version_is_one_write_and_its_redelivery_non
     assert isinstance(outcome, PodActionSucceeded) and outcome.already_applied
 
 
+# The lifecycle move the markReady ending an in-place update carries (planner/update.py, refresh).
+LIFECYCLE_MOVE = {
+    "metadata": {
+        "labels": {"lifecycle.apps.kruise.io/state": "Normal"},
+        "annotations": {"lifecycle.apps.kruise.io/timestamp": "2026-01-01T00:00:00Z"},
+    }
+}
+
+
 @pytest.mark.asyncio(loop_scope="session")
+@pytest.mark.parametrize("patch", [None, LIFECYCLE_MOVE], ids=["condition", "with-lifecycle-move"])
 async def test_a_mark_after_this_executors_update_is_one_write_though_the_kubelet_wrote_since(
-    settings: Settings, event_store: EventStore, simcluster: SimCluster, k8s_client: client.ApiClient
+    settings: Settings,
+    event_store: EventStore,
+    simcluster: SimCluster,
+    k8s_client: client.ApiClient,
+    patch: dict[str, Any] | None,
 ) -> None:
     # The in-place update, then the markReady the planner computes from the pod as the update left it,
     # while the kubelet still writes the restarted container's status (here: always before the mark).
@@ -253,6 +267,8 @@ async def test_a_mark_after_this_executors_update_is_one_write_though_the_kubele
     assert await executed(executor, update)
     seen_by_planner = await version_of(core, pod_name)
     details: dict[str, Any] = {"condition": READY, "uid": uid, "resourceVersion": seen_by_planner}
+    if patch is not None:
+        details["patch"] = patch
     mark = await planned(event_store, workload, "markReady", pod_name, details)
     assert isinstance(mark.payload, PodActionRequested)
     other = {"type": "example.com/Probe", "status": "True"}  # a status write after the planner saw it
@@ -266,6 +282,8 @@ async def test_a_mark_after_this_executors_update_is_one_write_though_the_kubele
     after = await core.read_namespaced_pod(pod_name, "default")
     assert after.metadata.annotations[ACTION_ID_ANNOTATION] == mark.payload.action_id
     assert in_place_ready(after) == ["True"]
+    if patch is not None:
+        assert after.metadata.labels["lifecycle.apps.kruise.io/state"] == "Normal"
     marked = await version_of(core, pod_name)
 
     # Delivered again, its outcome lost with another executor: found applied, nothing written.

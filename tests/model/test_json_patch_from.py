@@ -207,3 +207,51 @@ def test_a_pod_this_executor_created_gets_the_condition_appended_once() -> None:
         json_patch(CREATED, operations)
     # Not created here (an update's answer) and the type absent: not this way.
     assert mark_from_written(Written(CREATED), "u-1", READY, "mark") is None
+
+
+LIFECYCLE = "lifecycle.apps.kruise.io/state"
+STAMP = "lifecycle.apps.kruise.io/timestamp"
+UPDATING: dict[str, Any] = {
+    "metadata": {
+        "uid": "u-1",
+        "labels": {"app": "web", LIFECYCLE: "Updating"},
+        "annotations": {ACTION: "update", STAMP: "t1"},
+    },
+    "status": UPDATED["status"],
+}
+# The markReady that ends an in-place update: the condition and the lifecycle state it moves to.
+MOVE = {"metadata": {"labels": {LIFECYCLE: "Normal"}, "annotations": {STAMP: "t2"}}}
+
+
+def test_a_mark_with_a_lifecycle_move_goes_from_the_pod_this_executor_wrote() -> None:
+    """The kubelet's status writes since the spec patch (containers restarted, Ready) do not refuse it;
+    it lands once (a redelivery is refused), and a change since to a label it writes refuses it, as the
+    planner's resourceVersion would."""
+    operations = mark_from_written(Written(UPDATING), "u-1", READY, "mark", MOVE)
+    assert operations is not None
+    since = copy.deepcopy(UPDATING)
+    since["status"]["conditions"][0]["status"] = "True"
+    marked = json_patch(since, operations)
+    assert marked["metadata"]["labels"] == {"app": "web", LIFECYCLE: "Normal"}
+    assert marked["metadata"]["annotations"] == {ACTION: "mark", STAMP: "t2"}
+    assert marked["status"]["conditions"][1] == READY
+    with pytest.raises(ApiError):  # delivered again: applied already
+        json_patch(marked, operations)
+    relabelled = copy.deepcopy(since)
+    relabelled["metadata"]["labels"][LIFECYCLE] = "PreparingDelete"
+    with pytest.raises(ApiError):
+        json_patch(relabelled, operations)
+
+
+@pytest.mark.parametrize(
+    "patch",
+    [
+        {"metadata": {"finalizers": ["x"]}},  # not a map of strings
+        {"spec": {"activeDeadlineSeconds": 1}},
+        {"metadata": {"annotations": {ACTION: "other"}}},
+    ],
+)
+def test_a_mark_writing_more_than_labels_and_annotations_is_not_from_the_written_pod(
+    patch: dict[str, Any],
+) -> None:
+    assert mark_from_written(Written(UPDATING), "u-1", READY, "mark", patch) is None

@@ -192,3 +192,34 @@ async def test_bursts_of_many_clonesets_are_one_append_each_stream_in_watch_orde
     assert watcher.appends == appends_before + 1  # one append for every stream, not one per stream
     for owner in owners:
         assert await stored_pods(event_store, owner) == [("a", "1"), ("b", "12"), ("a", "13"), ("a", "14")]
+
+
+async def test_an_object_observed_again_unchanged_is_not_stored_again(
+    watcher: Watcher, event_store: EventStore
+) -> None:
+    """A resync (a MODIFIED whose only change is the resourceVersion), a relist (each item as ADDED) and a
+    watcher started again (its cache rebuilt from the store, then a relist) store nothing for an object
+    that did not change: each repeated observation would be a row, a publish and a fold."""
+    owner = f"web-{uuid.uuid4().hex[:8]}"
+    await feed(watcher, "CloneSet", [("ADDED", cloneset(owner, 10))])
+    await feed(watcher, "Pod", [("ADDED", pod(owner, "a", 1, ready="True", action="mark-a"))])
+    await feed(watcher, "Pod", [("MODIFIED", pod(owner, "a", 2, ready="True", action="mark-a"))])
+    await feed(watcher, "Pod", [("ADDED", pod(owner, "a", 3, ready="True", action="mark-a"))])
+
+    api = client.ApiClient()
+    restarted = Watcher(Settings(), event_store, api)
+    appender = asyncio.create_task(restarted.append_queued())
+    try:
+        await restarted.rebuild()
+        await feed(restarted, "CloneSet", [("ADDED", cloneset(owner, 11))])
+        await feed(restarted, "Pod", [("ADDED", pod(owner, "a", 4, ready="True", action="mark-a"))])
+        # A real change is stored.
+        await feed(restarted, "Pod", [("MODIFIED", pod(owner, "a", 5, ready="False", action="mark-a"))])
+    finally:
+        appender.cancel()
+        await asyncio.gather(appender, return_exceptions=True)
+        await api.close()
+
+    assert await stored_pods(event_store, owner) == [("a", "1"), ("a", "5")]
+    stored = await event_store.read_stream(observed_stream(NS, owner))
+    assert [e.envelope.payload.kind for e in stored] == ["CloneSet", "Pod", "Pod"]
