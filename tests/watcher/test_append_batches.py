@@ -221,5 +221,5 @@ async def test_an_object_observed_again_unchanged_is_not_stored_again(
         await api.close()
 
     assert await stored_pods(event_store, owner) == [("a", "1"), ("a", "5")]
-    stored = await event_store.read_stream(observed_stream(NS, owner))
+    stored = await event_store.read_stream(CLONESET.observed_stream(NS, owner))
     assert [e.envelope.payload.kind for e in stored] == ["CloneSet", "Pod", "Pod"]
