@@ -38,6 +38,7 @@ import random
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
@@ -56,6 +57,15 @@ from services.auditor.bus_loss import (
     later_mark,
     rewind_position,
     store_divergence,
+)
+from services.auditor.store_loss import (
+    RECOVERABLE,
+    STORED,
+    UNRECOVERABLE,
+    Lost,
+    StoreNow,
+    loss_record,
+    recovery,
 )
 from services.infra.api_auth import authenticator, guard
 from services.infra.bus import (
@@ -77,16 +87,17 @@ from services.infra.metrics import (
     RELAY_PUBLISHED,
     RELAY_REFERENCES,
     RELAY_STORE_LOST,
+    RELAY_STORE_RESOLVED,
     RETRIES,
 )
 from services.infra.nats_auth import AUDITOR
 from services.infra.retry import DEFAULT_BACKOFF, Stopped, is_transient, retry_until_stopped, wait_or_stop
 from services.infra.runtime import ServiceRuntime, calm_cyclic_collector, configure_logging, run_until_stopped
 from services.infra.settings import Settings
-from services.infra.store import EventIdentity, EventStore, StoredEventJson
+from services.infra.store import ConcurrencyError, EventIdentity, EventStore, StoredEventJson
 from services.infra.transparency import checkpoint_loop, checkpointer_for
 from services.kinds.registry import partition_key
-from services.model.events import Envelope, decode
+from services.model.events import Envelope, PodActionRequested, PodActionSucceeded, decode
 
 log = structlog.get_logger("auditor")
 
@@ -192,6 +203,9 @@ class Relay:
         # position): the store went back behind it (check_store).
         self.reissue_until = 0
         self.lost_ids: set[uuid.UUID] = set()  # ids of the events in store_lost, published anew by id too
+        # What became of the lost events (services/auditor/store_loss.py): put back from the bus, or not.
+        self.recovered = 0
+        self.unrecoverable: list[dict[str, Any]] = []
 
     def detail(self) -> dict[str, Any]:
         """``details.relay`` of /readyz."""
@@ -204,7 +218,14 @@ class Relay:
             "position": self.position,
             "retrying": self.retrying,
             "bus_gap": self.gap,
-            "store_lost": {"count": len(self.store_lost), "events": lost} if lost else None,
+            "store_lost": {
+                "count": len(self.store_lost),
+                "events": lost,
+                "recovered": self.recovered,
+                "unrecoverable": self.unrecoverable[-LOST_SHOWN:],
+            }
+            if lost
+            else None,
         }
 
     async def resume_position(self) -> int:
@@ -306,6 +327,119 @@ class Relay:
         self.reissue_until = max(self.reissue_until, self.position, max(lost, default=(0,))[0])
         self.position = common
         self.caught_up.clear()
+        if lost:
+            await self.recover(lost)
+
+    async def recover(self, lost: Sequence[tuple[int, Sent]]) -> None:
+        """Put the lost events back from the bus as themselves where the record as it is now allows
+        (services/auditor/store_loss.py), and record the loss, what came back and what did not, on
+        ``Audit//store-loss`` (log, metrics, /readyz). The store is the arbiter: an event another writer
+        beat to its slot meanwhile is unrecoverable, as is every later lost event of its stream."""
+        found = [Lost(position, sent, await self.lost_body(position, sent)) for position, sent in lost]
+        verdicts = recovery(found, await self.store_now(found))
+        blocked: set[str] = set()
+        for index, (event, verdict) in enumerate(verdicts):
+            stream = event.sent.stream
+            if verdict == RECOVERABLE and stream in blocked:
+                verdicts[index] = (event, UNRECOVERABLE[1])
+                continue
+            if verdict != RECOVERABLE or event.body is None:
+                continue
+            try:
+                await self.store.append_many([event.body])
+            except ConcurrencyError:
+                verdicts[index] = (event, UNRECOVERABLE[0])  # another writer took its slot meanwhile
+                blocked.add(stream)
+        recovered_ids = [e.sent.event_id for e, v in verdicts if v == RECOVERABLE]
+        rows = await self.store.query(
+            "SELECT event_id, global_position FROM events WHERE event_id = ANY($1::uuid[])", recovered_ids
+        )
+        positions = {row[0]: int(row[1]) for row in rows}
+        for event, verdict in verdicts:
+            fields = {
+                "position_before": event.position,
+                "event_id": str(event.sent.event_id),
+                "stream": event.sent.stream,
+                "version": event.sent.stream_version,
+                "type": event.sent.type,
+            }
+            if verdict == RECOVERABLE:
+                log.warning(
+                    "relay_store_recovered_event", position=positions.get(event.sent.event_id), **fields
+                )
+            elif verdict != STORED:
+                log.error("relay_store_unrecoverable_event", reason=verdict, **fields)
+                self.unrecoverable.append({**fields, "reason": verdict})
+        unrecoverable = sum(1 for _, v in verdicts if v in UNRECOVERABLE)
+        self.recovered += len(recovered_ids)
+        RELAY_STORE_RESOLVED.labels("recovered").inc(len(recovered_ids))
+        RELAY_STORE_RESOLVED.labels("unrecoverable").inc(unrecoverable)
+        record = loss_record(verdicts, positions, await self.requests_of(verdicts), datetime.now(UTC))
+        if record is not None:
+            await self.store.append_unversioned([record])
+
+    async def lost_body(self, position: int, sent: Sent) -> Envelope | None:
+        """The lost event as the bus holds it, from the stream sequence its publish was stored at: only the
+        message relayed from ``position`` carrying the whole event (not a reference to the store's copy)."""
+        if not sent.seq:
+            return None
+        try:
+            message = await self.bus.js.get_msg(self.bus.stream, sent.seq)
+        except nats.js.errors.NotFoundError:
+            return None
+        headers = message.headers or {}
+        if relayed_position(headers) != position or BODY_HEADER in headers or not message.data:
+            return None
+        try:
+            body = decode(message.data)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            return None
+        return body if body.event_id == sent.event_id else None
+
+    async def store_now(self, lost: Sequence[Lost]) -> StoreNow:
+        """What the store holds now where the lost events were: their streams' versions, their slots and
+        which of their ids it holds anywhere."""
+        streams = sorted({e.sent.stream for e in lost})
+        versions = await self.store.query(
+            "SELECT s, coalesce((SELECT max(stream_version) FROM events WHERE stream = s), 0)"
+            " FROM unnest($1::text[]) AS s",
+            streams,
+        )
+        slots = await self.store.query(
+            "SELECT e.stream, e.stream_version, e.event_id"
+            " FROM unnest($1::text[], $2::int4[]) AS s(stream, v)"
+            " JOIN events e ON e.stream = s.stream AND e.stream_version = s.v",
+            [e.sent.stream for e in lost],
+            [e.sent.stream_version for e in lost],
+        )
+        stored = await self.store.stored_ids([e.sent.event_id for e in lost])
+        return StoreNow(
+            versions={row[0]: int(row[1]) for row in versions},
+            slots={(row[0], int(row[1])): row[2] for row in slots},
+            stored_ids=frozenset(stored),
+        )
+
+    async def requests_of(self, verdicts: Sequence[tuple[Lost, str]]) -> dict[str, PodActionRequested]:
+        """The requests of the lost successes, by action id: among the lost bodies, else the stored event
+        that caused each (its causation id)."""
+        requests: dict[str, PodActionRequested] = {}
+        for event, _ in verdicts:
+            if event.body is not None and isinstance(event.body.payload, PodActionRequested):
+                requests[event.body.payload.action_id] = event.body.payload
+        for event, verdict in verdicts:
+            body = event.body
+            if (
+                verdict not in UNRECOVERABLE
+                or body is None
+                or not isinstance(body.payload, PodActionSucceeded)
+            ):
+                continue
+            if body.payload.action_id in requests or body.causation_id is None:
+                continue
+            cause = await self.store.read_event(body.causation_id)
+            if cause is not None and isinstance(cause.payload, PodActionRequested):
+                requests[body.payload.action_id] = cause.payload
+        return requests
 
     async def oldest_position(self, first: int, last: int) -> int | None:
         """The position carried by the oldest relayed message from stream sequence ``first`` on."""
@@ -427,7 +561,9 @@ class Relay:
                 if len(self.sent) >= SENT_CAPACITY:
                     del self.sent[next(iter(self.sent))]
                 sent = stored.envelope
-                self.sent[self.position] = Sent(sent.event_id, sent.stream, sent.stream_version, sent.type)
+                self.sent[self.position] = Sent(
+                    sent.event_id, sent.stream, sent.stream_version, sent.type, outcome.seq
+                )
                 self._saw_ack(outcome)
         finally:
             RELAY_PUBLISHED.inc(acknowledged)

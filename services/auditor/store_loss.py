@@ -1,0 +1,171 @@
+"""Which events a failover lost from the store can go back, from the bus, as themselves; and the record
+of the loss (what came back, and what did not, by name).
+
+An asynchronous standby promoted without the old primary's last commits lacks events the relay had
+already published (services/auditor/bus_loss.py ``store_divergence`` names them). The bus still holds
+their bodies as published. A lost event goes back into the store as the original event (its id, stream,
+stream version, type, payload and times) only where it fits the record as it is now:
+
+- its id is not stored anywhere (else it is back already: a service stored it again, ids being derived
+  from what they record);
+- its stream is at the version right before it (every earlier version of its stream is stored, as it was
+  when the event was appended), so its slot is free and nothing is built on a different history;
+- the bus still holds its body (not gone with the bus, nor sent by reference to the store's copy).
+
+A stream whose lost event cannot go back (a service rebuilt from the store and appended another event at
+that version) keeps every later lost event of it out too: they followed a version the record no longer
+holds. Decided in position order, which is each stream's version order.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from services.auditor.bus_loss import Sent
+from services.model.events import (
+    STORE_LOSS_STREAM,
+    Envelope,
+    PodActionRequested,
+    PodActionSucceeded,
+    StoreLossDetected,
+    new_event,
+)
+from services.model.streams import ROLLBOOK_NAMESPACE, workload_stream
+
+RECOVERABLE = "recoverable"
+STORED = "stored again"  # its id is stored: not lost after all
+SLOT_TAKEN = "its stream version is held by another event now"
+AFTER_UNRECOVERED = "an earlier version of its stream could not go back"
+GAP = "an earlier version of its stream is missing"
+NO_BODY = "the bus no longer holds its body"
+UNRECOVERABLE = (SLOT_TAKEN, AFTER_UNRECOVERED, GAP, NO_BODY)
+
+
+@dataclass(frozen=True)
+class Lost:
+    """A published event the store lost: where it was stored, what the relay remembers of it, and its body
+    as the bus holds it (None: the bus does not)."""
+
+    position: int
+    sent: Sent
+    body: Envelope | None
+
+
+@dataclass(frozen=True)
+class StoreNow:
+    """What the store holds now, for the lost events' streams: each stream's version, the event id at
+    each lost event's (stream, version), and which of the lost ids are stored anywhere."""
+
+    versions: Mapping[str, int]
+    slots: Mapping[tuple[str, int], uuid.UUID]
+    stored_ids: frozenset[uuid.UUID]
+
+
+def recovery(lost: Sequence[Lost], now: StoreNow) -> list[tuple[Lost, str]]:
+    """Each lost event with its verdict (``RECOVERABLE``, ``STORED`` or one of ``UNRECOVERABLE``), in
+    position order: the order to append the recoverable ones in."""
+    versions = dict(now.versions)
+    blocked: set[str] = set()
+    verdicts: list[tuple[Lost, str]] = []
+    for event in sorted(lost, key=lambda e: e.position):
+        stream, version = event.sent.stream, event.sent.stream_version
+        if event.sent.event_id in now.stored_ids:
+            verdict = STORED
+        elif stream in blocked:
+            verdict = AFTER_UNRECOVERED
+        elif event.body is None:
+            verdict = NO_BODY
+        elif now.slots.get((stream, version), event.sent.event_id) != event.sent.event_id:
+            verdict = SLOT_TAKEN
+        elif versions.get(stream, 0) >= version:
+            verdict = SLOT_TAKEN  # held, by an event not read (the slot map names the lost ones' only)
+        elif versions.get(stream, 0) != version - 1:
+            verdict = GAP
+        else:
+            verdict = RECOVERABLE
+            versions[stream] = version
+        if verdict in UNRECOVERABLE:
+            blocked.add(stream)
+        verdicts.append((event, verdict))
+    return verdicts
+
+
+def _rollout(event: Lost) -> str | None:
+    if event.body is None:
+        return None
+    rollout = getattr(event.body.payload, "rollout_id", None)
+    return rollout if isinstance(rollout, str) else event.body.correlation_id
+
+
+def _named(event: Lost) -> dict[str, Any]:
+    return {
+        "event_id": str(event.sent.event_id),
+        "stream": event.sent.stream,
+        "version": event.sent.stream_version,
+        "type": event.sent.type,
+        "rollout_id": _rollout(event),
+        "position_before": event.position,
+    }
+
+
+def applied_actions(
+    unrecoverable: Iterable[Lost], requests: Mapping[str, PodActionRequested]
+) -> list[dict[str, Any]]:
+    """The pod actions carried out whose success the store lost for good: each lost
+    ``PodActionSucceeded``'s action, with its pod from its request (``requests``, by action id: the
+    store's and the lost events'), when known."""
+    found = []
+    for event in unrecoverable:
+        payload = event.body.payload if event.body is not None else None
+        if not isinstance(payload, PodActionSucceeded):
+            continue
+        request = requests.get(payload.action_id)
+        found.append(
+            {
+                "action_id": payload.action_id,
+                "action": request.action if request is not None else None,
+                "pod": request.target if request is not None else None,
+                "pod_uid": payload.pod_uid,
+                "rollout_id": _rollout(event),
+                "event_id": str(event.sent.event_id),
+            }
+        )
+    return found
+
+
+def loss_record(
+    verdicts: Sequence[tuple[Lost, str]],
+    positions: Mapping[uuid.UUID, int],
+    requests: Mapping[str, PodActionRequested],
+    detected_at: datetime,
+) -> Envelope | None:
+    """The ``StoreLossDetected`` to store for ``verdicts`` (``positions``: where each recovered event is
+    stored now), None when nothing was lost after all. Its id derives from the lost events, so auditors
+    that find the same loss record it once."""
+    recovered = [
+        {**_named(event), "position": positions.get(event.sent.event_id)}
+        for event, verdict in verdicts
+        if verdict == RECOVERABLE
+    ]
+    unrecoverable = [(event, verdict) for event, verdict in verdicts if verdict in UNRECOVERABLE]
+    if not recovered and not unrecoverable:
+        return None
+    lost_ids = sorted(str(event.sent.event_id) for event, verdict in verdicts if verdict != STORED)
+    record = StoreLossDetected(
+        detected_at=detected_at,
+        recovered=recovered,
+        unrecoverable=[{**_named(event), "reason": verdict} for event, verdict in unrecoverable],
+        actions_applied=applied_actions((event for event, _ in unrecoverable), requests),
+        workloads=sorted({workload_stream(event.sent.stream) for event, _ in unrecoverable}),
+    )
+    return new_event(
+        record,
+        stream=STORE_LOSS_STREAM,
+        stream_version=0,  # the store gives it the next version
+        occurred_at=detected_at,
+        event_id=uuid.uuid5(ROLLBOOK_NAMESPACE, "store-loss:" + ",".join(lost_ids)),
+    )
