@@ -64,7 +64,7 @@ from services.auditor.store_loss import (
     UNRECOVERABLE,
     Lost,
     StoreNow,
-    loss_record,
+    loss_records,
     recovery,
 )
 from services.infra.api_auth import authenticator, guard
@@ -332,8 +332,8 @@ class Relay:
 
     async def recover(self, lost: Sequence[tuple[int, Sent]]) -> None:
         """Put the lost events back from the bus as themselves where the record as it is now allows
-        (services/auditor/store_loss.py), and record the loss, what came back and what did not, on
-        ``Audit//store-loss`` (log, metrics, /readyz). The store is the arbiter: an event another writer
+        (services/auditor/store_loss.py), and record the loss, what came back and what did not, for each
+        workload (``loss_records``; log, metrics, /readyz). The store is the arbiter: an event another writer
         beat to its slot meanwhile is unrecoverable, as is every later lost event of its stream."""
         found = [Lost(position, sent, await self.lost_body(position, sent)) for position, sent in lost]
         verdicts = recovery(found, await self.store_now(found))
@@ -374,9 +374,9 @@ class Relay:
         self.recovered += len(recovered_ids)
         RELAY_STORE_RESOLVED.labels("recovered").inc(len(recovered_ids))
         RELAY_STORE_RESOLVED.labels("unrecoverable").inc(unrecoverable)
-        record = loss_record(verdicts, positions, await self.requests_of(verdicts), datetime.now(UTC))
-        if record is not None:
-            await self.store.append_unversioned([record])
+        records = loss_records(verdicts, positions, await self.requests_of(verdicts), datetime.now(UTC))
+        if records:
+            await self.store.append_unversioned(records)
 
     async def lost_body(self, position: int, sent: Sent) -> Envelope | None:
         """The lost event as the bus holds it, from the stream sequence its publish was stored at: only the

@@ -34,7 +34,7 @@ from services.model.events import (
     StoreLossDetected,
     new_event,
 )
-from services.model.streams import ROLLBOOK_NAMESPACE, workload_stream
+from services.model.streams import ROLLBOOK_NAMESPACE, WORKLOAD_KIND, actions_stream, workload_stream
 
 RECOVERABLE = "recoverable"
 STORED = "stored again"  # its id is stored: not lost after all
@@ -137,35 +137,50 @@ def applied_actions(
     return found
 
 
-def loss_record(
+def loss_stream(workload: str) -> str:
+    """Where the record of a workload's loss goes: a CloneSet's actions stream (store-assigned versions,
+    which its planner folds, to report it as a status condition), else ``Audit//store-loss``."""
+    parts = workload.split("/")
+    if len(parts) == 3 and parts[0] == WORKLOAD_KIND:
+        return actions_stream(parts[1], parts[2])
+    return STORE_LOSS_STREAM
+
+
+def loss_records(
     verdicts: Sequence[tuple[Lost, str]],
     positions: Mapping[uuid.UUID, int],
     requests: Mapping[str, PodActionRequested],
     detected_at: datetime,
-) -> Envelope | None:
-    """The ``StoreLossDetected`` to store for ``verdicts`` (``positions``: where each recovered event is
-    stored now), None when nothing was lost after all. Its id derives from the lost events, so auditors
-    that find the same loss record it once."""
-    recovered = [
-        {**_named(event), "position": positions.get(event.sent.event_id)}
-        for event, verdict in verdicts
-        if verdict == RECOVERABLE
-    ]
-    unrecoverable = [(event, verdict) for event, verdict in verdicts if verdict in UNRECOVERABLE]
-    if not recovered and not unrecoverable:
-        return None
-    lost_ids = sorted(str(event.sent.event_id) for event, verdict in verdicts if verdict != STORED)
-    record = StoreLossDetected(
-        detected_at=detected_at,
-        recovered=recovered,
-        unrecoverable=[{**_named(event), "reason": verdict} for event, verdict in unrecoverable],
-        actions_applied=applied_actions((event for event, _ in unrecoverable), requests),
-        workloads=sorted({workload_stream(event.sent.stream) for event, _ in unrecoverable}),
-    )
-    return new_event(
-        record,
-        stream=STORE_LOSS_STREAM,
-        stream_version=0,  # the store gives it the next version
-        occurred_at=detected_at,
-        event_id=uuid.uuid5(ROLLBOOK_NAMESPACE, "store-loss:" + ",".join(lost_ids)),
-    )
+) -> list[Envelope]:
+    """The ``StoreLossDetected`` records to store for ``verdicts``, one per workload that lost events
+    (``positions``: where each recovered event is stored now); none when nothing was lost after all. Each
+    id derives from the workload and its lost events, so auditors that find the same loss record it once."""
+    by_workload: dict[str, list[tuple[Lost, str]]] = {}
+    for event, verdict in verdicts:
+        if verdict != STORED:
+            by_workload.setdefault(workload_stream(event.sent.stream), []).append((event, verdict))
+    records = []
+    for workload, lost in sorted(by_workload.items()):
+        unrecoverable = [(event, verdict) for event, verdict in lost if verdict in UNRECOVERABLE]
+        record = StoreLossDetected(
+            detected_at=detected_at,
+            recovered=[
+                {**_named(event), "position": positions.get(event.sent.event_id)}
+                for event, verdict in lost
+                if verdict == RECOVERABLE
+            ],
+            unrecoverable=[{**_named(event), "reason": verdict} for event, verdict in unrecoverable],
+            actions_applied=applied_actions((event for event, _ in unrecoverable), requests),
+            workloads=[workload],
+        )
+        lost_ids = ",".join(sorted(str(event.sent.event_id) for event, _ in lost))
+        records.append(
+            new_event(
+                record,
+                stream=loss_stream(workload),
+                stream_version=0,  # the store gives it the next version
+                occurred_at=detected_at,
+                event_id=uuid.uuid5(ROLLBOOK_NAMESPACE, f"store-loss:{workload}:{lost_ids}"),
+            )
+        )
+    return records

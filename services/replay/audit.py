@@ -7,8 +7,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+import msgspec
+
 from services.infra.store import EventStore
-from services.model.events import REDACTION_STREAM, STORE_LOSS_STREAM, StoreLossDetected, TrailRedacted
+from services.model.events import REDACTION_STREAM, StoreLossDetected, TrailRedacted
 from services.model.hashchain import ZERO_HASH, ChainVerifier, Checkpoint, Finding
 from services.model.merkle import (
     EMPTY_ROOT,
@@ -21,6 +23,8 @@ from services.model.merkle import (
     verify_consistency,
 )
 from services.model.signed_note import NoteError, SignedCheckpoint, UntrustedKey, Verifier
+
+_loss_decoder = msgspec.json.Decoder(StoreLossDetected)
 
 
 @dataclass
@@ -347,19 +351,22 @@ async def audit_trail(store: EventStore, sources: TrailSources, *, batch_size: i
 
 
 async def read_losses(store: EventStore) -> tuple[list[str], list[str]]:
-    """The store losses on record (``StoreLossDetected`` on ``Audit//store-loss``), described, and the
-    event ids of the records naming an event that could not be recovered."""
+    """The store losses on record (``StoreLossDetected``, on a CloneSet's actions stream or
+    ``Audit//store-loss``), described, and the event ids of the records naming an event that could not be
+    recovered."""
     lines: list[str] = []
     unrecovered: list[str] = []
-    for stored in await store.read_stream(STORE_LOSS_STREAM):
-        record = stored.envelope.payload
-        if not isinstance(record, StoreLossDetected):
-            continue
+    rows = await store.query(
+        "SELECT event_id, payload::text FROM events WHERE type = $1 ORDER BY global_position",
+        StoreLossDetected.__name__,
+    )
+    for event_id, payload in rows:
+        record = _loss_decoder.decode(payload)
         described = describe_loss(record)
-        described[0] += f" [record {stored.envelope.event_id}]"
+        described[0] += f" [record {event_id}]"
         lines += described
         if record.unrecoverable:
-            unrecovered.append(str(stored.envelope.event_id))
+            unrecovered.append(str(event_id))
     return lines, unrecovered
 
 

@@ -18,7 +18,7 @@ from services.auditor.store_loss import (
     STORED,
     Lost,
     StoreNow,
-    loss_record,
+    loss_records,
     recovery,
 )
 from services.model.events import (
@@ -149,9 +149,10 @@ def test_the_record_names_what_came_back_what_did_not_and_the_actions_carried_ou
     outcome = [(back, RECOVERABLE), (success, SLOT_TAKEN), (observed, NO_BODY)]
     request_payload = request.payload
     assert isinstance(request_payload, PodActionRequested)
-    record = loss_record(outcome, {back.sent.event_id: 31}, {"act-1": request_payload}, AT)
-    assert record is not None
-    assert record.stream == STORE_LOSS_STREAM
+    records = loss_records(outcome, {back.sent.event_id: 31}, {"act-1": request_payload}, AT)
+    # One record per workload: a CloneSet's on its actions stream (its planner reports the loss).
+    assert [r.stream for r in records] == [ACTIONS]
+    record = records[0]
     loss = record.payload
     assert isinstance(loss, StoreLossDetected)
     assert [(r["event_id"], r["position_before"], r["position"]) for r in loss.recovered] == [
@@ -177,9 +178,19 @@ def test_the_record_names_what_came_back_what_did_not_and_the_actions_carried_ou
     assert f"LOST PodActionSucceeded {success.sent.event_id} {ACTIONS} v2 rollout {ROLLOUT}" in text
     assert "CARRIED OUT, outcome lost: updateInPlace act-1 on pod web-0" in text
     # Two auditors finding the same loss record it once: the id derives from the lost events.
-    again = loss_record(outcome, {back.sent.event_id: 31}, {"act-1": request_payload}, AT)
-    assert again is not None and again.event_id == record.event_id
+    again = loss_records(outcome, {back.sent.event_id: 31}, {"act-1": request_payload}, AT)
+    assert [r.event_id for r in again] == [record.event_id]
 
 
 def test_nothing_is_recorded_when_every_lost_event_is_stored_again() -> None:
-    assert loss_record([(lost(10, DECISIONS, 4), STORED)], {}, {}, AT) is None
+    assert loss_records([(lost(10, DECISIONS, 4), STORED)], {}, {}, AT) == []
+
+
+def test_a_loss_outside_a_clonesets_streams_is_recorded_on_the_audit_stream() -> None:
+    records = loss_records(
+        [(lost(10, "SidecarSet//mesh/actions", 3), SLOT_TAKEN), (lost(11, DECISIONS, 4), GAP)], {}, {}, AT
+    )
+    assert [(r.stream, r.payload.workloads) for r in records] == [  # type: ignore[union-attr]
+        (ACTIONS, [DECISIONS]),
+        (STORE_LOSS_STREAM, ["SidecarSet//mesh"]),
+    ]

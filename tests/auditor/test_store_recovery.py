@@ -17,7 +17,6 @@ from services.auditor.service import POSITION_HEADER, Relay
 from services.auditor.store_loss import AFTER_UNRECOVERED, SLOT_TAKEN
 from services.infra.bus import MSG_ID, Bus
 from services.model.events import (
-    STORE_LOSS_STREAM,
     Envelope,
     PodActionRequested,
     PodActionSucceeded,
@@ -107,7 +106,9 @@ async def test_lost_events_come_back_from_the_bus_as_themselves_and_the_rest_are
         assert resolved("recovered") - before["recovered"] == 1
         assert resolved("unrecoverable") - before["unrecoverable"] == 2
 
-        records = await store.read_stream(STORE_LOSS_STREAM)
+        records = [
+            e for e in await store.read_stream(ACTIONS) if isinstance(e.envelope.payload, StoreLossDetected)
+        ]
         assert len(records) == 1
         record = records[0].envelope.payload
         assert isinstance(record, StoreLossDetected)
