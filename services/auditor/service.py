@@ -59,7 +59,9 @@ from services.auditor.bus_loss import (
     store_divergence,
 )
 from services.auditor.store_loss import (
+    AFTER_UNRECOVERED,
     RECOVERABLE,
+    SLOT_TAKEN,
     STORED,
     UNRECOVERABLE,
     Lost,
@@ -206,6 +208,8 @@ class Relay:
         # What became of the lost events (services/auditor/store_loss.py): put back from the bus, or not.
         self.recovered = 0
         self.unrecoverable: list[dict[str, Any]] = []
+        self.unresolved: list[tuple[int, Sent]] = []  # lost events whose recovery has yet to go through
+        self.put_back: set[uuid.UUID] = set()  # ids of the lost events this relay appended again
 
     def detail(self) -> dict[str, Any]:
         """``details.relay`` of /readyz."""
@@ -298,6 +302,7 @@ class Relay:
         published, the events published from them; if not (a failover to a standby that never received
         the last commits), go back to the position before the first that differs, and name every published
         event it lost (log, metric, /readyz)."""
+        await self.resolve()  # a recovery an outage interrupted
         window = {p: e for p, e in self.sent.items() if p <= self.position}
         if len(window) > STORE_CHECK_WINDOW:
             window = dict(list(window.items())[-STORE_CHECK_WINDOW:])
@@ -327,8 +332,15 @@ class Relay:
         self.reissue_until = max(self.reissue_until, self.position, max(lost, default=(0,))[0])
         self.position = common
         self.caught_up.clear()
-        if lost:
-            await self.recover(lost)
+        self.unresolved += lost
+        await self.resolve()
+
+    async def resolve(self) -> None:
+        """Recover what the store lost, once: kept until it went through (the store or the bus may fail
+        under it, as they may at the time of a failover; the next check tries again)."""
+        if self.unresolved:
+            await self.recover(self.unresolved)
+            self.unresolved = []
 
     async def recover(self, lost: Sequence[tuple[int, Sent]]) -> None:
         """Put the lost events back from the bus as themselves where the record as it is now allows
@@ -336,20 +348,26 @@ class Relay:
         workload (``loss_records``; log, metrics, /readyz). The store is the arbiter: an event another writer
         beat to its slot meanwhile is unrecoverable, as is every later lost event of its stream."""
         found = [Lost(position, sent, await self.lost_body(position, sent)) for position, sent in lost]
-        verdicts = recovery(found, await self.store_now(found))
+        verdicts = [
+            # Put back by an attempt that failed before it recorded anything: recovered all the same.
+            (event, RECOVERABLE if verdict == STORED and event.sent.event_id in self.put_back else verdict)
+            for event, verdict in recovery(found, await self.store_now(found))
+        ]
         blocked: set[str] = set()
         for index, (event, verdict) in enumerate(verdicts):
             stream = event.sent.stream
             if verdict == RECOVERABLE and stream in blocked:
-                verdicts[index] = (event, UNRECOVERABLE[1])
+                verdicts[index] = (event, AFTER_UNRECOVERED)
                 continue
-            if verdict != RECOVERABLE or event.body is None:
+            if verdict != RECOVERABLE or event.body is None or event.sent.event_id in self.put_back:
                 continue
             try:
                 await self.store.append_many([event.body])
             except ConcurrencyError:
-                verdicts[index] = (event, UNRECOVERABLE[0])  # another writer took its slot meanwhile
+                verdicts[index] = (event, SLOT_TAKEN)  # another writer took its slot meanwhile
                 blocked.add(stream)
+                continue
+            self.put_back.add(event.sent.event_id)
         recovered_ids = [e.sent.event_id for e, v in verdicts if v == RECOVERABLE]
         rows = await self.store.query(
             "SELECT event_id, global_position FROM events WHERE event_id = ANY($1::uuid[])", recovered_ids

@@ -150,3 +150,49 @@ async def test_lost_events_come_back_from_the_bus_as_themselves_and_the_rest_are
         finally:
             stopping.set()
             await asyncio.wait_for(task, 30)
+
+
+async def test_a_recovery_an_outage_interrupts_goes_through_at_the_next_check(
+    server_urls: ServerUrls, own_bus: Bus, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with signed_trail(server_urls.database_url, tmp_path, rollouts=1, events=2) as trail:
+        store = trail.store
+        first, second = request(1, "act-1", "web-0"), request(2, "act-2", "web-1")
+        await store.append([first, second], expected_version=0)
+        relay = Relay(store, own_bus)
+        stopping = asyncio.Event()
+        task = asyncio.create_task(relay.run(stopping))
+        await wait_for(relay.caught_up.wait, within=30, what="the relay caught up")
+        stopping.set()
+        await asyncio.wait_for(task, 30)
+        lost_from = min(p for p, e in relay.sent.items() if e.event_id == first.event_id)
+        await trail.owner(f"DELETE FROM events WHERE global_position >= {lost_from}")
+
+        # The database goes away again after the first event went back.
+        append_many = store.append_many
+        calls = 0
+
+        async def failing_second(events: list[Envelope]) -> int:
+            nonlocal calls
+            calls += 1
+            if calls == 2:
+                raise ConnectionResetError("the database went away")
+            return await append_many(events)
+
+        monkeypatch.setattr(store, "append_many", failing_second)
+        with pytest.raises(ConnectionResetError):
+            await relay.check_store()
+        assert await store.read_event(first.event_id) == first
+        assert await store.read_event(second.event_id) is None
+
+        await relay.check_store()
+        assert await store.read_event(second.event_id) == second
+        records = [
+            e for e in await store.read_stream(ACTIONS) if isinstance(e.envelope.payload, StoreLossDetected)
+        ]
+        assert len(records) == 1
+        record = records[0].envelope.payload
+        assert isinstance(record, StoreLossDetected)
+        # Both came back, the first in the interrupted attempt: the record says so of both.
+        assert [r["event_id"] for r in record.recovered] == [str(first.event_id), str(second.event_id)]
+        assert record.unrecoverable == []
