@@ -346,17 +346,16 @@ class Relay:
         """Put the lost events back from the bus as themselves where the record as it is now allows
         (services/auditor/store_loss.py), and record the loss, what came back and what did not, for each
         workload (``loss_records``; log, metrics, /readyz). The store is the arbiter: an event another writer
-        beat to its slot meanwhile is unrecoverable, as is every later lost event of its stream."""
+        beat to its slot meanwhile is unrecoverable, as is every lost event after it."""
         found = [Lost(position, sent, await self.lost_body(position, sent)) for position, sent in lost]
         verdicts = [
             # Put back by an attempt that failed before it recorded anything: recovered all the same.
             (event, RECOVERABLE if verdict == STORED and event.sent.event_id in self.put_back else verdict)
             for event, verdict in recovery(found, await self.store_now(found))
         ]
-        blocked: set[str] = set()
+        blocked = False  # as in ``recovery``: none after one that could not go back
         for index, (event, verdict) in enumerate(verdicts):
-            stream = event.sent.stream
-            if verdict == RECOVERABLE and stream in blocked:
+            if verdict == RECOVERABLE and blocked:
                 verdicts[index] = (event, AFTER_UNRECOVERED)
                 continue
             if verdict != RECOVERABLE or event.body is None or event.sent.event_id in self.put_back:
@@ -365,7 +364,7 @@ class Relay:
                 await self.store.append_many([event.body])
             except ConcurrencyError:
                 verdicts[index] = (event, SLOT_TAKEN)  # another writer took its slot meanwhile
-                blocked.add(stream)
+                blocked = True
                 continue
             self.put_back.add(event.sent.event_id)
         recovered_ids = [e.sent.event_id for e, v in verdicts if v == RECOVERABLE]

@@ -6,15 +6,16 @@ already published (services/auditor/bus_loss.py ``store_divergence`` names them)
 their bodies as published. A lost event goes back into the store as the original event (its id, stream,
 stream version, type, payload and times) only where it fits the record as it is now:
 
-- its id is not stored anywhere (else it is back already: a service stored it again, ids being derived
-  from what they record);
-- its stream is at the version right before it (every earlier version of its stream is stored, as it was
-  when the event was appended), so its slot is free and nothing is built on a different history;
-- the bus still holds its body (not gone with the bus, nor sent by reference to the store's copy).
+- its id is not stored anywhere (else it is back already: a service stored it again at its own place,
+  ids being derived from what they record);
+- its stream is at the version right before it, so its slot is free;
+- the bus still holds its body (not gone with the bus, nor sent by reference to the store's copy);
+- every lost event before it (by position) went back, or is stored again at its own place.
 
-A stream whose lost event cannot go back (a service rebuilt from the store and appended another event at
-that version) keeps every later lost event of it out too: they followed a version the record no longer
-holds. Decided in position order, which is each stream's version order.
+The last rule keeps the record one history: an event was appended on everything committed before it, in
+any stream (a planner's round names the versions of the observations it folded), so once one lost event
+cannot go back (a service rebuilt from the store and appended another event at its version: the watcher
+relists), none after it may: they may rest on it. Decided in position order.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from services.model.streams import ROLLBOOK_NAMESPACE, WORKLOAD_KIND, actions_st
 RECOVERABLE = "recoverable"
 STORED = "stored again"  # its id is stored: not lost after all
 SLOT_TAKEN = "its stream version is held by another event now"
-AFTER_UNRECOVERED = "an earlier version of its stream could not go back"
+AFTER_UNRECOVERED = "an earlier lost event could not go back"
 GAP = "an earlier version of its stream is missing"
 NO_BODY = "the bus no longer holds its body"
 UNRECOVERABLE = (SLOT_TAKEN, AFTER_UNRECOVERED, GAP, NO_BODY)
@@ -69,13 +70,15 @@ def recovery(lost: Sequence[Lost], now: StoreNow) -> list[tuple[Lost, str]]:
     """Each lost event with its verdict (``RECOVERABLE``, ``STORED`` or one of ``UNRECOVERABLE``), in
     position order: the order to append the recoverable ones in."""
     versions = dict(now.versions)
-    blocked: set[str] = set()
+    blocked = False  # a lost event could not go back: none after it may
     verdicts: list[tuple[Lost, str]] = []
     for event in sorted(lost, key=lambda e: e.position):
         stream, version = event.sent.stream, event.sent.stream_version
         if event.sent.event_id in now.stored_ids:
             verdict = STORED
-        elif stream in blocked:
+            # Stored again elsewhere than its own place: what came after it rested on another history.
+            blocked = blocked or now.slots.get((stream, version)) != event.sent.event_id
+        elif blocked:
             verdict = AFTER_UNRECOVERED
         elif event.body is None:
             verdict = NO_BODY
@@ -89,7 +92,7 @@ def recovery(lost: Sequence[Lost], now: StoreNow) -> list[tuple[Lost, str]]:
             verdict = RECOVERABLE
             versions[stream] = version
         if verdict in UNRECOVERABLE:
-            blocked.add(stream)
+            blocked = True
         verdicts.append((event, verdict))
     return verdicts
 

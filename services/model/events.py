@@ -342,14 +342,15 @@ STORE_LOSS_STREAM = "Audit//store-loss"  # the stream of StoreLossDetected recor
 
 class StoreLossDetected(_Event, frozen=True, kw_only=True):
     """The auditor's relay found events it had published that the store no longer holds (a failover to a
-    standby without the old primary's last commits), on ``Audit//store-loss``. ``recovered``: those it put
-    back from the bus as themselves (same id, stream, version, type, payload and times), each
-    ``{event_id, stream, version, type, rollout_id, position_before, position}``; ``unrecoverable``: those it
-    could not (``reason``: the version is held by another event now, an earlier version of its stream
-    could not go back, or the bus no longer holds the body), each ``{event_id, stream, version, type,
-    rollout_id, position_before, reason}``; ``actions_applied``: pod actions carried out whose outcome is
-    among the unrecoverable, each ``{action_id, action, pod, pod_uid, rollout_id, event_id}``;
-    ``workloads``: the workload streams (``Kind/namespace/name``) the unrecoverable events belong to."""
+    standby without the old primary's last commits): one per workload, on a CloneSet's actions stream, else
+    on ``Audit//store-loss``. ``recovered``: those it put back from the bus as themselves (same id, stream,
+    version, type, payload and times), each ``{event_id, stream, version, type, rollout_id,
+    position_before, position}``; ``unrecoverable``: those it could not, each ``{event_id, stream, version,
+    type, rollout_id, position_before, reason}`` (``reason``: the version is held by another event now, an
+    earlier lost event could not go back, an earlier version of its stream is missing, or the bus no longer
+    holds the body); ``actions_applied``: pod actions carried out whose outcome is among the
+    unrecoverable, each ``{action_id, action, pod, pod_uid, rollout_id, event_id}``; ``workloads``: the
+    workload stream (``Kind/namespace/name``)."""
 
     detected_at: datetime
     recovered: list[dict[str, Any]] = []

@@ -87,11 +87,17 @@ def store(
             [(10, RECOVERABLE), (11, RECOVERABLE)],
         ),
         # The watcher relisted and stored another observation at the lost one's version: lost for good, and
-        # the stream's later lost events with it (they followed a version the record no longer holds).
+        # every lost event after it, in any stream (a round after it may have folded it).
         (
             [lost(10, OBSERVED, 7), lost(11, OBSERVED, 8), lost(12, ACTIONS, 2)],
             store({OBSERVED: 7, ACTIONS: 1}, slots={(OBSERVED, 7): 99}),
-            [(10, SLOT_TAKEN), (11, AFTER_UNRECOVERED), (12, RECOVERABLE)],
+            [(10, SLOT_TAKEN), (11, AFTER_UNRECOVERED), (12, AFTER_UNRECOVERED)],
+        ),
+        # What came before the first that cannot go back still does.
+        (
+            [lost(10, ACTIONS, 2), lost(11, OBSERVED, 7), lost(12, DECISIONS, 4)],
+            store({OBSERVED: 7, ACTIONS: 1, DECISIONS: 3}, slots={(OBSERVED, 7): 99}),
+            [(10, RECOVERABLE), (11, SLOT_TAKEN), (12, AFTER_UNRECOVERED)],
         ),
         # Held by an event beyond the lost ones' slots read (the stream went further): taken.
         ([lost(10, ACTIONS, 2)], store({ACTIONS: 4}), [(10, SLOT_TAKEN)]),
@@ -101,13 +107,19 @@ def store(
             store({DECISIONS: 4}, slots={(DECISIONS, 4): 10}, ids={10}),
             [(10, STORED), (11, RECOVERABLE)],
         ),
+        # Stored again, but at another version: not lost, yet what followed it rested on another history.
+        (
+            [lost(10, OBSERVED, 7), lost(11, DECISIONS, 4)],
+            store({OBSERVED: 8, DECISIONS: 3}, slots={(OBSERVED, 7): 98}, ids={10}),
+            [(10, STORED), (11, AFTER_UNRECOVERED)],
+        ),
         # An earlier version of its stream was lost before the relay published it: it cannot go on a hole.
         ([lost(10, DECISIONS, 6)], store({DECISIONS: 3}), [(10, GAP)]),
         # The bus no longer holds the body (gone with the bus, or sent by reference to the store's copy).
         (
             [lost(10, DECISIONS, 4, body=False), lost(11, DECISIONS, 5), lost(12, ACTIONS, 2)],
             store({DECISIONS: 3, ACTIONS: 1}),
-            [(10, NO_BODY), (11, AFTER_UNRECOVERED), (12, RECOVERABLE)],
+            [(10, NO_BODY), (11, AFTER_UNRECOVERED), (12, AFTER_UNRECOVERED)],
         ),
         # A stream nobody has written since the failover (new with the lost events): from version 1.
         ([lost(10, ACTIONS, 1), lost(11, ACTIONS, 2)], store({}), [(10, RECOVERABLE), (11, RECOVERABLE)]),

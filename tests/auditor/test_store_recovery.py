@@ -70,9 +70,9 @@ async def test_lost_events_come_back_from_the_bus_as_themselves_and_the_rest_are
         first = request(1, "act-1", "web-0")
         await store.append([first], expected_version=0)
         # What the old primary committed and the relay published, which its standby never received: the
-        # success of act-1 (carried out on web-0), the request of act-2 and its success.
+        # request of act-2, the success of act-1 (carried out on web-0) and that of act-2.
         second = request(2, "act-2", "web-1")
-        lost = [success(1, first), second, success(2, second)]
+        lost = [second, success(1, first), success(2, second)]
         for event in lost:
             await store.append_many([event])
         relay = Relay(store, own_bus)
@@ -82,7 +82,7 @@ async def test_lost_events_come_back_from_the_bus_as_themselves_and_the_rest_are
         stopping.set()
         await asyncio.wait_for(task, 30)
         before = {outcome: resolved(outcome) for outcome in ("recovered", "unrecoverable")}
-        lost_from = min(p for p, e in relay.sent.items() if e.event_id == lost[0].event_id)
+        lost_from = min(p for p, e in relay.sent.items() if e.event_id == second.event_id)
         await trail.owner(f"DELETE FROM events WHERE global_position >= {lost_from}")
         # The new primary goes on: an executor stores another action's outcome at the actions stream's
         # next version, the slot the lost success of act-1 had.
@@ -97,10 +97,10 @@ async def test_lost_events_come_back_from_the_bus_as_themselves_and_the_rest_are
         assert await store.read_event(second.event_id) == second
         assert await store.stream_version(DECISIONS) == 2
         # The successes cannot go back: act-1's version is another event's now, act-2's comes after it.
-        assert await store.read_event(lost[0].event_id) is None
+        assert await store.read_event(lost[1].event_id) is None
         assert await store.read_event(lost[2].event_id) is None
         assert [(u["event_id"], u["reason"]) for u in relay.unrecoverable] == [
-            (str(lost[0].event_id), SLOT_TAKEN),
+            (str(lost[1].event_id), SLOT_TAKEN),
             (str(lost[2].event_id), AFTER_UNRECOVERED),
         ]
         assert resolved("recovered") - before["recovered"] == 1
@@ -122,7 +122,7 @@ async def test_lost_events_come_back_from_the_bus_as_themselves_and_the_rest_are
 
         code, out = await trail.cli("audit", "verify", "--no-bus")
         assert code == 3, out
-        assert f"LOST PodActionSucceeded {lost[0].event_id} {ACTIONS} v1 rollout {ROLLOUT}" in out, out
+        assert f"LOST PodActionSucceeded {lost[1].event_id} {ACTIONS} v1 rollout {ROLLOUT}" in out, out
         assert "CARRIED OUT, outcome lost: updateInPlace act-1 on pod web-0" in out, out
         assert "INCOMPLETE:" in out, out
         record_id = str(records[0].envelope.event_id)
