@@ -110,6 +110,14 @@ class StoreWentBack(Exception):
     """The store lost events this process appended (a failover to a standby that never received them)."""
 
 
+def _went_back(lost: tuple[int, uuid.UUID]) -> str:
+    return (
+        f"the store no longer holds event {lost[1]} at position {lost[0]}, appended by this process: the"
+        " database failed over to a standby without it; stopping, so that the next process starts from the"
+        " record as it is"
+    )
+
+
 class ConcurrencyError(Exception):
     """The stream was not at the version the writer expected; nothing was stored."""
 
@@ -353,6 +361,9 @@ _CONNECTION_LOST: tuple[type[BaseException], ...] = (
     asyncpg.AdminShutdownError,
     asyncpg.CannotConnectNowError,
     asyncpg.InterfaceError,
+    # A server's FATAL (a terminated backend, a fast shutdown) that reached an idle connection leaves its
+    # protocol in a state the next statement cannot start from ("cannot switch to state ..."): a lost one.
+    asyncpg.InternalClientError,
     ConnectionError,
     DBAPIError,
 )
@@ -498,6 +509,9 @@ class EventStore:
         self.engine = engine
         # (position, event id) of the newest event this process appended: watch_appends.
         self.last_appended: tuple[int, uuid.UUID] | None = None
+        # A connection was lost (or found closed) since this process last made sure the store still holds
+        # its appends: the server may be another one now (a failover), so the next append checks first.
+        self.reconnected = False
         self.decoder = decoder  # how stored payloads are read (upcasting older schema versions)
 
     @classmethod
@@ -544,8 +558,12 @@ class EventStore:
         await self.engine.dispose()
 
     @asynccontextmanager
-    async def _driver(self) -> AsyncIterator[asyncpg.Connection]:
+    async def _driver(self, *, appending: bool = False) -> AsyncIterator[asyncpg.Connection]:
         """A pooled connection's asyncpg driver connection (no SQLAlchemy transaction open on it).
+        ``appending``: for an append, which a connection lost since this process last looked (a failover,
+        perhaps) makes check first that the store still holds this process's appends (``StoreWentBack``
+        otherwise): appending on a new primary without them would take the versions of its own lost
+        events, which the relay could otherwise put back from the bus (docs/reliability.md).
 
         No pool pre-ping: SQLAlchemy's costs three round trips (BEGIN, ping, ROLLBACK), more than a whole
         append. Instead a connection asyncpg already knows to be closed (the server went away while it
@@ -557,13 +575,17 @@ class EventStore:
             driver: asyncpg.Connection = raw.driver_connection  # type: ignore[assignment]
             if not driver.is_closed():
                 break
+            self.reconnected = True
             await connection.invalidate()
             await connection.close()
         try:
+            if appending and self.reconnected:
+                await self._check_appends(driver)
             yield driver
         except _CONNECTION_LOST as error:
             if not _connection_lost(error):
                 raise
+            self.reconnected = True
             with contextlib.suppress(SQLAlchemyError):  # already closed is fine: it is not reused either way
                 await connection.invalidate()
             raise
@@ -609,6 +631,14 @@ class EventStore:
             return None
         return appended
 
+    async def _check_appends(self, driver: asyncpg.Connection) -> None:
+        appended = self.last_appended
+        if appended is not None:
+            row = await driver.fetchrow(_READ_IDENTITIES_SQL, appended[0] - 1, 1)
+            if row is None or (row[0], row[1]) != appended:
+                raise StoreWentBack(_went_back(appended))
+        self.reconnected = False
+
     async def watch_appends(self, stopping: asyncio.Event, interval: float = 1.0) -> None:
         """Every ``interval`` seconds until ``stopping``, check ``lost_appends``; raise ``StoreWentBack``
         when the store lost what this process appended, so that the process stops (a dead part stops the
@@ -624,11 +654,7 @@ class EventStore:
             except _DATABASE_TROUBLE:  # down, restarting, failing over: looked at again at the next turn
                 continue
             if lost is not None:
-                raise StoreWentBack(
-                    f"the store no longer holds event {lost[1]} at position {lost[0]}, appended by this"
-                    " process: the database failed over to a standby without it; stopping, so that the"
-                    " next process starts from the record as it is"
-                )
+                raise StoreWentBack(_went_back(lost))
 
     async def _append(
         self, stream: str, events: Sequence[Envelope], expected_version: int | None
@@ -636,7 +662,7 @@ class EventStore:
         ids = [e.event_id for e in events]
         attempts = _UNCHECKED_RETRIES if expected_version is None else 3
         for attempt in range(attempts):
-            async with self._driver() as conn:
+            async with self._driver(appending=True) as conn:
                 try:
                     if attempt == 0:
                         result = await self._append_fast(conn, stream, events, expected_version)
@@ -752,7 +778,7 @@ class EventStore:
 
     async def _append_unversioned(self, events: list[Envelope]) -> list[AppendResult]:
         for attempt in range(_UNCHECKED_RETRIES):
-            async with self._driver() as conn:
+            async with self._driver(appending=True) as conn:
                 try:
                     if attempt == 0:
                         # First try: one autocommitted statement assuming nothing is stored yet (the
