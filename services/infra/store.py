@@ -51,6 +51,9 @@ Semantics:
   events are stored with the stream versions they carry, ``ON CONFLICT (event_id) DO NOTHING``; a
   different event already holding a (stream, stream_version) raises ``ConcurrencyError``, storing
   nothing. Returns how many rows were new.
+- After a lost connection (a restart, a failover), the next ``append`` / ``append_unversioned`` first
+  checks that the store still holds the newest event this process appended, and raises
+  ``StoreWentBack`` if not (``watch_appends`` checks the same every second).
 - ``read_all`` / ``read_batch`` never skip an event: writers are serialised in the database (see the
   first migration), so every row a reader can see has all lower positions visible or gone for good.
   ``head_position()`` is that commit-safe watermark (the highest visible position, 0 if empty).
