@@ -10,6 +10,9 @@ Every second, and after a failed publish, it compares the stream with what it sa
 (services/auditor/bus_loss.py): a stream gone (created again here), made anew or short of its newest
 messages lost events the relay had published, so it publishes them again from the store as the original
 events, reporting the gap in /readyz (not ready, ``details.relay.bus_gap``) and as metrics until it closes.
+The store can go back too (a failover to an asynchronous standby): the relay names the published events it
+lost, puts back from the bus, as themselves, those the record as it is now allows
+(services/auditor/store_loss.py), and records the loss per workload (``StoreLossDetected``).
 
 Audit. A durable consumer over every event subject makes sure each event it sees is stored. A message
 with a ``Rollbook-Position`` header whose event id, stream and version are stored at that position is
