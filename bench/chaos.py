@@ -28,7 +28,8 @@ maxUnavailable), verify and audit (`rollbook verify` / `rollbook audit verify` c
 from the fault's end until every service is healthy and ready and the rollout moves again, worst trial),
 rollout (mean seconds from the image change to the last pod ready), restarts (service processes that
 exited and were started), unnamed (events published but no longer stored that the relay did not name as
-lost: an asynchronous failover's loss must be named).
+lost: an asynchronous failover's loss must be named), back/lost (events a failover lost that the relay put
+back from the bus / that it recorded as lost for good, from its StoreLossDetected records).
 """
 
 from __future__ import annotations
@@ -65,6 +66,7 @@ from services.infra.nats_cluster import EmbeddedNatsCluster  # noqa: E402
 from services.infra.runtime import logged_port  # noqa: E402
 from services.infra.settings import Settings  # noqa: E402
 from services.infra.store import EventStore  # noqa: E402
+from services.model.events import StoreLossDetected  # noqa: E402
 from services.model.streams import CLONESET_GROUP, CLONESET_PLURAL, CLONESET_VERSION  # noqa: E402
 from services.replay.audit import audit_log  # noqa: E402
 from services.replay.operations import verify_target  # noqa: E402
@@ -118,6 +120,8 @@ class Trial:
     notes: list[str] = field(default_factory=list)
     lost_ids: list[str] = field(default_factory=list)  # a few of the lost events, to look them up
     unnamed: int = 0  # published, not stored, and not named by the relay as lost (a failover's loss)
+    recovered: int = 0  # lost from the store, put back from the bus as themselves (StoreLossDetected)
+    unrecoverable: int = 0  # lost from the store for good, named in a StoreLossDetected record
 
 
 async def healthy(stack: Stack) -> bool:
@@ -405,6 +409,13 @@ class Chaos:
                 return not result.lost_in_bus and not result.unnamed
 
             await poll(relayed, 30, interval=0.5)
+            for record in await store.read_stream_page(
+                f"CloneSet/default/{name}/actions", 1, [StoreLossDetected.__name__], 1000
+            ):
+                loss = record.envelope.payload
+                assert isinstance(loss, StoreLossDetected)
+                result.recovered += len(loss.recovered)
+                result.unrecoverable += len(loss.unrecoverable)
             report = await verify_target(store, f"default/{name}")
             result.verify_ok = report.divergence is None
             checkpoints = [("JetStream", cp) for cp in await published_checkpoints(bus)]
@@ -417,7 +428,7 @@ class Chaos:
 def table(trials: list[Trial], faults: list[str]) -> list[str]:
     header = (
         "| fault             | finished | restarts/pod | lost PG/JS | dup | breach | verify | audit |"
-        " recovery s | rollout s | restarts | unnamed |"
+        " recovery s | rollout s | restarts | unnamed | back/lost |"
     )
     lines = [header, "|" + "|".join("-" * (len(c)) for c in header.split("|")[1:-1]) + "|"]
     for fault in faults:
@@ -433,6 +444,7 @@ def table(trials: list[Trial], faults: list[str]) -> list[str]:
             f" {statistics.mean(t.rollout_s for t in rows):>9.1f} |"
             f" {sum(t.service_restarts for t in rows):>8} |"
             f" {sum(t.unnamed for t in rows):>7} |"
+            f" {sum(t.recovered for t in rows):>4}/{sum(t.unrecoverable for t in rows):<4} |"
         )
     return lines
 
@@ -542,6 +554,7 @@ async def run(
                 f" recovery={trial.recovery_s:.1f}s lost={trial.lost_in_bus}/{trial.lost_in_store}"
                 f" dup={trial.duplicates} breach={trial.breach} verify={trial.verify_ok}"
                 f" audit={trial.audit_ok} restarts={trial.service_restarts} unnamed={trial.unnamed}"
+                f" recovered={trial.recovered} unrecoverable={trial.unrecoverable}"
                 + (f" notes={trial.notes}" if trial.notes else "")
                 + (f" lost_ids={trial.lost_ids}" if trial.lost_ids else ""),
                 flush=True,

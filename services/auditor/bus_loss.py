@@ -77,6 +77,7 @@ class Sent:
     stream: str
     stream_version: int
     type: str
+    seq: int = 0  # the stream sequence JetStream stored it at (0: unknown), where its body is read back
 
 
 def store_divergence(

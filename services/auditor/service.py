@@ -10,6 +10,9 @@ Every second, and after a failed publish, it compares the stream with what it sa
 (services/auditor/bus_loss.py): a stream gone (created again here), made anew or short of its newest
 messages lost events the relay had published, so it publishes them again from the store as the original
 events, reporting the gap in /readyz (not ready, ``details.relay.bus_gap``) and as metrics until it closes.
+The store can go back too (a failover to an asynchronous standby): the relay names the published events it
+lost, puts back from the bus, as themselves, those the record as it is now allows
+(services/auditor/store_loss.py), and records the loss per workload (``StoreLossDetected``).
 
 Audit. A durable consumer over every event subject makes sure each event it sees is stored. A message
 JetStream stored for one of this process's relay publishes (by the stream sequence its ack gave, not as a
@@ -39,6 +42,7 @@ import random
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
@@ -57,6 +61,17 @@ from services.auditor.bus_loss import (
     later_mark,
     rewind_position,
     store_divergence,
+)
+from services.auditor.store_loss import (
+    AFTER_UNRECOVERED,
+    RECOVERABLE,
+    SLOT_TAKEN,
+    STORED,
+    UNRECOVERABLE,
+    Lost,
+    StoreNow,
+    loss_records,
+    recovery,
 )
 from services.infra.api_auth import authenticator, guard
 from services.infra.bus import (
@@ -78,16 +93,17 @@ from services.infra.metrics import (
     RELAY_PUBLISHED,
     RELAY_REFERENCES,
     RELAY_STORE_LOST,
+    RELAY_STORE_RESOLVED,
     RETRIES,
 )
 from services.infra.nats_auth import AUDITOR
 from services.infra.retry import DEFAULT_BACKOFF, Stopped, is_transient, retry_until_stopped, wait_or_stop
 from services.infra.runtime import ServiceRuntime, calm_cyclic_collector, configure_logging, run_until_stopped
 from services.infra.settings import Settings
-from services.infra.store import EventIdentity, EventStore, StoredEventJson
+from services.infra.store import ConcurrencyError, EventIdentity, EventStore, StoredEventJson
 from services.infra.transparency import checkpoint_loop, checkpointer_for
 from services.kinds.registry import partition_key
-from services.model.events import Envelope, decode
+from services.model.events import Envelope, PodActionRequested, PodActionSucceeded, decode
 
 log = structlog.get_logger("auditor")
 
@@ -215,6 +231,11 @@ class Relay:
         # position): the store went back behind it (check_store).
         self.reissue_until = 0
         self.lost_ids: set[uuid.UUID] = set()  # ids of the events in store_lost, published anew by id too
+        # What became of the lost events (services/auditor/store_loss.py): put back from the bus, or not.
+        self.recovered = 0
+        self.unrecoverable: list[dict[str, Any]] = []
+        self.unresolved: list[tuple[int, Sent]] = []  # lost events whose recovery has yet to go through
+        self.put_back: set[uuid.UUID] = set()  # ids of the lost events this relay appended again
 
     def detail(self) -> dict[str, Any]:
         """``details.relay`` of /readyz."""
@@ -227,7 +248,14 @@ class Relay:
             "position": self.position,
             "retrying": self.retrying,
             "bus_gap": self.gap,
-            "store_lost": {"count": len(self.store_lost), "events": lost} if lost else None,
+            "store_lost": {
+                "count": len(self.store_lost),
+                "events": lost,
+                "recovered": self.recovered,
+                "unrecoverable": self.unrecoverable[-LOST_SHOWN:],
+            }
+            if lost
+            else None,
         }
 
     async def resume_position(self) -> int:
@@ -302,6 +330,7 @@ class Relay:
         published, the events published from them; if not (a failover to a standby that never received
         the last commits), go back to the position before the first that differs, and name every published
         event it lost (log, metric, /readyz)."""
+        await self.resolve()  # a recovery an outage interrupted
         window = {p: e for p, e in self.sent.items() if p <= self.position}
         if len(window) > STORE_CHECK_WINDOW:
             window = dict(list(window.items())[-STORE_CHECK_WINDOW:])
@@ -331,6 +360,118 @@ class Relay:
         self.reissue_until = max(self.reissue_until, self.position, max(lost, default=(0,))[0])
         self.position = common
         self.caught_up.clear()
+        self.unresolved += lost
+        await self.resolve()
+
+    async def resolve(self) -> None:
+        """Recover what the store lost, once: kept until it went through (the store or the bus may fail
+        under it, as they may at the time of a failover; the next check tries again)."""
+        if self.unresolved:
+            await self.recover(self.unresolved)
+            self.unresolved = []
+
+    async def recover(self, lost: Sequence[tuple[int, Sent]]) -> None:
+        """Put the lost events back from the bus as themselves where the record as it is now allows
+        (services/auditor/store_loss.py), and record the loss, what came back and what did not, for each
+        workload (``loss_records``; log, metrics, /readyz). The store is the arbiter: an event another writer
+        beat to its slot meanwhile is unrecoverable, as is every lost event after it."""
+        found = [Lost(position, sent, await self.lost_body(position, sent)) for position, sent in lost]
+        verdicts = [
+            # Put back by an attempt that failed before it recorded anything: recovered all the same.
+            (event, RECOVERABLE if verdict == STORED and event.sent.event_id in self.put_back else verdict)
+            for event, verdict in recovery(found, await self.store_now(found))
+        ]
+        blocked = False  # as in ``recovery``: none after one that could not go back
+        for index, (event, verdict) in enumerate(verdicts):
+            if verdict == RECOVERABLE and blocked:
+                verdicts[index] = (event, AFTER_UNRECOVERED)
+                continue
+            if verdict != RECOVERABLE or event.body is None or event.sent.event_id in self.put_back:
+                continue
+            try:
+                await self.store.append_many([event.body])
+            except ConcurrencyError:
+                verdicts[index] = (event, SLOT_TAKEN)  # another writer took its slot meanwhile
+                blocked = True
+                continue
+            self.put_back.add(event.sent.event_id)
+        recovered_ids = [e.sent.event_id for e, v in verdicts if v == RECOVERABLE]
+        positions = await self.store.positions_of(recovered_ids)
+        for event, verdict in verdicts:
+            fields = {
+                "position_before": event.position,
+                "event_id": str(event.sent.event_id),
+                "stream": event.sent.stream,
+                "version": event.sent.stream_version,
+                "type": event.sent.type,
+            }
+            if verdict == RECOVERABLE:
+                log.warning(
+                    "relay_store_recovered_event", position=positions.get(event.sent.event_id), **fields
+                )
+            elif verdict != STORED:
+                log.error("relay_store_unrecoverable_event", reason=verdict, **fields)
+                self.unrecoverable.append({**fields, "reason": verdict})
+        unrecoverable = sum(1 for _, v in verdicts if v in UNRECOVERABLE)
+        self.recovered += len(recovered_ids)
+        RELAY_STORE_RESOLVED.labels("recovered").inc(len(recovered_ids))
+        RELAY_STORE_RESOLVED.labels("unrecoverable").inc(unrecoverable)
+        records = loss_records(verdicts, positions, await self.requests_of(verdicts), datetime.now(UTC))
+        if records:
+            await self.store.append_unversioned(records)
+
+    async def lost_body(self, position: int, sent: Sent) -> Envelope | None:
+        """The lost event as the bus holds it, from the stream sequence its publish was stored at: only the
+        message relayed from ``position`` carrying the whole event (not a reference to the store's copy)."""
+        if not sent.seq:
+            return None
+        try:
+            message = await self.bus.js.get_msg(self.bus.stream, sent.seq)
+        except nats.js.errors.NotFoundError:
+            return None
+        headers = message.headers or {}
+        if relayed_position(headers) != position or BODY_HEADER in headers or not message.data:
+            return None
+        try:
+            body = decode(message.data)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            return None
+        return body if body.event_id == sent.event_id else None
+
+    async def store_now(self, lost: Sequence[Lost]) -> StoreNow:
+        """What the store holds now where the lost events were: their streams' versions, their slots and
+        which of their ids it holds anywhere."""
+        streams = sorted({e.sent.stream for e in lost})
+        versions = await self.store.stream_versions(streams)
+        slots = await self.store.events_at([(e.sent.stream, e.sent.stream_version) for e in lost])
+        stored = await self.store.stored_ids([e.sent.event_id for e in lost])
+        return StoreNow(
+            versions=versions,
+            slots=slots,
+            stored_ids=frozenset(stored),
+        )
+
+    async def requests_of(self, verdicts: Sequence[tuple[Lost, str]]) -> dict[str, PodActionRequested]:
+        """The requests of the lost successes, by action id: among the lost bodies, else the stored event
+        that caused each (its causation id)."""
+        requests: dict[str, PodActionRequested] = {}
+        for event, _ in verdicts:
+            if event.body is not None and isinstance(event.body.payload, PodActionRequested):
+                requests[event.body.payload.action_id] = event.body.payload
+        for event, verdict in verdicts:
+            body = event.body
+            if (
+                verdict not in UNRECOVERABLE
+                or body is None
+                or not isinstance(body.payload, PodActionSucceeded)
+            ):
+                continue
+            if body.payload.action_id in requests or body.causation_id is None:
+                continue
+            cause = await self.store.read_event(body.causation_id)
+            if cause is not None and isinstance(cause.payload, PodActionRequested):
+                requests[body.payload.action_id] = cause.payload
+        return requests
 
     async def oldest_position(self, first: int, last: int) -> int | None:
         """The position carried by the oldest relayed message from stream sequence ``first`` on."""
@@ -452,7 +593,9 @@ class Relay:
                 if len(self.sent) >= SENT_CAPACITY:
                     del self.sent[next(iter(self.sent))]
                 envelope = stored.envelope
-                sent = Sent(envelope.event_id, envelope.stream, envelope.stream_version, envelope.type)
+                sent = Sent(
+                    envelope.event_id, envelope.stream, envelope.stream_version, envelope.type, outcome.seq
+                )
                 self.sent[self.position] = sent
                 if known is not None and not outcome.duplicate:
                     # This very message is the stream's at this sequence: the audit beside us need not read

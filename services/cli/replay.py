@@ -56,6 +56,8 @@ def kind_counts(reports: list[VerifyReport]) -> str:
     return "; ".join(parts)
 
 
+# `rollbook audit verify`: the log verifies, but a failover lost events for good (docs/audit.md).
+LOSS_EXIT = 3
 PUBLIC_KEY_OPTION = typer.Option(
     "--public-key",
     help="a trusted public key (C2SP verifier key, or a file of them); repeat for several. Default:"
@@ -310,9 +312,18 @@ def register(app: typer.Typer) -> None:
             ),
         ] = None,
         bus: bool = typer.Option(True, "--bus/--no-bus", help="also check the checkpoints kept in JetStream"),
+        accept_loss: Annotated[
+            list[str] | None,
+            typer.Option(
+                "--accept-loss",
+                help="the id of a store loss record an operator has dealt with (repeatable): still printed,"
+                " no longer exit 3",
+            ),
+        ] = None,
     ) -> None:
         """Recompute every event's hash chain and the Merkle tree over the log, and check them against every
-        signed checkpoint in the database and outside it. Exit 1 naming every finding."""
+        signed checkpoint in the database and outside it. Exit 1 naming every finding; exit 3 when the log
+        verifies but records events a failover lost for good (named)."""
 
         async def work(store: EventStore, settings: Settings) -> Any:
             from services.cli.errors import CommandError
@@ -335,13 +346,22 @@ def register(app: typer.Typer) -> None:
             )
 
         report = run_with_store(work, nats=bus)
-        for line in report.redactions + report.accepted:
+        for line in report.redactions + report.accepted + report.losses:
             typer.echo(line)
         for finding in report.findings:
             typer.echo(finding.describe())
         if report.findings:
             typer.echo(f"TAMPERED: {len(report.findings)} finding(s) in {report.rows} events")
             raise typer.Exit(1)
+        unreviewed = [record for record in report.unrecovered if record not in set(accept_loss or [])]
+        if unreviewed:
+            # Not tampering (exit 1): the trail verifies, but a failover lost events for good, and a check
+            # that wants a complete record must not pass. --accept-loss once an operator has dealt with it.
+            typer.echo(
+                f"INCOMPLETE: {report.rows} events verify, but {len(unreviewed)} store loss record(s) name"
+                f" events lost for good ({', '.join(unreviewed)}; --accept-loss ID once dealt with)"
+            )
+            raise typer.Exit(LOSS_EXIT)
         typer.echo(
             f"OK: {report.rows} events up to position {report.head}, {report.checkpoints_checked} checkpoints"
         )

@@ -73,6 +73,12 @@ RELAY_STORE_LOST = Counter(
     "rollbook_relay_store_lost_events_total",
     "Events the relay had published that the store no longer holds (a failover to a standby without them)",
 )
+RELAY_STORE_RESOLVED = Counter(
+    "rollbook_relay_store_lost_resolved_total",
+    "Published events the store lost, by what became of them: put back from the bus as themselves"
+    " (recovered), or named as lost for good (unrecoverable; docs/reliability.md)",
+    ["outcome"],
+)
 RELAY_BUS_GAP = Gauge(
     "rollbook_relay_bus_gap_events",
     "Stored events the bus lost that the relay has yet to publish again (0: the bus holds what it held)",

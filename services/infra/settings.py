@@ -19,7 +19,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # Postgres URL the migrations run with (`rollbook db upgrade`, embedded start, deploy/'s Job): a login
     # that may act as the database's owner role (docs/security-database.md). Empty: database_url.
     database_owner_url: str = ""
-    # Postgres URL read commands, `rollbook ui` and the auditor's /history use, as the reader role.
+    # Postgres URL read commands, `rollbook ui` and the auditor's /history use, as the reader role; may
+    # name a streaming standby, so audit queries never load the primary (docs/reliability.md).
     # Empty: database_url (the session then acts as the reader role when that login may).
     database_reader_url: str = ""
     # The webhook's Postgres URL as its own login, read only by `rollbook db upgrade --set-passwords`

@@ -53,6 +53,9 @@ Semantics:
   events are stored with the stream versions they carry, ``ON CONFLICT (event_id) DO NOTHING``; a
   different event already holding a (stream, stream_version) raises ``ConcurrencyError``, storing
   nothing. Returns how many rows were new.
+- After a lost connection (a restart, a failover), the next ``append`` / ``append_unversioned`` first
+  checks that the store still holds the newest event this process appended, and raises
+  ``StoreWentBack`` if not (``watch_appends`` checks the same every second).
 - ``read_all`` / ``read_batch`` never skip an event: writers are serialised in the database (see the
   first migration), so every row a reader can see has all lower positions visible or gone for good.
   ``head_position()`` is that commit-safe watermark (the highest visible position, 0 if empty).
@@ -112,6 +115,14 @@ _DATABASE_TROUBLE = (
 
 class StoreWentBack(Exception):
     """The store lost events this process appended (a failover to a standby that never received them)."""
+
+
+def _went_back(lost: tuple[int, uuid.UUID]) -> str:
+    return (
+        f"the store no longer holds event {lost[1]} at position {lost[0]}, appended by this process: the"
+        " database failed over to a standby without it; stopping, so that the next process starts from the"
+        " record as it is"
+    )
 
 
 class _RaceLost(Exception):
@@ -361,6 +372,9 @@ _CONNECTION_LOST: tuple[type[BaseException], ...] = (
     asyncpg.AdminShutdownError,
     asyncpg.CannotConnectNowError,
     asyncpg.InterfaceError,
+    # A server's FATAL (a terminated backend, a fast shutdown) that reached an idle connection leaves its
+    # protocol in a state the next statement cannot start from ("cannot switch to state ..."): a lost one.
+    asyncpg.InternalClientError,
     ConnectionError,
     DBAPIError,
 )
@@ -507,6 +521,9 @@ class PostgresEventStore:
         self.engine = engine
         # (position, event id) of the newest event this process appended: watch_appends.
         self.last_appended: tuple[int, uuid.UUID] | None = None
+        # A connection was lost (or found closed) since this process last made sure the store still holds
+        # its appends: the server may be another one now (a failover), so the next append checks first.
+        self.reconnected = False
         self.decoder = decoder  # how stored payloads are read (upcasting older schema versions)
 
     @classmethod
@@ -553,8 +570,12 @@ class PostgresEventStore:
         await self.engine.dispose()
 
     @asynccontextmanager
-    async def _driver(self) -> AsyncIterator[asyncpg.Connection]:
+    async def _driver(self, *, appending: bool = False) -> AsyncIterator[asyncpg.Connection]:
         """A pooled connection's asyncpg driver connection (no SQLAlchemy transaction open on it).
+        ``appending``: for an append, which a connection lost since this process last looked (a failover,
+        perhaps) makes check first that the store still holds this process's appends (``StoreWentBack``
+        otherwise): appending on a new primary without them would take the versions of its own lost
+        events, which the relay could otherwise put back from the bus (docs/reliability.md).
 
         No pool pre-ping: SQLAlchemy's costs three round trips (BEGIN, ping, ROLLBACK), more than a whole
         append. Instead a connection asyncpg already knows to be closed (the server went away while it
@@ -566,13 +587,17 @@ class PostgresEventStore:
             driver: asyncpg.Connection = raw.driver_connection  # type: ignore[assignment]
             if not driver.is_closed():
                 break
+            self.reconnected = True
             await connection.invalidate()
             await connection.close()
         try:
+            if appending and self.reconnected:
+                await self._check_appends(driver)
             yield driver
         except _CONNECTION_LOST as error:
             if not _connection_lost(error):
                 raise
+            self.reconnected = True
             with contextlib.suppress(SQLAlchemyError):  # already closed is fine: it is not reused either way
                 await connection.invalidate()
             raise
@@ -618,6 +643,14 @@ class PostgresEventStore:
             return None
         return appended
 
+    async def _check_appends(self, driver: asyncpg.Connection) -> None:
+        appended = self.last_appended
+        if appended is not None:
+            row = await driver.fetchrow(_READ_IDENTITIES_SQL, appended[0] - 1, 1)
+            if row is None or (row[0], row[1]) != appended:
+                raise StoreWentBack(_went_back(appended))
+        self.reconnected = False
+
     async def watch_appends(self, stopping: asyncio.Event, interval: float = 1.0) -> None:
         """Every ``interval`` seconds until ``stopping``, check ``lost_appends``; raise ``StoreWentBack``
         when the store lost what this process appended, so that the process stops (a dead part stops the
@@ -633,11 +666,7 @@ class PostgresEventStore:
             except _DATABASE_TROUBLE:  # down, restarting, failing over: looked at again at the next turn
                 continue
             if lost is not None:
-                raise StoreWentBack(
-                    f"the store no longer holds event {lost[1]} at position {lost[0]}, appended by this"
-                    " process: the database failed over to a standby without it; stopping, so that the"
-                    " next process starts from the record as it is"
-                )
+                raise StoreWentBack(_went_back(lost))
 
     async def _append(
         self, stream: str, events: Sequence[Envelope], expected_version: int | None
@@ -645,7 +674,7 @@ class PostgresEventStore:
         ids = [e.event_id for e in events]
         attempts = _UNCHECKED_RETRIES if expected_version is None else 3
         for attempt in range(attempts):
-            async with self._driver() as conn:
+            async with self._driver(appending=True) as conn:
                 try:
                     if attempt == 0:
                         result = await self._append_fast(conn, stream, events, expected_version)
@@ -761,7 +790,7 @@ class PostgresEventStore:
 
     async def _append_unversioned(self, events: list[Envelope]) -> list[AppendResult]:
         for attempt in range(_UNCHECKED_RETRIES):
-            async with self._driver() as conn:
+            async with self._driver(appending=True) as conn:
                 try:
                     if attempt == 0:
                         # First try: one autocommitted statement assuming nothing is stored yet (the
@@ -929,6 +958,42 @@ class PostgresEventStore:
             return set()
         rows = await self._fetch(_STORED_IDS_SQL, list(ids))
         return {row[0] for row in rows}
+
+    async def positions_of(self, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, int]:
+        """Where each of ``ids`` that is stored is stored (its global position)."""
+        if not ids:
+            return {}
+        rows = await self._fetch(
+            "SELECT event_id, global_position FROM events WHERE event_id = ANY($1::uuid[])", list(ids)
+        )
+        return {row[0]: int(row[1]) for row in rows}
+
+    async def stream_versions(self, streams: Sequence[str]) -> dict[str, int]:
+        """Each stream's newest version (0: no event)."""
+        rows = await self._fetch(
+            "SELECT s, coalesce((SELECT max(stream_version) FROM events WHERE stream = s), 0)"
+            " FROM unnest($1::text[]) AS s",
+            list(streams),
+        )
+        return {row[0]: int(row[1]) for row in rows}
+
+    async def events_at(self, slots: Sequence[tuple[str, int]]) -> dict[tuple[str, int], uuid.UUID]:
+        """The event id stored at each (stream, version) of ``slots`` that holds one."""
+        rows = await self._fetch(
+            "SELECT e.stream, e.stream_version, e.event_id"
+            " FROM unnest($1::text[], $2::int4[]) AS s(stream, v)"
+            " JOIN events e ON e.stream = s.stream AND e.stream_version = s.v",
+            [stream for stream, _ in slots],
+            [version for _, version in slots],
+        )
+        return {(row[0], int(row[1])): row[2] for row in rows}
+
+    async def payloads_of_type(self, event_type: str) -> list[tuple[uuid.UUID, str]]:
+        """(event id, payload JSON) of every event of ``event_type``, in log order."""
+        rows = await self._fetch(
+            "SELECT event_id, payload::text FROM events WHERE type = $1 ORDER BY global_position", event_type
+        )
+        return [(row[0], row[1]) for row in rows]
 
     async def stored_as_carried(self, envelope: Envelope, payload: str) -> bool | None:
         """Whether ``envelope`` is stored exactly as a bus message carried it (``payload``: its JSON text),

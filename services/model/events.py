@@ -337,6 +337,28 @@ class TrailRedacted(_Event, frozen=True, kw_only=True):
     signed_superseded: dict[str, str] = {}  # tree size -> root hash (hex) of a superseded checkpoint
 
 
+STORE_LOSS_STREAM = "Audit//store-loss"  # the stream of StoreLossDetected records
+
+
+class StoreLossDetected(_Event, frozen=True, kw_only=True):
+    """The auditor's relay found events it had published that the store no longer holds (a failover to a
+    standby without the old primary's last commits): one per workload, on a CloneSet's actions stream, else
+    on ``Audit//store-loss``. ``recovered``: those it put back from the bus as themselves (same id, stream,
+    version, type, payload and times), each ``{event_id, stream, version, type, rollout_id,
+    position_before, position}``; ``unrecoverable``: those it could not, each ``{event_id, stream, version,
+    type, rollout_id, position_before, reason}`` (``reason``: the version is held by another event now, an
+    earlier lost event could not go back, an earlier version of its stream is missing, or the bus no longer
+    holds the body); ``actions_applied``: pod actions carried out whose outcome is among the
+    unrecoverable, each ``{action_id, action, pod, pod_uid, rollout_id, event_id}``; ``workloads``: the
+    workload stream (``Kind/namespace/name``)."""
+
+    detected_at: datetime
+    recovered: list[dict[str, Any]] = []
+    unrecoverable: list[dict[str, Any]] = []
+    actions_applied: list[dict[str, Any]] = []
+    workloads: list[str] = []
+
+
 Event = (
     ObjectObserved
     | ObservationRejected
@@ -364,6 +386,7 @@ Event = (
     | ShadowPlanned
     | ShadowCompared
     | TrailRedacted
+    | StoreLossDetected
 )
 
 EVENT_TYPES: dict[str, type[_Event]] = {cls.__name__: cls for cls in Event.__args__}  # type: ignore[attr-defined]

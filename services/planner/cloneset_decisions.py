@@ -38,7 +38,7 @@ from services.planner import plan as planning
 from services.planner import progress_deadline, rounds
 from services.planner.model import Action, DeletePod, DeletePVC, Plan, PlanInput
 from services.planner.progress import rollout_progress
-from services.planner.status import failure_conditions, with_failure_conditions
+from services.planner.status import failure_conditions, with_failure_conditions, with_loss_condition
 from services.planner.workload_state import WorkloadState
 
 # The version of the CloneSet planner's rules, written on every RoundPlanned (``rules``). Bump it with any
@@ -200,6 +200,7 @@ def decisions_for(state: WorkloadState, plan: Plan) -> list[Event]:
         previous = (state.last_status or {}).get("conditions") or []
         failed = failure_conditions(previous, state.outcomes_since_last_round())
         status = with_failure_conditions(status, failed)
+        status = with_loss_condition(status, state.store_losses)
     if status is not None and status != state.last_status:
         decisions.append(
             StatusPlanned(kind="CloneSet", namespace=state.namespace, name=state.name, status=status)

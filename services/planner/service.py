@@ -55,7 +55,13 @@ log = structlog.get_logger("planner")
 DURABLE = "planner"
 # A round takes milliseconds; a wake-up lost with a crashed planner comes back after this.
 ACK_WAIT = 10.0
-INPUT_TYPES = ("ObjectObserved", "PodActionSucceeded", "PodActionFailed", "RequeueScheduled")
+INPUT_TYPES = (
+    "ObjectObserved",
+    "PodActionSucceeded",
+    "PodActionFailed",
+    "RequeueScheduled",
+    "StoreLossDetected",
+)
 # A timer due within this many seconds fires now rather than going back to the bus for so short a wait.
 TIMER_SLACK_SECONDS = 0.05
 # A failed round's wake-ups come back after this (the next delivery plans the workload afresh).

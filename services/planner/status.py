@@ -9,6 +9,7 @@ from typing import Any
 
 from services.model import intorpercent
 from services.model.actions import ActionKind
+from services.model.events import StoreLossDetected
 from services.planner import progress_deadline
 from services.planner.context import Context
 from services.planner.names import REJECTED_CONDITION
@@ -103,6 +104,48 @@ def with_failure_conditions(status: dict[str, Any], failed: list[dict[str, Any]]
     if not failed and len(kept) == len(current):
         return status
     return {**status, "conditions": kept + failed}
+
+
+# Reported while the CloneSet's record lacks events a database failover lost for good (docs/reliability.md).
+EVENTS_LOST = "EventsLost"
+_ACTIONS_NAMED = 5
+
+
+def loss_condition(losses: Sequence[StoreLossDetected]) -> dict[str, Any] | None:
+    """The ``EventsLost`` condition naming what the auditor's ``StoreLossDetected`` records say was lost
+    for good (None without one): how many events, and the pod actions carried out whose record is gone.
+    Its time is the first record's detection, never a clock, so replay reproduces it."""
+    if not losses:
+        return None
+    events = sum(len(loss.unrecoverable) for loss in losses)
+    actions = [action for loss in losses for action in loss.actions_applied]
+    named = ", ".join(
+        f"{a.get('action') or 'action'} {a.get('pod') or a.get('pod_uid') or '?'} ({a.get('action_id')})"
+        for a in actions[:_ACTIONS_NAMED]
+    )
+    more = f" and {len(actions) - _ACTIONS_NAMED} more" if len(actions) > _ACTIONS_NAMED else ""
+    carried = f"; carried out, their record gone: {named}{more}" if actions else ""
+    return {
+        "type": EVENTS_LOST,
+        "status": "True",
+        "reason": "DatabaseFailover",
+        "message": f"a database failover lost {events} event(s) of this CloneSet for good{carried}"
+        " (rollbook audit verify names them)",
+        "lastTransitionTime": condition_time(losses[0].detected_at),
+    }
+
+
+def with_loss_condition(status: dict[str, Any], losses: Sequence[StoreLossDetected]) -> dict[str, Any]:
+    """``status`` with the ``EventsLost`` condition of ``losses`` (after the others), if any."""
+    condition = loss_condition(losses)
+    if condition is None:
+        return status
+    current = [
+        c
+        for c in status.get("conditions") or []
+        if not (isinstance(c, dict) and c.get("type") == EVENTS_LOST)
+    ]
+    return {**status, "conditions": [*current, condition]}
 
 
 def _reason(action: str, outcome: str) -> str:

@@ -38,6 +38,7 @@ from services.model.events import (
     RoundPlanned,
     SpecRejected,
     StatusPlanned,
+    StoreLossDetected,
 )
 from services.model.streams import ACTION_ID_ANNOTATION
 from services.model.timestamps import parse_kube_time
@@ -110,6 +111,8 @@ class WorkloadState:
     round_through: dict[str, int] = field(default_factory=dict)  # ``through`` of the last round folded
     # (pod, hook) -> (lifecycle state, since): pods a lifecycle hook holds (PodHookHeld not yet released)
     hook_holds: dict[tuple[str, str], tuple[str, datetime]] = field(default_factory=dict)
+    # StoreLossDetected records on the actions stream naming events lost for good (a database failover)
+    store_losses: list[StoreLossDetected] = field(default_factory=list)
     # the encodings of the last recorded round's pods and PVCs, reused for the input's hash
     input_digest: PlanInputDigest = field(default_factory=PlanInputDigest, compare=False, repr=False)
 
@@ -195,6 +198,9 @@ class WorkloadState:
             self.hook_holds.pop((payload.pod, payload.hook), None)
         elif isinstance(payload, RequeueScheduled):
             self.schedules[str(envelope.event_id)] = payload.due_at
+        elif isinstance(payload, StoreLossDetected):
+            if payload.unrecoverable:
+                self.store_losses.append(payload)
         elif isinstance(payload, RequeueDue):
             self.schedules.pop(str(payload.scheduled_by), None)
             if self.now is None or payload.due_at > self.now:

@@ -7,8 +7,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+import msgspec
+
 from services.infra.store import EventStore
-from services.model.events import REDACTION_STREAM, TrailRedacted
+from services.model.events import REDACTION_STREAM, StoreLossDetected, TrailRedacted
 from services.model.hashchain import ZERO_HASH, ChainVerifier, Checkpoint, Finding
 from services.model.merkle import (
     EMPTY_ROOT,
@@ -22,6 +24,8 @@ from services.model.merkle import (
 )
 from services.model.signed_note import NoteError, SignedCheckpoint, UntrustedKey, Verifier
 
+_loss_decoder = msgspec.json.Decoder(StoreLossDetected)
+
 
 @dataclass
 class AuditReport:
@@ -33,6 +37,10 @@ class AuditReport:
     # predate one, accepted because its record names their exact hash.
     redactions: list[str] = field(default_factory=list)
     accepted: list[str] = field(default_factory=list)
+    # The losses on record (a failover lost published events the bus could not give back): the lines
+    # naming them, and the ids of the records that name an unrecoverable event.
+    losses: list[str] = field(default_factory=list)
+    unrecovered: list[str] = field(default_factory=list)
 
     @property
     def clean(self) -> bool:
@@ -327,6 +335,7 @@ async def audit_trail(store: EventStore, sources: TrailSources, *, batch_size: i
                     " they are not protected; is the auditor running?",
                 )
             )
+    losses, unrecovered = await read_losses(store)
     return AuditReport(
         rows=verifier.rows,
         head=verifier.last_position,
@@ -334,7 +343,25 @@ async def audit_trail(store: EventStore, sources: TrailSources, *, batch_size: i
         findings=verifier.findings + findings,
         redactions=[describe_redaction(r, signed=p <= covered) for p, r in redactions],
         accepted=accepted,
+        losses=losses,
+        unrecovered=unrecovered,
     )
+
+
+async def read_losses(store: EventStore) -> tuple[list[str], list[str]]:
+    """The store losses on record (``StoreLossDetected``, on a CloneSet's actions stream or
+    ``Audit//store-loss``), described, and the event ids of the records naming an event that could not be
+    recovered."""
+    lines: list[str] = []
+    unrecovered: list[str] = []
+    for event_id, payload in await store.payloads_of_type(StoreLossDetected.__name__):
+        record = _loss_decoder.decode(payload)
+        described = describe_loss(record)
+        described[0] += f" [record {event_id}]"
+        lines += described
+        if record.unrecoverable:
+            unrecovered.append(str(event_id))
+    return lines, unrecovered
 
 
 async def read_redactions(store: EventStore) -> list[tuple[int, TrailRedacted]]:
@@ -371,3 +398,24 @@ def _redaction_naming(redactions: list[TrailRedacted], checkpoint: Checkpoint) -
         if record.head == checkpoint.global_position and record.chain_before == checkpoint.chain_hash:
             return record
     return None
+
+
+def describe_loss(record: StoreLossDetected) -> list[str]:
+    """Lines naming a recorded loss: what came back, and each event and carried-out action that did not."""
+    lines = [
+        f"store loss detected {record.detected_at.isoformat()}: {len(record.recovered)} event(s) recovered"
+        f" from the bus, {len(record.unrecoverable)} unrecoverable"
+        + (f" (workloads: {', '.join(record.workloads)})" if record.workloads else "")
+    ]
+    for lost in record.unrecoverable:
+        lines.append(
+            f"  LOST {lost.get('type')} {lost.get('event_id')} {lost.get('stream')} v{lost.get('version')}"
+            f" rollout {lost.get('rollout_id') or '-'}: {lost.get('reason')}"
+        )
+    for action in record.actions_applied:
+        lines.append(
+            f"  CARRIED OUT, outcome lost: {action.get('action') or 'action'} {action.get('action_id')}"
+            f" on pod {action.get('pod') or action.get('pod_uid') or '?'}"
+            f" rollout {action.get('rollout_id') or '-'}"
+        )
+    return lines

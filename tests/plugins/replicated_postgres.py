@@ -15,6 +15,7 @@ helpers). Logins are trusted from 127.0.0.1 only: the servers listen there and n
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import signal
@@ -172,6 +173,7 @@ class ReplicatedPostgres:
         reaches the standby after all."""
         old = self.primary
         new = 1 - old
+        sender = None
         if lag > 0:
             connection = await asyncpg.connect(self.server_url(old))
             try:
@@ -186,6 +188,11 @@ class ReplicatedPostgres:
         process = self.processes[old]
         assert process is not None
         os.killpg(process.pid, signal.SIGKILL)  # its own session (_spawn): the postmaster and its children
+        if lag > 0 and sender:
+            # A backend is a session leader of its own, out of the group's reach; stopped, it would never
+            # notice its postmaster's death and stay behind for good.
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(sender), signal.SIGKILL)
         await asyncio.to_thread(process.wait)
         self.processes[old] = None
         await asyncio.to_thread(self._run, "pg_ctl", "promote", "-w", "-D", str(self._data(new)))

@@ -1,0 +1,198 @@
+"""A failover loses published events from the store (an asynchronous standby promoted without the old
+primary's last commits; here those commits deleted): the relay puts back from the bus, as themselves,
+those whose place in the record is still free, names the others and the pod actions already carried out,
+and records the loss, which `rollbook audit verify` then reports by name (exit 3)."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from pathlib import Path
+
+import nats.js.errors
+import pytest
+from prometheus_client import REGISTRY
+
+from services.auditor.service import POSITION_HEADER, Relay
+from services.auditor.store_loss import AFTER_UNRECOVERED, SLOT_TAKEN
+from services.infra.bus import MSG_ID, Bus
+from services.model.events import (
+    Envelope,
+    PodActionRequested,
+    PodActionSucceeded,
+    StoreLossDetected,
+    new_event,
+)
+from tests.plugins.servers import ServerUrls
+from tests.plugins.stack import wait_for
+from tests.security.signed_trail import T0, signed_trail
+
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+
+DECISIONS = "CloneSet/prod/web"
+ACTIONS = "CloneSet/prod/web/actions"
+ROLLOUT = "prod/web@web-2#1"
+
+
+def request(version: int, action_id: str, pod: str) -> Envelope:
+    return new_event(
+        PodActionRequested(
+            action_id=action_id, action="updateInPlace", namespace="prod", pod=pod, rollout_id=ROLLOUT
+        ),
+        stream=DECISIONS,
+        stream_version=version,
+        occurred_at=T0 + timedelta(seconds=version),
+        correlation_id=ROLLOUT,
+    )
+
+
+def success(version: int, cause: Envelope) -> Envelope:
+    assert isinstance(cause.payload, PodActionRequested)
+    return new_event(
+        PodActionSucceeded(action_id=cause.payload.action_id, pod_uid=f"uid-{cause.payload.pod}"),
+        stream=ACTIONS,
+        stream_version=version,
+        occurred_at=T0 + timedelta(seconds=10 + version),
+        causation_id=cause.event_id,
+        correlation_id=ROLLOUT,
+    )
+
+
+def resolved(outcome: str) -> float:
+    return REGISTRY.get_sample_value("rollbook_relay_store_lost_resolved_total", {"outcome": outcome}) or 0.0
+
+
+async def test_lost_events_come_back_from_the_bus_as_themselves_and_the_rest_are_named(
+    server_urls: ServerUrls, own_bus: Bus, tmp_path: Path
+) -> None:
+    async with signed_trail(server_urls.database_url, tmp_path, rollouts=1, events=5) as trail:
+        store = trail.store
+        first = request(1, "act-1", "web-0")
+        await store.append([first], expected_version=0)
+        # What the old primary committed and the relay published, which its standby never received: the
+        # request of act-2, the success of act-1 (carried out on web-0) and that of act-2.
+        second = request(2, "act-2", "web-1")
+        lost = [second, success(1, first), success(2, second)]
+        for event in lost:
+            await store.append_many([event])
+        relay = Relay(store, own_bus)
+        stopping = asyncio.Event()
+        task = asyncio.create_task(relay.run(stopping))
+        await wait_for(relay.caught_up.wait, within=30, what="the relay caught up")
+        stopping.set()
+        await asyncio.wait_for(task, 30)
+        before = {outcome: resolved(outcome) for outcome in ("recovered", "unrecoverable")}
+        lost_from = min(p for p, e in relay.sent.items() if e.event_id == second.event_id)
+        await trail.owner(f"DELETE FROM events WHERE global_position >= {lost_from}")
+        # The new primary goes on: an executor stores another action's outcome at the actions stream's
+        # next version, the slot the lost success of act-1 had.
+        other = new_event(
+            PodActionSucceeded(action_id="act-9"), stream=ACTIONS, stream_version=0, occurred_at=T0
+        )
+        await store.append_unversioned([other])
+
+        await relay.check_store()
+
+        # The request of act-2 is back as itself: same id, stream, version, payload and times.
+        assert await store.read_event(second.event_id) == second
+        assert await store.stream_version(DECISIONS) == 2
+        # The successes cannot go back: act-1's version is another event's now, act-2's comes after it.
+        assert await store.read_event(lost[1].event_id) is None
+        assert await store.read_event(lost[2].event_id) is None
+        assert [(u["event_id"], u["reason"]) for u in relay.unrecoverable] == [
+            (str(lost[1].event_id), SLOT_TAKEN),
+            (str(lost[2].event_id), AFTER_UNRECOVERED),
+        ]
+        assert resolved("recovered") - before["recovered"] == 1
+        assert resolved("unrecoverable") - before["unrecoverable"] == 2
+
+        records = [
+            e for e in await store.read_stream(ACTIONS) if isinstance(e.envelope.payload, StoreLossDetected)
+        ]
+        assert len(records) == 1
+        record = records[0].envelope.payload
+        assert isinstance(record, StoreLossDetected)
+        assert [r["event_id"] for r in record.recovered] == [str(second.event_id)]
+        assert record.workloads == [DECISIONS]
+        # Both actions were carried out; the record of it is gone: named with their pods.
+        assert [(a["action_id"], a["pod"]) for a in record.actions_applied] == [
+            ("act-1", "web-0"),
+            ("act-2", "web-1"),
+        ]
+
+        code, out = await trail.cli("audit", "verify", "--no-bus")
+        assert code == 3, out
+        assert f"LOST PodActionSucceeded {lost[1].event_id} {ACTIONS} v1 rollout {ROLLOUT}" in out, out
+        assert "CARRIED OUT, outcome lost: updateInPlace act-1 on pod web-0" in out, out
+        assert "INCOMPLETE:" in out, out
+        record_id = str(records[0].envelope.event_id)
+        code, out = await trail.cli("audit", "verify", "--no-bus", "--accept-loss", record_id)
+        assert code == 0 and "OK:" in out and "LOST PodActionSucceeded" in out, out
+
+        # The recovered request reaches the consumers again, at its new position (the executor finds the
+        # action applied: exactly once by action id).
+        position = (await store.read_stream(DECISIONS, 2))[0].global_position
+        stopping = asyncio.Event()
+        task = asyncio.create_task(relay.run(stopping))
+
+        async def carried_again() -> bool:
+            try:
+                message = await own_bus.js.get_last_msg(own_bus.stream, own_bus.subject_for(second))
+            except nats.js.errors.NotFoundError:
+                return False
+            headers = message.headers or {}
+            return headers.get(POSITION_HEADER) == str(position) and headers.get(MSG_ID) == (
+                f"{second.event_id}@{position}"
+            )
+
+        try:
+            await wait_for(carried_again, within=30, what="the recovered request on the bus again")
+        finally:
+            stopping.set()
+            await asyncio.wait_for(task, 30)
+
+
+async def test_a_recovery_an_outage_interrupts_goes_through_at_the_next_check(
+    server_urls: ServerUrls, own_bus: Bus, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with signed_trail(server_urls.database_url, tmp_path, rollouts=1, events=2) as trail:
+        store = trail.store
+        first, second = request(1, "act-1", "web-0"), request(2, "act-2", "web-1")
+        await store.append([first, second], expected_version=0)
+        relay = Relay(store, own_bus)
+        stopping = asyncio.Event()
+        task = asyncio.create_task(relay.run(stopping))
+        await wait_for(relay.caught_up.wait, within=30, what="the relay caught up")
+        stopping.set()
+        await asyncio.wait_for(task, 30)
+        lost_from = min(p for p, e in relay.sent.items() if e.event_id == first.event_id)
+        await trail.owner(f"DELETE FROM events WHERE global_position >= {lost_from}")
+
+        # The database goes away again after the first event went back.
+        append_many = store.append_many
+        calls = 0
+
+        async def failing_second(events: list[Envelope]) -> int:
+            nonlocal calls
+            calls += 1
+            if calls == 2:
+                raise ConnectionResetError("the database went away")
+            return await append_many(events)
+
+        monkeypatch.setattr(store, "append_many", failing_second)
+        with pytest.raises(ConnectionResetError):
+            await relay.check_store()
+        assert await store.read_event(first.event_id) == first
+        assert await store.read_event(second.event_id) is None
+
+        await relay.check_store()
+        assert await store.read_event(second.event_id) == second
+        records = [
+            e for e in await store.read_stream(ACTIONS) if isinstance(e.envelope.payload, StoreLossDetected)
+        ]
+        assert len(records) == 1
+        record = records[0].envelope.payload
+        assert isinstance(record, StoreLossDetected)
+        # Both came back, the first in the interrupted attempt: the record says so of both.
+        assert [r["event_id"] for r in record.recovered] == [str(first.event_id), str(second.event_id)]
+        assert record.unrecoverable == []
