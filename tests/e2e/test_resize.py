@@ -12,7 +12,7 @@ from tests.e2e.cluster import Cluster, is_ready
 from tests.plugins.stack import Stack, wait_for
 
 # One stack for the module (each test in a namespace of its own): none stops or restarts a service.
-pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="session"), pytest.mark.xdist_group("resize")]
+pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="session")]
 
 SERVICES = ("auditor", "watcher", "planner", "executor")
 NAME = "sized"

@@ -19,7 +19,7 @@ from tests.e2e.cluster import (
 from tests.plugins.stack import Stack, wait_for
 
 # One stack for the module (each test in a namespace of its own): none stops or restarts a service.
-pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="session"), pytest.mark.xdist_group("rollout")]
+pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="session")]
 
 SERVICES = ("auditor", "watcher", "planner", "executor")
 NAME = "sample-data"

@@ -18,7 +18,7 @@ from tests.e2e.cluster import Cluster, is_ready, seed_cloneset, with_image
 from tests.plugins.stack import Stack, wait_for
 
 # One stack for the module (each test in a namespace of its own): none stops or restarts a service.
-pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="session"), pytest.mark.xdist_group("watch")]
+pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="session")]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SERVICES = ("auditor", "watcher", "planner", "executor")

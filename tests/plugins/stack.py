@@ -8,7 +8,7 @@
 - `shared_stack`: one stack for a whole test module whose tests need no fresh one (they stop, kill and
   restart nothing, and each works in a namespace of its own: `module_simcluster`, `namespace`); its
   services are started by the first test that asks (`Stack.ensure`) and stopped after the module's last.
-  Mark such a module `xdist_group`, so that pytest-xdist runs its tests in one worker, on one stack.
+  (`scripts/test` runs a module's tests in one pytest-xdist worker: `--dist loadscope`.)
 
     await stack.start("watcher", "planner", "executor", "auditor")   # waits for /readyz of each
     await stack.start("executor", name="executor-2")
