@@ -31,3 +31,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if fixtures & SERVER_FIXTURES or item.get_closest_marker("servers") or item.get_closest_marker("e2e"):
             continue
         item.add_marker(pytest.mark.pure)
+    # The slow tests first (the chaos slice takes minutes): with pytest-xdist workers (scripts/test's lanes,
+    # which hand out whole modules in this order) one starts on them while the others share the rest,
+    # instead of one being left with them at the end.
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)

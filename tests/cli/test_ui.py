@@ -57,12 +57,15 @@ class Elements(HTMLParser):
 
 async def browse(url: str) -> Elements:
     assert CHROMIUM is not None
-    process = await asyncio.create_subprocess_exec(
-        CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=20000",
-        "--dump-dom", url,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
-    )  # fmt: skip
-    dom, _ = await asyncio.wait_for(process.communicate(), 120)
+    # A profile dir of its own: the browsers of parallel test workers must not share the default one
+    # (Chromium locks a profile to one process).
+    with tempfile.TemporaryDirectory(prefix="rollbook-chromium-") as profile:
+        process = await asyncio.create_subprocess_exec(
+            CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=20000",
+            f"--user-data-dir={profile}", "--dump-dom", url,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
+        )  # fmt: skip
+        dom, _ = await asyncio.wait_for(process.communicate(), 120)
     parser = Elements()
     parser.feed(dom.decode())
     return parser

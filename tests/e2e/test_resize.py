@@ -11,6 +11,7 @@ import pytest
 from tests.e2e.cluster import Cluster, is_ready
 from tests.plugins.stack import Stack, wait_for
 
+# One stack for the module (each test in a namespace of its own): none stops or restarts a service.
 pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="session")]
 
 SERVICES = ("auditor", "watcher", "planner", "executor")
@@ -74,8 +75,18 @@ async def _rolled(cluster: Cluster, wanted: dict[str, dict[str, str]]) -> dict[s
     return pods
 
 
+@pytest.fixture
+def stack(shared_stack: Stack) -> Stack:
+    return shared_stack
+
+
+@pytest.fixture
+def cluster(shared_cluster: Cluster) -> Cluster:
+    return shared_cluster
+
+
 async def _start(stack: Stack, cluster: Cluster, containers: list[dict[str, Any]]) -> dict[str, Any]:
-    await stack.start(*SERVICES)
+    await stack.ensure(*SERVICES)
     await cluster.create_cloneset(_cloneset(containers))
     first = {c["name"]: c["resources"]["requests"] for c in containers}
     pods: dict[str, Any] = await wait_for(lambda: _rolled(cluster, first), within=60, what="3 ready pods")

@@ -18,6 +18,7 @@ from tests.e2e.cluster import (
 )
 from tests.plugins.stack import Stack, wait_for
 
+# One stack for the module (each test in a namespace of its own): none stops or restarts a service.
 pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="session")]
 
 SERVICES = ("auditor", "watcher", "planner", "executor")
@@ -38,8 +39,18 @@ async def settled(cluster: Cluster, count: int, image: str | None = None, update
     return pods
 
 
+@pytest.fixture
+def stack(shared_stack: Stack) -> Stack:
+    return shared_stack
+
+
+@pytest.fixture
+def cluster(shared_cluster: Cluster) -> Cluster:
+    return shared_cluster
+
+
 async def start(stack: Stack, cluster: Cluster, strategy: dict[str, Any]) -> dict[str, Any]:
-    await stack.start(*SERVICES)
+    await stack.ensure(*SERVICES)
     await cluster.create_cloneset(seed_cloneset("cloneset-sample-data.yaml", updateStrategy=strategy))
     pods: dict[str, Any] = await wait_for(lambda: settled(cluster, 5), what="5 ready pods")
     return pods

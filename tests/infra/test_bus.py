@@ -12,12 +12,14 @@ import nats.errors
 import nats.js.errors
 import pytest
 from nats.aio.msg import Msg
+from nats.js.api import ConsumerInfo
 from nats.js.client import JetStreamContext
 
 from services.infra.bus import MSG_ID, Bus, PublishAck, in_progress_due, pull, subject_matches
 from services.infra.settings import Settings
 from services.model.events import Envelope, RolloutResumed, decode, encode, new_event
 from tests.infra.bus_helpers import T0, eventually, paused, unique
+from tests.plugins.stack import wait_for
 
 
 async def test_republished_event_id_is_dropped_by_jetstream(bus: Bus) -> None:
@@ -523,7 +525,14 @@ async def test_a_handler_slower_than_ack_wait_keeps_its_message_in_progress(bus:
     other = bus.consumer(durable, bus.event_filter(name=name), handler_for("other", 0.0), ack_wait=3.0)
     tasks.append(asyncio.create_task(other.run()))
     await eventually(lambda: slow.stats.handled == 1, within=15, what="the slow handler done")
-    info = await bus.js.consumer_info(bus.stream, durable)
+
+    async def settled() -> ConsumerInfo | None:
+        # The ack is a publish the server applies a moment later; a message not acked would be delivered
+        # again after ack_wait instead, which the assertion below catches.
+        info = await bus.js.consumer_info(bus.stream, durable)
+        return info if info.num_ack_pending == 0 or info.num_redelivered else None
+
+    info = await wait_for(settled, within=10, interval=0.05, what="the message acked or delivered again")
     for consumer in (slow, other):
         consumer.stop()
     await asyncio.gather(*tasks)

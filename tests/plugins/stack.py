@@ -5,6 +5,10 @@
 - `stack`: a `Stack` (rollbook's supervisor, services/infra/supervisor.py) to start, stop (SIGTERM), kill
   (SIGKILL) and restart services by name; every process is stopped at the end, its log kept in the
   test's tmp_path and printed when it failed.
+- `shared_stack`: one stack for a whole test module whose tests need no fresh one (they stop, kill and
+  restart nothing, and each works in a namespace of its own: `module_simcluster`, `namespace`); its
+  services are started by the first test that asks (`Stack.ensure`) and stopped after the module's last.
+  (`scripts/test` runs a module's tests in one pytest-xdist worker: `--dist loadscope`.)
 
     await stack.start("watcher", "planner", "executor", "auditor")   # waits for /readyz of each
     await stack.start("executor", name="executor-2")
@@ -31,6 +35,7 @@ import asyncpg
 import nats.js.errors
 import pytest
 import pytest_asyncio
+from kubernetes_asyncio import client, config
 
 from services.infra.api_auth import ensure_token, token_path
 from services.infra.bus import Bus
@@ -38,7 +43,7 @@ from services.infra.database import asyncpg_url, upgrade_async
 from services.infra.db_roles import DUTIES, role_name
 from services.infra.settings import Settings
 from services.infra.supervisor import ServiceFailed, Supervisor
-from services.simcluster import SimCluster
+from services.simcluster import SimCluster, SimConfig
 from tests.plugins.database import with_database
 from tests.plugins.servers import ServerUrls
 
@@ -63,6 +68,12 @@ class Stack(Supervisor):
             await super().start(*services, name=name, ready_timeout=ready_timeout, env=env)
         except ServiceFailed as failure:
             raise AssertionError(str(failure)) from None
+
+    async def ensure(self, *services: str) -> None:
+        """Start those of ``services`` that are not running yet (a stack shared by a module's tests)."""
+        missing = [service for service in services if service not in self.children]
+        if missing:
+            await self.start(*missing)
 
     async def stop(self, name: str, timeout: float | None = None) -> int:  # noqa: ASYNC109
         try:
@@ -248,6 +259,45 @@ async def stack(
         if report is not None and report.failed:
             for proc in [*running.exited]:
                 sys.stderr.write(f"\n----- {proc.name} log (tail) -----\n{running.tail(proc.name)}\n")
+
+
+@pytest_asyncio.fixture(loop_scope="session", scope="module")
+async def module_simcluster() -> AsyncIterator[SimCluster]:
+    """A simcluster (zero delays) for a whole test module: its tests work in namespaces of their own."""
+    async with SimCluster(SimConfig()) as sim:
+        yield sim
+
+
+@pytest_asyncio.fixture(loop_scope="session", scope="module")
+async def module_stack(
+    server_urls: ServerUrls, module_simcluster: SimCluster, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[Stack]:
+    async with e2e_database(server_urls.database_url) as database_url:
+        async with settings_for_stack(
+            database_url, server_urls.nats_url, str(module_simcluster.kubeconfig_path)
+        ) as settings:
+            async with Stack(settings, tmp_path_factory.mktemp("stack"), cwd=REPO_ROOT) as running:
+                yield running
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def shared_stack(module_stack: Stack, request: pytest.FixtureRequest) -> AsyncIterator[Stack]:
+    """The module's stack, for one test; the tail of every service's log printed when the test failed."""
+    yield module_stack
+    report = getattr(request.node, "rep_call", None)
+    if report is not None and report.failed:
+        sys.stderr.write(f"\n----- service logs (tails) -----\n{module_stack.tails(lines=40)}\n")
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def namespace(module_simcluster: SimCluster) -> AsyncIterator[str]:
+    """A namespace of this test's own on the module's simcluster."""
+    name = f"t-{uuid.uuid4().hex[:10]}"
+    api = await config.new_client_from_config(config_file=str(module_simcluster.kubeconfig_path))
+    async with api:
+        namespace_object = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+        await client.CoreV1Api(api).create_namespace(namespace_object)
+    yield name
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)

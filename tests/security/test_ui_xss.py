@@ -9,6 +9,7 @@ import html
 import os
 import re
 import sys
+import tempfile
 from urllib.parse import quote
 
 import msgspec
@@ -26,12 +27,15 @@ PAYLOAD = """<img src=x onerror="document.body.dataset.pwned='yes'"><b id=inject
 
 async def dump_dom(url: str) -> str:
     assert CHROMIUM is not None
-    process = await asyncio.create_subprocess_exec(
-        CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=20000",
-        "--dump-dom", url,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
-    )  # fmt: skip
-    dom, _ = await asyncio.wait_for(process.communicate(), 120)
+    # A profile dir of its own: the browsers of parallel test workers must not share the default one
+    # (Chromium locks a profile to one process).
+    with tempfile.TemporaryDirectory(prefix="rollbook-chromium-") as profile:
+        process = await asyncio.create_subprocess_exec(
+            CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=20000",
+            f"--user-data-dir={profile}", "--dump-dom", url,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
+        )  # fmt: skip
+        dom, _ = await asyncio.wait_for(process.communicate(), 120)
     return dom.decode()
 
 

@@ -6,6 +6,7 @@ apt or a reachable Debian mirror those tests are skipped with the reason."""
 
 from __future__ import annotations
 
+import fcntl
 import shutil
 import subprocess
 from pathlib import Path
@@ -24,6 +25,13 @@ def kubectl_binary(request: pytest.FixtureRequest, tmp_path_factory: pytest.Temp
         folder = tmp_path_factory.mktemp("simcluster-kubectl")
     else:
         folder = Path(cache.mkdir("simcluster-kubectl"))
+    # pytest-xdist workers share the cache: one fetches and unpacks, the others wait for it and use it.
+    with (folder / ".lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _fetched_kubectl(folder)
+
+
+def _fetched_kubectl(folder: Path) -> Path:
     binary = folder / "root" / "usr" / "bin" / "kubectl"
     if binary.exists():
         return binary

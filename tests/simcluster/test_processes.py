@@ -21,6 +21,9 @@ from services.simcluster import SimCluster, SimConfig
 from ..plugins.simcluster import MakeSimCluster, api_client_for
 from .helpers import wait_until
 
+# simcluster's process runtime gives the pods of every simcluster the same loopback addresses (127.77.0.x):
+# two at once would collide on their ports; scripts/test's `--dist loadscope` runs a module's tests in one
+# pytest-xdist worker, one after the other.
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
 ROOT = Path(__file__).resolve().parents[2]
