@@ -5,7 +5,8 @@ and reports every outcome as an event (docs/services.md, "executor").
   Each executor carries out up to ``settings.executor_concurrency`` actions at once, one pod's actions
   in order and never overlapping (``services.infra.keyed.KeyedRunner`` keyed by the pod). Across
   executors the order holds too: an action first waits until the actions its round planned earlier for
-  the same pod have a terminal outcome (``earlier_actions_pending``); if one of those went back to the bus
+  the same pod have a terminal outcome (``earlier_actions_pending``), or the pod carries the id of one,
+  whose outcome a failover lost (``_found_on_pod``); if one of those went back to the bus
   from this executor, it goes back too, at once (waiting would hold the pod's turn its redelivery needs),
   except on its last delivery: then it waits, as the earlier one's redelivery may land on another
   executor (``services.executor.handed_back``).
@@ -71,7 +72,7 @@ from services.executor.pods import (
 )
 from services.executor.real_values import TemplateMovedOn, restore_cloneset_action
 from services.executor.resize import ResizeDiscovery, apply_resize
-from services.executor.settled import Settled
+from services.executor.settled import Settled, found_on_pod
 from services.executor.sidecarset import apply_sidecar_upgrade, write_sidecarset_status
 from services.infra import kube
 from services.infra.bus import DEFAULT_RETRY_BACKOFF, Bus, Unacceptable, carried_payload
@@ -149,6 +150,12 @@ EVENTS_DURABLE = "executor-kube-events"
 # its executor: it is redelivered after ACK_WAIT; or it may be waiting out Retry-After answers there).
 EARLIER_ACTION_POLL = 0.02
 EARLIER_ACTION_WAIT = 20.0
+# After this long without an outcome, the waiting action looks at the pod (then every EARLIER_ON_POD_POLL):
+# an earlier action whose id it carries was carried out, its outcome lost (``settled.found_on_pod``). Not at
+# once: the relay puts a lost outcome back from the bus within a second or two, as itself; recorded here
+# first (another body, at another version) it would keep the lost events after it from coming back.
+EARLIER_ON_POD_AFTER = 5.0
+EARLIER_ON_POD_POLL = 1.0
 # How long an action given back to the bus makes the later actions of its pod go back too: by then the bus
 # has handed it out again (the longest redelivery delay, or ACK_WAIT if an executor holding it died),
 # to this executor or another one, so the entry no longer says where it is.
@@ -357,7 +364,7 @@ class Executor:
             return
         action = self._typed(envelope, request)
         try:
-            await self._wait_for_earlier_actions(request, earlier, last_try=last_try)
+            await self._wait_for_earlier_actions(envelope, request, earlier, last_try=last_try)
         except EarlierActionPending as waiting:
             if not last_try:
                 raise  # the bus hands it back later
@@ -900,12 +907,14 @@ class Executor:
         return await self.store.later_status_planned(envelope.stream, envelope.stream_version)
 
     async def _wait_for_earlier_actions(
-        self, request: PodActionRequested, earlier: list[str], *, last_try: bool = False
+        self, envelope: Envelope, request: PodActionRequested, earlier: list[str], *, last_try: bool = False
     ) -> None:
         """Hold this action until the actions its round planned before it for the same pod (``earlier``)
         have a terminal outcome (in older trails a PVC before its pod, or a markNotReady before its
-        updateInPlace), whichever executor took them."""
-        deadline = time.monotonic() + EARLIER_ACTION_WAIT
+        updateInPlace), whichever executor took them, or the pod shows them carried out
+        (``_found_on_pod``)."""
+        started = time.monotonic()
+        deadline, next_look = started + EARLIER_ACTION_WAIT, started + EARLIER_ON_POD_AFTER
         pending = earlier
         while True:
             settled = pending
@@ -921,9 +930,44 @@ class Executor:
                 raise EarlierActionPending(
                     f"earlier actions on {request.pod} went back to the bus: {handed_back}"
                 )
+            if time.monotonic() >= next_look:
+                next_look = time.monotonic() + EARLIER_ON_POD_POLL
+                pending = await self._found_on_pod(envelope, request, [*earlier, request.action_id], pending)
+                if not pending:
+                    return
             if time.monotonic() > deadline:
                 raise EarlierActionPending(f"earlier actions on {request.pod} have no outcome: {pending}")
             await asyncio.sleep(EARLIER_ACTION_POLL)
+
+    async def _found_on_pod(
+        self,
+        envelope: Envelope,
+        request: PodActionRequested,
+        round_actions: list[str],
+        pending: list[str],
+    ) -> list[str]:
+        """Those of ``pending`` still to wait for, given the action id on the pod (``found_on_pod``). The
+        one the pod names gets its outcome, as a redelivery would report it (``already_applied``; no
+        ``started_at``: not taken here): a later delivery of it then finds it reported instead of
+        applying it again over the actions after it."""
+        if not request.pod or not isinstance(request.workload, msgspec.UnsetType):
+            return pending  # a workload's action: its earlier ones are on the workload, not a pod
+        try:
+            pod = await kube.read_namespaced_pod(self.api, request.pod, request.namespace)
+        except (ApiException, TimeoutError, OSError, aiohttp.ClientError) as error:
+            log.info("earlier_actions_pod_unread", pod=request.target, error=repr(error))
+            return pending  # gone, or the API away: the store's outcomes decide, as before
+        found, still = found_on_pod(round_actions, pending, _annotations(pod).get(ACTION_ID_ANNOTATION))
+        if found is not None:
+            log.warning(
+                "earlier_action_found_on_pod", pod=request.target, action_id=found, waiting=request.action_id
+            )
+            uid = (pod.get("metadata") or {}).get("uid")
+            await self._report(
+                envelope,
+                PodActionSucceeded(action_id=found, pod_uid=uid, already_applied=True, executor=self.name),
+            )
+        return still
 
     async def _before_acting(
         self, envelope: Envelope, request: PodActionRequested, carried: str | None = None
