@@ -67,9 +67,29 @@ def kind_counts(reports: list[VerifyReport], recorded: list[RecordedReport]) -> 
 
 
 def recorded_json(report: RecordedReport) -> dict[str, Any]:
-    """A recorded workload's report as JSON: its counts, ``pending`` (events its observations fold into
-    that the recorder has not stored yet) and ``divergence`` (the first differing event, or null)."""
+    """`verify <kind>/<ns>/<name> --json`: the recorded workload's counts, ``pending`` (events its
+    observations fold into that the recorder has not stored yet), ``divergence`` (the first differing event
+    as a line, or null) and ``first`` (the same as a planned workload's divergence)."""
     return dataclasses.asdict(report) | {"pending": report.pending}
+
+
+def recorded_entry(report: RecordedReport) -> dict[str, Any]:
+    """A recorded workload's entry in `verify --all --json`: the fields of a planned workload's report,
+    with the same meaning (no planner: no rounds, decisions, rules or skipped rounds), and its own counts."""
+    return {
+        "kind": report.kind,
+        "workload": report.workload,
+        "events": report.observations + report.recorded,
+        "rounds": 0,
+        "decisions": 0,
+        "rules": 0,
+        "skipped": {},
+        "divergence": None if report.first is None else dataclasses.asdict(report.first),
+        "observations": report.observations,
+        "recorded": report.recorded,
+        "refolded": report.refolded,
+        "pending": report.pending,
+    }
 
 
 # `rollbook audit verify`: the log verifies, but a failover lost events for good (docs/audit.md).
@@ -219,7 +239,7 @@ def register(app: typer.Typer) -> None:
             or (strict and any(r.unverifiable for r in reports))
         )
         if as_json:
-            _print_json([dataclasses.asdict(r) for r in reports] + [recorded_json(t) for t in trails])
+            _print_json([dataclasses.asdict(r) for r in reports] + [recorded_entry(t) for t in trails])
             if failed:
                 raise typer.Exit(1)
             return

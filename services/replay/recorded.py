@@ -19,6 +19,7 @@ from services.kinds.base import Kind
 from services.model.availability import pod_available
 from services.model.event_store import StoredEvent
 from services.model.events import Envelope
+from services.replay.verify import Divergence, envelope_view, first_difference
 
 _encode = msgspec.json.Encoder(order="sorted").encode
 
@@ -31,6 +32,9 @@ class RecordedReport:
     recorded: int  # events stored in the recorded stream
     refolded: int  # events the fold gives
     divergence: str | None = None  # the first stored event that is not what the fold gives
+    # The same, in the shape of a planned workload's divergence (``verify --all --json``): the stored event,
+    # its first differing field, the stored value (``recorded``) and the fold's (``replayed``).
+    first: Divergence | None = None
 
     @property
     def pending(self) -> int:
@@ -61,6 +65,13 @@ def _identity(envelope: Envelope) -> tuple[Any, ...]:
     )
 
 
+def _view(envelope: Envelope) -> dict[str, Any]:
+    """What ``_identity`` compares, as JSON-like values (to name the first differing field)."""
+    view = envelope_view(envelope, with_causation=True)
+    del view["schema_version"]
+    return view
+
+
 _FIELDS = ("event id", "stream", "version", "type", "cause", "rollout", "time", "payload")
 
 
@@ -87,6 +98,7 @@ class RecordedVerifier:
         self.recorded_stream = kind.recorded_stream(namespace, name)
         self.observations = self.recorded = self.refolded = 0
         self.divergence: str | None = None
+        self.first: Divergence | None = None
         self._expected: deque[Envelope] = deque()  # folded, not yet stored
         self._stored: deque[Envelope] = deque()  # stored, not yet folded
 
@@ -106,13 +118,32 @@ class RecordedVerifier:
             mine, theirs = _identity(stored), _identity(expected)
             if mine != theirs:
                 differ = [f for f, a, b in zip(_FIELDS, mine, theirs, strict=True) if a != b]
+                found = first_difference(_view(stored), _view(expected)) or (
+                    "(event)",
+                    repr(stored),
+                    repr(expected),
+                )
                 self._diverged(
                     f"{stored.type} at version {stored.stream_version} differs from the fold's"
-                    f" {expected.type} in its {', '.join(differ)}"
+                    f" {expected.type} in its {', '.join(differ)}",
+                    stored,
+                    *found,
                 )
 
-    def _diverged(self, divergence: str) -> None:
+    def _diverged(self, divergence: str, stored: Envelope, field: str, recorded: Any, replayed: Any) -> None:
         self.divergence = divergence
+        self.first = Divergence(
+            kind=self.kind.name,
+            workload=self.workload,
+            stream=self.recorded_stream,
+            stream_version=stored.stream_version,
+            event_id=str(stored.event_id),
+            event_type=stored.type,
+            round_id=None,  # a recorded kind has no planning rounds
+            field=field,
+            recorded=recorded,
+            replayed=replayed,
+        )
         self._expected.clear()
         self._stored.clear()
 
@@ -121,10 +152,20 @@ class RecordedVerifier:
             stored = self._stored[0]
             self._diverged(
                 f"{stored.type} at version {stored.stream_version} has no observation behind it"
-                f" (the observations fold into {self.refolded} events)"
+                f" (the observations fold into {self.refolded} events)",
+                stored,
+                "(event)",
+                {"type": stored.type, "payload": msgspec.to_builtins(stored.payload)},
+                None,
             )
         return RecordedReport(
-            self.kind.name, self.workload, self.observations, self.recorded, self.refolded, self.divergence
+            self.kind.name,
+            self.workload,
+            self.observations,
+            self.recorded,
+            self.refolded,
+            self.divergence,
+            self.first,
         )
 
 
