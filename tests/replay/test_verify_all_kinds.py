@@ -298,7 +298,7 @@ async def test_verify_all_checks_every_recorded_trail(database: str) -> None:
 async def test_verify_all_exits_1_naming_a_forged_or_edited_recorded_event(database: str) -> None:
     store = await EventStore.connect(database)
     try:
-        # The owner appends that the undo failed: no observation says so.
+        # The owner appends that the first rollout failed: no observation says so.
         version = await store.stream_version(RECORDED)
         forged = new_event(
             RolloutCompleted(rollout_id=FIRST, revision="web-b", outcome="failed"),
