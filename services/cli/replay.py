@@ -15,10 +15,11 @@ import typer
 
 from services.cli.runtime import run_with_store
 from services.infra.settings import Settings
-from services.kinds.registry import CLONESET, DRIVEN
+from services.kinds.registry import CLONESET, DRIVEN, RECORDED
 
 if TYPE_CHECKING:  # imported where used: the store pulls in SQLAlchemy, which `--help` does not need
     from services.infra.store import EventStore
+    from services.replay.recorded import RecordedReport
     from services.replay.verify import Decide, VerifyReport
 
 _json = msgspec.json.Encoder(order="sorted")
@@ -41,9 +42,9 @@ def load_decide(spec: str) -> Decide:
     return decide  # type: ignore[no-any-return]
 
 
-def kind_counts(reports: list[VerifyReport]) -> str:
+def kind_counts(reports: list[VerifyReport], recorded: list[RecordedReport]) -> str:
     """One line with how many workloads of each kind were verified and how many diverged (and, when
-    any, how many have rounds recorded by other planner rules)."""
+    any, how many have rounds recorded by other planner rules, or a recorder behind its observations)."""
     parts = []
     for kind in (k.name for k in DRIVEN):
         mine = [r for r in reports if r.kind == kind]
@@ -53,7 +54,42 @@ def kind_counts(reports: list[VerifyReport]) -> str:
         if older:
             part += f", {older} with rounds not re-verifiable"
         parts.append(part)
+    for kind in (k.name for k in RECORDED):
+        trails = [r for r in recorded if r.kind == kind]
+        part = (
+            f"{kind}: {len(trails)} verified, {sum(1 for r in trails if r.divergence is not None)} diverged"
+        )
+        behind = sum(1 for r in trails if r.divergence is None and r.pending)
+        if behind:
+            part += f", {behind} with observations not recorded yet"
+        parts.append(part)
     return "; ".join(parts)
+
+
+def recorded_json(report: RecordedReport) -> dict[str, Any]:
+    """`verify <kind>/<ns>/<name> --json`: the recorded workload's counts, ``pending`` (events its
+    observations fold into that the recorder has not stored yet), ``divergence`` (the first differing event
+    as a line, or null) and ``first`` (the same as a planned workload's divergence)."""
+    return dataclasses.asdict(report) | {"pending": report.pending}
+
+
+def recorded_entry(report: RecordedReport) -> dict[str, Any]:
+    """A recorded workload's entry in `verify --all --json`: the fields of a planned workload's report,
+    with the same meaning (no planner: no rounds, decisions, rules or skipped rounds), and its own counts."""
+    return {
+        "kind": report.kind,
+        "workload": report.workload,
+        "events": report.observations + report.recorded,
+        "rounds": 0,
+        "decisions": 0,
+        "rules": 0,
+        "skipped": {},
+        "divergence": None if report.first is None else dataclasses.asdict(report.first),
+        "observations": report.observations,
+        "recorded": report.recorded,
+        "refolded": report.refolded,
+        "pending": report.pending,
+    }
 
 
 # `rollbook audit verify`: the log verifies, but a failover lost events for good (docs/audit.md).
@@ -147,7 +183,10 @@ def register(app: typer.Typer) -> None:
             " StatefulSet; omit with --all",
         ),
         all_workloads: bool = typer.Option(
-            False, "--all", help="verify every workload in the log: every CloneSet and every SidecarSet"
+            False,
+            "--all",
+            help="verify every workload in the log: every CloneSet and SidecarSet, and every recorded"
+            " Deployment and StatefulSet's trail",
         ),
         decide: str | None = typer.Option(
             None,
@@ -164,12 +203,13 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Feed the recorded observations back into the planner and compare every decision with the record.
         A target is a CloneSet (use `rollbook sidecarset verify NAME` for one SidecarSet); --all verifies
-        every CloneSet and SidecarSet in the log and prints how many of each kind were verified. Exit 1 if
+        every CloneSet and SidecarSet in the log, checks every recorded Deployment's and StatefulSet's trail
+        against its observations, and prints how many of each kind were verified. Exit 1 if
         any workload diverges (its first divergence is printed with both sides). Rounds recorded by other
         planner rules (an older rollbook) are not re-run: reported as not re-verifiable, exit 0 unless
         --strict."""
         from services.planner.cloneset_decisions import decide as planner_decide
-        from services.replay.operations import verify_all, verify_recorded, verify_target
+        from services.replay.operations import verify_log, verify_recorded, verify_target
         from services.replay.reads import split_kind
 
         if all_workloads == (target is not None):
@@ -179,42 +219,49 @@ def register(app: typer.Typer) -> None:
         if target is not None and split_kind(target)[0] is not None:
             report = run_with_store(lambda store, _: verify_recorded(store, target))
             if as_json:
-                _print_json([dataclasses.asdict(report)])
+                _print_json([recorded_json(report)])
             else:
                 typer.echo(report.describe())
             if report.divergence is not None:
                 raise typer.Exit(1)
             return
 
-        async def work(store: EventStore, _: Settings) -> list[Any]:
+        async def work(store: EventStore, _: Settings) -> tuple[list[VerifyReport], list[RecordedReport]]:
             if target is not None:
-                return [await verify_target(store, target, decision)]
-            return await verify_all(store, decision)
+                return [await verify_target(store, target, decision)], []
+            log = await verify_log(store, decision)
+            return log.planned, log.recorded
 
-        reports = run_with_store(work)
-        failed = any(r.divergence is not None for r in reports) or (
-            strict and any(r.unverifiable for r in reports)
+        reports, trails = run_with_store(work)
+        failed = (
+            any(r.divergence is not None for r in reports)
+            or any(t.divergence is not None for t in trails)
+            or (strict and any(r.unverifiable for r in reports))
         )
         if as_json:
-            _print_json([dataclasses.asdict(r) for r in reports])
+            _print_json([dataclasses.asdict(r) for r in reports] + [recorded_entry(t) for t in trails])
             if failed:
                 raise typer.Exit(1)
             return
-        for report in reports:
-            shown = report.workload if report.kind == CLONESET.name else f"{report.kind} {report.workload}"
-            if report.divergence is None:
+        for planned in reports:
+            shown = (
+                planned.workload if planned.kind == CLONESET.name else f"{planned.kind} {planned.workload}"
+            )
+            if planned.divergence is None:
                 typer.echo(
-                    f"OK {shown}: {report.rounds} rounds, {report.decisions} decisions,"
-                    f" {report.events} events"
+                    f"OK {shown}: {planned.rounds} rounds, {planned.decisions} decisions,"
+                    f" {planned.events} events"
                 )
             else:
-                typer.echo(report.divergence.describe())
-            for line in report.describe_skipped():
+                typer.echo(planned.divergence.describe())
+            for line in planned.describe_skipped():
                 typer.echo(f"NOT RE-VERIFIABLE {shown}: {line}")
-        if not reports:
+        for trail in trails:
+            typer.echo(trail.describe())
+        if not reports and not trails:
             typer.echo("no workloads in the log")
         elif all_workloads:
-            typer.echo(kind_counts(reports))
+            typer.echo(kind_counts(reports, trails))
         if any(r.unverifiable for r in reports):
             typer.echo(f"note: {UNVERIFIABLE_NOTE}{'' if strict else '; --strict makes them fail verify'}")
         if failed:

@@ -7,6 +7,7 @@
     report = await verify_target(store, "default/sample@sample-7656fc4998#1", decide=...)
     report = await verify_sidecarset(store, "mesh-sidecar")
     reports = await verify_all(store, decide=...)               # every CloneSet and SidecarSet, one pass
+    log = await verify_log(store, decide=...)                   # the same and every recorded workload
     result = await what_if_rollout(store, "default/sample@sample-7656fc4998#1", {"partition": 0})
 """
 
@@ -16,10 +17,12 @@ import gc
 import heapq
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 
 from services.kinds.base import Kind
+from services.kinds.registry import RECORDED
 from services.model.event_store import EventStore, StoredEvent
 from services.model.events import (
     ObjectObserved,
@@ -41,7 +44,13 @@ from services.replay.reads import (
     split_kind,
     workload_events,
 )
-from services.replay.recorded import RecordedReport, RecordedStep, check_recorded, recorded_steps
+from services.replay.recorded import (
+    RecordedReport,
+    RecordedStep,
+    RecordedVerifier,
+    check_recorded,
+    recorded_steps,
+)
 from services.replay.timeline import Step, fold_timeline, one_line, state_at, summarise
 from services.replay.verify import VerifyReport, WorkloadVerifier, verify_streams
 from services.replay.whatif import WhatIfResult, what_if
@@ -232,6 +241,15 @@ async def verify_sidecarset(store: EventStore, name: str) -> VerifyReport:
     return verify_streams(SIDECARSET, name, *streams)
 
 
+@dataclass
+class LogVerification:
+    """``verify --all``: every planned workload's report (CloneSets then SidecarSets) and every recorded
+    workload's (Deployments then StatefulSets), each sorted by workload."""
+
+    planned: list[VerifyReport]
+    recorded: list[RecordedReport]
+
+
 async def verify_all(
     store: EventStore, decide: Decide = planner_decide, batch_size: int = PAGE_SIZE
 ) -> list[VerifyReport]:
@@ -239,27 +257,45 @@ async def verify_all(
     ``decide``) then SidecarSets, each sorted by key. Memory: the inputs between two rounds of each
     workload."""
     with cyclic_gc_paused():
-        return await _verify_all(store, decide, batch_size)
+        return (await _verify_log(store, decide, batch_size, with_recorded=False)).planned
 
 
-async def _verify_all(store: EventStore, decide: Decide, batch_size: int) -> list[VerifyReport]:
+async def verify_log(
+    store: EventStore, decide: Decide = planner_decide, batch_size: int = PAGE_SIZE
+) -> LogVerification:
+    """``verify_all`` and, in the same pass, every recorded workload's trail against its observations.
+    Memory: also the folded events each recorder has not stored yet."""
+    with cyclic_gc_paused():
+        return await _verify_log(store, decide, batch_size, with_recorded=True)
+
+
+async def _verify_log(
+    store: EventStore, decide: Decide, batch_size: int, *, with_recorded: bool
+) -> LogVerification:
     kinds: tuple[KindPlanner[Any], ...] = (
         CLONESET if decide is planner_decide else CloneSetPlanner(decide),
         SIDECARSET,
     )
     verifiers: dict[tuple[int, str], WorkloadVerifier] = {}  # (kind's rank, key) -> its verifier
-    # stream -> what it feeds (None: nothing planned to verify, e.g. a SidecarSet's injections)
-    by_stream: dict[str, WorkloadVerifier | None] = {}
+    trails: dict[tuple[int, str, str], RecordedVerifier] = {}  # (kind's rank, namespace, name) -> its check
+    # stream -> what it feeds (None: nothing to verify, e.g. a SidecarSet's injections)
+    by_stream: dict[str, WorkloadVerifier | RecordedVerifier | None] = {}
     async for batch in store.read_all_batches(0, batch_size):
         for stored in batch:
             envelope = stored.envelope
             try:
                 target = by_stream[envelope.stream]
             except KeyError:
-                target = by_stream[envelope.stream] = _verifier_for(envelope.stream, kinds, verifiers)
+                target = _verifier_for(envelope.stream, kinds, verifiers)
+                if target is None and with_recorded:
+                    target = _trail_for(envelope.stream, trails)
+                by_stream[envelope.stream] = target
             if target is not None:
                 target.feed(envelope)
-    return [verifiers[key].finish() for key in sorted(verifiers)]
+    return LogVerification(
+        [verifiers[key].finish() for key in sorted(verifiers)],
+        [trails[key].finish() for key in sorted(trails)],
+    )
 
 
 def _verifier_for(
@@ -274,6 +310,22 @@ def _verifier_for(
             verifier = verifiers[(rank, key)] = WorkloadVerifier(kind, key)
         return verifier
     return None  # no planned workload's stream: nothing to verify
+
+
+def _trail_for(stream: str, trails: dict[tuple[int, str, str], RecordedVerifier]) -> RecordedVerifier | None:
+    """The check of the recorded workload whose observed or recorded stream ``stream`` is, else None."""
+    for rank, kind in enumerate(RECORDED):
+        workload = kind.workload_of(stream)
+        if workload is None or stream not in (
+            kind.observed_stream(*workload),
+            kind.recorded_stream(*workload),
+        ):
+            continue
+        trail = trails.get((rank, *workload))
+        if trail is None:
+            trail = trails[(rank, *workload)] = RecordedVerifier(kind, *workload)
+        return trail
+    return None
 
 
 async def what_if_rollout(store: EventStore, rollout_id: str, overrides: dict[str, Any]) -> WhatIfResult:

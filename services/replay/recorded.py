@@ -8,6 +8,7 @@ a report and the states after each observation out.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -18,6 +19,7 @@ from services.kinds.base import Kind
 from services.model.availability import pod_available
 from services.model.event_store import StoredEvent
 from services.model.events import Envelope
+from services.replay.verify import Divergence, envelope_view, first_difference
 
 _encode = msgspec.json.Encoder(order="sorted").encode
 
@@ -30,6 +32,9 @@ class RecordedReport:
     recorded: int  # events stored in the recorded stream
     refolded: int  # events the fold gives
     divergence: str | None = None  # the first stored event that is not what the fold gives
+    # The same, in the shape of a planned workload's divergence (``verify --all --json``): the stored event,
+    # its first differing field, the stored value (``recorded``) and the fold's (``replayed``).
+    first: Divergence | None = None
 
     @property
     def pending(self) -> int:
@@ -60,6 +65,13 @@ def _identity(envelope: Envelope) -> tuple[Any, ...]:
     )
 
 
+def _view(envelope: Envelope) -> dict[str, Any]:
+    """What ``_identity`` compares, as JSON-like values (to name the first differing field)."""
+    view = envelope_view(envelope, with_causation=True)
+    del view["schema_version"]
+    return view
+
+
 _FIELDS = ("event id", "stream", "version", "type", "cause", "rollout", "time", "payload")
 
 
@@ -71,30 +83,100 @@ def refold(kind: Kind, namespace: str, name: str, observed: Sequence[Envelope]) 
     return [event for observation in observed for event in trail.fold(observation)]
 
 
+class RecordedVerifier:
+    """Streaming check of one recorded workload: ``feed`` its observed and recorded events (in global order,
+    or every observation first), then ``finish``. Each stored ``/recorded`` event is compared with the
+    fold's event at the same position as soon as both are known, so memory holds only what the recorder
+    has not caught up with."""
+
+    def __init__(self, kind: Kind, namespace: str, name: str) -> None:
+        if kind.trail is None:
+            raise ValueError(f"{kind.name} is not a recorded kind")
+        self.kind, self.workload = kind, f"{namespace}/{name}"
+        self.trail = kind.trail(namespace, name)
+        self.observed_stream = kind.observed_stream(namespace, name)
+        self.recorded_stream = kind.recorded_stream(namespace, name)
+        self.observations = self.recorded = self.refolded = 0
+        self.divergence: str | None = None
+        self.first: Divergence | None = None
+        self._expected: deque[Envelope] = deque()  # folded, not yet stored
+        self._stored: deque[Envelope] = deque()  # stored, not yet folded
+
+    def feed(self, envelope: Envelope) -> None:
+        if envelope.stream == self.observed_stream:
+            self.observations += 1
+            for event in self.trail.fold(envelope):  # folded on past a divergence: the counts stay whole
+                self.refolded += 1
+                if self.divergence is None:
+                    self._expected.append(event)
+        elif envelope.stream == self.recorded_stream:
+            self.recorded += 1
+            if self.divergence is None:
+                self._stored.append(envelope)
+        while self._expected and self._stored and self.divergence is None:
+            expected, stored = self._expected.popleft(), self._stored.popleft()
+            mine, theirs = _identity(stored), _identity(expected)
+            if mine != theirs:
+                differ = [f for f, a, b in zip(_FIELDS, mine, theirs, strict=True) if a != b]
+                found = first_difference(_view(stored), _view(expected)) or (
+                    "(event)",
+                    repr(stored),
+                    repr(expected),
+                )
+                self._diverged(
+                    f"{stored.type} at version {stored.stream_version} differs from the fold's"
+                    f" {expected.type} in its {', '.join(differ)}",
+                    stored,
+                    *found,
+                )
+
+    def _diverged(self, divergence: str, stored: Envelope, field: str, recorded: Any, replayed: Any) -> None:
+        self.divergence = divergence
+        self.first = Divergence(
+            kind=self.kind.name,
+            workload=self.workload,
+            stream=self.recorded_stream,
+            stream_version=stored.stream_version,
+            event_id=str(stored.event_id),
+            event_type=stored.type,
+            round_id=None,  # a recorded kind has no planning rounds
+            field=field,
+            recorded=recorded,
+            replayed=replayed,
+        )
+        self._expected.clear()
+        self._stored.clear()
+
+    def finish(self) -> RecordedReport:
+        if self._stored and self.divergence is None:
+            stored = self._stored[0]
+            self._diverged(
+                f"{stored.type} at version {stored.stream_version} has no observation behind it"
+                f" (the observations fold into {self.refolded} events)",
+                stored,
+                "(event)",
+                {"type": stored.type, "payload": msgspec.to_builtins(stored.payload)},
+                None,
+            )
+        return RecordedReport(
+            self.kind.name,
+            self.workload,
+            self.observations,
+            self.recorded,
+            self.refolded,
+            self.divergence,
+            self.first,
+        )
+
+
 def check_recorded(
     kind: Kind, namespace: str, name: str, observed: Sequence[Envelope], recorded: Sequence[Envelope]
 ) -> RecordedReport:
     """Compare the stored ``recorded`` stream with the fold of ``observed`` (both in stream order)."""
-    expected = refold(kind, namespace, name, observed)
-    divergence = None
-    for index, stored in enumerate(recorded):
-        if index >= len(expected):
-            divergence = (
-                f"{stored.type} at version {stored.stream_version} has no observation behind it"
-                f" (the observations fold into {len(expected)} events)"
-            )
-            break
-        mine, theirs = _identity(stored), _identity(expected[index])
-        if mine != theirs:
-            differ = [f for f, a, b in zip(_FIELDS, mine, theirs, strict=True) if a != b]
-            divergence = (
-                f"{stored.type} at version {stored.stream_version} differs from the fold's"
-                f" {expected[index].type} in its {', '.join(differ)}"
-            )
-            break
-    return RecordedReport(
-        kind.name, f"{namespace}/{name}", len(observed), len(recorded), len(expected), divergence
-    )
+    verifier = RecordedVerifier(kind, namespace, name)
+    for envelope in (*observed, *recorded):
+        verifier.feed(envelope)
+    return verifier.finish()
 
 
 @dataclass(frozen=True)

@@ -120,7 +120,7 @@ def first_difference(recorded: Any, replayed: Any, path: str = "") -> tuple[str,
     return None
 
 
-def _envelope_view(envelope: Envelope, *, with_causation: bool) -> dict[str, Any]:
+def envelope_view(envelope: Envelope, *, with_causation: bool) -> dict[str, Any]:
     view: dict[str, Any] = {
         "event_id": str(envelope.event_id),
         "type": envelope.type,
@@ -305,7 +305,7 @@ class WorkloadVerifier:
             if rec == rep:  # the common case, compared in C; the field-by-field walk only to name a change
                 continue
             found = first_difference(
-                _envelope_view(rec, with_causation=causal), _envelope_view(rep, with_causation=causal)
+                envelope_view(rec, with_causation=causal), envelope_view(rep, with_causation=causal)
             )
             if found is None:  # equal as JSON yet unequal as values (a type differs): still a divergence
                 found = ("(envelope)", repr(rec), repr(rep))
