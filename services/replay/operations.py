@@ -24,14 +24,6 @@ from typing import Any, TypeVar
 from services.kinds.base import Kind
 from services.kinds.registry import RECORDED
 from services.model.event_store import EventStore, StoredEvent
-from services.model.events import (
-    ObjectObserved,
-    PartitionStepPlanned,
-    PodActionObserved,
-    RevisionCreated,
-    RolloutCompleted,
-    RolloutStarted,
-)
 from services.planner.cloneset_decisions import Decide
 from services.planner.cloneset_decisions import decide as planner_decide
 from services.planner.kinds import CLONESET, SIDECARSET, CloneSetPlanner, KindPlanner
@@ -51,7 +43,7 @@ from services.replay.recorded import (
     check_recorded,
     recorded_steps,
 )
-from services.replay.timeline import Step, fold_timeline, one_line, state_at, summarise
+from services.replay.timeline import Step, event_text, fold_timeline, one_line, state_at, summarise
 from services.replay.verify import VerifyReport, WorkloadVerifier, verify_streams
 from services.replay.whatif import WhatIfResult, what_if
 
@@ -143,21 +135,7 @@ async def verify_recorded(store: EventStore, target: str) -> RecordedReport:
 def _recorded_line(step: RecordedStep) -> str:
     """One line per event: what was observed or recorded, and the workload right after it."""
     stored, state = step.event, step.state
-    envelope, payload = stored.envelope, stored.envelope.payload
-    what = envelope.type
-    if isinstance(payload, ObjectObserved):
-        what += f" {payload.kind} {payload.name} {payload.change}"
-    elif isinstance(payload, PodActionObserved):
-        what += f" {payload.action} {payload.pod}"
-    elif isinstance(payload, PartitionStepPlanned):
-        what += f" partition {payload.partition} expected updated {payload.expected_updated}"
-    elif isinstance(payload, RolloutCompleted):
-        what += f" {payload.outcome}"
-    elif isinstance(payload, RolloutStarted):
-        who = payload.changed_by.get("manager") if isinstance(payload.changed_by, dict) else None
-        what += f" {payload.from_revision} -> {payload.to_revision}" + (f" by {who}" if who else "")
-    elif isinstance(payload, RevisionCreated):
-        what += f" {payload.name} #{payload.revision}"
+    what = event_text(stored.envelope)
     ready = sum(1 for p in state["pods"].values() if p["ready"])
     return (
         f"{stored.global_position:>8} {stored.recorded_at.isoformat()} {what:<48}"

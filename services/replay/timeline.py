@@ -13,12 +13,17 @@ from services.model.availability import pod_available, revision_hash, unavailabl
 from services.model.cloneset import desired_replicas
 from services.model.event_store import StoredEvent
 from services.model.events import (
+    Envelope,
     ObjectObserved,
+    PartitionStepPlanned,
     PodActionFailed,
     PodActionObserved,
     PodActionRequested,
     PodActionStarted,
     PodActionSucceeded,
+    RevisionCreated,
+    RolloutCompleted,
+    RolloutStarted,
     ShadowCompared,
 )
 from services.planner.names import REVISION_LABEL
@@ -123,9 +128,21 @@ def one_line(step: Step) -> str:
     """One line per event: what happened, and the workload right after it."""
     stored, state = step.event, step.state
     envelope = stored.envelope
-    payload = envelope.payload
     stream_kind = envelope.stream.rsplit("/", 1)[-1] if envelope.stream.count("/") > 2 else "decisions"
-    what = envelope.type
+    what = event_text(envelope)
+    ready = sum(1 for p in state.pods.values() if pod_summary(p)["ready"])
+    replicas = desired_replicas(state.cloneset)
+    return (
+        f"{stored.global_position:>8} {stored.recorded_at.isoformat(timespec='milliseconds')}"
+        f" {stream_kind:<9} v{envelope.stream_version:<5} {what}"
+        f"  | pods={len(state.pods)} ready={ready} updated={updated_pods(state)}"
+        f" unavailable={unavailable(replicas, state.pods.values())} pending={len(state.pending())}"
+    )
+
+
+def event_text(envelope: Envelope) -> str:
+    """An event as a replay line names it: its type, then what it was about."""
+    payload, what = envelope.payload, envelope.type
     if isinstance(payload, PodActionRequested):
         what += f" {payload.action} {payload.target}"
     elif isinstance(payload, PodActionFailed):
@@ -140,14 +157,16 @@ def one_line(step: Step) -> str:
         what += f" {payload.action} {payload.pod}"
     elif isinstance(payload, ShadowCompared):
         what += f" {payload.action} {payload.pod}: {payload.verdict}"
-    ready = sum(1 for p in state.pods.values() if pod_summary(p)["ready"])
-    replicas = desired_replicas(state.cloneset)
-    return (
-        f"{stored.global_position:>8} {stored.recorded_at.isoformat(timespec='milliseconds')}"
-        f" {stream_kind:<9} v{envelope.stream_version:<5} {what}"
-        f"  | pods={len(state.pods)} ready={ready} updated={updated_pods(state)}"
-        f" unavailable={unavailable(replicas, state.pods.values())} pending={len(state.pending())}"
-    )
+    elif isinstance(payload, PartitionStepPlanned):
+        what += f" partition {payload.partition} expected updated {payload.expected_updated}"
+    elif isinstance(payload, RolloutCompleted):
+        what += f" {payload.outcome}"
+    elif isinstance(payload, RolloutStarted):
+        who = payload.changed_by.get("manager") if isinstance(payload.changed_by, dict) else None
+        what += f" {payload.from_revision} -> {payload.to_revision}" + (f" by {who}" if who else "")
+    elif isinstance(payload, RevisionCreated):
+        what += f" {payload.name} #{payload.revision}"
+    return what
 
 
 def taken(outcome: PodActionSucceeded | PodActionFailed) -> str:
