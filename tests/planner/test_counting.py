@@ -1,6 +1,7 @@
-"""Table tests of the counting core (services/planner/counting.py): ``classify_pods`` sorts a round's pods
-into the classes scale and update count, ``calculate`` turns them into the round's diffs, as OpenKruise's
-tests of ``calculateDiffsWithExpectation`` do, row by row: a CloneSet, its pods, the counts expected."""
+"""Table tests of the counting core (services/kinds/cloneset/rules/counting.py): ``classify_pods`` sorts a
+round's pods into the classes scale and update count, ``calculate`` turns them into the round's diffs, as
+OpenKruise's tests of ``calculateDiffsWithExpectation`` do, row by row: a CloneSet, its pods, the counts
+expected."""
 
 from __future__ import annotations
 
@@ -9,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from services.planner import revisions
-from services.planner.context import Context
-from services.planner.counting import Classes, Diffs, calculate, classify_pods
-from services.planner.names import LIFECYCLE_STATE_LABEL, SPECIFIED_DELETE_LABEL
-from services.planner.podstate import parse_time
-from services.planner.spec import resolve
+from services.kinds.cloneset.rules import revisions
+from services.kinds.cloneset.rules.context import Context
+from services.kinds.cloneset.rules.counting import Classes, Diffs, calculate, classify_pods
+from services.kinds.cloneset.rules.names import LIFECYCLE_STATE_LABEL, SPECIFIED_DELETE_LABEL
+from services.kinds.cloneset.rules.podstate import parse_time
+from services.kinds.cloneset.rules.spec import resolve
 from tests.planner.builders import IDS, NOW, cloneset, revision_record, running_pod, with_image
 
 

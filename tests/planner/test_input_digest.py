@@ -10,10 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from services.kinds import registry
+from services.kinds.cloneset.rules.workload_state import WorkloadState
 from services.model.events import ObjectObserved, new_event
+from services.model.rounds import encode_input
 from services.planner.kinds import CLONESET
-from services.planner.rounds import encode_input
-from services.planner.workload_state import WorkloadState
 
 NS, NAME = "default", "web"
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

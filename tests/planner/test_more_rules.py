@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import copy
 
-from services.planner import model, revisions
-from services.planner.plan import plan
-from services.planner.progress import rollout_progress
-from services.planner.spec import resolve
+from services.kinds.cloneset.rules import model, revisions
+from services.kinds.cloneset.rules.plan import plan
+from services.kinds.cloneset.rules.progress import rollout_progress
+from services.kinds.cloneset.rules.spec import resolve
 from tests.planner.builders import (
     IDS,
     cloneset,

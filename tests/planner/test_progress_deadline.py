@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
+from services.kinds.cloneset.rules.decisions import _deadline_exceeded
+from services.kinds.cloneset.rules.plan import plan
+from services.kinds.cloneset.rules.podstate import parse_time
+from services.kinds.cloneset.rules.progress_deadline import progressing
+from services.kinds.cloneset.rules.workload_state import WorkloadState
 from services.model.events import RolloutProgressDeadlineExceeded
-from services.planner.cloneset_decisions import _deadline_exceeded
-from services.planner.plan import plan
-from services.planner.podstate import parse_time
-from services.planner.progress_deadline import progressing
-from services.planner.workload_state import WorkloadState
 from tests.planner.builders import IDS, cloneset, plan_input, revision_record, running_pod, with_image
 
 T0 = parse_time("2026-11-30T12:00:00Z") or 0.0

@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
+from services.kinds.cloneset.rules import inplace, model, resize
+from services.kinds.cloneset.rules.names import INPLACE_STATE_ANNOTATION
+from services.kinds.cloneset.rules.plan import plan
+from services.kinds.cloneset.rules.workload_state import WorkloadState
 from services.kinds.registry import CLONESET
 from services.model.events import ObjectObserved, PodActionRequested, new_event
-from services.planner import inplace, model, resize
-from services.planner.names import INPLACE_STATE_ANNOTATION
-from services.planner.plan import plan
-from services.planner.workload_state import WorkloadState
 from tests.planner.builders import IDS, cloneset, plan_input, revision_record, running_pod
 
 CPU_MEM = {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"cpu": "1", "memory": "128Mi"}}

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from services.planner import model
-from services.planner.plan import plan
+from services.kinds.cloneset.rules import model
+from services.kinds.cloneset.rules.plan import plan
 from tests.planner.builders import IDS, cloneset, plan_input, pvcs_for, revision_record, running_pod
 from tests.planner.simulate import Cluster
 

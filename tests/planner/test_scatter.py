@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from services.planner import model
-from services.planner.plan import plan
-from services.planner.scatter import scatter
+from services.kinds.cloneset.rules import model
+from services.kinds.cloneset.rules.plan import plan
+from services.kinds.cloneset.rules.scatter import scatter
 from tests.planner.builders import IDS, cloneset, plan_input, revision_record, running_pod, with_image
 
 ROWS: list[tuple[str, list[dict[str, str]], list[list[str]], list[int]]] = [

@@ -1,10 +1,13 @@
-"""The events a SidecarSet round means (services.planner.sidecarset_decisions.decisions_for): the rollout's
-life cycle on the audit trail, nothing repeated."""
+"""The events a SidecarSet round means (services.kinds.sidecarset.rules.decisions.decisions_for): the
+rollout's life cycle on the audit trail, nothing repeated."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from services.kinds.sidecarset.rules.decisions import decisions_for, round_of
+from services.kinds.sidecarset.rules.state import SidecarSetState
+from services.model import rounds
 from services.model import sidecarset as ss
 from services.model.events import (
     PartitionStepPlanned,
@@ -19,9 +22,6 @@ from services.model.events import (
     StatusPlanned,
 )
 from services.model.sidecarset_streams import UPDATE_SIDECAR_ACTION
-from services.planner import rounds
-from services.planner.sidecarset_decisions import decisions_for, round_of
-from services.planner.sidecarset_state import SidecarSetState
 from tests.planner.test_sidecarset_upgrade import NEW, NOW, OLD, pod, sidecarset
 
 

@@ -1,4 +1,4 @@
-"""SidecarSet revisions (services.planner.sidecarset_revisions and the planner's decisions): recorded as
+"""SidecarSet revisions (services.kinds.sidecarset.rules.revisions and the planner's decisions): recorded as
 OpenKruise records its ControllerRevisions, named in ``status.latestRevision`` and in upgraded pods'
 ``kruise.io/sidecarset-hash`` entries, pruned beyond ``revisionHistoryLimit``, and replayed identically."""
 
@@ -13,6 +13,15 @@ import msgspec
 import pytest
 
 from services.kinds import registry
+from services.kinds.sidecarset.rules.revisions import (
+    SIDECARSET_NAME_LABEL,
+    RevisionDecision,
+    plan_revision,
+    revision_object,
+    revisions_in_use,
+)
+from services.kinds.sidecarset.rules.state import SidecarSetState
+from services.kinds.sidecarset.rules.upgrade import plan_sidecarset
 from services.model import sidecarset as ss
 from services.model.events import (
     Envelope,
@@ -24,15 +33,6 @@ from services.model.events import (
 )
 from services.model.sidecarset_streams import SIDECARSET_KIND
 from services.planner.kinds import SIDECARSET, plan_round
-from services.planner.sidecarset_revisions import (
-    SIDECARSET_NAME_LABEL,
-    RevisionDecision,
-    plan_revision,
-    revision_object,
-    revisions_in_use,
-)
-from services.planner.sidecarset_state import SidecarSetState
-from services.planner.sidecarset_upgrade import plan_sidecarset
 from services.replay.verify import verify_streams
 from tests.planner.test_sidecarset_upgrade import NEW, NOW, OLD, apply, pod, sidecarset
 

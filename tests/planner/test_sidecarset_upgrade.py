@@ -1,4 +1,4 @@
-"""The SidecarSet in-place upgrade round (services.planner.sidecarset_upgrade): OpenKruise's in-place
+"""The SidecarSet in-place upgrade round (services.kinds.sidecarset.rules.upgrade): OpenKruise's in-place
 sidecar upgrade rules as tables, and properties over random pods (maxUnavailable, partition, determinism)."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from services.kinds.sidecarset.rules.upgrade import plan_sidecarset, upgrade_complete
 from services.model import sidecarset as ss
 from services.model.sidecarset_streams import SIDECARSET_INPLACE_STATE_ANNOTATION
-from services.planner.sidecarset_upgrade import plan_sidecarset, upgrade_complete
 from tests.e2e.cluster import SEED
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from services.planner import model
-from services.planner.plan import plan
-from services.planner.progress import rollout_progress
+from services.kinds.cloneset.rules import model
+from services.kinds.cloneset.rules.plan import plan
+from services.kinds.cloneset.rules.progress import rollout_progress
 from tests.planner.builders import (
     IDS,
     cloneset,

@@ -7,6 +7,7 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from services.kinds.cloneset.rules.workload_state import WorkloadState
 from services.kinds.registry import CLONESET
 from services.model.events import (
     Envelope,
@@ -18,9 +19,8 @@ from services.model.events import (
     PodActionSucceeded,
     new_event,
 )
+from services.model.rounds import EXPECTATION_TIMEOUT, UNREPORTED_TIMEOUT, encode_input
 from services.model.streams import ACTION_ID_ANNOTATION
-from services.planner.rounds import EXPECTATION_TIMEOUT, UNREPORTED_TIMEOUT, encode_input
-from services.planner.workload_state import WorkloadState
 
 NS, NAME = "default", "web"
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

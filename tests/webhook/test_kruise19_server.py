@@ -13,9 +13,9 @@ import pytest
 
 from services.infra.store import EventStore
 from services.kinds.registry import SIDECARSET
+from services.kinds.sidecarset.rules.revisions import plan_revision, revision_object
 from services.model import sidecarset as ss
 from services.model.events import RevisionCreated, new_event
-from services.planner.sidecarset_revisions import plan_revision, revision_object
 from services.webhook.cache import NamespaceLabels, SidecarSetCache
 from services.webhook.recorder import InjectionRecorder
 from services.webhook.revisions import RevisionSource, StoreRevisions

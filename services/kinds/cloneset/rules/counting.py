@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from services.kinds.cloneset.rules.context import Context
+from services.kinds.cloneset.rules.podstate import PodView
+from services.kinds.cloneset.rules.spec import RECREATE
 from services.model import intorpercent
-from services.planner.context import Context
-from services.planner.podstate import PodView
-from services.planner.spec import RECREATE
 
 
 @dataclass(slots=True)

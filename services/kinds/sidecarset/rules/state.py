@@ -10,7 +10,8 @@ from typing import Any
 
 import msgspec
 
-from services.kinds.registry import SIDECARSET
+from services.kinds.sidecarset import KIND as SIDECARSET
+from services.model import rounds
 from services.model import sidecarset as ss
 from services.model.events import (
     Envelope,
@@ -30,10 +31,9 @@ from services.model.events import (
     SpecRejected,
     StatusPlanned,
 )
+from services.model.rounds import EXPECTATION_TIMEOUT
 from services.model.sidecarset_streams import SIDECARSET_ACTION_ANNOTATION, SIDECARSET_KIND
 from services.model.upcasting import numbered
-from services.planner import rounds
-from services.planner.rounds import EXPECTATION_TIMEOUT
 
 
 def _key(obj: dict[str, Any]) -> str:
@@ -42,7 +42,7 @@ def _key(obj: dict[str, Any]) -> str:
 
 
 class SidecarSetInput(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
-    """Everything a SidecarSet round decides on (``sidecarset_decisions.round_of``), all of it hashed into
+    """Everything a SidecarSet round decides on (``decisions.round_of``), all of it hashed into
     ``RoundPlanned.input_sha256``: the SidecarSet, its pods (by namespace/name), the revisions recorded so
     far (by name) and the collision count last planned into its status. Rounds of rules 4 and before
     hashed the first two and ``now`` only."""

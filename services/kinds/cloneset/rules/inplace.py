@@ -6,10 +6,10 @@ Classes, from mildest to hardest:
 - Rebuild: the container is recreated in place, the pod is kept (image; env/envFrom/volumeMounts/volumes in
   extended mode);
 - Resize: container cpu/memory requests and limits, resized in the running pod through ``pods/resize``
-  (Kubernetes 1.33+) where the API server allows it (services/planner/resize.py); the containers whose
-  changed resource has ``resizePolicy: RestartContainer`` restart, the others keep running. It combines
-  with the other classes (carried in ``Change.resize`` beside ``kind``); on a node that does not resize
-  pods, a resize is Static;
+  (Kubernetes 1.33+) where the API server allows it (services/kinds/cloneset/rules/resize.py); the
+  containers whose changed resource has ``resizePolicy: RestartContainer`` restart, the others keep
+  running. It combines with the other classes (carried in ``Change.resize`` beside ``kind``); on a node
+  that does not resize pods, a resize is Static;
 - Static: the pod must be recreated (everything else).
 The default mode is what stock Kubernetes and OpenKruise accept; the extended mode is switched on per
 CloneSet with the annotation ``rollbook.io/inplace-mode: extended`` and needs a kubelet that accepts it.
@@ -23,8 +23,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from services.planner import resize
-from services.planner.names import (
+from services.kinds.cloneset.rules import resize
+from services.kinds.cloneset.rules.names import (
     INPLACE_GRACE_ANNOTATION,
     INPLACE_GRACE_ANNOTATION_OLD,
     INPLACE_READY_CONDITION,
@@ -34,7 +34,7 @@ from services.planner.names import (
     POD_TEMPLATE_HASH_LABEL,
     REVISION_LABEL,
 )
-from services.planner.podstate import container_statuses
+from services.kinds.cloneset.rules.podstate import container_statuses
 
 NONE, DYNAMIC, REBUILD, STATIC = 0, 1, 2, 3
 CLASS_NAMES = {NONE: "None", DYNAMIC: "Dynamic", REBUILD: "Rebuild", STATIC: "Static"}

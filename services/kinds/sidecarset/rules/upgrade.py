@@ -29,12 +29,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from services.kinds.cloneset.rules.podstate import PodView
+from services.kinds.cloneset.rules.update import _priority_key
+from services.kinds.sidecarset.rules.revisions import RevisionDecision, plan_revision, revisions_in_use
 from services.model import intorpercent, labels
 from services.model import sidecarset as ss
 from services.model.sidecarset_streams import SIDECARSET_INPLACE_STATE_ANNOTATION, revision_name
-from services.planner.podstate import PodView
-from services.planner.sidecarset_revisions import RevisionDecision, plan_revision, revisions_in_use
-from services.planner.update import _priority_key
 
 
 @dataclass(frozen=True)
@@ -272,7 +272,7 @@ def plan_sidecarset(
     collision_count: int = 0,
 ) -> SidecarSetRound:
     """This round of the SidecarSet's rolling in-place upgrade. ``revisions`` are the recorded revisions
-    (ControllerRevision-shaped, ``services.planner.sidecarset_revisions``): the round registers the latest
+    (ControllerRevision-shaped, ``services.kinds.sidecarset.rules.revisions``): the round registers the latest
     one, names it in the status (``latestRevision``) and in the upgraded pods' annotations, and prunes the
     history. Raises ``SidecarSetError`` for an invalid SidecarSet (the caller reports it; nothing is
     upgraded)."""

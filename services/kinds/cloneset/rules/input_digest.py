@@ -16,7 +16,7 @@ from typing import Any
 
 import msgspec
 
-from services.planner.model import PlanInput
+from services.kinds.cloneset.rules.model import PlanInput
 
 _canonical = msgspec.json.Encoder(order="sorted")
 

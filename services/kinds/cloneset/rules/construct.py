@@ -8,8 +8,8 @@ import hashlib
 from collections.abc import Iterator
 from typing import Any
 
-from services.planner.lifecycle import PREPARING_NORMAL
-from services.planner.names import (
+from services.kinds.cloneset.rules.lifecycle import PREPARING_NORMAL
+from services.kinds.cloneset.rules.names import (
     CLONESET_API_VERSION,
     CLONESET_KIND,
     INPLACE_READY_CONDITION,
@@ -21,8 +21,8 @@ from services.planner.names import (
     REVISION_LABEL,
     SAFE_ALPHABET,
 )
-from services.planner.revisions import Revision
-from services.planner.spec import CloneSetSpec
+from services.kinds.cloneset.rules.revisions import Revision
+from services.kinds.cloneset.rules.spec import CloneSetSpec
 
 ID_LENGTH = 5
 

@@ -5,19 +5,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from services.model import labels as selectors
-from services.planner import resize
-from services.planner.inplace import Change, classify, template_from_pod, update_complete
-from services.planner.lifecycle import UPDATING
-from services.planner.names import (
+from services.kinds.cloneset.rules import resize
+from services.kinds.cloneset.rules.inplace import Change, classify, template_from_pod, update_complete
+from services.kinds.cloneset.rules.lifecycle import UPDATING
+from services.kinds.cloneset.rules.names import (
     CLONESET_KIND,
     INPLACE_GRACE_ANNOTATION,
     INPLACE_GRACE_ANNOTATION_OLD,
     INSTANCE_ID_LABEL,
 )
-from services.planner.podstate import PodView
-from services.planner.revisions import RevisionPlan
-from services.planner.spec import CloneSetSpec
+from services.kinds.cloneset.rules.podstate import PodView
+from services.kinds.cloneset.rules.revisions import RevisionPlan
+from services.kinds.cloneset.rules.spec import CloneSetSpec
+from services.model import labels as selectors
 
 
 def owned_by(obj: dict[str, Any], spec: CloneSetSpec) -> bool | None:

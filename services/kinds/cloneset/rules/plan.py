@@ -15,15 +15,15 @@ from typing import Any
 
 import msgspec
 
+from services.kinds.cloneset.rules import counting, lifecycle, revisions, scale, status, update
+from services.kinds.cloneset.rules.context import Context
+from services.kinds.cloneset.rules.model import Action, HookHold, Plan, PlanInput, Rejection
+from services.kinds.cloneset.rules.names import REVISION_LABEL
+from services.kinds.cloneset.rules.podstate import format_time
+from services.kinds.cloneset.rules.spec import IN_PLACE_ONLY, resolve
 from services.model import cloneset_validation as validation
 from services.model import intorpercent
 from services.model.cloneset_conversion import ConversionError, as_v1alpha1
-from services.planner import counting, lifecycle, revisions, scale, status, update
-from services.planner.context import Context
-from services.planner.model import Action, HookHold, Plan, PlanInput, Rejection
-from services.planner.names import REVISION_LABEL
-from services.planner.podstate import format_time
-from services.planner.spec import IN_PLACE_ONLY, resolve
 
 _decoder = msgspec.json.Decoder(PlanInput)
 _encoder = msgspec.json.Encoder(order="deterministic")

@@ -6,11 +6,11 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from services.planner import lifecycle
-from services.planner.construct import generated_ids, id_seed, new_pod, new_pvcs
-from services.planner.context import Context
-from services.planner.counting import Classes, Diffs
-from services.planner.model import (
+from services.kinds.cloneset.rules import lifecycle
+from services.kinds.cloneset.rules.construct import generated_ids, id_seed, new_pod, new_pvcs
+from services.kinds.cloneset.rules.context import Context
+from services.kinds.cloneset.rules.counting import Classes, Diffs
+from services.kinds.cloneset.rules.model import (
     Action,
     CreatePod,
     DeletePod,
@@ -18,8 +18,8 @@ from services.planner.model import (
     MarkNotReady,
     PatchPod,
 )
-from services.planner.names import INSTANCE_ID_LABEL, KRUISE_POD_READY_CONDITION
-from services.planner.podstate import PodView
+from services.kinds.cloneset.rules.names import INSTANCE_ID_LABEL, KRUISE_POD_READY_CONDITION
+from services.kinds.cloneset.rules.podstate import PodView
 
 
 def scale_step(ctx: Context, classes: Classes, diffs: Diffs) -> list[Action]:

@@ -15,7 +15,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from services.planner.names import (
+from services.kinds.cloneset.rules.names import (
     KRUISE_POD_READY_CONDITION,
     LIFECYCLE_STATE_LABEL,
     LIFECYCLE_TIMESTAMP_ANNOTATION,

@@ -7,13 +7,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from services.kinds.cloneset.rules import progress_deadline
+from services.kinds.cloneset.rules.context import Context
+from services.kinds.cloneset.rules.names import REJECTED_CONDITION
+from services.kinds.cloneset.rules.podstate import parse_time
 from services.model import intorpercent
 from services.model.actions import ActionKind
 from services.model.events import StoreLossDetected
-from services.planner import progress_deadline
-from services.planner.context import Context
-from services.planner.names import REJECTED_CONDITION
-from services.planner.podstate import parse_time
 
 # OpenKruise's CloneSet conditions for a failed scale / update step (docs/plan.md, "Status"). The pure
 # planner never sees action outcomes; the planner service adds these to the status it plans.

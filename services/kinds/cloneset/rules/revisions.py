@@ -16,6 +16,12 @@ from typing import Any
 
 import msgspec
 
+from services.kinds.cloneset.rules.names import (
+    CLONESET_API_VERSION,
+    CLONESET_KIND,
+    REVISION_HASH_LABEL,
+)
+from services.kinds.cloneset.rules.spec import CloneSetSpec
 from services.model.redaction import MARK
 from services.model.revision_hash import canonical_json as canonical_json
 from services.model.revision_hash import data_hash as data_hash
@@ -23,12 +29,6 @@ from services.model.revision_hash import fnv1_32 as fnv1_32
 from services.model.revision_hash import hash_from_fnv, strip_patch, template_fnv
 from services.model.revision_hash import revision_data as revision_data
 from services.model.revision_hash import safe_encode as safe_encode
-from services.planner.names import (
-    CLONESET_API_VERSION,
-    CLONESET_KIND,
-    REVISION_HASH_LABEL,
-)
-from services.planner.spec import CloneSetSpec
 
 NAME_PREFIX_LIMIT = 223
 

@@ -15,8 +15,12 @@ from typing import Any
 
 import msgspec
 
-from services.kinds.registry import CLONESET
-from services.model import pod_resize
+from services.kinds.cloneset import KIND as CLONESET
+from services.kinds.cloneset.rules.input_digest import PlanInputDigest
+from services.kinds.cloneset.rules.model import PlanInput
+from services.kinds.cloneset.rules.names import INSTANCE_ID_LABEL
+from services.kinds.cloneset.rules.status import ActionOutcome
+from services.model import pod_resize, rounds
 from services.model.actions import PVC_ACTIONS, ActionKind
 from services.model.events import (
     Envelope,
@@ -40,15 +44,10 @@ from services.model.events import (
     StatusPlanned,
     StoreLossDetected,
 )
+from services.model.rounds import EXPECTATION_TIMEOUT, UNREPORTED_TIMEOUT
 from services.model.streams import ACTION_ID_ANNOTATION
 from services.model.timestamps import parse_kube_time
 from services.model.upcasting import numbered
-from services.planner import rounds
-from services.planner.input_digest import PlanInputDigest
-from services.planner.model import PlanInput
-from services.planner.names import INSTANCE_ID_LABEL
-from services.planner.rounds import EXPECTATION_TIMEOUT, UNREPORTED_TIMEOUT
-from services.planner.status import ActionOutcome
 
 
 @dataclass

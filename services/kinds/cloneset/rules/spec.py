@@ -6,6 +6,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from services.kinds.cloneset.rules.lifecycle import Lifecycle, read_lifecycle
+from services.kinds.cloneset.rules.names import (
+    EXCLUDE_PREPARING_DELETE_LABEL,
+    INPLACE_MODE_ANNOTATION,
+    INPLACE_MODE_EXTENDED,
+)
 from services.model import intorpercent
 from services.model.cloneset import (  # noqa: F401 - the update types are the planner's vocabulary too
     DEFAULT_MAX_UNAVAILABLE,
@@ -17,12 +23,6 @@ from services.model.cloneset import (  # noqa: F401 - the update types are the p
     desired_replicas,
 )
 from services.model.redaction import MARK
-from services.planner.lifecycle import Lifecycle, read_lifecycle
-from services.planner.names import (
-    EXCLUDE_PREPARING_DELETE_LABEL,
-    INPLACE_MODE_ANNOTATION,
-    INPLACE_MODE_EXTENDED,
-)
 
 DEFAULT_REVISION_HISTORY_LIMIT = 10
 

@@ -11,7 +11,17 @@ from typing import Any
 
 import msgspec
 
-from services.model import intorpercent
+from services.kinds.cloneset.rules import plan as planning
+from services.kinds.cloneset.rules import progress_deadline
+from services.kinds.cloneset.rules.model import Action, DeletePod, DeletePVC, Plan, PlanInput
+from services.kinds.cloneset.rules.progress import rollout_progress
+from services.kinds.cloneset.rules.status import (
+    failure_conditions,
+    with_failure_conditions,
+    with_loss_condition,
+)
+from services.kinds.cloneset.rules.workload_state import WorkloadState
+from services.model import intorpercent, rounds
 from services.model.actions import EXISTING_POD_ACTIONS, ActionKind
 from services.model.cloneset import desired_replicas
 from services.model.cloneset_conversion import ConversionError, as_v1alpha1
@@ -34,12 +44,6 @@ from services.model.events import (
 )
 from services.model.pod_writes import OBSERVED_VERSION, observed_version
 from services.model.streams import derived_id, rollout_id
-from services.planner import plan as planning
-from services.planner import progress_deadline, rounds
-from services.planner.model import Action, DeletePod, DeletePVC, Plan, PlanInput
-from services.planner.progress import rollout_progress
-from services.planner.status import failure_conditions, with_failure_conditions, with_loss_condition
-from services.planner.workload_state import WorkloadState
 
 # The version of the CloneSet planner's rules, written on every RoundPlanned (``rules``). Bump it with any
 # change to what decisions a given input produces (plan.py and what it calls, decisions_for, the round's
@@ -80,11 +84,11 @@ from services.planner.workload_state import WorkloadState
 RULES_VERSION = 15
 
 Decide = Callable[[PlanInput], Plan]
-"""The decision function: the planner input -> its plan (typed, services/planner/model.py)."""
+"""The decision function: the planner input -> its plan (typed, services/kinds/cloneset/rules/model.py)."""
 
 
 def decide(plan_input: PlanInput) -> Plan:
-    """The pure decision function (services/planner/plan.py)."""
+    """The pure decision function (services/kinds/cloneset/rules/plan.py)."""
     return planning.plan(plan_input)
 
 

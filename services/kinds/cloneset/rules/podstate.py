@@ -11,7 +11,7 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
-from services.planner.names import (
+from services.kinds.cloneset.rules.names import (
     DELETION_COST_ANNOTATION,
     INPLACE_GRACE_ANNOTATION,
     INPLACE_GRACE_ANNOTATION_OLD,

@@ -9,11 +9,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from services.model import labels as selectors
-from services.planner import inplace, lifecycle, resize
-from services.planner.context import Context
-from services.planner.counting import Classes, Diffs
-from services.planner.model import (
+from services.kinds.cloneset.rules import inplace, lifecycle, resize
+from services.kinds.cloneset.rules.context import Context
+from services.kinds.cloneset.rules.counting import Classes, Diffs
+from services.kinds.cloneset.rules.model import (
     Action,
     MarkNotReady,
     MarkReady,
@@ -22,16 +21,17 @@ from services.planner.model import (
     ResizePod,
     UpdateInPlace,
 )
-from services.planner.names import (
+from services.kinds.cloneset.rules.names import (
     INPLACE_GRACE_ANNOTATION,
     INPLACE_GRACE_ANNOTATION_OLD,
     KRUISE_POD_READY_CONDITION,
     SPECIFIED_DELETE_LABEL,
 )
-from services.planner.podstate import PodView, format_time, parse_time
-from services.planner.revisions import hash_part
-from services.planner.scatter import scatter
-from services.planner.spec import IN_PLACE_ONLY, ON_DELETE, RECREATE
+from services.kinds.cloneset.rules.podstate import PodView, format_time, parse_time
+from services.kinds.cloneset.rules.revisions import hash_part
+from services.kinds.cloneset.rules.scatter import scatter
+from services.kinds.cloneset.rules.spec import IN_PLACE_ONLY, ON_DELETE, RECREATE
+from services.model import labels as selectors
 
 _TRAILING_INT = re.compile(r"(\d+)$")
 

@@ -8,7 +8,7 @@
   them): any change to one of these fields records a new revision; selector, strategies, scope do not.
 - Name ``<sidecarset>-<hash>``: the Kubernetes ``controller/history`` form, hash = SafeEncode of the
   decimal FNV-1 32 of the canonical data (the collision count appended when non-zero), the same helpers as
-  the CloneSet's (``services/planner/revisions.py``).
+  the CloneSet's (``services/kinds/cloneset/rules/revisions.py``).
 - Number: one more than the highest recorded. Data equal to the latest revision: nothing new. Equal to an
   older revision (a rollback): that revision is re-numbered (same name, highest number + 1).
 - History: at most ``max(1, spec.revisionHistoryLimit)`` (default 10) revisions, counting the latest;
@@ -22,11 +22,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from services.kinds.cloneset.rules.revisions import canonical_json, unclaimed_revision_name
 from services.model import sidecarset as ss
 from services.model.redaction import MARK
 from services.model.revision_hash import data_fnv
 from services.model.sidecarset import SIDECARSET_NAME_LABEL
-from services.planner.revisions import canonical_json, unclaimed_revision_name
 
 DEFAULT_HISTORY_LIMIT = 10
 
@@ -44,7 +44,7 @@ class SidecarSetRevision:
     sidecarset_hash_without_image: str = ""
     custom_version: str = ""  # the SidecarSet's custom version when the revision was recorded
     # ``data`` is redacted; ``recorded_fnv`` is then the real data's FNV, recorded beside it (see
-    # services/planner/revisions.py: the same rules as a CloneSet's revisions).
+    # services/kinds/cloneset/rules/revisions.py: the same rules as a CloneSet's revisions).
     redacted: bool = False
     recorded_fnv: int | None = None
 

@@ -1,4 +1,4 @@
-"""The SidecarSet planner's round, pure: the upgrade round (``sidecarset_upgrade.plan_sidecarset``) on the
+"""The SidecarSet planner's round, pure: the upgrade round (``upgrade.plan_sidecarset``) on the
 folded state, and the decision events it means given what was already decided (docs/sidecarset.md,
 "Upgrade in place"). The planner service appends what this returns; verify calls the same functions."""
 
@@ -6,6 +6,10 @@ from __future__ import annotations
 
 from collections import Counter
 
+from services.kinds.sidecarset.rules.revisions import revision_object
+from services.kinds.sidecarset.rules.state import SidecarSetInput, SidecarSetState
+from services.kinds.sidecarset.rules.upgrade import SidecarSetRound, plan_sidecarset
+from services.model import rounds
 from services.model.events import (
     Event,
     PartitionStepPlanned,
@@ -27,13 +31,9 @@ from services.model.sidecarset_streams import (
     rollout_id,
 )
 from services.model.streams import derived_id
-from services.planner import rounds
-from services.planner.sidecarset_revisions import revision_object
-from services.planner.sidecarset_state import SidecarSetInput, SidecarSetState
-from services.planner.sidecarset_upgrade import SidecarSetRound, plan_sidecarset
 
 # The version of the SidecarSet planner's rules, written on every RoundPlanned (``rules``). Bump it with
-# any change to what decisions a given input produces (sidecarset_upgrade.py, sidecarset_revisions.py,
+# any change to what decisions a given input produces (upgrade.py, revisions.py,
 # decisions_for), so ``rollbook verify`` reports rounds decided by other rules as not re-verifiable
 # instead of as divergences (docs/replay.md, "Upgrading rollbook"). 1: rounds recorded before rules were
 # versioned. 2: SidecarSet revisions (RevisionCreated / RevisionsPruned). 3: a revision recorded while the
