@@ -23,10 +23,10 @@ from services.kinds.registry import InvalidAction, requested_action
 from services.kinds.sidecarset.actions import UpdateSidecarInPlace
 from services.model.actions import ActionKind
 from services.model.events import ObjectObserved, PodActionRequested, new_event
+from tests.kinds.sidecarset.test_decisions import decide as sidecarset_decide
+from tests.kinds.sidecarset.test_decisions import state_with
+from tests.kinds.sidecarset.test_upgrade import NEW, pod, sidecarset
 from tests.planner.builders import cloneset
-from tests.planner.test_sidecarset_decisions import decide as sidecarset_decide
-from tests.planner.test_sidecarset_decisions import state_with
-from tests.planner.test_sidecarset_upgrade import NEW, pod, sidecarset
 
 TRAILS = Path(__file__).resolve().parents[1] / "fixtures" / "trails"
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)

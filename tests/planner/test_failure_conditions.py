@@ -18,7 +18,7 @@ from services.kinds.cloneset.rules.status import (
 )
 from services.kinds.registry import CLONESET
 from services.model.events import PodActionFailed, PodActionSucceeded, RoundPlanned, StatusPlanned
-from tests.planner.test_workload_state import NAME, NS, T0, Log, folded
+from tests.kinds.cloneset.test_workload_state import NAME, NS, T0, Log, folded
 
 ERROR = 'HTTP 422 Unprocessable Entity: pods "web-0" is invalid'
 

@@ -10,7 +10,7 @@ from services.kinds.cloneset.rules.decisions import decisions_for
 from services.kinds.cloneset.rules.model import Plan
 from services.kinds.cloneset.rules.status import EVENTS_LOST, loss_condition
 from services.model.events import StatusPlanned, StoreLossDetected
-from tests.planner.test_workload_state import NAME, NS, T0, Log, folded
+from tests.kinds.cloneset.test_workload_state import NAME, NS, T0, Log, folded
 
 LOST_SUCCESS = {
     "event_id": "00000000-0000-0000-0000-000000000001",

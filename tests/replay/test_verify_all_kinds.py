@@ -34,7 +34,7 @@ from services.planner.service import Planner
 from services.replay.operations import verify_all, verify_log, verify_recorded
 from services.replay.simulation import T0, WorkloadSimulation
 from services.watcher.recorder import Recorder
-from tests.planner.test_sidecarset_upgrade import NEW, OLD, pod, sidecarset
+from tests.kinds.sidecarset.test_upgrade import NEW, OLD, pod, sidecarset
 from tests.plugins.database import fresh_database
 from tests.plugins.servers import ServerUrls
 from tests.plugins.stack import REPO_ROOT

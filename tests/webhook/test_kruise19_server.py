@@ -21,7 +21,7 @@ from services.webhook.recorder import InjectionRecorder
 from services.webhook.revisions import RevisionSource, StoreRevisions
 from services.webhook.server import WebhookState, start_server
 from services.webhook.tls import ServingCertificate
-from tests.planner.test_sidecarset_upgrade import NEW, NOW, OLD, sidecarset
+from tests.kinds.sidecarset.test_upgrade import NEW, NOW, OLD, sidecarset
 from tests.webhook.test_injection_rules import container, make_sidecarset
 from tests.webhook.test_kruise19_rules import APPS, ORDER_SETS, app_pod, policy
 from tests.webhook.test_revision_source import FakeStore

@@ -5,7 +5,7 @@ per-object encodings kept across rounds.
 cost of a recorded round's hash, though a round follows only the few pods observed changing since the
 last one. The state replaces a pod's object when it folds a new observation of it and never changes one
 in place, so an object's encoding is reused for as long as the same object (identity) is in the input.
-The bytes are exactly ``rounds.encode_input``'s (tests/planner/test_input_digest.py checks it), so the
+The bytes are exactly ``rounds.encode_input``'s (tests/kinds/cloneset/test_input_digest.py checks it), so the
 recorded hashes, and verify's comparison with them, do not change.
 """
 

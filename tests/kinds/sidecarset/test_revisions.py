@@ -34,7 +34,7 @@ from services.model.events import (
 from services.model.sidecarset_streams import SIDECARSET_KIND
 from services.planner.kinds import SIDECARSET, plan_round
 from services.replay.verify import verify_streams
-from tests.planner.test_sidecarset_upgrade import NEW, NOW, OLD, apply, pod, sidecarset
+from tests.kinds.sidecarset.test_upgrade import NEW, NOW, OLD, apply, pod, sidecarset
 
 NAME = "test-sidecarset"
 # Kubernetes' controller/history name: <parent>-<SafeEncode(FNV-32)>, at most 10 safe characters.

@@ -11,6 +11,7 @@ import pytest
 from services.kinds.cloneset.rules import model
 from services.kinds.cloneset.rules.plan import plan
 from services.kinds.cloneset.rules.progress import rollout_progress
+from tests.kinds.cloneset.test_scale import CLAIM
 from tests.planner.builders import (
     IDS,
     cloneset,
@@ -21,7 +22,6 @@ from tests.planner.builders import (
     with_image,
 )
 from tests.planner.simulate import Cluster
-from tests.planner.test_scale import CLAIM
 
 
 def rolled_cluster(strategy: dict[str, Any], replicas: int = 5, **kw: Any) -> tuple[Cluster, dict[str, Any]]:

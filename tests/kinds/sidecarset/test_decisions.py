@@ -22,7 +22,7 @@ from services.model.events import (
     StatusPlanned,
 )
 from services.model.sidecarset_streams import UPDATE_SIDECAR_ACTION
-from tests.planner.test_sidecarset_upgrade import NEW, NOW, OLD, pod, sidecarset
+from tests.kinds.sidecarset.test_upgrade import NEW, NOW, OLD, pod, sidecarset
 
 
 def state_with(spec: dict[str, Any], pods: list[dict[str, Any]]) -> SidecarSetState:
