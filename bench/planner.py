@@ -36,6 +36,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import msgspec  # noqa: E402
 
+from services.kinds.cloneset.rules.decisions import decisions_for  # noqa: E402
+from services.kinds.cloneset.rules.plan import plan, plan_json  # noqa: E402
+from services.kinds.cloneset.rules.workload_state import WorkloadState  # noqa: E402
 from services.model.events import (  # noqa: E402
     Envelope,
     ObjectObserved,
@@ -45,12 +48,9 @@ from services.model.events import (  # noqa: E402
     RoundPlanned,
     new_event,
 )
+from services.model.rounds import encode_input  # noqa: E402
 from services.model.streams import ACTION_ID_ANNOTATION  # noqa: E402
-from services.planner.cloneset_decisions import decisions_for  # noqa: E402
 from services.planner.kinds import CLONESET, Round, next_step  # noqa: E402
-from services.planner.plan import plan, plan_json  # noqa: E402
-from services.planner.rounds import encode_input  # noqa: E402
-from services.planner.workload_state import WorkloadState  # noqa: E402
 from tests.planner.builders import cloneset, plan_input, revision_record, running_pod, with_image  # noqa: E402
 
 ALPHABET = "bcdfghjklmnpqrstvwxz2456789"

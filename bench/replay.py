@@ -33,9 +33,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script 
 from services.infra.database import asyncpg_url, upgrade_async
 from services.infra.settings import Settings
 from services.infra.store import EventStore
+from services.kinds.cloneset.rules.workload_state import WorkloadState
 from services.kinds.registry import CLONESET
 from services.model.events import Envelope
-from services.planner.workload_state import WorkloadState
 from services.replay.audit import audit_log
 from services.replay.operations import PAGE_SIZE, cyclic_gc_paused, verify_all
 from services.replay.simulation import T0, WorkloadSimulation

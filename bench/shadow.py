@@ -22,11 +22,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from services.kinds.cloneset.rules.decisions import RULES_VERSION  # noqa: E402
+from services.kinds.cloneset.rules.plan import plan  # noqa: E402
+from services.kinds.cloneset.rules.workload_state import WorkloadState  # noqa: E402
 from services.model.events import Envelope  # noqa: E402
-from services.planner.cloneset_decisions import RULES_VERSION  # noqa: E402
-from services.planner.plan import plan  # noqa: E402
 from services.planner.shadow_trail import ShadowTrail  # noqa: E402
-from services.planner.workload_state import WorkloadState  # noqa: E402
 from tests.planner.kruise_observations import KruiseLog  # noqa: E402
 
 ALPHABET = "bcdfghjklmnpqrstvwxz2456789"

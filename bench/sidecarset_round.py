@@ -25,8 +25,8 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from a checkout
 
+from services.kinds.sidecarset.rules.upgrade import plan_sidecarset
 from services.model import sidecarset as ss
-from services.planner.sidecarset_upgrade import plan_sidecarset
 
 SEED = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "seed" / "sidecarset-test-sidecarset.yaml"
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)

@@ -16,7 +16,7 @@ def register(app: typer.Typer) -> None:
         ),
     ) -> None:
         """Plan one reconcile round for a CloneSet and print the plan as JSON."""
-        from services.planner.plan import plan_json
+        from services.kinds.cloneset.rules.plan import plan_json
 
         data = sys.stdin.buffer.read() if file == "-" else Path(file).read_bytes()
         sys.stdout.buffer.write(plan_json(data) + b"\n")

@@ -208,7 +208,7 @@ def register(app: typer.Typer) -> None:
         any workload diverges (its first divergence is printed with both sides). Rounds recorded by other
         planner rules (an older rollbook) are not re-run: reported as not re-verifiable, exit 0 unless
         --strict."""
-        from services.planner.cloneset_decisions import decide as planner_decide
+        from services.kinds.cloneset.rules.decisions import decide as planner_decide
         from services.replay.operations import verify_log, verify_recorded, verify_target
         from services.replay.reads import split_kind
 

@@ -18,17 +18,17 @@ from enum import IntEnum
 from typing import Any
 
 from services.kinds.base import Kind
-from services.model import intorpercent
-from services.model.actions import ActionKind
-from services.model.availability import pod_available, revision_hash, unavailable
-from services.model.cloneset import desired_replicas
-from services.model.timestamps import parse_kube_time
-from services.planner.names import (
+from services.kinds.cloneset.rules.names import (
     INPLACE_GRACE_ANNOTATION,
     LIFECYCLE_STATE_LABEL,
     REJECTED_CONDITION,
     REVISION_LABEL,
 )
+from services.model import intorpercent
+from services.model.actions import ActionKind
+from services.model.availability import pod_available, revision_hash, unavailable
+from services.model.cloneset import desired_replicas
+from services.model.timestamps import parse_kube_time
 
 # Lifecycle states in which a pod waits on a hook (another controller removes the hook's finalizer/label).
 HOOK_STATES = frozenset({"PreparingUpdate", "PreparingDelete", "Updated"})

@@ -15,7 +15,7 @@ from services.infra.settings import Settings
 
 if TYPE_CHECKING:
     from services.infra.store import EventStore
-    from services.planner.sidecarset_upgrade import SidecarSetRound
+    from services.kinds.sidecarset.rules.upgrade import SidecarSetRound
 
 sidecarset_app = typer.Typer(
     name="sidecarset", help="SidecarSet in-place upgrades: plan a round, verify the record."
@@ -55,8 +55,8 @@ def plan_command(
     ),
 ) -> None:
     """Decide one upgrade round for a SidecarSet and print it as JSON (exit 2 for an invalid SidecarSet)."""
+    from services.kinds.sidecarset.rules.upgrade import plan_sidecarset
     from services.model.sidecarset import SidecarSetError
-    from services.planner.sidecarset_upgrade import plan_sidecarset
 
     data = json.loads(sys.stdin.read() if file == "-" else Path(file).read_text())
     now = datetime.fromisoformat(str(data["now"]).replace("Z", "+00:00"))
@@ -82,7 +82,7 @@ def verify_command(
     --strict."""
     from services.cli.errors import CommandError
     from services.cli.runtime import run_with_store
-    from services.planner.sidecarset_decisions import RULES_VERSION
+    from services.kinds.sidecarset.rules.decisions import RULES_VERSION
     from services.replay.operations import verify_sidecarset
     from services.replay.verify import VerifyReport
 

@@ -17,8 +17,8 @@ from services.cli.clonesets import read_clonesets
 from services.cli.history import QueryError, clock, connect, parse_workload
 from services.cli.terminal import console
 from services.infra.settings import Settings
+from services.kinds.cloneset.rules.names import REJECTED_CONDITION
 from services.model.cloneset import desired_replicas
-from services.planner.names import REJECTED_CONDITION
 
 if TYPE_CHECKING:
     import asyncpg

@@ -61,7 +61,7 @@ class Sources:
         from kubernetes_asyncio import client
 
         from services.infra.kube import raw_json
-        from services.planner.status import label_selector_string
+        from services.kinds.cloneset.rules.status import label_selector_string
 
         metadata = cloneset["metadata"]
         namespace, name = metadata.get("namespace", "default"), metadata["name"]
@@ -114,7 +114,7 @@ class Sources:
 
         from services.infra.kube import raw_json
         from services.kinds.base import owned_by
-        from services.planner.status import label_selector_string
+        from services.kinds.cloneset.rules.status import label_selector_string
 
         apps = client.AppsV1Api(self.api)
         try:

@@ -2,7 +2,7 @@
 
 - The subresource is discovered, not assumed: the core API's resource list must name ``pods/resize``
   (``GET /api/v1``); a cluster that does not serve it fails the action with that reason, not retried (the
-  planner then recreates the pod once the resize is overdue, services/planner/update.py).
+  planner then recreates the pod once the resize is overdue, services/kinds/cloneset/rules/update.py).
 - Idempotent: a pod whose spec has the target resources already reports the action ``already_applied``.
 - The write names the pod's uid as precondition (a replaced pod is refused, 422) and carries only the
   containers' resources: pods/resize keeps nothing else of a write (no action id annotation, so the

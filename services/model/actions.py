@@ -11,7 +11,7 @@ from enum import StrEnum
 
 
 class ActionKind(StrEnum):
-    # CloneSet pods and claims (the CloneSet planner's plan actions, services/planner/model.py)
+    # CloneSet pods and claims (the CloneSet planner's plan actions, services/kinds/cloneset/rules/model.py)
     CREATE_PVC = "createPVC"
     CREATE_POD = "createPod"
     DELETE_POD = "deletePod"

@@ -180,7 +180,7 @@ class RoundPlanned(_Event, frozen=True, kw_only=True):
     now: datetime  # the round's clock: the latest occurred_at (or due_at) among the folded inputs
     input_sha256: str  # of the canonical planner input JSON
     # The planner rules that decided the round: the deciding planner's RULES_VERSION (CloneSet:
-    # services/planner/cloneset_decisions.py, SidecarSet: services/planner/sidecarset_decisions.py).
+    # services/kinds/cloneset/rules/decisions.py, SidecarSet: services/kinds/sidecarset/rules/decisions.py).
     # A round stored before rules were versioned has no field and reads as 1. Additive with a default, so no
     # schema_version bump: old rows decode as they are, and an older reader ignores the field.
     rules: int = 1

@@ -30,8 +30,9 @@ UPDATE_SIDECAR_ACTION = ActionKind.UPDATE_SIDECAR_IN_PLACE
 SIDECARSET_ACTION_ANNOTATION = "rollbook.io/sidecarset-action-id"
 # OpenKruise's record of an in-place sidecar upgrade in progress:
 # {<sidecarset>: {"revision", "updateTimestamp", "lastContainerStatuses": {<container>: {"imageID"}}}}
-# Not the CloneSet in-place state (apps.kruise.io/inplace-update-state, services/planner/names.py): a
-# per-SidecarSet map of the sidecar upgrade state, OpenKruise's SidecarSetUpgradeSpec.
+# Not the CloneSet in-place state (apps.kruise.io/inplace-update-state,
+# services/kinds/cloneset/rules/names.py): a per-SidecarSet map of the sidecar upgrade state, OpenKruise's
+# SidecarSetUpgradeSpec.
 SIDECARSET_INPLACE_STATE_ANNOTATION = "kruise.io/sidecarset-inplace-update-state"
 
 
@@ -50,5 +51,5 @@ def revision_correlation(name: str, revision: str) -> str:
 def revision_name(name: str, sidecarset_hash: str) -> str:
     """The name a SidecarSet rollout targets: the SidecarSet hash (64 characters) cut to 10. Rollouts are
     keyed by the hash the pods must reach; the recorded revisions (``status.latestRevision``) have
-    OpenKruise's ControllerRevision names (``services.planner.sidecarset_revisions``)."""
+    OpenKruise's ControllerRevision names (``services.kinds.sidecarset.rules.revisions``)."""
     return f"{name}-{sidecarset_hash[:10]}"

@@ -22,14 +22,16 @@ from uuid import UUID
 
 from services.kinds import registry
 from services.kinds.base import Kind
+from services.kinds.cloneset.rules import decisions as cloneset_decisions
+from services.kinds.cloneset.rules.model import PlanInput
+from services.kinds.cloneset.rules.workload_state import WorkloadState
+from services.kinds.sidecarset.rules import decisions as sidecarset_decisions
+from services.kinds.sidecarset.rules.state import SidecarSetInput, SidecarSetState
+from services.kinds.sidecarset.rules.upgrade import SidecarSetRound
+from services.model import rounds
 from services.model.events import Envelope, Event
+from services.model.rounds import EXPECTATION_TIMEOUT
 from services.model.streams import derived_id
-from services.planner import cloneset_decisions, rounds, sidecarset_decisions
-from services.planner.model import PlanInput
-from services.planner.rounds import EXPECTATION_TIMEOUT
-from services.planner.sidecarset_state import SidecarSetInput, SidecarSetState
-from services.planner.sidecarset_upgrade import SidecarSetRound
-from services.planner.workload_state import WorkloadState
 
 S = TypeVar("S", bound=rounds.FoldedState)
 
@@ -167,8 +169,8 @@ def planned_workload(kind: Kind, stream: str) -> tuple[str, str] | None:
 
 class CloneSetPlanner:
     """CloneSets (``CloneSet/<namespace>/<name>`` streams). ``decide`` is the decision function (typed
-    input -> typed plan, services/planner/model.py); verify passes another one to evaluate a planner
-    change."""
+    input -> typed plan, services/kinds/cloneset/rules/model.py); verify passes another one to evaluate a
+    planner change."""
 
     kind = registry.CLONESET.name
     rules_version = cloneset_decisions.RULES_VERSION

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from services.kinds.cloneset.rules.names import REVISION_LABEL
 from services.kinds.recorded import rules
 from services.kinds.recorded.rules import Change, PodView, changes
-from services.planner.names import REVISION_LABEL
 
 __all__ = ["Change", "PodView", "changes", "pod_view"]
 

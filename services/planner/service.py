@@ -41,11 +41,11 @@ from services.infra.retry import retry_until_stopped
 from services.infra.runtime import ServiceRuntime, calm_cyclic_collector, configure_logging, run_until_stopped
 from services.infra.settings import Settings
 from services.infra.store import ConcurrencyError, EventStore
+from services.kinds.cloneset.rules.decisions import RULES_VERSION as CLONESET_RULES_VERSION
+from services.model import rounds
 from services.model.events import Envelope, PodActionRequested, PodActionStarted, RequeueScheduled
 from services.model.management import Selection
 from services.model.shadow import shadowed
-from services.planner import rounds
-from services.planner.cloneset_decisions import RULES_VERSION as CLONESET_RULES_VERSION
 from services.planner.kinds import KINDS, KindPlanner, Round, Wait, kind_for_stream, next_step
 from services.planner.shadow_service import ShadowRecorder
 

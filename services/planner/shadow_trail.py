@@ -31,6 +31,10 @@ from typing import Any
 
 import msgspec
 
+from services.kinds.cloneset.rules import plan as planning
+from services.kinds.cloneset.rules.model import Plan, PlanInput
+from services.kinds.cloneset.rules.names import REVISION_LABEL
+from services.kinds.cloneset.rules.workload_state import WorkloadState
 from services.kinds.registry import CLONESET
 from services.model import intorpercent
 from services.model.actions import BECAME_READY, PVC_ACTIONS, ActionKind
@@ -51,12 +55,8 @@ from services.model.events import (
 from services.model.shadow import shadowed
 from services.model.streams import derived_id, rollout_id, rollout_revision
 from services.model.timestamps import parse_kube_time
-from services.planner import plan as planning
-from services.planner.model import Plan, PlanInput
-from services.planner.names import REVISION_LABEL
 from services.planner.observed_actions import Change, PodView, changes, pod_view
 from services.planner.shadow_compare import Intent, compare, observed_intent, revision_key, rollbook_intents
-from services.planner.workload_state import WorkloadState
 
 
 @dataclass(frozen=True)

@@ -21,10 +21,10 @@ import heapq
 from datetime import datetime, timedelta
 from typing import Any
 
+from services.kinds.cloneset.rules import model
+from services.kinds.cloneset.rules.model import Action, Plan, PlanInput, action_kind
 from services.model.actions import ActionKind
 from services.model.streams import ACTION_ID_ANNOTATION
-from services.planner import model
-from services.planner.model import Action, Plan, PlanInput, action_kind
 
 DEFAULT_EFFECT_SECONDS = 0.5
 DEFAULT_READY_SECONDS = 2.0

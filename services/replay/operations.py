@@ -22,10 +22,10 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from services.kinds.base import Kind
+from services.kinds.cloneset.rules.decisions import Decide
+from services.kinds.cloneset.rules.decisions import decide as planner_decide
 from services.kinds.registry import RECORDED
 from services.model.event_store import EventStore, StoredEvent
-from services.planner.cloneset_decisions import Decide
-from services.planner.cloneset_decisions import decide as planner_decide
 from services.planner.kinds import CLONESET, SIDECARSET, CloneSetPlanner, KindPlanner
 from services.replay.reads import (
     TargetError,

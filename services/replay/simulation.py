@@ -16,6 +16,10 @@ from typing import Any, Literal
 
 import msgspec
 
+from services.kinds.cloneset.rules.decisions import decide
+from services.kinds.cloneset.rules.model import Plan, PlanInput
+from services.kinds.cloneset.rules.names import POD_TEMPLATE_HASH_LABEL, REVISION_LABEL
+from services.kinds.cloneset.rules.workload_state import WorkloadState
 from services.kinds.registry import CLONESET
 from services.model.actions import ActionKind
 from services.model.events import (
@@ -29,11 +33,7 @@ from services.model.events import (
     new_event,
 )
 from services.model.streams import derived_id
-from services.planner.cloneset_decisions import decide
 from services.planner.kinds import CloneSetPlanner, Round, Wait, next_step
-from services.planner.model import Plan, PlanInput
-from services.planner.names import POD_TEMPLATE_HASH_LABEL, REVISION_LABEL
-from services.planner.workload_state import WorkloadState
 from services.replay.cluster_model import ClusterModel
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)

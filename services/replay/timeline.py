@@ -1,6 +1,7 @@
 """Time travel over a workload's record: its state rebuilt from the event store alone, as it was after
 each event (``rollbook replay``). Pure: events in, states out; the planner's own fold
-(services/planner/workload_state.py) is the one fold, so what replay shows is what the planner saw."""
+(services/kinds/cloneset/rules/workload_state.py) is the one fold, so what replay shows is what the planner
+saw."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from services.kinds.cloneset.rules.names import REVISION_LABEL
+from services.kinds.cloneset.rules.workload_state import WorkloadState
 from services.model.availability import pod_available, revision_hash, unavailable
 from services.model.cloneset import desired_replicas
 from services.model.event_store import StoredEvent
@@ -26,8 +29,6 @@ from services.model.events import (
     RolloutStarted,
     ShadowCompared,
 )
-from services.planner.names import REVISION_LABEL
-from services.planner.workload_state import WorkloadState
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ every rule change as a divergence. They are counted per rules version in ``Verif
 inputs and decisions are folded as recorded, so the rounds after them are verified as usual.
 
 The CloneSet decision function is injectable (``decide``, typed ``PlanInput`` -> ``Plan``): by default the
-planner's own (``services/planner/plan.py``); a
+planner's own (``services/kinds/cloneset/rules/plan.py``); a
 test or an operator evaluating a planner change passes another and sees the first round where it would have
 decided differently.
 """
@@ -30,9 +30,9 @@ from typing import Any
 
 import msgspec
 
+from services.kinds.cloneset.rules.decisions import Decide
+from services.kinds.cloneset.rules.decisions import decide as planner_decide
 from services.model.events import Envelope, RoundPlanned
-from services.planner.cloneset_decisions import Decide
-from services.planner.cloneset_decisions import decide as planner_decide
 from services.planner.kinds import CLONESET, CloneSetPlanner, KindPlanner, plan_round
 
 

@@ -28,6 +28,10 @@ from typing import Any
 
 import msgspec
 
+from services.kinds.cloneset.rules import plan as planning
+from services.kinds.cloneset.rules.model import Plan
+from services.kinds.cloneset.rules.names import REVISION_LABEL
+from services.kinds.cloneset.rules.workload_state import WorkloadState
 from services.kinds.registry import CLONESET
 from services.model.actions import BECAME_READY, ActionKind
 from services.model.availability import pod_available as available
@@ -43,10 +47,6 @@ from services.model.events import (
     RoundPlanned,
 )
 from services.model.streams import ACTION_ID_ANNOTATION, rollout_revision
-from services.planner import plan as planning
-from services.planner.model import Plan
-from services.planner.names import REVISION_LABEL
-from services.planner.workload_state import WorkloadState
 from services.replay.cluster_model import ClusterModel
 
 MAX_ROUNDS = 10_000

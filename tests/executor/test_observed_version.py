@@ -237,7 +237,8 @@ async def test_a_mark_at_the_current_version_is_one_write_and_its_redelivery_non
     assert isinstance(outcome, PodActionSucceeded) and outcome.already_applied
 
 
-# The lifecycle move the markReady ending an in-place update carries (planner/update.py, refresh).
+# The lifecycle move the markReady ending an in-place update carries
+# (services/kinds/cloneset/rules/update.py, refresh).
 LIFECYCLE_MOVE = {
     "metadata": {
         "labels": {"lifecycle.apps.kruise.io/state": "Normal"},

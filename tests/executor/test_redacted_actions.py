@@ -15,6 +15,8 @@ from kubernetes_asyncio import client
 from services.executor.service import Executor
 from services.infra.settings import Settings
 from services.infra.store import EventStore
+from services.kinds.cloneset.rules import model
+from services.kinds.cloneset.rules.plan import plan
 from services.kinds.registry import CLONESET
 from services.model.events import (
     Envelope,
@@ -26,8 +28,6 @@ from services.model.events import (
 )
 from services.model.redaction import contains_digest
 from services.model.streams import CLONESET_GROUP, CLONESET_PLURAL, CLONESET_VERSION, derived_id
-from services.planner import model
-from services.planner.plan import plan
 from services.simcluster import SimCluster
 from tests.executor.test_inplace_not_ready import outcomes
 from tests.planner.builders import plan_input

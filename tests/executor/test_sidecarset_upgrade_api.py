@@ -16,11 +16,11 @@ from services.executor.pods import ActionFailed
 from services.executor.sidecarset import apply_sidecar_upgrade
 from services.kinds.registry import requested_action
 from services.kinds.sidecarset.actions import UpdateSidecarInPlace
+from services.kinds.sidecarset.rules.upgrade import plan_sidecarset
 from services.model import sidecarset as ss
 from services.model.events import PodActionRequested
 from services.model.sidecarset_streams import SIDECARSET_ACTION_ANNOTATION, UPDATE_SIDECAR_ACTION
-from services.planner.sidecarset_upgrade import plan_sidecarset
-from tests.planner.test_sidecarset_upgrade import NEW, OLD, sidecarset
+from tests.kinds.sidecarset.test_upgrade import NEW, OLD, sidecarset
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 

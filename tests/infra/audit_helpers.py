@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from services.infra.store import EventStore
+from services.kinds.cloneset.rules.inplace import condition
 from services.kinds.registry import CLONESET, SIDECARSET
 from services.model import sidecarset_streams
 from services.model.events import (
@@ -30,7 +31,6 @@ from services.model.sidecarset_streams import (
     SIDECARSET_KIND,
     UPDATE_SIDECAR_ACTION,
 )
-from services.planner.inplace import condition
 
 T0 = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
 OLD, NEW = "web-111", "web-222"

@@ -16,17 +16,17 @@ import pytest
 
 from services.kinds import registry
 from services.kinds.cloneset import actions as cloneset_actions
+from services.kinds.cloneset.rules import model
+from services.kinds.cloneset.rules.decisions import decisions_for
+from services.kinds.cloneset.rules.workload_state import WorkloadState
 from services.kinds.registry import InvalidAction, requested_action
 from services.kinds.sidecarset.actions import UpdateSidecarInPlace
 from services.model.actions import ActionKind
 from services.model.events import ObjectObserved, PodActionRequested, new_event
-from services.planner import model
-from services.planner.cloneset_decisions import decisions_for
-from services.planner.workload_state import WorkloadState
+from tests.kinds.sidecarset.test_decisions import decide as sidecarset_decide
+from tests.kinds.sidecarset.test_decisions import state_with
+from tests.kinds.sidecarset.test_upgrade import NEW, pod, sidecarset
 from tests.planner.builders import cloneset
-from tests.planner.test_sidecarset_decisions import decide as sidecarset_decide
-from tests.planner.test_sidecarset_decisions import state_with
-from tests.planner.test_sidecarset_upgrade import NEW, pod, sidecarset
 
 TRAILS = Path(__file__).resolve().parents[1] / "fixtures" / "trails"
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import typing
 
+from services.kinds.cloneset.rules import model
+from services.kinds.cloneset.rules.status import ACTION_CLASSES
 from services.model.actions import ActionKind
-from services.planner import model
-from services.planner.status import ACTION_CLASSES
 
 
 def test_every_plan_action_is_tagged_with_a_defined_kind() -> None:

@@ -9,14 +9,14 @@ from typing import Any
 
 import pytest
 
+from services.kinds.cloneset.rules import model
+from services.kinds.cloneset.rules.plan import encode_plan, plan, plan_json
 from services.model.cloneset_conversion import (
     ConversionError,
     as_v1alpha1,
     to_v1alpha1,
     to_v1beta1,
 )
-from services.planner import model
-from services.planner.plan import encode_plan, plan, plan_json
 from tests.planner.builders import IDS, cloneset, plan_input, revision_record, running_pod, with_image
 
 PARALLELISM = "imagePreDownloadParallelism"

@@ -5,10 +5,10 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from services.planner import revisions
-from services.planner.construct import new_pod, new_pvcs
-from services.planner.model import PlanInput
-from services.planner.spec import resolve
+from services.kinds.cloneset.rules import revisions
+from services.kinds.cloneset.rules.construct import new_pod, new_pvcs
+from services.kinds.cloneset.rules.model import PlanInput
+from services.kinds.cloneset.rules.spec import resolve
 
 NOW = "2026-11-30T12:00:00Z"
 EARLIER = "2026-11-30T11:00:00Z"

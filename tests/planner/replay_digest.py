@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 
-from services.planner.plan import encode_plan
+from services.kinds.cloneset.rules.plan import encode_plan
 from tests.planner.builders import cloneset, with_image
 from tests.planner.simulate import Cluster
 

@@ -15,9 +15,9 @@ from typing import Any
 
 import msgspec
 
-from services.planner import model
-from services.planner.plan import plan
-from services.planner.podstate import format_time
+from services.kinds.cloneset.rules import model
+from services.kinds.cloneset.rules.plan import plan
+from services.kinds.cloneset.rules.podstate import format_time
 from services.replay.cluster_model import ClusterModel
 
 _T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import msgspec
 
-from services.planner.plan import plan_json
+from services.kinds.cloneset.rules.plan import plan_json
 from tests.planner.builders import IDS, cloneset, revision_record, running_pod, with_image
 from tests.planner.simulate import Cluster
 

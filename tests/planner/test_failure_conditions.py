@@ -7,18 +7,18 @@ from typing import Any
 
 import pytest
 
-from services.kinds.registry import CLONESET
-from services.model.events import PodActionFailed, PodActionSucceeded, RoundPlanned, StatusPlanned
-from services.planner.cloneset_decisions import decisions_for
-from services.planner.model import Plan
-from services.planner.status import (
+from services.kinds.cloneset.rules.decisions import decisions_for
+from services.kinds.cloneset.rules.model import Plan
+from services.kinds.cloneset.rules.status import (
     FAILED_SCALE,
     FAILED_UPDATE,
     ActionOutcome,
     failure_conditions,
     with_failure_conditions,
 )
-from tests.planner.test_workload_state import NAME, NS, T0, Log, folded
+from services.kinds.registry import CLONESET
+from services.model.events import PodActionFailed, PodActionSucceeded, RoundPlanned, StatusPlanned
+from tests.kinds.cloneset.test_workload_state import NAME, NS, T0, Log, folded
 
 ERROR = 'HTTP 422 Unprocessable Entity: pods "web-0" is invalid'
 

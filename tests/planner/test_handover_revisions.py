@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from services.planner.inplace import template_from_pod
-from services.planner.plan import plan
+from services.kinds.cloneset.rules.inplace import template_from_pod
+from services.kinds.cloneset.rules.plan import plan
 from tests.planner.builders import IDS, cloneset, plan_input, running_pod, with_image
 
 KRUISE_OLD, KRUISE_NEW = "sample-7b9c5d8f6a", "sample-5f4d8b7c9e"  # OpenKruise's names for v1 and v2

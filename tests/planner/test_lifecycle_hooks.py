@@ -9,11 +9,11 @@ import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from services.kinds.cloneset.rules import model
+from services.kinds.cloneset.rules.decisions import _hook_transitions
+from services.kinds.cloneset.rules.plan import plan
+from services.kinds.cloneset.rules.workload_state import WorkloadState
 from services.model.events import PodHookHeld, PodHookReleased
-from services.planner import model
-from services.planner.cloneset_decisions import _hook_transitions
-from services.planner.plan import plan
-from services.planner.workload_state import WorkloadState
 from tests.planner.builders import IDS, cloneset, plan_input, revision_record, running_pod, with_image
 from tests.planner.simulate import Cluster
 

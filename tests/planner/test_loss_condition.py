@@ -6,11 +6,11 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+from services.kinds.cloneset.rules.decisions import decisions_for
+from services.kinds.cloneset.rules.model import Plan
+from services.kinds.cloneset.rules.status import EVENTS_LOST, loss_condition
 from services.model.events import StatusPlanned, StoreLossDetected
-from services.planner.cloneset_decisions import decisions_for
-from services.planner.model import Plan
-from services.planner.status import EVENTS_LOST, loss_condition
-from tests.planner.test_workload_state import NAME, NS, T0, Log, folded
+from tests.kinds.cloneset.test_workload_state import NAME, NS, T0, Log, folded
 
 LOST_SUCCESS = {
     "event_id": "00000000-0000-0000-0000-000000000001",

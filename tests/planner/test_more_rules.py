@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import copy
 
-from services.planner import model, revisions
-from services.planner.plan import plan
-from services.planner.progress import rollout_progress
-from services.planner.spec import resolve
+from services.kinds.cloneset.rules import model, revisions
+from services.kinds.cloneset.rules.plan import plan
+from services.kinds.cloneset.rules.progress import rollout_progress
+from services.kinds.cloneset.rules.spec import resolve
+from tests.kinds.cloneset.test_scale import CLAIM
 from tests.planner.builders import (
     IDS,
     cloneset,
@@ -18,7 +19,6 @@ from tests.planner.builders import (
     with_image,
 )
 from tests.planner.simulate import Cluster
-from tests.planner.test_scale import CLAIM
 
 
 def _names(result: model.Plan) -> list[str]:

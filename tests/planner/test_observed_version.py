@@ -10,11 +10,19 @@ from typing import Any
 
 import pytest
 
+from services.kinds.cloneset.rules.decisions import decisions_for
+from services.kinds.cloneset.rules.model import (
+    Action,
+    CreatePod,
+    DeletePod,
+    MarkReady,
+    PatchPod,
+    Plan,
+    UpdateInPlace,
+)
+from services.kinds.cloneset.rules.workload_state import WorkloadState
 from services.model.events import PodActionRequested
 from services.model.pod_writes import observed_version
-from services.planner.cloneset_decisions import decisions_for
-from services.planner.model import Action, CreatePod, DeletePod, MarkReady, PatchPod, Plan, UpdateInPlace
-from services.planner.workload_state import WorkloadState
 
 NOT_READY = {"type": "InPlaceUpdateReady", "status": "False", "reason": "StartInPlaceUpdate"}
 READY = {"type": "InPlaceUpdateReady", "status": "True", "reason": "InPlaceUpdateCompleted"}

@@ -14,13 +14,13 @@ from typing import Any
 
 import pytest
 
-from services.planner import model
-from services.planner.lifecycle import (
+from services.kinds.cloneset.rules import model
+from services.kinds.cloneset.rules.lifecycle import (
     Hook,
     Lifecycle,
     refreshed_state,
 )
-from services.planner.plan import plan
+from services.kinds.cloneset.rules.plan import plan
 from tests.planner.builders import (
     IDS,
     cloneset,

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
+from services.kinds.cloneset.rules.decisions import decisions_for
+from services.kinds.cloneset.rules.model import Action, MarkReady, Plan
+from services.kinds.cloneset.rules.workload_state import WorkloadState
 from services.model.events import Event, RolloutPaused, RolloutResumed, RolloutStarted
-from services.planner.cloneset_decisions import decisions_for
-from services.planner.model import Action, MarkReady, Plan
-from services.planner.workload_state import WorkloadState
 
 ROLLOUT = "default/web@web-new"
 

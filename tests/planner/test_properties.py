@@ -8,9 +8,9 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from services.kinds.cloneset.rules import model
+from services.kinds.cloneset.rules.plan import encode_plan, plan
 from services.model import intorpercent
-from services.planner import model
-from services.planner.plan import encode_plan, plan
 from tests.planner.builders import cloneset, revision_record, running_pod, with_image
 from tests.planner.simulate import Cluster
 
@@ -179,7 +179,7 @@ SPEC_PATHS = [
 def test_arbitrary_spec_values_never_raise(mutations: list[tuple[tuple[str, ...], Any]]) -> None:
     import msgspec
 
-    from services.planner.plan import plan_json
+    from services.kinds.cloneset.rules.plan import plan_json
 
     cs = cloneset(strategy={"type": "InPlaceIfPossible"})
     pods = [running_pod(cs, "b2222"), running_pod(cs, "c3333")]

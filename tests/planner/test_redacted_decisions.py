@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
+from services.kinds.cloneset.rules import model
+from services.kinds.cloneset.rules.plan import plan
 from services.model.redaction import MARK, RedactionPolicy, contains_digest, digest_map, restore
-from services.planner import model
-from services.planner.plan import plan
 from tests.planner.builders import IDS, cloneset, plan_input, revision_record, running_pod
 
 POLICY = RedactionPolicy(b"r" * 32)

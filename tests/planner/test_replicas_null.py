@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from services.kinds.cloneset.rules.plan import plan
+from services.kinds.cloneset.rules.progress import rollout_progress
 from services.model.cloneset import desired_replicas
 from services.model.events import RolloutCompleted, RolloutStarted
-from services.planner.plan import plan
-from services.planner.progress import rollout_progress
 from services.replay.simulation import WorkloadSimulation
 from tests.planner.builders import cloneset, plan_input
 
@@ -55,7 +55,7 @@ def test_a_null_replicas_cloneset_rollout_completes() -> None:
 
 def test_the_demo_waits_and_the_timeline_read_null_replicas_as_one() -> None:
     from services.cli.demo import updated_at
-    from services.planner.workload_state import WorkloadState
+    from services.kinds.cloneset.rules.workload_state import WorkloadState
     from services.replay.timeline import summarise
 
     cs = cloneset()

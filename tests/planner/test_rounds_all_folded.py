@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.planner.rounds import all_folded
+from services.model.rounds import all_folded
 
 OBSERVED, ACTIONS = "CloneSet/ns/web/observed", "CloneSet/ns/web/actions"
 

@@ -7,7 +7,7 @@ round recorded before it into a false divergence. So the decisions of two script
 fingerprinted, one fingerprint per rules version.
 
 When this test fails: if the planner now decides differently on purpose, bump ``RULES_VERSION`` in
-services/planner/cloneset_decisions.py and add the new fingerprint below; if only the cluster model of
+services/kinds/cloneset/rules/decisions.py and add the new fingerprint below; if only the cluster model of
 services/replay/simulation.py changed (timings, object shapes), replace the current version's fingerprint.
 """
 
@@ -20,11 +20,11 @@ from typing import Any
 import msgspec
 import pytest
 
+from services.kinds.cloneset.rules.decisions import RULES_VERSION
+from services.kinds.cloneset.rules.model import PlanInput
+from services.kinds.cloneset.rules.plan import plan
 from services.kinds.registry import CLONESET
 from services.model.events import RoundPlanned
-from services.planner.cloneset_decisions import RULES_VERSION
-from services.planner.model import PlanInput
-from services.planner.plan import plan
 from services.replay.simulation import WorkloadSimulation
 from tests.planner.builders import IDS, cloneset, plan_input, pvcs_for, revision_record, running_pod
 

@@ -8,9 +8,9 @@ from typing import Any
 import msgspec
 import yaml
 
-from services.planner import model
-from services.planner.model import PlanInput
-from services.planner.plan import plan
+from services.kinds.cloneset.rules import model
+from services.kinds.cloneset.rules.model import PlanInput
+from services.kinds.cloneset.rules.plan import plan
 from tests.planner.simulate import Cluster
 
 SEED = Path(__file__).resolve().parents[1] / "fixtures" / "seed"

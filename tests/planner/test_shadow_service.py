@@ -8,9 +8,9 @@ import uuid
 import pytest
 
 from services.infra.store import EventStore
+from services.kinds.cloneset.rules.decisions import RULES_VERSION
 from services.kinds.registry import CLONESET
 from services.model.events import PodActionObserved, RolloutStarted
-from services.planner.cloneset_decisions import RULES_VERSION
 from services.planner.shadow_service import ShadowRecorder
 from services.planner.shadow_trail import ShadowTrail
 from tests.planner.kruise_observations import KruiseLog

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from services.kinds.cloneset.rules.decisions import RULES_VERSION
 from services.model.events import (
     Envelope,
     PodActionObserved,
@@ -13,7 +14,6 @@ from services.model.events import (
     ShadowCompared,
     ShadowPlanned,
 )
-from services.planner.cloneset_decisions import RULES_VERSION
 from services.planner.shadow_trail import ShadowTrail
 from tests.planner.kruise_observations import KruiseLog
 from tests.planner.test_shadow_trail import created, of, update_one_by_one

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from services.kinds.cloneset.rules.decisions import RULES_VERSION
 from services.kinds.registry import CLONESET
 from services.model.events import (
     Envelope,
@@ -15,7 +16,6 @@ from services.model.events import (
     ShadowCompared,
     ShadowPlanned,
 )
-from services.planner.cloneset_decisions import RULES_VERSION
 from services.planner.shadow_trail import ShadowTrail
 from tests.planner.kruise_observations import KruiseLog
 

@@ -1,5 +1,5 @@
 """Native sidecars (init containers with ``restartPolicy: Always``) in the SidecarSet in-place upgrade round
-(services.planner.sidecarset_upgrade), as tables: what is patched, what is waited for, which pods are
+(services.kinds.sidecarset.rules.upgrade), as tables: what is patched, what is waited for, which pods are
 matched, and the same partition / maxUnavailable / paused / selector controls as ordinary sidecars."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
+from services.kinds.sidecarset.rules.upgrade import mid_upgrade, plan_sidecarset, upgrade_complete
 from services.model import sidecarset as ss
 from services.model.sidecarset_streams import SIDECARSET_INPLACE_STATE_ANNOTATION
-from services.planner.sidecarset_upgrade import mid_upgrade, plan_sidecarset, upgrade_complete
 
 NOW = datetime(2026, 12, 6, 12, 0, tzinfo=UTC)
 OLD, NEW = "envoy:1.30", "envoy:1.31"

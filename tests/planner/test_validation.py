@@ -6,8 +6,8 @@ import json
 
 import pytest
 
+from services.kinds.cloneset.rules.plan import plan, plan_json
 from services.model import intorpercent
-from services.planner.plan import plan, plan_json
 from tests.planner.builders import IDS, cloneset, plan_input, running_pod
 
 

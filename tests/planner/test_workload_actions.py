@@ -10,11 +10,11 @@ from typing import Any
 import msgspec
 
 from services.kinds import registry
+from services.kinds.cloneset.rules.workload_state import WorkloadState
 from services.model.actions import ActionKind
 from services.model.events import SCHEMA_VERSIONS, ObjectObserved, PodActionRequested, new_event
 from services.model.upcasting import DEFAULT_DECODER
 from services.planner.kinds import CLONESET, Round, next_step
-from services.planner.workload_state import WorkloadState
 from tests.planner.builders import cloneset
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)

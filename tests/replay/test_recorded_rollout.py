@@ -18,10 +18,10 @@ import pytest
 from services.infra.database import asyncpg_url
 from services.infra.store import EventStore
 from services.infra.supervisor import settings_env
+from services.kinds.cloneset.rules.model import Plan, PlanInput
+from services.kinds.cloneset.rules.plan import plan
+from services.kinds.cloneset.rules.status import ACTION_CLASSES, FAILURE_CONDITIONS, condition_time
 from services.model.events import PartitionStepPlanned, PodActionFailed, PodActionRequested, StatusPlanned
-from services.planner.model import Plan, PlanInput
-from services.planner.plan import plan
-from services.planner.status import ACTION_CLASSES, FAILURE_CONDITIONS, condition_time
 from services.replay.operations import replay_at, verify_all, verify_target, what_if_rollout
 from services.replay.reads import workload_events
 from services.simcluster import SimCluster

@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
+from services.kinds.cloneset.rules.decisions import RULES_VERSION
 from services.model.events import Envelope
 from services.model.upcasting import DEFAULT_DECODER
-from services.planner.cloneset_decisions import RULES_VERSION
 from services.replay.verify import verify_workload
 
 TRAILS = Path(__file__).resolve().parents[1] / "fixtures" / "trails"

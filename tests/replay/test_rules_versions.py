@@ -9,10 +9,10 @@ from datetime import UTC, datetime
 import msgspec
 import pytest
 
+from services.kinds.cloneset.rules.decisions import RULES_VERSION, decide
+from services.kinds.cloneset.rules.model import Plan, PlanInput
 from services.model.events import Envelope, PodActionRequested, RoundPlanned, encode
 from services.model.upcasting import DEFAULT_DECODER
-from services.planner.cloneset_decisions import RULES_VERSION, decide
-from services.planner.model import Plan, PlanInput
 from services.replay.simulation import WorkloadSimulation
 from services.replay.verify import verify_workload
 

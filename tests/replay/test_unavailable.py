@@ -12,9 +12,9 @@ import pytest
 
 from services.infra.database import asyncpg_url
 from services.infra.store import EventStore
+from services.kinds.cloneset.rules import model
 from services.model.availability import pod_available, revision_hash, unavailable
 from services.model.events import RolloutStarted
-from services.planner import model
 from services.replay.cluster_model import ClusterModel
 from services.replay.operations import replay_lines, replay_records, what_if_rollout
 from services.replay.simulation import WorkloadSimulation

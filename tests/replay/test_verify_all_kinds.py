@@ -23,18 +23,18 @@ from services.infra.database import asyncpg_url, upgrade_async
 from services.infra.settings import Settings
 from services.infra.store import EventStore
 from services.kinds import registry
+from services.kinds.cloneset.rules.decisions import RULES_VERSION as CLONESET_RULES
+from services.kinds.sidecarset.rules.decisions import RULES_VERSION as SIDECARSET_RULES
 from services.model.events import Event, ObjectObserved, RolloutCompleted, new_event
 from services.model.memory_store import InMemoryEventStore
 from services.model.sidecarset_streams import SIDECARSET_KIND
 from services.model.signed_note import Signer
-from services.planner.cloneset_decisions import RULES_VERSION as CLONESET_RULES
 from services.planner.kinds import SIDECARSET as SIDECARSET_PLANNER
 from services.planner.service import Planner
-from services.planner.sidecarset_decisions import RULES_VERSION as SIDECARSET_RULES
 from services.replay.operations import verify_all, verify_log, verify_recorded
 from services.replay.simulation import T0, WorkloadSimulation
 from services.watcher.recorder import Recorder
-from tests.planner.test_sidecarset_upgrade import NEW, OLD, pod, sidecarset
+from tests.kinds.sidecarset.test_upgrade import NEW, OLD, pod, sidecarset
 from tests.plugins.database import fresh_database
 from tests.plugins.servers import ServerUrls
 from tests.plugins.stack import REPO_ROOT

@@ -10,6 +10,8 @@ import msgspec
 import pytest
 
 from services.infra.store import StoredEvent
+from services.kinds.cloneset.rules.decisions import decide
+from services.kinds.cloneset.rules.model import Plan, PlanInput
 from services.model.events import (
     Envelope,
     ObjectObserved,
@@ -18,8 +20,6 @@ from services.model.events import (
     PodActionSucceeded,
     RolloutStarted,
 )
-from services.planner.cloneset_decisions import decide
-from services.planner.model import Plan, PlanInput
 from services.replay.simulation import WorkloadSimulation
 from services.replay.timeline import fold_timeline, one_line, state_at
 from services.replay.verify import first_difference, verify_workload

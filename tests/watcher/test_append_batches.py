@@ -17,11 +17,11 @@ from kubernetes_asyncio import client
 
 from services.infra.settings import Settings
 from services.infra.store import EventStore
+from services.kinds.cloneset.rules.workload_state import WorkloadState
 from services.kinds.registry import CLONESET
 from services.model.events import Envelope, ObjectObserved
 from services.model.management import MANAGE_LABEL, SHADOW
 from services.model.streams import ACTION_ID_ANNOTATION
-from services.planner.workload_state import WorkloadState
 from services.watcher.objects import observation
 from services.watcher.service import KindWatch, Watcher
 

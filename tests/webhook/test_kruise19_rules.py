@@ -12,8 +12,8 @@ import pytest
 
 from services.model import sidecarset as ss
 from services.model.sidecarset import resources
-from tests.planner.test_sidecarset_revisions import recorded_after
-from tests.planner.test_sidecarset_upgrade import NEW, OLD, sidecarset
+from tests.kinds.sidecarset.test_revisions import recorded_after
+from tests.kinds.sidecarset.test_upgrade import NEW, OLD, sidecarset
 from tests.webhook.test_injection_rules import NOW, container, make_sidecarset, names, pod, run
 
 # --- injectionStrategy.revision -------------------------------------------------------------------------

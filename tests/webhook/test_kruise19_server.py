@@ -13,15 +13,15 @@ import pytest
 
 from services.infra.store import EventStore
 from services.kinds.registry import SIDECARSET
+from services.kinds.sidecarset.rules.revisions import plan_revision, revision_object
 from services.model import sidecarset as ss
 from services.model.events import RevisionCreated, new_event
-from services.planner.sidecarset_revisions import plan_revision, revision_object
 from services.webhook.cache import NamespaceLabels, SidecarSetCache
 from services.webhook.recorder import InjectionRecorder
 from services.webhook.revisions import RevisionSource, StoreRevisions
 from services.webhook.server import WebhookState, start_server
 from services.webhook.tls import ServingCertificate
-from tests.planner.test_sidecarset_upgrade import NEW, NOW, OLD, sidecarset
+from tests.kinds.sidecarset.test_upgrade import NEW, NOW, OLD, sidecarset
 from tests.webhook.test_injection_rules import container, make_sidecarset
 from tests.webhook.test_kruise19_rules import APPS, ORDER_SETS, app_pod, policy
 from tests.webhook.test_revision_source import FakeStore

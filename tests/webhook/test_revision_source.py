@@ -16,7 +16,7 @@ from services.model.event_store import StoredEvent
 from services.model.events import RevisionCreated, RevisionsPruned, RolloutPaused, new_event
 from services.model.memory_store import InMemoryEventStore
 from services.webhook.revisions import REVISION_EVENT_TYPES, StoreRevisions, load_pinned
-from tests.planner.test_sidecarset_upgrade import NEW, sidecarset
+from tests.kinds.sidecarset.test_upgrade import NEW, sidecarset
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 

@@ -2,8 +2,8 @@
 
 Streams (``KIND.stream``, unchanged since the first recorded trail): ``CloneSet/<ns>/<name>`` (the
 planner's decisions), ``/observed`` (the watcher: the CloneSet, its pods and PVCs), ``/actions`` (executors)
-and ``/shadow`` (docs/shadow.md). Its pod actions as the executor reads them: ``actions.py``. Its rules live
-in services/planner (cloneset_decisions and the modules it uses)."""
+and ``/shadow`` (docs/shadow.md). Its pod actions as the executor reads them: ``actions.py``. Its rules,
+pure: ``rules/`` (``rules/decisions.py`` and the modules it uses)."""
 
 from __future__ import annotations
 

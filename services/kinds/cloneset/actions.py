@@ -1,10 +1,10 @@
 """A CloneSet's pod actions as the executor reads them: one Struct per action kind, decoded from
 ``PodActionRequested.details`` (``services.kinds.registry.requested_action``).
 
-Each encodes to exactly the details the planner writes (services/planner/cloneset_decisions.py ``_action``:
-the plan's action as its JSON has it, then the uids and the observed resourceVersion it adds), same keys
-in the same order, so nothing recorded changes (tests/kinds/test_actions.py checks it byte for byte). A
-field the executor does not read is ``UNSET`` when absent, so a details dict decodes and encodes back
+Each encodes to exactly the details the planner writes (services/kinds/cloneset/rules/decisions.py
+``_action``: the plan's action as its JSON has it, then the uids and the observed resourceVersion it adds),
+same keys in the same order, so nothing recorded changes (tests/kinds/test_actions.py checks it byte for
+byte). A field the executor does not read is ``UNSET`` when absent, so a details dict decodes and encodes back
 unchanged whatever it holds of them."""
 
 from __future__ import annotations

@@ -2,8 +2,9 @@
 
 Streams (``KIND.stream`` with the empty namespace): ``SidecarSet//<name>`` (the webhook's injections),
 ``/observed``, ``/decisions`` (the planner's), ``/actions``. Its pod action as the executor reads it:
-``actions.py``. Its pods are routed by the injected-list annotation, which
-needs what the watcher knows of every SidecarSet: services/watcher/sidecarsets.py, not ``route``."""
+``actions.py``; its rules, pure: ``rules/`` (``rules/decisions.py`` and the modules it uses). Its pods
+are routed by the injected-list annotation, which needs what the watcher knows of every SidecarSet:
+services/watcher/sidecarsets.py, not ``route``."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """A SidecarSet's pod action as the executor reads it, decoded from ``PodActionRequested.details``
 (``services.kinds.registry.requested_action``). It encodes to exactly the details the planner writes
-(services/planner/sidecarset_decisions.py), same keys in the same order (tests/kinds/test_actions.py)."""
+(services/kinds/sidecarset/rules/decisions.py), same keys in the same order (tests/kinds/test_actions.py)."""
 
 from __future__ import annotations
 
