@@ -561,7 +561,10 @@ async def checkpoint_loop(checkpointer: Checkpointer, settings: Settings, stoppi
     poll = min(tick, 1.0) if every > 0 else tick
     waited = tick  # the first round runs at once
     while True:
-        if waited >= tick or (every > 0 and await _events_since(checkpointer, every) >= every):
+        # Read before the round: a stop that arrives while a checkpoint is being signed still gets a last
+        # one after it, over what was appended meanwhile, so a stopped stack leaves no unsigned tail.
+        stopped = stopping.is_set()
+        if stopped or waited >= tick or (every > 0 and await _events_since(checkpointer, every) >= every):
             waited = 0.0
             try:
                 taken = await checkpointer.checkpoint()
@@ -574,13 +577,11 @@ async def checkpoint_loop(checkpointer: Checkpointer, settings: Settings, stoppi
                     )
             except Exception as error:  # noqa: BLE001 - keep the auditor running; the next tick retries
                 log.warning("checkpoint_failed", error=repr(error))
-        if stopping.is_set():
+        if stopped:
             return
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stopping.wait(), poll)
         waited += poll
-        if stopping.is_set():
-            waited = tick  # a last checkpoint, so a stopped stack leaves no unsigned tail
 
 
 async def _events_since(checkpointer: Checkpointer, limit: int) -> int:
