@@ -77,7 +77,12 @@ class Sent:
     stream: str
     stream_version: int
     type: str
-    seq: int = 0  # the stream sequence JetStream stored it at (0: unknown), where its body is read back
+    # The stream sequence JetStream stored this very publish at, where its body is read back; 0 when
+    # unknown or when the ack was a duplicate's (the message there was published earlier, perhaps by
+    # another identity holding the id: event ids are predictable).
+    seq: int = 0
+    subject: str = ""  # the subject it was published on
+    digest: bytes = b""  # sha256 of the bytes published: the copy read back must be these very bytes
 
 
 def store_divergence(

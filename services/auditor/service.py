@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import hashlib
 import random
 import time
 import uuid
@@ -64,6 +65,7 @@ from services.auditor.bus_loss import (
 )
 from services.auditor.store_loss import (
     AFTER_UNRECOVERED,
+    NOT_RELAYS,
     RECOVERABLE,
     SLOT_TAKEN,
     STORED,
@@ -375,7 +377,12 @@ class Relay:
         (services/auditor/store_loss.py), and record the loss, what came back and what did not, for each
         workload (``loss_records``; log, metrics, /readyz). The store is the arbiter: an event another writer
         beat to its slot meanwhile is unrecoverable, as is every lost event after it."""
-        found = [Lost(position, sent, await self.lost_body(position, sent)) for position, sent in lost]
+        found = []
+        for position, sent in lost:
+            body = await self.lost_body(position, sent)
+            found.append(
+                Lost(position, sent, None, body) if isinstance(body, str) else Lost(position, sent, body)
+            )
         verdicts = [
             # Put back by an attempt that failed before it recorded anything: recovered all the same.
             (event, RECOVERABLE if verdict == STORED and event.sent.event_id in self.put_back else verdict)
@@ -420,23 +427,40 @@ class Relay:
         if records:
             await self.store.append_unversioned(records)
 
-    async def lost_body(self, position: int, sent: Sent) -> Envelope | None:
+    async def lost_body(self, position: int, sent: Sent) -> Envelope | str | None:
         """The lost event as the bus holds it, from the stream sequence its publish was stored at: only the
-        message relayed from ``position`` carrying the whole event (not a reference to the store's copy)."""
-        if not sent.seq:
-            return None
+        very message the relay published (its bytes and subject), relayed from ``position`` and carrying
+        the whole event (not a reference to the store's copy). None when the bus no longer holds it;
+        ``NOT_RELAYS`` when the message there is not known to be the relay's: its publish was a duplicate
+        (the message at that sequence was published earlier, by anyone holding the event's predictable id)
+        or the message differs from what it published."""
+        if not sent.seq or not sent.digest:
+            return NOT_RELAYS
         try:
             message = await self.bus.js.get_msg(self.bus.stream, sent.seq)
         except nats.js.errors.NotFoundError:
             return None
         headers = message.headers or {}
-        if relayed_position(headers) != position or BODY_HEADER in headers or not message.data:
+        if BODY_HEADER in headers or not message.data:
             return None
+        if (
+            message.subject != sent.subject
+            or hashlib.sha256(message.data).digest() != sent.digest
+            or relayed_position(headers) != position
+        ):
+            return NOT_RELAYS
         try:
             body = decode(message.data)
         except (msgspec.DecodeError, msgspec.ValidationError):
-            return None
-        return body if body.event_id == sent.event_id else None
+            return NOT_RELAYS
+        if (body.event_id, body.stream, body.stream_version, body.type) != (
+            sent.event_id,
+            sent.stream,
+            sent.stream_version,
+            sent.type,
+        ):
+            return NOT_RELAYS
+        return body
 
     async def store_now(self, lost: Sequence[Lost]) -> StoreNow:
         """What the store holds now where the lost events were: their streams' versions, their slots and
@@ -582,7 +606,7 @@ class Relay:
         outcomes = await self.bus.publish_pipelined(messages, stall=PUBLISH_ACK_STALL)
         acknowledged = 0
         try:
-            for stored, outcome, (subject, _, headers) in zip(batch, outcomes, messages, strict=True):
+            for stored, outcome, (subject, data, headers) in zip(batch, outcomes, messages, strict=True):
                 if outcome is None:
                     raise TimeoutError(f"no JetStream ack for {PUBLISH_ACK_STALL:g}s")
                 if isinstance(outcome, Exception):
@@ -593,8 +617,20 @@ class Relay:
                 if len(self.sent) >= SENT_CAPACITY:
                     del self.sent[next(iter(self.sent))]
                 envelope = stored.envelope
-                sent = Sent(
-                    envelope.event_id, envelope.stream, envelope.stream_version, envelope.type, outcome.seq
+                # A duplicate's sequence is the earlier message's, perhaps another identity's with the
+                # id: its body is not the relay's, never put back into the store from there (lost_body).
+                sent = (
+                    Sent(envelope.event_id, envelope.stream, envelope.stream_version, envelope.type)
+                    if outcome.duplicate
+                    else Sent(
+                        envelope.event_id,
+                        envelope.stream,
+                        envelope.stream_version,
+                        envelope.type,
+                        outcome.seq,
+                        subject,
+                        hashlib.sha256(data).digest(),
+                    )
                 )
                 self.sent[self.position] = sent
                 if known is not None and not outcome.duplicate:

@@ -9,7 +9,9 @@ stream version, type, payload and times) only where it fits the record as it is 
 - its id is not stored anywhere (else it is back already: a service stored it again at its own place,
   ids being derived from what they record);
 - its stream is at the version right before it, so its slot is free;
-- the bus still holds its body (not gone with the bus, nor sent by reference to the store's copy);
+- the bus still holds its body (not gone with the bus, nor sent by reference to the store's copy), as the
+  relay published it: the very bytes, on the same subject, at the sequence its (not duplicate) publish
+  was stored at;
 - every lost event before it (by position) went back, or is stored again at its own place.
 
 The last rule keeps the record one history: an event was appended on everything committed before it, in
@@ -44,7 +46,10 @@ SLOT_TAKEN = "its stream version is held by another event now"
 AFTER_UNRECOVERED = "an earlier lost event could not go back"
 GAP = "an earlier version of its stream is missing"
 NO_BODY = "the bus no longer holds its body"
-UNRECOVERABLE = (SLOT_TAKEN, AFTER_UNRECOVERED, GAP, NO_BODY)
+# The message at the sequence the relay noted is not the one it published (other identities may publish on
+# some subjects of the stream, with any id), or its publish was a duplicate of an earlier message.
+NOT_RELAYS = "the bus's copy is not known to be the relay's"
+UNRECOVERABLE = (SLOT_TAKEN, AFTER_UNRECOVERED, GAP, NO_BODY, NOT_RELAYS)
 
 
 @dataclass(frozen=True)
@@ -55,6 +60,7 @@ class Lost:
     position: int
     sent: Sent
     body: Envelope | None
+    missing: str = NO_BODY  # why ``body`` is None: NO_BODY or NOT_RELAYS
 
 
 @dataclass(frozen=True)
@@ -82,7 +88,7 @@ def recovery(lost: Sequence[Lost], now: StoreNow) -> list[tuple[Lost, str]]:
         elif blocked:
             verdict = AFTER_UNRECOVERED
         elif event.body is None:
-            verdict = NO_BODY
+            verdict = event.missing
         elif now.slots.get((stream, version), event.sent.event_id) != event.sent.event_id:
             verdict = SLOT_TAKEN
         elif versions.get(stream, 0) >= version:

@@ -13,6 +13,7 @@ from services.auditor.store_loss import (
     AFTER_UNRECOVERED,
     GAP,
     NO_BODY,
+    NOT_RELAYS,
     RECOVERABLE,
     SLOT_TAKEN,
     STORED,
@@ -43,7 +44,15 @@ def ident(n: int) -> uuid.UUID:
     return uuid.UUID(int=n)
 
 
-def lost(position: int, stream: str, version: int, *, n: int | None = None, body: bool = True) -> Lost:
+def lost(
+    position: int,
+    stream: str,
+    version: int,
+    *,
+    n: int | None = None,
+    body: bool = True,
+    missing: str = NO_BODY,
+) -> Lost:
     event_id = ident(n if n is not None else position)
     envelope = new_event(
         RequeueDue(due_at=AT, scheduled_by=ident(0)),
@@ -53,7 +62,10 @@ def lost(position: int, stream: str, version: int, *, n: int | None = None, body
         event_id=event_id,
     )
     return Lost(
-        position, Sent(event_id, stream, version, "RequeueDue", seq=position), envelope if body else None
+        position,
+        Sent(event_id, stream, version, "RequeueDue", seq=position),
+        envelope if body else None,
+        missing,
     )
 
 
@@ -120,6 +132,12 @@ def store(
             [lost(10, DECISIONS, 4, body=False), lost(11, DECISIONS, 5), lost(12, ACTIONS, 2)],
             store({DECISIONS: 3, ACTIONS: 1}),
             [(10, NO_BODY), (11, AFTER_UNRECOVERED), (12, AFTER_UNRECOVERED)],
+        ),
+        # The bus's copy is not the relay's (its publish was a duplicate, or the message differs): not stored.
+        (
+            [lost(10, DECISIONS, 4, body=False, missing=NOT_RELAYS), lost(11, ACTIONS, 2)],
+            store({DECISIONS: 3, ACTIONS: 1}),
+            [(10, NOT_RELAYS), (11, AFTER_UNRECOVERED)],
         ),
         # A stream nobody has written since the failover (new with the lost events): from version 1.
         ([lost(10, ACTIONS, 1), lost(11, ACTIONS, 2)], store({}), [(10, RECOVERABLE), (11, RECOVERABLE)]),

@@ -14,7 +14,7 @@ import pytest
 from prometheus_client import REGISTRY
 
 from services.auditor.service import POSITION_HEADER, Relay
-from services.auditor.store_loss import AFTER_UNRECOVERED, SLOT_TAKEN
+from services.auditor.store_loss import AFTER_UNRECOVERED, NOT_RELAYS, SLOT_TAKEN
 from services.infra.bus import MSG_ID, Bus
 from services.model.events import (
     Envelope,
@@ -196,3 +196,62 @@ async def test_a_recovery_an_outage_interrupts_goes_through_at_the_next_check(
         # Both came back, the first in the interrupted attempt: the record says so of both.
         assert [r["event_id"] for r in record.recovered] == [str(first.event_id), str(second.event_id)]
         assert record.unrecoverable == []
+
+
+async def test_a_forged_message_holding_an_events_id_ahead_of_the_relay_is_not_stored_by_a_recovery(
+    server_urls: ServerUrls, own_bus: Bus, tmp_path: Path
+) -> None:
+    """Attack: an identity that may publish on some subject of the stream (a stolen executor credential, on
+    its dead-letter subject) publishes, ahead of the relay, a forged event carrying the (predictable) id and
+    position of an event about to be relayed. The relay's publish is then deduplicated to the forged
+    message; after a failover loses the event, the recovery must not store the forged body."""
+    async with signed_trail(server_urls.database_url, tmp_path, rollouts=1, events=2) as trail:
+        store = trail.store
+        first = request(1, "act-1", "web-0")
+        await store.append([first], expected_version=0)
+        relay = Relay(store, own_bus)
+        stopping = asyncio.Event()
+        task = asyncio.create_task(relay.run(stopping))
+        try:
+            await wait_for(relay.caught_up.wait, within=30, what="the relay caught up")
+            second = request(2, "act-2", "web-1")
+            forged = new_event(
+                PodActionRequested(action_id="act-2", action="deletePod", namespace="prod", pod="db-0"),
+                stream="CloneSet/prod/db",
+                stream_version=1,
+                occurred_at=T0,
+                event_id=second.event_id,
+            )
+            data, _ = own_bus.event_message(forged)
+            coming = await store.head_position() + 1
+            await own_bus.js.publish(
+                own_bus.dead_letter_subject("executor"),
+                data,
+                stream=own_bus.stream,
+                headers={MSG_ID: str(second.event_id), POSITION_HEADER: str(coming)},
+            )
+            await store.append([second], expected_version=1)
+            after = success(1, first)
+            await store.append_many([after])
+            assert await store.positions_of([second.event_id]) == {second.event_id: coming}
+            head = await store.head_position()
+
+            async def published() -> bool:
+                return relay.position >= head
+
+            await wait_for(published, within=30, what="the relay published them")
+        finally:
+            stopping.set()
+            await asyncio.wait_for(task, 30)
+        await trail.owner(f"DELETE FROM events WHERE global_position >= {coming}")
+
+        await relay.check_store()
+
+        # Neither the forged body nor anything resting on the lost event is stored; both are named.
+        assert await store.read_event(second.event_id) is None
+        assert await store.stream_version("CloneSet/prod/db") == 0
+        assert await store.read_event(after.event_id) is None
+        assert [(u["event_id"], u["reason"]) for u in relay.unrecoverable] == [
+            (str(second.event_id), NOT_RELAYS),
+            (str(after.event_id), AFTER_UNRECOVERED),
+        ]
