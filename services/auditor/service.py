@@ -56,12 +56,14 @@ from prometheus_client import Counter
 
 from services.auditor.bus_loss import (
     SHORTENED,
+    Divergence,
     Sent,
     StreamMark,
     bus_loss,
     later_mark,
     rewind_position,
     store_divergence,
+    store_resume,
 )
 from services.auditor.store_loss import (
     AFTER_UNRECOVERED,
@@ -129,6 +131,9 @@ LOST_SHOWN = 50  # lost events named in /readyz (every one is logged)
 # Published events checked against the store every BUS_CHECK_INTERVAL (one index range scan): a failover
 # must come within this many events of the last commits its standby received for them to be caught.
 STORE_CHECK_WINDOW = 2000
+# Positions before the store's head published again after a loss beyond the relay's memory: where the new
+# primary's first commits are is unknown then (a few seconds of commits at the pace of a rollout).
+STORE_LOSS_MARGIN = 2000
 # Identities read at once when the audit meets a relayed message it knows nothing about (the consumer
 # fetches 256 messages at a time, and relayed messages come in position order).
 AUDIT_READ_AHEAD = 256
@@ -237,6 +242,7 @@ class Relay:
         self.recovered = 0
         self.unrecoverable: list[dict[str, Any]] = []
         self.unresolved: list[tuple[int, Sent]] = []  # lost events whose recovery has yet to go through
+        self.unresolved_beyond = False  # their loss extends beyond the sent events the relay checked
         self.put_back: set[uuid.UUID] = set()  # ids of the lost events this relay appended again
 
     def detail(self) -> dict[str, Any]:
@@ -331,20 +337,31 @@ class Relay:
         """Whether the store still holds, at the positions of the last ``STORE_CHECK_WINDOW`` events
         published, the events published from them; if not (a failover to a standby that never received
         the last commits), go back to the position before the first that differs, and name every published
-        event it lost (log, metric, /readyz)."""
+        event it lost (log, metric, /readyz). When even the oldest checked differs, it looks through all it
+        remembers; if that too is gone, the loss goes further back than it can name: it publishes again from
+        ``STORE_LOSS_MARGIN`` before the store's head (or the oldest checked) and puts none back
+        (``BEYOND_MEMORY``)."""
         await self.resolve()  # a recovery an outage interrupted
-        window = {p: e for p, e in self.sent.items() if p <= self.position}
+        remembered = {p: e for p, e in self.sent.items() if p <= self.position}
+        window = remembered
         if len(window) > STORE_CHECK_WINDOW:
             window = dict(list(window.items())[-STORE_CHECK_WINDOW:])
         if not window:
             return
-        first = min(window)
-        # Positions may skip numbers (a sequence's), never repeat: the range holds at most this many rows.
-        identities = await self.store.read_identities(first - 1, self.position - first + 1)
-        found = store_divergence(window, {i.global_position: i.event_id for i in identities})
+        found = await self._divergence(window)
+        if found is not None and found.beyond_memory and len(window) < len(remembered):
+            window = remembered  # the loss goes further back: look through all the relay remembers (rare)
+            found = await self._divergence(window)
         if found is None:
             return
-        common, lost = found
+        first = min(window)
+        lost = found.lost
+        common = store_resume(found, await self.store.head_position(), STORE_LOSS_MARGIN)
+        if found.beyond_memory:
+            # Even the oldest checked event differs: earlier ones may be lost too, which the relay cannot
+            # name; none of those it knows goes back (they may rest on them).
+            log.error("relay_store_loss_beyond_memory", oldest_checked=first, goes_on_after=common)
+            self.unresolved_beyond = True
         for position, event in lost:
             self.store_lost[position] = event
             self.lost_ids.add(event.event_id)
@@ -365,14 +382,21 @@ class Relay:
         self.unresolved += lost
         await self.resolve()
 
+    async def _divergence(self, window: Mapping[int, Sent]) -> Divergence | None:
+        first = min(window)
+        # Positions may skip numbers (a sequence's), never repeat: the range holds at most this many rows.
+        identities = await self.store.read_identities(first - 1, self.position - first + 1)
+        return store_divergence(window, {i.global_position: i.event_id for i in identities})
+
     async def resolve(self) -> None:
         """Recover what the store lost, once: kept until it went through (the store or the bus may fail
         under it, as they may at the time of a failover; the next check tries again)."""
         if self.unresolved:
-            await self.recover(self.unresolved)
+            await self.recover(self.unresolved, self.unresolved_beyond)
             self.unresolved = []
+            self.unresolved_beyond = False
 
-    async def recover(self, lost: Sequence[tuple[int, Sent]]) -> None:
+    async def recover(self, lost: Sequence[tuple[int, Sent]], beyond_memory: bool = False) -> None:
         """Put the lost events back from the bus as themselves where the record as it is now allows
         (services/auditor/store_loss.py), and record the loss, what came back and what did not, for each
         workload (``loss_records``; log, metrics, /readyz). The store is the arbiter: an event another writer
@@ -386,7 +410,7 @@ class Relay:
         verdicts = [
             # Put back by an attempt that failed before it recorded anything: recovered all the same.
             (event, RECOVERABLE if verdict == STORED and event.sent.event_id in self.put_back else verdict)
-            for event, verdict in recovery(found, await self.store_now(found))
+            for event, verdict in recovery(found, await self.store_now(found), beyond_memory)
         ]
         blocked = False  # as in ``recovery``: none after one that could not go back
         for index, (event, verdict) in enumerate(verdicts):

@@ -11,6 +11,7 @@ import pytest
 from services.auditor.bus_loss import Sent
 from services.auditor.store_loss import (
     AFTER_UNRECOVERED,
+    BEYOND_MEMORY,
     GAP,
     NO_BODY,
     NOT_RELAYS,
@@ -148,6 +149,19 @@ def test_a_lost_event_goes_back_only_where_the_record_as_it_is_now_allows(
     events: list[Lost], now: StoreNow, expected: list[tuple[int, str]]
 ) -> None:
     assert verdicts(events, now) == expected
+
+
+def test_a_loss_beyond_the_relays_memory_puts_nothing_back() -> None:
+    """The oldest event the relay checked is lost too: earlier ones may be, unnamed, and every lost event
+    it knows may rest on them. None goes back, even where its slot is free; one stored again is not lost."""
+    events = [lost(10, DECISIONS, 4), lost(11, ACTIONS, 2), lost(12, OBSERVED, 3)]
+    now = store({DECISIONS: 3, ACTIONS: 1, OBSERVED: 3}, slots={(OBSERVED, 3): 12}, ids={12})
+    assert verdicts(events, now) == [(10, RECOVERABLE), (11, RECOVERABLE), (12, STORED)]
+    assert [(e.position, v) for e, v in recovery(events, now, beyond_memory=True)] == [
+        (10, BEYOND_MEMORY),
+        (11, BEYOND_MEMORY),
+        (12, STORED),
+    ]
 
 
 def _request_and_success(position: int) -> tuple[Envelope, Lost]:

@@ -13,8 +13,9 @@ import nats.js.errors
 import pytest
 from prometheus_client import REGISTRY
 
+from services.auditor import service as auditor_service
 from services.auditor.service import POSITION_HEADER, Relay
-from services.auditor.store_loss import AFTER_UNRECOVERED, NOT_RELAYS, SLOT_TAKEN
+from services.auditor.store_loss import AFTER_UNRECOVERED, BEYOND_MEMORY, NOT_RELAYS, SLOT_TAKEN
 from services.infra.bus import MSG_ID, Bus
 from services.model.events import (
     Envelope,
@@ -255,3 +256,57 @@ async def test_a_forged_message_holding_an_events_id_ahead_of_the_relay_is_not_s
             (str(second.event_id), NOT_RELAYS),
             (str(after.event_id), AFTER_UNRECOVERED),
         ]
+
+
+async def test_a_loss_beyond_what_the_relay_remembers_puts_nothing_back_and_publishes_the_new_commits(
+    server_urls: ServerUrls, own_bus: Bus, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The failover lost more published events than the relay remembers: those it remembers are named and
+    none goes back (they may rest on earlier lost ones it cannot name), and what the new primary commits
+    at positions before the oldest it remembers (its sequence gives them again) is published."""
+    monkeypatch.setattr(auditor_service, "SENT_CAPACITY", 3)
+    async with signed_trail(server_urls.database_url, tmp_path, rollouts=1, events=2) as trail:
+        store = trail.store
+        first = request(1, "act-1", "web-0")
+        await store.append([first], expected_version=0)
+        lost_from = await store.head_position() + 1
+        second, third = request(2, "act-2", "web-1"), request(3, "act-3", "web-2")
+        await store.append([second, third], expected_version=1)
+        successes = [success(1, first), success(2, second)]
+        await store.append_many(successes)
+        lost_ids = {e.event_id for e in [second, third, *successes]}
+        relay = Relay(store, own_bus)
+        stopping = asyncio.Event()
+        task = asyncio.create_task(relay.run(stopping))
+        await wait_for(relay.caught_up.wait, within=30, what="the relay caught up")
+        stopping.set()
+        await asyncio.wait_for(task, 30)
+        remembered = sorted(relay.sent)
+        assert remembered[0] > lost_from  # the relay no longer remembers the first lost event
+        # The standby never received any of the five; the new primary's sequence goes on from its own last.
+        await trail.owner(f"DELETE FROM events WHERE global_position >= {lost_from}")
+        await trail.owner(f"ALTER TABLE events ALTER COLUMN global_position RESTART WITH {lost_from}")
+        other = new_event(
+            PodActionSucceeded(action_id="act-9"),
+            stream="CloneSet/prod/db/actions",
+            stream_version=1,
+            occurred_at=T0,
+        )
+        await store.append_many([other])
+        assert await store.positions_of([other.event_id]) == {other.event_id: lost_from}
+
+        await relay.check_store()
+
+        # None of those it remembers goes back, though each one's slot is free; each is named.
+        assert await store.stream_version(DECISIONS) == 1
+        assert await store.stored_ids(list(lost_ids)) == set()
+        assert [(u["position_before"], u["reason"]) for u in relay.unrecoverable] == [
+            (p, BEYOND_MEMORY) for p in remembered
+        ]
+        assert relay.position < lost_from
+
+        # The new primary's commit, at a position before the oldest the relay remembers, reaches the bus
+        # with the relay's next batch.
+        await relay.publish(await store.read_batch_json(relay.position, 500))
+        message = await own_bus.js.get_last_msg(own_bus.stream, own_bus.subject_for(other))
+        assert (message.headers or {}).get(POSITION_HEADER) == str(lost_from)
