@@ -407,24 +407,34 @@ class Relay:
             found.append(
                 Lost(position, sent, None, body) if isinstance(body, str) else Lost(position, sent, body)
             )
+        now = await self.store_now(found)
         verdicts = [
             # Put back by an attempt that failed before it recorded anything: recovered all the same.
             (event, RECOVERABLE if verdict == STORED and event.sent.event_id in self.put_back else verdict)
-            for event, verdict in recovery(found, await self.store_now(found), beyond_memory)
+            for event, verdict in recovery(found, now, beyond_memory)
         ]
         blocked = False  # as in ``recovery``: none after one that could not go back
         for index, (event, verdict) in enumerate(verdicts):
             if verdict == RECOVERABLE and blocked:
                 verdicts[index] = (event, AFTER_UNRECOVERED)
                 continue
-            if verdict != RECOVERABLE or event.body is None or event.sent.event_id in self.put_back:
+            # Not skipped for being in put_back: a second failover may have lost what this relay put back.
+            if verdict != RECOVERABLE or event.body is None or event.sent.event_id in now.stored_ids:
                 continue
             try:
-                await self.store.append_many([event.body])
+                appended = await self.store.append_many([event.body])
             except ConcurrencyError:
                 verdicts[index] = (event, SLOT_TAKEN)  # another writer took its slot meanwhile
                 blocked = True
                 continue
+            if not appended:
+                # Its id was stored meanwhile (append_many skips a stored id): back as itself only if at
+                # its own slot; stored elsewhere, what came after it rested on another history.
+                slot = (event.sent.stream, event.sent.stream_version)
+                if (await self.store.events_at([slot])).get(slot) != event.sent.event_id:
+                    verdicts[index] = (event, STORED)
+                    blocked = True
+                    continue
             self.put_back.add(event.sent.event_id)
         recovered_ids = [e.sent.event_id for e, v in verdicts if v == RECOVERABLE]
         positions = await self.store.positions_of(recovered_ids)

@@ -9,6 +9,7 @@ import asyncio
 from datetime import timedelta
 from pathlib import Path
 
+import msgspec
 import nats.js.errors
 import pytest
 from prometheus_client import REGISTRY
@@ -310,3 +311,71 @@ async def test_a_loss_beyond_what_the_relay_remembers_puts_nothing_back_and_publ
         await relay.publish(await store.read_batch_json(relay.position, 500))
         message = await own_bus.js.get_last_msg(own_bus.stream, own_bus.subject_for(other))
         assert (message.headers or {}).get(POSITION_HEADER) == str(lost_from)
+
+
+async def test_an_event_put_back_and_lost_again_by_a_second_failover_is_put_back_again(
+    server_urls: ServerUrls, own_bus: Bus, tmp_path: Path
+) -> None:
+    async with signed_trail(server_urls.database_url, tmp_path, rollouts=1, events=2) as trail:
+        store = trail.store
+        first, second = request(1, "act-1", "web-0"), request(2, "act-2", "web-1")
+        await store.append([first], expected_version=0)
+        lost_from = await store.head_position() + 1
+        await store.append([second], expected_version=1)
+        relay = Relay(store, own_bus)
+        stopping = asyncio.Event()
+        task = asyncio.create_task(relay.run(stopping))
+        await wait_for(relay.caught_up.wait, within=30, what="the relay caught up")
+        stopping.set()
+        await asyncio.wait_for(task, 30)
+        await trail.owner(f"DELETE FROM events WHERE global_position >= {lost_from}")
+        await relay.check_store()
+        assert await store.read_event(second.event_id) == second
+        # The relay publishes it at its new position; then a second failover loses it again.
+        again_from = (await store.positions_of([second.event_id]))[second.event_id]
+        await relay.publish(await store.read_batch_json(relay.position, 500))
+        await trail.owner(f"DELETE FROM events WHERE global_position >= {again_from}")
+
+        await relay.check_store()
+
+        assert await store.read_event(second.event_id) == second
+
+
+async def test_a_lost_event_stored_elsewhere_meanwhile_is_not_recovered_and_blocks_the_later_ones(
+    server_urls: ServerUrls, own_bus: Bus, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with signed_trail(server_urls.database_url, tmp_path, rollouts=1, events=2) as trail:
+        store = trail.store
+        first, second = request(1, "act-1", "web-0"), request(2, "act-2", "web-1")
+        await store.append([first], expected_version=0)
+        lost_from = await store.head_position() + 1
+        after = success(1, first)
+        await store.append([second], expected_version=1)
+        await store.append_many([after])
+        relay = Relay(store, own_bus)
+        stopping = asyncio.Event()
+        task = asyncio.create_task(relay.run(stopping))
+        await wait_for(relay.caught_up.wait, within=30, what="the relay caught up")
+        stopping.set()
+        await asyncio.wait_for(task, 30)
+        await trail.owner(f"DELETE FROM events WHERE global_position >= {lost_from}")
+
+        # Another writer stores the lost request's id at another slot just before the relay appends it.
+        append_many = store.append_many
+        elsewhere = msgspec.structs.replace(second, stream="CloneSet/prod/db", stream_version=1)
+
+        async def raced(events: list[Envelope]) -> int:
+            if events[0].event_id == second.event_id:
+                await append_many([elsewhere])
+            return await append_many(events)
+
+        monkeypatch.setattr(store, "append_many", raced)
+        await relay.check_store()
+
+        assert await store.read_event(second.event_id) == elsewhere
+        assert await store.stream_version(DECISIONS) == 1
+        assert await store.read_event(after.event_id) is None
+        assert relay.recovered == 0
+        assert [(u["event_id"], u["reason"]) for u in relay.unrecoverable] == [
+            (str(after.event_id), AFTER_UNRECOVERED)
+        ]
