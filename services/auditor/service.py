@@ -104,7 +104,7 @@ from services.infra.nats_auth import AUDITOR
 from services.infra.retry import DEFAULT_BACKOFF, Stopped, is_transient, retry_until_stopped, wait_or_stop
 from services.infra.runtime import ServiceRuntime, calm_cyclic_collector, configure_logging, run_until_stopped
 from services.infra.settings import Settings
-from services.infra.store import ConcurrencyError, EventIdentity, EventStore, StoredEventJson
+from services.infra.store import ConcurrencyError, EventIdentity, EventStore, StoredEventJson, StoreWentBack
 from services.infra.transparency import checkpoint_loop, checkpointer_for
 from services.kinds.registry import partition_key
 from services.model.events import Envelope, PodActionRequested, PodActionSucceeded, decode
@@ -459,7 +459,14 @@ class Relay:
         RELAY_STORE_RESOLVED.labels("unrecoverable").inc(unrecoverable)
         records = loss_records(verdicts, positions, await self.requests_of(verdicts), datetime.now(UTC))
         if records:
-            await self.store.append_unversioned(records)
+            try:
+                await self.store.append_unversioned(records)
+            except StoreWentBack:
+                # A second failover lost what this relay appended before (an earlier loss's records): its
+                # own check before an append must not stop the relay, which names and puts back such
+                # losses itself (those records went to the bus like any event). Record this one.
+                self.store.last_appended = None
+                await self.store.append_unversioned(records)
 
     async def lost_body(self, position: int, sent: Sent) -> Envelope | str | None:
         """The lost event as the bus holds it, from the stream sequence its publish was stored at: only the

@@ -379,3 +379,36 @@ async def test_a_lost_event_stored_elsewhere_meanwhile_is_not_recovered_and_bloc
         assert [(u["event_id"], u["reason"]) for u in relay.unrecoverable] == [
             (str(after.event_id), AFTER_UNRECOVERED)
         ]
+
+
+async def test_the_loss_is_recorded_after_a_second_failover_lost_the_relays_earlier_record(
+    server_urls: ServerUrls, own_bus: Bus, tmp_path: Path
+) -> None:
+    async with signed_trail(server_urls.database_url, tmp_path, rollouts=1, events=2) as trail:
+        store = trail.store
+        first, second = request(1, "act-1", "web-0"), request(2, "act-2", "web-1")
+        await store.append([first], expected_version=0)
+        lost_from = await store.head_position() + 1
+        await store.append([second], expected_version=1)
+        relay = Relay(store, own_bus)
+        stopping = asyncio.Event()
+        task = asyncio.create_task(relay.run(stopping))
+        await wait_for(relay.caught_up.wait, within=30, what="the relay caught up")
+        stopping.set()
+        await asyncio.wait_for(task, 30)
+        await trail.owner(f"DELETE FROM events WHERE global_position >= {lost_from}")
+        await relay.check_store()  # puts the request back and records the loss
+        again_from = (await store.positions_of([second.event_id]))[second.event_id]
+        await relay.publish(await store.read_batch_json(relay.position, 500))
+        # A second failover loses both, and the relay's connection with it: its next append checks first
+        # that the store still holds what it appended.
+        await trail.owner(f"DELETE FROM events WHERE global_position >= {again_from}")
+        store.reconnected = True
+
+        await relay.check_store()
+
+        assert await store.read_event(second.event_id) == second
+        records = [
+            e for e in await store.read_stream(ACTIONS) if isinstance(e.envelope.payload, StoreLossDetected)
+        ]
+        assert len(records) == 2  # the first loss's record, put back from the bus, and the second's
