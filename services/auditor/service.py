@@ -534,7 +534,11 @@ class Relay:
             if body.payload.action_id in requests or body.causation_id is None:
                 continue
             cause = await self.store.read_event(body.causation_id)
-            if cause is not None and isinstance(cause.payload, PodActionRequested):
+            if (
+                cause is not None
+                and isinstance(cause.payload, PodActionRequested)
+                and cause.payload.action_id == body.payload.action_id  # its own request, not another's
+            ):
                 requests[body.payload.action_id] = cause.payload
         return requests
 

@@ -412,3 +412,45 @@ async def test_the_loss_is_recorded_after_a_second_failover_lost_the_relays_earl
             e for e in await store.read_stream(ACTIONS) if isinstance(e.envelope.payload, StoreLossDetected)
         ]
         assert len(records) == 2  # the first loss's record, put back from the bus, and the second's
+
+
+async def test_a_lost_success_is_named_with_its_own_requests_pod_never_another_actions(
+    server_urls: ServerUrls, own_bus: Bus, tmp_path: Path
+) -> None:
+    async with signed_trail(server_urls.database_url, tmp_path, rollouts=1, events=2) as trail:
+        store = trail.store
+        first = request(1, "act-1", "web-0")
+        await store.append([first], expected_version=0)
+        lost_from = await store.head_position() + 1
+        # act-2's success, caused (wrongly, as older executors wrote it) by act-1's request.
+        wrong = new_event(
+            PodActionSucceeded(action_id="act-2", pod_uid="uid-web-1"),
+            stream=ACTIONS,
+            stream_version=1,
+            occurred_at=T0,
+            causation_id=first.event_id,
+            correlation_id=ROLLOUT,
+        )
+        await store.append_many([wrong])
+        relay = Relay(store, own_bus)
+        stopping = asyncio.Event()
+        task = asyncio.create_task(relay.run(stopping))
+        await wait_for(relay.caught_up.wait, within=30, what="the relay caught up")
+        stopping.set()
+        await asyncio.wait_for(task, 30)
+        await trail.owner(f"DELETE FROM events WHERE global_position >= {lost_from}")
+        other = new_event(
+            PodActionSucceeded(action_id="act-9"), stream=ACTIONS, stream_version=0, occurred_at=T0
+        )
+        await store.append_unversioned([other])
+
+        await relay.check_store()
+
+        records = [
+            e.envelope.payload
+            for e in await store.read_stream(ACTIONS)
+            if isinstance(e.envelope.payload, StoreLossDetected)
+        ]
+        assert [[(a["action_id"], a["pod"]) for a in r.actions_applied] for r in records] == [
+            [("act-2", None)]
+        ]
