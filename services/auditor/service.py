@@ -52,6 +52,7 @@ import nats.js.errors
 import structlog
 from aiohttp import web
 from nats.aio.msg import Msg
+from nats.js.api import RawStreamMsg
 from prometheus_client import Counter
 
 from services.auditor.bus_loss import (
@@ -267,7 +268,8 @@ class Relay:
         }
 
     async def resume_position(self) -> int:
-        """The position carried by the newest relayed message in the stream (0 for an empty stream)."""
+        """The position carried by the newest relayed message in the stream, on an event subject (0 for an
+        empty stream)."""
         try:
             info = await self.bus.js.stream_info(self.bus.stream)
         except nats.js.errors.NotFoundError:
@@ -280,7 +282,7 @@ class Relay:
                 message = await self.bus.js.get_msg(self.bus.stream, seq)
             except nats.js.errors.NotFoundError:
                 continue
-            position = relayed_position(message.headers)
+            position = self._relayed_from(message)
             if position is not None:
                 # Never past what is stored: a message claiming a later position (published by
                 # something else) must not make the relay skip events it has not published.
@@ -549,10 +551,17 @@ class Relay:
                 message = await self.bus.js.get_msg(self.bus.stream, seq)
             except nats.js.errors.NotFoundError:
                 continue
-            position = relayed_position(message.headers)
+            position = self._relayed_from(message)
             if position is not None:
                 return position
         return None
+
+    def _relayed_from(self, message: RawStreamMsg) -> int | None:
+        """The position a stream message was relayed from: only on an event subject, which no identity
+        but the relay's may publish on (others may publish dead letters, with any header)."""
+        if not (message.subject or "").startswith(f"{self.bus.prefix}.ev."):
+            return None
+        return relayed_position(message.headers)
 
     def _gap_progress(self) -> None:
         if self.gap is None:
