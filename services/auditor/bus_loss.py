@@ -77,18 +77,33 @@ class Sent:
     stream: str
     stream_version: int
     type: str
-    seq: int = 0  # the stream sequence JetStream stored it at (0: unknown), where its body is read back
+    # The stream sequence JetStream stored this very publish at, where its body is read back; 0 when
+    # unknown or when the ack was a duplicate's (the message there was published earlier, perhaps by
+    # another identity holding the id: event ids are predictable).
+    seq: int = 0
+    subject: str = ""  # the subject it was published on
+    digest: bytes = b""  # sha256 of the bytes published: the copy read back must be these very bytes
 
 
-def store_divergence(
-    sent: Mapping[int, Sent], stored: Mapping[int, uuid.UUID]
-) -> tuple[int, list[tuple[int, Sent]]] | None:
+@dataclass(frozen=True)
+class Divergence:
+    """How the store went back behind the bus: the position before the first checked one that differs,
+    the published events it no longer holds there, and whether the first checked position differs (then
+    the loss may go further back than the relay remembers)."""
+
+    common: int
+    lost: list[tuple[int, Sent]]
+    beyond_memory: bool = False
+
+
+def store_divergence(sent: Mapping[int, Sent], stored: Mapping[int, uuid.UUID]) -> Divergence | None:
     """Whether the store went back behind the bus: ``sent`` maps positions to what the relay published
     from them (those it checks), ``stored`` the event ids the store holds at those positions now. None
     while each holds the event published from it. Otherwise the position before the first that does not
     (the relay goes on after it, so that what was committed in the meantime at positions it had passed is
     published too) and the published events the store no longer holds anywhere in that range: lost with
-    a primary whose last commits its standby never received."""
+    a primary whose last commits its standby never received. When even the first checked position differs,
+    the loss extends beyond what the relay checked: earlier events may be lost too, unnamed."""
     differ = [position for position, event in sent.items() if stored.get(position) != event.event_id]
     if not differ:
         return None
@@ -99,4 +114,15 @@ def store_divergence(
         for position, event in sent.items()
         if position > common and event.event_id not in still_stored
     )
-    return common, lost
+    return Divergence(common, lost, beyond_memory=min(differ) == min(sent))
+
+
+def store_resume(found: Divergence, head: int, margin: int) -> int:
+    """The position after which the relay publishes again once the store went back: after the last one both
+    agree on. For a loss beyond its memory that one is unknown, and the new primary has committed from its
+    own last position on, below the store's head (``head``) and perhaps below the oldest position checked:
+    ``margin`` positions before the lower of the two, to publish what it committed before the check (an
+    event published twice does no harm: consumers are idempotent)."""
+    if not found.beyond_memory:
+        return found.common
+    return max(0, min(found.common, head) - margin)

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import hashlib
 import random
 import time
 import uuid
@@ -51,19 +52,23 @@ import nats.js.errors
 import structlog
 from aiohttp import web
 from nats.aio.msg import Msg
+from nats.js.api import RawStreamMsg
 from prometheus_client import Counter
 
 from services.auditor.bus_loss import (
     SHORTENED,
+    Divergence,
     Sent,
     StreamMark,
     bus_loss,
     later_mark,
     rewind_position,
     store_divergence,
+    store_resume,
 )
 from services.auditor.store_loss import (
     AFTER_UNRECOVERED,
+    NOT_RELAYS,
     RECOVERABLE,
     SLOT_TAKEN,
     STORED,
@@ -100,7 +105,7 @@ from services.infra.nats_auth import AUDITOR
 from services.infra.retry import DEFAULT_BACKOFF, Stopped, is_transient, retry_until_stopped, wait_or_stop
 from services.infra.runtime import ServiceRuntime, calm_cyclic_collector, configure_logging, run_until_stopped
 from services.infra.settings import Settings
-from services.infra.store import ConcurrencyError, EventIdentity, EventStore, StoredEventJson
+from services.infra.store import ConcurrencyError, EventIdentity, EventStore, StoredEventJson, StoreWentBack
 from services.infra.transparency import checkpoint_loop, checkpointer_for
 from services.kinds.registry import partition_key
 from services.model.events import Envelope, PodActionRequested, PodActionSucceeded, decode
@@ -127,6 +132,9 @@ LOST_SHOWN = 50  # lost events named in /readyz (every one is logged)
 # Published events checked against the store every BUS_CHECK_INTERVAL (one index range scan): a failover
 # must come within this many events of the last commits its standby received for them to be caught.
 STORE_CHECK_WINDOW = 2000
+# Positions before the store's head published again after a loss beyond the relay's memory: where the new
+# primary's first commits are is unknown then (a few seconds of commits at the pace of a rollout).
+STORE_LOSS_MARGIN = 2000
 # Identities read at once when the audit meets a relayed message it knows nothing about (the consumer
 # fetches 256 messages at a time, and relayed messages come in position order).
 AUDIT_READ_AHEAD = 256
@@ -235,6 +243,7 @@ class Relay:
         self.recovered = 0
         self.unrecoverable: list[dict[str, Any]] = []
         self.unresolved: list[tuple[int, Sent]] = []  # lost events whose recovery has yet to go through
+        self.unresolved_beyond = False  # their loss extends beyond the sent events the relay checked
         self.put_back: set[uuid.UUID] = set()  # ids of the lost events this relay appended again
 
     def detail(self) -> dict[str, Any]:
@@ -259,7 +268,8 @@ class Relay:
         }
 
     async def resume_position(self) -> int:
-        """The position carried by the newest relayed message in the stream (0 for an empty stream)."""
+        """The position carried by the newest relayed message in the stream, on an event subject (0 for an
+        empty stream)."""
         try:
             info = await self.bus.js.stream_info(self.bus.stream)
         except nats.js.errors.NotFoundError:
@@ -272,7 +282,7 @@ class Relay:
                 message = await self.bus.js.get_msg(self.bus.stream, seq)
             except nats.js.errors.NotFoundError:
                 continue
-            position = relayed_position(message.headers)
+            position = self._relayed_from(message)
             if position is not None:
                 # Never past what is stored: a message claiming a later position (published by
                 # something else) must not make the relay skip events it has not published.
@@ -329,20 +339,31 @@ class Relay:
         """Whether the store still holds, at the positions of the last ``STORE_CHECK_WINDOW`` events
         published, the events published from them; if not (a failover to a standby that never received
         the last commits), go back to the position before the first that differs, and name every published
-        event it lost (log, metric, /readyz)."""
+        event it lost (log, metric, /readyz). When even the oldest checked differs, it looks through all it
+        remembers; if that too is gone, the loss goes further back than it can name: it publishes again from
+        ``STORE_LOSS_MARGIN`` before the store's head (or the oldest checked) and puts none back
+        (``BEYOND_MEMORY``)."""
         await self.resolve()  # a recovery an outage interrupted
-        window = {p: e for p, e in self.sent.items() if p <= self.position}
+        remembered = {p: e for p, e in self.sent.items() if p <= self.position}
+        window = remembered
         if len(window) > STORE_CHECK_WINDOW:
             window = dict(list(window.items())[-STORE_CHECK_WINDOW:])
         if not window:
             return
-        first = min(window)
-        # Positions may skip numbers (a sequence's), never repeat: the range holds at most this many rows.
-        identities = await self.store.read_identities(first - 1, self.position - first + 1)
-        found = store_divergence(window, {i.global_position: i.event_id for i in identities})
+        found = await self._divergence(window)
+        if found is not None and found.beyond_memory and len(window) < len(remembered):
+            window = remembered  # the loss goes further back: look through all the relay remembers (rare)
+            found = await self._divergence(window)
         if found is None:
             return
-        common, lost = found
+        first = min(window)
+        lost = found.lost
+        common = store_resume(found, await self.store.head_position(), STORE_LOSS_MARGIN)
+        if found.beyond_memory:
+            # Even the oldest checked event differs: earlier ones may be lost too, which the relay cannot
+            # name; none of those it knows goes back (they may rest on them).
+            log.error("relay_store_loss_beyond_memory", oldest_checked=first, goes_on_after=common)
+            self.unresolved_beyond = True
         for position, event in lost:
             self.store_lost[position] = event
             self.lost_ids.add(event.event_id)
@@ -363,37 +384,59 @@ class Relay:
         self.unresolved += lost
         await self.resolve()
 
+    async def _divergence(self, window: Mapping[int, Sent]) -> Divergence | None:
+        first = min(window)
+        # Positions may skip numbers (a sequence's), never repeat: the range holds at most this many rows.
+        identities = await self.store.read_identities(first - 1, self.position - first + 1)
+        return store_divergence(window, {i.global_position: i.event_id for i in identities})
+
     async def resolve(self) -> None:
         """Recover what the store lost, once: kept until it went through (the store or the bus may fail
         under it, as they may at the time of a failover; the next check tries again)."""
         if self.unresolved:
-            await self.recover(self.unresolved)
+            await self.recover(self.unresolved, self.unresolved_beyond)
             self.unresolved = []
+            self.unresolved_beyond = False
 
-    async def recover(self, lost: Sequence[tuple[int, Sent]]) -> None:
+    async def recover(self, lost: Sequence[tuple[int, Sent]], beyond_memory: bool = False) -> None:
         """Put the lost events back from the bus as themselves where the record as it is now allows
         (services/auditor/store_loss.py), and record the loss, what came back and what did not, for each
         workload (``loss_records``; log, metrics, /readyz). The store is the arbiter: an event another writer
         beat to its slot meanwhile is unrecoverable, as is every lost event after it."""
-        found = [Lost(position, sent, await self.lost_body(position, sent)) for position, sent in lost]
+        found = []
+        for position, sent in lost:
+            body = await self.lost_body(position, sent)
+            found.append(
+                Lost(position, sent, None, body) if isinstance(body, str) else Lost(position, sent, body)
+            )
+        now = await self.store_now(found)
         verdicts = [
             # Put back by an attempt that failed before it recorded anything: recovered all the same.
             (event, RECOVERABLE if verdict == STORED and event.sent.event_id in self.put_back else verdict)
-            for event, verdict in recovery(found, await self.store_now(found))
+            for event, verdict in recovery(found, now, beyond_memory)
         ]
         blocked = False  # as in ``recovery``: none after one that could not go back
         for index, (event, verdict) in enumerate(verdicts):
             if verdict == RECOVERABLE and blocked:
                 verdicts[index] = (event, AFTER_UNRECOVERED)
                 continue
-            if verdict != RECOVERABLE or event.body is None or event.sent.event_id in self.put_back:
+            # Not skipped for being in put_back: a second failover may have lost what this relay put back.
+            if verdict != RECOVERABLE or event.body is None or event.sent.event_id in now.stored_ids:
                 continue
             try:
-                await self.store.append_many([event.body])
+                appended = await self.store.append_many([event.body])
             except ConcurrencyError:
                 verdicts[index] = (event, SLOT_TAKEN)  # another writer took its slot meanwhile
                 blocked = True
                 continue
+            if not appended:
+                # Its id was stored meanwhile (append_many skips a stored id): back as itself only if at
+                # its own slot; stored elsewhere, what came after it rested on another history.
+                slot = (event.sent.stream, event.sent.stream_version)
+                if (await self.store.events_at([slot])).get(slot) != event.sent.event_id:
+                    verdicts[index] = (event, STORED)
+                    blocked = True
+                    continue
             self.put_back.add(event.sent.event_id)
         recovered_ids = [e.sent.event_id for e, v in verdicts if v == RECOVERABLE]
         positions = await self.store.positions_of(recovered_ids)
@@ -418,25 +461,49 @@ class Relay:
         RELAY_STORE_RESOLVED.labels("unrecoverable").inc(unrecoverable)
         records = loss_records(verdicts, positions, await self.requests_of(verdicts), datetime.now(UTC))
         if records:
-            await self.store.append_unversioned(records)
+            try:
+                await self.store.append_unversioned(records)
+            except StoreWentBack:
+                # A second failover lost what this relay appended before (an earlier loss's records): its
+                # own check before an append must not stop the relay, which names and puts back such
+                # losses itself (those records went to the bus like any event). Record this one.
+                self.store.last_appended = None
+                await self.store.append_unversioned(records)
 
-    async def lost_body(self, position: int, sent: Sent) -> Envelope | None:
+    async def lost_body(self, position: int, sent: Sent) -> Envelope | str | None:
         """The lost event as the bus holds it, from the stream sequence its publish was stored at: only the
-        message relayed from ``position`` carrying the whole event (not a reference to the store's copy)."""
-        if not sent.seq:
-            return None
+        very message the relay published (its bytes and subject), relayed from ``position`` and carrying
+        the whole event (not a reference to the store's copy). None when the bus no longer holds it;
+        ``NOT_RELAYS`` when the message there is not known to be the relay's: its publish was a duplicate
+        (the message at that sequence was published earlier, by anyone holding the event's predictable id)
+        or the message differs from what it published."""
+        if not sent.seq or not sent.digest:
+            return NOT_RELAYS
         try:
             message = await self.bus.js.get_msg(self.bus.stream, sent.seq)
         except nats.js.errors.NotFoundError:
             return None
         headers = message.headers or {}
-        if relayed_position(headers) != position or BODY_HEADER in headers or not message.data:
+        if BODY_HEADER in headers or not message.data:
             return None
+        if (
+            message.subject != sent.subject
+            or hashlib.sha256(message.data).digest() != sent.digest
+            or relayed_position(headers) != position
+        ):
+            return NOT_RELAYS
         try:
             body = decode(message.data)
         except (msgspec.DecodeError, msgspec.ValidationError):
-            return None
-        return body if body.event_id == sent.event_id else None
+            return NOT_RELAYS
+        if (body.event_id, body.stream, body.stream_version, body.type) != (
+            sent.event_id,
+            sent.stream,
+            sent.stream_version,
+            sent.type,
+        ):
+            return NOT_RELAYS
+        return body
 
     async def store_now(self, lost: Sequence[Lost]) -> StoreNow:
         """What the store holds now where the lost events were: their streams' versions, their slots and
@@ -469,7 +536,11 @@ class Relay:
             if body.payload.action_id in requests or body.causation_id is None:
                 continue
             cause = await self.store.read_event(body.causation_id)
-            if cause is not None and isinstance(cause.payload, PodActionRequested):
+            if (
+                cause is not None
+                and isinstance(cause.payload, PodActionRequested)
+                and cause.payload.action_id == body.payload.action_id  # its own request, not another's
+            ):
                 requests[body.payload.action_id] = cause.payload
         return requests
 
@@ -480,10 +551,17 @@ class Relay:
                 message = await self.bus.js.get_msg(self.bus.stream, seq)
             except nats.js.errors.NotFoundError:
                 continue
-            position = relayed_position(message.headers)
+            position = self._relayed_from(message)
             if position is not None:
                 return position
         return None
+
+    def _relayed_from(self, message: RawStreamMsg) -> int | None:
+        """The position a stream message was relayed from: only on an event subject, which no identity
+        but the relay's may publish on (others may publish dead letters, with any header)."""
+        if not (message.subject or "").startswith(f"{self.bus.prefix}.ev."):
+            return None
+        return relayed_position(message.headers)
 
     def _gap_progress(self) -> None:
         if self.gap is None:
@@ -582,7 +660,7 @@ class Relay:
         outcomes = await self.bus.publish_pipelined(messages, stall=PUBLISH_ACK_STALL)
         acknowledged = 0
         try:
-            for stored, outcome, (subject, _, headers) in zip(batch, outcomes, messages, strict=True):
+            for stored, outcome, (subject, data, headers) in zip(batch, outcomes, messages, strict=True):
                 if outcome is None:
                     raise TimeoutError(f"no JetStream ack for {PUBLISH_ACK_STALL:g}s")
                 if isinstance(outcome, Exception):
@@ -593,8 +671,20 @@ class Relay:
                 if len(self.sent) >= SENT_CAPACITY:
                     del self.sent[next(iter(self.sent))]
                 envelope = stored.envelope
-                sent = Sent(
-                    envelope.event_id, envelope.stream, envelope.stream_version, envelope.type, outcome.seq
+                # A duplicate's sequence is the earlier message's, perhaps another identity's with the
+                # id: its body is not the relay's, never put back into the store from there (lost_body).
+                sent = (
+                    Sent(envelope.event_id, envelope.stream, envelope.stream_version, envelope.type)
+                    if outcome.duplicate
+                    else Sent(
+                        envelope.event_id,
+                        envelope.stream,
+                        envelope.stream_version,
+                        envelope.type,
+                        outcome.seq,
+                        subject,
+                        hashlib.sha256(data).digest(),
+                    )
                 )
                 self.sent[self.position] = sent
                 if known is not None and not outcome.duplicate:

@@ -9,8 +9,12 @@ stream version, type, payload and times) only where it fits the record as it is 
 - its id is not stored anywhere (else it is back already: a service stored it again at its own place,
   ids being derived from what they record);
 - its stream is at the version right before it, so its slot is free;
-- the bus still holds its body (not gone with the bus, nor sent by reference to the store's copy);
-- every lost event before it (by position) went back, or is stored again at its own place.
+- the bus still holds its body (not gone with the bus, nor sent by reference to the store's copy), as the
+  relay published it: the very bytes, on the same subject, at the sequence its (not duplicate) publish
+  was stored at;
+- every lost event before it (by position) went back, or is stored again at its own place;
+- the loss does not reach back to the oldest event the relay checked (else earlier ones, which it no
+  longer remembers, may be lost too).
 
 The last rule keeps the record one history: an event was appended on everything committed before it, in
 any stream (a planner's round names the versions of the observations it folded), so once one lost event
@@ -44,7 +48,13 @@ SLOT_TAKEN = "its stream version is held by another event now"
 AFTER_UNRECOVERED = "an earlier lost event could not go back"
 GAP = "an earlier version of its stream is missing"
 NO_BODY = "the bus no longer holds its body"
-UNRECOVERABLE = (SLOT_TAKEN, AFTER_UNRECOVERED, GAP, NO_BODY)
+# The message at the sequence the relay noted is not the one it published (other identities may publish on
+# some subjects of the stream, with any id), or its publish was a duplicate of an earlier message.
+NOT_RELAYS = "the bus's copy is not known to be the relay's"
+# Even the oldest published event the relay checked is gone: earlier ones may be lost too, unnamed, and any
+# lost event it knows of may rest on them.
+BEYOND_MEMORY = "the loss extends beyond the relay's memory"
+UNRECOVERABLE = (SLOT_TAKEN, AFTER_UNRECOVERED, GAP, NO_BODY, NOT_RELAYS, BEYOND_MEMORY)
 
 
 @dataclass(frozen=True)
@@ -55,6 +65,7 @@ class Lost:
     position: int
     sent: Sent
     body: Envelope | None
+    missing: str = NO_BODY  # why ``body`` is None: NO_BODY or NOT_RELAYS
 
 
 @dataclass(frozen=True)
@@ -67,9 +78,10 @@ class StoreNow:
     stored_ids: frozenset[uuid.UUID]
 
 
-def recovery(lost: Sequence[Lost], now: StoreNow) -> list[tuple[Lost, str]]:
+def recovery(lost: Sequence[Lost], now: StoreNow, beyond_memory: bool = False) -> list[tuple[Lost, str]]:
     """Each lost event with its verdict (``RECOVERABLE``, ``STORED`` or one of ``UNRECOVERABLE``), in
-    position order: the order to append the recoverable ones in."""
+    position order: the order to append the recoverable ones in. ``beyond_memory``: the loss may start
+    before the oldest event the relay remembers (``BEYOND_MEMORY``), so none goes back."""
     versions = dict(now.versions)
     blocked = False  # a lost event could not go back: none after it may
     verdicts: list[tuple[Lost, str]] = []
@@ -79,10 +91,12 @@ def recovery(lost: Sequence[Lost], now: StoreNow) -> list[tuple[Lost, str]]:
             verdict = STORED
             # Stored again elsewhere than its own place: what came after it rested on another history.
             blocked = blocked or now.slots.get((stream, version)) != event.sent.event_id
+        elif beyond_memory:
+            verdict = BEYOND_MEMORY
         elif blocked:
             verdict = AFTER_UNRECOVERED
         elif event.body is None:
-            verdict = NO_BODY
+            verdict = event.missing
         elif now.slots.get((stream, version), event.sent.event_id) != event.sent.event_id:
             verdict = SLOT_TAKEN
         elif versions.get(stream, 0) >= version:

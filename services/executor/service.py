@@ -47,6 +47,7 @@ import copy
 import os
 import socket
 import time
+import uuid
 from collections.abc import Hashable
 from datetime import UTC, datetime
 from typing import Any, NoReturn
@@ -963,9 +964,17 @@ class Executor:
                 "earlier_action_found_on_pod", pod=request.target, action_id=found, waiting=request.action_id
             )
             uid = (pod.get("metadata") or {}).get("uid")
+            # Caused by the found action's own request, not the waiting one's (the audit names the pod of
+            # a lost outcome from its cause).
+            cause = (
+                envelope.event_id
+                if found == request.action_id
+                else await self.store.action_request(envelope, found)
+            )
             await self._report(
                 envelope,
                 PodActionSucceeded(action_id=found, pod_uid=uid, already_applied=True, executor=self.name),
+                causation_id=cause,
             )
         return still
 
@@ -1025,9 +1034,11 @@ class Executor:
         envelope: Envelope,
         outcome: PodActionStarted | PodActionSucceeded | PodActionFailed,
         occurred_at: datetime | None = None,
+        causation_id: uuid.UUID | None = None,
     ) -> None:
         """Append to the actions stream of the request's workload, with an id derived from the action id
-        (stored once, whoever writes it and however often); ``occurred_at`` defaults to now."""
+        (stored once, whoever writes it and however often); ``occurred_at`` defaults to now,
+        ``causation_id`` to the request's event id."""
         workload = registry.workload_of(envelope.stream)
         if workload is None:
             raise ValueError(f"not a workload's stream: {envelope.stream!r}")
@@ -1043,7 +1054,7 @@ class Executor:
                 if isinstance(outcome, PodActionStarted)
                 else outcome_id(outcome.action_id)
             ),
-            causation_id=envelope.event_id,
+            causation_id=causation_id or envelope.event_id,
             correlation_id=envelope.correlation_id,
         )
         # Concurrent actions report to their workloads' streams: one append per burst for all, not a race.

@@ -352,6 +352,16 @@ SELECT EXISTS (SELECT 1 FROM events WHERE event_id = $1),
            ORDER BY stream_version
        )
 """
+# The request of action $4 in the round ($2: the round's event id) of a request at version $3 of stream $1.
+_ACTION_REQUEST_SQL = """
+SELECT event_id FROM events
+WHERE stream = $1
+  AND stream_version >= (SELECT stream_version FROM events WHERE event_id = $2)
+  AND stream_version <= $3
+  AND type = 'PodActionRequested'
+  AND payload->>'action_id' = $4
+LIMIT 1
+"""
 # A StatusPlanned of the stream ($1) later than version $2.
 _LATER_STATUS_SQL = (
     "SELECT 1 FROM events WHERE stream = $1 AND stream_version > $2 AND type = 'StatusPlanned' LIMIT 1"
@@ -1061,6 +1071,14 @@ class PostgresEventStore:
         )
         reported, stored, earlier = rows[0]
         return bool(reported), list(earlier), stored
+
+    async def action_request(self, envelope: Envelope, action_id: str) -> uuid.UUID | None:
+        """The event id of the PodActionRequested of ``action_id`` in the round of the request
+        ``envelope`` (its stream, from its round to it), if stored."""
+        rows = await self._fetch(
+            _ACTION_REQUEST_SQL, envelope.stream, envelope.causation_id, envelope.stream_version, action_id
+        )
+        return rows[0][0] if rows else None
 
     async def later_status_planned(self, stream: str, stream_version: int) -> bool:
         """Whether ``stream`` has a StatusPlanned after ``stream_version``."""

@@ -11,12 +11,14 @@ from services.auditor.bus_loss import (
     GONE,
     RECREATED,
     SHORTENED,
+    Divergence,
     Sent,
     StreamMark,
     bus_loss,
     later_mark,
     rewind_position,
     store_divergence,
+    store_resume,
 )
 
 BORN = datetime(2026, 1, 1, tzinfo=UTC)
@@ -89,26 +91,54 @@ def at(*positions: int) -> dict[int, uuid.UUID]:
         ({1: sent(1), 2: sent(2)}, at(1, 2), None),  # the store holds what was published
         ({1: sent(1), 2: sent(2)}, at(1, 2, 3), None),  # and more since
         # A failover lost 3 and 4; the new primary has committed nothing yet.
-        ({1: sent(1), 2: sent(2), 3: sent(3), 4: sent(4)}, at(1, 2), (2, [(3, sent(3)), (4, sent(4))])),
+        (
+            {1: sent(1), 2: sent(2), 3: sent(3), 4: sent(4)},
+            at(1, 2),
+            Divergence(2, [(3, sent(3)), (4, sent(4))]),
+        ),
         # ... or committed other events at those positions, which the relay must publish after 2.
         (
             {1: sent(1), 2: sent(2), 3: sent(3), 4: sent(4)},
             {**at(1, 2), 3: uuid.UUID(int=99)},
-            (2, [(3, sent(3)), (4, sent(4))]),
+            Divergence(2, [(3, sent(3)), (4, sent(4))]),
         ),
         # ... and the relay had already published those before it looked: 5 and 6 are still lost.
         (
             {p: sent(p) for p in range(1, 10)},
             at(1, 2, 3, 4, 7, 8, 9),
-            (4, [(5, sent(5)), (6, sent(6))]),
+            Divergence(4, [(5, sent(5)), (6, sent(6))]),
         ),
-        # Nothing the relay remembers is left: it goes on from before the oldest it remembers.
-        ({5: sent(5), 6: sent(6)}, {}, (4, [(5, sent(5)), (6, sent(6))])),
+        # Nothing the relay checked is left: the loss may go further back than it remembers.
+        ({5: sent(5), 6: sent(6)}, {}, Divergence(4, [(5, sent(5)), (6, sent(6))], beyond_memory=True)),
+        # ... as when the oldest checked is another event now and a later one is still there.
+        (
+            {5: sent(5), 6: sent(6)},
+            {5: uuid.UUID(int=99), 6: uuid.UUID(int=6)},
+            Divergence(4, [(5, sent(5))], beyond_memory=True),
+        ),
     ],
 )
 def test_a_store_gone_back_behind_the_bus_names_the_events_it_lost(
     published: dict[int, Sent],
     stored: dict[int, uuid.UUID],
-    found: tuple[int, list[tuple[int, Sent]]] | None,
+    found: Divergence | None,
 ) -> None:
     assert store_divergence(published, stored) == found
+
+
+@pytest.mark.parametrize(
+    ("found", "head", "margin", "resume_after"),
+    [
+        # The last position both agree on: what the new primary committed after it is published.
+        (Divergence(4, [(5, sent(5))]), 9, 100, 4),
+        # Beyond its memory: where the new primary's commits start is unknown; they lie before the store's
+        # head (its sequence gives positions again), perhaps before the oldest position checked too.
+        (Divergence(40, [(41, sent(41))], beyond_memory=True), 20, 5, 15),
+        (Divergence(40, [(41, sent(41))], beyond_memory=True), 90, 5, 35),
+        (Divergence(40, [(41, sent(41))], beyond_memory=True), 20, 100, 0),
+    ],
+)
+def test_after_a_store_loss_the_relay_goes_on_from_a_position_the_store_agrees_on(
+    found: Divergence, head: int, margin: int, resume_after: int
+) -> None:
+    assert store_resume(found, head, margin) == resume_after

@@ -408,3 +408,27 @@ async def test_events_a_failover_lost_from_the_store_are_named_and_what_follows_
         await wait_for(carried_again, within=30, what="the lost event stored anew, on the bus again")
     finally:
         await stop(stopping, task)
+
+
+async def test_a_position_on_a_subject_other_than_the_relays_does_not_make_it_skip_events(
+    own_store: EventStore, own_bus: Bus
+) -> None:
+    """Attack: an identity that may publish on the stream's dead-letter subjects publishes a message with
+    a position header at the store's head; a relay restarting must not resume after it, leaving the
+    events it had yet to publish unpublished. Only the relay publishes on event subjects."""
+    stream = unique_stream()
+    await own_store.append(batch(stream, 1, 3), expected_version=0)
+    relay = Relay(own_store, own_bus)
+    stopping, task = await relaying(relay)
+    await wait_for(relay.caught_up.wait, within=30, what="the relay caught up")
+    await stop(stopping, task)
+    published = relay.position
+    await own_store.append(batch(stream, 4, 6), expected_version=3)
+    await own_bus.js.publish(
+        own_bus.dead_letter_subject("executor"),
+        b"{}",
+        stream=own_bus.stream,
+        headers={POSITION_HEADER: str(await own_store.head_position())},
+    )
+
+    assert await Relay(own_store, own_bus).resume_position() == published

@@ -11,8 +11,10 @@ import pytest
 from services.auditor.bus_loss import Sent
 from services.auditor.store_loss import (
     AFTER_UNRECOVERED,
+    BEYOND_MEMORY,
     GAP,
     NO_BODY,
+    NOT_RELAYS,
     RECOVERABLE,
     SLOT_TAKEN,
     STORED,
@@ -43,7 +45,15 @@ def ident(n: int) -> uuid.UUID:
     return uuid.UUID(int=n)
 
 
-def lost(position: int, stream: str, version: int, *, n: int | None = None, body: bool = True) -> Lost:
+def lost(
+    position: int,
+    stream: str,
+    version: int,
+    *,
+    n: int | None = None,
+    body: bool = True,
+    missing: str = NO_BODY,
+) -> Lost:
     event_id = ident(n if n is not None else position)
     envelope = new_event(
         RequeueDue(due_at=AT, scheduled_by=ident(0)),
@@ -53,7 +63,10 @@ def lost(position: int, stream: str, version: int, *, n: int | None = None, body
         event_id=event_id,
     )
     return Lost(
-        position, Sent(event_id, stream, version, "RequeueDue", seq=position), envelope if body else None
+        position,
+        Sent(event_id, stream, version, "RequeueDue", seq=position),
+        envelope if body else None,
+        missing,
     )
 
 
@@ -121,6 +134,12 @@ def store(
             store({DECISIONS: 3, ACTIONS: 1}),
             [(10, NO_BODY), (11, AFTER_UNRECOVERED), (12, AFTER_UNRECOVERED)],
         ),
+        # The bus's copy is not the relay's (its publish was a duplicate, or the message differs): not stored.
+        (
+            [lost(10, DECISIONS, 4, body=False, missing=NOT_RELAYS), lost(11, ACTIONS, 2)],
+            store({DECISIONS: 3, ACTIONS: 1}),
+            [(10, NOT_RELAYS), (11, AFTER_UNRECOVERED)],
+        ),
         # A stream nobody has written since the failover (new with the lost events): from version 1.
         ([lost(10, ACTIONS, 1), lost(11, ACTIONS, 2)], store({}), [(10, RECOVERABLE), (11, RECOVERABLE)]),
         ([], store({}), []),
@@ -130,6 +149,19 @@ def test_a_lost_event_goes_back_only_where_the_record_as_it_is_now_allows(
     events: list[Lost], now: StoreNow, expected: list[tuple[int, str]]
 ) -> None:
     assert verdicts(events, now) == expected
+
+
+def test_a_loss_beyond_the_relays_memory_puts_nothing_back() -> None:
+    """The oldest event the relay checked is lost too: earlier ones may be, unnamed, and every lost event
+    it knows may rest on them. None goes back, even where its slot is free; one stored again is not lost."""
+    events = [lost(10, DECISIONS, 4), lost(11, ACTIONS, 2), lost(12, OBSERVED, 3)]
+    now = store({DECISIONS: 3, ACTIONS: 1, OBSERVED: 3}, slots={(OBSERVED, 3): 12}, ids={12})
+    assert verdicts(events, now) == [(10, RECOVERABLE), (11, RECOVERABLE), (12, STORED)]
+    assert [(e.position, v) for e, v in recovery(events, now, beyond_memory=True)] == [
+        (10, BEYOND_MEMORY),
+        (11, BEYOND_MEMORY),
+        (12, STORED),
+    ]
 
 
 def _request_and_success(position: int) -> tuple[Envelope, Lost]:

@@ -9,12 +9,14 @@ import asyncio
 from datetime import timedelta
 from pathlib import Path
 
+import msgspec
 import nats.js.errors
 import pytest
 from prometheus_client import REGISTRY
 
+from services.auditor import service as auditor_service
 from services.auditor.service import POSITION_HEADER, Relay
-from services.auditor.store_loss import AFTER_UNRECOVERED, SLOT_TAKEN
+from services.auditor.store_loss import AFTER_UNRECOVERED, BEYOND_MEMORY, NOT_RELAYS, SLOT_TAKEN
 from services.infra.bus import MSG_ID, Bus
 from services.model.events import (
     Envelope,
@@ -196,3 +198,259 @@ async def test_a_recovery_an_outage_interrupts_goes_through_at_the_next_check(
         # Both came back, the first in the interrupted attempt: the record says so of both.
         assert [r["event_id"] for r in record.recovered] == [str(first.event_id), str(second.event_id)]
         assert record.unrecoverable == []
+
+
+async def test_a_forged_message_holding_an_events_id_ahead_of_the_relay_is_not_stored_by_a_recovery(
+    server_urls: ServerUrls, own_bus: Bus, tmp_path: Path
+) -> None:
+    """Attack: an identity that may publish on some subject of the stream (a stolen executor credential, on
+    its dead-letter subject) publishes, ahead of the relay, a forged event carrying the (predictable) id and
+    position of an event about to be relayed. The relay's publish is then deduplicated to the forged
+    message; after a failover loses the event, the recovery must not store the forged body."""
+    async with signed_trail(server_urls.database_url, tmp_path, rollouts=1, events=2) as trail:
+        store = trail.store
+        first = request(1, "act-1", "web-0")
+        await store.append([first], expected_version=0)
+        relay = Relay(store, own_bus)
+        stopping = asyncio.Event()
+        task = asyncio.create_task(relay.run(stopping))
+        try:
+            await wait_for(relay.caught_up.wait, within=30, what="the relay caught up")
+            second = request(2, "act-2", "web-1")
+            forged = new_event(
+                PodActionRequested(action_id="act-2", action="deletePod", namespace="prod", pod="db-0"),
+                stream="CloneSet/prod/db",
+                stream_version=1,
+                occurred_at=T0,
+                event_id=second.event_id,
+            )
+            data, _ = own_bus.event_message(forged)
+            coming = await store.head_position() + 1
+            await own_bus.js.publish(
+                own_bus.dead_letter_subject("executor"),
+                data,
+                stream=own_bus.stream,
+                headers={MSG_ID: str(second.event_id), POSITION_HEADER: str(coming)},
+            )
+            await store.append([second], expected_version=1)
+            after = success(1, first)
+            await store.append_many([after])
+            assert await store.positions_of([second.event_id]) == {second.event_id: coming}
+            head = await store.head_position()
+
+            async def published() -> bool:
+                return relay.position >= head
+
+            await wait_for(published, within=30, what="the relay published them")
+        finally:
+            stopping.set()
+            await asyncio.wait_for(task, 30)
+        await trail.owner(f"DELETE FROM events WHERE global_position >= {coming}")
+
+        await relay.check_store()
+
+        # Neither the forged body nor anything resting on the lost event is stored; both are named.
+        assert await store.read_event(second.event_id) is None
+        assert await store.stream_version("CloneSet/prod/db") == 0
+        assert await store.read_event(after.event_id) is None
+        assert [(u["event_id"], u["reason"]) for u in relay.unrecoverable] == [
+            (str(second.event_id), NOT_RELAYS),
+            (str(after.event_id), AFTER_UNRECOVERED),
+        ]
+
+
+async def test_a_loss_beyond_what_the_relay_remembers_puts_nothing_back_and_publishes_the_new_commits(
+    server_urls: ServerUrls, own_bus: Bus, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The failover lost more published events than the relay remembers: those it remembers are named and
+    none goes back (they may rest on earlier lost ones it cannot name), and what the new primary commits
+    at positions before the oldest it remembers (its sequence gives them again) is published."""
+    monkeypatch.setattr(auditor_service, "SENT_CAPACITY", 3)
+    async with signed_trail(server_urls.database_url, tmp_path, rollouts=1, events=2) as trail:
+        store = trail.store
+        first = request(1, "act-1", "web-0")
+        await store.append([first], expected_version=0)
+        lost_from = await store.head_position() + 1
+        second, third = request(2, "act-2", "web-1"), request(3, "act-3", "web-2")
+        await store.append([second, third], expected_version=1)
+        successes = [success(1, first), success(2, second)]
+        await store.append_many(successes)
+        lost_ids = {e.event_id for e in [second, third, *successes]}
+        relay = Relay(store, own_bus)
+        stopping = asyncio.Event()
+        task = asyncio.create_task(relay.run(stopping))
+        await wait_for(relay.caught_up.wait, within=30, what="the relay caught up")
+        stopping.set()
+        await asyncio.wait_for(task, 30)
+        remembered = sorted(relay.sent)
+        assert remembered[0] > lost_from  # the relay no longer remembers the first lost event
+        # The standby never received any of the five; the new primary's sequence goes on from its own last.
+        await trail.owner(f"DELETE FROM events WHERE global_position >= {lost_from}")
+        await trail.owner(f"ALTER TABLE events ALTER COLUMN global_position RESTART WITH {lost_from}")
+        other = new_event(
+            PodActionSucceeded(action_id="act-9"),
+            stream="CloneSet/prod/db/actions",
+            stream_version=1,
+            occurred_at=T0,
+        )
+        await store.append_many([other])
+        assert await store.positions_of([other.event_id]) == {other.event_id: lost_from}
+
+        await relay.check_store()
+
+        # None of those it remembers goes back, though each one's slot is free; each is named.
+        assert await store.stream_version(DECISIONS) == 1
+        assert await store.stored_ids(list(lost_ids)) == set()
+        assert [(u["position_before"], u["reason"]) for u in relay.unrecoverable] == [
+            (p, BEYOND_MEMORY) for p in remembered
+        ]
+        assert relay.position < lost_from
+
+        # The new primary's commit, at a position before the oldest the relay remembers, reaches the bus
+        # with the relay's next batch.
+        await relay.publish(await store.read_batch_json(relay.position, 500))
+        message = await own_bus.js.get_last_msg(own_bus.stream, own_bus.subject_for(other))
+        assert (message.headers or {}).get(POSITION_HEADER) == str(lost_from)
+
+
+async def test_an_event_put_back_and_lost_again_by_a_second_failover_is_put_back_again(
+    server_urls: ServerUrls, own_bus: Bus, tmp_path: Path
+) -> None:
+    async with signed_trail(server_urls.database_url, tmp_path, rollouts=1, events=2) as trail:
+        store = trail.store
+        first, second = request(1, "act-1", "web-0"), request(2, "act-2", "web-1")
+        await store.append([first], expected_version=0)
+        lost_from = await store.head_position() + 1
+        await store.append([second], expected_version=1)
+        relay = Relay(store, own_bus)
+        stopping = asyncio.Event()
+        task = asyncio.create_task(relay.run(stopping))
+        await wait_for(relay.caught_up.wait, within=30, what="the relay caught up")
+        stopping.set()
+        await asyncio.wait_for(task, 30)
+        await trail.owner(f"DELETE FROM events WHERE global_position >= {lost_from}")
+        await relay.check_store()
+        assert await store.read_event(second.event_id) == second
+        # The relay publishes it at its new position; then a second failover loses it again.
+        again_from = (await store.positions_of([second.event_id]))[second.event_id]
+        await relay.publish(await store.read_batch_json(relay.position, 500))
+        await trail.owner(f"DELETE FROM events WHERE global_position >= {again_from}")
+
+        await relay.check_store()
+
+        assert await store.read_event(second.event_id) == second
+
+
+async def test_a_lost_event_stored_elsewhere_meanwhile_is_not_recovered_and_blocks_the_later_ones(
+    server_urls: ServerUrls, own_bus: Bus, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with signed_trail(server_urls.database_url, tmp_path, rollouts=1, events=2) as trail:
+        store = trail.store
+        first, second = request(1, "act-1", "web-0"), request(2, "act-2", "web-1")
+        await store.append([first], expected_version=0)
+        lost_from = await store.head_position() + 1
+        after = success(1, first)
+        await store.append([second], expected_version=1)
+        await store.append_many([after])
+        relay = Relay(store, own_bus)
+        stopping = asyncio.Event()
+        task = asyncio.create_task(relay.run(stopping))
+        await wait_for(relay.caught_up.wait, within=30, what="the relay caught up")
+        stopping.set()
+        await asyncio.wait_for(task, 30)
+        await trail.owner(f"DELETE FROM events WHERE global_position >= {lost_from}")
+
+        # Another writer stores the lost request's id at another slot just before the relay appends it.
+        append_many = store.append_many
+        elsewhere = msgspec.structs.replace(second, stream="CloneSet/prod/db", stream_version=1)
+
+        async def raced(events: list[Envelope]) -> int:
+            if events[0].event_id == second.event_id:
+                await append_many([elsewhere])
+            return await append_many(events)
+
+        monkeypatch.setattr(store, "append_many", raced)
+        await relay.check_store()
+
+        assert await store.read_event(second.event_id) == elsewhere
+        assert await store.stream_version(DECISIONS) == 1
+        assert await store.read_event(after.event_id) is None
+        assert relay.recovered == 0
+        assert [(u["event_id"], u["reason"]) for u in relay.unrecoverable] == [
+            (str(after.event_id), AFTER_UNRECOVERED)
+        ]
+
+
+async def test_the_loss_is_recorded_after_a_second_failover_lost_the_relays_earlier_record(
+    server_urls: ServerUrls, own_bus: Bus, tmp_path: Path
+) -> None:
+    async with signed_trail(server_urls.database_url, tmp_path, rollouts=1, events=2) as trail:
+        store = trail.store
+        first, second = request(1, "act-1", "web-0"), request(2, "act-2", "web-1")
+        await store.append([first], expected_version=0)
+        lost_from = await store.head_position() + 1
+        await store.append([second], expected_version=1)
+        relay = Relay(store, own_bus)
+        stopping = asyncio.Event()
+        task = asyncio.create_task(relay.run(stopping))
+        await wait_for(relay.caught_up.wait, within=30, what="the relay caught up")
+        stopping.set()
+        await asyncio.wait_for(task, 30)
+        await trail.owner(f"DELETE FROM events WHERE global_position >= {lost_from}")
+        await relay.check_store()  # puts the request back and records the loss
+        again_from = (await store.positions_of([second.event_id]))[second.event_id]
+        await relay.publish(await store.read_batch_json(relay.position, 500))
+        # A second failover loses both, and the relay's connection with it: its next append checks first
+        # that the store still holds what it appended.
+        await trail.owner(f"DELETE FROM events WHERE global_position >= {again_from}")
+        store.reconnected = True
+
+        await relay.check_store()
+
+        assert await store.read_event(second.event_id) == second
+        records = [
+            e for e in await store.read_stream(ACTIONS) if isinstance(e.envelope.payload, StoreLossDetected)
+        ]
+        assert len(records) == 2  # the first loss's record, put back from the bus, and the second's
+
+
+async def test_a_lost_success_is_named_with_its_own_requests_pod_never_another_actions(
+    server_urls: ServerUrls, own_bus: Bus, tmp_path: Path
+) -> None:
+    async with signed_trail(server_urls.database_url, tmp_path, rollouts=1, events=2) as trail:
+        store = trail.store
+        first = request(1, "act-1", "web-0")
+        await store.append([first], expected_version=0)
+        lost_from = await store.head_position() + 1
+        # act-2's success, caused (wrongly, as older executors wrote it) by act-1's request.
+        wrong = new_event(
+            PodActionSucceeded(action_id="act-2", pod_uid="uid-web-1"),
+            stream=ACTIONS,
+            stream_version=1,
+            occurred_at=T0,
+            causation_id=first.event_id,
+            correlation_id=ROLLOUT,
+        )
+        await store.append_many([wrong])
+        relay = Relay(store, own_bus)
+        stopping = asyncio.Event()
+        task = asyncio.create_task(relay.run(stopping))
+        await wait_for(relay.caught_up.wait, within=30, what="the relay caught up")
+        stopping.set()
+        await asyncio.wait_for(task, 30)
+        await trail.owner(f"DELETE FROM events WHERE global_position >= {lost_from}")
+        other = new_event(
+            PodActionSucceeded(action_id="act-9"), stream=ACTIONS, stream_version=0, occurred_at=T0
+        )
+        await store.append_unversioned([other])
+
+        await relay.check_store()
+
+        records = [
+            e.envelope.payload
+            for e in await store.read_stream(ACTIONS)
+            if isinstance(e.envelope.payload, StoreLossDetected)
+        ]
+        assert [[(a["action_id"], a["pod"]) for a in r.actions_applied] for r in records] == [
+            [("act-2", None)]
+        ]

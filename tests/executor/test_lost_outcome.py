@@ -72,6 +72,9 @@ async def test_an_earlier_action_whose_outcome_was_lost_does_not_hold_the_next_o
     stored = [s.envelope for s in await event_store.read_stream(CLONESET.actions_stream("default", workload))]
     outcomes = {action_id(e): e.payload for e in stored if e.type != "PodActionStarted"}
     assert set(outcomes) == {action_id(mark), action_id(update)}, [e.type for e in stored]
+    # Each outcome is caused by its own action's request (the audit names a lost one's pod from it).
+    causes = {action_id(e): e.causation_id for e in stored if e.type != "PodActionStarted"}
+    assert causes == {action_id(mark): mark.event_id, action_id(update): update.event_id}
     found, applied = outcomes[action_id(mark)], outcomes[action_id(update)]
     assert isinstance(found, PodActionSucceeded) and found.already_applied and found.started_at is None
     assert isinstance(applied, PodActionSucceeded) and not applied.already_applied
