@@ -18,6 +18,7 @@ from services.auditor import service as auditor_service
 from services.auditor.service import POSITION_HEADER, Relay
 from services.auditor.store_loss import AFTER_UNRECOVERED, BEYOND_MEMORY, NOT_RELAYS, SLOT_TAKEN
 from services.infra.bus import MSG_ID, Bus
+from services.infra.store import EventStore
 from services.model.events import (
     Envelope,
     PodActionRequested,
@@ -60,6 +61,17 @@ def success(version: int, cause: Envelope) -> Envelope:
     )
 
 
+async def relayed_all(store: EventStore, bus: Bus) -> Relay:
+    """A relay that published everything stored, then stopped (its memory of what it sent kept)."""
+    relay = Relay(store, bus)
+    stopping = asyncio.Event()
+    task = asyncio.create_task(relay.run(stopping))
+    await wait_for(relay.caught_up.wait, within=30, what="the relay caught up")
+    stopping.set()
+    await asyncio.wait_for(task, 30)
+    return relay
+
+
 def resolved(outcome: str) -> float:
     return REGISTRY.get_sample_value("rollbook_relay_store_lost_resolved_total", {"outcome": outcome}) or 0.0
 
@@ -77,12 +89,7 @@ async def test_lost_events_come_back_from_the_bus_as_themselves_and_the_rest_are
         lost = [second, success(1, first), success(2, second)]
         for event in lost:
             await store.append_many([event])
-        relay = Relay(store, own_bus)
-        stopping = asyncio.Event()
-        task = asyncio.create_task(relay.run(stopping))
-        await wait_for(relay.caught_up.wait, within=30, what="the relay caught up")
-        stopping.set()
-        await asyncio.wait_for(task, 30)
+        relay = await relayed_all(store, own_bus)
         before = {outcome: resolved(outcome) for outcome in ("recovered", "unrecoverable")}
         lost_from = min(p for p, e in relay.sent.items() if e.event_id == second.event_id)
         await trail.owner(f"DELETE FROM events WHERE global_position >= {lost_from}")
@@ -161,12 +168,7 @@ async def test_a_recovery_an_outage_interrupts_goes_through_at_the_next_check(
         store = trail.store
         first, second = request(1, "act-1", "web-0"), request(2, "act-2", "web-1")
         await store.append([first, second], expected_version=0)
-        relay = Relay(store, own_bus)
-        stopping = asyncio.Event()
-        task = asyncio.create_task(relay.run(stopping))
-        await wait_for(relay.caught_up.wait, within=30, what="the relay caught up")
-        stopping.set()
-        await asyncio.wait_for(task, 30)
+        relay = await relayed_all(store, own_bus)
         lost_from = min(p for p, e in relay.sent.items() if e.event_id == first.event_id)
         await trail.owner(f"DELETE FROM events WHERE global_position >= {lost_from}")
 
@@ -276,12 +278,7 @@ async def test_a_loss_beyond_what_the_relay_remembers_puts_nothing_back_and_publ
         successes = [success(1, first), success(2, second)]
         await store.append_many(successes)
         lost_ids = {e.event_id for e in [second, third, *successes]}
-        relay = Relay(store, own_bus)
-        stopping = asyncio.Event()
-        task = asyncio.create_task(relay.run(stopping))
-        await wait_for(relay.caught_up.wait, within=30, what="the relay caught up")
-        stopping.set()
-        await asyncio.wait_for(task, 30)
+        relay = await relayed_all(store, own_bus)
         remembered = sorted(relay.sent)
         assert remembered[0] > lost_from  # the relay no longer remembers the first lost event
         # The standby never received any of the five; the new primary's sequence goes on from its own last.
@@ -322,12 +319,7 @@ async def test_an_event_put_back_and_lost_again_by_a_second_failover_is_put_back
         await store.append([first], expected_version=0)
         lost_from = await store.head_position() + 1
         await store.append([second], expected_version=1)
-        relay = Relay(store, own_bus)
-        stopping = asyncio.Event()
-        task = asyncio.create_task(relay.run(stopping))
-        await wait_for(relay.caught_up.wait, within=30, what="the relay caught up")
-        stopping.set()
-        await asyncio.wait_for(task, 30)
+        relay = await relayed_all(store, own_bus)
         await trail.owner(f"DELETE FROM events WHERE global_position >= {lost_from}")
         await relay.check_store()
         assert await store.read_event(second.event_id) == second
@@ -352,12 +344,7 @@ async def test_a_lost_event_stored_elsewhere_meanwhile_is_not_recovered_and_bloc
         after = success(1, first)
         await store.append([second], expected_version=1)
         await store.append_many([after])
-        relay = Relay(store, own_bus)
-        stopping = asyncio.Event()
-        task = asyncio.create_task(relay.run(stopping))
-        await wait_for(relay.caught_up.wait, within=30, what="the relay caught up")
-        stopping.set()
-        await asyncio.wait_for(task, 30)
+        relay = await relayed_all(store, own_bus)
         await trail.owner(f"DELETE FROM events WHERE global_position >= {lost_from}")
 
         # Another writer stores the lost request's id at another slot just before the relay appends it.
@@ -390,12 +377,7 @@ async def test_the_loss_is_recorded_after_a_second_failover_lost_the_relays_earl
         await store.append([first], expected_version=0)
         lost_from = await store.head_position() + 1
         await store.append([second], expected_version=1)
-        relay = Relay(store, own_bus)
-        stopping = asyncio.Event()
-        task = asyncio.create_task(relay.run(stopping))
-        await wait_for(relay.caught_up.wait, within=30, what="the relay caught up")
-        stopping.set()
-        await asyncio.wait_for(task, 30)
+        relay = await relayed_all(store, own_bus)
         await trail.owner(f"DELETE FROM events WHERE global_position >= {lost_from}")
         await relay.check_store()  # puts the request back and records the loss
         again_from = (await store.positions_of([second.event_id]))[second.event_id]
@@ -432,12 +414,7 @@ async def test_a_lost_success_is_named_with_its_own_requests_pod_never_another_a
             correlation_id=ROLLOUT,
         )
         await store.append_many([wrong])
-        relay = Relay(store, own_bus)
-        stopping = asyncio.Event()
-        task = asyncio.create_task(relay.run(stopping))
-        await wait_for(relay.caught_up.wait, within=30, what="the relay caught up")
-        stopping.set()
-        await asyncio.wait_for(task, 30)
+        relay = await relayed_all(store, own_bus)
         await trail.owner(f"DELETE FROM events WHERE global_position >= {lost_from}")
         other = new_event(
             PodActionSucceeded(action_id="act-9"), stream=ACTIONS, stream_version=0, occurred_at=T0
