@@ -20,24 +20,18 @@ import asyncio
 import math
 import os
 import sys
-import tempfile
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from a checkout
 
-import asyncpg  # noqa: E402
 from kubernetes_asyncio import config  # noqa: E402
 
-from services.infra.bus import Bus  # noqa: E402
-from services.infra.database import asyncpg_url, upgrade_async  # noqa: E402
-from services.infra.settings import Settings  # noqa: E402
+from bench._service_stack import service_stack  # noqa: E402
 from services.simcluster import NodeConfig, SimCluster, SimConfig, Timing  # noqa: E402
 from services.simcluster.resources import PODS  # noqa: E402
 from tests.e2e.cluster import Cluster  # noqa: E402
-from tests.plugins.database import with_database  # noqa: E402
 from tests.plugins.stack import Stack, wait_for  # noqa: E402
 
 NAME = "resized"
@@ -122,40 +116,13 @@ def snapshot(sim: SimCluster) -> dict[str, tuple[str, int]]:
 
 
 async def main(args: argparse.Namespace) -> None:
-    suffix = uuid.uuid4().hex[:10]
-    db_name = f"rollbook_bench_{suffix}"
-    admin = await asyncpg.connect(asyncpg_url(args.database_url))
-    await admin.execute(f'CREATE DATABASE "{db_name}"')
-    await admin.close()
-    database_url = with_database(args.database_url, db_name)
-    await upgrade_async(database_url)
     nodes = tuple(
         NodeConfig(name=f"sim-node-{i}", cpu_millis=128_000, max_pods=PODS_PER_NODE + 20)
         for i in range(math.ceil(args.replicas / PODS_PER_NODE) + 1)
     )
-    try:
-        async with SimCluster(SimConfig(nodes=nodes, timing=Timing.realistic(), kubelet_events=False)) as sim:
-            settings = Settings(
-                database_url=database_url,
-                nats_url=args.nats_url,
-                kubeconfig=str(sim.kubeconfig_path),
-                stream_name=f"RBBENCH_{suffix}",
-                subject_prefix=f"rbbench{suffix}",
-                log_level="INFO",  # the stack reads each OS-chosen port from the http_listening line
-            )
-            with tempfile.TemporaryDirectory() as logs:
-                stack = Stack(settings, Path(logs))
-                try:
-                    await run(stack, sim, args)
-                finally:
-                    await stack.stop_all()
-            bus = await Bus.connect(settings, name="rollbook-bench-cleanup")
-            await bus.js.delete_stream(settings.stream_name)
-            await bus.close()
-    finally:
-        admin = await asyncpg.connect(asyncpg_url(args.database_url))
-        await admin.execute(f'DROP DATABASE IF EXISTS "{db_name}" WITH (FORCE)')
-        await admin.close()
+    sim_config = SimConfig(nodes=nodes, timing=Timing.realistic(), kubelet_events=False)
+    async with service_stack(args.database_url, args.nats_url, sim_config) as running:
+        await run(running.stack, running.sim, args)
 
 
 async def run(stack: Stack, sim: SimCluster, args: argparse.Namespace) -> None:
