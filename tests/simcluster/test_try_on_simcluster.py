@@ -202,12 +202,17 @@ async def test_the_page_installs_rolls_out_and_uninstalls_on_simcluster(
             clone_set = await client.CustomObjectsApi(it.api).get_namespaced_custom_object(
                 "apps.kruise.io", "v1alpha1", "default", "clonesets", "sample"
             )
-            if clone_set["status"].get("updatedReadyReplicas") == 5:
+            status = clone_set["status"]
+            # A status written before the image change also says 5 updated: only one that observed the
+            # CloneSet's current generation speaks of the new revision.
+            current = status.get("observedGeneration") == clone_set["metadata"]["generation"]
+            if current and status.get("updatedReadyReplicas") == 5:
                 break
             await asyncio.sleep(0.25)
         assert clone_set["status"]["updatedReadyReplicas"] == 5, clone_set["status"]
         sample = (await core.list_namespaced_pod("default")).items
-        assert all(p.spec.containers[0].image == "nginx:1.27-alpine" for p in sample)
+        images = {p.metadata.name: p.spec.containers[0].image for p in sample}
+        assert all(image == "nginx:1.27-alpine" for image in images.values()), (images, clone_set["status"])
         assert sum(s.restart_count for p in sample for s in p.status.container_statuses) == 5  # in place
 
         # One replica of each service killed; its Deployment replaces it.
