@@ -553,7 +553,7 @@ class Executor:
             body = _with_action(claim, request.action_id)
             name = body["metadata"]["name"]
             try:
-                await kube.raw_json(await create(request.namespace, body, _preload_content=False))
+                await kube.raw_body(await create(request.namespace, body, _preload_content=False))
                 continue
             except ApiException as error:
                 if error.status != 409:
@@ -594,7 +594,7 @@ class Executor:
             }
         }
         try:
-            await kube.raw_json(
+            await kube.raw_body(
                 await self.core.patch_namespaced_persistent_volume_claim(
                     name,
                     request.namespace,
@@ -615,8 +615,8 @@ class Executor:
         """Delete exactly the incarnation ``uid``; True when it was gone already."""
         options = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid) if uid else None)
         try:
-            # The answer (the object as deleted) is not needed: read raw, not built into the client's model.
-            await kube.raw_json(await delete(name, namespace, body=options, _preload_content=False))
+            # The answer (the object as deleted) is not needed: read off the connection, not decoded.
+            await kube.raw_body(await delete(name, namespace, body=options, _preload_content=False))
             return False
         except ApiException as error:
             if error.status == 404:
@@ -716,8 +716,8 @@ class Executor:
                 }
             },
         )
-        # Raw JSON, not the client's model (unused; it cost more CPU than the call).
-        await kube.patch_namespaced_pod(self.api, request.pod, request.namespace, body)
+        # The answer is not read: neither built into the client's model nor decoded.
+        await kube.patch_namespaced_pod(self.api, request.pod, request.namespace, body, answer=False)
 
     async def _write_patch_from(
         self, request: PodActionRequested, patch: dict[str, Any], pod: dict[str, Any]
@@ -819,7 +819,7 @@ class Executor:
             return False
         try:
             await kube.patch_namespaced_pod_status(
-                self.api, request.pod, request.namespace, operations, content_type=JSON_PATCH
+                self.api, request.pod, request.namespace, operations, content_type=JSON_PATCH, answer=False
             )
         except ApiException as error:
             if error.status not in (404, 409, 422):
@@ -846,7 +846,7 @@ class Executor:
         if condition:
             # Conditions merge by type (strategic merge patch), so only this one changes.
             body["status"] = {"conditions": [condition]}
-        await kube.patch_namespaced_pod_status(self.api, request.pod, request.namespace, body)
+        await kube.patch_namespaced_pod_status(self.api, request.pod, request.namespace, body, answer=False)
 
     async def _set_pods_to_delete(
         self, request: PodActionRequested, action: cs.SetPodsToDelete
@@ -886,14 +886,18 @@ class Executor:
                 log.info("status_target_gone", name=planned.name)
             return
         try:
-            await self.custom.patch_namespaced_custom_object_status(
-                CLONESET_GROUP,
-                CLONESET_VERSION,
-                planned.namespace,
-                CLONESET_PLURAL,
-                planned.name,
-                {"status": planned.status},
-                _content_type=MERGE_PATCH,  # type: ignore[call-arg]
+            # The CloneSet as written is not read: not decoded.
+            await kube.raw_body(
+                await self.custom.patch_namespaced_custom_object_status(
+                    CLONESET_GROUP,
+                    CLONESET_VERSION,
+                    planned.namespace,
+                    CLONESET_PLURAL,
+                    planned.name,
+                    {"status": planned.status},
+                    _content_type=MERGE_PATCH,  # type: ignore[call-arg]
+                    _preload_content=False,
+                )
             )
         except ApiException as error:
             if error.status == 404:

@@ -183,10 +183,13 @@ async def patch_namespaced_pod(
     body: dict[str, Any] | list[dict[str, Any]],
     *,
     content_type: str = STRATEGIC_MERGE_PATCH,
+    answer: bool = True,
 ) -> dict[str, Any]:
     """A strategic merge patch, as the generated method sends a dict; or ``content_type``'s (a JSON patch
-    is a list of operations)."""
-    return await request_json(api, "PATCH", _pod_path(namespace, name), body, content_type=content_type)
+    is a list of operations). ``answer=False``: as ``patch_namespaced_pod_status``."""
+    return await request_json(
+        api, "PATCH", _pod_path(namespace, name), body, content_type=content_type, answer=answer
+    )
 
 
 async def patch_namespaced_pod_status(
@@ -196,10 +199,12 @@ async def patch_namespaced_pod_status(
     body: dict[str, Any] | list[dict[str, Any]],
     *,
     content_type: str = STRATEGIC_MERGE_PATCH,
+    answer: bool = True,
 ) -> dict[str, Any]:
-    """A strategic merge patch of the status subresource (conditions merge by type), or ``content_type``'s."""
+    """A strategic merge patch of the status subresource (conditions merge by type), or ``content_type``'s.
+    ``answer=False``: the pod as written is not decoded, and ``{}`` is returned (``request_json``)."""
     return await request_json(
-        api, "PATCH", _pod_path(namespace, name) + "/status", body, content_type=content_type
+        api, "PATCH", _pod_path(namespace, name) + "/status", body, content_type=content_type, answer=answer
     )
 
 
@@ -216,11 +221,14 @@ async def request_json(
     body: Any = None,
     *,
     content_type: str = "application/json",
+    answer: bool = True,
 ) -> dict[str, Any]:
     """One request of a hot path and its answer as raw JSON (``raw_json``: an error answer raises
     ApiException). The same client as the generated API methods (rate limit, metrics, bearer token and
     its refresh, proxy, TLS, timeouts) without their per-call parameter checks, sanitising and URL
-    templating, which cost about as much CPU as aiohttp's request. ``body``: a JSON-able dict."""
+    templating, which cost about as much CPU as aiohttp's request. ``body``: a JSON-able dict.
+    ``answer=False``, for a caller that does not read the answer: a 2xx body is read off the connection
+    but not decoded (a pod is a few KiB of JSON), and ``{}`` is returned; an error still raises."""
     headers = {
         **api.default_headers,
         "Accept": "application/json",
@@ -233,6 +241,9 @@ async def request_json(
     response = await api.request(
         method, f"{api.configuration.host}{path}", headers=headers, body=body, _preload_content=False
     )
+    if not answer:
+        await raw_body(response)
+        return {}
     return await raw_json(response)
 
 
