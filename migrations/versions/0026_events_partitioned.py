@@ -370,6 +370,8 @@ def upgrade() -> None:
             chain_hash_before bytea       NOT NULL,
             last_chain_hash   bytea       NOT NULL,
             partitions        text[]      NOT NULL,
+            file              text        NOT NULL,
+            sha256            text        NOT NULL,
             archived_at       timestamptz NOT NULL DEFAULT now(),
             CHECK (last_position >= first_position)
         )

@@ -1197,6 +1197,12 @@ class PostgresEventStore:
                 return
             position = rows[-1][0]
 
+    async def add_partitions(self, months: int) -> int:
+        """Create the partitions of ``events`` (``months`` calendar months each) up to two ahead of now
+        (migrations/versions/0026_events_partitioned.py, ``events_add_partitions``); how many were made."""
+        rows = await self._fetch("SELECT events_add_partitions($1)", months)
+        return int(rows[0][0])
+
     # --- tamper evidence (migrations/versions/0004_event_hash_chain.py) ------------------------------
 
     async def read_chain_batches(
