@@ -210,6 +210,6 @@ async def test_a_recorded_trail_is_carried_through_the_conversion(server_urls: S
                 await store.close()
             await downgrade_async(url, "0025_native_sidecar_actions")
             assert await connection.fetch(snapshot + " LIMIT $1", len(rows)) == rows
-            assert await connection.fetchval("SELECT relkind FROM pg_class WHERE relname = 'events'") == "r"
+            assert await connection.fetchval("SELECT relkind FROM pg_class WHERE relname = 'events'") == b"r"
         finally:
             await connection.close()
