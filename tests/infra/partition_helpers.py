@@ -16,6 +16,7 @@ from typing import Any
 
 import asyncpg
 
+from services.infra.db_roles import assume_sql, role_sql
 from services.model.events import Envelope
 from tests.replay.test_recorded_trails import _as_read
 
@@ -45,10 +46,18 @@ async def old_partition(connection: asyncpg.Connection, months_ago: int) -> str:
     """Create the partition of the month ``months_ago`` months back (as the owner); its name."""
     start, end = month_start(months_ago), month_start(months_ago - 1)
     name = f"events_y{start.year:04d}m{start.month:02d}"
-    await connection.execute(
-        f"CREATE TABLE IF NOT EXISTS {name} PARTITION OF events"
-        f" FOR VALUES FROM ('{start.isoformat()}') TO ('{end.isoformat()}')"
-    )
+    await connection.execute(assume_sql("owner"))  # the owner's, as events_add_partitions makes them
+    try:
+        await connection.execute(
+            f"CREATE TABLE IF NOT EXISTS {name} PARTITION OF events"
+            f" FOR VALUES FROM ('{start.isoformat()}') TO ('{end.isoformat()}')"
+        )
+        roles = [
+            await connection.fetchval(f"SELECT {role_sql(duty)}") for duty in ("writer", "reader", "webhook")
+        ]
+        await connection.execute(f"REVOKE ALL ON {name} FROM {', '.join(roles)}")
+    finally:
+        await connection.execute("RESET ROLE")
     return name
 
 
