@@ -5,8 +5,12 @@ going on after their archived versions; and each kind of tampering with the file
 
 from __future__ import annotations
 
+import asyncio
 import gzip
+import os
 import shutil
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import timedelta
@@ -187,6 +191,9 @@ async def test_a_stream_goes_on_after_its_archived_events(archived: Archived) ->
     nxt = filler("arch/full", 1, start_version=head + 1)[0]
     result = await archived.store.append([envelope(nxt)], expected_version=head)
     assert result.stream_version == head + 1
+    # An auditor started now loads the tree whose blocks reach into the archive, and signs on.
+    signed = await checkpointer_for(archived.store, archived.settings, None).checkpoint()
+    assert signed is not None and signed.body.tree_size == archived.total + 1
     report = await archived.verify(archived.directory)
     assert report.clean and report.rows == archived.total + 1, [f.describe() for f in report.findings]
     archived.total += 1
@@ -253,3 +260,35 @@ async def test_tampering_with_the_archive_is_named(
         assert named and all(first in f.detail and f.global_position for f in named), [
             f.describe() for f in report.findings
         ]
+
+
+async def test_the_commands_run_against_the_archive_and_refuse_bad_input(archived: Archived) -> None:
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("ROLLBOOK_")}
+    environment |= {"ROLLBOOK_DATABASE_URL": archived.url, "ROLLBOOK_DATA_DIR": archived.settings.data_dir}
+
+    def rollbook(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "services.cli.main", *args],
+            env=environment, capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+
+    verified = await asyncio.to_thread(
+        rollbook, "audit", "verify", "--no-bus", "--archive", str(archived.directory)
+    )
+    assert verified.returncode == 0 and verified.stdout.startswith("OK:"), verified.stdout + verified.stderr
+    again = await asyncio.to_thread(
+        rollbook, "archive", "--before", "2000-01-01", "--to", str(archived.directory)
+    )
+    assert again.returncode == 0 and "nothing archived" in again.stdout, again.stderr
+    replayed = await asyncio.to_thread(
+        rollbook, "replay", archived.workload, "--archive", str(archived.directory)
+    )
+    assert replayed.returncode == 0 and replayed.stdout.splitlines() == archived.replay_before
+    bad = await asyncio.to_thread(rollbook, "archive", "--before", "last tuesday", "--to", "x")
+    assert bad.returncode == 2 and "ISO 8601" in bad.stderr and "Traceback" not in bad.stderr
+    missing = await asyncio.to_thread(
+        rollbook, "replay", archived.workload, "--archive", "/nonexistent/archive"
+    )
+    assert (
+        missing.returncode == 1 and "holds no archive" in missing.stderr and "Traceback" not in missing.stderr
+    )
