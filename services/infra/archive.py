@@ -333,7 +333,10 @@ class _SegmentFile:
         self.temporary = directory / f".events-{first:012d}.jsonl.gz.tmp"
         self.digest = hashlib.sha256()
         self.raw = open(self.temporary, "wb")  # noqa: SIM115 - closed in finish
-        self.gzip = gzip.GzipFile(filename="", mode="wb", fileobj=self, mtime=0)  # type: ignore[call-overload]
+        # Level 6: nearly level 9's size at twice its speed.
+        self.gzip = gzip.GzipFile(  # type: ignore[call-overload]
+            filename="", mode="wb", fileobj=self, mtime=0, compresslevel=6
+        )
 
     def write(self, data: bytes) -> int:  # what gzip writes through: hashed, then to the file
         self.digest.update(data)

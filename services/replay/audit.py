@@ -266,12 +266,19 @@ async def _trail_rows(
         if complete:
             for record, segment in usable:
                 count = 0
+                batch: list[tuple[Any, ...]] = []
                 try:
                     for row in segment_rows(archive, segment):
-                        count += 1
-                        yield [row.chain_row()]
+                        batch.append(row.chain_row())
+                        if len(batch) == batch_size:
+                            count += len(batch)
+                            yield batch
+                            batch = []
                 except ArchiveError as error:
                     findings.append(_finding("archive-unreadable", record.first_position, str(error)))
+                count += len(batch)
+                if batch:
+                    yield batch
                 if count != record.events:
                     findings.append(
                         _finding(
