@@ -861,7 +861,13 @@ class PostgresEventStore:
         return await self._retrying(lambda: self._append_many(events))
 
     async def _append_many(self, events: Sequence[Envelope]) -> int:
-        unique = list({e.event_id: e for e in reversed(events)}.values())[::-1]
+        # The insert leaves out stored ids, not an id repeated within the batch: its first one is kept.
+        seen: set[uuid.UUID] = set()
+        unique: list[Envelope] = []
+        for event in events:
+            if event.event_id not in seen:
+                seen.add(event.event_id)
+                unique.append(event)
         async with self._driver() as conn:
             try:
                 # One autocommitted statement is all or nothing already: no BEGIN/COMMIT round trips.
