@@ -7,6 +7,7 @@ trigger, not something else, is what refuses it."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import uuid
 from collections.abc import AsyncIterator
@@ -15,8 +16,9 @@ from datetime import timedelta
 import asyncpg
 import pytest
 
+from services.infra.archive import keep_partitions_ahead
 from services.infra.database import asyncpg_url, downgrade_async, upgrade_async
-from services.infra.db_roles import role_sql
+from services.infra.db_roles import assume_sql, role_sql
 from services.infra.store import EventStore
 from services.model.hashchain import content_bytes
 from services.replay.audit import audit_log
@@ -212,4 +214,49 @@ async def test_a_recorded_trail_is_carried_through_the_conversion(server_urls: S
             assert await connection.fetch(snapshot + " LIMIT $1", len(rows)) == rows
             assert await connection.fetchval("SELECT relkind FROM pg_class WHERE relname = 'events'") == b"r"
         finally:
+            await connection.close()
+
+
+async def test_the_auditors_upkeep_makes_the_partitions_ahead_again(server_urls: ServerUrls) -> None:
+    """Partitions ahead of now that are missing (a long stop of the auditor) are made again, as the owner's
+    and out of the services' reach, by the upkeep the auditor runs with the services' store."""
+    async with fresh_database(server_urls.database_url, prefix="rollbook_partitions") as url:
+        await upgrade_async(url)
+        connection = await asyncpg.connect(asyncpg_url(url))
+        store = await EventStore.connect(url)
+        try:
+            ahead = await connection.fetch(
+                "SELECT name FROM event_partitions WHERE lower_bound > now() ORDER BY lower_bound"
+            )
+            assert len(ahead) == 2
+            await connection.execute(assume_sql("owner"))
+            for (name,) in ahead:
+                await connection.execute(f"DROP TABLE {name}")
+            stopping = asyncio.Event()
+            upkeep = asyncio.create_task(keep_partitions_ahead(store, 1, stopping))
+            try:
+                for _ in range(200):
+                    if await connection.fetchval(
+                        "SELECT count(*) FROM event_partitions WHERE lower_bound > now()"
+                    ):
+                        break
+                    await asyncio.sleep(0.05)
+            finally:
+                stopping.set()
+                await upkeep
+            assert (
+                await connection.fetch(
+                    "SELECT name FROM event_partitions WHERE lower_bound > now() ORDER BY lower_bound"
+                )
+                == ahead
+            )
+            owner_role = await connection.fetchval(f"SELECT {role_sql('owner')}")
+            owners = await connection.fetch(
+                "SELECT DISTINCT pg_get_userbyid(relowner) FROM pg_class WHERE relname = ANY($1::text[])",
+                [r[0] for r in ahead],
+            )
+            assert [r[0] for r in owners] == [owner_role]
+            assert await store.add_partitions(1) == 0, "nothing more to make"
+        finally:
+            await store.close()
             await connection.close()
