@@ -278,7 +278,16 @@ async def archive_before(owner_url: str, before: datetime, directory: Path) -> A
         rows = await connection.fetch(
             "SELECT name, is_default, lower_bound, upper_bound FROM event_partitions ORDER BY lower_bound"
         )
-        candidates = [r for r in rows if not r[1] and r[3] <= min(before, datetime.now(UTC))]
+        until = min(before, datetime.now(UTC))
+        candidates = [r for r in rows if not r[1] and r[3] <= until]
+        for row in rows:
+            # Rows of months no partition covered (the auditor was down) wait in the default partition;
+            # once all of them are old enough it is archived too, and an empty one takes its place.
+            if row[1] and (
+                latest := await connection.fetchval(f"SELECT max(recorded_at) FROM {_quote(row[0])}")
+            ):
+                if latest < until:
+                    candidates.append(row)
         others = [r[0] for r in rows if r not in candidates]
         outcome = ArchiveOutcome()
         if not candidates:
@@ -303,7 +312,7 @@ async def archive_before(owner_url: str, before: datetime, directory: Path) -> A
         outcome.kept = await _drop(connection, candidates, segment, heads)
         outcome.events, outcome.file = segment.events, segment.file
         outcome.first_position, outcome.last_position = segment.first_position, segment.last_position
-        outcome.dropped = [name for name in names if name not in outcome.kept]
+        outcome.dropped = [r[0] for r in candidates if r[0] not in outcome.kept and not r[1]]
         outcome.reason = reason
         _remove_unlisted(directory, manifest)
         return outcome
@@ -453,12 +462,12 @@ async def _drop(
                 f" file {segment.events}): nothing dropped; run the archive again"
             )
         roles = [await connection.fetchval(f"SELECT {role_sql(d)}") for d in ("writer", "reader", "webhook")]
-        for name, _default, lower, upper in partitions:
+        for name, is_default, lower, upper in partitions:
             staying = await connection.fetchval(
                 f"SELECT count(*) FROM {_quote(name)} WHERE global_position > $1", cut
             )
             carried = f"{name[:40]}_carried"
-            if staying:
+            if staying or is_default:  # the default partition is always put back, empty if need be
                 await connection.execute(
                     f"CREATE TABLE {_quote(carried)} (LIKE events INCLUDING DEFAULTS INCLUDING CONSTRAINTS)"
                 )
@@ -468,13 +477,16 @@ async def _drop(
                 )
             await connection.execute(f"ALTER TABLE events DETACH PARTITION {_quote(name)}")
             await connection.execute(f"DROP TABLE {_quote(name)}")
-            if staying:
-                await connection.execute(f"ALTER TABLE {_quote(carried)} RENAME TO {_quote(name)}")
-                await connection.execute(
-                    f"ALTER TABLE events ATTACH PARTITION {_quote(name)} FOR VALUES FROM"
-                    f" ('{lower.isoformat()}') TO ('{upper.isoformat()}')"
+            if staying or is_default:
+                bounds = (
+                    "DEFAULT"
+                    if is_default
+                    else f"FOR VALUES FROM ('{lower.isoformat()}') TO ('{upper.isoformat()}')"
                 )
+                await connection.execute(f"ALTER TABLE {_quote(carried)} RENAME TO {_quote(name)}")
+                await connection.execute(f"ALTER TABLE events ATTACH PARTITION {_quote(name)} {bounds}")
                 await connection.execute(f"REVOKE ALL ON {_quote(name)} FROM {', '.join(map(_quote, roles))}")
+            if staying:
                 kept[name] = int(staying)
         await connection.execute(
             "INSERT INTO event_archives (first_position, last_position, events, chain_hash_before,"

@@ -78,9 +78,10 @@ class Archived:
 async def archived(
     server_urls: ServerUrls, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[Archived]:
-    """Three months ago: a recorded CloneSet trail and a filler stream (300 events); two months ago, 300
-    more; then one event recorded three months ago that committed after them (its transaction began
-    before the month ended); this month, a few live ones. Signed checkpoint; archived twice."""
+    """Long ago (a month no partition covers: the default partition) one event; three months ago: a
+    recorded CloneSet trail and a filler stream (300 events); two months ago, 300 more; then one event
+    recorded three months ago that committed after them (its transaction began before the month ended);
+    this month, a few live ones. Signed checkpoint; archived twice."""
     data_dir = tmp_path_factory.mktemp("archive")
     async with fresh_database(server_urls.database_url, prefix="rollbook_archive") as url:
         await upgrade_async(url)
@@ -93,6 +94,8 @@ async def archived(
             audit_checkpoint_dir=str(data_dir / "audit" / "checkpoints"),
         )
         try:
+            # Before all: one event of a month no partition covers, in the default partition.
+            await insert_recorded(owner, filler("arch/ancient", 1), month_start(12 * 30))
             await old_partition(owner, 3)
             await old_partition(owner, 2)
             workload, trail = fixture_trail()
@@ -120,7 +123,7 @@ async def archived(
                     await archive_before(url, month_start(2), directory)
             finally:
                 archive_module._drop = original  # type: ignore[assignment]
-            assert await owner.fetchval("SELECT count(*) FROM events") == 601 + LIVE, "nothing dropped"
+            assert await owner.fetchval("SELECT count(*) FROM events") == 602 + LIVE, "nothing dropped"
             runs = [
                 await archive_before(url, month_start(2), directory),
                 await archive_before(url, month_start(0), directory),
@@ -133,7 +136,7 @@ async def archived(
                 directory,
                 workload,
                 rollout,
-                601 + LIVE,
+                602 + LIVE,
                 replay_before,
                 what_if_before,
                 runs,
@@ -147,12 +150,13 @@ async def test_whole_blocks_before_the_first_later_position_are_archived_and_dro
     archived: Archived,
 ) -> None:
     first, second, again = archived.runs
-    # Run 1 (months 3 back): stops before position 301 (two months back) and on a 256-event block.
+    # Run 1 (months 3 back, and the default partition): stops before position 302 (two months back), on a
+    # 256-event block; the default partition is put back empty.
     assert (first.first_position, first.last_position, first.events) == (1, 256, 256)
     assert set(first.kept) == {f"events_y{month_start(3).year:04d}m{month_start(3).month:02d}"}
-    # Run 2: both months, up to the last whole block before this month's first position (602).
+    # Run 2: both months, up to the last whole block before this month's first position (603).
     assert (second.first_position, second.last_position, second.events) == (257, 512, 256)
-    assert sum(second.kept.values()) == 601 - 512  # 513-600 two months back, the straggler (601)
+    assert sum(second.kept.values()) == 602 - 512  # 513-601 two months back, the straggler (602)
     assert again.events == 0 and again.reason
     manifest = read_manifest(archived.directory)
     assert [s.file for s in manifest.segments] == [first.file, second.file]
@@ -162,6 +166,7 @@ async def test_whole_blocks_before_the_first_later_position_are_archived_and_dro
     owner = await asyncpg.connect(asyncpg_url(archived.url))
     try:
         assert await owner.fetchval("SELECT min(global_position) FROM events") == 513
+        assert await owner.fetchval("SELECT count(*) FROM event_partitions WHERE is_default") == 1
         assert await owner.fetchval("SELECT count(*) FROM events") == archived.total - 512
     finally:
         await owner.close()
