@@ -277,3 +277,33 @@ async def test_the_auditors_upkeep_makes_the_partitions_ahead_again(server_urls:
         finally:
             await store.close()
             await connection.close()
+
+
+async def test_the_chain_follows_the_rows_a_transaction_kept(
+    partitioned_url: str, owner: asyncpg.Connection
+) -> None:
+    """The chain trigger remembers the last row its transaction stored: a row rolled back to a savepoint,
+    and a statement that failed, are forgotten with it, and the log still verifies."""
+    stream = f"CloneSet/memo/{uuid.uuid4().hex[:8]}/actions"
+    rows = [e | {"stream": stream} for e in filler("memo", 4)]
+    recorded = month_start(0) + timedelta(hours=5)
+    async with owner.transaction():
+        await insert_recorded(owner, rows[:1], recorded)
+        with pytest.raises(asyncpg.UniqueViolationError):
+            async with owner.transaction():  # a savepoint
+                await insert_recorded(owner, rows[1:2], recorded)
+                await insert_recorded(owner, rows[:1], recorded)  # fails: its id is stored
+        await insert_recorded(owner, rows[1:3], recorded)
+        async with owner.transaction():
+            await insert_recorded(owner, rows[3:4], recorded)
+            await owner.execute("SELECT 1")
+    store = await EventStore.connect(partitioned_url)
+    try:
+        kept = await store.read_stream(stream)
+        assert [e.envelope.stream_version for e in kept] == [1, 2, 3, 4]
+        # Other tests of this module forge archived heads: only this stream's rows are judged.
+        positions = {e.global_position for e in kept}
+        report = await audit_log(store)
+        assert not [f.describe() for f in report.findings if f.global_position in positions]
+    finally:
+        await store.close()
