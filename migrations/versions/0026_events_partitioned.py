@@ -212,7 +212,8 @@ BEGIN
         IF NOT EXISTS (SELECT 1 FROM events_default d WHERE d.recorded_at >= lower AND d.recorded_at < upper)
         THEN
             name := 'events_' || to_char(lower AT TIME ZONE 'UTC', '"y"YYYY"m"MM');
-            EXECUTE format('CREATE TABLE %I PARTITION OF events FOR VALUES FROM (%L) TO (%L)', name, lower, upper);
+            EXECUTE format('CREATE TABLE %I PARTITION OF events FOR VALUES FROM (%L) TO (%L)',
+                           name, lower, upper);
             -- Rows go in through events only (its statement trigger serialises writers): nobody but the
             -- owner touches a partition itself.
             EXECUTE format('REVOKE ALL ON %I FROM %I, %I, %I', name,
@@ -276,7 +277,8 @@ def _capture(bind: sa.Connection, skip_indexes: set[str], skip_triggers: set[str
         (r[0], r[1] or "")
         for r in bind.execute(
             sa.text(
-                "SELECT a.privilege_type, CASE WHEN a.grantee = 0 THEN NULL ELSE pg_get_userbyid(a.grantee) END"
+                "SELECT a.privilege_type,"
+                " CASE WHEN a.grantee = 0 THEN NULL ELSE pg_get_userbyid(a.grantee) END"
                 " FROM pg_class c, aclexplode(c.relacl) a WHERE c.oid = 'events'::regclass"
                 " AND a.grantee <> c.relowner"
             )
@@ -424,7 +426,8 @@ def upgrade() -> None:
             EXECUTE format('REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON event_archives, archived_stream_heads'
                            ' FROM %I, %I', {role_sql("writer")}, {role_sql("webhook")});
             -- The insert triggers read them as whoever inserts (the webhook too).
-            EXECUTE format('GRANT SELECT ON event_archives, archived_stream_heads TO %I', {role_sql("webhook")});
+            EXECUTE format('GRANT SELECT ON event_archives, archived_stream_heads TO %I',
+                           {role_sql("webhook")});
         END
         $revoke$
         """
@@ -480,7 +483,8 @@ def upgrade() -> None:
         """
     )
     op.execute(
-        "CREATE TRIGGER events_unique_keys BEFORE INSERT ON events FOR EACH ROW EXECUTE FUNCTION events_unique_keys()"
+        "CREATE TRIGGER events_unique_keys BEFORE INSERT ON events"
+        " FOR EACH ROW EXECUTE FUNCTION events_unique_keys()"
     )
     op.execute(_ARCHIVE_AWARE_CHAIN)
 
