@@ -23,6 +23,7 @@ from services.infra.store import EventStore
 from services.model.hashchain import content_bytes
 from services.replay.audit import audit_log
 from tests.infra.partition_helpers import (
+    TRAILS,
     accepted_without_the_check,
     envelope,
     filler,
@@ -183,12 +184,15 @@ async def test_a_row_no_partition_covers_lands_in_the_default_partition(owner: a
     assert where == "events_default"
 
 
-async def test_a_recorded_trail_is_carried_through_the_conversion(server_urls: ServerUrls) -> None:
+@pytest.mark.parametrize("trail", sorted(p.name for p in TRAILS.glob("rules-v*.json.gz")))
+async def test_a_recorded_trail_is_carried_through_the_conversion(
+    server_urls: ServerUrls, trail: str
+) -> None:
     """A trail stored before 0026, at its old schema versions: after the upgrade every row, hash, view row,
     grant and comment is as it was, it verifies, and the store appends on; the downgrade keeps it too."""
     async with fresh_database(server_urls.database_url, prefix="rollbook_partitions") as url:
         await upgrade_async(url, "0025_native_sidecar_actions")
-        workload, events = fixture_trail()
+        workload, events = fixture_trail(trail)
         connection = await asyncpg.connect(asyncpg_url(url))
         try:
             await insert_recorded(connection, events[: len(events) // 2], month_start(3))
