@@ -1,6 +1,7 @@
 """What one stored event costs Postgres on the append path, and which part of the table costs what.
 
-    .venv/bin/python bench/append_cost.py [--statements N] [--preload N] [--rounds R] [--database-url URL]
+    .venv/bin/python bench/append_cost.py [--statements N] [--preload N] [--rounds R] [--old-partitions N]
+                                          [--database-url URL]
 
 Creates its own database (random name) on the server of --database-url / ROLLBOOK_DATABASE_URL, migrates
 it, preloads --preload events (so the indexes have a realistic depth) and drops it at the end. The server
@@ -15,8 +16,9 @@ difference to ``append`` on the schema as migrated:
 - statement shapes: ``append`` (one INSERT ... SELECT FROM unnest per batch, autocommitted),
   ``append_many``, ``executemany`` (one INSERT per row in a transaction), ``copy`` (import_events);
 - without each secondary index of ``events`` (dropped for the case, then created again), without all
-  of them, and without the hash-chain trigger (a stand-in trigger setting constant hashes): what each
-  costs per row. Cases take turns within a round; the figure is the median of the rounds.
+  of them, without the hash-chain trigger (a stand-in trigger setting constant hashes), and without the
+  uniqueness trigger of the partitioned table (0026): what each costs per row. Cases take turns within a
+  round; the figure is the median of the rounds.
 
 Then EXPLAIN (ANALYZE, BUFFERS, WAL) of one 7-row append: WAL bytes and records per row, trigger time.
 """
@@ -217,6 +219,26 @@ class Bench:
             await self.admin.execute("DROP TRIGGER bench_no_chain ON events")
             await self.admin.execute("ALTER TABLE events ENABLE TRIGGER events_chain")
 
+    async def without_unique_check(self, rows: int) -> float:
+        """append's CPU per row without the uniqueness trigger of the partitioned table (0026)."""
+        await self.admin.execute("ALTER TABLE events DISABLE TRIGGER events_unique_keys")
+        try:
+            return await measure(self, self.append, rows)
+        finally:
+            await self.admin.execute("ALTER TABLE events ENABLE TRIGGER events_unique_keys")
+
+
+async def add_old_partitions(admin: asyncpg.Connection, months: int) -> None:
+    """``months`` empty monthly partitions before the oldest one (partitioned schema only): what a year
+    or two of kept months cost the append path's lookups."""
+    oldest = await admin.fetchval("SELECT min(lower_bound) FROM event_partitions WHERE NOT is_default")
+    for back in range(1, months + 1):
+        await admin.execute(
+            f"CREATE TABLE bench_old_{back} PARTITION OF events FOR VALUES"
+            f" FROM ('{oldest}'::timestamptz - interval '{back} months')"
+            f" TO ('{oldest}'::timestamptz - interval '{back - 1} months')"
+        )
+
 
 async def measure(bench: Bench, case: Callable[[list[list[Envelope]]], Awaitable[None]], rows: int) -> float:
     """Server CPU microseconds per stored row of ``case`` over ``rows`` fresh events."""
@@ -249,7 +271,8 @@ async def run_cases(bench: Bench, rows: int, rounds: int) -> dict[str, list[floa
         row[0]
         for row in await bench.admin.fetch(
             "SELECT indexname FROM pg_indexes WHERE tablename = 'events' AND indexname NOT IN"
-            " ('events_pkey', 'events_event_id_key', 'events_stream_version_key') ORDER BY indexname"
+            " ('events_pkey', 'events_event_id_key', 'events_stream_version_key', 'events_event_id_idx',"
+            " 'events_stream_version_idx') ORDER BY indexname"
         )
     ]
     shapes: dict[str, Callable[[list[list[Envelope]]], Awaitable[None]]] = {
@@ -268,6 +291,10 @@ async def run_cases(bench: Bench, rows: int, rounds: int) -> dict[str, list[floa
             await bench.without_indexes(secondary, rows)
         )
         results.setdefault("append without the hash chain", []).append(await bench.without_chain(rows))
+        if await bench.admin.fetchval("SELECT to_regproc('events_unique_keys') IS NOT NULL"):
+            results.setdefault("append without the uniqueness check (0026)", []).append(
+                await bench.without_unique_check(rows)
+            )
     return results
 
 
@@ -286,6 +313,8 @@ async def main(args: argparse.Namespace) -> None:
             bench = Bench(store, conn, driver)
             for start in range(0, args.preload, 7_000):
                 await bench.copy(batches(rollout_events(min(7_000, args.preload - start), start)))
+            if args.old_partitions:
+                await add_old_partitions(conn, args.old_partitions)
             await conn.execute("ANALYZE events")
             rows = args.statements * BATCH
             print(f"{args.preload} events preloaded; {rows} rows per case; load {load_average()}")
@@ -311,6 +340,12 @@ if __name__ == "__main__":
     parser.add_argument("--statements", type=int, default=300, help="appends of 7 rows per case")
     parser.add_argument("--preload", type=int, default=10_000, help="events stored before the cases")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--old-partitions",
+        type=int,
+        default=0,
+        help="empty monthly partitions added before the oldest (0026)",
+    )
     parser.add_argument(
         "--database-url", default=Settings.from_env().database_url or "postgresql://root@127.0.0.1:5432/test"
     )

@@ -594,10 +594,12 @@ SELECT count(*) FILTER (WHERE recorded_at BETWEEN $1 AND $2 AND object = previou
     FROM events WHERE type = 'ObjectObserved' AND payload->>'change' <> 'DELETED'
 ) AS observed
 """
-# What the run's database holds (a fresh database per run: no one else's tables) and the server's WAL
-# position (server-wide: whatever else writes to the same server meanwhile counts too).
+# What the run's database holds (a fresh database per run: no one else's tables; events summed over its
+# partitions) and the server's WAL position (server-wide: whatever else writes to the same server
+# meanwhile counts too).
 STORAGE_SQL = """
-SELECT pg_total_relation_size('events'), pg_database_size(current_database()), pg_current_wal_lsn()::text
+SELECT (SELECT sum(pg_total_relation_size(relid)) FROM pg_partition_tree('events')),
+       pg_database_size(current_database()), pg_current_wal_lsn()::text
 """
 
 

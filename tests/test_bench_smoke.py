@@ -34,6 +34,14 @@ RUNS: dict[str, tuple[list[str], list[str]]] = {
             rf"added CPU at that rate: -?{NUMBER}% of one core",
         ],
     ),
+    "archive.py": (
+        ["--events", "600"],
+        [
+            rf"archive \(write, fsync, drop\) +[\d,]+ +[\d,]+ +{NUMBER}",
+            rf"audit verify --archive +[\d,]+ +[\d,]+ +{NUMBER}",
+            r"archived 512 events into \d+ bytes/event",
+        ],
+    ),
     "append_cost.py": (
         ["--statements", "3", "--preload", "14", "--rounds", "1"],
         [
@@ -42,6 +50,7 @@ RUNS: dict[str, tuple[list[str], list[str]]] = {
             rf"append without events_type_stream_idx +{NUMBER}",
             rf"append without every secondary index +{NUMBER}",
             rf"append without the hash chain +{NUMBER}",
+            rf"append without the uniqueness check \(0026\) +{NUMBER}",
             rf"EXPLAIN \(ANALYZE, BUFFERS, WAL\) of one 7-row append: {NUMBER} ms; WAL {NUMBER} bytes",
         ],
     ),
@@ -152,7 +161,7 @@ RUNS: dict[str, tuple[list[str], list[str]]] = {
         [
             rf"postgres over the in-place rollout of 6 pods: server CPU {NUMBER} ms/pod",
             r"function events_chain: ",
-            r"WITH current AS \(SELECT coalesce\(max\(stream_version\)",  # the append, ranked
+            r"WITH current AS \(SELECT greatest\(\(SELECT max\(v\.stream_version\)",  # the append, ranked
         ],
     ),
     "scale.py": (

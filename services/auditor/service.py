@@ -79,6 +79,7 @@ from services.auditor.store_loss import (
     recovery,
 )
 from services.infra.api_auth import authenticator, guard
+from services.infra.archive import keep_partitions_ahead
 from services.infra.bus import (
     BODY_HEADER,
     HEADER_ALLOWANCE,
@@ -936,14 +937,19 @@ async def run(settings: Settings) -> None:
                 if checkpointer is not None
                 else asyncio.sleep(0)
             )
+            partitions = asyncio.create_task(
+                keep_partitions_ahead(store, settings.events_partition_months, runtime.stopping)
+            )
             try:
                 await run_until_stopped(runtime, relay_task, audit_task)
             finally:
                 consumer.stop()
-                for task in (lag, ready):
+                for task in (lag, ready, partitions):
                     task.cancel()
                 # The relay finishes the batch in hand (its loop checks `stopping`), then both stop.
-                await asyncio.gather(relay_task, audit_task, lag, ready, checkpoints, return_exceptions=True)
+                await asyncio.gather(
+                    relay_task, audit_task, lag, ready, checkpoints, partitions, return_exceptions=True
+                )
         finally:
             await bus.close()
             await store.close()

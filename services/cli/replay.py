@@ -6,9 +6,10 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import sys
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import msgspec
 import typer
@@ -23,6 +24,7 @@ if TYPE_CHECKING:  # imported where used: the store pulls in SQLAlchemy, which `
     from services.replay.verify import Decide, VerifyReport
 
 _json = msgspec.json.Encoder(order="sorted")
+T = TypeVar("T")
 
 
 def _print_json(value: Any) -> None:
@@ -107,6 +109,31 @@ UNVERIFIABLE_NOTE = (
 )
 
 
+ARCHIVE_OPTION = typer.Option(
+    "--archive", help="directory of `rollbook archive`: read the archived events from its files too"
+)
+
+
+def archived(
+    work: Callable[[EventStore, Settings], Awaitable[T]], archive: Path | None
+) -> Callable[[EventStore, Settings], Awaitable[T]]:
+    """``work`` on the store with the archive's events in front of each stream (replay, what-if)."""
+    if archive is None:
+        return work
+
+    async def on_archive(store: EventStore, settings: Settings) -> T:
+        from services.cli.errors import CommandError
+        from services.infra.archive import ArchivedEventStore, ArchiveError
+
+        try:
+            combined = ArchivedEventStore(store, archive)
+        except ArchiveError as error:
+            raise CommandError(str(error)) from None
+        return await work(combined, settings)
+
+    return on_archive
+
+
 def register(app: typer.Typer) -> None:
     @app.command("replay")
     def replay_command(
@@ -127,6 +154,7 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(
             False, "--json", help="without --at/--position: JSON lines, the full state after each event"
         ),
+        archive: Annotated[Path | None, ARCHIVE_OPTION] = None,
     ) -> None:
         """Rebuild a workload's state from the event store alone: one line per event with the state after
         it, or the full state at a time / global position. For a recorded Deployment or StatefulSet
@@ -146,7 +174,7 @@ def register(app: typer.Typer) -> None:
             if moment.tzinfo is None:
                 moment = moment.astimezone()  # a time without zone is local time
         if moment is None and position is None and as_json:
-            for record in run_with_store(lambda store, _: replay_records(store, target)):
+            for record in run_with_store(archived(lambda store, _: replay_records(store, target), archive)):
                 sys.stdout.buffer.write(_json.encode(record) + b"\n")
             sys.stdout.flush()
             return
@@ -156,7 +184,7 @@ def register(app: typer.Typer) -> None:
                 shown = await replay_lines(store, target)
                 return shown, (await verify_recorded(store, target) if recorded else None)
 
-            shown, report = run_with_store(lines)
+            shown, report = run_with_store(archived(lines, archive))
             for line in shown:
                 typer.echo(line)
             if report is not None:
@@ -165,7 +193,7 @@ def register(app: typer.Typer) -> None:
                     raise typer.Exit(1)
             return
         summary, last = run_with_store(
-            lambda store, _: replay_at(store, target, at_time=moment, at_position=position)
+            archived(lambda store, _: replay_at(store, target, at_time=moment, at_position=position), archive)
         )
         _print_json(
             {
@@ -278,6 +306,7 @@ def register(app: typer.Typer) -> None:
             ),
         ] = None,
         as_json: bool = typer.Option(False, "--json", help="print JSON instead of a table"),
+        archive: Annotated[Path | None, ARCHIVE_OPTION] = None,
     ) -> None:
         """Re-plan a recorded rollout with another strategy against a model driven by its recorded pod
         timings; print it beside what happened. Nothing is written."""
@@ -289,7 +318,9 @@ def register(app: typer.Typer) -> None:
             parsed = parse_overrides(overrides or [])
         except WhatIfError as error:
             raise CommandError(str(error), exit_code=2) from None
-        result = run_with_store(lambda store, _: what_if_rollout(store, rollout_id, parsed))
+        result = run_with_store(
+            archived(lambda store, _: what_if_rollout(store, rollout_id, parsed), archive)
+        )
         recorded, replanned = result.recorded.as_dict(), result.replanned.as_dict()
         if as_json:
             _print_json(
@@ -367,6 +398,14 @@ def register(app: typer.Typer) -> None:
                 " no longer exit 3",
             ),
         ] = None,
+        archive: Annotated[
+            Path | None,
+            typer.Option(
+                "--archive",
+                help="directory of `rollbook archive`: verify the archived events too, as one chain with"
+                " the live ones",
+            ),
+        ] = None,
     ) -> None:
         """Recompute every event's hash chain and the Merkle tree over the log, and check them against every
         signed checkpoint in the database and outside it. Exit 1 naming every finding; exit 3 when the log
@@ -390,6 +429,7 @@ def register(app: typer.Typer) -> None:
                 checkpoint_dir=checkpoint_dir,
                 max_age=max_age,
                 bus=bus,
+                archive=archive,
             )
 
         report = run_with_store(work, nats=bus)
@@ -707,6 +747,7 @@ async def verify_trail(
     checkpoint_dir: Path | None = None,
     max_age: float | None = None,
     bus: bool = True,
+    archive: Path | None = None,
 ) -> Any:
     """What `rollbook audit verify` checks: the log against every checkpoint it can find (the database,
     the checkpoint directory, the JSON-lines file, JetStream) with the trusted keys ``verifiers``."""
@@ -750,7 +791,7 @@ async def verify_trail(
         legacy=legacy,
         max_age=settings.audit_max_checkpoint_age if max_age is None else max_age,
     )
-    report = await audit_trail(store, sources)
+    report = await audit_trail(store, sources, archive=archive)
     report.findings[:0] = extra
     return report
 

@@ -149,6 +149,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     bus_max_age: float = 7 * 24 * 3600.0
     # Bytes rollbook's JetStream stream holds at most; the oldest messages go first. -1: no size limit.
     bus_max_bytes: int = 1024 * 1024 * 1024
+    # Calendar months each partition of the events table covers (1, 2, 3, 4, 6 or 12): the unit
+    # `rollbook archive --before DATE` drops. The auditor keeps two partitions ready ahead of now; rows
+    # nothing covers land in the default partition. docs/retention.md.
+    events_partition_months: int = 1
     # Python log level: DEBUG, INFO, WARNING, ERROR.
     log_level: str = "INFO"
     # Run the watcher's work only while holding its Lease (rollbook-watcher; services/infra/leader.py), so

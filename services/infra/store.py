@@ -161,6 +161,16 @@ class StoredEventJson(NamedTuple):
     envelope: EnvelopeJson
 
 
+def _stream_head(stream: str) -> str:
+    """SQL for the current version of the stream named by the SQL expression ``stream``: its newest stored
+    version, or the newest archived one (``rollbook archive`` keeps it in archived_stream_heads, so versions
+    keep rising after a stream's events left the table), 0 for none."""
+    return (
+        f"greatest((SELECT max(v.stream_version) FROM events v WHERE v.stream = {stream}),"
+        f" (SELECT h.stream_version FROM archived_stream_heads h WHERE h.stream = {stream}), 0)"
+    )
+
+
 _COLUMNS = (
     "global_position, recorded_at, event_id, stream, stream_version, type, schema_version, "
     "occurred_at, causation_id, correlation_id, payload::text"
@@ -234,13 +244,17 @@ ON CONFLICT (global_position) DO UPDATE SET chain_hash = excluded.chain_hash
 RETURNING global_position, chain_hash
 """
 
-_STATE_SQL = """
-SELECT (SELECT coalesce(max(stream_version), 0) FROM events WHERE stream = $1),
-       (SELECT coalesce(array_agg(event_id), '{}') FROM events WHERE event_id = ANY($2::uuid[]))
+_STATE_SQL = f"""
+SELECT {_stream_head("$1")},
+       (SELECT coalesce(array_agg(event_id), '{{}}') FROM events WHERE event_id = ANY($2::uuid[]))
 """
 
 # One statement per batch whatever its size: arrays travel in asyncpg's binary format. WITH ORDINALITY +
-# ORDER BY keeps global positions in batch order (so stream versions rise with position).
+# ORDER BY keeps global positions in batch order (so stream versions rise with position). Event ids
+# already stored are left out (the batch itself must not repeat one). The test reads the statement's
+# snapshot, taken before the insert trigger's lock: an id committed meanwhile raises the unique violation
+# of events_unique_keys (migrations/versions/0026_events_partitioned.py) and the caller tries again under the
+# lock (ON CONFLICT cannot name a key that the partitioned table enforces by trigger).
 _INSERT_SQL = """
 INSERT INTO events (event_id, stream, stream_version, type, schema_version, occurred_at,
                     causation_id, correlation_id, payload)
@@ -250,8 +264,8 @@ FROM unnest($1::uuid[], $2::text[], $3::int4[], $4::text[], $5::int4[], $6::time
             $7::uuid[], $8::text[], $9::text[])
      WITH ORDINALITY AS e(event_id, stream, stream_version, type, schema_version, occurred_at,
                           causation_id, correlation_id, payload, ord)
+WHERE NOT EXISTS (SELECT 1 FROM events s WHERE s.event_id = e.event_id)
 ORDER BY e.ord
-ON CONFLICT (event_id) DO NOTHING
 RETURNING global_position
 """
 
@@ -260,8 +274,8 @@ RETURNING global_position
 # skips stored events. The version check reads the statement's snapshot, taken before the INSERT trigger's
 # lock, so it may be stale; that is safe: versions only grow, and a version taken meanwhile breaks the
 # unique (stream, stream_version) constraint, which sees every committed row.
-_APPEND_FAST_SQL = """
-WITH current AS (SELECT coalesce(max(stream_version), 0) AS version FROM events WHERE stream = $10)
+_APPEND_FAST_SQL = f"""
+WITH current AS (SELECT {_stream_head("$10")} AS version)
 INSERT INTO events (event_id, stream, stream_version, type, schema_version, occurred_at,
                     causation_id, correlation_id, payload)
 SELECT e.event_id, e.stream,
@@ -295,8 +309,7 @@ WITH batch AS (
     {new_only}
 ),
 current AS (
-    SELECT s.stream, (SELECT coalesce(max(v.stream_version), 0) FROM events v WHERE v.stream = s.stream)
-           AS version
+    SELECT s.stream, {stream_head} AS version
     FROM (SELECT DISTINCT stream FROM batch) AS s
 )
 INSERT INTO events (event_id, stream, stream_version, type, schema_version, occurred_at,
@@ -307,13 +320,14 @@ FROM batch AS b JOIN current USING (stream)
 ORDER BY b.ord
 RETURNING global_position, event_id, stream_version
 """
-_APPEND_UNVERSIONED_FAST_SQL = _APPEND_UNVERSIONED_TEMPLATE.format(new_only="")
+_APPEND_UNVERSIONED_FAST_SQL = _APPEND_UNVERSIONED_TEMPLATE.format(
+    new_only="", stream_head=_stream_head("s.stream")
+)
 _APPEND_UNVERSIONED_SQL = _APPEND_UNVERSIONED_TEMPLATE.format(
-    new_only="WHERE NOT EXISTS (SELECT 1 FROM events s WHERE s.event_id = e.event_id)"
+    new_only="WHERE NOT EXISTS (SELECT 1 FROM events s WHERE s.event_id = e.event_id)",
+    stream_head=_stream_head("s.stream"),
 )
-_STREAM_VERSIONS_SQL = (
-    "SELECT stream, max(stream_version) FROM events WHERE stream = ANY($1::text[]) GROUP BY stream"
-)
+_STREAM_VERSIONS_SQL = f"SELECT s, {_stream_head('s')} FROM unnest($1::text[]) AS s"
 
 # Event loop turns given to a prefetch so it checks out a connection and sends its query.
 _PREFETCH_SPINS = 4
@@ -329,7 +343,7 @@ _IMPORT_COLUMNS = [
     "payload",
 ]
 _VERSION_CONSTRAINT = "events_stream_version_key"
-_STREAM_VERSION_SQL = "SELECT coalesce(max(stream_version), 0) FROM events WHERE stream = $1"
+_STREAM_VERSION_SQL = f"SELECT {_stream_head('$1')}"
 
 # The executor's per-action reads (before_acting, later_status_planned, status_stored_as_carried), prepared
 # once per pooled connection.
@@ -691,6 +705,8 @@ class PostgresEventStore:
                         if result is not None:
                             return result
                     async with conn.transaction():
+                        # Under the writers' lock from the start: every read below sees every commit.
+                        await conn.execute(_APPEND_LOCK_SQL)
                         return await self._append_once(conn, stream, events, ids, expected_version)
                 except asyncpg.UniqueViolationError as error:
                     # Lost a race: another writer took one of our versions, or one of our event ids is
@@ -845,12 +861,27 @@ class PostgresEventStore:
         return await self._retrying(lambda: self._append_many(events))
 
     async def _append_many(self, events: Sequence[Envelope]) -> int:
+        # The insert leaves out stored ids, not an id repeated within the batch: its first one is kept.
+        seen: set[uuid.UUID] = set()
+        unique: list[Envelope] = []
+        for event in events:
+            if event.event_id not in seen:
+                seen.add(event.event_id)
+                unique.append(event)
         async with self._driver() as conn:
             try:
                 # One autocommitted statement is all or nothing already: no BEGIN/COMMIT round trips.
-                rows = await conn.fetch(_INSERT_SQL, *_columns(events))
+                rows = await conn.fetch(_INSERT_SQL, *_columns(unique))
             except asyncpg.UniqueViolationError as error:
-                raise await self._slot_conflict(conn, events) from error
+                if error.constraint_name == _VERSION_CONSTRAINT:
+                    raise await self._slot_conflict(conn, unique) from error
+                # An id committed while the statement waited for the lock: again under it, skipping it.
+                try:
+                    async with conn.transaction():
+                        await conn.execute(_APPEND_LOCK_SQL)
+                        rows = await conn.fetch(_INSERT_SQL, *_columns(unique))
+                except asyncpg.UniqueViolationError as again:
+                    raise await self._slot_conflict(conn, unique) from again
         return len(rows)
 
     async def _slot_conflict(self, conn: asyncpg.Connection, events: Sequence[Envelope]) -> ConcurrencyError:
@@ -894,10 +925,8 @@ class PostgresEventStore:
     # --- reading ------------------------------------------------------------------------------------
 
     async def stream_version(self, stream: str) -> int:
-        statement = select(func.coalesce(func.max(events_table.c.stream_version), 0)).where(
-            events_table.c.stream == stream
-        )
-        return await self._retrying(lambda: self._scalar(statement))
+        rows = await self._fetch(_STREAM_VERSION_SQL, stream)
+        return int(rows[0][0])
 
     async def head_position(self) -> int:
         """The commit-safe watermark: every event at or below it is readable now."""
@@ -980,11 +1009,7 @@ class PostgresEventStore:
 
     async def stream_versions(self, streams: Sequence[str]) -> dict[str, int]:
         """Each stream's newest version (0: no event)."""
-        rows = await self._fetch(
-            "SELECT s, coalesce((SELECT max(stream_version) FROM events WHERE stream = s), 0)"
-            " FROM unnest($1::text[]) AS s",
-            list(streams),
-        )
+        rows = await self._fetch(_STREAM_VERSIONS_SQL, list(streams))
         return {row[0]: int(row[1]) for row in rows}
 
     async def events_at(self, slots: Sequence[tuple[str, int]]) -> dict[tuple[str, int], uuid.UUID]:
@@ -1177,6 +1202,12 @@ class PostgresEventStore:
             if len(rows) < batch_size:
                 return
             position = rows[-1][0]
+
+    async def add_partitions(self, months: int) -> int:
+        """Create the partitions of ``events`` (``months`` calendar months each) up to two ahead of now
+        (migrations/versions/0026_events_partitioned.py, ``events_add_partitions``); how many were made."""
+        rows = await self._fetch("SELECT events_add_partitions($1)", months)
+        return int(rows[0][0])
 
     # --- tamper evidence (migrations/versions/0004_event_hash_chain.py) ------------------------------
 

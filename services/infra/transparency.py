@@ -78,6 +78,12 @@ VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (tree_size) DO NOTHING
 _INSERT_KEY = """
 INSERT INTO audit_keys (verifier_key, key_name, key_id) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING
 """
+# The chain hash at a position: stored, or the last of an archived range (rollbook archive ends on a
+# block, so the tree's last block may end on an archived event).
+_CHAIN_AT_SQL = (
+    "SELECT chain_hash FROM events WHERE global_position = $1"
+    " UNION ALL SELECT last_chain_hash FROM event_archives WHERE last_position = $1 LIMIT 1"
+)
 
 
 class TransparencyError(RuntimeError):
@@ -201,9 +207,7 @@ class MerkleLog:
         self.tail = []
         self._head_chain = (0, ZERO_HASH)
         if self.last_block_position:
-            chain = await self.store.query(
-                "SELECT chain_hash FROM events WHERE global_position = $1", self.last_block_position
-            )
+            chain = await self.store.query(_CHAIN_AT_SQL, self.last_block_position)
             self._head_chain = (self.last_block_position, bytes(chain[0][0]) if chain else ZERO_HASH)
         self.loaded = True
 
@@ -250,9 +254,7 @@ class MerkleLog:
             after = rows[-1][0]
             await asyncio.sleep(0)
         if last_read != self._head_chain[0]:
-            chain = await self.store.query(
-                "SELECT chain_hash FROM events WHERE global_position = $1", last_read
-            )
+            chain = await self.store.query(_CHAIN_AT_SQL, last_read)
             self._head_chain = (last_read, bytes(chain[0][0]) if chain else ZERO_HASH)
         return self.head()
 

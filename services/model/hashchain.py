@@ -191,6 +191,13 @@ class ChainVerifier:
         if global_position in self.wanted_positions:
             self.chain_at[global_position] = stored_chain
 
+    def resume(self, position: int, chain: bytes, heads: dict[str, tuple[int, bytes]]) -> None:
+        """Go on after a prefix of the log this verifier does not read (archived, and its files not
+        given): from the chain hash at ``position`` and each stream's last (version, stream_hash) in it."""
+        self.last_position, self.last_chain = position, chain
+        for stream, (version, digest) in heads.items():
+            self._tips[stream] = _StreamTip(version, digest, position)
+
     def finish(self) -> list[Finding]:
         """Report stream versions that never turned up (removed), then return every finding."""
         for stream, tip in self._tips.items():

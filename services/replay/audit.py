@@ -4,11 +4,26 @@ the database and outside it (``audit_trail``; docs/audit.md)."""
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
 
 import msgspec
 
+from services.infra.archive import (
+    ArchiveError,
+    ArchiveRecord,
+    Manifest,
+    Segment,
+    archive_records,
+    archived_heads,
+    file_sha256,
+    read_manifest,
+    segment_rows,
+)
 from services.infra.store import EventStore
 from services.model.events import REDACTION_STREAM, StoreLossDetected, TrailRedacted
 from services.model.hashchain import ZERO_HASH, ChainVerifier, Checkpoint, Finding
@@ -89,6 +104,8 @@ async def audit_log(
 # --- the signed Merkle log (docs/audit.md) -------------------------------------------------------------
 
 BLOCK_LEVEL = 8  # as services/infra/transparency.py stores the tree
+# Archive findings after which the archived events were not all read.
+_UNREAD_ARCHIVE = {"archived", "archive-missing", "archive-manifest"}
 
 
 def _finding(kind: str, position: int | None, detail: str) -> Finding:
@@ -162,7 +179,138 @@ async def read_database_trail(store: EventStore) -> tuple[list[str], list[str]]:
     return await store.signed_notes(), await store.verifier_keys()
 
 
-async def audit_trail(store: EventStore, sources: TrailSources, *, batch_size: int = 5000) -> AuditReport:
+async def _trail_rows(
+    store: EventStore,
+    archive: Path | None,
+    verifier: ChainVerifier,
+    findings: list[Finding],
+    batch_size: int,
+) -> AsyncIterator[Sequence[Sequence[Any]]]:
+    """The log's rows in global order for verification: the archived ones from the files in ``archive``
+    (each file checked against the manifest and the database's record of the archive), then the table's.
+    When archived rows cannot all be read (no --archive, a file missing), the verifier resumes after them
+    from the database's record, and a finding says what was not verified."""
+    records = await archive_records(store)
+    if not records:
+        async for rows in store.read_chain_batches(0, batch_size):
+            yield rows
+        return
+    end = records[-1]
+    complete = False
+    if archive is None:
+        findings.append(
+            _finding(
+                "archived",
+                end.last_position,
+                f"positions {records[0].first_position}-{end.last_position} were archived (rollbook archive):"
+                " pass --archive DIR to verify them and the signed checkpoints that cover them",
+            )
+        )
+    else:
+        try:
+            manifest = read_manifest(archive)
+        except ArchiveError as error:
+            findings.append(_finding("archive-manifest", None, str(error)))
+            manifest = Manifest()
+        segments = {s.first_position: s for s in manifest.segments}
+        usable: list[tuple[ArchiveRecord, Segment]] = []
+        for record in records:
+            segment = segments.get(record.first_position)
+            named = f"{archive / record.file}"
+            if segment is None:
+                findings.append(
+                    _finding(
+                        "archive-missing",
+                        record.first_position,
+                        f"positions {record.first_position}-{record.last_position} were archived to {named},"
+                        f" which the manifest in {archive} does not list",
+                    )
+                )
+                continue
+            differs = [
+                what
+                for what, same in (
+                    ("file", segment.file == record.file),
+                    ("last position", segment.last_position == record.last_position),
+                    ("event count", segment.events == record.events),
+                    ("chain hash before", segment.chain_hash_before == record.chain_hash_before.hex()),
+                    ("last chain hash", segment.last_chain_hash == record.last_chain_hash.hex()),
+                    ("sha256", segment.sha256 == record.sha256),
+                )
+                if not same
+            ]
+            if differs:
+                findings.append(
+                    _finding(
+                        "archive-manifest-mismatch",
+                        record.first_position,
+                        f"the manifest's entry for {segment.file} differs from the database's record of the"
+                        f" archive in its {', '.join(differs)}: the manifest was edited or replaced",
+                    )
+                )
+            path = archive / segment.file
+            if not path.exists():
+                findings.append(_finding("archive-missing", record.first_position, f"{path} does not exist"))
+                continue
+            if file_sha256(path) != record.sha256:
+                findings.append(
+                    _finding(
+                        "archive-file-changed",
+                        record.first_position,
+                        f"{path} is not the file archived (its sha256 differs from the one recorded):"
+                        " its events were changed, removed or moved",
+                    )
+                )
+            usable.append((record, segment))
+        complete = len(usable) == len(records)
+        if complete:
+            for record, segment in usable:
+                count = 0
+                batch: list[tuple[Any, ...]] = []
+                try:
+                    for row in segment_rows(archive, segment):
+                        batch.append(row.chain_row())
+                        if len(batch) == batch_size:
+                            count += len(batch)
+                            yield batch
+                            batch = []
+                except ArchiveError as error:
+                    findings.append(_finding("archive-unreadable", record.first_position, str(error)))
+                count += len(batch)
+                if batch:
+                    yield batch
+                if count != record.events:
+                    findings.append(
+                        _finding(
+                            "archive-count",
+                            record.first_position,
+                            f"{segment.file} holds {count} events; {record.events} were archived",
+                        )
+                    )
+    if not complete:
+        verifier.resume(end.last_position, end.last_chain_hash, await archived_heads(store))
+    async for rows in store.read_chain_batches(end.last_position, batch_size):
+        yield rows
+
+
+def _in_files(findings: list[Finding], records: list[ArchiveRecord]) -> list[Finding]:
+    """Findings at archived positions, with the archive file they are in named."""
+    named = []
+    for finding in findings:
+        position = finding.global_position
+        record = next(
+            (r for r in records if position is not None and r.first_position <= position <= r.last_position),
+            None,
+        )
+        if record is not None and record.file not in finding.detail:
+            finding = dataclasses.replace(finding, detail=f"in archive file {record.file}: {finding.detail}")
+        named.append(finding)
+    return named
+
+
+async def audit_trail(
+    store: EventStore, sources: TrailSources, *, batch_size: int = 5000, archive: Path | None = None
+) -> AuditReport:
     """``audit_log`` and the signed checkpoints: every signature, every signed tree head against the tree
     recomputed from the events, consecutive heads linked by consistency proofs, the copies outside the
     database present in it, a fresh enough newest head, and the database's keys among the trusted ones."""
@@ -222,7 +370,8 @@ async def audit_trail(store: EventStore, sources: TrailSources, *, batch_size: i
         {b for s in sizes for b in ((s - 1) >> BLOCK_LEVEL, s >> BLOCK_LEVEL)},
     )
     verifier = ChainVerifier(wanted_positions={cp.global_position for _, cp in sources.legacy})
-    async for rows in store.read_chain_batches(0, batch_size):
+    archive_findings: list[Finding] = []
+    async for rows in _trail_rows(store, archive, verifier, archive_findings, batch_size):
         feed = verifier.feed
         leaf = recomputed.feed
         for row in rows:
@@ -231,6 +380,11 @@ async def audit_trail(store: EventStore, sources: TrailSources, *, batch_size: i
     verifier.finish()
     recomputed.finish()
     leaves = recomputed.size
+    unread = any(f.kind in _UNREAD_ARCHIVE for f in archive_findings)
+    if unread:
+        # The tree cannot be recomputed without the archived events: the signed checkpoints wait for them.
+        sizes, valid = [], []
+    findings[:0] = archive_findings
     bad_sizes: set[int] = set()
     mismatched: dict[int, Finding] = {}
     for size in sizes:
@@ -313,7 +467,7 @@ async def audit_trail(store: EventStore, sources: TrailSources, *, batch_size: i
             )
         except (ProofError, KeyError) as error:
             findings.append(_finding("inconsistent", None, f"checkpoints of sizes {old} and {new}: {error}"))
-    if leaves and not valid:
+    if leaves and not valid and not unread:
         findings.append(
             _finding(
                 "no-checkpoint",
@@ -336,11 +490,12 @@ async def audit_trail(store: EventStore, sources: TrailSources, *, batch_size: i
                 )
             )
     losses, unrecovered = await read_losses(store)
+    records = await archive_records(store)
     return AuditReport(
         rows=verifier.rows,
         head=verifier.last_position,
         checkpoints_checked=len(sources.legacy) + len(given),
-        findings=verifier.findings + findings,
+        findings=_in_files(verifier.findings + findings, records),
         redactions=[describe_redaction(r, signed=p <= covered) for p, r in redactions],
         accepted=accepted,
         losses=losses,

@@ -35,7 +35,7 @@ async def _schema_objects(url: str) -> set[str]:
         rows = await conn.fetch(
             """
             SELECT 'table:' || relname FROM pg_class
-             WHERE relnamespace = 'public'::regnamespace AND relkind IN ('r', 'v', 'S', 'i')
+             WHERE relnamespace = 'public'::regnamespace AND relkind IN ('r', 'p', 'v', 'S', 'i', 'I')
             UNION ALL
             SELECT 'function:' || proname FROM pg_proc WHERE pronamespace = 'public'::regnamespace
             UNION ALL

@@ -206,7 +206,8 @@ async def test_a_trail_recorded_before_the_roles_still_verifies_and_grows(server
         before = await EventStore.connect(url)
         try:
             stream = unique_stream()
-            await before.append([pod_action(stream, v, index=v) for v in (1, 2, 3)], expected_version=0)
+            # COPY: the store's versioned appends read tables of later migrations (0026).
+            await before.import_events([pod_action(stream, v, index=v) for v in (1, 2, 3)])
             hashes = [row async for row in _chain(before)]
         finally:
             await before.close()
