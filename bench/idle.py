@@ -149,9 +149,8 @@ async def flap(sim: SimCluster, pods: list[str], args: argparse.Namespace) -> in
     """--flap-share of ``pods`` a minute for --minutes, evenly spread: each one's readiness fails for
     --down seconds then passes again. The flaps made (each is two changes of the ready state)."""
     rng = random.Random(args.seed)
-    per_minute = max(1, round(args.flap_share * len(pods)))
-    total = max(1, round(per_minute * args.minutes))
-    interval = 60.0 / per_minute
+    total = max(1, round(args.flap_share * len(pods) * args.minutes))
+    interval = 60.0 * args.minutes / total
     recoveries: list[asyncio.Task[None]] = []
 
     async def recover(name: str) -> None:
