@@ -2,6 +2,7 @@
 rollbook stores for it. Goal: at most one row per real change of a pod's ready state.
 
     .venv/bin/python bench/idle.py [--replicas 1000] [--flap-share 0.01] [--minutes 10] [--down 10]
+                                   [--progress-deadline 0]
                                    [--database-url URL] [--nats-url URL]
 
 The four services as child processes and a simcluster (zero-delay kubelet) in this process
@@ -184,7 +185,10 @@ async def main(args: argparse.Namespace) -> None:
             cluster = Cluster(api)
             print(f"one CloneSet of {args.replicas} pods on {nodes} nodes; {load()}", flush=True)
             started = time.perf_counter()
-            await cluster.create_cloneset(seed_cloneset("cloneset-sample.yaml", replicas=args.replicas))
+            spec: dict[str, Any] = {"replicas": args.replicas}
+            if args.progress_deadline:
+                spec["progressDeadlineSeconds"] = args.progress_deadline
+            await cluster.create_cloneset(seed_cloneset("cloneset-sample.yaml", **spec))
             while True:
                 status = (await cluster.cloneset(NAME)).get("status") or {}
                 if status.get("readyReplicas") == args.replicas == status.get("updatedReadyReplicas"):
@@ -264,6 +268,9 @@ if __name__ == "__main__":
     parser.add_argument("--down", type=float, default=10.0, help="seconds a flapped pod stays not ready")
     parser.add_argument(
         "--quiet", type=float, default=5.0, help="seconds without a row that count as settled"
+    )
+    parser.add_argument(
+        "--progress-deadline", type=int, default=0, help="spec.progressDeadlineSeconds (0: unset)"
     )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds to settle, before and after")
