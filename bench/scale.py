@@ -24,10 +24,11 @@ directory unless --nats-url names one).
 Progress is read from a watch on the CloneSets (their status, as the executor writes it), never by listing
 pods. Each figure is printed with the load average (this machine's cores are shared). Per phase, from the
 services' /metrics: planning rounds, mean time per round and its parts (catch_up: read and fold the new
-events; decide; append), rounds by planner, the watcher's events per append; the messages each durable
-of the event stream was delivered per relayed event (its consumer info); and the CPU seconds of each
-process (services, simcluster, nats-server, every postgres process on the machine) with their sum as
-cores busy on average, which shows whether the machine, and which process, is the limit. Then the rows
+events; decide; append) and the histogram bound the slowest round stayed under, rounds by planner, the
+watcher's events per append; the messages each durable of the event stream was delivered per relayed
+event (its consumer info); and the CPU seconds of each process (services, simcluster, nats-server, every
+postgres process on the machine) with their sum as cores busy on average, which shows whether the
+machine, and which process, is the limit; each process's resident memory (now and peak). Then the rows
 stored per pod and per pod action (count, bytes, by type; observations that repeat the object's previous
 one but for its resourceVersion), and the growth per pod action of ``events`` with its indexes, of the
 database and of the server's WAL (pg_current_wal_lsn; server-wide). Then the
