@@ -71,7 +71,7 @@ RETRY_DELAY_SECONDS = 1.0
 FOLD_SLICE = 500
 # Events a rebuild reads at a time. Read at once, the history of a 10,000-pod CloneSet after a scale-out and
 # an in-place rollout (some 100,000 pod observations, 15 KiB each decoded) is 2 GB held at once, which the
-# process keeps (bench/scale.py at 10,000 pods: the planner went from 0.5 to 2.2 GB resident).
+# process keeps: 40,000 observations peaked at 883 MiB and kept 433 MiB, 239 MiB read in pages.
 REBUILD_PAGE = 2_000
 # The planner's Postgres connections, all kept open (no overflow, as the executor's): the rounds of many
 # workloads run at once, one connection each at a time, and a pool with overflow opened connections for
