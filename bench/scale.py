@@ -24,10 +24,11 @@ directory unless --nats-url names one).
 Progress is read from a watch on the CloneSets (their status, as the executor writes it), never by listing
 pods. Each figure is printed with the load average (this machine's cores are shared). Per phase, from the
 services' /metrics: planning rounds, mean time per round and its parts (catch_up: read and fold the new
-events; decide; append), rounds by planner, the watcher's events per append; the messages each durable
-of the event stream was delivered per relayed event (its consumer info); and the CPU seconds of each
-process (services, simcluster, nats-server, every postgres process on the machine) with their sum as
-cores busy on average, which shows whether the machine, and which process, is the limit. Then the rows
+events; decide; append) and the histogram bound the slowest round stayed under, rounds by planner, the
+watcher's events per append; the messages each durable of the event stream was delivered per relayed
+event (its consumer info); and the CPU seconds of each process (services, simcluster, nats-server, every
+postgres process on the machine) with their sum as cores busy on average, which shows whether the
+machine, and which process, is the limit; each process's resident memory (now and peak). Then the rows
 stored per pod and per pod action (count, bytes, by type; observations that repeat the object's previous
 one but for its resourceVersion), and the growth per pod action of ``events`` with its indexes, of the
 database and of the server's WAL (pg_current_wal_lsn; server-wide). Then the
@@ -377,6 +378,9 @@ class Figures:
     # messages each durable consumer of the event stream was delivered (redeliveries included), by durable
     deliveries: dict[str, float] = field(default_factory=dict)
     cpu: dict[str, float] = field(default_factory=dict)  # CPU seconds by process
+    rss: dict[str, tuple[float, float]] = field(default_factory=dict)  # MiB resident now, peak; by process
+    # planning rounds at most this long (histogram bucket bound -> count), summed over planners
+    round_buckets: dict[float, float] = field(default_factory=dict)
     services: set[str] = field(default_factory=set)  # which of those are rollbook's (the supervisor's)
     at: float = field(default_factory=time.perf_counter)
 
@@ -390,6 +394,7 @@ class Figures:
                 figures.deliveries[info.name] = float(info.delivered.consumer_seq or 0)
         for proc in list(supervisor.children.values()):
             figures.cpu[proc.name] = cpu_seconds(proc.process.pid)
+            figures.rss[proc.name] = rss_mib(proc.process.pid)
             figures.services.add(proc.name)
             if not proc.port:
                 continue  # restarting: it has not reported its port yet (its counters start over anyway)
@@ -403,6 +408,13 @@ class Figures:
                 figures.rounds += rounds
                 figures.planner_rounds[proc.name] = rounds
                 figures.planning_seconds += metric_sum(text, "rollbook_planning_seconds_sum")
+                for match in re.finditer(
+                    r'^rollbook_planning_seconds_bucket\{.*le="([^"]+)".*\} (\S+)$', text, re.M
+                ):
+                    bound = float(match.group(1))
+                    figures.round_buckets[bound] = figures.round_buckets.get(bound, 0.0) + float(
+                        match.group(2)
+                    )
                 for part in PARTS:
                     figures.parts[part] = figures.parts.get(part, 0.0) + metric_sum(
                         text, "rollbook_planning_part_seconds_total", f'part="{part}"'
@@ -418,6 +430,7 @@ class Figures:
                 figures.watcher_appends += metric_sum(text, "rollbook_store_appends_total")
         for name, pid in (others or {}).items():
             figures.cpu[name] = cpu_seconds(pid)
+            figures.rss[name] = rss_mib(pid)
         figures.cpu["postgres"] = postgres_cpu_seconds()
         return figures
 
@@ -429,7 +442,8 @@ class Figures:
             f"{p} {1000 * (self.parts.get(p, 0.0) - before.parts.get(p, 0.0)) / max(rounds, 1):.2f}"
             for p in PARTS
         )
-        text = f"{int(rounds)} planning rounds, mean {mean_ms:.2f} ms ({parts} ms); {actions} pod actions"
+        text = f"{int(rounds)} planning rounds, mean {mean_ms:.2f} ms ({parts} ms){self.slowest(before)}"
+        text += f"; {actions} pod actions"
         if len(self.planner_rounds) > 1:
             each = ", ".join(
                 f"{name} {int(n - before.planner_rounds.get(name, 0.0))}"
@@ -466,6 +480,18 @@ class Figures:
                 text += f"; bus deliveries per event {total:.2f} ({per})"
         return text
 
+    def slowest(self, before: Figures) -> str:
+        """The histogram bound the phase's slowest planning round stayed under."""
+        grown = {b: n - before.round_buckets.get(b, 0.0) for b, n in self.round_buckets.items()}
+        total = grown.get(math.inf, 0.0)
+        bound = min((b for b, n in grown.items() if n >= total), default=math.inf) if total else math.nan
+        return f", slowest <= {1000 * bound:.0f} ms" if math.isfinite(bound) else ", slowest > 2500 ms"
+
+    def memory(self) -> str:
+        """Resident memory of each process now, and its peak so far."""
+        each = ", ".join(f"{n} {now:.0f}/{peak:.0f}" for n, (now, peak) in sorted(self.rss.items()))
+        return f"memory MiB (resident now/peak): {each}"
+
     def per_pod(self, before: Figures, pods: int) -> str:
         """What each pod of the phase cost: the executors' API requests by method, and the CPU of
         rollbook's own processes (not simcluster, nats-server or Postgres), by process."""
@@ -486,6 +512,16 @@ class Figures:
         total = sum(used.values())
         top = ", ".join(f"{n} {c:.1f}" for n, c in sorted(used.items(), key=lambda i: -i[1]) if c >= 0.05)
         return f"CPU s: {top}; total {total:.1f} s = {total / max(wall, 1e-9):.2f} cores busy on average"
+
+
+def rss_mib(pid: int) -> tuple[float, float]:
+    """VmRSS and VmHWM: the process's resident memory now and at its peak (Linux)."""
+    fields: dict[str, float] = {}
+    with contextlib.suppress(OSError):
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(("VmRSS:", "VmHWM:")):
+                fields[line[:5]] = int(line.split()[1]) / 1024
+    return fields.get("VmRSS", math.nan), fields.get("VmHWM", math.nan)
 
 
 def peak_rss_mib(pid: int) -> float:
@@ -745,6 +781,7 @@ class Bench:
         after = await self.figures()
         print(f"  {what}: {seconds:.2f} s; {after.since(before)}; {load()}", flush=True)
         print(f"    {after.cpu_since(before)}", flush=True)
+        print(f"    {after.memory()}", flush=True)
         print(f"    {after.per_pod(before, replicas * len(names) if pods is None else pods)}", flush=True)
         print(f"    {activity.summary()}", flush=True)
         hops = await action_hops(self.stack.settings.database_url, wall_started, time.time())

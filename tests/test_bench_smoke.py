@@ -219,6 +219,17 @@ RUNS: dict[str, tuple[list[str], list[str]]] = {
             rf"inject -f pod\.yaml +{NUMBER} +{NUMBER} +{NUMBER} +{NUMBER} +{NUMBER}  none",
         ],
     ),
+    "idle.py": (
+        # 4 pods, one flap (two ready changes) in a 6-second window; four service processes start first.
+        ["--replicas", "4", "--flap-share", "0.5", "--minutes", "0.1", "--down", "1", "--quiet", "2"],
+        [
+            r"real changes of a pod's ready state \(pod watch\): 2 on 1 pods",
+            rf"rows appended: \d+, {NUMBER} KiB",
+            rf"rows per real change: {NUMBER}  goal <= 1",
+            rf"rows per hour at this rate: {NUMBER}; bytes per hour: {NUMBER} KiB",
+            r"rows a pod's ready change explains: 2",
+        ],
+    ),
     "resize.py": (
         # 4 replicas: both changes, in place then recreated, on Timing.realistic (about 30-60 s).
         ["--replicas", "4", "--max-unavailable", "2"],

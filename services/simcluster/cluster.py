@@ -253,3 +253,12 @@ class SimCluster:
 
     def set_faults(self, faults: FaultConfig) -> None:
         self.faults.configure(faults)
+
+    def fail_readiness(self, namespace: str, name: str, failing: bool = True) -> None:
+        """Make the pod's readiness probes fail (``failing``) or pass again: its containers keep running,
+        ``containerStatuses[].ready`` and the ``ContainersReady``/``Ready`` conditions follow, as a real
+        kubelet reports a probe. A ``KeyError`` for a pod no kubelet runs."""
+        for agent in self.agents:
+            if isinstance(agent, Kubelet) and agent.fail_readiness((namespace, name), failing):
+                return
+        raise KeyError(f"no kubelet runs pod {namespace}/{name}")

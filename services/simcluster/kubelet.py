@@ -268,13 +268,13 @@ class Kubelet:
                     return
                 continue
             every = [*runtime.sidecars.values(), *runtime.containers.values()]
-            unready = [c for c in every if c.running and not c.ready]
+            unready = [c for c in every if c.running and not c.ready and not c.readiness_failing]
             if unready:
                 await self.clock.sleep(self.clock.timing.ready)
                 if self._current(key, runtime) is None:
                     return
                 for c in unready:
-                    c.ready = c.running
+                    c.ready = c.running and not c.readiness_failing
                 self._write_status(key, runtime)
                 continue
             self._write_status(key, runtime)
@@ -287,6 +287,21 @@ class Kubelet:
                     await asyncio.wait_for(runtime.wake.wait(), max(min(restarts) - loop.time(), 0.0))
             else:
                 await runtime.wake.wait()
+
+    def fail_readiness(self, key: Key, failing: bool) -> bool:
+        """Make the readiness probe of every container of the pod fail (``failing``) or pass again, as a
+        real probe would start or stop failing: a failing container stays running but not ready (pod
+        ``ContainersReady`` and ``Ready`` False), one passing again is ready after ``Timing.ready``. False
+        when this kubelet runs no such pod."""
+        runtime = self.pods.get(key)
+        if runtime is None or runtime.process:
+            return False
+        for container in [*runtime.sidecars.values(), *runtime.containers.values()]:
+            container.readiness_failing = failing
+            if failing:
+                container.ready = False
+        runtime.wake.set()
+        return True
 
     async def _start_containers(
         self, key: Key, runtime: PodRuntime, pod: Obj, todo: list[tuple[ContainerRuntime, str, str]]

@@ -27,6 +27,9 @@ class ContainerRuntime:
     allocated: dict[str, Any] = field(default_factory=dict)  # resources the kubelet admitted
     actual: dict[str, Any] = field(default_factory=dict)  # resources the runtime applied
     sidecar: bool = False  # a native sidecar (init container, restartPolicy Always): always restarted
+    readiness_failing: bool = (
+        False  # its readiness probe fails (SimCluster.fail_readiness): running, not ready
+    )
 
 
 @dataclass

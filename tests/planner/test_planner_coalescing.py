@@ -56,10 +56,18 @@ class CountingStore:
 
     async def read_streams(self, positions: list[tuple[str, int]]) -> Any:
         for stream, _ in positions:
-            self.reads[stream] = self.reads.get(stream, 0) + 1
-            if stream in self.hold:
-                await self.hold[stream].wait()
+            await self._read(stream)
         return await self.store.read_streams(positions)
+
+    async def read_stream(self, stream: str, from_version: int = 1, limit: int | None = None) -> Any:
+        """A rebuild's read of one stream, a page at a time (one page here: the histories are short)."""
+        await self._read(stream)
+        return await self.store.read_stream(stream, from_version, limit)
+
+    async def _read(self, stream: str) -> None:
+        self.reads[stream] = self.reads.get(stream, 0) + 1
+        if stream in self.hold:
+            await self.hold[stream].wait()
 
     async def append(self, envelopes: Any, expected_version: int | None) -> Any:
         return await self.store.append(envelopes, expected_version=expected_version)

@@ -9,7 +9,7 @@ import pytest
 from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from services.simcluster import NodeConfig, SimConfig, Timing
+from services.simcluster import NodeConfig, SimCluster, SimConfig, Timing
 
 from ..plugins.simcluster import MakeSimCluster, api_client_for
 from .helpers import is_ready, pod_manifest, ready_pod, wait_until
@@ -91,6 +91,46 @@ async def test_readiness_gate_holds_ready_until_condition_true(k8s_client: clien
     )
     pod = await ready_pod(core, "gated")
     assert any(c.type == gate and c.status == "True" for c in pod.status.conditions)
+
+
+async def test_failing_readiness_probe_makes_the_pod_not_ready_then_ready_again(
+    simcluster: SimCluster, k8s_client: client.ApiClient
+) -> None:
+    core = client.CoreV1Api(k8s_client)
+    await core.create_namespaced_pod("default", pod_manifest("flaps"))
+    before = await ready_pod(core, "flaps")
+    stream = watch.Watch().stream(
+        core.list_namespaced_pod,
+        "default",
+        field_selector="metadata.name=flaps",
+        resource_version=before.metadata.resource_version,
+        timeout_seconds=5,
+    )
+    simcluster.fail_readiness("default", "flaps")
+    readiness: list[tuple[bool, bool, bool]] = []  # (Ready, ContainersReady, every container ready)
+    async for event in stream:
+        pod = event["object"]
+        conditions = {c.type: c.status == "True" for c in pod.status.conditions}
+        readiness.append(
+            (
+                conditions["Ready"],
+                conditions["ContainersReady"],
+                all(c.ready for c in pod.status.container_statuses),
+            )
+        )
+        if readiness[-1] == (False, False, False):
+            # The probe passes again: the same containers (nothing restarted) report ready.
+            simcluster.fail_readiness("default", "flaps", failing=False)
+        elif len(readiness) > 1 and all(readiness[-1]):
+            break
+    assert readiness == [(False, False, False), (True, True, True)]  # one write per change, none idle
+    assert all(c.restart_count == 0 for c in pod.status.container_statuses)
+    assert [c.container_id for c in pod.status.container_statuses] == [
+        c.container_id for c in before.status.container_statuses
+    ]
+    assert int(pod.metadata.resource_version) > int(before.metadata.resource_version)
+    with pytest.raises(KeyError):
+        simcluster.fail_readiness("default", "no-such-pod")
 
 
 async def test_env_change_refused_by_default(k8s_client: client.ApiClient) -> None:

@@ -223,3 +223,106 @@ async def test_an_object_observed_again_unchanged_is_not_stored_again(
     assert await stored_pods(event_store, owner) == [("a", "1"), ("a", "5")]
     stored = await event_store.read_stream(CLONESET.observed_stream(NS, owner))
     assert [e.envelope.payload.kind for e in stored] == ["CloneSet", "Pod", "Pod"]
+
+
+def with_status(obj: dict[str, Any], **status: Any) -> dict[str, Any]:
+    base = {
+        "observedGeneration": 1,
+        "replicas": 2,
+        "readyReplicas": 2,
+        "availableReplicas": 2,
+        "updateRevision": "r1",
+        "currentRevision": "r1",
+        "conditions": [],
+    }
+    labels = {"app": obj["metadata"]["name"]}
+    spec = {
+        "replicas": 2,
+        "selector": {"matchLabels": labels},
+        "template": {
+            "metadata": {"labels": labels},
+            "spec": {"containers": [{"name": "main", "image": "nginx:2"}]},
+        },
+    }
+    return {
+        **obj,
+        "metadata": {**obj["metadata"], "generation": 1},
+        "spec": spec,
+        "status": {**base, **status},
+    }
+
+
+async def test_a_clonesets_own_pod_count_write_is_not_stored_again(
+    watcher: Watcher, event_store: EventStore
+) -> None:
+    """A readiness flap changes one pod (stored) and then the CloneSet's status counts, which rollbook's
+    executor writes from the planner's StatusPlanned: that write is not stored a second time as an
+    observation (the planner does not read the counts back: tests/planner/test_properties.py). Any other
+    change of the CloneSet is stored, and so is a count of a CloneSet whose spec rollbook rejected (its
+    status then repeats the observed one) or that rollbook only shadows (OpenKruise wrote it)."""
+    owner = f"web-{uuid.uuid4().hex[:8]}"
+    steady = with_status(cloneset(owner, 10))
+    every = [
+        ("CloneSet", "ADDED", steady),
+        ("Pod", "ADDED", pod(owner, "a", 11, ready="True", action="create-a")),
+        ("Pod", "ADDED", pod(owner, "b", 12, ready="True", action="create-b")),
+        ("Pod", "MODIFIED", pod(owner, "a", 13, ready="False", action="create-a")),
+        ("CloneSet", "MODIFIED", with_status(cloneset(owner, 14), readyReplicas=1, availableReplicas=1)),
+        ("Pod", "MODIFIED", pod(owner, "a", 15, ready="True", action="create-a")),
+        ("CloneSet", "MODIFIED", with_status(cloneset(owner, 16))),
+    ]
+    for kind, change, obj in every:
+        await feed(watcher, kind, [(change, obj)])
+
+    def observed(stored: list[Any]) -> list[tuple[str, str]]:
+        return [(e.envelope.payload.kind, e.envelope.payload.resource_version) for e in stored]
+
+    stream = CLONESET.observed_stream(NS, owner)
+    stored = await event_store.read_stream(stream)
+    assert observed(stored) == [
+        ("CloneSet", "10"),
+        ("Pod", "11"),
+        ("Pod", "12"),
+        ("Pod", "13"),
+        ("Pod", "15"),
+    ]
+
+    # Anything else in the status is stored (the planner reads revisions and conditions back), and so is
+    # a spec change that comes with new counts.
+    await feed(watcher, "CloneSet", [("MODIFIED", with_status(cloneset(owner, 17), currentRevision="r0"))])
+    scaled = with_status(cloneset(owner, 18), replicas=3, currentRevision="r0")
+    scaled["spec"] = {**scaled["spec"], "replicas": 3}
+    await feed(watcher, "CloneSet", [("MODIFIED", scaled)])
+    assert observed(await event_store.read_stream(stream))[5:] == [("CloneSet", "17"), ("CloneSet", "18")]
+
+    # Started again (its cache rebuilt from the store), a relist showing only newer counts stores nothing.
+    api = client.ApiClient()
+    restarted = Watcher(Settings(), event_store, api)
+    appender = asyncio.create_task(restarted.append_queued())
+    try:
+        await restarted.rebuild()
+        relisted = with_status(cloneset(owner, 19), replicas=2, readyReplicas=1, currentRevision="r0")
+        relisted["spec"] = {**relisted["spec"], "replicas": 3}
+        await feed(restarted, "CloneSet", [("ADDED", relisted)])
+    finally:
+        appender.cancel()
+        await asyncio.gather(appender, return_exceptions=True)
+        await api.close()
+    assert len(await event_store.read_stream(stream)) == 7
+
+    rejected = f"web-{uuid.uuid4().hex[:8]}"
+    refusal = [{"type": "Rejected", "status": "True", "reason": "InvalidSpec"}]
+    await feed(watcher, "CloneSet", [("ADDED", with_status(cloneset(rejected, 30), conditions=refusal))])
+    recount = with_status(cloneset(rejected, 31), conditions=refusal, readyReplicas=1)
+    await feed(watcher, "CloneSet", [("MODIFIED", recount)])
+    assert len(await event_store.read_stream(CLONESET.observed_stream(NS, rejected))) == 2
+
+    shadowed = f"web-{uuid.uuid4().hex[:8]}"
+    labelled = with_status(cloneset(shadowed, 20, **{MANAGE_LABEL: SHADOW}))
+    await feed(watcher, "CloneSet", [("ADDED", labelled)])
+    recount = with_status(cloneset(shadowed, 21, **{MANAGE_LABEL: SHADOW}), readyReplicas=1)
+    await feed(watcher, "CloneSet", [("MODIFIED", recount)])
+    assert observed(await event_store.read_stream(CLONESET.observed_stream(NS, shadowed))) == [
+        ("CloneSet", "20"),
+        ("CloneSet", "21"),
+    ]
