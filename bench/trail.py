@@ -5,9 +5,10 @@
 
 Seeds --events events into a fresh database on ROLLBOOK_DATABASE_URL's server: CloneSets of 3 to 200 pods
 scaled out and rolled in place 2 to 4 times each, as the planner's code path records them
-(bench/_trail_seed.py), 50 workloads at a time so their events interleave in the log. Rows go in by COPY into `events` in
-batches (EventStore.import_events' columns: the chain trigger hashes each row), and a signed checkpoint is
-taken, with the auditor's Checkpointer, every ROLLBOOK_CHECKPOINT_EVERY_EVENTS events, as the auditor does.
+(bench/_trail_seed.py), 50 workloads at a time so their events interleave in the log. Rows go in by COPY
+into `events` in batches (EventStore.import_events' columns: the chain trigger hashes each row), and a
+signed checkpoint is taken, with the auditor's Checkpointer, every ROLLBOOK_CHECKPOINT_EVERY_EVENTS events,
+as the auditor does.
 
 Then times, over --samples different workloads and rollouts (warm server, p50 and p95), what the commands
 run, in process, through their own functions and SQL: `rollbook history NS/NAME` (show_history, connect
@@ -58,30 +59,30 @@ MIN_SAMPLES, BUDGET_MS = 5, 60_000.0  # a read stops being sampled after a minut
 CONCURRENT = 50  # workloads whose events interleave
 WAVE_SECONDS = 3600.0  # one wave of workloads per hour of trail
 
-# The audit views for one rollout (docs/sql.md): by the rollout id ($1), or by its workload ($1, $2).
+# The audit views for one rollout (docs/sql.md): by the rollout id ($1) and its key as docs/sql.md says, or
+# by its workload ($1, $2).
+ONE_ROLLOUT = "rollout_key = split_part($1, '#', 1) AND rollout_id = $1"
 VIEWS: dict[str, tuple[str, str]] = {
-    "view rollouts": ("rollout", "SELECT * FROM rollouts WHERE rollout_id = $1"),
+    "view rollouts": ("rollout", f"SELECT * FROM rollouts WHERE {ONE_ROLLOUT}"),
     "view partition_steps": (
         "rollout",
-        "SELECT * FROM partition_steps WHERE rollout_id = $1 ORDER BY position",
+        f"SELECT * FROM partition_steps WHERE {ONE_ROLLOUT} ORDER BY position",
     ),
     "view pod_actions": (
         "rollout",
-        "SELECT * FROM pod_actions WHERE rollout_key = split_part($1, '#', 1) AND rollout_id = $1"
-        " ORDER BY position",
+        f"SELECT * FROM pod_actions WHERE {ONE_ROLLOUT} ORDER BY position",
     ),
     "view action_outcomes": (
         "rollout",
-        "SELECT * FROM action_outcomes WHERE rollout_key = split_part($1, '#', 1) AND rollout_id = $1"
-        " ORDER BY position",
+        f"SELECT * FROM action_outcomes WHERE {ONE_ROLLOUT} ORDER BY position",
     ),
     "view max_unavailable_exceeded": (
         "rollout",
-        "SELECT * FROM max_unavailable_exceeded WHERE rollout_id = $1",
+        f"SELECT * FROM max_unavailable_exceeded WHERE {ONE_ROLLOUT}",
     ),
     "view actions_without_one_terminal": (
         "rollout",
-        "SELECT * FROM actions_without_one_terminal WHERE rollout_id = $1",
+        f"SELECT * FROM actions_without_one_terminal WHERE {ONE_ROLLOUT}",
     ),
     "view unavailability (the rollout's workload)": (
         "workload",
@@ -154,7 +155,7 @@ async def seed_trail(url: str, data_dir: Path, events: int, batch: int, pool: Pr
         checkpointer = checkpointer_for(store, settings, None)
         seeder = Seeder(pool, 0, math.ceil(events / per_workload * 1.3) + CONCURRENT, 7)
         started = time.perf_counter()
-        stored, since, checkpoints, ceiling = 0, 0, 0, None
+        stored, since, checkpoints, ceiling, analyzed = 0, 0, 0, None, 0
         async for rows in seeder.waves():
             rows = rows[: events - stored]
             if ceiling is None:
@@ -167,6 +168,11 @@ async def seed_trail(url: str, data_dir: Path, events: int, batch: int, pool: Pr
                 if since >= settings.checkpoint_every_events:
                     await checkpointer.checkpoint()
                     checkpoints, since = checkpoints + 1, 0
+                if stored >= 2 * analyzed:
+                    # What autovacuum does to a young table that doubled: without fresh statistics the
+                    # chain trigger's cached plans, made on an empty table, scan it for every row.
+                    await conn.execute("ANALYZE events")
+                    analyzed = stored
             elapsed = time.perf_counter() - started
             print(f"  {stored:,} events, {stored / elapsed:,.0f} events/s, load {load_average()}", flush=True)
             if stored >= events:
