@@ -147,7 +147,8 @@ TIMELINE_ROLLOUTS_SQL = """
 SELECT rollout_id, kind, namespace, workload, from_revision, to_revision, strategy_type, replicas, started,
        finished, duration, outcome, driven_by, started_position, finished_position
 FROM rollouts
-WHERE kind <> 'SidecarSet' AND ($1::text IS NULL OR (rollout_key = split_part($1, '#', 1) AND rollout_id = $1))
+WHERE kind <> 'SidecarSet'
+  AND ($1::text IS NULL OR (rollout_key = split_part($1, '#', 1) AND rollout_id = $1))
 ORDER BY started_position DESC
 """
 
