@@ -9,6 +9,10 @@ Measured by bench/trail.py at 10 million events (docs/performance.md, "A trail t
 - ``events_workload_idx`` (namespace and workload, the stream's 2nd and 3rd segments, then ``type``):
   every view's ``namespace``/``workload`` is a ``split_part`` of the stream, which no index held, so
   `rollbook history`, `rollbook get` and the workload views read every request or observation of the log.
+- ``events_rollout_pod_idx`` (rollout key and pod of a request): ``pod_actions`` folds an in-place update's
+  ``markNotReady`` and ``markReady`` into its row by looking them up per update among the rollout's
+  requests; by the rollout key alone each lookup read all of them (quadratic in the rollout's pods: 0.7 s
+  for the 705 actions of a 200-pod CloneSet, 0.17 s with it).
 - Statistics on ``payload ->> 'action_id'`` and on the rollout key: the planner ignores the statistics of
   a partial expression index, so it took each outcome lookup (``events_action_outcome_idx``) for 0.5% of
   the outcomes and ANDed it with a scan of the ``type`` index over all of them: per pod action, a scan
@@ -55,6 +59,10 @@ _TERMINAL_KEY = "action_outcomes.terminal_events,\n    action_outcomes.rollout_k
 
 INDEXES = {
     "events_workload_idx": "ON events (split_part(stream, '/', 2), split_part(stream, '/', 3), type)",
+    "events_rollout_pod_idx": (
+        "ON events (split_part(payload ->> 'rollout_id', '#', 1), (coalesce(payload ->> 'workload', payload ->> 'pod')))"
+        " WHERE type = 'PodActionRequested'"
+    ),
     "events_rollout_started_key_idx": (
         "ON events (split_part(payload ->> 'rollout_id', '#', 1)) WHERE type = 'RolloutStarted'"
     ),
