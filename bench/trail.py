@@ -328,7 +328,8 @@ async def time_reads(url: str, samples_wanted: int, budget_ms: float) -> Timings
         overrides = parse_overrides(["maxUnavailable=2"])
         await time_each(
             timings, "what-if ROLLOUT --set maxUnavailable=2", samples,
-            lambda s: what_if_rollout(store, s[2], overrides), budget_ms)  # fmt: skip
+            lambda s: what_if_rollout(store, s[2], overrides), budget_ms,
+        )  # fmt: skip
         async with TestClient(TestServer(make_app(pool, store))) as client:
 
             async def api(path: str, params: dict[str, str] | None = None) -> None:

@@ -1185,8 +1185,8 @@ class PostgresEventStore:
     ) -> AsyncIterator[list[asyncpg.Record]]:
         """Raw rows for hash-chain verification, in global order: the columns of
         ``services.model.hashchain.CHAIN_COLUMNS`` (payload as stored text, hashes as bytes). The next page
-        is requested while the caller hashes the current one: the database's work (the payload's text)
-        overlaps the caller's (bench/trail.py: full verify went from ... to ... events/s)."""
+        is requested while the caller hashes the current one, so the database's work (the payload's text)
+        overlaps the caller's (bench/trail.py times the full `audit verify`)."""
         upcoming = asyncio.ensure_future(self._fetch(_READ_CHAIN_SQL, from_position, batch_size))
         try:
             while True:
