@@ -44,7 +44,12 @@ VIEWS = (
     "unavailability",
     "max_unavailable_exceeded",
 )
-NEW_INDEXES = {"events_workload_idx", "events_rollout_pod_idx", "events_rollout_started_key_idx"}
+NEW_INDEXES = {
+    "events_workload_idx",
+    "events_rollout_pod_idx",
+    "events_rollout_started_key_idx",
+    "events_rollout_started_idx",
+}
 
 
 def _pod(name: str, ready: bool) -> ObjectObserved:
@@ -168,6 +173,9 @@ async def test_views_answer_as_before_and_one_rollout_reads_through_indexes(serv
             assert "events_rollout_started_key_idx" in plan, plan
             plan = await _plan(conn, f"SELECT * FROM max_unavailable_exceeded WHERE {literal}")
             assert "events_rollout_started_key_idx" in plan and "unavailability_of" in plan, plan
+            assert [r["rollout_id"] for r in await audit_queries.timeline_rollouts(conn)] == [ROLLOUT]
+            plan = await _plan(conn, audit_queries.TIMELINE_NEWEST_SQL.replace("$1", "500"))
+            assert "events_rollout_started_idx" in plan and "events_rollout_started_key_idx" in plan, plan
         finally:
             await conn.close()
 
