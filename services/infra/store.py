@@ -1184,26 +1184,15 @@ class PostgresEventStore:
         self, from_position: int = 0, batch_size: int = 5000
     ) -> AsyncIterator[list[asyncpg.Record]]:
         """Raw rows for hash-chain verification, in global order: the columns of
-        ``services.model.hashchain.CHAIN_COLUMNS`` (payload as stored text, hashes as bytes). The next page
-        is requested while the caller hashes the current one, so the database's work (the payload's text)
-        overlaps the caller's (bench/trail.py times the full `audit verify`)."""
-        upcoming = asyncio.ensure_future(self._fetch(_READ_CHAIN_SQL, from_position, batch_size))
-        try:
-            while True:
-                rows = await upcoming
-                if len(rows) == batch_size:
-                    upcoming = asyncio.ensure_future(self._fetch(_READ_CHAIN_SQL, rows[-1][0], batch_size))
-                    for _ in range(_PREFETCH_SPINS):  # let it get as far as sending its query
-                        await asyncio.sleep(0)
-                if rows:
-                    yield rows
-                if len(rows) < batch_size:
-                    return
-        finally:
-            if not upcoming.done():
-                upcoming.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await upcoming
+        ``services.model.hashchain.CHAIN_COLUMNS`` (payload as stored text, hashes as bytes)."""
+        position = from_position
+        while True:
+            rows = await self._fetch(_READ_CHAIN_SQL, position, batch_size)
+            if rows:
+                yield rows
+            if len(rows) < batch_size:
+                return
+            position = rows[-1][0]
 
     async def write_checkpoint(self) -> tuple[int, bytes] | None:
         """Record the chain hash at the head in ``event_checkpoints`` and return (position, chain_hash),
