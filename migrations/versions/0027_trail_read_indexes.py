@@ -16,7 +16,9 @@ Measured by bench/trail.py at 10 million events (docs/performance.md, "A trail t
 - Statistics on ``payload ->> 'action_id'`` and on the rollout key: the planner ignores the statistics of
   a partial expression index, so it took each outcome lookup (``events_action_outcome_idx``) for 0.5% of
   the outcomes and ANDed it with a scan of the ``type`` index over all of them: per pod action, a scan
-  growing with the log. Needs Postgres 14 (statistics on expressions); older servers skip them.
+  growing with the log. Needs Postgres 14 (statistics on expressions); older servers skip them. On a
+  partitioned ``events``, scans of one partition are estimated from that partition's statistics: create
+  these on each partition too (not measured on a partitioned table).
 - ``rollout_key`` (the rollout id before ``#``) as the last column of ``rollouts``, ``partition_steps``,
   ``actions_without_one_terminal`` and ``max_unavailable_exceeded``, as ``pod_actions`` and
   ``action_outcomes`` have it since 0023; ``events_rollout_started_key_idx`` holds it for
