@@ -1,7 +1,7 @@
 """The read commands stay fast on a long trail: one workload's rows by index, one rollout's by its key.
 
 Revision ID: 0027_trail_read_indexes
-Revises: 0025_native_sidecar_actions
+Revises: 0026_events_partitioned
 Create Date: 2026-12-07
 
 Measured by bench/trail.py at 10 million events (docs/performance.md, "A trail that stays fast"):
@@ -52,7 +52,7 @@ from alembic import op
 from sqlalchemy import text
 
 revision: str = "0027_trail_read_indexes"
-down_revision: str | None = "0025_native_sidecar_actions"
+down_revision: str | None = "0026_events_partitioned"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

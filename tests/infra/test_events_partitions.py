@@ -208,7 +208,7 @@ async def test_a_recorded_trail_is_carried_through_the_conversion(
             }
             grants = await connection.fetchval("SELECT relacl::text FROM pg_class WHERE relname = 'events'")
             comment = await connection.fetchval("SELECT obj_description('events'::regclass, 'pg_class')")
-            await upgrade_async(url)
+            await upgrade_async(url, "0026_events_partitioned")
             assert await connection.fetch(snapshot) == rows
             for view, before in views.items():
                 assert await connection.fetch(f"SELECT * FROM {view} ORDER BY 1") == before, view
