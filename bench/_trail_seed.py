@@ -24,23 +24,14 @@ from datetime import datetime, timedelta
 
 import msgspec
 
+from services.infra.store import IMPORT_COLUMNS
 from services.model.events import Envelope
 from services.replay.simulation import T0, WorkloadSimulation
 
 __all__ = ["T0"]
 
-# The columns of the store's COPY (EventStore.import_events), in this order.
-COLUMNS = [
-    "event_id",
-    "stream",
-    "stream_version",
-    "type",
-    "schema_version",
-    "occurred_at",
-    "causation_id",
-    "correlation_id",
-    "payload",
-]
+# The columns of the store's COPY (EventStore.import_events), in its order.
+COLUMNS = IMPORT_COLUMNS
 Row = tuple[str, str, int, str, int, datetime, str | None, str | None, str]
 
 NAMESPACE, NAME = "zzns", "zzwl"  # the template's names: tokens found nowhere else in its events
