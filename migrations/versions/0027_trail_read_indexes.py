@@ -45,6 +45,7 @@ reads a sample, not the table.
 from __future__ import annotations
 
 import importlib.util
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -59,8 +60,13 @@ depends_on: str | Sequence[str] | None = None
 _KEY = "split_part(e.payload ->> 'rollout_id'::text, '#'::text, 1) AS rollout_key"
 _DRIVEN_BY = "AS driven_by\n   FROM events e"
 _DRIVEN_BY_KEY = f"AS driven_by,\n    {_KEY}\n   FROM events e"
-_TERMINAL = "action_outcomes.terminal_events\n   FROM action_outcomes"
-_TERMINAL_KEY = "action_outcomes.terminal_events,\n    action_outcomes.rollout_key\n   FROM action_outcomes"
+# pg_get_viewdef qualifies the column with its relation on Postgres 15 and not on 18 (embedded): both match.
+_TERMINAL = re.compile(r"(action_outcomes\.)?terminal_events\n   FROM action_outcomes")
+_TERMINAL_KEY = r"\1terminal_events,\n    action_outcomes.rollout_key\n   FROM action_outcomes"
+_TERMINAL_KEYED = re.compile(
+    r"(action_outcomes\.)?terminal_events,\n    (?:action_outcomes\.)?rollout_key\n   FROM action_outcomes"
+)
+_TERMINAL_UNKEYED = r"\1terminal_events\n   FROM action_outcomes"
 
 INDEXES = {
     "events_workload_idx": "ON events (split_part(stream, '/', 2), split_part(stream, '/', 3), type)",
@@ -158,10 +164,9 @@ def upgrade() -> None:
         assert sql.count(_DRIVEN_BY) == 1, f"{view} no longer ends with driven_by FROM events e"
         op.execute(f"CREATE OR REPLACE VIEW {view} AS {sql.replace(_DRIVEN_BY, _DRIVEN_BY_KEY)}")
     sql = _definition("actions_without_one_terminal")
-    assert sql.count(_TERMINAL) == 1, "actions_without_one_terminal no longer ends with terminal_events"
-    op.execute(
-        f"CREATE OR REPLACE VIEW actions_without_one_terminal AS {sql.replace(_TERMINAL, _TERMINAL_KEY)}"
-    )
+    keyed, found = _TERMINAL.subn(_TERMINAL_KEY, sql)
+    assert found == 1, "actions_without_one_terminal no longer ends with terminal_events"
+    op.execute(f"CREATE OR REPLACE VIEW actions_without_one_terminal AS {keyed}")
     op.execute(UNAVAILABILITY_OF)
     op.execute(f"CREATE OR REPLACE VIEW max_unavailable_exceeded AS {MAX_UNAVAILABLE_EXCEEDED}")
     op.execute("ANALYZE events")
@@ -177,7 +182,7 @@ def downgrade() -> None:
         _replace(view, sql.replace(_DRIVEN_BY_KEY, _DRIVEN_BY), kept)
     sql, kept = _definition("actions_without_one_terminal"), _comment("actions_without_one_terminal")
     op.execute("DROP VIEW actions_without_one_terminal")
-    _replace("actions_without_one_terminal", sql.replace(_TERMINAL_KEY, _TERMINAL), kept)
+    _replace("actions_without_one_terminal", _TERMINAL_KEYED.sub(_TERMINAL_UNKEYED, sql), kept)
     _replace("max_unavailable_exceeded", _views_0003().VIEWS["max_unavailable_exceeded"], comment)  # type: ignore[attr-defined]
     for name in STATISTICS:
         op.execute(f"DROP STATISTICS IF EXISTS {name}")
