@@ -37,7 +37,6 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import asyncpg
 import msgspec
@@ -47,7 +46,7 @@ from services.infra.database import asyncpg_url
 from services.infra.db_roles import assume_sql, role_sql
 from services.infra.store import PostgresEventStore, StoredEvent
 from services.model.events import Envelope
-from services.model.hashchain import CHAIN_COLUMNS, ZERO_HASH
+from services.model.hashchain import CHAIN_COLUMNS, ZERO_HASH, ChainRow, content_bytes
 
 log = structlog.get_logger(__name__)
 
@@ -78,22 +77,26 @@ class ArchivedRow(msgspec.Struct, kw_only=True):
     stream_hash: str
     chain_hash: str
 
-    def chain_row(self) -> tuple[Any, ...]:
-        """The row in the order of ``services.model.hashchain.CHAIN_COLUMNS`` (ChainVerifier.feed)."""
+    def chain_row(self) -> ChainRow:
+        """The row as ChainVerifier.feed_rows takes it, as the database's would be read."""
         return (
             self.global_position,
-            self.event_id,
-            self.stream,
-            self.stream_version,
-            self.type,
-            self.schema_version,
-            self.occurred_at,
-            self.recorded_at,
-            self.causation_id,
-            self.correlation_id,
-            bytes(self.payload).decode(),
             bytes.fromhex(self.stream_hash),
             bytes.fromhex(self.chain_hash),
+            self.stream.encode(),
+            self.stream_version,
+            content_bytes(
+                self.event_id,
+                self.stream,
+                self.stream_version,
+                self.type,
+                self.schema_version,
+                self.occurred_at,
+                self.recorded_at,
+                self.causation_id,
+                self.correlation_id,
+                bytes(self.payload).decode(),
+            ),
         )
 
 

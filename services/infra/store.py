@@ -22,7 +22,7 @@ Public API (all coroutines unless noted)::
     store.read_all_batches(from_position: int = 0, batch_size: int = 2000) -> AsyncIterator[list[StoredEvent]]
     (the two read_all* are async generators: ``async for``, not ``await``)
     await store.head_position() -> int
-    store.read_chain_batches(from_position: int = 0, batch_size: int = 5000) -> AsyncIterator[list[Record]]
+    store.read_chain_batches(from_position: int = 0, batch_size: int = 5000) -> AsyncIterator[list[ChainRow]]
     await store.write_checkpoint() -> tuple[int, bytes] | None
     await store.checkpoints() -> list[tuple[int, bytes]]
     await store.read_correlation(correlation_id: str) -> list[StoredEvent]
@@ -82,12 +82,13 @@ from sqlalchemy import event as sa_event
 from sqlalchemy.exc import DBAPIError, ProgrammingError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
+from services.infra.chain_read import CHAIN_COPY_PAGE, CHAIN_COPY_SQL, ChainCopyParser
 from services.infra.database import sqlalchemy_url
 from services.infra.db_roles import Duty, assume_sql
 from services.infra.store_schema import events_table
 from services.model.event_store import AppendResult, ConcurrencyError, StoredEvent
 from services.model.events import Envelope
-from services.model.hashchain import CHAIN_COLUMNS
+from services.model.hashchain import ChainRow
 from services.model.upcasting import DEFAULT_DECODER, PayloadDecoder
 
 __all__ = [
@@ -215,9 +216,6 @@ _READ_CORRELATION_SQL = (
 _READ_EVENT_SQL = f"SELECT {_COLUMNS} FROM events WHERE event_id = $1"
 _STORED_IDS_SQL = "SELECT event_id FROM events WHERE event_id = ANY($1::uuid[])"
 
-_READ_CHAIN_SQL = (
-    f"SELECT {CHAIN_COLUMNS} FROM events WHERE global_position > $1 ORDER BY global_position LIMIT $2"
-)
 _STORED_AS_CARRIED_SQL = """
 SELECT e.stream = $2 AND e.stream_version = $3 AND e.type = $4
        AND e.causation_id IS NOT DISTINCT FROM $5 AND e.correlation_id IS NOT DISTINCT FROM $6
@@ -1214,17 +1212,41 @@ class PostgresEventStore:
 
     async def read_chain_batches(
         self, from_position: int = 0, batch_size: int = 5000
-    ) -> AsyncIterator[list[asyncpg.Record]]:
-        """Raw rows for hash-chain verification, in global order: the columns of
-        ``services.model.hashchain.CHAIN_COLUMNS`` (payload as stored text, hashes as bytes)."""
-        position = from_position
-        while True:
-            rows = await self._fetch(_READ_CHAIN_SQL, position, batch_size)
-            if rows:
-                yield rows
-            if len(rows) < batch_size:
-                return
-            position = rows[-1][0]
+    ) -> AsyncIterator[list[ChainRow]]:
+        """The rows after ``from_position`` for hash-chain verification, in global order, some
+        ``batch_size`` at a time (``services.model.hashchain.ChainRow``). COPY streams them
+        (services/infra/chain_read.py) while the caller checks the previous batch: the server renders
+        the next rows meanwhile."""
+        batches: asyncio.Queue[list[ChainRow] | Exception | None] = asyncio.Queue(maxsize=2)
+        parser = ChainCopyParser(from_position, batch_size, batches.put)
+
+        async def copy_page() -> int:
+            parser.begin()
+            async with self._driver() as conn:
+                await conn.copy_from_query(
+                    CHAIN_COPY_SQL, parser.position, CHAIN_COPY_PAGE, output=parser.feed, format="binary"
+                )
+            return parser.end()
+
+        async def copy() -> None:
+            try:
+                while await self._retrying(copy_page) == CHAIN_COPY_PAGE:
+                    pass
+                await parser.finish()
+                await batches.put(None)
+            except Exception as error:  # noqa: BLE001 - raised again by the reader below
+                await batches.put(error)
+
+        reading = asyncio.create_task(copy())
+        try:
+            while (batch := await batches.get()) is not None:
+                if isinstance(batch, Exception):
+                    raise batch
+                yield batch
+        finally:
+            reading.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reading
 
     async def write_checkpoint(self) -> tuple[int, bytes] | None:
         """Record the chain hash at the head in ``event_checkpoints`` and return (position, chain_hash),

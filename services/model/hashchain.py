@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
@@ -17,13 +18,22 @@ import msgspec
 ZERO_HASH = bytes(32)
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
-_SEPARATOR = "\x1f"
+_POSITION_BYTES = 8
 
 # The raw columns the chain covers, in the order ChainVerifier.feed takes them.
 CHAIN_COLUMNS = (
     "global_position, event_id, stream, stream_version, type, schema_version, occurred_at, recorded_at,"
     " causation_id, correlation_id, payload::text, stream_hash, chain_hash"
 )
+
+
+# A row as ChainVerifier.feed_rows takes it: (global_position, stored stream_hash, stored chain_hash,
+# stream (UTF-8), stream_version, content). The content is the bytes the chain trigger hashed
+# (``content_bytes``): the text renderings of event_id, stream, stream_version, type, schema_version,
+# occurred_at and recorded_at as epoch microseconds, causation_id or "", correlation_id or "" and the
+# payload as stored text, joined by CONTENT_SEPARATOR, UTF-8. A plain tuple: verify makes one per event.
+ChainRow = tuple[int, bytes, bytes, bytes, int, bytes]
+CONTENT_SEPARATOR = b"\x1f"
 
 
 class Checkpoint(msgspec.Struct, frozen=True, kw_only=True):
@@ -50,8 +60,9 @@ def content_bytes(
     correlation_id: str | None,
     payload_text: str,
 ) -> bytes:
-    return _SEPARATOR.join(
-        (
+    return CONTENT_SEPARATOR.join(
+        field.encode()
+        for field in (
             str(event_id),
             stream,
             str(stream_version),
@@ -63,7 +74,7 @@ def content_bytes(
             correlation_id or "",
             payload_text,
         )
-    ).encode()
+    )
 
 
 def stream_hash(previous: bytes, content: bytes) -> bytes:
@@ -108,7 +119,7 @@ class _StreamTip:
 
 @dataclass
 class ChainVerifier:
-    """Feed rows in global order (``feed``), then ``finish``. ``findings`` lists every break found."""
+    """Feed rows in global order (``feed_rows``), then ``finish``. ``findings`` lists every break found."""
 
     findings: list[Finding] = field(default_factory=list)
     rows: int = 0
@@ -116,91 +127,104 @@ class ChainVerifier:
     last_chain: bytes = ZERO_HASH
     chain_at: dict[int, bytes] = field(default_factory=dict)  # position -> stored chain hash, for checkpoints
     wanted_positions: set[int] = field(default_factory=set)
-    _tips: dict[str, _StreamTip] = field(default_factory=dict)
+    _tips: dict[bytes, _StreamTip] = field(default_factory=dict)  # by stream name, UTF-8
 
-    def feed(
-        self,
-        global_position: int,
-        event_id: uuid.UUID,
-        stream: str,
-        stream_version: int,
-        type_: str,
-        schema_version: int,
-        occurred_at: datetime,
-        recorded_at: datetime,
-        causation_id: uuid.UUID | None,
-        correlation_id: str | None,
-        payload_text: str,
-        stored_stream_hash: bytes | None,
-        stored_chain_hash: bytes | None,
-    ) -> None:
-        self.rows += 1
-        content = content_bytes(
-            event_id,
-            stream,
-            stream_version,
-            type_,
-            schema_version,
-            occurred_at,
-            recorded_at,
-            causation_id,
-            correlation_id,
-            payload_text,
-        )
-        stored_stream = bytes(stored_stream_hash) if stored_stream_hash is not None else b""
-        stored_chain = bytes(stored_chain_hash) if stored_chain_hash is not None else b""
-        flagged = len(self.findings)
+    def feed_rows(self, rows: Iterable[ChainRow]) -> None:
+        """Check rows given in global order: each row's stream hash from its stream's previous stored hash
+        and its content, and the global chain hash from the previous row's stored chain hash."""
+        findings = self.findings
+        tips = self._tips
+        wanted = self.wanted_positions
+        sha256 = hashlib.sha256
+        last_chain, last_position, count = self.last_chain, self.last_position, 0
+        for row in rows:
+            global_position, stored_stream, stored_chain, stream, stream_version, content = row
+            count += 1
+            flagged = len(findings)
+            tip = tips.get(stream)
+            if tip is not None and stream_version == tip.version + 1:
+                # The usual row: the next version of a stream seen before.
+                if sha256(tip.stored_hash + content).digest() != stored_stream:
+                    self._content_edited(row)
+                tip.version = stream_version
+                tip.stored_hash = stored_stream
+                tip.position = global_position
+            else:
+                self._check_stream(row)
+            if (
+                sha256(
+                    last_chain + global_position.to_bytes(_POSITION_BYTES, "big", signed=True) + stored_stream
+                ).digest()
+                != stored_chain
+                and len(findings) == flagged
+            ):
+                self._found(
+                    "chain-broken",
+                    row,
+                    f"the global chain does not continue from position {last_position}: an event"
+                    " between them was removed, or rows were moved or their hashes rewritten",
+                )
+            # Continue from what is stored, so one break is reported once and later rows are judged alone.
+            last_chain, last_position = stored_chain, global_position
+            if global_position in wanted:
+                self.chain_at[global_position] = stored_chain
+        self.last_chain, self.last_position = last_chain, last_position
+        self.rows += count
 
-        def finding(kind: str, detail: str) -> None:
-            self.findings.append(
-                Finding(kind, global_position, stream, stream_version, str(event_id), detail)
-            )
-
+    def _check_stream(self, row: ChainRow) -> None:
+        """A row that is not simply the next version of a stream seen before: the stream's first, one
+        after a gap, one that fills a gap or repeats a version."""
+        global_position, stored_stream, _, stream, stream_version, content = row
         tip = self._tips.get(stream)
         if tip is None:
             tip = self._tips[stream] = _StreamTip(0, ZERO_HASH, 0)
         if stream_version <= tip.version:
             noticed = tip.missing.pop(stream_version, None)
             if noticed is not None:
-                finding(
+                self._found(
                     "reordered",
+                    row,
                     f"stream version {stream_version} is stored after version {tip.version}"
                     f" (which sits at position {noticed} or later): rows were moved",
                 )
             else:
-                finding("edited", f"stream version {stream_version} appears twice in the stream")
-        else:
-            if stream_version > tip.version + 1:
-                for version in range(tip.version + 1, stream_version):
-                    tip.missing[version] = global_position
-            elif stream_hash(tip.stored_hash, content) != stored_stream:
-                finding("edited", f"content does not match its stored hash ({type_})")
-            tip.version = stream_version
-            tip.stored_hash = stored_stream
-            tip.position = global_position
-        recomputed_chain = chain_hash(self.last_chain, global_position, stored_stream)
-        if recomputed_chain != stored_chain and len(self.findings) == flagged:
-            finding(
-                "chain-broken",
-                f"the global chain does not continue from position {self.last_position}: an event"
-                " between them was removed, or rows were moved or their hashes rewritten",
-            )
-        # Continue from what is stored, so one break is reported once and later rows are judged alone.
-        self.last_chain = stored_chain
-        self.last_position = global_position
-        if global_position in self.wanted_positions:
-            self.chain_at[global_position] = stored_chain
+                self._found("edited", row, f"stream version {stream_version} appears twice in the stream")
+            return
+        if stream_version > tip.version + 1:
+            for version in range(tip.version + 1, stream_version):
+                tip.missing[version] = global_position
+        elif hashlib.sha256(tip.stored_hash + content).digest() != stored_stream:
+            self._content_edited(row)
+        tip.version = stream_version
+        tip.stored_hash = stored_stream
+        tip.position = global_position
+
+    def _content_edited(self, row: ChainRow) -> None:
+        _, _, _, stream, stream_version, content = row
+        # The type is the content's fourth field: after the event id, the stream and the version.
+        start = content.index(CONTENT_SEPARATOR) + len(stream) + len(str(stream_version)) + 3
+        end = content.find(CONTENT_SEPARATOR, start)
+        type_ = content[start:end].decode(errors="replace")
+        self._found("edited", row, f"content does not match its stored hash ({type_})")
+
+    def _found(self, kind: str, row: ChainRow, detail: str) -> None:
+        global_position, _, _, stream, stream_version, content = row
+        event_id = content.split(CONTENT_SEPARATOR, 1)[0].decode(errors="replace")
+        self.findings.append(
+            Finding(kind, global_position, stream.decode(errors="replace"), stream_version, event_id, detail)
+        )
 
     def resume(self, position: int, chain: bytes, heads: dict[str, tuple[int, bytes]]) -> None:
         """Go on after a prefix of the log this verifier does not read (archived, and its files not
         given): from the chain hash at ``position`` and each stream's last (version, stream_hash) in it."""
         self.last_position, self.last_chain = position, chain
         for stream, (version, digest) in heads.items():
-            self._tips[stream] = _StreamTip(version, digest, position)
+            self._tips[stream.encode()] = _StreamTip(version, digest, position)
 
     def finish(self) -> list[Finding]:
         """Report stream versions that never turned up (removed), then return every finding."""
-        for stream, tip in self._tips.items():
+        for stream_key, tip in self._tips.items():
+            stream = stream_key.decode(errors="replace")
             for version, position in sorted(tip.missing.items()):
                 self.findings.append(
                     Finding(

@@ -4,12 +4,12 @@ the database and outside it (``audit_trail``; docs/audit.md)."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import msgspec
 
@@ -26,7 +26,7 @@ from services.infra.archive import (
 )
 from services.infra.store import EventStore
 from services.model.events import REDACTION_STREAM, StoreLossDetected, TrailRedacted
-from services.model.hashchain import ZERO_HASH, ChainVerifier, Checkpoint, Finding
+from services.model.hashchain import ZERO_HASH, ChainRow, ChainVerifier, Checkpoint, Finding
 from services.model.merkle import (
     EMPTY_ROOT,
     CompactRange,
@@ -69,9 +69,7 @@ async def audit_log(
     given = checkpoints or []
     verifier = ChainVerifier(wanted_positions={cp.global_position for _, cp in given})
     async for rows in store.read_chain_batches(0, batch_size):
-        feed = verifier.feed
-        for row in rows:
-            feed(*row)
+        await asyncio.to_thread(verifier.feed_rows, rows)
     verifier.finish()
     redactions = [
         s.envelope.payload
@@ -144,6 +142,11 @@ class _Recomputed:
             frontier = self.upper.frontier + CompactRange.of(self.tail).frontier
             self.at_size[size] = (frontier_root(frontier), position, chain)
 
+    def feed_rows(self, rows: Iterable[ChainRow]) -> None:
+        feed = self.feed
+        for position, stream_hash, chain, *_ in rows:
+            feed(position, stream_hash, chain)
+
     def finish(self) -> None:
         block = self.upper.size >> BLOCK_LEVEL
         if self.tail and block in self.wanted_blocks:
@@ -185,7 +188,7 @@ async def _trail_rows(
     verifier: ChainVerifier,
     findings: list[Finding],
     batch_size: int,
-) -> AsyncIterator[Sequence[Sequence[Any]]]:
+) -> AsyncIterator[Sequence[ChainRow]]:
     """The log's rows in global order for verification: the archived ones from the files in ``archive``
     (each file checked against the manifest and the database's record of the archive), then the table's.
     When archived rows cannot all be read (no --archive, a file missing), the verifier resumes after them
@@ -266,7 +269,7 @@ async def _trail_rows(
         if complete:
             for record, segment in usable:
                 count = 0
-                batch: list[tuple[Any, ...]] = []
+                batch: list[ChainRow] = []
                 try:
                     for row in segment_rows(archive, segment):
                         batch.append(row.chain_row())
@@ -291,6 +294,11 @@ async def _trail_rows(
         verifier.resume(end.last_position, end.last_chain_hash, await archived_heads(store))
     async for rows in store.read_chain_batches(end.last_position, batch_size):
         yield rows
+
+
+def _check_rows(verifier: ChainVerifier, recomputed: _Recomputed, rows: Sequence[ChainRow]) -> None:
+    verifier.feed_rows(rows)
+    recomputed.feed_rows(rows)
 
 
 def _in_files(findings: list[Finding], records: list[ArchiveRecord]) -> list[Finding]:
@@ -372,11 +380,7 @@ async def audit_trail(
     verifier = ChainVerifier(wanted_positions={cp.global_position for _, cp in sources.legacy})
     archive_findings: list[Finding] = []
     async for rows in _trail_rows(store, archive, verifier, archive_findings, batch_size):
-        feed = verifier.feed
-        leaf = recomputed.feed
-        for row in rows:
-            feed(*row)
-            leaf(row[0], bytes(row[11]), bytes(row[12]))
+        await asyncio.to_thread(_check_rows, verifier, recomputed, rows)
     verifier.finish()
     recomputed.finish()
     leaves = recomputed.size
