@@ -144,7 +144,7 @@ class _Recomputed:
 
     def feed_rows(self, rows: Iterable[ChainRow]) -> None:
         feed = self.feed
-        for position, stream_hash, chain, *_ in rows:
+        for position, stream_hash, chain, _, _, _ in rows:
             feed(position, stream_hash, chain)
 
     def finish(self) -> None:

@@ -120,6 +120,50 @@ async def test_an_edited_payload_is_detected_and_named(store: tuple[EventStore, 
     assert "CloneSet/prod/a/actions v3" in report.findings[0].describe()
 
 
+async def test_events_with_awkward_text_verify_clean(store: tuple[EventStore, str]) -> None:
+    """Tabs, newlines, backslashes, quotes and non-ASCII text in the stream, payload and correlation id,
+    and a causation id, hash in verify exactly as the chain trigger hashed them."""
+    events, _ = store
+    stream = "CloneSet/prod/ä\tb\\c/actions"
+    cause = uuid.uuid4()
+    for version in (1, 2):
+        event = new_event(
+            PodActionFailed(
+                action_id=f'tab\t new\n line \\ "quoted" ü {version}', reason="r\r\x0b", retryable=False
+            ),
+            stream=stream,
+            stream_version=version,
+            occurred_at=T0 - timedelta(days=365 * 40, microseconds=1),  # before 2000
+            causation_id=cause if version == 2 else None,
+            correlation_id="prod/ä\t@rev\\" if version == 2 else None,
+        )
+        await events.append([event], expected_version=version - 1)
+    report = await audit_log(events)
+    assert report.clean, [f.describe() for f in report.findings]
+    assert report.rows == 12
+
+
+@pytest.mark.parametrize("stored", ["sha256('forged')", "'\\x0102'::bytea", "''::bytea"])
+async def test_an_edited_stream_hash_is_detected_and_named(
+    store: tuple[EventStore, str], stored: str
+) -> None:
+    events, url = store
+    target = await row(url, "CloneSet/prod/b/actions", 4)
+    await superuser(
+        url, f"UPDATE events SET stream_hash = {stored} WHERE global_position = {target['global_position']}"
+    )
+    report = await audit_log(events)
+    assert report.findings, "an edited hash must not verify"
+    first = report.findings[0]
+    assert (first.kind, first.global_position, first.event_id) == (
+        "edited",
+        target["global_position"],
+        str(target["event_id"]),
+    ), [f.describe() for f in report.findings]
+    assert "CloneSet/prod/b/actions v4" in first.describe()
+    assert "PodActionSucceeded" in first.detail
+
+
 async def test_a_deleted_row_is_detected_and_named(store: tuple[EventStore, str]) -> None:
     events, url = store
     target = await row(url, "CloneSet/prod/b/actions", 2)
