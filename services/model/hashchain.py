@@ -20,7 +20,7 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
 _POSITION_BYTES = 8
 
-# The raw columns the chain covers, in the order ChainVerifier.feed takes them.
+# The raw columns the chain covers, as the archive copies them (services/infra/archive.py).
 CHAIN_COLUMNS = (
     "global_position, event_id, stream, stream_version, type, schema_version, occurred_at, recorded_at,"
     " causation_id, correlation_id, payload::text, stream_hash, chain_hash"
