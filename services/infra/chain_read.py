@@ -13,8 +13,7 @@ the timestamps (epoch microseconds) as decimal, NULL ids as "", the payload as s
 The binary format (PostgreSQL's COPY documentation, "Binary Format"): a header (signature, flags,
 extension), then per row a 16-bit field count and per field a 32-bit length (-1 for NULL) and the
 value in the type's binary form (int8/int4 big-endian, timestamptz as microseconds since 2000-01-01,
-bytea and text as their bytes), and a trailer of -1. asyncpg hands over whole CopyData messages, one
-row each; a row cut at a chunk's end is still kept for the next chunk.
+bytea and text as their bytes), and a trailer of -1. A row cut at a chunk's end waits for the next.
 """
 
 from __future__ import annotations
