@@ -25,22 +25,6 @@ def comparable(obj: dict[str, Any]) -> dict[str, Any]:
     return {**obj, "metadata": {k: v for k, v in metadata.items() if k not in _NOT_A_CHANGE}}
 
 
-def differs_only_in_status(before: dict[str, Any], after: dict[str, Any], fields: frozenset[str]) -> bool:
-    """Whether two views of an object (``comparable``) differ, and only in these fields of ``status``."""
-    if not fields or before == after:
-        return False
-    old, new = before.get("status"), after.get("status")
-    if not isinstance(old, dict) or not isinstance(new, dict):
-        return False
-    if {k: v for k, v in before.items() if k != "status"} != {
-        k: v for k, v in after.items() if k != "status"
-    }:
-        return False
-    return {k: v for k, v in old.items() if k not in fields} == {
-        k: v for k, v in new.items() if k not in fields
-    }
-
-
 def stripped(obj: dict[str, Any]) -> dict[str, Any]:
     """The object as recorded: managedFields dropped (bulky bookkeeping of field owners)."""
     result = dict(obj)

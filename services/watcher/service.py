@@ -64,14 +64,7 @@ from services.model.sidecarset_streams import (
     SIDECARSET_VERSION,
 )
 from services.model.streams import CLONESET_GROUP, CLONESET_PLURAL, CLONESET_VERSION, revision_correlation
-from services.watcher.objects import (
-    comparable,
-    differs_only_in_status,
-    latest_per_object,
-    observation,
-    too_deep,
-    within_ceiling,
-)
+from services.watcher.objects import comparable, latest_per_object, observation, too_deep, within_ceiling
 from services.watcher.recorder import Recorder
 from services.watcher.sidecarsets import SidecarSetRoutes
 from services.watcher.watch_stream import TooDeep, parse_list, watch_events
@@ -340,12 +333,6 @@ class Watcher:
         if known is not None and known.comparable == view:
             _count_observation(kind, "ignored")
             return []
-        if known is not None and self._counts_only(kind, workload, known.comparable, view):
-            # The status write of a pod count (a readiness flap): the StatusPlanned it carried out and the
-            # pod observations it counts are in the trail; later changes compare with this state.
-            self.known[uid] = Known(kind, workload, view, obj)
-            _count_observation(kind, "ignored")
-            return []
         self.known[uid] = Known(kind, workload, view, obj)
         _count_observation(kind, "emitted")
         events = [self._observation(kind, obj, "MODIFIED" if known is not None else "ADDED", workload)]
@@ -355,22 +342,6 @@ class Watcher:
             for held_kind, held in self.held.pop(stream, {}).values():
                 events += self._diff(held_kind, held, "ADDED")
         return [self._mark_dirty(e) for e in events]
-
-    def _counts_only(
-        self, kind: str, workload: WorkloadKey, before: dict[str, Any], after: dict[str, Any]
-    ) -> bool:
-        """Whether a driven workload's own object changed only in the pod counts of its status (the kind's
-        ``pod_counts``), outside shadow mode: rollbook's own status write, not stored again. A shadowed
-        CloneSet's status is OpenKruise's decision, compared by the shadow trail: always stored."""
-        workload_kind = registry.KINDS[workload[0]]
-        counted = workload_kind.pod_counts
-        if kind != workload_kind.name or counted is None or self.settings.shadow:
-            return False
-        if observed_stream_of(workload) in self.shadowed_streams:
-            return False
-        # Judged on both states: neither may be one whose counts the rules read back.
-        fields = counted(before) & counted(after)
-        return differs_only_in_status(before, after, fields)
 
     def _forget_held(self, uid: str) -> None:
         for objects in self.held.values():
