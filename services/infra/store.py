@@ -162,13 +162,10 @@ class StoredEventJson(NamedTuple):
 
 
 def _stream_head(stream: str) -> str:
-    """SQL for the current version of the stream named by the SQL expression ``stream``: its newest stored
-    version, or the newest archived one (``rollbook archive`` keeps it in archived_stream_heads, so versions
-    keep rising after a stream's events left the table), 0 for none."""
-    return (
-        f"greatest((SELECT max(v.stream_version) FROM events v WHERE v.stream = {stream}),"
-        f" (SELECT h.stream_version FROM archived_stream_heads h WHERE h.stream = {stream}), 0)"
-    )
+    """SQL for the current version of the stream named by the SQL expression ``stream``, 0 for none: its
+    head, which the insert trigger keeps (0028) and an archive leaves, so versions keep rising after a
+    stream's events left the table. One index lookup, however many partitions ``events`` has."""
+    return f"coalesce((SELECT h.stream_version FROM stream_heads h WHERE h.stream = {stream}), 0)"
 
 
 _COLUMNS = (
@@ -213,7 +210,8 @@ _READ_CORRELATION_SQL = (
     " ORDER BY global_position LIMIT $3"
 )
 _READ_EVENT_SQL = f"SELECT {_COLUMNS} FROM events WHERE event_id = $1"
-_STORED_IDS_SQL = "SELECT event_id FROM events WHERE event_id = ANY($1::uuid[])"
+# Stored means in event_keys (0028): archived events count, so their redelivery is skipped, not refused.
+_STORED_IDS_SQL = "SELECT event_id FROM event_keys WHERE event_id = ANY($1::uuid[])"
 
 _READ_CHAIN_SQL = (
     f"SELECT {CHAIN_COLUMNS} FROM events WHERE global_position > $1 ORDER BY global_position LIMIT $2"
@@ -246,7 +244,7 @@ RETURNING global_position, chain_hash
 
 _STATE_SQL = f"""
 SELECT {_stream_head("$1")},
-       (SELECT coalesce(array_agg(event_id), '{{}}') FROM events WHERE event_id = ANY($2::uuid[]))
+       (SELECT coalesce(array_agg(event_id), '{{}}') FROM event_keys WHERE event_id = ANY($2::uuid[]))
 """
 
 # One statement per batch whatever its size: arrays travel in asyncpg's binary format. WITH ORDINALITY +
@@ -264,7 +262,7 @@ FROM unnest($1::uuid[], $2::text[], $3::int4[], $4::text[], $5::int4[], $6::time
             $7::uuid[], $8::text[], $9::text[])
      WITH ORDINALITY AS e(event_id, stream, stream_version, type, schema_version, occurred_at,
                           causation_id, correlation_id, payload, ord)
-WHERE NOT EXISTS (SELECT 1 FROM events s WHERE s.event_id = e.event_id)
+WHERE NOT EXISTS (SELECT 1 FROM event_keys s WHERE s.event_id = e.event_id)
 ORDER BY e.ord
 RETURNING global_position
 """
@@ -324,7 +322,7 @@ _APPEND_UNVERSIONED_FAST_SQL = _APPEND_UNVERSIONED_TEMPLATE.format(
     new_only="", stream_head=_stream_head("s.stream")
 )
 _APPEND_UNVERSIONED_SQL = _APPEND_UNVERSIONED_TEMPLATE.format(
-    new_only="WHERE NOT EXISTS (SELECT 1 FROM events s WHERE s.event_id = e.event_id)",
+    new_only="WHERE NOT EXISTS (SELECT 1 FROM event_keys s WHERE s.event_id = e.event_id)",
     stream_head=_stream_head("s.stream"),
 )
 _STREAM_VERSIONS_SQL = f"SELECT s, {_stream_head('s')} FROM unnest($1::text[]) AS s"
