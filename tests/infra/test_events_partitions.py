@@ -293,9 +293,11 @@ async def test_a_recorded_trail_is_carried_through_the_conversion(
                 await connection.fetchval("SELECT obj_description('events'::regclass, 'pg_class')") == comment
             )
             # 0028's keys, taken from the rows: every id, and each stream's last version and hash.
-            assert await connection.fetchval(
-                "SELECT count(*) FROM event_keys k JOIN events e USING (event_id)"
-            ) == len(events) == await connection.fetchval("SELECT count(*) FROM event_keys")
+            assert (
+                await connection.fetchval("SELECT count(*) FROM event_keys k JOIN events e USING (event_id)")
+                == len(events)
+                == await connection.fetchval("SELECT count(*) FROM event_keys")
+            )
             heads = (
                 "SELECT stream, stream_version, stream_hash FROM events e WHERE stream_version ="
                 " (SELECT max(stream_version) FROM events m WHERE m.stream = e.stream) ORDER BY stream"
