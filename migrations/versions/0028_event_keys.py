@@ -99,21 +99,19 @@ END
 $$
 """
 
-_HEAD_STREAM_LOOKUP = """
-        SELECT h.stream_hash INTO previous_stream FROM stream_heads h
-         WHERE h.stream = NEW.stream AND h.stream_version < NEW.stream_version;
-"""
+_HEAD_STREAM_LOOKUP = """SELECT h.stream_hash INTO previous_stream FROM stream_heads h
+         WHERE h.stream = NEW.stream AND h.stream_version < NEW.stream_version;"""
 _HEAD_CHAIN = _CHAIN_TEMPLATE.format(stream_lookup=_HEAD_STREAM_LOOKUP)
-# 0026's.
+# 0026's, to the whitespace (the downgrade restores its function exactly).
 _PARTITION_STREAM_LOOKUP = """
-        SELECT e.stream_hash INTO previous_stream FROM events e
-         WHERE e.stream = NEW.stream AND e.stream_version < NEW.stream_version
-         ORDER BY e.stream_version DESC LIMIT 1;
+            SELECT e.stream_hash INTO previous_stream FROM events e
+             WHERE e.stream = NEW.stream AND e.stream_version < NEW.stream_version
+             ORDER BY e.stream_version DESC LIMIT 1;
+
         IF previous_stream IS NULL THEN
             SELECT h.stream_hash INTO previous_stream FROM archived_stream_heads h
              WHERE h.stream = NEW.stream AND h.stream_version < NEW.stream_version;
-        END IF;
-"""
+        END IF;"""
 
 # Runs after events_chain (BEFORE triggers fire in name order), so the row's stream hash is known and the
 # head takes it. Race-free: every writer holds the append lock (0001) from before its first row to its
@@ -168,11 +166,12 @@ $$
 
 _PARTITION_CHAIN = _CHAIN_TEMPLATE.format(stream_lookup=_PARTITION_STREAM_LOOKUP)
 
-_UNIQUE_KEYS_COMMENT = """
-COMMENT ON FUNCTION events_unique_keys() IS
-'UNIQUE (event_id) and UNIQUE (stream, stream_version) across the partitions of events, and no
- version at or below an archived head: race-free under the append lock every writer holds'
-"""
+# 0026's comment, to the whitespace.
+_UNIQUE_KEYS_COMMENT = (
+    "COMMENT ON FUNCTION events_unique_keys() IS"
+    " 'UNIQUE (event_id) and UNIQUE (stream, stream_version) across the partitions of events, and no\n"
+    "         version at or below an archived head: race-free under the append lock every writer holds'"
+)
 
 
 def upgrade() -> None:

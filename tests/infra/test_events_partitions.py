@@ -231,6 +231,41 @@ async def test_keys_outlive_their_partition(server_urls: ServerUrls) -> None:
             await connection.close()
 
 
+async def test_the_downgrade_of_0028_restores_the_checks_of_0026(server_urls: ServerUrls) -> None:
+    """0028's downgrade puts 0026's trigger functions back exactly; a stream goes on across both changes
+    and the log verifies."""
+    functions = (
+        "SELECT p.proname, pg_get_functiondef(p.oid), obj_description(p.oid, 'pg_proc') FROM pg_proc p"
+        " WHERE p.proname IN ('events_chain', 'events_unique_keys') ORDER BY 1"
+    )
+    workload = f"down/{uuid.uuid4().hex[:8]}"
+    at = month_start(0) + timedelta(hours=1)
+    async with fresh_database(server_urls.database_url, prefix="rollbook_partitions") as url:
+        await upgrade_async(url, "0026_events_partitioned")
+        connection = await asyncpg.connect(asyncpg_url(url))
+        try:
+            before = await connection.fetch(functions)
+            await insert_recorded(connection, filler(workload, 2), at)
+            await upgrade_async(url)
+            assert await connection.fetch(functions) != before
+            await insert_recorded(connection, filler(workload, 1, start_version=3), at)
+            await downgrade_async(url, "0026_events_partitioned")
+            assert await connection.fetch(functions) == before
+            assert await connection.fetchval("SELECT to_regclass('event_keys') IS NULL")
+            await insert_recorded(connection, filler(workload, 1, start_version=4), at)
+            with pytest.raises(asyncpg.UniqueViolationError) as refused:
+                await insert_recorded(connection, filler(workload, 1, start_version=4), at)
+            assert refused.value.constraint_name == "events_stream_version_key"
+            store = await EventStore.connect(url)
+            try:
+                report = await audit_log(store)
+                assert report.clean and report.rows == 4, [f.describe() for f in report.findings]
+            finally:
+                await store.close()
+        finally:
+            await connection.close()
+
+
 async def test_only_the_writer_adds_partitions_and_only_by_whole_months(owner: asyncpg.Connection) -> None:
     for duty in ("reader", "webhook"):
         role = await owner.fetchval(f"SELECT {role_sql(duty)}")  # type: ignore[arg-type]
