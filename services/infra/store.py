@@ -251,7 +251,7 @@ SELECT {_stream_head("$1")},
 # ORDER BY keeps global positions in batch order (so stream versions rise with position). Event ids
 # already stored are left out (the batch itself must not repeat one). The test reads the statement's
 # snapshot, taken before the insert trigger's lock: an id committed meanwhile raises the unique violation
-# of events_unique_keys (migrations/versions/0026_events_partitioned.py) and the caller tries again under the
+# of events_unique_keys (migrations/versions/0028_event_keys.py) and the caller tries again under the
 # lock (ON CONFLICT cannot name a key that the partitioned table enforces by trigger).
 _INSERT_SQL = """
 INSERT INTO events (event_id, stream, stream_version, type, schema_version, occurred_at,
