@@ -241,6 +241,21 @@ RUNS: dict[str, tuple[list[str], list[str]]] = {
             rf"recreate / resize time: {NUMBER}x",
         ],
     ),
+    "trail.py": (
+        # 5,000 events (every template simulated, one wave), every read, one incremental checkpoint, a full
+        # verify; 30-90 s (the 200-pod template alone is simulated in ~10 s).
+        ["--events", "5000", "--samples", "2", "--checkpoints", "1"],
+        [
+            rf"seeded 5,000 events \(\d+ signed checkpoints\) in {NUMBER} s: {NUMBER} events/s;"
+            rf" .* ratio {NUMBER}",
+            rf"\| history NS/NAME \| 2 \| {NUMBER} \| {NUMBER} \| (met|MISSED) \|",
+            rf"\| view max_unavailable_exceeded \| 2 \| {NUMBER} \| {NUMBER} \| (met|MISSED) \|",
+            rf"\| what-if ROLLOUT --set maxUnavailable=2 \| 2 \| {NUMBER} \| {NUMBER} \| (met|MISSED) \|",
+            rf"\| UI GET /api/rollout\?id=ROLLOUT \| 2 \| {NUMBER} \| {NUMBER} \| (met|MISSED) \|",
+            rf"\| audit checkpoint \(new events since the last\) \| 1 \| {NUMBER} \| {NUMBER} \|",
+            rf"full audit verify: [\d,]+ events at {NUMBER} events/s .* ratio {NUMBER}",
+        ],
+    ),
     "services_rollout.py": (
         # 2 replicas, maxUnavailable 1: both phases, two rollout steps; 7-10 s (four service processes start).
         ["--replicas", "2", "--max-unavailable", "1", "--executors", "1"],
@@ -266,7 +281,8 @@ SKIPPED: dict[str, str] = {
 HANG_TIMEOUT = 180.0
 # Scripts that start a whole stack of processes (simcluster, nats-server, five services): ~50 s alone,
 # several minutes on a loaded 2-core machine, where each process start alone takes 10-30 s.
-SLOW_START_TIMEOUTS = {"scale.py": 600.0, "postgres_statements.py": 600.0}
+# bench/trail.py simulates its workload templates first (~10 s alone, minutes on a loaded machine).
+SLOW_START_TIMEOUTS = {"scale.py": 600.0, "postgres_statements.py": 600.0, "trail.py": 600.0}
 
 
 def bench_scripts() -> list[str]:

@@ -2,7 +2,7 @@
 ever stored, archived ones too) and ``stream_heads`` (each stream's last version and stream hash).
 
 Revision ID: 0028_event_keys
-Revises: 0026_events_partitioned
+Revises: 0027_trail_read_indexes
 Create Date: 2026-12-07
 
 0026 checked ``UNIQUE (event_id)`` and ``UNIQUE (stream, stream_version)`` with an index lookup in every
@@ -37,7 +37,7 @@ from alembic import op
 from services.infra.db_roles import role_sql
 
 revision: str = "0028_event_keys"
-down_revision: str | None = "0026_events_partitioned"
+down_revision: str | None = "0027_trail_read_indexes"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -329,7 +329,8 @@ _STREAM_VERSIONS_SQL = f"SELECT s, {_stream_head('s')} FROM unnest($1::text[]) A
 
 # Event loop turns given to a prefetch so it checks out a connection and sends its query.
 _PREFETCH_SPINS = 4
-_IMPORT_COLUMNS = [
+# The columns of ``import_events``' COPY, in its order (bench/trail.py seeds with the same).
+IMPORT_COLUMNS = [
     "event_id",
     "stream",
     "stream_version",
@@ -915,7 +916,7 @@ class PostgresEventStore:
 
         async def load() -> int:
             async with self._driver() as conn, conn.transaction():
-                await conn.copy_records_to_table("events", records=records, columns=_IMPORT_COLUMNS)
+                await conn.copy_records_to_table("events", records=records, columns=IMPORT_COLUMNS)
             return len(records)
 
         return await self._retrying(load)

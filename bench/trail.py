@@ -1,0 +1,505 @@
+"""A trail that stays fast: the read commands at millions of events (issue 27, docs/performance.md).
+
+    ROLLBOOK_DATABASE_URL=postgresql://... .venv/bin/python bench/trail.py [--events 10000000]
+        [--samples 40] [--keep] [--reuse DATABASE]
+
+Seeds --events events into a fresh database on ROLLBOOK_DATABASE_URL's server: CloneSets of 3 to 200 pods
+scaled out and rolled in place 2 to 4 times each, as the planner's code path records them
+(bench/_trail_seed.py), 50 workloads at a time so their events interleave in the log. Rows go in by COPY
+into `events` in batches (EventStore.import_events' columns: the chain trigger hashes each row), and a
+signed checkpoint is taken, with the auditor's Checkpointer, every ROLLBOOK_CHECKPOINT_EVERY_EVENTS events,
+as the auditor does.
+
+Then times, over --samples different workloads and rollouts (warm server, p50 and p95), what the commands
+run, in process, through their own functions and SQL: `rollbook history NS/NAME` (show_history, connect
+included), the trail part of `rollbook get` (its pod actions, current rollout and step limit; the pods come
+from the cluster), each audit view for one rollout (docs/sql.md), `rollbook replay ROLLOUT`,
+`rollbook what-if ROLLOUT --set maxUnavailable=2`, the UI's /api/rollouts and /api/rollout over HTTP
+(services/cli/ui.py's app), `rollbook audit checkpoint` after the auditor's usual number of new events (the
+incremental work: the tree extended from its stored frontier, one signature), and a full
+`rollbook audit verify` (events/s, against reading the same columns without hashing: its ceiling).
+
+--keep keeps the database (and its signing key beside it in the temp directory) for --reuse, which skips
+seeding. Goals (issue 27): every read p95 <= 100 ms, full verify >= 100,000 events/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import io
+import math
+import os
+import random
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from a checkout
+
+import asyncpg  # noqa: E402
+
+from bench import _trail_seed as seed  # noqa: E402
+from services.infra.database import asyncpg_url, create_database, drop_database, upgrade_async  # noqa: E402
+from services.infra.settings import Settings  # noqa: E402
+from services.infra.store import EventStore  # noqa: E402
+from tests.plugins.database import with_database  # noqa: E402
+
+GOAL_MS = 100.0
+GOAL_VERIFY = 100_000.0
+KEY_NAME = "bench.rollbook/log"
+MIN_SAMPLES = 5
+CONCURRENT = 50  # workloads whose events interleave
+WAVE_SECONDS = 3600.0  # one wave of workloads per hour of trail
+
+# The audit views for one rollout (docs/sql.md): by the rollout id ($1) and its key as docs/sql.md says, or
+# by its workload ($1, $2).
+ONE_ROLLOUT = "rollout_key = split_part($1, '#', 1) AND rollout_id = $1"
+VIEWS: dict[str, tuple[str, str]] = {
+    "view rollouts": ("rollout", f"SELECT * FROM rollouts WHERE {ONE_ROLLOUT}"),
+    "view partition_steps": (
+        "rollout",
+        f"SELECT * FROM partition_steps WHERE {ONE_ROLLOUT} ORDER BY position",
+    ),
+    "view pod_actions": (
+        "rollout",
+        f"SELECT * FROM pod_actions WHERE {ONE_ROLLOUT} ORDER BY position",
+    ),
+    "view action_outcomes": (
+        "rollout",
+        f"SELECT * FROM action_outcomes WHERE {ONE_ROLLOUT} ORDER BY position",
+    ),
+    "view max_unavailable_exceeded": (
+        "rollout",
+        f"SELECT * FROM max_unavailable_exceeded WHERE {ONE_ROLLOUT}",
+    ),
+    "view actions_without_one_terminal": (
+        "rollout",
+        f"SELECT * FROM actions_without_one_terminal WHERE {ONE_ROLLOUT}",
+    ),
+    "view unavailability (the rollout's workload)": (
+        "workload",
+        "SELECT * FROM unavailability WHERE kind = 'CloneSet' AND namespace = $1 AND workload = $2"
+        " ORDER BY position",
+    ),
+    "view revisions (the rollout's workload)": (
+        "workload",
+        "SELECT * FROM revisions WHERE kind = 'CloneSet' AND namespace = $1 AND workload = $2",
+    ),
+    "view hook_waits (the rollout's workload)": (
+        "workload",
+        "SELECT * FROM hook_waits WHERE namespace = $1 AND workload = $2",
+    ),
+}
+
+
+def load_average() -> str:
+    return f"{' '.join(f'{x:.2f}' for x in os.getloadavg())} ({os.cpu_count()} cores)"
+
+
+def settings_for(url: str, data_dir: Path) -> Settings:
+    return Settings(database_url=url, data_dir=str(data_dir), audit_key_name=KEY_NAME)
+
+
+class Seeder:
+    """Workloads stamped in a worker process (bench/_trail_seed.py) while this one copies the last wave."""
+
+    def __init__(
+        self, pool: ProcessPoolExecutor, first: int, count: int, seed_value: int, after: float = 0.0
+    ) -> None:
+        """``count`` workloads numbered from ``first``, their times ``after`` seconds after the template's."""
+        self.pool = pool
+        self.workloads = [
+            seed.Workload(first + w.number, w.template, f"team-{(first + w.number) // 20}",
+                          f"svc-{first + w.number}", w.offset + after)
+            for w in seed.plan_workloads(count, seed_value, concurrent=CONCURRENT, spacing=WAVE_SECONDS)
+        ]  # fmt: skip
+
+    async def waves(self) -> Any:
+        loop = asyncio.get_running_loop()
+        waves = [self.workloads[i : i + CONCURRENT] for i in range(0, len(self.workloads), CONCURRENT)]
+        pending = loop.run_in_executor(self.pool, seed.wave_rows, waves[0]) if waves else None
+        for index in range(len(waves)):
+            assert pending is not None
+            rows = await pending
+            pending = (
+                loop.run_in_executor(self.pool, seed.wave_rows, waves[index + 1])
+                if index + 1 < len(waves)
+                else None
+            )
+            yield rows
+        if pending is not None:
+            pending.cancel()
+
+
+async def copy_rows(conn: asyncpg.Connection, rows: list[seed.Row], batch: int) -> None:
+    for start in range(0, len(rows), batch):
+        await conn.copy_records_to_table("events", records=rows[start : start + batch], columns=seed.COLUMNS)
+
+
+async def seed_trail(url: str, data_dir: Path, events: int, batch: int, pool: ProcessPoolExecutor) -> None:
+    from services.infra.transparency import checkpointer_for
+
+    per_workload = await asyncio.get_running_loop().run_in_executor(pool, seed.events_per_workload)
+    settings = settings_for(url, data_dir)
+    store = await EventStore.connect(url)
+    conn = await asyncpg.connect(asyncpg_url(url))
+    try:
+        checkpointer = checkpointer_for(store, settings, None)
+        seeder = Seeder(pool, 0, math.ceil(events / per_workload * 1.3) + CONCURRENT, 7)
+        started = time.perf_counter()
+        stored, since, checkpoints, ceiling, analyzed = 0, 0, 0, None, 0
+        async for rows in seeder.waves():
+            rows = rows[: events - stored]
+            if ceiling is None:
+                ceiling = await copy_ceiling(conn, rows, batch)
+                # The first rows alone, then statistics: the chain trigger's plans, made on an empty table,
+                # would scan the whole table for each row of the first batch.
+                await copy_rows(conn, rows[:1000], batch)
+                await conn.execute("ANALYZE events")
+                stored, since, analyzed, rows = 1000, 1000, 1000, rows[1000:]
+            for start in range(0, len(rows), batch):
+                chunk = rows[start : start + batch]
+                await copy_rows(conn, chunk, batch)
+                stored += len(chunk)
+                since += len(chunk)
+                if since >= settings.checkpoint_every_events:
+                    await checkpointer.checkpoint()
+                    checkpoints, since = checkpoints + 1, 0
+                if stored >= 2 * analyzed:
+                    # What autovacuum does to a young table that doubled: without fresh statistics the
+                    # chain trigger's cached plans, made on an empty table, scan it for every row.
+                    await conn.execute("ANALYZE events")
+                    analyzed = stored
+            elapsed = time.perf_counter() - started
+            print(f"  {stored:,} events, {stored / elapsed:,.0f} events/s, load {load_average()}", flush=True)
+            if stored >= events:
+                break
+        await checkpointer.checkpoint()
+        seeded = time.perf_counter() - started
+        print(
+            f"seeded {stored:,} events ({checkpoints + 1} signed checkpoints) in {seeded:.0f} s:"
+            f" {stored / seeded:,.0f} events/s; COPY without the events triggers and indexes, same rows"
+            f" (ceiling): {ceiling or 0:,.0f} events/s, ratio {stored / seeded / (ceiling or 1):.2f}"
+        )
+        started = time.perf_counter()
+        await conn.execute("VACUUM ANALYZE events")  # what autovacuum does to a table that grew
+        print(f"VACUUM ANALYZE events: {time.perf_counter() - started:.0f} s")
+    finally:
+        await conn.close()
+        await store.close()
+
+
+async def copy_ceiling(conn: asyncpg.Connection, rows: list[seed.Row], batch: int) -> float:
+    """The same rows into a table of events' columns with no trigger and no index: COPY's pace on this
+    server."""
+    await conn.execute("CREATE TEMP TABLE copy_ceiling (LIKE events INCLUDING DEFAULTS INCLUDING IDENTITY)")
+    # The hash columns are the chain trigger's to fill: here they stay NULL.
+    await conn.execute(
+        "ALTER TABLE copy_ceiling ALTER COLUMN stream_hash DROP NOT NULL,"
+        " ALTER COLUMN chain_hash DROP NOT NULL"
+    )
+    try:
+        started = time.perf_counter()
+        for start in range(0, len(rows), batch):
+            await conn.copy_records_to_table(
+                "copy_ceiling", records=rows[start : start + batch], columns=seed.COLUMNS
+            )
+        return len(rows) / (time.perf_counter() - started)
+    finally:
+        await conn.execute("DROP TABLE copy_ceiling")
+
+
+async def workload_count(store: EventStore) -> int:
+    """How many workloads the seed wrote (svc-0 .. svc-N-1): a binary search on their streams."""
+
+    async def exists(n: int) -> bool:
+        return await store.stream_version(f"CloneSet/team-{n // 20}/svc-{n}") > 0
+
+    high = 1
+    while await exists(high):
+        high *= 2
+    low = high // 2
+    while low + 1 < high:
+        middle = (low + high) // 2
+        low, high = (middle, high) if await exists(middle) else (low, middle)
+    return high
+
+
+Sample = tuple[str, str, str]  # namespace, workload, rollout id
+
+
+async def pick_samples(conn: asyncpg.Connection, store: EventStore, count: int) -> list[Sample]:
+    from services.infra import audit_queries
+
+    workloads = await workload_count(store)
+    rng = random.Random(11)
+    samples: list[Sample] = []
+    while len(samples) < count:
+        n = rng.randrange(workloads)
+        namespace, name = f"team-{n // 20}", f"svc-{n}"
+        rollouts = [r["rollout_id"] for r in await audit_queries.rollouts(conn, namespace, name)]
+        numbered = [r for r in rollouts if not r.endswith("#0")]
+        if numbered:
+            samples.append((namespace, name, rng.choice(numbered)))
+    return samples
+
+
+Timings = dict[str, list[float]]
+
+
+async def time_each(
+    timings: Timings,
+    label: str,
+    samples: list[Sample],
+    call: Callable[[Sample], Awaitable[object]],
+    budget_ms: float,
+) -> None:
+    """``call`` on each sample (warm first), until ``budget_ms`` are spent (at least MIN_SAMPLES calls)."""
+    await call(samples[0])  # warm: figures are for a warm server
+    spent: list[float] = []
+    for sample in samples:
+        started = time.perf_counter()
+        await call(sample)
+        spent.append((time.perf_counter() - started) * 1000)
+        if len(spent) >= MIN_SAMPLES and sum(spent) > budget_ms:
+            break  # a read that slow needs no more samples to tell
+    timings[label] = spent
+    print(f"  {label}: p50 {statistics.median(spent):.1f} ms", flush=True)
+
+
+def p95(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(0.95 * len(ordered)) - 1)]
+
+
+async def time_reads(url: str, samples_wanted: int, budget_ms: float) -> Timings:
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from services.cli.history import show_history
+    from services.cli.ui import make_app
+    from services.cli.watch import Sources
+    from services.infra import audit_queries
+    from services.replay.operations import replay_lines, what_if_rollout
+    from services.replay.whatif import parse_overrides
+
+    store = await EventStore.connect(url)
+    conn = await asyncpg.connect(asyncpg_url(url))
+    pool = await asyncpg.create_pool(asyncpg_url(url), min_size=1, max_size=4)
+    timings: Timings = {}
+    try:
+        samples = await pick_samples(conn, store, samples_wanted)
+        settings = Settings(database_url=url)
+
+        async def history(s: Sample) -> None:
+            with contextlib.redirect_stdout(io.StringIO()):
+                assert await show_history(settings, s[0], s[1], None) == 0
+
+        await time_each(timings, "history NS/NAME", samples, history, budget_ms)
+
+        async def history_sql(s: Sample) -> None:
+            await audit_queries.rollouts(conn, s[0], s[1])
+            await audit_queries.pod_actions(conn, s[0], s[1])
+
+        # Its share that grows with the trail; the rest is the connection and the table's rendering (rich),
+        # which grow with the workload's actions only.
+        await time_each(timings, "history NS/NAME: its SQL alone", samples, history_sql, budget_ms)
+
+        async def get(s: Sample) -> None:
+            actions, rollout_id, _ = await Sources(None, conn, "").trail(s[0], s[1])  # type: ignore[arg-type]
+            assert actions and rollout_id is not None
+            await audit_queries.latest_max_unavailable(conn, rollout_id)
+
+        await time_each(timings, "get NS/NAME (the trail's part)", samples, get, budget_ms)
+        for label, (by, sql) in VIEWS.items():
+
+            async def view(s: Sample, sql: str = sql, by: str = by) -> None:
+                await conn.fetch(sql, *((s[2],) if by == "rollout" else (s[0], s[1])))
+
+            await time_each(timings, label, samples, view, budget_ms)
+        await time_each(timings, "replay ROLLOUT", samples, lambda s: replay_lines(store, s[2]), budget_ms)
+        overrides = parse_overrides(["maxUnavailable=2"])
+        await time_each(
+            timings, "what-if ROLLOUT --set maxUnavailable=2", samples,
+            lambda s: what_if_rollout(store, s[2], overrides), budget_ms,
+        )  # fmt: skip
+        async with TestClient(TestServer(make_app(pool, store))) as client:
+
+            async def api(path: str, params: dict[str, str] | None = None) -> None:
+                response = await client.get(path, params=params, headers={"Host": "localhost"})
+                assert response.status == 200, await response.text()
+                await response.read()
+
+            await time_each(
+                timings, "UI GET /api/rollouts", samples, lambda _: api("/api/rollouts"), budget_ms
+            )
+            await time_each(
+                timings,
+                "UI GET /api/rollout?id=ROLLOUT",
+                samples,
+                lambda s: api("/api/rollout", {"id": s[2]}),
+                budget_ms,
+            )
+    finally:
+        await pool.close()
+        await conn.close()
+        await store.close()
+    return timings
+
+
+async def time_checkpoints(url: str, data_dir: Path, runs: int, pool: ProcessPoolExecutor) -> list[float]:
+    """`rollbook audit checkpoint` after each ROLLBOOK_CHECKPOINT_EVERY_EVENTS new events."""
+    from services.infra.transparency import checkpointer_for
+
+    settings = settings_for(url, data_dir)
+    store = await EventStore.connect(url)
+    conn = await asyncpg.connect(asyncpg_url(url))
+    spent: list[float] = []
+    try:
+        checkpointer = checkpointer_for(store, settings, None)
+        await checkpointer.checkpoint()  # the tree in memory, as the running auditor holds it
+        # Workloads no run wrote yet (each run appends more than their number of events), after the trail.
+        head, last = await conn.fetchrow(
+            "SELECT global_position, occurred_at FROM events ORDER BY global_position DESC LIMIT 1"
+        )
+        after = (last - seed.T0).total_seconds() + WAVE_SECONDS
+        seeder = Seeder(pool, 1_000_000 + head, CONCURRENT * 2, 13, after)
+        async for rows in seeder.waves():
+            for start in range(0, len(rows), settings.checkpoint_every_events):
+                await copy_rows(conn, rows[start : start + settings.checkpoint_every_events], 10_000)
+                began = time.perf_counter()
+                taken = await checkpointer.checkpoint()
+                spent.append((time.perf_counter() - began) * 1000)
+                assert taken is not None
+                if len(spent) >= runs:
+                    break
+            if len(spent) >= runs:
+                break
+    finally:
+        await conn.close()
+        await store.close()
+    return spent
+
+
+async def time_full_verify(url: str, data_dir: Path) -> tuple[int, float, float]:
+    """(events, events/s of `audit verify`, events/s of reading the same rows without hashing)."""
+    from services.cli.replay import verify_trail
+    from services.infra.transparency import trusted_verifiers
+
+    settings = settings_for(url, data_dir)
+    store = await EventStore.connect(url)
+    try:
+        started = time.perf_counter()
+        rows = 0
+        async for batch in store.read_chain_batches(0, 5000):
+            rows += len(batch)
+        ceiling = rows / (time.perf_counter() - started)
+        started = time.perf_counter()
+        report = await verify_trail(
+            store, settings, trusted_verifiers(settings), max_age=float("inf"), bus=False
+        )
+        elapsed = time.perf_counter() - started
+        if report.findings:
+            raise SystemExit(f"audit verify found {[f.describe() for f in report.findings][:3]}")
+        return report.rows, report.rows / elapsed, ceiling
+    finally:
+        await store.close()
+
+
+async def database_size(url: str) -> str:
+    conn = await asyncpg.connect(asyncpg_url(url))
+    try:
+        total, events, count = await conn.fetchrow(
+            "SELECT pg_database_size(current_database()), pg_total_relation_size('events'),"
+            " (SELECT count(*) FROM events)"
+        )
+        return (
+            f"{count:,} events; database {total / 2**30:.2f} GiB,"
+            f" events with its indexes {events / 2**30:.2f} GiB"
+        )
+    finally:
+        await conn.close()
+
+
+def report(timings: Timings, checkpoints: list[float], verify: tuple[int, float, float] | None) -> None:
+    print(f"\n| read | n | p50 ms | p95 ms | goal p95 <= {GOAL_MS:.0f} ms |")
+    print("|---|---|---|---|---|")
+    rows = list(timings.items())
+    if checkpoints:
+        rows.append(("audit checkpoint (new events since the last)", checkpoints))
+    for label, spent in rows:
+        verdict = "met" if p95(spent) <= GOAL_MS else "MISSED"
+        print(f"| {label} | {len(spent)} | {statistics.median(spent):.1f} | {p95(spent):.1f} | {verdict} |")
+    if verify is None:
+        return
+    events, rate, ceiling = verify
+    verdict = "met" if rate >= GOAL_VERIFY else "MISSED"
+    print(
+        f"\nfull audit verify: {events:,} events at {rate:,.0f} events/s"
+        f" (goal >= {GOAL_VERIFY:,.0f}: {verdict});"
+        f" reading the same columns without hashing {ceiling:,.0f} events/s, ratio {rate / ceiling:.2f}"
+    )
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=10_000_000, help="events to seed")
+    parser.add_argument("--batch", type=int, default=10_000, help="rows per COPY")
+    parser.add_argument("--samples", type=int, default=40, help="workloads/rollouts each read is timed on")
+    parser.add_argument("--checkpoints", type=int, default=5, help="incremental checkpoints timed")
+    parser.add_argument(
+        "--budget",
+        type=float,
+        default=60.0,
+        help="seconds a read is sampled for at most (at least 5 samples)",
+    )
+    parser.add_argument(
+        "--no-verify", action="store_true", help="skip the full verify (it reads the whole log)"
+    )
+    parser.add_argument("--keep", action="store_true", help="keep the database for --reuse")
+    parser.add_argument("--reuse", metavar="DATABASE", help="a database --keep kept: skip seeding")
+    parser.add_argument("--database-url", default="")
+    args = parser.parse_args()
+    server = args.database_url or Settings.from_env().database_url or "postgresql://root@127.0.0.1:5432/test"
+    name = args.reuse or f"rollbook_bench_trail_{uuid.uuid4().hex[:8]}"
+    url = with_database(server, name)
+    data_dir = Path(tempfile.gettempdir()) / f"{name}.audit"  # the signing key, kept with --keep
+    print(f"database {name}; load average {load_average()}", flush=True)
+    keep = args.keep or args.reuse is not None
+    with ProcessPoolExecutor(1) as pool:
+        try:
+            if args.reuse is None:
+                await create_database(server, name)
+                await upgrade_async(url)
+                data_dir.mkdir()
+                await seed_trail(url, data_dir, args.events, args.batch, pool)
+            elif not data_dir.is_dir():
+                raise SystemExit(f"no signing key of {name} at {data_dir}: seed it again with --keep")
+            print(await database_size(url), flush=True)
+            timings = await time_reads(url, args.samples, args.budget * 1000)
+            checkpoints = (
+                await time_checkpoints(url, data_dir, args.checkpoints, pool) if args.checkpoints else []
+            )
+            verify = None if args.no_verify else await time_full_verify(url, data_dir)
+            report(timings, checkpoints, verify)
+            print(f"load average after: {load_average()}")
+            if keep:
+                print(f"kept: --reuse {name}")
+        finally:
+            if not keep:
+                await drop_database(server, name)
+                for path in sorted(data_dir.glob("**/*"), reverse=True):
+                    path.rmdir() if path.is_dir() else path.unlink()
+                with contextlib.suppress(FileNotFoundError):
+                    data_dir.rmdir()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
