@@ -84,8 +84,8 @@ rows AS (
 )
 INSERT INTO events (event_id, stream, stream_version, type, schema_version, occurred_at, correlation_id,
                     payload)
-SELECT gen_random_uuid(), stream, row_number() OVER (PARTITION BY stream ORDER BY t0, k), type, 1, t0,
-       rollout, payload
+SELECT gen_random_uuid(), stream, 1000000 + row_number() OVER (PARTITION BY stream ORDER BY t0, k), type, 1,
+       t0, rollout, payload
 FROM rows
 ORDER BY t0, k
 """
@@ -118,15 +118,16 @@ rows AS (
 )
 INSERT INTO events (event_id, stream, stream_version, type, schema_version, occurred_at, correlation_id,
                     payload)
-SELECT gen_random_uuid(), stream, 1000000 + row_number() OVER (PARTITION BY stream ORDER BY t), type, 1, t,
+SELECT gen_random_uuid(), stream, 2000000 + row_number() OVER (PARTITION BY stream ORDER BY t), type, 1, t,
        rollout, payload
 FROM rows
 """
 
-# Before the rollouts: each workload observed with P replicas and its P pods ready.
+# Before the rollouts: each workload observed with P replicas and its P pods ready. Each statement's
+# versions lie above the previous ones' (a stream's versions rise: 0028).
 INITIAL = """
 INSERT INTO events (event_id, stream, stream_version, type, schema_version, occurred_at, payload)
-SELECT gen_random_uuid(), 'CloneSet/ns' || w || '/web/observed', 1000000 + p, 'ObjectObserved', 1,
+SELECT gen_random_uuid(), 'CloneSet/ns' || w || '/web/observed', 1 + p, 'ObjectObserved', 1,
        timestamptz '2026-01-01' + make_interval(secs => w * 100000 - 100 + p),
        CASE WHEN p = 0 THEN
            jsonb_build_object('type', 'ObjectObserved', 'kind', 'CloneSet', 'namespace', 'ns' || w,

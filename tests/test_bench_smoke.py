@@ -161,7 +161,7 @@ RUNS: dict[str, tuple[list[str], list[str]]] = {
         [
             rf"postgres over the in-place rollout of 6 pods: server CPU {NUMBER} ms/pod",
             r"function events_chain: ",
-            r"WITH current AS \(SELECT greatest\(\(SELECT max\(v\.stream_version\)",  # the append, ranked
+            r"WITH current AS \(SELECT coalesce\(\(SELECT h\.stream_version",  # the append, ranked
         ],
     ),
     "scale.py": (

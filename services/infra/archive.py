@@ -23,6 +23,9 @@ anything is dropped; the drop (detach, copy of what stays, ``event_archives``, `
 one transaction as the owner, under an exclusive lock on ``events``. A crash before the commit leaves the
 database as it was and a manifest entry the database does not confirm: the next run writes the same range
 again (the same bytes: gzip without a timestamp) and replaces it. Nothing is dropped that is not in a file.
+
+What stays. ``event_keys`` and ``stream_heads`` (0028) are not touched: an archived event's id stays taken
+(its redelivery is skipped as stored) and its stream's versions keep rising from its head.
 """
 
 from __future__ import annotations

@@ -163,13 +163,10 @@ class StoredEventJson(NamedTuple):
 
 
 def _stream_head(stream: str) -> str:
-    """SQL for the current version of the stream named by the SQL expression ``stream``: its newest stored
-    version, or the newest archived one (``rollbook archive`` keeps it in archived_stream_heads, so versions
-    keep rising after a stream's events left the table), 0 for none."""
-    return (
-        f"greatest((SELECT max(v.stream_version) FROM events v WHERE v.stream = {stream}),"
-        f" (SELECT h.stream_version FROM archived_stream_heads h WHERE h.stream = {stream}), 0)"
-    )
+    """SQL for the current version of the stream named by the SQL expression ``stream``, 0 for none: its
+    head, which the insert trigger keeps (0028) and an archive leaves, so versions keep rising after a
+    stream's events left the table. One index lookup, however many partitions ``events`` has."""
+    return f"coalesce((SELECT h.stream_version FROM stream_heads h WHERE h.stream = {stream}), 0)"
 
 
 _COLUMNS = (
@@ -214,7 +211,8 @@ _READ_CORRELATION_SQL = (
     " ORDER BY global_position LIMIT $3"
 )
 _READ_EVENT_SQL = f"SELECT {_COLUMNS} FROM events WHERE event_id = $1"
-_STORED_IDS_SQL = "SELECT event_id FROM events WHERE event_id = ANY($1::uuid[])"
+# Stored means in event_keys (0028): archived events count, so their redelivery is skipped, not refused.
+_STORED_IDS_SQL = "SELECT event_id FROM event_keys WHERE event_id = ANY($1::uuid[])"
 
 _STORED_AS_CARRIED_SQL = """
 SELECT e.stream = $2 AND e.stream_version = $3 AND e.type = $4
@@ -244,14 +242,14 @@ RETURNING global_position, chain_hash
 
 _STATE_SQL = f"""
 SELECT {_stream_head("$1")},
-       (SELECT coalesce(array_agg(event_id), '{{}}') FROM events WHERE event_id = ANY($2::uuid[]))
+       (SELECT coalesce(array_agg(event_id), '{{}}') FROM event_keys WHERE event_id = ANY($2::uuid[]))
 """
 
 # One statement per batch whatever its size: arrays travel in asyncpg's binary format. WITH ORDINALITY +
 # ORDER BY keeps global positions in batch order (so stream versions rise with position). Event ids
 # already stored are left out (the batch itself must not repeat one). The test reads the statement's
 # snapshot, taken before the insert trigger's lock: an id committed meanwhile raises the unique violation
-# of events_unique_keys (migrations/versions/0026_events_partitioned.py) and the caller tries again under the
+# of events_unique_keys (migrations/versions/0028_event_keys.py) and the caller tries again under the
 # lock (ON CONFLICT cannot name a key that the partitioned table enforces by trigger).
 _INSERT_SQL = """
 INSERT INTO events (event_id, stream, stream_version, type, schema_version, occurred_at,
@@ -262,7 +260,7 @@ FROM unnest($1::uuid[], $2::text[], $3::int4[], $4::text[], $5::int4[], $6::time
             $7::uuid[], $8::text[], $9::text[])
      WITH ORDINALITY AS e(event_id, stream, stream_version, type, schema_version, occurred_at,
                           causation_id, correlation_id, payload, ord)
-WHERE NOT EXISTS (SELECT 1 FROM events s WHERE s.event_id = e.event_id)
+WHERE NOT EXISTS (SELECT 1 FROM event_keys s WHERE s.event_id = e.event_id)
 ORDER BY e.ord
 RETURNING global_position
 """
@@ -322,7 +320,7 @@ _APPEND_UNVERSIONED_FAST_SQL = _APPEND_UNVERSIONED_TEMPLATE.format(
     new_only="", stream_head=_stream_head("s.stream")
 )
 _APPEND_UNVERSIONED_SQL = _APPEND_UNVERSIONED_TEMPLATE.format(
-    new_only="WHERE NOT EXISTS (SELECT 1 FROM events s WHERE s.event_id = e.event_id)",
+    new_only="WHERE NOT EXISTS (SELECT 1 FROM event_keys s WHERE s.event_id = e.event_id)",
     stream_head=_stream_head("s.stream"),
 )
 _STREAM_VERSIONS_SQL = f"SELECT s, {_stream_head('s')} FROM unnest($1::text[]) AS s"

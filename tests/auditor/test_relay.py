@@ -21,6 +21,7 @@ from services.model.events import decode
 from tests.auditor.helpers import relay_settings
 from tests.e2e.audit import published_event_ids
 from tests.infra.store_helpers import batch, unique_stream
+from tests.plugins.database import lose_events_sql
 from tests.plugins.servers import ServerUrls
 from tests.plugins.stack import wait_for
 
@@ -373,9 +374,8 @@ async def test_events_a_failover_lost_from_the_store_are_named_and_what_follows_
         connection = await asyncpg.connect(url)
         try:
             await connection.execute("ALTER TABLE events DISABLE TRIGGER events_append_only")
-            await connection.execute(
-                "DELETE FROM events WHERE global_position >= $1", lost[0].global_position
-            )
+            for statement in lose_events_sql(f"global_position >= {lost[0].global_position}"):
+                await connection.execute(statement)
             await connection.execute("ALTER TABLE events ENABLE TRIGGER events_append_only")
         finally:
             await connection.close()

@@ -26,6 +26,7 @@ from services.model.events import (
     StoreLossDetected,
     new_event,
 )
+from tests.plugins.database import lose_events_sql
 from tests.plugins.servers import ServerUrls
 from tests.plugins.stack import wait_for
 from tests.security.signed_trail import T0, signed_trail
@@ -92,7 +93,7 @@ async def test_lost_events_come_back_from_the_bus_as_themselves_and_the_rest_are
         relay = await relayed_all(store, own_bus)
         before = {outcome: resolved(outcome) for outcome in ("recovered", "unrecoverable")}
         lost_from = min(p for p, e in relay.sent.items() if e.event_id == second.event_id)
-        await trail.owner(f"DELETE FROM events WHERE global_position >= {lost_from}")
+        await trail.owner(*lose_events_sql(f"global_position >= {lost_from}"))
         # The new primary goes on: an executor stores another action's outcome at the actions stream's
         # next version, the slot the lost success of act-1 had.
         other = new_event(
@@ -170,7 +171,7 @@ async def test_a_recovery_an_outage_interrupts_goes_through_at_the_next_check(
         await store.append([first, second], expected_version=0)
         relay = await relayed_all(store, own_bus)
         lost_from = min(p for p, e in relay.sent.items() if e.event_id == first.event_id)
-        await trail.owner(f"DELETE FROM events WHERE global_position >= {lost_from}")
+        await trail.owner(*lose_events_sql(f"global_position >= {lost_from}"))
 
         # The database goes away again after the first event went back.
         append_many = store.append_many
@@ -247,7 +248,7 @@ async def test_a_forged_message_holding_an_events_id_ahead_of_the_relay_is_not_s
         finally:
             stopping.set()
             await asyncio.wait_for(task, 30)
-        await trail.owner(f"DELETE FROM events WHERE global_position >= {coming}")
+        await trail.owner(*lose_events_sql(f"global_position >= {coming}"))
 
         await relay.check_store()
 
@@ -282,7 +283,7 @@ async def test_a_loss_beyond_what_the_relay_remembers_puts_nothing_back_and_publ
         remembered = sorted(relay.sent)
         assert remembered[0] > lost_from  # the relay no longer remembers the first lost event
         # The standby never received any of the five; the new primary's sequence goes on from its own last.
-        await trail.owner(f"DELETE FROM events WHERE global_position >= {lost_from}")
+        await trail.owner(*lose_events_sql(f"global_position >= {lost_from}"))
         await trail.owner(f"ALTER TABLE events ALTER COLUMN global_position RESTART WITH {lost_from}")
         other = new_event(
             PodActionSucceeded(action_id="act-9"),
@@ -320,13 +321,13 @@ async def test_an_event_put_back_and_lost_again_by_a_second_failover_is_put_back
         lost_from = await store.head_position() + 1
         await store.append([second], expected_version=1)
         relay = await relayed_all(store, own_bus)
-        await trail.owner(f"DELETE FROM events WHERE global_position >= {lost_from}")
+        await trail.owner(*lose_events_sql(f"global_position >= {lost_from}"))
         await relay.check_store()
         assert await store.read_event(second.event_id) == second
         # The relay publishes it at its new position; then a second failover loses it again.
         again_from = (await store.positions_of([second.event_id]))[second.event_id]
         await relay.publish(await store.read_batch_json(relay.position, 500))
-        await trail.owner(f"DELETE FROM events WHERE global_position >= {again_from}")
+        await trail.owner(*lose_events_sql(f"global_position >= {again_from}"))
 
         await relay.check_store()
 
@@ -345,7 +346,7 @@ async def test_a_lost_event_stored_elsewhere_meanwhile_is_not_recovered_and_bloc
         await store.append([second], expected_version=1)
         await store.append_many([after])
         relay = await relayed_all(store, own_bus)
-        await trail.owner(f"DELETE FROM events WHERE global_position >= {lost_from}")
+        await trail.owner(*lose_events_sql(f"global_position >= {lost_from}"))
 
         # Another writer stores the lost request's id at another slot just before the relay appends it.
         append_many = store.append_many
@@ -378,13 +379,13 @@ async def test_the_loss_is_recorded_after_a_second_failover_lost_the_relays_earl
         lost_from = await store.head_position() + 1
         await store.append([second], expected_version=1)
         relay = await relayed_all(store, own_bus)
-        await trail.owner(f"DELETE FROM events WHERE global_position >= {lost_from}")
+        await trail.owner(*lose_events_sql(f"global_position >= {lost_from}"))
         await relay.check_store()  # puts the request back and records the loss
         again_from = (await store.positions_of([second.event_id]))[second.event_id]
         await relay.publish(await store.read_batch_json(relay.position, 500))
         # A second failover loses both, and the relay's connection with it: its next append checks first
         # that the store still holds what it appended.
-        await trail.owner(f"DELETE FROM events WHERE global_position >= {again_from}")
+        await trail.owner(*lose_events_sql(f"global_position >= {again_from}"))
         store.reconnected = True
 
         await relay.check_store()
@@ -415,7 +416,7 @@ async def test_a_lost_success_is_named_with_its_own_requests_pod_never_another_a
         )
         await store.append_many([wrong])
         relay = await relayed_all(store, own_bus)
-        await trail.owner(f"DELETE FROM events WHERE global_position >= {lost_from}")
+        await trail.owner(*lose_events_sql(f"global_position >= {lost_from}"))
         other = new_event(
             PodActionSucceeded(action_id="act-9"), stream=ACTIONS, stream_version=0, occurred_at=T0
         )

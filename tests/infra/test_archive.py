@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import timedelta
@@ -35,6 +36,7 @@ from services.infra.database import asyncpg_url, upgrade_async
 from services.infra.settings import Settings
 from services.infra.store import EventStore
 from services.infra.transparency import checkpointer_for, trusted_verifiers
+from services.model.event_store import ConcurrencyError
 from services.replay.audit import AuditReport
 from services.replay.operations import replay_lines, what_if_rollout
 from tests.infra.partition_helpers import (
@@ -202,6 +204,29 @@ async def test_a_stream_goes_on_after_its_archived_events(archived: Archived) ->
     report = await archived.verify(archived.directory)
     assert report.clean and report.rows == archived.total + 1, [f.describe() for f in report.findings]
     archived.total += 1
+
+
+async def test_a_redelivered_archived_event_is_recognised_as_stored(archived: Archived) -> None:
+    """An event whose partition was archived is redelivered (a bus replay, a watcher's resend): every
+    idempotent append skips it as stored, none stores it twice, and a different event cannot take its
+    version. Its key stayed in event_keys (0028) when its partition was dropped."""
+    _, trail = fixture_trail()
+    redelivered = [envelope(e) for e in trail[-3:]]
+    ids = [e.event_id for e in redelivered]
+    store = archived.store
+    assert not await store.query("SELECT 1 FROM events WHERE event_id = ANY($1::uuid[])", ids), "archived"
+    assert await store.stored_ids(ids) == set(ids)
+    assert await store.append_many(redelivered) == 0
+    unversioned = await store.append_unversioned(redelivered)
+    assert sum(r.appended for r in unversioned) == 0
+    assert sum(r.skipped for r in unversioned) == len(redelivered)
+    last = redelivered[-1]
+    again = await store.append([last], expected_version=last.stream_version - 1)
+    assert (again.appended, again.skipped) == (0, 1)
+    with pytest.raises(ConcurrencyError):
+        await store.append_many([msgspec.structs.replace(last, event_id=uuid.uuid4())])
+    report = await archived.verify(archived.directory)
+    assert report.clean and report.rows == archived.total, [f.describe() for f in report.findings]
 
 
 def _lines(path: Path) -> list[bytes]:

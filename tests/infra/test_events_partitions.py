@@ -1,5 +1,6 @@
-"""Migration 0026: events partitioned by month, uniqueness kept across partitions, the services' role kept
-out of the partitions, and recorded trails carried through the conversion unchanged.
+"""Migrations 0026 and 0028: events partitioned by month, uniqueness kept across partitions (by event_keys
+and stream_heads, which outlive a partition), the services' roles kept out of the partitions and the keys,
+and recorded trails carried through the conversion unchanged.
 
 Each uniqueness attack is tried twice: with the check (refused with the constraint name the store knows)
 and with the check's trigger disabled inside a transaction that is rolled back (the row goes in): the
@@ -83,8 +84,8 @@ async def test_a_stream_version_at_or_below_its_archived_head_is_refused(owner: 
     stream_events = filler(f"archived/{uuid.uuid4().hex[:8]}", 1, start_version=3)
     stream = stream_events[0]["stream"]
     await owner.execute(
-        "INSERT INTO archived_stream_heads VALUES ($1, 5, $2)", stream, b"\x01" * 32
-    )  # as `rollbook archive` leaves it: versions up to 5 are in files
+        "INSERT INTO stream_heads VALUES ($1, 5, $2)", stream, b"\x01" * 32
+    )  # as `rollbook archive` leaves it: versions up to 5 are in files, the head stays
     with pytest.raises(asyncpg.UniqueViolationError) as refused:
         await insert_recorded(owner, stream_events, month_start(0) + timedelta(hours=1))
     assert refused.value.constraint_name == "events_stream_version_key"
@@ -108,7 +109,7 @@ async def _skips_and_continues(owner: asyncpg.Connection, event_store: EventStor
     await insert_recorded(owner, old, month_start(1) + timedelta(hours=3))
     assert await event_store.append_many([envelope(e) for e in old]) == 0
     head_stream = f"CloneSet/archived/{uuid.uuid4().hex[:8]}/actions"
-    await owner.execute("INSERT INTO archived_stream_heads VALUES ($1, 7, $2)", head_stream, b"\x02" * 32)
+    await owner.execute("INSERT INTO stream_heads VALUES ($1, 7, $2)", head_stream, b"\x02" * 32)
     assert await event_store.stream_version(head_stream) == 7
     assert await event_store.stream_versions([head_stream]) == {head_stream: 7}
     nxt = filler("unused", 1)[0] | {"stream": head_stream, "stream_version": 8}
@@ -142,6 +143,14 @@ SERVICE_ATTACKS = {
     " FOR VALUES FROM ('1999-01-01') TO ('1999-02-01')",
     "forge-an-archived-head": "INSERT INTO archived_stream_heads VALUES ('s', 1, '\\x00')",
     "forge-an-archive": "INSERT INTO event_archives VALUES (1, 1, 1, '\\x00', '\\x00', '{{}}', 'f', 's')",
+    # The keys (0028): a deleted key lets a duplicate in, a forged one refuses an event to come.
+    "delete-a-key": "DELETE FROM event_keys",
+    "truncate-the-keys": "TRUNCATE event_keys",
+    "forge-a-key": "INSERT INTO event_keys VALUES (gen_random_uuid())",
+    # A lowered head lets a version in twice; a forged one bends a stream's chain.
+    "lower-a-stream-head": "UPDATE stream_heads SET stream_version = 0",
+    "delete-a-stream-head": "DELETE FROM stream_heads",
+    "forge-a-stream-head": "INSERT INTO stream_heads VALUES ('s', 1, '\\x00')",
 }
 
 
@@ -156,6 +165,105 @@ async def test_the_services_roles_cannot_touch_a_partition(
         async with owner.transaction():
             await owner.execute(f'SET LOCAL ROLE "{role}"')
             await owner.execute(SERVICE_ATTACKS[attack].format(partition=partition))
+
+
+REOPENINGS = {
+    "delete-the-key": ("DELETE FROM event_keys WHERE event_id = $1::uuid", "event_id"),
+    "lower-the-head": ("UPDATE stream_heads SET stream_version = 0 WHERE stream = $1", "stream_version"),
+}
+
+
+@pytest.mark.parametrize("reopening", sorted(REOPENINGS))
+async def test_the_writer_cannot_reopen_a_key_to_store_a_duplicate(
+    owner: asyncpg.Connection, reopening: str
+) -> None:
+    """The services' role tries to clear the way for a duplicate (the key of a stored event deleted, the
+    head of its stream rolled back), then stores it: both steps are refused."""
+    stored = filler(f"reopen/{uuid.uuid4().hex[:8]}", 1)[0]
+    await insert_recorded(owner, [stored], month_start(1) + timedelta(hours=1))
+    statement, key = REOPENINGS[reopening]
+    again = dict(stored)
+    if key == "stream_version":
+        again["event_id"] = str(uuid.uuid4())
+    writer = await owner.fetchval(f"SELECT {role_sql('writer')}")
+    async with owner.transaction():
+        await owner.execute(f'SET LOCAL ROLE "{writer}"')
+        with pytest.raises(asyncpg.InsufficientPrivilegeError):
+            async with owner.transaction():
+                await owner.execute(statement, stored["event_id" if key == "event_id" else "stream"])
+        with pytest.raises(asyncpg.UniqueViolationError) as refused:
+            async with owner.transaction():
+                await insert_recorded(owner, [again], month_start(0) + timedelta(hours=1))
+    assert refused.value.constraint_name == f"events_{key}_key"
+
+
+async def test_keys_outlive_their_partition(server_urls: ServerUrls) -> None:
+    """A partition dropped as ``rollbook archive`` drops it: its event ids stay taken and its streams'
+    versions go on from their heads, with the refusals the store recognises."""
+    async with fresh_database(server_urls.database_url, prefix="rollbook_partitions") as url:
+        await upgrade_async(url)
+        connection = await asyncpg.connect(asyncpg_url(url))
+        try:
+            partition = await old_partition(connection, 2)
+            workload = f"gone/{uuid.uuid4().hex[:8]}"
+            old = filler(workload, 3)
+            await insert_recorded(connection, old, month_start(2) + timedelta(hours=1))
+            await connection.execute(f"ALTER TABLE events DETACH PARTITION {partition}")
+            await connection.execute(f"DROP TABLE {partition}")
+            assert await connection.fetchval("SELECT count(*) FROM events") == 0
+            now = month_start(0) + timedelta(hours=1)
+            moved = old[0] | {"stream": old[0]["stream"] + "-elsewhere"}  # the id alone repeats
+            taken_slot = old[2] | {"event_id": str(uuid.uuid4())}  # the version alone repeats
+            for event, key in ((moved, "event_id"), (taken_slot, "stream_version")):
+                with pytest.raises(asyncpg.UniqueViolationError) as refused:
+                    await insert_recorded(connection, [event], now)
+                assert refused.value.constraint_name == f"events_{key}_key"
+            await insert_recorded(connection, filler(workload, 1, start_version=4), now)
+            store = await EventStore.connect(url)
+            try:
+                assert await store.stream_version(old[0]["stream"]) == 4
+                assert await store.stored_ids([uuid.UUID(e["event_id"]) for e in old]) == {
+                    uuid.UUID(e["event_id"]) for e in old
+                }
+            finally:
+                await store.close()
+        finally:
+            await connection.close()
+
+
+async def test_the_downgrade_of_0028_restores_the_checks_of_0026(server_urls: ServerUrls) -> None:
+    """0028's downgrade puts 0026's trigger functions back exactly; a stream goes on across both changes
+    and the log verifies."""
+    functions = (
+        "SELECT p.proname, pg_get_functiondef(p.oid), obj_description(p.oid, 'pg_proc') FROM pg_proc p"
+        " WHERE p.proname IN ('events_chain', 'events_unique_keys') ORDER BY 1"
+    )
+    workload = f"down/{uuid.uuid4().hex[:8]}"
+    at = month_start(0) + timedelta(hours=1)
+    async with fresh_database(server_urls.database_url, prefix="rollbook_partitions") as url:
+        await upgrade_async(url, "0026_events_partitioned")
+        connection = await asyncpg.connect(asyncpg_url(url))
+        try:
+            before = await connection.fetch(functions)
+            await insert_recorded(connection, filler(workload, 2), at)
+            await upgrade_async(url)
+            assert await connection.fetch(functions) != before
+            await insert_recorded(connection, filler(workload, 1, start_version=3), at)
+            await downgrade_async(url, "0026_events_partitioned")
+            assert await connection.fetch(functions) == before
+            assert await connection.fetchval("SELECT to_regclass('event_keys') IS NULL")
+            await insert_recorded(connection, filler(workload, 1, start_version=4), at)
+            with pytest.raises(asyncpg.UniqueViolationError) as refused:
+                await insert_recorded(connection, filler(workload, 1, start_version=4), at)
+            assert refused.value.constraint_name == "events_stream_version_key"
+            store = await EventStore.connect(url)
+            try:
+                report = await audit_log(store)
+                assert report.clean and report.rows == 4, [f.describe() for f in report.findings]
+            finally:
+                await store.close()
+        finally:
+            await connection.close()
 
 
 async def test_only_the_writer_adds_partitions_and_only_by_whole_months(owner: asyncpg.Connection) -> None:
@@ -189,7 +297,8 @@ async def test_a_recorded_trail_is_carried_through_the_conversion(
     server_urls: ServerUrls, trail: str
 ) -> None:
     """A trail stored before 0026, at its old schema versions: after the upgrade every row, hash, view row,
-    grant and comment is as it was, it verifies, and the store appends on; the downgrade keeps it too."""
+    grant and comment is as it was; at the head (0028's keys taken from its rows) it verifies and the
+    store appends on; the downgrade keeps it too."""
     async with fresh_database(server_urls.database_url, prefix="rollbook_partitions") as url:
         await upgrade_async(url, "0025_native_sidecar_actions")
         workload, events = fixture_trail(trail)
@@ -223,6 +332,22 @@ async def test_a_recorded_trail_is_carried_through_the_conversion(
             assert [m[0] for m in months] == [
                 f"events_y{month_start(n).year:04d}m{month_start(n).month:02d}" for n in (3, 2)
             ]
+            # On to the head: 0028's keys are taken from the rows (every id, each stream's last version
+            # and hash), the rows stay as they are, and the store appends on.
+            await upgrade_async(url)
+            assert await connection.fetch(snapshot) == rows
+            assert (
+                await connection.fetchval("SELECT count(*) FROM event_keys k JOIN events e USING (event_id)")
+                == len(events)
+                == await connection.fetchval("SELECT count(*) FROM event_keys")
+            )
+            heads = (
+                "SELECT stream, stream_version, stream_hash FROM events e WHERE stream_version ="
+                " (SELECT max(stream_version) FROM events m WHERE m.stream = e.stream) ORDER BY stream"
+            )
+            assert await connection.fetch(heads) == await connection.fetch(
+                "SELECT stream, stream_version, stream_hash FROM stream_heads ORDER BY stream"
+            )
             store = await EventStore.connect(url)
             try:
                 report = await audit_log(store)

@@ -13,7 +13,7 @@ import pytest
 from services.infra.database import asyncpg_url, upgrade_async
 from services.infra.store import EventStore, StoreWentBack
 from tests.infra.store_helpers import batch, unique_stream
-from tests.plugins.database import fresh_database
+from tests.plugins.database import fresh_database, lose_events_sql
 from tests.plugins.servers import ServerUrls
 
 
@@ -22,7 +22,8 @@ async def forget_from(database_url: str, position: int) -> None:
     connection = await asyncpg.connect(asyncpg_url(database_url))
     try:
         await connection.execute("ALTER TABLE events DISABLE TRIGGER events_append_only")
-        await connection.execute("DELETE FROM events WHERE global_position >= $1", position)
+        for statement in lose_events_sql(f"global_position >= {position}"):
+            await connection.execute(statement)
         await connection.execute("ALTER TABLE events ENABLE TRIGGER events_append_only")
     finally:
         await connection.close()

@@ -26,6 +26,23 @@ def with_database(url: str, name: str) -> str:
     return urlunsplit((parts.scheme, parts.netloc, "/" + name, parts.query, parts.fragment))
 
 
+def lose_events_sql(where: str) -> list[str]:
+    """Statements that take out the events matching ``where`` (a condition on ``events``' columns) as a
+    failover that lost their commits would, or an attacker who owns the database: their ids leave
+    ``event_keys`` and their streams' heads in ``stream_heads`` go back to the newest events left (0028).
+    Run as the owner, with ``events_append_only`` off."""
+    return [
+        f"DELETE FROM event_keys k USING events e WHERE k.event_id = e.event_id AND ({where})",
+        f"DELETE FROM events WHERE {where}",
+        "DELETE FROM stream_heads",
+        "INSERT INTO stream_heads (stream, stream_version, stream_hash)"
+        " SELECT DISTINCT ON (stream) stream, stream_version, stream_hash"
+        " FROM (SELECT stream, stream_version, stream_hash FROM events UNION ALL"
+        " SELECT stream, stream_version, stream_hash FROM archived_stream_heads) AS heads"
+        " ORDER BY stream, stream_version DESC",
+    ]
+
+
 @asynccontextmanager
 async def fresh_database(server_url: str, prefix: str = "rollbook_test") -> AsyncIterator[str]:
     """Create an empty database with a unique name on the server; drop it (even if in use) afterwards."""

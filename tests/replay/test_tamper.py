@@ -35,7 +35,7 @@ from services.infra.transparency import (
 from services.model.events import PodActionFailed, PodActionSucceeded, new_event
 from services.model.signed_note import SignedCheckpoint
 from services.replay.audit import audit_log
-from tests.plugins.database import fresh_database
+from tests.plugins.database import fresh_database, lose_events_sql
 from tests.plugins.servers import ServerUrls
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -219,7 +219,8 @@ async def test_a_rewritten_chain_is_caught_by_the_checkpoint_kept_outside(
                 "CREATE TEMP TABLE rest AS SELECT * FROM events"
                 f" WHERE global_position >= {target['global_position']} ORDER BY global_position"
             )
-            await conn.execute(f"DELETE FROM events WHERE global_position >= {target['global_position']}")
+            for statement in lose_events_sql(f"global_position >= {target['global_position']}"):
+                await conn.execute(statement)
             await conn.execute(
                 "UPDATE rest SET payload = jsonb_set(payload, '{reason}', '\"all good\"')"
                 f" WHERE global_position = {target['global_position']}"

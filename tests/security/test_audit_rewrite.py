@@ -12,6 +12,7 @@ import pytest
 from services.infra.store import EventStore
 from services.infra.transparency import Checkpointer, MerkleLog
 from services.model.signed_note import Signer
+from tests.plugins.database import lose_events_sql
 from tests.plugins.servers import ServerUrls
 from tests.security.signed_trail import CONTENT, SignedTrail, signed_trail
 
@@ -25,7 +26,7 @@ async def rewrite_event(trail: SignedTrail, position: int) -> None:
     conn_statements = [
         "ALTER TABLE events DISABLE TRIGGER events_append_only",
         f"CREATE TEMP TABLE rest AS SELECT * FROM events WHERE global_position >= {position}",
-        f"DELETE FROM events WHERE global_position >= {position}",
+        *lose_events_sql(f"global_position >= {position}"),
         "UPDATE rest SET payload = jsonb_set(payload, '{action_id}', '\"forged\"')"
         f" WHERE global_position = {position}",
         f"INSERT INTO events (global_position, {CONTENT}) OVERRIDING SYSTEM VALUE"
