@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import asyncpg
 import nats.errors
+import nats.js.errors
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from services.infra.bus import MSG_ID, Bus
@@ -121,12 +123,20 @@ async def published_event_ids(bus: Bus) -> list[str]:
         ),
     )
     ids: list[str] = []
+    # Right after a stream leader's node is killed, JetStream answers 503 until the new leader serves the
+    # consumer (the services retry the same way); nothing was delivered, so the read goes on where it was.
+    unavailable_until = asyncio.get_running_loop().time() + 30.0
     try:
         while True:
             try:
                 msgs = await sub.fetch(500, timeout=1.0)
             except (TimeoutError, nats.errors.TimeoutError):  # nats-py raises either
                 break
+            except nats.js.errors.ServiceUnavailableError:
+                if asyncio.get_running_loop().time() > unavailable_until:
+                    raise
+                await asyncio.sleep(0.5)
+                continue
             ids += [(m.headers or {}).get(MSG_ID, "").split("@", 1)[0] for m in msgs]
     finally:
         await sub.unsubscribe()
