@@ -102,6 +102,9 @@ OrderKey = Callable[[Envelope], Hashable]
 # Whether a delivered message is known to need no handling, decided before it is decoded (the audit: a
 # message its own relay published, by the stream sequence JetStream acknowledged): acked unread.
 Skip = Callable[[Msg], bool]
+# Called with each batch of messages fetched, before any is handled: where a handler's per-message reads
+# can be made once for the batch. Its failure only costs that: the handler reads for itself.
+Prepare = Callable[[Sequence[Msg]], Awaitable[None]]
 
 # Headers a dead letter carries besides the original bytes.
 DLQ_REASON = "Rollbook-Dlq-Reason"
@@ -542,6 +545,7 @@ class Bus:
         concurrency: int = 1,
         order_key: OrderKey | None = None,
         skip: Skip | None = None,
+        prepare: Prepare | None = None,
     ) -> Consumer:
         """A durable pull consumer; call ``await c.run()`` (until ``c.stop()`` or cancellation).
 
@@ -552,7 +556,7 @@ class Bus:
         ``concurrency`` > 1 handles up to that many messages at once in this process; messages with the
         same ``order_key`` (default: each message its own) are handled one after another in delivery
         order (``services.infra.keyed.KeyedRunner``). A message ``skip`` returns True for is acked
-        without being decoded or handled."""
+        without being decoded or handled. ``prepare`` is awaited with each fetched batch first."""
         filters = [filter_subjects] if isinstance(filter_subjects, str) else list(filter_subjects)
         concurrency = 1 if ordered else max(1, concurrency)
         return Consumer(
@@ -568,6 +572,7 @@ class Bus:
             concurrency=concurrency,
             order_key=order_key,
             skip=skip,
+            prepare=prepare,
         )
 
     async def consume(
@@ -814,6 +819,7 @@ class Consumer:
     concurrency: int = 1
     order_key: OrderKey | None = None
     skip: Skip | None = None
+    prepare: Prepare | None = None
     stats: ConsumerStats = field(default_factory=ConsumerStats)
     _stopping: asyncio.Event = field(default_factory=asyncio.Event)
     _in_progress: asyncio.Future[None] | None = None
@@ -889,6 +895,11 @@ class Consumer:
                 for msg in msgs:
                     self._held[msg.metadata.sequence.stream] = (msg, fetched)
                     self._fetched[msg.metadata.sequence.stream] = fetched
+                if self.prepare is not None:
+                    try:
+                        await self.prepare(msgs)
+                    except Exception:  # the handlers read for themselves then
+                        log.warning("preparing a batch failed on consumer %s", self.durable, exc_info=True)
                 for index, msg in enumerate(msgs):
                     if self._stopping.is_set():
                         await self._give_back(msgs[index:])
