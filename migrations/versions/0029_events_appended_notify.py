@@ -22,6 +22,11 @@ insert through it, on Postgres 11 and later, so 15 and 18 alike); rows go in thr
 ``pg_notify`` is executable by everyone), is owned by the owner role like every function (0016), and names
 ``pg_catalog.pg_notify`` so a function of that name elsewhere on the search path cannot stand in.
 
+Postgres keeps notifications in a queue until every listening session has read them (8 GB at most; it
+warns in its log from half full). A listener that is alive but never reads (a stopped, not dead, auditor
+process) would hold it: at a rollout's 100 commits a second, many days until a full queue makes commits
+fail. A dead session's notifications are dropped with it.
+
 Nothing recorded changes: existing rows, hashes and checkpoints are untouched. The downgrade drops the
 trigger and its function.
 """

@@ -81,6 +81,9 @@ class AppendNotifications:
                     log.info("append_listen_recovered", attempts=failures + 1)
                 failures = 0
                 await self._hold(connection, stopping, lost)
+            except asyncio.CancelledError:
+                connection.terminate()  # the process is going: nothing to wait for
+                raise
             except Exception as error:
                 delay = LISTEN_BACKOFF.delay(failures, random.random())
                 failures += 1
