@@ -60,6 +60,10 @@ class AuditReport:
     # naming them, and the ids of the records that name an unrecoverable event.
     losses: list[str] = field(default_factory=list)
     unrecovered: list[str] = field(default_factory=list)
+    # Ranges of the log checked in worker processes and joined, and those read again here because their
+    # start did not continue the ranges before (``_check_ranges``).
+    ranges_joined: int = 0
+    ranges_read_again: int = 0
 
     @property
     def clean(self) -> bool:
@@ -440,14 +444,16 @@ async def _check_ranges(
     verifier: ChainVerifier,
     recomputed: _Recomputed,
     batch_size: int,
-) -> None:
+) -> int:
     """Check the ranges in worker processes at once (the GIL would serialise threads: parsing and most
     hashing hold it), then join them in order: a range is taken in when the ranges before end exactly
     where its checkpoint says (position, chain hash, tree size) and its streams' first rows continue
     them (``ChainVerifier.join``); the findings are then the ones reading the log in one go gives. A range
     that is not (an anchor that does not match the log, rows edited, removed or moved across its start)
-    is read again here, after the ones before it: the same findings, found more slowly."""
+    is read again here, after the ones before it: the same findings, found more slowly. Returns how many
+    were joined."""
     loop = asyncio.get_running_loop()
+    joined = 0
     wanted_positions = verifier.wanted_positions
     with ProcessPoolExecutor(len(ranges), mp_context=multiprocessing.get_context("spawn")) as pool:
         parts = [
@@ -469,6 +475,7 @@ async def _check_ranges(
                     range_verifier, log_range.start_position, log_range.start_chain
                 ):
                     await asyncio.to_thread(recomputed.feed_part, items)
+                    joined += 1
                     continue
                 async for rows in store.read_chain_batches(
                     log_range.start_position, batch_size, log_range.end_position
@@ -477,6 +484,7 @@ async def _check_ranges(
         finally:
             for part in parts:
                 part.cancel()
+    return joined
 
 
 def _in_files(findings: list[Finding], records: list[ArchiveRecord]) -> list[Finding]:
@@ -569,9 +577,10 @@ async def audit_trail(
         if parallel is not None and not await archive_records(store)
         else []
     )
+    joined = 0
     if ranges:
         assert parallel is not None
-        await _check_ranges(store, parallel, ranges, verifier, recomputed, batch_size)
+        joined = await _check_ranges(store, parallel, ranges, verifier, recomputed, batch_size)
     else:
         async for rows in _trail_rows(store, archive, verifier, archive_findings, batch_size):
             await asyncio.to_thread(_check_rows, verifier, recomputed, rows)
@@ -698,6 +707,8 @@ async def audit_trail(
         accepted=accepted,
         losses=losses,
         unrecovered=unrecovered,
+        ranges_joined=joined,
+        ranges_read_again=len(ranges) - joined,
     )
 
 
