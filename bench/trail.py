@@ -35,6 +35,7 @@ import math
 import multiprocessing
 import os
 import random
+import resource
 import statistics
 import sys
 import tempfile
@@ -427,6 +428,70 @@ async def read_ceiling(store: EventStore, ranges: list[LogRange]) -> float:
     return sum(counts) / (time.perf_counter() - started)
 
 
+class CpuMeter:
+    """CPU seconds spent by this process and its children (the range workers, counted once they exit),
+    and by the Postgres backends serving this database other than its own, read from /proc every 0.1 s
+    (so a backend's last 0.1 s may be missed; nothing when the server runs on another machine)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.backends: dict[int, tuple[float, float]] = {}  # pid -> (first seen, last seen) CPU seconds
+        self.python = 0.0
+
+    @staticmethod
+    def _rusage() -> float:
+        spent = 0.0
+        for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
+            usage = resource.getrusage(who)
+            spent += usage.ru_utime + usage.ru_stime
+        return spent
+
+    @staticmethod
+    def _backend_cpu(pid: int) -> float | None:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return None
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+
+    async def _sample(self, conn: asyncpg.Connection, stop: asyncio.Event, *, started: bool) -> None:
+        """Each backend's CPU time until now; from 0 for one that started after the first sample."""
+        while True:
+            pids = await conn.fetch(
+                "SELECT pid FROM pg_stat_activity"
+                " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+            for (pid,) in pids:
+                spent = self._backend_cpu(pid)
+                if spent is not None:
+                    first, _ = self.backends.get(pid, (0.0 if started else spent, spent))
+                    self.backends[pid] = (first, spent)
+            if stop.is_set():
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), 0.1)
+
+    async def measure(self, work: Awaitable[Any]) -> Any:
+        conn = await asyncpg.connect(asyncpg_url(self.url))
+        stop = asyncio.Event()
+        stop.set()
+        await self._sample(conn, stop, started=False)
+        stop = asyncio.Event()
+        before = self._rusage()
+        sampling = asyncio.create_task(self._sample(conn, stop, started=True))
+        try:
+            return await work
+        finally:
+            self.python = self._rusage() - before
+            stop.set()
+            await sampling
+            await conn.close()
+
+    @property
+    def postgres(self) -> float:
+        return sum(last - first for first, last in self.backends.values())
+
+
 @dataclass
 class VerifyTiming:
     processes: int
@@ -435,6 +500,8 @@ class VerifyTiming:
     rate: float
     ceiling: float
     load: str
+    python_us: float  # CPU per event
+    postgres_us: float
 
 
 async def time_full_verify(url: str, data_dir: Path, processes: list[int]) -> list[VerifyTiming]:
@@ -456,15 +523,28 @@ async def time_full_verify(url: str, data_dir: Path, processes: list[int]) -> li
             ranges = plan_ranges(bodies, parallel) if count > 1 else []
             load = load_average()
             ceiling = await read_ceiling(store, ranges)
+            meter = CpuMeter(url)
             started = time.perf_counter()
-            report = await verify_trail(store, settings, trusted, max_age=float("inf"), bus=False)
+            report = await meter.measure(
+                verify_trail(store, settings, trusted, max_age=float("inf"), bus=False)
+            )
             elapsed = time.perf_counter() - started
             if report.findings:
                 raise SystemExit(f"audit verify found {[f.describe() for f in report.findings][:3]}")
             if report.ranges_joined != len(ranges):
                 raise SystemExit(f"{report.ranges_joined} of {len(ranges)} ranges joined")
+            per_event = 1e6 / max(report.rows, 1)
             timings.append(
-                VerifyTiming(count, len(ranges), report.rows, report.rows / elapsed, ceiling, load)
+                VerifyTiming(
+                    count,
+                    len(ranges),
+                    report.rows,
+                    report.rows / elapsed,
+                    ceiling,
+                    load,
+                    meter.python * per_event,
+                    meter.postgres * per_event,
+                )
             )
     finally:
         await store.close()
@@ -502,7 +582,8 @@ def report(timings: Timings, checkpoints: list[float], verify: list[VerifyTiming
         print(
             f"\nfull audit verify ({how}): {v.events:,} events at {v.rate:,.0f} events/s"
             f" (goal >= {GOAL_VERIFY:,.0f}: {verdict}); reading the same rows the same way without"
-            f" hashing {v.ceiling:,.0f} events/s, ratio {v.rate / v.ceiling:.2f}; load before {v.load}"
+            f" hashing {v.ceiling:,.0f} events/s, ratio {v.rate / v.ceiling:.2f}; load before {v.load};"
+            f" CPU per event: Python {v.python_us:.1f} µs, Postgres {v.postgres_us:.1f} µs (sampled)"
         )
 
 
