@@ -391,7 +391,7 @@ class _RangeLeaves:
 
     def _close(self, *, whole: bool) -> None:
         block, self._block = self._block, []
-        leaves = [event_leaf_hash(position, stream_hash) for position, stream_hash, *_ in block]
+        leaves = [event_leaf_hash(row[0], row[1]) for row in block]
         if whole and (self.size - 1) >> BLOCK_LEVEL not in self.wanted_blocks:
             self.items.append(perfect_root(leaves))
         else:
