@@ -356,7 +356,9 @@ def plan_ranges(anchors: Iterable[CheckpointBody], parallel: Parallel) -> list[L
     starts = [(0, 0, ZERO_HASH)]
     for part in range(1, parts):
         target = total * part // parts
-        after = [a for a in by_size if a.tree_size > starts[-1][1]]
+        # Ranges in the log's order, apart: a signed checkpoint naming a position before an earlier one's
+        # (forged with a stolen key) must not make two ranges overlap.
+        after = [a for a in by_size if a.tree_size > starts[-1][1] and a.global_position > starts[-1][0]]
         if not after:
             break
         nearest = min(after, key=lambda a: abs(a.tree_size - target))
