@@ -1,7 +1,7 @@
 """A trail that stays fast: the read commands at millions of events (issue 27, docs/performance.md).
 
     ROLLBOOK_DATABASE_URL=postgresql://... .venv/bin/python bench/trail.py [--events 10000000]
-        [--samples 40] [--keep] [--reuse DATABASE]
+        [--samples 40] [--keep] [--reuse DATABASE] [--verify-processes 1,2] [--verify-only]
 
 Seeds --events events into a fresh database on ROLLBOOK_DATABASE_URL's server: CloneSets of 3 to 200 pods
 scaled out and rolled in place 2 to 4 times each, as the planner's code path records them
@@ -17,7 +17,9 @@ from the cluster), each audit view for one rollout (docs/sql.md), `rollbook repl
 `rollbook what-if ROLLOUT --set maxUnavailable=2`, the UI's /api/rollouts and /api/rollout over HTTP
 (services/cli/ui.py's app), `rollbook audit checkpoint` after the auditor's usual number of new events (the
 incremental work: the tree extended from its stored frontier, one signature), and a full
-`rollbook audit verify` (events/s, against reading the same columns without hashing: its ceiling).
+`rollbook audit verify` with each of --verify-processes (events/s, against reading the same columns the
+same way without hashing: its ceiling; with more than one process, the log is read in ranges between
+signed checkpoints at once, and so is the ceiling's). --verify-only skips the reads and the checkpoints.
 
 --keep keeps the database (and its signing key beside it in the temp directory) for --reuse, which skips
 seeding. Goals (issue 27): every read p95 <= 100 ms, full verify >= 100,000 events/s.
@@ -30,8 +32,10 @@ import asyncio
 import contextlib
 import io
 import math
+import multiprocessing
 import os
 import random
+import resource
 import statistics
 import sys
 import tempfile
@@ -39,17 +43,21 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from a checkout
 
 import asyncpg  # noqa: E402
+import msgspec  # noqa: E402
 
 from bench import _trail_seed as seed  # noqa: E402
 from services.infra.database import asyncpg_url, create_database, drop_database, upgrade_async  # noqa: E402
+from services.infra.db_roles import Duty  # noqa: E402
 from services.infra.settings import Settings  # noqa: E402
 from services.infra.store import EventStore  # noqa: E402
+from services.replay.audit import LogRange  # noqa: E402
 from tests.plugins.database import with_database  # noqa: E402
 
 GOAL_MS = 100.0
@@ -388,29 +396,159 @@ async def time_checkpoints(url: str, data_dir: Path, runs: int, pool: ProcessPoo
     return spent
 
 
-async def time_full_verify(url: str, data_dir: Path) -> tuple[int, float, float]:
-    """(events, events/s of `audit verify`, events/s of reading the same rows without hashing)."""
+def read_range(url: str, duty: Duty, start: int, end: int) -> int:
+    """The rows of one range read as `audit verify`'s range workers read them, without hashing."""
+
+    async def run() -> int:
+        store = await EventStore.connect(url, pool_size=1, duty=duty)
+        try:
+            return sum([len(batch) async for batch in store.read_chain_batches(start, 5000, end)])
+        finally:
+            await store.close()
+
+    return asyncio.run(run())
+
+
+async def read_ceiling(store: EventStore, ranges: list[LogRange]) -> float:
+    """Events/s of reading the log without hashing: in one go, or the ranges at once in processes."""
+    started = time.perf_counter()
+    if not ranges:
+        rows = sum([len(batch) async for batch in store.read_chain_batches(0, 5000)])
+        return rows / (time.perf_counter() - started)
+    loop = asyncio.get_running_loop()
+    with ProcessPoolExecutor(len(ranges), mp_context=multiprocessing.get_context("spawn")) as pool:
+        counts = await asyncio.gather(
+            *(
+                loop.run_in_executor(
+                    pool, read_range, store.database_url, store.duty, r.start_position, r.end_position
+                )
+                for r in ranges
+            )
+        )
+    return sum(counts) / (time.perf_counter() - started)
+
+
+class CpuMeter:
+    """CPU seconds spent by this process and its children (the range workers, counted once they exit),
+    and by the Postgres backends serving this database other than its own, read from /proc every 0.1 s
+    (so a backend's last 0.1 s may be missed; nothing when the server runs on another machine)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.backends: dict[int, tuple[float, float]] = {}  # pid -> (first seen, last seen) CPU seconds
+        self.python = 0.0
+
+    @staticmethod
+    def _rusage() -> float:
+        spent = 0.0
+        for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
+            usage = resource.getrusage(who)
+            spent += usage.ru_utime + usage.ru_stime
+        return spent
+
+    @staticmethod
+    def _backend_cpu(pid: int) -> float | None:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return None
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+
+    async def _sample(self, conn: asyncpg.Connection, stop: asyncio.Event, *, started: bool) -> None:
+        """Each backend's CPU time until now; from 0 for one that started after the first sample."""
+        while True:
+            pids = await conn.fetch(
+                "SELECT pid FROM pg_stat_activity"
+                " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+            for (pid,) in pids:
+                spent = self._backend_cpu(pid)
+                if spent is not None:
+                    first, _ = self.backends.get(pid, (0.0 if started else spent, spent))
+                    self.backends[pid] = (first, spent)
+            if stop.is_set():
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), 0.1)
+
+    async def measure(self, work: Awaitable[Any]) -> Any:
+        conn = await asyncpg.connect(asyncpg_url(self.url))
+        stop = asyncio.Event()
+        stop.set()
+        await self._sample(conn, stop, started=False)
+        stop = asyncio.Event()
+        before = self._rusage()
+        sampling = asyncio.create_task(self._sample(conn, stop, started=True))
+        try:
+            return await work
+        finally:
+            self.python = self._rusage() - before
+            stop.set()
+            await sampling
+            await conn.close()
+
+    @property
+    def postgres(self) -> float:
+        return sum(last - first for first, last in self.backends.values())
+
+
+@dataclass
+class VerifyTiming:
+    processes: int
+    ranges: int
+    events: int
+    rate: float
+    ceiling: float
+    load: str
+    python_us: float  # CPU per event
+    postgres_us: float
+
+
+async def time_full_verify(url: str, data_dir: Path, processes: list[int]) -> list[VerifyTiming]:
+    """A full `audit verify` with each number of processes, each after reading the same rows the same way
+    (one reader, or the same ranges at once) without hashing: its ceiling."""
     from services.cli.replay import verify_trail
     from services.infra.transparency import trusted_verifiers
+    from services.model.signed_note import SignedCheckpoint
+    from services.replay.audit import Parallel, plan_ranges
 
-    settings = settings_for(url, data_dir)
     store = await EventStore.connect(url)
+    timings = []
     try:
-        started = time.perf_counter()
-        rows = 0
-        async for batch in store.read_chain_batches(0, 5000):
-            rows += len(batch)
-        ceiling = rows / (time.perf_counter() - started)
-        started = time.perf_counter()
-        report = await verify_trail(
-            store, settings, trusted_verifiers(settings), max_age=float("inf"), bus=False
-        )
-        elapsed = time.perf_counter() - started
-        if report.findings:
-            raise SystemExit(f"audit verify found {[f.describe() for f in report.findings][:3]}")
-        return report.rows, report.rows / elapsed, ceiling
+        trusted = trusted_verifiers(settings_for(url, data_dir))
+        bodies = [SignedCheckpoint.open(note, trusted).body for note in await store.signed_notes()]
+        for count in processes:
+            settings = msgspec.structs.replace(settings_for(url, data_dir), audit_verify_processes=count)
+            parallel = Parallel(store.database_url, store.duty, count)
+            ranges = plan_ranges(bodies, parallel) if count > 1 else []
+            load = load_average()
+            ceiling = await read_ceiling(store, ranges)
+            meter = CpuMeter(url)
+            started = time.perf_counter()
+            report = await meter.measure(
+                verify_trail(store, settings, trusted, max_age=float("inf"), bus=False)
+            )
+            elapsed = time.perf_counter() - started
+            if report.findings:
+                raise SystemExit(f"audit verify found {[f.describe() for f in report.findings][:3]}")
+            if report.ranges_joined != len(ranges):
+                raise SystemExit(f"{report.ranges_joined} of {len(ranges)} ranges joined")
+            per_event = 1e6 / max(report.rows, 1)
+            timings.append(
+                VerifyTiming(
+                    count,
+                    len(ranges),
+                    report.rows,
+                    report.rows / elapsed,
+                    ceiling,
+                    load,
+                    meter.python * per_event,
+                    meter.postgres * per_event,
+                )
+            )
     finally:
         await store.close()
+    return timings
 
 
 async def database_size(url: str) -> str:
@@ -428,24 +566,25 @@ async def database_size(url: str) -> str:
         await conn.close()
 
 
-def report(timings: Timings, checkpoints: list[float], verify: tuple[int, float, float] | None) -> None:
-    print(f"\n| read | n | p50 ms | p95 ms | goal p95 <= {GOAL_MS:.0f} ms |")
-    print("|---|---|---|---|---|")
+def report(timings: Timings, checkpoints: list[float], verify: list[VerifyTiming]) -> None:
+    if timings or checkpoints:
+        print(f"\n| read | n | p50 ms | p95 ms | goal p95 <= {GOAL_MS:.0f} ms |")
+        print("|---|---|---|---|---|")
     rows = list(timings.items())
     if checkpoints:
         rows.append(("audit checkpoint (new events since the last)", checkpoints))
     for label, spent in rows:
         verdict = "met" if p95(spent) <= GOAL_MS else "MISSED"
         print(f"| {label} | {len(spent)} | {statistics.median(spent):.1f} | {p95(spent):.1f} | {verdict} |")
-    if verify is None:
-        return
-    events, rate, ceiling = verify
-    verdict = "met" if rate >= GOAL_VERIFY else "MISSED"
-    print(
-        f"\nfull audit verify: {events:,} events at {rate:,.0f} events/s"
-        f" (goal >= {GOAL_VERIFY:,.0f}: {verdict});"
-        f" reading the same columns without hashing {ceiling:,.0f} events/s, ratio {rate / ceiling:.2f}"
-    )
+    for v in verify:
+        verdict = "met" if v.rate >= GOAL_VERIFY else "MISSED"
+        how = "one process" if v.processes == 1 else f"{v.processes} processes, {max(v.ranges, 1)} range(s)"
+        print(
+            f"\nfull audit verify ({how}): {v.events:,} events at {v.rate:,.0f} events/s"
+            f" (goal >= {GOAL_VERIFY:,.0f}: {verdict}); reading the same rows the same way without"
+            f" hashing {v.ceiling:,.0f} events/s, ratio {v.rate / v.ceiling:.2f}; load before {v.load};"
+            f" CPU per event: Python {v.python_us:.1f} µs, Postgres {v.postgres_us:.1f} µs (sampled)"
+        )
 
 
 async def main() -> None:
@@ -463,6 +602,12 @@ async def main() -> None:
     parser.add_argument(
         "--no-verify", action="store_true", help="skip the full verify (it reads the whole log)"
     )
+    parser.add_argument(
+        "--verify-processes",
+        default="1,2",
+        help="the full verify's numbers of processes, comma-separated (1: one read in this process)",
+    )
+    parser.add_argument("--verify-only", action="store_true", help="time only the full verify")
     parser.add_argument("--keep", action="store_true", help="keep the database for --reuse")
     parser.add_argument("--reuse", metavar="DATABASE", help="a database --keep kept: skip seeding")
     parser.add_argument("--database-url", default="")
@@ -483,11 +628,14 @@ async def main() -> None:
             elif not data_dir.is_dir():
                 raise SystemExit(f"no signing key of {name} at {data_dir}: seed it again with --keep")
             print(await database_size(url), flush=True)
-            timings = await time_reads(url, args.samples, args.budget * 1000)
+            timings = {} if args.verify_only else await time_reads(url, args.samples, args.budget * 1000)
             checkpoints = (
-                await time_checkpoints(url, data_dir, args.checkpoints, pool) if args.checkpoints else []
+                await time_checkpoints(url, data_dir, args.checkpoints, pool)
+                if args.checkpoints and not args.verify_only
+                else []
             )
-            verify = None if args.no_verify else await time_full_verify(url, data_dir)
+            processes = [int(n) for n in args.verify_processes.split(",")]
+            verify = [] if args.no_verify else await time_full_verify(url, data_dir, processes)
             report(timings, checkpoints, verify)
             print(f"load average after: {load_average()}")
             if keep:

@@ -257,7 +257,9 @@ RUNS: dict[str, tuple[list[str], list[str]]] = {
             rf"\| what-if ROLLOUT --set maxUnavailable=2 \| 2 \| {NUMBER} \| {NUMBER} \| (met|MISSED) \|",
             rf"\| UI GET /api/rollout\?id=ROLLOUT \| 2 \| {NUMBER} \| {NUMBER} \| (met|MISSED) \|",
             rf"\| audit checkpoint \(new events since the last\) \| 1 \| {NUMBER} \| {NUMBER} \|",
-            rf"full audit verify: [\d,]+ events at {NUMBER} events/s .* ratio {NUMBER}",
+            rf"full audit verify \(one process\): [\d,]+ events at {NUMBER} events/s .* ratio {NUMBER}",
+            rf"full audit verify \(2 processes, 1 range\(s\)\): [\d,]+ events at {NUMBER} events/s"
+            rf" .* ratio {NUMBER}",
         ],
     ),
     "services_rollout.py": (

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import os
 import sys
 from collections.abc import Awaitable, Callable
 from datetime import datetime
@@ -754,7 +755,7 @@ async def verify_trail(
     from services.infra.checkpoints import Checkpoint, file_checkpoints
     from services.infra.transparency import checkpoint_dir as default_dir
     from services.infra.transparency import directory_checkpoints, file_notes
-    from services.replay.audit import Finding, TrailSources, audit_trail, read_database_trail
+    from services.replay.audit import Finding, Parallel, TrailSources, audit_trail, read_database_trail
 
     legacy: list[tuple[str, Checkpoint]] = []
     external: list[tuple[str, str]] = []
@@ -791,7 +792,9 @@ async def verify_trail(
         legacy=legacy,
         max_age=settings.audit_max_checkpoint_age if max_age is None else max_age,
     )
-    report = await audit_trail(store, sources, archive=archive)
+    processes = settings.audit_verify_processes or os.cpu_count() or 1
+    parallel = Parallel(store.database_url, store.duty, processes) if processes > 1 else None
+    report = await audit_trail(store, sources, archive=archive, parallel=parallel)
     report.findings[:0] = extra
     return report
 

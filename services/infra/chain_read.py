@@ -23,19 +23,21 @@ from collections.abc import Awaitable, Callable
 
 from services.model.hashchain import CONTENT_SEPARATOR, ChainRow
 
-__all__ = ["CHAIN_COPY_PAGE", "CHAIN_COPY_SQL", "ChainCopyParser", "ChainCopyError"]
+__all__ = ["CHAIN_COPY_END", "CHAIN_COPY_PAGE", "CHAIN_COPY_SQL", "ChainCopyParser", "ChainCopyError"]
 
-# $1: the position after which to read, $2 the rows to read at most. The fixed-size fields first, so
-# one struct reads them. asyncpg's copy_from_query wraps it in COPY (...) TO STDOUT (FORMAT binary).
+# $1: the position after which to read, $2 the rows to read at most, $3 the last position to read. The
+# fixed-size fields first, so one struct reads them. asyncpg's copy_from_query wraps it in
+# COPY (...) TO STDOUT (FORMAT binary).
 CHAIN_COPY_SQL = """
 SELECT global_position, stream_hash, chain_hash, stream_version, schema_version, occurred_at, recorded_at,
        event_id::text, coalesce(causation_id::text, ''), stream, type, coalesce(correlation_id, ''),
        payload::text
-  FROM events WHERE global_position > $1 ORDER BY global_position LIMIT $2
+  FROM events WHERE global_position > $1 AND global_position <= $3 ORDER BY global_position LIMIT $2
 """
 # Rows per COPY. A LIMIT keeps the plan an index scan in order: without one the planner may sort the
 # whole table (in parallel workers, with JIT), which costs more than the rows' rendering.
 CHAIN_COPY_PAGE = 100_000
+CHAIN_COPY_END = 2**63 - 1  # $3 when reading to the head
 _FIELDS = 13
 _HASH = 32
 _UUID_TEXT = 36

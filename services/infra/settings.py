@@ -132,6 +132,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # Seconds the newest signed checkpoint may lag behind the log before `rollbook audit verify` reports
     # it stale (events after it are not yet protected).
     audit_max_checkpoint_age: float = 900.0
+    # Processes `rollbook audit verify` reads and checks the log with, each a range between signed
+    # checkpoints over its own connection (0: one per CPU; 1: one range, in this process).
+    audit_verify_processes: int = 0
     # Largest event the watcher stores, in bytes (the encoded ObjectObserved). An object beyond it is
     # recorded as ObservationRejected instead. Events larger than a NATS message (max_payload, 1 MiB by
     # default) still travel: the bus carries a reference and consumers read them from the store.

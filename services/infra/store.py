@@ -22,7 +22,8 @@ Public API (all coroutines unless noted)::
     store.read_all_batches(from_position: int = 0, batch_size: int = 2000) -> AsyncIterator[list[StoredEvent]]
     (the two read_all* are async generators: ``async for``, not ``await``)
     await store.head_position() -> int
-    store.read_chain_batches(from_position: int = 0, batch_size: int = 5000) -> AsyncIterator[list[ChainRow]]
+    store.read_chain_batches(from_position: int = 0, batch_size: int = 5000, to_position: int = ...)
+        -> AsyncIterator[list[ChainRow]]
     await store.write_checkpoint() -> tuple[int, bytes] | None
     await store.checkpoints() -> list[tuple[int, bytes]]
     await store.read_correlation(correlation_id: str) -> list[StoredEvent]
@@ -82,7 +83,7 @@ from sqlalchemy import event as sa_event
 from sqlalchemy.exc import DBAPIError, ProgrammingError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from services.infra.chain_read import CHAIN_COPY_PAGE, CHAIN_COPY_SQL, ChainCopyParser
+from services.infra.chain_read import CHAIN_COPY_END, CHAIN_COPY_PAGE, CHAIN_COPY_SQL, ChainCopyParser
 from services.infra.database import sqlalchemy_url
 from services.infra.db_roles import Duty, assume_sql
 from services.infra.store_schema import events_table
@@ -569,6 +570,7 @@ class PostgresEventStore:
         # its appends: the server may be another one now (a failover), so the next append checks first.
         self.reconnected = False
         self.decoder = decoder  # how stored payloads are read (upcasting older schema versions)
+        self.duty: Duty = "writer"  # the database role its connections act as (``connect``)
 
     @classmethod
     async def connect(
@@ -595,6 +597,7 @@ class PostgresEventStore:
             dbapi_connection.run_async(lambda driver: driver.execute(assume))
 
         store = cls(engine, decoder)
+        store.duty = duty
         try:
             await store.head_position()  # fail fast on a bad URL or an unmigrated database
         except ProgrammingError as error:
@@ -612,6 +615,12 @@ class PostgresEventStore:
 
     async def close(self) -> None:
         await self.engine.dispose()
+
+    @property
+    def database_url(self) -> str:
+        """The URL ``connect`` was given (password included): another process opens the same store with
+        it and ``duty`` (`audit verify`'s range workers)."""
+        return self.engine.url.render_as_string(hide_password=False)
 
     @asynccontextmanager
     async def _driver(self, *, appending: bool = False) -> AsyncIterator[asyncpg.Connection]:
@@ -1252,10 +1261,10 @@ class PostgresEventStore:
     # --- tamper evidence (migrations/versions/0004_event_hash_chain.py) ------------------------------
 
     async def read_chain_batches(
-        self, from_position: int = 0, batch_size: int = 5000
+        self, from_position: int = 0, batch_size: int = 5000, to_position: int = CHAIN_COPY_END
     ) -> AsyncIterator[list[ChainRow]]:
-        """The rows after ``from_position`` for hash-chain verification, in global order, some
-        ``batch_size`` at a time (``services.model.hashchain.ChainRow``). COPY streams them
+        """The rows after ``from_position`` (up to ``to_position``) for hash-chain verification, in global
+        order, some ``batch_size`` at a time (``services.model.hashchain.ChainRow``). COPY streams them
         (services/infra/chain_read.py) while the caller checks the previous batch: the server renders
         the next rows meanwhile."""
         batches: asyncio.Queue[list[ChainRow] | Exception | None] = asyncio.Queue(maxsize=2)
@@ -1265,7 +1274,12 @@ class PostgresEventStore:
             parser.begin()
             async with self._driver() as conn:
                 await conn.copy_from_query(
-                    CHAIN_COPY_SQL, parser.position, CHAIN_COPY_PAGE, output=parser.feed, format="binary"
+                    CHAIN_COPY_SQL,
+                    parser.position,
+                    CHAIN_COPY_PAGE,
+                    to_position,
+                    output=parser.feed,
+                    format="binary",
                 )
             return parser.end()
 

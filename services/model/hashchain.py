@@ -8,6 +8,7 @@ reads feed it (services/replay/audit.py).
 from __future__ import annotations
 
 import hashlib
+import struct
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -18,7 +19,7 @@ import msgspec
 ZERO_HASH = bytes(32)
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
-_POSITION_BYTES = 8
+_POSITION = struct.Struct(">q")  # the position in the global chain's input: 8 bytes, big-endian, signed
 
 # The raw columns the chain covers, as the archive copies them (services/infra/archive.py).
 CHAIN_COLUMNS = (
@@ -34,6 +35,7 @@ CHAIN_COLUMNS = (
 # payload as stored text, joined by CONTENT_SEPARATOR, UTF-8. A plain tuple: verify makes one per event.
 ChainRow = tuple[int, bytes, bytes, bytes, int, bytes]
 CONTENT_SEPARATOR = b"\x1f"
+PENDING = "pending"  # a RangeVerifier's stand-in for the finding of a row judged when the ranges are joined
 
 
 class Checkpoint(msgspec.Struct, frozen=True, kw_only=True):
@@ -136,6 +138,7 @@ class ChainVerifier:
         tips = self._tips
         wanted = self.wanted_positions
         sha256 = hashlib.sha256
+        position_bytes = _POSITION.pack  # int.to_bytes with keywords costs more, once per event
         last_chain, last_position, count = self.last_chain, self.last_position, 0
         for row in rows:
             global_position, stored_stream, stored_chain, stream, stream_version, content = row
@@ -150,12 +153,9 @@ class ChainVerifier:
                 tip.stored_hash = stored_stream
                 tip.position = global_position
             else:
-                self._check_stream(row)
+                self._check_stream(row, last_position, last_chain)
             if (
-                sha256(
-                    last_chain + global_position.to_bytes(_POSITION_BYTES, "big", signed=True) + stored_stream
-                ).digest()
-                != stored_chain
+                sha256(last_chain + position_bytes(global_position) + stored_stream).digest() != stored_chain
                 and len(findings) == flagged
             ):
                 self._found(
@@ -171,9 +171,10 @@ class ChainVerifier:
         self.last_chain, self.last_position = last_chain, last_position
         self.rows += count
 
-    def _check_stream(self, row: ChainRow) -> None:
+    def _check_stream(self, row: ChainRow, previous_position: int, previous_chain: bytes) -> None:
         """A row that is not simply the next version of a stream seen before: the stream's first, one
-        after a gap, one that fills a gap or repeats a version."""
+        after a gap, one that fills a gap or repeats a version. (The previous row's position and stored
+        chain hash: a RangeVerifier judges a stream's first row in its range later with them.)"""
         global_position, stored_stream, _, stream, stream_version, content = row
         tip = self._tips.get(stream)
         if tip is None:
@@ -220,6 +221,40 @@ class ChainVerifier:
         self.last_position, self.last_chain = position, chain
         for stream, (version, digest) in heads.items():
             self._tips[stream.encode()] = _StreamTip(version, digest, position)
+
+    def join(self, part: RangeVerifier, previous_position: int, previous_chain: bytes) -> bool:
+        """Take in the verification of the rows after ``previous_position`` made by ``part`` (which began
+        from ``previous_chain``, a signed checkpoint's), if it holds: this verifier must have ended at that
+        position with that chain hash, and each stream's first row in the part, judged now against the
+        stream as this verifier left it, must leave the stream as the part assumed (that version, that
+        stored hash, no version missing before it). Then the findings and the streams' states are exactly
+        those of feeding the part's rows here. False, changing nothing, if not: read the rows here."""
+        if (self.last_position, self.last_chain) != (previous_position, previous_chain):
+            return False
+        judged: list[list[Finding]] = []
+        for row, row_previous_position, row_previous_chain in part.openings:
+            stream = row[3]
+            probe = ChainVerifier(last_position=row_previous_position, last_chain=row_previous_chain)
+            tip = self._tips.get(stream)
+            if tip is not None:
+                missing = dict(tip.missing)
+                probe._tips[stream] = _StreamTip(tip.version, tip.stored_hash, tip.position, missing)
+            probe.feed_rows([row])
+            after = probe._tips[stream]
+            if after.version != row[4] or after.stored_hash != row[1] or after.missing:
+                return False
+            judged.append(probe.findings)
+        pending = iter(judged)
+        for finding in part.findings:
+            if finding.kind == PENDING:
+                self.findings.extend(next(pending))
+            else:
+                self.findings.append(finding)
+        self._tips.update(part._tips)
+        self.chain_at.update(part.chain_at)
+        self.rows += part.rows
+        self.last_position, self.last_chain = part.last_position, part.last_chain
+        return True
 
     def finish(self) -> list[Finding]:
         """Report stream versions that never turned up (removed), then return every finding."""
@@ -269,3 +304,25 @@ class ChainVerifier:
                     " the history up to here was rewritten (hashes recomputed after a change)",
                 )
             )
+
+
+@dataclass
+class RangeVerifier(ChainVerifier):
+    """Verifies a range of the log that starts after a known position (``last_position``, ``last_chain``:
+    a signed checkpoint's), without the streams' states before it: a stream's first row in the range
+    (an opening) is taken as the next version of its stream and kept, with the previous row's position
+    and chain hash, for ``ChainVerifier.join`` to judge against the streams as the ranges before left them.
+    Every other row is judged here as ChainVerifier judges it. Call ``finish`` only on the joined whole."""
+
+    openings: list[tuple[ChainRow, int, bytes]] = field(default_factory=list)
+
+    def _check_stream(self, row: ChainRow, previous_position: int, previous_chain: bytes) -> None:
+        global_position, stored_stream, _, stream, stream_version, _ = row
+        if stream in self._tips:
+            super()._check_stream(row, previous_position, previous_chain)
+            return
+        # A stand-in finding: the row's global chain check waits for the opening's judgement too (a row
+        # is named once, and chain-broken only when nothing else is wrong with it).
+        self.findings.append(Finding(PENDING, global_position, None, None, None, ""))
+        self.openings.append((row, previous_position, previous_chain))
+        self._tips[stream] = _StreamTip(stream_version, stored_stream, global_position)

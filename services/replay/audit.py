@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import multiprocessing
 from collections.abc import AsyncIterator, Iterable, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -24,9 +26,11 @@ from services.infra.archive import (
     read_manifest,
     segment_rows,
 )
+from services.infra.chain_read import CHAIN_COPY_END
+from services.infra.db_roles import Duty
 from services.infra.store import EventStore
 from services.model.events import REDACTION_STREAM, StoreLossDetected, TrailRedacted
-from services.model.hashchain import ZERO_HASH, ChainRow, ChainVerifier, Checkpoint, Finding
+from services.model.hashchain import ZERO_HASH, ChainRow, ChainVerifier, Checkpoint, Finding, RangeVerifier
 from services.model.merkle import (
     EMPTY_ROOT,
     CompactRange,
@@ -37,7 +41,7 @@ from services.model.merkle import (
     perfect_root,
     verify_consistency,
 )
-from services.model.signed_note import NoteError, SignedCheckpoint, UntrustedKey, Verifier
+from services.model.signed_note import CheckpointBody, NoteError, SignedCheckpoint, UntrustedKey, Verifier
 
 _loss_decoder = msgspec.json.Decoder(StoreLossDetected)
 
@@ -56,6 +60,10 @@ class AuditReport:
     # naming them, and the ids of the records that name an unrecoverable event.
     losses: list[str] = field(default_factory=list)
     unrecovered: list[str] = field(default_factory=list)
+    # Ranges of the log checked in worker processes and joined, and those read again here because their
+    # start did not continue the ranges before (``_check_ranges``).
+    ranges_joined: int = 0
+    ranges_read_again: int = 0
 
     @property
     def clean(self) -> bool:
@@ -128,9 +136,9 @@ class _Recomputed:
     def size(self) -> int:
         return self.upper.size + len(self.tail)
 
-    def feed(self, position: int, stream_hash: bytes, chain: bytes) -> None:
+    def feed_leaf(self, leaf: bytes, position: int, chain: bytes) -> None:
         tail = self.tail
-        tail.append(event_leaf_hash(position, stream_hash))
+        tail.append(leaf)
         if len(tail) == 1 << BLOCK_LEVEL:
             block = self.upper.size >> BLOCK_LEVEL
             if block in self.wanted_blocks:
@@ -143,9 +151,18 @@ class _Recomputed:
             self.at_size[size] = (frontier_root(frontier), position, chain)
 
     def feed_rows(self, rows: Iterable[ChainRow]) -> None:
-        feed = self.feed
+        feed = self.feed_leaf
         for position, stream_hash, chain, _, _, _ in rows:
-            feed(position, stream_hash, chain)
+            feed(event_leaf_hash(position, stream_hash), position, chain)
+
+    def feed_part(self, items: Iterable[bytes | tuple[bytes, int, bytes]]) -> None:
+        """A range's leaves as _RangeLeaves gives them: a block's root where it is whole and no checkpoint
+        needs its leaves, else each leaf with its position and chain hash."""
+        for item in items:
+            if isinstance(item, bytes):
+                self.upper.push(BLOCK_LEVEL, item, self._node)  # ValueError if the tail is not empty
+            else:
+                self.feed_leaf(*item)
 
     def finish(self) -> None:
         block = self.upper.size >> BLOCK_LEVEL
@@ -301,6 +318,177 @@ def _check_rows(verifier: ChainVerifier, recomputed: _Recomputed, rows: Sequence
     recomputed.feed_rows(rows)
 
 
+# --- verifying ranges of the log at once ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Parallel:
+    """How `audit verify` reads the log in ranges: ``processes`` at once, each with its own connection to
+    ``database_url`` as ``duty``'s role, each range at least ``min_events`` long (fewer processes when the
+    log is short: starting one costs about as much as reading 50,000 events)."""
+
+    database_url: str
+    duty: Duty = "reader"
+    processes: int = 2
+    min_events: int = 200_000
+
+
+@dataclass(frozen=True)
+class LogRange:
+    """The rows after ``start_position`` up to ``end_position``, the range starting where a signed
+    checkpoint says the log held ``start_size`` events with the chain hash ``start_chain`` there."""
+
+    start_position: int
+    end_position: int
+    start_size: int
+    start_chain: bytes
+
+
+def plan_ranges(anchors: Iterable[CheckpointBody], parallel: Parallel) -> list[LogRange]:
+    """Ranges of about equal size cut at signed checkpoints (``anchors``: any with a valid signature; one
+    that does not match the log only makes its range be read again, see ``_check_ranges``), or none when
+    the log is too short for more than one."""
+    by_size = sorted((a for a in anchors if a.tree_size > 0), key=lambda a: a.tree_size)
+    if not by_size:
+        return []
+    total = by_size[-1].tree_size
+    parts = min(parallel.processes, total // max(parallel.min_events, 1))
+    starts = [(0, 0, ZERO_HASH)]
+    for part in range(1, parts):
+        target = total * part // parts
+        # Ranges in the log's order, apart: a signed checkpoint naming a position before an earlier one's
+        # (forged with a stolen key) must not make two ranges overlap.
+        after = [a for a in by_size if a.tree_size > starts[-1][1] and a.global_position > starts[-1][0]]
+        if not after:
+            break
+        nearest = min(after, key=lambda a: abs(a.tree_size - target))
+        starts.append((nearest.global_position, nearest.tree_size, nearest.chain_hash))
+    if len(starts) < 2:
+        return []
+    ends = [position for position, _, _ in starts[1:]] + [CHAIN_COPY_END]
+    return [LogRange(p, end, size, chain) for (p, size, chain), end in zip(starts, ends, strict=True)]
+
+
+class _RangeLeaves:
+    """The Merkle leaves of a range, from the tree size its first row is assumed to follow: the root of
+    each block of 256 leaves the range holds whole and no checkpoint needs the leaves of
+    (``_Recomputed.wanted_blocks``), else each leaf with its position and chain hash."""
+
+    def __init__(self, size: int, wanted_blocks: set[int]) -> None:
+        self.size = size
+        self.wanted_blocks = wanted_blocks
+        self.items: list[bytes | tuple[bytes, int, bytes]] = []
+        self._block: list[ChainRow] = []
+
+    def feed_rows(self, rows: Sequence[ChainRow]) -> None:
+        taken, block_size = 0, 1 << BLOCK_LEVEL
+        while taken < len(rows):
+            room = block_size - self.size % block_size
+            chunk = rows[taken : taken + room]
+            self._block += chunk
+            self.size += len(chunk)
+            taken += len(chunk)
+            if not self.size % block_size:
+                self._close(whole=len(self._block) == block_size)
+
+    def _close(self, *, whole: bool) -> None:
+        block, self._block = self._block, []
+        leaves = [event_leaf_hash(row[0], row[1]) for row in block]
+        if whole and (self.size - 1) >> BLOCK_LEVEL not in self.wanted_blocks:
+            self.items.append(perfect_root(leaves))
+        else:
+            self.items += [(leaf, row[0], row[2]) for leaf, row in zip(leaves, block, strict=True)]
+
+    def finish(self) -> None:
+        if self._block:
+            self._close(whole=False)
+
+
+def _check_range_rows(verifier: RangeVerifier, leaves: _RangeLeaves, rows: Sequence[ChainRow]) -> None:
+    verifier.feed_rows(rows)
+    leaves.feed_rows(rows)
+
+
+def verify_range(
+    parallel: Parallel,
+    log_range: LogRange,
+    wanted_positions: set[int],
+    wanted_blocks: set[int],
+    batch_size: int,
+) -> tuple[RangeVerifier, list[bytes | tuple[bytes, int, bytes]]]:
+    """Read and check one range in this process (run in a worker process of ``_check_ranges``)."""
+
+    async def run() -> tuple[RangeVerifier, list[bytes | tuple[bytes, int, bytes]]]:
+        store = await EventStore.connect(parallel.database_url, pool_size=1, duty=parallel.duty)
+        try:
+            verifier = RangeVerifier(
+                last_position=log_range.start_position,
+                last_chain=log_range.start_chain,
+                wanted_positions=wanted_positions,
+            )
+            leaves = _RangeLeaves(log_range.start_size, wanted_blocks)
+            async for rows in store.read_chain_batches(
+                log_range.start_position, batch_size, log_range.end_position
+            ):
+                await asyncio.to_thread(_check_range_rows, verifier, leaves, rows)
+            leaves.finish()
+            return verifier, leaves.items
+        finally:
+            await store.close()
+
+    return asyncio.run(run())
+
+
+async def _check_ranges(
+    store: EventStore,
+    parallel: Parallel,
+    ranges: list[LogRange],
+    verifier: ChainVerifier,
+    recomputed: _Recomputed,
+    batch_size: int,
+) -> int:
+    """Check the ranges in worker processes at once (the GIL would serialise threads: parsing and most
+    hashing hold it), then join them in order: a range is taken in when the ranges before end exactly
+    where its checkpoint says (position, chain hash, tree size) and its streams' first rows continue
+    them (``ChainVerifier.join``); the findings are then the ones reading the log in one go gives. A range
+    that is not (an anchor that does not match the log, rows edited, removed or moved across its start)
+    is read again here, after the ones before it: the same findings, found more slowly. Returns how many
+    were joined."""
+    loop = asyncio.get_running_loop()
+    joined = 0
+    wanted_positions = verifier.wanted_positions
+    with ProcessPoolExecutor(len(ranges), mp_context=multiprocessing.get_context("spawn")) as pool:
+        parts = [
+            loop.run_in_executor(
+                pool,
+                verify_range,
+                parallel,
+                log_range,
+                wanted_positions,
+                recomputed.wanted_blocks,
+                batch_size,
+            )
+            for log_range in ranges
+        ]
+        try:
+            for log_range, part in zip(ranges, parts, strict=True):
+                range_verifier, items = await part
+                if recomputed.size == log_range.start_size and verifier.join(
+                    range_verifier, log_range.start_position, log_range.start_chain
+                ):
+                    await asyncio.to_thread(recomputed.feed_part, items)
+                    joined += 1
+                    continue
+                async for rows in store.read_chain_batches(
+                    log_range.start_position, batch_size, log_range.end_position
+                ):
+                    await asyncio.to_thread(_check_rows, verifier, recomputed, rows)
+        finally:
+            for part in parts:
+                part.cancel()
+    return joined
+
+
 def _in_files(findings: list[Finding], records: list[ArchiveRecord]) -> list[Finding]:
     """Findings at archived positions, with the archive file they are in named."""
     named = []
@@ -317,11 +505,18 @@ def _in_files(findings: list[Finding], records: list[ArchiveRecord]) -> list[Fin
 
 
 async def audit_trail(
-    store: EventStore, sources: TrailSources, *, batch_size: int = 5000, archive: Path | None = None
+    store: EventStore,
+    sources: TrailSources,
+    *,
+    batch_size: int = 5000,
+    archive: Path | None = None,
+    parallel: Parallel | None = None,
 ) -> AuditReport:
     """``audit_log`` and the signed checkpoints: every signature, every signed tree head against the tree
     recomputed from the events, consecutive heads linked by consistency proofs, the copies outside the
-    database present in it, a fresh enough newest head, and the database's keys among the trusted ones."""
+    database present in it, a fresh enough newest head, and the database's keys among the trusted ones.
+    With ``parallel``, the log (when none of it is archived) is read and checked in ranges between signed
+    checkpoints by that many processes at once, and the ranges joined (``_check_ranges``)."""
     findings: list[Finding] = []
     trusted_texts = {v.text() for v in sources.trusted}
     for key in sources.database_keys:
@@ -379,8 +574,18 @@ async def audit_trail(
     )
     verifier = ChainVerifier(wanted_positions={cp.global_position for _, cp in sources.legacy})
     archive_findings: list[Finding] = []
-    async for rows in _trail_rows(store, archive, verifier, archive_findings, batch_size):
-        await asyncio.to_thread(_check_rows, verifier, recomputed, rows)
+    ranges = (
+        plan_ranges([cp.body for _, cp in by_size.values()], parallel)
+        if parallel is not None and not await archive_records(store)
+        else []
+    )
+    joined = 0
+    if ranges:
+        assert parallel is not None
+        joined = await _check_ranges(store, parallel, ranges, verifier, recomputed, batch_size)
+    else:
+        async for rows in _trail_rows(store, archive, verifier, archive_findings, batch_size):
+            await asyncio.to_thread(_check_rows, verifier, recomputed, rows)
     verifier.finish()
     recomputed.finish()
     leaves = recomputed.size
@@ -504,6 +709,8 @@ async def audit_trail(
         accepted=accepted,
         losses=losses,
         unrecovered=unrecovered,
+        ranges_joined=joined,
+        ranges_read_again=len(ranges) - joined,
     )
 
 

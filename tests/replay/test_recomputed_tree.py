@@ -1,24 +1,42 @@
 """`audit verify` recomputes the tree in 256-leaf blocks while it walks the log: its roots at the
 checkpoints' sizes and its consistency proofs between them agree with the whole tree computed leaf by
-leaf (services/model/merkle.py), across block edges."""
+leaf (services/model/merkle.py), across block edges, also when the log is read in ranges cut anywhere
+(a block's root from the range that holds it whole, leaves where a range starts or ends inside one)."""
 
 from __future__ import annotations
 
 import hashlib
 
+import pytest
+
+from services.model.hashchain import ChainRow
 from services.model.merkle import consistency_proof, event_leaf_hash, root_of, verify_consistency
-from services.replay.audit import BLOCK_LEVEL, _Recomputed
+from services.replay.audit import BLOCK_LEVEL, _RangeLeaves, _Recomputed
 
 
-def test_roots_and_consistency_proofs_across_block_edges() -> None:
+@pytest.mark.parametrize(
+    "cuts",
+    [[], [256, 512], [100, 1000, 2049], [255, 257, 2048], [1, 2999]],
+    ids=["one read", "at block edges", "inside blocks", "beside block edges", "one row ranges"],
+)
+def test_roots_and_consistency_proofs_across_block_edges(cuts: list[int]) -> None:
     n = 3000
     hashes = [hashlib.sha256(i.to_bytes(8, "big")).digest() for i in range(n)]
+    rows: list[ChainRow] = [(i + 1, digest, digest, b"s", i + 1, b"") for i, digest in enumerate(hashes)]
     sizes = sorted({1, 2, 255, 256, 257, 511, 512, 1000, 2048, 2049, n})
     recomputed = _Recomputed(
         set(sizes), {b for s in sizes for b in ((s - 1) >> BLOCK_LEVEL, s >> BLOCK_LEVEL)}
     )
-    for i, digest in enumerate(hashes):
-        recomputed.feed(i + 1, digest, digest)
+    for start, end in zip([0, *cuts], [*cuts, n], strict=True):
+        if not cuts:
+            recomputed.feed_rows(rows)
+            continue
+        part = _RangeLeaves(start, recomputed.wanted_blocks)
+        for batch in range(start, end, 300):
+            part.feed_rows(rows[batch : min(batch + 300, end)])
+        part.finish()
+        assert part.size == end
+        recomputed.feed_part(part.items)
     recomputed.finish()
     leaves = [event_leaf_hash(i + 1, digest) for i, digest in enumerate(hashes)]
     assert recomputed.size == n
