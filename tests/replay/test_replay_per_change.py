@@ -65,7 +65,7 @@ ROLLED = sorted(case for case, options in HISTORIES.items() if options.get("roll
 
 @cache
 def simulated(case: str) -> list[Envelope]:
-    return WorkloadSimulation("team-a", "web", start=T0, **HISTORIES[case]).run()  # type: ignore[arg-type]
+    return WorkloadSimulation("team-a", "web", start=T0, **HISTORIES[case]).run()
 
 
 def stored(events: list[Envelope]) -> list[StoredEvent]:
