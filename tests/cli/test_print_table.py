@@ -145,3 +145,22 @@ def test_history_prints_the_tables_rich_printed() -> None:
           "failed: timeout: not ready" if i == 2 else "succeeded"] for i in range(5)],
     )  # fmt: skip
     assert out.getvalue() == expected
+
+
+def test_a_pipe_that_is_not_utf_8_gets_rich_s_ascii_box(monkeypatch: pytest.MonkeyPatch) -> None:
+    def ascii_pipe() -> io.TextIOWrapper:
+        return io.TextIOWrapper(io.BytesIO(), encoding="ascii", errors="replace")
+
+    rows = [["web-0", "succeeded"]]
+    with printed(None):
+        out = ascii_pipe()
+        with contextlib.redirect_stdout(out):
+            print_table("pod actions", ["pod", "outcome"], rows)
+    expected = ascii_pipe()
+    table = Table(title="pod actions", title_justify="left")
+    for column in ("pod", "outcome"):
+        table.add_column(column, overflow="fold")
+    table.add_row(*rows[0])
+    Console(file=expected, width=UNLIMITED_WIDTH, soft_wrap=True).print(table)
+    printed_bytes = [stream.detach().getvalue() for stream in (out, expected)]  # type: ignore[union-attr]
+    assert printed_bytes[0] == printed_bytes[1] and b"+" in printed_bytes[0]
