@@ -9,13 +9,13 @@ production schema (it says which command to run when the views are missing).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from services.cli.terminal import console
+from services.cli.terminal import console, print_table
 from services.infra.settings import Settings
 
 if TYPE_CHECKING:
@@ -114,8 +114,6 @@ def resolve_rollout(recorded: list[str], rollout: str) -> str:
 async def show_history(
     settings: Settings, namespace: str, name: str, rollout: str | None, kind: str | None = None
 ) -> int:
-    from rich.table import Table
-
     from services.infra import audit_queries
 
     async with connect(settings) as connection:
@@ -126,30 +124,42 @@ async def show_history(
         return 1
     if rollout is not None:
         rollout = resolve_rollout([r["rollout_id"] for r in rollouts], rollout)
-    table = Table(title=f"rollouts of {namespace}/{name}", title_justify="left")
-    for column in ("#", "from → to revision", "strategy", "started", "took", "outcome"):
-        table.add_column(column, overflow="fold")
+    print_history(namespace, name, rollouts, actions, rollout)
+    return 0
+
+
+def print_history(
+    namespace: str,
+    name: str,
+    rollouts: Sequence[Mapping[str, Any]],
+    actions: Sequence[Mapping[str, Any]],
+    rollout: str | None,
+) -> None:
+    """The two tables of ``rollbook history``: the workload's rollouts, and its pod actions (of
+    ``rollout`` only, when given)."""
+    rows = []
     for r in rollouts:
         strategy = r["strategy_type"] + (" (observed)" if r["driven_by"] == "observed" else "")  # shadow mode
-        table.add_row(
+        rows.append([
             sequence_of(r["rollout_id"]),
             f"{short(r['from_revision'], name)} → {short(r['to_revision'], name)}", strategy,
             clock(r["started"]), seconds(r["duration"]), r["outcome"],
-        )  # fmt: skip
-    console().print(table)
-    table = Table(
-        title="pod actions (an in-place update spans its not-ready mark … markReady)", title_justify="left"
-    )
-    for column in ("revision", "pod", "action", "requested", "took", "outcome"):
-        table.add_column(column, overflow="fold", no_wrap=column in ("pod", "action"))
+        ])  # fmt: skip
+    columns = ("#", "from → to revision", "strategy", "started", "took", "outcome")
+    print_table(f"rollouts of {namespace}/{name}", columns, rows)
+    rows = []
     for a in actions:
         if rollout and a["rollout_id"] != rollout:
             continue
         outcome = a["outcome"] + (f": {a['reason']}" if a["reason"] else "")
         revision = short((a["rollout_id"] or "").rpartition("@")[2], name)  # <revision>#<n>
-        table.add_row(revision, a["pod"], a["action"], clock(a["requested"]), seconds(a["duration"]), outcome)
-    console().print(table)
-    return 0
+        rows.append([revision, a["pod"], a["action"], clock(a["requested"]), seconds(a["duration"]), outcome])
+    print_table(
+        "pod actions (an in-place update spans its not-ready mark … markReady)",
+        ("revision", "pod", "action", "requested", "took", "outcome"),
+        rows,
+        no_wrap=("pod", "action"),
+    )
 
 
 def register(application: typer.Typer) -> None:

@@ -17,7 +17,6 @@ import typer
 
 from services.cli.runtime import run_with_store
 from services.infra.settings import Settings
-from services.kinds.registry import CLONESET, DRIVEN, RECORDED
 
 if TYPE_CHECKING:  # imported where used: the store pulls in SQLAlchemy, which `--help` does not need
     from services.infra.store import EventStore
@@ -48,6 +47,8 @@ def load_decide(spec: str) -> Decide:
 def kind_counts(reports: list[VerifyReport], recorded: list[RecordedReport]) -> str:
     """One line with how many workloads of each kind were verified and how many diverged (and, when
     any, how many have rounds recorded by other planner rules, or a recorder behind its observations)."""
+    from services.kinds.registry import DRIVEN, RECORDED
+
     parts = []
     for kind in (k.name for k in DRIVEN):
         mine = [r for r in reports if r.kind == kind]
@@ -272,6 +273,8 @@ def register(app: typer.Typer) -> None:
             if failed:
                 raise typer.Exit(1)
             return
+        from services.kinds.registry import CLONESET
+
         for planned in reports:
             shown = (
                 planned.workload if planned.kind == CLONESET.name else f"{planned.kind} {planned.workload}"

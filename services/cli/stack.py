@@ -18,7 +18,6 @@ from pathlib import Path
 import typer
 
 from services.cli.errors import CommandError
-from services.infra.nats_auth import ADMIN, OPERATOR
 from services.infra.redact import redacted
 from services.infra.settings import Settings
 
@@ -121,6 +120,8 @@ def register(app: typer.Typer) -> None:
 def nats_login_hint(url: str, credentials: str) -> str:
     """How an operator logs in to the stack's NATS with a tool of their own, naming the password file,
     never printing the password."""
+    from services.infra.nats_auth import ADMIN, OPERATOR
+
     password = shlex.quote(str(Path(credentials) / OPERATOR))
     return (
         f"NATS requires a user: read-only as {OPERATOR}, e.g. "

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Collection, Iterable, Sequence
 from functools import cache
 from typing import TYPE_CHECKING
 
@@ -63,3 +64,70 @@ def _shell_word(word: str) -> str:
     import shlex
 
     return shlex.quote(word)
+
+
+def print_table(
+    title: str, columns: Sequence[str], rows: Iterable[Sequence[str | None]], no_wrap: Collection[str] = ()
+) -> None:
+    """A table with a left-justified title, as rich prints it (``no_wrap``: columns kept on one line; the
+    others fold; a None cell is empty). Output with no width limit and no colour (a pipe, a file, UTF-8)
+    that is all plain text is written as rich would write it without rich's layout, which costs ~0.1 ms a cell
+    (~450 ms for the 700 pod actions of a 200-pod CloneSet's history) and has nothing to lay out there."""
+    shown = console()
+    cells = [["" if cell is None else cell for cell in row] for row in rows]
+    if (
+        shown.width == UNLIMITED_WIDTH
+        and shown.color_system is None
+        and shown.encoding.startswith("utf")  # else rich draws the box in ASCII
+        and not shown.legacy_windows
+        and all(plain_cell(cell) for cell in (title, *columns))
+        and all(plain_cell(cell) for row in cells for cell in row)
+    ):
+        shown.file.write(plain_table(title, columns, cells))
+        shown.file.flush()
+        return
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left")
+    for column in columns:
+        table.add_column(column, overflow="fold", no_wrap=column in no_wrap)
+    for row in cells:
+        table.add_row(*row)
+    shown.print(table)
+
+
+def plain_cell(text: str) -> bool:
+    """Whether rich prints ``text`` as it is: printable characters only (no tab, newline or control
+    code), no markup (``[``) and no emoji code (``:name:``)."""
+    if not text.isprintable() or "[" in text:
+        return False
+    if ":" in text:
+        from rich.emoji import Emoji
+
+        return Emoji.replace(text) == text
+    return True
+
+
+def plain_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """The text rich prints for a table of plain cells (``plain_cell``) with no width limit and no colour:
+    its title, a heavy head (rich's default box) and a light body, one line per row."""
+    from rich.cells import cell_len
+
+    widths = [cell_len(column) for column in columns]
+    for row in rows:
+        for index, cell in enumerate(row):
+            widths[index] = max(widths[index], cell_len(cell))
+
+    def line(left: str, fill: str, middle: str, right: str) -> str:
+        return left + middle.join(fill * (width + 2) for width in widths) + right + "\n"
+
+    def cells(edge: str, values: Sequence[str]) -> str:
+        padded = (
+            f" {value}{' ' * (width - cell_len(value))} " for value, width in zip(values, widths, strict=True)
+        )
+        return edge + edge.join(padded) + edge + "\n"
+
+    parts = [title + "\n", line("┏", "━", "┳", "┓"), cells("┃", columns), line("┡", "━", "╇", "┩")]
+    parts.extend(cells("│", row) for row in rows)
+    parts.append(line("└", "─", "┴", "┘"))
+    return "".join(parts)

@@ -10,7 +10,7 @@ steps, and the unavailable pods over time against the maxUnavailable line, all r
     GET /                      the page (services/cli/ui_static/)
     GET /api/rollouts          rollouts, newest first
     GET /api/rollout?id=ID     one rollout: its pod actions, partition steps, unavailability, paused
-                               periods, states
+                               periods, and per event the pods it changed (replay_frames)
 
 The page polls while a rollout runs (every POLL_SECONDS), so it moves with the trail, and shades the
 periods a rollout was paused (RolloutPaused to RolloutResumed). When the event store cannot be reached
@@ -271,7 +271,7 @@ def make_app(
     from services.infra import audit_queries
     from services.infra.api_auth import guard
     from services.kinds.registry import KINDS
-    from services.replay.operations import replay_records
+    from services.replay.operations import replay_frames
     from services.replay.reads import TargetError
 
     async def index(_: web.Request) -> web.Response:
@@ -318,7 +318,7 @@ def make_app(
             )
         target = rollout_id if kind.driven else f"{kind.name}/{rollout_id}"
         try:
-            states = await replay_records(store, target)
+            states = await replay_frames(store, target)
         except TargetError as error:
             raise web.HTTPNotFound(text=str(error)) from None
         return web.json_response(

@@ -107,6 +107,10 @@ class ClusterModel:
         self.revisions = copy.deepcopy(revisions or {})
         self.timings = timings or {}
         self.applied: list[str] = []  # action ids applied since the caller last cleared it
+        self.changed_pods: set[str] = set(self.pods)  # pods made, changed or gone since the caller cleared it
+        # Pods the kubelet has to look at again: only a change to a pod (or to whether it restarts) can
+        # make its Ready differ from its gates, so a pass need not walk every pod after every event.
+        self.kubelet_due: set[str] = set(self.pods)
         self.now = 0.0
         self.serial = 0
         self.queue: list[tuple[float, int, str, Any]] = []  # (time, seq, what, data)
@@ -124,6 +128,11 @@ class ClusterModel:
 
     def moment(self) -> datetime:
         return self.t0 + timedelta(seconds=self.now)
+
+    def touched(self, pod_name: str) -> None:
+        """Pod ``pod_name`` was made, changed or deleted (the kubelet and the caller look at it again)."""
+        self.changed_pods.add(pod_name)
+        self.kubelet_due.add(pod_name)
 
     def _at(self, moment: float, what: str, data: Any) -> None:
         self.serial += 1
@@ -187,17 +196,20 @@ class ClusterModel:
             # An update that only resizes (restarting nothing) keeps the pod in service.
             self.restarting.add(action.pod)
             self._set_ready(changed, False)
+            self.touched(action.pod)
             self._at(self.now + self.delay(ActionKind.UPDATE_IN_PLACE, "ready"), "restart", action.pod)
         elif isinstance(action, model.ResizePod) and changed is not None and action.restart_containers:
             self.restarting.add(action.pod)
             self.resize_restarts[action.pod] = list(action.restart_containers)
             self._set_ready(changed, False)
+            self.touched(action.pod)
             self._at(self.now + self.delay(ActionKind.RESIZE, "ready"), "restart", action.pod)
 
     def carry_out(self, action: Action, action_id: str | None = None) -> dict[str, Any] | None:
         """Apply one action to the objects now, as the executor and the API server would (strategic merge
         for the simple patches the planner writes); returns the object it created or changed (None for a
         delete, or an action on a pod that is gone). A createPod's claims carry ``action_id`` as well."""
+        self.touched(action.pod)
         pod = self.pods.get(action.pod)
         if isinstance(action, model.CreatePVC):  # trails of CloneSet rules before 11
             return self._create_claim(action.object)
@@ -298,6 +310,7 @@ class ClusterModel:
         pod = self.pods.get(pod_name)
         if pod is None:
             return
+        self.touched(pod_name)
         pod.setdefault("spec", {}).setdefault("nodeName", f"node-{self._next() % 3}")
         status = pod.setdefault("status", {})
         status["phase"] = "Running"
@@ -321,6 +334,7 @@ class ClusterModel:
         pod = self.pods.get(pod_name)
         if pod is None:
             return
+        self.touched(pod_name)
         by_name = {c.get("name"): c for c in (pod.get("status") or {}).get("containerStatuses") or []}
         resized = self.resize_restarts.pop(pod_name, [])
         for container in (pod.get("spec") or {}).get("containers") or []:
@@ -341,12 +355,20 @@ class ClusterModel:
         self.kubelet()
 
     def kubelet(self) -> None:
-        """Ready follows the readiness gates for running pods that are not restarting containers."""
-        for name, pod in self.pods.items():
-            if name in self.restarting or not (pod.get("status") or {}).get("containerStatuses"):
+        """Ready follows the readiness gates for running pods that are not restarting containers (the
+        pods changed since the last pass: ``kubelet_due``)."""
+        due, self.kubelet_due = self.kubelet_due, set()
+        for name in due:
+            pod = self.pods.get(name)
+            if (
+                pod is None
+                or name in self.restarting
+                or not (pod.get("status") or {}).get("containerStatuses")
+            ):
                 continue
             conditions = conditions_of(pod)
             gates = [g.get("conditionType") for g in (pod.get("spec") or {}).get("readinessGates") or []]
             ready = all(conditions.get(g) == "True" for g in gates)
             if (conditions.get("Ready") == "True") != ready:
                 self._set_ready(pod, ready)
+                self.changed_pods.add(name)

@@ -5,13 +5,14 @@ saw."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from services.kinds.cloneset.rules.names import REVISION_LABEL
-from services.kinds.cloneset.rules.workload_state import WorkloadState
+from services.kinds.cloneset.rules.workload_state import Requested, WorkloadState
 from services.model.availability import pod_available, revision_hash, unavailable
 from services.model.cloneset import desired_replicas
 from services.model.event_store import StoredEvent
@@ -32,20 +33,79 @@ from services.model.events import (
 
 
 @dataclass(frozen=True)
+class PodFacts:
+    """What replay reads of one pod object: its summary and the facts a replay line counts."""
+
+    pod: dict[str, Any]  # the folded object these facts are of (the fold replaces it, never changes it)
+    summary: dict[str, Any]
+    revision: str  # the hash of its revision label
+
+
+class PodTally:
+    """The pods of a folded workload, summarised and counted as the fold goes: only the pod an event
+    observed is summarised again, so a line per event costs the same for 3 pods as for 200 (summarising
+    every pod after every event made a 200-pod rollout's replay cost events x pods)."""
+
+    def __init__(self) -> None:
+        self.facts: dict[str, PodFacts] = {}
+        self.ready = 0
+        self.available = 0
+        self.by_revision: Counter[str] = Counter()
+        self.changed: list[str] = []  # pods created, changed or gone at the last ``refresh``
+
+    def refresh(self, pods: dict[str, dict[str, Any]], name: str) -> None:
+        """Pod ``name`` as ``pods`` holds it now (after an event that observed it)."""
+        pod = pods.get(name)
+        old = self.facts.get(name)
+        self.changed = []
+        if (None if old is None else old.pod) is pod:
+            return
+        self.changed = [name]
+        if old is not None:
+            self._count(old, -1)
+            del self.facts[name]
+        if pod is not None:
+            facts = PodFacts(pod, pod_summary(pod), _revision_hash_of(pod))
+            self.facts[name] = facts
+            self._count(facts, 1)
+
+    def _count(self, facts: PodFacts, sign: int) -> None:
+        self.ready += sign * facts.summary["ready"]
+        self.available += sign * facts.summary["available"]
+        self.by_revision[facts.revision] += sign
+
+    def updated(self, update_revision: str | None) -> int:
+        """Pods at ``update_revision`` (``updated_pods``)."""
+        return self.by_revision[revision_hash(update_revision)] if update_revision else 0
+
+    def summaries(self) -> dict[str, dict[str, Any]]:
+        """Every pod's summary, by name in order (``summarise``'s ``pods``)."""
+        return {name: self.facts[name].summary for name in sorted(self.facts)}
+
+
+@dataclass(frozen=True)
 class Step:
-    """The state right after one event."""
+    """The state right after one event, and its pods summarised (``PodTally``)."""
 
     event: StoredEvent
     state: WorkloadState
+    pods: PodTally
 
 
 def fold_timeline(namespace: str, name: str, events: Iterable[StoredEvent]) -> Iterator[Step]:
-    """Fold events in global order, yielding after each one. The state object is shared and mutated:
-    summarise it (``summarise``) before asking for the next step."""
+    """Fold events in global order, yielding after each one. The state and the tally are shared and
+    mutated: render them (``one_line``, ``summarise``) before asking for the next step."""
     state = WorkloadState(namespace, name)
+    tally = PodTally()
     for stored in events:
         state.fold(stored.envelope)
-        yield Step(stored, state)
+        payload = stored.envelope.payload
+        # Only a pod's observation changes the folded pods (WorkloadState._fold_observed).
+        if isinstance(payload, ObjectObserved) and payload.kind == "Pod":
+            tally.refresh(state.pods, payload.name)
+        else:
+            tally.changed = []
+        yield Step(stored, state, tally)
 
 
 def state_at(
@@ -92,8 +152,9 @@ def pod_summary(pod: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def summarise(state: WorkloadState) -> dict[str, Any]:
-    """A JSON-able picture of the workload as the planner knew it."""
+def summarise(state: WorkloadState, pods: PodTally | None = None) -> dict[str, Any]:
+    """A JSON-able picture of the workload as the planner knew it (its pods' summaries from ``pods`` when
+    the fold kept them)."""
     cloneset = state.cloneset or {}
     spec = cloneset.get("spec") or {}
     failed = {a for a, outcome in state.outcomes.items() if outcome == "failed"}
@@ -104,8 +165,12 @@ def summarise(state: WorkloadState) -> dict[str, Any]:
         "exists": state.cloneset is not None,
         "generation": (cloneset.get("metadata") or {}).get("generation"),
         "replicas": desired_replicas(state.cloneset) if state.cloneset is not None else None,
-        "unavailable": unavailable(desired_replicas(state.cloneset), state.pods.values()),
-        "updated": updated_pods(state),
+        "unavailable": (
+            unavailable(desired_replicas(state.cloneset), state.pods.values())
+            if pods is None
+            else max(desired_replicas(state.cloneset) - pods.available, 0)
+        ),
+        "updated": updated_pods(state) if pods is None else pods.updated(state.update_revision),
         "updateStrategy": spec.get("updateStrategy"),
         "images": [
             c.get("image") for c in ((spec.get("template") or {}).get("spec") or {}).get("containers") or []
@@ -113,13 +178,17 @@ def summarise(state: WorkloadState) -> dict[str, Any]:
         "updateRevision": state.update_revision,
         "activeRollout": state.active_rollout,
         "revisions": sorted(state.revisions),
-        "pods": {name: pod_summary(pod) for name, pod in sorted(state.pods.items())},
+        "pods": (
+            {name: pod_summary(pod) for name, pod in sorted(state.pods.items())}
+            if pods is None
+            else pods.summaries()
+        ),
         "pvcs": sorted(state.pvcs),
         "actions": {
             "requested": len(state.requested),
             "succeeded": sum(1 for o in state.outcomes.values() if o == "succeeded"),
             "failed": sorted(failed),
-            "pending": sorted(p.event.action_id for p in state.pending()),
+            "pending": sorted(p.event.action_id for p in pending(state)),
         },
         "status": state.last_status,
     }
@@ -131,14 +200,24 @@ def one_line(step: Step) -> str:
     envelope = stored.envelope
     stream_kind = envelope.stream.rsplit("/", 1)[-1] if envelope.stream.count("/") > 2 else "decisions"
     what = event_text(envelope)
-    ready = sum(1 for p in state.pods.values() if pod_summary(p)["ready"])
+    pods = step.pods
     replicas = desired_replicas(state.cloneset)
     return (
         f"{stored.global_position:>8} {stored.recorded_at.isoformat(timespec='milliseconds')}"
         f" {stream_kind:<9} v{envelope.stream_version:<5} {what}"
-        f"  | pods={len(state.pods)} ready={ready} updated={updated_pods(state)}"
-        f" unavailable={unavailable(replicas, state.pods.values())} pending={len(state.pending())}"
+        f"  | pods={len(state.pods)} ready={pods.ready} updated={pods.updated(state.update_revision)}"
+        f" unavailable={max(replicas - pods.available, 0)} pending={len(pending(state))}"
     )
+
+
+def pending(state: WorkloadState) -> list[Requested]:
+    """``state.pending()``, without asking again after every event whether each unsettled action is in
+    effect: ``pending_deadline`` settles the actions something folded since could have settled (the
+    planner's own bookkeeping), so an action still unsettled is pending until its deadline. (Asking every
+    one again made a line per event cost events x actions in flight: 200 creates of a scale-out.)"""
+    state.pending_deadline()
+    now = state.now
+    return [r for r in state.unsettled.values() if now is None or now < state.expectation_deadline(r)]
 
 
 def event_text(envelope: Envelope) -> str:
@@ -183,8 +262,8 @@ def updated_pods(state: WorkloadState) -> int:
     if not state.update_revision:
         return 0
     wanted = revision_hash(state.update_revision)
-    return sum(
-        1
-        for p in state.pods.values()
-        if revision_hash(((p.get("metadata") or {}).get("labels") or {}).get(REVISION_LABEL)) == wanted
-    )
+    return sum(1 for p in state.pods.values() if _revision_hash_of(p) == wanted)
+
+
+def _revision_hash_of(pod: dict[str, Any]) -> str:
+    return revision_hash(((pod.get("metadata") or {}).get("labels") or {}).get(REVISION_LABEL))

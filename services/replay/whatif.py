@@ -35,7 +35,7 @@ from services.kinds.cloneset.rules.workload_state import WorkloadState
 from services.kinds.registry import CLONESET
 from services.model.actions import BECAME_READY, ActionKind
 from services.model.availability import pod_available as available
-from services.model.availability import revision_hash, unavailable
+from services.model.availability import revision_hash
 from services.model.cloneset import desired_replicas
 from services.model.event_store import StoredEvent
 from services.model.events import (
@@ -68,17 +68,39 @@ class RolloutMetrics:
     completed: bool = False
     _down_since: dict[str, float] = field(default_factory=dict)
 
-    def observe(self, moment: float, pods: dict[str, dict[str, Any]], replicas: int) -> None:
-        self.max_unavailable = max(self.max_unavailable, unavailable(replicas, pods.values()))
-        # The longest stretch is per pod: how long one pod was out of service.
-        down = {name for name, pod in pods.items() if not available(pod)}
-        for name in down:
-            self._down_since.setdefault(name, moment)
-        for name in list(self._down_since):
-            if name not in down:
-                self.longest_unavailable_seconds = max(
-                    self.longest_unavailable_seconds, moment - self._down_since.pop(name)
-                )
+    def observe(
+        self,
+        moment: float,
+        pods: dict[str, dict[str, Any]],
+        replicas: int,
+        changed: Iterable[str] | None = None,
+    ) -> None:
+        """The pods at ``moment``; ``changed``: the only pods that changed since the last call (None: any
+        may have). Looking at those alone keeps a 200-pod rollout from costing events x pods."""
+        if changed is None:
+            down = {name for name, pod in pods.items() if not available(pod)}
+            for name in list(self._down_since):
+                if name not in down:
+                    self._up(name, moment)
+            for name in down:
+                self._down_since.setdefault(name, moment)
+        else:
+            for name in changed:
+                pod = pods.get(name)
+                if pod is not None and not available(pod):
+                    self._down_since.setdefault(name, moment)
+                elif name in self._down_since:
+                    self._up(name, moment)
+        # The pods down are the ones _down_since holds (``unavailable``: replicas - available pods).
+        available_pods = len(pods) - len(self._down_since)
+        self.max_unavailable = max(self.max_unavailable, replicas - available_pods, 0)
+
+    def _up(self, name: str, moment: float) -> None:
+        """Pod ``name`` is available again (or gone): the longest stretch is per pod, how long one pod was
+        out of service."""
+        self.longest_unavailable_seconds = max(
+            self.longest_unavailable_seconds, moment - self._down_since.pop(name)
+        )
 
     def close(self, moment: float) -> None:
         for since in self._down_since.values():
@@ -231,6 +253,7 @@ def read_record(namespace: str, name: str, events: list[StoredEvent], rollout_id
     round_actions: dict[str, int] = {}
     observed_at: dict[str, tuple[str, datetime]] = {}  # observed action id -> (kind, when observed)
     last_moment = t0
+    first = True  # the first observation looks at every pod; the later ones at the pod observed
     for stored in events:
         if stored.global_position <= round_event.global_position:
             continue
@@ -309,7 +332,8 @@ def read_record(namespace: str, name: str, events: list[StoredEvent], rollout_id
                 ):
                     kind, _, since = awaiting_ready.pop(payload.name)
                     delays.setdefault(kind, {}).setdefault("ready", []).append(_seconds(moment, since))
-            metrics.observe(_seconds(moment, t0), pods, replicas)
+            metrics.observe(_seconds(moment, t0), pods, replicas, None if first else (payload.name,))
+            first = False
             if completed and _all_updated(pods, target_hash, replicas):
                 done_at = moment
     metrics.steps = len(round_actions)
@@ -330,6 +354,7 @@ def _replan(model: ClusterModel) -> RolloutMetrics:
     """Plan, carry out, repeat: like the planner service, no new round while an action is in flight."""
     metrics = RolloutMetrics()
     metrics.observe(0.0, model.pods, desired_replicas(model.cloneset))
+    model.changed_pods.clear()
     for _ in range(MAX_ROUNDS):
         if model.in_flight == 0:
             plan = planning.plan(model.plan_input())
@@ -346,7 +371,8 @@ def _replan(model: ClusterModel) -> RolloutMetrics:
                 break
         if model.step() is None:
             break
-        metrics.observe(model.now, model.pods, desired_replicas(model.cloneset))
+        metrics.observe(model.now, model.pods, desired_replicas(model.cloneset), model.changed_pods)
+        model.changed_pods.clear()
     metrics.duration_seconds = model.now
     metrics.close(model.now)
     return metrics

@@ -12,7 +12,13 @@ import pytest
 
 from services.model.events import Envelope, RolloutCompleted, new_event
 from services.model.memory_store import InMemoryEventStore
-from services.replay.operations import replay_at, replay_lines, replay_records, verify_recorded
+from services.replay.operations import (
+    replay_at,
+    replay_frames,
+    replay_lines,
+    replay_records,
+    verify_recorded,
+)
 from services.replay.reads import TargetError
 from services.watcher.objects import observation
 from services.watcher.recorder import Recorder
@@ -156,3 +162,20 @@ async def test_a_recorded_target_that_names_nothing_is_one_line(target: str, mes
     store = await recorded_store(HISTORY[:2])
     with pytest.raises(TargetError, match=message.replace("(", r"\(").replace(")", r"\)")):
         await replay_lines(store, target)
+
+
+async def test_the_ui_frames_of_a_recorded_trail_rebuild_each_state_s_pods() -> None:
+    store = await recorded_store()
+    for target in ("Deployment/ops/web", f"Deployment/{FIRST}", f"Deployment/{UNDO}"):
+        frames, records = await replay_frames(store, target), await replay_records(store, target)
+        assert [f["position"] for f in frames] == [r["position"] for r in records]
+        pods: dict[str, Any] = {}
+        for frame, record in zip(frames, records, strict=True):
+            for name, summary in frame["pods"].items():
+                if summary is None:
+                    del pods[name]
+                else:
+                    pods[name] = summary
+            assert pods == record["state"]["pods"]
+        # Only what changed after the first: the pod's three observations, not every event's pods.
+        assert sum(len(f["pods"]) for f in frames[1:]) <= 3

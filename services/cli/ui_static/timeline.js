@@ -176,6 +176,19 @@ function draw(data, width) {
   return (time) => { const px = x(time); cursor.setAttribute("x1", px); cursor.setAttribute("x2", px); };
 }
 
+// The pods after event ``index``: each state carries only the pods its event changed (every pod in the
+// first; a pod gone is null).
+function podsAt(states, index) {
+  const pods = new Map();
+  for (let i = 0; i <= index; i++) {
+    for (const [name, pod] of Object.entries(states[i].pods)) {
+      if (pod === null) pods.delete(name);
+      else pods.set(name, pod);
+    }
+  }
+  return pods;
+}
+
 function showState(data, index, moveCursor) {
   const step = data.states[index];
   document.getElementById("position").value = index;
@@ -183,7 +196,9 @@ function showState(data, index, moveCursor) {
     `${index + 1}/${data.states.length} · position ${step.position} · ${step.recordedAt} · ${step.type}`;
   const body = document.querySelector("#state tbody");
   body.replaceChildren();
-  for (const [name, pod] of Object.entries(step.state.pods)) {
+  const pods = podsAt(data.states, index);
+  for (const name of [...pods.keys()].sort()) {
+    const pod = pods.get(name);
     const row = document.createElement("tr");
     row.dataset.pod = name;
     for (const value of [name, pod.revision, pod.ready, pod.available, (pod.images || []).join(", ")]) {
