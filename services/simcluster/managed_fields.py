@@ -2,8 +2,9 @@
 subresource) that wrote the object through the API, with the time of its last write and the fields it
 owns (``fieldsV1``, to two levels: ``f:spec`` and the spec's fields, ``f:status`` and the status's fields,
 ``f:metadata`` and its labels or annotations, other top-level fields). A write through the main resource
-touches no status field and one through the status subresource only status fields (each ignores the
-other's part, as the API server does). An update takes the fields it changed from every other manager (an
+touches no status field and one through the status subresource only status fields, and for a pod its
+labels, annotations and finalizers, which pods/status takes too (each ignores the rest, as the API server
+does). An update takes the fields it changed from every other manager (an
 ``Update`` is never a conflict: the last writer owns a field), and a manager left owning nothing is
 dropped. The manager is the request's ``fieldManager``, else the client's User-Agent up to its first ``/``
 (as the API server defaults it). Writes by simcluster's own controllers go to the store directly and
@@ -27,21 +28,30 @@ def manager_of(field_manager: str | None, user_agent: str | None) -> str:
 
 
 def touched(
-    old: dict[str, Any] | None, new: dict[str, Any], subresource: str | None = None
+    old: dict[str, Any] | None,
+    new: dict[str, Any],
+    subresource: str | None = None,
+    status_takes_metadata: bool = False,
 ) -> dict[str, Any]:
     """The fieldsV1 of what a write changed (everything present, for a create); through the status
-    subresource, the status fields it set to a new value (a field it removed is owned by no one)."""
+    subresource, the status fields it set to a new value (a field it removed is owned by no one), and
+    the metadata it changed when the status subresource takes metadata (``status_takes_metadata``: a
+    pod's)."""
     before = old or {}
+    fields: dict[str, Any] = {}
     if subresource == "status":
         status, old_status = new.get("status"), before.get("status")
-        if not isinstance(status, dict):
-            return {}
         previous = old_status if isinstance(old_status, dict) else {}
-        changed_status: dict[str, Any] = {
-            f"f:{k}": {} for k in sorted(status) if status[k] != previous.get(k)
-        }
-        return {"f:status": changed_status} if changed_status else {}
-    fields: dict[str, Any] = {}
+        changed_status: dict[str, Any] = (
+            {f"f:{k}": {} for k in sorted(status) if status[k] != previous.get(k)}
+            if isinstance(status, dict)
+            else {}
+        )
+        if changed_status:
+            fields["f:status"] = changed_status
+        if status_takes_metadata:  # not ownerReferences, which pods/status resets
+            fields.update(_metadata_touched(before, new, _METADATA[:3]))
+        return fields
     for key in sorted(set(new) - _SKIPPED):
         if key == "spec" and isinstance(new.get(key), dict):
             spec, old_spec = new[key], before.get(key) or {}
@@ -50,13 +60,16 @@ def touched(
                 fields["f:spec"] = changed
         elif new.get(key) != before.get(key):
             fields[f"f:{key}"] = {}
+    fields.update(_metadata_touched(before, new, _METADATA))
+    return fields
+
+
+def _metadata_touched(before: dict[str, Any], new: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
     meta, old_meta = new.get("metadata") or {}, before.get("metadata") or {}
     changed_meta: dict[str, Any] = {
-        f"f:{k}": {} for k in _METADATA if meta.get(k) and meta.get(k) != old_meta.get(k)
+        f"f:{k}": {} for k in keys if meta.get(k) and meta.get(k) != old_meta.get(k)
     }
-    if changed_meta:
-        fields["f:metadata"] = changed_meta
-    return fields
+    return {"f:metadata": changed_meta} if changed_meta else {}
 
 
 def record(
@@ -67,9 +80,10 @@ def record(
     content_type: str,
     subresource: str | None,
     api_version: str,
+    status_takes_metadata: bool = False,
 ) -> None:
     """Note the write in ``obj``'s managedFields (in place); a write that changed nothing notes nothing."""
-    fields = touched(old, obj, subresource)
+    fields = touched(old, obj, subresource, status_takes_metadata)
     if not fields:
         return
     operation = "Apply" if content_type.startswith(APPLY_PATCH) else "Update"

@@ -367,6 +367,12 @@ async def test_pod_status_subresource_takes_labels_and_annotations_but_not_spec_
     assert patched.metadata.labels["state"] == "marked" and patched.metadata.annotations["by"] == "status"
     assert not patched.metadata.owner_references and patched.spec.active_deadline_seconds is None
     assert any(c.type == "Example" for c in patched.status.conditions)
+    # Its managedFields: the status entry owns what pods/status took, not the spec or the owners.
+    [entry] = [e for e in patched.metadata.managed_fields if e.subresource == "status"]
+    assert entry.fields_v1 == {
+        "f:metadata": {"f:labels": {}, "f:annotations": {}},
+        "f:status": {"f:conditions": {}},
+    }
     # The uid in the patch is a precondition: another incarnation's is refused (it is immutable).
     with pytest.raises(ApiException) as caught:
         await core.patch_namespaced_pod_status(
