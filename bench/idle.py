@@ -2,7 +2,7 @@
 rollbook stores for it. Goal: at most one row per real change of a pod's ready state.
 
     .venv/bin/python bench/idle.py [--replicas 1000] [--flap-share 0.01] [--minutes 10] [--down 10]
-                                   [--progress-deadline 0]
+                                   [--progress-deadline 0] [--idle-seconds 30]
                                    [--database-url URL] [--nats-url URL]
 
 The four services as child processes and a simcluster (zero-delay kubelet) in this process
@@ -16,13 +16,16 @@ change, as a kubelet reports a probe). A watch on the pods counts the real chang
 Printed: the real changes, the rows appended to ``events`` over the window (until the trail is quiet
 again) by type and by stream kind, rows per real change, rows and bytes per hour at this rate, and every
 row a pod's ready change does not explain (a pod observation whose Ready did not change, a CloneSet status
-write, planner or executor events), with load averages (this machine's cores are shared).
+write, planner or executor events), with load averages (this machine's cores are shared). Before the
+flaps, the CPU each service spends a second while the cluster is steady and nothing happens, over
+--idle-seconds (what a quiet cluster costs: polls, timers, Lease renewals).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import math
 import os
@@ -44,6 +47,7 @@ from bench._service_stack import service_stack  # noqa: E402
 from services.infra.database import asyncpg_url  # noqa: E402
 from services.simcluster import NodeConfig, SimCluster, SimConfig  # noqa: E402
 from tests.e2e.cluster import Cluster, seed_cloneset  # noqa: E402
+from tests.plugins.stack import Stack  # noqa: E402
 
 NAME = "sample"
 NAMESPACE = "default"
@@ -198,6 +202,9 @@ async def main(args: argparse.Namespace) -> None:
                 await asyncio.sleep(0.5)
             start = await until_quiet(database_url, args.quiet, args.timeout)
             print(f"  steady after {time.perf_counter() - started:.1f} s, trail at {start}; {load()}")
+            if args.idle_seconds > 0:
+                print("  " + await idle_cpu(stack, args.idle_seconds), flush=True)
+                start = await until_quiet(database_url, args.quiet, args.timeout)
 
             pods = await cluster.pods(NAME)
             listing: Any = await cluster.core.list_namespaced_pod(NAMESPACE, _preload_content=False)
@@ -221,6 +228,25 @@ async def main(args: argparse.Namespace) -> None:
         f"flaps made ({2 * flaps} ready changes asked); {load()}"
     )
     report(watch, rows, window)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of one process so far (Linux /proc), 0 when it is gone."""
+    with contextlib.suppress(OSError, IndexError, ValueError):
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return 0.0
+
+
+async def idle_cpu(stack: Stack, seconds: float) -> str:
+    """CPU each service spends a second while nothing happens (the CloneSet steady, nothing flapped)."""
+    pids = {name: child.process.pid for name, child in stack.children.items()}
+    before, started = {name: cpu_seconds(pid) for name, pid in pids.items()}, time.perf_counter()
+    await asyncio.sleep(seconds)
+    elapsed = time.perf_counter() - started
+    spent = {name: (cpu_seconds(pid) - before[name]) * 1000 / elapsed for name, pid in pids.items()}
+    each = ", ".join(f"{name} {ms:.1f}" for name, ms in sorted(spent.items(), key=lambda item: -item[1]))
+    return f"idle CPU over {elapsed:.0f} s, ms a second: {sum(spent.values()):.1f} ({each}); {load()}"
 
 
 def explain(row: asyncpg.Record) -> str:
@@ -271,6 +297,12 @@ if __name__ == "__main__":
     )
     parser.add_argument(
         "--progress-deadline", type=int, default=0, help="spec.progressDeadlineSeconds (0: unset)"
+    )
+    parser.add_argument(
+        "--idle-seconds",
+        type=float,
+        default=30.0,
+        help="before the flaps: seconds over which each service's idle CPU is measured (0: skip)",
     )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds to settle, before and after")

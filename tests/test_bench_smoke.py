@@ -221,8 +221,12 @@ RUNS: dict[str, tuple[list[str], list[str]]] = {
     ),
     "idle.py": (
         # 4 pods, one flap (two ready changes) in a 6-second window; four service processes start first.
-        ["--replicas", "4", "--flap-share", "0.5", "--minutes", "0.1", "--down", "1", "--quiet", "2"],
         [
+            *("--replicas", "4", "--flap-share", "0.5", "--minutes", "0.1", "--down", "1", "--quiet", "2"),
+            *("--idle-seconds", "2"),
+        ],
+        [
+            rf"idle CPU over 2 s, ms a second: {NUMBER} \(.*planner {NUMBER}.*\)",
             r"real changes of a pod's ready state \(pod watch\): 2 on 1 pods",
             rf"rows appended: \d+, {NUMBER} KiB",
             rf"rows per real change: {NUMBER}  goal <= 1",

@@ -30,7 +30,10 @@ The downgrade restores 0026's trigger and chain function and drops both tables.
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 from alembic import op
 
@@ -41,68 +44,26 @@ down_revision: str | None = "0027_trail_read_indexes"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
-_ZERO = "'\\x" + "00" * 32 + "'::bytea"
 
-# 0004's content expression, unchanged (the hash input must stay the same).
-_CONTENT = r"""
-    convert_to(concat_ws(E'\x1f',
-        NEW.event_id::text, NEW.stream, NEW.stream_version::text, NEW.type, NEW.schema_version::text,
-        (extract(epoch FROM NEW.occurred_at) * 1000000)::bigint::text,
-        (extract(epoch FROM NEW.recorded_at) * 1000000)::bigint::text,
-        coalesce(NEW.causation_id::text, ''), coalesce(NEW.correlation_id, ''), NEW.payload::text), 'UTF8')
-"""
+def _migration_0026() -> Any:
+    path = Path(__file__).with_name("0026_events_partitioned.py")
+    spec = importlib.util.spec_from_file_location("rollbook_migration_0026_events_partitioned", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# 0026's chain and uniqueness functions, taken from it rather than copied, so the downgrade restores them
+# exactly and the upgrade changes one lookup only.
+_0026 = _migration_0026()
+_PARTITION_CHAIN: str = _0026._ARCHIVE_AWARE_CHAIN
+_PARTITION_UNIQUE_KEYS: str = _0026._UNIQUE_KEYS.replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1)
 
 # 0026's chain function but for how it finds the stream's previous hash when the transaction's memo does
 # not give it: the head in stream_heads, one index lookup. The head is the stream's highest version, so it
 # is the version right below any row the uniqueness trigger lets in (a row it refuses needs no hash). It
 # also covers archived streams, as archived_stream_heads did. Same hashes as 0026.
-_CHAIN_TEMPLATE = f"""
-CREATE OR REPLACE FUNCTION events_chain() RETURNS trigger LANGUAGE plpgsql AS $$
-DECLARE
-    last_stream text;
-    last_version integer;
-    last_stream_hash bytea;
-    previous_stream bytea;
-    previous_chain bytea;
-    mine text := pg_current_xact_id()::text || ' ';
-    memo text := current_setting('rollbook.events_chain_head', true);
-    version_text text;
-BEGIN
-    IF memo IS NOT NULL AND starts_with(memo, mine) THEN
-        version_text := split_part(memo, ' ', 2);
-        last_version := version_text::integer;
-        last_stream_hash := decode(split_part(memo, ' ', 3), 'hex');
-        previous_chain := decode(split_part(memo, ' ', 4), 'hex');
-        last_stream := substr(memo, length(mine) + length(version_text) + 132);
-    ELSE
-        SELECT e.stream, e.stream_version, e.stream_hash, e.chain_hash
-          INTO last_stream, last_version, last_stream_hash, previous_chain
-          FROM events e ORDER BY e.global_position DESC LIMIT 1;
-        IF NOT FOUND THEN
-            SELECT a.last_chain_hash INTO previous_chain FROM event_archives a
-             ORDER BY a.last_position DESC LIMIT 1;
-        END IF;
-    END IF;
-    IF last_stream = NEW.stream AND last_version = NEW.stream_version - 1 THEN
-        previous_stream := last_stream_hash;
-    ELSE
-        {{stream_lookup}}
-    END IF;
-    NEW.stream_hash := sha256(coalesce(previous_stream, {_ZERO}) || {_CONTENT});
-    NEW.chain_hash := sha256(coalesce(previous_chain, {_ZERO})
-                             || int8send(NEW.global_position) || NEW.stream_hash);
-    PERFORM set_config('rollbook.events_chain_head',
-                       mine || NEW.stream_version || ' ' || encode(NEW.stream_hash, 'hex') || ' '
-                       || encode(NEW.chain_hash, 'hex') || ' ' || NEW.stream, true);
-    RETURN NEW;
-END
-$$
-"""
-
-_HEAD_STREAM_LOOKUP = """SELECT h.stream_hash INTO previous_stream FROM stream_heads h
-         WHERE h.stream = NEW.stream AND h.stream_version < NEW.stream_version;"""
-_HEAD_CHAIN = _CHAIN_TEMPLATE.format(stream_lookup=_HEAD_STREAM_LOOKUP)
-# 0026's, to the whitespace (the downgrade restores its function exactly).
 _PARTITION_STREAM_LOOKUP = """
             SELECT e.stream_hash INTO previous_stream FROM events e
              WHERE e.stream = NEW.stream AND e.stream_version < NEW.stream_version
@@ -112,6 +73,10 @@ _PARTITION_STREAM_LOOKUP = """
             SELECT h.stream_hash INTO previous_stream FROM archived_stream_heads h
              WHERE h.stream = NEW.stream AND h.stream_version < NEW.stream_version;
         END IF;"""
+_HEAD_STREAM_LOOKUP = """SELECT h.stream_hash INTO previous_stream FROM stream_heads h
+         WHERE h.stream = NEW.stream AND h.stream_version < NEW.stream_version;"""
+assert _PARTITION_CHAIN.count(_PARTITION_STREAM_LOOKUP) == 1
+_HEAD_CHAIN = _PARTITION_CHAIN.replace(_PARTITION_STREAM_LOOKUP, _HEAD_STREAM_LOOKUP)
 
 # Runs after events_chain (BEFORE triggers fire in name order), so the row's stream hash is known and the
 # head takes it. Race-free: every writer holds the append lock (0001) from before its first row to its
@@ -141,30 +106,6 @@ BEGIN
 END
 $$
 """
-
-# 0026's functions exactly, for the downgrade.
-_PARTITION_UNIQUE_KEYS = """
-CREATE OR REPLACE FUNCTION events_unique_keys() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    IF EXISTS (SELECT 1 FROM events e WHERE e.event_id = NEW.event_id) THEN
-        RAISE EXCEPTION 'duplicate key value violates unique constraint "events_event_id_key"'
-            USING ERRCODE = 'unique_violation', CONSTRAINT = 'events_event_id_key', TABLE = 'events',
-                  DETAIL = format('Key (event_id)=(%s) already exists.', NEW.event_id);
-    END IF;
-    IF EXISTS (SELECT 1 FROM events e WHERE e.stream = NEW.stream AND e.stream_version = NEW.stream_version)
-       OR EXISTS (SELECT 1 FROM archived_stream_heads h
-                   WHERE h.stream = NEW.stream AND h.stream_version >= NEW.stream_version) THEN
-        RAISE EXCEPTION 'duplicate key value violates unique constraint "events_stream_version_key"'
-            USING ERRCODE = 'unique_violation', CONSTRAINT = 'events_stream_version_key', TABLE = 'events',
-                  DETAIL = format('Key (stream, stream_version)=(%s, %s) already exists or was archived.',
-                                  NEW.stream, NEW.stream_version);
-    END IF;
-    RETURN NEW;
-END
-$$
-"""
-
-_PARTITION_CHAIN = _CHAIN_TEMPLATE.format(stream_lookup=_PARTITION_STREAM_LOOKUP)
 
 # 0026's comment, to the whitespace.
 _UNIQUE_KEYS_COMMENT = (

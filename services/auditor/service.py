@@ -79,6 +79,7 @@ from services.auditor.store_loss import (
     recovery,
 )
 from services.infra.api_auth import authenticator, guard
+from services.infra.appended import AppendNotifications
 from services.infra.archive import keep_partitions_ahead
 from services.infra.bus import (
     BODY_HEADER,
@@ -118,6 +119,9 @@ DURABLE = "auditor"
 RELAY_BATCH = 500
 _POLL_MIN = 0.02
 _POLL_MAX = 0.1
+# Seconds between two reads while the relay is told of appends (services/infra/appended.py): only a
+# notification lost some other way than with its connection waits this long.
+IDLE_POLL = 2.0
 # Seconds with no new JetStream ack for a batch in flight before the rest of it counts as lost and is
 # published again (a connection lost with publishes in flight, or a stream leader killed holding them,
 # would leave them waiting forever). A stall, not a total:
@@ -215,9 +219,16 @@ class Relay:
         bus: Bus,
         known: KnownStored | None = None,
         on_gap: Callable[[str | None], None] | None = None,
+        notifications: AppendNotifications | None = None,
+        idle_poll: float = IDLE_POLL,
     ) -> None:
         self.store = store
         self.bus = bus
+        # Told of each committed append (services/infra/appended.py): while it listens, the relay reads
+        # when told, and polls only every ``idle_poll`` seconds; without it, every _POLL_MIN.._POLL_MAX.
+        self.notifications = notifications
+        self.idle_poll = idle_poll
+        self._polled_at = 0.0
         self.known = known  # where the audit beside it learns what the relay read from the store
         self._subjects: dict[tuple[str, str], str] = {}
         self.position = 0
@@ -257,6 +268,7 @@ class Relay:
         return {
             "position": self.position,
             "retrying": self.retrying,
+            "told_of_appends": self.notifications is not None and self.notifications.listening,
             "bus_gap": self.gap,
             "store_lost": {
                 "count": len(self.store_lost),
@@ -589,14 +601,23 @@ class Relay:
         log.info("relay_resumed", position=self.position)
         delay = _POLL_MIN
         failures = 0
+        read_now = True
         while not stopping.is_set():
+            batch: list[StoredEventJson] = []
             try:
                 if time.monotonic() - self._checked_at >= BUS_CHECK_INTERVAL:
+                    before = self.position
                     await self.check_bus()
-                batch = await self.store.read_batch_json(self.position, RELAY_BATCH)
-                if batch:
-                    await self.publish(batch)
-                    self._gap_progress()
+                    # A loss found moves the position back: publish again at once, not at the next poll.
+                    read_now = read_now or self.position != before or not self.caught_up.is_set()
+                if read_now:
+                    if self.notifications is not None:
+                        self.notifications.appended.clear()  # one told after this read wakes the next
+                    self._polled_at = time.monotonic()
+                    batch = await self.store.read_batch_json(self.position, RELAY_BATCH)
+                    if batch:
+                        await self.publish(batch)
+                        self._gap_progress()
             except Exception as error:
                 # An error ack is JetStream refusing one publish (a stream leader moving, a full stream):
                 # retried from that event as an outage is, never a reason to stop relaying.
@@ -609,6 +630,7 @@ class Relay:
                 failures += 1
                 self.retrying = repr(error)
                 self._checked_at = 0.0  # the stream may be gone: look before the next attempt
+                read_now = True
                 await wait_or_stop(stopping, wait)
                 continue
             if failures:
@@ -617,15 +639,40 @@ class Relay:
                 self.retrying = None
             if len(batch) == RELAY_BATCH:
                 continue  # more are waiting
+            if read_now and not batch:
+                self.caught_up.set()
+            notifications = self.notifications
+            if notifications is not None and notifications.listening:
+                read_now = await self._wait_for_appends(stopping, notifications)
+                delay = _POLL_MIN
+                continue
+            # Not told of appends (no listener, or its connection is being opened again): poll.
+            read_now = True
             if batch:
                 # Everything committed when we read is published: the next read comes after the poll
                 # interval, not at once (that read found nothing two times in three during a rollout).
                 delay = _POLL_MIN
-            else:
-                self.caught_up.set()
             await wait_or_stop(stopping, delay)
             if not batch:
                 delay = min(delay * 2, _POLL_MAX)  # nothing new: back off while idle
+
+    async def _wait_for_appends(self, stopping: asyncio.Event, notifications: AppendNotifications) -> bool:
+        """Wait until an append is notified (True), the slow poll is due (True), the next look at the bus
+        is (False: no read needed for it) or ``stopping``."""
+        now = time.monotonic()
+        poll_at = self._polled_at + self.idle_poll
+        wake_at = min(poll_at, self._checked_at + BUS_CHECK_INTERVAL)
+        if not notifications.appended.is_set() and wake_at > now:
+            waits = [
+                asyncio.ensure_future(notifications.appended.wait()),
+                asyncio.ensure_future(stopping.wait()),
+            ]
+            try:
+                await asyncio.wait(waits, timeout=wake_at - now, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for waiting in waits:
+                    waiting.cancel()
+        return notifications.appended.is_set() or time.monotonic() >= poll_at or not notifications.listening
 
     async def publish(self, batch: Sequence[StoredEventJson]) -> None:
         """Publish ``batch`` pipelined (``Bus.publish_pipelined``: the window is the batch) and move the
@@ -917,12 +964,20 @@ async def run(settings: Settings) -> None:
         try:
             await bus.ensure_stream()
             known = KnownStored()
-            relay = Relay(store, bus, known, on_gap=functools.partial(_report_gap, runtime))
+            notifications = AppendNotifications(settings.database_url)
+            relay = Relay(
+                store,
+                bus,
+                known,
+                on_gap=functools.partial(_report_gap, runtime),
+                notifications=notifications,
+            )
             runtime.add_detail("relay", relay.detail)
             audit = Audit(store, bus, known)
             consumer = bus.consumer(
                 DURABLE, bus.event_filter(), audit.handle, batch=256, ack_wait=60.0, skip=audit.relayed_here
             )
+            listener = asyncio.create_task(notifications.run(runtime.stopping), name="append-listener")
             relay_task = asyncio.create_task(relay.run(runtime.stopping), name="relay")
             audit_task = asyncio.create_task(consumer.run(), name="audit-consumer")
             lag = asyncio.create_task(report_consumer_lag(bus, runtime, "auditor", DURABLE))
@@ -944,11 +999,12 @@ async def run(settings: Settings) -> None:
                 await run_until_stopped(runtime, relay_task, audit_task)
             finally:
                 consumer.stop()
-                for task in (lag, ready, partitions):
+                for task in (lag, ready, partitions, listener):
                     task.cancel()
                 # The relay finishes the batch in hand (its loop checks `stopping`), then both stop.
                 await asyncio.gather(
-                    relay_task, audit_task, lag, ready, checkpoints, partitions, return_exceptions=True
+                    *(relay_task, audit_task, lag, ready, checkpoints, partitions, listener),
+                    return_exceptions=True,
                 )
         finally:
             await bus.close()

@@ -48,7 +48,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 from datetime import UTC, datetime
 from typing import Any, NoReturn
 
@@ -76,12 +76,20 @@ from services.executor.resize import ResizeDiscovery, apply_resize
 from services.executor.settled import Settled, found_on_pod
 from services.executor.sidecarset import apply_sidecar_upgrade, write_sidecarset_status
 from services.infra import kube
-from services.infra.bus import DEFAULT_RETRY_BACKOFF, Bus, Unacceptable, carried_payload
+from services.infra.bus import (
+    BODY_HEADER,
+    BODY_IN_STORE,
+    DEFAULT_RETRY_BACKOFF,
+    Bus,
+    Unacceptable,
+    carried_payload,
+)
 from services.infra.consumer_service import ConsumerSpec, serve_consumers
 from services.infra.group_commit import GroupCommit
 from services.infra.metrics import (
     ACTIONS_APPLIED,
     ACTIONS_FAILED,
+    BEFORE_ACTING_PREPARED,
     EVENTS_APPENDED,
     EVENTS_HANDLED,
     EXECUTOR_REFUSED,
@@ -106,6 +114,7 @@ from services.model.events import (
     PodActionStarted,
     PodActionSucceeded,
     StatusPlanned,
+    decode,
     new_event,
 )
 from services.model.kube_events import EVENT_DECISION_TYPES
@@ -163,6 +172,10 @@ EARLIER_ON_POD_POLL = 1.0
 # to this executor or another one, so the entry no longer says where it is.
 HANDED_BACK_TTL = max(DEFAULT_RETRY_BACKOFF) + ACK_WAIT
 
+
+# How long the store's answers read for a fetched batch of requests (``Executor.prepare``) stand in for
+# the query each action makes before acting: a message queued longer behind its pod asks again.
+PREPARED_FRESH_SECONDS = 1.0
 
 MAX_STORE_CONNECTIONS = 16
 # Pods whose last create or spec patch by this executor is remembered for the mark after it (those in flight).
@@ -250,6 +263,9 @@ class Executor:
         self.kube_events = KubeEventWriter(api, settings.kube_event_interval, self.name)
         # Whether the cluster serves pods/resize, discovered on the first resize (executor/resize.py).
         self.resize_discovery = ResizeDiscovery()
+        # The store's before-acting answers read for a fetched batch (``prepare``), by (event id, payload
+        # carried): when read, and the answer. Each is used once, and only while fresh.
+        self.prepared: dict[tuple[uuid.UUID, str], tuple[float, tuple[bool, list[str], bool | None]]] = {}
 
     # --- bus -----------------------------------------------------------------------------------------
 
@@ -265,6 +281,7 @@ class Executor:
             ack_wait=ACK_WAIT,
             concurrency=concurrency,
             order_key=pod_key,
+            prepare=self.prepare,
         )
         statuses = [
             ConsumerSpec(
@@ -282,6 +299,33 @@ class Executor:
             EVENTS_DURABLE, EVENT_DECISION_TYPES, self.handle_kube_event, batch=16, ack_wait=ACK_WAIT
         )
         return [actions, *statuses, events]
+
+    async def prepare(self, msgs: Sequence[Msg]) -> None:
+        """Read the store's before-acting answer of every pod action among ``msgs`` (fetched together) in
+        one statement, for ``_before_acting`` to take instead of a query per action. The answers are the
+        same statement's, per request: the store stays the authority, only read once for the batch."""
+        now = time.monotonic()
+        for key in [k for k, (at, _) in self.prepared.items() if now - at > PREPARED_FRESH_SECONDS]:
+            del self.prepared[key]  # fetched but never handled here (given back on a stop)
+        requests: list[tuple[Envelope, uuid.UUID, str, str | None]] = []
+        for msg in msgs:
+            if (msg.headers or {}).get(BODY_HEADER) == BODY_IN_STORE:
+                continue  # read from the store by the consumer: checked by its own query
+            try:
+                envelope = decode(msg.data)
+            except Exception:  # the consumer dead-letters it with the reason
+                continue
+            payload = envelope.payload
+            carried = carried_payload(msg)
+            if isinstance(payload, PodActionRequested) and carried:
+                requests.append((envelope, outcome_id(payload.action_id), payload.pod, carried))
+        if len(requests) < 2:
+            return  # one action's own query costs the same
+        answers = await self.store.before_acting_many(requests)
+        read = time.monotonic()
+        for (envelope, _, _, text), answer in zip(requests, answers, strict=True):
+            self.prepared[(envelope.event_id, text or "")] = (read, answer)
+        BEFORE_ACTING_PREPARED.inc(len(requests))
 
     async def handle_kube_event(self, envelope: Envelope, msg: Msg) -> None:
         EVENTS_HANDLED.labels("executor", envelope.type).inc()
@@ -991,7 +1035,11 @@ class Executor:
         planned before it for the same pod, and, given the payload the message ``carried``, whether this
         very event is stored as it came (None: no event with its id is stored). A round is one append
         (RoundPlanned, then its decisions, each caused by the round), so those are the requests between
-        the round's version and this one's."""
+        the round's version and this one's. Read with its batch (``prepare``) if that answer is fresh."""
+        if carried is not None:
+            prepared = self.prepared.pop((envelope.event_id, carried), None)
+            if prepared is not None and time.monotonic() - prepared[0] <= PREPARED_FRESH_SECONDS:
+                return prepared[1]
         return await self.store.before_acting(envelope, outcome_id(request.action_id), request.pod, carried)
 
     async def earlier_actions_pending(self, envelope: Envelope, request: PodActionRequested) -> list[str]:

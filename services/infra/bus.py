@@ -102,6 +102,9 @@ OrderKey = Callable[[Envelope], Hashable]
 # Whether a delivered message is known to need no handling, decided before it is decoded (the audit: a
 # message its own relay published, by the stream sequence JetStream acknowledged): acked unread.
 Skip = Callable[[Msg], bool]
+# Called with each batch of messages fetched, before any is handled: where a handler's per-message reads
+# can be made once for the batch. Its failure only costs that: the handler reads for itself.
+Prepare = Callable[[Sequence[Msg]], Awaitable[None]]
 
 # Headers a dead letter carries besides the original bytes.
 DLQ_REASON = "Rollbook-Dlq-Reason"
@@ -127,6 +130,11 @@ MAX_HELD_SECONDS = 300.0
 # Seconds a consumer fetches nothing before it asks whether its durable still exists (lost with the
 # stream when the bus lost its storage: services/auditor/bus_loss.py).
 DURABLE_CHECK_IDLE = 5.0
+# Seconds an idle consumer's pull request waits on the server before it is sent again. JetStream hands a
+# waiting request each message as it comes, so this is no delay; it is what an idle consumer costs (a
+# request and its expiry, per consumer: the planner runs 16, the executor 18). A stop or a reconnect
+# (which may lose the request with its server) ends the wait at once (``pull``'s ``interrupts``).
+IDLE_FETCH_SECONDS = 5.0
 # Retry delays (seconds) after the 1st, 2nd, ... failed delivery; the last one repeats.
 DEFAULT_RETRY_BACKOFF: tuple[float, ...] = (0.5, 2.0, 5.0, 15.0, 30.0)
 _MAX_HEADER_CHARS = 2000
@@ -254,6 +262,13 @@ class Bus:
         # Whether this connection's identity creates and updates the stream (else it waits for it).
         self.manages_streams = True
         self.identity = ADMIN
+        # Set when the connection is made again (and replaced by a fresh one): a pull request waiting on
+        # the server may have been lost with the old connection, so consumers send theirs again.
+        self.reconnected = asyncio.Event()
+
+    def _on_reconnected(self) -> None:
+        reconnected, self.reconnected = self.reconnected, asyncio.Event()
+        reconnected.set()
 
     # --- connection -----------------------------------------------------------------------------------
 
@@ -268,6 +283,11 @@ class Bus:
             )
         options = connect_options(settings, identity)
         refused = asyncio.Event()
+        made: list[Bus] = []  # the Bus, once made, told of reconnects
+
+        async def on_reconnected() -> None:
+            for bus in made:
+                bus._on_reconnected()
 
         async def on_error(error: Exception) -> None:
             if "authorization violation" in str(error).lower():
@@ -284,6 +304,7 @@ class Bus:
                 reconnect_time_wait=0.5,
                 connect_timeout=5,
                 error_cb=on_error,
+                reconnected_cb=on_reconnected,
                 **options,
             )
         )
@@ -308,6 +329,7 @@ class Bus:
             )
         nc = connecting.result()
         bus = cls(settings, nc, nc.jetstream(timeout=10))
+        made.append(bus)
         # Without credentials (a server with no authentication) anyone may manage the stream, as before.
         bus.manages_streams = "user" not in options or identity in STREAM_MANAGERS
         bus.identity = identity
@@ -519,10 +541,11 @@ class Bus:
         ordered: bool = False,
         ack_wait: float = 30.0,
         retry_backoff: Sequence[float] = DEFAULT_RETRY_BACKOFF,
-        fetch_timeout: float = 1.0,
+        fetch_timeout: float = IDLE_FETCH_SECONDS,
         concurrency: int = 1,
         order_key: OrderKey | None = None,
         skip: Skip | None = None,
+        prepare: Prepare | None = None,
     ) -> Consumer:
         """A durable pull consumer; call ``await c.run()`` (until ``c.stop()`` or cancellation).
 
@@ -533,7 +556,7 @@ class Bus:
         ``concurrency`` > 1 handles up to that many messages at once in this process; messages with the
         same ``order_key`` (default: each message its own) are handled one after another in delivery
         order (``services.infra.keyed.KeyedRunner``). A message ``skip`` returns True for is acked
-        without being decoded or handled."""
+        without being decoded or handled. ``prepare`` is awaited with each fetched batch first."""
         filters = [filter_subjects] if isinstance(filter_subjects, str) else list(filter_subjects)
         concurrency = 1 if ordered else max(1, concurrency)
         return Consumer(
@@ -549,6 +572,7 @@ class Bus:
             concurrency=concurrency,
             order_key=order_key,
             skip=skip,
+            prepare=prepare,
         )
 
     async def consume(
@@ -635,7 +659,12 @@ def _dequeued(sub: Subscription, msg: Msg) -> Msg:
     return msg
 
 
-async def pull(sub: JetStreamContext.PullSubscription, batch: int, wait: float) -> list[Msg]:
+async def pull(
+    sub: JetStreamContext.PullSubscription,
+    batch: int,
+    wait: float,
+    interrupts: Sequence[asyncio.Event] = (),
+) -> list[Msg]:
     """``sub.fetch(batch, timeout=wait)``, with nats-py's requests: take what an earlier request left
     queued; a no-wait request for what is there; if nothing came, one request waiting until ``wait`` is
     over, which returns with the first message and what follows it before the request ends. Without its
@@ -644,7 +673,9 @@ async def pull(sub: JetStreamContext.PullSubscription, batch: int, wait: float) 
     only an empty queue is awaited. Raises nats.errors.TimeoutError when no message came within
     ``wait`` seconds, nats.errors.ConnectionClosedError when the connection is closed, and the error
     of an unexpected status (e.g. 503 once the durable is gone) only when no message came before it:
-    those that came are returned (raising would leave them unacked until ack_wait)."""
+    those that came are returned (raising would leave them unacked until ack_wait). Any of
+    ``interrupts`` set ends the wait as ``wait`` running out does: what came is returned, else
+    nats.errors.TimeoutError; what the request brings later is taken by the next call (a leftover)."""
     # What nats-py's fetch reads: the subscription behind the pull subscription, the durable's "next
     # message" subject and the inbox the messages come to.
     inner: Subscription = sub._sub
@@ -681,18 +712,38 @@ async def pull(sub: JetStreamContext.PullSubscription, batch: int, wait: float) 
         error_status = msg
         return False
 
+    def interrupted() -> bool:
+        return any(event.is_set() for event in interrupts)
+
+    async def next_queued(remaining: float) -> Msg | None:
+        """The next message queued within ``remaining`` seconds, None on the deadline or an interrupt."""
+        if not interrupts:
+            try:
+                async with asyncio.timeout(remaining):
+                    return await queue.get()  # a timeout leaves the message queued
+            except TimeoutError:
+                return None
+        getter = asyncio.ensure_future(queue.get())
+        waits = [getter, *(asyncio.ensure_future(event.wait()) for event in interrupts)]
+        try:
+            await asyncio.wait(waits, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiting in waits:
+                waiting.cancel()
+        # A get that completed before its cancel holds a message taken off the queue: keep it.
+        return getter.result() if getter.done() and not getter.cancelled() else None
+
     async def collect(waiting_since: float | None = None) -> None:
-        """Take messages until ``batch``, the request's end, or the deadline."""
+        """Take messages until ``batch``, the request's end, the deadline, or an interrupt."""
         while len(msgs) < batch:
             if queue.empty():
                 remaining = deadline - time.monotonic()
-                if remaining <= 0:
+                if remaining <= 0 or interrupted():
                     return
-                try:
-                    async with asyncio.timeout(remaining):
-                        msg = taken(await queue.get())  # a timeout leaves the message queued
-                except TimeoutError:
+                queued = await next_queued(remaining)
+                if queued is None:
                     return
+                msg = taken(queued)
             else:
                 msg = taken(queue.get_nowait())
             if not take(msg, waiting_since):
@@ -719,7 +770,7 @@ async def pull(sub: JetStreamContext.PullSubscription, batch: int, wait: float) 
     if msgs:
         return msgs
     remaining = deadline - time.monotonic()
-    if remaining <= 0.0001 or error_status is not None:
+    if remaining <= 0.0001 or error_status is not None or interrupted():
         nothing_came()
     request = {"batch": batch, "expires": int(remaining * 1_000_000_000) - 100_000}
     await sub._nc.publish(sub._nms, json.dumps(request).encode(), sub._deliver)
@@ -727,6 +778,18 @@ async def pull(sub: JetStreamContext.PullSubscription, batch: int, wait: float) 
     if not msgs:
         nothing_came()
     return msgs
+
+
+def _queued_messages(sub: JetStreamContext.PullSubscription) -> list[Msg]:
+    """Take every message left in the subscription's queue (statuses dropped)."""
+    inner: Subscription = sub._sub
+    queue: asyncio.Queue[Msg] = inner._pending_queue
+    left: list[Msg] = []
+    while not queue.empty():
+        msg = _dequeued(inner, queue.get_nowait())
+        if msg.data or STATUS_HEADER not in (msg.headers or {}):
+            left.append(msg)
+    return left
 
 
 def subject_matches(pattern: str, subject: str) -> bool:
@@ -756,6 +819,7 @@ class Consumer:
     concurrency: int = 1
     order_key: OrderKey | None = None
     skip: Skip | None = None
+    prepare: Prepare | None = None
     stats: ConsumerStats = field(default_factory=ConsumerStats)
     _stopping: asyncio.Event = field(default_factory=asyncio.Event)
     _in_progress: asyncio.Future[None] | None = None
@@ -803,7 +867,7 @@ class Consumer:
                     await runner.wait_for_space()
                     wanted = min(self.batch, runner.free)
                 try:
-                    msgs = await pull(sub, wanted, self.fetch_timeout)
+                    msgs = await pull(sub, wanted, self.fetch_timeout, (self._stopping, self.bus.reconnected))
                 except (TimeoutError, nats.errors.TimeoutError):  # nats-py raises either
                     # A durable deleted with its stream answers some pulls as over (409), not as an
                     # error: an idle consumer looks now and then whether it is still there.
@@ -831,6 +895,11 @@ class Consumer:
                 for msg in msgs:
                     self._held[msg.metadata.sequence.stream] = (msg, fetched)
                     self._fetched[msg.metadata.sequence.stream] = fetched
+                if self.prepare is not None:
+                    try:
+                        await self.prepare(msgs)
+                    except Exception:  # the handlers read for themselves then
+                        log.warning("preparing a batch failed on consumer %s", self.durable, exc_info=True)
                 for index, msg in enumerate(msgs):
                     if self._stopping.is_set():
                         await self._give_back(msgs[index:])
@@ -843,6 +912,9 @@ class Consumer:
                         )
             if runner is not None:
                 await runner.join()  # the messages in hand finish; those queued behind them go back
+            # Messages an interrupted pull request brought after it stopped waiting go back at once, not
+            # after ack_wait.
+            await self._give_back(_queued_messages(sub))
         except asyncio.CancelledError:
             if runner is not None:
                 await runner.cancel()

@@ -7,7 +7,7 @@ import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from services.infra.bus import Bus, Consumer, Handler, OrderKey
+from services.infra.bus import Bus, Consumer, Handler, OrderKey, Prepare
 from services.infra.metrics import CONSUMER_ACK_PENDING, CONSUMER_LAG
 from services.infra.runtime import ServiceRuntime, run_until_stopped
 from services.infra.store import EventStore
@@ -33,7 +33,7 @@ class ConsumerSpec:
     ``ordered`` allows one unacknowledged message at a time across every process sharing the durable, so
     its messages are handled strictly in stream order (see ``Bus.consumer``). ``concurrency`` > 1 handles
     that many at once in each process, those with the same ``order_key`` in order; ``partition`` limits
-    the durable to one bus partition."""
+    the durable to one bus partition; ``prepare`` sees each fetched batch first (``Bus.consumer``)."""
 
     durable: str
     event_types: Sequence[str]
@@ -44,6 +44,7 @@ class ConsumerSpec:
     concurrency: int = 1
     order_key: OrderKey | None = None
     partition: int | None = None
+    prepare: Prepare | None = None
 
     def consumer(self, bus: Bus) -> Consumer:
         return bus.consumer(
@@ -55,6 +56,7 @@ class ConsumerSpec:
             ordered=self.ordered,
             concurrency=self.concurrency,
             order_key=self.order_key,
+            prepare=self.prepare,
         )
 
 

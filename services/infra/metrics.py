@@ -87,6 +87,10 @@ RELAY_REFERENCES = Counter(
     "rollbook_relay_references_total",
     "Events larger than a bus message the relay published as a reference to their stored body",
 )
+BEFORE_ACTING_PREPARED = Counter(
+    "rollbook_executor_prepared_checks_total",
+    "Pod actions whose before-acting store read was made in one statement with the batch fetched with them",
+)
 EXECUTOR_REFUSED = Counter(
     "rollbook_executor_refused_total",
     "Bus messages the executor refused to act on: no such event in the store, or another content",

@@ -363,6 +363,29 @@ SELECT EXISTS (SELECT 1 FROM events WHERE event_id = $1),
            ORDER BY stream_version
        )
 """
+# BEFORE_ACTING_SQL for many requests in one statement (the executor's messages fetched together): one
+# row per request, in the order of the arrays (outcome ids, streams, rounds, versions, pods, event ids or
+# NULL, rollouts, carried payloads or NULL).
+BEFORE_ACTING_MANY_SQL = """
+SELECT EXISTS (SELECT 1 FROM events WHERE event_id = r.outcome),
+       (SELECT e.stream = r.stream AND e.stream_version = r.version AND e.type = 'PodActionRequested'
+               AND e.causation_id IS NOT DISTINCT FROM r.round
+               AND e.correlation_id IS NOT DISTINCT FROM r.rollout
+               AND e.payload = r.carried::jsonb
+          FROM events e WHERE e.event_id = r.event_id),
+       ARRAY(
+           SELECT payload->>'action_id' FROM events
+           WHERE stream = r.stream
+             AND stream_version > (SELECT stream_version FROM events WHERE event_id = r.round)
+             AND stream_version < r.version
+             AND type = 'PodActionRequested'
+             AND payload->>'pod' = r.pod
+           ORDER BY stream_version
+       )
+FROM unnest($1::uuid[], $2::text[], $3::uuid[], $4::integer[], $5::text[], $6::uuid[], $7::text[], $8::text[])
+     WITH ORDINALITY AS r(outcome, stream, round, version, pod, event_id, rollout, carried, n)
+ORDER BY r.n
+"""
 # The request of action $4 in the round ($2: the round's event id) of a request at version $3 of stream $1.
 _ACTION_REQUEST_SQL = """
 SELECT event_id FROM events
@@ -1093,6 +1116,26 @@ class PostgresEventStore:
         )
         reported, stored, earlier = rows[0]
         return bool(reported), list(earlier), stored
+
+    async def before_acting_many(
+        self, requests: Sequence[tuple[Envelope, uuid.UUID, str, str | None]]
+    ) -> list[tuple[bool, list[str], bool | None]]:
+        """``before_acting`` for each (envelope, outcome id, pod, carried) of ``requests``, in one
+        statement; the answers in the same order."""
+        if not requests:
+            return []
+        rows = await self._fetch(
+            BEFORE_ACTING_MANY_SQL,
+            [outcome for _, outcome, _, _ in requests],
+            [envelope.stream for envelope, *_ in requests],
+            [envelope.causation_id for envelope, *_ in requests],
+            [envelope.stream_version for envelope, *_ in requests],
+            [pod for *_, pod, _ in requests],
+            [envelope.event_id if carried is not None else None for envelope, *_, carried in requests],
+            [envelope.correlation_id for envelope, *_ in requests],
+            [carried for *_, carried in requests],
+        )
+        return [(bool(reported), list(earlier), stored) for reported, stored, earlier in rows]
 
     async def action_request(self, envelope: Envelope, action_id: str) -> uuid.UUID | None:
         """The event id of the PodActionRequested of ``action_id`` in the round of the request

@@ -30,12 +30,18 @@ async def own_bus(server_urls: ServerUrls) -> AsyncIterator[Bus]:
 
 
 @pytest_asyncio.fixture(loop_scope="session")
-async def own_store(server_urls: ServerUrls) -> AsyncIterator[EventStore]:
-    """A store on a database of its own: the relay publishes everything in it."""
+async def own_database_url(server_urls: ServerUrls) -> AsyncIterator[str]:
+    """A database of its own, migrated: the relay publishes everything in it."""
     async with fresh_database(server_urls.database_url, "rollbook_relay") as url:
         await upgrade_async(url)
-        store = await EventStore.connect(url)
-        try:
-            yield store
-        finally:
-            await store.close()
+        yield url
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def own_store(own_database_url: str) -> AsyncIterator[EventStore]:
+    """The store on ``own_database_url``, acting as the services' writer role."""
+    store = await EventStore.connect(own_database_url)
+    try:
+        yield store
+    finally:
+        await store.close()

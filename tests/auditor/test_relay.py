@@ -14,7 +14,9 @@ import pytest
 
 import services.auditor.service as auditor
 from services.auditor.service import POSITION_HEADER, Relay, partition_key
+from services.infra.appended import LISTENER_NAME, AppendNotifications
 from services.infra.bus import Bus
+from services.infra.database import asyncpg_url
 from services.infra.embedded import EmbeddedServers
 from services.infra.store import EventStore
 from services.model.events import decode
@@ -432,3 +434,84 @@ async def test_a_position_on_a_subject_other_than_the_relays_does_not_make_it_sk
     )
 
     assert await Relay(own_store, own_bus).resume_position() == published
+
+
+async def listening(notifications: AppendNotifications) -> tuple[asyncio.Event, asyncio.Task[None]]:
+    stopping = asyncio.Event()
+    task = asyncio.create_task(notifications.run(stopping), name="append-listener")
+    await wait_for(lambda: _true(notifications.listening), within=30, what="the listener LISTENs")
+    return stopping, task
+
+
+async def _true(value: bool) -> bool:
+    return value
+
+
+async def published(bus: Bus, event_id: str) -> bool:
+    return event_id in await published_event_ids(bus)
+
+
+async def test_an_appended_event_is_published_when_its_commit_is_notified_not_at_a_poll(
+    own_database_url: str, own_store: EventStore, own_bus: Bus
+) -> None:
+    notifications = AppendNotifications(own_database_url)
+    listener_stopping, listener = await listening(notifications)
+    # Listening before the relay starts: from its first read on, it reads only when told (or in an hour).
+    relay = Relay(own_store, own_bus, notifications=notifications, idle_poll=3600)
+    stopping, task = await relaying(relay)
+    try:
+        await wait_for(relay.caught_up.wait, within=30, what="the relay caught up")
+        stream = unique_stream()
+        for version in (1, 2):
+            event = batch(stream, version, 1)[0]
+            await own_store.append([event], expected_version=version - 1)
+            await wait_for(
+                lambda e=event: published(own_bus, str(e.event_id)), within=30, what="the event published"
+            )
+        assert notifications.notifications >= 2
+        assert notifications.connections == 1  # never reconnected: no catch-up read explains it
+        assert await published_event_ids(own_bus) == await stored_ids(own_store)
+    finally:
+        await stop(stopping, task)
+        await stop(listener_stopping, listener)
+
+
+async def test_the_relay_catches_up_and_listens_again_when_the_listening_connection_is_dropped(
+    own_database_url: str, own_store: EventStore, own_bus: Bus
+) -> None:
+    notifications = AppendNotifications(own_database_url)
+    listener_stopping, listener = await listening(notifications)
+    relay = Relay(own_store, own_bus, notifications=notifications, idle_poll=3600)
+    stopping, task = await relaying(relay)
+    admin = await asyncpg.connect(asyncpg_url(own_database_url))
+    try:
+        await wait_for(relay.caught_up.wait, within=30, what="the relay caught up")
+        # The listening session is killed (as a Postgres restart or a failover would end it), and events
+        # are appended while it is gone or coming back: none of them may wait for the hourly poll.
+        killed = await admin.fetchval(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND application_name = $1",
+            LISTENER_NAME,
+        )
+        assert killed == 1
+        stream = unique_stream()
+        first = batch(stream, 1, 3)
+        await own_store.append(first, expected_version=0)
+        await wait_for(
+            lambda: published(own_bus, str(first[-1].event_id)), within=30, what="the relay caught up again"
+        )
+        await wait_for(
+            lambda: _true(notifications.listening and notifications.connections == 2),
+            within=30,
+            what="the listener LISTENs again",
+        )
+        later = batch(stream, 4, 1)
+        await own_store.append(later, expected_version=3)
+        await wait_for(
+            lambda: published(own_bus, str(later[0].event_id)), within=30, what="the next event published"
+        )
+        assert await published_event_ids(own_bus) == await stored_ids(own_store)
+    finally:
+        await admin.close()
+        await stop(stopping, task)
+        await stop(listener_stopping, listener)

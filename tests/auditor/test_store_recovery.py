@@ -19,6 +19,7 @@ from services.auditor.service import POSITION_HEADER, Relay
 from services.auditor.store_loss import AFTER_UNRECOVERED, BEYOND_MEMORY, NOT_RELAYS, SLOT_TAKEN
 from services.infra.bus import MSG_ID, Bus
 from services.infra.store import EventStore
+from services.model.event_store import StoredEvent
 from services.model.events import (
     Envelope,
     PodActionRequested,
@@ -29,7 +30,7 @@ from services.model.events import (
 from tests.plugins.database import lose_events_sql
 from tests.plugins.servers import ServerUrls
 from tests.plugins.stack import wait_for
-from tests.security.signed_trail import T0, signed_trail
+from tests.security.signed_trail import T0, SignedTrail, signed_trail
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -73,6 +74,27 @@ async def relayed_all(store: EventStore, bus: Bus) -> Relay:
     return relay
 
 
+async def relayed_then_lost(trail: SignedTrail, bus: Bus, lost_from: int) -> Relay:
+    """A relay that published everything stored; then a failover lost the commits from ``lost_from`` on."""
+    relay = await relayed_all(trail.store, bus)
+    await lose_from(trail, lost_from)
+    return relay
+
+
+async def lose_from(trail: SignedTrail, position: int) -> None:
+    """The failover: the promoted standby never received what was committed from ``position`` on."""
+    await trail.owner(*lose_events_sql(f"global_position >= {position}"))
+
+
+async def publish_the_rest(relay: Relay, store: EventStore) -> None:
+    """The relay's next batch: what was stored after its position (a recovered event's new place)."""
+    await relay.publish(await store.read_batch_json(relay.position, 500))
+
+
+async def loss_records(store: EventStore) -> list[StoredEvent]:
+    return [e for e in await store.read_stream(ACTIONS) if isinstance(e.envelope.payload, StoreLossDetected)]
+
+
 def resolved(outcome: str) -> float:
     return REGISTRY.get_sample_value("rollbook_relay_store_lost_resolved_total", {"outcome": outcome}) or 0.0
 
@@ -93,7 +115,7 @@ async def test_lost_events_come_back_from_the_bus_as_themselves_and_the_rest_are
         relay = await relayed_all(store, own_bus)
         before = {outcome: resolved(outcome) for outcome in ("recovered", "unrecoverable")}
         lost_from = min(p for p, e in relay.sent.items() if e.event_id == second.event_id)
-        await trail.owner(*lose_events_sql(f"global_position >= {lost_from}"))
+        await lose_from(trail, lost_from)
         # The new primary goes on: an executor stores another action's outcome at the actions stream's
         # next version, the slot the lost success of act-1 had.
         other = new_event(
@@ -116,9 +138,7 @@ async def test_lost_events_come_back_from_the_bus_as_themselves_and_the_rest_are
         assert resolved("recovered") - before["recovered"] == 1
         assert resolved("unrecoverable") - before["unrecoverable"] == 2
 
-        records = [
-            e for e in await store.read_stream(ACTIONS) if isinstance(e.envelope.payload, StoreLossDetected)
-        ]
+        records = await loss_records(store)
         assert len(records) == 1
         record = records[0].envelope.payload
         assert isinstance(record, StoreLossDetected)
@@ -171,7 +191,7 @@ async def test_a_recovery_an_outage_interrupts_goes_through_at_the_next_check(
         await store.append([first, second], expected_version=0)
         relay = await relayed_all(store, own_bus)
         lost_from = min(p for p, e in relay.sent.items() if e.event_id == first.event_id)
-        await trail.owner(*lose_events_sql(f"global_position >= {lost_from}"))
+        await lose_from(trail, lost_from)
 
         # The database goes away again after the first event went back.
         append_many = store.append_many
@@ -192,9 +212,7 @@ async def test_a_recovery_an_outage_interrupts_goes_through_at_the_next_check(
 
         await relay.check_store()
         assert await store.read_event(second.event_id) == second
-        records = [
-            e for e in await store.read_stream(ACTIONS) if isinstance(e.envelope.payload, StoreLossDetected)
-        ]
+        records = await loss_records(store)
         assert len(records) == 1
         record = records[0].envelope.payload
         assert isinstance(record, StoreLossDetected)
@@ -248,7 +266,7 @@ async def test_a_forged_message_holding_an_events_id_ahead_of_the_relay_is_not_s
         finally:
             stopping.set()
             await asyncio.wait_for(task, 30)
-        await trail.owner(*lose_events_sql(f"global_position >= {coming}"))
+        await lose_from(trail, coming)
 
         await relay.check_store()
 
@@ -283,7 +301,7 @@ async def test_a_loss_beyond_what_the_relay_remembers_puts_nothing_back_and_publ
         remembered = sorted(relay.sent)
         assert remembered[0] > lost_from  # the relay no longer remembers the first lost event
         # The standby never received any of the five; the new primary's sequence goes on from its own last.
-        await trail.owner(*lose_events_sql(f"global_position >= {lost_from}"))
+        await lose_from(trail, lost_from)
         await trail.owner(f"ALTER TABLE events ALTER COLUMN global_position RESTART WITH {lost_from}")
         other = new_event(
             PodActionSucceeded(action_id="act-9"),
@@ -306,7 +324,7 @@ async def test_a_loss_beyond_what_the_relay_remembers_puts_nothing_back_and_publ
 
         # The new primary's commit, at a position before the oldest the relay remembers, reaches the bus
         # with the relay's next batch.
-        await relay.publish(await store.read_batch_json(relay.position, 500))
+        await publish_the_rest(relay, store)
         message = await own_bus.js.get_last_msg(own_bus.stream, own_bus.subject_for(other))
         assert (message.headers or {}).get(POSITION_HEADER) == str(lost_from)
 
@@ -320,14 +338,13 @@ async def test_an_event_put_back_and_lost_again_by_a_second_failover_is_put_back
         await store.append([first], expected_version=0)
         lost_from = await store.head_position() + 1
         await store.append([second], expected_version=1)
-        relay = await relayed_all(store, own_bus)
-        await trail.owner(*lose_events_sql(f"global_position >= {lost_from}"))
+        relay = await relayed_then_lost(trail, own_bus, lost_from)
         await relay.check_store()
         assert await store.read_event(second.event_id) == second
         # The relay publishes it at its new position; then a second failover loses it again.
         again_from = (await store.positions_of([second.event_id]))[second.event_id]
-        await relay.publish(await store.read_batch_json(relay.position, 500))
-        await trail.owner(*lose_events_sql(f"global_position >= {again_from}"))
+        await publish_the_rest(relay, store)
+        await lose_from(trail, again_from)
 
         await relay.check_store()
 
@@ -345,8 +362,7 @@ async def test_a_lost_event_stored_elsewhere_meanwhile_is_not_recovered_and_bloc
         after = success(1, first)
         await store.append([second], expected_version=1)
         await store.append_many([after])
-        relay = await relayed_all(store, own_bus)
-        await trail.owner(*lose_events_sql(f"global_position >= {lost_from}"))
+        relay = await relayed_then_lost(trail, own_bus, lost_from)
 
         # Another writer stores the lost request's id at another slot just before the relay appends it.
         append_many = store.append_many
@@ -378,22 +394,19 @@ async def test_the_loss_is_recorded_after_a_second_failover_lost_the_relays_earl
         await store.append([first], expected_version=0)
         lost_from = await store.head_position() + 1
         await store.append([second], expected_version=1)
-        relay = await relayed_all(store, own_bus)
-        await trail.owner(*lose_events_sql(f"global_position >= {lost_from}"))
+        relay = await relayed_then_lost(trail, own_bus, lost_from)
         await relay.check_store()  # puts the request back and records the loss
         again_from = (await store.positions_of([second.event_id]))[second.event_id]
-        await relay.publish(await store.read_batch_json(relay.position, 500))
+        await publish_the_rest(relay, store)
         # A second failover loses both, and the relay's connection with it: its next append checks first
         # that the store still holds what it appended.
-        await trail.owner(*lose_events_sql(f"global_position >= {again_from}"))
+        await lose_from(trail, again_from)
         store.reconnected = True
 
         await relay.check_store()
 
         assert await store.read_event(second.event_id) == second
-        records = [
-            e for e in await store.read_stream(ACTIONS) if isinstance(e.envelope.payload, StoreLossDetected)
-        ]
+        records = await loss_records(store)
         assert len(records) == 2  # the first loss's record, put back from the bus, and the second's
 
 
@@ -415,8 +428,7 @@ async def test_a_lost_success_is_named_with_its_own_requests_pod_never_another_a
             correlation_id=ROLLOUT,
         )
         await store.append_many([wrong])
-        relay = await relayed_all(store, own_bus)
-        await trail.owner(*lose_events_sql(f"global_position >= {lost_from}"))
+        relay = await relayed_then_lost(trail, own_bus, lost_from)
         other = new_event(
             PodActionSucceeded(action_id="act-9"), stream=ACTIONS, stream_version=0, occurred_at=T0
         )

@@ -420,6 +420,36 @@ async def test_stop_returns_promptly_and_leaves_unhandled_messages_for_others(bu
     assert sorted(rest) == list(range(6, 21))
 
 
+async def test_an_idle_consumer_is_handed_what_comes_at_once_and_stops_without_waiting_out_its_pull(
+    bus: Bus,
+) -> None:
+    """A pull request waits on the server for an hour: a message published meanwhile is handed over as it
+    comes, and ``stop()`` ends the wait (an hour would pass the test's bound otherwise)."""
+    name = unique("idle")
+    handled: list[int] = []
+
+    async def handle(envelope: Envelope, msg: Msg) -> None:
+        handled.append(envelope.stream_version)
+
+    consumer = bus.consumer(unique("idle"), bus.event_filter(name=name), handle, fetch_timeout=3600)
+    task = asyncio.create_task(consumer.run())
+    await wait_for(lambda: _has_consumer(bus, consumer.durable), within=30, what="the durable made")
+    for version in (1, 2):
+        await bus.publish(paused(f"CloneSet/default/{name}", version))
+        await eventually(lambda v=version: v in handled, within=30, what=f"event {version} handled")
+    consumer.stop()
+    await asyncio.wait_for(task, timeout=30)
+    assert handled == [1, 2]
+
+
+async def _has_consumer(bus: Bus, durable: str) -> bool:
+    try:
+        await bus.js.consumer_info(bus.stream, durable)
+    except nats.js.errors.NotFoundError:
+        return False
+    return True
+
+
 def test_subject_matching_follows_nats_wildcards() -> None:
     assert subject_matches("a.*.c", "a.b.c")
     assert not subject_matches("a.*.c", "a.b.d")

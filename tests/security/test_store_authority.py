@@ -137,6 +137,65 @@ async def test_a_forged_pod_action_is_neither_carried_out_nor_stored(
                 await bus.close()
 
 
+def prepared_count() -> float:
+    return REGISTRY.get_sample_value("rollbook_executor_prepared_checks_total") or 0.0
+
+
+async def test_a_forged_pod_action_fetched_with_planned_ones_is_refused_by_the_batchs_one_read(
+    database_url: str,
+    event_store: EventStore,
+    k8s_client: client.ApiClient,
+    simcluster: SimCluster,
+    server_data_dir: Path,
+) -> None:
+    """The executor reads the store's answers for the actions it fetched together in one statement
+    (``Executor.prepare``): a forgery among planned actions is still refused, and they are carried out."""
+    workload = f"auth{uuid.uuid4().hex[:8]}"
+    async with auth_nats(server_data_dir, database_url=database_url) as settings:
+        auditor = await Bus.connect(settings, name="rollbook-auditor", identity=AUDITOR)
+        executor_bus = await Bus.connect(settings, name="rollbook-executor", identity=EXECUTOR)
+        await auditor.ensure_stream()
+        executor = Executor(settings, event_store, k8s_client)
+        actions = executor.consumers()[0].consumer(executor_bus)
+        task: asyncio.Task[None] | None = None
+        try:
+            planned = [create_pod(workload, f"{workload}-{i}", i + 1) for i in range(2)]
+            head = await event_store.head_position()
+            await event_store.append(planned, expected_version=0)
+            mine = [
+                e
+                for e in await event_store.read_batch_json(head, 1000)
+                if e.envelope.stream == planned[0].stream
+            ]
+            await Relay(event_store, auditor).publish(mine)
+            forged = create_pod(workload, f"{workload}-intruder", 1000)
+            thief = await connect_as(settings, AUDITOR)
+            try:
+                subject = auditor.subject_for(forged, partition_key=workload_stream(forged.stream))
+                await thief.jetstream().publish(subject, encode(forged), stream=settings.stream_name)
+            finally:
+                await thief.close()
+            # All three wait on the bus, so the consumer's first fetch takes them together.
+            refused_before, prepared_before = refused_count(), prepared_count()
+            task = asyncio.create_task(actions.run())
+
+            async def settled() -> bool:
+                return actions.stats.handled + actions.stats.dead_lettered >= 3
+
+            await wait_for(settled, within=30, what="the executor settled the three messages")
+            assert prepared_count() == prepared_before + 3  # read in one statement, forgery included
+            for i in range(2):
+                assert await pod_exists(k8s_client, f"{workload}-{i}")
+            assert not await pod_exists(k8s_client, f"{workload}-intruder")
+            assert refused_count() == refused_before + 1
+        finally:
+            actions.stop()
+            if task is not None:
+                await asyncio.wait_for(asyncio.gather(task, return_exceptions=True), 30)
+            for bus in (auditor, executor_bus):
+                await bus.close()
+
+
 async def test_a_forged_status_is_not_written(
     event_store: EventStore, k8s_client: client.ApiClient, database_url: str, server_data_dir: Path
 ) -> None:
