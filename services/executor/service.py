@@ -132,6 +132,7 @@ from services.model.streams import (
     CLONESET_GROUP,
     CLONESET_PLURAL,
     CLONESET_VERSION,
+    STATUS_FIELD_MANAGER,
     derived_id,
 )
 
@@ -939,6 +940,7 @@ class Executor:
                     CLONESET_PLURAL,
                     planned.name,
                     {"status": planned.status},
+                    field_manager=STATUS_FIELD_MANAGER,
                     _content_type=MERGE_PATCH,  # type: ignore[call-arg]
                     _preload_content=False,
                 )

@@ -35,6 +35,7 @@ from services.model.sidecarset_streams import (
     SIDECARSET_PLURAL,
     SIDECARSET_VERSION,
 )
+from services.model.streams import STATUS_FIELD_MANAGER
 
 # The per-SidecarSet JSON annotations whose other entries must survive the patch.
 _KEYED_ANNOTATIONS = (HASH_ANNOTATION, SIDECARSET_INPLACE_STATE_ANNOTATION)
@@ -92,6 +93,7 @@ async def write_sidecarset_status(custom: client.CustomObjectsApi, planned: Stat
             SIDECARSET_PLURAL,
             planned.name,
             {"status": planned.status},
+            field_manager=STATUS_FIELD_MANAGER,
             _content_type=MERGE_PATCH,  # type: ignore[call-arg]
         )
     except ApiException as error:

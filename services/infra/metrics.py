@@ -41,7 +41,7 @@ PLANNING_PART_SECONDS = Counter(
 )
 OBSERVATIONS = Counter(
     "rollbook_observations_total",
-    "Watch events seen, by kind and outcome (emitted, ignored, superseded or rejected)",
+    "Watch events seen, by kind and outcome (emitted, ignored, own_status, superseded or rejected)",
     ["kind", "outcome"],
 )
 KIND_SERVED = Gauge(

@@ -155,6 +155,13 @@ class StatusPlanned(_Event, frozen=True, kw_only=True):
     namespace: str
     name: str
     status: dict[str, Any]
+    # A round whose only decision is this status is stored as this one event (an idle cluster's readiness
+    # flap: one row, not two): ``round`` is its ``RoundPlanned`` and the event's id is the round's id
+    # (services/model/rounds.py ``round_envelopes``). Absent (left out of the JSON, so other statuses are
+    # recorded as before) when the status is one decision among others of a round recorded on its own.
+    # Additive with a default that means what an older row meant: no schema_version bump, and an older
+    # reader ignores it.
+    round: RoundPlanned | msgspec.UnsetType = msgspec.UNSET
 
 
 class RequeueScheduled(_Event, frozen=True, kw_only=True):

@@ -1,6 +1,7 @@
 """What the CloneSet and SidecarSet planners share (docs/services.md, "planner"), pure: the head of every
 fold (``advance``), the envelopes of a round (``RoundPlanned`` then its decisions, ids derived from the
-round), the expectation timer and its ``RequeueDue``, and the key that says a partition step is new.
+round; a round whose only decision is a status is one ``StatusPlanned`` carrying its ``RoundPlanned``), the
+expectation timer and its ``RequeueDue``, and the key that says a partition step is new.
 
 The two states differ in what they fold; both keep per-stream versions, the round's ``now``, the last
 input's id and the timers not yet fired, which is all this module needs (``FoldedState``). Reading and
@@ -25,6 +26,7 @@ from services.model.events import (
     RequeueDue,
     RequeueScheduled,
     RoundPlanned,
+    StatusPlanned,
     new_event,
 )
 from services.model.streams import derived_id
@@ -67,12 +69,26 @@ def round_envelopes(
 ) -> list[Envelope]:
     """``RoundPlanned`` naming exactly what was folded and the planner ``rules`` that decided, then the
     decisions, numbered from the stream's version; decision ids are ``uuid5(round, index)`` so a re-run
-    stores nothing twice (``rules`` is in no id)."""
+    stores nothing twice (``rules`` is in no id). A round whose only decision is a status is one event:
+    the ``StatusPlanned`` carrying its ``RoundPlanned`` (``round``), with the round's id and causation."""
     assert state.now is not None
     base = state.versions.get(stream, 0)
+    planned = RoundPlanned(through=state.through(), now=state.now, input_sha256=input_sha256, rules=rules)
+    if len(decisions) == 1 and isinstance(decisions[0], StatusPlanned):
+        return [
+            new_event(
+                msgspec.structs.replace(decisions[0], round=planned),
+                stream=stream,
+                stream_version=base + 1,
+                occurred_at=state.now,
+                event_id=round_id,
+                causation_id=state.last_input_id,
+                correlation_id=correlation_id,
+            )
+        ]
     envelopes = [
         new_event(
-            RoundPlanned(through=state.through(), now=state.now, input_sha256=input_sha256, rules=rules),
+            planned,
             stream=stream,
             stream_version=base + 1,
             occurred_at=state.now,
@@ -94,6 +110,56 @@ def round_envelopes(
             )
         )
     return envelopes
+
+
+def round_of(payload: object) -> RoundPlanned | None:
+    """The round an event records: a ``RoundPlanned``, or the one a status round's ``StatusPlanned``
+    carries; None for any other event."""
+    if isinstance(payload, RoundPlanned):
+        return payload
+    if isinstance(payload, StatusPlanned) and isinstance(payload.round, RoundPlanned):
+        return payload.round
+    return None
+
+
+def with_round(payload: Event, planned: RoundPlanned) -> Event:
+    """The event recording a round (``round_of`` is not None) with ``planned`` as its round."""
+    if isinstance(payload, StatusPlanned):
+        return msgspec.structs.replace(payload, round=planned)
+    assert isinstance(payload, RoundPlanned)
+    return planned
+
+
+def split_round(envelopes: Sequence[Envelope]) -> list[Envelope]:
+    """A round in the shape recorded before status rounds were one event: a status round's single
+    ``StatusPlanned`` as ``RoundPlanned`` (the round's id, version and causation) then the status (id
+    ``uuid5(round, 0)``, caused by the round, at the next version); any other round as it is. Verify
+    compares a replayed round so with a round recorded so (old trails)."""
+    if len(envelopes) != 1:
+        return list(envelopes)
+    (envelope,) = envelopes
+    payload = envelope.payload
+    if not isinstance(payload, StatusPlanned) or not isinstance(payload.round, RoundPlanned):
+        return list(envelopes)
+    planned = new_event(
+        payload.round,
+        stream=envelope.stream,
+        stream_version=envelope.stream_version,
+        occurred_at=envelope.occurred_at,
+        event_id=envelope.event_id,
+        causation_id=envelope.causation_id,
+        correlation_id=envelope.correlation_id,
+    )
+    status = new_event(
+        msgspec.structs.replace(payload, round=msgspec.UNSET),
+        stream=envelope.stream,
+        stream_version=envelope.stream_version + 1,
+        occurred_at=envelope.occurred_at,
+        event_id=derived_id("decision", envelope.event_id, 0),
+        causation_id=envelope.event_id,
+        correlation_id=envelope.correlation_id,
+    )
+    return [planned, status]
 
 
 def expectation_timer(state: FoldedState, stream: str, due: datetime) -> Envelope | None:

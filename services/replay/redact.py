@@ -33,6 +33,7 @@ import msgspec
 from services.infra.rechain import HeadMoved, rewrite_payloads
 from services.infra.store import EventStore
 from services.kinds import registry
+from services.model import rounds
 from services.model.events import (
     EVENT_TYPES,
     REDACTION_STREAM,
@@ -101,9 +102,12 @@ class Resealer(WorkloadVerifier):
         self.report.divergence = None
         self.resealed[recorded_round.event_id] = digest
         resealed = msgspec.structs.replace(payload, input_sha256=digest)
-        super()._open_round(msgspec.structs.replace(recorded_round, payload=resealed), resealed)
+        recorded = msgspec.structs.replace(
+            recorded_round, payload=rounds.with_round(recorded_round.payload, resealed)
+        )
+        super()._open_round(recorded, resealed)
         if self._recorded:
-            self._recorded[0] = msgspec.structs.replace(recorded_round, payload=resealed)
+            self._recorded[0] = recorded
 
 
 @dataclass
@@ -148,8 +152,10 @@ def plan_redaction(policy: RedactionPolicy, stored: Sequence[tuple[int, Envelope
             raise RedactionAborted(_describe(report.divergence))
         for event_id, digest in verifier.resealed.items():
             position, envelope = by_id[event_id]
-            assert isinstance(envelope.payload, RoundPlanned)
-            payload = msgspec.structs.replace(envelope.payload, input_sha256=digest)
+            planned = rounds.round_of(envelope.payload)
+            assert planned is not None
+            resealed = msgspec.structs.replace(planned, input_sha256=digest)
+            payload = rounds.with_round(envelope.payload, resealed)
             plan.changed[position] = msgspec.structs.replace(envelope, payload=payload)
             plan.rounds_resealed += 1
     plan.workloads = len(verifiers)

@@ -955,4 +955,5 @@ def _managed(request: web.Request, rt: ResourceType, obj: Obj, old: Obj | None, 
         content_type=request.headers.get("Content-Type", ""),
         subresource=sub or None,
         api_version=rt.api_version,
+        status_takes_metadata=rt is PODS,  # pods/status takes labels and annotations (store.py)
     )

@@ -485,6 +485,9 @@ class Store:
                     meta["ownerReferences"] = old["metadata"]["ownerReferences"]
                 Store._check_no_new_finalizers(rt, meta, old["metadata"])
                 merged["metadata"] = meta
+            elif "managedFields" in (new.get("metadata") or {}):
+                # The write's own bookkeeping (server.py notes the status fields it set) is kept.
+                merged["metadata"]["managedFields"] = new["metadata"]["managedFields"]
             if "status" in new:
                 merged["status"] = new["status"]
             else:

@@ -11,7 +11,7 @@ from typing import Any
 from services.model.availability import pod_available
 from services.model.events import Envelope, ObjectObserved, ObservationRejected, encode, new_event
 from services.model.sidecarset_streams import SIDECARSET_ACTION_ANNOTATION
-from services.model.streams import ACTION_ID_ANNOTATION, derived_id
+from services.model.streams import ACTION_ID_ANNOTATION, STATUS_FIELD_MANAGER, derived_id
 
 # Metadata whose change alone is not a real change: the version itself, and the bulky bookkeeping of
 # which manager owns which field.
@@ -23,6 +23,43 @@ def comparable(obj: dict[str, Any]) -> dict[str, Any]:
     object's nested values (a deep copy was two thirds of the watcher's CPU): neither is mutated after."""
     metadata = obj.get("metadata") or {}
     return {**obj, "metadata": {k: v for k, v in metadata.items() if k not in _NOT_A_CHANGE}}
+
+
+def own_status_write(
+    before: dict[str, Any], after: dict[str, Any], obj: dict[str, Any], fields: frozenset[str]
+) -> bool:
+    """Whether ``after`` (``comparable`` of ``obj``, as it arrived with its managedFields) differs from
+    ``before`` (the last stored state) only in these ``fields`` of its status, each set by rollbook's
+    executor: owned, in ``obj``'s managedFields, by ``STATUS_FIELD_MANAGER`` through the status
+    subresource and by no other manager. The API server moves a field to whoever wrote it last, so another
+    controller's write of the same count (OpenKruise's, before a handover) is not rollbook's. A field
+    removed is nobody's: such a change is not rollbook's write either."""
+    if not fields or before == after:
+        return False
+    old, new = before.get("status"), after.get("status")
+    if not isinstance(old, dict) or not isinstance(new, dict):
+        return False
+    if {k: v for k, v in before.items() if k != "status"} != {
+        k: v for k, v in after.items() if k != "status"
+    }:
+        return False
+    changed = {k for k in set(old) | set(new) if old.get(k) != new.get(k)}
+    if not changed <= fields or not changed <= set(new):
+        return False
+    ours: set[str] = set()
+    theirs: set[str] = set()
+    for entry in (obj.get("metadata") or {}).get("managedFields") or ():
+        if not isinstance(entry, dict):
+            continue
+        status_fields = (entry.get("fieldsV1") or {}).get("f:status") or {}
+        owned = (
+            {key.removeprefix("f:") for key in status_fields} if isinstance(status_fields, dict) else set()
+        )
+        if entry.get("manager") == STATUS_FIELD_MANAGER and entry.get("subresource") == "status":
+            ours |= owned
+        else:
+            theirs |= owned
+    return changed <= ours and not changed & theirs
 
 
 def stripped(obj: dict[str, Any]) -> dict[str, Any]:

@@ -64,7 +64,14 @@ from services.model.sidecarset_streams import (
     SIDECARSET_VERSION,
 )
 from services.model.streams import CLONESET_GROUP, CLONESET_PLURAL, CLONESET_VERSION, revision_correlation
-from services.watcher.objects import comparable, latest_per_object, observation, too_deep, within_ceiling
+from services.watcher.objects import (
+    comparable,
+    latest_per_object,
+    observation,
+    own_status_write,
+    too_deep,
+    within_ceiling,
+)
 from services.watcher.recorder import Recorder
 from services.watcher.sidecarsets import SidecarSetRoutes
 from services.watcher.watch_stream import TooDeep, parse_list, watch_events
@@ -333,6 +340,12 @@ class Watcher:
         if known is not None and known.comparable == view:
             _count_observation(kind, "ignored")
             return []
+        if known is not None and self._own_pod_counts(kind, workload, known.comparable, view, obj):
+            # rollbook's own status write of pod counts (a readiness flap): the StatusPlanned it carried out
+            # and the pod observations it counts are in the trail. Kept as the last stored state
+            # (``known.comparable``): a later change is compared with what the store holds.
+            _count_observation(kind, "own_status")
+            return []
         self.known[uid] = Known(kind, workload, view, obj)
         _count_observation(kind, "emitted")
         events = [self._observation(kind, obj, "MODIFIED" if known is not None else "ADDED", workload)]
@@ -342,6 +355,26 @@ class Watcher:
             for held_kind, held in self.held.pop(stream, {}).values():
                 events += self._diff(held_kind, held, "ADDED")
         return [self._mark_dirty(e) for e in events]
+
+    def _own_pod_counts(
+        self,
+        kind: str,
+        workload: WorkloadKey,
+        before: dict[str, Any],
+        after: dict[str, Any],
+        obj: dict[str, Any],
+    ) -> bool:
+        """Whether a driven workload's own object changed only in the pod counts of its status (the kind's
+        ``pod_counts``) and rollbook's executor wrote them (``own_status_write``), outside shadow mode. A
+        shadowed CloneSet's status is OpenKruise's decision, compared by the shadow trail: always stored."""
+        workload_kind = registry.KINDS[workload[0]]
+        counted = workload_kind.pod_counts
+        if kind != workload_kind.name or counted is None or self.settings.shadow:
+            return False
+        if observed_stream_of(workload) in self.shadowed_streams:
+            return False
+        # Judged on both states: neither may be one whose counts the rules read back.
+        return own_status_write(before, after, obj, counted(before) & counted(after))
 
     def _forget_held(self, uid: str) -> None:
         for objects in self.held.values():

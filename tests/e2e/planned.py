@@ -8,7 +8,8 @@ from collections.abc import Callable
 from typing import Any
 
 from services.infra.store import EventStore
-from services.model.events import Envelope, ObjectObserved, RoundPlanned
+from services.model.events import Envelope, ObjectObserved
+from services.model.rounds import round_of
 from services.planner.kinds import KindPlanner, Round, next_step
 from tests.plugins.stack import wait_for
 
@@ -52,8 +53,8 @@ async def round_covering(
         if version is None:
             return None
         for stored in await store.read_stream(decisions):
-            payload = stored.envelope.payload
-            if isinstance(payload, RoundPlanned) and payload.through.get(observed, 0) >= version:
+            planned = round_of(stored.envelope.payload)  # a RoundPlanned, or a status round's StatusPlanned
+            if planned is not None and planned.through.get(observed, 0) >= version:
                 return stored.envelope
         return None
 

@@ -20,6 +20,7 @@ from services.kinds.registry import CLONESET
 from services.model.event_store import EventStore
 from services.model.events import Envelope, ObjectObserved, RoundPlanned, new_event
 from services.model.memory_store import InMemoryEventStore
+from services.model.rounds import round_of
 from services.planner.service import Planner
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -97,7 +98,7 @@ async def observe(store: EventStore, namespace: str, replicas: int, version: int
 
 async def rounds_of(store: EventStore, namespace: str) -> list[RoundPlanned]:
     stored = await store.read_stream(CLONESET.decisions_stream(namespace, "sample"))
-    return [s.envelope.payload for s in stored if isinstance(s.envelope.payload, RoundPlanned)]
+    return [p for p in (round_of(s.envelope.payload) for s in stored) if p is not None]
 
 
 async def test_a_burst_of_wake_ups_is_planned_in_one_pass() -> None:

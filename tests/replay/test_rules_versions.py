@@ -12,6 +12,7 @@ import pytest
 from services.kinds.cloneset.rules.decisions import RULES_VERSION, decide
 from services.kinds.cloneset.rules.model import Plan, PlanInput
 from services.model.events import Envelope, PodActionRequested, RoundPlanned, encode
+from services.model.rounds import round_of, with_round
 from services.model.upcasting import DEFAULT_DECODER
 from services.replay.simulation import WorkloadSimulation
 from services.replay.verify import verify_workload
@@ -29,17 +30,17 @@ def with_rules(history: list[Envelope], rules: int, rounds: int | None = None) -
     changed: list[Envelope] = []
     seen = 0
     for envelope in history:
-        if isinstance(envelope.payload, RoundPlanned) and (rounds is None or seen < rounds):
+        planned = round_of(envelope.payload)  # a RoundPlanned, or a status round's StatusPlanned
+        if planned is not None and (rounds is None or seen < rounds):
             seen += 1
-            envelope = msgspec.structs.replace(
-                envelope, payload=msgspec.structs.replace(envelope.payload, rules=rules)
-            )
+            planned = msgspec.structs.replace(planned, rules=rules)
+            envelope = msgspec.structs.replace(envelope, payload=with_round(envelope.payload, planned))
         changed.append(envelope)
     return changed
 
 
 def round_count(history: list[Envelope]) -> int:
-    return sum(1 for e in history if isinstance(e.payload, RoundPlanned))
+    return sum(1 for e in history if round_of(e.payload) is not None)
 
 
 def one_more_action(plan_input: PlanInput) -> Plan:
@@ -87,7 +88,7 @@ def test_rounds_of_current_rules_after_older_ones_are_still_verified(history: li
     assert report.skipped == {1: older} and report.rounds == total - older
 
     # The first current-rules round with pod actions still catches a changed rule ...
-    later_rounds = [e.event_id for e in mixed if isinstance(e.payload, RoundPlanned)][older:]
+    later_rounds = [e.event_id for e in mixed if round_of(e.payload) is not None][older:]
     first_with_actions = next(
         e.causation_id
         for e in mixed

@@ -180,19 +180,20 @@ async def test_verify_all_covers_sidecarsets_and_reports_their_divergence(databa
 async def forget_rules(database_url: str, cloneset_rounds: int) -> int:
     """Make the store look as if an older rollbook (planner rules before versioning) recorded the
     SidecarSet's rounds and the CloneSet's first ``cloneset_rounds`` rounds: their stored RoundPlanned
-    payloads lose the ``rules`` field (a superuser edit, guard triggers off). Returns the CloneSet's
-    number of rounds."""
+    payloads (or a status round's ``round``) lose the ``rules`` field (a superuser edit, guard triggers
+    off). Returns the CloneSet's number of rounds."""
+    rounds = "(type = 'RoundPlanned' OR (type = 'StatusPlanned' AND payload ? 'round'))"
     conn = await asyncpg.connect(asyncpg_url(database_url))
     try:
         async with conn.transaction():
             await conn.execute("SET session_replication_role = replica")
             versions = await conn.fetch(
-                "SELECT stream_version FROM events WHERE stream = $1 AND type = 'RoundPlanned'"
-                " ORDER BY stream_version",
+                f"SELECT stream_version FROM events WHERE stream = $1 AND {rounds} ORDER BY stream_version",
                 registry.CLONESET.decisions_stream("team-a", "web"),
             )
             changed = await conn.execute(
-                "UPDATE events SET payload = payload - 'rules' WHERE type = 'RoundPlanned'"
+                "UPDATE events SET payload = CASE type WHEN 'RoundPlanned' THEN payload - 'rules'"
+                f" ELSE payload #- '{{round,rules}}' END WHERE {rounds}"
                 " AND (stream = $1 OR (stream = $2 AND stream_version <= $3))",
                 registry.SIDECARSET.decisions_stream("", SIDECARSET),
                 registry.CLONESET.decisions_stream("team-a", "web"),

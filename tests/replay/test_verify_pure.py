@@ -12,6 +12,7 @@ import pytest
 from services.infra.store import StoredEvent
 from services.kinds.cloneset.rules.decisions import decide
 from services.kinds.cloneset.rules.model import Plan, PlanInput
+from services.model import rounds
 from services.model.events import (
     Envelope,
     ObjectObserved,
@@ -19,6 +20,7 @@ from services.model.events import (
     PodActionStarted,
     PodActionSucceeded,
     RolloutStarted,
+    StatusPlanned,
 )
 from services.replay.simulation import WorkloadSimulation
 from services.replay.timeline import fold_timeline, one_line, state_at
@@ -183,3 +185,50 @@ def test_first_difference_walks_nested_values() -> None:
     assert first_difference({"a": [1]}, {"a": [1, 2]}) == ("a.length", 1, 2)
     assert first_difference({"a": 1}, {"b": 1}) == ("a", 1, "<absent>")
     assert first_difference({"a": 1}, {"a": 1}) is None
+
+
+def test_a_status_round_is_one_event_and_trails_recorded_as_two_still_verify(
+    history: list[Envelope], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A round whose only decision is a status is stored as one ``StatusPlanned`` carrying its round
+    (``round``, the round's id); a trail recorded before, where such a round is ``RoundPlanned`` then the
+    status, verifies as it is (each round is replayed on the recorded state and compared in the recorded
+    shape), and an edited status in it is still found."""
+    decisions = "CloneSet/team-a/web"
+    status_rounds = [
+        e for e in history if rounds.round_of(e.payload) is not None and e.type == "StatusPlanned"
+    ]
+    assert status_rounds and all(e.stream == decisions for e in status_rounds)
+
+    original = rounds.round_envelopes
+    monkeypatch.setattr(rounds, "round_envelopes", lambda *a, **k: rounds.split_round(original(*a, **k)))
+    recorded_before = WorkloadSimulation("team-a", "web", replicas=4, start=T0).run()
+    monkeypatch.undo()
+    assert not any(e.type == "StatusPlanned" and rounds.round_of(e.payload) for e in recorded_before)
+    assert len([e for e in recorded_before if e.stream == decisions]) == len(
+        [e for e in history if e.stream == decisions]
+    ) + len(status_rounds)
+
+    for trail in (history, recorded_before):
+        report = verify_workload("team-a", "web", trail)
+        assert report.clean, report.divergence and report.divergence.describe()
+        assert report.rounds == sum(1 for e in trail if rounds.round_of(e.payload) is not None)
+    assert verify_workload("team-a", "web", recorded_before).decisions == (
+        verify_workload("team-a", "web", history).decisions
+    )
+
+    for trail in (history, recorded_before):
+        index, target = next(
+            (i, e)
+            for i, e in enumerate(trail)
+            if isinstance(e.payload, StatusPlanned) and e.stream == decisions
+        )
+        assert isinstance(target.payload, StatusPlanned)
+        edited = list(trail)
+        status = {**target.payload.status, "readyReplicas": 99}
+        edited[index] = msgspec.structs.replace(
+            target, payload=msgspec.structs.replace(target.payload, status=status)
+        )
+        divergence = verify_workload("team-a", "web", edited).divergence
+        assert divergence is not None and divergence.event_id == str(target.event_id)
+        assert divergence.field == "payload.status.readyReplicas"

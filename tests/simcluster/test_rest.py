@@ -367,6 +367,12 @@ async def test_pod_status_subresource_takes_labels_and_annotations_but_not_spec_
     assert patched.metadata.labels["state"] == "marked" and patched.metadata.annotations["by"] == "status"
     assert not patched.metadata.owner_references and patched.spec.active_deadline_seconds is None
     assert any(c.type == "Example" for c in patched.status.conditions)
+    # Its managedFields: the status entry owns what pods/status took, not the spec or the owners.
+    [entry] = [e for e in patched.metadata.managed_fields if e.subresource == "status"]
+    assert entry.fields_v1 == {
+        "f:metadata": {"f:labels": {}, "f:annotations": {}},
+        "f:status": {"f:conditions": {}},
+    }
     # The uid in the patch is a precondition: another incarnation's is refused (it is immutable).
     with pytest.raises(ApiException) as caught:
         await core.patch_namespaced_pod_status(
@@ -389,3 +395,55 @@ async def test_pod_status_subresource_takes_labels_and_annotations_but_not_spec_
         _content_type="application/merge-patch+json",
     )
     assert "state" not in written["metadata"]["labels"] and written["status"]["replicas"] == 1
+
+
+def status_owners(obj: dict) -> dict[str, set[str]]:
+    """manager -> the status fields its status-subresource entry in managedFields owns."""
+    return {
+        e["manager"]: {k.removeprefix("f:") for k in e["fieldsV1"].get("f:status", {})}
+        for e in obj["metadata"].get("managedFields") or []
+        if e.get("subresource") == "status"
+    }
+
+
+async def test_status_writes_are_owned_by_their_field_manager_the_last_writer_owning_a_field(
+    k8s_client: client.ApiClient,
+) -> None:
+    """As kube-apiserver: a status-subresource write names its manager (``fieldManager``, else the
+    User-Agent) as owner of the status fields it set, in an entry with ``subresource: status``; an update
+    takes a field from every other manager, and a manager left owning nothing is dropped. A write to the
+    main resource owns no status field."""
+    custom = client.CustomObjectsApi(k8s_client)
+    args = ("apps.kruise.io", "v1alpha1", "default", "clonesets", "owners")
+    merge = "application/merge-patch+json"
+    await custom.create_namespaced_custom_object(*args[:4], cloneset_manifest("owners"))
+    first = {"replicas": 2, "readyReplicas": 2, "observedGeneration": 1}
+    written = await custom.patch_namespaced_custom_object_status(
+        *args, {"status": first}, field_manager="kruise-manager", _content_type=merge
+    )
+    assert status_owners(written) == {"kruise-manager": {"replicas", "readyReplicas", "observedGeneration"}}
+    written = await custom.patch_namespaced_custom_object_status(
+        *args,
+        {"status": {**first, "readyReplicas": 1}},
+        field_manager="rollbook-executor",
+        _content_type=merge,
+    )
+    assert status_owners(written) == {
+        "kruise-manager": {"replicas", "observedGeneration"},
+        "rollbook-executor": {"readyReplicas"},
+    }
+    written = await custom.patch_namespaced_custom_object_status(
+        *args, {"status": {"replicas": 3, "observedGeneration": 2}}, field_manager="rollbook-executor",
+        _content_type=merge,
+    )  # fmt: skip
+    assert status_owners(written) == {
+        "rollbook-executor": {"readyReplicas", "replicas", "observedGeneration"}
+    }
+    scaled = await custom.patch_namespaced_custom_object(
+        *args, {"spec": {"replicas": 4}, "status": {"readyReplicas": 9}}, _content_type=merge
+    )
+    assert status_owners(scaled) == status_owners(written)
+    spec_writers = [e for e in scaled["metadata"]["managedFields"] if not e.get("subresource")]
+    assert all("f:status" not in e["fieldsV1"] for e in spec_writers) and spec_writers
+    fetched = await custom.get_namespaced_custom_object(*args)
+    assert fetched["metadata"]["managedFields"] == scaled["metadata"]["managedFields"]

@@ -21,11 +21,12 @@ from services.kinds.cloneset.rules.workload_state import WorkloadState
 from services.kinds.registry import CLONESET
 from services.model.events import Envelope, ObjectObserved
 from services.model.management import MANAGE_LABEL, SHADOW
-from services.model.streams import ACTION_ID_ANNOTATION
+from services.model.streams import ACTION_ID_ANNOTATION, STATUS_FIELD_MANAGER
 from services.watcher.objects import observation
 from services.watcher.service import KindWatch, Watcher
 
 NS = "default"
+OWN = STATUS_FIELD_MANAGER  # rollbook's executor writing a status
 
 
 def cloneset(name: str, version: int, **labels: str) -> dict[str, Any]:
@@ -223,3 +224,130 @@ async def test_an_object_observed_again_unchanged_is_not_stored_again(
     assert await stored_pods(event_store, owner) == [("a", "1"), ("a", "5")]
     stored = await event_store.read_stream(CLONESET.observed_stream(NS, owner))
     assert [e.envelope.payload.kind for e in stored] == ["CloneSet", "Pod", "Pod"]
+
+
+def counted(obj: dict[str, Any], writer: str, **status: Any) -> dict[str, Any]:
+    """``obj`` with a steady CloneSet's spec and status, ``status`` written last by ``writer`` through the
+    status subresource (as the API server's managedFields say: the last writer owns a field)."""
+    labels = {"app": obj["metadata"]["name"]}
+    base = {
+        "observedGeneration": 1,
+        "replicas": 2,
+        "readyReplicas": 2,
+        "availableReplicas": 2,
+        "updateRevision": "r1",
+        "currentRevision": "r1",
+        "conditions": [],
+    }
+    managed = [
+        {"manager": "kubectl", "operation": "Update", "fieldsV1": {"f:spec": {"f:replicas": {}}}},
+        {
+            "manager": writer,
+            "operation": "Update",
+            "subresource": "status",
+            "fieldsV1": {"f:status": {f"f:{k}": {} for k in {**base, **status}}},
+        },
+    ]
+    spec = {
+        "replicas": 2,
+        "selector": {"matchLabels": labels},
+        "template": {
+            "metadata": {"labels": labels},
+            "spec": {"containers": [{"name": "main", "image": "nginx:2"}]},
+        },
+    }
+    metadata = {**obj["metadata"], "generation": 1, "managedFields": managed}
+    return {**obj, "metadata": metadata, "spec": spec, "status": {**base, **status}}
+
+
+async def test_rollbooks_own_pod_count_write_is_not_stored_again_another_controllers_is(
+    watcher: Watcher, event_store: EventStore
+) -> None:
+    """A readiness flap changes one pod (stored) and then the CloneSet's status counts, which rollbook's
+    executor writes (field manager ``STATUS_FIELD_MANAGER``) from the planner's StatusPlanned: that write
+    is not stored a second time as an observation (the planner does not read the counts back:
+    tests/planner/test_properties.py). The same counts written by another field manager (OpenKruise's,
+    before a handover) are stored, and so is any other change, a count of a CloneSet whose spec rollbook
+    rejected (its status then repeats the observed one) or one rollbook only shadows."""
+    owner = f"web-{uuid.uuid4().hex[:8]}"
+    every = [
+        ("CloneSet", "ADDED", counted(cloneset(owner, 10), "kruise-manager")),
+        ("Pod", "ADDED", pod(owner, "a", 11, ready="True", action="create-a")),
+        ("Pod", "ADDED", pod(owner, "b", 12, ready="True", action="create-b")),
+        ("Pod", "MODIFIED", pod(owner, "a", 13, ready="False", action="create-a")),
+        ("CloneSet", "MODIFIED", counted(cloneset(owner, 14), OWN, readyReplicas=1, availableReplicas=1)),
+        ("Pod", "MODIFIED", pod(owner, "a", 15, ready="True", action="create-a")),
+        ("CloneSet", "MODIFIED", counted(cloneset(owner, 16), OWN)),
+        ("Pod", "MODIFIED", pod(owner, "a", 17, ready="False", action="create-a")),
+        ("CloneSet", "MODIFIED", counted(cloneset(owner, 18), "kruise-manager", readyReplicas=1)),
+    ]
+    for kind, change, obj in every:
+        await feed(watcher, kind, [(change, obj)])
+
+    def observed(stored: list[Any]) -> list[tuple[str, str]]:
+        return [(e.envelope.payload.kind, e.envelope.payload.resource_version) for e in stored]
+
+    stream = CLONESET.observed_stream(NS, owner)
+    assert observed(await event_store.read_stream(stream)) == [
+        ("CloneSet", "10"),
+        ("Pod", "11"),
+        ("Pod", "12"),
+        ("Pod", "13"),
+        ("Pod", "15"),
+        ("Pod", "17"),
+        ("CloneSet", "18"),  # OpenKruise's count: stored
+    ]
+
+    # rollbook's write of the count again differs from the stored state in it only: not stored. A count
+    # another manager still claims, and anything else in the status (the planner reads revisions and
+    # conditions back) is stored, as is a spec change that comes with new counts.
+    await feed(watcher, "CloneSet", [("MODIFIED", counted(cloneset(owner, 19), OWN))])
+    shared = counted(cloneset(owner, 20), OWN, readyReplicas=0)
+    shared["metadata"]["managedFields"][0]["fieldsV1"]["f:status"] = {"f:readyReplicas": {}}
+    await feed(watcher, "CloneSet", [("MODIFIED", shared)])
+    await feed(watcher, "CloneSet", [("MODIFIED", counted(cloneset(owner, 21), OWN, currentRevision="r0"))])
+    scaled = counted(cloneset(owner, 22), OWN, replicas=3, currentRevision="r0")
+    scaled["spec"] = {**scaled["spec"], "replicas": 3}
+    await feed(watcher, "CloneSet", [("MODIFIED", scaled)])
+    assert observed(await event_store.read_stream(stream))[7:] == [
+        ("CloneSet", "20"),
+        ("CloneSet", "21"),
+        ("CloneSet", "22"),
+    ]
+
+    # Started again (its cache rebuilt from the store), a relist showing only rollbook's newer counts
+    # stores nothing; the same counts by another manager are stored.
+    api = client.ApiClient()
+    restarted = Watcher(Settings(), event_store, api)
+    appender = asyncio.create_task(restarted.append_queued())
+    try:
+        await restarted.rebuild()
+        relisted = counted(cloneset(owner, 23), OWN, replicas=2, readyReplicas=1, currentRevision="r0")
+        relisted["spec"] = {**relisted["spec"], "replicas": 3}
+        await feed(restarted, "CloneSet", [("ADDED", relisted)])
+        assert len(await event_store.read_stream(stream)) == 10
+        theirs = counted(cloneset(owner, 24), "kruise-manager", replicas=2, currentRevision="r0")
+        theirs["spec"] = {**theirs["spec"], "replicas": 3}
+        await feed(restarted, "CloneSet", [("MODIFIED", theirs)])
+    finally:
+        appender.cancel()
+        await asyncio.gather(appender, return_exceptions=True)
+        await api.close()
+    assert observed(await event_store.read_stream(stream))[10:] == [("CloneSet", "24")]
+
+    rejected = f"web-{uuid.uuid4().hex[:8]}"
+    refusal = [{"type": "Rejected", "status": "True", "reason": "InvalidSpec"}]
+    await feed(watcher, "CloneSet", [("ADDED", counted(cloneset(rejected, 30), OWN, conditions=refusal))])
+    recount = counted(cloneset(rejected, 31), OWN, conditions=refusal, readyReplicas=1)
+    await feed(watcher, "CloneSet", [("MODIFIED", recount)])
+    assert len(await event_store.read_stream(CLONESET.observed_stream(NS, rejected))) == 2
+
+    shadowed = f"web-{uuid.uuid4().hex[:8]}"
+    labelled = counted(cloneset(shadowed, 40, **{MANAGE_LABEL: SHADOW}), OWN)
+    await feed(watcher, "CloneSet", [("ADDED", labelled)])
+    recount = counted(cloneset(shadowed, 41, **{MANAGE_LABEL: SHADOW}), OWN, readyReplicas=1)
+    await feed(watcher, "CloneSet", [("MODIFIED", recount)])
+    assert observed(await event_store.read_stream(CLONESET.observed_stream(NS, shadowed))) == [
+        ("CloneSet", "40"),
+        ("CloneSet", "41"),
+    ]

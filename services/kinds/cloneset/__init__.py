@@ -11,6 +11,7 @@ from typing import Any
 
 from services.kinds.base import Kind, Watched, Workload, own_name, owned_by
 from services.kinds.cloneset.actions import ACTIONS
+from services.kinds.cloneset.rules.names import REJECTED_CONDITION
 from services.model.streams import CLONESET_GROUP, CLONESET_PLURAL, CLONESET_VERSION
 
 NAME = "CloneSet"
@@ -28,6 +29,29 @@ def route(kind: str, obj: dict[str, Any]) -> Workload | None:
     return (own_name(obj)[0], owner) if owner is not None else None
 
 
+# What rules/status.py counts from the pods: the rules read only revisions, collisionCount and conditions
+# back from the observed status (tests/planner/test_properties.py).
+POD_COUNTS = frozenset(
+    {
+        "replicas",
+        "readyReplicas",
+        "availableReplicas",
+        "updatedReplicas",
+        "updatedReadyReplicas",
+        "updatedAvailableReplicas",
+    }
+)
+
+
+def pod_counts(obj: dict[str, Any]) -> frozenset[str]:
+    """``POD_COUNTS``, but none while the spec is rejected: the planner then reports the observed status
+    back as it is, counts included (rules/plan.py ``_rejected``)."""
+    conditions = (obj.get("status") or {}).get("conditions") or ()
+    if any(c.get("type") == REJECTED_CONDITION and c.get("status") == "True" for c in conditions):
+        return frozenset()
+    return POD_COUNTS
+
+
 KIND = Kind(
     name=NAME,
     driven=True,
@@ -40,4 +64,5 @@ KIND = Kind(
     actions=ACTIONS,
     decisions="",
     suffixes=("", "observed", "actions", "shadow"),
+    pod_counts=pod_counts,
 )

@@ -174,6 +174,8 @@ class WorkloadState:
             self.round_through = payload.through
         elif isinstance(payload, StatusPlanned):
             self.last_status = payload.status
+            if isinstance(payload.round, RoundPlanned):  # a status round, recorded as this one event
+                self.round_through = payload.round.through
         elif isinstance(payload, RolloutStarted):
             self.active_rollout = payload.rollout_id
             self.update_revision = payload.to_revision
