@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 from pathlib import Path
 
 import asyncpg
@@ -49,13 +50,14 @@ async def _append_until(
     return appended
 
 
-async def _until_below(
-    connection: asyncpg.Connection, query: str, limit: float, within: float = 30.0
+async def _usage_until(
+    connection: asyncpg.Connection, reached: Callable[[float], bool], within: float = 60.0
 ) -> None:
+    """Wait until the notification queue's usage, as ``connection`` sees it, has ``reached`` what is asked."""
     deadline = asyncio.get_running_loop().time() + within
-    while (value := await connection.fetchval(query)) >= limit:
-        assert asyncio.get_running_loop().time() < deadline, f"{query} stayed at {value}"
-        await asyncio.sleep(0.05)
+    while not reached(value := await connection.fetchval("SELECT pg_catalog.pg_notification_queue_usage()")):
+        assert asyncio.get_running_loop().time() < deadline, f"the queue's usage stayed at {value}"
+        await asyncio.sleep(0.02)
 
 
 async def test_a_listener_that_never_reads_cannot_stop_appends(server_data_dir: Path) -> None:
@@ -83,9 +85,10 @@ async def test_a_listener_that_never_reads_cannot_stop_appends(server_data_dir: 
             quarter = asyncio.Event()
 
             async def watch_quarter() -> None:
-                while await observer.fetchval(usage) < 0.25:
-                    await asyncio.sleep(0.02)
-                quarter.set()
+                try:
+                    await _usage_until(observer, lambda used: used >= 0.25)
+                finally:
+                    quarter.set()  # stops the appenders
 
             watching = asyncio.ensure_future(watch_quarter())
             sent = await _append_until(store, streams, versions, quarter, stop_at=10**9)
@@ -115,7 +118,7 @@ async def test_a_listener_that_never_reads_cannot_stop_appends(server_data_dir: 
             # Once the session reads again the queue drains, and appends are notified again.
             await idle.execute("ROLLBACK")
             await idle.execute("SELECT 1")  # the server sends what was queued for it when it is idle
-            await _until_below(observer, usage, 0.5)
+            await _usage_until(observer, lambda used: used < 0.5)
             heard = relay.notifications
             versions[0] += 1
             await store.append([paused(streams[0], versions[0])], versions[0] - 1)
