@@ -22,10 +22,15 @@ insert through it, on Postgres 11 and later, so 15 and 18 alike); rows go in thr
 ``pg_notify`` is executable by everyone), is owned by the owner role like every function (0016), and names
 ``pg_catalog.pg_notify`` so a function of that name elsewhere on the search path cannot stand in.
 
-Postgres keeps notifications in a queue until every listening session has read them (8 GB at most; it
-warns in its log from half full). A listener that is alive but never reads (a stopped, not dead, auditor
-process) would hold it: at a rollout's 100 commits a second, many days until a full queue makes commits
-fail. A dead session's notifications are dropped with it.
+Postgres keeps notifications in a queue until every listening session has read them, and once the
+queue is full every commit that notifies fails ("too many notifications in the NOTIFY queue"). A listener
+that is alive but never reads would fill it: a stopped (not dead) auditor, or anyone with a database
+login who LISTENs and then sits idle in a transaction. So the function notifies only while
+``pg_catalog.pg_notification_queue_usage()`` is below one half (executable by every role, as
+``pg_notify``): above that appends commit without a notification, and the relay finds them with its safety
+poll (every 2 s while listening), so nothing is lost, only latency. The queue holds 8 GB by default
+(``max_notify_queue_pages`` from Postgres 17); Postgres warns in its log from half full. A dead session's
+notifications are dropped with it.
 
 Nothing recorded changes: existing rows, hashes and checkpoints are untouched. The downgrade drops the
 trigger and its function.
@@ -48,7 +53,10 @@ def upgrade() -> None:
         """
         CREATE FUNCTION events_notify_appended() RETURNS trigger LANGUAGE plpgsql AS $$
         BEGIN
-            PERFORM pg_catalog.pg_notify('rollbook_events_appended', '');
+            -- A listener that never reads must not fill the queue: a full queue fails every notifying commit.
+            IF pg_catalog.pg_notification_queue_usage() < 0.5 THEN
+                PERFORM pg_catalog.pg_notify('rollbook_events_appended', '');
+            END IF;
             RETURN NULL;
         END
         $$
@@ -56,7 +64,8 @@ def upgrade() -> None:
     )
     op.execute(
         "COMMENT ON FUNCTION events_notify_appended() IS 'tells LISTENers on rollbook_events_appended that"
-        " events were appended (delivered at commit, once per transaction): the relay reads then'"
+        " events were appended (delivered at commit, once per transaction; none while the notification queue"
+        " is half full, where the relay polls): the relay reads then'"
     )
     op.execute(
         "CREATE TRIGGER events_notify_appended AFTER INSERT ON events"
