@@ -44,13 +44,13 @@ reads a sample, not the table.
 
 from __future__ import annotations
 
-import importlib.util
 import re
 from collections.abc import Sequence
-from pathlib import Path
 
 from alembic import op
 from sqlalchemy import text
+
+from services.infra.database import migration_module
 
 revision: str = "0027_trail_read_indexes"
 down_revision: str | None = "0026_events_partitioned"
@@ -115,12 +115,7 @@ WHERE u.position > r.started_position
 
 
 def _views_0003() -> object:
-    path = Path(__file__).with_name("0003_sidecarset_audit_views.py")
-    spec = importlib.util.spec_from_file_location("rollbook_migration_0003_sidecarset_audit_views", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return migration_module("0003_sidecarset_audit_views.py")
 
 
 def _definition(view: str) -> str:

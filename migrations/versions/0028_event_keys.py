@@ -30,13 +30,11 @@ The downgrade restores 0026's trigger and chain function and drops both tables.
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Sequence
-from pathlib import Path
-from typing import Any
 
 from alembic import op
 
+from services.infra.database import migration_module
 from services.infra.db_roles import role_sql
 
 revision: str = "0028_event_keys"
@@ -45,18 +43,9 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 
-def _migration_0026() -> Any:
-    path = Path(__file__).with_name("0026_events_partitioned.py")
-    spec = importlib.util.spec_from_file_location("rollbook_migration_0026_events_partitioned", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 # 0026's chain and uniqueness functions, taken from it rather than copied, so the downgrade restores them
 # exactly and the upgrade changes one lookup only.
-_0026 = _migration_0026()
+_0026 = migration_module("0026_events_partitioned.py")
 _PARTITION_CHAIN: str = _0026._ARCHIVE_AWARE_CHAIN
 _PARTITION_UNIQUE_KEYS: str = _0026._UNIQUE_KEYS.replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1)
 

@@ -25,29 +25,18 @@ Nothing recorded changes. The downgrade drops the partitions' copies and restore
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Sequence
-from pathlib import Path
-from typing import Any
 
 from alembic import op
 from sqlalchemy import text
 
+from services.infra.database import migration_module
 from services.infra.db_roles import PREFIX_SQL
 
 revision: str = "0030_partition_statistics"
 down_revision: str | None = "0029_events_appended_notify"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
-
-
-def _migration_0026() -> Any:
-    path = Path(__file__).with_name("0026_events_partitioned.py")
-    spec = importlib.util.spec_from_file_location("rollbook_migration_0026_events_partitioned", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 _PARTITION_STATISTICS = """
@@ -76,7 +65,7 @@ END
 $$
 """
 
-_0026 = _migration_0026()
+_0026 = migration_module("0026_events_partitioned.py")
 _PREVIOUS_ADD_PARTITIONS: str = _0026._ADD_PARTITIONS.replace("{prefix}", PREFIX_SQL).replace(
     "CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1
 )

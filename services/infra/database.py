@@ -13,7 +13,9 @@ Migrations are Alembic's, from ``migrations/`` next to ``alembic.ini`` at the re
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING
 
 from services.infra.redact import redacted
@@ -85,6 +87,18 @@ def downgrade(database_url: str, revision: str = "base") -> None:
     from alembic import command
 
     command.downgrade(alembic_config(database_url), revision)
+
+
+def migration_module(file: str) -> ModuleType:
+    """Another migration of ``migrations/versions`` as a module: a migration that changes what an earlier
+    one made takes that one's SQL from it rather than a copy (its downgrade then restores it exactly)."""
+    path = REPO_ROOT / "migrations" / "versions" / file
+    spec = importlib.util.spec_from_file_location(f"rollbook_migration_{path.stem}", path)
+    if spec is None or spec.loader is None:
+        raise RuntimeError(f"cannot load migration {file}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 async def upgrade_async(database_url: str, revision: str = "head") -> None:

@@ -10,6 +10,7 @@ appending (store I/O) is the planner service's (services/planner/service.py).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Sequence
 from datetime import datetime, timedelta
@@ -74,29 +75,18 @@ def round_envelopes(
     assert state.now is not None
     base = state.versions.get(stream, 0)
     planned = RoundPlanned(through=state.through(), now=state.now, input_sha256=input_sha256, rules=rules)
+    head = functools.partial(
+        new_event,
+        stream=stream,
+        stream_version=base + 1,
+        occurred_at=state.now,
+        event_id=round_id,
+        causation_id=state.last_input_id,
+        correlation_id=correlation_id,
+    )
     if len(decisions) == 1 and isinstance(decisions[0], StatusPlanned):
-        return [
-            new_event(
-                msgspec.structs.replace(decisions[0], round=planned),
-                stream=stream,
-                stream_version=base + 1,
-                occurred_at=state.now,
-                event_id=round_id,
-                causation_id=state.last_input_id,
-                correlation_id=correlation_id,
-            )
-        ]
-    envelopes = [
-        new_event(
-            planned,
-            stream=stream,
-            stream_version=base + 1,
-            occurred_at=state.now,
-            event_id=round_id,
-            causation_id=state.last_input_id,
-            correlation_id=correlation_id,
-        )
-    ]
+        return [head(msgspec.structs.replace(decisions[0], round=planned))]
+    envelopes = [head(planned)]
     for index, payload in enumerate(decisions):
         envelopes.append(
             new_event(
