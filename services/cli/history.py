@@ -119,12 +119,24 @@ async def show_history(
     async with connect(settings) as connection:
         rollouts = await audit_queries.rollouts(connection, namespace, name, kind)
         actions = await audit_queries.pod_actions(connection, namespace, name, kind)
+        archived = await audit_queries.archived_at(connection, namespace, name, kind)
+    # Archived events are in files only: say so, or the history would look complete and be short.
+    archive_note = (
+        None
+        if archived is None
+        else f"earlier events of {namespace}/{name} were archived (on {archived.date().isoformat()}) and are"
+        f" not shown: `rollbook replay {namespace}/{name} --archive DIR` reads them"
+    )
     if not rollouts and not actions:
         console().print(f"no rollouts or pod actions recorded for {namespace}/{name}")
+        if archive_note:
+            console().print(archive_note)
         return 1
     if rollout is not None:
         rollout = resolve_rollout([r["rollout_id"] for r in rollouts], rollout)
     print_history(namespace, name, rollouts, actions, rollout)
+    if archive_note:
+        console().print(archive_note)
     return 0
 
 

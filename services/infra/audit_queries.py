@@ -10,6 +10,8 @@ cluster-scoped) and its pods' own namespaces are in ``pod_namespace``.
 
 from __future__ import annotations
 
+from datetime import datetime
+
 import asyncpg
 
 ROLLOUTS_SQL = """
@@ -47,6 +49,23 @@ WHERE r.namespace = $1 AND r.workload = $2 AND ($3::text IS NULL OR r.kind = $3)
 ORDER BY r.started_position DESC
 LIMIT 1
 """
+
+
+ARCHIVED_BEFORE_SQL = """
+SELECT max(a.archived_at) AS archived_at
+  FROM archived_stream_heads h, event_archives a
+ WHERE split_part(h.stream, '/', 2) = $1 AND split_part(h.stream, '/', 3) = $2
+   AND ($3::text IS NULL OR split_part(h.stream, '/', 1) = $3)
+"""
+
+
+async def archived_at(
+    connection: asyncpg.Connection, namespace: str, workload: str, kind: str | None = None
+) -> datetime | None:
+    """When ``rollbook archive`` last moved events out of the database, if some of this workload's
+    were among them (docs/retention.md): what the views show of it then starts after those."""
+    moment: datetime | None = await connection.fetchval(ARCHIVED_BEFORE_SQL, namespace, workload, kind)
+    return moment
 
 
 async def rollouts(
