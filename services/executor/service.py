@@ -177,6 +177,23 @@ HANDED_BACK_TTL = max(DEFAULT_RETRY_BACKOFF) + ACK_WAIT
 # the query each action makes before acting: a message queued longer behind its pod asks again.
 PREPARED_FRESH_SECONDS = 1.0
 
+# Everything the before-acting query reads of a request: one message's answer is never another's.
+PreparedKey = tuple[uuid.UUID, str, int, uuid.UUID | None, str | None, uuid.UUID, str, str]
+
+
+def prepared_key(envelope: Envelope, outcome: uuid.UUID, pod: str, carried: str) -> PreparedKey:
+    return (
+        envelope.event_id,
+        envelope.stream,
+        envelope.stream_version,
+        envelope.causation_id,
+        envelope.correlation_id,
+        outcome,
+        pod,
+        carried,
+    )
+
+
 MAX_STORE_CONNECTIONS = 16
 # Pods whose last create or spec patch by this executor is remembered for the mark after it (those in flight).
 WRITTEN_CAPACITY = 10_000
@@ -265,7 +282,7 @@ class Executor:
         self.resize_discovery = ResizeDiscovery()
         # The store's before-acting answers read for a fetched batch (``prepare``), by (event id, payload
         # carried): when read, and the answer. Each is used once, and only while fresh.
-        self.prepared: dict[tuple[uuid.UUID, str], tuple[float, tuple[bool, list[str], bool | None]]] = {}
+        self.prepared: dict[PreparedKey, tuple[float, tuple[bool, list[str], bool | None]]] = {}
 
     # --- bus -----------------------------------------------------------------------------------------
 
@@ -323,9 +340,14 @@ class Executor:
             return  # one action's own query costs the same
         answers = await self.store.before_acting_many(requests)
         read = time.monotonic()
-        for (envelope, _, _, text), answer in zip(requests, answers, strict=True):
-            self.prepared[(envelope.event_id, text or "")] = (read, answer)
-        BEFORE_ACTING_PREPARED.inc(len(requests))
+        keys = [prepared_key(envelope, outcome, pod, text or "") for envelope, outcome, pod, text in requests]
+        twice = {key for key in keys if keys.count(key) > 1}
+        for key, answer in zip(keys, answers, strict=True):
+            # A message fetched twice with everything the query reads the same gets the same answer; but
+            # never hand one message's answer to another: a key seen twice in a batch asks alone.
+            if key not in twice:
+                self.prepared[key] = (read, answer)
+        BEFORE_ACTING_PREPARED.inc(len(requests) - sum(keys.count(k) for k in twice))
 
     async def handle_kube_event(self, envelope: Envelope, msg: Msg) -> None:
         EVENTS_HANDLED.labels("executor", envelope.type).inc()
@@ -1037,7 +1059,8 @@ class Executor:
         (RoundPlanned, then its decisions, each caused by the round), so those are the requests between
         the round's version and this one's. Read with its batch (``prepare``) if that answer is fresh."""
         if carried is not None:
-            prepared = self.prepared.pop((envelope.event_id, carried), None)
+            key = prepared_key(envelope, outcome_id(request.action_id), request.pod, carried)
+            prepared = self.prepared.pop(key, None)
             if prepared is not None and time.monotonic() - prepared[0] <= PREPARED_FRESH_SECONDS:
                 return prepared[1]
         return await self.store.before_acting(envelope, outcome_id(request.action_id), request.pod, carried)

@@ -196,6 +196,74 @@ async def test_a_forged_pod_action_fetched_with_planned_ones_is_refused_by_the_b
                 await bus.close()
 
 
+@pytest.mark.parametrize("forged_first", [True, False], ids=["forgery-first", "forgery-second"])
+async def test_a_copy_of_a_planned_action_under_another_correlation_fetched_with_it_gets_its_own_answer(
+    database_url: str,
+    event_store: EventStore,
+    k8s_client: client.ApiClient,
+    simcluster: SimCluster,
+    server_data_dir: Path,
+    forged_first: bool,
+) -> None:
+    """Attack: a real request re-sent with the same event id and payload but another correlation id, in
+    the same fetch as the real one. The batch's answers are per message, so the copy is refused, and the
+    real one is carried out under its own correlation, whichever comes first on the bus."""
+    import msgspec
+
+    workload = f"auth{uuid.uuid4().hex[:8]}"
+    async with auth_nats(server_data_dir, database_url=database_url) as settings:
+        auditor = await Bus.connect(settings, name="rollbook-auditor", identity=AUDITOR)
+        executor_bus = await Bus.connect(settings, name="rollbook-executor", identity=EXECUTOR)
+        await auditor.ensure_stream()
+        executor = Executor(settings, event_store, k8s_client)
+        actions = executor.consumers()[0].consumer(executor_bus)
+        task: asyncio.Task[None] | None = None
+        try:
+            real = create_pod(workload, f"{workload}-0", 1)
+            head = await event_store.head_position()
+            await event_store.append([real], expected_version=0)
+            mine = [
+                e for e in await event_store.read_batch_json(head, 1000) if e.envelope.stream == real.stream
+            ]
+            copy = msgspec.structs.replace(real, correlation_id="attacker")
+            # The copy carries the payload byte for byte as the relay sends it (the store's JSON text).
+            copy_data = msgspec.json.encode(
+                msgspec.structs.replace(mine[0].envelope, correlation_id="attacker")
+            )
+
+            async def publish_copy() -> None:
+                thief = await connect_as(settings, AUDITOR)
+                try:
+                    subject = auditor.subject_for(copy, partition_key=workload_stream(copy.stream))
+                    await thief.jetstream().publish(subject, copy_data, stream=settings.stream_name)
+                finally:
+                    await thief.close()
+
+            if forged_first:
+                await publish_copy()
+            await Relay(event_store, auditor).publish(mine)
+            if not forged_first:
+                await publish_copy()
+            refused_before, prepared_before = refused_count(), prepared_count()
+            task = asyncio.create_task(actions.run())
+
+            async def settled() -> bool:
+                return actions.stats.handled + actions.stats.dead_lettered >= 2
+
+            await wait_for(settled, within=30, what="the executor settled both messages")
+            assert prepared_count() == prepared_before + 2  # fetched together, read in one statement
+            assert await pod_exists(k8s_client, f"{workload}-0")
+            assert refused_count() == refused_before + 1
+            outcomes = [e.envelope for e in await event_store.read_stream(f"{real.stream}/actions")]
+            assert outcomes and {e.correlation_id for e in outcomes} == {real.correlation_id}, outcomes
+        finally:
+            actions.stop()
+            if task is not None:
+                await asyncio.wait_for(asyncio.gather(task, return_exceptions=True), 30)
+            for bus in (auditor, executor_bus):
+                await bus.close()
+
+
 async def test_a_forged_status_is_not_written(
     event_store: EventStore, k8s_client: client.ApiClient, database_url: str, server_data_dir: Path
 ) -> None:
