@@ -795,7 +795,9 @@ async def verify_trail(
         legacy=legacy,
         max_age=settings.audit_max_checkpoint_age if max_age is None else max_age,
     )
-    processes = settings.audit_verify_processes or os.cpu_count() or 1
+    # By default the CPUs this process may run on (a container's cpuset, not the host's count), at most 8:
+    # each range holds a database connection.
+    processes = settings.audit_verify_processes or min(len(os.sched_getaffinity(0)), 8)
     parallel = Parallel(store.database_url, store.duty, processes) if processes > 1 else None
     report = await audit_trail(store, sources, archive=archive, parallel=parallel)
     report.findings[:0] = extra

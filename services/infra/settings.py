@@ -133,7 +133,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # it stale (events after it are not yet protected).
     audit_max_checkpoint_age: float = 900.0
     # Processes `rollbook audit verify` reads and checks the log with, each a range between signed
-    # checkpoints over its own connection (0: one per CPU; 1: one range, in this process).
+    # checkpoints over its own connection (0: one per CPU this process may use, at most 8; 1: one range,
+    # in this process).
     audit_verify_processes: int = 0
     # Largest event the watcher stores, in bytes (the encoded ObjectObserved). An object beyond it is
     # recorded as ObservationRejected instead. Events larger than a NATS message (max_payload, 1 MiB by

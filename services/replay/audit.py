@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import msgspec
+import structlog
 
 from services.infra.archive import (
     ArchiveError,
@@ -44,6 +45,8 @@ from services.model.merkle import (
 from services.model.signed_note import CheckpointBody, NoteError, SignedCheckpoint, UntrustedKey, Verifier
 
 _loss_decoder = msgspec.json.Decoder(StoreLossDetected)
+
+log = structlog.get_logger()
 
 
 @dataclass
@@ -457,7 +460,9 @@ async def _check_ranges(
     loop = asyncio.get_running_loop()
     joined = 0
     wanted_positions = verifier.wanted_positions
-    with ProcessPoolExecutor(len(ranges), mp_context=multiprocessing.get_context("spawn")) as pool:
+    pool = ProcessPoolExecutor(len(ranges), mp_context=multiprocessing.get_context("spawn"))
+    finished = False
+    try:
         parts = [
             loop.run_in_executor(
                 pool,
@@ -470,22 +475,36 @@ async def _check_ranges(
             )
             for log_range in ranges
         ]
-        try:
-            for log_range, part in zip(ranges, parts, strict=True):
+        for log_range, part in zip(ranges, parts, strict=True):
+            try:
+                range_verifier: RangeVerifier | None
                 range_verifier, items = await part
-                if recomputed.size == log_range.start_size and verifier.join(
-                    range_verifier, log_range.start_position, log_range.start_chain
-                ):
-                    await asyncio.to_thread(recomputed.feed_part, items)
-                    joined += 1
-                    continue
-                async for rows in store.read_chain_batches(
-                    log_range.start_position, batch_size, log_range.end_position
-                ):
-                    await asyncio.to_thread(_check_rows, verifier, recomputed, rows)
-        finally:
-            for part in parts:
-                part.cancel()
+            except Exception as error:  # a worker that failed (its connection, its memory): read it here
+                log.warning("verify_range_failed", start=log_range.start_position, error=repr(error))
+                range_verifier, items = None, []
+            if (
+                range_verifier is not None
+                and recomputed.size == log_range.start_size
+                and verifier.join(range_verifier, log_range.start_position, log_range.start_chain)
+            ):
+                await asyncio.to_thread(recomputed.feed_part, items)
+                joined += 1
+                continue
+            async for rows in store.read_chain_batches(
+                log_range.start_position, batch_size, log_range.end_position
+            ):
+                await asyncio.to_thread(_check_rows, verifier, recomputed, rows)
+        finished = True
+    finally:
+        if finished:
+            pool.shutdown(wait=True)
+        else:
+            # An error or a cancel (Ctrl-C, a stop): workers still reading would run their range to its end,
+            # and waiting for them would hold the event loop; ProcessPoolExecutor has no public way to stop
+            # them, so they are terminated.
+            pool.shutdown(wait=False, cancel_futures=True)
+            for process in list((getattr(pool, "_processes", None) or {}).values()):
+                process.terminate()
     return joined
 
 

@@ -75,6 +75,24 @@ async def test_the_ranges_start_at_signed_checkpoints_and_a_clean_trail_joins(tr
     assert report.checkpoints_checked == 3
 
 
+async def test_ranges_whose_workers_fail_are_read_here_with_the_same_report(trail: SignedTrail) -> None:
+    """Workers that cannot reach the database (here: a port nothing listens on) fail their ranges; the
+    verify reads those ranges itself and reports the trail as one read does, not an error."""
+    notes, keys = await read_database_trail(trail.store)
+    sources = TrailSources(
+        database_notes=notes,
+        external_notes=[],
+        database_keys=keys,
+        trusted=trusted_verifiers(trail.settings),
+        max_age=math.inf,
+    )
+    unreachable = "postgresql://nobody@127.0.0.1:9/none"
+    parallel = Parallel(unreachable, trail.store.duty, 3, min_events=1)
+    report = await audit_trail(trail.store, sources, parallel=parallel)
+    assert report.clean, described(report)
+    assert (report.rows, report.ranges_joined, report.ranges_read_again) == (1500, 0, 3)
+
+
 async def tamper_edit_first_row(trail: SignedTrail) -> None:
     await trail.owner(
         "UPDATE events SET payload = jsonb_set(payload, '{action_id}', '\"forged\"')"
