@@ -101,6 +101,9 @@ class Known:
     workload: WorkloadKey
     comparable: dict[str, Any]
     obj: dict[str, Any]
+    # The state last seen when it was not stored (rollbook's own status write): a later state is new when
+    # it differs from this one, even when it equals the stored one (another writer setting it back).
+    seen: dict[str, Any] | None = None
 
 
 @dataclass
@@ -337,13 +340,16 @@ class Watcher:
         if kind == workload[0] and not registry.KINDS[kind].driven:
             obj = {**obj, SPEC_MANAGERS: spec_managers(obj)}  # managedFields are not stored
         view = comparable(obj)
-        if known is not None and known.comparable == view:
+        last = None if known is None else known.comparable if known.seen is None else known.seen
+        if known is not None and last == view:
             _count_observation(kind, "ignored")
             return []
-        if known is not None and self._own_pod_counts(kind, workload, known.comparable, view, obj):
+        if known is not None and last is not None and self._own_pod_counts(kind, workload, last, view, obj):
             # rollbook's own status write of pod counts (a readiness flap): the StatusPlanned it carried out
-            # and the pod observations it counts are in the trail. Kept as the last stored state
-            # (``known.comparable``): a later change is compared with what the store holds.
+            # and the pod observations it counts are in the trail. The stored state stays the last stored
+            # one; the next observation is judged against this one (``seen``), so another writer setting
+            # the counts back to the stored ones is a change.
+            known.seen = None if view == known.comparable else view
             _count_observation(kind, "own_status")
             return []
         self.known[uid] = Known(kind, workload, view, obj)

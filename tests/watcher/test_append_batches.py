@@ -351,3 +351,17 @@ async def test_rollbooks_own_pod_count_write_is_not_stored_again_another_control
         ("CloneSet", "40"),
         ("CloneSet", "41"),
     ]
+
+
+async def test_another_writer_setting_back_the_counts_rollbooks_write_changed_is_stored(
+    watcher: Watcher, event_store: EventStore
+) -> None:
+    """rollbook's own count write is not stored, but the state it left is what a later observation is new
+    against: another controller writing back the counts the store last held is a change, and is stored."""
+    owner = f"web-{uuid.uuid4().hex[:8]}"
+    await feed(watcher, "CloneSet", [("ADDED", counted(cloneset(owner, 10), "kruise-manager"))])
+    ours = counted(cloneset(owner, 11), OWN, readyReplicas=1, availableReplicas=1)
+    await feed(watcher, "CloneSet", [("MODIFIED", ours)])
+    await feed(watcher, "CloneSet", [("MODIFIED", counted(cloneset(owner, 12), "kruise-manager"))])
+    stored = await event_store.read_stream(CLONESET.observed_stream(NS, owner))
+    assert [e.envelope.payload.resource_version for e in stored] == ["10", "12"]
