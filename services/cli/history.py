@@ -119,13 +119,13 @@ async def show_history(
     async with connect(settings) as connection:
         rollouts = await audit_queries.rollouts(connection, namespace, name, kind)
         actions = await audit_queries.pod_actions(connection, namespace, name, kind)
-        archived = await audit_queries.archived_at(connection, namespace, name, kind)
+        archived = await audit_queries.has_archived_events(connection, namespace, name, kind)
     # Archived events are in files only: say so, or the history would look complete and be short.
     archive_note = (
-        None
-        if archived is None
-        else f"earlier events of {namespace}/{name} were archived (on {archived.date().isoformat()}) and are"
-        f" not shown: `rollbook replay {namespace}/{name} --archive DIR` reads them"
+        f"earlier events of {namespace}/{name} were archived and are not shown:"
+        f" `rollbook replay {namespace}/{name} --archive DIR` reads them"
+        if archived
+        else None
     )
     if not rollouts and not actions:
         console().print(f"no rollouts or pod actions recorded for {namespace}/{name}")

@@ -10,8 +10,6 @@ cluster-scoped) and its pods' own namespaces are in ``pod_namespace``.
 
 from __future__ import annotations
 
-from datetime import datetime
-
 import asyncpg
 
 ROLLOUTS_SQL = """
@@ -51,21 +49,21 @@ LIMIT 1
 """
 
 
-ARCHIVED_BEFORE_SQL = """
-SELECT max(a.archived_at) AS archived_at
-  FROM archived_stream_heads h, event_archives a
- WHERE split_part(h.stream, '/', 2) = $1 AND split_part(h.stream, '/', 3) = $2
-   AND ($3::text IS NULL OR split_part(h.stream, '/', 1) = $3)
+ARCHIVED_SQL = """
+SELECT EXISTS (
+    SELECT 1 FROM archived_stream_heads h
+     WHERE split_part(h.stream, '/', 2) = $1 AND split_part(h.stream, '/', 3) = $2
+       AND ($3::text IS NULL OR split_part(h.stream, '/', 1) = $3)
+)
 """
 
 
-async def archived_at(
+async def has_archived_events(
     connection: asyncpg.Connection, namespace: str, workload: str, kind: str | None = None
-) -> datetime | None:
-    """When ``rollbook archive`` last moved events out of the database, if some of this workload's
-    were among them (docs/retention.md): what the views show of it then starts after those."""
-    moment: datetime | None = await connection.fetchval(ARCHIVED_BEFORE_SQL, namespace, workload, kind)
-    return moment
+) -> bool:
+    """Whether ``rollbook archive`` moved some of this workload's events out of the database
+    (docs/retention.md): what the views show of it then starts after those."""
+    return bool(await connection.fetchval(ARCHIVED_SQL, namespace, workload, kind))
 
 
 async def rollouts(

@@ -325,7 +325,7 @@ async def test_the_commands_run_against_the_archive_and_refuse_bad_input(archive
     assert replayed.returncode == 0 and replayed.stdout.splitlines() == archived.replay_before
     # history reads the database only, and says that the workload's earlier events are in the archive.
     history = await asyncio.to_thread(rollbook, "history", archived.workload)
-    note = f"earlier events of {archived.workload} were archived (on "
+    note = f"earlier events of {archived.workload} were archived and are not shown"
     assert note in " ".join(history.stdout.split()) and "Traceback" not in history.stderr, history.stdout
     live = await asyncio.to_thread(rollbook, "history", "live/now")
     assert "were archived" not in live.stdout + live.stderr, live.stdout
