@@ -42,7 +42,9 @@ async def trail(server_urls: ServerUrls, tmp_path: Path) -> AsyncIterator[Signed
         yield trail
 
 
-async def verify(trail: SignedTrail, processes: int) -> AuditReport:
+async def verify(trail: SignedTrail, processes: int, database_url: str | None = None) -> AuditReport:
+    """``audit verify`` of the trail in ``processes`` ranges, the workers connecting to ``database_url``
+    (the trail's by default)."""
     notes, keys = await read_database_trail(trail.store)
     sources = TrailSources(
         database_notes=notes,
@@ -52,7 +54,8 @@ async def verify(trail: SignedTrail, processes: int) -> AuditReport:
         max_age=math.inf,
     )
     store = trail.store
-    parallel = Parallel(store.database_url, store.duty, processes, min_events=1) if processes > 1 else None
+    url = database_url or store.database_url
+    parallel = Parallel(url, store.duty, processes, min_events=1) if processes > 1 else None
     return await audit_trail(store, sources, parallel=parallel)
 
 
@@ -78,17 +81,7 @@ async def test_the_ranges_start_at_signed_checkpoints_and_a_clean_trail_joins(tr
 async def test_ranges_whose_workers_fail_are_read_here_with_the_same_report(trail: SignedTrail) -> None:
     """Workers that cannot reach the database (here: a port nothing listens on) fail their ranges; the
     verify reads those ranges itself and reports the trail as one read does, not an error."""
-    notes, keys = await read_database_trail(trail.store)
-    sources = TrailSources(
-        database_notes=notes,
-        external_notes=[],
-        database_keys=keys,
-        trusted=trusted_verifiers(trail.settings),
-        max_age=math.inf,
-    )
-    unreachable = "postgresql://nobody@127.0.0.1:9/none"
-    parallel = Parallel(unreachable, trail.store.duty, 3, min_events=1)
-    report = await audit_trail(trail.store, sources, parallel=parallel)
+    report = await verify(trail, 3, database_url="postgresql://nobody@127.0.0.1:9/none")
     assert report.clean, described(report)
     assert (report.rows, report.ranges_joined, report.ranges_read_again) == (1500, 0, 3)
 

@@ -6,9 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
+import msgspec
 import pytest
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
@@ -19,6 +24,7 @@ from services.auditor.service import Audit, Relay
 from services.executor.service import Executor
 from services.infra.bus import Bus
 from services.infra.nats_auth import ADMIN, AUDITOR, EXECUTOR
+from services.infra.settings import Settings
 from services.infra.store import EventStore
 from services.kinds.registry import CLONESET
 from services.model.events import Envelope, PodActionRequested, StatusPlanned, encode, new_event
@@ -141,6 +147,60 @@ def prepared_count() -> float:
     return REGISTRY.get_sample_value("rollbook_executor_prepared_checks_total") or 0.0
 
 
+@dataclass
+class FetchingExecutor:
+    """The executor's pod-action consumer on an authenticated bus, started once messages wait for it, so
+    that its first fetch takes them together; ``auditor`` is the relay's identity."""
+
+    auditor: Bus
+    actions: Any
+    task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self.task = asyncio.create_task(self.actions.run())
+
+    async def settled(self, messages: int) -> None:
+        async def done() -> bool:
+            return self.actions.stats.handled + self.actions.stats.dead_lettered >= messages
+
+        await wait_for(done, within=30, what=f"the executor settled {messages} messages")
+
+
+@asynccontextmanager
+async def fetching_executor(
+    settings: Settings, event_store: EventStore, k8s_client: client.ApiClient
+) -> AsyncIterator[FetchingExecutor]:
+    auditor = await Bus.connect(settings, name="rollbook-auditor", identity=AUDITOR)
+    executor_bus = await Bus.connect(settings, name="rollbook-executor", identity=EXECUTOR)
+    await auditor.ensure_stream()
+    executor = Executor(settings, event_store, k8s_client)
+    fetching = FetchingExecutor(auditor, executor.consumers()[0].consumer(executor_bus))
+    try:
+        yield fetching
+    finally:
+        fetching.actions.stop()
+        if fetching.task is not None:
+            await asyncio.wait_for(asyncio.gather(fetching.task, return_exceptions=True), 30)
+        for bus in (auditor, executor_bus):
+            await bus.close()
+
+
+async def publish_as_thief(settings: Settings, auditor: Bus, envelope: Envelope, data: bytes) -> None:
+    """A message published on the executor's subject of ``envelope`` by a stolen relay credential."""
+    thief = await connect_as(settings, AUDITOR)
+    try:
+        subject = auditor.subject_for(envelope, partition_key=workload_stream(envelope.stream))
+        await thief.jetstream().publish(subject, data, stream=settings.stream_name)
+    finally:
+        await thief.close()
+
+
+async def relay_stream(event_store: EventStore, auditor: Bus, head: int, stream: str) -> None:
+    """Publish what was stored on ``stream`` after ``head`` as the relay does."""
+    mine = [e for e in await event_store.read_batch_json(head, 1000) if e.envelope.stream == stream]
+    await Relay(event_store, auditor).publish(mine)
+
+
 async def test_a_forged_pod_action_fetched_with_planned_ones_is_refused_by_the_batchs_one_read(
     database_url: str,
     event_store: EventStore,
@@ -151,49 +211,25 @@ async def test_a_forged_pod_action_fetched_with_planned_ones_is_refused_by_the_b
     """The executor reads the store's answers for the actions it fetched together in one statement
     (``Executor.prepare``): a forgery among planned actions is still refused, and they are carried out."""
     workload = f"auth{uuid.uuid4().hex[:8]}"
-    async with auth_nats(server_data_dir, database_url=database_url) as settings:
-        auditor = await Bus.connect(settings, name="rollbook-auditor", identity=AUDITOR)
-        executor_bus = await Bus.connect(settings, name="rollbook-executor", identity=EXECUTOR)
-        await auditor.ensure_stream()
-        executor = Executor(settings, event_store, k8s_client)
-        actions = executor.consumers()[0].consumer(executor_bus)
-        task: asyncio.Task[None] | None = None
-        try:
-            planned = [create_pod(workload, f"{workload}-{i}", i + 1) for i in range(2)]
-            head = await event_store.head_position()
-            await event_store.append(planned, expected_version=0)
-            mine = [
-                e
-                for e in await event_store.read_batch_json(head, 1000)
-                if e.envelope.stream == planned[0].stream
-            ]
-            await Relay(event_store, auditor).publish(mine)
-            forged = create_pod(workload, f"{workload}-intruder", 1000)
-            thief = await connect_as(settings, AUDITOR)
-            try:
-                subject = auditor.subject_for(forged, partition_key=workload_stream(forged.stream))
-                await thief.jetstream().publish(subject, encode(forged), stream=settings.stream_name)
-            finally:
-                await thief.close()
-            # All three wait on the bus, so the consumer's first fetch takes them together.
-            refused_before, prepared_before = refused_count(), prepared_count()
-            task = asyncio.create_task(actions.run())
-
-            async def settled() -> bool:
-                return actions.stats.handled + actions.stats.dead_lettered >= 3
-
-            await wait_for(settled, within=30, what="the executor settled the three messages")
-            assert prepared_count() == prepared_before + 3  # read in one statement, forgery included
-            for i in range(2):
-                assert await pod_exists(k8s_client, f"{workload}-{i}")
-            assert not await pod_exists(k8s_client, f"{workload}-intruder")
-            assert refused_count() == refused_before + 1
-        finally:
-            actions.stop()
-            if task is not None:
-                await asyncio.wait_for(asyncio.gather(task, return_exceptions=True), 30)
-            for bus in (auditor, executor_bus):
-                await bus.close()
+    async with (
+        auth_nats(server_data_dir, database_url=database_url) as settings,
+        fetching_executor(settings, event_store, k8s_client) as executor,
+    ):
+        planned = [create_pod(workload, f"{workload}-{i}", i + 1) for i in range(2)]
+        head = await event_store.head_position()
+        await event_store.append(planned, expected_version=0)
+        await relay_stream(event_store, executor.auditor, head, planned[0].stream)
+        forged = create_pod(workload, f"{workload}-intruder", 1000)
+        await publish_as_thief(settings, executor.auditor, forged, encode(forged))
+        # All three wait on the bus, so the consumer's first fetch takes them together.
+        refused_before, prepared_before = refused_count(), prepared_count()
+        executor.start()
+        await executor.settled(3)
+        assert prepared_count() == prepared_before + 3  # read in one statement, forgery included
+        for i in range(2):
+            assert await pod_exists(k8s_client, f"{workload}-{i}")
+        assert not await pod_exists(k8s_client, f"{workload}-intruder")
+        assert refused_count() == refused_before + 1
 
 
 @pytest.mark.parametrize("forged_first", [True, False], ids=["forgery-first", "forgery-second"])
@@ -208,60 +244,33 @@ async def test_a_copy_of_a_planned_action_under_another_correlation_fetched_with
     """Attack: a real request re-sent with the same event id and payload but another correlation id, in
     the same fetch as the real one. The batch's answers are per message, so the copy is refused, and the
     real one is carried out under its own correlation, whichever comes first on the bus."""
-    import msgspec
-
     workload = f"auth{uuid.uuid4().hex[:8]}"
-    async with auth_nats(server_data_dir, database_url=database_url) as settings:
-        auditor = await Bus.connect(settings, name="rollbook-auditor", identity=AUDITOR)
-        executor_bus = await Bus.connect(settings, name="rollbook-executor", identity=EXECUTOR)
-        await auditor.ensure_stream()
-        executor = Executor(settings, event_store, k8s_client)
-        actions = executor.consumers()[0].consumer(executor_bus)
-        task: asyncio.Task[None] | None = None
-        try:
-            real = create_pod(workload, f"{workload}-0", 1)
-            head = await event_store.head_position()
-            await event_store.append([real], expected_version=0)
-            mine = [
-                e for e in await event_store.read_batch_json(head, 1000) if e.envelope.stream == real.stream
-            ]
-            copy = msgspec.structs.replace(real, correlation_id="attacker")
-            # The copy carries the payload byte for byte as the relay sends it (the store's JSON text).
-            copy_data = msgspec.json.encode(
-                msgspec.structs.replace(mine[0].envelope, correlation_id="attacker")
-            )
-
-            async def publish_copy() -> None:
-                thief = await connect_as(settings, AUDITOR)
-                try:
-                    subject = auditor.subject_for(copy, partition_key=workload_stream(copy.stream))
-                    await thief.jetstream().publish(subject, copy_data, stream=settings.stream_name)
-                finally:
-                    await thief.close()
-
-            if forged_first:
-                await publish_copy()
-            await Relay(event_store, auditor).publish(mine)
-            if not forged_first:
-                await publish_copy()
-            refused_before, prepared_before = refused_count(), prepared_count()
-            task = asyncio.create_task(actions.run())
-
-            async def settled() -> bool:
-                return actions.stats.handled + actions.stats.dead_lettered >= 2
-
-            await wait_for(settled, within=30, what="the executor settled both messages")
-            assert prepared_count() == prepared_before + 2  # fetched together, read in one statement
-            assert await pod_exists(k8s_client, f"{workload}-0")
-            assert refused_count() == refused_before + 1
-            outcomes = [e.envelope for e in await event_store.read_stream(f"{real.stream}/actions")]
-            assert outcomes and {e.correlation_id for e in outcomes} == {real.correlation_id}, outcomes
-        finally:
-            actions.stop()
-            if task is not None:
-                await asyncio.wait_for(asyncio.gather(task, return_exceptions=True), 30)
-            for bus in (auditor, executor_bus):
-                await bus.close()
+    async with (
+        auth_nats(server_data_dir, database_url=database_url) as settings,
+        fetching_executor(settings, event_store, k8s_client) as executor,
+    ):
+        real = create_pod(workload, f"{workload}-0", 1)
+        head = await event_store.head_position()
+        await event_store.append([real], expected_version=0)
+        [stored] = [
+            e for e in await event_store.read_batch_json(head, 1000) if e.envelope.stream == real.stream
+        ]
+        copy = msgspec.structs.replace(real, correlation_id="attacker")
+        # The copy carries the payload byte for byte as the relay sends it (the store's JSON text).
+        copy_data = msgspec.json.encode(msgspec.structs.replace(stored.envelope, correlation_id="attacker"))
+        if forged_first:
+            await publish_as_thief(settings, executor.auditor, copy, copy_data)
+        await Relay(event_store, executor.auditor).publish([stored])
+        if not forged_first:
+            await publish_as_thief(settings, executor.auditor, copy, copy_data)
+        refused_before, prepared_before = refused_count(), prepared_count()
+        executor.start()
+        await executor.settled(2)
+        assert prepared_count() == prepared_before + 2  # fetched together, read in one statement
+        assert await pod_exists(k8s_client, f"{workload}-0")
+        assert refused_count() == refused_before + 1
+        outcomes = [e.envelope for e in await event_store.read_stream(f"{real.stream}/actions")]
+        assert outcomes and {e.correlation_id for e in outcomes} == {real.correlation_id}, outcomes
 
 
 async def test_a_forged_status_is_not_written(
