@@ -102,23 +102,13 @@ async def test_a_forged_pod_action_is_neither_carried_out_nor_stored(
             planned = create_pod(workload, f"{workload}-0", 1)
             head = await event_store.head_position()
             await event_store.append([planned], expected_version=0)
-            mine = [
-                e
-                for e in await event_store.read_batch_json(head, 1000)
-                if e.envelope.stream == planned.stream
-            ]
-            await Relay(event_store, auditor).publish(mine)
+            await relay_stream(event_store, auditor, head, planned.stream)
             await wait_for(lambda: pod_exists(k8s_client, f"{workload}-0"), within=30, what="the planned pod")
 
             # The forgery: a new event id and action id, a pod with no owner, never stored.
             refused_before = refused_count()
             forged = create_pod(workload, f"{workload}-intruder", 1000)
-            thief = await connect_as(settings, AUDITOR)
-            try:
-                subject = auditor.subject_for(forged, partition_key=workload_stream(forged.stream))
-                await thief.jetstream().publish(subject, encode(forged), stream=settings.stream_name)
-            finally:
-                await thief.close()
+            subject = await publish_as_thief(settings, auditor, forged, encode(forged))
 
             async def both_settled() -> bool:
                 done = actions.stats.handled + actions.stats.dead_lettered
@@ -185,14 +175,16 @@ async def fetching_executor(
             await bus.close()
 
 
-async def publish_as_thief(settings: Settings, auditor: Bus, envelope: Envelope, data: bytes) -> None:
-    """A message published on the executor's subject of ``envelope`` by a stolen relay credential."""
+async def publish_as_thief(settings: Settings, auditor: Bus, envelope: Envelope, data: bytes) -> str:
+    """A message published on the executor's subject of ``envelope`` by a stolen relay credential; the
+    subject."""
     thief = await connect_as(settings, AUDITOR)
     try:
         subject = auditor.subject_for(envelope, partition_key=workload_stream(envelope.stream))
         await thief.jetstream().publish(subject, data, stream=settings.stream_name)
     finally:
         await thief.close()
+    return subject
 
 
 async def relay_stream(event_store: EventStore, auditor: Bus, head: int, stream: str) -> None:
