@@ -20,10 +20,12 @@ replicas").
   takes no partition and reports itself not ready until one frees up. Every Lease name is thus known in
   advance, so the Role can grant get/update/delete on exactly these names (deploy/base/rbac.yaml); a replica
   takes at most ceil(partitions / live replicas) and hands the ones beyond that over when a replica joins:
-  it stops their work, then releases their Leases, so the newcomer takes them at its next attempt. A replica
-  that leaves cleanly hands every partition over and deletes its member Lease; one that dies stops renewing,
-  and the others take its partitions once they expire. A member Lease left by a dead replica is deleted
-  after ``STALE_MEMBER_DURATIONS`` lease durations.
+  it stops their work, then releases their Leases, so the newcomer takes them at its next attempt. A
+  hand-over runs beside the attempts, which go on renewing its Lease until the work has stopped: a slow
+  stop neither lets the Lease lapse under running work nor delays the renewals of the partitions kept.
+  A replica that leaves cleanly hands every partition over and deletes its member Lease; one that dies stops
+  renewing, and the others take its partitions once they expire. A member Lease left by a dead replica is
+  deleted after ``STALE_MEMBER_DURATIONS`` lease durations.
 
 Dropping a partition never leaves work running: ``dropped(p, graceful)`` returns only once the
 partition's work has stopped. Should two replicas still overlap (a paused process), the work's own
@@ -187,6 +189,8 @@ class PartitionOwner:
         self.member_name: str | None = None  # the member slot this process holds
         self.members = Members(float(settings.leader_lease_duration))
         self.owned: set[int] = set()
+        # Partitions being handed over: their work is stopping, their Leases still renewed until released.
+        self.leaving: dict[int, asyncio.Task[None]] = {}
         self.live = 1
         self._slots = 0  # partitions this process may still take in the current attempt
         self.elections = {
@@ -216,7 +220,7 @@ class PartitionOwner:
     def _may_write(self, partition: int) -> bool:
         """Renew an owned partition; take any other (free, expired, or still held under this process's
         identity by its predecessor) only within the share."""
-        if partition in self.owned:
+        if partition in self.owned or partition in self.leaving:
             return True
         if self._slots <= 0 or self.runtime.stopping.is_set():
             return False
@@ -235,6 +239,7 @@ class PartitionOwner:
             "live_replicas": self.live,
             "share": self.share,
             "owned": sorted(self.owned),
+            "handing_over": sorted(self.leaving),
         }
 
     def _report(self) -> None:
@@ -257,7 +262,9 @@ class PartitionOwner:
         finally:
             watchdog.cancel()
             await asyncio.gather(watchdog, return_exceptions=True)
-            await asyncio.gather(*(self._hand_over(p) for p in sorted(self.owned)))
+            for partition in sorted(self.owned):
+                self._start_hand_over(partition)
+            await asyncio.gather(*self.leaving.values(), return_exceptions=True)
             await self._leave()
             self._report()
 
@@ -270,8 +277,35 @@ class PartitionOwner:
             return False
 
     async def _attempt_all(self) -> None:
-        """One round of attempts: renew the member Lease, count the live replicas, renew the owned
-        partitions, release those beyond the share, and try to take free ones up to it."""
+        """One round of attempts: renew the member Lease and count the live replicas while renewing the
+        partitions held (owned or being handed over), start handing over those beyond the share, and try to
+        take free ones up to it."""
+        held = sorted(self.owned | set(self.leaving))
+        member = asyncio.ensure_future(self._member_attempt())
+        await asyncio.gather(member, *(self._renew(p) for p in held))
+        member_ok, listed = member.result()
+        beyond = partitions_beyond_share(self.owned, self.share)
+        for partition in beyond:
+            log.info("partition_released_to_share", partition=partition, share=self.share, live=self.live)
+            self._start_hand_over(partition)
+        if member_ok:  # a replica cut off from the API takes nothing new
+            self._slots = self.share - len(self.owned)
+            free = partitions_to_try(
+                self.partitions,
+                self.owned | set(self.leaving),
+                self._slots,
+                listed=listed,
+                may_be_taken=lambda p: self.elections[p].may_be_taken(self.identity),
+            )
+            try:
+                await asyncio.gather(*(self._take(p) for p in free))
+            finally:
+                self._slots = 0
+        self._report()
+
+    async def _member_attempt(self) -> tuple[bool, bool]:
+        """Renew (or claim) the member Lease and report readiness by it, then list the Leases: whether
+        the member Lease is held, and whether the list succeeded."""
         member_ok = await self._renew_member() if self.member_name else await self._claim_member()
         if member_ok:
             self.runtime.set_ready()
@@ -286,26 +320,7 @@ class PartitionOwner:
             self.runtime.set_ready(
                 False, f"cannot reach the Lease {self.namespace}/{self.member_name}: {error}"
             )
-        listed = await self._list_leases()
-        await asyncio.gather(*(self._renew(p) for p in sorted(self.owned)))
-        beyond = partitions_beyond_share(self.owned, self.share)
-        for partition in beyond:
-            log.info("partition_released_to_share", partition=partition, share=self.share, live=self.live)
-        await asyncio.gather(*(self._hand_over(p) for p in beyond))
-        if member_ok:  # a replica cut off from the API takes nothing new
-            self._slots = self.share - len(self.owned)
-            free = partitions_to_try(
-                self.partitions,
-                self.owned,
-                self._slots,
-                listed=listed,
-                may_be_taken=lambda p: self.elections[p].may_be_taken(self.identity),
-            )
-            try:
-                await asyncio.gather(*(self._take(p) for p in free))
-            finally:
-                self._slots = 0
-        self._report()
+        return member_ok, await self._list_leases()
 
     async def _claim_member(self) -> bool:
         """Take the first member slot that is free or expired (one attempt each, in order)."""
@@ -354,8 +369,8 @@ class PartitionOwner:
             spec = lease.get("spec") or {}
             if name in self.member_slots:
                 records[name] = (spec.get("holderIdentity"), spec.get("renewTime"))
-            elif name in partition_of and partition_of[name] not in self.owned:
-                # The owned ones are read or renewed by their own attempts (optimistic renewals).
+            elif name in partition_of and partition_of[name] not in self.owned | set(self.leaving):
+                # The held ones are read or renewed by their own attempts (optimistic renewals).
                 self.elections[partition_of[name]].observe(_election_record(spec))
         await self._count_members(records)
         return True
@@ -384,7 +399,9 @@ class PartitionOwner:
         election = self.elections[partition]
         if await self._attempt(election):
             return
-        if election.holder not in (None, self.identity) and partition in self.owned:
+        if election.holder not in (None, self.identity) and (
+            partition in self.owned or partition in self.leaving
+        ):
             # Another replica holds it: ours expired before we noticed. Stop at once.
             await self._lose(partition, why=f"held by {election.holder}")
 
@@ -398,45 +415,62 @@ class PartitionOwner:
         await self.acquired(partition)
 
     async def _watch_renewals(self) -> None:
-        """Drop every owned partition whose Lease was not renewed for ``leader_renew_deadline`` seconds
-        (measured from when the last successful renewal was sent), before another replica may take it."""
+        """Drop every partition held (owned or being handed over) whose Lease was not renewed for
+        ``leader_renew_deadline`` seconds (measured from when the last successful renewal was sent), before
+        another replica may take it."""
         deadline = self.settings.leader_renew_deadline
         while True:
             now = time.monotonic()
-            for partition in sorted(self.owned):
+            for partition in sorted(self.owned | set(self.leaving)):
                 renewed = self.elections[partition].renewed_at
                 if renewed is None or now - renewed >= deadline:
                     await self._lose(partition, why=f"not renewed within {deadline:g}s")
             await asyncio.sleep(min(0.2, self.settings.leader_retry_period / 4))
 
     async def _lose(self, partition: int, *, why: str) -> None:
-        if partition not in self.owned:
+        leaving = self.leaving.pop(partition, None)
+        if partition not in self.owned and leaving is None:
             return
         self.owned.discard(partition)
         self._report()
         log.error("partition_lost", partition=partition, identity=self.identity, detail=why)
+        if leaving is not None:  # its graceful stop is cut short: the work stops now
+            leaving.cancel()
+            await asyncio.gather(leaving, return_exceptions=True)
         grace = max(self.settings.leader_lease_duration - self.settings.leader_renew_deadline, 0.0) / 2
         try:
             await asyncio.wait_for(self.dropped(partition, False), grace)
         except TimeoutError:
             log.warning("partition_work_cancelled", partition=partition, grace_seconds=grace)
 
-    async def _hand_over(self, partition: int) -> None:
-        """Stop the partition's work, then release its Lease for another replica to take at once."""
+    def _start_hand_over(self, partition: int) -> None:
+        """Hand ``partition`` over in a task of its own; its Lease is renewed meanwhile (``leaving``)."""
         if partition not in self.owned:
             return
         self.owned.discard(partition)
         self._report()
+        self.leaving[partition] = asyncio.create_task(
+            self._hand_over(partition), name=f"{self.service}-hand-over-p{partition}"
+        )
+
+    async def _hand_over(self, partition: int) -> None:
+        """Stop the partition's work, then release its Lease for another replica to take at once. A lost
+        Lease (``_lose``) cancels this and stops the work itself."""
         try:
             await self.dropped(partition, True)
-        finally:
-            await release_lease(
-                self.api,
-                self.namespace,
-                partition_lease_name(self.service, partition),
-                self.identity,
-                timeout=self.settings.leader_renew_deadline,
-            )
+        except Exception:  # the work is gone with its error; the Lease is released all the same
+            log.exception("partition_hand_over_failed", partition=partition)
+        if self.leaving.get(partition) is not asyncio.current_task():
+            return
+        # No longer renewed from here (``_may_write``); a renewal in flight makes the release read again.
+        del self.leaving[partition]
+        await release_lease(
+            self.api,
+            self.namespace,
+            partition_lease_name(self.service, partition),
+            self.identity,
+            timeout=self.settings.leader_renew_deadline,
+        )
 
     async def _delete_member(self, name: str) -> None:
         try:

@@ -31,14 +31,20 @@ from tests.plugins.stack import wait_for
 class Replica:
     """One planner process's partition ownership, in-process, with the partitions it works on."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, *, stopping_takes: float = 0.0) -> None:
+        """``stopping_takes``: seconds a partition's work takes to stop when handed over."""
         self.runtime = ServiceRuntime(settings, "planner")
         self.working: set[int] = set()
+        self.lost: list[int] = []  # partitions whose work was stopped because their Lease lapsed
 
         async def acquired(partition: int) -> None:
             self.working.add(partition)
 
         async def dropped(partition: int, graceful: bool) -> None:
+            if graceful:
+                await asyncio.sleep(stopping_takes)
+            else:
+                self.lost.append(partition)
             self.working.discard(partition)
 
         self.task = asyncio.create_task(
@@ -215,3 +221,31 @@ async def test_replicas_at_their_share_read_no_partition_lease_they_do_not_own(
     second.runtime.request_stop()
     await second.task
     await wait_for(lambda: _async(first.working == {0, 1}), within=15, what="the partition taken back")
+
+
+async def test_a_slow_hand_over_keeps_the_partitions_kept_and_the_one_leaving_renewed(
+    simcluster: SimCluster, k8s_client: client.ApiClient, replicas: list[Replica]
+) -> None:
+    # A planner whose partition's work takes longer to stop than the renew deadline (a round in hand on a
+    # loaded machine): while it stops, the partition it keeps, and the one it hands over, are renewed.
+    # Were the hand-over awaited by the attempts, neither would be, and both would be lost: the kept
+    # partition's work stopped for nothing, the leaving one's Lease lapsed under running work.
+    settings = slot_settings(simcluster, slots=2)
+    first = Replica(settings, stopping_takes=2 * settings.leader_renew_deadline)
+    replicas.append(first)
+    await wait_for(lambda: _async(first.working == {0, 1}), within=10, what="the first replica's partitions")
+    second = Replica(settings)
+    replicas.append(second)
+
+    async def handing_over() -> bool:
+        details = (await first.readyz())["details"]["partitions"]
+        return bool(details["owned"] == [0] and details.get("handing_over") == [1])
+
+    await wait_for(handing_over, within=10, what="the first replica handing partition 1 over (/readyz)")
+    await wait_for(
+        lambda: _async(first.working == {0} and second.working == {1}),
+        within=4 * settings.leader_renew_deadline,
+        what="one partition each",
+    )
+    assert first.lost == []
+    assert second.lost == []
