@@ -17,7 +17,7 @@ import msgspec
 
 from services.kinds.cloneset.rules import model
 from services.kinds.cloneset.rules.plan import plan
-from services.kinds.cloneset.rules.podstate import format_time
+from services.kinds.cloneset.rules.podstate import PodView, format_time
 from services.replay.cluster_model import ClusterModel
 
 _T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
@@ -182,6 +182,17 @@ class Cluster:
                 c["type"] == "InPlaceUpdateReady" and c["status"] == "False"
                 for c in p["status"].get("conditions", [])
             )
+        )
+
+    def kruise_available(self) -> int:
+        """Pods OpenKruise counts as available (lifecycle state empty or Normal, Running, Ready,
+        InPlaceUpdateReady not False): the pods maxUnavailable protects. A Ready pod in another lifecycle
+        state (PreparingNormal, waiting for its preNormal hook) is not one, and scale-in may delete it
+        without using up the budget."""
+        return sum(
+            1
+            for p in self.pods.values()
+            if not p["metadata"].get("deletionTimestamp") and PodView(p).cs_available(0, 0.0)
         )
 
     def revision_counts(self) -> dict[str, int]:
