@@ -28,6 +28,8 @@ beyond the loopback needs the API token (``rollbook api-token``; services/infra/
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import ipaddress
 from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime, timedelta
@@ -299,26 +301,35 @@ def make_app(
             head = found[0]
             kind = KINDS[head["kind"]]
             namespace, workload = head["namespace"], head["workload"]
-            last = head["finished_position"] or await audit_queries.head_position(connection)
-            actions = rows(await audit_queries.rollout_actions(connection, rollout_id))
-            steps = rows(await audit_queries.partition_steps(connection, rollout_id))
-            # The pauses are in the planner's decisions stream, or in a recorded kind's trail.
-            trail = (
-                kind.decisions_stream(namespace, workload)
-                if kind.driven
-                else kind.recorded_stream(namespace, workload)
-            )
-            paused = paused_periods(
-                rows(await audit_queries.pause_transitions(connection, rollout_id, trail))
-            )
-            unavailability = rows(
-                await audit_queries.unavailability(
-                    connection, kind.name, namespace, workload, head["started_position"], last
+            target = rollout_id if kind.driven else f"{kind.name}/{rollout_id}"
+            # The replay (this process's CPU: reading, decoding and folding the workload's events) runs
+            # while Postgres answers the views on the other connection; the slowest view goes first.
+            replaying = asyncio.ensure_future(replay_frames(store, target))
+            try:
+                last = head["finished_position"] or await audit_queries.head_position(connection)
+                unavailability = rows(
+                    await audit_queries.unavailability(
+                        connection, kind.name, namespace, workload, head["started_position"], last
+                    )
                 )
-            )
-        target = rollout_id if kind.driven else f"{kind.name}/{rollout_id}"
+                actions = rows(await audit_queries.rollout_actions(connection, rollout_id))
+                steps = rows(await audit_queries.partition_steps(connection, rollout_id))
+                # The pauses are in the planner's decisions stream, or in a recorded kind's trail.
+                trail = (
+                    kind.decisions_stream(namespace, workload)
+                    if kind.driven
+                    else kind.recorded_stream(namespace, workload)
+                )
+                paused = paused_periods(
+                    rows(await audit_queries.pause_transitions(connection, rollout_id, trail))
+                )
+            except BaseException:
+                replaying.cancel()
+                with contextlib.suppress(BaseException):
+                    await replaying
+                raise
         try:
-            states = await replay_frames(store, target)
+            states = await replaying
         except TargetError as error:
             raise web.HTTPNotFound(text=str(error)) from None
         return web.json_response(

@@ -67,9 +67,11 @@ PAGE_SIZE = 500
 
 @contextmanager
 def cyclic_gc_paused() -> Iterator[None]:
-    """Replay allocates millions of small acyclic dicts and keeps many alive (the folded states); the
-    cyclic collector would re-scan them all again and again (measured: decode 8x slower). Nothing built
-    here has cycles, so reference counting frees everything; the collector resumes afterwards."""
+    """Replay allocates millions of small acyclic dicts and keeps many alive (the rows read, their
+    decoded payloads, the folded states); the cyclic collector would re-scan them all again and again
+    (measured: decode 8x slower; reading a 200-pod CloneSet's 6,600 events 4x slower). Nothing built here
+    has cycles, so reference counting frees everything; the collector resumes afterwards (it nests: an
+    inner pause leaves an outer one in force)."""
     enabled = gc.isenabled()
     gc.disable()
     try:
@@ -83,7 +85,8 @@ async def _events_for(
     store: EventStore, target: str
 ) -> tuple[str, str, list[StoredEvent], tuple[int, int] | None]:
     namespace, name, rollout = parse_target(target)
-    events = await workload_events(store, namespace, name)
+    with cyclic_gc_paused():  # the rows and their payloads: 6,600 events of a 200-pod CloneSet
+        events = await workload_events(store, namespace, name)
     if not events:
         raise TargetError(f"no events for workload {namespace}/{name}")
     span = rollout_span(events, resolve_rollout(events, rollout)) if rollout else None
@@ -209,15 +212,29 @@ def _record(step: Step) -> dict[str, Any]:
 
 async def _span_steps(store: EventStore, target: str, render: Callable[[Step], T]) -> list[T]:
     """Each step of the target's span, rendered at once (the next fold mutates the state)."""
-    namespace, name, events, span = await _events_for(store, target)
-    rendered: list[T] = []
     with cyclic_gc_paused():
-        for step in fold_timeline(namespace, name, events):
-            position = step.event.global_position
-            if span and position > span[1]:
-                break
-            if span is None or position >= span[0]:
-                rendered.append(render(step))
+        namespace, name, events, span = await _events_for(store, target)
+        rendered = _render_span(namespace, name, events, span, render)
+        # Freed by reference counting while the collector still waits: resumed, it would first scan
+        # every event and payload still alive (~20 ms for a 200-pod CloneSet's 6,600 events).
+        del events
+    return rendered
+
+
+def _render_span(
+    namespace: str,
+    name: str,
+    events: list[StoredEvent],
+    span: tuple[int, int] | None,
+    render: Callable[[Step], T],
+) -> list[T]:
+    rendered: list[T] = []
+    for step in fold_timeline(namespace, name, events):
+        position = step.event.global_position
+        if span and position > span[1]:
+            break
+        if span is None or position >= span[0]:
+            rendered.append(render(step))
     return rendered
 
 
@@ -357,5 +374,6 @@ async def what_if_rollout(store: EventStore, rollout_id: str, overrides: dict[st
     namespace, name, rollout = parse_target(rollout_id)
     if rollout is None:
         raise TargetError(f"what-if takes a rollout id <namespace>/<name>@<revision>, got {rollout_id!r}")
-    events = await workload_events(store, namespace, name)
+    with cyclic_gc_paused():
+        events = await workload_events(store, namespace, name)
     return what_if(namespace, name, events, resolve_rollout(events, rollout), overrides)
