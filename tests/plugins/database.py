@@ -55,14 +55,25 @@ async def fresh_database(server_url: str, prefix: str = "rollbook_test") -> Asyn
     try:
         yield with_database(server_url, name)
     finally:
-        admin = await asyncpg.connect(asyncpg_url(server_url))
-        try:
-            await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-            # Its roles (migration 0016) are the server's, named after it: nobody else uses them.
-            for duty in DUTIES:
-                await admin.execute(f'DROP ROLE IF EXISTS "{role_name(name, duty)}"')
-        finally:
-            await admin.close()
+        for attempt in range(2):
+            try:
+                await _drop(server_url, name)
+                break
+            except (asyncpg.ConnectionDoesNotExistError, ConnectionResetError):
+                # A server just promoted (a failover test) may drop the connection once: connect again.
+                if attempt:
+                    raise
+
+
+async def _drop(server_url: str, name: str) -> None:
+    admin = await asyncpg.connect(asyncpg_url(server_url))
+    try:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        # Its roles (migration 0016) are the server's, named after it: nobody else uses them.
+        for duty in DUTIES:
+            await admin.execute(f'DROP ROLE IF EXISTS "{role_name(name, duty)}"')
+    finally:
+        await admin.close()
 
 
 @pytest.fixture(scope="session")
