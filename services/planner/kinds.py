@@ -210,7 +210,10 @@ class CloneSetPlanner:
         return state.plan_input()
 
     def decide(self, state: WorkloadState, plan_input: PlanInput) -> tuple[list[Event], str | None]:
-        plan = self.decide_plan(plan_input)
+        if self.decide_plan is cloneset_decisions.decide:  # the rules' own: with the kept pod views
+            plan = cloneset_decisions.decide(plan_input, views=state.pod_views)
+        else:
+            plan = self.decide_plan(plan_input)
         decisions = cloneset_decisions.decisions_for(state, plan)
         return decisions, cloneset_decisions.correlation_of(state, plan)
 

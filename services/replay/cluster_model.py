@@ -23,6 +23,7 @@ from typing import Any
 
 from services.kinds.cloneset.rules import model
 from services.kinds.cloneset.rules.model import Action, Plan, PlanInput, action_kind
+from services.kinds.cloneset.rules.podstate import PodViews
 from services.model.actions import ActionKind
 from services.model.streams import ACTION_ID_ANNOTATION
 
@@ -107,6 +108,8 @@ class ClusterModel:
         self.revisions = copy.deepcopy(revisions or {})
         self.timings = timings or {}
         self.applied: list[str] = []  # action ids applied since the caller last cleared it
+        # The planner's views of the pods, kept between rounds: a pod changed in place is forgotten there.
+        self.pod_views = PodViews()
         self.changed_pods: set[str] = set(self.pods)  # pods made, changed or gone since the caller cleared it
         # Pods the kubelet has to look at again: only a change to a pod (or to whether it restarts) can
         # make its Ready differ from its gates, so a pass need not walk every pod after every event.
@@ -133,6 +136,9 @@ class ClusterModel:
         """Pod ``pod_name`` was made, changed or deleted (the kubelet and the caller look at it again)."""
         self.changed_pods.add(pod_name)
         self.kubelet_due.add(pod_name)
+        pod = self.pods.get(pod_name)
+        if pod is not None:
+            self.pod_views.forget(pod)  # changed in place
 
     def _at(self, moment: float, what: str, data: Any) -> None:
         self.serial += 1
@@ -372,3 +378,4 @@ class ClusterModel:
             if (conditions.get("Ready") == "True") != ready:
                 self._set_ready(pod, ready)
                 self.changed_pods.add(name)
+                self.pod_views.forget(pod)

@@ -357,7 +357,7 @@ def _replan(model: ClusterModel) -> RolloutMetrics:
     model.changed_pods.clear()
     for _ in range(MAX_ROUNDS):
         if model.in_flight == 0:
-            plan = planning.plan(model.plan_input())
+            plan = planning.plan(model.plan_input(), views=model.pod_views)
             if plan.rejected is not None:
                 rejected = msgspec.to_builtins(plan.rejected)
                 raise WhatIfError(f"the planner rejects the overridden spec: {rejected}")

@@ -14,7 +14,7 @@ from services.kinds.cloneset.rules.names import (
     INPLACE_GRACE_ANNOTATION_OLD,
     INSTANCE_ID_LABEL,
 )
-from services.kinds.cloneset.rules.podstate import PodView
+from services.kinds.cloneset.rules.podstate import PodView, PodViews
 from services.kinds.cloneset.rules.revisions import RevisionPlan
 from services.kinds.cloneset.rules.spec import CloneSetSpec
 from services.model import labels as selectors
@@ -29,15 +29,6 @@ def owned_by(obj: dict[str, Any], spec: CloneSetSpec) -> bool | None:
                 return bool(uid == spec.uid)
             return bool(ref.get("kind") == CLONESET_KIND and ref.get("name") == spec.name)
     return None
-
-
-def _controlled_by_uid(obj: dict[str, Any], uid: str) -> bool:
-    """Fast path of ``owned_by`` for the usual pod: one owner reference, the controller, with our uid."""
-    refs = obj["metadata"].get("ownerReferences")
-    if not uid or not refs or len(refs) != 1:
-        return False
-    ref = refs[0]
-    return bool(ref.get("controller")) and ref.get("uid") == uid
 
 
 def _is_our_claim(pvc: dict[str, Any], spec: CloneSetSpec) -> bool:
@@ -76,18 +67,22 @@ class Context:
         pods: list[dict[str, Any]],
         pvcs: list[dict[str, Any]],
         cloneset_status: dict[str, Any],
+        kept: PodViews | None = None,
     ) -> Context:
+        """``kept``: the workload's views from its earlier rounds, reused for the pods unchanged since."""
         views = []
         uid = spec.uid
         selector = spec.selector
         # Hot path: a matchLabels-only selector (the usual case) is checked inline.
         match_labels = tuple((selector.get("matchLabels") or {}).items())
         plain = None if selector.get("matchExpressions") else match_labels
+        seen: dict[int, tuple[dict[str, Any], PodView]] = {}
         for pod in pods:
-            view = PodView(pod)
+            view = PodView(pod) if kept is None else kept.view(pod, seen)
             # Ours: controlled by this CloneSet, or an orphan (OpenKruise adopts those), and matching the
             # selector (OpenKruise releases owned pods that stopped matching; rollbook leaves them alone).
-            if not _controlled_by_uid(pod, uid) and owned_by(pod, spec) is False:
+            # The usual pod first: one owner reference, the controller, with our uid.
+            if not (uid and view.sole_controller_uid == uid) and owned_by(pod, spec) is False:
                 continue
             labels = view.labels
             if plain is None:
@@ -99,6 +94,8 @@ class Context:
                     break
             else:
                 views.append(view)
+        if kept is not None:
+            kept.keep(seen)
         owned_pvcs = [p for p in pvcs if _is_our_claim(p, spec)]
         active = [v for v in views if v.active]
         update_hash = revisions.update.hash

@@ -14,6 +14,7 @@ import msgspec
 from services.kinds.cloneset.rules import plan as planning
 from services.kinds.cloneset.rules import progress_deadline
 from services.kinds.cloneset.rules.model import Action, DeletePod, DeletePVC, Plan, PlanInput
+from services.kinds.cloneset.rules.podstate import PodViews
 from services.kinds.cloneset.rules.progress import rollout_progress
 from services.kinds.cloneset.rules.status import (
     failure_conditions,
@@ -87,9 +88,10 @@ Decide = Callable[[PlanInput], Plan]
 """The decision function: the planner input -> its plan (typed, services/kinds/cloneset/rules/model.py)."""
 
 
-def decide(plan_input: PlanInput) -> Plan:
-    """The pure decision function (services/kinds/cloneset/rules/plan.py)."""
-    return planning.plan(plan_input)
+def decide(plan_input: PlanInput, *, views: PodViews | None = None) -> Plan:
+    """The pure decision function (services/kinds/cloneset/rules/plan.py); ``views``: the workload's pod
+    views kept between its rounds (the same plan, less reading)."""
+    return planning.plan(plan_input, views=views)
 
 
 def correlation_of(state: WorkloadState, plan: Plan) -> str | None:

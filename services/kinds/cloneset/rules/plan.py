@@ -19,7 +19,7 @@ from services.kinds.cloneset.rules import counting, lifecycle, revisions, scale,
 from services.kinds.cloneset.rules.context import Context
 from services.kinds.cloneset.rules.model import Action, HookHold, Plan, PlanInput, Rejection
 from services.kinds.cloneset.rules.names import REVISION_LABEL
-from services.kinds.cloneset.rules.podstate import format_time
+from services.kinds.cloneset.rules.podstate import PodViews, format_time
 from services.kinds.cloneset.rules.spec import IN_PLACE_ONLY, resolve
 from services.model import cloneset_validation as validation
 from services.model import intorpercent
@@ -29,12 +29,14 @@ _decoder = msgspec.json.Decoder(PlanInput)
 _encoder = msgspec.json.Encoder(order="deterministic")
 
 
-def plan(request: PlanInput) -> Plan:
+def plan(request: PlanInput, *, views: PodViews | None = None) -> Plan:
+    """The round's plan. ``views``: the workload's pod views kept between its rounds (``PodViews``); the
+    plan is the same with or without them."""
     with _gc_paused():
-        return _plan(request)
+        return _plan(request, views)
 
 
-def _plan(request: PlanInput) -> Plan:
+def _plan(request: PlanInput, views: PodViews | None = None) -> Plan:
     now_moment = request.now if request.now.tzinfo else request.now.replace(tzinfo=UTC)
     now = now_moment.timestamp()
     now_text = format_time(now)
@@ -61,7 +63,7 @@ def _plan(request: PlanInput) -> Plan:
     if adopted is not None and revision_plan.update is adopted:
         revision_plan.to_record.append(adopted)  # recorded from now on, whatever the status says later
     try:
-        ctx = Context.build(spec, now, now_text, revision_plan, request.pods, request.pvcs, observed)
+        ctx = Context.build(spec, now, now_text, revision_plan, request.pods, request.pvcs, observed, views)
     except (KeyError, TypeError, AttributeError):
         # Reading pods is the hot path, so their shape is checked only when reading one failed.
         problem = _validate_objects("pods", request.pods)

@@ -97,6 +97,7 @@ class PodView:
         "inplace_ready",
         "lifecycle",
         "specified_delete",
+        "sole_controller_uid",
         "_normal_running",
         "_ready_since_text",
         "_created_text",
@@ -146,6 +147,12 @@ class PodView:
         lifecycle = labels.get(LIFECYCLE_STATE_LABEL, "")
         self.lifecycle: str = lifecycle
         self.specified_delete: bool = SPECIFIED_DELETE_LABEL in labels
+        # The usual pod's one owner reference, its controller: whose it is, read once (a round asks).
+        refs = metadata.get("ownerReferences")
+        sole = refs[0] if type(refs) is list and len(refs) == 1 else None
+        self.sole_controller_uid: str | None = (
+            sole.get("uid") if type(sole) is dict and sole.get("controller") else None
+        )
         self._normal_running = (
             ready and phase == "Running" and inplace_ready is not False and lifecycle in _NORMAL_LIFECYCLE
         )
@@ -323,3 +330,33 @@ class PodView:
 
 def container_statuses(pod: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {c.get("name", ""): c for c in (pod.get("status") or {}).get("containerStatuses") or ()}
+
+
+class PodViews:
+    """The views of one workload's pods, kept from one round to the next for every pod that is still the
+    same object: a workload planned round after round over mostly unchanged pods (the planner service,
+    what-if) reads only the pods that changed. Valid only while the caller never changes a pod object it
+    planned on in place: it replaces a changed pod with a new object, or ``forget``s it."""
+
+    __slots__ = ("_views",)
+
+    def __init__(self) -> None:
+        self._views: dict[int, tuple[dict[str, Any], PodView]] = {}  # id(pod) -> (pod, its view)
+
+    def view(self, pod: dict[str, Any], seen: dict[int, tuple[dict[str, Any], PodView]]) -> PodView:
+        """``pod``'s view, the kept one while it is the same object; recorded in ``seen``, the next
+        round's keep (the object is held there, so its id is not reused by another)."""
+        key = id(pod)
+        entry = self._views.get(key)
+        if entry is None or entry[0] is not pod:
+            entry = (pod, PodView(pod))
+        seen[key] = entry
+        return entry[1]
+
+    def keep(self, seen: dict[int, tuple[dict[str, Any], PodView]]) -> None:
+        """Keep the views of this round's pods, and only those."""
+        self._views = seen
+
+    def forget(self, pod: dict[str, Any]) -> None:
+        """``pod`` was changed in place: read it again next round."""
+        self._views.pop(id(pod), None)

@@ -19,6 +19,7 @@ from services.kinds.cloneset import KIND as CLONESET
 from services.kinds.cloneset.rules.input_digest import PlanInputDigest
 from services.kinds.cloneset.rules.model import PlanInput
 from services.kinds.cloneset.rules.names import INSTANCE_ID_LABEL
+from services.kinds.cloneset.rules.podstate import PodViews
 from services.kinds.cloneset.rules.status import ActionOutcome
 from services.model import pod_resize, rounds
 from services.model.actions import PVC_ACTIONS, ActionKind
@@ -107,6 +108,8 @@ class WorkloadState:
     last_rejection: tuple[Any, ...] | None = None
     schedules: dict[str, datetime] = field(default_factory=dict)  # RequeueScheduled id -> due, not yet fired
     last_input_id: Any = None
+    # The pods' views kept between rounds: a folded pod is replaced, never changed, when observed again.
+    pod_views: PodViews = field(default_factory=PodViews, compare=False, repr=False)
     round_through: dict[str, int] = field(default_factory=dict)  # ``through`` of the last round folded
     # (pod, hook) -> (lifecycle state, since): pods a lifecycle hook holds (PodHookHeld not yet released)
     hook_holds: dict[tuple[str, str], tuple[str, datetime]] = field(default_factory=dict)
