@@ -55,6 +55,9 @@ log = structlog.get_logger()
 # read small chunks. Checking a small batch in the loop lets the socket fill meanwhile (the server goes on
 # rendering rows into the kernel's buffer) and the next reads take it in bigger chunks.
 CHECK_BATCH = 1000
+# A range's worker (``verify_range``) still checks 5,000 rows at a time in a thread: with two workers and
+# their backends on two busy cores, that measured faster than checking in the loop (performance-log.md).
+RANGE_BATCH = 5000
 
 
 @dataclass
@@ -474,7 +477,7 @@ def verify_range(
             async for rows in store.read_chain_batches(
                 log_range.start_position, batch_size, log_range.end_position
             ):
-                _check_range_rows(verifier, leaves, rows)
+                await asyncio.to_thread(_check_range_rows, verifier, leaves, rows)
             leaves.finish()
             return verifier, leaves.items
         finally:
@@ -489,7 +492,7 @@ async def _check_ranges(
     ranges: list[LogRange],
     verifier: ChainVerifier,
     recomputed: _Recomputed,
-    batch_size: int,
+    batch_size: int | None,
 ) -> int:
     """Check the ranges in worker processes at once (the GIL would serialise threads: parsing and most
     hashing hold it), then join them in order: a range is taken in when the ranges before end exactly
@@ -512,7 +515,7 @@ async def _check_ranges(
                 log_range,
                 wanted_positions,
                 recomputed.wanted_blocks,
-                batch_size,
+                batch_size or RANGE_BATCH,
             )
             for log_range in ranges
         ]
@@ -532,7 +535,7 @@ async def _check_ranges(
                 joined += 1
                 continue
             async for rows in store.read_chain_batches(
-                log_range.start_position, batch_size, log_range.end_position
+                log_range.start_position, batch_size or CHECK_BATCH, log_range.end_position
             ):
                 _check_rows(verifier, recomputed, rows)
         finished = True
@@ -568,7 +571,7 @@ async def audit_trail(
     store: EventStore,
     sources: TrailSources,
     *,
-    batch_size: int = CHECK_BATCH,
+    batch_size: int | None = None,  # rows checked at a time: CHECK_BATCH, RANGE_BATCH in a range's worker
     archive: Path | None = None,
     parallel: Parallel | None = None,
 ) -> AuditReport:
@@ -644,7 +647,7 @@ async def audit_trail(
         assert parallel is not None
         joined = await _check_ranges(store, parallel, ranges, verifier, recomputed, batch_size)
     else:
-        async for rows in _trail_rows(store, archive, verifier, archive_findings, batch_size):
+        async for rows in _trail_rows(store, archive, verifier, archive_findings, batch_size or CHECK_BATCH):
             _check_rows(verifier, recomputed, rows)
     verifier.finish()
     recomputed.finish()
