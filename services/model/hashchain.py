@@ -16,6 +16,8 @@ from datetime import UTC, datetime, timedelta
 
 import msgspec
 
+from services.model.merkle import LEAF_TAG
+
 ZERO_HASH = bytes(32)
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
@@ -131,18 +133,24 @@ class ChainVerifier:
     wanted_positions: set[int] = field(default_factory=set)
     _tips: dict[bytes, _StreamTip] = field(default_factory=dict)  # by stream name, UTF-8
 
-    def feed_rows(self, rows: Iterable[ChainRow]) -> None:
+    def feed_rows(self, rows: Iterable[ChainRow], leaves: list[bytes] | None = None) -> None:
         """Check rows given in global order: each row's stream hash from its stream's previous stored hash
-        and its content, and the global chain hash from the previous row's stored chain hash."""
+        and its content, and the global chain hash from the previous row's stored chain hash. With
+        ``leaves``, append each row's Merkle leaf hash to it (``services.model.merkle.event_leaf_hash``):
+        the leaf and the chain link hash the same position and stored stream hash, one loop makes both."""
         findings = self.findings
         tips = self._tips
         wanted = self.wanted_positions
         sha256 = hashlib.sha256
         position_bytes = _POSITION.pack  # int.to_bytes with keywords costs more, once per event
+        add_leaf, leaf_tag = (leaves.append if leaves is not None else None), LEAF_TAG
         last_chain, last_position, count = self.last_chain, self.last_position, 0
         for row in rows:
             global_position, stored_stream, stored_chain, stream, stream_version, content = row
             count += 1
+            link = position_bytes(global_position) + stored_stream
+            if add_leaf is not None:
+                add_leaf(sha256(leaf_tag + link).digest())
             flagged = len(findings)
             tip = tips.get(stream)
             if tip is not None and stream_version == tip.version + 1:
@@ -154,10 +162,7 @@ class ChainVerifier:
                 tip.position = global_position
             else:
                 self._check_stream(row, last_position, last_chain)
-            if (
-                sha256(last_chain + position_bytes(global_position) + stored_stream).digest() != stored_chain
-                and len(findings) == flagged
-            ):
+            if sha256(last_chain + link).digest() != stored_chain and len(findings) == flagged:
                 self._found(
                     "chain-broken",
                     row,

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 
 HASH_SIZE = 32
 _LEAF_PREFIX = struct.Struct(">Bq")  # 0x00, then the position as 8 big-endian bytes
+LEAF_TAG = b"\x00"  # before a leaf's data (leaf_hash); 0x01 before a node's two hashes
 _sha256 = hashlib.sha256
 EMPTY_ROOT = hashlib.sha256(b"").digest()
 

@@ -5,6 +5,7 @@ the database and outside it (``audit_trail``; docs/audit.md)."""
 from __future__ import annotations
 
 import asyncio
+import bisect
 import dataclasses
 import multiprocessing
 from collections.abc import AsyncIterator, Iterable, Sequence
@@ -48,6 +49,16 @@ _loss_decoder = msgspec.json.Decoder(StoreLossDetected)
 
 log = structlog.get_logger()
 
+# Rows checked at a time, in the event loop between reads of the COPY stream. Not in a thread: hashlib
+# keeps the GIL for inputs under 2 KiB (every hash here), so a thread only took turns with the loop, and
+# the loop, woken by each chunk the socket gave, waited for the GIL (up to the 5 ms switch interval) and
+# read small chunks. Checking a small batch in the loop lets the socket fill meanwhile (the server goes on
+# rendering rows into the kernel's buffer) and the next reads take it in bigger chunks.
+CHECK_BATCH = 1000
+# A range's worker (``verify_range``) still checks 5,000 rows at a time in a thread: with two workers and
+# their backends on two busy cores, that measured faster than checking in the loop (performance-log.md).
+RANGE_BATCH = 5000
+
 
 @dataclass
 class AuditReport:
@@ -74,13 +85,16 @@ class AuditReport:
 
 
 async def audit_log(
-    store: EventStore, checkpoints: list[tuple[str, Checkpoint]] | None = None, *, batch_size: int = 5000
+    store: EventStore,
+    checkpoints: list[tuple[str, Checkpoint]] | None = None,
+    *,
+    batch_size: int = CHECK_BATCH,
 ) -> AuditReport:
     """Verify every row's stream and global chain hashes, then every checkpoint given as (source, cp)."""
     given = checkpoints or []
     verifier = ChainVerifier(wanted_positions={cp.global_position for _, cp in given})
     async for rows in store.read_chain_batches(0, batch_size):
-        await asyncio.to_thread(verifier.feed_rows, rows)
+        verifier.feed_rows(rows)  # here, not in a thread: see CHECK_BATCH
     verifier.finish()
     redactions = [
         s.envelope.payload
@@ -134,29 +148,53 @@ class _Recomputed:
     nodes: dict[tuple[int, int], bytes] = field(default_factory=dict)
     blocks: dict[int, list[bytes]] = field(default_factory=dict)
     at_size: dict[int, tuple[bytes, int, bytes]] = field(default_factory=dict)  # root, position, chain
+    _sizes: list[int] = field(default_factory=list, init=False)  # wanted_sizes in order
 
     @property
     def size(self) -> int:
         return self.upper.size + len(self.tail)
 
+    def __post_init__(self) -> None:
+        self._sizes = sorted(self.wanted_sizes)
+
     def feed_leaf(self, leaf: bytes, position: int, chain: bytes) -> None:
-        tail = self.tail
-        tail.append(leaf)
-        if len(tail) == 1 << BLOCK_LEVEL:
-            block = self.upper.size >> BLOCK_LEVEL
-            if block in self.wanted_blocks:
-                self.blocks[block] = tail
-            self.upper.push(BLOCK_LEVEL, perfect_root(tail), self._node)
-            self.tail = []
+        self.tail.append(leaf)
+        if len(self.tail) == 1 << BLOCK_LEVEL:
+            self._close_block()
+        self._note_root(position, chain)
+
+    def feed_rows(self, rows: Sequence[ChainRow], leaves: Sequence[bytes] | None = None) -> None:
+        """The rows' leaves (``leaves``: their hashes when ChainVerifier.feed_rows made them), a slice at
+        a time: to the end of a block or to the next size a checkpoint names, whichever comes first."""
+        if leaves is None:
+            leaves = [event_leaf_hash(row[0], row[1]) for row in rows]
+        block_size, wanted = 1 << BLOCK_LEVEL, self._sizes
+        taken, count = 0, len(leaves)
+        while taken < count:
+            size = self.upper.size + len(self.tail)
+            end = min(count, taken + block_size - len(self.tail))
+            at = bisect.bisect_right(wanted, size)
+            if at < len(wanted):
+                end = min(end, taken + wanted[at] - size)
+            self.tail += leaves[taken:end]
+            taken = end
+            if len(self.tail) == block_size:
+                self._close_block()
+            self._note_root(rows[taken - 1][0], rows[taken - 1][2])
+
+    def _note_root(self, position: int, chain: bytes) -> None:
+        """Keep the root at a size a checkpoint names, with the last row's position and chain hash."""
         size = self.upper.size + len(self.tail)
         if size in self.wanted_sizes:
             frontier = self.upper.frontier + CompactRange.of(self.tail).frontier
             self.at_size[size] = (frontier_root(frontier), position, chain)
 
-    def feed_rows(self, rows: Iterable[ChainRow]) -> None:
-        feed = self.feed_leaf
-        for position, stream_hash, chain, _, _, _ in rows:
-            feed(event_leaf_hash(position, stream_hash), position, chain)
+    def _close_block(self) -> None:
+        block = self.upper.size >> BLOCK_LEVEL
+        if block in self.wanted_blocks:
+            self.blocks[block] = self.tail
+        self.upper.push(BLOCK_LEVEL, perfect_root(self.tail), self._node)
+        self.tail = []
 
     def feed_part(self, items: Iterable[bytes | tuple[bytes, int, bytes]]) -> None:
         """A range's leaves as _RangeLeaves gives them: a block's root where it is whole and no checkpoint
@@ -317,8 +355,9 @@ async def _trail_rows(
 
 
 def _check_rows(verifier: ChainVerifier, recomputed: _Recomputed, rows: Sequence[ChainRow]) -> None:
-    verifier.feed_rows(rows)
-    recomputed.feed_rows(rows)
+    leaves: list[bytes] = []
+    verifier.feed_rows(rows, leaves)
+    recomputed.feed_rows(rows, leaves)
 
 
 # --- verifying ranges of the log at once ------------------------------------------------------------
@@ -382,13 +421,17 @@ class _RangeLeaves:
         self.wanted_blocks = wanted_blocks
         self.items: list[bytes | tuple[bytes, int, bytes]] = []
         self._block: list[ChainRow] = []
+        self._leaves: list[bytes] = []
 
-    def feed_rows(self, rows: Sequence[ChainRow]) -> None:
+    def feed_rows(self, rows: Sequence[ChainRow], leaves: Sequence[bytes] | None = None) -> None:
+        """The rows' leaves (``leaves``: their hashes when RangeVerifier.feed_rows made them)."""
+        if leaves is None:
+            leaves = [event_leaf_hash(row[0], row[1]) for row in rows]
         taken, block_size = 0, 1 << BLOCK_LEVEL
         while taken < len(rows):
-            room = block_size - self.size % block_size
-            chunk = rows[taken : taken + room]
+            chunk = rows[taken : taken + block_size - self.size % block_size]
             self._block += chunk
+            self._leaves += leaves[taken : taken + len(chunk)]
             self.size += len(chunk)
             taken += len(chunk)
             if not self.size % block_size:
@@ -396,7 +439,7 @@ class _RangeLeaves:
 
     def _close(self, *, whole: bool) -> None:
         block, self._block = self._block, []
-        leaves = [event_leaf_hash(row[0], row[1]) for row in block]
+        leaves, self._leaves = self._leaves, []
         if whole and (self.size - 1) >> BLOCK_LEVEL not in self.wanted_blocks:
             self.items.append(perfect_root(leaves))
         else:
@@ -408,8 +451,9 @@ class _RangeLeaves:
 
 
 def _check_range_rows(verifier: RangeVerifier, leaves: _RangeLeaves, rows: Sequence[ChainRow]) -> None:
-    verifier.feed_rows(rows)
-    leaves.feed_rows(rows)
+    hashes: list[bytes] = []
+    verifier.feed_rows(rows, hashes)
+    leaves.feed_rows(rows, hashes)
 
 
 def verify_range(
@@ -448,7 +492,7 @@ async def _check_ranges(
     ranges: list[LogRange],
     verifier: ChainVerifier,
     recomputed: _Recomputed,
-    batch_size: int,
+    batch_size: int | None,
 ) -> int:
     """Check the ranges in worker processes at once (the GIL would serialise threads: parsing and most
     hashing hold it), then join them in order: a range is taken in when the ranges before end exactly
@@ -471,7 +515,7 @@ async def _check_ranges(
                 log_range,
                 wanted_positions,
                 recomputed.wanted_blocks,
-                batch_size,
+                batch_size or RANGE_BATCH,
             )
             for log_range in ranges
         ]
@@ -487,13 +531,13 @@ async def _check_ranges(
                 and recomputed.size == log_range.start_size
                 and verifier.join(range_verifier, log_range.start_position, log_range.start_chain)
             ):
-                await asyncio.to_thread(recomputed.feed_part, items)
+                recomputed.feed_part(items)
                 joined += 1
                 continue
             async for rows in store.read_chain_batches(
-                log_range.start_position, batch_size, log_range.end_position
+                log_range.start_position, batch_size or CHECK_BATCH, log_range.end_position
             ):
-                await asyncio.to_thread(_check_rows, verifier, recomputed, rows)
+                _check_rows(verifier, recomputed, rows)
         finished = True
     finally:
         if finished:
@@ -527,7 +571,7 @@ async def audit_trail(
     store: EventStore,
     sources: TrailSources,
     *,
-    batch_size: int = 5000,
+    batch_size: int | None = None,  # rows checked at a time: CHECK_BATCH, RANGE_BATCH in a range's worker
     archive: Path | None = None,
     parallel: Parallel | None = None,
 ) -> AuditReport:
@@ -603,8 +647,8 @@ async def audit_trail(
         assert parallel is not None
         joined = await _check_ranges(store, parallel, ranges, verifier, recomputed, batch_size)
     else:
-        async for rows in _trail_rows(store, archive, verifier, archive_findings, batch_size):
-            await asyncio.to_thread(_check_rows, verifier, recomputed, rows)
+        async for rows in _trail_rows(store, archive, verifier, archive_findings, batch_size or CHECK_BATCH):
+            _check_rows(verifier, recomputed, rows)
     verifier.finish()
     recomputed.finish()
     leaves = recomputed.size
