@@ -9,22 +9,21 @@ at a time and the whole log; the downgrade restores 0030's views."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 import asyncpg
 
 from services.infra import audit_queries
 from services.infra.database import asyncpg_url
-from services.infra.store import EventStore
 from services.model.events import (
     Event,
     ObjectObserved,
     PartitionStepPlanned,
     RolloutCompleted,
     RolloutStarted,
-    new_event,
 )
+from tests.infra.store_helpers import import_trail
 from tests.infra.test_store_migrations import _alembic, _views
 from tests.plugins.database import fresh_database
 from tests.plugins.servers import ServerUrls
@@ -83,17 +82,7 @@ async def test_exceeded_moments_are_held_against_the_latest_step_as_before(serve
     async with fresh_database(server_urls.database_url, prefix="rollbook_migrations") as url:
         _alembic(url, "upgrade", "0030_partition_statistics")
         original = await _views(url)
-        versions: dict[str, int] = {}
-        events = []
-        for i, (stream, payload) in enumerate(_trail()):
-            versions[stream] = versions.get(stream, 0) + 1
-            events.append(new_event(payload, stream=stream, stream_version=versions[stream],
-                                    occurred_at=T0 + timedelta(seconds=i)))  # fmt: skip
-        store = await EventStore.connect(url)
-        try:
-            await store.import_events(events)
-        finally:
-            await store.close()
+        await import_trail(url, _trail(), T0)
         conn = await asyncpg.connect(asyncpg_url(url))
         try:
             before = await _exceeded(conn)

@@ -10,14 +10,13 @@ and drops what the upgrade added."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 import asyncpg
 
 from services.infra import audit_queries
 from services.infra.database import asyncpg_url
-from services.infra.store import EventStore
 from services.model.events import (
     Event,
     ObjectObserved,
@@ -26,8 +25,8 @@ from services.model.events import (
     PodActionSucceeded,
     RolloutCompleted,
     RolloutStarted,
-    new_event,
 )
+from tests.infra.store_helpers import import_trail
 from tests.infra.test_store_migrations import _alembic, _views
 from tests.plugins.database import fresh_database
 from tests.plugins.servers import ServerUrls
@@ -132,19 +131,7 @@ async def test_views_answer_as_before_and_one_rollout_reads_through_indexes(serv
     async with fresh_database(server_urls.database_url, prefix="rollbook_migrations") as url:
         _alembic(url, "upgrade", "0026_events_partitioned")
         original = await _views(url)
-        store = await EventStore.connect(url)
-        versions: dict[str, int] = {}
-        events = []
-        for i, (stream, payload) in enumerate(_trail()):
-            versions[stream] = versions.get(stream, 0) + 1
-            events.append(new_event(payload, stream=stream, stream_version=versions[stream],
-                                    occurred_at=T0 + timedelta(seconds=i)))  # fmt: skip
-        try:
-            # import_events (COPY, every insert trigger runs): the store's appends read tables of later
-            # migrations (stream_heads and event_keys, 0028).
-            await store.import_events(events)
-        finally:
-            await store.close()
+        await import_trail(url, _trail(), T0)  # not appends: they read tables of 0028
         conn = await asyncpg.connect(asyncpg_url(url))
         try:
             columns = {

@@ -14,7 +14,7 @@ from urllib.parse import urlsplit, urlunsplit
 import asyncpg
 import pytest
 
-from services.infra.database import asyncpg_url, upgrade_async
+from services.infra.database import asyncpg_url, drop_database, upgrade_async
 from services.infra.db_roles import DUTIES, role_name
 from services.infra.store import EventStore
 from tests.plugins.servers import ServerUrls
@@ -66,14 +66,8 @@ async def fresh_database(server_url: str, prefix: str = "rollbook_test") -> Asyn
 
 
 async def _drop(server_url: str, name: str) -> None:
-    admin = await asyncpg.connect(asyncpg_url(server_url))
-    try:
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        # Its roles (migration 0016) are the server's, named after it: nobody else uses them.
-        for duty in DUTIES:
-            await admin.execute(f'DROP ROLE IF EXISTS "{role_name(name, duty)}"')
-    finally:
-        await admin.close()
+    # Its roles (migration 0016) are the server's, named after it: nobody else uses them.
+    await drop_database(server_url, name, tuple(role_name(name, duty) for duty in DUTIES))
 
 
 @pytest.fixture(scope="session")
