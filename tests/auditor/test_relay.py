@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import asyncpg
@@ -436,11 +436,26 @@ async def test_a_position_on_a_subject_other_than_the_relays_does_not_make_it_sk
     assert await Relay(own_store, own_bus).resume_position() == published
 
 
-async def listening(notifications: AppendNotifications) -> tuple[asyncio.Event, asyncio.Task[None]]:
-    stopping = asyncio.Event()
-    task = asyncio.create_task(notifications.run(stopping), name="append-listener")
-    await wait_for(lambda: _true(notifications.listening), within=30, what="the listener LISTENs")
-    return stopping, task
+@contextlib.asynccontextmanager
+async def notified_relay(
+    database_url: str, store: EventStore, bus: Bus
+) -> AsyncIterator[AppendNotifications]:
+    """A relay told of appends by a listener LISTENing before it starts, caught up: from its first read
+    on, it reads only when told (or after an hour)."""
+    notifications = AppendNotifications(database_url)
+    listener_stopping = asyncio.Event()
+    listener = asyncio.create_task(notifications.run(listener_stopping), name="append-listener")
+    try:
+        await wait_for(lambda: _true(notifications.listening), within=30, what="the listener LISTENs")
+        relay = Relay(store, bus, notifications=notifications, idle_poll=3600)
+        stopping, task = await relaying(relay)
+        try:
+            await wait_for(relay.caught_up.wait, within=30, what="the relay caught up")
+            yield notifications
+        finally:
+            await stop(stopping, task)
+    finally:
+        await stop(listener_stopping, listener)
 
 
 async def _true(value: bool) -> bool:
@@ -454,13 +469,7 @@ async def published(bus: Bus, event_id: str) -> bool:
 async def test_an_appended_event_is_published_when_its_commit_is_notified_not_at_a_poll(
     own_database_url: str, own_store: EventStore, own_bus: Bus
 ) -> None:
-    notifications = AppendNotifications(own_database_url)
-    listener_stopping, listener = await listening(notifications)
-    # Listening before the relay starts: from its first read on, it reads only when told (or in an hour).
-    relay = Relay(own_store, own_bus, notifications=notifications, idle_poll=3600)
-    stopping, task = await relaying(relay)
-    try:
-        await wait_for(relay.caught_up.wait, within=30, what="the relay caught up")
+    async with notified_relay(own_database_url, own_store, own_bus) as notifications:
         stream = unique_stream()
         for version in (1, 2):
             event = batch(stream, version, 1)[0]
@@ -471,47 +480,38 @@ async def test_an_appended_event_is_published_when_its_commit_is_notified_not_at
         assert notifications.notifications >= 2
         assert notifications.connections == 1  # never reconnected: no catch-up read explains it
         assert await published_event_ids(own_bus) == await stored_ids(own_store)
-    finally:
-        await stop(stopping, task)
-        await stop(listener_stopping, listener)
 
 
 async def test_the_relay_catches_up_and_listens_again_when_the_listening_connection_is_dropped(
     own_database_url: str, own_store: EventStore, own_bus: Bus
 ) -> None:
-    notifications = AppendNotifications(own_database_url)
-    listener_stopping, listener = await listening(notifications)
-    relay = Relay(own_store, own_bus, notifications=notifications, idle_poll=3600)
-    stopping, task = await relaying(relay)
-    admin = await asyncpg.connect(asyncpg_url(own_database_url))
-    try:
-        await wait_for(relay.caught_up.wait, within=30, what="the relay caught up")
-        # The listening session is killed (as a Postgres restart or a failover would end it), and events
-        # are appended while it is gone or coming back: none of them may wait for the hourly poll.
-        killed = await admin.fetchval(
-            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
-            " WHERE datname = current_database() AND application_name = $1",
-            LISTENER_NAME,
-        )
-        assert killed == 1
-        stream = unique_stream()
-        first = batch(stream, 1, 3)
-        await own_store.append(first, expected_version=0)
-        await wait_for(
-            lambda: published(own_bus, str(first[-1].event_id)), within=30, what="the relay caught up again"
-        )
-        await wait_for(
-            lambda: _true(notifications.listening and notifications.connections == 2),
-            within=30,
-            what="the listener LISTENs again",
-        )
-        later = batch(stream, 4, 1)
-        await own_store.append(later, expected_version=3)
-        await wait_for(
-            lambda: published(own_bus, str(later[0].event_id)), within=30, what="the next event published"
-        )
-        assert await published_event_ids(own_bus) == await stored_ids(own_store)
-    finally:
-        await admin.close()
-        await stop(stopping, task)
-        await stop(listener_stopping, listener)
+    async with notified_relay(own_database_url, own_store, own_bus) as notifications:
+        admin = await asyncpg.connect(asyncpg_url(own_database_url))
+        try:
+            # The listening session is killed (as a Postgres restart or a failover would end it), and events
+            # are appended while it is gone or coming back: none of them may wait for the hourly poll.
+            killed = await admin.fetchval(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND application_name = $1",
+                LISTENER_NAME,
+            )
+            assert killed == 1
+            stream = unique_stream()
+            first = batch(stream, 1, 3)
+            await own_store.append(first, expected_version=0)
+            await wait_for(
+                lambda: published(own_bus, str(first[-1].event_id)), within=30, what="caught up again"
+            )
+            await wait_for(
+                lambda: _true(notifications.listening and notifications.connections == 2),
+                within=30,
+                what="the listener LISTENs again",
+            )
+            later = batch(stream, 4, 1)
+            await own_store.append(later, expected_version=3)
+            await wait_for(
+                lambda: published(own_bus, str(later[0].event_id)), within=30, what="the next event published"
+            )
+            assert await published_event_ids(own_bus) == await stored_ids(own_store)
+        finally:
+            await admin.close()

@@ -23,6 +23,7 @@ from services.replay.reads import TargetError
 from services.watcher.objects import observation
 from services.watcher.recorder import Recorder
 from tests.kinds.test_recorded_rules import T0, deployment, pod, replicaset
+from tests.replay.test_replay_per_change import apply_frame
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -171,11 +172,7 @@ async def test_the_ui_frames_of_a_recorded_trail_rebuild_each_state_s_pods() -> 
         assert [f["position"] for f in frames] == [r["position"] for r in records]
         pods: dict[str, Any] = {}
         for frame, record in zip(frames, records, strict=True):
-            for name, summary in frame["pods"].items():
-                if summary is None:
-                    del pods[name]
-                else:
-                    pods[name] = summary
+            apply_frame(pods, frame)
             assert pods == record["state"]["pods"]
         # Only what changed after the first: the pod's three observations, not every event's pods.
         assert sum(len(f["pods"]) for f in frames[1:]) <= 3

@@ -18,7 +18,7 @@ from services.model.event_store import StoredEvent
 from services.model.events import Envelope, RolloutStarted
 from services.model.memory_store import InMemoryEventStore
 from services.replay import whatif
-from services.replay.cluster_model import ClusterModel, conditions_of
+from services.replay.cluster_model import ClusterModel
 from services.replay.operations import replay_frames, replay_lines, replay_records
 from services.replay.simulation import WorkloadSimulation
 from services.replay.timeline import (
@@ -161,14 +161,8 @@ class EveryPodKubelet(ClusterModel):
     """The model as it was: its kubelet looked at every pod after every event."""
 
     def kubelet(self) -> None:
-        for name, pod in self.pods.items():
-            if name in self.restarting or not (pod.get("status") or {}).get("containerStatuses"):
-                continue
-            conditions = conditions_of(pod)
-            gates = [g.get("conditionType") for g in (pod.get("spec") or {}).get("readinessGates") or []]
-            ready = all(conditions.get(g) == "True" for g in gates)
-            if (conditions.get("Ready") == "True") != ready:
-                self._set_ready(pod, ready)
+        self.kubelet_due = set(self.pods)
+        super().kubelet()
 
 
 def observe_every_pod(
@@ -224,11 +218,16 @@ async def test_the_pods_rebuilt_from_the_frames_are_the_replayed_states_pods(cas
             assert {k: v for k, v in frame.items() if k != "pods"} == {
                 k: v for k, v in record.items() if k != "state"
             }
-            for name, summary in frame["pods"].items():
-                if summary is None:
-                    del pods[name]
-                else:
-                    pods[name] = summary
+            apply_frame(pods, frame)
             assert pods == record["state"]["pods"]
         assert frames[0]["pods"] == records[0]["state"]["pods"]  # the first frame: every pod
         assert sum(len(f["pods"]) for f in frames[1:]) < len(frames)  # then only what changed
+
+
+def apply_frame(pods: dict[str, Any], frame: dict[str, Any]) -> None:
+    """The pods after a UI frame: the frame carries the pods that changed, a removed one as None."""
+    for name, summary in frame["pods"].items():
+        if summary is None:
+            del pods[name]
+        else:
+            pods[name] = summary
