@@ -228,6 +228,11 @@ class PartitionOwner:
         return True
 
     @property
+    def held(self) -> set[int]:
+        """The partitions whose Leases this process renews: owned, or being handed over."""
+        return self.owned | set(self.leaving)
+
+    @property
     def share(self) -> int:
         return partition_share(self.partitions, self.live)
 
@@ -280,7 +285,7 @@ class PartitionOwner:
         """One round of attempts: renew the member Lease and count the live replicas while renewing the
         partitions held (owned or being handed over), start handing over those beyond the share, and try to
         take free ones up to it."""
-        held = sorted(self.owned | set(self.leaving))
+        held = sorted(self.held)
         member = asyncio.ensure_future(self._member_attempt())
         await asyncio.gather(member, *(self._renew(p) for p in held))
         member_ok, listed = member.result()
@@ -292,7 +297,7 @@ class PartitionOwner:
             self._slots = self.share - len(self.owned)
             free = partitions_to_try(
                 self.partitions,
-                self.owned | set(self.leaving),
+                self.held,
                 self._slots,
                 listed=listed,
                 may_be_taken=lambda p: self.elections[p].may_be_taken(self.identity),
@@ -364,12 +369,13 @@ class PartitionOwner:
             return False
         records: dict[str, tuple[str | None, object]] = {}
         partition_of = {partition_lease_name(self.service, p): p for p in range(self.partitions)}
+        held = self.held
         for lease in listed.get("items") or []:
             name = (lease.get("metadata") or {}).get("name")
             spec = lease.get("spec") or {}
             if name in self.member_slots:
                 records[name] = (spec.get("holderIdentity"), spec.get("renewTime"))
-            elif name in partition_of and partition_of[name] not in self.owned | set(self.leaving):
+            elif name in partition_of and partition_of[name] not in held:
                 # The held ones are read or renewed by their own attempts (optimistic renewals).
                 self.elections[partition_of[name]].observe(_election_record(spec))
         await self._count_members(records)
@@ -421,7 +427,7 @@ class PartitionOwner:
         deadline = self.settings.leader_renew_deadline
         while True:
             now = time.monotonic()
-            for partition in sorted(self.owned | set(self.leaving)):
+            for partition in sorted(self.held):
                 renewed = self.elections[partition].renewed_at
                 if renewed is None or now - renewed >= deadline:
                     await self._lose(partition, why=f"not renewed within {deadline:g}s")
