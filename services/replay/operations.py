@@ -229,7 +229,7 @@ def _render_span(
     render: Callable[[Step], T],
 ) -> list[T]:
     rendered: list[T] = []
-    for step in fold_timeline(namespace, name, events):
+    for step in fold_timeline(namespace, name, events, span[0] if span else 0):
         position = step.event.global_position
         if span and position > span[1]:
             break

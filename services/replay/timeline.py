@@ -69,6 +69,15 @@ class PodTally:
             self.facts[name] = facts
             self._count(facts, 1)
 
+    def refresh_all(self, pods: dict[str, dict[str, Any]]) -> None:
+        """Every pod as ``pods`` holds it now, and those gone since the tally was last kept; ``changed``
+        then names them all."""
+        changed: list[str] = []
+        for name in [*self.facts.keys() - pods.keys(), *pods]:
+            self.refresh(pods, name)
+            changed += self.changed
+        self.changed = changed
+
     def _count(self, facts: PodFacts, sign: int) -> None:
         self.ready += sign * facts.summary["ready"]
         self.available += sign * facts.summary["available"]
@@ -92,13 +101,28 @@ class Step:
     pods: PodTally
 
 
-def fold_timeline(namespace: str, name: str, events: Iterable[StoredEvent]) -> Iterator[Step]:
+def fold_timeline(
+    namespace: str, name: str, events: Iterable[StoredEvent], tally_from: int = 0
+) -> Iterator[Step]:
     """Fold events in global order, yielding after each one. The state and the tally are shared and
-    mutated: render them (``one_line``, ``summarise``) before asking for the next step."""
+    mutated: render them (``one_line``, ``summarise``) before asking for the next step.
+
+    The tally is kept from global position ``tally_from`` on: a rollout's replay renders only its own
+    span, so the pods observed before it are summarised once, at its first event (a 200-pod CloneSet's
+    earlier rollouts observed its pods thousands of times). That first step's ``changed`` names every pod."""
     state = WorkloadState(namespace, name)
     tally = PodTally()
+    tallied = False
     for stored in events:
         state.fold(stored.envelope)
+        if not tallied:
+            if stored.global_position < tally_from:
+                yield Step(stored, state, tally)
+                continue
+            tallied = True
+            tally.refresh_all(state.pods)
+            yield Step(stored, state, tally)
+            continue
         payload = stored.envelope.payload
         # Only a pod's observation changes the folded pods (WorkloadState._fold_observed).
         if isinstance(payload, ObjectObserved) and payload.kind == "Pod":

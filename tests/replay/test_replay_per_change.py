@@ -120,6 +120,20 @@ def test_every_replay_line_and_state_is_what_summarising_every_pod_gives(case: s
     assert steps > 50
 
 
+@pytest.mark.parametrize("case", sorted(HISTORIES))
+def test_a_tally_kept_only_from_a_rollouts_first_event_gives_the_same_lines_and_states(case: str) -> None:
+    # A rollout's replay summarises the pods observed before its span once, at its first event.
+    events = stored(simulated(case))
+    for tally_from in (1, len(events) // 3, len(events) // 2, len(events)):
+        late = fold_timeline("team-a", "web", events, tally_from)
+        for step, before in zip(late, fold_timeline("team-a", "web", events), strict=True):
+            if step.event.global_position >= tally_from:
+                assert one_line(step) == one_line(before)
+                assert summarise(step.state, step.pods) == summarise(before.state, before.pods)
+                if step.event.global_position == tally_from:
+                    assert sorted(step.pods.changed) == sorted(step.state.pods)
+
+
 def test_the_tally_looks_again_only_at_a_pod_whose_object_changed() -> None:
     def pod(name: str, revision: str, ready: bool) -> dict[str, Any]:
         return {
