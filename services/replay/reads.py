@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import heapq
 
 import msgspec
@@ -51,15 +52,19 @@ async def workload_events(store: EventStore, namespace: str, name: str) -> list[
     """Every event of the workload's streams (observed, actions, decisions, and the shadow trail of a
     CloneSet rollbook only shadows: docs/shadow.md), in global order, rollout ids recorded before rollouts
     were numbered read numbered (services/model/upcasting.py)."""
-    streams = [
-        await store.read_stream(stream)
-        for stream in (
-            CLONESET.observed_stream(namespace, name),
-            CLONESET.actions_stream(namespace, name),
-            CLONESET.decisions_stream(namespace, name),
-            CLONESET.shadow_stream(namespace, name),
+    # Read at once, each on a connection of its own: Postgres fetches and renders one stream's rows while
+    # this process decodes another's.
+    streams = await asyncio.gather(
+        *(
+            store.read_stream(stream)
+            for stream in (
+                CLONESET.observed_stream(namespace, name),
+                CLONESET.actions_stream(namespace, name),
+                CLONESET.decisions_stream(namespace, name),
+                CLONESET.shadow_stream(namespace, name),
+            )
         )
-    ]
+    )
     return numbered_events(list(heapq.merge(*streams, key=lambda e: e.global_position)))
 
 
