@@ -25,6 +25,7 @@ from services.kinds.cloneset.rules import model
 from services.kinds.cloneset.rules.model import Action, Plan, PlanInput, action_kind
 from services.kinds.cloneset.rules.podstate import PodViews
 from services.model.actions import ActionKind
+from services.model.json_copy import json_copy
 from services.model.streams import ACTION_ID_ANNOTATION
 
 DEFAULT_EFFECT_SECONDS = 0.5
@@ -103,9 +104,9 @@ class ClusterModel:
         self.uid_prefix = uid_prefix  # new objects get uids <prefix>-<n>
         self.overrides = overrides or {}
         self.cloneset = apply_overrides(cloneset, self.overrides)
-        self.pods = copy.deepcopy(pods or {})
-        self.pvcs = copy.deepcopy(pvcs or {})
-        self.revisions = copy.deepcopy(revisions or {})
+        self.pods = json_copy(pods or {})
+        self.pvcs = json_copy(pvcs or {})
+        self.revisions = json_copy(revisions or {})
         self.timings = timings or {}
         self.applied: list[str] = []  # action ids applied since the caller last cleared it
         # The planner's views of the pods, kept between rounds: a pod changed in place is forgotten there.

@@ -19,7 +19,6 @@ Pure: recorded events in, two ``RolloutMetrics`` out; nothing is written anywher
 
 from __future__ import annotations
 
-import copy
 import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -46,6 +45,7 @@ from services.model.events import (
     RolloutStarted,
     RoundPlanned,
 )
+from services.model.json_copy import json_copy
 from services.model.streams import ACTION_ID_ANNOTATION, rollout_revision
 from services.replay.cluster_model import ClusterModel
 
@@ -245,7 +245,7 @@ def read_record(namespace: str, name: str, events: list[StoredEvent], rollout_id
     spec_changes: list[tuple[float, dict[str, Any]]] = []
     last_spec = (state.cloneset or {}).get("spec")
     metrics = RolloutMetrics()
-    pods = {n: copy.deepcopy(p) for n, p in state.pods.items()}
+    pods = json_copy(state.pods)
     requested: dict[str, tuple[str, datetime, str]] = {}  # action id -> (kind, at, pod)
     effect_at: dict[str, datetime] = {}
     awaiting_ready: dict[str, tuple[str, str, datetime]] = {}  # pod -> (action kind, uid, in effect at)

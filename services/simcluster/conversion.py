@@ -23,11 +23,12 @@ from typing import Any
 
 import aiohttp
 
+from services.model.json_copy import json_copy
+
 from .admission import webhook_ssl
 from .errors import ApiError
 from .resources import ResourceType
 from .routing import ServiceRouter
-from .store import deep_copy
 
 Obj = dict[str, Any]
 Convert = Callable[[list[Obj], str], Awaitable[list[Obj]]]
@@ -147,7 +148,7 @@ def _restore_metadata(original: Obj, converted: Obj) -> Obj:
 async def _rewrite_api_version(objects: list[Obj], desired: str) -> list[Obj]:
     out = []
     for obj in objects:
-        copied = deep_copy(obj)
+        copied = json_copy(obj)
         copied["apiVersion"] = desired
         out.append(copied)
     return out

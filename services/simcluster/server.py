@@ -12,6 +12,7 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
+from services.model.json_copy import json_copy
 from services.model.jsondepth import depth_over
 
 from . import errors, event_versions, managed_fields, openapi, patch, rbac, resources
@@ -26,7 +27,7 @@ from .faults import Faults
 from .plugins import admit_pod, check_namespace
 from .resources import NAMESPACES, PDBS, PODS, SERVICE_ACCOUNTS, ResourceType
 from .selectors import parse_field_selector, parse_label_selector
-from .store import Store, Watcher, WatchEvent, deep_copy
+from .store import Store, Watcher, WatchEvent
 from .tables import PLAIN, Rendering, negotiate, partial, partial_list, to_table
 from .validation import ensure_kind
 
@@ -556,7 +557,7 @@ class ApiServer:
                 name,
                 [("spec.replicas", "FieldValueInvalid", "must be a non-negative integer")],
             )
-        updated = deep_copy(current)
+        updated = json_copy(current)
         _path_set(updated, spec_path, replicas)
         updated["metadata"]["resourceVersion"] = (wanted.get("metadata") or {}).get("resourceVersion") or ""
         return _json(as_scale(self.store.update(rt, ns, name, updated)))
@@ -713,7 +714,7 @@ class ApiServer:
         # kube-apiserver's registry: a malformed object is refused with its message, unseen by them. An
         # update is checked against the schema only here: its conflict and immutability checks stay first.
         if operation == "CREATE":
-            self.store.check(rt, deep_copy(mutated), None)
+            self.store.check(rt, json_copy(mutated), None)
         else:
             self.store.check_schema(rt, mutated)
         await self.admission.validate(rt, operation, mutated, old, ns)
@@ -732,7 +733,7 @@ class ApiServer:
         body = await self._body(request)
         for attempt in range(1, PATCH_ATTEMPTS_ON_CONFLICT + 1):
             old = await self._one_out(rt, self.store.get(self._stored(rt), ns, name))
-            patched = patch.apply_patch(content_type, deep_copy(old), body, rt.custom)
+            patched = patch.apply_patch(content_type, json_copy(old), body, rt.custom)
             # A patch that names no resourceVersion is applied to whatever is current: the API server
             # re-reads and re-applies it when another writer got in between (admission webhooks and
             # conversion are awaited here, so one can). A patch that names one is a precondition.

@@ -20,6 +20,8 @@ from typing import Any
 
 import msgspec
 
+from services.model.json_copy import json_copy
+
 from . import errors, resize
 from . import schema as crd_schema
 from .defaults import apply_defaults, generated_selector, initial_status
@@ -35,10 +37,6 @@ _NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 
 def now_iso() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def deep_copy(obj: Any) -> Any:
-    return msgspec.json.decode(msgspec.json.encode(obj))
 
 
 def key_of(obj: Obj) -> Key:
@@ -134,7 +132,7 @@ class Store:
 
     def check_schema(self, rt: ResourceType, obj: Obj) -> None:
         """422 when ``obj`` does not match its CRD's schema (nothing for kinds without one)."""
-        self._apply_schema(rt, deep_copy(obj))
+        self._apply_schema(rt, json_copy(obj))
 
     def check(self, rt: ResourceType, obj: Obj, old: Obj | None, *, subresource: str | None = None) -> Obj:
         """A write at a version that is not stored as such (a CRD's non-storage version): pruned, defaulted
