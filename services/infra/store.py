@@ -207,6 +207,15 @@ _READ_STREAM_TYPES_SQL = (
     f"SELECT {_COLUMNS} FROM events WHERE stream = $1 AND stream_version >= $2 AND type = ANY($3::text[]) "
     "ORDER BY stream_version LIMIT $4"
 )
+# The last events of some types of a stream, newest first (the watcher's look at a workload's latest
+# StatusPlanned): the (stream, stream_version) key read backwards, the type tested on each row, until LIMIT
+# rows are found: a Merge Append of each partition's backward scan, as Postgres plans it with statistics
+# (8 StatusPlanned under 500 newer rows of a 3,500-row stream: 508 rows read, 0.25 ms). A stream with a
+# handful of rows of the type is read through the (type, stream) index instead.
+_READ_STREAM_LATEST_SQL = (
+    f"SELECT {_COLUMNS} FROM events WHERE stream = $1 AND type = ANY($2::text[])"
+    " ORDER BY stream_version DESC LIMIT $3"
+)
 _READ_CORRELATION_SQL = (
     f"SELECT {_COLUMNS} FROM events WHERE correlation_id = $1 AND global_position > $2"
     " ORDER BY global_position LIMIT $3"
@@ -1004,6 +1013,12 @@ class PostgresEventStore:
         ``types``, in stream order (one page: call again from the last version read + 1 until a page comes
         back shorter than ``limit``)."""
         rows = await self._fetch(_READ_STREAM_TYPES_SQL, stream, from_version, list(types), limit)
+        return _rows_to_stored(rows, self.decoder)
+
+    async def read_stream_latest(self, stream: str, types: Sequence[str], limit: int) -> list[StoredEvent]:
+        """The last ``limit`` events of ``stream`` whose type is one of ``types``, newest first (one short
+        backward read of the stream's key, however long the stream)."""
+        rows = await self._fetch(_READ_STREAM_LATEST_SQL, stream, list(types), limit)
         return _rows_to_stored(rows, self.decoder)
 
     async def read_correlation(

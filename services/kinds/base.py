@@ -51,8 +51,9 @@ class Kind:
     decisions: str | None = None
     # A driven kind's object -> the fields of its status that rollbook's status write (the executor
     # carrying out a StatusPlanned) counts from the pods alone and that its rules do not read back in that
-    # state. The watcher does not store an observation whose only change is there and written by rollbook
-    # (docs/services.md, "watcher"). None: every change is stored.
+    # state. The watcher does not store an observation whose only change is there, written by rollbook's
+    # executor with the values of a StatusPlanned it stored (docs/services.md, "watcher"). None: every
+    # change is stored.
     pod_counts: Callable[[dict[str, Any]], frozenset[str]] | None = None
 
     def prefix(self) -> str:

@@ -74,6 +74,10 @@ class EventStore(Protocol):
         self, stream: str, from_version: int, types: Sequence[str], limit: int
     ) -> list[StoredEvent]: ...
 
+    async def read_stream_latest(self, stream: str, types: Sequence[str], limit: int) -> list[StoredEvent]:
+        """The last ``limit`` events of ``stream`` whose type is one of ``types``, newest first."""
+        ...
+
     async def read_batch(self, from_position: int = 0, limit: int = 1000) -> list[StoredEvent]: ...
 
     def read_all_batches(

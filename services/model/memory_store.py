@@ -97,6 +97,11 @@ class InMemoryEventStore:
         found = [e for e in await self.read_stream(stream, from_version) if e.envelope.type in wanted]
         return found[:limit]
 
+    async def read_stream_latest(self, stream: str, types: Sequence[str], limit: int) -> list[StoredEvent]:
+        wanted = set(types)
+        found = [e for e in reversed(self._streams.get(stream, [])) if e.envelope.type in wanted]
+        return found[:limit]
+
     async def read_batch(self, from_position: int = 0, limit: int = 1000) -> list[StoredEvent]:
         return self.events[from_position : from_position + limit]
 

@@ -13,6 +13,8 @@ ACTION_ID_ANNOTATION = "rollbook.io/action-id"  # the last pod action applied to
 # The field manager of the executor's status writes (a StatusPlanned carried out): the API server names it
 # in the workload's managedFields as the owner of the status fields it set, which is how the watcher tells
 # rollbook's own status write from another controller's (services/watcher/objects.py ``own_status_write``).
+# Any client may claim the name, so the watcher also checks the values against the stored StatusPlanned
+# (``carried_plan``).
 STATUS_FIELD_MANAGER = "rollbook-executor"
 # The CloneSet API (OpenKruise); its streams and routing are services/kinds/cloneset.
 CLONESET_GROUP = "apps.kruise.io"

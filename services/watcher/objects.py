@@ -4,7 +4,7 @@ with its deterministic id."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -27,25 +27,27 @@ def comparable(obj: dict[str, Any]) -> dict[str, Any]:
 
 def own_status_write(
     before: dict[str, Any], after: dict[str, Any], obj: dict[str, Any], fields: frozenset[str]
-) -> bool:
-    """Whether ``after`` (``comparable`` of ``obj``, as it arrived with its managedFields) differs from
-    ``before`` (the last stored state) only in these ``fields`` of its status, each set by rollbook's
-    executor: owned, in ``obj``'s managedFields, by ``STATUS_FIELD_MANAGER`` through the status
-    subresource and by no other manager. The API server moves a field to whoever wrote it last, so another
-    controller's write of the same count (OpenKruise's, before a handover) is not rollbook's. A field
-    removed is nobody's: such a change is not rollbook's write either."""
+) -> frozenset[str]:
+    """The status fields ``after`` (``comparable`` of ``obj``, as it arrived with its managedFields) changed
+    since ``before`` (the last state seen) when they are only some of these ``fields``, each set by
+    rollbook's executor by ``obj``'s managedFields: owned by ``STATUS_FIELD_MANAGER`` through the status
+    subresource and by no other manager. Empty when the change is anything else. The API server moves a
+    field to whoever wrote it last, so another controller's write of the same count (OpenKruise's, before
+    a handover) is not rollbook's. A field removed is nobody's: such a change is not rollbook's write
+    either. The manager's name is whatever the writer claims: ``carried_plan`` says whether the values
+    are ones rollbook planned."""
     if not fields or before == after:
-        return False
+        return frozenset()
     old, new = before.get("status"), after.get("status")
     if not isinstance(old, dict) or not isinstance(new, dict):
-        return False
+        return frozenset()
     if {k: v for k, v in before.items() if k != "status"} != {
         k: v for k, v in after.items() if k != "status"
     }:
-        return False
-    changed = {k for k in set(old) | set(new) if old.get(k) != new.get(k)}
+        return frozenset()
+    changed = frozenset(k for k in set(old) | set(new) if old.get(k) != new.get(k))
     if not changed <= fields or not changed <= set(new):
-        return False
+        return frozenset()
     ours: set[str] = set()
     theirs: set[str] = set()
     for entry in (obj.get("metadata") or {}).get("managedFields") or ():
@@ -59,7 +61,38 @@ def own_status_write(
             ours |= owned
         else:
             theirs |= owned
-    return changed <= ours and not changed & theirs
+    return changed if changed <= ours and not changed & theirs else frozenset()
+
+
+def carried_plan(
+    status: dict[str, Any],
+    changed: frozenset[str],
+    fields: frozenset[str],
+    planned: Iterable[tuple[int, Any]],
+    after: int = 0,
+) -> int | None:
+    """The plan an own status write carried out: the stream version of the oldest of ``planned`` ((stream
+    version, status) of a workload's latest StatusPlanned events) newer than ``after`` (the plan rollbook's
+    previous write carried out) whose counts ``status`` shows; None when there is none. A plan matches
+    when it carries every ``changed`` field and each of the counted ``fields`` it carries has the value
+    ``status`` shows, of the same JSON type: the executor merges a planned status whole, so its write
+    leaves all of that plan's counts. Counts mixed from several plans, counts rollbook never planned, and
+    a plan written before (the executor writes each once, in planned order) are someone else's write,
+    whatever name it claims. The oldest match leaves the newer plans to the writes still to come."""
+    found: int | None = None
+    for version, candidate in planned:
+        if version <= after or (found is not None and version >= found):
+            continue
+        if not isinstance(candidate, dict) or not changed <= candidate.keys():
+            continue
+        if all(_same(status.get(k), candidate[k]) for k in fields & candidate.keys()):
+            found = version
+    return found
+
+
+def _same(a: object, b: object) -> bool:
+    """Equal as JSON: ``True`` is not ``1``, nor ``1.0``."""
+    return type(a) is type(b) and a == b
 
 
 def stripped(obj: dict[str, Any]) -> dict[str, Any]:

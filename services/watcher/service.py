@@ -8,6 +8,10 @@ to ``CloneSet/<ns>/<name>/observed`` for every real change (see docs/services.md
 - A real change ignores resourceVersion and managedFields. The cache is rebuilt from the event store at
   start, so a restart emits only what changed while the watcher was down.
 - Event ids are uuid5(uid, resourceVersion[, DELETED]): re-emitting after a crash stores nothing new.
+- A CloneSet observation whose only change is pod counts that the managedFields say rollbook's executor
+  wrote is queued like any other; the appender drops it only when those counts are a recent StatusPlanned
+  of the CloneSet that rollbook had yet to write (one read of its decisions stream): a field manager's
+  name is whatever the writer claims, so counts rollbook did not plan are stored.
 - Appends are batched: a watch event's observations are queued (the cache updated at once) and one
   task appends everything queued while its previous append ran, all streams in one append (the store's
   ``append_unversioned``: one lock and one commit), each stream's events in watch order. A burst of watch
@@ -33,9 +37,10 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import aiohttp
 import msgspec
@@ -54,7 +59,7 @@ from services.infra.store import AppendResult, EventStore
 from services.kinds import registry
 from services.kinds.base import Kind
 from services.kinds.recorded.rules import SPEC_MANAGERS, RecordScope, spec_managers
-from services.model.events import Envelope, ObjectObserved, ObservationRejected
+from services.model.events import Envelope, ObjectObserved, ObservationRejected, StatusPlanned
 from services.model.redaction import MARK, RedactionPolicy
 from services.model.shadow import shadowed
 from services.model.sidecarset_streams import (
@@ -63,8 +68,15 @@ from services.model.sidecarset_streams import (
     SIDECARSET_PLURAL,
     SIDECARSET_VERSION,
 )
-from services.model.streams import CLONESET_GROUP, CLONESET_PLURAL, CLONESET_VERSION, revision_correlation
+from services.model.streams import (
+    CLONESET_GROUP,
+    CLONESET_PLURAL,
+    CLONESET_VERSION,
+    STATUS_FIELD_MANAGER,
+    revision_correlation,
+)
 from services.watcher.objects import (
+    carried_plan,
     comparable,
     latest_per_object,
     observation,
@@ -85,6 +97,11 @@ REBUILD_PAGE = 200
 MAX_QUEUED = 2000
 # Observations in one append at most (one statement; keeps its transaction, and the lock, short).
 MAX_BATCH = 500
+# The StatusPlanned events of a workload an own status write's counts are compared with, newest first: a
+# genuine write carries out one of them (the planner may have planned again since). One found further back
+# is stored: a row too many, never a change lost.
+RECENT_PLANNED = 8
+_STATUS_PLANNED = ("StatusPlanned",)
 # How often to look again for a kind the API server does not serve (its CRD may be installed later).
 NOT_SERVED_RETRY_SECONDS = 60.0
 
@@ -101,9 +118,18 @@ class Known:
     workload: WorkloadKey
     comparable: dict[str, Any]
     obj: dict[str, Any]
-    # The state last seen when it was not stored (rollbook's own status write): a later state is new when
-    # it differs from this one, even when it equals the stored one (another writer setting it back).
-    seen: dict[str, Any] | None = None
+
+
+class OwnWrite(NamedTuple):
+    """An observation whose only change is pod counts that rollbook's executor wrote, by the object's
+    managedFields (``Watcher._own_pod_counts``). The appender stores it unless the store shows rollbook
+    planned those counts (``Watcher._planned_writes``)."""
+
+    kind: str
+    decisions: str  # the workload's decisions stream, where its StatusPlanned events are
+    status: dict[str, Any]  # as observed
+    changed: frozenset[str]  # the status fields changed since the state seen before
+    fields: frozenset[str]  # the kind's pod counts (``Kind.pod_counts``)
 
 
 @dataclass
@@ -197,6 +223,12 @@ class Watcher:
         # SidecarSets and the pods they injected into -> SidecarSet//<name>/observed (watcher/sidecarsets.py)
         self.sidecarsets = SidecarSetRoutes()
         self._emit_lock = asyncio.Lock()
+        # Queued observations that are rollbook's own status write by their managedFields (event id ->
+        # what the appender checks against the planned statuses before it drops one).
+        self._own_writes: dict[uuid.UUID, OwnWrite] = {}
+        # Decisions stream -> the version of the StatusPlanned rollbook's last status write carried out:
+        # the executor writes each plan once, in order, so the next genuine write carries out a later one.
+        self._written_plans: dict[str, int] = {}
         self._queued: list[Envelope] = []  # observations diffed, not yet appended, in watch order
         self._wake = asyncio.Event()  # something was queued
         self._idle = asyncio.Event()  # nothing queued or being appended
@@ -340,21 +372,19 @@ class Watcher:
         if kind == workload[0] and not registry.KINDS[kind].driven:
             obj = {**obj, SPEC_MANAGERS: spec_managers(obj)}  # managedFields are not stored
         view = comparable(obj)
-        last = None if known is None else known.comparable if known.seen is None else known.seen
-        if known is not None and last == view:
+        if known is not None and known.comparable == view:
             _count_observation(kind, "ignored")
             return []
-        if known is not None and last is not None and self._own_pod_counts(kind, workload, last, view, obj):
-            # rollbook's own status write of pod counts (a readiness flap): the StatusPlanned it carried out
-            # and the pod observations it counts are in the trail. The stored state stays the last stored
-            # one; the next observation is judged against this one (``seen``), so another writer setting
-            # the counts back to the stored ones is a change.
-            known.seen = None if view == known.comparable else view
-            _count_observation(kind, "own_status")
-            return []
+        own = None if known is None else self._own_pod_counts(kind, workload, known.comparable, view, obj)
         self.known[uid] = Known(kind, workload, view, obj)
-        _count_observation(kind, "emitted")
         events = [self._observation(kind, obj, "MODIFIED" if known is not None else "ADDED", workload)]
+        if own is not None:
+            # rollbook's own status write of pod counts (a readiness flap), by the managedFields: queued,
+            # and not stored if the appender finds those counts planned. The next observation is new
+            # against this one either way, so another writer setting the counts back is a change.
+            self._own_writes[events[0].event_id] = own
+        else:
+            _count_observation(kind, "emitted")
         stream = observed_stream_of(workload)
         if kind == workload[0] and not registry.KINDS[kind].driven and stream not in self.recorded:
             self.recorded.add(stream)
@@ -369,18 +399,24 @@ class Watcher:
         before: dict[str, Any],
         after: dict[str, Any],
         obj: dict[str, Any],
-    ) -> bool:
-        """Whether a driven workload's own object changed only in the pod counts of its status (the kind's
-        ``pod_counts``) and rollbook's executor wrote them (``own_status_write``), outside shadow mode. A
-        shadowed CloneSet's status is OpenKruise's decision, compared by the shadow trail: always stored."""
+    ) -> OwnWrite | None:
+        """A driven workload's own object that changed only in the pod counts of its status (the kind's
+        ``pod_counts``), written by rollbook's executor by its managedFields (``own_status_write``), outside
+        shadow mode. A shadowed CloneSet's status is OpenKruise's decision, compared by the shadow trail:
+        always stored."""
         workload_kind = registry.KINDS[workload[0]]
         counted = workload_kind.pod_counts
         if kind != workload_kind.name or counted is None or self.settings.shadow:
-            return False
+            return None
         if observed_stream_of(workload) in self.shadowed_streams:
-            return False
+            return None
         # Judged on both states: neither may be one whose counts the rules read back.
-        return own_status_write(before, after, obj, counted(before) & counted(after))
+        fields = counted(before) & counted(after)
+        changed = own_status_write(before, after, obj, fields)
+        if not changed:
+            return None
+        decisions = workload_kind.decisions_stream(workload[1], workload[2])
+        return OwnWrite(kind, decisions, after["status"], changed, fields)
 
     def _forget_held(self, uid: str) -> None:
         for objects in self.held.values():
@@ -432,9 +468,57 @@ class Watcher:
         for event in events:
             by_stream.setdefault(event.stream, []).append(event)
         kept = {e.event_id for stream, batch in by_stream.items() for e in self._recorded(stream, batch)}
-        # One append for every stream (one lock and one commit in the store), in watch order, so each
-        # stream's observations keep theirs.
-        await self._append_batch([self._within_ceiling(e) for e in events if e.event_id in kept])
+        own: dict[uuid.UUID, OwnWrite] = {}
+        for event in events:
+            write = self._own_writes.pop(event.event_id, None)
+            if write is not None and event.event_id in kept:
+                own[event.event_id] = write
+        if own:
+            kept -= await self._planned_writes(own)
+        stored = [self._within_ceiling(e) for e in events if e.event_id in kept]
+        if stored:
+            # One append for every stream (one lock and one commit in the store), in watch order, so each
+            # stream's observations keep theirs.
+            await self._append_batch(stored)
+
+    async def _planned_writes(self, own: dict[uuid.UUID, OwnWrite]) -> set[uuid.UUID]:
+        """Of rollbook's own status writes by their managedFields (``own``, by event id, in watch order),
+        those that carried out a status rollbook planned (``carried_plan``): one of the latest
+        ``RECENT_PLANNED`` StatusPlanned of the workload's decisions stream, newer than the one its
+        previous write carried out; one read per workload. The executor writes only a stored StatusPlanned,
+        each once and in planned order, so a genuine write finds its plan here. A manager's name is
+        whatever the writer claims: counts rollbook did not plan, or set back to a plan written before,
+        are stored as any change is, and so is every write while the store cannot be read."""
+        planned: dict[str, list[tuple[int, dict[str, Any]]]] = {}
+        for stream in sorted({write.decisions for write in own.values()}):
+            try:
+                latest = await self.store.read_stream_latest(stream, _STATUS_PLANNED, RECENT_PLANNED)
+            except Exception as error:  # in doubt, stored: a row too many is safe, a change lost is not
+                log.warning("planned_status_unread", stream=stream, error=repr(error))
+                latest = []
+            planned[stream] = [
+                (e.envelope.stream_version, e.envelope.payload.status)
+                for e in latest
+                if isinstance(e.envelope.payload, StatusPlanned)
+            ]
+        found: set[uuid.UUID] = set()
+        for event_id, write in own.items():
+            after = self._written_plans.get(write.decisions, 0)
+            version = carried_plan(write.status, write.changed, write.fields, planned[write.decisions], after)
+            if version is not None:
+                self._written_plans[write.decisions] = version
+                found.add(event_id)
+                _count_observation(write.kind, "own_status")
+                continue
+            _count_observation(write.kind, "emitted")
+            log.warning(
+                "status_write_not_planned",
+                stream=write.decisions,
+                fields=sorted(write.changed),
+                detail=f"pod counts written under the name {STATUS_FIELD_MANAGER} are not those of a recent "
+                "StatusPlanned rollbook has yet to write: stored as a change",
+            )
+        return found
 
     def _too_deep(self, kind: str, obj: TooDeep, change: str) -> list[Envelope]:
         """The ObservationRejected for an object nesting deeper than max_object_depth: on its workload's

@@ -4,12 +4,14 @@ on the in-memory store says what the services would see on Postgres."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
 
 from services.infra.store import EventStore as PostgresStore
 from services.model.event_store import ConcurrencyError, EventStore
+from services.model.events import Envelope, StatusPlanned, new_event
 from services.model.memory_store import InMemoryEventStore
 from tests.infra.store_helpers import batch, unique_stream
 
@@ -51,7 +53,31 @@ async def scenario(store: EventStore, one: str, two: str) -> list[Any]:
     rollout = await store.read_correlation("r1", base)
     seen.append(("rollout", [e.global_position - base for e in rollout if e.envelope.stream in (one, two)]))
     seen.append(("head", await store.head_position() - base))
+    # The latest of some types, newest first: two's versions 3-6 are StatusPlanned, PodActionRequested,
+    # StatusPlanned, StatusPlanned.
+    planned = [status_planned(two, ready) for ready in (3, 5, 6)]
+    await store.append([planned[0], *batch(two, 4, 1), *planned[1:]], expected_version=None)
+    latest = [
+        [e.envelope.stream_version for e in await store.read_stream_latest(stream, types, limit)]
+        for stream, types, limit in (
+            (two, ["StatusPlanned"], 2),
+            (two, ["StatusPlanned"], 5),
+            (two, ["StatusPlanned", "PodActionRequested"], 4),
+            (two, ["RoundPlanned"], 3),
+            (unique_stream(), ["StatusPlanned"], 3),
+        )
+    ]
+    seen.append(("latest", latest))
     return seen
+
+
+def status_planned(stream: str, ready: int) -> Envelope:
+    return new_event(
+        StatusPlanned(kind="CloneSet", namespace="test", name="two", status={"readyReplicas": ready}),
+        stream=stream,
+        stream_version=1,  # the store numbers it (no expected version)
+        occurred_at=datetime(2026, 11, 30, 12, 0, ready, tzinfo=UTC),
+    )
 
 
 EXPECTED = [
@@ -73,6 +99,7 @@ async def test_the_in_memory_store_keeps_the_stores_promises() -> None:
     assert answers["all"] == [(1, True), (2, True), (3, True), (4, False), (5, False)]
     assert answers["event"] and answers["ids"] and answers["rollout"] == [1, 2, 3, 4, 5]
     assert answers["head"] == 5
+    assert answers["latest"] == [[6, 5], [6, 5, 3], [6, 5, 4, 3], [], []]
 
 
 async def test_postgres_and_the_in_memory_store_answer_alike(event_store: PostgresStore) -> None:

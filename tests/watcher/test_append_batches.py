@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
@@ -19,11 +20,11 @@ from services.infra.settings import Settings
 from services.infra.store import EventStore
 from services.kinds.cloneset.rules.workload_state import WorkloadState
 from services.kinds.registry import CLONESET
-from services.model.events import Envelope, ObjectObserved
+from services.model.events import Envelope, ObjectObserved, StatusPlanned, new_event
 from services.model.management import MANAGE_LABEL, SHADOW
 from services.model.streams import ACTION_ID_ANNOTATION, STATUS_FIELD_MANAGER
 from services.watcher.objects import observation
-from services.watcher.service import KindWatch, Watcher
+from services.watcher.service import RECENT_PLANNED, KindWatch, Watcher
 
 NS = "default"
 OWN = STATUS_FIELD_MANAGER  # rollbook's executor writing a status
@@ -260,6 +261,18 @@ def counted(obj: dict[str, Any], writer: str, **status: Any) -> dict[str, Any]:
     return {**obj, "metadata": metadata, "spec": spec, "status": {**base, **status}}
 
 
+async def plan(store: EventStore, obj: dict[str, Any]) -> dict[str, Any]:
+    """Store in ``obj``'s CloneSet's decisions stream the StatusPlanned of the status ``obj`` shows: the
+    planner's decision, stored before rollbook's executor writes it (the executor acts only on a stored
+    one). ``obj``."""
+    name = obj["metadata"]["name"]
+    status = StatusPlanned(kind="CloneSet", namespace=NS, name=name, status=obj["status"])
+    stream = CLONESET.decisions_stream(NS, name)
+    envelope = new_event(status, stream=stream, stream_version=1, occurred_at=datetime.now(UTC))
+    await store.append([envelope], expected_version=None)
+    return obj
+
+
 async def test_rollbooks_own_pod_count_write_is_not_stored_again_another_controllers_is(
     watcher: Watcher, event_store: EventStore
 ) -> None:
@@ -282,6 +295,8 @@ async def test_rollbooks_own_pod_count_write_is_not_stored_again_another_control
         ("CloneSet", "MODIFIED", counted(cloneset(owner, 18), "kruise-manager", readyReplicas=1)),
     ]
     for kind, change, obj in every:
+        if kind == "CloneSet" and obj["metadata"]["managedFields"][1]["manager"] == OWN:
+            await plan(event_store, obj)  # rollbook's executor writes a status the planner stored
         await feed(watcher, kind, [(change, obj)])
 
     def observed(stored: list[Any]) -> list[tuple[str, str]]:
@@ -301,14 +316,17 @@ async def test_rollbooks_own_pod_count_write_is_not_stored_again_another_control
     # rollbook's write of the count again differs from the stored state in it only: not stored. A count
     # another manager still claims, and anything else in the status (the planner reads revisions and
     # conditions back) is stored, as is a spec change that comes with new counts.
-    await feed(watcher, "CloneSet", [("MODIFIED", counted(cloneset(owner, 19), OWN))])
+    await feed(
+        watcher, "CloneSet", [("MODIFIED", await plan(event_store, counted(cloneset(owner, 19), OWN)))]
+    )
     shared = counted(cloneset(owner, 20), OWN, readyReplicas=0)
     shared["metadata"]["managedFields"][0]["fieldsV1"]["f:status"] = {"f:readyReplicas": {}}
-    await feed(watcher, "CloneSet", [("MODIFIED", shared)])
-    await feed(watcher, "CloneSet", [("MODIFIED", counted(cloneset(owner, 21), OWN, currentRevision="r0"))])
+    await feed(watcher, "CloneSet", [("MODIFIED", await plan(event_store, shared))])
+    revision = counted(cloneset(owner, 21), OWN, currentRevision="r0")
+    await feed(watcher, "CloneSet", [("MODIFIED", await plan(event_store, revision))])
     scaled = counted(cloneset(owner, 22), OWN, replicas=3, currentRevision="r0")
     scaled["spec"] = {**scaled["spec"], "replicas": 3}
-    await feed(watcher, "CloneSet", [("MODIFIED", scaled)])
+    await feed(watcher, "CloneSet", [("MODIFIED", await plan(event_store, scaled))])
     assert observed(await event_store.read_stream(stream))[7:] == [
         ("CloneSet", "20"),
         ("CloneSet", "21"),
@@ -324,7 +342,7 @@ async def test_rollbooks_own_pod_count_write_is_not_stored_again_another_control
         await restarted.rebuild()
         relisted = counted(cloneset(owner, 23), OWN, replicas=2, readyReplicas=1, currentRevision="r0")
         relisted["spec"] = {**relisted["spec"], "replicas": 3}
-        await feed(restarted, "CloneSet", [("ADDED", relisted)])
+        await feed(restarted, "CloneSet", [("ADDED", await plan(event_store, relisted))])
         assert len(await event_store.read_stream(stream)) == 10
         theirs = counted(cloneset(owner, 24), "kruise-manager", replicas=2, currentRevision="r0")
         theirs["spec"] = {**theirs["spec"], "replicas": 3}
@@ -339,14 +357,14 @@ async def test_rollbooks_own_pod_count_write_is_not_stored_again_another_control
     refusal = [{"type": "Rejected", "status": "True", "reason": "InvalidSpec"}]
     await feed(watcher, "CloneSet", [("ADDED", counted(cloneset(rejected, 30), OWN, conditions=refusal))])
     recount = counted(cloneset(rejected, 31), OWN, conditions=refusal, readyReplicas=1)
-    await feed(watcher, "CloneSet", [("MODIFIED", recount)])
+    await feed(watcher, "CloneSet", [("MODIFIED", await plan(event_store, recount))])
     assert len(await event_store.read_stream(CLONESET.observed_stream(NS, rejected))) == 2
 
     shadowed = f"web-{uuid.uuid4().hex[:8]}"
     labelled = counted(cloneset(shadowed, 40, **{MANAGE_LABEL: SHADOW}), OWN)
     await feed(watcher, "CloneSet", [("ADDED", labelled)])
     recount = counted(cloneset(shadowed, 41, **{MANAGE_LABEL: SHADOW}), OWN, readyReplicas=1)
-    await feed(watcher, "CloneSet", [("MODIFIED", recount)])
+    await feed(watcher, "CloneSet", [("MODIFIED", await plan(event_store, recount))])
     assert observed(await event_store.read_stream(CLONESET.observed_stream(NS, shadowed))) == [
         ("CloneSet", "40"),
         ("CloneSet", "41"),
@@ -361,7 +379,68 @@ async def test_another_writer_setting_back_the_counts_rollbooks_write_changed_is
     owner = f"web-{uuid.uuid4().hex[:8]}"
     await feed(watcher, "CloneSet", [("ADDED", counted(cloneset(owner, 10), "kruise-manager"))])
     ours = counted(cloneset(owner, 11), OWN, readyReplicas=1, availableReplicas=1)
-    await feed(watcher, "CloneSet", [("MODIFIED", ours)])
+    await feed(watcher, "CloneSet", [("MODIFIED", await plan(event_store, ours))])
     await feed(watcher, "CloneSet", [("MODIFIED", counted(cloneset(owner, 12), "kruise-manager"))])
     stored = await event_store.read_stream(CLONESET.observed_stream(NS, owner))
     assert [e.envelope.payload.resource_version for e in stored] == ["10", "12"]
+
+
+async def test_counts_written_under_rollbooks_name_are_stored_unless_rollbook_planned_them_lately(
+    watcher: Watcher, event_store: EventStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A field manager's name is whatever the writer claims: a count write under rollbook's executor's
+    name goes unstored only when its counts are one of the CloneSet's latest StatusPlanned (the planner
+    may have planned again since). Counts no StatusPlanned carried, one of another CloneSet's, one
+    planned longer ago than the last ``RECENT_PLANNED``, and any write while the store cannot be read are
+    stored (a row too many is safe, a change lost is not), and so are counts set back to a plan rollbook
+    already wrote."""
+    owner, other = (f"web-{uuid.uuid4().hex[:8]}" for _ in range(2))
+    stream = CLONESET.observed_stream(NS, owner)
+    await feed(watcher, "CloneSet", [("ADDED", counted(cloneset(owner, 10), "kruise-manager"))])
+
+    def stored_versions(stored: list[Any]) -> list[str]:
+        return [e.envelope.payload.resource_version for e in stored]
+
+    # Planned, then planned again twice before the watcher saw the write: still rollbook's, not stored.
+    await plan(event_store, counted(cloneset(owner, 11), OWN, readyReplicas=1, availableReplicas=1))
+    await plan(event_store, counted(cloneset(owner, 11), OWN, readyReplicas=0, availableReplicas=0))
+    await plan(event_store, counted(cloneset(owner, 11), OWN))
+    ours = counted(cloneset(owner, 11), OWN, readyReplicas=1, availableReplicas=1)
+    await feed(watcher, "CloneSet", [("MODIFIED", ours)])
+    assert stored_versions(await event_store.read_stream(stream)) == ["10"]
+
+    # Counts no StatusPlanned carried, written under rollbook's name: stored.
+    await feed(watcher, "CloneSet", [("MODIFIED", counted(cloneset(owner, 12), OWN, readyReplicas=3))])
+    # Counts only another CloneSet's plan carried: stored.
+    other_plan = await plan(event_store, counted(cloneset(other, 13), OWN, replicas=5, availableReplicas=5))
+    spoofed = counted(cloneset(owner, 13), OWN, replicas=5, availableReplicas=5)
+    assert spoofed["status"] == other_plan["status"]
+    await feed(watcher, "CloneSet", [("MODIFIED", spoofed)])
+    # Counts set back to a plan rollbook already wrote (it writes each plan once): stored.
+    set_back = counted(cloneset(owner, 14), OWN, readyReplicas=1, availableReplicas=1)
+    assert set_back["status"] == ours["status"]
+    await feed(watcher, "CloneSet", [("MODIFIED", set_back)])
+    assert stored_versions(await event_store.read_stream(stream)) == ["10", "12", "13", "14"]
+
+    # Counts planned once, with RECENT_PLANNED plans since: a replay of an old plan, stored.
+    old = await plan(event_store, counted(cloneset(owner, 15), OWN, readyReplicas=0))
+    for ready in range(RECENT_PLANNED):
+        await plan(event_store, counted(cloneset(owner, 15), OWN, readyReplicas=10 + ready))
+    await feed(watcher, "CloneSet", [("MODIFIED", old)])
+    assert stored_versions(await event_store.read_stream(stream))[4:] == ["15"]
+
+    # The store cannot say what was planned: stored.
+    async def unreadable(*args: Any) -> list[Any]:
+        raise ConnectionError("the store is restarting")
+
+    planned = await plan(event_store, counted(cloneset(owner, 16), OWN, readyReplicas=1))
+    monkeypatch.setattr(event_store, "read_stream_latest", unreadable)
+    await feed(watcher, "CloneSet", [("MODIFIED", planned)])
+    monkeypatch.undo()
+    assert stored_versions(await event_store.read_stream(stream))[5:] == ["16"]
+
+    # A genuine write again, the store readable: not stored.
+    await feed(
+        watcher, "CloneSet", [("MODIFIED", await plan(event_store, counted(cloneset(owner, 17), OWN)))]
+    )
+    assert stored_versions(await event_store.read_stream(stream))[6:] == []
