@@ -309,49 +309,37 @@ def make_app(
         rollout_id = request.query.get("id", "")
         pool, store = await source.open()
         # The replay (this process's CPU: reading, decoding and folding the workload's events) starts at
-        # once, as a CloneSet's (the usual rollout), and runs while Postgres answers the views, each on a
-        # connection of its own.
+        # once, as a CloneSet's (the usual rollout), and runs while Postgres answers the views.
         replaying = asyncio.ensure_future(replay_frames(store, rollout_id))
         try:
             async with pool.acquire() as connection:
                 # A CloneSet and a recorded Deployment of the same name could share a rollout id: the
                 # first (newest) is shown.
                 found = rows(await audit_queries.timeline_rollouts(connection, rollout_id))
-            if not found:
-                raise web.HTTPNotFound(text=f"no rollout {rollout_id!r}")
-            head = found[0]
-            kind = KINDS[head["kind"]]
-            namespace, workload = head["namespace"], head["workload"]
-            if not kind.driven:  # a recorded kind's rollout: its own trail's replay instead
-                await _cancelled(replaying)
-                replaying = asyncio.ensure_future(replay_frames(store, f"{kind.name}/{rollout_id}"))
-            # The pauses are in the planner's decisions stream, or in a recorded kind's trail.
-            trail = (
-                kind.decisions_stream(namespace, workload)
-                if kind.driven
-                else kind.recorded_stream(namespace, workload)
-            )
-
-            async def read(query: Callable[..., Awaitable[list[Any]]], *args: Any) -> list[dict[str, Any]]:
-                async with pool.acquire() as connection:
-                    return rows(await query(connection, *args))
-
-            async def unavailability() -> list[dict[str, Any]]:
-                async with pool.acquire() as connection:
-                    last = head["finished_position"] or await audit_queries.head_position(connection)
-                    return rows(
-                        await audit_queries.unavailability(
-                            connection, kind.name, namespace, workload, head["started_position"], last
-                        )
+                if not found:
+                    raise web.HTTPNotFound(text=f"no rollout {rollout_id!r}")
+                head = found[0]
+                kind = KINDS[head["kind"]]
+                namespace, workload = head["namespace"], head["workload"]
+                if not kind.driven:  # a recorded kind's rollout: its own trail's replay instead
+                    await _cancelled(replaying)
+                    replaying = asyncio.ensure_future(replay_frames(store, f"{kind.name}/{rollout_id}"))
+                # The slowest view first; together they take less than the replay beside them.
+                last = head["finished_position"] or await audit_queries.head_position(connection)
+                unavailable = rows(
+                    await audit_queries.unavailability(
+                        connection, kind.name, namespace, workload, head["started_position"], last
                     )
-
-            # The slowest views first: the pool holds four connections.
-            unavailable, actions, steps, transitions = await asyncio.gather(
-                unavailability(),
-                read(audit_queries.rollout_actions, rollout_id),
-                read(audit_queries.partition_steps, rollout_id),
-                read(audit_queries.pause_transitions, rollout_id, trail),
-            )
+                )
+                actions = rows(await audit_queries.rollout_actions(connection, rollout_id))
+                steps = rows(await audit_queries.partition_steps(connection, rollout_id))
+                # The pauses are in the planner's decisions stream, or in a recorded kind's trail.
+                trail = (
+                    kind.decisions_stream(namespace, workload)
+                    if kind.driven
+                    else kind.recorded_stream(namespace, workload)
+                )
+                transitions = rows(await audit_queries.pause_transitions(connection, rollout_id, trail))
         except BaseException:
             await _cancelled(replaying)
             raise
