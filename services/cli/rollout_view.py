@@ -26,7 +26,7 @@ from services.kinds.cloneset.rules.names import (
 )
 from services.model import intorpercent
 from services.model.actions import ActionKind
-from services.model.availability import pod_available, revision_hash, unavailable
+from services.model.availability import min_ready_seconds, pod_available, revision_hash, unavailable
 from services.model.cloneset import desired_replicas
 from services.model.timestamps import parse_kube_time
 
@@ -159,8 +159,9 @@ class RolloutView:
             if a.pod in shown and a.action in UPDATE_ACTIONS and a.requested is not None:
                 last_update[a.pod] = a.requested
         rounds = sorted(set(last_update.values()))
+        min_ready = min_ready_seconds(cloneset)
         rows = tuple(
-            _pod_row(pod, update_hash, [a for a in mine if a.pod == _name(pod)], rounds, now)
+            _pod_row(pod, update_hash, [a for a in mine if a.pod == _name(pod)], rounds, now, min_ready)
             for pod in sorted(pods, key=_name)
         )
         return RolloutView(
@@ -173,7 +174,7 @@ class RolloutView:
             current_revision=revision_hash(status.get("currentRevision")),
             partition=partition,
             max_unavailable=allowed,
-            unavailable=unavailable(replicas, [p for p in pods]),
+            unavailable=unavailable(replicas, pods, min_ready, now.timestamp()),
             paused=bool(strategy.get("paused")),
             rejected=rejected,
             rollout_id=rollout_id,
@@ -207,8 +208,17 @@ class RolloutView:
         replicas = int((workload.get("spec") or {}).get("replicas", 1))
         update_hash = revision_hash(target.update) if target is not None else ""
         mine = [a for a in actions if rollout_id is not None and a.rollout_id == rollout_id]
+        min_ready = min_ready_seconds(workload)
         rows = tuple(
-            _pod_row(pod, update_hash, [a for a in mine if a.pod == _name(pod)], [], now, kind.revision_label)
+            _pod_row(
+                pod,
+                update_hash,
+                [a for a in mine if a.pod == _name(pod)],
+                [],
+                now,
+                min_ready,
+                kind.revision_label,
+            )
             for pod in sorted(pods, key=_name)
         )
         if target is not None and target.deadline_exceeded:
@@ -223,7 +233,7 @@ class RolloutView:
             current_revision=revision_hash(target.current) if target is not None else "",
             partition=step.partition if step is not None else 0,
             max_unavailable=step.max_unavailable if step is not None else 0,
-            unavailable=unavailable(replicas, [p for p in pods]),
+            unavailable=unavailable(replicas, pods, min_ready, now.timestamp()),
             paused=target is not None and target.paused,
             rejected=None,
             rollout_id=rollout_id,
@@ -255,6 +265,7 @@ def _pod_row(
     actions: list[PodAction],
     rounds: list[datetime],
     now: datetime,
+    min_ready: int = 0,
     revision_label: str = REVISION_LABEL,
 ) -> PodRow:
     metadata = pod.get("metadata") or {}
@@ -263,7 +274,7 @@ def _pod_row(
     revision = revision_hash(labels.get(revision_label))
     conditions = {c.get("type"): c for c in status.get("conditions") or ()}
     ready = (conditions.get("Ready") or {}).get("status") == "True"
-    available = pod_available(pod)
+    available = pod_available(pod, min_ready, now.timestamp())
     restarts = max(
         (int(c.get("restartCount") or 0) for c in status.get("containerStatuses") or ()), default=0
     )
@@ -330,8 +341,14 @@ def waiting_reasons(view: RolloutView) -> list[str]:
     hooked = [p for p in view.pods if p.lifecycle in HOOK_STATES]
     for pod in hooked:
         reasons.append(f"lifecycle hook: {pod.name} is {pod.lifecycle}")
+    # A pod a hook holds is said above (it is unavailable too: it counts against maxUnavailable).
     not_ready = [
-        p.name for p in view.pods if not p.available and not p.terminating and p.in_grace_seconds is None
+        p.name
+        for p in view.pods
+        if not p.available
+        and not p.terminating
+        and p.in_grace_seconds is None
+        and p.lifecycle not in HOOK_STATES
     ]
     if not_ready:
         reasons.append(f"pods not ready: {', '.join(not_ready)}")

@@ -38,7 +38,7 @@ from services.kinds.cloneset.rules.workload_state import WorkloadState
 from services.kinds.registry import CLONESET
 from services.model import intorpercent
 from services.model.actions import BECAME_READY, PVC_ACTIONS, ActionKind
-from services.model.availability import unavailable
+from services.model.availability import AvailabilityCount, min_ready_seconds
 from services.model.cloneset import desired_replicas
 from services.model.events import (
     Envelope,
@@ -107,6 +107,9 @@ class ShadowTrail:
     awaiting_ready: dict[str, str] = field(default_factory=dict)  # pod uid -> action id it completes
     names_used: set[str] = field(default_factory=set)
     created_in: dict[str, str] = field(default_factory=dict)  # pod uid -> rollout it was created for
+    # The available pods, counted as the view ``unavailability`` counts them (services/model/availability.py).
+    availability: AvailabilityCount = field(default_factory=AvailabilityCount)
+    min_ready_seconds: int = 0  # the CloneSet's, as last observed
 
     def __post_init__(self) -> None:
         self.state = WorkloadState(self.namespace, self.name)
@@ -137,6 +140,7 @@ class ShadowTrail:
             self.first_seen = envelope.occurred_at
         before = self._view(payload.name) if payload.kind == "Pod" else None
         self.state.fold(envelope)
+        self._count(envelope, payload)
         started = self.start_version is not None and envelope.stream_version >= self.start_version
         if (self.since is not None or self.start_version is not None) and not started:
             # before shadow mode began (rollbook, or nobody, drove it then): fold it, record nothing
@@ -167,6 +171,17 @@ class ShadowTrail:
             # The decision compared with from now on is the one just recorded (the last envelope).
             self.decision = Decision(envelopes[-1].event_id, *decision)
         return envelopes
+
+    def _count(self, envelope: Envelope, payload: ObjectObserved) -> None:
+        at = envelope.occurred_at.timestamp()
+        if payload.kind == "Pod":
+            self.availability.observe(
+                payload.name, self.state.pods.get(payload.name), self.min_ready_seconds, at
+            )
+        elif payload.kind == CLONESET.name:
+            if payload.change != "DELETED":
+                self.min_ready_seconds = min_ready_seconds(payload.object)
+            self.availability.advance(at)
 
     def _view(self, pod: str) -> PodView | None:
         obj = self.state.pods.get(pod)
@@ -233,9 +248,10 @@ class ShadowTrail:
     # --- pods ----------------------------------------------------------------------------------------
 
     def _unavailable(self) -> int:
-        """Desired pods not available (services/model/availability.py: missing, terminating, not Ready, or
-        InPlaceUpdateReady=False, out of service by its readiness gate before the kubelet turns Ready)."""
-        return unavailable(desired_replicas(self.state.cloneset), self.state.pods.values())
+        """Desired pods not available (services/model/availability.py: missing, terminating, not Running and
+        Ready, InPlaceUpdateReady not True, a lifecycle state other than Normal, or Ready for less than
+        minReadySeconds)."""
+        return self.availability.unavailable(desired_replicas(self.state.cloneset))
 
     def _pod_events(
         self, envelope: Envelope, observed: ObjectObserved, before: PodView | None, after: PodView | None

@@ -50,8 +50,8 @@ from services.replay.timeline import (
     event_text,
     fold_timeline,
     one_line,
-    state_at,
     summarise,
+    summary_at,
 )
 from services.replay.verify import VerifyReport, WorkloadVerifier, verify_streams
 from services.replay.whatif import WhatIfResult, what_if
@@ -258,8 +258,7 @@ async def replay_at(
     namespace, name, events, span = await _events_for(store, target)
     if span and at_time is None and at_position is None:
         at_position = span[1]
-    state, last = state_at(namespace, name, events, at_time=at_time, at_position=at_position)
-    return summarise(state), last
+    return summary_at(namespace, name, events, at_time=at_time, at_position=at_position)
 
 
 async def verify_target(store: EventStore, target: str, decide: Decide = planner_decide) -> VerifyReport:

@@ -85,6 +85,7 @@ class WorkloadSimulation:
         started_events: bool = False,
         volume_claim_templates: list[dict[str, Any]] | None = None,
         resize: tuple[dict[str, Any], dict[str, Any]] | None = None,
+        min_ready_seconds: int = 0,
     ) -> None:
         """``rollout``: the template changes 30 s in (else the CloneSet is only scaled up). ``handed_over``:
         the CloneSet starts as another controller left it, its pods up and labelled with that controller's
@@ -94,7 +95,8 @@ class WorkloadSimulation:
         ``started_events``: actions recorded as executors did before outcomes carried ``started_at``, a
         ``PodActionStarted`` before each outcome (today an outcome carries when its action was taken).
         ``volume_claim_templates``: the CloneSet's, a PVC per template and pod. ``resize``: the container's
-        resources before and after, the rollout's change instead of its image (resized in place)."""
+        resources before and after, the rollout's change instead of its image (resized in place).
+        ``min_ready_seconds``: the CloneSet's spec.minReadySeconds."""
         self.namespace, self.name = namespace, name
         v1 = base_cloneset(
             name, namespace, replicas, strategy or {"type": "InPlaceIfPossible", "maxUnavailable": 1}
@@ -102,6 +104,8 @@ class WorkloadSimulation:
         v1["metadata"]["uid"] = str(uuid.uuid5(uuid.NAMESPACE_URL, f"{namespace}/{name}"))
         if volume_claim_templates:
             v1["spec"]["volumeClaimTemplates"] = copy.deepcopy(volume_claim_templates)
+        if min_ready_seconds:
+            v1["spec"]["minReadySeconds"] = min_ready_seconds
         if resize is not None:
             v1["spec"]["template"]["spec"]["containers"][0]["resources"] = copy.deepcopy(resize[0])
         v2 = copy.deepcopy(v1)

@@ -5,15 +5,21 @@ saw."""
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from services.kinds.cloneset.rules.names import REVISION_LABEL
+from services.kinds.cloneset.rules.names import CLONESET_KIND, REVISION_LABEL
 from services.kinds.cloneset.rules.workload_state import Requested, WorkloadState
-from services.model.availability import pod_available, revision_hash, unavailable
+from services.model.availability import (
+    AvailabilityCount,
+    min_ready_seconds,
+    pod_available,
+    revision_hash,
+    unavailable,
+)
 from services.model.cloneset import desired_replicas
 from services.model.event_store import StoredEvent
 from services.model.events import (
@@ -44,20 +50,45 @@ class PodFacts:
 class PodTally:
     """The pods of a folded workload, summarised and counted as the fold goes: only the pod an event
     observed is summarised again, so a line per event costs the same for 3 pods as for 200 (summarising
-    every pod after every event made a 200-pod rollout's replay cost events x pods)."""
+    every pod after every event made a 200-pod rollout's replay cost events x pods). Available pods are
+    counted as the view ``unavailability`` counts them (services/model/availability.py,
+    ``AvailabilityCount``): at the latest observation's time, minReadySeconds included."""
 
     def __init__(self) -> None:
         self.facts: dict[str, PodFacts] = {}
         self.ready = 0
-        self.available = 0
+        self.availability = AvailabilityCount()
+        self.min_ready_seconds = 0  # the workload's, as last observed
         self.by_revision: Counter[str] = Counter()
         self.changed: list[str] = []  # pods created, changed or gone at the last ``refresh``
 
-    def refresh(self, pods: dict[str, dict[str, Any]], name: str) -> None:
-        """Pod ``name`` as ``pods`` holds it now (after an event that observed it)."""
+    @property
+    def available(self) -> int:
+        return self.availability.available
+
+    def observe_workload(self, workload: dict[str, Any] | None, at: datetime) -> None:
+        """An observation of the workload itself: its minReadySeconds from now on (kept when it is gone)."""
+        if workload is not None:
+            self.min_ready_seconds = min_ready_seconds(workload)
+        self.availability.advance(at.timestamp())
+
+    def observed(self, payload: object, at: datetime) -> None:
+        """An event that is not tallied: an observation still moves the clock, and the workload's one its
+        minReadySeconds (a pod's is tallied later, by ``refresh_all``)."""
+        if isinstance(payload, ObjectObserved):
+            if payload.kind == CLONESET_KIND:
+                self.observe_workload(None if payload.change == "DELETED" else payload.object, at)
+            elif payload.kind == "Pod":
+                self.availability.advance(at.timestamp())
+
+    def refresh(self, pods: dict[str, dict[str, Any]], name: str, at: datetime | None = None) -> None:
+        """Pod ``name`` as ``pods`` holds it now (after an event that observed it at ``at``; None: the
+        latest observation's time)."""
         pod = pods.get(name)
         old = self.facts.get(name)
         self.changed = []
+        moment = self.availability.clock if at is None else at.timestamp()
+        self.availability.observe(name, pod, self.min_ready_seconds, moment)
         if (None if old is None else old.pod) is pod:
             return
         self.changed = [name]
@@ -71,7 +102,8 @@ class PodTally:
 
     def refresh_all(self, pods: dict[str, dict[str, Any]]) -> None:
         """Every pod as ``pods`` holds it now, and those gone since the tally was last kept; ``changed``
-        then names them all."""
+        then names them all. Each is counted at the latest observation's time, held to the workload's
+        minReadySeconds now."""
         changed: list[str] = []
         for name in [*self.facts.keys() - pods.keys(), *pods]:
             self.refresh(pods, name)
@@ -80,7 +112,6 @@ class PodTally:
 
     def _count(self, facts: PodFacts, sign: int) -> None:
         self.ready += sign * facts.summary["ready"]
-        self.available += sign * facts.summary["available"]
         self.by_revision[facts.revision] += sign
 
     def updated(self, update_revision: str | None) -> int:
@@ -116,6 +147,7 @@ def fold_timeline(
     for stored in events:
         state.fold(stored.envelope)
         if not tallied:
+            tally.observed(stored.envelope.payload, stored.envelope.occurred_at)
             if stored.global_position < tally_from:
                 yield Step(stored, state, tally)
                 continue
@@ -126,9 +158,12 @@ def fold_timeline(
         payload = stored.envelope.payload
         # Only a pod's observation changes the folded pods (WorkloadState._fold_observed).
         if isinstance(payload, ObjectObserved) and payload.kind == "Pod":
-            tally.refresh(state.pods, payload.name)
+            tally.refresh(state.pods, payload.name, stored.envelope.occurred_at)
         else:
             tally.changed = []
+            if isinstance(payload, ObjectObserved) and payload.kind == CLONESET_KIND:
+                tally.observe_workload(None if payload.change == "DELETED" else payload.object,
+                                       stored.envelope.occurred_at)  # fmt: skip
         yield Step(stored, state, tally)
 
 
@@ -152,6 +187,29 @@ def state_at(
         state.fold(stored.envelope)
         last = stored
     return state, last
+
+
+def summary_at(
+    namespace: str,
+    name: str,
+    events: Iterable[StoredEvent],
+    *,
+    at_time: datetime | None = None,
+    at_position: int | None = None,
+) -> tuple[dict[str, Any], StoredEvent | None]:
+    """``summarise`` of the workload after the last event at or before ``at_time`` (recorded_at) and/or
+    ``at_position`` (as ``state_at``), its pods counted along the way as replay and the views count them."""
+    kept: list[StoredEvent] = []
+    for stored in events:
+        if at_position is not None and stored.global_position > at_position:
+            break
+        if at_time is not None and stored.recorded_at > at_time:
+            break
+        kept.append(stored)
+    last = next(iter(deque(fold_timeline(namespace, name, kept), maxlen=1)), None)
+    if last is None:
+        return summarise(WorkloadState(namespace, name)), None
+    return summarise(last.state, last.pods), last.event
 
 
 def _condition(pod: dict[str, Any], kind: str) -> str | None:

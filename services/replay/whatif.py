@@ -33,8 +33,8 @@ from services.kinds.cloneset.rules.names import REVISION_LABEL
 from services.kinds.cloneset.rules.workload_state import WorkloadState
 from services.kinds.registry import CLONESET
 from services.model.actions import BECAME_READY, ActionKind
+from services.model.availability import AvailabilityCount, min_ready_seconds, revision_hash
 from services.model.availability import pod_available as available
-from services.model.availability import revision_hash
 from services.model.cloneset import desired_replicas
 from services.model.event_store import StoredEvent
 from services.model.events import (
@@ -58,6 +58,7 @@ class WhatIfError(ValueError):
 
 @dataclass
 class RolloutMetrics:
+    origin: float = 0.0  # epoch seconds of moment 0 (a pod's Ready time is absolute)
     steps: int = 0  # rounds that requested pod actions
     actions: int = 0
     pods_touched: set[str] = field(default_factory=set)
@@ -67,6 +68,8 @@ class RolloutMetrics:
     duration_seconds: float = 0.0
     completed: bool = False
     _down_since: dict[str, float] = field(default_factory=dict)
+    # Available pods counted as the view ``unavailability`` counts them (minReadySeconds included).
+    _count: AvailabilityCount = field(default_factory=AvailabilityCount)
 
     def observe(
         self,
@@ -74,26 +77,29 @@ class RolloutMetrics:
         pods: dict[str, dict[str, Any]],
         replicas: int,
         changed: Iterable[str] | None = None,
+        min_ready_seconds: int = 0,
     ) -> None:
         """The pods at ``moment``; ``changed``: the only pods that changed since the last call (None: any
-        may have). Looking at those alone keeps a 200-pod rollout from costing events x pods."""
-        if changed is None:
-            down = {name for name, pod in pods.items() if not available(pod)}
-            for name in list(self._down_since):
-                if name not in down:
-                    self._up(name, moment)
-            for name in down:
+        may have). Looking at those alone keeps a 200-pod rollout from costing events x pods.
+        ``min_ready_seconds``: the workload's now."""
+        at = self.origin + moment
+        names = (
+            sorted(pods.keys() | self._count.held() | self._down_since.keys()) if changed is None else changed
+        )
+        for name, when in self._count.advance(at):
+            if name in self._down_since:
+                self._up(name, when - self.origin)
+        for name in names:
+            pod = pods.get(name)
+            for other, when in self._count.observe(name, pod, min_ready_seconds, at):
+                if other in self._down_since:
+                    self._up(other, when - self.origin)
+            if pod is not None and not self._count.is_available(name):
                 self._down_since.setdefault(name, moment)
-        else:
-            for name in changed:
-                pod = pods.get(name)
-                if pod is not None and not available(pod):
-                    self._down_since.setdefault(name, moment)
-                elif name in self._down_since:
-                    self._up(name, moment)
-        # The pods down are the ones _down_since holds (``unavailable``: replicas - available pods).
-        available_pods = len(pods) - len(self._down_since)
-        self.max_unavailable = max(self.max_unavailable, replicas - available_pods, 0)
+            elif name in self._down_since:
+                self._up(name, moment)
+        # ``unavailable``: replicas - available pods (the pods down are the ones _down_since holds).
+        self.max_unavailable = max(self.max_unavailable, self._count.unavailable(replicas))
 
     def _up(self, name: str, moment: float) -> None:
         """Pod ``name`` is available again (or gone): the longest stretch is per pod, how long one pod was
@@ -103,6 +109,9 @@ class RolloutMetrics:
         )
 
     def close(self, moment: float) -> None:
+        for name, when in self._count.advance(self.origin + moment):
+            if name in self._down_since:
+                self._up(name, when - self.origin)
         for since in self._down_since.values():
             self.longest_unavailable_seconds = max(self.longest_unavailable_seconds, moment - since)
         self._down_since.clear()
@@ -244,7 +253,8 @@ def read_record(namespace: str, name: str, events: list[StoredEvent], rollout_id
     replicas = desired_replicas(state.cloneset)
     spec_changes: list[tuple[float, dict[str, Any]]] = []
     last_spec = (state.cloneset or {}).get("spec")
-    metrics = RolloutMetrics()
+    min_ready = min_ready_seconds(state.cloneset)
+    metrics = RolloutMetrics(origin=t0.timestamp())
     pods = json_copy(state.pods)
     requested: dict[str, tuple[str, datetime, str]] = {}  # action id -> (kind, at, pod)
     effect_at: dict[str, datetime] = {}
@@ -300,6 +310,7 @@ def read_record(namespace: str, name: str, events: list[StoredEvent], rollout_id
                     spec_changes.append((_seconds(moment, t0), payload.object))
                     last_spec = spec
                     replicas = desired_replicas(payload.object)
+                    min_ready = min_ready_seconds(payload.object)
                 continue
             if payload.kind != "Pod":
                 continue
@@ -332,7 +343,9 @@ def read_record(namespace: str, name: str, events: list[StoredEvent], rollout_id
                 ):
                     kind, _, since = awaiting_ready.pop(payload.name)
                     delays.setdefault(kind, {}).setdefault("ready", []).append(_seconds(moment, since))
-            metrics.observe(_seconds(moment, t0), pods, replicas, None if first else (payload.name,))
+            metrics.observe(
+                _seconds(moment, t0), pods, replicas, None if first else (payload.name,), min_ready
+            )
             first = False
             if completed and _all_updated(pods, target_hash, replicas):
                 done_at = moment
@@ -352,8 +365,10 @@ def read_record(namespace: str, name: str, events: list[StoredEvent], rollout_id
 
 def _replan(model: ClusterModel) -> RolloutMetrics:
     """Plan, carry out, repeat: like the planner service, no new round while an action is in flight."""
-    metrics = RolloutMetrics()
-    metrics.observe(0.0, model.pods, desired_replicas(model.cloneset))
+    metrics = RolloutMetrics(origin=model.t0.timestamp())
+    metrics.observe(
+        0.0, model.pods, desired_replicas(model.cloneset), None, min_ready_seconds(model.cloneset)
+    )
     model.changed_pods.clear()
     for _ in range(MAX_ROUNDS):
         if model.in_flight == 0:
@@ -371,7 +386,10 @@ def _replan(model: ClusterModel) -> RolloutMetrics:
                 break
         if model.step() is None:
             break
-        metrics.observe(model.now, model.pods, desired_replicas(model.cloneset), model.changed_pods)
+        replicas = desired_replicas(model.cloneset)
+        metrics.observe(
+            model.now, model.pods, replicas, model.changed_pods, min_ready_seconds(model.cloneset)
+        )
         model.changed_pods.clear()
     metrics.duration_seconds = model.now
     metrics.close(model.now)

@@ -75,7 +75,11 @@ class Trail:
         metadata: dict[str, Any] = {"name": pod, "namespace": self.namespace}
         if terminating:
             metadata["deletionTimestamp"] = "2026-11-30T12:00:00Z"
-        status = {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}
+        # As the watcher sees a pod: Running (services/model/availability.py counts only Running pods).
+        status = {
+            "phase": "Running",
+            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+        }
         await self._observe(
             "Pod", pod, {"metadata": metadata, "status": status}, "DELETED" if deleted else "MODIFIED", at
         )

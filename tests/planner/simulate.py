@@ -17,7 +17,8 @@ import msgspec
 
 from services.kinds.cloneset.rules import model
 from services.kinds.cloneset.rules.plan import plan
-from services.kinds.cloneset.rules.podstate import PodView, format_time
+from services.kinds.cloneset.rules.podstate import format_time
+from services.model.availability import pod_available
 from services.replay.cluster_model import ClusterModel
 
 _T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
@@ -185,15 +186,11 @@ class Cluster:
         )
 
     def kruise_available(self) -> int:
-        """Pods OpenKruise counts as available (lifecycle state empty or Normal, Running, Ready,
-        InPlaceUpdateReady not False): the pods maxUnavailable protects. A Ready pod in another lifecycle
-        state (PreparingNormal, waiting for its preNormal hook) is not one, and scale-in may delete it
-        without using up the budget."""
-        return sum(
-            1
-            for p in self.pods.values()
-            if not p["metadata"].get("deletionTimestamp") and PodView(p).cs_available(0, 0.0)
-        )
+        """Pods OpenKruise counts as available (services/model/availability.py: lifecycle state empty or
+        Normal, Running, Ready, InPlaceUpdateReady not False, not terminating): the pods maxUnavailable
+        protects. A Ready pod in another lifecycle state (PreparingNormal, waiting for its preNormal hook) is
+        not one, and scale-in may delete it without using up the budget."""
+        return sum(1 for p in self.pods.values() if pod_available(p))
 
     def revision_counts(self) -> dict[str, int]:
         counts: dict[str, int] = {}

@@ -138,7 +138,10 @@ def test_the_tally_looks_again_only_at_a_pod_whose_object_changed() -> None:
     def pod(name: str, revision: str, ready: bool) -> dict[str, Any]:
         return {
             "metadata": {"name": name, "uid": f"uid-{name}", "labels": {REVISION_LABEL: f"web-{revision}"}},
-            "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},
+            "status": {
+                "phase": "Running",
+                "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+            },
         }
 
     tally = PodTally()
@@ -157,7 +160,7 @@ def test_the_tally_looks_again_only_at_a_pod_whose_object_changed() -> None:
             pods.pop(name, None)
         elif change is not None:
             pods[name] = change
-        tally.refresh(pods, name)
+        tally.refresh(pods, name, T0)
         assert (tally.changed, tally.ready, tally.available, tally.updated("web-b")) == (
             changed,
             ready,
@@ -185,8 +188,11 @@ def observe_every_pod(
     pods: dict[str, dict[str, Any]],
     replicas: int,
     changed: Any = None,
+    min_ready: int = 0,
 ) -> None:
-    """RolloutMetrics.observe as it was: every pod looked at on every call."""
+    """RolloutMetrics.observe as it was: every pod looked at on every call (these rollouts have
+    minReadySeconds 0, so no pod waits out its time between two calls)."""
+    assert min_ready == 0
     metrics.max_unavailable = max(metrics.max_unavailable, unavailable(replicas, pods.values()))
     down = {name for name, pod in pods.items() if not pod_available(pod)}
     for name in down:

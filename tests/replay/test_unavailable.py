@@ -1,6 +1,7 @@
-"""One definition of "unavailable" (services/model/availability.py): the SQL view ``unavailability``,
-``rollbook replay`` and ``rollbook what-if`` count the same pods on the same trail, and replay's
-``updated`` counts the pods at the update revision whatever form their revision label takes."""
+"""One definition of "unavailable" (services/model/availability.py; its table tests are
+tests/model/test_availability.py, its SQL twin's tests/infra/test_availability_sql.py): the SQL view
+``unavailability``, ``rollbook replay`` and ``rollbook what-if`` count the same pods on the same trail, and
+replay's ``updated`` counts the pods at the update revision whatever form their revision label takes."""
 
 from __future__ import annotations
 
@@ -13,60 +14,13 @@ import pytest
 from services.infra.database import asyncpg_url
 from services.infra.store import EventStore
 from services.kinds.cloneset.rules import model
-from services.model.availability import pod_available, revision_hash, unavailable
+from services.model.availability import pod_available, revision_hash
 from services.model.events import RolloutStarted
 from services.replay.cluster_model import ClusterModel
 from services.replay.operations import replay_lines, replay_records, what_if_rollout
 from services.replay.simulation import WorkloadSimulation
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
-
-
-def pod(ready: str | None = "True", in_place: str | None = None, terminating: bool = False) -> dict[str, Any]:
-    conditions = [
-        {"type": t, "status": s} for t, s in (("Ready", ready), ("InPlaceUpdateReady", in_place)) if s
-    ]
-    metadata: dict[str, Any] = {"name": "p"}
-    if terminating:
-        metadata["deletionTimestamp"] = "2026-11-30T12:00:00Z"
-    return {"metadata": metadata, "status": {"conditions": conditions}}
-
-
-@pytest.mark.parametrize(
-    ("shape", "available"),
-    [
-        (pod(), True),
-        (pod(in_place="True"), True),
-        (pod(in_place="False"), False),  # marked not ready for an in-place update, kubelet not caught up
-        (pod(ready="False"), False),
-        (pod(ready=None), False),  # no Ready condition yet: starting
-        (pod(terminating=True), False),
-    ],
-    ids=["ready", "ready-inplace-true", "inplace-false", "not-ready", "no-condition", "terminating"],
-)
-def test_what_available_means(shape: dict[str, Any], available: bool) -> None:
-    assert pod_available(shape) is available
-
-
-@pytest.mark.parametrize(
-    ("replicas", "pods", "expected"),
-    [
-        (3, [pod(), pod(), pod()], 0),
-        (3, [pod(), pod()], 1),  # a missing pod is unavailable
-        (
-            3,
-            [pod(), pod(), pod(terminating=True), pod(ready="False")],
-            1,
-        ),  # recreate: old going, new starting
-        (3, [pod(), pod(), pod(), pod(ready="False")], 0),  # a surge pod starting takes nothing away
-        (2, [pod(in_place="False"), pod(ready="False")], 2),
-        (0, [pod(ready="False")], 0),
-    ],
-)
-def test_unavailable_counts_against_replicas(
-    replicas: int, pods: list[dict[str, Any]], expected: int
-) -> None:
-    assert unavailable(replicas, pods) == expected
 
 
 def test_revision_hash_reads_full_names_and_bare_hashes() -> None:
@@ -76,20 +30,24 @@ def test_revision_hash_reads_full_names_and_bare_hashes() -> None:
 
 
 @pytest.mark.parametrize(
-    "strategy",
+    ("strategy", "min_ready"),
     [
-        {"type": "InPlaceIfPossible", "maxUnavailable": 1},
-        {"type": "ReCreate", "maxUnavailable": 1},
-        {"type": "InPlaceIfPossible", "maxUnavailable": 2, "maxSurge": 1},
+        ({"type": "InPlaceIfPossible", "maxUnavailable": 1}, 0),
+        ({"type": "ReCreate", "maxUnavailable": 1}, 0),
+        ({"type": "InPlaceIfPossible", "maxUnavailable": 2, "maxSurge": 1}, 0),
+        ({"type": "InPlaceIfPossible", "maxUnavailable": 1}, 4),
+        ({"type": "ReCreate", "maxUnavailable": 2, "maxSurge": 1}, 4),
     ],
-    ids=["in-place", "recreate", "in-place-surge"],
+    ids=["in-place", "recreate", "in-place-surge", "in-place-min-ready", "recreate-surge-min-ready"],
 )
 @pytest.mark.asyncio(loop_scope="session")
 async def test_views_replay_and_what_if_agree_on_the_same_trail(
-    event_store: EventStore, database_url: str, strategy: dict[str, Any]
+    event_store: EventStore, database_url: str, strategy: dict[str, Any], min_ready: int
 ) -> None:
-    namespace = f"unavailable-{strategy['type'].lower()}-{strategy.get('maxSurge', 0)}"
-    history = WorkloadSimulation(namespace, "web", replicas=4, start=T0, strategy=strategy).run()
+    namespace = f"unavailable-{strategy['type'].lower()}-{strategy.get('maxSurge', 0)}-{min_ready}"
+    history = WorkloadSimulation(
+        namespace, "web", replicas=4, start=T0, strategy=strategy, min_ready_seconds=min_ready
+    ).run()
     await event_store.import_events(history)
     started = next(e.payload for e in history if isinstance(e.payload, RolloutStarted))
     assert isinstance(started, RolloutStarted)
@@ -100,23 +58,32 @@ async def test_views_replay_and_what_if_agree_on_the_same_trail(
         span = await connection.fetchrow(
             "SELECT started_position, finished_position FROM rollouts WHERE rollout_id = $1", rollout
         )
-        by_view = await connection.fetchval(
-            "SELECT max(unavailable) FROM unavailability WHERE kind = 'CloneSet' AND namespace = $1"
+        rows = await connection.fetch(
+            "SELECT position, unavailable FROM unavailability WHERE kind = 'CloneSet' AND namespace = $1"
             " AND workload = 'web' AND position > $2 AND position < $3",
             namespace, span["started_position"], span["finished_position"],
         )  # fmt: skip
     finally:
         await connection.close()
+    view = {r["position"]: r["unavailable"] for r in rows}
     records = await replay_records(event_store, rollout)
-    by_replay = max(
-        r["state"]["unavailable"]
-        for r in records
-        if span["started_position"] < r["position"] < span["finished_position"]
-    )
+    replay = {r["position"]: r["state"]["unavailable"] for r in records if r["position"] in view}
+    # Moment by moment (a pod waiting out minReadySeconds counted the same way), not only at the worst.
+    assert replay == view
+    by_view = max(view.values())
     by_what_if = (await what_if_rollout(event_store, rollout, {})).recorded.max_unavailable
-    assert by_view is not None and by_view >= 1  # the rollout did take pods out of service
-    assert by_view == by_replay == by_what_if, (by_view, by_replay, by_what_if)
+    assert by_view >= 1  # the rollout did take pods out of service
+    assert by_view == by_what_if, (by_view, by_what_if)
     assert by_view <= int(strategy["maxUnavailable"])
+    # A pod back in service counts as available only minReadySeconds later (with nothing observed then):
+    # with minReadySeconds some moments count more pods unavailable than are out of service.
+    out_of_service = {
+        r["position"]: max(4 - sum(pod["available"] for pod in r["state"]["pods"].values()), 0)
+        for r in records
+        if r["position"] in view
+    }
+    waiting = [p for p in view if view[p] > out_of_service[p]]
+    assert bool(waiting) is bool(min_ready) and all(view[p] >= out_of_service[p] for p in view)
 
     # After the rollout every pod is at the update revision: replay says so (it said updated=0 when it
     # compared the pods' revision label with the revision's full name).
@@ -126,7 +93,7 @@ async def test_views_replay_and_what_if_agree_on_the_same_trail(
 
 def _carried_out(actions: list[model.Action]) -> dict[str, Any]:
     running = {"metadata": {"name": "web-0", "uid": "u0"}, "spec": {"containers": [{"name": "app"}]}}
-    running["status"] = {"conditions": [{"type": "Ready", "status": "True"}]}
+    running["status"] = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
     cluster = ClusterModel({"spec": {}}, t0=T0, pods={"web-0": running})
     for action in actions:
         cluster.carry_out(action)

@@ -66,6 +66,7 @@ def pod(owner: str, name: str, version: int, *, ready: str, action: str, restart
         },
         "spec": {"containers": [{"name": "main", "image": "nginx:2"}]},
         "status": {
+            "phase": "Running",
             "conditions": [{"type": "Ready", "status": ready}],
             "containerStatuses": [{"name": "main", "ready": ready == "True", "restartCount": restarts}],
         },

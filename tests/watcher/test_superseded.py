@@ -74,7 +74,7 @@ def test_superseding_keeps_the_latest_object() -> None:
 
 
 def ready_pod(version: int, ready: str, **annotations: str) -> Envelope:
-    obj = pod("a", version, conditions=[{"type": "Ready", "status": ready}])
+    obj = pod("a", version, phase="Running", conditions=[{"type": "Ready", "status": ready}])
     obj["metadata"]["annotations"] = annotations
     return observation("Pod", obj, "MODIFIED", stream=STREAM, correlation_id=None)
 

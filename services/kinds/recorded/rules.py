@@ -151,7 +151,7 @@ class PodView:
     revision: str | None
     images: tuple[tuple[str, str], ...]  # (container, image) of spec.containers
     ready: bool  # Ready condition True
-    in_service: bool  # available (services/model/availability.py): not terminating, Ready, gate not False
+    in_service: bool  # available at minReadySeconds 0 (services/model/availability.py)
     terminating: bool
     evicted: bool = False  # the eviction API deleted it (DisruptionTarget True, EvictionByEvictionAPI)
 

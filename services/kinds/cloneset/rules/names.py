@@ -10,7 +10,7 @@ REVISION_LABEL = "controller-revision-hash"
 POD_TEMPLATE_HASH_LABEL = "pod-template-hash"
 REVISION_HASH_LABEL = "controller.kubernetes.io/hash"  # on ControllerRevisions
 SPECIFIED_DELETE_LABEL = "apps.kruise.io/specified-delete"
-LIFECYCLE_STATE_LABEL = "lifecycle.apps.kruise.io/state"
+LIFECYCLE_STATE_LABEL = availability.LIFECYCLE_STATE_LABEL
 LIFECYCLE_TIMESTAMP_ANNOTATION = "lifecycle.apps.kruise.io/timestamp"
 # The CloneSet label switching excludePreparingDelete on in v1alpha1 (v1beta1: a scaleStrategy field).
 EXCLUDE_PREPARING_DELETE_LABEL = "apps.kruise.io/cloneset-scaling-exclude-preparing-delete"

@@ -24,10 +24,15 @@ from services.kinds.cloneset.rules.names import (
     REVISION_LABEL,
     SPECIFIED_DELETE_LABEL,
 )
+from services.model.availability import (
+    condition_facts,
+    condition_time,
+    in_service,
+    ready_long_enough,
+    terminating,
+)
 
 _PHASE_RANK = {"Pending": 0, "Unknown": 1, "Running": 2}
-# Lifecycle states in which a pod may count as available (OpenKruise's IsPodAvailable: empty or Normal).
-_NORMAL_LIFECYCLE = frozenset({"", "Normal"})
 
 
 def parse_time(value: Any) -> float | None:
@@ -100,6 +105,7 @@ class PodView:
         "sole_controller_uid",
         "_normal_running",
         "_ready_since_text",
+        "_available_since",
         "_created_text",
         "_statuses",
         "_ready_since",
@@ -129,19 +135,10 @@ class PodView:
         self.node: str = (pod.get("spec") or {}).get("nodeName") or ""
         phase = status.get("phase") or ""
         self.phase: str = phase
-        deleting = metadata.get("deletionTimestamp")
+        deleting = terminating(metadata)
         self.active: bool = phase != "Succeeded" and phase != "Failed" and not deleting
-        ready = False
-        ready_since_text = None
-        inplace_ready = None
-        for condition in status.get("conditions") or ():
-            kind = condition.get("type")
-            if kind == "Ready":
-                ready = condition.get("status") == "True"
-                if ready:
-                    ready_since_text = condition.get("lastTransitionTime")
-            elif kind == INPLACE_READY_CONDITION:
-                inplace_ready = condition.get("status") == "True"
+        # The conditions as services/model/availability.py reads them (the first of each type).
+        ready, ready_since_text, inplace_ready = condition_facts(status)
         self.ready: bool = ready
         self.inplace_ready: bool | None = inplace_ready  # None when the condition is absent
         lifecycle = labels.get(LIFECYCLE_STATE_LABEL, "")
@@ -153,10 +150,12 @@ class PodView:
         self.sole_controller_uid: str | None = (
             sole.get("uid") if type(sole) is dict and sole.get("controller") else None
         )
-        self._normal_running = (
-            ready and phase == "Running" and inplace_ready is not False and lifecycle in _NORMAL_LIFECYCLE
+        # Available at minReadySeconds 0, by the one definition (services/model/availability.py).
+        self._normal_running = in_service(
+            terminating=deleting, lifecycle=lifecycle, phase=phase, ready=ready, in_place_ready=inplace_ready
         )
         self._ready_since_text = ready_since_text
+        self._available_since: Any = _UNSET
         # Read now, parsed later: the metadata is in the CPU cache now, and may not be when sorting.
         self._created_text = metadata.get("creationTimestamp")
         self._statuses = status.get("containerStatuses")
@@ -232,14 +231,17 @@ class PodView:
         return self.ready_since is not None and self.ready_since + min_ready_seconds < now
 
     def cs_available(self, min_ready_seconds: int, now: float) -> bool:
-        """Lifecycle empty or Normal, Running, available and InPlaceUpdateReady not False (OpenKruise's
-        ``IsPodAvailable``, pkg/controller/cloneset/sync/cloneset_sync_utils.go)."""
+        """Available as services/model/availability.py defines it (OpenKruise's ``IsPodAvailable``,
+        pkg/controller/cloneset/sync/cloneset_sync_utils.go): lifecycle empty or Normal, Running, Ready,
+        InPlaceUpdateReady not False, Ready for longer than minReadySeconds."""
         if not self._normal_running:
             return False
         if min_ready_seconds == 0:
             return True
-        since = self.ready_since
-        return since is not None and since + min_ready_seconds < now
+        since = self._available_since
+        if since is _UNSET:
+            since = self._available_since = condition_time(self._ready_since_text)
+        return ready_long_enough(since, min_ready_seconds, now)
 
     def counts_ready(self) -> bool:
         """status.readyReplicas: Running, Ready and InPlaceUpdateReady not False (lifecycle ignored)."""
