@@ -60,6 +60,9 @@ depends_on: str | Sequence[str] | None = None
 _KEY = "split_part(e.payload ->> 'rollout_id'::text, '#'::text, 1) AS rollout_key"
 _DRIVEN_BY = "AS driven_by\n   FROM events e"
 _DRIVEN_BY_KEY = f"AS driven_by,\n    {_KEY}\n   FROM events e"
+# The key column as pg_get_viewdef renders it: Postgres 15 qualifies the column (e.payload), 18 does not
+# and puts the operator in parentheses; the downgrade matches both.
+_DRIVEN_BY_KEYED = re.compile(r"AS driven_by,\n    split_part\(.*\) AS rollout_key\n   FROM events e")
 # pg_get_viewdef qualifies the column with its relation on Postgres 15 and not on 18 (embedded): both match.
 _TERMINAL = re.compile(r"(action_outcomes\.)?terminal_events\n   FROM action_outcomes")
 _TERMINAL_KEY = r"\1terminal_events,\n    action_outcomes.rollout_key\n   FROM action_outcomes"
@@ -174,7 +177,9 @@ def downgrade() -> None:
     for view in ("rollouts", "partition_steps"):
         sql, kept = _definition(view), _comment(view)
         op.execute(f"DROP VIEW {view}")
-        _replace(view, sql.replace(_DRIVEN_BY_KEY, _DRIVEN_BY), kept)
+        unkeyed, found = _DRIVEN_BY_KEYED.subn(_DRIVEN_BY, sql)
+        assert found == 1, f"{view} no longer ends with driven_by, rollout_key FROM events e"
+        _replace(view, unkeyed, kept)
     sql, kept = _definition("actions_without_one_terminal"), _comment("actions_without_one_terminal")
     op.execute("DROP VIEW actions_without_one_terminal")
     _replace("actions_without_one_terminal", _TERMINAL_KEYED.sub(_TERMINAL_UNKEYED, sql), kept)
