@@ -179,14 +179,23 @@ def state_at(
     ``at_position`` (global position); with neither, after the last event."""
     state = WorkloadState(namespace, name)
     last: StoredEvent | None = None
-    for stored in events:
-        if at_position is not None and stored.global_position > at_position:
-            break
-        if at_time is not None and stored.recorded_at > at_time:
-            break
+    for stored in _up_to(events, at_time, at_position):
         state.fold(stored.envelope)
         last = stored
     return state, last
+
+
+def _up_to(
+    events: Iterable[StoredEvent], at_time: datetime | None, at_position: int | None
+) -> Iterator[StoredEvent]:
+    """The events recorded at or before ``at_time`` and at or below ``at_position`` (either may be None),
+    in order, up to the first that is not."""
+    for stored in events:
+        if at_position is not None and stored.global_position > at_position:
+            return
+        if at_time is not None and stored.recorded_at > at_time:
+            return
+        yield stored
 
 
 def summary_at(
@@ -199,13 +208,7 @@ def summary_at(
 ) -> tuple[dict[str, Any], StoredEvent | None]:
     """``summarise`` of the workload after the last event at or before ``at_time`` (recorded_at) and/or
     ``at_position`` (as ``state_at``), its pods counted along the way as replay and the views count them."""
-    kept: list[StoredEvent] = []
-    for stored in events:
-        if at_position is not None and stored.global_position > at_position:
-            break
-        if at_time is not None and stored.recorded_at > at_time:
-            break
-        kept.append(stored)
+    kept = _up_to(events, at_time, at_position)
     last = next(iter(deque(fold_timeline(namespace, name, kept), maxlen=1)), None)
     if last is None:
         return summarise(WorkloadState(namespace, name)), None
