@@ -59,6 +59,9 @@ class PodTally:
         self.ready = 0
         self.availability = AvailabilityCount()
         self.min_ready_seconds = 0  # the workload's, as last observed
+        # pod -> the workload's minReadySeconds when the pod was last observed before the tally was kept
+        # (``observed``): ``refresh_all`` holds each pod to it, as the count along the trail does.
+        self._held_to: dict[str, int] = {}
         self.by_revision: Counter[str] = Counter()
         self.changed: list[str] = []  # pods created, changed or gone at the last ``refresh``
 
@@ -80,15 +83,23 @@ class PodTally:
                 self.observe_workload(None if payload.change == "DELETED" else payload.object, at)
             elif payload.kind == "Pod":
                 self.availability.advance(at.timestamp())
+                self._held_to[payload.name] = self.min_ready_seconds
 
-    def refresh(self, pods: dict[str, dict[str, Any]], name: str, at: datetime | None = None) -> None:
+    def refresh(
+        self,
+        pods: dict[str, dict[str, Any]],
+        name: str,
+        at: datetime | None = None,
+        min_ready_seconds: int | None = None,
+    ) -> None:
         """Pod ``name`` as ``pods`` holds it now (after an event that observed it at ``at``; None: the
-        latest observation's time)."""
+        latest observation's time), held to ``min_ready_seconds`` (None: the workload's now)."""
         pod = pods.get(name)
         old = self.facts.get(name)
         self.changed = []
         moment = self.availability.clock if at is None else at.timestamp()
-        self.availability.observe(name, pod, self.min_ready_seconds, moment)
+        held_to = self.min_ready_seconds if min_ready_seconds is None else min_ready_seconds
+        self.availability.observe(name, pod, held_to, moment)
         if (None if old is None else old.pod) is pod:
             return
         self.changed = [name]
@@ -103,10 +114,11 @@ class PodTally:
     def refresh_all(self, pods: dict[str, dict[str, Any]]) -> None:
         """Every pod as ``pods`` holds it now, and those gone since the tally was last kept; ``changed``
         then names them all. Each is counted at the latest observation's time, held to the workload's
-        minReadySeconds now."""
+        minReadySeconds when it was last observed."""
         changed: list[str] = []
+        held_to, self._held_to = self._held_to, {}
         for name in [*self.facts.keys() - pods.keys(), *pods]:
-            self.refresh(pods, name)
+            self.refresh(pods, name, None, held_to.get(name))
             changed += self.changed
         self.changed = changed
 

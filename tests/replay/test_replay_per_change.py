@@ -9,13 +9,14 @@ from datetime import UTC, datetime
 from functools import cache
 from typing import Any
 
+import msgspec
 import pytest
 
 from services.kinds.cloneset.rules.names import REVISION_LABEL
 from services.model.availability import pod_available, revision_hash, unavailable
 from services.model.cloneset import desired_replicas
 from services.model.event_store import StoredEvent
-from services.model.events import Envelope, RolloutStarted
+from services.model.events import Envelope, ObjectObserved, RolloutStarted
 from services.model.memory_store import InMemoryEventStore
 from services.replay import whatif
 from services.replay.cluster_model import ClusterModel
@@ -132,6 +133,34 @@ def test_a_tally_kept_only_from_a_rollouts_first_event_gives_the_same_lines_and_
                 assert summarise(step.state, step.pods) == summarise(before.state, before.pods)
                 if step.event.global_position == tally_from:
                     assert sorted(step.pods.changed) == sorted(step.state.pods)
+
+
+def test_a_late_tally_holds_each_pod_to_the_min_ready_seconds_it_was_observed_under() -> None:
+    # minReadySeconds rises to 1000 just before the rollout's first event: the pods observed before it
+    # stay held to 0 until observed again, in the tally kept all along and in the one kept from there.
+    events = stored(simulated("in place, 2 at a time"))
+    middle = len(events) // 2
+    index = max(
+        i
+        for i, e in enumerate(events[:middle])
+        if isinstance(e.envelope.payload, ObjectObserved) and e.envelope.payload.kind == "CloneSet"
+    )
+    observed = events[index].envelope.payload
+    assert isinstance(observed, ObjectObserved)
+    cloneset = copy.deepcopy(observed.object)
+    cloneset["spec"]["minReadySeconds"] = 1000
+    changed = msgspec.structs.replace(observed, object=cloneset)
+    events[index] = msgspec.structs.replace(
+        events[index], envelope=msgspec.structs.replace(events[index].envelope, payload=changed)
+    )
+    tally_from = events[index + 1].global_position
+    compared = 0
+    late = fold_timeline("team-a", "web", events, tally_from)
+    for step, before in zip(late, fold_timeline("team-a", "web", events), strict=True):
+        if step.event.global_position >= tally_from:
+            assert one_line(step) == one_line(before)
+            compared += 1
+    assert compared > 10
 
 
 def test_the_tally_looks_again_only_at_a_pod_whose_object_changed() -> None:
