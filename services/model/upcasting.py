@@ -157,7 +157,9 @@ def number_rollouts(envelopes: Iterable[Envelope]) -> list[Envelope]:
         if key is None:
             result.append(envelope)
             continue
-        sequence = sequences.setdefault(key, RolloutSequence())
+        sequence = sequences.get(key)
+        if sequence is None:  # not setdefault: that would make a sequence for every event
+            sequence = sequences[key] = RolloutSequence()
         if key == envelope.stream:
             payload = sequence.payload(envelope.payload)
         else:
