@@ -9,7 +9,8 @@ maxUnavailable), which is Kubernetes' pod availability plus two OpenKruise gates
 
 - its lifecycle state (label ``lifecycle.apps.kruise.io/state``) is absent, empty or ``Normal``: a pod in
   ``PreparingNormal``, ``PreparingUpdate``, ``Updating``, ``Updated`` or ``PreparingDelete`` is not
-  available even when Ready, so deleting or updating it takes nothing more out of service;
+  available even when Ready, so deleting or updating it takes nothing more out of service (but for
+  rollbook's resize that restarts nothing, below);
 - its phase is ``Running``;
 - the first ``Ready`` condition has status ``True``;
 - the first ``InPlaceUpdateReady`` condition is absent or ``True`` (an in-place update marks the pod
@@ -24,8 +25,9 @@ terminating pod counts as unavailable and a surplus pod (surge) makes up for one
 which is how OpenKruise budgets maxUnavailable (``deleteReadyLimit = maxUnavailable + pods - replicas -
 unavailable``). Counting the pods that exist and are not available instead would count a recreated pod
 twice (the old one terminating and its replacement starting). rollbook's one step beyond OpenKruise, a
-resize that restarts nothing, is chosen without using up maxUnavailable (docs/plan.md), yet its pod is
-``Updating`` meanwhile and so unavailable here, as OpenKruise would count it: the audit shows it.
+resize that restarts nothing (docs/plan.md), keeps its pod Ready and in its Services while it is
+``Updating``: such a pod (its in-place state records a resize, ``RESIZE_STATE_KEY``, and InPlaceUpdateReady
+is not False) counts as available, in the planner's budget and in the audit alike.
 
 minReadySeconds is part of the count because the planner counts with it: without it the audit could not
 see a pod taken down before the previous one had been Ready for minReadySeconds, the very thing the field
@@ -50,12 +52,19 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from services.model.cloneset import INPLACE_STATE_ANNOTATION, INPLACE_STATE_ANNOTATION_OLD
+
 READY_CONDITION = "Ready"
 INPLACE_READY_CONDITION = "InPlaceUpdateReady"
 LIFECYCLE_STATE_LABEL = "lifecycle.apps.kruise.io/state"
 RUNNING = "Running"
 # Lifecycle states in which a pod may count as available (OpenKruise: empty or Normal).
 NORMAL_LIFECYCLE = ("", "Normal")
+UPDATING_LIFECYCLE = "Updating"
+# The in-place update state annotations (the first present is read) and the key under which rollbook
+# records a resize's targets (container -> resources) in it.
+INPLACE_STATE_ANNOTATIONS = (INPLACE_STATE_ANNOTATION, INPLACE_STATE_ANNOTATION_OLD)
+RESIZE_STATE_KEY = "rollbookResize"
 
 # RFC 3339 as Kubernetes writes times (``2026-11-30T12:00:00Z``; fractions and offsets allowed), within
 # a range that neither Python's datetime nor Postgres' timestamptz can overflow. The SQL uses this pattern.
@@ -112,8 +121,24 @@ def condition_facts(status: Mapping[str, Any]) -> tuple[bool, Any, bool | None]:
     return bool(ready), since, in_place
 
 
+def resizing_in_place(annotations: Mapping[str, Any]) -> bool:
+    """The pod's in-place update state records a resize (its text names ``RESIZE_STATE_KEY``; the SQL
+    reads it the same way, as text, so a state that is not JSON cannot fail a query)."""
+    for name in INPLACE_STATE_ANNOTATIONS:
+        value = annotations.get(name)
+        if value is not None:
+            return isinstance(value, str) and f'"{RESIZE_STATE_KEY}"' in value
+    return False
+
+
 def in_service(
-    *, terminating: bool, lifecycle: Any, phase: Any, ready: bool, in_place_ready: bool | None
+    *,
+    terminating: bool,
+    lifecycle: Any,
+    phase: Any,
+    ready: bool,
+    in_place_ready: bool | None,
+    resizing: bool = False,
 ) -> bool:
     """Available with minReadySeconds 0 (OpenKruise's "ready": what a deletion may take without using up
     the budget), from the pod's facts."""
@@ -121,7 +146,13 @@ def in_service(
         ready
         and phase == RUNNING
         and in_place_ready is not False
-        and (lifecycle is None or lifecycle in NORMAL_LIFECYCLE)
+        and (
+            lifecycle is None
+            or lifecycle in NORMAL_LIFECYCLE
+            # rollbook's resize that restarts nothing: Updating, yet Ready with InPlaceUpdateReady not
+            # False, so in its Services throughout (a resize that restarts a container is not-ready)
+            or (lifecycle == UPDATING_LIFECYCLE and resizing)
+        )
         and not terminating
     )
 
@@ -166,6 +197,7 @@ def pod_facts(pod: Mapping[str, Any]) -> PodFacts:
         phase=status.get("phase"),
         ready=ready,
         in_place_ready=in_place,
+        resizing=resizing_in_place(_mapping(metadata.get("annotations"))),
     )
     return PodFacts(serving, condition_time(since))
 

@@ -18,6 +18,8 @@ DEFAULT_MAX_UNAVAILABLE = "20%"
 INSTANCE_ID_LABEL = "apps.kruise.io/cloneset-instance-id"
 # OpenKruise's record of a pod's in-place update (InPlaceUpdateState: revision, updateTimestamp, ...).
 INPLACE_STATE_ANNOTATION = "apps.kruise.io/inplace-update-state"
+# The name it had before, which OpenKruise still reads and removes on its next write.
+INPLACE_STATE_ANNOTATION_OLD = "inplace-update-state"
 
 
 def desired_replicas(cloneset: dict[str, Any] | None) -> int:

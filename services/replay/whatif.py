@@ -67,9 +67,10 @@ class RolloutMetrics:
     # start to every pod updated and available (after RolloutCompleted in the record), or the record's end
     duration_seconds: float = 0.0
     completed: bool = False
-    _down_since: dict[str, float] = field(default_factory=dict)
+    # The count's working state, not a metric: two runs with the same figures compare equal.
+    _down_since: dict[str, float] = field(default_factory=dict, compare=False, repr=False)
     # Available pods counted as the view ``unavailability`` counts them (minReadySeconds included).
-    _count: AvailabilityCount = field(default_factory=AvailabilityCount)
+    _count: AvailabilityCount = field(default_factory=AvailabilityCount, compare=False, repr=False)
 
     def observe(
         self,

@@ -17,7 +17,12 @@ import pytest
 
 from services.infra.database import asyncpg_url
 from services.kinds.cloneset.rules.podstate import PodView
-from services.model.availability import min_ready_seconds, pod_available, pod_facts
+from services.model.availability import (
+    INPLACE_STATE_ANNOTATIONS,
+    min_ready_seconds,
+    pod_available,
+    pod_facts,
+)
 
 READY_AT = "2026-11-30T12:00:00Z"
 READY_EPOCH = datetime(2026, 11, 30, 12, 0, tzinfo=UTC).timestamp()
@@ -64,6 +69,26 @@ def _ready_since(value: Any) -> dict[str, Any]:
     return _conditions(condition)
 
 
+STATE, OLD_STATE = INPLACE_STATE_ANNOTATIONS
+RESIZE_STATE = json.dumps({"revision": "web-2", "rollbookResize": {"app": {"requests": {"cpu": "200m"}}}})
+NO_RESIZE_STATE = json.dumps({"revision": "web-2", "updateResources": True})
+
+
+def _resizing(
+    *annotations: Any, lifecycle: str = "Updating", in_place_ready: str = "True", ready: str = "True"
+) -> dict[str, Any]:
+    """A pod in lifecycle ``lifecycle`` with these annotations (name, value, name, value, ...)."""
+    pairs = dict(zip(annotations[::2], annotations[1::2], strict=True))
+    return _pod(
+        metadata__labels={LIFECYCLE: lifecycle},
+        metadata__annotations={k: None if v is NULL else v for k, v in pairs.items()},
+        status__conditions=[
+            {"type": "Ready", "status": ready, "lastTransitionTime": READY_AT},
+            {"type": "InPlaceUpdateReady", "status": in_place_ready},
+        ],
+    )
+
+
 # (id, pod, minReadySeconds, seconds after READY_AT to judge at)
 CASES: list[tuple[str, dict[str, Any], int, float]] = [
     ("normal", _pod(), 0, 0),
@@ -76,6 +101,20 @@ CASES: list[tuple[str, dict[str, Any], int, float]] = [
         for state in ("PreparingNormal", "PreparingUpdate", "Updating", "Updated", "PreparingDelete")
     ],
     ("lifecycle-number", _pod(metadata__labels={LIFECYCLE: 5}), 0, 0),
+    # rollbook's resize that restarts nothing: Updating, its in-place state (a JSON string) naming the
+    # resize, stays in service; anything short of that does not.
+    ("resize-updating", _resizing(STATE, RESIZE_STATE), 0, 0),
+    ("resize-updating-old-annotation", _resizing(OLD_STATE, RESIZE_STATE), 0, 0),
+    ("resize-new-annotation-first", _resizing(STATE, NO_RESIZE_STATE, OLD_STATE, RESIZE_STATE), 0, 0),
+    ("resize-new-annotation-null", _resizing(STATE, NULL, OLD_STATE, RESIZE_STATE), 0, 0),
+    ("resize-state-not-a-string", _resizing(STATE, {"rollbookResize": {}}), 0, 0),
+    ("resize-state-not-json", _resizing(STATE, '{"rollbookResize": '), 0, 0),
+    ("resize-state-without-it", _resizing(STATE, NO_RESIZE_STATE), 0, 0),
+    ("resize-restarting", _resizing(STATE, RESIZE_STATE, in_place_ready="False"), 0, 0),
+    ("resize-updated", _resizing(STATE, RESIZE_STATE, lifecycle="Updated"), 0, 0),
+    ("resize-preparing-update", _resizing(STATE, RESIZE_STATE, lifecycle="PreparingUpdate"), 0, 0),
+    ("resize-not-ready", _resizing(STATE, RESIZE_STATE, ready="False"), 0, 0),
+    ("resize-min-ready", _resizing(STATE, RESIZE_STATE), 30, 60),
     *[
         (f"phase-{phase}", _pod(status__phase=phase), 0, 0)
         for phase in ("Pending", "Succeeded", "Failed", "Unknown")

@@ -5,6 +5,7 @@ pod waiting out minReadySeconds becomes available at the first observation past 
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -76,6 +77,33 @@ def pod(
     ],
 )  # fmt: skip
 def test_what_available_means(shape: dict[str, Any], available: bool) -> None:
+    assert pod_available(shape) is available
+
+
+def resizing(state: str = "Updating", in_place: str = "True", annotation: Any = None) -> dict[str, Any]:
+    shape = pod(state=state, in_place=in_place)
+    value = (
+        json.dumps({"revision": "web-2", "rollbookResize": {"app": {}}}) if annotation is None else annotation
+    )
+    shape["metadata"]["annotations"] = {"apps.kruise.io/inplace-update-state": value}
+    return shape
+
+
+@pytest.mark.parametrize(
+    ("shape", "available"),
+    [
+        (resizing(), True),  # restarts nothing: Ready and in its Services while Updating
+        (resizing(in_place="False"), False),  # a resize that restarts a container is marked not ready
+        (resizing(annotation=json.dumps({"revision": "web-2"})), False),  # an in-place update, no resize
+        (resizing(annotation={"rollbookResize": {}}), False),  # the state is a JSON string or nothing
+        (resizing(state="Updated"), False),  # a hook holds it after the update
+        (resizing(state="PreparingUpdate"), False),
+    ],
+    ids=["resize", "resize-restarting", "update-not-resize", "state-not-a-string", "updated", "preparing"],
+)
+def test_a_resize_that_restarts_nothing_keeps_its_pod_available(
+    shape: dict[str, Any], available: bool
+) -> None:
     assert pod_available(shape) is available
 
 

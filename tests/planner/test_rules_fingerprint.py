@@ -21,11 +21,12 @@ import msgspec
 import pytest
 
 from services.kinds.cloneset.rules.decisions import RULES_VERSION
-from services.kinds.cloneset.rules.model import PlanInput
+from services.kinds.cloneset.rules.model import PlanInput, UpdateInPlace
 from services.kinds.cloneset.rules.plan import plan
 from services.kinds.registry import CLONESET
 from services.model.events import RoundPlanned
 from services.model.rounds import split_round
+from services.model.strategic_merge import strategic_merge_patch
 from services.replay.simulation import WorkloadSimulation
 from tests.planner.builders import IDS, cloneset, plan_input, pvcs_for, revision_record, running_pod
 
@@ -62,6 +63,8 @@ FINGERPRINTS = {
     # same, only the ids derived from the decisions stream's versions moved; tests/replay verifies the
     # trails recorded before
     15: "366374187f2f674a7e6617405b9c8f736ed64cdedd304063ae1b90359fca8190",
+    # v16: a pod in a resize that restarts nothing counts as available (with the RESIZING input)
+    16: "fe1baa5b24f784842b7adbd23aaa3c1044e5f9e6d92d31192310870c6b618bcd",
 }
 START = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 SCRIPTS: tuple[tuple[int | None, dict[str, object]], ...] = (
@@ -124,6 +127,23 @@ def _resize_input() -> PlanInput:
     return plan_input(new, pods, [revision_record(old, 1)])
 
 
+def _resizing_input() -> PlanInput:
+    """The next round of ``_resize_input``: every pod's resize started (its start patch applied, the
+    kubelet not done yet), so each is Updating while Ready (added with rules v16, which count such a pod
+    as available: it restarts nothing and stays in its Services)."""
+    first = _resize_input()
+    started = plan(first)
+    patches = {a.pod: a.patch for a in started.actions if isinstance(a, UpdateInPlace)}
+    pods = [
+        strategic_merge_patch(pod, patches[pod["metadata"]["name"]])
+        if pod["metadata"]["name"] in patches
+        else pod
+        for pod in first.pods
+    ]
+    revisions = [*first.revisions, *started.revisions]
+    return msgspec.structs.replace(first, pods=pods, revisions=revisions)
+
+
 def decisions_fingerprint() -> tuple[str, dict[str, int]]:
     digest = hashlib.sha256()
     counts: dict[str, int] = {}
@@ -152,6 +172,9 @@ def decisions_fingerprint() -> tuple[str, dict[str, int]]:
                 counts[recorded.type] = counts.get(recorded.type, 0) + 1
     digest.update(msgspec.json.encode(plan(_reused_claims_input()).actions))
     digest.update(msgspec.json.encode(plan(_resize_input()).actions))
+    if RULES_VERSION >= 16:
+        resizing = plan(_resizing_input())
+        digest.update(msgspec.json.encode((resizing.actions, resizing.status)))
     return digest.hexdigest(), counts
 
 

@@ -46,8 +46,9 @@ def test_what_if_replays_the_resize_rollout_resizing_every_pod_at_once(history: 
     assert isinstance(started, RolloutStarted)
     result = what_if("team-a", "sized", stored(history), started.rollout_id, {"maxUnavailable": 1})
     assert result.recorded.completed and result.replanned.completed
-    # A resize that restarts nothing keeps every pod Ready and is chosen without using up maxUnavailable
-    # (docs/plan.md), so all 4 pods resize at once, recorded and replanned alike. Each is in lifecycle state
-    # Updating meanwhile, which OpenKruise's count (services/model/availability.py) holds unavailable.
-    assert result.recorded.max_unavailable == result.replanned.max_unavailable == 4
+    # A resize that restarts nothing keeps every pod Ready and in its Services and is chosen without using
+    # up maxUnavailable (docs/plan.md), so all 4 pods resize at once, recorded and replanned alike, and none
+    # counts as unavailable though each is in lifecycle state Updating meanwhile
+    # (services/model/availability.py).
+    assert result.recorded.max_unavailable == result.replanned.max_unavailable == 0
     assert result.replanned.actions >= 8  # an updateInPlace and a resize per pod

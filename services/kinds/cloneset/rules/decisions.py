@@ -81,8 +81,11 @@ from services.model.streams import derived_id, rollout_id
 #     resources in status) is resized in place through pods/resize (a ``resize`` action after the start
 #     patch), not recreated; a resize that restarts nothing costs no maxUnavailable; an Infeasible (or
 #     Deferred too long) resize is recreated under InPlaceIfPossible and refused under InPlaceOnly.
+# 16: a pod in a resize that restarts nothing (lifecycle Updating, Ready, InPlaceUpdateReady not False, its
+#     in-place state recording the resize) counts as available (services/model/availability.py): it stays
+#     in its Services, so status.availableReplicas keeps it and it leaves the others' budget alone.
 # tests/planner/test_rules_fingerprint.py fails when the decisions change and this does not.
-RULES_VERSION = 15
+RULES_VERSION = 16
 
 Decide = Callable[[PlanInput], Plan]
 """The decision function: the planner input -> its plan (typed, services/kinds/cloneset/rules/model.py)."""

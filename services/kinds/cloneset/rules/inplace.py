@@ -35,6 +35,7 @@ from services.kinds.cloneset.rules.names import (
     REVISION_LABEL,
 )
 from services.kinds.cloneset.rules.podstate import container_statuses
+from services.model.availability import RESIZE_STATE_KEY as RESIZE_STATE_KEY  # the update's record
 
 NONE, DYNAMIC, REBUILD, STATIC = 0, 1, 2, 3
 CLASS_NAMES = {NONE: "None", DYNAMIC: "Dynamic", REBUILD: "Rebuild", STATIC: "Static"}
@@ -352,7 +353,6 @@ def container_patch(change: Change, old_containers: list[Any]) -> list[dict[str,
 EXTENDED_PATCH_KEY = "rollbookContainerPatch"
 # The resize's target resources (container -> resources) in the state annotation, beside OpenKruise's
 # ``updateResources``: the update is complete once the kubelet has actuated them (resize.actuated).
-RESIZE_STATE_KEY = "rollbookResize"
 
 
 def metadata_patch(change: Change) -> dict[str, Any] | None:

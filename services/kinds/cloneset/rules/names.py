@@ -19,7 +19,8 @@ DELETION_COST_ANNOTATION = "controller.kubernetes.io/pod-deletion-cost"
 INPLACE_GRACE_ANNOTATION = "apps.kruise.io/inplace-update-grace"
 INPLACE_READY_CONDITION = availability.INPLACE_READY_CONDITION
 # Legacy keys OpenKruise still reads and removes on its next write.
-INPLACE_STATE_ANNOTATION_OLD = "inplace-update-state"
+from services.model.cloneset import INPLACE_STATE_ANNOTATION_OLD as INPLACE_STATE_ANNOTATION_OLD  # noqa: E402
+
 INPLACE_GRACE_ANNOTATION_OLD = "inplace-update-grace"
 # The readiness gate lifecycle hooks with markPodNotReady hold a pod unready through (apis/apps/pub).
 KRUISE_POD_READY_CONDITION = "KruisePodReady"

@@ -25,10 +25,12 @@ from services.kinds.cloneset.rules.names import (
     SPECIFIED_DELETE_LABEL,
 )
 from services.model.availability import (
+    UPDATING_LIFECYCLE,
     condition_facts,
     condition_time,
     in_service,
     ready_long_enough,
+    resizing_in_place,
     terminating,
 )
 
@@ -152,7 +154,12 @@ class PodView:
         )
         # Available at minReadySeconds 0, by the one definition (services/model/availability.py).
         self._normal_running = in_service(
-            terminating=deleting, lifecycle=lifecycle, phase=phase, ready=ready, in_place_ready=inplace_ready
+            terminating=deleting,
+            lifecycle=lifecycle,
+            phase=phase,
+            ready=ready,
+            in_place_ready=inplace_ready,
+            resizing=lifecycle == UPDATING_LIFECYCLE and resizing_in_place(annotations),
         )
         self._ready_since_text = ready_since_text
         self._available_since: Any = _UNSET
