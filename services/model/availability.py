@@ -191,13 +191,14 @@ def pod_facts(pod: Mapping[str, Any]) -> PodFacts:
     metadata = _mapping(pod.get("metadata"))
     status = _mapping(pod.get("status"))
     ready, since, in_place = condition_facts(status)
+    lifecycle = _mapping(metadata.get("labels")).get(LIFECYCLE_STATE_LABEL)
     serving = in_service(
         terminating=terminating(metadata),
-        lifecycle=_mapping(metadata.get("labels")).get(LIFECYCLE_STATE_LABEL),
+        lifecycle=lifecycle,
         phase=status.get("phase"),
         ready=ready,
         in_place_ready=in_place,
-        resizing=resizing_in_place(_mapping(metadata.get("annotations"))),
+        resizing=lifecycle == UPDATING_LIFECYCLE and resizing_in_place(_mapping(metadata.get("annotations"))),
     )
     return PodFacts(serving, condition_time(since))
 
