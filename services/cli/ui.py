@@ -289,7 +289,7 @@ def make_app(
     from services.infra import audit_queries
     from services.infra.api_auth import guard
     from services.kinds.registry import KINDS
-    from services.replay.operations import replay_frames
+    from services.replay.operations import cloneset_frames, replay_frames
     from services.replay.reads import TargetError
 
     async def index(_: web.Request) -> web.Response:
@@ -309,8 +309,9 @@ def make_app(
         rollout_id = request.query.get("id", "")
         pool, store = await source.open()
         # The replay (this process's CPU: reading, decoding and folding the workload's events) starts at
-        # once, as a CloneSet's (the usual rollout), and runs while Postgres answers the views.
-        replaying = asyncio.ensure_future(replay_frames(store, rollout_id))
+        # once, as a CloneSet's (the usual rollout): its frames, and the view ``unavailability``'s rows
+        # counted in the same fold, so Postgres, busy reading those events, is not asked for the view too.
+        replaying: asyncio.Future[Any] = asyncio.ensure_future(cloneset_frames(store, rollout_id))
         try:
             async with pool.acquire() as connection:
                 # A CloneSet and a recorded Deployment of the same name could share a rollout id: the
@@ -321,16 +322,20 @@ def make_app(
                 head = found[0]
                 kind = KINDS[head["kind"]]
                 namespace, workload = head["namespace"], head["workload"]
+                first = head["started_position"]
+                last = head["finished_position"] or await audit_queries.head_position(connection)
                 if not kind.driven:  # a recorded kind's rollout: its own trail's replay instead
                     await _cancelled(replaying)
                     replaying = asyncio.ensure_future(replay_frames(store, f"{kind.name}/{rollout_id}"))
-                # The slowest view first; together they take less than the replay beside them.
-                last = head["finished_position"] or await audit_queries.head_position(connection)
-                unavailable = rows(
-                    await audit_queries.unavailability(
-                        connection, kind.name, namespace, workload, head["started_position"], last
+                # A finished CloneSet rollout's rows all lie within its replay's span; a rollout still
+                # going (rows up to the log's head) and a recorded kind's ask the view.
+                unavailable: list[dict[str, Any]] | None = None
+                if not kind.driven or head["finished_position"] is None:
+                    unavailable = rows(
+                        await audit_queries.unavailability(
+                            connection, kind.name, namespace, workload, first, last
+                        )
                     )
-                )
                 actions = rows(await audit_queries.rollout_actions(connection, rollout_id))
                 steps = rows(await audit_queries.partition_steps(connection, rollout_id))
                 # The pauses are in the planner's decisions stream, or in a recorded kind's trail.
@@ -344,9 +349,12 @@ def make_app(
             await _cancelled(replaying)
             raise
         try:
-            states = await replaying
+            replayed = await replaying
         except TargetError as error:
             raise web.HTTPNotFound(text=str(error)) from None
+        states = replayed.frames if kind.driven else replayed
+        if unavailable is None:
+            unavailable = [r for r in replayed.unavailability if first <= r["position"] <= last]
         return json_answer(
             {
                 "rollout": head,

@@ -22,11 +22,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 
+from services.kinds import registry
 from services.kinds.base import Kind
 from services.kinds.cloneset.rules.decisions import Decide
 from services.kinds.cloneset.rules.decisions import decide as planner_decide
 from services.kinds.registry import RECORDED
 from services.model.event_store import EventStore, StoredEvent
+from services.model.events import ObjectObserved
 from services.planner.kinds import CLONESET, SIDECARSET, CloneSetPlanner, KindPlanner
 from services.replay.reads import (
     TargetError,
@@ -117,19 +119,7 @@ async def replay_frames(store: EventStore, target: str) -> list[dict[str, Any]]:
     pod after every event made a 200-pod rollout's answer 40 MB."""
     kind, rest = split_kind(target)
     if kind is None:
-        first = True
-
-        def frame(step: Step) -> dict[str, Any]:
-            nonlocal first
-            tally = step.pods
-            if first:
-                first = False
-                pods: dict[str, Any] = tally.summaries()
-            else:
-                pods = {name: _summary_of(tally.facts.get(name)) for name in tally.changed}
-            return _coordinates(step.event) | {"pods": pods}
-
-        return await _span_steps(store, target, frame)
+        return (await cloneset_frames(store, target)).frames
     frames: list[dict[str, Any]] = []
     shown: dict[str, Any] | None = None  # the pods of the frame before
     for step in (await replay_recorded(store, kind, rest))[0]:
@@ -142,6 +132,86 @@ async def replay_frames(store: EventStore, target: str) -> list[dict[str, Any]]:
         frames.append(_coordinates(step.event) | {"pods": changed})
         shown = now
     return frames
+
+
+@dataclass
+class CloneSetFrames:
+    """A CloneSet's frames (``replay_frames``) and, for each pod or CloneSet observation among them, the
+    row the SQL view ``unavailability`` holds for it (position, at, replicas, available, unavailable),
+    counted by the same rule (services/model/availability.py) in the same fold: the UI's rollout reads
+    both from one pass over the events instead of asking Postgres for the view beside it."""
+
+    frames: list[dict[str, Any]]
+    unavailability: list[dict[str, Any]]
+
+
+async def cloneset_frames(store: EventStore, target: str) -> CloneSetFrames:
+    """``replay_frames`` of a CloneSet (``<namespace>/<name>`` or one of its rollout ids), with the
+    unavailability rows of its span."""
+    with cyclic_gc_paused():
+        namespace, name, events, span = await _events_for(store, target)
+        result = _cloneset_frames(namespace, name, events, span)
+        del events  # freed while the collector still waits (``_span_steps``)
+    return result
+
+
+def _cloneset_frames(
+    namespace: str, name: str, events: list[StoredEvent], span: tuple[int, int] | None
+) -> CloneSetFrames:
+    observed = registry.CLONESET.observed_stream(namespace, name)
+    frames: list[dict[str, Any]] = []
+    rows: list[dict[str, Any]] = []
+    replicas: int | None = None  # the view's: the latest spec.replicas a CloneSet observation carried
+    first = True
+    for step in fold_timeline(namespace, name, events, span[0] if span else 0):
+        stored = step.event
+        envelope = stored.envelope
+        payload = envelope.payload
+        # A row of the view: an observation of a pod or of the CloneSet in its observed stream.
+        row = (
+            payload
+            if isinstance(payload, ObjectObserved)
+            and envelope.stream == observed
+            and payload.kind in ("Pod", registry.CLONESET.name)
+            else None
+        )
+        if row is not None and row.kind == registry.CLONESET.name and row.change != "DELETED":
+            replicas = _spec_replicas(row.object, replicas)
+        position = stored.global_position
+        if span is not None and position > span[1]:
+            break
+        if span is not None and position < span[0]:
+            continue
+        tally = step.pods
+        if first:
+            first = False
+            pods: dict[str, Any] = tally.summaries()
+        else:
+            pods = {pod: _summary_of(tally.facts.get(pod)) for pod in tally.changed}
+        frames.append(_coordinates(stored) | {"pods": pods})
+        if row is not None:
+            available = tally.available
+            rows.append(
+                {
+                    "position": position,
+                    "at": envelope.occurred_at.isoformat(),
+                    "replicas": replicas,
+                    "available": available,
+                    "unavailable": max((replicas or 0) - available, 0),
+                }
+            )
+    return CloneSetFrames(frames, rows)
+
+
+def _spec_replicas(cloneset: dict[str, Any], before: int | None) -> int | None:
+    """spec.replicas as the view reads it (``(spec ->> 'replicas')::integer``): a number, or the one
+    before when absent."""
+    value = (cloneset.get("spec") or {}).get("replicas")
+    if type(value) is int:
+        return value
+    if isinstance(value, str) and value.strip().lstrip("+-").isdigit():
+        return int(value)
+    return before
 
 
 def _summary_of(facts: PodFacts | None) -> dict[str, Any] | None:

@@ -11,13 +11,14 @@ from typing import Any
 import asyncpg
 import pytest
 
+from services.infra import audit_queries
 from services.infra.database import asyncpg_url
 from services.infra.store import EventStore
 from services.kinds.cloneset.rules import model
 from services.model.availability import pod_available, revision_hash
 from services.model.events import RolloutStarted
 from services.replay.cluster_model import ClusterModel
-from services.replay.operations import replay_lines, replay_records, what_if_rollout
+from services.replay.operations import cloneset_frames, replay_lines, replay_records, what_if_rollout
 from services.replay.simulation import WorkloadSimulation
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
@@ -84,6 +85,25 @@ async def test_views_replay_and_what_if_agree_on_the_same_trail(
     }
     waiting = [p for p in view if view[p] > out_of_service[p]]
     assert bool(waiting) is bool(min_ready) and all(view[p] >= out_of_service[p] for p in view)
+
+    # The UI's rollout reads the view's rows from the same fold as its frames: the same rows.
+    ui_rows = [
+        row
+        for row in (await cloneset_frames(event_store, rollout)).unavailability
+        if span["started_position"] <= row["position"] <= span["finished_position"]
+    ]
+    connection = await asyncpg.connect(asyncpg_url(database_url))
+    try:
+        sql_rows = await audit_queries.unavailability(
+            connection, "CloneSet", namespace, "web", span["started_position"], span["finished_position"]
+        )
+    finally:
+        await connection.close()
+    assert ui_rows == [
+        {key: value.isoformat() if isinstance(value, datetime) else value for key, value in r.items()}
+        for r in sql_rows
+    ]
+    assert len(ui_rows) > 10
 
     # After the rollout every pod is at the update revision: replay says so (it said updated=0 when it
     # compared the pods' revision label with the revision's full name).
