@@ -76,8 +76,8 @@ class PodTally:
         self.availability.advance(at.timestamp())
 
     def observed(self, payload: object, at: datetime) -> None:
-        """An event that is not tallied: an observation still moves the clock, and the workload's one its
-        minReadySeconds (a pod's is tallied later, by ``refresh_all``)."""
+        """An event that does not refresh a pod: an observation still moves the clock, and the workload's
+        one its minReadySeconds (a pod observed before the tally is kept is tallied by ``refresh_all``)."""
         if isinstance(payload, ObjectObserved):
             if payload.kind == CLONESET_KIND:
                 self.observe_workload(None if payload.change == "DELETED" else payload.object, at)
@@ -173,9 +173,7 @@ def fold_timeline(
             tally.refresh(state.pods, payload.name, stored.envelope.occurred_at)
         else:
             tally.changed = []
-            if isinstance(payload, ObjectObserved) and payload.kind == CLONESET_KIND:
-                tally.observe_workload(None if payload.change == "DELETED" else payload.object,
-                                       stored.envelope.occurred_at)  # fmt: skip
+            tally.observed(payload, stored.envelope.occurred_at)  # the workload's own observation
         yield Step(stored, state, tally)
 
 
