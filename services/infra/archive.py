@@ -481,6 +481,12 @@ async def _drop(
                     f"INSERT INTO {_quote(carried)} SELECT * FROM {_quote(name)} WHERE global_position > $1",
                     cut,
                 )
+            # The stored inputs of the rounds archived (pod objects of that time) leave with them.
+            await connection.execute(
+                "DELETE FROM round_inputs WHERE round_event_id IN"
+                f" (SELECT event_id FROM {_quote(name)} WHERE global_position <= $1)",
+                cut,
+            )
             await connection.execute(f"ALTER TABLE events DETACH PARTITION {_quote(name)}")
             await connection.execute(f"DROP TABLE {_quote(name)}")
             if staying or is_default:
@@ -626,3 +632,8 @@ class ArchivedEventStore(PostgresEventStore):
         start = archived[-1].envelope.stream_version + 1 if archived else from_version
         live = await super().read_stream(stream, start, None if limit is None else limit - len(archived))
         return archived + live
+
+    async def round_input(self, round_event_id: uuid.UUID) -> bytes | None:
+        """None: what-if folds an archived workload's events from the files (its other reads are the
+        database's only)."""
+        return None

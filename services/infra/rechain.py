@@ -86,6 +86,9 @@ async def rewrite_payloads(owner_url: str, head: int, payloads: dict[int, str]) 
         async with connection.transaction():
             if await connection.fetchval("SELECT max(global_position) FROM events") != head:
                 raise HeadMoved("events were appended while the trail was read")
+            # The rounds' stored inputs hold the objects as recorded before the redaction: dropped with
+            # it (what-if then folds the rewritten events; the planner stores new rollouts' inputs).
+            await connection.execute("DELETE FROM round_inputs")
             return await rechain(connection, payloads)
     finally:
         await connection.close()

@@ -351,6 +351,10 @@ IMPORT_COLUMNS = [
 ]
 _VERSION_CONSTRAINT = "events_stream_version_key"
 _STREAM_VERSION_SQL = f"SELECT {_stream_head('$1')}"
+_STORE_ROUND_INPUT_SQL = (
+    "INSERT INTO round_inputs (round_event_id, input) VALUES ($1, $2) ON CONFLICT (round_event_id) DO NOTHING"
+)
+_ROUND_INPUT_SQL = "SELECT input FROM round_inputs WHERE round_event_id = $1"
 
 # The executor's per-action reads (before_acting, later_status_planned, status_stored_as_carried), prepared
 # once per pooled connection.
@@ -1034,6 +1038,22 @@ class PostgresEventStore:
         event the bus carried by reference (docs/bus.md, "Events larger than a bus message")."""
         rows = await self._fetch(_READ_EVENT_SQL, event_id)
         return _rows_to_stored(rows, self.decoder)[0].envelope if rows else None
+
+    async def store_round_input(self, round_event_id: uuid.UUID, input_json: bytes) -> None:
+        """Keep the canonical planner input of the round whose ``RoundPlanned`` is ``round_event_id`` (a
+        round that started a rollout). A row already there is kept: a reader checks it against the round's
+        ``input_sha256`` and ignores it when it does not match."""
+
+        async def store() -> None:
+            async with self._driver() as conn:
+                await conn.execute(_STORE_ROUND_INPUT_SQL, round_event_id, input_json)
+
+        await self._retrying(store)
+
+    async def round_input(self, round_event_id: uuid.UUID) -> bytes | None:
+        """The planner input stored for that round (None: none), unchecked."""
+        rows = await self._fetch(_ROUND_INPUT_SQL, round_event_id)
+        return bytes(rows[0][0]) if rows else None
 
     async def stored_ids(self, ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
         """Which of ``ids`` are stored (e.g. whether deterministic outcome events exist yet)."""

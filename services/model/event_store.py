@@ -92,4 +92,13 @@ class EventStore(Protocol):
 
     async def stored_ids(self, ids: Sequence[uuid.UUID]) -> set[uuid.UUID]: ...
 
+    async def store_round_input(self, round_event_id: uuid.UUID, input_json: bytes) -> None:
+        """Keep the canonical planner input of a round that started a rollout (by its RoundPlanned's
+        event id); one already stored is kept."""
+        ...
+
+    async def round_input(self, round_event_id: uuid.UUID) -> bytes | None:
+        """The planner input stored for that round, unchecked (None: none stored)."""
+        ...
+
     async def close(self) -> None: ...

@@ -21,6 +21,7 @@ class InMemoryEventStore:
         self.events: list[StoredEvent] = []
         self._streams: dict[str, list[StoredEvent]] = {}
         self._ids: set[uuid.UUID] = set()
+        self.round_inputs: dict[uuid.UUID, bytes] = {}  # RoundPlanned event id -> its planner input
         for envelope in events:
             self._store(envelope)
 
@@ -124,6 +125,12 @@ class InMemoryEventStore:
 
     async def stored_ids(self, ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
         return {i for i in ids if i in self._ids}
+
+    async def store_round_input(self, round_event_id: uuid.UUID, input_json: bytes) -> None:
+        self.round_inputs.setdefault(round_event_id, input_json)
+
+    async def round_input(self, round_event_id: uuid.UUID) -> bytes | None:
+        return self.round_inputs.get(round_event_id)
 
     async def close(self) -> None:
         """Nothing to release."""

@@ -29,7 +29,7 @@ from services.kinds.sidecarset.rules import decisions as sidecarset_decisions
 from services.kinds.sidecarset.rules.state import SidecarSetInput, SidecarSetState
 from services.kinds.sidecarset.rules.upgrade import SidecarSetRound
 from services.model import rounds
-from services.model.events import Envelope, Event
+from services.model.events import Envelope, Event, RolloutStarted
 from services.model.rounds import EXPECTATION_TIMEOUT
 from services.model.streams import derived_id
 
@@ -86,6 +86,11 @@ class KindPlanner(Protocol[S]):
 
     def round_id(self, state: S) -> UUID: ...
 
+    def rollout_input(self, state: S, plan_input: Any) -> bytes | None:
+        """The canonical JSON whose SHA-256 ``input_sha256`` is, kept for a round that starts a rollout so
+        what-if can start there (``round_inputs``); None for a kind what-if does not re-plan."""
+        ...
+
 
 @dataclass(frozen=True)
 class Idle:
@@ -108,6 +113,8 @@ class Round(Generic[S]):
     input_sha256: str
     decisions: list[Event]
     envelopes: list[Envelope]
+    # A round that starts a rollout: its input's canonical JSON, stored beside the round (``round_inputs``)
+    rollout_input: bytes | None = None
 
 
 Step = Idle | Wait | Round[Any]
@@ -135,7 +142,8 @@ def _round(
         correlation_id=correlation,
         rules=kind.rules_version,
     )
-    return Round(digest, decisions, envelopes)
+    starts = any(isinstance(d, RolloutStarted) for d in decisions)
+    return Round(digest, decisions, envelopes, kind.rollout_input(state, plan_input) if starts else None)
 
 
 def next_step(kind: KindPlanner[S], state: S) -> Step:
@@ -224,6 +232,10 @@ class CloneSetPlanner:
     def round_id(self, state: WorkloadState) -> UUID:
         return derived_id("round", *sorted(state.through().items()))
 
+    def rollout_input(self, state: WorkloadState, plan_input: PlanInput) -> bytes | None:
+        # The encodings ``input_sha256`` just made are reused: only the CloneSet and revisions are encoded.
+        return state.input_digest.encode(plan_input)
+
 
 # --- SidecarSet --------------------------------------------------------------------------------------
 
@@ -272,6 +284,9 @@ class SidecarSetPlanner:
 
     def round_id(self, state: SidecarSetState) -> UUID:
         return derived_id("sidecarset-round", *sorted(state.through().items()))
+
+    def rollout_input(self, state: SidecarSetState, plan_input: SidecarSetInput) -> bytes | None:
+        return None  # what-if re-plans CloneSet rollouts only
 
 
 CLONESET = CloneSetPlanner()

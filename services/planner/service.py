@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
+from uuid import UUID
 
 import nats.js.errors
 import structlog
@@ -342,6 +343,8 @@ class Planner:
             elif isinstance(step, Round):
                 await append(self.store, state, step.envelopes)
                 _timed("append", part)
+                if step.rollout_input is not None:
+                    await self._keep_rollout_input(step.envelopes[0].event_id, step.rollout_input)
                 correlation = step.envelopes[0].correlation_id
                 log.info(
                     "planned",
@@ -363,6 +366,15 @@ class Planner:
         finally:
             structlog.contextvars.unbind_contextvars("workload")
             PLANNING_SECONDS.observe(time.perf_counter() - started)
+
+    async def _keep_rollout_input(self, round_event_id: UUID, input_json: bytes) -> None:
+        """Store the input of a round that started a rollout (what-if starts there). Its round is stored
+        already; losing the input costs only speed (what-if then folds the events), so a failure is
+        logged and the round goes on."""
+        try:
+            await self.store.store_round_input(round_event_id, input_json)
+        except Exception as error:  # noqa: BLE001 - an accelerator: never fail the round for it
+            log.warning("rollout_input_not_stored", round=str(round_event_id), error=str(error))
 
 
 def _timed(part: str, since: float) -> float:

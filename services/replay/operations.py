@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import heapq
 from collections.abc import Callable, Iterator
@@ -28,7 +29,8 @@ from services.kinds.cloneset.rules.decisions import Decide
 from services.kinds.cloneset.rules.decisions import decide as planner_decide
 from services.kinds.registry import RECORDED
 from services.model.event_store import EventStore, StoredEvent
-from services.model.events import ObjectObserved
+from services.model.events import ObjectObserved, RolloutStarted, RoundPlanned
+from services.model.streams import ROLLOUT_SEQUENCE_MARK
 from services.planner.kinds import CLONESET, SIDECARSET, CloneSetPlanner, KindPlanner
 from services.replay.reads import (
     TargetError,
@@ -56,7 +58,15 @@ from services.replay.timeline import (
     summary_at,
 )
 from services.replay.verify import VerifyReport, WorkloadVerifier, verify_streams
-from services.replay.whatif import WhatIfResult, what_if
+from services.replay.whatif import (
+    RecordedRollout,
+    StartState,
+    WhatIfResult,
+    checked_input,
+    record_from,
+    replan,
+    what_if,
+)
 
 T = TypeVar("T")
 
@@ -444,5 +454,61 @@ async def what_if_rollout(store: EventStore, rollout_id: str, overrides: dict[st
     if rollout is None:
         raise TargetError(f"what-if takes a rollout id <namespace>/<name>@<revision>, got {rollout_id!r}")
     with cyclic_gc_paused():
+        recorded = await recorded_from_round_input(store, namespace, name, rollout)
+        if recorded is not None:
+            return replan(recorded, rollout, overrides)
         events = await workload_events(store, namespace, name)
     return what_if(namespace, name, events, resolve_rollout(events, rollout), overrides)
+
+
+# The rollout's first events read to find the round that started it: its RoundPlanned, the revisions it
+# records, then its RolloutStarted.
+_ROUND_HEAD = 16
+
+
+async def recorded_from_round_input(
+    store: EventStore, namespace: str, name: str, rollout: str
+) -> RecordedRollout | None:
+    """The rollout as recorded, read from the round that started it on: its starting state is the
+    round's stored input (``round_inputs``) when the input's SHA-256 is the one the round recorded, so
+    only the events after the round are read. None when that cannot be done (a rollout id without its
+    ``#n``, a shadowed rollout, no input stored or one that does not match): the caller folds every event
+    of the workload instead."""
+    if ROLLOUT_SEQUENCE_MARK not in rollout:
+        return None
+    head = await store.read_correlation(rollout, limit=_ROUND_HEAD)
+    decisions = registry.CLONESET.decisions_stream(namespace, name)
+    started = next(
+        (
+            e
+            for e in head
+            if isinstance(e.envelope.payload, RolloutStarted)
+            and e.envelope.payload.rollout_id == rollout
+            and e.envelope.stream == decisions
+        ),
+        None,
+    )
+    round_event = next(
+        (e for e in head if started is not None and e.envelope.event_id == started.envelope.causation_id),
+        None,
+    )
+    if round_event is None or not isinstance(round_event.envelope.payload, RoundPlanned):
+        return None
+    planned = round_event.envelope.payload
+    plan_input = checked_input(await store.round_input(round_event.envelope.event_id), planned)
+    if plan_input is None:
+        return None
+    through = planned.through
+    streams = await asyncio.gather(
+        *(
+            store.read_stream(stream, through.get(stream, 0) + 1)
+            for stream in (
+                registry.CLONESET.observed_stream(namespace, name),
+                registry.CLONESET.actions_stream(namespace, name),
+                decisions,
+                registry.CLONESET.shadow_stream(namespace, name),
+            )
+        )
+    )
+    after = list(heapq.merge(*streams, key=lambda e: e.global_position))
+    return record_from(round_event, planned.now, StartState.from_input(plan_input), after, rollout)

@@ -142,6 +142,8 @@ class WorkloadSimulation:
         self.last_plan: Plan | None = None
         self.events: list[Envelope] = []
         self.versions: dict[str, int] = {}
+        # RoundPlanned event id -> the input of that round, for each round that started a rollout
+        self.rollout_inputs: dict[uuid.UUID, bytes] = {}
         self.emitted: dict[tuple[str, str], bytes] = {}  # (kind, name) -> the object as last observed
         self.resource_version = 0
         self.started_events = started_events
@@ -223,6 +225,8 @@ class WorkloadSimulation:
             return
         envelopes = step.envelopes
         self.record(envelopes)
+        if step.rollout_input is not None:  # as the planner service stores it (``round_inputs``)
+            self.rollout_inputs[envelopes[0].event_id] = step.rollout_input
         plan = self.last_plan  # what the round's decisions carry out, for the cluster model's executors
         assert plan is not None
         requests = [e.payload for e in envelopes if isinstance(e.payload, PodActionRequested)]

@@ -19,6 +19,7 @@ Pure: recorded events in, two ``RolloutMetrics`` out; nothing is written anywher
 
 from __future__ import annotations
 
+import hashlib
 import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -28,7 +29,7 @@ from typing import Any
 import msgspec
 
 from services.kinds.cloneset.rules import plan as planning
-from services.kinds.cloneset.rules.model import Plan
+from services.kinds.cloneset.rules.model import Plan, PlanInput
 from services.kinds.cloneset.rules.names import REVISION_LABEL
 from services.kinds.cloneset.rules.workload_state import WorkloadState
 from services.kinds.registry import CLONESET
@@ -188,10 +189,54 @@ def parse_overrides(pairs: Iterable[str]) -> dict[str, Any]:
 # --- the record ------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class StartState:
+    """The workload as the planner knew it at the round that started the rollout: its decision input."""
+
+    cloneset: dict[str, Any] | None
+    now: datetime | None
+    pods: dict[str, dict[str, Any]]
+    pvcs: dict[str, dict[str, Any]]
+    revisions: dict[str, dict[str, Any]]
+
+    @classmethod
+    def of(cls, state: WorkloadState) -> StartState:
+        return cls(state.cloneset, state.now, state.pods, state.pvcs, state.revisions)
+
+    @classmethod
+    def from_input(cls, plan_input: PlanInput) -> StartState:
+        """The same from a round's stored input (its lists keyed by name, as the fold keys them)."""
+        return cls(
+            plan_input.clone_set,
+            plan_input.now,
+            {_object_name(pod): pod for pod in plan_input.pods},
+            {_object_name(pvc): pvc for pvc in plan_input.pvcs},
+            {_object_name(revision): revision for revision in plan_input.revisions},
+        )
+
+
+def _object_name(obj: dict[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("name", ""))
+
+
+def checked_input(input_json: bytes | None, round_planned: RoundPlanned) -> PlanInput | None:
+    """A stored round input, decoded, when its SHA-256 is the one the round recorded (the hash chain
+    vouches for the round); None when there is none or it does not match (then the events are folded)."""
+    if input_json is None or hashlib.sha256(input_json).hexdigest() != round_planned.input_sha256:
+        return None
+    try:
+        return _plan_input.decode(input_json)
+    except msgspec.ValidationError:  # a hash match of something that is not an input: not ours
+        return None
+
+
+_plan_input = msgspec.json.Decoder(PlanInput)
+
+
 @dataclass
-class _Recorded:
+class RecordedRollout:
     start: StoredEvent  # the RoundPlanned that started the rollout
-    state: WorkloadState  # folded up to that round's inputs
+    state: StartState  # folded up to that round's inputs
     spec_changes: list[tuple[float, dict[str, Any]]]  # (seconds after start, CloneSet object)
     metrics: RolloutMetrics
     timings: dict[str, dict[str, float]]
@@ -212,8 +257,9 @@ def _seconds(later: datetime, earlier: datetime) -> float:
     return (later - earlier) / timedelta(seconds=1)
 
 
-def read_record(namespace: str, name: str, events: list[StoredEvent], rollout_id: str) -> _Recorded:
-    """The rollout as recorded: its starting state, later spec changes, timings and metrics."""
+def read_record(namespace: str, name: str, events: list[StoredEvent], rollout_id: str) -> RecordedRollout:
+    """The rollout as recorded: its starting state (folded from every event before it), later spec
+    changes, timings and metrics."""
     started = next(
         (
             e
@@ -247,7 +293,15 @@ def read_record(namespace: str, name: str, events: list[StoredEvent], rollout_id
             break
         if stored.envelope.stream_version <= through.get(stored.envelope.stream, 0):
             state.fold(stored.envelope)
+    return record_from(round_event, t0, StartState.of(state), events, rollout_id)
 
+
+def record_from(
+    round_event: StoredEvent, t0: datetime, state: StartState, events: list[StoredEvent], rollout_id: str
+) -> RecordedRollout:
+    """The rollout as recorded from its starting ``state`` at ``round_event`` (the round that started it,
+    at ``t0``): the events after that round (``events`` may hold earlier ones too) give its later spec
+    changes, timings and metrics."""
     completed = False  # RolloutCompleted(succeeded) seen
     done_at: datetime | None = None  # ... and then every pod updated and available: the model's end too
     target_hash = revision_hash(rollout_revision(rollout_id))
@@ -358,7 +412,7 @@ def read_record(namespace: str, name: str, events: list[StoredEvent], rollout_id
         kind: {part: statistics.median(values) for part, values in parts.items() if values}
         for kind, parts in delays.items()
     }
-    return _Recorded(round_event, state, spec_changes, metrics, timings)
+    return RecordedRollout(round_event, state, spec_changes, metrics, timings)
 
 
 # --- the model -------------------------------------------------------------------------------------
@@ -414,7 +468,11 @@ def _done(model: ClusterModel, plan: Plan) -> bool:
 def what_if(
     namespace: str, name: str, events: list[StoredEvent], rollout_id: str, overrides: dict[str, Any]
 ) -> WhatIfResult:
-    recorded = read_record(namespace, name, events, rollout_id)
+    return replan(read_record(namespace, name, events, rollout_id), rollout_id, overrides)
+
+
+def replan(recorded: RecordedRollout, rollout_id: str, overrides: dict[str, Any]) -> WhatIfResult:
+    """The recorded rollout re-planned from its starting state with ``overrides``, beside its record."""
     state = recorded.state
     assert state.cloneset is not None and state.now is not None
     model = ClusterModel(

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 import pytest
 
+from services.infra.settings import Settings
+from services.infra.store import EventStore
+from services.model.events import RolloutStarted, RoundPlanned
+from services.replay.operations import recorded_from_round_input, what_if_rollout
+from services.replay.reads import workload_events
+from services.replay.whatif import what_if
 from tests.e2e.cluster import (
     Cluster,
     image_of,
@@ -87,6 +94,31 @@ async def test_in_place_rollout_with_partition(stack: Stack, cluster: Cluster) -
         assert restart_count(pod) == restart_count(before[name]) + 1
     assert {n: p["metadata"]["uid"] for n, p in (await cluster.pvcs(NAME)).items()} == pvcs_before
     assert stack.dead() == []
+    await _what_if_starts_at_the_stored_round_input(stack.settings, cluster.namespace)
+
+
+async def _what_if_starts_at_the_stored_round_input(settings: Settings, namespace: str) -> None:
+    """The planner stored the input of the round that started the rollout, its SHA-256 the round's, so
+    what-if starts there; and answers as it does from every event."""
+    store = await EventStore.connect(settings.database_url)
+    try:
+        events = await workload_events(store, namespace, NAME)
+        started = [e.envelope for e in events if isinstance(e.envelope.payload, RolloutStarted)]
+        assert len(started) == 1 and isinstance(started[0].payload, RolloutStarted)
+        rollout = started[0].payload.rollout_id
+        stored = await store.round_input(started[0].causation_id)
+        round_planned = next(
+            e.envelope.payload for e in events if e.envelope.event_id == started[0].causation_id
+        )
+        assert isinstance(round_planned, RoundPlanned) and stored is not None
+        assert hashlib.sha256(stored).hexdigest() == round_planned.input_sha256
+        assert await recorded_from_round_input(store, namespace, NAME, rollout) is not None
+        overrides = {"maxUnavailable": "100%"}
+        assert await what_if_rollout(store, rollout, overrides) == what_if(
+            namespace, NAME, events, rollout, overrides
+        )
+    finally:
+        await store.close()
 
 
 async def test_recreate_rollout_replaces_pods_and_pvcs(stack: Stack, cluster: Cluster) -> None:

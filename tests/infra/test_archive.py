@@ -108,7 +108,13 @@ async def archived(
             )
             await insert_recorded(owner, filler("arch/next", 300), month_start(2) + timedelta(days=1))
             await insert_recorded(owner, filler("arch/straggler", 1), month_start(2) - timedelta(seconds=1))
-            await store.append_many([envelope(e) for e in filler("live/now", LIVE)])
+            live = [envelope(e) for e in filler("live/now", LIVE)]
+            await store.append_many(live)
+            # A stored round input for the archived rollout's round, and one for a live event: archiving
+            # removes the first with its round and keeps the other.
+            started = next(e for e in trail if e["type"] == "RolloutStarted")
+            await store.store_round_input(uuid.UUID(str(started["causation_id"])), b"{}")
+            await store.store_round_input(live[0].event_id, b"{}")
             assert await checkpointer_for(store, settings, None).checkpoint() is not None
             namespace, name = workload.split("/")
             replay_before = await replay_lines(store, workload)
@@ -179,6 +185,12 @@ async def test_whole_blocks_before_the_first_later_position_are_archived_and_dro
         )
         assert {r["relname"]: r["n"] for r in statistics} == dict.fromkeys(put_back, 2)
         assert await owner.fetchval("SELECT count(*) FROM events") == archived.total - 512
+        # The archived round's stored input went with it; the live one stays.
+        kept = await owner.fetch("SELECT round_event_id FROM round_inputs")
+        first_live = await owner.fetchval(
+            "SELECT event_id FROM events WHERE stream = 'CloneSet/live/now/actions' AND stream_version = 1"
+        )
+        assert [r["round_event_id"] for r in kept] == [first_live]
     finally:
         await owner.close()
 

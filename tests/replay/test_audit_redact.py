@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -69,10 +70,14 @@ def secret_template(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     yield
 
 
-def _trail() -> list[Envelope]:
-    events = WorkloadSimulation("team-a", "web", replicas=4, start=T0).run()
+def _trail(inputs: dict[uuid.UUID, bytes] | None = None) -> list[Envelope]:
+    """The trail; ``inputs`` gets the inputs of the rounds that started its rollouts (``round_inputs``)."""
+    simulated = WorkloadSimulation("team-a", "web", replicas=4, start=T0)
+    events = simulated.run()
     assert any(CANARY.encode() in encode(e) for e in events)  # recorded before redaction
     assert verify_workload("team-a", "web", events).clean
+    if inputs is not None:
+        inputs.update(simulated.rollout_inputs)
     return events
 
 
@@ -280,11 +285,15 @@ async def test_a_redaction_refuses_to_account_for_an_earlier_edit(
 async def test_redacting_the_store_rechains_records_it_and_still_catches_other_edits(
     secret_template: None, server_urls: ServerUrls, tmp_path: Path
 ) -> None:
-    events = _trail()
+    inputs: dict[uuid.UUID, bytes] = {}
+    events = _trail(inputs)
     async with e2e_database(server_urls.database_url) as url:
         store = await EventStore.connect(url)
         try:
             await _stored(store, events)
+            for round_id, input_json in inputs.items():  # as the planner stores them: the secret in them
+                await store.store_round_input(round_id, input_json)
+            assert inputs and all(CANARY.encode() in i for i in inputs.values())
             taken = await store.write_checkpoint()
             assert taken is not None
             before = Checkpoint(global_position=taken[0], chain_hash=taken[1].hex(), taken_at=T0)
@@ -299,6 +308,8 @@ async def test_redacting_the_store_rechains_records_it_and_still_catches_other_e
             try:
                 rows = await connection.fetch("SELECT e::text FROM events e")
                 assert rows and not [r for r in rows if CANARY in r[0]]
+                # The rounds' stored inputs, written before the redaction, went with it.
+                assert await connection.fetchval("SELECT count(*) FROM round_inputs") == 0
             finally:
                 await connection.close()
             reports = await verify_all(store)

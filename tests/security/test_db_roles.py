@@ -41,6 +41,9 @@ ATTACKS = {
     "create-role": "CREATE ROLE forged_superuser SUPERUSER LOGIN",
     "grant-self-owner": "GRANT {owner} TO CURRENT_USER",
     "delete-checkpoints": "DELETE FROM event_checkpoints",
+    # A stored round input is checked against its round's hash before use; still, none is rewritten.
+    "update-round-input": "UPDATE round_inputs SET input = '\\x00'",
+    "delete-round-input": "DELETE FROM round_inputs",
     "create-table": "CREATE TABLE shadow_events (LIKE events)",
 }
 
