@@ -58,14 +58,18 @@ class Template:
     rows: list[tuple[str, str, int, str, int, datetime, str | None, str | None, str]]
     # per event: event_id field, stream format, version, type, schema, occurred_at, causation field,
     # correlation format, payload format
+    # per round that started a rollout: its event_id field and its stored input's format; the round's
+    # payload names the input's SHA-256 as field h<i> (a copy's input differs from the template's)
+    inputs: list[tuple[str, str]]
 
     @property
     def events(self) -> int:
         return len(self.rows)
 
 
-def simulate(replicas: int, rollouts: int) -> list[Envelope]:
-    """One CloneSet scaled out to ``replicas`` and rolled in place ``rollouts`` times, as recorded."""
+def simulate(replicas: int, rollouts: int) -> tuple[list[Envelope], dict[uuid.UUID, bytes]]:
+    """One CloneSet scaled out to ``replicas`` and rolled in place ``rollouts`` times, as recorded, and the
+    inputs of the rounds that started its rollouts, as the planner stores them."""
     sim = WorkloadSimulation(NAMESPACE, NAME, replicas=replicas, start=T0)
     spec = copy.deepcopy(sim.model.cloneset)
     for k in range(2, rollouts + 1):  # the simulation's own rollout is the first
@@ -73,11 +77,11 @@ def simulate(replicas: int, rollouts: int) -> list[Envelope]:
         spec["spec"]["template"]["spec"]["containers"][0]["image"] = f"nginx:1.{k}"
         spec["metadata"]["generation"] = k + 1
         sim.model.schedule_spec(30.0 + ROLLOUT_GAP_SECONDS * k, spec)
-    return sim.run(limit=10_000_000)
+    return sim.run(limit=10_000_000), sim.rollout_inputs
 
 
 def template(replicas: int, rollouts: int) -> Template:
-    events = simulate(replicas, rollouts)
+    events, inputs = simulate(replicas, rollouts)
     uuids: dict[str, int] = {}
     times: dict[str, int] = {}
 
@@ -95,6 +99,15 @@ def template(replicas: int, rollouts: int) -> Template:
 
         return _FIELD.sub(field, text.replace("{", "{{").replace("}", "}}"))
 
+    digests = {round_id: hashlib.sha256(data).hexdigest() for round_id, data in inputs.items()}
+    order = list(inputs)
+
+    def payload(e: Envelope) -> str:
+        text = fields(_encoder.encode(e.payload).decode())
+        if e.event_id in digests:  # the copy's round names its copy's input
+            text = text.replace(digests[e.event_id], "{h%d}" % order.index(e.event_id))  # noqa: UP031
+        return text
+
     rows = [
         (
             fields(str(e.event_id)),
@@ -105,7 +118,7 @@ def template(replicas: int, rollouts: int) -> Template:
             e.occurred_at,
             None if e.causation_id is None else fields(str(e.causation_id)),
             None if e.correlation_id is None else fields(e.correlation_id),
-            fields(_encoder.encode(e.payload).decode()),
+            payload(e),
         )
         for e in events
     ]
@@ -115,6 +128,7 @@ def template(replicas: int, rollouts: int) -> Template:
         [uuid.UUID(u).bytes for u in uuids],
         [datetime.fromisoformat(t) for t in times],
         rows,
+        [(fields(str(round_id)), fields(inputs[round_id].decode())) for round_id in order],
     )
 
 
@@ -131,8 +145,11 @@ class Workload:
     offset: float  # seconds after T0 its template's events are moved to
 
 
-def stamp(t: Template, w: Workload) -> list[Row]:
-    """The template's events as workload ``w``'s."""
+InputRow = tuple[str, bytes]  # a round's event id, its stored input (``round_inputs``)
+
+
+def stamp(t: Template, w: Workload) -> tuple[list[Row], list[InputRow]]:
+    """The template's events as workload ``w``'s, and the inputs of its rounds that started rollouts."""
     salt = w.number.to_bytes(8, "big")
     shift = timedelta(seconds=w.offset)
     mapping: dict[str, str] = {"ns": w.namespace, "wl": w.name}
@@ -140,7 +157,12 @@ def stamp(t: Template, w: Workload) -> list[Row]:
         mapping[f"u{i}"] = str(uuid.UUID(bytes=hashlib.md5(raw + salt, usedforsecurity=False).digest()))
     for i, moment in enumerate(t.times):
         mapping[f"t{i}"] = _iso(moment + shift)
-    return [
+    inputs: list[InputRow] = []
+    for i, (round_id, data) in enumerate(t.inputs):
+        stamped = data.format_map(mapping).encode()
+        mapping[f"h{i}"] = hashlib.sha256(stamped).hexdigest()
+        inputs.append((round_id.format_map(mapping), stamped))
+    rows = [
         (
             event_id.format_map(mapping),
             stream.format_map(mapping),
@@ -154,6 +176,7 @@ def stamp(t: Template, w: Workload) -> list[Row]:
         )
         for event_id, stream, version, kind, schema, occurred, causation, correlation, payload in t.rows
     ]
+    return rows, inputs
 
 
 def plan_workloads(count: int, seed: int, *, concurrent: int, spacing: float) -> list[Workload]:
@@ -179,13 +202,14 @@ def plan_workloads(count: int, seed: int, *, concurrent: int, spacing: float) ->
 _TEMPLATES: list[Template] = []
 
 
-def wave_rows(workloads: list[Workload]) -> list[Row]:
+def wave_rows(workloads: list[Workload]) -> tuple[list[Row], list[InputRow]]:
     """The events of workloads that run at the same time, in time order (each workload's own order kept:
-    a merge, never a sort that could swap two events of one stream)."""
+    a merge, never a sort that could swap two events of one stream), and their rounds' stored inputs."""
     if not _TEMPLATES:
         _TEMPLATES.extend(templates())
     stamped = [stamp(_TEMPLATES[w.template], w) for w in workloads]
-    return list(heapq.merge(*stamped, key=lambda row: row[5]))
+    rows = list(heapq.merge(*(r for r, _ in stamped), key=lambda row: row[5]))
+    return rows, [i for _, inputs in stamped for i in inputs]
 
 
 def events_per_workload() -> float:

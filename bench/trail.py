@@ -152,6 +152,16 @@ async def copy_rows(conn: asyncpg.Connection, rows: list[seed.Row], batch: int) 
         await conn.copy_records_to_table("events", records=rows[start : start + batch], columns=seed.COLUMNS)
 
 
+async def copy_inputs(conn: asyncpg.Connection, inputs: list[seed.InputRow]) -> None:
+    """The stored inputs of the rounds that started rollouts, as the planner stores them (``round_inputs``:
+    what-if starts there)."""
+    await conn.copy_records_to_table(
+        "round_inputs",
+        records=[(uuid.UUID(i), data) for i, data in inputs],
+        columns=["round_event_id", "input"],
+    )
+
+
 async def seed_trail(url: str, data_dir: Path, events: int, batch: int, pool: ProcessPoolExecutor) -> None:
     from services.infra.transparency import checkpointer_for
 
@@ -164,8 +174,10 @@ async def seed_trail(url: str, data_dir: Path, events: int, batch: int, pool: Pr
         seeder = Seeder(pool, 0, math.ceil(events / per_workload * 1.3) + CONCURRENT, 7)
         started = time.perf_counter()
         stored, since, checkpoints, ceiling, analyzed = 0, 0, 0, None, 0
-        async for rows in seeder.waves():
+        async for rows, inputs in seeder.waves():
             rows = rows[: events - stored]
+            copied = {row[0] for row in rows}
+            await copy_inputs(conn, [i for i in inputs if i[0] in copied])
             if ceiling is None:
                 ceiling = await copy_ceiling(conn, rows, batch)
                 # The first rows alone, then statistics: the chain trigger's plans, made on an empty table,
@@ -295,7 +307,7 @@ async def time_reads(url: str, samples_wanted: int, budget_ms: float) -> Timings
     from services.cli.ui import make_app
     from services.cli.watch import Sources
     from services.infra import audit_queries
-    from services.replay.operations import replay_lines, what_if_rollout
+    from services.replay.operations import recorded_from_round_input, replay_lines, what_if_rollout
     from services.replay.whatif import parse_overrides
 
     store = await EventStore.connect(url)
@@ -338,6 +350,8 @@ async def time_reads(url: str, samples_wanted: int, budget_ms: float) -> Timings
             timings, "what-if ROLLOUT --set maxUnavailable=2", samples,
             lambda s: what_if_rollout(store, s[2], overrides), budget_ms,
         )  # fmt: skip
+        started = [await recorded_from_round_input(store, *s) is not None for s in samples]
+        print(f"  what-if started at the round's stored input for {sum(started)} of {len(started)} samples")
         async with TestClient(TestServer(make_app(pool, store))) as client:
 
             async def api(path: str, params: dict[str, str] | None = None) -> None:
@@ -379,7 +393,7 @@ async def time_checkpoints(url: str, data_dir: Path, runs: int, pool: ProcessPoo
         )
         after = (last - seed.T0).total_seconds() + WAVE_SECONDS
         seeder = Seeder(pool, 1_000_000 + head, CONCURRENT * 2, 13, after)
-        async for rows in seeder.waves():
+        async for rows, _inputs in seeder.waves():
             for start in range(0, len(rows), settings.checkpoint_every_events):
                 await copy_rows(conn, rows[start : start + settings.checkpoint_every_events], 10_000)
                 began = time.perf_counter()

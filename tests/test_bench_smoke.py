@@ -255,6 +255,7 @@ RUNS: dict[str, tuple[list[str], list[str]]] = {
             rf"\| history NS/NAME \| 2 \| {NUMBER} \| {NUMBER} \| (met|MISSED) \|",
             rf"\| view max_unavailable_exceeded \| 2 \| {NUMBER} \| {NUMBER} \| (met|MISSED) \|",
             rf"\| what-if ROLLOUT --set maxUnavailable=2 \| 2 \| {NUMBER} \| {NUMBER} \| (met|MISSED) \|",
+            r"what-if started at the round's stored input for 2 of 2 samples",
             rf"\| UI GET /api/rollout\?id=ROLLOUT \| 2 \| {NUMBER} \| {NUMBER} \| (met|MISSED) \|",
             rf"\| audit checkpoint \(new events since the last\) \| 1 \| {NUMBER} \| {NUMBER} \|",
             rf"full audit verify \(one process\): [\d,]+ events at {NUMBER} events/s .* ratio {NUMBER}",
