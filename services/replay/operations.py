@@ -498,17 +498,62 @@ async def recorded_from_round_input(
     plan_input = checked_input(await store.round_input(round_event.envelope.event_id), planned)
     if plan_input is None:
         return None
-    through = planned.through
-    streams = await asyncio.gather(
-        *(
-            store.read_stream(stream, through.get(stream, 0) + 1)
+    start = StartState.from_input(plan_input)
+    # The events after the round, a page of each stream at a time: a rollout's record ends at its
+    # completion, usually long before the workload's later rollouts, which need not be read.
+    pages = _StreamPages(
+        store,
+        {
+            stream: planned.through.get(stream, 0) + 1
             for stream in (
                 registry.CLONESET.observed_stream(namespace, name),
                 registry.CLONESET.actions_stream(namespace, name),
                 decisions,
                 registry.CLONESET.shadow_stream(namespace, name),
             )
-        )
+        },
+        # About what a rollout records per pod in the busiest stream.
+        page=max(_FIRST_PAGE, _EVENTS_PER_POD * len(start.pods)),
     )
-    after = list(heapq.merge(*streams, key=lambda e: e.global_position))
-    return record_from(round_event, planned.now, StartState.from_input(plan_input), after, rollout)
+    while True:
+        await pages.read_more()
+        recorded = record_from(round_event, planned.now, start, pages.merged(), rollout)
+        if recorded.ended or pages.exhausted:
+            return recorded
+
+
+_FIRST_PAGE = 64
+_EVENTS_PER_POD = 8
+
+
+class _StreamPages:
+    """Streams read forward from given versions, a page of each at a time (the page doubling each time):
+    ``merged`` holds, in global order, every event of them up to the first position that a stream not yet
+    read to its end may still have events below."""
+
+    def __init__(self, store: EventStore, starts: dict[str, int], page: int) -> None:
+        self.store = store
+        self.next = dict(starts)  # stream -> the version its next page starts at
+        self.read: dict[str, list[StoredEvent]] = {stream: [] for stream in starts}
+        self.open = set(starts)  # streams not read to their end
+        self.page = page
+
+    @property
+    def exhausted(self) -> bool:
+        return not self.open
+
+    async def read_more(self) -> None:
+        streams = sorted(self.open)
+        pages = await asyncio.gather(*(self.store.read_stream(s, self.next[s], self.page) for s in streams))
+        for stream, events in zip(streams, pages, strict=True):
+            self.read[stream].extend(events)
+            if len(events) < self.page:
+                self.open.discard(stream)
+            else:
+                self.next[stream] = events[-1].envelope.stream_version + 1
+        self.page *= 2
+
+    def merged(self) -> list[StoredEvent]:
+        bound = min((self.read[s][-1].global_position for s in self.open), default=None)
+        merged = heapq.merge(*self.read.values(), key=lambda e: e.global_position)
+        return [e for e in merged if bound is None or e.global_position <= bound]

@@ -240,6 +240,8 @@ class RecordedRollout:
     spec_changes: list[tuple[float, dict[str, Any]]]  # (seconds after start, CloneSet object)
     metrics: RolloutMetrics
     timings: dict[str, dict[str, float]]
+    # Its end was among the events read; False: the last of them closed it, so more events may move it.
+    ended: bool = True
 
 
 def _pod_revision_hash(pod: dict[str, Any]) -> str:
@@ -412,7 +414,7 @@ def record_from(
         kind: {part: statistics.median(values) for part, values in parts.items() if values}
         for kind, parts in delays.items()
     }
-    return RecordedRollout(round_event, state, spec_changes, metrics, timings)
+    return RecordedRollout(round_event, state, spec_changes, metrics, timings, done_at is not None)
 
 
 # --- the model -------------------------------------------------------------------------------------

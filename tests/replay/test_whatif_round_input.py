@@ -15,8 +15,9 @@ import pytest
 from services.infra.store import EventStore
 from services.kinds.cloneset.rules.model import PlanInput
 from services.model.event_store import EventStore as EventStoreProtocol
-from services.model.events import Envelope, RolloutStarted, RoundPlanned
+from services.model.events import Envelope, PodActionSucceeded, RolloutStarted, RoundPlanned, new_event
 from services.model.memory_store import InMemoryEventStore
+from services.replay import operations
 from services.replay.operations import recorded_from_round_input, what_if_rollout
 from services.replay.reads import workload_events
 from services.replay.simulation import WorkloadSimulation
@@ -71,8 +72,16 @@ async def test_every_rollout_start_keeps_the_input_its_round_hashed() -> None:
 
 
 @pytest.mark.pure
+@pytest.mark.parametrize("first_page", [64, 1], ids=["pages-by-pods", "pages-from-one-event"])
 @pytest.mark.asyncio
-async def test_what_if_from_the_stored_input_is_what_if_from_every_event() -> None:
+async def test_what_if_from_the_stored_input_is_what_if_from_every_event(
+    first_page: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same answer, whether the events after the round come in a page or two or one event at first
+    (then 2, 4, ...: the record's end found across page boundaries)."""
+    monkeypatch.setattr(operations, "_FIRST_PAGE", first_page)
+    if first_page == 1:
+        monkeypatch.setattr(operations, "_EVENTS_PER_POD", 0)
     sim = _three_rollouts("same")
     store = InMemoryEventStore()
     await _store(store, sim)
@@ -133,3 +142,26 @@ async def test_what_if_reads_the_stored_input_from_postgres(event_store: EventSt
     round_id, input_json = next(iter(sim.rollout_inputs.items()))
     await event_store.store_round_input(round_id, b"{}")
     assert await event_store.round_input(round_id) == input_json
+
+
+@pytest.mark.pure
+@pytest.mark.asyncio
+async def test_pages_hold_back_what_a_stream_not_yet_read_may_precede() -> None:
+    """Stream a's events are at positions 1, 2, 3, 6; b's at 4, 5. After one event of each, only a's first
+    is known to be in order (b's next may come before a's next); once b is read to its end, everything
+    read is."""
+    store = InMemoryEventStore()
+    for stream, version in (("a", 1), ("a", 2), ("a", 3), ("b", 1), ("b", 2), ("a", 4)):
+        payload = PodActionSucceeded(action_id=f"{stream}-{version}")
+        await store.append([new_event(payload, stream=stream, stream_version=version, occurred_at=T0)], None)
+    pages = operations._StreamPages(store, {"a": 1, "b": 1}, page=1)
+
+    def positions() -> list[int]:
+        return [e.global_position for e in pages.merged()]
+
+    await pages.read_more()  # a: 1; b: 4 (pages of 1)
+    assert positions() == [1]
+    await pages.read_more()  # a: 2, 3; b: 5 (pages of 2: b is read to its end)
+    assert positions() == [1, 2, 3]
+    await pages.read_more()  # a: 6 (pages of 4: a is read to its end)
+    assert positions() == [1, 2, 3, 4, 5, 6] and pages.exhausted
