@@ -633,6 +633,10 @@ class ArchivedEventStore(PostgresEventStore):
         live = await super().read_stream(stream, start, None if limit is None else limit - len(archived))
         return archived + live
 
+    async def correlation_span(self, correlation_id: str) -> tuple[int, int] | None:
+        """None: a rollout's replay reads its workload's archived and live events whole (``read_stream``)."""
+        return None
+
     async def round_input(self, round_event_id: uuid.UUID) -> bytes | None:
         """None: what-if folds an archived workload's events from the files (its other reads are the
         database's only)."""

@@ -351,6 +351,12 @@ IMPORT_COLUMNS = [
 ]
 _VERSION_CONSTRAINT = "events_stream_version_key"
 _STREAM_VERSION_SQL = f"SELECT {_stream_head('$1')}"
+_READ_STREAM_UNTIL_SQL = (
+    f"SELECT {_COLUMNS} FROM events WHERE stream = $1 AND global_position <= $2 ORDER BY stream_version"
+)
+_CORRELATION_SPAN_SQL = (
+    "SELECT min(global_position), max(global_position) FROM events WHERE correlation_id = $1"
+)
 _STORE_ROUND_INPUT_SQL = (
     "INSERT INTO round_inputs (round_event_id, input) VALUES ($1, $2) ON CONFLICT (round_event_id) DO NOTHING"
 )
@@ -1038,6 +1044,18 @@ class PostgresEventStore:
         event the bus carried by reference (docs/bus.md, "Events larger than a bus message")."""
         rows = await self._fetch(_READ_EVENT_SQL, event_id)
         return _rows_to_stored(rows, self.decoder)[0].envelope if rows else None
+
+    async def read_stream_until(self, stream: str, until_position: int) -> list[StoredEvent]:
+        """The events of ``stream`` at global positions up to ``until_position``, in stream order."""
+        rows = await self._fetch(_READ_STREAM_UNTIL_SQL, stream, until_position)
+        return _rows_to_stored(rows, self.decoder)
+
+    async def correlation_span(self, correlation_id: str) -> tuple[int, int] | None:
+        """The global positions of the first and last event stored with this correlation id (a rollout's
+        span), None when there is none."""
+        rows = await self._fetch(_CORRELATION_SPAN_SQL, correlation_id)
+        first, last = rows[0]
+        return None if first is None else (int(first), int(last))
 
     async def store_round_input(self, round_event_id: uuid.UUID, input_json: bytes) -> None:
         """Keep the canonical planner input of the round whose ``RoundPlanned`` is ``round_event_id`` (a

@@ -92,6 +92,14 @@ class EventStore(Protocol):
 
     async def stored_ids(self, ids: Sequence[uuid.UUID]) -> set[uuid.UUID]: ...
 
+    async def read_stream_until(self, stream: str, until_position: int) -> list[StoredEvent]:
+        """The events of ``stream`` at global positions up to ``until_position``, in stream order."""
+        ...
+
+    async def correlation_span(self, correlation_id: str) -> tuple[int, int] | None:
+        """The global positions of the first and last event with this correlation id (None: none)."""
+        ...
+
     async def store_round_input(self, round_event_id: uuid.UUID, input_json: bytes) -> None:
         """Keep the canonical planner input of a round that started a rollout (by its RoundPlanned's
         event id); one already stored is kept."""

@@ -126,6 +126,13 @@ class InMemoryEventStore:
     async def stored_ids(self, ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
         return {i for i in ids if i in self._ids}
 
+    async def read_stream_until(self, stream: str, until_position: int) -> list[StoredEvent]:
+        return [e for e in self._streams.get(stream, []) if e.global_position <= until_position]
+
+    async def correlation_span(self, correlation_id: str) -> tuple[int, int] | None:
+        positions = [e.global_position for e in self.events if e.envelope.correlation_id == correlation_id]
+        return (positions[0], positions[-1]) if positions else None
+
     async def store_round_input(self, round_event_id: uuid.UUID, input_json: bytes) -> None:
         self.round_inputs.setdefault(round_event_id, input_json)
 

@@ -48,15 +48,19 @@ def parse_target(target: str) -> tuple[str, str, str | None]:
     return namespace, name, target if revision else None
 
 
-async def workload_events(store: EventStore, namespace: str, name: str) -> list[StoredEvent]:
+async def workload_events(
+    store: EventStore, namespace: str, name: str, until_position: int | None = None
+) -> list[StoredEvent]:
     """Every event of the workload's streams (observed, actions, decisions, and the shadow trail of a
     CloneSet rollbook only shadows: docs/shadow.md), in global order, rollout ids recorded before rollouts
-    were numbered read numbered (services/model/upcasting.py)."""
+    were numbered read numbered (services/model/upcasting.py); with ``until_position``, those up to it."""
     # Read at once, each on a connection of its own: Postgres fetches and renders one stream's rows while
     # this process decodes another's.
     streams = await asyncio.gather(
         *(
             store.read_stream(stream)
+            if until_position is None
+            else store.read_stream_until(stream, until_position)
             for stream in (
                 CLONESET.observed_stream(namespace, name),
                 CLONESET.actions_stream(namespace, name),
