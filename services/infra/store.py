@@ -354,8 +354,12 @@ _STREAM_VERSION_SQL = f"SELECT {_stream_head('$1')}"
 _READ_STREAM_UNTIL_SQL = (
     f"SELECT {_COLUMNS} FROM events WHERE stream = $1 AND global_position <= $2 ORDER BY stream_version"
 )
+# OFFSET 0 keeps the rollout's rows a subquery read by the correlation id's index: written plainly, min and
+# max were planned as walks of the primary key from each end, filtering on the correlation id (20 s on a
+# 1-million-event log, against 1.5 ms).
 _CORRELATION_SPAN_SQL = (
-    "SELECT min(global_position), max(global_position) FROM events WHERE correlation_id = $1"
+    "SELECT min(p), max(p) FROM (SELECT global_position AS p FROM events WHERE correlation_id = $1"
+    " OFFSET 0) AS rollout"
 )
 _STORE_ROUND_INPUT_SQL = (
     "INSERT INTO round_inputs (round_event_id, input) VALUES ($1, $2) ON CONFLICT (round_event_id) DO NOTHING"
