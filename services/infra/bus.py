@@ -40,6 +40,7 @@ from services.infra.nats_auth import ADMIN, STREAM_MANAGERS, CredentialsError, c
 from services.infra.redact import redacted
 from services.infra.retry import Stopped, retry_until_stopped
 from services.infra.settings import Settings
+from services.infra.ticks import sleep_to_tick
 from services.model.events import Envelope, decode, encode
 
 log = logging.getLogger(__name__)
@@ -963,7 +964,8 @@ class Consumer:
         while this one lives."""
         period = self.ack_wait / 3
         while True:
-            await asyncio.sleep(period / 2)
+            # On a grid shared by the process's consumers (services/infra/ticks.py): one wake-up for all.
+            await sleep_to_tick(period / 2)
             now = time.monotonic()
             heard = {s: at for s, (_, at) in self._held.items()}
             covered = in_progress_due(heard, now, period, self._fetched, MAX_HELD_SECONDS)

@@ -11,12 +11,14 @@ from services.infra.bus import Bus, Consumer, Handler, OrderKey, Prepare
 from services.infra.metrics import CONSUMER_ACK_PENDING, CONSUMER_LAG
 from services.infra.runtime import ServiceRuntime, run_until_stopped
 from services.infra.store import EventStore
+from services.infra.ticks import sleep_to_tick
 
 LAG_INTERVAL_SECONDS = 2.0
 
 
 async def report_consumer_lag(bus: Bus, runtime: ServiceRuntime, service: str, durable: str) -> None:
-    """Set ``rollbook_consumer_lag`` / ``rollbook_consumer_ack_pending`` every 2 s until the service stops."""
+    """Set ``rollbook_consumer_lag`` / ``rollbook_consumer_ack_pending`` every 2 s until the service stops
+    (on the 2 s grid, services/infra/ticks.py)."""
     while not runtime.stopping.is_set():
         try:
             info = await bus.js.consumer_info(bus.stream, durable)
@@ -24,7 +26,7 @@ async def report_consumer_lag(bus: Bus, runtime: ServiceRuntime, service: str, d
             CONSUMER_ACK_PENDING.labels(service, durable).set(info.num_ack_pending or 0)
         except Exception:  # the consumer may not exist yet, or NATS is reconnecting: lag is best effort
             pass
-        await asyncio.sleep(LAG_INTERVAL_SECONDS)
+        await sleep_to_tick(LAG_INTERVAL_SECONDS)  # every durable's report at once: one wake-up
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,10 @@ from services.infra.settings import Settings
 API_GROUP = "api"  # what a service sends: watches, reads, pod actions, status writes
 LEADER_ELECTION_GROUP = "leader-election"
 
+# Throttled requests go in groups of this many (TokenBucket's grain: this many tokens' time): at 100
+# QPS, 5 every 50 ms instead of one every 10 ms, which wakes every service 5 times less often.
+THROTTLE_GROUP = 5
+
 # One bucket per (process, group): every client a service builds for a group shares it.
 _buckets: dict[str, TokenBucket] = {}
 
@@ -41,7 +45,11 @@ _buckets: dict[str, TokenBucket] = {}
 def rate_limiter(settings: Settings, group: str = API_GROUP) -> TokenBucket:
     bucket = _buckets.get(group)
     if bucket is None or (bucket.qps, bucket.burst) != (settings.kube_api_qps, settings.kube_api_burst):
-        bucket = _buckets[group] = TokenBucket(settings.kube_api_qps, settings.kube_api_burst)
+        bucket = _buckets[group] = TokenBucket(
+            settings.kube_api_qps,
+            settings.kube_api_burst,
+            grain=THROTTLE_GROUP / max(settings.kube_api_qps, 1e-9),
+        )
     return bucket
 
 

@@ -10,6 +10,7 @@ from services.infra.partition_leases import (
     partition_share,
     partitions_beyond_share,
     partitions_to_try,
+    renewals_overdue,
 )
 
 
@@ -42,6 +43,23 @@ def test_the_highest_numbered_partitions_beyond_the_share_are_handed_over(
     owned: set[int], share: int, released: list[int]
 ) -> None:
     assert partitions_beyond_share(owned, share) == released
+
+
+@pytest.mark.parametrize(
+    ("renewed", "now", "overdue", "left"),
+    [
+        # Deadline 10 s: renewed at 95 and 98, at 100: none overdue; the first falls due at 105.
+        ({1: 95.0, 2: 98.0}, 100.0, [], 5.0),
+        # Renewed at 90 (due exactly now) or never: dropped; the others still count for the wait.
+        ({3: 90.0, 1: None, 2: 98.0}, 100.0, [1, 3], 8.0),
+        # Nothing held: look again a whole deadline later (a partition taken meanwhile wakes it).
+        ({}, 100.0, [], 10.0),
+    ],
+)
+def test_partitions_not_renewed_within_the_deadline_are_dropped_and_the_next_is_waited_for(
+    renewed: dict[int, float | None], now: float, overdue: list[int], left: float
+) -> None:
+    assert renewals_overdue(renewed, now, 10.0) == (overdue, left)
 
 
 def test_a_member_is_alive_while_its_lease_changes_within_the_lease_duration() -> None:

@@ -42,6 +42,45 @@ def test_reserve(qps: float, burst: int, times: list[float], waits: list[float])
     assert got == waits
 
 
+@pytest.mark.parametrize(
+    ("grain", "times", "waits"),
+    [
+        # 10 QPS, burst 1, grain 0.5 s: tokens due at 0.1, 0.2, ... wait for the next multiple of 0.5 s,
+        # so those due within one grain go together.
+        (0.5, [0, 0, 0, 0, 0, 0, 0], [0, 0.5, 0.5, 0.5, 0.5, 0.5, 1.0]),
+        # Due at 0.15: put off to 0.5.
+        (0.5, [0, 0.05], [0, 0.45]),
+        # A token due exactly on the grid waits for nothing more.
+        (0.5, [0, 0.4, 0.4], [0, 0, 0.1]),
+        # A request the bucket lets through at once is never held back.
+        (0.5, [0, 0.2, 0.7], [0, 0, 0]),
+        # No grain: each token when it is due.
+        (0.0, [0, 0, 0], [0, 0.1, 0.2]),
+    ],
+)
+def test_reserve_with_a_grain(grain: float, times: list[float], waits: list[float]) -> None:
+    clock = Clock()
+    bucket = TokenBucket(10.0, 1, grain=grain, clock=clock)
+    got = []
+    for at in times:
+        clock.now = at
+        got.append(round(bucket.reserve(clock.now), 6))
+    assert got == waits
+
+
+def test_a_grain_keeps_the_rate() -> None:
+    """Over a long queue the grain costs no throughput: the n-th waiter goes when its token is due, at
+    most one grain later."""
+    clock = Clock()
+    bucket = TokenBucket(100.0, 5, grain=0.05, clock=clock)
+    waits = [bucket.reserve(0.0) for _ in range(1005)]
+    assert waits[:5] == [0.0] * 5
+    for n, wait in enumerate(waits[5:], start=1):
+        due = n / 100.0
+        assert due - 1e-9 <= wait <= due + 0.05 + 1e-9
+    assert len(set(round(w, 6) for w in waits[5:])) == 1000 // 5  # 5 a group
+
+
 def test_a_token_given_back_serves_the_next_request() -> None:
     clock = Clock()
     bucket = TokenBucket(1.0, 1, clock=clock)
