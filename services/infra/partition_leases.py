@@ -442,12 +442,16 @@ class PartitionOwner:
         deadline = self.settings.leader_renew_deadline
         while True:
             self._taken.clear()
-            renewed = {p: self.elections[p].renewed_at for p in self.held}
-            overdue, _ = renewals_overdue(renewed, time.monotonic(), deadline)
-            for partition in overdue:
-                await self._lose(partition, why=f"not renewed within {deadline:g}s")
-            renewed = {p: self.elections[p].renewed_at for p in self.held}
-            _, left = renewals_overdue(renewed, time.monotonic(), deadline)
+            # Until none is overdue: dropping one waits for its work to stop, and the others' deadlines
+            # (renewed together, milliseconds apart) may pass meanwhile; sleeping then to the next deadline
+            # of the rest would hold them a whole deadline too long, past their Leases.
+            while True:
+                renewed = {p: self.elections[p].renewed_at for p in self.held}
+                overdue, left = renewals_overdue(renewed, time.monotonic(), deadline)
+                if not overdue:
+                    break
+                for partition in overdue:
+                    await self._lose(partition, why=f"not renewed within {deadline:g}s")
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._taken.wait(), max(left, 0.01))
 

@@ -517,9 +517,11 @@ async def recorded_from_round_input(
         return None
     start = StartState.from_input(plan_input)
     # The events after the round, a page of each stream at a time: a rollout's record ends at its
-    # completion, usually long before the workload's later rollouts, which need not be read.
+    # completion, usually long before the workload's later rollouts, which need not be read. All of them
+    # up to the log's head as it is now, so pages read later hold no event the earlier ones could not.
     pages = _StreamPages(
         store,
+        await store.head_position(),
         {
             stream: planned.through.get(stream, 0) + 1
             for stream in (
@@ -544,12 +546,13 @@ _EVENTS_PER_POD = 8
 
 
 class _StreamPages:
-    """Streams read forward from given versions, a page of each at a time (the page doubling each time):
-    ``merged`` holds, in global order, every event of them up to the first position that a stream not yet
-    read to its end may still have events below."""
+    """Streams read forward from given versions up to global position ``head``, a page of each at a time
+    (the page doubling each time): ``merged`` holds, in global order, every event of them up to the first
+    position that a stream not yet read to its end may still have events below."""
 
-    def __init__(self, store: EventStore, starts: dict[str, int], page: int) -> None:
+    def __init__(self, store: EventStore, head: int, starts: dict[str, int], page: int) -> None:
         self.store = store
+        self.head = head
         self.next = dict(starts)  # stream -> the version its next page starts at
         self.read: dict[str, list[StoredEvent]] = {stream: [] for stream in starts}
         self.open = set(starts)  # streams not read to their end
@@ -564,13 +567,13 @@ class _StreamPages:
         pages = await asyncio.gather(*(self.store.read_stream(s, self.next[s], self.page) for s in streams))
         for stream, events in zip(streams, pages, strict=True):
             self.read[stream].extend(events)
-            if len(events) < self.page:
+            if len(events) < self.page or events[-1].global_position > self.head:
                 self.open.discard(stream)
             else:
                 self.next[stream] = events[-1].envelope.stream_version + 1
         self.page *= 2
 
     def merged(self) -> list[StoredEvent]:
-        bound = min((self.read[s][-1].global_position for s in self.open), default=None)
+        bound = min((self.read[s][-1].global_position for s in self.open), default=self.head)
         merged = heapq.merge(*self.read.values(), key=lambda e: e.global_position)
-        return [e for e in merged if bound is None or e.global_position <= bound]
+        return [e for e in merged if e.global_position <= min(bound, self.head)]

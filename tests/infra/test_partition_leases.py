@@ -3,15 +3,23 @@ which partitions it hands over, and which replicas count as alive by their membe
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import time
+from types import SimpleNamespace
+from typing import Any
+
 import pytest
 
 from services.infra.partition_leases import (
     Members,
+    PartitionOwner,
     partition_share,
     partitions_beyond_share,
     partitions_to_try,
     renewals_overdue,
 )
+from services.infra.settings import Settings
 
 
 @pytest.mark.parametrize(
@@ -104,3 +112,40 @@ def test_a_replica_reads_a_partition_lease_it_does_not_own_only_when_it_could_ta
     owned: set[int], slots: int, listed: bool, takeable: set[int], tried: list[int]
 ) -> None:
     assert partitions_to_try(4, owned, slots, listed=listed, may_be_taken=takeable.__contains__) == tried
+
+
+@pytest.mark.asyncio
+async def test_partitions_that_fall_due_while_another_is_dropped_are_dropped_at_their_deadline() -> None:
+    """Partitions renewed together fall due milliseconds apart; dropping the first waits for its work to
+    stop. The watchdog drops the next ones then, not a whole deadline later (past their Leases, when
+    another replica may already work on them)."""
+    deadline, stop_takes = 0.5, 0.05
+    owner = PartitionOwner.__new__(PartitionOwner)
+    owner.settings = Settings(leader_renew_deadline=deadline, leader_lease_duration=1.5)
+    started = time.monotonic()
+    renewals: Any = {p: SimpleNamespace(renewed_at=started + 0.005 * p) for p in range(3)}
+    owner.elections = renewals  # only their renewal times are read
+    owner.owned, owner.leaving, owner._taken = {0, 1, 2}, {}, asyncio.Event()
+    lost: dict[int, float] = {}
+    all_lost = asyncio.Event()
+
+    async def lose(partition: int, *, why: str) -> None:
+        owner.owned.discard(partition)
+        await asyncio.sleep(stop_takes)  # its work stopping
+        lost[partition] = time.monotonic()
+        if len(lost) == 3:
+            all_lost.set()
+
+    owner._lose = lose  # type: ignore[method-assign]
+    watchdog = asyncio.create_task(owner._watch_renewals())
+    try:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(all_lost.wait(), 3 * deadline)
+    finally:
+        watchdog.cancel()
+    due = {p: started + 0.005 * p + deadline for p in range(3)}
+    # Each dropped after its deadline, and within the drops before it (not a deadline later).
+    assert sorted(lost) == [0, 1, 2]
+    assert all(due[p] <= lost[p] <= due[p] + 3 * stop_takes + 0.1 for p in lost), {
+        p: round(lost[p] - due[p], 3) for p in lost
+    }

@@ -154,7 +154,7 @@ async def test_pages_hold_back_what_a_stream_not_yet_read_may_precede() -> None:
     for stream, version in (("a", 1), ("a", 2), ("a", 3), ("b", 1), ("b", 2), ("a", 4)):
         payload = PodActionSucceeded(action_id=f"{stream}-{version}")
         await store.append([new_event(payload, stream=stream, stream_version=version, occurred_at=T0)], None)
-    pages = operations._StreamPages(store, {"a": 1, "b": 1}, page=1)
+    pages = operations._StreamPages(store, await store.head_position(), {"a": 1, "b": 1}, page=1)
 
     def positions() -> list[int]:
         return [e.global_position for e in pages.merged()]
@@ -165,3 +165,25 @@ async def test_pages_hold_back_what_a_stream_not_yet_read_may_precede() -> None:
     assert positions() == [1, 2, 3]
     await pages.read_more()  # a: 6 (pages of 4: a is read to its end)
     assert positions() == [1, 2, 3, 4, 5, 6] and pages.exhausted
+
+
+@pytest.mark.pure
+@pytest.mark.asyncio
+async def test_pages_read_after_an_append_hold_nothing_newer_than_the_head_they_started_at() -> None:
+    """A rollout still going: a stream read to its end on the first page gets an event later, while
+    another is still being paged. No page holds what was appended after the reading began, so the record
+    is the log as it was then, never one stream's later events without the other's."""
+    store = InMemoryEventStore()
+
+    async def append(stream: str, version: int) -> None:
+        payload = PodActionSucceeded(action_id=f"{stream}-{version}")
+        await store.append([new_event(payload, stream=stream, stream_version=version, occurred_at=T0)], None)
+
+    for stream, version in (("a", 1), ("b", 1), ("b", 2), ("b", 3)):
+        await append(stream, version)
+    pages = operations._StreamPages(store, await store.head_position(), {"a": 1, "b": 1}, page=2)
+    await pages.read_more()  # a: 1 (read to its end); b: 2, 3 (a full page)
+    await append("a", 2)  # position 5
+    await append("b", 4)  # position 6
+    await pages.read_more()
+    assert [e.global_position for e in pages.merged()] == [1, 2, 3, 4] and pages.exhausted
