@@ -96,13 +96,16 @@ async def outcomes(database_url: str) -> int:
     return int(rows[0][0])
 
 
-async def start_rollout(stack: Stack, cluster: Cluster) -> dict[str, Any]:
-    """sample-data, 5 pods, ready; then a new image, returned once the first pod action of it succeeded."""
+async def start_rollout(stack: Stack, cluster: Cluster, partition: int = 0) -> dict[str, Any]:
+    """sample-data, 5 pods, ready; then a new image (held at ``partition`` old pods), returned once the first
+    pod action of it succeeded."""
     seed = seed_cloneset("cloneset-sample-data.yaml", updateStrategy=STRATEGY)
     await cluster.create_cloneset(seed)
     await wait_for(lambda: all_on(cluster, "nginx:alpine"), within=60, what="5 ready pods")
     before = await outcomes(stack.settings.database_url)
-    await cluster.patch_cloneset(NAME, with_image(seed, "nginx:mainline"))
+    patch = with_image(seed, "nginx:mainline")
+    patch["spec"]["updateStrategy"] = {**STRATEGY, "partition": partition}
+    await cluster.patch_cloneset(NAME, patch)
 
     async def progressed() -> bool:
         return await outcomes(stack.settings.database_url) > before
@@ -177,11 +180,14 @@ async def test_a_joining_planner_takes_over_a_workload_mid_rollout(stack: Stack,
     partition = partition_of(workload(NAME), stack.settings.bus_partitions)
     # The first planner keeps its lowest-numbered partitions and hands over the rest.
     assert partition >= stack.settings.bus_partitions // 2, "sample-data must be in a handed-over partition"
-    await start_rollout(stack, cluster)
+    # The CloneSet partition holds 3 pods on the old revision, so that however slow the hand-over is, the
+    # newcomer has pods left to update once it is lowered.
+    await start_rollout(stack, cluster, partition=3)
 
     await stack.start("planner", name="planner-2")
     owners = await split(stack, ["planner", "planner-2"])
     assert partition in owners["planner-2"]
+    await cluster.patch_cloneset(NAME, {"spec": {"updateStrategy": {"partition": 0}}})
     await finish_rollout(stack, cluster)
 
     # The hand-over was mid-rollout: the newcomer requested pod actions for it; the first planner planned
