@@ -104,6 +104,7 @@ from services.infra.metrics import (
     RETRIES,
 )
 from services.infra.nats_auth import AUDITOR
+from services.infra.pacing import pace_delay
 from services.infra.retry import DEFAULT_BACKOFF, Stopped, is_transient, retry_until_stopped, wait_or_stop
 from services.infra.runtime import ServiceRuntime, calm_cyclic_collector, configure_logging, run_until_stopped
 from services.infra.settings import Settings
@@ -221,6 +222,7 @@ class Relay:
         on_gap: Callable[[str | None], None] | None = None,
         notifications: AppendNotifications | None = None,
         idle_poll: float = IDLE_POLL,
+        pace_interval: float = 0.0,
     ) -> None:
         self.store = store
         self.bus = bus
@@ -228,6 +230,8 @@ class Relay:
         # when told, and polls only every ``idle_poll`` seconds; without it, every _POLL_MIN.._POLL_MAX.
         self.notifications = notifications
         self.idle_poll = idle_poll
+        # Reads told of appends start at least this far apart: appends made meanwhile go in the same read.
+        self.pace_interval = pace_interval
         self._polled_at = 0.0
         self.known = known  # where the audit beside it learns what the relay read from the store
         self._subjects: dict[tuple[str, str], str] = {}
@@ -672,6 +676,9 @@ class Relay:
             finally:
                 for waiting in waits:
                     waiting.cancel()
+        delay = pace_delay(time.monotonic(), self._polled_at, self.pace_interval)
+        if delay > 0:
+            await asyncio.sleep(delay)
         return notifications.appended.is_set() or time.monotonic() >= poll_at or not notifications.listening
 
     async def publish(self, batch: Sequence[StoredEventJson]) -> None:
@@ -971,6 +978,7 @@ async def run(settings: Settings) -> None:
                 known,
                 on_gap=functools.partial(_report_gap, runtime),
                 notifications=notifications,
+                pace_interval=settings.pace_interval,
             )
             runtime.add_detail("relay", relay.detail)
             audit = Audit(store, bus, known)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from typing import Any
+from typing import Any, cast
 
 import asyncpg
 import nats.js.errors
@@ -438,7 +438,7 @@ async def test_a_position_on_a_subject_other_than_the_relays_does_not_make_it_sk
 
 @contextlib.asynccontextmanager
 async def notified_relay(
-    database_url: str, store: EventStore, bus: Bus
+    database_url: str, store: EventStore, bus: Bus, pace_interval: float = 0.0
 ) -> AsyncIterator[AppendNotifications]:
     """A relay told of appends by a listener LISTENing before it starts, caught up: from its first read
     on, it reads only when told (or after an hour)."""
@@ -447,7 +447,7 @@ async def notified_relay(
     listener = asyncio.create_task(notifications.run(listener_stopping), name="append-listener")
     try:
         await wait_for(lambda: _true(notifications.listening), within=30, what="the listener LISTENs")
-        relay = Relay(store, bus, notifications=notifications, idle_poll=3600)
+        relay = Relay(store, bus, notifications=notifications, idle_poll=3600, pace_interval=pace_interval)
         stopping, task = await relaying(relay)
         try:
             await wait_for(relay.caught_up.wait, within=30, what="the relay caught up")
@@ -515,3 +515,61 @@ async def test_the_relay_catches_up_and_listens_again_when_the_listening_connect
             assert await published_event_ids(own_bus) == await stored_ids(own_store)
         finally:
             await admin.close()
+
+
+class CountingReads:
+    """The event store, counting the relay's reads."""
+
+    def __init__(self, store: EventStore) -> None:
+        self.store = store
+        self.reads = 0
+
+    async def read_batch_json(self, *args: Any, **kwargs: Any) -> Any:
+        self.reads += 1
+        return await self.store.read_batch_json(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
+
+
+async def trickle_reads(
+    database_url: str, store: EventStore, bus: Bus, pace_interval: float, spacing: float
+) -> tuple[int, bool]:
+    """Four appends ``spacing`` seconds apart (a rollout held to the API rate): how many reads of the relay
+    published them, and whether the first was published before the pace interval had passed."""
+    counting = CountingReads(store)
+    relayed = cast(EventStore, counting)
+    async with notified_relay(database_url, relayed, bus, pace_interval=pace_interval):
+        await asyncio.sleep(pace_interval)  # a quiet spell since the relay caught up
+        before = counting.reads
+        stream = unique_stream()
+        events = [batch(stream, version, 1)[0] for version in range(1, 5)]
+        first_on_time = False
+        for version, event in enumerate(events, start=1):
+            await store.append([event], expected_version=version - 1)
+            if version == 1:
+                with contextlib.suppress(AssertionError):
+                    await wait_for(
+                        lambda: published(bus, str(events[0].event_id)),
+                        within=pace_interval * 0.75 if pace_interval else 30,
+                        interval=0.05,
+                        what="the first event published",
+                    )
+                    first_on_time = True
+            else:
+                await asyncio.sleep(spacing)
+        await wait_for(
+            lambda: published(bus, str(events[-1].event_id)), within=30, what="the last event published"
+        )
+        return counting.reads - before, first_on_time
+
+
+async def test_appends_trickling_in_within_the_pace_interval_are_one_read_a_lone_one_waits_for_none(
+    own_database_url: str, own_store: EventStore, own_bus: Bus
+) -> None:
+    paced, first_on_time = await trickle_reads(own_database_url, own_store, own_bus, 2.0, spacing=0.3)
+    assert first_on_time
+    assert paced == 2
+    unpaced, _ = await trickle_reads(own_database_url, own_store, own_bus, 0.0, spacing=0.3)
+    assert unpaced == 4
+    assert await published_event_ids(own_bus) == await stored_ids(own_store)

@@ -193,3 +193,42 @@ async def test_a_wake_up_redelivered_after_a_failed_round_is_planned_again() -> 
     await asyncio.wait_for(redelivered.acked.wait(), 30)
     # Planned, not settled as "already folded" by the failed round's leftovers.
     assert len(await rounds_of(event_store, namespace)) == 1
+
+
+async def trickle_reads(pace_interval: float, spacing: float) -> tuple[int, bool]:
+    """Four observations of one workload, their wake-ups ``spacing`` seconds apart, each handed to the planner
+    as it is stored (a rollout held to the API rate); returns how many rounds read the store, and whether the
+    first wake-up was settled before the pace interval had passed."""
+    event_store = InMemoryEventStore()
+    namespace = f"trickle-{uuid.uuid4().hex[:8]}"
+    counting = CountingStore(event_store)
+    planner = Planner(Settings(pace_interval=pace_interval), cast(EventStore, counting))
+    wake_ups = []
+    first_on_time = False
+    for version in range(1, 5):
+        wake_up = WakeUp()
+        wake_ups.append(wake_up)
+        await planner.handle(await observe(event_store, namespace, version, version), cast(Msg, wake_up))
+        if version == 1:
+            try:
+                await asyncio.wait_for(wake_up.acked.wait(), pace_interval * 0.75 if pace_interval else 30)
+                first_on_time = True
+            except TimeoutError:
+                pass
+        else:
+            await asyncio.sleep(spacing)
+    await asyncio.wait_for(asyncio.gather(*(w.acked.wait() for w in wake_ups)), 30)
+    return counting.reads[CLONESET.observed_stream(namespace, "sample")], first_on_time
+
+
+async def test_wake_ups_trickling_in_within_the_pace_interval_are_one_round_a_lone_one_waits_for_none() -> (
+    None
+):
+    paced, first_on_time = await trickle_reads(pace_interval=2.0, spacing=0.3)
+    # The first observation, after a quiet spell, was planned at once; the three after it, arriving within
+    # the interval of that round's start, are one round.
+    assert first_on_time
+    assert paced == 2
+    # Unpaced, the same trickle is a round per wake-up.
+    unpaced, _ = await trickle_reads(pace_interval=0.0, spacing=0.3)
+    assert unpaced == 4

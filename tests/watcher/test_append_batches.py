@@ -445,3 +445,50 @@ async def test_counts_written_under_rollbooks_name_are_stored_unless_rollbook_pl
         watcher, "CloneSet", [("MODIFIED", await plan(event_store, counted(cloneset(owner, 17), OWN)))]
     )
     assert stored_versions(await event_store.read_stream(stream))[6:] == []
+
+
+async def trickle_appends(event_store: EventStore, pace_interval: float, spacing: float) -> tuple[int, bool]:
+    """One pod's watch events ``spacing`` seconds apart (a rollout held to the API rate): how many appends
+    stored them, and whether the first was stored before the pace interval had passed."""
+    api = client.ApiClient()  # never called: the watch events are fed in
+    watched = Watcher(Settings(pace_interval=pace_interval), event_store, api)
+    appender = asyncio.create_task(watched.append_queued())
+    owner = f"trickle-{uuid.uuid4().hex[:8]}"
+    try:
+        await feed(watched, "CloneSet", [("ADDED", cloneset(owner, 10))])  # before the trickle: a quiet spell
+        await asyncio.sleep(pace_interval)
+        before = watched.appends
+        first_on_time = False
+        for version in range(11, 15):
+            ready = "True" if version % 2 else "False"
+            change = ("MODIFIED", pod(owner, "a", version, ready=ready, action=f"act-{version}"))
+            await watched._on_watch_event(kind_watch(watched, "Pod"), *change)
+            if version == 11:
+                try:
+                    await asyncio.wait_for(
+                        watched._idle.wait(), pace_interval * 0.75 if pace_interval else 30
+                    )
+                    first_on_time = True
+                except TimeoutError:
+                    pass
+            else:
+                await asyncio.sleep(spacing)
+        await asyncio.wait_for(watched._idle.wait(), 30)
+        assert [version for _, version in await stored_pods(event_store, owner)] == ["11", "12", "13", "14"]
+        return watched.appends - before, first_on_time
+    finally:
+        appender.cancel()
+        await asyncio.gather(appender, return_exceptions=True)
+        await api.close()
+
+
+async def test_watch_events_trickling_in_within_the_pace_interval_are_one_append_a_lone_one_waits_for_none(
+    event_store: EventStore,
+) -> None:
+    paced, first_on_time = await trickle_appends(event_store, pace_interval=2.0, spacing=0.3)
+    # The first, after a quiet spell, was stored at once; the three after it, arriving within the interval
+    # of that append's start, are one append (each a state of its own: all stored).
+    assert first_on_time
+    assert paced == 2
+    unpaced, _ = await trickle_appends(event_store, pace_interval=0.0, spacing=0.3)
+    assert unpaced == 4
