@@ -962,7 +962,7 @@ async def main(args: argparse.Namespace) -> None:
                 print("  " + ", ".join(f"{k} {v:.0f}/s" for k, v in raw.items()) + f"; {load()}", flush=True)
                 limits = service_settings(args)
                 print(
-                    f"services: {args.executors} executor(s), API rate limit {limits or 'default'}",
+                    f"services: {args.executors} executor(s), settings {limits or 'default'}",
                     flush=True,
                 )
                 restarting: asyncio.Task[None] | None = None
@@ -1017,7 +1017,11 @@ def nats_only(database_url: str, nats_url: str, workdir: Path, **names: str) -> 
 
 def service_settings(args: argparse.Namespace) -> dict[str, Any]:
     """Settings the services get for this run, as far as this version of rollbook has them."""
-    wanted = {"kube_api_qps": args.api_qps, "kube_api_burst": args.api_burst}
+    wanted = {
+        "kube_api_qps": args.api_qps,
+        "kube_api_burst": args.api_burst,
+        "pace_interval": args.pace_interval,
+    }
     known = {f.name for f in msgspec.structs.fields(Settings)}
     return {k: v for k, v in wanted.items() if k in known and v is not None}
 
@@ -1068,6 +1072,12 @@ if __name__ == "__main__":
         "--api-qps", type=float, default=5000.0, help="services' client-side API rate limit (0: none)"
     )
     parser.add_argument("--api-burst", type=int, default=5000)
+    parser.add_argument(
+        "--pace-interval",
+        type=float,
+        default=None,
+        help="services' ROLLBOOK_PACE_INTERVAL in seconds (0: no pacing; default: the settings' default)",
+    )
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds one phase may take")
     parser.add_argument(
         "--database-url",
