@@ -31,7 +31,7 @@ import msgspec
 from services.kinds.cloneset.rules import plan as planning
 from services.kinds.cloneset.rules.model import Plan, PlanInput
 from services.kinds.cloneset.rules.names import REVISION_LABEL
-from services.kinds.cloneset.rules.workload_state import WorkloadState
+from services.kinds.cloneset.rules.workload_state import WorkloadState, object_name
 from services.kinds.registry import CLONESET
 from services.model.actions import BECAME_READY, ActionKind
 from services.model.availability import AvailabilityCount, min_ready_seconds, revision_hash
@@ -209,14 +209,10 @@ class StartState:
         return cls(
             plan_input.clone_set,
             plan_input.now,
-            {_object_name(pod): pod for pod in plan_input.pods},
-            {_object_name(pvc): pvc for pvc in plan_input.pvcs},
-            {_object_name(revision): revision for revision in plan_input.revisions},
+            {object_name(pod): pod for pod in plan_input.pods},
+            {object_name(pvc): pvc for pvc in plan_input.pvcs},
+            {object_name(revision): revision for revision in plan_input.revisions},
         )
-
-
-def _object_name(obj: dict[str, Any]) -> str:
-    return str((obj.get("metadata") or {}).get("name", ""))
 
 
 def checked_input(input_json: bytes | None, round_planned: RoundPlanned) -> PlanInput | None:

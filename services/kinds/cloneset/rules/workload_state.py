@@ -432,7 +432,7 @@ class WorkloadState:
             clone_set=self.cloneset,
             pods=[self.pods[name] for name in sorted(self.pods)],
             pvcs=[self.pvcs[name] for name in sorted(self.pvcs)],
-            revisions=sorted(self.revisions.values(), key=lambda r: (r.get("revision", 0), _name(r))),
+            revisions=sorted(self.revisions.values(), key=lambda r: (r.get("revision", 0), object_name(r))),
             now=self.now,
         )
 
@@ -482,5 +482,6 @@ def _waits_on(requested: PodActionRequested, workload: str) -> list[tuple[str, s
     return [("Pod", requested.pod)]
 
 
-def _name(revision: dict[str, Any]) -> str:
-    return str((revision.get("metadata") or {}).get("name", ""))
+def object_name(obj: dict[str, Any]) -> str:
+    """The object's metadata.name ("" when it has none)."""
+    return str((obj.get("metadata") or {}).get("name", ""))
