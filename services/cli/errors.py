@@ -115,11 +115,15 @@ def describe(error: BaseException) -> tuple[str, int]:
 
 
 def is_configuration_error(error: BaseException) -> bool:
-    """A failure that starting the same process again cannot mend: no usable kubeconfig, or a port another
-    process holds. A supervisor stops on it rather than restart for ever (services/infra/supervisor.py)."""
+    """A failure that starting the same process again cannot mend: no usable kubeconfig, a setting out of
+    its range, or a port another process holds. A supervisor stops on it rather than restart for ever
+    (services/infra/supervisor.py)."""
     import errno
 
-    if _type_name(error) == "kubernetes_asyncio.config.config_exception.ConfigException":
+    if _type_name(error) in (
+        "kubernetes_asyncio.config.config_exception.ConfigException",
+        "services.infra.settings.SettingsError",
+    ):
         return True
     return isinstance(error, OSError) and error.errno == errno.EADDRINUSE
 

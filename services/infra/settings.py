@@ -6,11 +6,21 @@ Values come from environment variables prefixed ``ROLLBOOK_``. An empty database
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
 
 import msgspec
+
+
+class SettingsError(ValueError):
+    """A setting's value is not one rollbook can run with; the message names the variable."""
+
+
+# The pace interval's ceiling: a cycle of the planner, the watcher or the relay waits at most this long,
+# which also bounds what pacing adds to a shutdown (a value meant as milliseconds is refused, not obeyed).
+MAX_PACE_INTERVAL = 1.0
 
 
 class Settings(msgspec.Struct, frozen=True, kw_only=True):
@@ -212,6 +222,11 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # rollbook.io/record=true); `all`; or comma-separated namespaces (theirs, and labelled ones anywhere).
     record: str = "off"
 
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.pace_interval) and 0 <= self.pace_interval <= MAX_PACE_INTERVAL):
+            wanted = f"seconds from 0 to {MAX_PACE_INTERVAL:g}"
+            raise SettingsError(f"ROLLBOOK_PACE_INTERVAL: expected {wanted}, got {self.pace_interval!r}")
+
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
         env = os.environ if environ is None else environ
@@ -243,15 +258,15 @@ def _convert(name: str, raw: str, typ: object) -> object:
             return True
         if lowered in {"0", "false", "no", "off", ""}:
             return False
-        raise ValueError(f"ROLLBOOK_{name.upper()}: expected a boolean, got {raw!r}")
+        raise SettingsError(f"ROLLBOOK_{name.upper()}: expected a boolean, got {raw!r}")
     if typ is float:
         try:
             return float(raw)
         except ValueError:
-            raise ValueError(f"ROLLBOOK_{name.upper()}: expected a number, got {raw!r}") from None
+            raise SettingsError(f"ROLLBOOK_{name.upper()}: expected a number, got {raw!r}") from None
     if typ is int:
         try:
             return int(raw)
         except ValueError:
-            raise ValueError(f"ROLLBOOK_{name.upper()}: expected an integer, got {raw!r}") from None
+            raise SettingsError(f"ROLLBOOK_{name.upper()}: expected an integer, got {raw!r}") from None
     return raw

@@ -230,7 +230,6 @@ class Planner:
                 delay = pace_delay(time.monotonic(), workload.round_started, self.settings.pace_interval)
                 if delay > 0:
                     await asyncio.sleep(delay)
-                workload.round_started = time.monotonic()
                 workload.dirty = False
                 waiting, workload.waiting = workload.waiting, []
                 workload.in_round = waiting
@@ -244,6 +243,8 @@ class Planner:
                     await _settle(waiting, ok=True)
                     workload.in_round = []
                     continue
+                # Only a round that reads counts: settling wake-ups already folded delays nothing.
+                workload.round_started = time.monotonic()
                 try:
                     await self._round_waiting_out_outages(workload, waiting, timers, forced)
                 except Exception as error:

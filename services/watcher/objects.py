@@ -4,7 +4,7 @@ with its deterministic id."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -202,11 +202,14 @@ def too_deep(event: Envelope, depth: int, size_bytes: int, limit_bytes: int, dep
     )
 
 
-def latest_per_object(events: Sequence[Envelope]) -> list[Envelope]:
+def latest_per_object(events: Sequence[Envelope], every_state: Collection[str] = ()) -> list[Envelope]:
     """One stream's observations of one append without those a later one of the same object (same uid)
     supersedes: a ``MODIFIED`` followed in the batch by another observation of its object that carries
     the same facts (``carried_facts``) is dropped, everything else is kept in order (docs/services.md,
-    "watcher", "Superseded observations").
+    "watcher", "Superseded observations"). Objects of the kinds in ``every_state`` keep every state: the
+    workloads rollbook drives, whose status writes under rollbook's name are each checked against its
+    plans (``Watcher._planned_writes``), so a forged one followed by any write of the object in the same
+    cycle must still reach that check; they are few (rollbook's own writes are dropped by it).
 
     The batch is stored in one transaction, so no planning round can read the dropped state: a round
     folds the store as of a commit, and the object's latest state as of that commit is the survivor.
@@ -229,6 +232,7 @@ def latest_per_object(events: Sequence[Envelope]) -> list[Envelope]:
         if (
             isinstance(payload, ObjectObserved)
             and payload.change == "MODIFIED"
+            and payload.kind not in every_state
             and successor is not None
             and carried_facts(payload) == carried_facts(events[successor].payload)
         ):

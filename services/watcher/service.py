@@ -17,7 +17,8 @@ to ``CloneSet/<ns>/<name>/observed`` for every real change (see docs/services.md
   ``append_unversioned``: one lock and one commit), each stream's events in watch order. A burst of watch
   events is one append per ``MAX_BATCH`` observations, not one per event or per stream. A MODIFIED that
   a later observation of the same object in the same cycle supersedes is not stored
-  (objects.latest_per_object; no round can fold a state inside one append), except for CloneSets
+  (objects.latest_per_object; no round can fold a state inside one append), except for the workloads
+  rollbook drives (each status written under its name is checked against its plans) and CloneSets
   rollbook only shadows, whose shadow trail compares every observed state. The queue is bounded (a
   watch waits while ``MAX_QUEUED`` observations wait for the store), an append that fails is retried
   until the store takes it (never skipped), and on shutdown everything queued is appended before the
@@ -94,6 +95,8 @@ log = structlog.get_logger("watcher")
 WATCH_TIMEOUT_SECONDS = 240  # the server ends each watch after this; we resume from the last version
 _BACKOFF_MAX = 10.0
 REBUILD_PAGE = 200
+# The workloads rollbook drives: each of their observed states is stored (objects.latest_per_object).
+_DRIVEN_KINDS = frozenset(kind.name for kind in registry.DRIVEN)
 # Observations waiting for the store beyond which a watch waits for the appends to catch up.
 MAX_QUEUED = 2000
 # Observations in one append at most (one statement; keeps its transaction, and the lock, short).
@@ -332,7 +335,7 @@ class Watcher:
         label), else without the observations a later one of the same object supersedes."""
         if self.settings.shadow or stream in self.shadowed_streams:
             return batch
-        kept = latest_per_object(batch)
+        kept = latest_per_object(batch, every_state=_DRIVEN_KINDS)
         if len(kept) < len(batch):
             kept_ids = {event.event_id for event in kept}
             for event in batch:

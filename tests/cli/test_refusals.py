@@ -225,3 +225,12 @@ async def test_status_says_a_cloneset_is_paused(
     assert code == 0, err
     row = next(line for line in out.splitlines() if "default/held" in line)
     assert row.rstrip(" │").endswith("paused"), out
+
+
+def test_a_setting_out_of_range_is_one_line_not_an_internal_error() -> None:
+    code, _, err = rollbook("status", ROLLBOOK_PACE_INTERVAL="50")
+    assert code == 1
+    one_line_error(err.strip(), "ROLLBOOK_PACE_INTERVAL: expected seconds from 0 to 1, got 50.0")
+    code, _, err = rollbook("status", ROLLBOOK_KUBE_API_QPS="abc")
+    assert code == 1
+    one_line_error(err.strip(), "ROLLBOOK_KUBE_API_QPS: expected a number, got 'abc'")

@@ -3,9 +3,12 @@ at once after a quiet spell."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from services.infra.pacing import pace_delay
+from services.infra.settings import Settings, SettingsError
 
 
 @pytest.mark.parametrize(
@@ -24,3 +27,15 @@ def test_a_cycle_waits_out_the_rest_of_the_interval(
     now: float, last_start: float | None, interval: float, delay: float
 ) -> None:
     assert pace_delay(now, last_start, interval) == pytest.approx(delay)
+
+
+@pytest.mark.parametrize("seconds", [0.0, 0.05, 1.0])
+def test_a_pace_interval_from_none_to_a_second_is_accepted(seconds: float) -> None:
+    assert Settings.from_env({"ROLLBOOK_PACE_INTERVAL": str(seconds)}).pace_interval == seconds
+
+
+@pytest.mark.parametrize("seconds", [-0.01, 1.5, 50.0, math.inf, math.nan])
+def test_a_pace_interval_out_of_range_is_refused_naming_the_variable(seconds: float) -> None:
+    # 50 is what someone meaning milliseconds would write: every cycle 50 s apart, shutdowns past their grace.
+    with pytest.raises(SettingsError, match="ROLLBOOK_PACE_INTERVAL: expected seconds from 0 to 1"):
+        Settings(pace_interval=seconds)

@@ -224,11 +224,11 @@ async def trickle_reads(pace_interval: float, spacing: float) -> tuple[int, bool
 async def test_wake_ups_trickling_in_within_the_pace_interval_are_one_round_a_lone_one_waits_for_none() -> (
     None
 ):
-    paced, first_on_time = await trickle_reads(pace_interval=2.0, spacing=0.3)
+    paced, first_on_time = await trickle_reads(pace_interval=1.0, spacing=0.2)
     # The first observation, after a quiet spell, was planned at once; the three after it, arriving within
     # the interval of that round's start, are one round.
     assert first_on_time
     assert paced == 2
     # Unpaced, the same trickle is a round per wake-up.
-    unpaced, _ = await trickle_reads(pace_interval=0.0, spacing=0.3)
+    unpaced, _ = await trickle_reads(pace_interval=0.0, spacing=0.2)
     assert unpaced == 4

@@ -473,6 +473,8 @@ async def trickle_appends(event_store: EventStore, pace_interval: float, spacing
                     pass
             else:
                 await asyncio.sleep(spacing)
+            if not pace_interval:  # unpaced, each is stored before the next arrives, however slow the host
+                await asyncio.wait_for(watched._idle.wait(), 30)
         await asyncio.wait_for(watched._idle.wait(), 30)
         assert [version for _, version in await stored_pods(event_store, owner)] == ["11", "12", "13", "14"]
         return watched.appends - before, first_on_time
@@ -485,10 +487,10 @@ async def trickle_appends(event_store: EventStore, pace_interval: float, spacing
 async def test_watch_events_trickling_in_within_the_pace_interval_are_one_append_a_lone_one_waits_for_none(
     event_store: EventStore,
 ) -> None:
-    paced, first_on_time = await trickle_appends(event_store, pace_interval=2.0, spacing=0.3)
+    paced, first_on_time = await trickle_appends(event_store, pace_interval=1.0, spacing=0.2)
     # The first, after a quiet spell, was stored at once; the three after it, arriving within the interval
     # of that append's start, are one append (each a state of its own: all stored).
     assert first_on_time
     assert paced == 2
-    unpaced, _ = await trickle_appends(event_store, pace_interval=0.0, spacing=0.3)
+    unpaced, _ = await trickle_appends(event_store, pace_interval=0.0, spacing=0.2)
     assert unpaced == 4

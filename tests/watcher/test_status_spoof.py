@@ -8,6 +8,7 @@ managedFields as kube-apiserver does) and the watcher's own watch loop."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
@@ -44,17 +45,18 @@ STEADY = {
 
 @pytest_asyncio.fixture
 async def cluster(make_simcluster: MakeSimCluster) -> SimCluster:
-    return await make_simcluster(SimConfig(kubelet=False))  # the CloneSet's status is all this test writes
+    # The CloneSet's status is all these tests write. A seed of its own: simcluster's uids follow the seed,
+    # and the observations' ids follow the uids: two clusters of one seed would share ids in the one store.
+    return await make_simcluster(SimConfig(kubelet=False, seed=uuid.uuid4().int & 0xFFFFFFFF))
 
 
-@pytest_asyncio.fixture
-async def watching(cluster: SimCluster, event_store: EventStore) -> AsyncIterator[client.CustomObjectsApi]:
+@contextlib.asynccontextmanager
+async def watching_with(
+    cluster: SimCluster, event_store: EventStore, settings: Settings
+) -> AsyncIterator[client.CustomObjectsApi]:
     """The watcher's CloneSet watch and its appender running against the cluster; a client of the cluster."""
     api = await api_client_for(cluster)
-    # Unpaced: each write below is followed at once by the sentinel, and a state the next watch event of the
-    # same object supersedes within one append is not stored (the planner could never fold it), which
-    # pacing makes likely here. Each write must be its own append for the test to see what was stored.
-    watcher = Watcher(Settings(pace_interval=0), event_store, api)
+    watcher = Watcher(settings, event_store, api)
     cloneset_watch = next(k for k in watcher.kinds if k.kind == CLONESET.name)
     tasks = [
         asyncio.create_task(watcher.run_kind(cloneset_watch)),
@@ -68,6 +70,24 @@ async def watching(cluster: SimCluster, event_store: EventStore) -> AsyncIterato
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await api.close()
+
+
+@pytest_asyncio.fixture
+async def watching(cluster: SimCluster, event_store: EventStore) -> AsyncIterator[client.CustomObjectsApi]:
+    # Unpaced: each write below is followed at once by the sentinel, and a state the next watch event of the
+    # same object supersedes within one append is not stored (the planner could never fold it), which
+    # pacing makes likely here. Each write must be its own append for the test to see what was stored.
+    async with watching_with(cluster, event_store, Settings(pace_interval=0)) as custom:
+        yield custom
+
+
+@pytest_asyncio.fixture
+async def watching_paced(
+    cluster: SimCluster, event_store: EventStore
+) -> AsyncIterator[client.CustomObjectsApi]:
+    # A second between appends: writes made right after one is stored go in the next append together.
+    async with watching_with(cluster, event_store, Settings(pace_interval=1.0)) as custom:
+        yield custom
 
 
 class CloneSetTrail:
@@ -199,3 +219,19 @@ async def test_counts_written_under_rollbooks_name_that_rollbook_never_planned_a
     stored = await trail.sentinel("after-set-back")
     assert stored[-1].resource_version == set_back
     assert stored[-1].object["status"]["readyReplicas"] == 2
+
+
+async def test_a_forged_status_set_back_in_the_same_append_is_stored(
+    watching_paced: client.CustomObjectsApi, event_store: EventStore
+) -> None:
+    trail = CloneSetTrail(watching_paced, event_store)
+    await trail.create()
+    steady = await trail.write_status(STEADY, "kruise-manager")
+    await trail.stored(steady)  # an append just began: what follows waits for the next one, together
+    # Counts nobody planned under rollbook's name, set back at once by another writer: one append.
+    unready = {"readyReplicas": 0, "availableReplicas": 0, "updatedReadyReplicas": 0}
+    spoofed = await trail.write_status({**unready, "updatedAvailableReplicas": 0}, STATUS_FIELD_MANAGER)
+    set_back = await trail.write_status(STEADY, "kruise-manager")
+    stored = {o.resource_version: o for o in await trail.stored(set_back)}
+    assert spoofed in stored, "the forged status was folded into the write that set it back"
+    assert stored[spoofed].object["status"]["readyReplicas"] == 0

@@ -102,6 +102,37 @@ def test_an_action_id_is_stored_though_a_later_state_carries_another() -> None:
     assert [e.event_id for e in latest_per_object(events)] == [events[0].event_id, events[2].event_id]
 
 
+def cloneset_status(version: int, ready: int, *, annotation: str = "") -> Envelope:
+    obj = {
+        "kind": "CloneSet",
+        "metadata": {
+            "name": "web",
+            "namespace": "default",
+            "uid": "uid-web",
+            "resourceVersion": str(version),
+        },
+        "status": {"replicas": 2, "readyReplicas": ready},
+    }
+    if annotation:
+        obj["metadata"]["annotations"] = {"note": annotation}
+    return observation("CloneSet", obj, "MODIFIED", stream=STREAM, correlation_id=None)
+
+
+def test_every_observation_of_a_workload_is_kept() -> None:
+    """A status written under rollbook's name that no plan carried is stored as a change: a forged status,
+    whether set back or followed by any other write of the CloneSet within one append, must still reach
+    that check, not be folded into the write after it."""
+    events = [
+        cloneset_status(2, 2),
+        cloneset_status(3, 0),  # forged: nobody is ready
+        cloneset_status(4, 0, annotation="x"),  # an annotation: the same status, a state of its own
+        cloneset_status(5, 2),  # set back
+    ]
+    assert latest_per_object(events, every_state={"CloneSet"}) == events
+    # Not among them (a kind rollbook only records), the burst is its last state.
+    assert latest_per_object(events) == events[-1:]
+
+
 @pytest.mark.parametrize(
     ("before", "after", "real_change"),
     [
