@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from services.cli.errors import is_configuration_error
 from services.cli.terminal import UNLIMITED_WIDTH, invocation, output_width
+from services.infra.settings import Settings, SettingsError
 from services.infra.store import EventStore
 from services.simcluster import SimCluster
 from tests.e2e.cluster import Cluster
@@ -234,3 +236,7 @@ def test_a_setting_out_of_range_is_one_line_not_an_internal_error() -> None:
     code, _, err = rollbook("status", ROLLBOOK_KUBE_API_QPS="abc")
     assert code == 1
     one_line_error(err.strip(), "ROLLBOOK_KUBE_API_QPS: expected a number, got 'abc'")
+    # No restart mends it: a supervisor stops rather than start the process again for ever.
+    with pytest.raises(SettingsError) as raised:
+        Settings(pace_interval=50)
+    assert is_configuration_error(raised.value)
