@@ -176,13 +176,20 @@ class CloneSetTrail:
         return observed[:-1]
 
 
-async def test_counts_written_under_rollbooks_name_that_rollbook_never_planned_are_stored(
-    watching: client.CustomObjectsApi, event_store: EventStore
-) -> None:
-    trail = CloneSetTrail(watching, event_store)
+async def steady_trail(custom: client.CustomObjectsApi, store: EventStore) -> tuple[CloneSetTrail, str]:
+    """A CloneSet created, its steady status written by OpenKruise's manager and stored; that write's
+    resourceVersion."""
+    trail = CloneSetTrail(custom, store)
     await trail.create()
     steady = await trail.write_status(STEADY, "kruise-manager")
     await trail.stored(steady)
+    return trail, steady
+
+
+async def test_counts_written_under_rollbooks_name_that_rollbook_never_planned_are_stored(
+    watching: client.CustomObjectsApi, event_store: EventStore
+) -> None:
+    trail, steady = await steady_trail(watching, event_store)
 
     # rollbook's executor carrying out a stored StatusPlanned (a pod went unready): not stored again.
     flapped = {**STEADY, "readyReplicas": 1, "availableReplicas": 1, "updatedReadyReplicas": 1}
@@ -224,10 +231,7 @@ async def test_counts_written_under_rollbooks_name_that_rollbook_never_planned_a
 async def test_a_forged_status_set_back_in_the_same_append_is_stored(
     watching_paced: client.CustomObjectsApi, event_store: EventStore
 ) -> None:
-    trail = CloneSetTrail(watching_paced, event_store)
-    await trail.create()
-    steady = await trail.write_status(STEADY, "kruise-manager")
-    await trail.stored(steady)  # an append just began: what follows waits for the next one, together
+    trail, _ = await steady_trail(watching_paced, event_store)  # an append just began: the next waits
     # Counts nobody planned under rollbook's name, set back at once by another writer: one append.
     unready = {"readyReplicas": 0, "availableReplicas": 0, "updatedReadyReplicas": 0}
     spoofed = await trail.write_status({**unready, "updatedAvailableReplicas": 0}, STATUS_FIELD_MANAGER)
