@@ -104,7 +104,7 @@ from services.infra.metrics import (
     RETRIES,
 )
 from services.infra.nats_auth import AUDITOR
-from services.infra.pacing import pace_delay
+from services.infra.pacing import wait_for_pace
 from services.infra.retry import DEFAULT_BACKOFF, Stopped, is_transient, retry_until_stopped, wait_or_stop
 from services.infra.runtime import ServiceRuntime, calm_cyclic_collector, configure_logging, run_until_stopped
 from services.infra.settings import Settings
@@ -676,9 +676,7 @@ class Relay:
             finally:
                 for waiting in waits:
                     waiting.cancel()
-        delay = pace_delay(time.monotonic(), self._polled_at, self.pace_interval)
-        if delay > 0:
-            await asyncio.sleep(delay)
+        await wait_for_pace(self._polled_at, self.pace_interval)
         return notifications.appended.is_set() or time.monotonic() >= poll_at or not notifications.listening
 
     async def publish(self, batch: Sequence[StoredEventJson]) -> None:

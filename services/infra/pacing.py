@@ -23,16 +23,10 @@ def pace_delay(now: float, last_start: float | None, interval: float) -> float:
     return max(0.0, last_start + interval - now)
 
 
-class Pacer:
-    """``await pacer.start()`` before each cycle: returns once ``interval`` has passed since the previous
-    cycle's start (at once after a quiet spell), and stamps this one's."""
-
-    def __init__(self, interval: float) -> None:
-        self.interval = interval
-        self.last_start: float | None = None
-
-    async def start(self) -> None:
-        delay = pace_delay(time.monotonic(), self.last_start, self.interval)
-        if delay > 0:
-            await asyncio.sleep(delay)
-        self.last_start = time.monotonic()
+async def wait_for_pace(last_start: float | None, interval: float) -> None:
+    """Sleep until a cycle may start: ``interval`` after ``last_start`` (at once after a quiet spell). The
+    caller stamps its cycle's start itself, since not every pass is a cycle (a planner's pass that only
+    settles wake-ups already folded is not)."""
+    delay = pace_delay(time.monotonic(), last_start, interval)
+    if delay > 0:
+        await asyncio.sleep(delay)

@@ -37,7 +37,7 @@ from services.infra.consumer_service import ConsumerSpec, report_consumer_lag
 from services.infra.kruise import resolve_selection
 from services.infra.metrics import EVENTS_APPENDED, EVENTS_HANDLED, PLANNING_PART_SECONDS, PLANNING_SECONDS
 from services.infra.nats_auth import PLANNER
-from services.infra.pacing import pace_delay
+from services.infra.pacing import wait_for_pace
 from services.infra.partition_leases import run_owning_partitions
 from services.infra.retry import retry_until_stopped
 from services.infra.runtime import ServiceRuntime, calm_cyclic_collector, configure_logging, run_until_stopped
@@ -227,9 +227,7 @@ class Planner:
         try:
             while workload.dirty:
                 # Wake-ups arriving within the pace interval of the last round go with the next one.
-                delay = pace_delay(time.monotonic(), workload.round_started, self.settings.pace_interval)
-                if delay > 0:
-                    await asyncio.sleep(delay)
+                await wait_for_pace(workload.round_started, self.settings.pace_interval)
                 workload.dirty = False
                 waiting, workload.waiting = workload.waiting, []
                 workload.in_round = waiting

@@ -38,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -52,7 +53,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from services.infra import kube
 from services.infra.leader import run_while_leading
 from services.infra.metrics import EVENTS_APPENDED, KIND_SERVED, OBSERVATIONS, STORE_APPENDS, WATCH_RESTARTS
-from services.infra.pacing import Pacer
+from services.infra.pacing import wait_for_pace
 from services.infra.redaction_key import RedactionKeyError, load_policy
 from services.infra.retry import Stopped, retry_until_stopped
 from services.infra.runtime import ServiceRuntime, calm_cyclic_collector, configure_logging, run_until_stopped
@@ -235,7 +236,7 @@ class Watcher:
         self._written_plans: dict[str, int] = {}
         self._queued: list[Envelope] = []  # observations diffed, not yet appended, in watch order
         self._wake = asyncio.Event()  # something was queued
-        self._pacer = Pacer(settings.pace_interval)  # appends start at least this far apart
+        self._append_started: float | None = None  # monotonic time the last append cycle began (pacing)
         self._idle = asyncio.Event()  # nothing queued or being appended
         self._idle.set()
         self.appends = 0  # store appends made
@@ -462,7 +463,9 @@ class Watcher:
         """The appender: until cancelled, append whatever is queued, one cycle per burst."""
         while True:
             await self._wake.wait()
-            await self._pacer.start()  # what arrives meanwhile goes in the same append
+            # What arrives while it waits goes in the same append.
+            await wait_for_pace(self._append_started, self.settings.pace_interval)
+            self._append_started = time.monotonic()
             self._wake.clear()
             while self._queued:
                 batch, self._queued = self._queued[:MAX_BATCH], self._queued[MAX_BATCH:]
