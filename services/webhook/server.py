@@ -377,9 +377,8 @@ async def start_server(
     tls = ReloadingContext(certificate)
     site = web.TCPSite(runner, host, port, ssl_context=tls.context)
     await site.start()
-    server = site._server
-    assert server is not None and isinstance(server, asyncio.base_events.Server)
-    bound_port = int(server.sockets[0].getsockname()[1])
+    # The runner's public list of bound addresses: asyncio's and uvloop's servers are different classes.
+    bound_port = int(runner.addresses[0][1])
     url_host = f"[{host}]" if ":" in host else host
     reloading = asyncio.create_task(tls.follow(reload_seconds), name="webhook-certificate-reload")
     return RunningServer(

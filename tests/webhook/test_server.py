@@ -312,3 +312,27 @@ async def test_sidecarset_gets_its_hash_annotations(webhook: Webhook) -> None:
     assert "patch" not in await webhook.review("/mutate-sidecarset", sidecarset_request(obj))
     invalid = make_sidecarset("bad", containers=[])  # refused by the validating webhook, not here
     assert "patch" not in await webhook.review("/mutate-sidecarset", sidecarset_request(invalid))
+
+
+def test_the_webhook_serves_https_on_uvloop(certificate: ServingCertificate) -> None:
+    """`rollbook webhook` runs on uvloop (services/cli/runtime.py), whose server is not asyncio's class."""
+    import uvloop
+
+    async def serve_once() -> int:
+        state = WebhookState(
+            sidecarsets=SidecarSetCache(),
+            namespaces=NamespaceLabels(),
+            recorder=InjectionRecorder(FlakySink()),
+            synced=lambda: True,
+        )
+        server = await start_server(state, certificate)
+        try:
+            connector = aiohttp.TCPConnector(ssl=certificate.client_context())
+            async with aiohttp.ClientSession(connector=connector) as session:
+                async with session.get(server.base_url + "/healthz") as response:
+                    assert server.base_url == f"https://127.0.0.1:{server.port}"
+                    return response.status
+        finally:
+            await server.stop()
+
+    assert uvloop.run(serve_once()) == 200
