@@ -9,7 +9,13 @@ Fixtures live in plugin modules under tests/plugins/, one per concern:
 - stack.py: `stack_settings`, `stack` (the four services as subprocesses), `wait_for`
 """
 
+import asyncio
+from collections.abc import Callable
+
 import pytest
+import uvloop
+
+LoopFactory = Callable[[], asyncio.AbstractEventLoop]
 
 pytest_plugins: list[str] = [
     "tests.plugins.servers",
@@ -23,6 +29,11 @@ pytest_plugins: list[str] = [
 # has none of them, and that is not marked `servers` (it starts a server itself), is marked `pure`:
 # `scripts/test -m pure` runs the fast lane with nothing running.
 SERVER_FIXTURES = frozenset({"server_urls", "make_simcluster", "stack", "server_data_dir"})
+
+
+def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> dict[str, LoopFactory]:
+    """Every service command runs on uvloop (services/cli/runtime.py): the code they run is tested on it."""
+    return {"uvloop": uvloop.new_event_loop}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -64,3 +64,11 @@ def test_a_signal_still_cancels_the_body_on_uvloop() -> None:
     settings = msgspec.structs.replace(Settings.from_env(), **UNUSED)
     assert run_command(body, settings=settings, migrate=False) == 130
     assert finished == ["cleaned up"]
+
+
+async def test_the_tests_run_on_the_loop_the_services_run_on() -> None:
+    """tests/conftest.py gives pytest-asyncio uvloop's loop: service code tested in-process meets the loop
+    it meets in production (the webhook once assumed asyncio's server class and failed only there)."""
+    import uvloop
+
+    assert isinstance(asyncio.get_running_loop(), uvloop.Loop)
