@@ -10,10 +10,10 @@ Fixtures live in plugin modules under tests/plugins/, one per concern:
 """
 
 import asyncio
+import importlib.util
 from collections.abc import Callable
 
 import pytest
-import uvloop
 
 LoopFactory = Callable[[], asyncio.AbstractEventLoop]
 
@@ -31,9 +31,13 @@ pytest_plugins: list[str] = [
 SERVER_FIXTURES = frozenset({"server_urls", "make_simcluster", "stack", "server_data_dir"})
 
 
-def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> dict[str, LoopFactory]:
-    """Every service command runs on uvloop (services/cli/runtime.py): the code they run is tested on it."""
-    return {"uvloop": uvloop.new_event_loop}
+if importlib.util.find_spec("uvloop") is not None:  # not on Windows, where it does not build
+
+    def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> dict[str, LoopFactory]:
+        """The services run on uvloop (services/cli/runtime.py): the code they run is tested on it."""
+        import uvloop
+
+        return {"uvloop": uvloop.new_event_loop}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

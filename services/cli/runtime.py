@@ -53,8 +53,8 @@ def run_command(body: CommandBody, *, settings: Settings | None = None, migrate:
 def event_loop_factory() -> Callable[[], AbstractEventLoop] | None:
     """uvloop's event loop where it is installed (Linux and macOS; it is a dependency there), else None
     (asyncio's own). A service spends most of its CPU in the machinery around each message, request and
-    query rather than in rollbook's code, and uvloop runs that machinery in C: about 7% less CPU per
-    in-place pod over the four services (docs/performance.md)."""
+    query rather than in rollbook's code, and uvloop runs that machinery in C (CPU per in-place pod over
+    the four services: median 7% less in nine alternating pairs, docs/performance.md)."""
     try:
         import uvloop
     except ImportError:

@@ -190,9 +190,7 @@ class ServiceRuntime:
         port = base + PORT_OFFSETS.get(self.service, 0) if base else 0
         site = web.TCPSite(self._runner, self.settings.http_host, port)
         await site.start()
-        server = site._server
-        sockets = getattr(server, "sockets", None) or []
-        self.port = sockets[0].getsockname()[1] if sockets else port
+        self.port = int(self._runner.addresses[0][1])  # the bound port, when 0 asked for a free one
         self.log.info("http_listening", host=self.settings.http_host, port=self.port)
         return self
 

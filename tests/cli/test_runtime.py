@@ -66,6 +66,7 @@ def test_a_signal_still_cancels_the_body_on_uvloop() -> None:
     assert finished == ["cleaned up"]
 
 
+@pytest.mark.skipif(sys.platform == "win32", reason="uvloop is not installed on Windows")
 async def test_the_tests_run_on_the_loop_the_services_run_on() -> None:
     """tests/conftest.py gives pytest-asyncio uvloop's loop: service code tested in-process meets the loop
     it meets in production (the webhook once assumed asyncio's server class and failed only there)."""
