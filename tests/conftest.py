@@ -10,12 +10,14 @@ Fixtures live in plugin modules under tests/plugins/, one per concern:
 """
 
 import asyncio
-import importlib.util
 from collections.abc import Callable
 
 import pytest
 
+from services.cli.runtime import event_loop_factory
+
 LoopFactory = Callable[[], asyncio.AbstractEventLoop]
+SERVICES_LOOP = event_loop_factory()  # the loop the services run on: uvloop's where it is installed
 
 pytest_plugins: list[str] = [
     "tests.plugins.servers",
@@ -31,13 +33,12 @@ pytest_plugins: list[str] = [
 SERVER_FIXTURES = frozenset({"server_urls", "make_simcluster", "stack", "server_data_dir"})
 
 
-if importlib.util.find_spec("uvloop") is not None:  # not on Windows, where it does not build
+if SERVICES_LOOP is not None:  # else pytest-asyncio's default, asyncio's loop, as the services use then
 
     def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> dict[str, LoopFactory]:
-        """The services run on uvloop (services/cli/runtime.py): the code they run is tested on it."""
-        import uvloop
-
-        return {"uvloop": uvloop.new_event_loop}
+        """The code the services run is tested on the loop they run it on (services/cli/runtime.py)."""
+        assert SERVICES_LOOP is not None
+        return {"uvloop": SERVICES_LOOP}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -6,6 +6,7 @@ import asyncio
 import base64
 import json
 import ssl
+import sys
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -314,6 +315,7 @@ async def test_sidecarset_gets_its_hash_annotations(webhook: Webhook) -> None:
     assert "patch" not in await webhook.review("/mutate-sidecarset", sidecarset_request(invalid))
 
 
+@pytest.mark.skipif(sys.platform == "win32", reason="uvloop is not installed on Windows")
 def test_the_webhook_serves_https_on_uvloop(certificate: ServingCertificate) -> None:
     """`rollbook webhook` runs on uvloop (services/cli/runtime.py), whose server is not asyncio's class."""
     import uvloop
