@@ -1,4 +1,4 @@
-"""The auditor's cost per event: the relay (store -> bus) and the audit consumer (bus -> store), in-process.
+"""The auditor's cost per event: the relay (store -> bus) and the audit of the bus (bus -> store), in-process.
 
     .venv/bin/python bench/auditor.py [--events 5000] [--database-url URL] [--nats-url URL]
 
@@ -6,14 +6,17 @@ A fresh database on the server of --database-url (default ROLLBOOK_DATABASE_URL)
 events (~700 bytes of payload each), appended before anything runs; a scratch JetStream stream on
 --nats-url (default ROLLBOOK_NATS_URL, else an embedded nats-server) takes the messages. Two phases:
 
-1. live: the relay and the audit consumer run together, as in the auditor, until the consumer has
-   settled every event the relay published.
-2. backlog: a second audit durable reads the same stream from the start with no relay beside it (an
-   auditor restarted behind the bus).
-3. trickle (--trickle events, on a database and stream of their own): the relay and the audit consumer
-   run while events are appended 5 at a time every 20 ms, as a rollout appends them; besides the CPU
-   (which here includes the appends'), the time from an append's commit to the audit consumer's
-   handling of each event (mean and 95th percentile): the relay's polling is what sets it.
+1. live: the relay and the audit run together, as in the auditor, until the audit has settled every
+   event the relay published.
+2. backlog: the audit walks the same stream again from its start with no relay beside it (an auditor
+   restarted behind the bus, or another replica's messages): every message is read.
+3. trickle (--trickle events, on a database and stream of their own): the relay and the audit run while
+   events are appended 5 at a time every 20 ms, as a rollout appends them; besides the CPU (which here
+   includes the appends'), the time from an append's commit to the audit's settling of each event (mean
+   and 95th percentile): the relay's wake-up is what sets it.
+
+Each phase also prints the stream messages the audit read per event (a read is a request and its answer
+on the bus; what the relay beside it published needs none).
 
 Per phase: this process's CPU ms per event, the CPU ms per event of the Postgres backends serving this
 database (read from /proc, so other users of the server do not count), and Postgres transactions per
@@ -28,18 +31,19 @@ import os
 import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from a checkout
 
 import asyncpg  # noqa: E402
 import msgspec  # noqa: E402
-from nats.aio.msg import Msg  # noqa: E402
 
 from bench.eventstore import _process_cpu, build_events  # noqa: E402
+from services.auditor.bus_loss import Sent  # noqa: E402
 from services.auditor.service import Audit, KnownStored, Relay  # noqa: E402
-from services.infra.bus import MSG_ID, Bus  # noqa: E402
+from services.infra.bus import Bus  # noqa: E402
 from services.infra.database import asyncpg_url, upgrade_async  # noqa: E402
 from services.infra.embedded import resolved_settings  # noqa: E402
 from services.infra.settings import Settings  # noqa: E402
@@ -83,7 +87,7 @@ async def measure(
     name: str,
     meter: DatabaseMeter,
     events: int,
-    work: asyncio.Future[None] | asyncio.Task[None],
+    work: asyncio.Future[Any],
     extra: Callable[[], str] = no_extra,
 ) -> None:
     db_before, commits_before = await meter.backend_cpu(), await meter.commits()
@@ -104,26 +108,31 @@ async def measure(
     )
 
 
+class TimedAudit(Audit):
+    """The audit, noting when it settles each event."""
+
+    def __init__(self, store: EventStore, bus: Bus, known: KnownStored) -> None:
+        super().__init__(store, bus, known)
+        self.settled_at: dict[uuid.UUID, float] = {}
+
+    def settle_relayed(self, sent: Sent) -> None:
+        self.settled_at[sent.event_id] = time.monotonic()
+        super().settle_relayed(sent)
+
+    async def check(
+        self, envelope: Envelope, subject: str, seq: int, headers: Mapping[str, str] | None, data: bytes
+    ) -> None:
+        self.settled_at[envelope.event_id] = time.monotonic()
+        await super().check(envelope, subject, seq, headers, data)
+
+
 async def trickle(bus: Bus, store: EventStore, meter: DatabaseMeter, events: list[Envelope]) -> None:
     """Phase 3: appends 5 events every 20 ms while the relay and the audit run."""
     committed: dict[uuid.UUID, float] = {}
-    latencies: list[float] = []
-    audit = Audit(store, bus, KnownStored())
+    audit = TimedAudit(store, bus, KnownStored())
     relay = Relay(store, bus, audit.known)
-
-    async def timed(envelope: Envelope, msg: Msg) -> None:
-        latencies.append(time.monotonic() - committed[envelope.event_id])
-        await audit.handle(envelope, msg)
-
-    def skip(msg: Msg) -> bool:
-        if not audit.relayed_here(msg):
-            return False
-        latencies.append(time.monotonic() - committed[uuid.UUID((msg.headers or {})[MSG_ID])])
-        return True
-
-    consumer = bus.consumer("bench-trickle", bus.event_filter(), timed, batch=256, ack_wait=60.0, skip=skip)
     stopping = asyncio.Event()
-    tasks = [asyncio.create_task(consumer.run()), asyncio.create_task(relay.run(stopping))]
+    tasks = [asyncio.create_task(audit.run(stopping)), asyncio.create_task(relay.run(stopping))]
     await relay.caught_up.wait()
 
     async def append_and_settle() -> None:
@@ -133,49 +142,50 @@ async def trickle(bus: Bus, store: EventStore, meter: DatabaseMeter, events: lis
             now = time.monotonic()
             committed.update((e.event_id, now) for e in chunk)
             await asyncio.sleep(0.02)
-        while consumer.stats.handled + consumer.stats.skipped < len(events):
+        while audit.stats.walked < len(events):
             for task in tasks:
                 if task.done():
-                    task.result()  # the relay or the consumer failed: say why
+                    task.result()  # the relay or the audit failed: say why
             await asyncio.sleep(0.01)
 
     def latency() -> str:
-        ordered = sorted(latencies)
+        ordered = sorted(audit.settled_at[e.event_id] - committed[e.event_id] for e in events)
         p95 = ordered[int(len(ordered) * 0.95)]
-        return f", store->audit {sum(ordered) / len(ordered) * 1000:.1f} ms mean, {p95 * 1000:.1f} ms p95"
+        return (
+            f", store->audit {sum(ordered) / len(ordered) * 1000:.1f} ms mean, {p95 * 1000:.1f} ms p95"
+            f"; audit reads/event {audit.stats.read / len(events):.2f}"
+        )
 
     try:
         await measure("trickle", meter, len(events), asyncio.ensure_future(append_and_settle()), latency)
     finally:
-        consumer.stop()
         stopping.set()
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
-async def run_until_settled(
-    bus: Bus, store: EventStore, durable: str, events: int, relay: Relay | None
-) -> None:
+async def run_until_settled(bus: Bus, store: EventStore, events: int, relay: Relay | None) -> Audit:
     audit = Audit(store, bus, relay.known if relay is not None else None)
-    consumer = bus.consumer(
-        durable, bus.event_filter(), audit.handle, batch=256, ack_wait=60.0, skip=audit.relayed_here
-    )
     stopping = asyncio.Event()
-    tasks = [asyncio.create_task(consumer.run())]
+    tasks = [asyncio.create_task(audit.run(stopping))]
     if relay is not None:
         tasks.append(asyncio.create_task(relay.run(stopping)))
     try:
-        while consumer.stats.handled + consumer.stats.skipped < events:
+        while audit.stats.walked < events:
             if any(t.done() for t in tasks):
                 for t in tasks:
                     if t.done():
                         t.result()
             await asyncio.sleep(0.01)
     finally:
-        consumer.stop()
         stopping.set()
         await asyncio.gather(*tasks, return_exceptions=True)
-    if consumer.stats.dead_lettered or consumer.stats.retried:
-        raise RuntimeError(f"audit consumer did not settle cleanly: {consumer.stats}")
+    if audit.stats.dead_lettered or audit.stats.quarantined:
+        raise RuntimeError(f"the audit did not settle cleanly: {audit.stats}")
+    return audit
+
+
+def reads(run: asyncio.Future[Audit], events: int) -> str:
+    return f"; audit reads/event {run.result().stats.read / events:.2f}"
 
 
 async def main() -> None:
@@ -213,10 +223,12 @@ async def main() -> None:
                 await store.append_many(batch[start : start + 100])
             print(f"auditor, {args.events} events of ~700 bytes payload; {load()}", flush=True)
             relay = Relay(store, bus, KnownStored())
-            live = asyncio.ensure_future(run_until_settled(bus, store, "bench-live", args.events, relay))
-            await measure("live", meter, args.events, live)
-            backlog = asyncio.ensure_future(run_until_settled(bus, store, "bench-backlog", args.events, None))
-            await measure("backlog", meter, args.events, backlog)
+            live = asyncio.ensure_future(run_until_settled(bus, store, args.events, relay))
+            await measure("live", meter, args.events, live, lambda: reads(live, args.events))
+            # Walked again from the stream's start: the bench's login may delete the audit's row.
+            await meter.conn.execute("DELETE FROM audit_cursor")
+            backlog = asyncio.ensure_future(run_until_settled(bus, store, args.events, None))
+            await measure("backlog", meter, args.events, backlog, lambda: reads(backlog, args.events))
         finally:
             await meter.conn.close()
             try:

@@ -37,12 +37,14 @@ not an integer where one is expected, or unknown, is a 400 with the reason.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import hashlib
 import random
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Container, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -51,10 +53,10 @@ import nats.errors
 import nats.js.errors
 import structlog
 from aiohttp import web
-from nats.aio.msg import Msg
 from nats.js.api import RawStreamMsg
 from prometheus_client import Counter
 
+from services.auditor.audit_walk import AuditCursor, cursor_for_stream, walk
 from services.auditor.bus_loss import (
     SHORTENED,
     Divergence,
@@ -83,16 +85,20 @@ from services.infra.appended import AppendNotifications
 from services.infra.archive import keep_partitions_ahead
 from services.infra.bus import (
     BODY_HEADER,
+    BODY_IN_STORE,
     HEADER_ALLOWANCE,
     MSG_ID,
     Bus,
     Outgoing,
     PublishAck,
     carried_payload,
+    event_reference,
+    subject_matches,
 )
-from services.infra.consumer_service import report_consumer_lag
 from services.infra.metrics import (
     AUDIT_INGESTED,
+    AUDIT_READS,
+    CONSUMER_LAG,
     EVENTS_HANDLED,
     RELAY_BUS_GAP,
     RELAY_BUS_LOSSES,
@@ -107,6 +113,7 @@ from services.infra.nats_auth import AUDITOR
 from services.infra.pacing import wait_for_pace
 from services.infra.retry import DEFAULT_BACKOFF, Stopped, is_transient, retry_until_stopped, wait_or_stop
 from services.infra.runtime import ServiceRuntime, calm_cyclic_collector, configure_logging, run_until_stopped
+from services.infra.session_lock import SessionLock
 from services.infra.settings import Settings
 from services.infra.store import ConcurrencyError, EventIdentity, EventStore, StoredEventJson, StoreWentBack
 from services.infra.transparency import checkpoint_loop, checkpointer_for
@@ -116,7 +123,14 @@ from services.model.events import Envelope, PodActionRequested, PodActionSucceed
 log = structlog.get_logger("auditor")
 
 POSITION_HEADER = "Rollbook-Position"
-DURABLE = "auditor"
+# The audit's name: its row in audit_cursor is the stream's, its dead letters go to <prefix>.dlq.auditor, and
+# the durable consumer of that name is the one earlier versions audited with (taken over at start).
+AUDIT_NAME = "auditor"
+# Sequences one walk covers at most (its reads are made before any is audited).
+AUDIT_WALK = 4096
+AUDIT_READS_AT_ONCE = 64  # stream messages requested at once
+AUDIT_SAVE_INTERVAL = 1.0  # seconds between two saves of the cursor while it moves
+AUDIT_LOOK_INTERVAL = 1.0  # seconds between two looks at the stream (one stream_info request)
 RELAY_BATCH = 500
 _POLL_MIN = 0.02
 _POLL_MAX = 0.1
@@ -151,22 +165,17 @@ SUBJECT_CACHE = 10_000  # (stream, event type) -> subject pairs the relay keeps
 _encoder = msgspec.json.Encoder()
 
 
-class Published(msgspec.Struct, frozen=True):
-    """A message the relay published, as JetStream acknowledged it: its Nats-Msg-Id, subject and event."""
-
-    msg_id: str
-    subject: str
-    sent: Sent
-
-
 class KnownStored:
     """Identities of events known to be stored, by event id, oldest first, at most ``capacity``; and the
-    messages the relay beside the audit published, by the stream sequence JetStream gave each."""
+    events the relay beside the audit published, by the stream sequence JetStream gave each publish
+    acknowledged as new, at most ``capacity`` too."""
 
     def __init__(self, capacity: int = KNOWN_CAPACITY) -> None:
         self.capacity = capacity
         self._by_id: dict[uuid.UUID, EventIdentity] = {}
-        self._published: dict[int, Published] = {}
+        self._published: dict[int, Sent] = {}
+        self.highest_published = 0  # the highest of those sequences since the stream was last forgotten
+        self.published = asyncio.Event()  # set at each publish noted: the audit wakes for it
 
     def __len__(self) -> int:
         return len(self._by_id)
@@ -179,17 +188,23 @@ class KnownStored:
     def take(self, event_id: uuid.UUID) -> EventIdentity | None:
         return self._by_id.pop(event_id, None)
 
-    def add_published(self, sequence: int, published: Published) -> None:
-        self._published[sequence] = published
+    def add_published(self, sequence: int, sent: Sent) -> None:
+        self._published[sequence] = sent
         if len(self._published) > self.capacity:
             del self._published[next(iter(self._published))]
+        self.highest_published = max(self.highest_published, sequence)
+        self.published.set()
 
-    def take_published(self, sequence: int) -> Published | None:
+    def published_sequences(self) -> Container[int]:
+        return self._published.keys()
+
+    def take_published(self, sequence: int) -> Sent | None:
         return self._published.pop(sequence, None)
 
     def forget_published(self) -> None:
         """The stream was made anew or lost messages: its sequences may be given again to other messages."""
         self._published.clear()
+        self.highest_published = 0
 
 
 def relayed_position(headers: Mapping[str, str] | None) -> int | None:
@@ -713,7 +728,7 @@ class Relay:
         outcomes = await self.bus.publish_pipelined(messages, stall=PUBLISH_ACK_STALL)
         acknowledged = 0
         try:
-            for stored, outcome, (subject, data, headers) in zip(batch, outcomes, messages, strict=True):
+            for stored, outcome, (subject, data, _headers) in zip(batch, outcomes, messages, strict=True):
                 if outcome is None:
                     raise TimeoutError(f"no JetStream ack for {PUBLISH_ACK_STALL:g}s")
                 if isinstance(outcome, Exception):
@@ -744,7 +759,7 @@ class Relay:
                     # This very message is the stream's at this sequence: the audit beside us need not read
                     # it. Not so for a duplicate: the message at its sequence was published earlier, by
                     # this relay or by anyone else holding the id.
-                    known.add_published(outcome.seq, Published(headers.get(MSG_ID, ""), subject, sent))
+                    known.add_published(outcome.seq, sent)
                 self._saw_ack(outcome)
         finally:
             RELAY_PUBLISHED.inc(acknowledged)
@@ -780,20 +795,240 @@ class Relay:
         return subject
 
 
+@dataclass
+class AuditStats:
+    """What the audit did with the stream sequences it walked."""
+
+    relayed: int = 0  # published by the relay beside it: settled unread
+    read: int = 0  # read and audited (events on event subjects)
+    other: int = 0  # read, not on an event subject (a dead letter): nothing to audit
+    gone: int = 0  # no message at that sequence any more (aged out, purged)
+    quarantined: int = 0
+    dead_lettered: int = 0
+
+    @property
+    def walked(self) -> int:
+        return self.relayed + self.read + self.other + self.gone
+
+
 class Audit:
-    def __init__(self, store: EventStore, bus: Bus, known: KnownStored | None = None) -> None:
+    """The audit of the bus (module docstring): ``await run(stopping)``. With a ``lock``, it walks only
+    while this process holds it, so one auditor replica walks the stream and the others only relay."""
+
+    def __init__(
+        self,
+        store: EventStore,
+        bus: Bus,
+        known: KnownStored | None = None,
+        lock: SessionLock | None = None,
+        look_interval: float = AUDIT_LOOK_INTERVAL,
+    ) -> None:
         self.store = store
         self.bus = bus
         self.known = known if known is not None else KnownStored()
+        self.lock = lock
+        self.look_interval = look_interval
+        self.stats = AuditStats()
+        self.cursor: AuditCursor | None = None  # None until loaded, and while another replica walks
+        self._saved: AuditCursor | None = None
+        self._saved_at = 0.0
+        self._looked_at = 0.0
+        # The stream's last sequence at the look before the latest: walked to even if the relay beside
+        # the audit did not publish it. One look late, so that the relay's acks for its own publishes have
+        # arrived and those need no read.
+        self._look_before: int = 0
+        self._look_latest: int = 0
+        self._direct = True  # messages read with direct gets while the stream allows them
+        self._event_filter = bus.event_filter()
         # Labelled counters looked up once: prometheus_client's labels() was a tenth of the audit's CPU.
         self._handled: dict[str, Counter] = {}
         self._present = AUDIT_INGESTED.labels("present")
+        self._lag = CONSUMER_LAG.labels("auditor", AUDIT_NAME)
         self.last_version: dict[str, int] = {}  # stream -> highest version seen on the bus
+
+    # --- the walk ---------------------------------------------------------------------------------------
+
+    async def run(self, stopping: asyncio.Event) -> None:
+        """Walk the stream until ``stopping``. A store or bus that is unreachable is waited out with
+        backoff: the cursor moves only past sequences audited."""
+        failures = 0
+        try:
+            while not stopping.is_set():
+                more = False
+                if self.lock is not None:
+                    self.lock.changed.clear()  # a change from now on wakes the waits below
+                try:
+                    if self.lock is not None and not self.lock.held:
+                        self.cursor = None  # another replica walks: read its cursor when this one walks
+                        await _first_of(stopping, self.lock.changed, timeout=self.look_interval)
+                        continue
+                    if self.cursor is None:
+                        await self.start()
+                    if time.monotonic() - self._looked_at >= self.look_interval:
+                        await self.look()
+                    self.known.published.clear()  # a publish from now on wakes the wait below
+                    more = await self.walk_once()
+                    await self.save()
+                except Exception as error:
+                    if not is_transient(error) and not isinstance(error, nats.js.errors.APIError):
+                        raise
+                    RETRIES.labels("audit").inc()
+                    wait = DEFAULT_BACKOFF.delay(failures, random.random())
+                    log.warning("audit_retrying", delay=round(wait, 3), error=repr(error))
+                    failures += 1
+                    await wait_or_stop(stopping, wait)
+                    continue
+                failures = 0
+                if more:
+                    continue
+                # Until the relay beside it publishes, the next look is due, or the lock changes hands.
+                wake = [stopping, self.known.published]
+                if self.lock is not None:
+                    wake.append(self.lock.changed)
+                due = self._looked_at + self.look_interval - time.monotonic()
+                await _first_of(*wake, timeout=max(due, 0.0))
+        finally:
+            if self.cursor is not None and (self.lock is None or self.lock.held):
+                with contextlib.suppress(Exception):  # best effort: at worst those sequences are read again
+                    await asyncio.wait_for(self.save(force=True), 5.0)
+
+    async def start(self) -> None:
+        """Take up the walk where it was saved (by this or another replica). The durable consumer the
+        audit used before (``auditor``) hands over its ack floor, when no cursor was saved yet, and is
+        deleted."""
+        saved_row = await self.store.audit_cursor(self.bus.stream)
+        saved = None if saved_row is None else AuditCursor(*saved_row)
+        info = await self._stream_info()
+        if info is None:
+            return  # no stream yet: the relay makes it
+        legacy = await self._legacy_floor()
+        if saved is None and legacy is not None:
+            saved = AuditCursor(info.created, legacy)
+            log.info("audit_took_over_durable", durable=AUDIT_NAME, audited_through=legacy)
+        if saved is not None and saved.stream_created != info.created:
+            # Made anew since: it gives its sequences again, so what the relay noted before tells nothing.
+            self.known.forget_published()
+        self.cursor = cursor_for_stream(saved, info.created, info.state.first_seq, info.state.last_seq)
+        self._saved = None if saved_row is None else AuditCursor(*saved_row)
+        # What the stream held before the walk starts is walked to at once (the relay's acks of the last
+        # few may still be on their way: those are read, not waited for).
+        self._look_before = self._look_latest = info.state.last_seq
+        self._direct = True
+        self._looked_at = time.monotonic()
+        await self.save(force=True)
+        if legacy is not None:
+            with contextlib.suppress(nats.js.errors.NotFoundError):
+                await self.bus.js.delete_consumer(self.bus.stream, AUDIT_NAME)
+        log.info("audit_started", audited_through=self.cursor.audited_through)
+
+    async def _legacy_floor(self) -> int | None:
+        """The ack floor of the durable consumer of earlier versions, None when there is none."""
+        try:
+            info = await self.bus.js.consumer_info(self.bus.stream, AUDIT_NAME)
+        except nats.js.errors.NotFoundError:
+            return None
+        floor = info.ack_floor
+        return int(floor.stream_seq or 0) if floor is not None else 0
+
+    async def _stream_info(self) -> Any:
+        try:
+            return await self.bus.js.stream_info(self.bus.stream)
+        except nats.js.errors.NotFoundError:
+            return None
+
+    async def look(self) -> None:
+        """Look at the stream: how far it goes, and whether it is still the stream the cursor is of."""
+        self._looked_at = time.monotonic()
+        info = await self._stream_info()
+        if info is None or self.cursor is None:
+            return
+        cursor = cursor_for_stream(self.cursor, info.created, info.state.first_seq, info.state.last_seq)
+        if (
+            cursor.stream_created != self.cursor.stream_created
+            or cursor.audited_through < self.cursor.audited_through
+        ):
+            # Made anew, or short of its newest messages: its sequences are given again, so what the relay
+            # published at them before tells nothing of the messages there now.
+            self.known.forget_published()
+            self._look_latest = info.state.last_seq
+            log.warning(
+                "audit_stream_changed",
+                audited_through=self.cursor.audited_through,
+                now_from=cursor.audited_through,
+                created=str(info.created),
+            )
+        self.cursor = cursor
+        self._look_before, self._look_latest = self._look_latest, info.state.last_seq
+
+    async def walk_once(self) -> bool:
+        """Audit the next sequences (at most ``AUDIT_WALK``): those the relay beside the audit published
+        unread, the others read. Whether more are waiting."""
+        cursor = self.cursor
+        if cursor is None:
+            return False
+        target = max(self.known.highest_published, self._look_before)
+        last, to_read = walk(cursor.audited_through, target, self.known.published_sequences(), AUDIT_WALK)
+        read = await self._read(to_read)
+        for seq in range(cursor.audited_through + 1, last + 1):
+            if seq in read:
+                message = read[seq]
+                if message is None:
+                    self.stats.gone += 1
+                    AUDIT_READS.labels("gone").inc()
+                else:
+                    await self.audit_message(message)
+            else:
+                sent = self.known.take_published(seq)
+                if sent is None:
+                    break  # forgotten meanwhile (the stream changed): read it on the next walk
+                self.settle_relayed(sent)
+            self.cursor = AuditCursor(cursor.stream_created, seq)
+        self._lag.set(max(target - self.cursor.audited_through, 0) if self.cursor is not None else 0)
+        return self.cursor is not None and self.cursor.audited_through < target
+
+    async def _read(self, sequences: Sequence[int]) -> dict[int, RawStreamMsg | None]:
+        """The messages at ``sequences`` (None where there is none any more), a few requests at a time."""
+        read: dict[int, RawStreamMsg | None] = {}
+        for start in range(0, len(sequences), AUDIT_READS_AT_ONCE):
+            chunk = sequences[start : start + AUDIT_READS_AT_ONCE]
+            for seq, message in zip(chunk, await asyncio.gather(*(self._get(s) for s in chunk)), strict=True):
+                read[seq] = message
+        return read
+
+    async def _get(self, seq: int) -> RawStreamMsg | None:
+        """The message at ``seq``: a direct get, answered by any of the stream's replicas. A replica that
+        has not stored it yet answers "not found" too, so that answer is asked of the stream's leader
+        before the sequence counts as gone."""
+        if self._direct:
+            try:
+                return await self.bus.js.get_msg(self.bus.stream, seq, direct=True)
+            except nats.js.errors.NotFoundError:
+                pass
+            except nats.errors.NoRespondersError:
+                # The stream does not allow direct gets (made by an identity that does not manage it, or
+                # by an earlier version, until the auditor updates it): the API answers instead.
+                self._direct = False
+        try:
+            return await self.bus.js.get_msg(self.bus.stream, seq)
+        except nats.js.errors.NotFoundError:
+            return None
+
+    async def save(self, force: bool = False) -> None:
+        """Keep the cursor in the store: at most every ``AUDIT_SAVE_INTERVAL`` seconds unless ``force``."""
+        cursor = self.cursor
+        if cursor is None or cursor == self._saved:
+            return
+        if not force and time.monotonic() - self._saved_at < AUDIT_SAVE_INTERVAL:
+            return
+        await self.store.save_audit_cursor(self.bus.stream, cursor.stream_created, cursor.audited_through)
+        self._saved, self._saved_at = cursor, time.monotonic()
+
+    # --- one message ------------------------------------------------------------------------------------
 
     def check_order(self, stream: str, version: int) -> None:
         """Each stream's events should reach the bus in version order (the relay publishes in global
         order); a jump means events were published out of order or by someone else: count and log it.
-        Redeliveries (version <= last) are expected and fine."""
+        Repeats (version <= last) are expected and fine."""
         last = self.last_version.get(stream)
         if last is not None and version > last + 1:
             AUDIT_INGESTED.labels("out_of_order").inc()
@@ -807,36 +1042,70 @@ class Audit:
             handled = self._handled[event_type] = EVENTS_HANDLED.labels("auditor", event_type)
         handled.inc()
 
-    def relayed_here(self, msg: Msg) -> bool:
-        """Whether ``msg`` is the very message the relay beside this audit published: JetStream gave the
-        relay's publish this stream sequence (not as a duplicate), with this subject and message id. The
-        server assigns sequences, so no one else's message can be it; it is settled without decoding
-        (the consumer's ``skip``). Anything else, including the relay's messages whose ack came after
-        their delivery, goes through ``handle``."""
-        published = self.known.take_published(msg.metadata.sequence.stream)
-        if (
-            published is None
-            or published.subject != msg.subject
-            or published.msg_id != (msg.headers or {}).get(MSG_ID)
-        ):
-            return False
-        sent = published.sent
+    def settle_relayed(self, sent: Sent) -> None:
+        """The message at a sequence JetStream gave the relay beside the audit for this event (not as a
+        duplicate): the server assigns sequences, so no one else's message can be there. Settled unread."""
         self.known.take(sent.event_id)  # the relay's identity of it is not needed any more
         self._count(sent.type)
         self.check_order(sent.stream, sent.stream_version)
         self._present.inc()
-        return True
+        self.stats.relayed += 1
 
-    async def handle(self, envelope: Envelope, msg: Msg) -> None:
+    async def audit_message(self, message: RawStreamMsg) -> None:
+        """Audit one message read from the stream: decoded (its body read from the store when it is carried
+        by reference), then checked against the store; one that cannot be decoded is dead-lettered."""
+        subject, seq = message.subject or "", int(message.seq or 0)
+        if not subject_matches(self._event_filter, subject):
+            self.stats.other += 1
+            AUDIT_READS.labels("other").inc()
+            return
+        self.stats.read += 1
+        AUDIT_READS.labels("event").inc()
+        headers, data = message.headers, message.data or b""
+        try:
+            if (headers or {}).get(BODY_HEADER) == BODY_IN_STORE:
+                reference = event_reference(data)
+                envelope = await self.store.read_event(reference.event_id)
+                if envelope is None:
+                    await self._dead_letter(
+                        message, f"referenced event {reference.event_id} is not in the event store"
+                    )
+                    return
+            else:
+                envelope = decode(data)
+        except (msgspec.DecodeError, msgspec.ValidationError) as error:
+            await self._dead_letter(message, f"undecodable: {error}")
+            return
+        except RecursionError as error:
+            await self._dead_letter(message, f"undecodable: nested too deep to decode ({error})")
+            return
+        await self.check(envelope, subject, seq, headers, data)
+
+    async def _dead_letter(self, message: RawStreamMsg, reason: str) -> None:
+        await self.bus.dead_letter(
+            AUDIT_NAME,
+            subject=message.subject or "",
+            stream_sequence=int(message.seq or 0),
+            deliveries=1,
+            data=message.data or b"",
+            headers=message.headers,
+            reason=reason,
+        )
+        self.stats.dead_lettered += 1
+
+    async def check(
+        self, envelope: Envelope, subject: str, seq: int, headers: Mapping[str, str] | None, data: bytes
+    ) -> None:
+        """Whether the event a message carries is the stored one: settled if so, quarantined if not."""
         self._count(envelope.type)
         self.check_order(envelope.stream, envelope.stream_version)
-        position = relayed_position(msg.headers)
+        position = relayed_position(headers)
         if position is not None and await self.stored_at(envelope, position):
             self._present.inc()
             return
         # Not the relay's message as it says: only an event the store holds, exactly as it came, is
         # accepted. The store is the authority; nothing reaches ``events`` from the bus.
-        carried = carried_payload(msg)
+        carried = carried_payload(headers, data)
         stored = True if not carried else await self.store.stored_as_carried(envelope, carried)
         if stored:
             self._present.inc()
@@ -847,19 +1116,16 @@ class Audit:
             else "differs from the event stored with this id (stream, version, type, cause, rollout, payload)"
         )
         await self.store.quarantine(
-            subject=msg.subject,
-            stream_sequence=msg.metadata.sequence.stream,
-            envelope=envelope,
-            reason=reason,
-            data=msg.data,
+            subject=subject, stream_sequence=seq, envelope=envelope, reason=reason, data=data
         )
+        self.stats.quarantined += 1
         AUDIT_INGESTED.labels("quarantined").inc()
         log.error(
             "audit_quarantined",
             event_id=str(envelope.event_id),
             type=envelope.type,
             stream=envelope.stream,
-            subject=msg.subject,
+            subject=subject,
             reason=reason,
         )
 
@@ -872,6 +1138,18 @@ class Audit:
                 self.known.add(identity)
             stored = self.known.take(envelope.event_id)
         return stored_as_relayed(stored, envelope, position)
+
+
+async def _first_of(*events: asyncio.Event, timeout: float) -> None:  # noqa: ASYNC109
+    """Wait until one of ``events`` is set, or ``timeout`` seconds."""
+    if any(event.is_set() for event in events):
+        return
+    waits = [asyncio.ensure_future(event.wait()) for event in events]
+    try:
+        await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiting in waits:
+            waiting.cancel()
 
 
 # /history pages: the default and the largest number of events one answer holds.
@@ -979,14 +1257,15 @@ async def run(settings: Settings) -> None:
                 pace_interval=settings.pace_interval,
             )
             runtime.add_detail("relay", relay.detail)
-            audit = Audit(store, bus, known)
-            consumer = bus.consumer(
-                DURABLE, bus.event_filter(), audit.handle, batch=256, ack_wait=60.0, skip=audit.relayed_here
-            )
+            # One replica walks the stream at a time; the others relay (JetStream keeps one of each event).
+            audit_lock = SessionLock(settings.database_url, f"rollbook-audit {bus.stream}")
+            audit = Audit(store, bus, known, lock=audit_lock)
             listener = asyncio.create_task(notifications.run(runtime.stopping), name="append-listener")
+            # Released after the audit has saved its cursor, not with the other tasks.
+            lock_released = asyncio.Event()
+            lock_task = asyncio.create_task(audit_lock.run(lock_released), name="audit-lock")
             relay_task = asyncio.create_task(relay.run(runtime.stopping), name="relay")
-            audit_task = asyncio.create_task(consumer.run(), name="audit-consumer")
-            lag = asyncio.create_task(report_consumer_lag(bus, runtime, "auditor", DURABLE))
+            audit_task = asyncio.create_task(audit.run(runtime.stopping), name="audit")
             ready = asyncio.create_task(_ready_when_caught_up(runtime, relay))
             # Signed checkpoints of the Merkle tree over the log (docs/audit.md): the key is read now, so a
             # missing key file stops the auditor at start with its name.
@@ -1004,14 +1283,16 @@ async def run(settings: Settings) -> None:
             try:
                 await run_until_stopped(runtime, relay_task, audit_task)
             finally:
-                consumer.stop()
-                for task in (lag, ready, partitions, listener):
+                for task in (ready, partitions, listener):
                     task.cancel()
-                # The relay finishes the batch in hand (its loop checks `stopping`), then both stop.
+                # The relay finishes the batch in hand and the audit its walk (their loops check
+                # `stopping`); the audit saves its cursor before the lock's session ends.
                 await asyncio.gather(
-                    *(relay_task, audit_task, lag, ready, checkpoints, partitions, listener),
+                    *(relay_task, audit_task, ready, checkpoints, partitions, listener),
                     return_exceptions=True,
                 )
+                lock_released.set()
+                await asyncio.gather(lock_task, return_exceptions=True)
         finally:
             await bus.close()
             await store.close()

@@ -333,7 +333,7 @@ class Executor:
             except Exception:  # the consumer dead-letters it with the reason
                 continue
             payload = envelope.payload
-            carried = carried_payload(msg)
+            carried = carried_payload(msg.headers, msg.data)
             if isinstance(payload, PodActionRequested) and carried:
                 requests.append((envelope, outcome_id(payload.action_id), payload.pod, carried))
         if len(requests) < 2:
@@ -361,7 +361,7 @@ class Executor:
             # What the message says the planner stored, checked against the store before anything is done
             # (services/executor/authority.py): the payload as it travelled, or "" for an event the bus
             # carried by reference, whose body the consumer read from the store itself.
-            carried = carried_payload(msg)
+            carried = carried_payload(msg.headers, msg.data)
             reason = refusal(envelope.type, envelope.stream, True)
             if reason is not None:
                 self._refuse(envelope, reason)

@@ -20,7 +20,7 @@ import logging
 import time
 import uuid
 import zlib
-from collections.abc import Awaitable, Callable, Hashable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 from urllib.parse import unquote
@@ -88,21 +88,24 @@ class _CarriedPayload(msgspec.Struct):
 _carried_decoder = msgspec.json.Decoder(_CarriedPayload)
 
 
-def carried_payload(msg: Msg) -> str:
-    """The payload of the event a message carries, exactly as it travelled (JSON text), to compare with
-    the stored one; "" for an event carried by reference, whose body the consumer read from the store."""
-    if (msg.headers or {}).get(BODY_HEADER) == BODY_IN_STORE:
+def carried_payload(headers: Mapping[str, str] | None, data: bytes) -> str:
+    """The payload of the event a message (``headers``, ``data``) carries, exactly as it travelled (JSON
+    text), to compare with the stored one; "" for an event carried by reference, whose body the consumer
+    read from the store."""
+    if (headers or {}).get(BODY_HEADER) == BODY_IN_STORE:
         return ""
-    return bytes(_carried_decoder.decode(msg.data).payload).decode()
+    return bytes(_carried_decoder.decode(data).payload).decode()
+
+
+def event_reference(data: bytes) -> EventReference:
+    """The reference a message with ``Rollbook-Body: store`` carries instead of its event."""
+    return _reference_decoder.decode(data)
 
 
 _reference_encoder = msgspec.json.Encoder()
 _reference_decoder = msgspec.json.Decoder(EventReference)
 # What must not run concurrently with (and keeps its order relative to) other messages: e.g. the pod.
 OrderKey = Callable[[Envelope], Hashable]
-# Whether a delivered message is known to need no handling, decided before it is decoded (the audit: a
-# message its own relay published, by the stream sequence JetStream acknowledged): acked unread.
-Skip = Callable[[Msg], bool]
 # Called with each batch of messages fetched, before any is handled: where a handler's per-message reads
 # can be made once for the batch. Its failure only costs that: the handler reads for itself.
 Prepare = Callable[[Sequence[Msg]], Awaitable[None]]
@@ -241,7 +244,6 @@ class ConsumerStats:
     retried: int = 0  # handler raised, message nak'ed for a later delivery
     dead_lettered: int = 0
     filtered: int = 0  # outside the filter subjects (a server < 2.10 ignores several filters): acked unread
-    skipped: int = 0  # the consumer's ``skip`` said it needs no handling: acked unread
 
 
 class Bus:
@@ -366,6 +368,8 @@ class Bus:
             # The bus forgets: the event store is the record (docs/bus.md, "Retention").
             max_age=max_age or None,
             max_bytes=self.settings.bus_max_bytes if self.settings.bus_max_bytes > 0 else None,
+            # Messages read by sequence (the audit) straight from any replica, without the API's JSON.
+            allow_direct=True,
         )
         try:
             await self.js.add_stream(config)
@@ -428,6 +432,43 @@ class Bus:
 
     def dead_letter_subject(self, consumer: str) -> str:
         return f"{self.prefix}.dlq.{encode_token(consumer)}"
+
+    async def dead_letter(
+        self,
+        consumer: str,
+        *,
+        subject: str,
+        stream_sequence: int,
+        deliveries: int,
+        data: bytes,
+        headers: Mapping[str, str] | None,
+        reason: str,
+    ) -> None:
+        """Publish the message at ``stream_sequence`` (``subject``, ``data``, its ``headers``) to
+        ``consumer``'s dead-letter subject with the reason it could not be handled."""
+        clean_reason = " ".join(reason.split())[:_MAX_HEADER_CHARS]  # headers are one line
+        original_id = (headers or {}).get(MSG_ID)
+        dead_letter_headers = {
+            DLQ_REASON: clean_reason,
+            DLQ_SUBJECT: subject,
+            DLQ_STREAM_SEQ: str(stream_sequence),
+            DLQ_DELIVERIES: str(deliveries),
+            DLQ_CONSUMER: consumer,
+            # Publishing twice (crash between publish and settling) stores one dead letter.
+            MSG_ID: f"dlq.{consumer}.{stream_sequence}",
+        }
+        if original_id:
+            dead_letter_headers[DLQ_MSG_ID] = original_id
+        await self.js.publish(
+            self.dead_letter_subject(consumer), data, stream=self.stream, headers=dead_letter_headers
+        )
+        log.error(
+            "dead-lettered stream seq %s from %s (consumer %s): %s",
+            stream_sequence,
+            subject,
+            consumer,
+            clean_reason,
+        )
 
     # --- publishing -----------------------------------------------------------------------------------
 
@@ -545,7 +586,6 @@ class Bus:
         fetch_timeout: float = IDLE_FETCH_SECONDS,
         concurrency: int = 1,
         order_key: OrderKey | None = None,
-        skip: Skip | None = None,
         prepare: Prepare | None = None,
     ) -> Consumer:
         """A durable pull consumer; call ``await c.run()`` (until ``c.stop()`` or cancellation).
@@ -556,8 +596,8 @@ class Bus:
 
         ``concurrency`` > 1 handles up to that many messages at once in this process; messages with the
         same ``order_key`` (default: each message its own) are handled one after another in delivery
-        order (``services.infra.keyed.KeyedRunner``). A message ``skip`` returns True for is acked
-        without being decoded or handled. ``prepare`` is awaited with each fetched batch first."""
+        order (``services.infra.keyed.KeyedRunner``). ``prepare`` is awaited with each fetched batch
+        first."""
         filters = [filter_subjects] if isinstance(filter_subjects, str) else list(filter_subjects)
         concurrency = 1 if ordered else max(1, concurrency)
         return Consumer(
@@ -572,7 +612,6 @@ class Bus:
             fetch_timeout=fetch_timeout,
             concurrency=concurrency,
             order_key=order_key,
-            skip=skip,
             prepare=prepare,
         )
 
@@ -819,7 +858,6 @@ class Consumer:
     fetch_timeout: float
     concurrency: int = 1
     order_key: OrderKey | None = None
-    skip: Skip | None = None
     prepare: Prepare | None = None
     stats: ConsumerStats = field(default_factory=ConsumerStats)
     _stopping: asyncio.Event = field(default_factory=asyncio.Event)
@@ -1028,10 +1066,6 @@ class Consumer:
             await msg.ack()
             self.stats.filtered += 1
             return
-        if self.skip is not None and self.skip(msg):
-            await msg.ack()
-            self.stats.skipped += 1
-            return
         deliveries = msg.metadata.num_delivered
         max_deliver = self.bus.settings.max_deliver
         try:
@@ -1079,7 +1113,7 @@ class Consumer:
     async def _read_referenced(self, msg: Msg) -> Envelope | None:
         """The event a reference message stands for, read from the store (waiting out a store outage);
         None when it was dead-lettered (no store to read from, or no such event) or given back."""
-        reference = _reference_decoder.decode(msg.data)
+        reference = event_reference(msg.data)
         bodies = self.bus.bodies
         if bodies is None:
             await self._dead_letter(
@@ -1120,28 +1154,14 @@ class Consumer:
 
     async def _dead_letter(self, msg: Msg, reason: str) -> None:
         meta = msg.metadata
-        clean_reason = " ".join(reason.split())[:_MAX_HEADER_CHARS]  # headers are one line
-        original_id = (msg.headers or {}).get(MSG_ID)
-        headers = {
-            DLQ_REASON: clean_reason,
-            DLQ_SUBJECT: msg.subject,
-            DLQ_STREAM_SEQ: str(meta.sequence.stream),
-            DLQ_DELIVERIES: str(meta.num_delivered),
-            DLQ_CONSUMER: self.durable,
-            # Publishing twice (crash between publish and term) stores one dead letter.
-            MSG_ID: f"dlq.{self.durable}.{meta.sequence.stream}",
-        }
-        if original_id:
-            headers[DLQ_MSG_ID] = original_id
-        await self.bus.js.publish(
-            self.bus.dead_letter_subject(self.durable), msg.data, stream=self.bus.stream, headers=headers
+        await self.bus.dead_letter(
+            self.durable,
+            subject=msg.subject,
+            stream_sequence=meta.sequence.stream,
+            deliveries=meta.num_delivered,
+            data=msg.data,
+            headers=msg.headers,
+            reason=reason,
         )
         await msg.term()
         self.stats.dead_lettered += 1
-        log.error(
-            "dead-lettered stream seq %s from %s (consumer %s): %s",
-            meta.sequence.stream,
-            msg.subject,
-            self.durable,
-            clean_reason,
-        )

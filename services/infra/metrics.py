@@ -98,8 +98,14 @@ EXECUTOR_REFUSED = Counter(
 )
 AUDIT_INGESTED = Counter(
     "rollbook_audit_events_total",
-    "Events the auditor saw on the bus, by outcome (stored, present, conflict)",
+    "Events the auditor saw on the bus, by outcome (present, quarantined, out_of_order)",
     ["outcome"],
+)
+AUDIT_READS = Counter(
+    "rollbook_audit_reads_total",
+    "Stream sequences the audit read because the relay beside it did not publish them, by what was there:"
+    " event (audited), other (not an event subject), gone (no message any more)",
+    ["found"],
 )
 KUBE_EVENTS = Counter(
     "rollbook_kube_events_total",

@@ -365,6 +365,12 @@ _STORE_ROUND_INPUT_SQL = (
     "INSERT INTO round_inputs (round_event_id, input) VALUES ($1, $2) ON CONFLICT (round_event_id) DO NOTHING"
 )
 _ROUND_INPUT_SQL = "SELECT input FROM round_inputs WHERE round_event_id = $1"
+_AUDIT_CURSOR_SQL = "SELECT stream_created, audited_through FROM audit_cursor WHERE bus_stream = $1"
+_SAVE_AUDIT_CURSOR_SQL = """
+INSERT INTO audit_cursor (bus_stream, stream_created, audited_through) VALUES ($1, $2, $3)
+ON CONFLICT (bus_stream) DO UPDATE
+SET stream_created = excluded.stream_created, audited_through = excluded.audited_through, updated_at = now()
+"""
 
 # The executor's per-action reads (before_acting, later_status_planned, status_stored_as_carried), prepared
 # once per pooled connection.
@@ -1076,6 +1082,23 @@ class PostgresEventStore:
         """The planner input stored for that round (None: none), unchecked."""
         rows = await self._fetch(_ROUND_INPUT_SQL, round_event_id)
         return bytes(rows[0][0]) if rows else None
+
+    async def audit_cursor(self, bus_stream: str) -> tuple[datetime, int] | None:
+        """How far the audit of the JetStream stream ``bus_stream`` got: (when that stream was created,
+        the stream sequence every message up to which is audited); None before its first save."""
+        rows = await self._fetch(_AUDIT_CURSOR_SQL, bus_stream)
+        return (rows[0][0], int(rows[0][1])) if rows else None
+
+    async def save_audit_cursor(
+        self, bus_stream: str, stream_created: datetime, audited_through: int
+    ) -> None:
+        """Keep how far the audit of ``bus_stream`` got (``audit_cursor``, migration 0035)."""
+
+        async def save() -> None:
+            async with self._driver() as conn:
+                await conn.execute(_SAVE_AUDIT_CURSOR_SQL, bus_stream, stream_created, audited_through)
+
+        await self._retrying(save)
 
     async def stored_ids(self, ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
         """Which of ``ids`` are stored (e.g. whether deterministic outcome events exist yet)."""

@@ -1,21 +1,22 @@
-"""The auditor's audit consumer (bus -> store): the store is the authority, the audit never writes an event.
-A message the relay published (it carries the store position) is settled when that very event is stored
-there; any other message is settled when the store holds that exact event, and otherwise quarantined
-(``bus_quarantine``) with the reason: an event published directly, one the store does not have, a
-different event claiming a stored (stream, version)."""
+"""The auditor's audit of the bus (bus -> store): the store is the authority, the audit never writes an
+event. It walks the stream's sequences: what the relay beside it published is settled unread, without the
+bus delivering it again; every other message is read. A message the relay published (it carries the store
+position) is settled when that very event is stored there; any other message is settled when the store
+holds that exact event, and otherwise quarantined (``bus_quarantine``) with the reason: an event published
+directly, one the store does not have, a different event claiming a stored (stream, version)."""
 
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import msgspec
 import pytest
+from nats.js.api import AckPolicy, ConsumerConfig
 
-from services.auditor.service import POSITION_HEADER, Audit, KnownStored, Relay
-from services.infra.bus import MSG_ID, Bus, Consumer
+from services.auditor.service import AUDIT_NAME, POSITION_HEADER, Audit, KnownStored, Relay
+from services.infra.bus import MSG_ID, Bus
 from services.infra.store import EventStore
 from services.model.events import Envelope, encode
 from tests.infra.store_helpers import batch, pod_action, unique_stream
@@ -25,19 +26,15 @@ pytestmark = pytest.mark.asyncio(loop_scope="session")
 
 
 @asynccontextmanager
-async def auditing(store: EventStore, bus: Bus, known: KnownStored | None = None) -> AsyncIterator[Consumer]:
-    """The audit consumer running as in the auditor (with a quick retry, so a conflict is dead-lettered
-    on its second delivery within a second)."""
-    audit = Audit(store, bus, known)
-    durable = f"audit-{uuid.uuid4().hex[:8]}"
-    consumer = bus.consumer(
-        durable, bus.event_filter(), audit.handle, batch=256, retry_backoff=(0.2,), skip=audit.relayed_here
-    )
-    task = asyncio.create_task(consumer.run(), name="audit-consumer")
+async def auditing(store: EventStore, bus: Bus, known: KnownStored | None = None) -> AsyncIterator[Audit]:
+    """The audit running as in the auditor (looking at the stream every 0.1 s rather than every second)."""
+    audit = Audit(store, bus, known, look_interval=0.1)
+    stopping = asyncio.Event()
+    task = asyncio.create_task(audit.run(stopping), name="audit")
     try:
-        yield consumer
+        yield audit
     finally:
-        consumer.stop()
+        stopping.set()
         await asyncio.wait_for(task, 30)
 
 
@@ -55,8 +52,8 @@ async def relay_everything(store: EventStore, bus: Bus) -> None:
     await Relay(store, bus).publish(await store.read_batch_json(0, 1000))
 
 
-async def settled(consumer: Consumer, count: int) -> bool:
-    return consumer.stats.handled + consumer.stats.skipped + consumer.stats.dead_lettered >= count
+async def settled(audit: Audit, count: int) -> bool:
+    return audit.stats.walked >= count
 
 
 async def quarantined(store: EventStore, bus: Bus) -> list[tuple[str, str]]:
@@ -81,13 +78,13 @@ async def test_an_event_published_directly_is_quarantined_not_stored(
     # it is what it says, nothing to do.
     await own_bus.js.publish(own_bus.subject_for(stored[0]), encode(stored[0]), stream=own_bus.stream)
 
-    async with auditing(own_store, own_bus) as consumer:
-        await wait_for(lambda: settled(consumer, 5), within=30, what="the audit settled 5 messages")
+    async with auditing(own_store, own_bus) as audit:
+        await wait_for(lambda: settled(audit, 5), within=30, what="the audit settled 5 messages")
     assert [e.envelope.event_id for e in await own_store.read_stream(stream)] == [e.event_id for e in stored]
     assert await quarantined(own_store, own_bus) == [
         (str(direct.event_id), "no event with this id in the store (not published by the relay)")
     ]
-    assert consumer.stats.dead_lettered == 0
+    assert audit.stats.dead_lettered == 0
 
 
 async def test_relayed_messages_whose_events_the_store_lacks_are_quarantined(
@@ -106,15 +103,15 @@ async def test_relayed_messages_whose_events_the_store_lacks_are_quarantined(
     for offset, envelope in enumerate(beyond_the_head, start=1):
         await publish_as_relayed(own_bus, envelope, head + offset)
 
-    async with auditing(own_store, own_bus) as consumer:
-        await wait_for(lambda: settled(consumer, 9), within=30, what="the audit settled 9 messages")
+    async with auditing(own_store, own_bus) as audit:
+        await wait_for(lambda: settled(audit, 9), within=30, what="the audit settled 9 messages")
     assert await own_store.read_stream(lost) == []
     assert [event_id for event_id, _ in await quarantined(own_store, own_bus)] == [
         str(e.event_id) for e in (claims_a_taken_position, *beyond_the_head)
     ]
     assert [e.envelope.event_id for e in await own_store.read_stream(stream)] == [e.event_id for e in stored]
     assert await own_store.head_position() == head
-    assert consumer.stats.dead_lettered == 0
+    assert audit.stats.dead_lettered == 0
 
 
 async def test_a_different_event_claiming_a_stored_event_id_is_quarantined(
@@ -137,17 +134,20 @@ async def test_a_different_event_claiming_a_stored_event_id_is_quarantined(
             own_bus.subject_for(forged), encode(forged), stream=own_bus.stream, headers=headers
         )
 
-    async with auditing(own_store, own_bus) as consumer:
-        await wait_for(lambda: settled(consumer, 5), within=30, what="the audit settled 5 messages")
+    async with auditing(own_store, own_bus) as audit:
+        await wait_for(lambda: settled(audit, 5), within=30, what="the audit settled 5 messages")
     found = await quarantined(own_store, own_bus)
     assert [event_id for event_id, _ in found] == [str(original.event_id)]
     assert all(reason.startswith("differs from the event stored") for _, reason in found)
     assert [e.envelope for e in await own_store.read_stream(stream)] == stored
 
 
-async def test_the_relay_and_the_audit_beside_it_settle_everything_without_a_write(
+async def test_the_audit_receives_nothing_its_relay_published_and_writes_no_event(
     own_store: EventStore, own_bus: Bus
 ) -> None:
+    """The relay beside the audit publishes 40 events: the audit settles every one unread, by the sequence
+    JetStream gave each publish. The bus delivers them to no consumer of the audit (none exists), and the
+    store gains no event."""
     stream = unique_stream()
     await own_store.append(batch(stream, 1, 40), expected_version=0)
     head = await own_store.head_position()
@@ -156,14 +156,19 @@ async def test_the_relay_and_the_audit_beside_it_settle_everything_without_a_wri
     stopping = asyncio.Event()
     task = asyncio.create_task(relay.run(stopping))
     try:
-        async with auditing(own_store, own_bus, known) as consumer:
-            await wait_for(lambda: settled(consumer, 40), within=30, what="the audit settled 40 messages")
+        async with auditing(own_store, own_bus, known) as audit:
+            await wait_for(lambda: settled(audit, 40), within=30, what="the audit settled 40 messages")
     finally:
         stopping.set()
         await asyncio.wait_for(task, 30)
-    assert consumer.stats.dead_lettered == 0
+    assert (audit.stats.relayed, audit.stats.read, audit.stats.dead_lettered) == (40, 0, 0)
+    assert await own_bus.js.consumers_info(own_bus.stream) == []
     assert len(known) == 0  # each identity the relay recorded was taken by the audit
     assert await own_store.head_position() == head
+    assert await own_store.audit_cursor(own_bus.stream) == (
+        (await own_bus.js.stream_info(own_bus.stream)).created,
+        40,
+    )
 
 
 async def test_what_the_relay_beside_it_published_is_settled_unread_and_the_rest_audited(
@@ -183,10 +188,10 @@ async def test_what_the_relay_beside_it_published_is_settled_unread_and_the_rest
     await own_store.append(stored[3:], expected_version=3)
     await relay.publish(await own_store.read_batch_json(relay.position, 1000))
 
-    async with auditing(own_store, own_bus, known) as consumer:
-        await wait_for(lambda: settled(consumer, 7), within=30, what="the audit settled 7 messages")
-    assert consumer.stats.skipped == 6
-    assert consumer.stats.handled == 1
+    async with auditing(own_store, own_bus, known) as audit:
+        await wait_for(lambda: settled(audit, 7), within=30, what="the audit settled 7 messages")
+    assert audit.stats.relayed == 6
+    assert audit.stats.read == 1
     assert [event_id for event_id, _ in await quarantined(own_store, own_bus)] == [str(direct.event_id)]
     assert len(known) == 0  # the relay's identities were taken with the messages
 
@@ -211,24 +216,26 @@ async def test_a_message_published_ahead_of_the_relay_with_its_event_id_is_still
     known = KnownStored()
     await Relay(own_store, own_bus, known).publish(await own_store.read_batch_json(0, 1000))
 
-    async with auditing(own_store, own_bus, known) as consumer:
-        await wait_for(lambda: settled(consumer, 1), within=30, what="the audit settled the message")
-    assert consumer.stats.skipped == 0
+    async with auditing(own_store, own_bus, known) as audit:
+        await wait_for(lambda: settled(audit, 1), within=30, what="the audit settled the message")
+    assert audit.stats.relayed == 0
     assert [event_id for event_id, _ in await quarantined(own_store, own_bus)] == [str(event.event_id)]
 
 
 async def test_after_the_stream_was_made_anew_its_reused_sequences_are_audited(
     own_store: EventStore, own_bus: Bus
 ) -> None:
-    """The stream lost and made anew gives its sequences again: a forged message copying what the relay
-    published at a sequence of the old stream (subject, message id) is audited, not taken for it."""
+    """The stream lost and made anew gives its sequences again: a forged message at a sequence the old
+    stream gave the relay is audited, not taken for the relay's message, though the relay's note of that
+    sequence is still there."""
     stream = unique_stream()
+    async with auditing(own_store, own_bus) as audit:  # the cursor is saved for the old stream
+        await wait_for(lambda: own_store.audit_cursor(own_bus.stream), within=30, what="a saved cursor")
     event = pod_action(stream, 1, index=1)
     await own_store.append([event], expected_version=0)
     known = KnownStored()
-    relay = Relay(own_store, own_bus, known)
-    await relay.check_bus()
-    await relay.publish(await own_store.read_batch_json(0, 1000))
+    await Relay(own_store, own_bus, known).publish(await own_store.read_batch_json(0, 1000))
+    assert 1 in known.published_sequences()
     await own_bus.js.delete_stream(own_bus.stream)
     await own_bus.ensure_stream()
     forged = msgspec.structs.replace(pod_action(stream, 1, index=9), event_id=event.event_id)
@@ -238,9 +245,79 @@ async def test_after_the_stream_was_made_anew_its_reused_sequences_are_audited(
         stream=own_bus.stream,
         headers={MSG_ID: str(event.event_id)},
     )
-    await relay.check_bus()  # sees the new stream
 
-    async with auditing(own_store, own_bus, known) as consumer:
-        await wait_for(lambda: settled(consumer, 1), within=30, what="the audit settled the message")
-    assert consumer.stats.skipped == 0
+    async with auditing(own_store, own_bus, known) as audit:
+        await wait_for(lambda: settled(audit, 1), within=30, what="the audit settled the message")
+    assert audit.stats.relayed == 0
     assert [event_id for event_id, _ in await quarantined(own_store, own_bus)] == [str(event.event_id)]
+
+
+async def test_a_restarted_audit_reads_only_what_came_after_its_saved_cursor(
+    own_store: EventStore, own_bus: Bus
+) -> None:
+    """An audit stopped after settling 3 events saves where it was; a new one (a restart: it knows nothing
+    the relay published) reads only the messages published after that, a forged one among them."""
+    stream = unique_stream()
+    stored = batch(stream, 1, 5)
+    await own_store.append(stored[:3], expected_version=0)
+    known = KnownStored()
+    relay = Relay(own_store, own_bus, known)
+    await relay.publish(await own_store.read_batch_json(0, 1000))
+    async with auditing(own_store, own_bus, known) as first:
+        await wait_for(lambda: settled(first, 3), within=30, what="the first audit settled 3 messages")
+    assert first.stats.relayed == 3
+    await own_store.append(stored[3:], expected_version=3)
+    await relay.publish(await own_store.read_batch_json(relay.position, 1000))
+    direct = pod_action(stream, 6, index=6)
+    await own_bus.publish(direct)
+
+    async with auditing(own_store, own_bus) as second:
+        await wait_for(lambda: settled(second, 3), within=30, what="the second audit settled 3 messages")
+        await asyncio.sleep(0.3)  # three looks at the stream: nothing more is walked
+    assert (second.stats.relayed, second.stats.read, second.stats.walked) == (0, 3, 3)
+    assert [event_id for event_id, _ in await quarantined(own_store, own_bus)] == [str(direct.event_id)]
+
+
+async def test_the_durable_consumer_of_earlier_versions_hands_over_its_ack_floor(
+    own_store: EventStore, own_bus: Bus
+) -> None:
+    """An install upgraded from the audit's durable consumer: the first 4 messages were acked through it.
+    The audit starts after them (none is read twice), and the durable is deleted."""
+    stream = unique_stream()
+    stored = batch(stream, 1, 6)
+    await own_store.append(stored, expected_version=0)
+    await relay_everything(own_store, own_bus)
+    await own_bus.js.add_consumer(
+        own_bus.stream, ConsumerConfig(durable_name=AUDIT_NAME, ack_policy=AckPolicy.EXPLICIT)
+    )
+    subscription = await own_bus.js.pull_subscribe_bind(AUDIT_NAME, stream=own_bus.stream)
+    for message in await subscription.fetch(4, timeout=5):
+        await message.ack_sync()
+    await subscription.unsubscribe()
+
+    async with auditing(own_store, own_bus) as audit:
+        await wait_for(lambda: settled(audit, 2), within=30, what="the audit settled 2 messages")
+        await asyncio.sleep(0.3)
+    assert (audit.stats.read, audit.stats.walked) == (2, 2)
+    assert await own_bus.js.consumers_info(own_bus.stream) == []
+
+
+async def test_a_message_the_audit_cannot_decode_is_dead_lettered_and_the_walk_goes_on(
+    own_store: EventStore, own_bus: Bus
+) -> None:
+    stream = unique_stream()
+    stored = batch(stream, 1, 2)
+    await own_store.append(stored, expected_version=0)
+    await relay_everything(own_store, own_bus)
+    await own_bus.js.publish(own_bus.subject_for(stored[0]), b"not an event", stream=own_bus.stream)
+    await own_bus.js.publish(own_bus.subject_for(stored[0]), b"[" * 1100 + b"]" * 1100, stream=own_bus.stream)
+    later = pod_action(stream, 3, index=3)
+    await own_bus.publish(later)
+
+    async with auditing(own_store, own_bus) as audit:
+        await wait_for(lambda: settled(audit, 5), within=30, what="the audit settled 5 messages")
+    assert audit.stats.dead_lettered == 2
+    letters = await own_bus.dead_letters(AUDIT_NAME)
+    assert [letter.data for letter in letters] == [b"not an event", b"[" * 1100 + b"]" * 1100]
+    assert all(letter.reason.startswith("undecodable") for letter in letters)
+    assert [event_id for event_id, _ in await quarantined(own_store, own_bus)] == [str(later.event_id)]

@@ -19,7 +19,6 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 from prometheus_client import REGISTRY
 
-from services.auditor.service import DURABLE as AUDIT_DURABLE
 from services.auditor.service import Audit, Relay
 from services.executor.service import Executor
 from services.infra.bus import Bus
@@ -93,10 +92,9 @@ async def test_a_forged_pod_action_is_neither_carried_out_nor_stored(
         await auditor.ensure_stream()
         executor = Executor(settings, event_store, k8s_client)
         actions = executor.consumers()[0].consumer(executor_bus)
-        audit = auditor.consumer(
-            AUDIT_DURABLE, auditor.event_filter(), Audit(event_store, auditor).handle, batch=64
-        )
-        tasks = [asyncio.create_task(actions.run()), asyncio.create_task(audit.run())]
+        audit = Audit(event_store, auditor, look_interval=0.2)
+        audit_stopping = asyncio.Event()
+        tasks = [asyncio.create_task(actions.run()), asyncio.create_task(audit.run(audit_stopping))]
         try:
             # What a planner stored and the relay published is carried out (the control).
             planned = create_pod(workload, f"{workload}-0", 1)
@@ -112,7 +110,7 @@ async def test_a_forged_pod_action_is_neither_carried_out_nor_stored(
 
             async def both_settled() -> bool:
                 done = actions.stats.handled + actions.stats.dead_lettered
-                return done >= 2 and audit.stats.handled + audit.stats.dead_lettered >= 2
+                return done >= 2 and audit.stats.read + audit.stats.dead_lettered >= 2
 
             await wait_for(both_settled, within=30, what="the executor and the audit settled the forgery")
             assert not await pod_exists(k8s_client, f"{workload}-intruder")
@@ -127,7 +125,7 @@ async def test_a_forged_pod_action_is_neither_carried_out_nor_stored(
             assert [row[0] for row in rows] == [forged.event_id]
         finally:
             actions.stop()
-            audit.stop()
+            audit_stopping.set()
             await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 30)
             for bus in (auditor, executor_bus, admin):
                 await bus.close()
