@@ -372,6 +372,7 @@ class Figures:
     watcher_events: float = 0.0
     watcher_appends: float = 0.0
     published: float = 0.0  # events the relay published to the bus
+    audit_reads: float = 0.0  # stream messages the audit read (not published by the relay beside it)
     handled: dict[str, float] = field(default_factory=dict)  # bus messages handled, by service
     # the executors' Kubernetes API requests (pod actions and status writes; answered or not), by method
     executor_requests: dict[str, float] = field(default_factory=dict)
@@ -403,6 +404,7 @@ class Figures:
                 text, "rollbook_events_handled_total"
             )
             figures.published += metric_sum(text, "rollbook_relay_published_total")
+            figures.audit_reads += metric_sum(text, "rollbook_audit_reads_total")
             if proc.service == "planner":
                 rounds = metric_sum(text, "rollbook_planning_seconds_count")
                 figures.rounds += rounds
@@ -461,7 +463,8 @@ class Figures:
         published = self.published - before.published
         if published:
             # What the bus carries per stored event: each is published once, then delivered to (and
-            # acked by) the auditor's audit and whichever planner and executor durables want its type.
+            # acked by) whichever planner and executor durables want its type; the audit reads (a request
+            # and its answer) only what the relay beside it did not publish.
             each = ", ".join(
                 f"{service} {(n - before.handled.get(service, 0.0)) / published:.2f}"
                 for service, n in sorted(self.handled.items())
@@ -478,6 +481,7 @@ class Figures:
                 per = ", ".join(f"{d} {n / published:.2f}" for d, n in shares if n)
                 total = sum(delivered.values()) / published
                 text += f"; bus deliveries per event {total:.2f} ({per})"
+            text += f"; audit reads per event {(self.audit_reads - before.audit_reads) / published:.2f}"
         return text
 
     def slowest(self, before: Figures) -> str:

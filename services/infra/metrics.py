@@ -16,7 +16,8 @@ STORE_APPENDS = Counter(
 )
 CONSUMER_LAG = Gauge(
     "rollbook_consumer_lag",
-    "Messages the durable consumer has not yet delivered (num_pending)",
+    "Messages the durable consumer has not yet delivered (num_pending); for the auditor's audit, stream"
+    " sequences not yet audited",
     ["service", "consumer"],
 )
 CONSUMER_ACK_PENDING = Gauge(

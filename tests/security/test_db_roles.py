@@ -44,6 +44,10 @@ ATTACKS = {
     # A stored round input is checked against its round's hash before use; still, none is rewritten.
     "update-round-input": "UPDATE round_inputs SET input = '\\x00'",
     "delete-round-input": "DELETE FROM round_inputs",
+    # The audit's cursor may be moved by the auditor (the writer), never dropped or emptied.
+    "delete-audit-cursor": "DELETE FROM audit_cursor",
+    "truncate-audit-cursor": "TRUNCATE audit_cursor",
+    "drop-audit-cursor": "DROP TABLE audit_cursor",
     "create-table": "CREATE TABLE shadow_events (LIKE events)",
 }
 
