@@ -44,17 +44,20 @@ def run_command(body: CommandBody, *, settings: Settings | None = None, migrate:
     )
     logging.getLogger("alembic").setLevel(logging.WARNING)  # its INFO lines list plugins, not progress
     try:
-        with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
+        with asyncio.Runner(loop_factory=event_loop_factory(settings.event_loop)) as runner:
             return runner.run(_run(body, settings, migrate))
     except EmbeddedError as error:  # a second `rollbook up` on one data dir, a server that cannot start
         raise CommandError(str(error)) from None
 
 
-def event_loop_factory() -> Callable[[], AbstractEventLoop] | None:
-    """uvloop's event loop where it is installed (Linux and macOS; it is a dependency there), else None
-    (asyncio's own). A service spends most of its CPU in the machinery around each message, request and
-    query rather than in rollbook's code, and uvloop runs that machinery in C (CPU per in-place pod over
-    the four services: median 7% less in nine alternating pairs, docs/performance.md)."""
+def event_loop_factory(choice: str = "uvloop") -> Callable[[], AbstractEventLoop] | None:
+    """For ``choice`` uvloop (``ROLLBOOK_EVENT_LOOP``'s default): uvloop's event loop where it is installed
+    (Linux and macOS; it is a dependency there), else None (asyncio's own). For asyncio: None. A service
+    spends most of its CPU in the machinery around each message, request and query rather than in
+    rollbook's code, and uvloop runs that machinery in C (CPU per in-place pod over the four services:
+    median 7% less in nine alternating pairs, docs/performance.md)."""
+    if choice == "asyncio":
+        return None
     try:
         import uvloop
     except ImportError:

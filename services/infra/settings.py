@@ -21,6 +21,7 @@ class SettingsError(ValueError):
 # The pace interval's ceiling: a cycle of the planner, the watcher or the relay waits at most this long,
 # which also bounds what pacing adds to a shutdown (a value meant as milliseconds is refused, not obeyed).
 MAX_PACE_INTERVAL = 1.0
+EVENT_LOOPS = ("uvloop", "asyncio")  # ROLLBOOK_EVENT_LOOP
 
 
 class Settings(msgspec.Struct, frozen=True, kw_only=True):
@@ -169,6 +170,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     events_partition_months: int = 1
     # Python log level: DEBUG, INFO, WARNING, ERROR.
     log_level: str = "INFO"
+    # The event loop every command runs on: uvloop (where it is installed, else asyncio's own) or asyncio.
+    # uvloop costs each service less CPU (docs/performance.md); asyncio is the way back without reinstalling.
+    event_loop: str = "uvloop"
     # Run the watcher's work only while holding its Lease (rollbook-watcher; services/infra/leader.py), so
     # several replicas can run: one works, the others stand by; and each planner's work only on the bus
     # partitions whose Leases it holds (rollbook-planner-p<N>; services/infra/partition_leases.py), so
@@ -223,6 +227,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     record: str = "off"
 
     def __post_init__(self) -> None:
+        if self.event_loop not in EVENT_LOOPS:
+            wanted = " or ".join(EVENT_LOOPS)
+            raise SettingsError(f"ROLLBOOK_EVENT_LOOP: expected {wanted}, got {self.event_loop!r}")
         if not (math.isfinite(self.pace_interval) and 0 <= self.pace_interval <= MAX_PACE_INTERVAL):
             wanted = f"seconds from 0 to {MAX_PACE_INTERVAL:g}"
             raise SettingsError(f"ROLLBOOK_PACE_INTERVAL: expected {wanted}, got {self.pace_interval!r}")

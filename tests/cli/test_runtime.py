@@ -9,7 +9,7 @@ import msgspec
 import pytest
 
 from services.cli.runtime import event_loop_factory, run_command
-from services.infra.settings import Settings
+from services.infra.settings import Settings, SettingsError
 
 # Addresses nothing listens on: with both URLs set no embedded server starts, and migrate=False connects
 # to neither.
@@ -44,6 +44,24 @@ def test_without_uvloop_a_command_runs_on_asyncio_s_loop(monkeypatch: pytest.Mon
     settings = msgspec.structs.replace(Settings.from_env(), **UNUSED)
     assert run_command(body, settings=settings, migrate=False) == 0
     assert kinds == ["asyncio.unix_events"]
+
+
+def test_rollbook_event_loop_asyncio_runs_a_command_on_asyncio_s_loop() -> None:
+    """The way back to asyncio's loop without uninstalling uvloop: ROLLBOOK_EVENT_LOOP=asyncio."""
+    kinds: list[str] = []
+
+    async def body(_: Settings) -> None:
+        kinds.append(type(asyncio.get_running_loop()).__module__)
+
+    settings = Settings.from_env({"ROLLBOOK_EVENT_LOOP": "asyncio"})
+    assert settings.event_loop == "asyncio"
+    assert run_command(body, settings=msgspec.structs.replace(settings, **UNUSED), migrate=False) == 0
+    assert kinds == ["asyncio.unix_events"]
+
+
+def test_an_unknown_event_loop_is_one_clear_error() -> None:
+    with pytest.raises(SettingsError, match=r"ROLLBOOK_EVENT_LOOP: expected uvloop or asyncio, got 'trio'"):
+        Settings.from_env({"ROLLBOOK_EVENT_LOOP": "trio"})
 
 
 def test_a_signal_still_cancels_the_body_on_uvloop() -> None:
