@@ -176,6 +176,9 @@ class KnownStored:
         self._published: dict[int, Sent] = {}
         self.highest_published = 0  # the highest of those sequences since the stream was last forgotten
         self.published = asyncio.Event()  # set at each publish noted: the audit wakes for it
+        # Counts the times the sequences were forgotten: acks of publishes sent before the last time are of
+        # a stream that is no more, and not noted (Relay.publish).
+        self.generation = 0
 
     def __len__(self) -> int:
         return len(self._by_id)
@@ -205,6 +208,7 @@ class KnownStored:
         """The stream was made anew or lost messages: its sequences may be given again to other messages."""
         self._published.clear()
         self.highest_published = 0
+        self.generation += 1
 
 
 def relayed_position(headers: Mapping[str, str] | None) -> int | None:
@@ -725,6 +729,7 @@ class Relay:
                 # bus's dedup window as the lost one, and no consumer would hear of it.
                 headers[MSG_ID] = f"{envelope.event_id}@{position}"
             messages.append((self.subject(envelope.stream, envelope.type), data, headers))
+        generation = known.generation if known is not None else 0
         outcomes = await self.bus.publish_pipelined(messages, stall=PUBLISH_ACK_STALL)
         acknowledged = 0
         try:
@@ -755,10 +760,11 @@ class Relay:
                     )
                 )
                 self.sent[self.position] = sent
-                if known is not None and not outcome.duplicate:
+                if known is not None and not outcome.duplicate and known.generation == generation:
                     # This very message is the stream's at this sequence: the audit beside us need not read
                     # it. Not so for a duplicate: the message at its sequence was published earlier, by
-                    # this relay or by anyone else holding the id.
+                    # this relay or by anyone else holding the id. Nor for a publish sent before the stream's
+                    # sequences were last forgotten: its sequence may be a stream's that is gone.
                     known.add_published(outcome.seq, sent)
                 self._saw_ack(outcome)
         finally:
@@ -844,6 +850,7 @@ class Audit:
         self._handled: dict[str, Counter] = {}
         self._present = AUDIT_INGESTED.labels("present")
         self._lag = CONSUMER_LAG.labels("auditor", AUDIT_NAME)
+        self.lag = 0  # stream sequences not yet audited (by whichever replica walks)
         self.last_version: dict[str, int] = {}  # stream -> highest version seen on the bus
 
     # --- the walk ---------------------------------------------------------------------------------------
@@ -860,6 +867,8 @@ class Audit:
                 try:
                     if self.lock is not None and not self.lock.held:
                         self.cursor = None  # another replica walks: read its cursor when this one walks
+                        if time.monotonic() - self._looked_at >= self.look_interval:
+                            await self.look_from_afar()
                         await _first_of(stopping, self.lock.changed, timeout=self.look_interval)
                         continue
                     if self.cursor is None:
@@ -880,6 +889,7 @@ class Audit:
                     continue
                 failures = 0
                 if more:
+                    await asyncio.sleep(0)  # a walk of the relay's notes alone awaits nothing: let others run
                     continue
                 # Until the relay beside it publishes, the next look is due, or the lock changes hands.
                 wake = [stopping, self.known.published]
@@ -942,72 +952,119 @@ class Audit:
         info = await self._stream_info()
         if info is None or self.cursor is None:
             return
-        cursor = cursor_for_stream(self.cursor, info.created, info.state.first_seq, info.state.last_seq)
-        if (
-            cursor.stream_created != self.cursor.stream_created
-            or cursor.audited_through < self.cursor.audited_through
-        ):
+        last = info.state.last_seq
+        cursor = cursor_for_stream(self.cursor, info.created, info.state.first_seq, last)
+        anew = cursor.stream_created != self.cursor.stream_created
+        if anew or cursor.audited_through < self.cursor.audited_through or last < self._look_latest:
             # Made anew, or short of its newest messages: its sequences are given again, so what the relay
             # published at them before tells nothing of the messages there now.
             self.known.forget_published()
-            self._look_latest = info.state.last_seq
+            self._look_latest = last
             log.warning(
                 "audit_stream_changed",
                 audited_through=self.cursor.audited_through,
                 now_from=cursor.audited_through,
+                last_seq=last,
                 created=str(info.created),
             )
+        elif cursor.audited_through > self.cursor.audited_through:
+            # Aged out (or purged) before they were audited: they cannot be read any more.
+            skipped = cursor.audited_through - self.cursor.audited_through
+            self.stats.gone += skipped
+            AUDIT_READS.labels("gone").inc(skipped)
+            gone_from = self.cursor.audited_through + 1
+            log.warning("audit_messages_gone", first=gone_from, last=cursor.audited_through)
         self.cursor = cursor
-        self._look_before, self._look_latest = self._look_latest, info.state.last_seq
+        self._look_before, self._look_latest = self._look_latest, last
+        self._set_lag(max(last - cursor.audited_through, 0))
+
+    async def look_from_afar(self) -> None:
+        """While another replica walks: how far behind the stream its saved cursor is (the lag every
+        replica reports, so an audit that nobody walks shows)."""
+        self._looked_at = time.monotonic()
+        info = await self._stream_info()
+        if info is None:
+            return
+        saved = await self.store.audit_cursor(self.bus.stream)
+        audited = saved[1] if saved is not None and saved[0] == info.created else info.state.first_seq - 1
+        self._set_lag(max(info.state.last_seq - max(audited, 0), 0))
+
+    def _set_lag(self, lag: int) -> None:
+        self.lag = lag
+        self._lag.set(lag)
+
+    def detail(self) -> dict[str, Any]:
+        """``details.audit`` of /readyz."""
+        return {
+            "walking": self.cursor is not None,
+            "audited_through": self.cursor.audited_through if self.cursor is not None else None,
+            "lag": self.lag,
+        }
 
     async def walk_once(self) -> bool:
         """Audit the next sequences (at most ``AUDIT_WALK``): those the relay beside the audit published
-        unread, the others read. Whether more are waiting."""
+        unread, the others read, ``AUDIT_READS_AT_ONCE`` at a time, each chunk audited before the next is
+        read. Whether more are waiting."""
         cursor = self.cursor
         if cursor is None:
             return False
         target = max(self.known.highest_published, self._look_before)
         last, to_read = walk(cursor.audited_through, target, self.known.published_sequences(), AUDIT_WALK)
-        read = await self._read(to_read)
+        read: dict[int, RawStreamMsg | None] = {}
+        next_read = 0  # the index in to_read of the first sequence not read yet
         for seq in range(cursor.audited_through + 1, last + 1):
-            if seq in read:
-                message = read[seq]
+            if next_read < len(to_read) and seq == to_read[next_read]:
+                if not read:
+                    chunk = to_read[next_read : next_read + AUDIT_READS_AT_ONCE]
+                    read = dict(zip(chunk, await asyncio.gather(*(self._get(s) for s in chunk)), strict=True))
+                next_read += 1
+                message = read.pop(seq)
                 if message is None:
+                    if seq > self._look_latest:
+                        # Not there, and beyond what the stream held at the last look: not gone, perhaps
+                        # not yet stored by the replica asked, or a sequence of a stream made anew.
+                        break
                     self.stats.gone += 1
                     AUDIT_READS.labels("gone").inc()
                 else:
-                    await self.audit_message(message)
+                    await self._audit_or_dead_letter(message)
             else:
                 sent = self.known.take_published(seq)
                 if sent is None:
                     break  # forgotten meanwhile (the stream changed): read it on the next walk
                 self.settle_relayed(sent)
             self.cursor = AuditCursor(cursor.stream_created, seq)
-        self._lag.set(max(target - self.cursor.audited_through, 0) if self.cursor is not None else 0)
-        return self.cursor is not None and self.cursor.audited_through < target
+        walked_to = self.cursor.audited_through if self.cursor is not None else 0
+        self._set_lag(max(self._look_latest, target, walked_to) - walked_to)
+        return walked_to < target and walked_to > cursor.audited_through
 
-    async def _read(self, sequences: Sequence[int]) -> dict[int, RawStreamMsg | None]:
-        """The messages at ``sequences`` (None where there is none any more), a few requests at a time."""
-        read: dict[int, RawStreamMsg | None] = {}
-        for start in range(0, len(sequences), AUDIT_READS_AT_ONCE):
-            chunk = sequences[start : start + AUDIT_READS_AT_ONCE]
-            for seq, message in zip(chunk, await asyncio.gather(*(self._get(s) for s in chunk)), strict=True):
-                read[seq] = message
-        return read
+    async def _audit_or_dead_letter(self, message: RawStreamMsg) -> None:
+        """Audit ``message``. An outage (the store or the bus unreachable) is raised: the walk is retried
+        from here. Any other failure is the message's own (a stream version beyond a bigint, a NUL in a
+        stream name): it is dead-lettered with the reason, and the walk goes on."""
+        try:
+            await self.audit_message(message)
+        except Exception as error:
+            if is_transient(error):
+                raise
+            await self._dead_letter(message, f"the audit failed on it: {type(error).__name__}: {error}")
 
     async def _get(self, seq: int) -> RawStreamMsg | None:
         """The message at ``seq``: a direct get, answered by any of the stream's replicas. A replica that
-        has not stored it yet answers "not found" too, so that answer is asked of the stream's leader
-        before the sequence counts as gone."""
+        has not stored it yet answers "not found" too, so that answer, like any but the message, is asked
+        of the stream's leader before the sequence counts as gone."""
         if self._direct:
             try:
                 return await self.bus.js.get_msg(self.bus.stream, seq, direct=True)
-            except nats.js.errors.NotFoundError:
-                pass
             except nats.errors.NoRespondersError:
                 # The stream does not allow direct gets (made by an identity that does not manage it, or
                 # by an earlier version, until the auditor updates it): the API answers instead.
                 self._direct = False
+            except Exception:  # noqa: BLE001
+                # "Not found", or any other answer: a direct get's answer is the message itself, and
+                # nats-py reads a message with an empty body and a Status header as the server's error
+                # (a publisher may forge one). The API's answer carries the message as JSON: ask it.
+                pass
         try:
             return await self.bus.js.get_msg(self.bus.stream, seq)
         except nats.js.errors.NotFoundError:
@@ -1260,6 +1317,7 @@ async def run(settings: Settings) -> None:
             # One replica walks the stream at a time; the others relay (JetStream keeps one of each event).
             audit_lock = SessionLock(settings.database_url, f"rollbook-audit {bus.stream}")
             audit = Audit(store, bus, known, lock=audit_lock)
+            runtime.add_detail("audit", audit.detail)
             listener = asyncio.create_task(notifications.run(runtime.stopping), name="append-listener")
             # Released after the audit has saved its cursor, not with the other tasks.
             lock_released = asyncio.Event()

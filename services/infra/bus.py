@@ -448,6 +448,9 @@ class Bus:
         ``consumer``'s dead-letter subject with the reason it could not be handled."""
         clean_reason = " ".join(reason.split())[:_MAX_HEADER_CHARS]  # headers are one line
         original_id = (headers or {}).get(MSG_ID)
+        # The dead letter's headers come on top of the original's bytes: cut what would not fit in a message
+        # (the original stays in the stream at its sequence, which the dead letter names).
+        data = data[: max(self.nc.max_payload - HEADER_ALLOWANCE, 0)]
         dead_letter_headers = {
             DLQ_REASON: clean_reason,
             DLQ_SUBJECT: subject,

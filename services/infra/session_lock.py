@@ -71,7 +71,14 @@ class SessionLock:
                 connection = await asyncpg.connect(
                     asyncpg_url(self.database_url),
                     timeout=self.connect_timeout,
-                    server_settings={"application_name": f"rollbook-lock {self.name}"[:63]},
+                    server_settings={
+                        "application_name": f"rollbook-lock {self.name}"[:63],
+                        # The server probes a silent client: a holder whose host died or was cut off
+                        # releases the lock within about half a minute, not the system's two hours.
+                        "tcp_keepalives_idle": "10",
+                        "tcp_keepalives_interval": "5",
+                        "tcp_keepalives_count": "3",
+                    },
                 )
             except Exception as error:  # down or restarting: nobody here holds the lock meanwhile
                 delay = LOCK_BACKOFF.delay(failures, random.random())

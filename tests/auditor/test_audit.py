@@ -321,3 +321,43 @@ async def test_a_message_the_audit_cannot_decode_is_dead_lettered_and_the_walk_g
     assert [letter.data for letter in letters] == [b"not an event", b"[" * 1100 + b"]" * 1100]
     assert all(letter.reason.startswith("undecodable") for letter in letters)
     assert [event_id for event_id, _ in await quarantined(own_store, own_bus)] == [str(later.event_id)]
+
+
+async def test_a_message_dressed_as_a_server_error_neither_stalls_nor_crashes_the_audit(
+    own_store: EventStore, own_bus: Bus
+) -> None:
+    """A direct get answers with the message itself, and nats-py reads an empty body with a Status header
+    as the server's own answer (not found, unavailable...). Messages forged that way are read again through
+    the stream API, dead-lettered as undecodable, and the walk goes on to a forgery after them."""
+    stream = unique_stream()
+    stored = batch(stream, 1, 1)
+    await own_store.append(stored, expected_version=0)
+    subject = own_bus.subject_for(stored[0])
+    for status in ("404", "503", "400", "x"):
+        await own_bus.js.publish(subject, b"", stream=own_bus.stream, headers={"Status": status})
+    later = pod_action(stream, 2, index=2)
+    await own_bus.publish(later)
+
+    async with auditing(own_store, own_bus) as audit:
+        await wait_for(lambda: settled(audit, 5), within=30, what="the audit settled 5 messages")
+    assert (audit.stats.dead_lettered, audit.stats.gone) == (4, 0)
+    assert [event_id for event_id, _ in await quarantined(own_store, own_bus)] == [str(later.event_id)]
+
+
+async def test_a_message_the_store_cannot_even_look_up_is_dead_lettered_and_the_walk_goes_on(
+    own_store: EventStore, own_bus: Bus
+) -> None:
+    """A well-formed event whose stream version no bigint holds: looking it up fails on its own merits,
+    not for an outage. It is dead-lettered with the reason, not retried for ever, and the auditor does
+    not stop."""
+    stream = unique_stream()
+    huge = msgspec.structs.replace(pod_action(stream, 1, index=1), stream_version=2**63 + 5)
+    await own_bus.js.publish(own_bus.subject_for(huge), encode(huge), stream=own_bus.stream)
+    later = pod_action(stream, 2, index=2)
+    await own_bus.publish(later)
+
+    async with auditing(own_store, own_bus) as audit:
+        await wait_for(lambda: settled(audit, 2), within=30, what="the audit settled 2 messages")
+    [letter] = await own_bus.dead_letters(AUDIT_NAME)
+    assert letter.reason.startswith("the audit failed on it")
+    assert [event_id for event_id, _ in await quarantined(own_store, own_bus)] == [str(later.event_id)]

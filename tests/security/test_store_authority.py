@@ -110,7 +110,7 @@ async def test_a_forged_pod_action_is_neither_carried_out_nor_stored(
 
             async def both_settled() -> bool:
                 done = actions.stats.handled + actions.stats.dead_lettered
-                return done >= 2 and audit.stats.read + audit.stats.dead_lettered >= 2
+                return done >= 2 and audit.stats.walked >= 2
 
             await wait_for(both_settled, within=30, what="the executor and the audit settled the forgery")
             assert not await pod_exists(k8s_client, f"{workload}-intruder")
