@@ -80,12 +80,14 @@ async def set_login_passwords(owner_url: str, urls: dict[Duty, str]) -> list[str
     place the passwords live: the migration Job sets them, nobody types ALTER ROLE). Runs as the owner's
     login (it created the roles, so it may change them). Only the writer, reader and webhook roles of this
     database are touched, never the owner or another login; a URL without a password is skipped (its
-    login authenticates otherwise). The password reaches the server as a SCRAM verifier, never in clear.
-    Returns the roles set. LoginPasswordError before anything is changed."""
+    login authenticates otherwise), and so is one naming the owner URL's own login and password. The
+    password reaches the server as a SCRAM verifier, never in clear. Returns the roles set.
+    LoginPasswordError before anything is changed."""
     import asyncpg
 
     from services.infra.database import asyncpg_url
 
+    owner_login = _login_of(owner_url)
     connection = await asyncpg.connect(asyncpg_url(owner_url))
     try:
         wanted: list[tuple[str, str]] = []
@@ -97,6 +99,11 @@ async def set_login_passwords(owner_url: str, urls: dict[Duty, str]) -> list[str
                 continue
             user, password = parsed
             role = await connection.fetchval(f"SELECT {role_sql(duty)}")
+            if user != role and (user, password) == owner_login:
+                # The migration's own login, with its own password, named in this Secret too (one
+                # superuser's URL for every Secret, as on simcluster): its services SET ROLE to their duty,
+                # and there is no password to set.
+                continue
             if user != role:
                 raise LoginPasswordError(
                     f"the {duty}'s URL logs in as {user!r}, not as the {duty} role {role!r}: passwords are"

@@ -9,7 +9,8 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from urllib.parse import urlsplit, urlunsplit
+from pathlib import Path
+from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
 
 import asyncpg
 import pytest
@@ -18,6 +19,25 @@ from services.infra.database import asyncpg_url, drop_database, upgrade_async
 from services.infra.db_roles import DUTIES, role_name
 from services.infra.store import EventStore
 from tests.plugins.servers import ServerUrls
+
+
+def password_inline(url: str, default: str | None = None) -> str:
+    """``url`` with its login's password written into it: from the file its ``passfile`` names (the
+    embedded Postgres's URLs), else ``default`` where it carries none (a server that trusts its local
+    logins ignores it). For a process that cannot read this machine's files: a pod, whose /tmp is its own."""
+    parts = urlsplit(url)
+    query = dict(parse_qsl(parts.query))
+    passfile = query.pop("passfile", None)
+    password = parts.password and unquote(parts.password)
+    user = unquote(parts.username or "")
+    if passfile is not None:
+        entries = [line.split(":") for line in Path(passfile).read_text().splitlines()]
+        password = next(f[4] for f in entries if len(f) == 5 and f[3] in ("*", user))
+    password = password or default
+    if password is None:
+        return url
+    netloc = f"{quote(user, safe='')}:{quote(password, safe='')}@{parts.hostname}:{parts.port or 5432}"
+    return urlunsplit((parts.scheme, netloc, parts.path, urlencode(query), parts.fragment))
 
 
 def with_database(url: str, name: str) -> str:

@@ -20,7 +20,7 @@ import pytest
 
 from services.infra.database import asyncpg_url
 from services.infra.db_roles import role_name
-from tests.plugins.database import fresh_database
+from tests.plugins.database import fresh_database, password_inline
 from tests.plugins.servers import ServerUrls
 
 pytestmark = [pytest.mark.servers, pytest.mark.asyncio(loop_scope="session")]
@@ -113,3 +113,27 @@ async def test_a_url_naming_another_login_changes_no_password(server_urls: Serve
         # Nothing at all was changed: the reader's valid URL was not applied either.
         verifier = await _verifier(server, role_name(database, "reader"))
         assert verifier is None or not _matches(verifier, reader)
+
+
+async def test_the_one_superuser_url_in_every_secret_migrates_and_changes_no_password(
+    server_urls: ServerUrls,
+) -> None:
+    """The simcluster page's set-up: one superuser's URL, its password in it, in all four Secrets. The
+    migration Job runs as it and sets no password: none of the URLs names a duty login, and the one they
+    name is the migration's own, with its own password (an attacker's Secret naming it with another
+    password is refused above)."""
+    server = server_urls.database_url
+    async with fresh_database(server, prefix="rollbook_pw") as admin_url:
+        superuser = urlsplit(asyncpg_url(server)).username or "postgres"
+        before = await _verifier(server, superuser)
+        one = password_inline(admin_url, default="ignored-by-a-trusting-server")
+        env = {
+            "ROLLBOOK_DATABASE_OWNER_URL": one,
+            "ROLLBOOK_DATABASE_URL": one,
+            "ROLLBOOK_DATABASE_READER_URL": one,
+            "ROLLBOOK_DATABASE_WEBHOOK_URL": one,
+        }
+        done = await asyncio.to_thread(_upgrade, env)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "passwords set: none" in done.stdout
+        assert await _verifier(server, superuser) == before

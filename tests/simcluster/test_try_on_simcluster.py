@@ -30,7 +30,7 @@ import pytest
 import yaml
 from kubernetes_asyncio import client, config
 
-from ..plugins.database import fresh_database
+from ..plugins.database import fresh_database, password_inline
 from ..plugins.servers import ServerUrls
 from .helpers import wait_until
 
@@ -116,7 +116,9 @@ async def installed(
     unique = uuid.uuid4().hex[:8]
 
     async with fresh_database(server_urls.database_url) as database:
-        names = re.sub(r"^DB=.*$", f"DB={database}", names, flags=re.M)
+        # The embedded Postgres's URL names a password file under /tmp, which a pod does not see (its /tmp
+        # is its own emptyDir, on simcluster as on a cluster): the password goes in the URL, as a user's.
+        names = re.sub(r"^DB=.*$", f"DB={password_inline(database)}", names, flags=re.M)
         names = re.sub(r"^NATS=.*$", f"NATS={server_urls.nats_url}", names, flags=re.M)
         literals = "literals: [ROLLBOOK_SERVICE_ACCOUNT_DIR=/var/run/secrets/kubernetes.io/serviceaccount"
         assert literals in apply_and_wait
