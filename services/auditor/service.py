@@ -91,7 +91,9 @@ from services.infra.bus import (
     Bus,
     Outgoing,
     PublishAck,
+    Undecodable,
     carried_payload,
+    decode_event,
     event_reference,
     subject_matches,
 )
@@ -1122,19 +1124,16 @@ class Audit:
         try:
             if (headers or {}).get(BODY_HEADER) == BODY_IN_STORE:
                 reference = event_reference(data)
-                envelope = await self.store.read_event(reference.event_id)
-                if envelope is None:
-                    await self._dead_letter(
-                        message, f"referenced event {reference.event_id} is not in the event store"
-                    )
+                found = await self.store.read_event(reference.event_id)
+                if found is None:
+                    missing = f"referenced event {reference.event_id} is not in the event store"
+                    await self._dead_letter(message, missing)
                     return
+                envelope = found
             else:
-                envelope = decode(data)
-        except (msgspec.DecodeError, msgspec.ValidationError) as error:
-            await self._dead_letter(message, f"undecodable: {error}")
-            return
-        except RecursionError as error:
-            await self._dead_letter(message, f"undecodable: nested too deep to decode ({error})")
+                envelope = decode_event(data)
+        except Undecodable as error:
+            await self._dead_letter(message, str(error))
             return
         await self.check(envelope, subject, seq, headers, data)
 

@@ -22,7 +22,7 @@ import uuid
 import zlib
 from collections.abc import Awaitable, Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 from urllib.parse import unquote
 
 import msgspec
@@ -97,9 +97,31 @@ def carried_payload(headers: Mapping[str, str] | None, data: bytes) -> str:
     return bytes(_carried_decoder.decode(data).payload).decode()
 
 
+_Decoded = TypeVar("_Decoded")
+
+
+class Undecodable(ValueError):
+    """Bytes that never become an event (or a reference to one): the message's dead letter says why."""
+
+
 def event_reference(data: bytes) -> EventReference:
-    """The reference a message with ``Rollbook-Body: store`` carries instead of its event."""
-    return _reference_decoder.decode(data)
+    """The reference a message with ``Rollbook-Body: store`` carries instead of its event (Undecodable)."""
+    return _undecodable_as_such(_reference_decoder.decode, data)
+
+
+def decode_event(data: bytes) -> Envelope:
+    """The event a message carries (Undecodable, with the reason, for bytes that never decode)."""
+    return _undecodable_as_such(decode, data)
+
+
+def _undecodable_as_such(decoder: Callable[[bytes], _Decoded], data: bytes) -> _Decoded:
+    try:
+        return decoder(data)
+    except (msgspec.DecodeError, msgspec.ValidationError) as error:
+        raise Undecodable(f"undecodable: {error}") from None
+    except RecursionError as error:
+        # JSON nested deeper than the decoder's recursion limit: as undecodable, and as final.
+        raise Undecodable(f"undecodable: nested too deep to decode ({error})") from None
 
 
 _reference_encoder = msgspec.json.Encoder()
@@ -1078,14 +1100,10 @@ class Consumer:
                     return  # dead-lettered with the reason, or given back because we stop
                 envelope = found
             else:
-                envelope = decode(msg.data)
-        except (msgspec.DecodeError, msgspec.ValidationError) as error:
+                envelope = decode_event(msg.data)
+        except Undecodable as error:
             # Undecodable bytes never become decodable: dead-letter on the first delivery.
-            await self._dead_letter(msg, f"undecodable: {error}")
-            return
-        except RecursionError as error:
-            # JSON nested deeper than the decoder's recursion limit: as undecodable, and as final.
-            await self._dead_letter(msg, f"undecodable: nested too deep to decode ({error})")
+            await self._dead_letter(msg, str(error))
             return
         if deliveries > max_deliver:
             # Earlier deliveries were never settled (the process died or ack_wait passed while handling).
