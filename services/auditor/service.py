@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+import asyncpg
 import msgspec
 import nats.errors
 import nats.js.errors
@@ -846,7 +847,7 @@ class Audit:
         # arrived and those need no read.
         self._look_before: int = 0
         self._look_latest: int = 0
-        self._direct = True  # messages read with direct gets while the stream allows them
+        self._direct = False  # messages read with direct gets: while the stream allows them (its config)
         self._event_filter = bus.event_filter()
         # Labelled counters looked up once: prometheus_client's labels() was a tenth of the audit's CPU.
         self._handled: dict[str, Counter] = {}
@@ -921,11 +922,13 @@ class Audit:
             # Made anew since: it gives its sequences again, so what the relay noted before tells nothing.
             self.known.forget_published()
         self.cursor = cursor_for_stream(saved, info.created, info.state.first_seq, info.state.last_seq)
+        if saved is not None and saved.stream_created == info.created:
+            self._count_gone(saved.audited_through, self.cursor.audited_through)
         self._saved = None if saved_row is None else AuditCursor(*saved_row)
         # What the stream held before the walk starts is walked to at once (the relay's acks of the last
         # few may still be on their way: those are read, not waited for).
         self._look_before = self._look_latest = info.state.last_seq
-        self._direct = True
+        self._direct = bool(info.config.allow_direct)
         self._looked_at = time.monotonic()
         await self.save(force=True)
         if legacy is not None:
@@ -955,6 +958,8 @@ class Audit:
         if info is None or self.cursor is None:
             return
         last = info.state.last_seq
+        # Direct gets while the stream allows them (made by an earlier version, until the auditor updated it).
+        self._direct = bool(info.config.allow_direct)
         cursor = cursor_for_stream(self.cursor, info.created, info.state.first_seq, last)
         anew = cursor.stream_created != self.cursor.stream_created
         if anew or cursor.audited_through < self.cursor.audited_through or last < self._look_latest:
@@ -969,16 +974,19 @@ class Audit:
                 last_seq=last,
                 created=str(info.created),
             )
-        elif cursor.audited_through > self.cursor.audited_through:
-            # Aged out (or purged) before they were audited: they cannot be read any more.
-            skipped = cursor.audited_through - self.cursor.audited_through
-            self.stats.gone += skipped
-            AUDIT_READS.labels("gone").inc(skipped)
-            gone_from = self.cursor.audited_through + 1
-            log.warning("audit_messages_gone", first=gone_from, last=cursor.audited_through)
+        else:
+            self._count_gone(self.cursor.audited_through, cursor.audited_through)
         self.cursor = cursor
         self._look_before, self._look_latest = self._look_latest, last
         self._set_lag(max(last - cursor.audited_through, 0))
+
+    def _count_gone(self, audited_through: int, moved_to: int) -> None:
+        """The cursor moved from ``audited_through`` to ``moved_to`` over messages that aged out (or were
+        purged) before they were audited: they cannot be read any more."""
+        if moved_to > audited_through:
+            self.stats.gone += moved_to - audited_through
+            AUDIT_READS.labels("gone").inc(moved_to - audited_through)
+            log.warning("audit_messages_gone", first=audited_through + 1, last=moved_to)
 
     async def look_from_afar(self) -> None:
         """While another replica walks: how far behind the stream its saved cursor is (the lag every
@@ -1041,15 +1049,24 @@ class Audit:
         return walked_to < target and walked_to > cursor.audited_through
 
     async def _audit_or_dead_letter(self, message: RawStreamMsg) -> None:
-        """Audit ``message``. An outage (the store or the bus unreachable) is raised: the walk is retried
-        from here. Any other failure is the message's own (a stream version beyond a bigint, a NUL in a
-        stream name): it is dead-lettered with the reason, and the walk goes on."""
+        """Audit ``message``. A message whose values Postgres refuses (a stream version beyond a bigint, a
+        NUL in a stream name: a data error) is not a stored event: quarantined with the reason, and the
+        walk goes on. Anything else is raised: an outage is waited out and the walk retried from here; a
+        schema or privilege error stops the auditor, loudly, rather than drain the stream unaudited."""
         try:
             await self.audit_message(message)
-        except Exception as error:
-            if is_transient(error):
-                raise
-            await self._dead_letter(message, f"the audit failed on it: {type(error).__name__}: {error}")
+        except asyncpg.DataError as error:
+            reason = f"the store cannot look it up: {type(error).__name__}: {error}".replace("\x00", "")
+            await self.store.quarantine(
+                subject=message.subject or "",
+                stream_sequence=int(message.seq or 0),
+                envelope=None,
+                reason=reason,
+                data=message.data or b"",
+            )
+            self.stats.quarantined += 1
+            AUDIT_INGESTED.labels("quarantined").inc()
+            log.error("audit_quarantined", subject=message.subject, reason=reason)
 
     async def _get(self, seq: int) -> RawStreamMsg | None:
         """The message at ``seq``: a direct get, answered by any of the stream's replicas. A replica that
@@ -1058,10 +1075,6 @@ class Audit:
         if self._direct:
             try:
                 return await self.bus.js.get_msg(self.bus.stream, seq, direct=True)
-            except nats.errors.NoRespondersError:
-                # The stream does not allow direct gets (made by an identity that does not manage it, or
-                # by an earlier version, until the auditor updates it): the API answers instead.
-                self._direct = False
             except Exception:  # noqa: BLE001
                 # "Not found", or any other answer: a direct get's answer is the message itself, and
                 # nats-py reads a message with an empty body and a Status header as the server's error
@@ -1148,6 +1161,7 @@ class Audit:
             reason=reason,
         )
         self.stats.dead_lettered += 1
+        AUDIT_INGESTED.labels("dead_lettered").inc()
 
     async def check(
         self, envelope: Envelope, subject: str, seq: int, headers: Mapping[str, str] | None, data: bytes

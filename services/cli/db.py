@@ -49,10 +49,17 @@ def upgrade_command(
                 "webhook": settings.database_webhook_url,
             }
             try:
-                roles = await set_login_passwords(settings.url_for("owner"), urls)
+                done = await set_login_passwords(settings.url_for("owner"), urls)
             except LoginPasswordError as error:
                 raise CommandError(str(error)) from None
-            typer.echo(f"passwords set: {', '.join(roles) or 'none (no URL carries one)'}")
+            typer.echo(f"passwords set: {', '.join(done.roles) or 'none'}")
+            if done.as_owner:
+                typer.echo(
+                    f"warning: the {', '.join(done.as_owner)} URL(s) log in as the owner's login, whose"
+                    " rights those services then have (each SET ROLEs to its duty, but may RESET it): give"
+                    " each duty its own login outside a trial (docs/security-database.md)",
+                    err=True,
+                )
         return 0
 
     raise typer.Exit(run_command(body, migrate=False))

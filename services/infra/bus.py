@@ -164,6 +164,7 @@ IDLE_FETCH_SECONDS = 5.0
 # Retry delays (seconds) after the 1st, 2nd, ... failed delivery; the last one repeats.
 DEFAULT_RETRY_BACKOFF: tuple[float, ...] = (0.5, 2.0, 5.0, 15.0, 30.0)
 _MAX_HEADER_CHARS = 2000
+_MAX_MSG_ID_CHARS = 200  # of an original's Nats-Msg-Id copied into its dead letter
 
 # Bytes kept as they are in a subject token; everything else is percent-escaped (UTF-8).
 _TOKEN_SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
@@ -469,10 +470,8 @@ class Bus:
         """Publish the message at ``stream_sequence`` (``subject``, ``data``, its ``headers``) to
         ``consumer``'s dead-letter subject with the reason it could not be handled."""
         clean_reason = " ".join(reason.split())[:_MAX_HEADER_CHARS]  # headers are one line
-        original_id = (headers or {}).get(MSG_ID)
-        # The dead letter's headers come on top of the original's bytes: cut what would not fit in a message
-        # (the original stays in the stream at its sequence, which the dead letter names).
-        data = data[: max(self.nc.max_payload - HEADER_ALLOWANCE, 0)]
+        # The original's id as it came, cut: anyone who may publish chooses its length.
+        original_id = " ".join(((headers or {}).get(MSG_ID) or "").split())[:_MAX_MSG_ID_CHARS]
         dead_letter_headers = {
             DLQ_REASON: clean_reason,
             DLQ_SUBJECT: subject,
@@ -484,6 +483,10 @@ class Bus:
         }
         if original_id:
             dead_letter_headers[DLQ_MSG_ID] = original_id
+        # The headers come on top of the original's bytes: cut what would not fit in one message (the
+        # original stays in the stream at the sequence the dead letter names).
+        header_bytes = sum(len(k) + len(v.encode()) + 4 for k, v in dead_letter_headers.items()) + 64
+        data = data[: max(self.nc.max_payload - header_bytes, 0)]
         await self.js.publish(
             self.dead_letter_subject(consumer), data, stream=self.stream, headers=dead_letter_headers
         )

@@ -26,7 +26,7 @@ import base64
 import hashlib
 import hmac
 import secrets
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 Duty = Literal["owner", "writer", "reader", "webhook"]
 DUTIES: tuple[Duty, ...] = ("owner", "writer", "reader", "webhook")
@@ -75,14 +75,22 @@ class LoginPasswordError(ValueError):
     """A URL that names no password, or a login that is not one of this database's duty roles."""
 
 
-async def set_login_passwords(owner_url: str, urls: dict[Duty, str]) -> list[str]:
+class LoginPasswords(NamedTuple):
+    """What ``set_login_passwords`` did: the roles whose password it set, and the duties whose URL names
+    the owner URL's own login (nothing to set; those services run with that login's rights)."""
+
+    roles: list[str]
+    as_owner: list[Duty]
+
+
+async def set_login_passwords(owner_url: str, urls: dict[Duty, str]) -> LoginPasswords:
     """Give each duty role's login the password its URL carries (deploy/'s Secrets are then the only
     place the passwords live: the migration Job sets them, nobody types ALTER ROLE). Runs as the owner's
     login (it created the roles, so it may change them). Only the writer, reader and webhook roles of this
     database are touched, never the owner or another login; a URL without a password is skipped (its
     login authenticates otherwise), and so is one naming the owner URL's own login and password. The
-    password reaches the server as a SCRAM verifier, never in clear. Returns the roles set.
-    LoginPasswordError before anything is changed."""
+    password reaches the server as a SCRAM verifier, never in clear. LoginPasswordError before anything is
+    changed."""
     import asyncpg
 
     from services.infra.database import asyncpg_url
@@ -91,6 +99,7 @@ async def set_login_passwords(owner_url: str, urls: dict[Duty, str]) -> list[str
     connection = await asyncpg.connect(asyncpg_url(owner_url))
     try:
         wanted: list[tuple[str, str]] = []
+        as_owner: list[Duty] = []
         for duty, url in urls.items():
             if duty == "owner":
                 raise LoginPasswordError("the owner role has no login: its password is never set")
@@ -103,6 +112,7 @@ async def set_login_passwords(owner_url: str, urls: dict[Duty, str]) -> list[str
                 # The migration's own login, with its own password, named in this Secret too (one
                 # superuser's URL for every Secret, as on simcluster): its services SET ROLE to their duty,
                 # and there is no password to set.
+                as_owner.append(duty)
                 continue
             if user != role:
                 raise LoginPasswordError(
@@ -112,7 +122,7 @@ async def set_login_passwords(owner_url: str, urls: dict[Duty, str]) -> list[str
             wanted.append((role, password))
         for role, password in wanted:
             await connection.execute(f"ALTER ROLE {_quote(role)} LOGIN PASSWORD '{scram_verifier(password)}'")
-        return [role for role, _ in wanted]
+        return LoginPasswords([role for role, _ in wanted], as_owner)
     finally:
         await connection.close()
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -57,14 +58,18 @@ async def keep_connection(
             continue
         connection.add_termination_listener(lambda _connection, lost=lost: lost.set())
         if failures:
-            log.info("connection_recovered", name=name, attempts=failures + 1)
-        failures = 0
+            log.info("connection_opened_again", name=name, attempts=failures + 1)
+        started = time.monotonic()
         try:
             await session(connection, stopping, lost)
         except asyncio.CancelledError:
             connection.terminate()  # the process is going: nothing to wait for
             raise
         except Exception as error:
+            # Back to the shortest wait only after a session that lasted: one that fails at once (LISTEN
+            # refused on a standby, a backend killed on sight) backs off like a connection refused.
+            if time.monotonic() - started > CONNECTION_BACKOFF.maximum:
+                failures = 0
             delay = CONNECTION_BACKOFF.delay(failures, random.random())
             failures += 1
             log.warning("connection_lost", name=name, delay=round(delay, 3), error=repr(error))

@@ -26,9 +26,15 @@ log = structlog.get_logger("session_lock")
 # Seconds between two tries of a lock another session holds, and between two checks of a held one.
 LOCK_CHECK_INTERVAL = 1.0
 LOCK_CHECK_TIMEOUT = 5.0
-# The server probes a silent client: a holder whose host died or was cut off releases the lock within
-# about half a minute (10 s idle, then 3 probes 5 s apart), not the system's two hours.
-KEEPALIVES = {"tcp_keepalives_idle": "10", "tcp_keepalives_interval": "5", "tcp_keepalives_count": "3"}
+# The server gives up on a silent client: a holder whose host died or was cut off releases the lock within
+# about half a minute, not the system's two hours: keepalive probes while the line is idle (10 s, then 3
+# probes 5 s apart), and a limit on data it sent that stays unacknowledged (25 s), when probes do not run.
+KEEPALIVES = {
+    "tcp_keepalives_idle": "10",
+    "tcp_keepalives_interval": "5",
+    "tcp_keepalives_count": "3",
+    "tcp_user_timeout": "25000",
+}
 
 
 def lock_key(name: str) -> int:

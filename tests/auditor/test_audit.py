@@ -344,12 +344,12 @@ async def test_a_message_dressed_as_a_server_error_neither_stalls_nor_crashes_th
     assert [event_id for event_id, _ in await quarantined(own_store, own_bus)] == [str(later.event_id)]
 
 
-async def test_a_message_the_store_cannot_even_look_up_is_dead_lettered_and_the_walk_goes_on(
+async def test_a_message_the_store_cannot_even_look_up_is_quarantined_and_the_walk_goes_on(
     own_store: EventStore, own_bus: Bus
 ) -> None:
     """A well-formed event whose stream version no bigint holds: looking it up fails on its own merits,
-    not for an outage. It is dead-lettered with the reason, not retried for ever, and the auditor does
-    not stop."""
+    not for an outage. It is quarantined with the reason (it is no stored event), not retried for ever,
+    and the auditor does not stop."""
     stream = unique_stream()
     huge = msgspec.structs.replace(pod_action(stream, 1, index=1), stream_version=2**63 + 5)
     await own_bus.js.publish(own_bus.subject_for(huge), encode(huge), stream=own_bus.stream)
@@ -358,6 +358,29 @@ async def test_a_message_the_store_cannot_even_look_up_is_dead_lettered_and_the_
 
     async with auditing(own_store, own_bus) as audit:
         await wait_for(lambda: settled(audit, 2), within=30, what="the audit settled 2 messages")
-    [letter] = await own_bus.dead_letters(AUDIT_NAME)
-    assert letter.reason.startswith("the audit failed on it")
-    assert [event_id for event_id, _ in await quarantined(own_store, own_bus)] == [str(later.event_id)]
+    [refused, forged] = await quarantined(own_store, own_bus)
+    assert refused[0] is None and refused[1].startswith("the store cannot look it up: DataError")
+    assert forged[0] == str(later.event_id)
+    assert audit.stats.dead_lettered == 0
+
+
+async def test_a_backlog_longer_than_one_read_is_audited_once_each(
+    own_store: EventStore, own_bus: Bus
+) -> None:
+    """150 messages no relay beside the audit published (a restart behind the bus): read 64 at a time,
+    each audited once, the forgery among them quarantined, and nothing left to audit."""
+    stream = unique_stream()
+    stored = batch(stream, 1, 150)
+    await own_store.append(stored[:100], expected_version=0)
+    await relay_everything(own_store, own_bus)
+    direct = pod_action(stream, 200, index=200)
+    await own_bus.publish(direct)
+    await own_store.append(stored[100:], expected_version=100)
+    await Relay(own_store, own_bus).publish(await own_store.read_batch_json(0, 1000))
+
+    async with auditing(own_store, own_bus) as audit:
+        await wait_for(lambda: settled(audit, 151), within=30, what="the audit settled 151 messages")
+        await asyncio.sleep(0.3)
+    assert (audit.stats.read, audit.stats.walked, audit.stats.relayed) == (151, 151, 0)
+    assert [event_id for event_id, _ in await quarantined(own_store, own_bus)] == [str(direct.event_id)]
+    assert audit.detail()["lag"] == 0

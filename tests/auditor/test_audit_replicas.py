@@ -23,14 +23,17 @@ pytestmark = pytest.mark.asyncio(loop_scope="session")
 
 
 @asynccontextmanager
-async def replica(database_url: str, store: EventStore, bus: Bus) -> AsyncIterator[tuple[Audit, SessionLock]]:
-    """One auditor replica's audit and its lock, as the auditor runs them (looks every 0.1 s)."""
+async def replica(
+    database_url: str, store: EventStore, bus: Bus
+) -> AsyncIterator[tuple[Audit, SessionLock, asyncio.Event]]:
+    """One auditor replica's audit and its lock, as the auditor runs them (looks every 0.1 s), and the
+    event that stops it."""
     lock = SessionLock(database_url, f"rollbook-audit {bus.stream}", check_interval=0.1)
     audit = Audit(store, bus, KnownStored(), lock=lock, look_interval=0.1)
     stopping = asyncio.Event()
     tasks = [asyncio.create_task(lock.run(stopping)), asyncio.create_task(audit.run(stopping))]
     try:
-        yield audit, lock
+        yield audit, lock, stopping
     finally:
         stopping.set()
         await asyncio.wait_for(asyncio.gather(*tasks), 30)
@@ -54,7 +57,8 @@ async def test_one_replica_walks_and_another_takes_over_where_it_stopped(
             return [one[1].held, two[1].held].count(True) == 1
 
         await wait_for(one_holds, within=30, what="one replica holds the audit's lock")
-        (walker, walker_lock), (other, other_lock) = (one, two) if one[1].held else (two, one)
+        first, second = (one, two) if one[1].held else (two, one)
+        (walker, walker_lock, walker_stopping), (other, other_lock, _) = first, second
         await own_store.append(stored[:10], expected_version=0)
         await relay_all(own_store, own_bus, relay)
 
@@ -81,19 +85,14 @@ async def test_one_replica_walks_and_another_takes_over_where_it_stopped(
         finally:
             await admin.close()
         assert killed == 1
-        # Whichever takes the lock next (the killed one comes back after a short backoff) goes on from
-        # the saved cursor: the 5 new messages are audited once, the 10 before not again.
-        await wait_for(lambda: _true(not walker_lock.held), within=30, what="the walker let go")
-        await wait_for(one_holds, within=30, what="a replica holds the audit's lock again")
+        walker_stopping.set()  # and it does not come back: the other must take the walk up
+        await wait_for(lambda: _true(other_lock.held), within=30, what="the other replica took the lock")
         await own_store.append(stored[10:], expected_version=10)
         await relay_all(own_store, own_bus, relay)
-
-        async def both_walked(count: int) -> bool:
-            return walker.stats.walked + other.stats.walked >= count
-
-        await wait_for(lambda: both_walked(15), within=30, what="the 5 new messages audited")
+        await wait_for(lambda: walked(other, 5), within=30, what="the other audited the 5 new messages")
         await asyncio.sleep(0.3)  # three more looks: nothing audited twice
-        assert walker.stats.walked + other.stats.walked == 15
+        assert (walker.stats.walked, other.stats.walked) == (10, 5)
+        assert other.detail() == {"walking": True, "audited_through": 15, "lag": 0}
 
 
 async def _true(value: bool) -> bool:

@@ -100,7 +100,9 @@ async def test_a_url_naming_another_login_changes_no_password(server_urls: Serve
         before = await _verifier(server, superuser)
         reader = secrets.token_urlsafe(18)
         env = {
-            "ROLLBOOK_DATABASE_OWNER_URL": admin_url,
+            # The owner's URL with its password in it, so that the refusal below is not the one of a URL
+            # that names no password: the superuser with another password is still another login's.
+            "ROLLBOOK_DATABASE_OWNER_URL": password_inline(admin_url, default="the-owner-s-own"),
             # A Secret edited to name the superuser: the migration must not set its password.
             "ROLLBOOK_DATABASE_URL": _url(server, database, superuser, "attacker-chosen"),
             "ROLLBOOK_DATABASE_READER_URL": _url(server, database, role_name(database, "reader"), reader),
@@ -136,4 +138,5 @@ async def test_the_one_superuser_url_in_every_secret_migrates_and_changes_no_pas
         done = await asyncio.to_thread(_upgrade, env)
         assert done.returncode == 0, done.stdout + done.stderr
         assert "passwords set: none" in done.stdout
+        assert "warning: the writer, reader, webhook URL(s) log in as the owner's login" in done.stderr
         assert await _verifier(server, superuser) == before
