@@ -384,3 +384,23 @@ async def test_a_backlog_longer_than_one_read_is_audited_once_each(
     assert (audit.stats.read, audit.stats.walked, audit.stats.relayed) == (151, 151, 0)
     assert [event_id for event_id, _ in await quarantined(own_store, own_bus)] == [str(direct.event_id)]
     assert audit.detail()["lag"] == 0
+
+
+async def test_an_undecodable_message_with_a_huge_id_is_dead_lettered_within_one_message(
+    own_store: EventStore, own_bus: Bus
+) -> None:
+    """A forgery whose Nats-Msg-Id fills most of what JetStream takes of headers (64 KiB): its dead letter
+    (which names the original's id) must still be taken, or the walk would retry it for ever."""
+    stream = unique_stream()
+    later = pod_action(stream, 1, index=1)
+    huge_id = "i" * (64 * 1024 - 200)
+    await own_bus.js.publish(
+        own_bus.subject_for(later), b"not an event", stream=own_bus.stream, headers={MSG_ID: huge_id}
+    )
+    await own_bus.publish(later)
+
+    async with auditing(own_store, own_bus) as audit:
+        await wait_for(lambda: settled(audit, 2), within=30, what="the audit settled 2 messages")
+    [letter] = await own_bus.dead_letters(AUDIT_NAME)
+    assert letter.data == b"not an event" and letter.reason.startswith("undecodable")
+    assert [event_id for event_id, _ in await quarantined(own_store, own_bus)] == [str(later.event_id)]
