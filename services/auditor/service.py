@@ -1054,7 +1054,8 @@ class Audit:
         walk goes on. Anything else is raised: an outage is waited out and the walk retried from here; a
         schema or privilege error stops the auditor, loudly, rather than drain the stream unaudited."""
         try:
-            await self.audit_message(message)
+            if not await self.audit_message(message):
+                return  # not on an event subject: counted as other
         except asyncpg.DataError as error:
             reason = f"the store cannot look it up: {type(error).__name__}: {error}".replace("\x00", "")
             await self.store.quarantine(
@@ -1067,6 +1068,9 @@ class Audit:
             self.stats.quarantined += 1
             AUDIT_INGESTED.labels("quarantined").inc()
             log.error("audit_quarantined", subject=message.subject, reason=reason)
+        # Counted once it is settled: a walk retried after an outage reads it again.
+        self.stats.read += 1
+        AUDIT_READS.labels("event").inc()
 
     async def _get(self, seq: int) -> RawStreamMsg | None:
         """The message at ``seq``: a direct get, answered by any of the stream's replicas. A replica that
@@ -1123,16 +1127,15 @@ class Audit:
         self._present.inc()
         self.stats.relayed += 1
 
-    async def audit_message(self, message: RawStreamMsg) -> None:
+    async def audit_message(self, message: RawStreamMsg) -> bool:
         """Audit one message read from the stream: decoded (its body read from the store when it is carried
-        by reference), then checked against the store; one that cannot be decoded is dead-lettered."""
+        by reference), then checked against the store; one that cannot be decoded is dead-lettered. False
+        for a message on another subject than an event's (a dead letter): nothing to audit."""
         subject, seq = message.subject or "", int(message.seq or 0)
         if not subject_matches(self._event_filter, subject):
             self.stats.other += 1
             AUDIT_READS.labels("other").inc()
-            return
-        self.stats.read += 1
-        AUDIT_READS.labels("event").inc()
+            return False
         headers, data = message.headers, message.data or b""
         try:
             if (headers or {}).get(BODY_HEADER) == BODY_IN_STORE:
@@ -1141,14 +1144,15 @@ class Audit:
                 if found is None:
                     missing = f"referenced event {reference.event_id} is not in the event store"
                     await self._dead_letter(message, missing)
-                    return
+                    return True
                 envelope = found
             else:
                 envelope = decode_event(data)
         except Undecodable as error:
             await self._dead_letter(message, str(error))
-            return
+            return True
         await self.check(envelope, subject, seq, headers, data)
+        return True
 
     async def _dead_letter(self, message: RawStreamMsg, reason: str) -> None:
         await self.bus.dead_letter(
