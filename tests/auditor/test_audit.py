@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 import msgspec
 import pytest
@@ -404,3 +405,25 @@ async def test_an_undecodable_message_with_a_huge_id_is_dead_lettered_within_one
     [letter] = await own_bus.dead_letters(AUDIT_NAME)
     assert letter.data == b"not an event" and letter.reason.startswith("undecodable")
     assert [event_id for event_id, _ in await quarantined(own_store, own_bus)] == [str(later.event_id)]
+
+
+async def test_acks_of_publishes_sent_before_the_notes_were_forgotten_are_not_noted(
+    own_store: EventStore, own_bus: Bus, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The stream is found made anew while a batch of the relay's publishes is in flight: their acks may
+    name sequences of the stream that is gone, so they must not become notes the audit settles unread."""
+    stream = unique_stream()
+    await own_store.append(batch(stream, 1, 3), expected_version=0)
+    known = KnownStored()
+    relay = Relay(own_store, own_bus, known)
+    publish = own_bus.publish_pipelined
+
+    async def stream_changed_meanwhile(*args: Any, **kwargs: Any) -> Any:
+        outcomes = await publish(*args, **kwargs)
+        known.forget_published()  # what the audit's look does when it sees the new stream
+        return outcomes
+
+    monkeypatch.setattr(own_bus, "publish_pipelined", stream_changed_meanwhile)
+    await relay.publish(await own_store.read_batch_json(0, 1000))
+    assert relay.position == await own_store.head_position()  # published, and acknowledged
+    assert (list(known.published_sequences()), known.highest_published) == ([], 0)
