@@ -12,12 +12,16 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import asyncpg
 import msgspec
 import pytest
 from nats.js.api import AckPolicy, ConsumerConfig
 
+from services.auditor.bus_loss import Sent
 from services.auditor.service import AUDIT_NAME, POSITION_HEADER, Audit, KnownStored, Relay
 from services.infra.bus import MSG_ID, Bus
+from services.infra.database import asyncpg_url
+from services.infra.session_lock import SessionLock, lock_key
 from services.infra.store import EventStore
 from services.model.events import Envelope, encode
 from tests.infra.store_helpers import batch, pod_action, unique_stream
@@ -427,3 +431,69 @@ async def test_acks_of_publishes_sent_before_the_notes_were_forgotten_are_not_no
     await relay.publish(await own_store.read_batch_json(0, 1000))
     assert relay.position == await own_store.head_position()  # published, and acknowledged
     assert (list(known.published_sequences()), known.highest_published) == ([], 0)
+
+
+async def test_a_note_beyond_the_stream_does_not_make_the_audit_pass_the_sequences_before_it(
+    own_store: EventStore, own_bus: Bus
+) -> None:
+    """A note of the relay's names sequence 10 while the stream, at the audit's last look, held 3 (a note
+    of a stream since made anew, say). Sequences 4 to 9 are not found: they are not counted gone and the
+    cursor stays at 3, so the messages later stored there are read and audited."""
+    stream = unique_stream()
+    stored = batch(stream, 1, 3)
+    await own_store.append(stored, expected_version=0)
+    await relay_everything(own_store, own_bus)
+    known = KnownStored()
+    audit = Audit(own_store, own_bus, known)
+    await audit.start()  # what the stream holds at start is walked at once: 3 messages
+    while await audit.walk_once():
+        pass
+    assert audit.cursor is not None and audit.cursor.audited_through == 3
+    note = stored[0]
+    known.add_published(10, Sent(note.event_id, note.stream, note.stream_version, note.type, 10))
+
+    await audit.walk_once()
+    assert audit.cursor.audited_through == 3 and audit.stats.gone == 0
+
+    forged = [pod_action(stream, v, index=v) for v in range(4, 10)]
+    for envelope in forged:
+        await own_bus.publish(envelope)
+    await audit.look()
+    await audit.look()  # the walk goes to what the look before the latest saw
+    while await audit.walk_once():
+        pass
+    assert audit.cursor.audited_through == 10
+    assert [event_id for event_id, _ in await quarantined(own_store, own_bus)] == [
+        str(e.event_id) for e in forged
+    ]
+
+
+async def test_an_audit_nobody_walks_shows_in_the_lag_every_replica_reports(
+    own_database_url: str, own_store: EventStore, own_bus: Bus
+) -> None:
+    """Any login may take the audit's advisory lock and sit on it: then no auditor walks. The replicas
+    say so: not walking, and a lag that grows with the stream."""
+    squatter = await asyncpg.connect(asyncpg_url(own_database_url))
+    try:
+        assert await squatter.fetchval(
+            "SELECT pg_try_advisory_lock($1)", lock_key(f"rollbook-audit {own_bus.stream}")
+        )
+        lock = SessionLock(own_database_url, f"rollbook-audit {own_bus.stream}", check_interval=0.1)
+        audit = Audit(own_store, own_bus, KnownStored(), lock=lock, look_interval=0.1)
+        stopping = asyncio.Event()
+        tasks = [asyncio.create_task(lock.run(stopping)), asyncio.create_task(audit.run(stopping))]
+        try:
+            stream = unique_stream()
+            await own_store.append(batch(stream, 1, 5), expected_version=0)
+            await relay_everything(own_store, own_bus)
+
+            async def lag_shows() -> bool:
+                return audit.detail() == {"walking": False, "audited_through": None, "lag": 5}
+
+            await wait_for(lag_shows, within=30, what="the replica reports 5 messages not audited")
+            assert audit.stats.walked == 0
+        finally:
+            stopping.set()
+            await asyncio.wait_for(asyncio.gather(*tasks), 30)
+    finally:
+        await squatter.close()
