@@ -114,7 +114,14 @@ from services.infra.metrics import (
 )
 from services.infra.nats_auth import AUDITOR
 from services.infra.pacing import wait_for_pace
-from services.infra.retry import DEFAULT_BACKOFF, Stopped, is_transient, retry_until_stopped, wait_or_stop
+from services.infra.retry import (
+    DEFAULT_BACKOFF,
+    Stopped,
+    first_of,
+    is_transient,
+    retry_until_stopped,
+    wait_or_stop,
+)
 from services.infra.runtime import ServiceRuntime, calm_cyclic_collector, configure_logging, run_until_stopped
 from services.infra.session_lock import SessionLock
 from services.infra.settings import Settings
@@ -309,9 +316,8 @@ class Relay:
     async def resume_position(self) -> int:
         """The position carried by the newest relayed message in the stream, on an event subject (0 for an
         empty stream)."""
-        try:
-            info = await self.bus.js.stream_info(self.bus.stream)
-        except nats.js.errors.NotFoundError:
+        info = await self.bus.stream_info_or_none()
+        if info is None:
             return 0
         last, first = info.state.last_seq, info.state.first_seq
         for seq in range(last, max(first, last - _RESUME_SCAN) - 1, -1):
@@ -328,22 +334,16 @@ class Relay:
                 return min(position, await self.store.head_position())
         return 0
 
-    async def _stream_info(self) -> Any:
-        try:
-            return await self.bus.js.stream_info(self.bus.stream)
-        except nats.js.errors.NotFoundError:
-            return None
-
     async def check_bus(self) -> None:
         """Look at the stream: if it lost events the relay published (gone, made anew, or short of its
         newest messages), create it again if it is gone, move the position back to publish them again,
         and open the gap. Then note what the stream is and the oldest position it holds."""
         self._checked_at = time.monotonic()
         await self.check_store()
-        info = await self._stream_info()
+        info = await self.bus.stream_info_or_none()
         if info is None and self.bus.manages_streams:
             await self.bus.ensure_stream()  # its consumers wait for it (Consumer.run makes them again)
-            info = await self._stream_info()
+            info = await self.bus.stream_info_or_none()
         now = None if info is None else StreamMark(info.created, info.state.last_seq)
         reason = bus_loss(self.mark, now)
         if reason is not None:
@@ -872,7 +872,7 @@ class Audit:
                         self.cursor = None  # another replica walks: read its cursor when this one walks
                         if time.monotonic() - self._looked_at >= self.look_interval:
                             await self.look_from_afar()
-                        await _first_of(stopping, self.lock.changed, timeout=self.look_interval)
+                        await first_of(stopping, self.lock.changed, seconds=self.look_interval)
                         continue
                     if self.cursor is None:
                         await self.start()
@@ -899,7 +899,7 @@ class Audit:
                 if self.lock is not None:
                     wake.append(self.lock.changed)
                 due = self._looked_at + self.look_interval - time.monotonic()
-                await _first_of(*wake, timeout=max(due, 0.0))
+                await first_of(*wake, seconds=max(due, 0.0))
         finally:
             if self.cursor is not None and (self.lock is None or self.lock.held):
                 with contextlib.suppress(Exception):  # best effort: at worst those sequences are read again
@@ -911,7 +911,7 @@ class Audit:
         deleted."""
         saved_row = await self.store.audit_cursor(self.bus.stream)
         saved = None if saved_row is None else AuditCursor(*saved_row)
-        info = await self._stream_info()
+        info = await self.bus.stream_info_or_none()
         if info is None:
             return  # no stream yet: the relay makes it
         legacy = await self._legacy_floor()
@@ -945,16 +945,10 @@ class Audit:
         floor = info.ack_floor
         return int(floor.stream_seq or 0) if floor is not None else 0
 
-    async def _stream_info(self) -> Any:
-        try:
-            return await self.bus.js.stream_info(self.bus.stream)
-        except nats.js.errors.NotFoundError:
-            return None
-
     async def look(self) -> None:
         """Look at the stream: how far it goes, and whether it is still the stream the cursor is of."""
         self._looked_at = time.monotonic()
-        info = await self._stream_info()
+        info = await self.bus.stream_info_or_none()
         if info is None or self.cursor is None:
             return
         last = info.state.last_seq
@@ -992,7 +986,7 @@ class Audit:
         """While another replica walks: how far behind the stream its saved cursor is (the lag every
         replica reports, so an audit that nobody walks shows)."""
         self._looked_at = time.monotonic()
-        info = await self._stream_info()
+        info = await self.bus.stream_info_or_none()
         if info is None:
             return
         saved = await self.store.audit_cursor(self.bus.stream)
@@ -1212,18 +1206,6 @@ class Audit:
                 self.known.add(identity)
             stored = self.known.take(envelope.event_id)
         return stored_as_relayed(stored, envelope, position)
-
-
-async def _first_of(*events: asyncio.Event, timeout: float) -> None:  # noqa: ASYNC109
-    """Wait until one of ``events`` is set, or ``timeout`` seconds."""
-    if any(event.is_set() for event in events):
-        return
-    waits = [asyncio.ensure_future(event.wait()) for event in events]
-    try:
-        await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for waiting in waits:
-            waiting.cancel()
 
 
 # /history pages: the default and the largest number of events one answer holds.

@@ -15,7 +15,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from services.infra.dedicated_connection import keep_connection, wait_until
+from services.infra.dedicated_connection import keep_connection
+from services.infra.retry import first_of
 
 # The channel of migration 0029's trigger (its text names it too: a landed migration does not change).
 APPENDED_CHANNEL = "rollbook_events_appended"
@@ -66,7 +67,7 @@ class AppendNotifications:
             while True:
                 if lost.is_set() or connection.is_closed():
                     raise ConnectionError("the listening connection was closed")
-                await wait_until(stopping, lost, self.check_interval)
+                await first_of(stopping, lost, seconds=self.check_interval)
                 if stopping.is_set():
                     return
                 if not lost.is_set():

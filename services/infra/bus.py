@@ -402,6 +402,13 @@ class Bus:
                 raise
             await self.js.update_stream(config)
 
+    async def stream_info_or_none(self) -> Any:
+        """The stream's info; None when it does not exist (deleted, or not made yet)."""
+        try:
+            return await self.js.stream_info(self.stream)
+        except nats.js.errors.NotFoundError:
+            return None
+
     async def _wait_for_stream(self) -> None:
         delay, warned = 0.1, False
         while True:

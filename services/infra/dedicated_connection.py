@@ -79,16 +79,6 @@ async def keep_connection(
         await _close(connection)
 
 
-async def wait_until(stopping: asyncio.Event, lost: asyncio.Event, seconds: float) -> None:
-    """Until ``stopping`` or ``lost`` is set, or ``seconds`` have passed."""
-    waits = [asyncio.ensure_future(stopping.wait()), asyncio.ensure_future(lost.wait())]
-    try:
-        await asyncio.wait(waits, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for waiting in waits:
-            waiting.cancel()
-
-
 async def _close(connection: Any) -> None:
     if connection.is_closed():
         return

@@ -136,6 +136,18 @@ async def wait_or_stop(stopping: asyncio.Event | None, seconds: float) -> bool:
     return stopping.is_set()
 
 
+async def first_of(*events: asyncio.Event, seconds: float) -> None:
+    """Wait until one of ``events`` is set, or ``seconds`` have passed."""
+    if any(event.is_set() for event in events):
+        return
+    waits = [asyncio.ensure_future(event.wait()) for event in events]
+    try:
+        await asyncio.wait(waits, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiting in waits:
+            waiting.cancel()
+
+
 class Stopped(Exception):
     """``retry_until_stopped`` gave up because the process is stopping, not because of the error."""
 

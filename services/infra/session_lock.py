@@ -19,7 +19,8 @@ from typing import Any
 
 import structlog
 
-from services.infra.dedicated_connection import keep_connection, wait_until
+from services.infra.dedicated_connection import keep_connection
+from services.infra.retry import first_of
 
 log = structlog.get_logger("session_lock")
 
@@ -95,6 +96,6 @@ class SessionLock:
                     self._set_held(bool(taken))
                 else:
                     await connection.execute("SELECT 1", timeout=LOCK_CHECK_TIMEOUT)
-                await wait_until(stopping, lost, self.check_interval)
+                await first_of(stopping, lost, seconds=self.check_interval)
         finally:
             self._set_held(False)
