@@ -33,6 +33,11 @@ class ObjectObserved(_Event, frozen=True, kw_only=True):
     resource_version: str
     change: Literal["ADDED", "MODIFIED", "DELETED"]
     object: dict[str, Any]  # the object exactly as the API returned it
+    # True: this is the watch's ADDED, the API server telling of the object's creation after the watcher
+    # began watching (not a list, nor an object held until its workload's opt-in was known). Absent
+    # otherwise, and in every observation stored before the field (services/kinds/recorded/rules.py,
+    # ``existed_before``).
+    born: bool | msgspec.UnsetType = msgspec.UNSET
 
 
 class ObservationRejected(_Event, frozen=True, kw_only=True):

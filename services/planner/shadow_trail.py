@@ -35,6 +35,7 @@ from services.kinds.cloneset.rules import plan as planning
 from services.kinds.cloneset.rules.model import Plan, PlanInput
 from services.kinds.cloneset.rules.names import REVISION_LABEL
 from services.kinds.cloneset.rules.workload_state import WorkloadState
+from services.kinds.recorded.rules import existed_before
 from services.kinds.registry import CLONESET
 from services.model import intorpercent
 from services.model.actions import BECAME_READY, PVC_ACTIONS, ActionKind
@@ -54,7 +55,6 @@ from services.model.events import (
 )
 from services.model.shadow import shadowed
 from services.model.streams import derived_id, rollout_id, rollout_revision
-from services.model.timestamps import parse_kube_time
 from services.planner.observed_actions import Change, PodView, changes, pod_view
 from services.planner.shadow_compare import Intent, compare, observed_intent, revision_key, rollbook_intents
 
@@ -260,16 +260,12 @@ class ShadowTrail:
         found = changes(before, after, name_used=observed.name in self.names_used)
         if after is None or (before is not None and before.uid != after.uid):
             self.names_used.add(observed.name)
-        if before is None and self._existed_before(_created_at(observed.object)):
+        # A CloneSet's pods are never held back for their workload: a born pod is born in its observation.
+        if before is None and existed_before(observed, self.first_seen):
             return []  # there before the trail started (the watcher's first list): nothing we saw happen
         for index, change in enumerate(found):
             events += self._action_events(envelope, observed, change, index)
         return events
-
-    def _existed_before(self, created: datetime | None) -> bool:
-        # Kubernetes timestamps have whole seconds: a pod created in the trail's first second counts as new.
-        first = self.first_seen
-        return created is not None and first is not None and created < first.replace(microsecond=0)
 
     def _action_events(
         self, envelope: Envelope, observed: ObjectObserved, change: Change, index: int
@@ -471,10 +467,6 @@ def _with_aliases(plan_input: PlanInput, aliases: dict[str, str]) -> PlanInput:
     if renamed:
         cloneset = {**cloneset, "status": {**status, **renamed}}
     return msgspec.structs.replace(plan_input, pods=pods, clone_set=cloneset)
-
-
-def _created_at(obj: dict[str, Any]) -> datetime | None:
-    return parse_kube_time((obj.get("metadata") or {}).get("creationTimestamp"))
 
 
 def _image_details(change: Change) -> dict[str, Any]:

@@ -8,6 +8,8 @@ from collections.abc import Collection, Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+import msgspec
+
 from services.model.availability import pod_available
 from services.model.events import Envelope, ObjectObserved, ObservationRejected, encode, new_event
 from services.model.sidecarset_streams import SIDECARSET_ACTION_ANNOTATION
@@ -112,9 +114,11 @@ def observation(
     stream: str,
     correlation_id: str | None,
     id_scope: tuple[str, ...] = (),
+    born: bool = False,
 ) -> Envelope:
     """``ObjectObserved`` for one object version, id ``uuid5(*id_scope, uid, resourceVersion[, DELETED])``
-    so re-emitting it after a crash stores nothing new; the store assigns the stream version."""
+    so re-emitting it after a crash stores nothing new; the store assigns the stream version. ``born``: it
+    is the watch's ADDED of the object (``ObjectObserved.born``)."""
     metadata = obj.get("metadata") or {}
     uid = str(metadata.get("uid", ""))
     version = str(metadata.get("resourceVersion", ""))
@@ -128,6 +132,7 @@ def observation(
             resource_version=version,
             change=change,  # type: ignore[arg-type]
             object=stripped(obj),
+            born=True if born else msgspec.UNSET,
         ),
         stream=stream,
         stream_version=1,  # the store assigns the real version (append without expected_version)

@@ -316,11 +316,13 @@ class Watcher:
 
     # --- emitting ------------------------------------------------------------------------------------
 
-    def _observation(self, kind: str, obj: dict[str, Any], change: str, workload: WorkloadKey) -> Envelope:
+    def _observation(
+        self, kind: str, obj: dict[str, Any], change: str, workload: WorkloadKey, *, born: bool = False
+    ) -> Envelope:
         stream = observed_stream_of(workload)
         self._track_shadowed(kind, obj, stream, change)
         return observation(
-            kind, obj, change, stream=stream, correlation_id=correlation_of(kind, obj, workload)
+            kind, obj, change, stream=stream, correlation_id=correlation_of(kind, obj, workload), born=born
         )
 
     def _track_shadowed(self, kind: str, obj: dict[str, Any], stream: str, change: str) -> None:
@@ -344,9 +346,10 @@ class Watcher:
                     _count_observation(event.payload.kind, "superseded")
         return kept
 
-    def _diff(self, kind: str, obj: dict[str, Any], change: str) -> list[Envelope]:
+    def _diff(self, kind: str, obj: dict[str, Any], change: str, *, born: bool = False) -> list[Envelope]:
         """The observations to emit for one watch/list item: none when nothing really changed; a recorded
-        workload's first observation brings what was held for it."""
+        workload's first observation brings what was held for it. ``born``: the item is the watch's ADDED
+        (what was held is emitted as listed: it was not recorded as it came)."""
         uid = str((obj.get("metadata") or {}).get("uid", ""))
         known = self.known.get(uid)
         if change == "DELETED":
@@ -383,7 +386,8 @@ class Watcher:
             return []
         own = None if known is None else self._own_pod_counts(kind, workload, known.comparable, view, obj)
         self.known[uid] = Known(kind, workload, view, obj)
-        events = [self._observation(kind, obj, "MODIFIED" if known is not None else "ADDED", workload)]
+        emitted = "MODIFIED" if known is not None else "ADDED"
+        events = [self._observation(kind, obj, emitted, workload, born=born and known is None)]
         if own is not None:
             # rollbook's own status write of pod counts (a readiness flap), by the managedFields: queued,
             # and not stored if the appender finds those counts planned. The next observation is new
@@ -742,7 +746,7 @@ class Watcher:
                 redacted = await self._redacted(kind_watch.kind, obj)
                 if redacted is not None:  # None: never recorded (a Secret)
                     async with self._emit_lock:
-                        events = self._diff(kind_watch.kind, redacted, change)
+                        events = self._diff(kind_watch.kind, redacted, change, born=change == "ADDED")
                         events.extend(self.sidecarsets.diff(kind_watch.kind, redacted, change))
                         if events:
                             await self._emit(events)

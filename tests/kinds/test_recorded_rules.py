@@ -17,11 +17,12 @@ from services.kinds.recorded.rules import (
     PodView,
     RecordScope,
     changes,
+    existed_before,
     spec_managers,
     template_diff,
 )
 from services.kinds.statefulset.rules import StatefulSetTrail
-from services.model.events import Envelope
+from services.model.events import Envelope, ObjectObserved, PodActionObserved
 from services.model.streams import workload_stream
 from services.watcher.objects import observation
 
@@ -393,3 +394,113 @@ def test_a_rollbacks_pods_seen_before_the_rollback_itself_are_its_actions() -> N
         ("createPod", "web-a-1", "ops/web@web-a#2"),  # waited for the rollback to show
         ("deletePod", "web-b-1", "ops/web@web-a#2"),
     ]
+
+
+# --- pods there before the trail started --------------------------------------------------------------------
+
+FIRST_SEEN = datetime(2026, 12, 6, 12, 0, 31, 50_000, tzinfo=UTC)  # the trail's first observation
+
+
+def sts_pod(name: str, created: str | None, *, ready: bool = False) -> dict[str, Any]:
+    metadata: dict[str, Any] = {
+        "namespace": "ops",
+        "name": name,
+        "uid": f"uid-{name}",
+        "resourceVersion": f"{name}-{ready}",
+        "labels": {"controller-revision-hash": "db-1"},
+    }
+    if created is not None:
+        metadata["creationTimestamp"] = created
+    condition = {"type": "Ready", "status": "True" if ready else "False"}
+    return {"kind": "Pod", "metadata": metadata, "status": {"conditions": [condition]}}
+
+
+@pytest.mark.parametrize(
+    ("created", "born", "workload_born", "existed"),
+    [
+        # created late in one second, first seen early in the next, as the trail's first observation:
+        ("2026-12-06T12:00:30Z", True, None, False),  # the watch announced it: created while recorded
+        ("2026-12-06T12:00:30Z", False, None, True),  # listed, or stored before `born`: the timestamps decide
+        (
+            "2026-12-06T12:00:31Z",
+            False,
+            None,
+            False,
+        ),  # in the first observation's own second: not surely before
+        (
+            "2026-12-06T12:05:00Z",
+            False,
+            None,
+            False,
+        ),  # after the trail started (a relist after the watch lapsed)
+        ("2026-12-06T11:00:00Z", False, None, True),  # there an hour before
+        (None, False, None, False),  # no creation time: not known to be older
+        # held until its workload showed its opt-in; the workload's own observation was born
+        ("2026-12-06T12:00:30Z", False, "2026-12-06T12:00:29Z", False),
+        ("2026-12-06T12:00:30Z", False, "2026-12-06T12:00:30Z", False),
+        ("2026-12-06T12:00:28Z", False, "2026-12-06T12:00:29Z", True),  # older than its workload: adopted
+    ],
+)
+def test_a_pod_existed_before_the_trail_only_when_nothing_says_it_was_created_under_watch(
+    created: str | None, born: bool, workload_born: str | None, existed: bool
+) -> None:
+    observed = observation(
+        "Pod", sts_pod("db-0", created), "ADDED", stream="s", correlation_id=None, born=born
+    )
+    assert isinstance(observed.payload, ObjectObserved)
+    workload = datetime.fromisoformat(workload_born) if workload_born else None
+    assert existed_before(observed.payload, FIRST_SEEN, workload) is existed
+    assert existed_before(observed.payload, None, workload) is False  # nothing observed yet: it is the first
+
+
+def fold_at(trail: StatefulSetTrail, seen: list[tuple[dict[str, Any], bool, float]]) -> list[Any]:
+    """The pod actions of observations ((object, born, seconds after FIRST_SEEN)) as the trail folds them."""
+    out: list[Envelope] = []
+    for index, (obj, born, after) in enumerate(seen, start=1):
+        change = "ADDED" if born else "MODIFIED"
+        event = observation(obj["kind"], obj, change, stream=trail.observed, correlation_id=None, born=born)
+        out += trail.fold(
+            msgspec.structs.replace(
+                event, stream_version=index, occurred_at=FIRST_SEEN + timedelta(seconds=after)
+            )
+        )
+    return [e.payload for e in out if isinstance(e.payload, PodActionObserved)]
+
+
+def test_a_pod_announced_first_and_created_the_second_before_is_recorded_created() -> None:
+    """The pod's ADDED came before its StatefulSet's, in the second after the pod was created."""
+    sts = statefulset(1, "db-1", "db-1", 0, 1)
+    actions = fold_at(
+        StatefulSetTrail("ops", "db"),
+        [
+            (sts_pod("db-0", "2026-12-06T12:00:30Z"), True, 0),  # the trail's first observation
+            (sts, True, 0.1),
+            (sts_pod("db-0", "2026-12-06T12:00:30Z", ready=True), False, 0.5),
+        ],
+    )
+    assert [(a.action, a.pod) for a in actions] == [("createPod", "db-0"), ("becameReady", "db-0")]
+    assert actions[1].completes == actions[0].action_id
+
+
+def test_a_listed_pod_from_the_second_before_the_trail_started_existed_before_it() -> None:
+    """The rule of trails recorded before `born`, kept for what is listed: its readiness is all it did."""
+    actions = fold_at(
+        StatefulSetTrail("ops", "db"),
+        [
+            (sts_pod("db-0", "2026-12-06T12:00:30Z"), False, 0),
+            (sts_pod("db-0", "2026-12-06T12:00:30Z", ready=True), False, 0.5),
+        ],
+    )
+    assert [(a.action, a.pod) for a in actions] == [("becameReady", "db-0")]
+
+
+def test_pods_held_for_a_workload_seen_born_are_recorded_created() -> None:
+    """ROLLBOOK_RECORD=label: the pod's ADDED waited for its StatefulSet's, which showed the label a second
+    after the pod was created; the watcher then stores the pod as listed."""
+    sts = statefulset(1, "db-1", "db-1", 0, 1)
+    sts["metadata"]["creationTimestamp"] = "2026-12-06T12:00:30Z"
+    actions = fold_at(
+        StatefulSetTrail("ops", "db"),
+        [(sts, True, 0), (sts_pod("db-0", "2026-12-06T12:00:30Z"), False, 0)],
+    )
+    assert [(a.action, a.pod) for a in actions] == [("createPod", "db-0")]

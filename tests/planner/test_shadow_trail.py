@@ -3,12 +3,17 @@ becomes observed rollouts, observed pod actions and their comparison with rollbo
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
+
+import msgspec
+import pytest
 
 from services.kinds.cloneset.rules.decisions import RULES_VERSION
 from services.kinds.registry import CLONESET
 from services.model.events import (
     Envelope,
+    ObjectObserved,
     PartitionStepPlanned,
     PodActionObserved,
     RolloutCompleted,
@@ -16,6 +21,7 @@ from services.model.events import (
     ShadowCompared,
     ShadowPlanned,
 )
+from services.model.timestamps import parse_kube_time
 from services.planner.shadow_trail import ShadowTrail
 from tests.planner.kruise_observations import KruiseLog
 
@@ -165,3 +171,26 @@ def test_pods_there_before_the_trail_started_were_not_created_under_observation(
     for envelope in log.envelopes:
         out += trail.step(envelope)
     assert [o.action for o in of(out, PodActionObserved)] == []
+
+
+@pytest.mark.parametrize(("born", "actions"), [(True, ["createPod"]), (False, [])])
+def test_a_pod_first_seen_in_the_second_after_its_creation_was_created_under_watch_if_born(
+    born: bool, actions: list[str]
+) -> None:
+    """Shadow mode, the trail's first observation a pod whose ADDED came early in the second after it was
+    created (before its CloneSet's): the watch's ADDED (born) says it was created while rollbook watched; a
+    pod listed, or observed before ``born`` existed, is taken as there before the trail."""
+    log = KruiseLog()
+    pod = log.create_pod("aaaaa", ready=False)
+    added = log.envelopes[-1]
+    assert isinstance(added.payload, ObjectObserved)
+    created = parse_kube_time(added.payload.object["metadata"]["creationTimestamp"])
+    assert created is not None
+    first = msgspec.structs.replace(
+        added,
+        stream_version=1,
+        occurred_at=created + timedelta(seconds=1, milliseconds=50),
+        payload=msgspec.structs.replace(added.payload, born=True if born else msgspec.UNSET),
+    )
+    out = ShadowTrail(log.namespace, log.name, True, RULES_VERSION).step(first)
+    assert [(o.action, o.pod) for o in of(out, PodActionObserved)] == [(a, pod) for a in actions]

@@ -2,7 +2,9 @@
 (by services/replay/simulation.py, through the planner's code path) under rules v2 before the planner was
 reorganised into kind planners, and under rules v7 before PodActionRequested's schema 2 (its v1 payloads
 read through the upcaster), replays to the same decisions. A change to the planner that alters what
-it decides fails here unless it bumps RULES_VERSION (then the rounds are reported as not re-verifiable)."""
+it decides fails here unless it bumps RULES_VERSION (then the rounds are reported as not re-verifiable).
+A recorded kind's trail has no planner rules: its observations carry what its fold needs, and one recorded
+before they did folds again as recorded."""
 
 from __future__ import annotations
 
@@ -13,11 +15,15 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
+from services.kinds import registry
 from services.kinds.cloneset.rules.decisions import RULES_VERSION
-from services.model.events import Envelope
+from services.model.events import Envelope, ObjectObserved, PodActionObserved
+from services.model.timestamps import parse_kube_time
 from services.model.upcasting import DEFAULT_DECODER
+from services.replay.recorded import check_recorded
 from services.replay.verify import verify_workload
 
 TRAILS = Path(__file__).resolve().parents[1] / "fixtures" / "trails"
@@ -56,3 +62,37 @@ def test_a_trail_recorded_before_verifies(path: Path) -> None:
         assert report.skipped == {}
     else:  # older rules: not re-verifiable, never a false divergence
         assert report.clean and report.rounds == 0 and report.unverifiable > 0
+
+
+def test_a_statefulset_trail_recorded_before_born_verifies() -> None:
+    """A StatefulSet's observations (made up, stored as the watcher stores them) and the trail the flight
+    recorder (services/watcher/recorder.py) recorded from them before observations carried ``born``
+    (services/kinds/recorded/rules.py, ``existed_before``). db-0's ADDED, the trail's first observation, came
+    early in the second after db-0 was created, so that recorder took db-0 for a pod already there: it
+    recorded its readiness, not its creation. The observations fold again into exactly that trail."""
+    workload, events = load(TRAILS / "recorded-statefulset-before-born.json.gz")
+    namespace, name = workload.split("/")
+    kind = registry.KINDS["StatefulSet"]
+    observed = [e for e in events if e.stream == kind.observed_stream(namespace, name)]
+    recorded = [e for e in events if e.stream == kind.recorded_stream(namespace, name)]
+    first = observed[0].payload
+    assert isinstance(first, ObjectObserved) and first.kind == "Pod" and first.born is msgspec.UNSET
+    created = parse_kube_time(first.object["metadata"]["creationTimestamp"])
+    assert created is not None and created < observed[0].occurred_at.replace(microsecond=0)
+    db0 = [
+        e.payload.action
+        for e in recorded
+        if isinstance(e.payload, PodActionObserved) and e.payload.pod == "db-0"
+    ]
+    assert db0 == ["becameReady", "deletePod", "recreatePod", "becameReady"]  # no createPod
+
+    report = check_recorded(kind, namespace, name, observed, recorded)
+    assert report.divergence is None and report.pending == 0 and report.recorded == len(recorded) == 20
+
+    # Had the watch's ADDED said born, the fold would give db-0's createPod first: not the trail stored.
+    born = msgspec.structs.replace(observed[0], payload=msgspec.structs.replace(first, born=True))
+    report = check_recorded(kind, namespace, name, [born, *observed[1:]], recorded)
+    assert report.divergence is not None and report.divergence.startswith(
+        "RevisionCreated at version 1 differs from the fold's PodActionObserved"
+    ), report.describe()
+    assert report.refolded == len(recorded) + 1

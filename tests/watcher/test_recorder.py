@@ -4,13 +4,16 @@ kubectl are recorded by the watcher as rollouts, revisions, steps and pod action
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import asyncpg
+import msgspec
 import pytest
 import pytest_asyncio
 from aiohttp.test_utils import TestClient, TestServer
@@ -20,8 +23,9 @@ from services.cli.ui import make_app
 from services.infra.database import asyncpg_url
 from services.infra.settings import Settings
 from services.infra.store import EventStore
-from services.model.events import ObjectObserved
+from services.model.events import ObjectObserved, PodActionObserved
 from services.simcluster import SimCluster, SimConfig
+from services.watcher.recorder import Recorder
 from services.watcher.service import Watcher
 from tests.cli.test_commands import rollbook
 from tests.plugins.servers import ServerUrls
@@ -53,10 +57,13 @@ async def recording(store: EventStore, api: client.ApiClient, tmp_path: Path) ->
 
 @asynccontextmanager
 async def running(watcher: Watcher) -> AsyncIterator[Watcher]:
+    """The watcher once it has listed every kind: what happens from then on comes on its watches."""
     await watcher.rebuild()
     tasks = [asyncio.create_task(watcher.run_kind(k)) for k in watcher.kinds]
     tasks += [asyncio.create_task(watcher.append_queued()), asyncio.create_task(watcher.record_dirty())]
     try:
+        listed = [k.initial_list_done.wait() for k in watcher.kinds]
+        await asyncio.wait_for(asyncio.gather(*listed), 30)
         yield watcher
     finally:
         crashed = [t for t in tasks if t.done() and not t.cancelled() and t.exception() is not None]
@@ -459,9 +466,94 @@ async def test_a_pod_seen_before_its_labelled_deployment_is_recorded_once_the_la
         await watcher._on_watch_event(kind_watch("Deployment"), "MODIFIED", labelled)
         await watcher._idle.wait()
         payloads = [e.envelope.payload for e in await event_store.read_stream(stream)]
-        stored = [(p.kind, p.change) for p in payloads if isinstance(p, ObjectObserved)]
-        assert stored == [("Deployment", "ADDED"), ("Pod", "ADDED")]
+        stored = [(p.kind, p.change, p.born) for p in payloads if isinstance(p, ObjectObserved)]
+        # Neither is stored born: the Deployment was labelled, not created, and the pod waited for it.
+        assert stored == [("Deployment", "ADDED", msgspec.UNSET), ("Pod", "ADDED", msgspec.UNSET)]
     finally:
         appender.cancel()
         await asyncio.gather(appender, return_exceptions=True)
         await api.close()
+
+
+class _Listing:
+    """A list answer as kubernetes-asyncio hands it over with ``_preload_content=False``."""
+
+    status, reason, headers = 200, "OK", {}
+
+    def __init__(self, items: list[dict[str, Any]]) -> None:
+        self.body = json.dumps({"apiVersion": "v1", "metadata": {"resourceVersion": "99"}, "items": items})
+
+    async def __aenter__(self) -> _Listing:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        return None
+
+    async def read(self) -> bytes:
+        return self.body.encode()
+
+
+@pytest.mark.parametrize("announced", [True, False], ids=["watched", "listed"])
+async def test_a_pod_created_in_the_second_before_its_trail_began_is_created_only_if_the_watch_announced_it(
+    trail: tuple[str, EventStore], tmp_path: Path, announced: bool
+) -> None:
+    """A StatefulSet's pod whose ADDED comes before the StatefulSet's, in a later second than the pod's
+    creationTimestamp (the CI run that recorded 2 createPod of 3). From the watch it was created while
+    rollbook recorded; from the watcher's first list it was there before."""
+    event_store = trail[1]
+    ns = f"born-{uuid.uuid4().hex[:8]}"
+    api = client.ApiClient()  # never called: the watch events and lists are fed in
+    watcher = Watcher(Settings(data_dir=str(tmp_path), record="all"), event_store, api)
+    appender = asyncio.create_task(watcher.append_queued())
+
+    def kind_watch(kind: str) -> Any:
+        return next(k for k in watcher.kinds if k.kind == kind)
+
+    created = (datetime.now(UTC) - timedelta(seconds=2)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    metadata = {"namespace": ns, "name": "db", "uid": f"{ns}-s", "resourceVersion": "1", "generation": 1}
+    status = {"observedGeneration": 1, "updateRevision": "db-1", "currentRevision": "db-1"}
+    # No creationTimestamp: only the pod's own observation can say it was created under watch.
+    sts = {"kind": "StatefulSet", "metadata": metadata, "spec": {"replicas": 1}, "status": status}
+    owner = {
+        "controller": True,
+        "kind": "StatefulSet",
+        "apiVersion": "apps/v1",
+        "name": "db",
+        "uid": f"{ns}-s",
+    }
+    pod = {
+        "kind": "Pod",
+        "metadata": {
+            "namespace": ns, "name": "db-0", "uid": f"{ns}-p", "resourceVersion": "2",
+            "labels": {"controller-revision-hash": "db-1"}, "ownerReferences": [owner],
+            "creationTimestamp": created,
+        },
+    }  # fmt: skip
+    observed = f"StatefulSet/{ns}/db/observed"
+    try:
+        if announced:
+            await watcher._on_watch_event(kind_watch("Pod"), "ADDED", pod)
+            await watcher._on_watch_event(kind_watch("StatefulSet"), "ADDED", sts)
+        else:
+            for kind, obj in (("Pod", pod), ("StatefulSet", sts)):
+
+                async def listed(_obj: dict[str, Any] = obj, **_: Any) -> _Listing:
+                    return _Listing([_obj])
+
+                kind_watch(kind).list_func = listed
+                await watcher.relist(kind_watch(kind))
+        await watcher._idle.wait()
+        payloads = [e.envelope.payload for e in await event_store.read_stream(observed)]
+        first = payloads[0]
+        assert isinstance(first, ObjectObserved) and first.name == "db-0"  # the trail's first observation
+        assert first.born is (True if announced else msgspec.UNSET)
+        await Recorder(event_store).record(observed)
+    finally:
+        appender.cancel()
+        await asyncio.gather(appender, return_exceptions=True)
+        await api.close()
+    recorded = await event_store.read_stream(f"StatefulSet/{ns}/db/recorded")
+    actions = [
+        e.envelope.payload.action for e in recorded if isinstance(e.envelope.payload, PodActionObserved)
+    ]
+    assert actions == (["createPod"] if announced else [])

@@ -14,7 +14,8 @@ Per observation:
    ``RolloutCompleted``; a step (ReplicaSet scaled, StatefulSet partition) a ``PartitionStepPlanned``;
    paused, resumed and past the progress deadline their events;
 3. a pod observation is compared with the pod's previous observation (``changes``): each change is a
-   ``PodActionObserved`` (createPod, recreatePod, deletePod, evictPod, updateInPlace, becameReady).
+   ``PodActionObserved`` (createPod, recreatePod, deletePod, evictPod, updateInPlace, becameReady). The first
+   sight of a pod there before the trail started (``existed_before``) is none: nothing the trail saw happen.
 
 Event ids derive from the observation, so a trail re-derived after a restart is the trail recorded.
 """
@@ -256,6 +257,26 @@ def changes(before: PodView | None, after: PodView | None, *, name_used: bool = 
     return result
 
 
+def existed_before(
+    observed: ObjectObserved, first_seen: datetime | None, workload_born: datetime | None = None
+) -> bool:
+    """Whether a pod a trail sees for the first time was there before the trail started (``first_seen``: its
+    first observation), so that its creation is nothing the trail saw happen. ``workload_born``: the
+    workload's creationTimestamp when the trail saw it born (the watch's ADDED), else None."""
+    # A born pod, or one no older than a workload seen born (its pods held until the workload showed its
+    # opt-in), was created while rollbook watched, however late its observation came. Otherwise only the
+    # timestamps tell, and they cannot tell the trail's own first observation apart: a creationTimestamp
+    # has whole seconds and is before the observation of it anyway. Only a pod created in an earlier second
+    # than the first observation surely predates the trail. Observations stored before ``born`` existed
+    # carry none, so a trail recorded then folds again as it was recorded.
+    created = _created_at(observed.object)
+    if observed.born is True or created is None or first_seen is None:
+        return False
+    if workload_born is not None and created >= workload_born:
+        return False
+    return created < first_seen.replace(microsecond=0)
+
+
 # --- the trail -------------------------------------------------------------------------------------------
 
 
@@ -311,6 +332,7 @@ class RecordedTrail:
     deadline_reported: bool = False
     progressing_since: str = ""
     first_seen: datetime | None = None
+    workload_born: datetime | None = None  # its creationTimestamp, once an observation of it is born
     awaiting_ready: dict[str, str] = field(default_factory=dict)  # pod uid -> action id it completes
     names_used: set[str] = field(default_factory=set)
     spec_writer: dict[str, Any] | None = None  # the last manager that wrote the spec (managedFields)
@@ -356,6 +378,8 @@ class RecordedTrail:
         events: list[Event] = []
         gone = payload.change == "DELETED"
         if payload.kind == self.workload_kind:
+            if payload.born is True:
+                self.workload_born = _created_at(payload.object)
             self._note_spec_writer(payload.object)
             self.workload = None if gone else payload.object
         elif payload.kind == self.revision_kind:
@@ -546,7 +570,7 @@ class RecordedTrail:
         found = changes(before, after, name_used=observed.name in self.names_used)
         if after is None or (before is not None and before.uid != after.uid):
             self.names_used.add(observed.name)
-        if before is None and self._existed_before(_created_at(observed.object)):
+        if before is None and existed_before(observed, self.first_seen, self.workload_born):
             return []  # there before the trail started: nothing we saw happen
         events: list[PodActionObserved] = []
         for index, change in enumerate(found):
@@ -580,10 +604,6 @@ class RecordedTrail:
                 )
             )
         return events
-
-    def _existed_before(self, created: datetime | None) -> bool:
-        first = self.first_seen
-        return created is not None and first is not None and created < first.replace(microsecond=0)
 
     # --- envelopes ---------------------------------------------------------------------------------------
 
