@@ -332,3 +332,49 @@ def test_the_migration_job_sets_each_logins_password_from_its_secret() -> None:
         "ROLLBOOK_DATABASE_READER_URL",
         "ROLLBOOK_DATABASE_URL",
     } <= fields
+
+
+# The planner's and the watcher's resident memory at the peak of a 10,000-pod CloneSet's in-place rollout
+# (docs/install.md, "Sizing"): the shipped limits must hold it.
+MEASURED_PEAK_MIB_AT_10000_PODS = {"planner": 653, "watcher": 340}
+
+
+def _mebibytes(quantity: str) -> float:
+    found = re.fullmatch(r"(\d+)(Mi|Gi)", quantity)
+    assert found, f"a memory quantity in Mi or Gi, got {quantity!r}"
+    return int(found.group(1)) * (1024 if found.group(2) == "Gi" else 1)
+
+
+@pytest.mark.parametrize("service", sorted(MEASURED_PEAK_MIB_AT_10000_PODS))
+def test_the_memory_limit_holds_what_10000_pods_take(service: str) -> None:
+    deployment = named(render("standalone"), "Deployment", f"rollbook-{service}")
+    limit = deployment["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["memory"]
+    assert _mebibytes(limit) > MEASURED_PEAK_MIB_AT_10000_PODS[service], limit
+
+
+def test_the_sizing_patch_in_docs_install_raises_only_the_planner_and_the_watcher(tmp_path: Path) -> None:
+    section = INSTALL_DOC.read_text().partition("## Sizing")[2]
+    block = re.search(r"```yaml\n(.*?)```", section, re.S)
+    assert block, "docs/install.md lost its sizing patch"
+    (tmp_path / "deploy").symlink_to(DEPLOY)
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "kustomization.yaml").write_text(
+        "resources:\n  - ../deploy/standalone\n" + block.group(1)
+    )
+    result = subprocess.run(
+        [kubectl(), "kustomize", str(tmp_path / "mine")], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    limits = {
+        m["metadata"]["name"]: m["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["memory"]
+        for m in of_kind([m for m in yaml.safe_load_all(result.stdout) if m], "Deployment")
+    }
+    shipped = {
+        m["metadata"]["name"]: m["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["memory"]
+        for m in of_kind(render("standalone"), "Deployment")
+    }
+    raised = {"rollbook-planner", "rollbook-watcher"}
+    assert {name: limits[name] for name in raised} == {name: "2Gi" for name in raised}
+    assert {n: v for n, v in limits.items() if n not in raised} == {
+        n: v for n, v in shipped.items() if n not in raised
+    }
