@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from services.infra.bus import Bus
-from services.infra.database import create_database, drop_database, upgrade_async
+from services.infra.database import create_database, upgrade_async
 from services.infra.settings import Settings
 from services.simcluster import SimCluster, SimConfig
-from tests.plugins.database import with_database
+from tests.plugins.database import drop_database_and_roles, with_database
 from tests.plugins.stack import Stack
 
 
@@ -53,4 +53,4 @@ async def service_stack(server_url: str, nats_url: str, sim_config: SimConfig) -
             await bus.js.delete_stream(settings.stream_name)
             await bus.close()
     finally:
-        await drop_database(server_url, db_name)
+        await drop_database_and_roles(server_url, db_name)

@@ -52,6 +52,7 @@ from services.model.events import (
     PodActionSucceeded,
     new_event,
 )
+from tests.plugins.database import drop_database_and_roles
 
 BATCH = 7  # rows per append: a rollout's appends carry 7.3 on average (bench/postgres_statements.py)
 STREAMS = 50
@@ -331,8 +332,8 @@ async def main(args: argparse.Namespace) -> None:
             await conn.close()
             await store.close()
     finally:
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         await admin.close()
+        await drop_database_and_roles(server, name)
 
 
 if __name__ == "__main__":

@@ -34,10 +34,11 @@ from bench.eventstore import load_average
 from services.cli.replay import verify_trail
 from services.infra.archive import _CHAIN_PAGE_SQL, _PAGE, archive_before
 from services.infra.database import asyncpg_url, upgrade_async
-from services.infra.db_roles import DUTIES, assume_sql, role_name
+from services.infra.db_roles import assume_sql
 from services.infra.settings import Settings
 from services.infra.store import EventStore
 from services.infra.transparency import checkpointer_for, trusted_verifiers
+from tests.plugins.database import drop_database_and_roles
 
 _INSERT = """
 INSERT INTO events (event_id, stream, stream_version, type, schema_version, occurred_at, recorded_at,
@@ -160,10 +161,8 @@ async def main(args: argparse.Namespace) -> None:
                 await store.close()
                 await owner.close()
     finally:
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        for duty in DUTIES:
-            await admin.execute(f'DROP ROLE IF EXISTS "{role_name(name, duty)}"')
         await admin.close()
+        await drop_database_and_roles(server, name)
 
 
 if __name__ == "__main__":

@@ -59,6 +59,7 @@ from services.infra.transparency import (
 )
 from services.model.events import PodActionSucceeded, new_event
 from services.model.receipt import canonical_json, verify_receipt
+from tests.plugins.database import drop_database_and_roles
 
 T0 = datetime(2026, 12, 6, tzinfo=UTC)
 SCRIPT = Path(__file__).resolve().parents[1] / "docs" / "verify_receipt.py"
@@ -77,11 +78,7 @@ async def fresh(server: str) -> str:
 
 
 async def drop(server: str, url: str) -> None:
-    conn = await asyncpg.connect(asyncpg_url(server))
-    try:
-        await conn.execute(f'DROP DATABASE IF EXISTS "{url.rsplit("/", 1)[1]}" WITH (FORCE)')
-    finally:
-        await conn.close()
+    await drop_database_and_roles(server, url.rsplit("/", 1)[1])
 
 
 def settings_for(url: str, data_dir: str, **changes: object) -> Settings:

@@ -25,6 +25,7 @@ import asyncpg  # noqa: E402
 
 from services.infra.database import asyncpg_url, upgrade_async  # noqa: E402
 from services.infra.settings import Settings  # noqa: E402
+from tests.plugins.database import drop_database_and_roles  # noqa: E402
 
 # One statement per event kind, set-based (generate_series), so building a million rows takes seconds.
 # w = workload, r = rollout, p = pod; every workload's events are in its own streams. Rollout ids are
@@ -197,8 +198,8 @@ async def main() -> None:
         finally:
             await connection.close()
     finally:
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         await admin.close()
+        await drop_database_and_roles(server, name)
 
 
 if __name__ == "__main__":

@@ -54,6 +54,7 @@ from services.infra.database import asyncpg_url, upgrade_async
 from services.infra.settings import Settings
 from services.infra.store import EventStore, _columns, _row_to_stored
 from services.model.events import Envelope, PodActionRequested, new_event
+from tests.plugins.database import drop_database_and_roles
 
 STREAM_LENGTH = 1000  # events per stream: batches of up to 1,000 are one stream, consecutive versions
 COPY_COLUMNS = [
@@ -339,8 +340,8 @@ async def main() -> None:
             await conn.close()
         if store is not None:
             await store.close()
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         await admin.close()
+        await drop_database_and_roles(server, name)
 
     ceiling = appends["copy-10000"]
     print_table(

@@ -39,6 +39,7 @@ from services.model.events import Envelope
 from services.replay.audit import audit_log
 from services.replay.operations import PAGE_SIZE, cyclic_gc_paused, verify_all
 from services.replay.simulation import T0, WorkloadSimulation
+from tests.plugins.database import drop_database_and_roles
 
 
 def generate(total: int, replicas: int) -> tuple[list[Envelope], int]:
@@ -156,9 +157,7 @@ async def main() -> None:
         if args.keep:
             print(f"kept database {name}")
         else:
-            admin = await asyncpg.connect(asyncpg_url(args.database_url))
-            await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-            await admin.close()
+            await drop_database_and_roles(args.database_url, name)
 
 
 if __name__ == "__main__":

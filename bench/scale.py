@@ -70,7 +70,7 @@ from services.infra.database import asyncpg_url, upgrade_async  # noqa: E402
 from services.infra.embedded import EmbeddedServers  # noqa: E402
 from services.infra.settings import Settings  # noqa: E402
 from services.infra.supervisor import Supervisor  # noqa: E402
-from tests.plugins.database import with_database  # noqa: E402
+from tests.plugins.database import drop_database_and_roles, with_database  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 GROUP, VERSION, PLURAL = "apps.kruise.io", "v1alpha1", "clonesets"
@@ -191,9 +191,7 @@ async def fresh_database(server_url: str) -> AsyncIterator[str]:
         await upgrade_async(url)
         yield url
     finally:
-        admin = await asyncpg.connect(asyncpg_url(server_url))
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await admin.close()
+        await drop_database_and_roles(server_url, name)
 
 
 # --- progress from a watch on CloneSets -----------------------------------------------------------------

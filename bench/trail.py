@@ -53,12 +53,12 @@ import asyncpg  # noqa: E402
 import msgspec  # noqa: E402
 
 from bench import _trail_seed as seed  # noqa: E402
-from services.infra.database import asyncpg_url, create_database, drop_database, upgrade_async  # noqa: E402
+from services.infra.database import asyncpg_url, create_database, upgrade_async  # noqa: E402
 from services.infra.db_roles import Duty  # noqa: E402
 from services.infra.settings import Settings  # noqa: E402
 from services.infra.store import EventStore  # noqa: E402
 from services.replay.audit import LogRange  # noqa: E402
-from tests.plugins.database import with_database  # noqa: E402
+from tests.plugins.database import drop_database_and_roles, with_database  # noqa: E402
 
 GOAL_MS = 100.0
 GOAL_VERIFY = 100_000.0
@@ -656,7 +656,7 @@ async def main() -> None:
                 print(f"kept: --reuse {name}")
         finally:
             if not keep:
-                await drop_database(server, name)
+                await drop_database_and_roles(server, name)
                 for path in sorted(data_dir.glob("**/*"), reverse=True):
                     path.rmdir() if path.is_dir() else path.unlink()
                 with contextlib.suppress(FileNotFoundError):

@@ -16,8 +16,11 @@ import re
 import sys
 from pathlib import Path
 
+import asyncpg
 import pytest
 
+from services.infra.database import asyncpg_url
+from services.infra.db_roles import DUTIES, PREFIX_LENGTH
 from tests.plugins.servers import ServerUrls
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -337,7 +340,35 @@ async def test_bench_runs_and_prints_figures(script: str, server_urls: ServerUrl
         pytest.skip(SKIPPED[script])
     assert script in RUNS, f"bench/{script} has no smoke run: add it to RUNS (or SKIPPED, with the reason)"
     args, patterns = RUNS[script]
+    orphans_before = await orphan_roles(server_urls.database_url)
     code, output = await run_script(script, args, server_urls)
     assert code == 0, f"bench/{script} {' '.join(args)} exited {code}:\n{output}"
     missing = [p for p in patterns if not re.search(p, output)]
     assert not missing, f"bench/{script} did not print {missing}:\n{output}"
+    # Its scratch database's roles (migration 0016 makes four per database) go with it: left behind on
+    # the user's server, they pile up run after run. Another test's database may be between its drop and
+    # its roles' at this moment: that lasts milliseconds, so a few looks tell it from a leak.
+    for _ in range(20):
+        left = await orphan_roles(server_urls.database_url) - orphans_before
+        if not left:
+            break
+        await asyncio.sleep(0.25)
+    assert not left, f"bench/{script} left roles without their database: {sorted(left)}"
+
+
+async def orphan_roles(database_url: str) -> set[str]:
+    """rollbook's duty roles (``<database>_<duty>``) on the server whose database is gone."""
+    connection = await asyncpg.connect(asyncpg_url(database_url))
+    try:
+        roles = [r[0] for r in await connection.fetch("SELECT rolname FROM pg_roles")]
+        databases = {r[0][:PREFIX_LENGTH] for r in await connection.fetch("SELECT datname FROM pg_database")}
+    finally:
+        await connection.close()
+    return {
+        role
+        for role in roles
+        for duty in DUTIES
+        if role.startswith("rollbook")
+        and role.endswith(f"_{duty}")
+        and role[: -len(duty) - 1] not in databases
+    }

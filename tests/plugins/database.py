@@ -77,7 +77,7 @@ async def fresh_database(server_url: str, prefix: str = "rollbook_test") -> Asyn
     finally:
         for attempt in range(2):
             try:
-                await _drop(server_url, name)
+                await drop_database_and_roles(server_url, name)
                 break
             except (asyncpg.ConnectionDoesNotExistError, ConnectionResetError):
                 # A server just promoted (a failover test) may drop the connection once: connect again.
@@ -85,8 +85,9 @@ async def fresh_database(server_url: str, prefix: str = "rollbook_test") -> Asyn
                     raise
 
 
-async def _drop(server_url: str, name: str) -> None:
-    # Its roles (migration 0016) are the server's, named after it: nobody else uses them.
+async def drop_database_and_roles(server_url: str, name: str) -> None:
+    """Drop database ``name`` (even if in use) and the roles migration 0016 made for it: they are the
+    server's, named after the database, and nobody else uses them (left behind, they pile up)."""
     await drop_database(server_url, name, tuple(role_name(name, duty) for duty in DUTIES))
 
 
