@@ -23,6 +23,7 @@ from services.model.events import ObjectObserved, encode, new_event
 from services.model.redaction import LAST_APPLIED_ANNOTATION, is_digest
 from services.watcher.objects import observation
 from services.watcher.service import Watcher
+from tests.plugins.kube_answers import Listing
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -140,24 +141,6 @@ def encode_observation(observation: ObjectObserved) -> bytes:
     return encode(new_event(observation, stream="s", stream_version=1, occurred_at=datetime.now(UTC)))
 
 
-class _Listing:
-    """A list answer as kubernetes-asyncio hands it over with ``_preload_content=False``."""
-
-    status, reason, headers = 200, "OK", {}
-
-    def __init__(self, items: list[dict[str, Any]]) -> None:
-        self.body = json.dumps({"apiVersion": "v1", "metadata": {"resourceVersion": "99"}, "items": items})
-
-    async def __aenter__(self) -> _Listing:
-        return self
-
-    async def __aexit__(self, *_: object) -> None:
-        return None
-
-    async def read(self) -> bytes:
-        return self.body.encode()
-
-
 async def test_an_object_recorded_before_redaction_is_not_recorded_again_in_clear(
     event_store: EventStore, tmp_path: Path
 ) -> None:
@@ -179,8 +162,8 @@ async def test_an_object_recorded_before_redaction_is_not_recorded_again_in_clea
         await watcher.rebuild()
         pods = next(k for k in watcher.kinds if k.kind == "Pod")
 
-        async def listed(**_: Any) -> _Listing:
-            return _Listing([])  # the pod is gone
+        async def listed(**_: Any) -> Listing:
+            return Listing([])  # the pod is gone
 
         pods.list_func = listed
         appender = asyncio.create_task(watcher.append_queued())

@@ -4,7 +4,6 @@ kubectl are recorded by the watcher as rollouts, revisions, steps and pod action
 from __future__ import annotations
 
 import asyncio
-import json
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -28,6 +27,7 @@ from services.simcluster import SimCluster, SimConfig
 from services.watcher.recorder import Recorder
 from services.watcher.service import Watcher
 from tests.cli.test_commands import rollbook
+from tests.plugins.kube_answers import Listing
 from tests.plugins.servers import ServerUrls
 from tests.plugins.simcluster import MakeSimCluster, api_client_for
 from tests.plugins.stack import e2e_database
@@ -475,24 +475,6 @@ async def test_a_pod_seen_before_its_labelled_deployment_is_recorded_once_the_la
         await api.close()
 
 
-class _Listing:
-    """A list answer as kubernetes-asyncio hands it over with ``_preload_content=False``."""
-
-    status, reason, headers = 200, "OK", {}
-
-    def __init__(self, items: list[dict[str, Any]]) -> None:
-        self.body = json.dumps({"apiVersion": "v1", "metadata": {"resourceVersion": "99"}, "items": items})
-
-    async def __aenter__(self) -> _Listing:
-        return self
-
-    async def __aexit__(self, *_: object) -> None:
-        return None
-
-    async def read(self) -> bytes:
-        return self.body.encode()
-
-
 @pytest.mark.parametrize("announced", [True, False], ids=["watched", "listed"])
 async def test_a_pod_created_in_the_second_before_its_trail_began_is_created_only_if_the_watch_announced_it(
     trail: tuple[str, EventStore], tmp_path: Path, announced: bool
@@ -537,8 +519,8 @@ async def test_a_pod_created_in_the_second_before_its_trail_began_is_created_onl
         else:
             for kind, obj in (("Pod", pod), ("StatefulSet", sts)):
 
-                async def listed(_obj: dict[str, Any] = obj, **_: Any) -> _Listing:
-                    return _Listing([_obj])
+                async def listed(_obj: dict[str, Any] = obj, **_: Any) -> Listing:
+                    return Listing([_obj])
 
                 kind_watch(kind).list_func = listed
                 await watcher.relist(kind_watch(kind))
