@@ -2,9 +2,10 @@
 trail up with the workload's observations and append what it means to ``CloneSet/<ns>/<name>/shadow``.
 
 The trail (services/planner/shadow_trail.py) is pure and deterministic; this is its I/O. A trail is rebuilt
-from the observed stream on first sight (after a start or a leadership change) and only the events past
-the shadow stream's stored version are appended, with that version expected (the planner leader is its
-single writer), so a re-derived trail never stores anything twice.
+from the observed stream on first sight (after a start or a leadership change) and only the events of the
+observations after the stored trail's newest cause are appended (services/model/trail_resumption.py),
+numbered after its head and with that version expected (the planner leader is its single writer), so a
+re-derived trail never stores anything twice, even where the rules changed since it was stored.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from services.infra.metrics import EVENTS_APPENDED
 from services.infra.store import ConcurrencyError, EventStore
 from services.kinds.registry import CLONESET
 from services.model.events import PodActionObserved, ShadowCompared
+from services.model.trail_resumption import Resumption
 from services.planner.shadow_trail import ShadowTrail
 
 log = structlog.get_logger("planner")
@@ -51,8 +53,11 @@ class ShadowRecorder:
         how many were appended."""
         key = f"{namespace}/{name}"
         trail = self.trails.get(key)
+        resumption = None
         if trail is None:
             version = await self.store.stream_version(CLONESET.shadow_stream(namespace, name))
+            shadow = CLONESET.shadow_stream(namespace, name)
+            resumption = Resumption.after(version, await self.store.read_stream(shadow, version, 1))
             start = await self._recorded_start(namespace, name) if version else None
             trail = self.trails[key] = ShadowTrail(
                 namespace,
@@ -68,7 +73,12 @@ class ShadowRecorder:
             CLONESET.observed_stream(namespace, name), trail.observed_version + 1
         )
         for stored in observed:
-            fresh += [e for e in trail.step(stored.envelope) if e.stream_version > self.stored[key]]
+            derived = trail.step(stored.envelope)
+            if resumption is not None:
+                derived = resumption.take(trail, stored.envelope.event_id, derived)
+            fresh += derived
+        if resumption is not None:
+            fresh += resumption.unmet()
         if not fresh:
             return 0
         try:

@@ -3,9 +3,10 @@ not drive (a Deployment, a StatefulSet), catch its trail up with its observation
 to ``<Kind>/<ns>/<name>/recorded``.
 
 The fold is its kind's pure rules (services/kinds/<kind>/rules.py). A trail is rebuilt from the observed
-stream on first sight (after a start or a leadership change) and only the events past the recorded
-stream's stored version are appended, with that version expected (the watcher leader is its single
-writer), so a re-derived trail never stores anything twice.
+stream on first sight (after a start or a leadership change) and only the events of the observations after
+the stored trail's newest cause are appended (services/model/trail_resumption.py), numbered after its head
+and with that version expected (the watcher leader is its single writer), so a re-derived trail never
+stores anything twice, even where the rules changed since it was stored.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import structlog
 from services.infra.metrics import EVENTS_APPENDED
 from services.kinds import registry
 from services.model.event_store import ConcurrencyError, EventStore
+from services.model.trail_resumption import Resumption
 
 log = structlog.get_logger("watcher")
 PAGE = 500
@@ -39,16 +41,24 @@ class Recorder:
         assert make_trail is not None
         recorded = kind.recorded_stream(namespace, name)
         trail = self.trails.get(observed)
+        resumption = None
         if trail is None:
             trail = self.trails[observed] = make_trail(namespace, name)
             self.stored[observed] = await self.store.stream_version(recorded)
+            version = self.stored[observed]
+            resumption = Resumption.after(version, await self.store.read_stream(recorded, version, 1))
         fresh = []
         while True:
             page = await self.store.read_stream(observed, trail.observed_version + 1, PAGE)
             for stored in page:
-                fresh += [e for e in trail.fold(stored.envelope) if e.stream_version > self.stored[observed]]
+                derived = trail.fold(stored.envelope)
+                if resumption is not None:
+                    derived = resumption.take(trail, stored.envelope.event_id, derived)
+                fresh += derived
             if len(page) < PAGE:
                 break
+        if resumption is not None:
+            fresh += resumption.unmet()
         if not fresh:
             return 0
         try:

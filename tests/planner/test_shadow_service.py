@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import uuid
 
+import msgspec
 import pytest
 
 from services.infra.store import EventStore
@@ -100,3 +101,52 @@ async def test_shadow_mode_records_from_its_own_start_and_a_restart_keeps_that_s
     assert not any(a.action == "createPod" for a in actions)
     started = [e.payload for e in stored if isinstance(e.payload, RolloutStarted)]
     assert len(started) == 1 and {a.rollout_id for a in actions} == {started[0].rollout_id}
+
+
+@pytest.mark.parametrize("stored", ["one event fewer", "one event more"])
+async def test_a_trail_other_rules_recorded_goes_on_after_a_takeover(
+    event_store: EventStore, stored: str
+) -> None:
+    """The stored shadow trail holds one event fewer, or one more, than the fold now derives from the same
+    observations (other rules recorded it: a planner from before a rule changed, say). A planner taking
+    over keeps the stored trail as it is and appends what the observations after it mean, numbered after
+    its head. Cut at the stored version instead, the first later event was taken for one on record, and
+    lost, when the stored trail held more."""
+    log = KruiseLog(name=f"web-{uuid.uuid4().hex[:8]}", maxUnavailable=1)
+    log.write_status()
+    pods = [log.create_pod(i, ready=False) for i in ("aaaaa", "bbbbb")]
+    for pod in pods:
+        log.set_ready(pod)
+    log.write_status()
+    before_rollout = len(log.envelopes)
+    old = log.revision
+    log.set_image("nginx:2.0")
+    log.write_status(current=old)
+    for pod in pods:
+        log.start_in_place(pod)
+        log.patch_in_place(pod)
+        log.set_ready(pod)
+        log.write_status()
+
+    pure = ShadowTrail(log.namespace, log.name, True, RULES_VERSION)
+    before = [e for envelope in log.envelopes[:before_rollout] for e in pure.step(envelope)]
+    after = [e for envelope in log.envelopes[before_rollout:] for e in pure.step(envelope)]
+    assert len(before) > 1 and after
+    if stored == "one event fewer":
+        recorded = before[1:]
+    else:  # the last one twice, as another event of the same observation
+        recorded = [*before, msgspec.structs.replace(before[-1], event_id=uuid.uuid4())]
+    other_rules = [msgspec.structs.replace(e, stream_version=i + 1) for i, e in enumerate(recorded)]
+    await event_store.append(log.envelopes, expected_version=0)
+    await event_store.append(other_rules, expected_version=0)
+
+    taking_over = ShadowRecorder(event_store, shadow_all=True, rules=RULES_VERSION)
+    assert await taking_over.record(log.namespace, log.name) == len(after)
+    trail = [
+        s.envelope for s in await event_store.read_stream(CLONESET.shadow_stream(log.namespace, log.name))
+    ]
+    assert [(e.event_id, e.stream_version) for e in trail] == [
+        (e.event_id, e.stream_version) for e in other_rules
+    ] + [(e.event_id, len(other_rules) + i + 1) for i, e in enumerate(after)]
+    again = ShadowRecorder(event_store, shadow_all=True, rules=RULES_VERSION)
+    assert await again.record(log.namespace, log.name) == 0
