@@ -475,6 +475,47 @@ async def test_a_pod_seen_before_its_labelled_deployment_is_recorded_once_the_la
         await api.close()
 
 
+async def test_a_watch_added_of_an_object_the_restarted_watcher_knows_is_not_born(
+    trail: tuple[str, EventStore], tmp_path: Path
+) -> None:
+    """A watcher restarted (its cache rebuilt from the store) may be told ADDED of an object it already
+    recorded (a watch begun from an old resourceVersion). That is no creation: the change is stored as
+    MODIFIED, not ``born``, so no trail takes it for a new pod."""
+    event_store = trail[1]
+    ns = f"known-{uuid.uuid4().hex[:8]}"
+    api = client.ApiClient()  # never called: the watch events are fed in
+    settings = Settings(data_dir=str(tmp_path), record="all")
+    metadata: dict[str, Any] = {"namespace": ns, "name": "web", "uid": f"{ns}-d", "resourceVersion": "1"}
+    deployment = {"metadata": metadata, "spec": {"replicas": 1}}
+    stream = f"Deployment/{ns}/web/observed"
+    first = Watcher(settings, event_store, api)
+    appender = asyncio.create_task(first.append_queued())
+    try:
+        await first._on_watch_event(
+            next(k for k in first.kinds if k.kind == "Deployment"), "ADDED", deployment
+        )
+        await first._idle.wait()
+    finally:
+        appender.cancel()
+        await asyncio.gather(appender, return_exceptions=True)
+    restarted = Watcher(settings, event_store, api)
+    await restarted.rebuild()
+    appender = asyncio.create_task(restarted.append_queued())
+    try:
+        scaled = {"metadata": {**metadata, "resourceVersion": "2"}, "spec": {"replicas": 2}}
+        await restarted._on_watch_event(
+            next(k for k in restarted.kinds if k.kind == "Deployment"), "ADDED", scaled
+        )
+        await restarted._idle.wait()
+        payloads = [e.envelope.payload for e in await event_store.read_stream(stream)]
+        stored = [(p.change, p.born) for p in payloads if isinstance(p, ObjectObserved)]
+        assert stored == [("ADDED", True), ("MODIFIED", msgspec.UNSET)]
+    finally:
+        appender.cancel()
+        await asyncio.gather(appender, return_exceptions=True)
+        await api.close()
+
+
 @pytest.mark.parametrize("announced", [True, False], ids=["watched", "listed"])
 async def test_a_pod_created_in_the_second_before_its_trail_began_is_created_only_if_the_watch_announced_it(
     trail: tuple[str, EventStore], tmp_path: Path, announced: bool
