@@ -38,6 +38,7 @@ from services.infra.store import BEFORE_ACTING_SQL, EventStore
 from services.kinds.registry import CLONESET
 from services.model.events import Envelope, PodActionRequested, RoundPlanned, encode, new_event
 from services.model.streams import derived_id
+from tests.plugins.database import drop_database_and_roles
 
 # bench/scale.py's in-place figure on a quiet 2-core machine (docs/performance.md): pods per second, each
 # pod one updateInPlace (and, with a grace period, a markNotReady).
@@ -144,8 +145,8 @@ async def run(args: argparse.Namespace) -> None:
                 results[checked].append(await case(checked))
         await conn.close()
     finally:
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         await admin.close()
+        await drop_database_and_roles(args.database_url, name)
 
     def medians(checked: bool) -> tuple[float, float, float]:
         rows = results[checked]
