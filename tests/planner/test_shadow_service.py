@@ -22,21 +22,7 @@ pytestmark = pytest.mark.asyncio(loop_scope="session")
 async def test_a_restarted_recorder_appends_only_what_is_not_stored_and_the_trail_is_the_pure_one(
     event_store: EventStore,
 ) -> None:
-    log = KruiseLog(name=f"web-{uuid.uuid4().hex[:8]}", maxUnavailable=1)
-    log.write_status()
-    pods = [log.create_pod(i, ready=False) for i in ("aaaaa", "bbbbb")]
-    for pod in pods:
-        log.set_ready(pod)
-    log.write_status()
-    before_rollout = len(log.envelopes)
-    old = log.revision
-    log.set_image("nginx:2.0")
-    log.write_status(current=old)
-    for pod in pods:
-        log.start_in_place(pod)
-        log.patch_in_place(pod)
-        log.set_ready(pod)
-        log.write_status()
+    log, before_rollout = rolled_in_place()
 
     await event_store.append(log.envelopes[:before_rollout], expected_version=0)
     first = ShadowRecorder(event_store, shadow_all=True, rules=RULES_VERSION)
@@ -112,21 +98,7 @@ async def test_a_trail_other_rules_recorded_goes_on_after_a_takeover(
     over keeps the stored trail as it is and appends what the observations after it mean, numbered after
     its head. Cut at the stored version instead, the first later event was taken for one on record, and
     lost, when the stored trail held more."""
-    log = KruiseLog(name=f"web-{uuid.uuid4().hex[:8]}", maxUnavailable=1)
-    log.write_status()
-    pods = [log.create_pod(i, ready=False) for i in ("aaaaa", "bbbbb")]
-    for pod in pods:
-        log.set_ready(pod)
-    log.write_status()
-    before_rollout = len(log.envelopes)
-    old = log.revision
-    log.set_image("nginx:2.0")
-    log.write_status(current=old)
-    for pod in pods:
-        log.start_in_place(pod)
-        log.patch_in_place(pod)
-        log.set_ready(pod)
-        log.write_status()
+    log, before_rollout = rolled_in_place()
 
     pure = ShadowTrail(log.namespace, log.name, True, RULES_VERSION)
     before = [e for envelope in log.envelopes[:before_rollout] for e in pure.step(envelope)]
@@ -150,3 +122,24 @@ async def test_a_trail_other_rules_recorded_goes_on_after_a_takeover(
     ] + [(e.event_id, len(other_rules) + i + 1) for i, e in enumerate(after)]
     again = ShadowRecorder(event_store, shadow_all=True, rules=RULES_VERSION)
     assert await again.record(log.namespace, log.name) == 0
+
+
+def rolled_in_place() -> tuple[KruiseLog, int]:
+    """OpenKruise's log of a 2-pod CloneSet scaled out, then rolled in place, and how many of its events
+    come before the rollout."""
+    log = KruiseLog(name=f"web-{uuid.uuid4().hex[:8]}", maxUnavailable=1)
+    log.write_status()
+    pods = [log.create_pod(i, ready=False) for i in ("aaaaa", "bbbbb")]
+    for pod in pods:
+        log.set_ready(pod)
+    log.write_status()
+    before_rollout = len(log.envelopes)
+    old = log.revision
+    log.set_image("nginx:2.0")
+    log.write_status(current=old)
+    for pod in pods:
+        log.start_in_place(pod)
+        log.patch_in_place(pod)
+        log.set_ready(pod)
+        log.write_status()
+    return log, before_rollout
