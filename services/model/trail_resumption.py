@@ -6,8 +6,9 @@ numbered after the stored head.
 Cutting at the newest cause rather than at the stored version keeps recording when the fold's rules
 changed since the stored trail was derived (say one observation now means one event more): the stored
 trail stays as it was recorded (``verify`` reports where it differs from the fold), and the new events
-follow it. Cut at the version instead, the first event appended again was one already stored: the append
-failed on every wake-up, and the trail stopped for good.
+follow it. Cut at the version instead, a stored trail with one event more made the first later event
+look stored (lost), and one with one event fewer made the first append repeat a stored event (skipped by
+its id in Postgres, refused on every wake-up by a store that checks versions: the trail stopped).
 """
 
 from __future__ import annotations

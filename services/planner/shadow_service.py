@@ -55,8 +55,8 @@ class ShadowRecorder:
         trail = self.trails.get(key)
         resumption = None
         if trail is None:
-            version = await self.store.stream_version(CLONESET.shadow_stream(namespace, name))
             shadow = CLONESET.shadow_stream(namespace, name)
+            version = await self.store.stream_version(shadow)
             resumption = Resumption.after(version, await self.store.read_stream(shadow, version, 1))
             start = await self._recorded_start(namespace, name) if version else None
             trail = self.trails[key] = ShadowTrail(
